@@ -1,0 +1,34 @@
+#!/usr/bin/env bash
+# Installs every Debian package Strata needs. Idempotent: packages already
+# present are skipped, so a second run costs only the dpkg query.
+set -euo pipefail
+
+packages=(
+  # Compiler toolchain and build system.
+  build-essential cmake ninja-build ccache git python3
+  # MLIR/LLVM 22 (libMLIR.so, headers, mlir-tblgen, lit, FileCheck).
+  libmlir-22-dev mlir-22-tools llvm-22-dev llvm-22-tools
+  # Runtime dependencies: oneDNN (GEMM), OpenMPI (collectives),
+  # Random123 (counter-based Philox RNG, header-only).
+  libdnnl-dev libopenmpi-dev openmpi-bin librandom123-dev
+  # Unit tests.
+  libgtest-dev libgmock-dev
+)
+
+missing=()
+for p in "${packages[@]}"; do
+  if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "ok installed"; then
+    missing+=("$p")
+  fi
+done
+
+if [ ${#missing[@]} -eq 0 ]; then
+  echo "setup: all ${#packages[@]} packages present"
+  exit 0
+fi
+
+SUDO=""
+if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi
+echo "setup: installing ${missing[*]}"
+$SUDO apt-get update -q
+DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -q --no-install-recommends "${missing[@]}"

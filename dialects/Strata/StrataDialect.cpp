@@ -1,0 +1,123 @@
+//===- StrataDialect.cpp - Dialect, attributes, types, metadata ----------===//
+
+#include "strata/Dialect/Strata.h"
+
+#include "mlir/IR/Builders.h"
+#include "mlir/IR/DialectImplementation.h"
+#include "llvm/ADT/TypeSwitch.h"
+
+using namespace mlir;
+using namespace strata;
+
+#include "Strata/StrataDialect.cpp.inc"
+#include "Strata/StrataEnums.cpp.inc"
+
+#define GET_ATTRDEF_CLASSES
+#include "Strata/StrataAttrs.cpp.inc"
+
+#define GET_TYPEDEF_CLASSES
+#include "Strata/StrataTypes.cpp.inc"
+
+void StrataDialect::initialize() {
+  addOperations<
+#define GET_OP_LIST
+#include "Strata/StrataOps.cpp.inc"
+      >();
+  registerAttributes();
+  registerTypes();
+}
+
+void StrataDialect::registerAttributes() {
+  addAttributes<
+#define GET_ATTRDEF_LIST
+#include "Strata/StrataAttrs.cpp.inc"
+      >();
+}
+
+void StrataDialect::registerTypes() {
+  addTypes<
+#define GET_TYPEDEF_LIST
+#include "Strata/StrataTypes.cpp.inc"
+      >();
+}
+
+LogicalResult InitAttr::verify(function_ref<InFlightDiagnostic()> emitError,
+                               InitKind kind, FloatAttr scale) {
+  bool needsScale = kind == InitKind::Normal || kind == InitKind::Uniform;
+  if (needsScale && !(scale && scale.getValueAsDouble() > 0.0))
+    return emitError() << "init '" << stringifyInitKind(kind)
+                       << "' needs a positive scale";
+  if (scale && !scale.getType().isF64())
+    return emitError() << "init scale must be an f64 value";
+  if (!needsScale && scale)
+    return emitError() << "init '" << stringifyInitKind(kind)
+                       << "' takes no scale";
+  return success();
+}
+
+//===----------------------------------------------------------------------===//
+// Metadata attributes
+//===----------------------------------------------------------------------===//
+
+static LogicalResult verifyNonNegativeIndex(Operation *op, NamedAttribute attr) {
+  auto value = dyn_cast<IntegerAttr>(attr.getValue());
+  if (!value || !value.getType().isInteger(64) || value.getInt() < 0)
+    return op->emitOpError() << "'" << attr.getName().getValue()
+                             << "' must be a non-negative i64 integer";
+  return success();
+}
+
+LogicalResult StrataDialect::verifyOperationAttribute(Operation *op,
+                                                      NamedAttribute attr) {
+  StringRef name = attr.getName().getValue();
+  if (name == kRoleAttrName) {
+    if (!isa<RoleAttr>(attr.getValue()))
+      return op->emitOpError()
+             << "'" << name << "' must be a #strata.role<...> attribute";
+    return success();
+  }
+  if (name == kStageAttrName || name == kMicroBatchAttrName)
+    return verifyNonNegativeIndex(op, attr);
+  if (name == kGradOfAttrName) {
+    auto ref = dyn_cast<FlatSymbolRefAttr>(attr.getValue());
+    if (!ref)
+      return op->emitOpError()
+             << "'" << name << "' must be a flat symbol reference";
+    // Operations directly nested in a module are checked by their users.
+    Operation *param = SymbolTable::lookupNearestSymbolFrom(op, ref);
+    if (!param || !isa<ParamOp>(param))
+      return op->emitOpError() << "'" << name << "' names " << ref
+                               << ", which is not a strata.param";
+    return success();
+  }
+  return op->emitOpError() << "unknown Strata attribute '" << name << "'";
+}
+
+std::optional<Role> strata::getRole(Operation *op) {
+  if (auto role = op->getAttrOfType<RoleAttr>(StrataDialect::kRoleAttrName))
+    return role.getValue();
+  return std::nullopt;
+}
+
+void strata::setRole(Operation *op, Role role) {
+  op->setAttr(StrataDialect::kRoleAttrName,
+              RoleAttr::get(op->getContext(), role));
+}
+
+static std::optional<int64_t> getIndexAttr(Operation *op, StringRef name) {
+  if (auto attr = op->getAttrOfType<IntegerAttr>(name))
+    return attr.getInt();
+  return std::nullopt;
+}
+
+std::optional<int64_t> strata::getStage(Operation *op) {
+  return getIndexAttr(op, StrataDialect::kStageAttrName);
+}
+
+std::optional<int64_t> strata::getMicroBatch(Operation *op) {
+  return getIndexAttr(op, StrataDialect::kMicroBatchAttrName);
+}
+
+FlatSymbolRefAttr strata::getGradOf(Operation *op) {
+  return op->getAttrOfType<FlatSymbolRefAttr>(StrataDialect::kGradOfAttrName);
+}

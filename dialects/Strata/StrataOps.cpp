@@ -1,0 +1,783 @@
+//===- StrataOps.cpp - Shape inference and verifiers of Strata ops --------===//
+
+#include "strata/Dialect/Strata.h"
+
+#include "mlir/IR/Builders.h"
+#include "mlir/IR/OpImplementation.h"
+#include "llvm/ADT/STLExtras.h"
+#include "llvm/ADT/SmallSet.h"
+#include "llvm/Support/FormatVariadic.h"
+
+using namespace mlir;
+using namespace strata;
+
+//===----------------------------------------------------------------------===//
+// Helpers
+//===----------------------------------------------------------------------===//
+
+namespace {
+/// Reports a shape-inference error prefixed with the op name, like
+/// Operation::emitOpError does, when a location is available.
+template <typename OpTy>
+LogicalResult inferError(std::optional<Location> loc, const Twine &message) {
+  return emitOptionalError(loc, "'", OpTy::getOperationName(), "' op ",
+                           message);
+}
+
+RankedTensorType tensorType(Value value) {
+  return cast<RankedTensorType>(value.getType());
+}
+
+RankedTensorType withShape(RankedTensorType type, ArrayRef<int64_t> shape) {
+  return RankedTensorType::get(shape, type.getElementType());
+}
+
+std::string shapeStr(ArrayRef<int64_t> shape) {
+  std::string result = "[";
+  llvm::raw_string_ostream os(result);
+  llvm::interleaveComma(shape, os);
+  os << "]";
+  return result;
+}
+} // namespace
+
+FailureOr<SmallVector<int64_t>>
+strata::broadcastShapes(ArrayRef<int64_t> lhs, ArrayRef<int64_t> rhs) {
+  size_t rank = std::max(lhs.size(), rhs.size());
+  SmallVector<int64_t> result(rank);
+  for (size_t i = 0; i < rank; ++i) {
+    int64_t l = i < lhs.size() ? lhs[lhs.size() - 1 - i] : 1;
+    int64_t r = i < rhs.size() ? rhs[rhs.size() - 1 - i] : 1;
+    if (l != r && l != 1 && r != 1)
+      return failure();
+    result[rank - 1 - i] = l == 1 ? r : l;
+  }
+  return result;
+}
+
+template <typename OpTy>
+static LogicalResult inferBroadcast(std::optional<Location> loc, Value lhs,
+                                    Value rhs, SmallVectorImpl<Type> &types) {
+  RankedTensorType l = tensorType(lhs), r = tensorType(rhs);
+  auto shape = broadcastShapes(l.getShape(), r.getShape());
+  if (failed(shape))
+    return inferError<OpTy>(loc, "shapes " + shapeStr(l.getShape()) + " and " +
+                                     shapeStr(r.getShape()) +
+                                     " do not broadcast");
+  types.push_back(withShape(l, *shape));
+  return success();
+}
+
+template <typename OpTy>
+static LogicalResult checkProb(std::optional<Location> loc, double prob) {
+  if (!(prob >= 0.0 && prob < 1.0))
+    return inferError<OpTy>(loc, "prob must be in [0, 1), got " +
+                                     llvm::formatv("{0}", prob).str());
+  return success();
+}
+
+/// Checks that a rank-1 vector matches the last dimension of `input`.
+template <typename OpTy>
+static LogicalResult checkLastDimVector(std::optional<Location> loc,
+                                        StringRef what, RankedTensorType input,
+                                        RankedTensorType vector) {
+  if (input.getRank() < 1)
+    return inferError<OpTy>(loc, "input must have rank >= 1");
+  if (vector.getRank() != 1 || vector.getDimSize(0) != input.getShape().back())
+    return inferError<OpTy>(loc, what + " must have shape [" +
+                                     Twine(input.getShape().back()) +
+                                     "], got " + shapeStr(vector.getShape()));
+  return success();
+}
+
+//===----------------------------------------------------------------------===//
+// Program structure
+//===----------------------------------------------------------------------===//
+
+LogicalResult
+GetParamOp::verifySymbolUses(SymbolTableCollection &symbolTable) {
+  auto param = symbolTable.lookupNearestSymbolFrom<ParamOp>(*this, getNameAttr());
+  if (!param)
+    return emitOpError() << "'" << getName()
+                         << "' does not name a strata.param";
+  if (param.getType() != getType())
+    return emitOpError() << "result type " << getType()
+                         << " differs from the type of parameter '"
+                         << getName() << "': " << param.getType();
+  return success();
+}
+
+LogicalResult CommGroupOp::verify() {
+  if (getRanks().empty())
+    return emitOpError() << "needs at least one group";
+  llvm::SmallSet<int64_t, 16> seen;
+  int64_t size = -1;
+  for (Attribute attr : getRanks()) {
+    ArrayRef<int64_t> group = cast<DenseI64ArrayAttr>(attr).asArrayRef();
+    if (group.empty())
+      return emitOpError() << "has an empty group";
+    if (size >= 0 && static_cast<int64_t>(group.size()) != size)
+      return emitOpError() << "groups must have equal sizes, got " << size
+                           << " and " << group.size();
+    size = group.size();
+    for (int64_t rank : group) {
+      if (rank < 0)
+        return emitOpError() << "rank " << rank << " is negative";
+      if (!seen.insert(rank).second)
+        return emitOpError() << "rank " << rank
+                             << " appears in more than one group";
+    }
+  }
+  return success();
+}
+
+//===----------------------------------------------------------------------===//
+// Forward computation
+//===----------------------------------------------------------------------===//
+
+/// Shape of `lhs @ rhs` with optional transposes of the last two dims.
+template <typename OpTy>
+static FailureOr<SmallVector<int64_t>>
+inferMatmulShape(std::optional<Location> loc, RankedTensorType lhs,
+                 RankedTensorType rhs, bool transposeLhs, bool transposeRhs) {
+  if (lhs.getRank() < 2 || rhs.getRank() < 2)
+    return inferError<OpTy>(loc, "operands must have rank >= 2, got " +
+                                     Twine(lhs.getRank()) + " and " +
+                                     Twine(rhs.getRank()));
+  ArrayRef<int64_t> l = lhs.getShape(), r = rhs.getShape();
+  int64_t m = l[l.size() - (transposeLhs ? 1 : 2)];
+  int64_t kl = l[l.size() - (transposeLhs ? 2 : 1)];
+  int64_t kr = r[r.size() - (transposeRhs ? 1 : 2)];
+  int64_t n = r[r.size() - (transposeRhs ? 2 : 1)];
+  if (kl != kr)
+    return inferError<OpTy>(loc, "contracting dimensions differ: " +
+                                     Twine(kl) + " vs " + Twine(kr));
+  auto batch = broadcastShapes(l.drop_back(2), r.drop_back(2));
+  if (failed(batch))
+    return inferError<OpTy>(loc, "batch dimensions " +
+                                     shapeStr(l.drop_back(2)) + " and " +
+                                     shapeStr(r.drop_back(2)) +
+                                     " do not broadcast");
+  SmallVector<int64_t> shape = *batch;
+  shape.push_back(m);
+  shape.push_back(n);
+  return shape;
+}
+
+LogicalResult MatmulOp::inferReturnTypes(MLIRContext *, std::optional<Location> loc,
+                                         Adaptor adaptor,
+                                         SmallVectorImpl<Type> &types) {
+  RankedTensorType lhs = tensorType(adaptor.getLhs());
+  auto shape = inferMatmulShape<MatmulOp>(loc, lhs, tensorType(adaptor.getRhs()),
+                                          adaptor.getTransposeLhs(),
+                                          adaptor.getTransposeRhs());
+  if (failed(shape))
+    return failure();
+  types.push_back(withShape(lhs, *shape));
+  return success();
+}
+
+#define STRATA_BROADCAST_INFER(OP)                                             \
+  LogicalResult OP::inferReturnTypes(MLIRContext *,                            \
+                                     std::optional<Location> loc,              \
+                                     Adaptor adaptor,                          \
+                                     SmallVectorImpl<Type> &types) {           \
+    return inferBroadcast<OP>(loc, adaptor.getLhs(), adaptor.getRhs(), types); \
+  }
+STRATA_BROADCAST_INFER(AddOp)
+STRATA_BROADCAST_INFER(SubOp)
+STRATA_BROADCAST_INFER(MulOp)
+STRATA_BROADCAST_INFER(DivOp)
+#undef STRATA_BROADCAST_INFER
+
+/// Ops whose single result has the type of their first operand.
+#define STRATA_SAME_TYPE_INFER(OP, FIRST)                                      \
+  LogicalResult OP::inferReturnTypes(MLIRContext *,                            \
+                                     std::optional<Location> loc,              \
+                                     Adaptor adaptor,                          \
+                                     SmallVectorImpl<Type> &types) {           \
+    types.push_back(adaptor.FIRST().getType());                                \
+    return success();                                                          \
+  }
+STRATA_SAME_TYPE_INFER(ScaleOp, getInput)
+STRATA_SAME_TYPE_INFER(ReluOp, getInput)
+STRATA_SAME_TYPE_INFER(GeluOp, getInput)
+STRATA_SAME_TYPE_INFER(ReluGradOp, getResultGrad)
+STRATA_SAME_TYPE_INFER(GeluGradOp, getResultGrad)
+STRATA_SAME_TYPE_INFER(SoftmaxGradOp, getResultGrad)
+#undef STRATA_SAME_TYPE_INFER
+
+LogicalResult BiasAddOp::inferReturnTypes(MLIRContext *,
+                                          std::optional<Location> loc,
+                                          Adaptor adaptor,
+                                          SmallVectorImpl<Type> &types) {
+  RankedTensorType input = tensorType(adaptor.getInput());
+  if (failed(checkLastDimVector<BiasAddOp>(loc, "bias", input,
+                                           tensorType(adaptor.getBias()))))
+    return failure();
+  types.push_back(input);
+  return success();
+}
+
+LogicalResult DropoutOp::inferReturnTypes(MLIRContext *,
+                                          std::optional<Location> loc,
+                                          Adaptor adaptor,
+                                          SmallVectorImpl<Type> &types) {
+  if (failed(checkProb<DropoutOp>(loc, adaptor.getProb().convertToDouble())))
+    return failure();
+  types.push_back(adaptor.getInput().getType());
+  return success();
+}
+
+LogicalResult SoftmaxOp::inferReturnTypes(MLIRContext *,
+                                          std::optional<Location> loc,
+                                          Adaptor adaptor,
+                                          SmallVectorImpl<Type> &types) {
+  RankedTensorType input = tensorType(adaptor.getInput());
+  if (input.getRank() < 1)
+    return inferError<SoftmaxOp>(loc, "input must have rank >= 1");
+  if (adaptor.getCausal()) {
+    ArrayRef<int64_t> s = input.getShape();
+    if (s.size() < 2 || s[s.size() - 1] != s[s.size() - 2])
+      return inferError<SoftmaxOp>(
+          loc, "causal softmax needs square trailing dimensions, got " +
+                   shapeStr(s));
+  }
+  types.push_back(input);
+  return success();
+}
+
+LogicalResult LayerNormOp::inferReturnTypes(MLIRContext *,
+                                            std::optional<Location> loc,
+                                            Adaptor adaptor,
+                                            SmallVectorImpl<Type> &types) {
+  RankedTensorType input = tensorType(adaptor.getInput());
+  if (failed(checkLastDimVector<LayerNormOp>(loc, "gamma", input,
+                                             tensorType(adaptor.getGamma()))) ||
+      failed(checkLastDimVector<LayerNormOp>(loc, "beta", input,
+                                             tensorType(adaptor.getBeta()))))
+    return failure();
+  if (!(adaptor.getEpsilon().convertToDouble() > 0.0))
+    return inferError<LayerNormOp>(loc, "epsilon must be positive");
+  types.push_back(input);
+  return success();
+}
+
+LogicalResult EmbeddingOp::inferReturnTypes(MLIRContext *,
+                                            std::optional<Location> loc,
+                                            Adaptor adaptor,
+                                            SmallVectorImpl<Type> &types) {
+  RankedTensorType table = tensorType(adaptor.getTable());
+  if (table.getRank() != 2)
+    return inferError<EmbeddingOp>(loc, "table must have rank 2, got " +
+                                            Twine(table.getRank()));
+  SmallVector<int64_t> shape(tensorType(adaptor.getIds()).getShape());
+  shape.push_back(table.getDimSize(1));
+  types.push_back(withShape(table, shape));
+  return success();
+}
+
+LogicalResult ReshapeOp::verify() {
+  RankedTensorType in = getInput().getType(), out = getResult().getType();
+  if (in.getElementType() != out.getElementType())
+    return emitOpError() << "changes the element type";
+  if (in.getNumElements() != out.getNumElements())
+    return emitOpError() << "changes the number of elements: "
+                         << in.getNumElements() << " vs "
+                         << out.getNumElements();
+  return success();
+}
+
+LogicalResult TransposeOp::inferReturnTypes(MLIRContext *,
+                                            std::optional<Location> loc,
+                                            Adaptor adaptor,
+                                            SmallVectorImpl<Type> &types) {
+  RankedTensorType input = tensorType(adaptor.getInput());
+  ArrayRef<int64_t> perm = adaptor.getPermutation();
+  if (static_cast<int64_t>(perm.size()) != input.getRank())
+    return inferError<TransposeOp>(loc, "permutation has " +
+                                            Twine(perm.size()) +
+                                            " entries for rank " +
+                                            Twine(input.getRank()));
+  SmallVector<bool> used(perm.size(), false);
+  SmallVector<int64_t> shape;
+  for (int64_t p : perm) {
+    if (p < 0 || p >= input.getRank() || used[p])
+      return inferError<TransposeOp>(loc, "permutation " + shapeStr(perm) +
+                                              " is not a permutation");
+    used[p] = true;
+    shape.push_back(input.getDimSize(p));
+  }
+  types.push_back(withShape(input, shape));
+  return success();
+}
+
+template <typename OpTy>
+static LogicalResult inferReduce(std::optional<Location> loc,
+                                 typename OpTy::Adaptor adaptor,
+                                 SmallVectorImpl<Type> &types) {
+  RankedTensorType input = tensorType(adaptor.getInput());
+  SmallVector<bool> reduced(input.getRank(), false);
+  for (int64_t d : adaptor.getDims()) {
+    if (d < 0 || d >= input.getRank() || reduced[d])
+      return inferError<OpTy>(loc, "dims " + shapeStr(adaptor.getDims()) +
+                                       " must be distinct and in [0, " +
+                                       Twine(input.getRank()) + ")");
+    reduced[d] = true;
+  }
+  SmallVector<int64_t> shape;
+  for (auto [i, size] : llvm::enumerate(input.getShape())) {
+    if (!reduced[i])
+      shape.push_back(size);
+    else if (adaptor.getKeepDims())
+      shape.push_back(1);
+  }
+  types.push_back(withShape(input, shape));
+  return success();
+}
+
+LogicalResult ReduceSumOp::inferReturnTypes(MLIRContext *,
+                                            std::optional<Location> loc,
+                                            Adaptor adaptor,
+                                            SmallVectorImpl<Type> &types) {
+  return inferReduce<ReduceSumOp>(loc, adaptor, types);
+}
+
+LogicalResult ReduceMeanOp::inferReturnTypes(MLIRContext *,
+                                             std::optional<Location> loc,
+                                             Adaptor adaptor,
+                                             SmallVectorImpl<Type> &types) {
+  return inferReduce<ReduceMeanOp>(loc, adaptor, types);
+}
+
+/// `small` broadcasts to `large` (NumPy rules, one direction).
+static bool broadcastsTo(ArrayRef<int64_t> small, ArrayRef<int64_t> large) {
+  auto shape = broadcastShapes(small, large);
+  return succeeded(shape) && ArrayRef<int64_t>(*shape) == large;
+}
+
+LogicalResult BroadcastToOp::verify() {
+  RankedTensorType in = getInput().getType(), out = getResult().getType();
+  if (in.getElementType() != out.getElementType())
+    return emitOpError() << "changes the element type";
+  if (!broadcastsTo(in.getShape(), out.getShape()))
+    return emitOpError() << "input shape " << shapeStr(in.getShape())
+                         << " does not broadcast to "
+                         << shapeStr(out.getShape());
+  return success();
+}
+
+LogicalResult SumToOp::verify() {
+  RankedTensorType in = getInput().getType(), out = getResult().getType();
+  if (in.getElementType() != out.getElementType())
+    return emitOpError() << "changes the element type";
+  if (!broadcastsTo(out.getShape(), in.getShape()))
+    return emitOpError() << "result shape " << shapeStr(out.getShape())
+                         << " does not broadcast to the input shape "
+                         << shapeStr(in.getShape());
+  return success();
+}
+
+template <typename OpTy>
+static LogicalResult checkLabels(std::optional<Location> loc,
+                                 RankedTensorType logits,
+                                 RankedTensorType labels) {
+  if (logits.getRank() < 2)
+    return inferError<OpTy>(loc, "logits must have rank >= 2");
+  if (labels.getShape() != logits.getShape().drop_back())
+    return inferError<OpTy>(loc, "labels must have shape " +
+                                     shapeStr(logits.getShape().drop_back()) +
+                                     ", got " + shapeStr(labels.getShape()));
+  return success();
+}
+
+LogicalResult CrossEntropyOp::inferReturnTypes(MLIRContext *,
+                                               std::optional<Location> loc,
+                                               Adaptor adaptor,
+                                               SmallVectorImpl<Type> &types) {
+  RankedTensorType logits = tensorType(adaptor.getLogits());
+  if (failed(checkLabels<CrossEntropyOp>(loc, logits,
+                                         tensorType(adaptor.getLabels()))))
+    return failure();
+  types.push_back(withShape(logits, {}));
+  return success();
+}
+
+//===----------------------------------------------------------------------===//
+// Backward
+//===----------------------------------------------------------------------===//
+
+LogicalResult MatmulGradOp::inferReturnTypes(MLIRContext *,
+                                             std::optional<Location> loc,
+                                             Adaptor adaptor,
+                                             SmallVectorImpl<Type> &types) {
+  RankedTensorType lhs = tensorType(adaptor.getLhs());
+  RankedTensorType rhs = tensorType(adaptor.getRhs());
+  auto shape = inferMatmulShape<MatmulGradOp>(
+      loc, lhs, rhs, adaptor.getTransposeLhs(), adaptor.getTransposeRhs());
+  if (failed(shape))
+    return failure();
+  ArrayRef<int64_t> gradShape = tensorType(adaptor.getResultGrad()).getShape();
+  if (gradShape != ArrayRef<int64_t>(*shape))
+    return inferError<MatmulGradOp>(loc, "result_grad has shape " +
+                                             shapeStr(gradShape) +
+                                             ", the product has " +
+                                             shapeStr(*shape));
+  types.push_back(lhs);
+  types.push_back(rhs);
+  return success();
+}
+
+LogicalResult BiasAddGradOp::inferReturnTypes(MLIRContext *,
+                                              std::optional<Location> loc,
+                                              Adaptor adaptor,
+                                              SmallVectorImpl<Type> &types) {
+  RankedTensorType grad = tensorType(adaptor.getResultGrad());
+  if (grad.getRank() < 1)
+    return inferError<BiasAddGradOp>(loc, "result_grad must have rank >= 1");
+  types.push_back(withShape(grad, grad.getShape().back()));
+  return success();
+}
+
+LogicalResult DropoutGradOp::inferReturnTypes(MLIRContext *,
+                                              std::optional<Location> loc,
+                                              Adaptor adaptor,
+                                              SmallVectorImpl<Type> &types) {
+  if (failed(checkProb<DropoutGradOp>(loc,
+                                      adaptor.getProb().convertToDouble())))
+    return failure();
+  types.push_back(adaptor.getResultGrad().getType());
+  return success();
+}
+
+LogicalResult LayerNormGradOp::inferReturnTypes(MLIRContext *,
+                                                std::optional<Location> loc,
+                                                Adaptor adaptor,
+                                                SmallVectorImpl<Type> &types) {
+  RankedTensorType input = tensorType(adaptor.getInput());
+  RankedTensorType gamma = tensorType(adaptor.getGamma());
+  if (failed(checkLastDimVector<LayerNormGradOp>(loc, "gamma", input, gamma)))
+    return failure();
+  if (tensorType(adaptor.getResultGrad()) != input)
+    return inferError<LayerNormGradOp>(loc,
+                                       "result_grad must have the input type");
+  types.append({input, gamma, gamma});
+  return success();
+}
+
+LogicalResult EmbeddingGradOp::verify() {
+  RankedTensorType table = getTableGrad().getType();
+  RankedTensorType grad = getResultGrad().getType();
+  if (table.getRank() != 2)
+    return emitOpError() << "result must have rank 2";
+  if (table.getElementType() != grad.getElementType())
+    return emitOpError() << "result and result_grad element types differ";
+  SmallVector<int64_t> expected(getIds().getType().getShape());
+  expected.push_back(table.getDimSize(1));
+  if (grad.getShape() != ArrayRef<int64_t>(expected))
+    return emitOpError() << "result_grad must have shape "
+                         << shapeStr(expected) << ", got "
+                         << shapeStr(grad.getShape());
+  return success();
+}
+
+LogicalResult CrossEntropyGradOp::inferReturnTypes(
+    MLIRContext *, std::optional<Location> loc, Adaptor adaptor,
+    SmallVectorImpl<Type> &types) {
+  RankedTensorType logits = tensorType(adaptor.getLogits());
+  if (failed(checkLabels<CrossEntropyGradOp>(loc, logits,
+                                             tensorType(adaptor.getLabels()))))
+    return failure();
+  types.push_back(logits);
+  return success();
+}
+
+//===----------------------------------------------------------------------===//
+// Optimizer
+//===----------------------------------------------------------------------===//
+
+/// Every state operand has the parameter's type; results: `numResults`
+/// copies of it.
+template <typename OpTy>
+static LogicalResult inferUpdate(std::optional<Location> loc, Value param,
+                                 ValueRange states, unsigned numResults,
+                                 SmallVectorImpl<Type> &types) {
+  for (Value state : states)
+    if (state.getType() != param.getType())
+      return inferError<OpTy>(loc, "gradient and optimizer state must have "
+                                   "the parameter's type");
+  types.append(numResults, param.getType());
+  return success();
+}
+
+LogicalResult SgdUpdateOp::inferReturnTypes(MLIRContext *,
+                                            std::optional<Location> loc,
+                                            Adaptor adaptor,
+                                            SmallVectorImpl<Type> &types) {
+  return inferUpdate<SgdUpdateOp>(loc, adaptor.getParam(),
+                                  {adaptor.getGrad()}, 1, types);
+}
+
+LogicalResult MomentumUpdateOp::inferReturnTypes(MLIRContext *,
+                                                 std::optional<Location> loc,
+                                                 Adaptor adaptor,
+                                                 SmallVectorImpl<Type> &types) {
+  return inferUpdate<MomentumUpdateOp>(
+      loc, adaptor.getParam(), {adaptor.getGrad(), adaptor.getVelocity()}, 2,
+      types);
+}
+
+LogicalResult LarsUpdateOp::inferReturnTypes(MLIRContext *,
+                                             std::optional<Location> loc,
+                                             Adaptor adaptor,
+                                             SmallVectorImpl<Type> &types) {
+  return inferUpdate<LarsUpdateOp>(
+      loc, adaptor.getParam(), {adaptor.getGrad(), adaptor.getVelocity()}, 2,
+      types);
+}
+
+#define STRATA_ADAM_INFER(OP)                                                  \
+  LogicalResult OP::inferReturnTypes(MLIRContext *,                            \
+                                     std::optional<Location> loc,              \
+                                     Adaptor adaptor,                          \
+                                     SmallVectorImpl<Type> &types) {           \
+    return inferUpdate<OP>(loc, adaptor.getParam(),                            \
+                           {adaptor.getGrad(), adaptor.getMoment1(),           \
+                            adaptor.getMoment2()},                             \
+                           3, types);                                          \
+  }
+STRATA_ADAM_INFER(AdamUpdateOp)
+STRATA_ADAM_INFER(AdamWUpdateOp)
+STRATA_ADAM_INFER(LambUpdateOp)
+#undef STRATA_ADAM_INFER
+
+LogicalResult GlobalNormOp::inferReturnTypes(MLIRContext *context,
+                                             std::optional<Location> loc,
+                                             Adaptor adaptor,
+                                             SmallVectorImpl<Type> &types) {
+  if (adaptor.getInputs().empty())
+    return inferError<GlobalNormOp>(loc, "needs at least one input");
+  types.push_back(RankedTensorType::get({}, Float32Type::get(context)));
+  return success();
+}
+
+LogicalResult ClipByGlobalNormOp::inferReturnTypes(
+    MLIRContext *, std::optional<Location> loc, Adaptor adaptor,
+    SmallVectorImpl<Type> &types) {
+  if (!(adaptor.getMaxNorm().convertToDouble() > 0.0))
+    return inferError<ClipByGlobalNormOp>(loc, "max_norm must be positive");
+  for (Value input : adaptor.getInputs())
+    types.push_back(input.getType());
+  return success();
+}
+
+//===----------------------------------------------------------------------===//
+// Collectives
+//===----------------------------------------------------------------------===//
+
+/// Resolves the group of a collective, or reports why it cannot.
+static FailureOr<CommGroupOp> lookupGroup(Operation *op,
+                                          FlatSymbolRefAttr group,
+                                          SymbolTableCollection &symbolTable) {
+  auto groupOp = symbolTable.lookupNearestSymbolFrom<CommGroupOp>(op, group);
+  if (!groupOp)
+    return op->emitOpError() << "group " << group
+                             << " does not name a strata.comm_group";
+  return groupOp;
+}
+
+/// Checks that `rank` is a valid index within the group.
+static LogicalResult checkGroupRank(Operation *op, StringRef what,
+                                    int64_t rank, CommGroupOp group) {
+  if (rank < 0 || rank >= group.getGroupSize())
+    return op->emitOpError() << what << " " << rank
+                             << " is outside the group of size "
+                             << group.getGroupSize();
+  return success();
+}
+
+LogicalResult
+AllReduceOp::verifySymbolUses(SymbolTableCollection &symbolTable) {
+  if (getInput().getType() != getResult().getType())
+    return emitOpError() << "result type must equal the input type";
+  return lookupGroup(*this, getGroupAttr(), symbolTable);
+}
+
+LogicalResult
+BroadcastOp::verifySymbolUses(SymbolTableCollection &symbolTable) {
+  auto group = lookupGroup(*this, getGroupAttr(), symbolTable);
+  if (failed(group))
+    return failure();
+  return checkGroupRank(*this, "root", getRoot(), *group);
+}
+
+LogicalResult SendOp::verifySymbolUses(SymbolTableCollection &symbolTable) {
+  auto group = lookupGroup(*this, getGroupAttr(), symbolTable);
+  if (failed(group))
+    return failure();
+  return checkGroupRank(*this, "peer", getPeer(), *group);
+}
+
+LogicalResult RecvOp::verifySymbolUses(SymbolTableCollection &symbolTable) {
+  auto group = lookupGroup(*this, getGroupAttr(), symbolTable);
+  if (failed(group))
+    return failure();
+  return checkGroupRank(*this, "peer", getPeer(), *group);
+}
+
+/// `sliced` equals `full` except along `dim`, where full = sliced * factor
+/// (the factor is checked against the group in verifySymbolUses).
+static LogicalResult verifySliceShapes(Operation *op, int64_t dim,
+                                       RankedTensorType full,
+                                       RankedTensorType sliced) {
+  if (full.getElementType() != sliced.getElementType() ||
+      full.getRank() != sliced.getRank())
+    return op->emitOpError()
+           << "input and result must have the same rank and element type";
+  if (dim < 0 || dim >= full.getRank())
+    return op->emitOpError() << "dim " << dim << " is out of range";
+  for (int64_t i = 0; i < full.getRank(); ++i) {
+    if (i == dim)
+      continue;
+    if (full.getDimSize(i) != sliced.getDimSize(i))
+      return op->emitOpError()
+             << "input and result may differ only in dimension " << dim;
+  }
+  return success();
+}
+
+static LogicalResult checkSliceFactor(Operation *op, int64_t dim,
+                                      RankedTensorType full,
+                                      RankedTensorType sliced,
+                                      CommGroupOp group) {
+  if (full.getDimSize(dim) != sliced.getDimSize(dim) * group.getGroupSize())
+    return op->emitOpError()
+           << "dimension " << dim << " must be " << sliced.getDimSize(dim)
+           << " x group size " << group.getGroupSize() << " = "
+           << sliced.getDimSize(dim) * group.getGroupSize() << ", got "
+           << full.getDimSize(dim);
+  return success();
+}
+
+LogicalResult ReduceScatterOp::verify() {
+  return verifySliceShapes(*this, getDim(), getInput().getType(),
+                           getResult().getType());
+}
+
+LogicalResult
+ReduceScatterOp::verifySymbolUses(SymbolTableCollection &symbolTable) {
+  auto group = lookupGroup(*this, getGroupAttr(), symbolTable);
+  if (failed(group))
+    return failure();
+  return checkSliceFactor(*this, getDim(), getInput().getType(),
+                          getResult().getType(), *group);
+}
+
+LogicalResult AllGatherOp::verify() {
+  return verifySliceShapes(*this, getDim(), getResult().getType(),
+                           getInput().getType());
+}
+
+LogicalResult
+AllGatherOp::verifySymbolUses(SymbolTableCollection &symbolTable) {
+  auto group = lookupGroup(*this, getGroupAttr(), symbolTable);
+  if (failed(group))
+    return failure();
+  return checkSliceFactor(*this, getDim(), getResult().getType(),
+                          getInput().getType(), *group);
+}
+
+//===----------------------------------------------------------------------===//
+// Fused ops
+//===----------------------------------------------------------------------===//
+
+/// Shared guard of the fused GEMM ops: input [..., K], weight [K, N],
+/// returns the output shape [..., N].
+template <typename OpTy>
+static FailureOr<SmallVector<int64_t>>
+inferGemmShape(std::optional<Location> loc, RankedTensorType input,
+               RankedTensorType weight) {
+  if (weight.getRank() != 2)
+    return inferError<OpTy>(loc, "weight must have rank 2");
+  if (input.getRank() < 2)
+    return inferError<OpTy>(loc, "input must have rank >= 2");
+  if (input.getShape().back() != weight.getDimSize(0))
+    return inferError<OpTy>(loc, "contracting dimensions differ: " +
+                                     Twine(input.getShape().back()) + " vs " +
+                                     Twine(weight.getDimSize(0)));
+  SmallVector<int64_t> shape(input.getShape().drop_back());
+  shape.push_back(weight.getDimSize(1));
+  return shape;
+}
+
+LogicalResult FusedGemmEpilogueOp::inferReturnTypes(
+    MLIRContext *, std::optional<Location> loc, Adaptor adaptor,
+    SmallVectorImpl<Type> &types) {
+  RankedTensorType input = tensorType(adaptor.getInput());
+  RankedTensorType weight = tensorType(adaptor.getWeight());
+  auto shape = inferGemmShape<FusedGemmEpilogueOp>(loc, input, weight);
+  if (failed(shape))
+    return failure();
+  RankedTensorType out = withShape(input, *shape);
+  if (failed(checkLastDimVector<FusedGemmEpilogueOp>(
+          loc, "bias", out, tensorType(adaptor.getBias()))))
+    return failure();
+  types.push_back(out);
+  if (adaptor.getWithAux()) {
+    if (adaptor.getActivation() == Activation::None)
+      return inferError<FusedGemmEpilogueOp>(
+          loc, "with_aux needs an activation");
+    types.push_back(out);
+  }
+  return success();
+}
+
+LogicalResult FusedGemmEpilogueGradOp::inferReturnTypes(
+    MLIRContext *, std::optional<Location> loc, Adaptor adaptor,
+    SmallVectorImpl<Type> &types) {
+  RankedTensorType input = tensorType(adaptor.getInput());
+  RankedTensorType weight = tensorType(adaptor.getWeight());
+  auto shape = inferGemmShape<FusedGemmEpilogueGradOp>(loc, input, weight);
+  if (failed(shape))
+    return failure();
+  RankedTensorType out = withShape(input, *shape);
+  if (tensorType(adaptor.getResultGrad()) != out)
+    return inferError<FusedGemmEpilogueGradOp>(
+        loc, "result_grad must have shape " + shapeStr(*shape));
+  bool hasActivation = adaptor.getActivation() != Activation::None;
+  Value aux = adaptor.getAux();
+  if (hasActivation && !aux)
+    return inferError<FusedGemmEpilogueGradOp>(
+        loc, "an activation gradient needs the forward pre-activation (aux)");
+  if (!hasActivation && aux)
+    return inferError<FusedGemmEpilogueGradOp>(
+        loc, "aux is only used with an activation");
+  if (aux && tensorType(aux) != out)
+    return inferError<FusedGemmEpilogueGradOp>(
+        loc, "aux must have the result_grad type");
+  types.append({input, weight, withShape(input, weight.getDimSize(1))});
+  return success();
+}
+
+LogicalResult FusedDropoutAddOp::inferReturnTypes(
+    MLIRContext *, std::optional<Location> loc, Adaptor adaptor,
+    SmallVectorImpl<Type> &types) {
+  if (failed(checkProb<FusedDropoutAddOp>(
+          loc, adaptor.getProb().convertToDouble())))
+    return failure();
+  types.push_back(adaptor.getInput().getType());
+  return success();
+}
+
+LogicalResult FusedDropoutAddGradOp::inferReturnTypes(
+    MLIRContext *, std::optional<Location> loc, Adaptor adaptor,
+    SmallVectorImpl<Type> &types) {
+  if (failed(checkProb<FusedDropoutAddGradOp>(
+          loc, adaptor.getProb().convertToDouble())))
+    return failure();
+  types.append(2, adaptor.getResultGrad().getType());
+  return success();
+}
+
+#define GET_OP_CLASSES
+#include "Strata/StrataOps.cpp.inc"

@@ -1,0 +1,842 @@
+//===- StrataOps.td - Strata operations --------------------*- tablegen -*-===//
+
+#ifndef STRATA_OPS_TD
+#define STRATA_OPS_TD
+
+include "Strata/StrataDialect.td"
+include "mlir/IR/SymbolInterfaces.td"
+include "mlir/Interfaces/SideEffectInterfaces.td"
+include "mlir/Interfaces/InferTypeOpInterface.td"
+
+//===----------------------------------------------------------------------===//
+// Type constraints
+//===----------------------------------------------------------------------===//
+
+def Strata_FloatTensor : StaticShapeTensorOf<[F16, BF16, F32, F64]>;
+def Strata_IndexTensor : StaticShapeTensorOf<[I32, I64]>;
+def Strata_Scalar : 0DTensorOf<[F16, BF16, F32, F64]>;
+def Strata_StepCounter : 0DTensorOf<[I64]>;
+def Strata_AnyTensor : StaticShapeTensorOf<[AnyType]>;
+
+//===----------------------------------------------------------------------===//
+// Base classes
+//===----------------------------------------------------------------------===//
+
+class Strata_Op<string mnemonic, list<Trait> traits = []>
+    : Op<Strata_Dialect, mnemonic, traits>;
+
+// A value-semantic op whose result types follow from its operands and
+// attributes: the verifier checks them and builders need no result types.
+class Strata_ComputeOp<string mnemonic, list<Trait> traits = []>
+    : Strata_Op<mnemonic, !listconcat(traits, [Pure, InferTypeOpAdaptor])> {
+  let assemblyFormat =
+      "operands attr-dict `:` functional-type(operands, results)";
+}
+
+// A value-semantic op whose result type is spelled out (reshape and the
+// like): the verifier checks it against the operands.
+class Strata_ShapeOp<string mnemonic, list<Trait> traits = []>
+    : Strata_Op<mnemonic, !listconcat(traits, [Pure])> {
+  let assemblyFormat =
+      "operands attr-dict `:` functional-type(operands, results)";
+  let hasVerifier = 1;
+}
+
+class Strata_ElementwiseBinaryOp<string mnemonic, string formula>
+    : Strata_ComputeOp<mnemonic, [SameOperandsElementType]> {
+  let summary = "Elementwise " # formula # " with broadcasting";
+  let description = [{
+    Computes `}] # formula # [{` elementwise. Shapes broadcast as in NumPy:
+    dimensions are aligned from the right and a dimension of size 1 is
+    stretched to the other operand's size.
+
+    ```mlir
+    %0 = strata.}] # mnemonic # [{ %a, %b : (tensor<8x4xf32>, tensor<4xf32>) -> tensor<8x4xf32>
+    ```
+  }];
+  let arguments = (ins Strata_FloatTensor:$lhs, Strata_FloatTensor:$rhs);
+  let results = (outs Strata_FloatTensor:$result);
+}
+
+//===----------------------------------------------------------------------===//
+// Program structure
+//===----------------------------------------------------------------------===//
+
+def Strata_ParamOp : Strata_Op<"param", [Symbol, HasParent<"mlir::ModuleOp">]> {
+  let summary = "Declares a trainable parameter";
+  let description = [{
+    A parameter is a tensor that persists across training steps. It lives at
+    module level, is named by a symbol, and is read inside a step with
+    `strata.get_param`. `init` says how it is initialised; `frozen`
+    parameters get no gradient and no update.
+
+    ```mlir
+    strata.param @wte : tensor<256x64xf32> init <normal, 2.000000e-02>
+    strata.param @ln_f.bias : tensor<64xf32> init <zeros>
+    ```
+  }];
+  let arguments = (ins SymbolNameAttr:$sym_name,
+                       TypeAttrOf<Strata_FloatTensor>:$type,
+                       Strata_InitAttr:$init,
+                       UnitAttr:$frozen);
+  let assemblyFormat = "$sym_name `:` $type `init` $init attr-dict";
+  let extraClassDeclaration = [{
+    mlir::RankedTensorType getTensorType() {
+      return mlir::cast<mlir::RankedTensorType>(getType());
+    }
+  }];
+}
+
+def Strata_GetParamOp : Strata_Op<"get_param",
+    [Pure, DeclareOpInterfaceMethods<SymbolUserOpInterface>]> {
+  let summary = "Reads a parameter";
+  let description = [{
+    Yields the current value of the parameter named by `name`. The result
+    type must equal the parameter's declared type.
+
+    ```mlir
+    %w = strata.get_param @wte : tensor<256x64xf32>
+    ```
+  }];
+  let arguments = (ins FlatSymbolRefAttr:$name);
+  let results = (outs Strata_FloatTensor:$result);
+  let assemblyFormat = "$name attr-dict `:` type($result)";
+}
+
+def Strata_CommGroupOp : Strata_Op<"comm_group",
+    [Symbol, HasParent<"mlir::ModuleOp">]> {
+  let summary = "Declares a family of communication groups";
+  let description = [{
+    Splits the world ranks into disjoint groups of equal size. A collective
+    that names the symbol runs within the group that contains the calling
+    rank; ranks given to a collective (`root`, `peer`) count within that
+    group. Groups are created in the order of their declarations in the
+    module, identically on every rank, so communicator set-up cannot
+    deadlock.
+
+    ```mlir
+    // Two data-parallel groups of two ranks each on a world of four.
+    strata.comm_group @dp ranks [array<i64: 0, 2>, array<i64: 1, 3>]
+    ```
+  }];
+  let arguments = (ins SymbolNameAttr:$sym_name,
+                       TypedArrayAttrBase<DenseI64ArrayAttr,
+                                          "array of rank lists">:$ranks);
+  let assemblyFormat = "$sym_name `ranks` $ranks attr-dict";
+  let hasVerifier = 1;
+  let extraClassDeclaration = [{
+    /// Number of ranks in each group.
+    int64_t getGroupSize() {
+      return mlir::cast<mlir::DenseI64ArrayAttr>(getRanks()[0]).size();
+    }
+  }];
+}
+
+def Strata_InitTokenOp : Strata_Op<"init_token", [Pure]> {
+  let summary = "Starts a chain of collective ordering tokens";
+  let description = [{
+    ```mlir
+    %t0 = strata.init_token : !strata.token
+    ```
+  }];
+  let results = (outs Strata_TokenType:$token);
+  let assemblyFormat = "attr-dict `:` type($token)";
+}
+
+//===----------------------------------------------------------------------===//
+// Forward computation
+//===----------------------------------------------------------------------===//
+
+def Strata_MatmulOp : Strata_ComputeOp<"matmul", [SameOperandsElementType]> {
+  let summary = "Batched matrix product";
+  let description = [{
+    Multiplies the last two dimensions of `lhs` ([..., M, K]) and `rhs`
+    ([..., K, N]); leading (batch) dimensions broadcast as in NumPy, so a
+    rank-2 `rhs` is shared by every batch. `transpose_lhs` / `transpose_rhs`
+    swap the last two dimensions of the operand before the product.
+
+    ```mlir
+    %y = strata.matmul %x, %w : (tensor<8x16x64xf32>, tensor<64x256xf32>) -> tensor<8x16x256xf32>
+    %s = strata.matmul %q, %k {transpose_rhs} : (tensor<2x4x16x8xf32>, tensor<2x4x16x8xf32>) -> tensor<2x4x16x16xf32>
+    ```
+  }];
+  let arguments = (ins Strata_FloatTensor:$lhs, Strata_FloatTensor:$rhs,
+                       UnitAttr:$transpose_lhs, UnitAttr:$transpose_rhs);
+  let results = (outs Strata_FloatTensor:$result);
+}
+
+def Strata_AddOp : Strata_ElementwiseBinaryOp<"add", "lhs + rhs">;
+def Strata_SubOp : Strata_ElementwiseBinaryOp<"sub", "lhs - rhs">;
+def Strata_MulOp : Strata_ElementwiseBinaryOp<"mul", "lhs * rhs">;
+def Strata_DivOp : Strata_ElementwiseBinaryOp<"div", "lhs / rhs">;
+
+def Strata_ScaleOp : Strata_ComputeOp<"scale"> {
+  let summary = "Multiplies by a compile-time constant";
+  let description = [{
+    ```mlir
+    %y = strata.scale %x {factor = 0.125 : f64} : (tensor<4x4xf32>) -> tensor<4x4xf32>
+    ```
+  }];
+  let arguments = (ins Strata_FloatTensor:$input, F64Attr:$factor);
+  let results = (outs Strata_FloatTensor:$result);
+}
+
+def Strata_BiasAddOp : Strata_ComputeOp<"bias_add", [SameOperandsElementType]> {
+  let summary = "Adds a bias along the last dimension";
+  let description = [{
+    `bias` has rank 1 and the size of the last dimension of `input`.
+
+    ```mlir
+    %y = strata.bias_add %x, %b : (tensor<8x16x64xf32>, tensor<64xf32>) -> tensor<8x16x64xf32>
+    ```
+  }];
+  let arguments = (ins Strata_FloatTensor:$input, Strata_FloatTensor:$bias);
+  let results = (outs Strata_FloatTensor:$result);
+}
+
+def Strata_ReluOp : Strata_ComputeOp<"relu"> {
+  let summary = "max(x, 0)";
+  let description = [{
+    ```mlir
+    %y = strata.relu %x : (tensor<8x64xf32>) -> tensor<8x64xf32>
+    ```
+  }];
+  let arguments = (ins Strata_FloatTensor:$input);
+  let results = (outs Strata_FloatTensor:$result);
+}
+
+def Strata_GeluOp : Strata_ComputeOp<"gelu"> {
+  let summary = "Gaussian error linear unit";
+  let description = [{
+    `approximate = #strata.gelu<erf>` (the default, as in Paddle and
+    PyTorch) computes x * Phi(x) exactly; `#strata.gelu<tanh>` uses
+    0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))) as GPT-2 does.
+
+    ```mlir
+    %y = strata.gelu %x {approximate = #strata.gelu<tanh>} : (tensor<8x256xf32>) -> tensor<8x256xf32>
+    ```
+  }];
+  let arguments = (ins Strata_FloatTensor:$input,
+      DefaultValuedAttr<Strata_GeluApproximationAttr,
+                        "GeluApproximation::Erf">:$approximate);
+  let results = (outs Strata_FloatTensor:$result);
+}
+
+def Strata_DropoutOp : Strata_ComputeOp<"dropout"> {
+  let summary = "Inverted dropout with a counter-based mask";
+  let description = [{
+    Zeroes each element with probability `prob` and scales the others by
+    1 / (1 - prob). The mask is drawn from Philox-4x32-10 keyed by (run
+    seed, `key`, micro-batch, element index), so it is identical whenever
+    the op is replayed (recompute), fused or partitioned. `key` must be
+    unique among the dropout ops of a program.
+
+    ```mlir
+    %y = strata.dropout %x {key = 3 : i64, prob = 1.000000e-01 : f64} : (tensor<8x64xf32>) -> tensor<8x64xf32>
+    ```
+  }];
+  let arguments = (ins Strata_FloatTensor:$input, F64Attr:$prob, I64Attr:$key);
+  let results = (outs Strata_FloatTensor:$result);
+}
+
+def Strata_SoftmaxOp : Strata_ComputeOp<"softmax"> {
+  let summary = "Softmax over the last dimension, optionally causal";
+  let description = [{
+    With `causal`, the last two dimensions must be square and element
+    (i, j) with j > i is excluded (its output is 0), as in autoregressive
+    attention.
+
+    ```mlir
+    %p = strata.softmax %s {causal} : (tensor<2x4x16x16xf32>) -> tensor<2x4x16x16xf32>
+    ```
+  }];
+  let arguments = (ins Strata_FloatTensor:$input, UnitAttr:$causal);
+  let results = (outs Strata_FloatTensor:$result);
+}
+
+def Strata_LayerNormOp : Strata_ComputeOp<"layer_norm",
+    [SameOperandsElementType]> {
+  let summary = "Layer normalisation over the last dimension";
+  let description = [{
+    (x - mean) / sqrt(var + epsilon) * gamma + beta, with the statistics
+    taken over the last dimension; `gamma` and `beta` have rank 1.
+
+    ```mlir
+    %y = strata.layer_norm %x, %g, %b {epsilon = 1.000000e-05 : f64} : (tensor<8x64xf32>, tensor<64xf32>, tensor<64xf32>) -> tensor<8x64xf32>
+    ```
+  }];
+  let arguments = (ins Strata_FloatTensor:$input, Strata_FloatTensor:$gamma,
+                       Strata_FloatTensor:$beta,
+                       DefaultValuedAttr<F64Attr, "1e-5">:$epsilon);
+  let results = (outs Strata_FloatTensor:$result);
+}
+
+def Strata_EmbeddingOp : Strata_ComputeOp<"embedding"> {
+  let summary = "Row lookup in a table";
+  let description = [{
+    `table` is [V, H]; `ids` of any shape [...] gives a result [..., H].
+    An id outside [0, V) is a runtime error.
+
+    ```mlir
+    %x = strata.embedding %wte, %tokens : (tensor<256x64xf32>, tensor<8x16xi32>) -> tensor<8x16x64xf32>
+    ```
+  }];
+  let arguments = (ins Strata_FloatTensor:$table, Strata_IndexTensor:$ids);
+  let results = (outs Strata_FloatTensor:$result);
+}
+
+def Strata_ReshapeOp : Strata_ShapeOp<"reshape"> {
+  let summary = "Reinterprets the shape, keeping the element order";
+  let description = [{
+    ```mlir
+    %y = strata.reshape %x : (tensor<8x16x64xf32>) -> tensor<8x16x4x16xf32>
+    ```
+  }];
+  let arguments = (ins Strata_AnyTensor:$input);
+  let results = (outs Strata_AnyTensor:$result);
+}
+
+def Strata_TransposeOp : Strata_ComputeOp<"transpose"> {
+  let summary = "Permutes dimensions";
+  let description = [{
+    Result dimension i is input dimension `permutation[i]`.
+
+    ```mlir
+    %y = strata.transpose %x {permutation = array<i64: 0, 2, 1, 3>} : (tensor<8x16x4x16xf32>) -> tensor<8x4x16x16xf32>
+    ```
+  }];
+  let arguments = (ins Strata_AnyTensor:$input, DenseI64ArrayAttr:$permutation);
+  let results = (outs Strata_AnyTensor:$result);
+}
+
+class Strata_ReduceOp<string mnemonic, string what>
+    : Strata_ComputeOp<mnemonic> {
+  let summary = what # " over the given dimensions";
+  let description = [{
+    Reduces `dims` (distinct, in range); with `keep_dims` the reduced
+    dimensions stay with size 1.
+
+    ```mlir
+    %y = strata.}] # mnemonic # [{ %x {dims = array<i64: 1>} : (tensor<8x64xf32>) -> tensor<8xf32>
+    ```
+  }];
+  let arguments = (ins Strata_FloatTensor:$input, DenseI64ArrayAttr:$dims,
+                       UnitAttr:$keep_dims);
+  let results = (outs Strata_FloatTensor:$result);
+}
+
+def Strata_ReduceSumOp : Strata_ReduceOp<"reduce_sum", "Sum">;
+def Strata_ReduceMeanOp : Strata_ReduceOp<"reduce_mean", "Mean">;
+
+def Strata_BroadcastToOp : Strata_ShapeOp<"broadcast_to"> {
+  let summary = "Broadcasts to a larger shape";
+  let description = [{
+    The input shape must broadcast (NumPy rules) to the result shape.
+
+    ```mlir
+    %y = strata.broadcast_to %x : (tensor<64xf32>) -> tensor<8x64xf32>
+    ```
+  }];
+  let arguments = (ins Strata_FloatTensor:$input);
+  let results = (outs Strata_FloatTensor:$result);
+}
+
+def Strata_SumToOp : Strata_ShapeOp<"sum_to"> {
+  let summary = "Sums broadcast dimensions away (the adjoint of broadcast_to)";
+  let description = [{
+    The result shape must broadcast to the input shape; the dimensions that
+    broadcasting would stretch are summed.
+
+    ```mlir
+    %db = strata.sum_to %dy : (tensor<8x16x64xf32>) -> tensor<16x64xf32>
+    ```
+  }];
+  let arguments = (ins Strata_FloatTensor:$input);
+  let results = (outs Strata_FloatTensor:$result);
+}
+
+def Strata_CrossEntropyOp : Strata_ComputeOp<"cross_entropy"> {
+  let summary = "Mean softmax cross-entropy over tokens";
+  let description = [{
+    `logits` is [..., V] and `labels` (integers in [0, V)) has the leading
+    shape [...]. The result is the mean over all leading positions of
+    -log softmax(logits)[label], a rank-0 tensor.
+
+    ```mlir
+    %loss = strata.cross_entropy %logits, %targets : (tensor<8x16x256xf32>, tensor<8x16xi32>) -> tensor<f32>
+    ```
+  }];
+  let arguments = (ins Strata_FloatTensor:$logits, Strata_IndexTensor:$labels);
+  let results = (outs Strata_Scalar:$loss);
+}
+
+//===----------------------------------------------------------------------===//
+// Backward
+//===----------------------------------------------------------------------===//
+
+def Strata_MatmulGradOp : Strata_ComputeOp<"matmul_grad",
+    [SameOperandsElementType]> {
+  let summary = "Gradients of strata.matmul";
+  let description = [{
+    Given the forward operands and the gradient of the result, yields the
+    gradients of `lhs` and `rhs` (same shapes as the operands; batch
+    dimensions that were broadcast are summed).
+
+    ```mlir
+    %dx, %dw = strata.matmul_grad %x, %w, %dy : (tensor<8x64xf32>, tensor<64x256xf32>, tensor<8x256xf32>) -> (tensor<8x64xf32>, tensor<64x256xf32>)
+    ```
+  }];
+  let arguments = (ins Strata_FloatTensor:$lhs, Strata_FloatTensor:$rhs,
+                       Strata_FloatTensor:$result_grad,
+                       UnitAttr:$transpose_lhs, UnitAttr:$transpose_rhs);
+  let results = (outs Strata_FloatTensor:$lhs_grad,
+                      Strata_FloatTensor:$rhs_grad);
+}
+
+def Strata_BiasAddGradOp : Strata_ComputeOp<"bias_add_grad"> {
+  let summary = "Gradient of the bias of strata.bias_add";
+  let description = [{
+    Sums the result gradient over every dimension but the last. (The input
+    gradient of `bias_add` is the result gradient itself.)
+
+    ```mlir
+    %db = strata.bias_add_grad %dy : (tensor<8x16x64xf32>) -> tensor<64xf32>
+    ```
+  }];
+  let arguments = (ins Strata_FloatTensor:$result_grad);
+  let results = (outs Strata_FloatTensor:$bias_grad);
+}
+
+def Strata_ReluGradOp : Strata_ComputeOp<"relu_grad",
+    [AllTypesMatch<["output", "result_grad"]>]> {
+  let summary = "Gradient of strata.relu from its output";
+  let description = [{
+    `result_grad` where the forward output is positive, 0 elsewhere.
+
+    ```mlir
+    %dx = strata.relu_grad %y, %dy : (tensor<8x64xf32>, tensor<8x64xf32>) -> tensor<8x64xf32>
+    ```
+  }];
+  let arguments = (ins Strata_FloatTensor:$output, Strata_FloatTensor:$result_grad);
+  let results = (outs Strata_FloatTensor:$input_grad);
+}
+
+def Strata_GeluGradOp : Strata_ComputeOp<"gelu_grad",
+    [AllTypesMatch<["input", "result_grad"]>]> {
+  let summary = "Gradient of strata.gelu from its input";
+  let description = [{
+    ```mlir
+    %dx = strata.gelu_grad %x, %dy {approximate = #strata.gelu<tanh>} : (tensor<8x64xf32>, tensor<8x64xf32>) -> tensor<8x64xf32>
+    ```
+  }];
+  let arguments = (ins Strata_FloatTensor:$input, Strata_FloatTensor:$result_grad,
+      DefaultValuedAttr<Strata_GeluApproximationAttr,
+                        "GeluApproximation::Erf">:$approximate);
+  let results = (outs Strata_FloatTensor:$input_grad);
+}
+
+def Strata_DropoutGradOp : Strata_ComputeOp<"dropout_grad"> {
+  let summary = "Gradient of strata.dropout";
+  let description = [{
+    Regenerates the forward mask from `key` (no mask is stored) and applies
+    it, with the same 1 / (1 - prob) scaling, to the result gradient.
+
+    ```mlir
+    %dx = strata.dropout_grad %dy {key = 3 : i64, prob = 1.000000e-01 : f64} : (tensor<8x64xf32>) -> tensor<8x64xf32>
+    ```
+  }];
+  let arguments = (ins Strata_FloatTensor:$result_grad, F64Attr:$prob,
+                       I64Attr:$key);
+  let results = (outs Strata_FloatTensor:$input_grad);
+}
+
+def Strata_SoftmaxGradOp : Strata_ComputeOp<"softmax_grad",
+    [AllTypesMatch<["output", "result_grad"]>]> {
+  let summary = "Gradient of strata.softmax from its output";
+  let description = [{
+    y * (dy - sum(y * dy)) over the last dimension; masked positions have
+    y = 0 and so get no gradient.
+
+    ```mlir
+    %ds = strata.softmax_grad %p, %dp : (tensor<2x4x16x16xf32>, tensor<2x4x16x16xf32>) -> tensor<2x4x16x16xf32>
+    ```
+  }];
+  let arguments = (ins Strata_FloatTensor:$output, Strata_FloatTensor:$result_grad);
+  let results = (outs Strata_FloatTensor:$input_grad);
+}
+
+def Strata_LayerNormGradOp : Strata_ComputeOp<"layer_norm_grad",
+    [SameOperandsElementType]> {
+  let summary = "Gradients of strata.layer_norm";
+  let description = [{
+    Recomputes the statistics from `input` and yields the gradients of the
+    input, of gamma and of beta.
+
+    ```mlir
+    %dx, %dg, %db = strata.layer_norm_grad %x, %g, %dy {epsilon = 1.000000e-05 : f64} : (tensor<8x64xf32>, tensor<64xf32>, tensor<8x64xf32>) -> (tensor<8x64xf32>, tensor<64xf32>, tensor<64xf32>)
+    ```
+  }];
+  let arguments = (ins Strata_FloatTensor:$input, Strata_FloatTensor:$gamma,
+                       Strata_FloatTensor:$result_grad,
+                       DefaultValuedAttr<F64Attr, "1e-5">:$epsilon);
+  let results = (outs Strata_FloatTensor:$input_grad,
+                      Strata_FloatTensor:$gamma_grad,
+                      Strata_FloatTensor:$beta_grad);
+}
+
+def Strata_EmbeddingGradOp : Strata_ShapeOp<"embedding_grad"> {
+  let summary = "Gradient of the table of strata.embedding";
+  let description = [{
+    Scatter-adds the rows of the result gradient into a zero table of the
+    result type ([V, H]).
+
+    ```mlir
+    %dt = strata.embedding_grad %tokens, %dx : (tensor<8x16xi32>, tensor<8x16x64xf32>) -> tensor<256x64xf32>
+    ```
+  }];
+  let arguments = (ins Strata_IndexTensor:$ids, Strata_FloatTensor:$result_grad);
+  let results = (outs Strata_FloatTensor:$table_grad);
+}
+
+def Strata_CrossEntropyGradOp : Strata_ComputeOp<"cross_entropy_grad"> {
+  let summary = "Gradient of strata.cross_entropy";
+  let description = [{
+    (softmax(logits) - onehot(labels)) * loss_grad / (number of positions).
+
+    ```mlir
+    %dl = strata.cross_entropy_grad %logits, %targets, %dloss : (tensor<8x16x256xf32>, tensor<8x16xi32>, tensor<f32>) -> tensor<8x16x256xf32>
+    ```
+  }];
+  let arguments = (ins Strata_FloatTensor:$logits, Strata_IndexTensor:$labels,
+                       Strata_Scalar:$loss_grad);
+  let results = (outs Strata_FloatTensor:$logits_grad);
+}
+
+//===----------------------------------------------------------------------===//
+// Optimizer
+//===----------------------------------------------------------------------===//
+
+// Optimizer state operands must have the parameter's type; the inferred
+// results do.
+class Strata_UpdateOp<string mnemonic> : Strata_ComputeOp<mnemonic>;
+
+def Strata_SgdUpdateOp : Strata_UpdateOp<"sgd_update"> {
+  let summary = "Stochastic gradient descent step";
+  let description = [{
+    param - lr * (grad + weight_decay * param).
+
+    ```mlir
+    %p1 = strata.sgd_update %p, %g, %lr {weight_decay = 0.0 : f64} : (tensor<64xf32>, tensor<64xf32>, tensor<f32>) -> tensor<64xf32>
+    ```
+  }];
+  let arguments = (ins Strata_FloatTensor:$param, Strata_FloatTensor:$grad,
+                       Strata_Scalar:$lr,
+                       DefaultValuedAttr<F64Attr, "0.0">:$weight_decay);
+  let results = (outs Strata_FloatTensor:$new_param);
+}
+
+def Strata_MomentumUpdateOp : Strata_UpdateOp<"momentum_update"> {
+  let summary = "Momentum step (Paddle's Momentum)";
+  let description = [{
+    v = momentum * v + (grad + weight_decay * param); param -= lr * v, or
+    with Nesterov param -= lr * (grad + momentum * v).
+
+    ```mlir
+    %p1, %v1 = strata.momentum_update %p, %g, %v, %lr {momentum = 0.9 : f64} : (tensor<64xf32>, tensor<64xf32>, tensor<64xf32>, tensor<f32>) -> (tensor<64xf32>, tensor<64xf32>)
+    ```
+  }];
+  let arguments = (ins Strata_FloatTensor:$param, Strata_FloatTensor:$grad,
+                       Strata_FloatTensor:$velocity, Strata_Scalar:$lr,
+                       DefaultValuedAttr<F64Attr, "0.9">:$momentum,
+                       UnitAttr:$use_nesterov,
+                       DefaultValuedAttr<F64Attr, "0.0">:$weight_decay);
+  let results = (outs Strata_FloatTensor:$new_param,
+                      Strata_FloatTensor:$new_velocity);
+}
+
+class Strata_AdamFamilyOp<string mnemonic, string decay, string defaultDecay>
+    : Strata_UpdateOp<mnemonic> {
+  let arguments = (ins Strata_FloatTensor:$param, Strata_FloatTensor:$grad,
+                       Strata_FloatTensor:$moment1, Strata_FloatTensor:$moment2,
+                       Strata_Scalar:$lr, Strata_StepCounter:$step,
+                       DefaultValuedAttr<F64Attr, "0.9">:$beta1,
+                       DefaultValuedAttr<F64Attr, "0.999">:$beta2,
+                       DefaultValuedAttr<F64Attr, "1e-8">:$epsilon,
+                       DefaultValuedAttr<F64Attr, defaultDecay>:$weight_decay);
+  let results = (outs Strata_FloatTensor:$new_param,
+                      Strata_FloatTensor:$new_moment1,
+                      Strata_FloatTensor:$new_moment2);
+}
+
+def Strata_AdamUpdateOp
+    : Strata_AdamFamilyOp<"adam_update", "coupled (L2)", "0.0"> {
+  let summary = "Adam step with L2 weight decay added to the gradient";
+  let description = [{
+    `step` is the 1-based number of this update, used for bias correction.
+
+    ```mlir
+    %p1, %m1, %v1 = strata.adam_update %p, %g, %m, %v, %lr, %step : (tensor<64xf32>, tensor<64xf32>, tensor<64xf32>, tensor<64xf32>, tensor<f32>, tensor<i64>) -> (tensor<64xf32>, tensor<64xf32>, tensor<64xf32>)
+    ```
+  }];
+}
+
+def Strata_AdamWUpdateOp
+    : Strata_AdamFamilyOp<"adamw_update", "decoupled", "0.01"> {
+  let summary = "AdamW step (decoupled weight decay, Paddle default 0.01)";
+  let description = [{
+    param *= (1 - lr * weight_decay) before the Adam step.
+
+    ```mlir
+    %p1, %m1, %v1 = strata.adamw_update %p, %g, %m, %v, %lr, %step {weight_decay = 0.01 : f64} : (tensor<64xf32>, tensor<64xf32>, tensor<64xf32>, tensor<64xf32>, tensor<f32>, tensor<i64>) -> (tensor<64xf32>, tensor<64xf32>, tensor<64xf32>)
+    ```
+  }];
+}
+
+def Strata_LambUpdateOp
+    : Strata_AdamFamilyOp<"lamb_update", "LAMB", "0.01"> {
+  let summary = "LAMB step (layer-wise trust ratio; Paddle default decay 0.01)";
+  let description = [{
+    r = m_hat / (sqrt(v_hat) + epsilon) + weight_decay * param;
+    param -= lr * (||param|| / ||r||) * r (trust ratio 1 when a norm is 0).
+    Paddle's default epsilon for LAMB is 1e-6: builders set it explicitly.
+
+    ```mlir
+    %p1, %m1, %v1 = strata.lamb_update %p, %g, %m, %v, %lr, %step {epsilon = 1.0e-06 : f64} : (tensor<64xf32>, tensor<64xf32>, tensor<64xf32>, tensor<64xf32>, tensor<f32>, tensor<i64>) -> (tensor<64xf32>, tensor<64xf32>, tensor<64xf32>)
+    ```
+  }];
+}
+
+def Strata_LarsUpdateOp : Strata_UpdateOp<"lars_update"> {
+  let summary = "LARS momentum step (layer-wise adaptive rate)";
+  let description = [{
+    local_lr = lr * lars_coeff * ||param|| / (||grad|| + weight_decay *
+    ||param|| + epsilon); v = momentum * v + local_lr * (grad + weight_decay
+    * param); param -= v. Defaults as Paddle's LarsMomentum.
+
+    ```mlir
+    %p1, %v1 = strata.lars_update %p, %g, %v, %lr : (tensor<64xf32>, tensor<64xf32>, tensor<64xf32>, tensor<f32>) -> (tensor<64xf32>, tensor<64xf32>)
+    ```
+  }];
+  let arguments = (ins Strata_FloatTensor:$param, Strata_FloatTensor:$grad,
+                       Strata_FloatTensor:$velocity, Strata_Scalar:$lr,
+                       DefaultValuedAttr<F64Attr, "0.9">:$momentum,
+                       DefaultValuedAttr<F64Attr, "0.001">:$lars_coeff,
+                       DefaultValuedAttr<F64Attr, "0.0005">:$weight_decay,
+                       DefaultValuedAttr<F64Attr, "0.0">:$epsilon);
+  let results = (outs Strata_FloatTensor:$new_param,
+                      Strata_FloatTensor:$new_velocity);
+}
+
+def Strata_GlobalNormOp : Strata_ComputeOp<"global_norm"> {
+  let summary = "L2 norm of a list of tensors taken together";
+  let description = [{
+    sqrt(sum over all tensors and elements of x^2), in f32.
+
+    ```mlir
+    %n = strata.global_norm %g0, %g1 : (tensor<64x64xf32>, tensor<64xf32>) -> tensor<f32>
+    ```
+  }];
+  let arguments = (ins Variadic<Strata_FloatTensor>:$inputs);
+  let results = (outs 0DTensorOf<[F32]>:$norm);
+}
+
+def Strata_ClipByGlobalNormOp : Strata_ComputeOp<"clip_by_global_norm"> {
+  let summary = "Scales gradients so that their global norm is at most max_norm";
+  let description = [{
+    Each input times max_norm / max(norm, max_norm), where `norm` is their
+    global norm (computed by `strata.global_norm`, possibly all-reduced over
+    shards first).
+
+    ```mlir
+    %c0, %c1 = strata.clip_by_global_norm %g0, %g1, %n {max_norm = 1.0 : f64} : (tensor<64x64xf32>, tensor<64xf32>, tensor<f32>) -> (tensor<64x64xf32>, tensor<64xf32>)
+    ```
+  }];
+  let arguments = (ins Variadic<Strata_FloatTensor>:$inputs,
+                       0DTensorOf<[F32]>:$norm, F64Attr:$max_norm);
+  let results = (outs Variadic<Strata_FloatTensor>:$results);
+}
+
+//===----------------------------------------------------------------------===//
+// Collectives
+//===----------------------------------------------------------------------===//
+
+class Strata_CollectiveOp<string mnemonic, list<Trait> traits = []>
+    : Strata_Op<mnemonic, !listconcat(traits, [
+          DeclareOpInterfaceMethods<SymbolUserOpInterface>,
+          MemoryEffects<[MemRead, MemWrite]>])> {
+  let assemblyFormat =
+      "operands attr-dict `:` functional-type(operands, results)";
+}
+
+def Strata_AllReduceOp : Strata_CollectiveOp<"all_reduce"> {
+  let summary = "Reduces a tensor across a group; every rank gets the result";
+  let description = [{
+    ```
+    rank 0: a0 ─┐
+    rank 1: a1 ─┼─> a0 + a1 + a2 on every rank
+    rank 2: a2 ─┘
+    ```
+
+    ```mlir
+    %g2, %t1 = strata.all_reduce %g, %t0 {group = @dp, kind = #strata.reduce<mean>} : (tensor<64xf32>, !strata.token) -> (tensor<64xf32>, !strata.token)
+    ```
+  }];
+  let arguments = (ins Strata_FloatTensor:$input, Strata_TokenType:$token,
+                       FlatSymbolRefAttr:$group,
+                       DefaultValuedAttr<Strata_ReduceKindAttr,
+                                         "ReduceKind::Sum">:$kind);
+  let results = (outs Strata_FloatTensor:$result, Strata_TokenType:$out_token);
+}
+
+def Strata_ReduceScatterOp : Strata_CollectiveOp<"reduce_scatter"> {
+  let summary = "Reduces across a group and leaves each rank one slice";
+  let description = [{
+    Dimension `dim` of the input is split into group-size equal slices; rank
+    r of the group receives the reduction of slice r.
+
+    ```mlir
+    %s, %t1 = strata.reduce_scatter %g, %t0 {group = @dp} : (tensor<64x8xf32>, !strata.token) -> (tensor<32x8xf32>, !strata.token)
+    ```
+  }];
+  let arguments = (ins Strata_FloatTensor:$input, Strata_TokenType:$token,
+                       FlatSymbolRefAttr:$group,
+                       DefaultValuedAttr<Strata_ReduceKindAttr,
+                                         "ReduceKind::Sum">:$kind,
+                       DefaultValuedAttr<I64Attr, "0">:$dim);
+  let results = (outs Strata_FloatTensor:$result, Strata_TokenType:$out_token);
+  let hasVerifier = 1;
+}
+
+def Strata_AllGatherOp : Strata_CollectiveOp<"all_gather"> {
+  let summary = "Concatenates every rank's slice along a dimension";
+  let description = [{
+    ```mlir
+    %p, %t1 = strata.all_gather %s, %t0 {group = @dp} : (tensor<32x8xf32>, !strata.token) -> (tensor<64x8xf32>, !strata.token)
+    ```
+  }];
+  let arguments = (ins Strata_FloatTensor:$input, Strata_TokenType:$token,
+                       FlatSymbolRefAttr:$group,
+                       DefaultValuedAttr<I64Attr, "0">:$dim);
+  let results = (outs Strata_FloatTensor:$result, Strata_TokenType:$out_token);
+  let hasVerifier = 1;
+}
+
+def Strata_BroadcastOp : Strata_CollectiveOp<"broadcast",
+    [AllTypesMatch<["input", "result"]>]> {
+  let summary = "Copies the root's tensor to every rank of the group";
+  let description = [{
+    ```mlir
+    %p, %t1 = strata.broadcast %p0, %t0 {group = @dp, root = 0 : i64} : (tensor<64xf32>, !strata.token) -> (tensor<64xf32>, !strata.token)
+    ```
+  }];
+  let arguments = (ins Strata_FloatTensor:$input, Strata_TokenType:$token,
+                       FlatSymbolRefAttr:$group, I64Attr:$root);
+  let results = (outs Strata_FloatTensor:$result, Strata_TokenType:$out_token);
+}
+
+def Strata_SendOp : Strata_CollectiveOp<"send"> {
+  let summary = "Sends a tensor to a peer of the group";
+  let description = [{
+    Matched by a `strata.recv` with the same type on the peer.
+
+    ```mlir
+    %t1 = strata.send %act, %t0 {group = @pp, peer = 1 : i64} : (tensor<8x16x64xf32>, !strata.token) -> !strata.token
+    ```
+  }];
+  let arguments = (ins Strata_AnyTensor:$input, Strata_TokenType:$token,
+                       FlatSymbolRefAttr:$group, I64Attr:$peer);
+  let results = (outs Strata_TokenType:$out_token);
+}
+
+def Strata_RecvOp : Strata_CollectiveOp<"recv"> {
+  let summary = "Receives a tensor of a static type from a peer of the group";
+  let description = [{
+    The token operand orders the receive (it has no data input).
+
+    ```mlir
+    %act, %t1 = strata.recv %t0 {group = @pp, peer = 0 : i64} : (!strata.token) -> (tensor<8x16x64xf32>, !strata.token)
+    ```
+  }];
+  let arguments = (ins Strata_TokenType:$token, FlatSymbolRefAttr:$group,
+                       I64Attr:$peer);
+  let results = (outs Strata_AnyTensor:$result, Strata_TokenType:$out_token);
+}
+
+//===----------------------------------------------------------------------===//
+// Fused ops
+//===----------------------------------------------------------------------===//
+
+def Strata_FusedGemmEpilogueOp : Strata_ComputeOp<"fused_gemm_epilogue",
+    [SameOperandsElementType]> {
+  let summary = "matmul + bias [+ activation] as one GEMM";
+  let description = [{
+    relu/gelu(x @ w + bias), with `x` [..., K], `w` [K, N] and `bias` [N]
+    (the cuBLASLt / oneDNN epilogue). With `with_aux` a second result holds
+    the pre-activation value that the fused gradient needs.
+
+    ```mlir
+    %y, %pre = strata.fused_gemm_epilogue %x, %w, %b {activation = #strata.activation<gelu_tanh>, with_aux} : (tensor<8x64xf32>, tensor<64x256xf32>, tensor<256xf32>) -> (tensor<8x256xf32>, tensor<8x256xf32>)
+    ```
+  }];
+  let arguments = (ins Strata_FloatTensor:$input, Strata_FloatTensor:$weight,
+                       Strata_FloatTensor:$bias,
+                       DefaultValuedAttr<Strata_ActivationAttr,
+                                         "Activation::None">:$activation,
+                       UnitAttr:$with_aux);
+  let results = (outs Strata_FloatTensor:$result,
+                      Optional<Strata_FloatTensor>:$aux);
+}
+
+def Strata_FusedGemmEpilogueGradOp
+    : Strata_ComputeOp<"fused_gemm_epilogue_grad", [SameOperandsElementType]> {
+  let summary = "Gradients of strata.fused_gemm_epilogue";
+  let description = [{
+    Yields (d input, d weight, d bias). With an activation, the
+    pre-activation `aux` of the forward op is required and the activation
+    gradient is applied first.
+
+    ```mlir
+    %dx, %dw, %db = strata.fused_gemm_epilogue_grad %x, %w, %dy : (tensor<8x64xf32>, tensor<64x256xf32>, tensor<8x256xf32>) -> (tensor<8x64xf32>, tensor<64x256xf32>, tensor<256xf32>)
+    ```
+  }];
+  let arguments = (ins Strata_FloatTensor:$input, Strata_FloatTensor:$weight,
+                       Strata_FloatTensor:$result_grad,
+                       Optional<Strata_FloatTensor>:$aux,
+                       DefaultValuedAttr<Strata_ActivationAttr,
+                                         "Activation::None">:$activation);
+  let results = (outs Strata_FloatTensor:$input_grad,
+                      Strata_FloatTensor:$weight_grad,
+                      Strata_FloatTensor:$bias_grad);
+}
+
+def Strata_FusedDropoutAddOp : Strata_ComputeOp<"fused_dropout_add",
+    [AllTypesMatch<["input", "residual"]>]> {
+  let summary = "dropout(x) + y in one pass";
+  let description = [{
+    Same mask as `strata.dropout` with the same `key`.
+
+    ```mlir
+    %z = strata.fused_dropout_add %x, %res {key = 3 : i64, prob = 1.000000e-01 : f64} : (tensor<8x64xf32>, tensor<8x64xf32>) -> tensor<8x64xf32>
+    ```
+  }];
+  let arguments = (ins Strata_FloatTensor:$input, Strata_FloatTensor:$residual,
+                       F64Attr:$prob, I64Attr:$key);
+  let results = (outs Strata_FloatTensor:$result);
+}
+
+def Strata_FusedDropoutAddGradOp : Strata_ComputeOp<"fused_dropout_add_grad"> {
+  let summary = "Gradients of strata.fused_dropout_add";
+  let description = [{
+    (dropout_grad(dz), dz) from one read of dz.
+
+    ```mlir
+    %dx, %dres = strata.fused_dropout_add_grad %dz {key = 3 : i64, prob = 1.000000e-01 : f64} : (tensor<8x64xf32>) -> (tensor<8x64xf32>, tensor<8x64xf32>)
+    ```
+  }];
+  let arguments = (ins Strata_FloatTensor:$result_grad, F64Attr:$prob,
+                       I64Attr:$key);
+  let results = (outs Strata_FloatTensor:$input_grad,
+                      Strata_FloatTensor:$residual_grad);
+}
+
+#endif // STRATA_OPS_TD

@@ -1,0 +1,47 @@
+//===- Models.h - Reference models: MLP and GPT-2 ---------------*- C++ -*-===//
+
+#ifndef STRATA_MODEL_MODELS_H
+#define STRATA_MODEL_MODELS_H
+
+#include "mlir/IR/BuiltinOps.h"
+#include "mlir/IR/OwningOpRef.h"
+#include "llvm/Support/Error.h"
+
+#include <cstdint>
+#include <vector>
+
+namespace strata {
+
+/// A ReLU MLP classifier: sizes[0] inputs, hidden layers, sizes.back()
+/// classes, mean cross-entropy loss.
+struct MlpConfig {
+  std::vector<int64_t> sizes = {784, 1024, 1024, 10};
+  int64_t batch = 256;
+};
+
+/// A GPT-2 style decoder (DESIGN.md): learned position embeddings,
+/// pre-LayerNorm blocks, causal self-attention, tanh-GELU MLP of 4h, final
+/// LayerNorm, LM head tied to the token embedding, dropout after the
+/// embeddings and the attention / MLP projections.
+struct GptConfig {
+  int64_t layers = 2;
+  int64_t hidden = 64;
+  int64_t heads = 4;
+  int64_t seq = 32;
+  int64_t vocab = 256;
+  int64_t batch = 8;
+  double dropout = 0.0;
+};
+
+llvm::Error validate(const MlpConfig &config);
+llvm::Error validate(const GptConfig &config);
+
+/// Builds the forward + loss program. The config must be valid.
+mlir::OwningOpRef<mlir::ModuleOp> buildMlp(mlir::MLIRContext &context,
+                                           const MlpConfig &config);
+mlir::OwningOpRef<mlir::ModuleOp> buildGpt(mlir::MLIRContext &context,
+                                           const GptConfig &config);
+
+} // namespace strata
+
+#endif // STRATA_MODEL_MODELS_H
