@@ -76,8 +76,10 @@ TEST_F(BuilderTest, InvalidConfigsAreRejected) {
   EXPECT_NE(llvm::toString(std::move(err)).find("divisible"), std::string::npos);
   MlpConfig m;
   m.sizes = {10};
-  EXPECT_TRUE(static_cast<bool>(validate(m)) ? true : false);
-  llvm::consumeError(validate(m));
+  llvm::Error mlpErr = validate(m);
+  ASSERT_TRUE(static_cast<bool>(mlpErr));
+  EXPECT_NE(llvm::toString(std::move(mlpErr)).find("at least"),
+            std::string::npos);
 }
 
 } // namespace

@@ -1,0 +1,666 @@
+// Every verifier error of the dialect, with its message.
+// RUN: strata-opt %s -split-input-file -verify-diagnostics
+
+// expected-error@+1 {{init 'normal' needs a positive scale}}
+strata.param @w : tensor<4xf32> init <normal>
+
+// -----
+
+// expected-error@+1 {{init 'zeros' takes no scale}}
+strata.param @w : tensor<4xf32> init <zeros, 1.0>
+
+// -----
+
+// expected-error@+1 {{init scale must be an f64 value}}
+strata.param @w : tensor<4xf32> init <uniform, 1.0 : f32>
+
+// -----
+
+func.func @f() {
+  // expected-error@+1 {{expects parent op 'builtin.module'}}
+  strata.param @w : tensor<4xf32> init <zeros>
+  return
+}
+
+// -----
+
+func.func @f() -> tensor<4xf32> {
+  // expected-error@+1 {{'missing' does not name a strata.param}}
+  %0 = strata.get_param @missing : tensor<4xf32>
+  return %0 : tensor<4xf32>
+}
+
+// -----
+
+strata.param @w : tensor<4xf32> init <zeros>
+func.func @f() -> tensor<8xf32> {
+  // expected-error@+1 {{result type 'tensor<8xf32>' differs from the type of parameter 'w': 'tensor<4xf32>'}}
+  %0 = strata.get_param @w : tensor<8xf32>
+  return %0 : tensor<8xf32>
+}
+
+// -----
+
+// expected-error@+1 {{needs at least one group}}
+strata.comm_group @g ranks []
+
+// -----
+
+// expected-error@+1 {{has an empty group}}
+strata.comm_group @g ranks [array<i64>]
+
+// -----
+
+// expected-error@+1 {{groups must have equal sizes, got 2 and 1}}
+strata.comm_group @g ranks [array<i64: 0, 1>, array<i64: 2>]
+
+// -----
+
+// expected-error@+1 {{rank -1 is negative}}
+strata.comm_group @g ranks [array<i64: 0, -1>]
+
+// -----
+
+// expected-error@+1 {{rank 1 appears in more than one group}}
+strata.comm_group @g ranks [array<i64: 0, 1>, array<i64: 1, 2>]
+
+// -----
+
+func.func @f(%a: tensor<4xf32>, %b: tensor<4x4xf32>) {
+  // expected-error@+2 {{'strata.matmul' op operands must have rank >= 2, got 1 and 2}}
+  // expected-error@+1 {{failed to infer returned types}}
+  %0 = strata.matmul %a, %b : (tensor<4xf32>, tensor<4x4xf32>) -> tensor<4xf32>
+  return
+}
+
+// -----
+
+func.func @f(%a: tensor<4x3xf32>, %b: tensor<4x4xf32>) {
+  // expected-error@+2 {{'strata.matmul' op contracting dimensions differ: 3 vs 4}}
+  // expected-error@+1 {{failed to infer returned types}}
+  %0 = strata.matmul %a, %b : (tensor<4x3xf32>, tensor<4x4xf32>) -> tensor<4x4xf32>
+  return
+}
+
+// -----
+
+func.func @f(%a: tensor<2x4x3xf32>, %b: tensor<3x3x4xf32>) {
+  // expected-error@+2 {{'strata.matmul' op batch dimensions [2] and [3] do not broadcast}}
+  // expected-error@+1 {{failed to infer returned types}}
+  %0 = strata.matmul %a, %b : (tensor<2x4x3xf32>, tensor<3x3x4xf32>) -> tensor<2x4x4xf32>
+  return
+}
+
+// -----
+
+func.func @f(%a: tensor<4x3xf32>, %b: tensor<3x5xf32>) {
+  // expected-error@+2 {{'strata.matmul' op inferred type(s) 'tensor<4x5xf32>' are incompatible with return type(s) of operation 'tensor<4x4xf32>'}}
+  // expected-error@+1 {{failed to infer returned types}}
+  %0 = strata.matmul %a, %b : (tensor<4x3xf32>, tensor<3x5xf32>) -> tensor<4x4xf32>
+  return
+}
+
+// -----
+
+func.func @f(%a: tensor<4x3xf32>, %b: tensor<3x5xf16>) {
+  // expected-error@+1 {{requires the same element type for all operands}}
+  %0 = strata.matmul %a, %b : (tensor<4x3xf32>, tensor<3x5xf16>) -> tensor<4x5xf32>
+  return
+}
+
+// -----
+
+func.func @f(%a: tensor<4x3xi32>, %b: tensor<3x5xi32>) {
+  // expected-error@+1 {{operand #0 must be statically shaped tensor of 16-bit float or bfloat16 type or 32-bit float or 64-bit float values}}
+  %0 = strata.matmul %a, %b : (tensor<4x3xi32>, tensor<3x5xi32>) -> tensor<4x5xi32>
+  return
+}
+
+// -----
+
+func.func @f(%a: tensor<?x3xf32>, %b: tensor<3x5xf32>) {
+  // expected-error@+1 {{operand #0 must be statically shaped tensor}}
+  %0 = strata.matmul %a, %b : (tensor<?x3xf32>, tensor<3x5xf32>) -> tensor<?x5xf32>
+  return
+}
+
+// -----
+
+func.func @f(%a: tensor<4x3xf32>, %b: tensor<2x3xf32>) {
+  // expected-error@+2 {{'strata.add' op shapes [4, 3] and [2, 3] do not broadcast}}
+  // expected-error@+1 {{failed to infer returned types}}
+  %0 = strata.add %a, %b : (tensor<4x3xf32>, tensor<2x3xf32>) -> tensor<4x3xf32>
+  return
+}
+
+// -----
+
+func.func @f(%a: tensor<4x3xf32>, %b: tensor<4xf32>) {
+  // expected-error@+2 {{'strata.bias_add' op bias must have shape [3], got [4]}}
+  // expected-error@+1 {{failed to infer returned types}}
+  %0 = strata.bias_add %a, %b : (tensor<4x3xf32>, tensor<4xf32>) -> tensor<4x3xf32>
+  return
+}
+
+// -----
+
+func.func @f(%a: tensor<f32>, %b: tensor<4xf32>) {
+  // expected-error@+2 {{'strata.bias_add' op input must have rank >= 1}}
+  // expected-error@+1 {{failed to infer returned types}}
+  %0 = strata.bias_add %a, %b : (tensor<f32>, tensor<4xf32>) -> tensor<f32>
+  return
+}
+
+// -----
+
+func.func @f(%a: tensor<4xf32>) {
+  // expected-error@+2 {{'strata.dropout' op prob must be in [0, 1), got 1}}
+  // expected-error@+1 {{failed to infer returned types}}
+  %0 = strata.dropout %a {key = 0 : i64, prob = 1.0 : f64} : (tensor<4xf32>) -> tensor<4xf32>
+  return
+}
+
+// -----
+
+func.func @f(%a: tensor<4x3xf32>) {
+  // expected-error@+2 {{'strata.softmax' op causal softmax needs square trailing dimensions, got [4, 3]}}
+  // expected-error@+1 {{failed to infer returned types}}
+  %0 = strata.softmax %a {causal} : (tensor<4x3xf32>) -> tensor<4x3xf32>
+  return
+}
+
+// -----
+
+func.func @f(%a: tensor<f32>) {
+  // expected-error@+2 {{'strata.softmax' op input must have rank >= 1}}
+  // expected-error@+1 {{failed to infer returned types}}
+  %0 = strata.softmax %a : (tensor<f32>) -> tensor<f32>
+  return
+}
+
+// -----
+
+func.func @f(%a: tensor<4x3xf32>, %g: tensor<4xf32>, %b: tensor<3xf32>) {
+  // expected-error@+2 {{'strata.layer_norm' op gamma must have shape [3], got [4]}}
+  // expected-error@+1 {{failed to infer returned types}}
+  %0 = strata.layer_norm %a, %g, %b : (tensor<4x3xf32>, tensor<4xf32>, tensor<3xf32>) -> tensor<4x3xf32>
+  return
+}
+
+// -----
+
+func.func @f(%a: tensor<4x3xf32>, %g: tensor<3xf32>) {
+  // expected-error@+2 {{'strata.layer_norm' op epsilon must be positive}}
+  // expected-error@+1 {{failed to infer returned types}}
+  %0 = strata.layer_norm %a, %g, %g {epsilon = 0.0 : f64} : (tensor<4x3xf32>, tensor<3xf32>, tensor<3xf32>) -> tensor<4x3xf32>
+  return
+}
+
+// -----
+
+func.func @f(%t: tensor<4xf32>, %ids: tensor<2xi32>) {
+  // expected-error@+2 {{'strata.embedding' op table must have rank 2, got 1}}
+  // expected-error@+1 {{failed to infer returned types}}
+  %0 = strata.embedding %t, %ids : (tensor<4xf32>, tensor<2xi32>) -> tensor<2xf32>
+  return
+}
+
+// -----
+
+func.func @f(%a: tensor<4x3xf32>) {
+  // expected-error@+1 {{changes the number of elements: 12 vs 10}}
+  %0 = strata.reshape %a : (tensor<4x3xf32>) -> tensor<2x5xf32>
+  return
+}
+
+// -----
+
+func.func @f(%a: tensor<4x3xf32>) {
+  // expected-error@+1 {{changes the element type}}
+  %0 = strata.reshape %a : (tensor<4x3xf32>) -> tensor<12xf16>
+  return
+}
+
+// -----
+
+func.func @f(%a: tensor<4x3xf32>) {
+  // expected-error@+2 {{'strata.transpose' op permutation has 1 entries for rank 2}}
+  // expected-error@+1 {{failed to infer returned types}}
+  %0 = strata.transpose %a {permutation = array<i64: 0>} : (tensor<4x3xf32>) -> tensor<4x3xf32>
+  return
+}
+
+// -----
+
+func.func @f(%a: tensor<4x3xf32>) {
+  // expected-error@+2 {{'strata.transpose' op permutation [1, 1] is not a permutation}}
+  // expected-error@+1 {{failed to infer returned types}}
+  %0 = strata.transpose %a {permutation = array<i64: 1, 1>} : (tensor<4x3xf32>) -> tensor<3x3xf32>
+  return
+}
+
+// -----
+
+func.func @f(%a: tensor<4x3xf32>) {
+  // expected-error@+2 {{'strata.reduce_sum' op dims [2] must be distinct and in [0, 2)}}
+  // expected-error@+1 {{failed to infer returned types}}
+  %0 = strata.reduce_sum %a {dims = array<i64: 2>} : (tensor<4x3xf32>) -> tensor<4xf32>
+  return
+}
+
+// -----
+
+func.func @f(%a: tensor<4x3xf32>) {
+  // expected-error@+2 {{'strata.reduce_mean' op dims [0, 0] must be distinct and in [0, 2)}}
+  // expected-error@+1 {{failed to infer returned types}}
+  %0 = strata.reduce_mean %a {dims = array<i64: 0, 0>} : (tensor<4x3xf32>) -> tensor<3xf32>
+  return
+}
+
+// -----
+
+func.func @f(%a: tensor<3xf32>) {
+  // expected-error@+1 {{input shape [3] does not broadcast to [4, 2]}}
+  %0 = strata.broadcast_to %a : (tensor<3xf32>) -> tensor<4x2xf32>
+  return
+}
+
+// -----
+
+func.func @f(%a: tensor<4x3xf32>) {
+  // expected-error@+1 {{result shape [2] does not broadcast to the input shape [4, 3]}}
+  %0 = strata.sum_to %a : (tensor<4x3xf32>) -> tensor<2xf32>
+  return
+}
+
+// -----
+
+func.func @f(%l: tensor<4x10xf32>, %y: tensor<5xi32>) {
+  // expected-error@+2 {{'strata.cross_entropy' op labels must have shape [4], got [5]}}
+  // expected-error@+1 {{failed to infer returned types}}
+  %0 = strata.cross_entropy %l, %y : (tensor<4x10xf32>, tensor<5xi32>) -> tensor<f32>
+  return
+}
+
+// -----
+
+func.func @f(%l: tensor<10xf32>, %y: tensor<i32>) {
+  // expected-error@+2 {{'strata.cross_entropy' op logits must have rank >= 2}}
+  // expected-error@+1 {{failed to infer returned types}}
+  %0 = strata.cross_entropy %l, %y : (tensor<10xf32>, tensor<i32>) -> tensor<f32>
+  return
+}
+
+// -----
+
+func.func @f(%x: tensor<4x3xf32>, %w: tensor<3x5xf32>, %dy: tensor<4x4xf32>) {
+  // expected-error@+2 {{'strata.matmul_grad' op result_grad has shape [4, 4], the product has [4, 5]}}
+  // expected-error@+1 {{failed to infer returned types}}
+  %0:2 = strata.matmul_grad %x, %w, %dy : (tensor<4x3xf32>, tensor<3x5xf32>, tensor<4x4xf32>) -> (tensor<4x3xf32>, tensor<3x5xf32>)
+  return
+}
+
+// -----
+
+func.func @f(%dy: tensor<f32>) {
+  // expected-error@+2 {{'strata.bias_add_grad' op result_grad must have rank >= 1}}
+  // expected-error@+1 {{failed to infer returned types}}
+  %0 = strata.bias_add_grad %dy : (tensor<f32>) -> tensor<f32>
+  return
+}
+
+// -----
+
+func.func @f(%y: tensor<4xf32>, %dy: tensor<3xf32>) {
+  // expected-error@+1 {{all of {output, result_grad} have same type}}
+  %0 = strata.relu_grad %y, %dy : (tensor<4xf32>, tensor<3xf32>) -> tensor<3xf32>
+  return
+}
+
+// -----
+
+func.func @f(%dy: tensor<4xf32>) {
+  // expected-error@+2 {{'strata.dropout_grad' op prob must be in [0, 1), got -0.5}}
+  // expected-error@+1 {{failed to infer returned types}}
+  %0 = strata.dropout_grad %dy {key = 0 : i64, prob = -0.5 : f64} : (tensor<4xf32>) -> tensor<4xf32>
+  return
+}
+
+// -----
+
+func.func @f(%x: tensor<4x3xf32>, %g: tensor<3xf32>, %dy: tensor<4x4xf32>) {
+  // expected-error@+2 {{'strata.layer_norm_grad' op result_grad must have the input type}}
+  // expected-error@+1 {{failed to infer returned types}}
+  %0:3 = strata.layer_norm_grad %x, %g, %dy : (tensor<4x3xf32>, tensor<3xf32>, tensor<4x4xf32>) -> (tensor<4x3xf32>, tensor<3xf32>, tensor<3xf32>)
+  return
+}
+
+// -----
+
+func.func @f(%ids: tensor<4xi32>, %dy: tensor<4x3xf32>) {
+  // expected-error@+1 {{result_grad must have shape [4, 5], got [4, 3]}}
+  %0 = strata.embedding_grad %ids, %dy : (tensor<4xi32>, tensor<4x3xf32>) -> tensor<10x5xf32>
+  return
+}
+
+// -----
+
+func.func @f(%ids: tensor<4xi32>, %dy: tensor<4x3xf32>) {
+  // expected-error@+1 {{result must have rank 2}}
+  %0 = strata.embedding_grad %ids, %dy : (tensor<4xi32>, tensor<4x3xf32>) -> tensor<30xf32>
+  return
+}
+
+// -----
+
+func.func @f(%ids: tensor<4xi32>, %dy: tensor<4x3xf32>) {
+  // expected-error@+1 {{result and result_grad element types differ}}
+  %0 = strata.embedding_grad %ids, %dy : (tensor<4xi32>, tensor<4x3xf32>) -> tensor<10x3xf16>
+  return
+}
+
+// -----
+
+func.func @f(%l: tensor<4x10xf32>, %y: tensor<4x1xi32>, %d: tensor<f32>) {
+  // expected-error@+2 {{'strata.cross_entropy_grad' op labels must have shape [4], got [4, 1]}}
+  // expected-error@+1 {{failed to infer returned types}}
+  %0 = strata.cross_entropy_grad %l, %y, %d : (tensor<4x10xf32>, tensor<4x1xi32>, tensor<f32>) -> tensor<4x10xf32>
+  return
+}
+
+// -----
+
+func.func @f(%p: tensor<4xf32>, %g: tensor<5xf32>, %lr: tensor<f32>) {
+  // expected-error@+2 {{'strata.sgd_update' op gradient and optimizer state must have the parameter's type}}
+  // expected-error@+1 {{failed to infer returned types}}
+  %0 = strata.sgd_update %p, %g, %lr : (tensor<4xf32>, tensor<5xf32>, tensor<f32>) -> tensor<4xf32>
+  return
+}
+
+// -----
+
+func.func @f(%p: tensor<4xf32>, %m: tensor<4xf16>, %lr: tensor<f32>, %s: tensor<i64>) {
+  // expected-error@+2 {{'strata.adamw_update' op gradient and optimizer state must have the parameter's type}}
+  // expected-error@+1 {{failed to infer returned types}}
+  %0:3 = strata.adamw_update %p, %p, %m, %p, %lr, %s : (tensor<4xf32>, tensor<4xf32>, tensor<4xf16>, tensor<4xf32>, tensor<f32>, tensor<i64>) -> (tensor<4xf32>, tensor<4xf32>, tensor<4xf32>)
+  return
+}
+
+// -----
+
+func.func @f(%p: tensor<4xf32>, %lr: tensor<4xf32>) {
+  // expected-error@+1 {{operand #2 must be 0D tensor}}
+  %0 = strata.sgd_update %p, %p, %lr : (tensor<4xf32>, tensor<4xf32>, tensor<4xf32>) -> tensor<4xf32>
+  return
+}
+
+// -----
+
+func.func @f() {
+  // expected-error@+2 {{'strata.global_norm' op needs at least one input}}
+  // expected-error@+1 {{failed to infer returned types}}
+  %0 = strata.global_norm : () -> tensor<f32>
+  return
+}
+
+// -----
+
+func.func @f(%g: tensor<4xf32>, %n: tensor<f32>) {
+  // expected-error@+2 {{'strata.clip_by_global_norm' op max_norm must be positive}}
+  // expected-error@+1 {{failed to infer returned types}}
+  %0 = strata.clip_by_global_norm %g, %n {max_norm = 0.0 : f64} : (tensor<4xf32>, tensor<f32>) -> tensor<4xf32>
+  return
+}
+
+// -----
+
+func.func @f(%x: tensor<4xf32>) {
+  %t = strata.init_token : !strata.token
+  // expected-error@+1 {{group @nope does not name a strata.comm_group}}
+  %0, %t1 = strata.all_reduce %x, %t {group = @nope} : (tensor<4xf32>, !strata.token) -> (tensor<4xf32>, !strata.token)
+  return
+}
+
+// -----
+
+strata.comm_group @dp ranks [array<i64: 0, 1>]
+func.func @f(%x: tensor<4xf32>) {
+  %t = strata.init_token : !strata.token
+  // expected-error@+1 {{result type must equal the input type}}
+  %0, %t1 = strata.all_reduce %x, %t {group = @dp} : (tensor<4xf32>, !strata.token) -> (tensor<2xf32>, !strata.token)
+  return
+}
+
+// -----
+
+strata.comm_group @dp ranks [array<i64: 0, 1>]
+func.func @f(%x: tensor<4xf32>) {
+  %t = strata.init_token : !strata.token
+  // expected-error@+1 {{root 2 is outside the group of size 2}}
+  %0, %t1 = strata.broadcast %x, %t {group = @dp, root = 2 : i64} : (tensor<4xf32>, !strata.token) -> (tensor<4xf32>, !strata.token)
+  return
+}
+
+// -----
+
+strata.comm_group @pp ranks [array<i64: 0, 1>]
+func.func @f(%x: tensor<4xf32>) {
+  %t = strata.init_token : !strata.token
+  // expected-error@+1 {{peer -1 is outside the group of size 2}}
+  %t1 = strata.send %x, %t {group = @pp, peer = -1 : i64} : (tensor<4xf32>, !strata.token) -> !strata.token
+  return
+}
+
+// -----
+
+strata.comm_group @pp ranks [array<i64: 0, 1>]
+func.func @f() {
+  %t = strata.init_token : !strata.token
+  // expected-error@+1 {{peer 5 is outside the group of size 2}}
+  %0, %t1 = strata.recv %t {group = @pp, peer = 5 : i64} : (!strata.token) -> (tensor<4xf32>, !strata.token)
+  return
+}
+
+// -----
+
+strata.comm_group @dp ranks [array<i64: 0, 1>]
+func.func @f(%x: tensor<4x2xf32>) {
+  %t = strata.init_token : !strata.token
+  // expected-error@+1 {{dimension 0 must be 1 x group size 2 = 2, got 4}}
+  %0, %t1 = strata.reduce_scatter %x, %t {group = @dp} : (tensor<4x2xf32>, !strata.token) -> (tensor<1x2xf32>, !strata.token)
+  return
+}
+
+// -----
+
+strata.comm_group @dp ranks [array<i64: 0, 1>]
+func.func @f(%x: tensor<4x2xf32>) {
+  %t = strata.init_token : !strata.token
+  // expected-error@+1 {{input and result may differ only in dimension 0}}
+  %0, %t1 = strata.reduce_scatter %x, %t {group = @dp} : (tensor<4x2xf32>, !strata.token) -> (tensor<2x1xf32>, !strata.token)
+  return
+}
+
+// -----
+
+strata.comm_group @dp ranks [array<i64: 0, 1>]
+func.func @f(%x: tensor<4x2xf32>) {
+  %t = strata.init_token : !strata.token
+  // expected-error@+1 {{dim 2 is out of range}}
+  %0, %t1 = strata.all_gather %x, %t {group = @dp, dim = 2 : i64} : (tensor<4x2xf32>, !strata.token) -> (tensor<4x2xf32>, !strata.token)
+  return
+}
+
+// -----
+
+strata.comm_group @dp ranks [array<i64: 0, 1, 2, 3>]
+func.func @f(%x: tensor<4x2xf32>) {
+  %t = strata.init_token : !strata.token
+  // expected-error@+1 {{dimension 1 must be 2 x group size 4 = 8, got 4}}
+  %0, %t1 = strata.all_gather %x, %t {group = @dp, dim = 1 : i64} : (tensor<4x2xf32>, !strata.token) -> (tensor<4x4xf32>, !strata.token)
+  return
+}
+
+// -----
+
+func.func @f(%x: tensor<4x3xf32>, %w: tensor<3x5x1xf32>, %b: tensor<5xf32>) {
+  // expected-error@+2 {{'strata.fused_gemm_epilogue' op weight must have rank 2}}
+  // expected-error@+1 {{failed to infer returned types}}
+  %0 = strata.fused_gemm_epilogue %x, %w, %b : (tensor<4x3xf32>, tensor<3x5x1xf32>, tensor<5xf32>) -> tensor<4x5xf32>
+  return
+}
+
+// -----
+
+func.func @f(%x: tensor<3xf32>, %w: tensor<3x5xf32>, %b: tensor<5xf32>) {
+  // expected-error@+2 {{'strata.fused_gemm_epilogue' op input must have rank >= 2}}
+  // expected-error@+1 {{failed to infer returned types}}
+  %0 = strata.fused_gemm_epilogue %x, %w, %b : (tensor<3xf32>, tensor<3x5xf32>, tensor<5xf32>) -> tensor<5xf32>
+  return
+}
+
+// -----
+
+func.func @f(%x: tensor<4x3xf32>, %w: tensor<4x5xf32>, %b: tensor<5xf32>) {
+  // expected-error@+2 {{'strata.fused_gemm_epilogue' op contracting dimensions differ: 3 vs 4}}
+  // expected-error@+1 {{failed to infer returned types}}
+  %0 = strata.fused_gemm_epilogue %x, %w, %b : (tensor<4x3xf32>, tensor<4x5xf32>, tensor<5xf32>) -> tensor<4x5xf32>
+  return
+}
+
+// -----
+
+func.func @f(%x: tensor<4x3xf32>, %w: tensor<3x5xf32>, %b: tensor<4xf32>) {
+  // expected-error@+2 {{'strata.fused_gemm_epilogue' op bias must have shape [5], got [4]}}
+  // expected-error@+1 {{failed to infer returned types}}
+  %0 = strata.fused_gemm_epilogue %x, %w, %b : (tensor<4x3xf32>, tensor<3x5xf32>, tensor<4xf32>) -> tensor<4x5xf32>
+  return
+}
+
+// -----
+
+func.func @f(%x: tensor<4x3xf32>, %w: tensor<3x5xf32>, %b: tensor<5xf32>) {
+  // expected-error@+2 {{'strata.fused_gemm_epilogue' op with_aux needs an activation}}
+  // expected-error@+1 {{failed to infer returned types}}
+  %0, %1 = strata.fused_gemm_epilogue %x, %w, %b {with_aux} : (tensor<4x3xf32>, tensor<3x5xf32>, tensor<5xf32>) -> (tensor<4x5xf32>, tensor<4x5xf32>)
+  return
+}
+
+// -----
+
+func.func @f(%x: tensor<4x3xf32>, %w: tensor<3x5xf32>, %dy: tensor<4x4xf32>) {
+  // expected-error@+2 {{'strata.fused_gemm_epilogue_grad' op result_grad must have shape [4, 5]}}
+  // expected-error@+1 {{failed to infer returned types}}
+  %0:3 = strata.fused_gemm_epilogue_grad %x, %w, %dy : (tensor<4x3xf32>, tensor<3x5xf32>, tensor<4x4xf32>) -> (tensor<4x3xf32>, tensor<3x5xf32>, tensor<5xf32>)
+  return
+}
+
+// -----
+
+func.func @f(%x: tensor<4x3xf32>, %w: tensor<3x5xf32>, %dy: tensor<4x5xf32>) {
+  // expected-error@+2 {{'strata.fused_gemm_epilogue_grad' op an activation gradient needs the forward pre-activation (aux)}}
+  // expected-error@+1 {{failed to infer returned types}}
+  %0:3 = strata.fused_gemm_epilogue_grad %x, %w, %dy {activation = #strata.activation<relu>} : (tensor<4x3xf32>, tensor<3x5xf32>, tensor<4x5xf32>) -> (tensor<4x3xf32>, tensor<3x5xf32>, tensor<5xf32>)
+  return
+}
+
+// -----
+
+func.func @f(%x: tensor<4x3xf32>, %w: tensor<3x5xf32>, %dy: tensor<4x5xf32>) {
+  // expected-error@+2 {{'strata.fused_gemm_epilogue_grad' op aux is only used with an activation}}
+  // expected-error@+1 {{failed to infer returned types}}
+  %0:3 = strata.fused_gemm_epilogue_grad %x, %w, %dy, %dy : (tensor<4x3xf32>, tensor<3x5xf32>, tensor<4x5xf32>, tensor<4x5xf32>) -> (tensor<4x3xf32>, tensor<3x5xf32>, tensor<5xf32>)
+  return
+}
+
+// -----
+
+func.func @f(%x: tensor<4x3xf32>, %w: tensor<3x5xf32>, %dy: tensor<4x5xf32>, %aux: tensor<5x4xf32>) {
+  // expected-error@+2 {{'strata.fused_gemm_epilogue_grad' op aux must have the result_grad type}}
+  // expected-error@+1 {{failed to infer returned types}}
+  %0:3 = strata.fused_gemm_epilogue_grad %x, %w, %dy, %aux {activation = #strata.activation<relu>} : (tensor<4x3xf32>, tensor<3x5xf32>, tensor<4x5xf32>, tensor<5x4xf32>) -> (tensor<4x3xf32>, tensor<3x5xf32>, tensor<5xf32>)
+  return
+}
+
+// -----
+
+func.func @f(%x: tensor<4xf32>) {
+  // expected-error@+2 {{'strata.fused_dropout_add' op prob must be in [0, 1), got 2}}
+  // expected-error@+1 {{failed to infer returned types}}
+  %0 = strata.fused_dropout_add %x, %x {key = 1 : i64, prob = 2.0 : f64} : (tensor<4xf32>, tensor<4xf32>) -> tensor<4xf32>
+  return
+}
+
+// -----
+
+func.func @f(%x: tensor<4xf32>, %y: tensor<3xf32>) {
+  // expected-error@+1 {{all of {input, residual} have same type}}
+  %0 = strata.fused_dropout_add %x, %y {key = 1 : i64, prob = 0.5 : f64} : (tensor<4xf32>, tensor<3xf32>) -> tensor<4xf32>
+  return
+}
+
+// -----
+
+func.func @f(%x: tensor<4xf32>) {
+  // expected-error@+2 {{'strata.fused_dropout_add_grad' op prob must be in [0, 1), got 1.5}}
+  // expected-error@+1 {{failed to infer returned types}}
+  %0:2 = strata.fused_dropout_add_grad %x {key = 1 : i64, prob = 1.5 : f64} : (tensor<4xf32>) -> (tensor<4xf32>, tensor<4xf32>)
+  return
+}
+
+// -----
+
+func.func @f(%x: tensor<4xf32>) {
+  // expected-error@+1 {{'strata.role' must be a #strata.role<...> attribute}}
+  %0 = strata.relu %x {strata.role = "forward"} : (tensor<4xf32>) -> tensor<4xf32>
+  return
+}
+
+// -----
+
+func.func @f(%x: tensor<4xf32>) {
+  // expected-error@+1 {{'strata.stage' must be a non-negative i64 integer}}
+  %0 = strata.relu %x {strata.stage = -1 : i64} : (tensor<4xf32>) -> tensor<4xf32>
+  return
+}
+
+// -----
+
+func.func @f(%x: tensor<4xf32>) {
+  // expected-error@+1 {{'strata.micro_batch' must be a non-negative i64 integer}}
+  %0 = strata.relu %x {strata.micro_batch = 1 : i32} : (tensor<4xf32>) -> tensor<4xf32>
+  return
+}
+
+// -----
+
+func.func @f(%x: tensor<4xf32>) {
+  // expected-error@+1 {{'strata.grad_of' names @f, which is not a strata.param}}
+  %0 = strata.relu %x {strata.grad_of = @f} : (tensor<4xf32>) -> tensor<4xf32>
+  return
+}
+
+// -----
+
+func.func @f(%x: tensor<4xf32>) {
+  // expected-error@+1 {{'strata.grad_of' must be a flat symbol reference}}
+  %0 = strata.relu %x {strata.grad_of = 3 : i64} : (tensor<4xf32>) -> tensor<4xf32>
+  return
+}
+
+// -----
+
+func.func @f(%x: tensor<4xf32>) {
+  // expected-error@+1 {{unknown Strata attribute 'strata.rol'}}
+  %0 = strata.relu %x {strata.rol = #strata.role<forward>} : (tensor<4xf32>) -> tensor<4xf32>
+  return
+}
+
+// -----
+
+func.func @f(%x: tensor<4xf32>) {
+  // expected-error@+2 {{expected ::strata::Role to be one of: forward, backward, optimizer, communication}}
+  // expected-error@+1 {{failed to parse Strata_RoleAttr parameter 'value'}}
+  %0 = strata.relu %x {strata.role = #strata.role<sideways>} : (tensor<4xf32>) -> tensor<4xf32>
+  return
+}

@@ -1,0 +1,162 @@
+// Every op parses, prints and parses again, in custom and generic form.
+// RUN: strata-opt %s | strata-opt | FileCheck %s
+// RUN: strata-opt %s --mlir-print-op-generic | strata-opt | FileCheck %s
+
+// CHECK: strata.param @w : tensor<8x16xf32> init <normal, 2.000000e-02 : f64>
+strata.param @w : tensor<8x16xf32> init <normal, 2.000000e-02 : f64>
+// CHECK: strata.param @b : tensor<16xf32> init <zeros>
+strata.param @b : tensor<16xf32> init <zeros>
+// CHECK: strata.param @g : tensor<16xf32> init <ones> {frozen}
+strata.param @g : tensor<16xf32> init <ones> {frozen}
+// CHECK: strata.param @u : tensor<16x16xf32> init <uniform, 2.500000e-01 : f64>
+strata.param @u : tensor<16x16xf32> init <uniform, 2.500000e-01 : f64>
+// CHECK: strata.param @table : tensor<32x16xf32> init <normal, 1.000000e+00 : f64>
+strata.param @table : tensor<32x16xf32> init <normal, 1.0>
+// CHECK: strata.comm_group @dp ranks [array<i64: 0, 2>, array<i64: 1, 3>]
+strata.comm_group @dp ranks [array<i64: 0, 2>, array<i64: 1, 3>]
+
+// CHECK-LABEL: func @forward
+func.func @forward(%x: tensor<4x8xf32>, %ids: tensor<4x3xi32>, %labels: tensor<4xi32>) -> tensor<f32> {
+  // CHECK: strata.get_param @w : tensor<8x16xf32>
+  %w = strata.get_param @w : tensor<8x16xf32>
+  %b = strata.get_param @b : tensor<16xf32>
+  %g = strata.get_param @g : tensor<16xf32>
+  %table = strata.get_param @table : tensor<32x16xf32>
+  // CHECK: strata.matmul %{{.*}}, %{{.*}} : (tensor<4x8xf32>, tensor<8x16xf32>) -> tensor<4x16xf32>
+  %0 = strata.matmul %x, %w : (tensor<4x8xf32>, tensor<8x16xf32>) -> tensor<4x16xf32>
+  // CHECK: strata.matmul {{.*}} {transpose_lhs, transpose_rhs}
+  %t = strata.matmul %w, %x {transpose_lhs, transpose_rhs} : (tensor<8x16xf32>, tensor<4x8xf32>) -> tensor<16x4xf32>
+  // CHECK: strata.bias_add
+  %1 = strata.bias_add %0, %b : (tensor<4x16xf32>, tensor<16xf32>) -> tensor<4x16xf32>
+  // CHECK: strata.add {{.*}} (tensor<4x16xf32>, tensor<16xf32>) -> tensor<4x16xf32>
+  %2 = strata.add %1, %b : (tensor<4x16xf32>, tensor<16xf32>) -> tensor<4x16xf32>
+  // CHECK: strata.sub
+  %3 = strata.sub %2, %1 : (tensor<4x16xf32>, tensor<4x16xf32>) -> tensor<4x16xf32>
+  // CHECK: strata.mul {{.*}} (tensor<4x1xf32>, tensor<1x16xf32>) -> tensor<4x16xf32>
+  %c = strata.reshape %b : (tensor<16xf32>) -> tensor<1x16xf32>
+  %r = strata.reduce_sum %3 {dims = array<i64: 1>, keep_dims} : (tensor<4x16xf32>) -> tensor<4x1xf32>
+  %4 = strata.mul %r, %c : (tensor<4x1xf32>, tensor<1x16xf32>) -> tensor<4x16xf32>
+  // CHECK: strata.div
+  %5 = strata.div %4, %2 : (tensor<4x16xf32>, tensor<4x16xf32>) -> tensor<4x16xf32>
+  // CHECK: strata.scale {{.*}} {factor = 5.000000e-01 : f64}
+  %6 = strata.scale %5 {factor = 0.5 : f64} : (tensor<4x16xf32>) -> tensor<4x16xf32>
+  // CHECK: strata.relu
+  %7 = strata.relu %6 : (tensor<4x16xf32>) -> tensor<4x16xf32>
+  // CHECK: strata.gelu %{{.*}} : (tensor<4x16xf32>)
+  %8 = strata.gelu %7 : (tensor<4x16xf32>) -> tensor<4x16xf32>
+  // CHECK: strata.gelu {{.*}} {approximate = #strata.gelu<tanh>}
+  %9 = strata.gelu %8 {approximate = #strata.gelu<tanh>} : (tensor<4x16xf32>) -> tensor<4x16xf32>
+  // CHECK: strata.dropout {{.*}} {key = 7 : i64, prob = 1.000000e-01 : f64}
+  %10 = strata.dropout %9 {key = 7 : i64, prob = 0.1 : f64} : (tensor<4x16xf32>) -> tensor<4x16xf32>
+  // CHECK: strata.layer_norm {{.*}} {epsilon = 9.9999999999999995E-7 : f64}
+  %11 = strata.layer_norm %10, %g, %b {epsilon = 1.0e-6 : f64} : (tensor<4x16xf32>, tensor<16xf32>, tensor<16xf32>) -> tensor<4x16xf32>
+  // CHECK: strata.softmax %{{.*}} :
+  %12 = strata.softmax %11 : (tensor<4x16xf32>) -> tensor<4x16xf32>
+  // CHECK: strata.softmax {{.*}} {causal}
+  %sq = strata.reshape %12 : (tensor<4x16xf32>) -> tensor<4x4x4xf32>
+  %13 = strata.softmax %sq {causal} : (tensor<4x4x4xf32>) -> tensor<4x4x4xf32>
+  // CHECK: strata.transpose {{.*}} {permutation = array<i64: 2, 0, 1>}
+  %14 = strata.transpose %13 {permutation = array<i64: 2, 0, 1>} : (tensor<4x4x4xf32>) -> tensor<4x4x4xf32>
+  // CHECK: strata.reduce_mean {{.*}} {dims = array<i64: 0, 2>}
+  %15 = strata.reduce_mean %14 {dims = array<i64: 0, 2>} : (tensor<4x4x4xf32>) -> tensor<4xf32>
+  // CHECK: strata.broadcast_to
+  %16 = strata.broadcast_to %15 : (tensor<4xf32>) -> tensor<3x4xf32>
+  // CHECK: strata.sum_to
+  %17 = strata.sum_to %16 : (tensor<3x4xf32>) -> tensor<1x4xf32>
+  // CHECK: strata.embedding {{.*}} -> tensor<4x3x16xf32>
+  %18 = strata.embedding %table, %ids : (tensor<32x16xf32>, tensor<4x3xi32>) -> tensor<4x3x16xf32>
+  // CHECK: strata.cross_entropy {{.*}} -> tensor<f32>
+  %loss = strata.cross_entropy %12, %labels : (tensor<4x16xf32>, tensor<4xi32>) -> tensor<f32>
+  return %loss : tensor<f32>
+}
+
+// CHECK-LABEL: func @backward
+func.func @backward(%x: tensor<4x8xf32>, %w: tensor<8x16xf32>, %dy: tensor<4x16xf32>,
+                    %g: tensor<16xf32>, %ids: tensor<4xi32>, %dl: tensor<f32>) {
+  // CHECK: strata.matmul_grad {{.*}} -> (tensor<4x8xf32>, tensor<8x16xf32>)
+  %dx, %dw = strata.matmul_grad %x, %w, %dy : (tensor<4x8xf32>, tensor<8x16xf32>, tensor<4x16xf32>) -> (tensor<4x8xf32>, tensor<8x16xf32>)
+  // CHECK: strata.bias_add_grad {{.*}} -> tensor<16xf32>
+  %db = strata.bias_add_grad %dy : (tensor<4x16xf32>) -> tensor<16xf32>
+  // CHECK: strata.relu_grad
+  %0 = strata.relu_grad %dy, %dy : (tensor<4x16xf32>, tensor<4x16xf32>) -> tensor<4x16xf32>
+  // CHECK: strata.gelu_grad {{.*}} {approximate = #strata.gelu<tanh>}
+  %1 = strata.gelu_grad %dy, %0 {approximate = #strata.gelu<tanh>} : (tensor<4x16xf32>, tensor<4x16xf32>) -> tensor<4x16xf32>
+  // CHECK: strata.dropout_grad
+  %2 = strata.dropout_grad %1 {key = 7 : i64, prob = 0.1 : f64} : (tensor<4x16xf32>) -> tensor<4x16xf32>
+  // CHECK: strata.softmax_grad
+  %3 = strata.softmax_grad %2, %1 : (tensor<4x16xf32>, tensor<4x16xf32>) -> tensor<4x16xf32>
+  // CHECK: strata.layer_norm_grad {{.*}} -> (tensor<4x16xf32>, tensor<16xf32>, tensor<16xf32>)
+  %4:3 = strata.layer_norm_grad %3, %g, %2 : (tensor<4x16xf32>, tensor<16xf32>, tensor<4x16xf32>) -> (tensor<4x16xf32>, tensor<16xf32>, tensor<16xf32>)
+  // CHECK: strata.embedding_grad {{.*}} -> tensor<32x16xf32>
+  %5 = strata.embedding_grad %ids, %4#0 : (tensor<4xi32>, tensor<4x16xf32>) -> tensor<32x16xf32>
+  // CHECK: strata.cross_entropy_grad
+  %6 = strata.cross_entropy_grad %3, %ids, %dl : (tensor<4x16xf32>, tensor<4xi32>, tensor<f32>) -> tensor<4x16xf32>
+  return
+}
+
+// CHECK-LABEL: func @optimizer
+func.func @optimizer(%p: tensor<16xf32>, %g: tensor<16xf32>, %m: tensor<16xf32>, %v: tensor<16xf32>,
+                     %lr: tensor<f32>, %step: tensor<i64>, %q: tensor<4x4xf32>) {
+  // CHECK: strata.sgd_update
+  %0 = strata.sgd_update %p, %g, %lr : (tensor<16xf32>, tensor<16xf32>, tensor<f32>) -> tensor<16xf32>
+  // CHECK: strata.momentum_update {{.*}} {momentum = 0.94999999999999996 : f64, use_nesterov}
+  %1:2 = strata.momentum_update %p, %g, %v, %lr {momentum = 0.95 : f64, use_nesterov} : (tensor<16xf32>, tensor<16xf32>, tensor<16xf32>, tensor<f32>) -> (tensor<16xf32>, tensor<16xf32>)
+  // CHECK: strata.adam_update
+  %2:3 = strata.adam_update %p, %g, %m, %v, %lr, %step : (tensor<16xf32>, tensor<16xf32>, tensor<16xf32>, tensor<16xf32>, tensor<f32>, tensor<i64>) -> (tensor<16xf32>, tensor<16xf32>, tensor<16xf32>)
+  // CHECK: strata.adamw_update {{.*}} {weight_decay = 1.000000e-01 : f64}
+  %3:3 = strata.adamw_update %p, %g, %m, %v, %lr, %step {weight_decay = 0.1 : f64} : (tensor<16xf32>, tensor<16xf32>, tensor<16xf32>, tensor<16xf32>, tensor<f32>, tensor<i64>) -> (tensor<16xf32>, tensor<16xf32>, tensor<16xf32>)
+  // CHECK: strata.lamb_update
+  %4:3 = strata.lamb_update %p, %g, %m, %v, %lr, %step {epsilon = 1.0e-6 : f64} : (tensor<16xf32>, tensor<16xf32>, tensor<16xf32>, tensor<16xf32>, tensor<f32>, tensor<i64>) -> (tensor<16xf32>, tensor<16xf32>, tensor<16xf32>)
+  // CHECK: strata.lars_update
+  %5:2 = strata.lars_update %p, %g, %v, %lr : (tensor<16xf32>, tensor<16xf32>, tensor<16xf32>, tensor<f32>) -> (tensor<16xf32>, tensor<16xf32>)
+  // CHECK: strata.global_norm {{.*}} -> tensor<f32>
+  %n = strata.global_norm %g, %q : (tensor<16xf32>, tensor<4x4xf32>) -> tensor<f32>
+  // CHECK: strata.clip_by_global_norm {{.*}} {max_norm = 1.000000e+00 : f64}
+  %c:2 = strata.clip_by_global_norm %g, %q, %n {max_norm = 1.0 : f64} : (tensor<16xf32>, tensor<4x4xf32>, tensor<f32>) -> (tensor<16xf32>, tensor<4x4xf32>)
+  return
+}
+
+// CHECK-LABEL: func @collectives
+func.func @collectives(%x: tensor<4x16xf32>) -> tensor<4x16xf32> {
+  // CHECK: strata.init_token : !strata.token
+  %t0 = strata.init_token : !strata.token
+  // CHECK: strata.all_reduce {{.*}} {group = @dp, kind = #strata.reduce<mean>}
+  %0, %t1 = strata.all_reduce %x, %t0 {group = @dp, kind = #strata.reduce<mean>} : (tensor<4x16xf32>, !strata.token) -> (tensor<4x16xf32>, !strata.token)
+  // CHECK: strata.reduce_scatter {{.*}} -> (tensor<2x16xf32>, !strata.token)
+  %1, %t2 = strata.reduce_scatter %0, %t1 {group = @dp} : (tensor<4x16xf32>, !strata.token) -> (tensor<2x16xf32>, !strata.token)
+  // CHECK: strata.all_gather {{.*}} {dim = 1 : i64, group = @dp}
+  %2, %t3 = strata.all_gather %1, %t2 {group = @dp, dim = 1 : i64} : (tensor<2x16xf32>, !strata.token) -> (tensor<2x32xf32>, !strata.token)
+  // CHECK: strata.broadcast {{.*}} {group = @dp, root = 1 : i64}
+  %3, %t4 = strata.broadcast %0, %t3 {group = @dp, root = 1 : i64} : (tensor<4x16xf32>, !strata.token) -> (tensor<4x16xf32>, !strata.token)
+  // CHECK: strata.send {{.*}} {group = @dp, peer = 1 : i64}
+  %t5 = strata.send %3, %t4 {group = @dp, peer = 1 : i64} : (tensor<4x16xf32>, !strata.token) -> !strata.token
+  // CHECK: strata.recv {{.*}} -> (tensor<4x16xf32>, !strata.token)
+  %4, %t6 = strata.recv %t5 {group = @dp, peer = 1 : i64} : (!strata.token) -> (tensor<4x16xf32>, !strata.token)
+  return %4 : tensor<4x16xf32>
+}
+
+// CHECK-LABEL: func @fused
+func.func @fused(%x: tensor<4x8xf32>, %w: tensor<8x16xf32>, %b: tensor<16xf32>, %dy: tensor<4x16xf32>) {
+  // CHECK: strata.fused_gemm_epilogue {{.*}} -> tensor<4x16xf32>
+  %0 = strata.fused_gemm_epilogue %x, %w, %b : (tensor<4x8xf32>, tensor<8x16xf32>, tensor<16xf32>) -> tensor<4x16xf32>
+  // CHECK: strata.fused_gemm_epilogue {{.*}} {activation = #strata.activation<gelu_tanh>, with_aux}
+  %1, %aux = strata.fused_gemm_epilogue %x, %w, %b {activation = #strata.activation<gelu_tanh>, with_aux} : (tensor<4x8xf32>, tensor<8x16xf32>, tensor<16xf32>) -> (tensor<4x16xf32>, tensor<4x16xf32>)
+  // CHECK: strata.fused_gemm_epilogue_grad {{.*}} -> (tensor<4x8xf32>, tensor<8x16xf32>, tensor<16xf32>)
+  %2:3 = strata.fused_gemm_epilogue_grad %x, %w, %dy : (tensor<4x8xf32>, tensor<8x16xf32>, tensor<4x16xf32>) -> (tensor<4x8xf32>, tensor<8x16xf32>, tensor<16xf32>)
+  // CHECK: strata.fused_gemm_epilogue_grad {{.*}} {activation = #strata.activation<gelu_tanh>}
+  %3:3 = strata.fused_gemm_epilogue_grad %x, %w, %dy, %aux {activation = #strata.activation<gelu_tanh>} : (tensor<4x8xf32>, tensor<8x16xf32>, tensor<4x16xf32>, tensor<4x16xf32>) -> (tensor<4x8xf32>, tensor<8x16xf32>, tensor<16xf32>)
+  // CHECK: strata.fused_dropout_add
+  %4 = strata.fused_dropout_add %1, %dy {key = 2 : i64, prob = 0.1 : f64} : (tensor<4x16xf32>, tensor<4x16xf32>) -> tensor<4x16xf32>
+  // CHECK: strata.fused_dropout_add_grad
+  %5:2 = strata.fused_dropout_add_grad %4 {key = 2 : i64, prob = 0.1 : f64} : (tensor<4x16xf32>) -> (tensor<4x16xf32>, tensor<4x16xf32>)
+  return
+}
+
+// CHECK-LABEL: func @metadata
+func.func @metadata(%x: tensor<4x16xf32>) -> tensor<4x16xf32> {
+  // CHECK: strata.relu {{.*}} {strata.micro_batch = 3 : i64, strata.role = #strata.role<forward>, strata.stage = 1 : i64}
+  %0 = strata.relu %x {strata.role = #strata.role<forward>, strata.stage = 1 : i64, strata.micro_batch = 3 : i64} : (tensor<4x16xf32>) -> tensor<4x16xf32>
+  // CHECK: strata.bias_add_grad {{.*}} {strata.grad_of = @b, strata.role = #strata.role<backward>}
+  %1 = strata.bias_add_grad %0 {strata.role = #strata.role<backward>, strata.grad_of = @b} : (tensor<4x16xf32>) -> tensor<16xf32>
+  return %0 : tensor<4x16xf32>
+}
