@@ -1,19 +1,154 @@
 //===- strata-opt.cpp - The Strata optimizer driver -----------------------===//
 //
 // An MlirOptMain tool with the Strata dialect, the upstream dialects a
-// program uses, and every Strata pass.
+// program uses, and every Strata pass. `--strategy=FILE` appends the passes
+// the strategy selects after those given on the command line.
 //
 //===----------------------------------------------------------------------===//
 
 #include "strata/InitAllDialects.h"
+#include "strata/Strategy/PassPlan.h"
+#include "strata/Strategy/Strategy.h"
 
 #include "mlir/IR/DialectRegistry.h"
+#include "mlir/Pass/PassManager.h"
+#include "mlir/Pass/PassRegistry.h"
+#include "mlir/Support/FileUtilities.h"
 #include "mlir/Tools/mlir-opt/MlirOptMain.h"
+#include "llvm/Support/CommandLine.h"
+#include "llvm/Support/InitLLVM.h"
+#include "llvm/Support/MemoryBuffer.h"
+#include "llvm/Support/ToolOutputFile.h"
+#include "llvm/Support/WithColor.h"
+
+using namespace llvm;
+
+static cl::OptionCategory strategyCategory("Strategy options");
+
+static cl::opt<std::string> strategyFile(
+    "strategy",
+    cl::desc("Append the passes selected by this strategy file (YAML or "
+             "JSON, Paddle's keys)"),
+    cl::value_desc("file"), cl::init(""), cl::cat(strategyCategory));
+
+static cl::opt<int64_t> worldSize(
+    "world-size",
+    cl::desc("Number of ranks the program is compiled for: checks the "
+             "strategy's parallel degrees against it and selects data "
+             "parallelism (0: unknown)"),
+    cl::init(0), cl::cat(strategyCategory));
+
+static cl::opt<std::string> printStrategy(
+    "print-strategy",
+    cl::desc("Print the effective strategy (every key, defaults filled in) "
+             "as 'yaml' or 'json' and exit"),
+    cl::value_desc("format"), cl::init(""), cl::cat(strategyCategory));
+
+static cl::opt<bool> printStrategyPlan(
+    "print-strategy-plan",
+    cl::desc("Print the passes the strategy selects, in order, with the key "
+             "that selects each, and exit"),
+    cl::init(false), cl::cat(strategyCategory));
+
+static int fail(const Twine &message) {
+  WithColor::error(errs(), "strata-opt") << message << "\n";
+  return 1;
+}
 
 int main(int argc, char **argv) {
+  InitLLVM init(argc, argv);
   mlir::DialectRegistry registry;
   strata::registerStrataDialects(registry);
   strata::registerAllStrataPasses();
-  return mlir::asMainReturnCode(mlir::MlirOptMain(
-      argc, argv, "Strata optimizer driver\n", registry));
+  auto [inputFilename, outputFilename] = mlir::registerAndParseCLIOptions(
+      argc, argv, "Strata optimizer driver\n", registry);
+
+  if (strategyFile.empty()) {
+    if (!printStrategy.empty() || printStrategyPlan)
+      return fail("--print-strategy and --print-strategy-plan need "
+                  "--strategy=FILE");
+    return mlir::asMainReturnCode(mlir::MlirOptMain(
+        argc, argv, inputFilename, outputFilename, registry));
+  }
+
+  strata::StrategyContext context;
+  if (worldSize < 0)
+    return fail("--world-size must be >= 1 (or 0 for unknown)");
+  if (worldSize > 0)
+    context.worldSize = worldSize;
+  Expected<strata::Strategy> strategy =
+      strata::loadStrategy(strategyFile, context);
+  if (!strategy) {
+    // Diagnostics from the reader already carry "file:line:col: error:".
+    errs() << toString(strategy.takeError());
+    return 1;
+  }
+
+  if (!printStrategy.empty()) {
+    if (printStrategy == "yaml")
+      outs() << strata::toYaml(*strategy);
+    else if (printStrategy == "json")
+      outs() << strata::toJson(*strategy);
+    else
+      return fail("--print-strategy takes 'yaml' or 'json', got '" +
+                  printStrategy + "'");
+    return 0;
+  }
+
+  std::vector<strata::PlannedPass> plan =
+      strata::planPasses(*strategy, context.worldSize);
+  if (printStrategyPlan) {
+    for (const strata::PlannedPass &p : plan) {
+      outs() << p.name;
+      if (!p.options.empty())
+        outs() << "{" << p.options << "}";
+      outs() << "  # " << p.reason;
+      std::string where = strategy->where(p.reason);
+      if (!where.empty())
+        outs() << " (" << where << ")";
+      if (!mlir::PassInfo::lookup(p.name))
+        outs() << " [not implemented yet]";
+      outs() << "\n";
+    }
+    return 0;
+  }
+
+  mlir::MlirOptMainConfig config = mlir::MlirOptMainConfig::createFromCLOptions();
+  if (config.shouldShowDialects() || config.shouldListPasses())
+    return mlir::asMainReturnCode(mlir::MlirOptMain(
+        argc, argv, inputFilename, outputFilename, registry));
+
+  // Check that every selected pass exists before reading any input.
+  {
+    mlir::OpPassManager probe("builtin.module");
+    if (Error err = strata::addPlannedPasses(probe, plan, *strategy)) {
+      errs() << toString(std::move(err)) << "\n";
+      return 1;
+    }
+  }
+  mlir::MlirOptMainConfig cliConfig = config;
+  config.setPassPipelineSetupFn(
+      [cliConfig, plan, strategy = *strategy](
+          mlir::PassManager &pm) -> mlir::LogicalResult {
+        if (mlir::failed(cliConfig.setupPassPipeline(pm)))
+          return mlir::failure();
+        if (Error err = strata::addPlannedPasses(pm, plan, strategy)) {
+          errs() << toString(std::move(err)) << "\n";
+          return mlir::failure();
+        }
+        return mlir::success();
+      });
+
+  std::string error;
+  auto input = mlir::openInputFile(inputFilename, &error);
+  if (!input)
+    return fail(error);
+  auto output = mlir::openOutputFile(outputFilename, &error);
+  if (!output)
+    return fail(error);
+  if (mlir::failed(mlir::MlirOptMain(output->os(), std::move(input), registry,
+                                     config)))
+    return 1;
+  output->keep();
+  return 0;
 }

@@ -1,0 +1,220 @@
+//===- Strategy.h - The distributed-training strategy model -----*- C++ -*-===//
+//
+// One model of a strategy, shared by strata-opt, strata-run and the C/C++
+// API. Section and key names and defaults are those of PaddlePaddle's
+// `paddle.distributed.Strategy`; the `fleet.DistributedStrategy`,
+// `group_sharded_parallel` and `DataParallel` spellings map onto it when a
+// file is read. Strata adds two sections: `optimizer` (the update rule and
+// its hyper-parameters) and `hybrid` (parallel degrees Paddle takes from
+// the launcher). docs/strategy.md documents every key.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef STRATA_STRATEGY_STRATEGY_H
+#define STRATA_STRATEGY_STRATEGY_H
+
+#include "llvm/ADT/StringMap.h"
+#include "llvm/ADT/StringRef.h"
+#include "llvm/Support/Error.h"
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace strata {
+
+struct ShardingSection {
+  bool enable = false;
+  int64_t stage = 1;
+  int64_t degree = 8;
+  bool enable_overlap = false;
+  int64_t param_comm_stream_num = 1;
+  int64_t grad_comm_stream_num = 1;
+  int64_t param_bucket_size_numel = 1;
+  int64_t grad_bucket_size_numel = 1;
+  std::string partition_algor = "greedy_even";
+  double comm_buffer_size_MB = 256;
+  bool enable_tensor_fusion = false;
+  bool release_gradients = false;
+  // group_sharded_parallel's arguments.
+  bool offload = false;
+  bool sync_buffers = false;
+  int64_t buffer_max_size = int64_t(1) << 23;
+  int64_t segment_size = int64_t(1) << 20;
+  bool sync_comm = false;
+  bool operator==(const ShardingSection &) const = default;
+};
+
+struct FusedPassesSection {
+  bool enable = false;
+  bool gemm_epilogue = false;
+  bool dropout_add = false;
+  bool operator==(const FusedPassesSection &) const = default;
+};
+
+struct GradientMergeSection {
+  bool enable = false;
+  int64_t k_steps = 1;
+  bool avg = true;
+  bool operator==(const GradientMergeSection &) const = default;
+};
+
+struct PipelineSection {
+  bool enable = false;
+  std::string schedule_mode = "1F1B";
+  int64_t pp_degree = 1;
+  int64_t vpp_degree = 1;
+  int64_t micro_batch_size = 1;
+  int64_t accumulate_steps = 1;
+  bool enable_send_recv_overlap = false;
+  bool split_backward = false;
+  bool operator==(const PipelineSection &) const = default;
+};
+
+/// One selective-recompute rule: ops matching `main_ops` (preceded by
+/// `pre_ops`, followed by `suf_ops`) are kept, not recomputed; `num` is how
+/// many matches to keep (-1: all).
+struct RefinedOpsPattern {
+  std::vector<std::string> main_ops;
+  int64_t num = -1;
+  std::vector<std::string> pre_ops;
+  std::vector<std::string> suf_ops;
+  bool operator==(const RefinedOpsPattern &) const = default;
+};
+
+struct RecomputeSection {
+  bool enable = false;
+  std::vector<std::string> checkpoints;
+  std::vector<int64_t> no_recompute_segments;
+  int64_t sr = 0;
+  std::vector<RefinedOpsPattern> refined_ops_patterns;
+  bool operator==(const RecomputeSection &) const = default;
+};
+
+struct AmpSection {
+  bool enable = false;
+  std::string dtype = "float16";
+  std::string level = "o1";
+  double init_loss_scaling = 32768.0;
+  int64_t incr_every_n_steps = 1000;
+  int64_t decr_every_n_nan_or_inf = 2;
+  double incr_ratio = 2.0;
+  double decr_ratio = 0.8;
+  bool use_dynamic_loss_scaling = true;
+  std::vector<std::string> custom_white_list;
+  std::vector<std::string> custom_black_list;
+  bool use_master_grad = false;
+  bool operator==(const AmpSection &) const = default;
+};
+
+struct DpOptimizationSection {
+  bool fuse_all_reduce_ops = true;
+  /// Gradient bucket size in MB (DataParallel's comm_buffer_size; Paddle's
+  /// static-graph fuse_grad_size_in_MB is read as the same setting).
+  double comm_buffer_size = 25.0;
+  /// Cap of the first bucket closed in backward, in MB.
+  double last_comm_buffer_size = 1.0;
+  bool overlap_comm_cacl = true;
+  /// Strata synchronises accumulated gradients once per optimizer step.
+  bool gradient_sync_after_accumulate = true;
+  bool find_unused_parameters = false;
+  bool operator==(const DpOptimizationSection &) const = default;
+};
+
+struct HybridSection {
+  /// 0: whatever the world size leaves after the other degrees.
+  int64_t dp_degree = 0;
+  int64_t mp_degree = 1;
+  bool operator==(const HybridSection &) const = default;
+};
+
+struct OptimizerSection {
+  std::string type = "adamw";
+  double learning_rate = 0.001;
+  /// Filled from the type when not given: adamw and lamb 0.01, lars
+  /// 0.0005, the others 0.
+  std::optional<double> weight_decay;
+  double beta1 = 0.9;
+  double beta2 = 0.999;
+  /// Filled from the type when not given: lamb 1e-6, lars 0, the others
+  /// 1e-8.
+  std::optional<double> epsilon;
+  double momentum = 0.9;
+  bool use_nesterov = false;
+  double lars_coeff = 0.001;
+  std::vector<std::string> exclude_from_weight_decay;
+  /// Global-norm gradient clipping; 0 disables it.
+  double grad_clip_norm = 0.0;
+  std::string lr_schedule = "constant";
+  int64_t warmup_steps = 0;
+  int64_t decay_steps = 0;
+  double min_lr = 0.0;
+  bool operator==(const OptimizerSection &) const = default;
+};
+
+/// Where a key was written: 1-based line and column in `Strategy::file`.
+struct KeyLocation {
+  unsigned line = 0;
+  unsigned column = 0;
+};
+
+struct Strategy {
+  ShardingSection sharding;
+  FusedPassesSection fused_passes;
+  GradientMergeSection gradient_merge;
+  PipelineSection pipeline;
+  RecomputeSection recompute;
+  AmpSection amp;
+  DpOptimizationSection dp_optimization;
+  HybridSection hybrid;
+  OptimizerSection optimizer;
+
+  /// The file the strategy was read from (empty for defaults).
+  std::string file;
+  /// Location of every key the file set, by canonical name
+  /// ("sharding.stage"). Keys set through a fleet spelling are recorded
+  /// under the canonical name they map to.
+  llvm::StringMap<KeyLocation> locations;
+
+  /// Equality of the settings (not of where they came from).
+  bool operator==(const Strategy &other) const;
+  bool operator!=(const Strategy &other) const { return !(*this == other); }
+
+  /// "FILE:LINE:COL" of a key the file set, or "" when it took its default.
+  std::string where(llvm::StringRef key) const;
+};
+
+/// Options of loading that do not come from the file.
+struct StrategyContext {
+  /// Number of ranks the program will run on, when known: enables the
+  /// checks of the parallel degrees against it.
+  std::optional<int64_t> worldSize;
+};
+
+/// Reads a YAML or JSON strategy (JSON when the text starts with '{'),
+/// maps the fleet spellings, fills defaults and validates. Errors name the
+/// file, line and column and suggest the closest valid key.
+llvm::Expected<Strategy> parseStrategy(llvm::StringRef text,
+                                       llvm::StringRef bufferName,
+                                       const StrategyContext &context = {});
+llvm::Expected<Strategy> loadStrategy(llvm::StringRef path,
+                                      const StrategyContext &context = {});
+
+/// The effective strategy, every key with its value, in canonical spelling.
+std::string toYaml(const Strategy &strategy);
+std::string toJson(const Strategy &strategy);
+/// Writes YAML or JSON by the extension of `path` (.json for JSON),
+/// atomically (temporary file + rename).
+llvm::Error saveStrategy(const Strategy &strategy, llvm::StringRef path);
+
+/// The shortest decimal text that reads back as `value` ("0.9", "1e-08",
+/// "256.0"), as strategy files and pass options write numbers.
+std::string formatStrategyNumber(double value);
+
+/// Data-parallel degree the world leaves after the other degrees.
+int64_t dataParallelDegree(const Strategy &strategy, int64_t worldSize);
+
+} // namespace strata
+
+#endif // STRATA_STRATEGY_STRATEGY_H
