@@ -130,11 +130,14 @@ std::vector<PlannedPass> strata::planPasses(const Strategy &s,
           "world size");
   }
 
-  if (s.sharding.enable)
+  if (s.sharding.enable) {
+    Options options;
+    options.add("stage", s.sharding.stage).add("degree", s.sharding.degree);
+    // The outer data-parallel group of hybrid sharding, when known.
+    if (worldSize)
+      options.add("dp-degree", dataParallelDegree(s, *worldSize));
     add("strata-sharding",
-        Options()
-            .add("stage", s.sharding.stage)
-            .add("degree", s.sharding.degree)
+        options
             .add("partition", s.sharding.partition_algor)
             .add("segment-size", s.sharding.segment_size)
             .add("offload", s.sharding.offload)
@@ -142,6 +145,7 @@ std::vector<PlannedPass> strata::planPasses(const Strategy &s,
             .add("bucket-mb", s.dp_optimization.comm_buffer_size)
             .add("last-bucket-mb", s.dp_optimization.last_comm_buffer_size),
         "sharding.enable");
+  }
 
   if (s.pipeline.enable)
     add("strata-pipeline",

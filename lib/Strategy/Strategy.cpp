@@ -556,6 +556,8 @@ Error Reader::setCanonical(StringRef path, yaml::Node *keyNode,
   auto [sectionName, key] = path.split('.');
   const SectionInfo *section = findSection(sectionName);
   assert(section && "unknown canonical section");
+  if (!value || isa<yaml::NullNode>(value))
+    return fail(keyNode, "missing value for '" + path + "'");
   auto v = readValue(value, section->kindOf(strategy, key), path);
   if (!v)
     return v.takeError();
@@ -640,8 +642,13 @@ Error Reader::readFleetConfigs(StringRef configs, yaml::MappingNode *map) {
         if (Error err = setCanonical("gradient_merge.k_steps", kv.getKey(),
                                      kv.getValue()))
           return err;
-        if (strategy.gradient_merge.k_steps > 1)
-          strategy.gradient_merge.enable = true;
+        if (strategy.gradient_merge.k_steps > 1) {
+          // Recorded as set here, so that a contradicting
+          // gradient_merge.enable is reported as set twice.
+          if (Error err = store("gradient_merge.enable", true,
+                                kv.getKey()->getSourceRange().Start))
+            return err;
+        }
         continue;
       }
     }
@@ -683,10 +690,10 @@ Error Reader::readFleetConfigs(StringRef configs, yaml::MappingNode *map) {
       if (u.key != *key)
         continue;
       handled = true;
-      auto v = readValue(kv.getValue(), u.kind == StringRef("int") ? 1 : 6,
-                         what);
-      if (u.kind == StringRef("double_list")) {
-        consumeError(v.takeError());
+      if (u.kind == StringRef("int")) {
+        if (auto v = readValue(kv.getValue(), 1, what); !v)
+          return v.takeError();
+      } else {
         auto *seq = dyn_cast<yaml::SequenceNode>(kv.getValue());
         if (!seq)
           return fail(kv.getValue(), "expected a list of numbers for '" +
@@ -694,8 +701,6 @@ Error Reader::readFleetConfigs(StringRef configs, yaml::MappingNode *map) {
         for (yaml::Node &item : *seq)
           if (auto d = readValue(&item, 2, what); !d)
             return d.takeError();
-      } else if (!v) {
-        return v.takeError();
       }
       break;
     }
@@ -758,8 +763,14 @@ Error Reader::readGroupSharded(yaml::MappingNode *map) {
 }
 
 Error Reader::read() {
-  yaml::Stream stream(sourceMgr.getMemoryBuffer(1)->getBuffer(), sourceMgr,
-                      /*ShowColors=*/false);
+  StringRef text = sourceMgr.getMemoryBuffer(1)->getBuffer();
+  // Report syntax errors before any error about the content.
+  {
+    yaml::Stream check(text, sourceMgr, /*ShowColors=*/false);
+    if (!check.validate() || !message.empty())
+      return createStringError(inconvertibleErrorCode(), message);
+  }
+  yaml::Stream stream(text, sourceMgr, /*ShowColors=*/false);
   yaml::document_iterator doc = stream.begin();
   if (doc == stream.end() || !doc->getRoot())
     return Error::success();
@@ -1182,12 +1193,14 @@ std::string strata::formatStrategyNumber(double d) {
 namespace {
 
 std::string yamlString(StringRef s) {
-  if (yaml::needsQuotes(s) == yaml::QuotingType::None && !s.empty() &&
-      !yaml::parseBool(s) && s != "null" && s != "~") {
-    double d;
-    if (!to_float(s, d))
-      return s.str();
-  }
+  // Plain only when unambiguous in block and flow context alike, and not
+  // readable as a boolean, a number or null.
+  bool plain = !s.empty() && all_of(s, [](char c) {
+    return isAlnum(c) || c == '_' || c == '.' || c == '/' || c == '-';
+  });
+  double d;
+  if (plain && !yaml::parseBool(s) && s != "null" && !to_float(s, d))
+    return s.str();
   return "\"" + yaml::escape(s) + "\"";
 }
 
@@ -1325,7 +1338,8 @@ std::string strata::toYaml(const Strategy &strategy) {
   for (const SectionInfo &section : sections()) {
     os << section.name << ":\n";
     section.forEach(strategy, [&](StringRef key, const Value &value) {
-      os << "  " << key << ": ";
+      auto *patterns = std::get_if<PatternList>(&value);
+      os << "  " << key << ((patterns && !patterns->empty()) ? ":" : ": ");
       writeYamlValue(os, value, 4);
       os << "\n";
     });

@@ -1,0 +1,199 @@
+//===- StrategyTest.cpp - Strategy model, files and pass plan -------------===//
+
+#include "strata/Strategy/PassPlan.h"
+#include "strata/Strategy/Strategy.h"
+
+#include "mlir/IR/BuiltinOps.h"
+#include "mlir/Pass/Pass.h"
+#include "mlir/Pass/PassManager.h"
+#include "mlir/Pass/PassRegistry.h"
+#include "llvm/Support/FileSystem.h"
+#include "llvm/Support/Path.h"
+#include "llvm/Support/raw_ostream.h"
+
+#include <gtest/gtest.h>
+
+using namespace strata;
+
+namespace {
+
+Strategy parseOk(llvm::StringRef text, StrategyContext context = {}) {
+  auto s = parseStrategy(text, "test.yaml", context);
+  if (!s) {
+    ADD_FAILURE() << llvm::toString(s.takeError());
+    return Strategy();
+  }
+  return std::move(*s);
+}
+
+std::string parseError(llvm::StringRef text, StrategyContext context = {}) {
+  auto s = parseStrategy(text, "test.yaml", context);
+  if (s) {
+    ADD_FAILURE() << "expected an error for:\n" << text.str();
+    return "";
+  }
+  return llvm::toString(s.takeError());
+}
+
+TEST(Strategy, EmptyIsDefaults) {
+  Strategy s = parseOk("");
+  Strategy defaults;
+  defaults.optimizer.weight_decay = 0.01; // filled in for adamw
+  defaults.optimizer.epsilon = 1e-8;
+  EXPECT_EQ(s, defaults);
+  EXPECT_EQ(s.sharding.degree, 8);
+  EXPECT_TRUE(s.gradient_merge.avg);
+}
+
+TEST(Strategy, SaveLoadSaveIsStable) {
+  Strategy s = parseOk(R"(
+sharding: {enable: true, stage: 3, degree: 4}
+recompute:
+  enable: true
+  checkpoints: [h0, h1]
+  refined_ops_patterns: [{main_ops: [matmul], num: 2}]
+optimizer: {type: lamb, exclude_from_weight_decay: [bias, "ln f"]}
+)");
+  llvm::SmallString<128> dir;
+  ASSERT_FALSE(llvm::sys::fs::createUniqueDirectory("strata-test", dir));
+  for (const char *name : {"s.yaml", "s.json"}) {
+    llvm::SmallString<128> path(dir);
+    llvm::sys::path::append(path, name);
+    ASSERT_FALSE(static_cast<bool>(saveStrategy(s, path)));
+    auto loaded = loadStrategy(path);
+    ASSERT_TRUE(static_cast<bool>(loaded)) << llvm::toString(loaded.takeError());
+    EXPECT_EQ(*loaded, s) << name;
+    EXPECT_EQ(loaded->recompute.refined_ops_patterns[0].num, 2);
+    EXPECT_EQ(loaded->optimizer.exclude_from_weight_decay[1], "ln f");
+    llvm::sys::fs::remove(path);
+  }
+  llvm::sys::fs::remove(dir);
+}
+
+TEST(Strategy, SaveToMissingDirectoryFails) {
+  llvm::Error err = saveStrategy(Strategy(), "/nonexistent-dir/x.yaml");
+  ASSERT_TRUE(static_cast<bool>(err));
+  EXPECT_NE(llvm::toString(std::move(err)).find("cannot write"),
+            std::string::npos);
+}
+
+TEST(Strategy, PipelineForcesGradientMerge) {
+  Strategy s = parseOk("pipeline: {enable: true, accumulate_steps: 4}");
+  EXPECT_TRUE(s.gradient_merge.enable);
+  EXPECT_EQ(s.gradient_merge.k_steps, 4);
+  EXPECT_TRUE(s.gradient_merge.avg);
+  // Agreeing explicit values are fine; contradicting ones are not.
+  parseOk("pipeline: {enable: true, accumulate_steps: 4}\n"
+          "gradient_merge: {k_steps: 4}");
+  EXPECT_NE(parseError("pipeline: {enable: true, accumulate_steps: 4}\n"
+                       "gradient_merge: {k_steps: 2}")
+                .find("test.yaml:2:18: error: 'gradient_merge.k_steps' (2) "
+                      "contradicts"),
+            std::string::npos);
+}
+
+TEST(Strategy, WorldSizeChecks) {
+  StrategyContext world4{4};
+  parseOk("sharding: {enable: true, degree: 2}", world4);
+  EXPECT_EQ(dataParallelDegree(
+                parseOk("sharding: {enable: true, degree: 2}", world4), 4),
+            2);
+  EXPECT_NE(parseError("sharding: {enable: true, degree: 3}", world4)
+                .find("'sharding.degree' (3) does not divide the 4 ranks"),
+            std::string::npos);
+  EXPECT_NE(parseError("sharding: {enable: true}", world4)
+                .find("the default degree is 8, set it"),
+            std::string::npos);
+  EXPECT_NE(parseError("sharding: {enable: true}", StrategyContext{0})
+                .find("the world size must be >= 1"),
+            std::string::npos);
+}
+
+TEST(Strategy, FleetConfigsOfDisabledOptimizerAreCheckedButInert) {
+  Strategy s = parseOk("lamb_configs: {lamb_weight_decay: 0.5}");
+  EXPECT_EQ(s.optimizer.type, "adamw");
+  EXPECT_EQ(*s.optimizer.weight_decay, 0.01);
+  EXPECT_NE(parseError("lamb_configs: {lamb_weight_decai: 0.5}")
+                .find("did you mean 'lamb_weight_decay'?"),
+            std::string::npos);
+}
+
+TEST(Strategy, WhereNamesFileLineColumn) {
+  Strategy s = parseOk("\n\nsharding:\n  stage: 2\n");
+  EXPECT_EQ(s.where("sharding.stage"), "test.yaml:4:3");
+  EXPECT_EQ(s.where("sharding.degree"), "");
+}
+
+TEST(Strategy, NumbersRoundTripShortest) {
+  EXPECT_EQ(formatStrategyNumber(0.9), "0.9");
+  EXPECT_EQ(formatStrategyNumber(256), "256.0");
+  EXPECT_EQ(formatStrategyNumber(1e-8), "1e-08");
+  EXPECT_EQ(formatStrategyNumber(0.1 + 0.2), "0.30000000000000004");
+}
+
+/// Stands in for a Strata pass in this test only, to check how a plan
+/// becomes a pipeline once its passes are registered.
+struct RecordingPass
+    : public mlir::PassWrapper<RecordingPass,
+                               mlir::OperationPass<mlir::ModuleOp>> {
+  RecordingPass() = default;
+  RecordingPass(const RecordingPass &other) : PassWrapper(other) {}
+  RecordingPass(llvm::StringRef argument) : argument(argument.str()) {}
+  llvm::StringRef getArgument() const override { return argument; }
+  void runOnOperation() override {}
+  std::string argument;
+  Option<int> kSteps{*this, "k-steps", llvm::cl::init(1)};
+  Option<bool> avg{*this, "avg", llvm::cl::init(true)};
+};
+
+TEST(PassPlan, OrderAndPipelineText) {
+  Strategy s = parseOk(R"(
+pipeline: {enable: true, pp_degree: 2, accumulate_steps: 4}
+fused_passes: {enable: true, gemm_epilogue: true}
+recompute: {enable: true, checkpoints: [h0]}
+amp: {enable: true}
+sharding: {enable: true, degree: 2}
+)",
+                       StrategyContext{8});
+  std::vector<std::string> names;
+  for (const PlannedPass &p : planPasses(s, 8))
+    names.push_back(p.name);
+  EXPECT_EQ(names, (std::vector<std::string>{
+                       "strata-amp", "strata-autodiff",
+                       "strata-gemm-epilogue-fusion", "strata-recompute",
+                       "strata-optimizer", "strata-gradient-merge",
+                       "strata-sharding", "strata-pipeline"}));
+  // Plain data parallel appears only when the world size is known.
+  Strategy plain = parseOk("");
+  EXPECT_EQ(planPasses(plain, std::nullopt).size(), 2u);
+  EXPECT_EQ(planPasses(plain, 4).back().name, "strata-data-parallel");
+  EXPECT_EQ(planPasses(plain, 1).size(), 2u);
+}
+
+TEST(PassPlan, AddsRegisteredPassesAndRejectsMissingOnes) {
+  Strategy s = parseOk("gradient_merge: {enable: true, k_steps: 4}");
+  std::vector<PlannedPass> plan = planPasses(s, std::nullopt);
+  ASSERT_EQ(plan.back().name, "strata-gradient-merge");
+  std::vector<PlannedPass> onlyMerge = {plan.back()};
+
+  mlir::OpPassManager before("builtin.module");
+  llvm::Error missing = addPlannedPasses(before, onlyMerge, s);
+  ASSERT_TRUE(static_cast<bool>(missing));
+  EXPECT_NE(llvm::toString(std::move(missing))
+                .find("test.yaml:1:18: error: 'gradient_merge.enable' selects "
+                      "pass 'strata-gradient-merge', which is not implemented "
+                      "yet"),
+            std::string::npos);
+
+  mlir::PassRegistration<RecordingPass>(
+      [] { return std::make_unique<RecordingPass>("strata-gradient-merge"); });
+  mlir::OpPassManager pm("builtin.module");
+  ASSERT_FALSE(static_cast<bool>(addPlannedPasses(pm, onlyMerge, s)));
+  std::string text;
+  llvm::raw_string_ostream os(text);
+  pm.printAsTextualPipeline(os);
+  EXPECT_EQ(text,
+            "builtin.module(strata-gradient-merge{avg=true k-steps=4})");
+}
+
+} // namespace
