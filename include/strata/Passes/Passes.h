@@ -5,6 +5,7 @@
 
 #include "strata/Dialect/Strata.h"
 
+#include "mlir/Dialect/Arith/IR/Arith.h"
 #include "mlir/Pass/Pass.h"
 
 #include <memory>

@@ -1,0 +1,630 @@
+//===- Evaluator.cpp - Reference semantics of Strata ops ------------------===//
+//
+// Straightforward loops over row-major double tensors; clarity over speed.
+//
+//===----------------------------------------------------------------------===//
+
+#include "strata/Reference/Evaluator.h"
+#include "strata/Dialect/Strata.h"
+
+#include "../../runtime/common/StrataRandom.h"
+
+#include "mlir/Dialect/Arith/IR/Arith.h"
+#include "mlir/IR/BuiltinAttributes.h"
+#include "llvm/ADT/DenseMap.h"
+#include "llvm/ADT/TypeSwitch.h"
+
+#include <cmath>
+#include <numeric>
+
+using namespace mlir;
+using namespace strata;
+using namespace strata::reference;
+using llvm::StringMap;
+
+Tensor::Tensor(std::vector<int64_t> shape, double fill) : shape(std::move(shape)) {
+  data.assign(numElements(), fill);
+}
+
+int64_t Tensor::numElements() const {
+  return std::accumulate(shape.begin(), shape.end(), int64_t(1),
+                         std::multiplies<int64_t>());
+}
+
+namespace {
+
+std::vector<int64_t> shapeOf(Value v) {
+  auto type = cast<RankedTensorType>(v.getType());
+  return std::vector<int64_t>(type.getShape().begin(), type.getShape().end());
+}
+
+std::vector<int64_t> stridesOf(const std::vector<int64_t> &shape) {
+  std::vector<int64_t> strides(shape.size(), 1);
+  for (int64_t i = int64_t(shape.size()) - 2; i >= 0; --i)
+    strides[i] = strides[i + 1] * shape[i + 1];
+  return strides;
+}
+
+/// Index into `from` (broadcast to `to`, NumPy rules) of flat index `i` of
+/// `to`.
+int64_t broadcastIndex(int64_t i, const std::vector<int64_t> &to,
+                       const std::vector<int64_t> &from) {
+  std::vector<int64_t> toStrides = stridesOf(to), fromStrides = stridesOf(from);
+  int64_t offset = int64_t(to.size()) - int64_t(from.size());
+  int64_t result = 0;
+  for (size_t d = 0; d < to.size(); ++d) {
+    int64_t coord = (i / toStrides[d]) % to[d];
+    int64_t fd = int64_t(d) - offset;
+    if (fd >= 0 && from[fd] != 1)
+      result += coord * fromStrides[fd];
+  }
+  return result;
+}
+
+Tensor broadcastTo(const Tensor &x, const std::vector<int64_t> &shape) {
+  Tensor out(shape);
+  for (int64_t i = 0; i < out.numElements(); ++i)
+    out.data[i] = x.data[broadcastIndex(i, shape, x.shape)];
+  return out;
+}
+
+Tensor sumTo(const Tensor &x, const std::vector<int64_t> &shape) {
+  Tensor out(shape);
+  for (int64_t i = 0; i < x.numElements(); ++i)
+    out.data[broadcastIndex(i, x.shape, shape)] += x.data[i];
+  return out;
+}
+
+template <typename F>
+Tensor binary(const Tensor &a, const Tensor &b, const std::vector<int64_t> &shape,
+              F f) {
+  Tensor out(shape);
+  for (int64_t i = 0; i < out.numElements(); ++i)
+    out.data[i] = f(a.data[broadcastIndex(i, shape, a.shape)],
+                    b.data[broadcastIndex(i, shape, b.shape)]);
+  return out;
+}
+
+template <typename F> Tensor unary(const Tensor &a, F f) {
+  Tensor out = a;
+  for (double &v : out.data)
+    v = f(v);
+  return out;
+}
+
+/// Last two dims swapped (a copy).
+Tensor swapLast2(const Tensor &x) {
+  std::vector<int64_t> shape = x.shape;
+  size_t r = shape.size();
+  std::swap(shape[r - 1], shape[r - 2]);
+  Tensor out(shape);
+  int64_t rows = x.shape[r - 2], cols = x.shape[r - 1];
+  int64_t batch = x.numElements() / (rows * cols);
+  for (int64_t b = 0; b < batch; ++b)
+    for (int64_t i = 0; i < rows; ++i)
+      for (int64_t j = 0; j < cols; ++j)
+        out.data[b * rows * cols + j * rows + i] =
+            x.data[b * rows * cols + i * cols + j];
+  return out;
+}
+
+/// Batched a @ b (no transposes), batch dims broadcast.
+Tensor matmul(const Tensor &a, const Tensor &b) {
+  size_t ra = a.shape.size(), rb = b.shape.size();
+  int64_t m = a.shape[ra - 2], k = a.shape[ra - 1], n = b.shape[rb - 1];
+  std::vector<int64_t> ba(a.shape.begin(), a.shape.end() - 2);
+  std::vector<int64_t> bb(b.shape.begin(), b.shape.end() - 2);
+  auto batchShape = *broadcastShapes(ba, bb);
+  std::vector<int64_t> batch(batchShape.begin(), batchShape.end());
+  std::vector<int64_t> shape = batch;
+  shape.push_back(m);
+  shape.push_back(n);
+  Tensor out(shape);
+  int64_t numBatch = out.numElements() / (m * n);
+  for (int64_t bi = 0; bi < numBatch; ++bi) {
+    int64_t ia = ba.empty() ? 0 : broadcastIndex(bi, batch, ba);
+    int64_t ib = bb.empty() ? 0 : broadcastIndex(bi, batch, bb);
+    const double *pa = &a.data[ia * m * k];
+    const double *pb = &b.data[ib * k * n];
+    double *po = &out.data[bi * m * n];
+    for (int64_t i = 0; i < m; ++i)
+      for (int64_t j = 0; j < n; ++j) {
+        double s = 0;
+        for (int64_t p = 0; p < k; ++p)
+          s += pa[i * k + p] * pb[p * n + j];
+        po[i * n + j] = s;
+      }
+  }
+  return out;
+}
+
+double geluTanh(double x) {
+  const double c = std::sqrt(2.0 / M_PI);
+  return 0.5 * x * (1.0 + std::tanh(c * (x + 0.044715 * x * x * x)));
+}
+
+double geluErf(double x) { return 0.5 * x * (1.0 + std::erf(x / std::sqrt(2.0))); }
+
+double geluGrad(double x, bool tanhApprox) {
+  if (tanhApprox) {
+    const double c = std::sqrt(2.0 / M_PI);
+    double u = c * (x + 0.044715 * x * x * x);
+    double t = std::tanh(u);
+    double du = c * (1.0 + 3.0 * 0.044715 * x * x);
+    return 0.5 * (1.0 + t) + 0.5 * x * (1.0 - t * t) * du;
+  }
+  double cdf = 0.5 * (1.0 + std::erf(x / std::sqrt(2.0)));
+  double pdf = std::exp(-0.5 * x * x) / std::sqrt(2.0 * M_PI);
+  return cdf + x * pdf;
+}
+
+Tensor activate(Activation act, const Tensor &x) {
+  switch (act) {
+  case Activation::None:
+    return x;
+  case Activation::Relu:
+    return unary(x, [](double v) { return v > 0 ? v : 0.0; });
+  case Activation::GeluTanh:
+    return unary(x, geluTanh);
+  case Activation::GeluErf:
+    return unary(x, geluErf);
+  }
+  llvm_unreachable("unknown activation");
+}
+
+double activationGrad(Activation act, double pre) {
+  switch (act) {
+  case Activation::None:
+    return 1.0;
+  case Activation::Relu:
+    return pre > 0 ? 1.0 : 0.0;
+  case Activation::GeluTanh:
+    return geluGrad(pre, true);
+  case Activation::GeluErf:
+    return geluGrad(pre, false);
+  }
+  llvm_unreachable("unknown activation");
+}
+
+class Evaluator {
+public:
+  Evaluator(const StringMap<Tensor> &params, const EvalOptions &options)
+      : params(params), options(options) {}
+
+  llvm::Expected<std::vector<Tensor>> run(func::FuncOp func,
+                                          ArrayRef<Tensor> args);
+
+private:
+  llvm::Error fail(Operation *op, const Twine &msg) {
+    std::string loc;
+    llvm::raw_string_ostream os(loc);
+    op->getLoc().print(os);
+    return llvm::createStringError(llvm::inconvertibleErrorCode(),
+                                   loc + ": " + op->getName().getStringRef() +
+                                       ": " + msg);
+  }
+  llvm::Error step(Operation *op);
+  const Tensor &get(Value v) { return values.find(v)->second; }
+  void set(Value v, Tensor t) { values[v] = std::move(t); }
+
+  const StringMap<Tensor> &params;
+  const EvalOptions &options;
+  DenseMap<Value, Tensor> values;
+};
+
+llvm::Expected<std::vector<Tensor>> Evaluator::run(func::FuncOp func,
+                                                   ArrayRef<Tensor> args) {
+  Block &body = func.getBody().front();
+  if (args.size() != body.getNumArguments())
+    return llvm::createStringError(llvm::inconvertibleErrorCode(),
+                                   "expected " +
+                                       Twine(body.getNumArguments()) +
+                                       " arguments, got " + Twine(args.size()));
+  for (auto [arg, value] : llvm::zip(body.getArguments(), args)) {
+    if (shapeOf(arg) != value.shape)
+      return llvm::createStringError(llvm::inconvertibleErrorCode(),
+                                     "argument " + Twine(arg.getArgNumber()) +
+                                         " has the wrong shape");
+    set(arg, value);
+  }
+  for (Operation &op : body) {
+    if (auto ret = dyn_cast<func::ReturnOp>(op)) {
+      std::vector<Tensor> results;
+      for (Value v : ret.getOperands())
+        results.push_back(get(v));
+      return results;
+    }
+    if (llvm::Error err = step(&op))
+      return std::move(err);
+  }
+  return llvm::createStringError(llvm::inconvertibleErrorCode(),
+                                 "function has no return");
+}
+
+llvm::Error Evaluator::step(Operation *op) {
+  int64_t microBatch = getMicroBatch(op).value_or(0);
+  auto in = [&](unsigned i) -> const Tensor & { return get(op->getOperand(i)); };
+  auto outShape = [&](unsigned i = 0) { return shapeOf(op->getResult(i)); };
+
+  return llvm::TypeSwitch<Operation *, llvm::Error>(op)
+      .Case([&](arith::ConstantOp c) -> llvm::Error {
+        auto dense = dyn_cast<DenseElementsAttr>(c.getValue());
+        if (!dense)
+          return fail(op, "only dense tensor constants are supported");
+        Tensor t(outShape());
+        if (dense.isSplat()) {
+          double v = isa<FloatType>(dense.getElementType())
+                         ? dense.getSplatValue<APFloat>().convertToDouble()
+                         : double(dense.getSplatValue<APInt>().getSExtValue());
+          std::fill(t.data.begin(), t.data.end(), v);
+        } else if (isa<FloatType>(dense.getElementType())) {
+          int64_t i = 0;
+          for (APFloat v : dense.getValues<APFloat>())
+            t.data[i++] = v.convertToDouble();
+        } else {
+          int64_t i = 0;
+          for (APInt v : dense.getValues<APInt>())
+            t.data[i++] = double(v.getSExtValue());
+        }
+        set(c, std::move(t));
+        return llvm::Error::success();
+      })
+      .Case([&](GetParamOp g) -> llvm::Error {
+        auto it = params.find(g.getName());
+        if (it == params.end())
+          return fail(op, "no value for parameter '" + g.getName() + "'");
+        if (it->second.shape != outShape())
+          return fail(op, "parameter '" + g.getName() + "' has the wrong shape");
+        set(g, it->second);
+        return llvm::Error::success();
+      })
+      .Case([&](MatmulOp m) -> llvm::Error {
+        Tensor a = m.getTransposeLhs() ? swapLast2(in(0)) : in(0);
+        Tensor b = m.getTransposeRhs() ? swapLast2(in(1)) : in(1);
+        set(m, matmul(a, b));
+        return llvm::Error::success();
+      })
+      .Case([&](AddOp o) -> llvm::Error {
+        set(o, binary(in(0), in(1), outShape(), std::plus<double>()));
+        return llvm::Error::success();
+      })
+      .Case([&](SubOp o) -> llvm::Error {
+        set(o, binary(in(0), in(1), outShape(), std::minus<double>()));
+        return llvm::Error::success();
+      })
+      .Case([&](MulOp o) -> llvm::Error {
+        set(o, binary(in(0), in(1), outShape(), std::multiplies<double>()));
+        return llvm::Error::success();
+      })
+      .Case([&](DivOp o) -> llvm::Error {
+        set(o, binary(in(0), in(1), outShape(), std::divides<double>()));
+        return llvm::Error::success();
+      })
+      .Case([&](ScaleOp o) -> llvm::Error {
+        double f = o.getFactor().convertToDouble();
+        set(o, unary(in(0), [f](double x) { return x * f; }));
+        return llvm::Error::success();
+      })
+      .Case([&](BiasAddOp o) -> llvm::Error {
+        set(o, binary(in(0), in(1), outShape(), std::plus<double>()));
+        return llvm::Error::success();
+      })
+      .Case([&](ReluOp o) -> llvm::Error {
+        set(o, unary(in(0), [](double x) { return x > 0 ? x : 0.0; }));
+        return llvm::Error::success();
+      })
+      .Case([&](GeluOp o) -> llvm::Error {
+        bool t = o.getApproximate() == GeluApproximation::Tanh;
+        set(o, unary(in(0), [t](double x) { return t ? geluTanh(x) : geluErf(x); }));
+        return llvm::Error::success();
+      })
+      .Case([&](DropoutOp o) -> llvm::Error {
+        double p = o.getProb().convertToDouble();
+        Tensor t = in(0);
+        for (int64_t i = 0; i < t.numElements(); ++i)
+          t.data[i] = rng::dropoutKeep(options.seed, o.getKey(), microBatch, i, p)
+                          ? t.data[i] / (1.0 - p)
+                          : 0.0;
+        set(o, std::move(t));
+        return llvm::Error::success();
+      })
+      .Case([&](DropoutGradOp o) -> llvm::Error {
+        double p = o.getProb().convertToDouble();
+        Tensor t = in(0);
+        for (int64_t i = 0; i < t.numElements(); ++i)
+          t.data[i] = rng::dropoutKeep(options.seed, o.getKey(), microBatch, i, p)
+                          ? t.data[i] / (1.0 - p)
+                          : 0.0;
+        set(o, std::move(t));
+        return llvm::Error::success();
+      })
+      .Case([&](SoftmaxOp o) -> llvm::Error {
+        Tensor t = in(0);
+        int64_t n = t.shape.back(), rows = t.numElements() / n;
+        int64_t sq = t.shape.size() >= 2 ? t.shape[t.shape.size() - 2] : 1;
+        for (int64_t r = 0; r < rows; ++r) {
+          double *x = &t.data[r * n];
+          int64_t limit = o.getCausal() ? (r % sq) + 1 : n;
+          double mx = -INFINITY;
+          for (int64_t j = 0; j < limit; ++j)
+            mx = std::max(mx, x[j]);
+          double sum = 0;
+          for (int64_t j = 0; j < limit; ++j)
+            sum += (x[j] = std::exp(x[j] - mx));
+          for (int64_t j = 0; j < n; ++j)
+            x[j] = j < limit ? x[j] / sum : 0.0;
+        }
+        set(o, std::move(t));
+        return llvm::Error::success();
+      })
+      .Case([&](SoftmaxGradOp o) -> llvm::Error {
+        const Tensor &y = in(0), &dy = in(1);
+        Tensor dx(y.shape);
+        int64_t n = y.shape.back(), rows = y.numElements() / n;
+        for (int64_t r = 0; r < rows; ++r) {
+          double dot = 0;
+          for (int64_t j = 0; j < n; ++j)
+            dot += y.data[r * n + j] * dy.data[r * n + j];
+          for (int64_t j = 0; j < n; ++j)
+            dx.data[r * n + j] = y.data[r * n + j] * (dy.data[r * n + j] - dot);
+        }
+        set(o, std::move(dx));
+        return llvm::Error::success();
+      })
+      .Case([&](LayerNormOp o) -> llvm::Error {
+        const Tensor &x = in(0), &g = in(1), &b = in(2);
+        double eps = o.getEpsilon().convertToDouble();
+        Tensor y(x.shape);
+        int64_t n = x.shape.back(), rows = x.numElements() / n;
+        for (int64_t r = 0; r < rows; ++r) {
+          const double *xr = &x.data[r * n];
+          double mean = 0, var = 0;
+          for (int64_t j = 0; j < n; ++j)
+            mean += xr[j];
+          mean /= n;
+          for (int64_t j = 0; j < n; ++j)
+            var += (xr[j] - mean) * (xr[j] - mean);
+          var /= n;
+          double rstd = 1.0 / std::sqrt(var + eps);
+          for (int64_t j = 0; j < n; ++j)
+            y.data[r * n + j] = (xr[j] - mean) * rstd * g.data[j] + b.data[j];
+        }
+        set(o, std::move(y));
+        return llvm::Error::success();
+      })
+      .Case([&](LayerNormGradOp o) -> llvm::Error {
+        const Tensor &x = in(0), &g = in(1), &dy = in(2);
+        double eps = o.getEpsilon().convertToDouble();
+        int64_t n = x.shape.back(), rows = x.numElements() / n;
+        Tensor dx(x.shape), dg(g.shape), db(g.shape);
+        for (int64_t r = 0; r < rows; ++r) {
+          const double *xr = &x.data[r * n], *dyr = &dy.data[r * n];
+          double mean = 0, var = 0;
+          for (int64_t j = 0; j < n; ++j)
+            mean += xr[j];
+          mean /= n;
+          for (int64_t j = 0; j < n; ++j)
+            var += (xr[j] - mean) * (xr[j] - mean);
+          var /= n;
+          double rstd = 1.0 / std::sqrt(var + eps);
+          double sumDxhat = 0, sumDxhatXhat = 0;
+          for (int64_t j = 0; j < n; ++j) {
+            double xhat = (xr[j] - mean) * rstd;
+            double dxhat = dyr[j] * g.data[j];
+            dg.data[j] += dyr[j] * xhat;
+            db.data[j] += dyr[j];
+            sumDxhat += dxhat;
+            sumDxhatXhat += dxhat * xhat;
+          }
+          for (int64_t j = 0; j < n; ++j) {
+            double xhat = (xr[j] - mean) * rstd;
+            double dxhat = dyr[j] * g.data[j];
+            dx.data[r * n + j] =
+                rstd * (dxhat - sumDxhat / n - xhat * sumDxhatXhat / n);
+          }
+        }
+        set(o.getInputGrad(), std::move(dx));
+        set(o.getGammaGrad(), std::move(dg));
+        set(o.getBetaGrad(), std::move(db));
+        return llvm::Error::success();
+      })
+      .Case([&](EmbeddingOp o) -> llvm::Error {
+        const Tensor &table = in(0), &ids = in(1);
+        int64_t v = table.shape[0], h = table.shape[1];
+        Tensor out(outShape());
+        for (int64_t i = 0; i < ids.numElements(); ++i) {
+          int64_t id = int64_t(ids.data[i]);
+          if (id < 0 || id >= v)
+            return fail(op, "id " + Twine(id) + " outside [0, " + Twine(v) + ")");
+          for (int64_t j = 0; j < h; ++j)
+            out.data[i * h + j] = table.data[id * h + j];
+        }
+        set(o, std::move(out));
+        return llvm::Error::success();
+      })
+      .Case([&](EmbeddingGradOp o) -> llvm::Error {
+        const Tensor &ids = in(0), &dy = in(1);
+        Tensor dt(outShape());
+        int64_t h = dt.shape[1];
+        for (int64_t i = 0; i < ids.numElements(); ++i) {
+          int64_t id = int64_t(ids.data[i]);
+          for (int64_t j = 0; j < h; ++j)
+            dt.data[id * h + j] += dy.data[i * h + j];
+        }
+        set(o, std::move(dt));
+        return llvm::Error::success();
+      })
+      .Case([&](ReshapeOp o) -> llvm::Error {
+        Tensor t = in(0);
+        t.shape = outShape();
+        set(o, std::move(t));
+        return llvm::Error::success();
+      })
+      .Case([&](TransposeOp o) -> llvm::Error {
+        const Tensor &x = in(0);
+        ArrayRef<int64_t> perm = o.getPermutation();
+        Tensor out(outShape());
+        std::vector<int64_t> xs = stridesOf(x.shape), os = stridesOf(out.shape);
+        for (int64_t i = 0; i < out.numElements(); ++i) {
+          int64_t src = 0;
+          for (size_t d = 0; d < perm.size(); ++d)
+            src += ((i / os[d]) % out.shape[d]) * xs[perm[d]];
+          out.data[i] = x.data[src];
+        }
+        set(o, std::move(out));
+        return llvm::Error::success();
+      })
+      .Case<ReduceSumOp, ReduceMeanOp>([&](auto o) -> llvm::Error {
+        const Tensor &x = in(0);
+        std::vector<int64_t> kept = x.shape;
+        int64_t count = 1;
+        for (int64_t d : o.getDims()) {
+          count *= kept[d];
+          kept[d] = 1;
+        }
+        Tensor s = sumTo(x, kept);
+        if (isa<ReduceMeanOp>(op))
+          for (double &v : s.data)
+            v /= count;
+        s.shape = outShape();
+        set(o, std::move(s));
+        return llvm::Error::success();
+      })
+      .Case([&](BroadcastToOp o) -> llvm::Error {
+        set(o, broadcastTo(in(0), outShape()));
+        return llvm::Error::success();
+      })
+      .Case([&](SumToOp o) -> llvm::Error {
+        set(o, sumTo(in(0), outShape()));
+        return llvm::Error::success();
+      })
+      .Case([&](CrossEntropyOp o) -> llvm::Error {
+        const Tensor &logits = in(0), &labels = in(1);
+        int64_t v = logits.shape.back(), rows = labels.numElements();
+        double total = 0;
+        for (int64_t r = 0; r < rows; ++r) {
+          const double *x = &logits.data[r * v];
+          int64_t label = int64_t(labels.data[r]);
+          if (label < 0 || label >= v)
+            return fail(op, "label " + Twine(label) + " outside [0, " +
+                                Twine(v) + ")");
+          double mx = *std::max_element(x, x + v), sum = 0;
+          for (int64_t j = 0; j < v; ++j)
+            sum += std::exp(x[j] - mx);
+          total += std::log(sum) + mx - x[label];
+        }
+        set(o, Tensor({}, total / rows));
+        return llvm::Error::success();
+      })
+      .Case([&](CrossEntropyGradOp o) -> llvm::Error {
+        const Tensor &logits = in(0), &labels = in(1), &dl = in(2);
+        int64_t v = logits.shape.back(), rows = labels.numElements();
+        Tensor dx(logits.shape);
+        double scale = dl.data[0] / rows;
+        for (int64_t r = 0; r < rows; ++r) {
+          const double *x = &logits.data[r * v];
+          double mx = *std::max_element(x, x + v), sum = 0;
+          for (int64_t j = 0; j < v; ++j)
+            sum += std::exp(x[j] - mx);
+          for (int64_t j = 0; j < v; ++j)
+            dx.data[r * v + j] = std::exp(x[j] - mx) / sum * scale;
+          dx.data[r * v + int64_t(labels.data[r])] -= scale;
+        }
+        set(o, std::move(dx));
+        return llvm::Error::success();
+      })
+      .Case([&](MatmulGradOp o) -> llvm::Error {
+        // y = A @ B with A = op(lhs), B = op(rhs); dA = dy @ B^T,
+        // dB = A^T @ dy; transposed operands get the transposed gradient.
+        Tensor a = o.getTransposeLhs() ? swapLast2(in(0)) : in(0);
+        Tensor b = o.getTransposeRhs() ? swapLast2(in(1)) : in(1);
+        const Tensor &dy = in(2);
+        Tensor da = matmul(dy, swapLast2(b));
+        Tensor db = matmul(swapLast2(a), dy);
+        if (o.getTransposeLhs())
+          da = swapLast2(da);
+        if (o.getTransposeRhs())
+          db = swapLast2(db);
+        set(o.getLhsGrad(), sumTo(da, in(0).shape));
+        set(o.getRhsGrad(), sumTo(db, in(1).shape));
+        return llvm::Error::success();
+      })
+      .Case([&](BiasAddGradOp o) -> llvm::Error {
+        set(o, sumTo(in(0), outShape()));
+        return llvm::Error::success();
+      })
+      .Case([&](ReluGradOp o) -> llvm::Error {
+        set(o, binary(in(0), in(1), outShape(),
+                      [](double y, double dy) { return y > 0 ? dy : 0.0; }));
+        return llvm::Error::success();
+      })
+      .Case([&](GeluGradOp o) -> llvm::Error {
+        bool t = o.getApproximate() == GeluApproximation::Tanh;
+        set(o, binary(in(0), in(1), outShape(), [t](double x, double dy) {
+              return dy * geluGrad(x, t);
+            }));
+        return llvm::Error::success();
+      })
+      .Case([&](FusedGemmEpilogueOp o) -> llvm::Error {
+        Tensor pre = binary(matmul(in(0), in(1)), in(2), outShape(),
+                            std::plus<double>());
+        set(o.getResult(), activate(o.getActivation(), pre));
+        if (o.getAux())
+          set(o.getAux(), std::move(pre));
+        return llvm::Error::success();
+      })
+      .Case([&](FusedGemmEpilogueGradOp o) -> llvm::Error {
+        Tensor dz = in(2);
+        if (o.getActivation() != Activation::None) {
+          const Tensor &pre = get(o.getAux());
+          for (int64_t i = 0; i < dz.numElements(); ++i)
+            dz.data[i] *= activationGrad(o.getActivation(), pre.data[i]);
+        }
+        const Tensor &x = in(0), &w = in(1);
+        set(o.getInputGrad(), matmul(dz, swapLast2(w)));
+        // dW = sum over rows of x^T dz: flatten the leading dims.
+        int64_t k = w.shape[0], n = w.shape[1], rows = x.numElements() / k;
+        Tensor x2 = x, dz2 = dz;
+        x2.shape = {rows, k};
+        dz2.shape = {rows, n};
+        set(o.getWeightGrad(), matmul(swapLast2(x2), dz2));
+        set(o.getBiasGrad(), sumTo(dz, {n}));
+        return llvm::Error::success();
+      })
+      .Case([&](FusedDropoutAddOp o) -> llvm::Error {
+        double p = o.getProb().convertToDouble();
+        Tensor t = in(0);
+        const Tensor &r = in(1);
+        for (int64_t i = 0; i < t.numElements(); ++i)
+          t.data[i] = (rng::dropoutKeep(options.seed, o.getKey(), microBatch, i, p)
+                           ? t.data[i] / (1.0 - p)
+                           : 0.0) +
+                      r.data[i];
+        set(o, std::move(t));
+        return llvm::Error::success();
+      })
+      .Case([&](FusedDropoutAddGradOp o) -> llvm::Error {
+        double p = o.getProb().convertToDouble();
+        Tensor dx = in(0);
+        for (int64_t i = 0; i < dx.numElements(); ++i)
+          dx.data[i] = rng::dropoutKeep(options.seed, o.getKey(), microBatch, i, p)
+                           ? dx.data[i] / (1.0 - p)
+                           : 0.0;
+        set(o.getInputGrad(), std::move(dx));
+        set(o.getResidualGrad(), in(0));
+        return llvm::Error::success();
+      })
+      .Default([&](Operation *) -> llvm::Error {
+        return fail(op, "not supported by the reference evaluator");
+      });
+}
+
+} // namespace
+
+llvm::Expected<std::vector<Tensor>>
+strata::reference::evaluate(func::FuncOp func, ArrayRef<Tensor> args,
+                            const StringMap<Tensor> &params,
+                            const EvalOptions &options) {
+  Evaluator evaluator(params, options);
+  return evaluator.run(func, args);
+}

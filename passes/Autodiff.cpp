@@ -1,0 +1,324 @@
+//===- Autodiff.cpp - Reverse-mode differentiation of the loss ------------===//
+
+#include "strata/Passes/Passes.h"
+
+#include "mlir/Dialect/Arith/IR/Arith.h"
+#include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "mlir/IR/Builders.h"
+#include "llvm/ADT/STLExtras.h"
+#include "llvm/ADT/StringMap.h"
+#include "llvm/ADT/TypeSwitch.h"
+
+namespace strata {
+#define GEN_PASS_DEF_STRATAAUTODIFF
+#include "StrataPasses.h.inc"
+} // namespace strata
+
+using namespace mlir;
+using namespace strata;
+
+namespace {
+
+RankedTensorType tensorType(Value v) {
+  return cast<RankedTensorType>(v.getType());
+}
+
+bool isFloatTensor(Value v) {
+  auto t = dyn_cast<RankedTensorType>(v.getType());
+  return t && isa<FloatType>(t.getElementType());
+}
+
+/// Builds the backward of one function.
+class Differentiator {
+public:
+  Differentiator(func::FuncOp func, ModuleOp module)
+      : func(func), module(module), builder(func.getContext()) {}
+
+  LogicalResult run();
+
+private:
+  /// Creates a backward op at the current insertion point.
+  template <typename OpTy, typename... Args>
+  OpTy make(Location loc, Args &&...args) {
+    auto op = OpTy::create(builder, loc, std::forward<Args>(args)...);
+    setRole(op, Role::Backward);
+    return op;
+  }
+
+  Value constant(Location loc, RankedTensorType type, double value) {
+    auto attr = DenseElementsAttr::get(
+        type, builder.getFloatAttr(type.getElementType(), value));
+    return make<arith::ConstantOp>(loc, attr);
+  }
+
+  /// Adds `grad` to the adjoint of `v`.
+  void accumulate(Location loc, Value v, Value grad) {
+    if (!isFloatTensor(v))
+      return;
+    auto it = adjoints.find(v);
+    if (it == adjoints.end()) {
+      adjoints[v] = grad;
+      return;
+    }
+    it->second = make<AddOp>(loc, it->second, grad);
+  }
+
+  /// `grad` summed down to the shape of `like` when broadcasting stretched
+  /// it.
+  Value reduceTo(Location loc, Value grad, Value like) {
+    if (grad.getType() == like.getType())
+      return grad;
+    return make<SumToOp>(loc, like.getType(), grad);
+  }
+
+  LogicalResult backprop(Operation *op);
+
+  func::FuncOp func;
+  ModuleOp module;
+  OpBuilder builder;
+  DenseMap<Value, Value> adjoints;
+  llvm::StringMap<Value> paramGrads;
+};
+
+LogicalResult Differentiator::backprop(Operation *op) {
+  Location loc = op->getLoc();
+  auto adj = [&](unsigned i = 0) { return adjoints.lookup(op->getResult(i)); };
+
+  return llvm::TypeSwitch<Operation *, LogicalResult>(op)
+      .Case([&](arith::ConstantOp) { return success(); })
+      .Case([&](GetParamOp g) {
+        Value &grad = paramGrads[g.getName()];
+        grad = grad ? Value(make<AddOp>(loc, grad, adj())) : adj();
+        return success();
+      })
+      .Case([&](MatmulOp m) {
+        auto grad = make<MatmulGradOp>(loc, m.getLhs(), m.getRhs(), adj(),
+                                       m.getTransposeLhs(),
+                                       m.getTransposeRhs());
+        accumulate(loc, m.getLhs(), grad.getLhsGrad());
+        accumulate(loc, m.getRhs(), grad.getRhsGrad());
+        return success();
+      })
+      .Case([&](AddOp o) {
+        accumulate(loc, o.getLhs(), reduceTo(loc, adj(), o.getLhs()));
+        accumulate(loc, o.getRhs(), reduceTo(loc, adj(), o.getRhs()));
+        return success();
+      })
+      .Case([&](SubOp o) {
+        accumulate(loc, o.getLhs(), reduceTo(loc, adj(), o.getLhs()));
+        Value neg = make<ScaleOp>(loc, adj(), builder.getF64FloatAttr(-1.0));
+        accumulate(loc, o.getRhs(), reduceTo(loc, neg, o.getRhs()));
+        return success();
+      })
+      .Case([&](MulOp o) {
+        Value dl = make<MulOp>(loc, adj(), o.getRhs());
+        Value dr = make<MulOp>(loc, adj(), o.getLhs());
+        accumulate(loc, o.getLhs(), reduceTo(loc, dl, o.getLhs()));
+        accumulate(loc, o.getRhs(), reduceTo(loc, dr, o.getRhs()));
+        return success();
+      })
+      .Case([&](DivOp o) {
+        // d(a/b) = da/b - (a/b) db/b
+        Value dyOverB = make<DivOp>(loc, adj(), o.getRhs());
+        accumulate(loc, o.getLhs(), reduceTo(loc, dyOverB, o.getLhs()));
+        Value quotient = make<DivOp>(loc, o.getLhs(), o.getRhs());
+        Value dr = make<ScaleOp>(loc, make<MulOp>(loc, dyOverB, quotient),
+                                 builder.getF64FloatAttr(-1.0));
+        accumulate(loc, o.getRhs(), reduceTo(loc, dr, o.getRhs()));
+        return success();
+      })
+      .Case([&](ScaleOp o) {
+        accumulate(loc, o.getInput(),
+                   make<ScaleOp>(loc, adj(), o.getFactorAttr()));
+        return success();
+      })
+      .Case([&](BiasAddOp o) {
+        accumulate(loc, o.getInput(), adj());
+        accumulate(loc, o.getBias(), make<BiasAddGradOp>(loc, adj()));
+        return success();
+      })
+      .Case([&](ReluOp o) {
+        accumulate(loc, o.getInput(),
+                   make<ReluGradOp>(loc, o.getResult(), adj()));
+        return success();
+      })
+      .Case([&](GeluOp o) {
+        accumulate(loc, o.getInput(),
+                   make<GeluGradOp>(loc, o.getInput(), adj(),
+                                    o.getApproximate()));
+        return success();
+      })
+      .Case([&](DropoutOp o) {
+        auto grad = make<DropoutGradOp>(loc, adj(), o.getProbAttr(),
+                                        o.getKeyAttr());
+        // The mask is keyed by the micro-batch too: keep the forward's.
+        if (auto mb = getMicroBatch(o))
+          grad->setAttr(StrataDialect::kMicroBatchAttrName,
+                        builder.getI64IntegerAttr(*mb));
+        accumulate(loc, o.getInput(), grad);
+        return success();
+      })
+      .Case([&](SoftmaxOp o) {
+        accumulate(loc, o.getInput(),
+                   make<SoftmaxGradOp>(loc, o.getResult(), adj()));
+        return success();
+      })
+      .Case([&](LayerNormOp o) {
+        auto grad = make<LayerNormGradOp>(loc, o.getInput(), o.getGamma(),
+                                          adj(), o.getEpsilonAttr());
+        accumulate(loc, o.getInput(), grad.getInputGrad());
+        accumulate(loc, o.getGamma(), grad.getGammaGrad());
+        accumulate(loc, o.getBeta(), grad.getBetaGrad());
+        return success();
+      })
+      .Case([&](EmbeddingOp o) {
+        accumulate(loc, o.getTable(),
+                   make<EmbeddingGradOp>(loc, o.getTable().getType(),
+                                         o.getIds(), adj()));
+        return success();
+      })
+      .Case([&](ReshapeOp o) {
+        accumulate(loc, o.getInput(),
+                   make<ReshapeOp>(loc, o.getInput().getType(), adj()));
+        return success();
+      })
+      .Case([&](TransposeOp o) {
+        ArrayRef<int64_t> perm = o.getPermutation();
+        SmallVector<int64_t> inverse(perm.size());
+        for (auto [i, p] : llvm::enumerate(perm))
+          inverse[p] = i;
+        accumulate(loc, o.getInput(),
+                   make<TransposeOp>(loc, adj(),
+                                     builder.getDenseI64ArrayAttr(inverse)));
+        return success();
+      })
+      .Case<ReduceSumOp, ReduceMeanOp>([&](auto o) {
+        RankedTensorType in = tensorType(o.getInput());
+        SmallVector<int64_t> kept(in.getShape());
+        int64_t count = 1;
+        for (int64_t d : o.getDims()) {
+          count *= kept[d];
+          kept[d] = 1;
+        }
+        Value g = adj();
+        if (!o.getKeepDims())
+          g = make<ReshapeOp>(loc, RankedTensorType::get(kept, in.getElementType()),
+                              g);
+        g = make<BroadcastToOp>(loc, in, g);
+        if (isa<ReduceMeanOp>(op))
+          g = make<ScaleOp>(loc, g, builder.getF64FloatAttr(1.0 / count));
+        accumulate(loc, o.getInput(), g);
+        return success();
+      })
+      .Case([&](BroadcastToOp o) {
+        accumulate(loc, o.getInput(), reduceTo(loc, adj(), o.getInput()));
+        return success();
+      })
+      .Case([&](SumToOp o) {
+        accumulate(loc, o.getInput(),
+                   make<BroadcastToOp>(loc, o.getInput().getType(), adj()));
+        return success();
+      })
+      .Case([&](CrossEntropyOp o) {
+        accumulate(loc, o.getLogits(),
+                   make<CrossEntropyGradOp>(loc, o.getLogits(), o.getLabels(),
+                                            adj()));
+        return success();
+      })
+      .Case([&](FusedGemmEpilogueOp o) -> LogicalResult {
+        if (o.getActivation() != Activation::None && !o.getAux())
+          return o.emitOpError("autodiff needs 'with_aux' on a fused GEMM "
+                               "with an activation");
+        if (o.getAux() && adj(1))
+          return o.emitOpError("autodiff does not differentiate through the "
+                               "aux result");
+        auto grad = make<FusedGemmEpilogueGradOp>(
+            loc, o.getInput(), o.getWeight(), adj(0), o.getAux(),
+            o.getActivation());
+        accumulate(loc, o.getInput(), grad.getInputGrad());
+        accumulate(loc, o.getWeight(), grad.getWeightGrad());
+        accumulate(loc, o.getBias(), grad.getBiasGrad());
+        return success();
+      })
+      .Case([&](FusedDropoutAddOp o) {
+        auto grad = make<FusedDropoutAddGradOp>(loc, adj(), o.getProbAttr(),
+                                                o.getKeyAttr());
+        if (auto mb = getMicroBatch(o))
+          grad->setAttr(StrataDialect::kMicroBatchAttrName,
+                        builder.getI64IntegerAttr(*mb));
+        accumulate(loc, o.getInput(), grad.getInputGrad());
+        accumulate(loc, o.getResidual(), grad.getResidualGrad());
+        return success();
+      })
+      .Default([&](Operation *) {
+        return op->emitOpError()
+               << "is on the path to the loss but has no derivative rule";
+      });
+}
+
+LogicalResult Differentiator::run() {
+  Block &body = func.getBody().front();
+  auto ret = cast<func::ReturnOp>(body.getTerminator());
+  Value loss = ret.getOperand(0);
+
+  for (Operation &op : body.without_terminator())
+    if (!getRole(&op))
+      setRole(&op, Role::Forward);
+
+  SmallVector<Operation *> forward;
+  for (Operation &op : body.without_terminator())
+    forward.push_back(&op);
+
+  builder.setInsertionPoint(ret);
+  adjoints[loss] = constant(ret.getLoc(), tensorType(loss), 1.0);
+  for (Operation *op : llvm::reverse(forward)) {
+    if (llvm::none_of(op->getResults(),
+                      [&](Value r) { return adjoints.count(r); }))
+      continue;
+    if (failed(backprop(op)))
+      return failure();
+  }
+
+  SmallVector<Value> results = {loss};
+  SmallVector<FlatSymbolRefAttr> gradOf;
+  for (ParamOp param : module.getOps<ParamOp>()) {
+    if (param.getFrozen())
+      continue;
+    Value grad = paramGrads.lookup(param.getSymName());
+    if (!grad)
+      grad = constant(param.getLoc(), param.getTensorType(), 0.0);
+    results.push_back(grad);
+    gradOf.push_back(FlatSymbolRefAttr::get(param.getSymNameAttr()));
+  }
+  func::ReturnOp::create(builder, ret.getLoc(), results);
+  ret.erase();
+  func.setType(builder.getFunctionType(func.getArgumentTypes(),
+                                       ValueRange(results).getTypes()));
+  for (auto [i, ref] : llvm::enumerate(gradOf))
+    func.setResultAttr(i + 1, StrataDialect::kGradOfAttrName, ref);
+  return success();
+}
+
+/// A function to differentiate: one scalar float result, no gradients yet.
+bool needsDifferentiation(func::FuncOp func) {
+  if (func.isExternal() || func.getNumResults() != 1)
+    return false;
+  auto type = dyn_cast<RankedTensorType>(func.getResultTypes()[0]);
+  if (!type || type.getRank() != 0 || !isa<FloatType>(type.getElementType()))
+    return false;
+  return !func.getResultAttr(0, StrataDialect::kGradOfAttrName);
+}
+
+struct AutodiffPass : public strata::impl::StrataAutodiffBase<AutodiffPass> {
+  void runOnOperation() override {
+    ModuleOp module = getOperation();
+    for (func::FuncOp func : module.getOps<func::FuncOp>()) {
+      if (!needsDifferentiation(func))
+        continue;
+      if (failed(Differentiator(func, module).run()))
+        return signalPassFailure();
+    }
+  }
+};
+
+} // namespace

@@ -1,0 +1,41 @@
+// RUN: strata-opt %s -split-input-file --strata-autodiff -verify-diagnostics
+
+strata.comm_group @dp ranks [array<i64: 0, 1>]
+strata.param @a : tensor<8xf32> init <normal, 1.0>
+
+func.func @collective_on_path() -> tensor<f32> {
+  %a = strata.get_param @a : tensor<8xf32>
+  %t = strata.init_token : !strata.token
+  // expected-error@+1 {{'strata.all_reduce' op is on the path to the loss but has no derivative rule}}
+  %s, %t1 = strata.all_reduce %a, %t {group = @dp} : (tensor<8xf32>, !strata.token) -> (tensor<8xf32>, !strata.token)
+  %l = strata.reduce_sum %s {dims = array<i64: 0>} : (tensor<8xf32>) -> tensor<f32>
+  return %l : tensor<f32>
+}
+
+// -----
+
+strata.param @x : tensor<2x4xf32> init <normal, 1.0>
+strata.param @w : tensor<4x3xf32> init <normal, 1.0>
+strata.param @b : tensor<3xf32> init <zeros>
+
+func.func @fused_without_aux() -> tensor<f32> {
+  %x = strata.get_param @x : tensor<2x4xf32>
+  %w = strata.get_param @w : tensor<4x3xf32>
+  %b = strata.get_param @b : tensor<3xf32>
+  // expected-error@+1 {{autodiff needs 'with_aux' on a fused GEMM with an activation}}
+  %y = strata.fused_gemm_epilogue %x, %w, %b {activation = #strata.activation<relu>} : (tensor<2x4xf32>, tensor<4x3xf32>, tensor<3xf32>) -> tensor<2x3xf32>
+  %l = strata.reduce_sum %y {dims = array<i64: 0, 1>} : (tensor<2x3xf32>) -> tensor<f32>
+  return %l : tensor<f32>
+}
+
+// -----
+
+strata.param @a : tensor<8xf32> init <normal, 1.0>
+
+func.func @backward_op_on_path() -> tensor<f32> {
+  %a = strata.get_param @a : tensor<8xf32>
+  // expected-error@+1 {{'strata.relu_grad' op is on the path to the loss but has no derivative rule}}
+  %g = strata.relu_grad %a, %a : (tensor<8xf32>, tensor<8xf32>) -> tensor<8xf32>
+  %l = strata.reduce_sum %g {dims = array<i64: 0>} : (tensor<8xf32>) -> tensor<f32>
+  return %l : tensor<f32>
+}

@@ -1,0 +1,107 @@
+// RUN: strata-opt %s -split-input-file --strata-autodiff | FileCheck %s
+// Numerical correctness of every rule: test/unit/AutodiffTest.cpp.
+
+strata.param @w : tensor<4x3xf32> init <normal, 1.0>
+strata.param @b : tensor<3xf32> init <zeros>
+strata.param @frozen : tensor<3xf32> init <ones> {frozen}
+strata.param @unused : tensor<2xf32> init <zeros>
+
+// CHECK-LABEL: func.func @train_step
+// CHECK-SAME: -> (tensor<f32>, tensor<4x3xf32> {strata.grad_of = @w}, tensor<3xf32> {strata.grad_of = @b}, tensor<2xf32> {strata.grad_of = @unused})
+func.func @train_step(%x: tensor<2x4xf32>, %y: tensor<2xi32>) -> tensor<f32> {
+  // CHECK: %[[W:.*]] = strata.get_param @w {strata.role = #strata.role<forward>}
+  %w = strata.get_param @w : tensor<4x3xf32>
+  %b = strata.get_param @b : tensor<3xf32>
+  %f = strata.get_param @frozen : tensor<3xf32>
+  // CHECK: %[[MM:.*]] = strata.matmul %{{.*}}, %[[W]] {strata.role = #strata.role<forward>}
+  %0 = strata.matmul %x, %w : (tensor<2x4xf32>, tensor<4x3xf32>) -> tensor<2x3xf32>
+  %1 = strata.bias_add %0, %b : (tensor<2x3xf32>, tensor<3xf32>) -> tensor<2x3xf32>
+  // CHECK: %[[Z:.*]] = strata.mul %{{.*}}, %{{.*}} {strata.role = #strata.role<forward>}
+  %2 = strata.mul %1, %f : (tensor<2x3xf32>, tensor<3xf32>) -> tensor<2x3xf32>
+  // CHECK: %[[L:.*]] = strata.cross_entropy %[[Z]]
+  %loss = strata.cross_entropy %2, %y : (tensor<2x3xf32>, tensor<2xi32>) -> tensor<f32>
+  // CHECK: %[[ONE:.*]] = arith.constant {strata.role = #strata.role<backward>} dense<1.000000e+00> : tensor<f32>
+  // CHECK: %[[DZ:.*]] = strata.cross_entropy_grad %[[Z]], %{{.*}}, %[[ONE]] {strata.role = #strata.role<backward>}
+  // The frozen factor gets no gradient of its own; the product's is
+  // computed for the other operand only through the mul rule.
+  // CHECK: %[[D1:.*]] = strata.mul %[[DZ]], %{{.*}} {strata.role = #strata.role<backward>}
+  // CHECK: %[[DB:.*]] = strata.bias_add_grad %[[D1]]
+  // CHECK: %{{.*}}, %[[DW:.*]] = strata.matmul_grad %{{.*}}, %[[W]], %[[D1]] {strata.role = #strata.role<backward>}
+  // CHECK: %[[ZERO:.*]] = arith.constant {strata.role = #strata.role<backward>} dense<0.000000e+00> : tensor<2xf32>
+  // CHECK: return %[[L]], %[[DW]], %[[DB]], %[[ZERO]]
+  return %loss : tensor<f32>
+}
+
+// -----
+
+// A parameter read twice (tied weights) gets the sum of both adjoints.
+strata.param @t : tensor<5x3xf32> init <normal, 1.0>
+
+// CHECK-LABEL: func.func @tied
+func.func @tied(%ids: tensor<2xi32>, %y: tensor<2xi32>) -> tensor<f32> {
+  %t = strata.get_param @t : tensor<5x3xf32>
+  %e = strata.embedding %t, %ids : (tensor<5x3xf32>, tensor<2xi32>) -> tensor<2x3xf32>
+  %logits = strata.matmul %e, %t {transpose_rhs} : (tensor<2x3xf32>, tensor<5x3xf32>) -> tensor<2x5xf32>
+  %loss = strata.cross_entropy %logits, %y : (tensor<2x5xf32>, tensor<2xi32>) -> tensor<f32>
+  // CHECK: %[[DE:.*]], %[[DT1:.*]] = strata.matmul_grad %{{.*}}, %{{.*}}, %{{.*}} {strata.role = #strata.role<backward>, transpose_rhs}
+  // CHECK: %[[DT2:.*]] = strata.embedding_grad %{{.*}}, %[[DE]]
+  // CHECK: %[[SUM:.*]] = strata.add %[[DT1]], %[[DT2]]
+  // CHECK: return %{{.*}}, %[[SUM]]
+  return %loss : tensor<f32>
+}
+
+// -----
+
+// Broadcasting in the forward pass is summed away in the backward pass.
+strata.param @a : tensor<3x4xf32> init <normal, 1.0>
+strata.param @v : tensor<4xf32> init <normal, 1.0>
+
+// CHECK-LABEL: func.func @broadcast
+func.func @broadcast() -> tensor<f32> {
+  %a = strata.get_param @a : tensor<3x4xf32>
+  %v = strata.get_param @v : tensor<4xf32>
+  %s = strata.sub %a, %v : (tensor<3x4xf32>, tensor<4xf32>) -> tensor<3x4xf32>
+  %l = strata.reduce_mean %s {dims = array<i64: 0, 1>} : (tensor<3x4xf32>) -> tensor<f32>
+  // CHECK: %[[R:.*]] = strata.reshape %{{.*}} {strata.role = #strata.role<backward>} : (tensor<f32>) -> tensor<1x1xf32>
+  // CHECK: %[[B:.*]] = strata.broadcast_to %[[R]] {{.*}} -> tensor<3x4xf32>
+  // CHECK: %[[G:.*]] = strata.scale %[[B]] {factor = 0.083333333333333329 : f64
+  // CHECK: %[[NEG:.*]] = strata.scale %[[G]] {factor = -1.000000e+00 : f64
+  // CHECK: %[[DV:.*]] = strata.sum_to %[[NEG]] {{.*}} : (tensor<3x4xf32>) -> tensor<4xf32>
+  // CHECK: return %{{.*}}, %[[G]], %[[DV]]
+  return %l : tensor<f32>
+}
+
+// -----
+
+// Dropout's backward replays the forward mask: same key, same micro-batch.
+strata.param @a : tensor<8xf32> init <normal, 1.0>
+
+// CHECK-LABEL: func.func @dropout
+func.func @dropout() -> tensor<f32> {
+  %a = strata.get_param @a : tensor<8xf32>
+  %d = strata.dropout %a {key = 5 : i64, prob = 0.25 : f64, strata.micro_batch = 2 : i64} : (tensor<8xf32>) -> tensor<8xf32>
+  %l = strata.reduce_sum %d {dims = array<i64: 0>} : (tensor<8xf32>) -> tensor<f32>
+  // CHECK: strata.dropout_grad %{{.*}} {key = 5 : i64, prob = 2.500000e-01 : f64, strata.micro_batch = 2 : i64, strata.role = #strata.role<backward>}
+  return %l : tensor<f32>
+}
+
+// -----
+
+// Functions that already return gradients (a framework's own backward) and
+// functions that do not return a scalar loss are left alone.
+strata.param @a : tensor<8xf32> init <normal, 1.0>
+
+// CHECK-LABEL: func.func @handwritten
+// CHECK-NOT: strata.role
+// CHECK: return
+func.func @handwritten(%g: tensor<8xf32>) -> (tensor<f32>, tensor<8xf32> {strata.grad_of = @a}) {
+  %c = arith.constant dense<0.0> : tensor<f32>
+  return %c, %g : tensor<f32>, tensor<8xf32>
+}
+
+// CHECK-LABEL: func.func @not_a_loss
+// CHECK-NOT: strata.role
+func.func @not_a_loss(%x: tensor<8xf32>) -> tensor<8xf32> {
+  %r = strata.relu %x : (tensor<8xf32>) -> tensor<8xf32>
+  return %r : tensor<8xf32>
+}
