@@ -93,6 +93,15 @@ def Strata_ReduceKind : I32EnumAttr<"ReduceKind",
   let genSpecializedAttr = 0;
 }
 
+def Strata_LrScheduleKind : I32EnumAttr<"LrScheduleKind",
+    "learning-rate schedule", [
+    I32EnumAttrCase<"Constant", 0, "constant">,
+    I32EnumAttrCase<"LinearWarmup", 1, "linear_warmup">,
+    I32EnumAttrCase<"Cosine", 2, "cosine">]> {
+  let cppNamespace = "::strata";
+  let genSpecializedAttr = 0;
+}
+
 def Strata_InitKind : I32EnumAttr<"InitKind", "parameter initialiser", [
     I32EnumAttrCase<"Zeros", 0, "zeros">,
     I32EnumAttrCase<"Ones", 1, "ones">,
@@ -124,6 +133,11 @@ def Strata_ActivationAttr
 }
 def Strata_ReduceKindAttr
     : EnumAttr<Strata_Dialect, Strata_ReduceKind, "reduce"> {
+  let assemblyFormat = "`<` $value `>`";
+}
+
+def Strata_LrScheduleKindAttr
+    : EnumAttr<Strata_Dialect, Strata_LrScheduleKind, "lr"> {
   let assemblyFormat = "`<` $value `>`";
 }
 

@@ -131,6 +131,85 @@ LogicalResult CommGroupOp::verify() {
   return success();
 }
 
+LogicalResult StateOp::verify() {
+  RankedTensorType type = getTensorType();
+  if (!isa<FloatType>(type.getElementType()) &&
+      getInit().getKind() != InitKind::Zeros &&
+      getInit().getKind() != InitKind::Ones)
+    return emitOpError() << "integer state may only start as zeros or ones";
+  return success();
+}
+
+LogicalResult StateOp::verifySymbolUses(SymbolTableCollection &symbolTable) {
+  if (!getOfAttr())
+    return success();
+  auto param = symbolTable.lookupNearestSymbolFrom<ParamOp>(*this, getOfAttr());
+  if (!param)
+    return emitOpError() << "'of' names " << getOfAttr()
+                         << ", which is not a strata.param";
+  return success();
+}
+
+LogicalResult
+GetStateOp::verifySymbolUses(SymbolTableCollection &symbolTable) {
+  auto state = symbolTable.lookupNearestSymbolFrom<StateOp>(*this, getNameAttr());
+  if (!state)
+    return emitOpError() << "'" << getName()
+                         << "' does not name a strata.state";
+  if (state.getType() != getType())
+    return emitOpError() << "result type " << getType()
+                         << " differs from the type of state '" << getName()
+                         << "': " << state.getType();
+  return success();
+}
+
+LogicalResult AssignOp::verifySymbolUses(SymbolTableCollection &symbolTable) {
+  Operation *target =
+      symbolTable.lookupNearestSymbolFrom(*this, getNameAttr());
+  Type type;
+  if (auto param = dyn_cast_or_null<ParamOp>(target))
+    type = param.getType();
+  else if (auto state = dyn_cast_or_null<StateOp>(target))
+    type = state.getType();
+  else
+    return emitOpError() << "'" << getName()
+                         << "' does not name a strata.param or strata.state";
+  if (type != getValue().getType())
+    return emitOpError() << "value type " << getValue().getType()
+                         << " differs from the type of '" << getName()
+                         << "': " << type;
+  // Reported on the second assignment.
+  for (Operation &other : *(*this)->getBlock()) {
+    if (&other == getOperation())
+      break;
+    auto assign = dyn_cast<AssignOp>(other);
+    if (assign && assign.getNameAttr() == getNameAttr())
+      return emitOpError() << "'" << getName()
+                           << "' is assigned more than once in a step";
+  }
+  return success();
+}
+
+LogicalResult LrScheduleOp::inferReturnTypes(MLIRContext *context,
+                                             std::optional<Location> loc,
+                                             Adaptor adaptor,
+                                             SmallVectorImpl<Type> &types) {
+  if (!(adaptor.getBaseLr().convertToDouble() > 0.0))
+    return inferError<LrScheduleOp>(loc, "base_lr must be positive");
+  if (int64_t(adaptor.getWarmupSteps()) < 0 ||
+      int64_t(adaptor.getDecaySteps()) < 0)
+    return inferError<LrScheduleOp>(loc, "step counts must be >= 0");
+  if (adaptor.getKind() == LrScheduleKind::Cosine &&
+      int64_t(adaptor.getDecaySteps()) < 1)
+    return inferError<LrScheduleOp>(loc, "cosine needs decay_steps >= 1");
+  if (adaptor.getKind() == LrScheduleKind::LinearWarmup &&
+      int64_t(adaptor.getWarmupSteps()) < 1)
+    return inferError<LrScheduleOp>(loc,
+                                    "linear_warmup needs warmup_steps >= 1");
+  types.push_back(RankedTensorType::get({}, Float32Type::get(context)));
+  return success();
+}
+
 //===----------------------------------------------------------------------===//
 // Forward computation
 //===----------------------------------------------------------------------===//

@@ -143,6 +143,87 @@ def Strata_InitTokenOp : Strata_Op<"init_token", [Pure]> {
   let assemblyFormat = "attr-dict `:` type($token)";
 }
 
+def Strata_StateOp : Strata_Op<"state", [Symbol, HasParent<"mlir::ModuleOp">,
+    DeclareOpInterfaceMethods<SymbolUserOpInterface>]> {
+  let summary = "Declares persistent state that is not trained";
+  let description = [{
+    Optimizer moments, the step counter and gradient accumulators: tensors
+    that persist across steps like parameters but get no gradient. `of`
+    names the parameter a state belongs to, so that partitioning passes
+    place it with its parameter. Integer state may only start as zeros or
+    ones.
+
+    ```mlir
+    strata.state @step : tensor<i64> init <zeros>
+    strata.state @w.moment1 : tensor<64x64xf32> init <zeros> of @w
+    ```
+  }];
+  let arguments = (ins SymbolNameAttr:$sym_name,
+                       TypeAttrOf<Strata_AnyTensor>:$type,
+                       Strata_InitAttr:$init,
+                       OptionalAttr<FlatSymbolRefAttr>:$of);
+  let assemblyFormat = "$sym_name `:` $type `init` $init (`of` $of^)? attr-dict";
+  let hasVerifier = 1;
+  let extraClassDeclaration = [{
+    mlir::RankedTensorType getTensorType() {
+      return mlir::cast<mlir::RankedTensorType>(getType());
+    }
+  }];
+}
+
+def Strata_GetStateOp : Strata_Op<"get_state",
+    [Pure, DeclareOpInterfaceMethods<SymbolUserOpInterface>]> {
+  let summary = "Reads a state";
+  let description = [{
+    Yields the value the state had at the start of the step.
+
+    ```mlir
+    %s = strata.get_state @step : tensor<i64>
+    ```
+  }];
+  let arguments = (ins FlatSymbolRefAttr:$name);
+  let results = (outs Strata_AnyTensor:$result);
+  let assemblyFormat = "$name attr-dict `:` type($result)";
+}
+
+def Strata_AssignOp : Strata_Op<"assign",
+    [DeclareOpInterfaceMethods<SymbolUserOpInterface>,
+     MemoryEffects<[MemWrite]>]> {
+  let summary = "Sets the value a parameter or state has in the next step";
+  let description = [{
+    Reads of the same symbol within the step still see the old value; the
+    new value takes effect when the step ends. A step assigns each symbol at
+    most once.
+
+    ```mlir
+    strata.assign @w, %w_new : tensor<64x64xf32>
+    ```
+  }];
+  let arguments = (ins FlatSymbolRefAttr:$name, Strata_AnyTensor:$value);
+  let assemblyFormat = "$name `,` $value attr-dict `:` type($value)";
+}
+
+def Strata_LrScheduleOp : Strata_ComputeOp<"lr_schedule"> {
+  let summary = "Learning rate of an update from its 1-based step number";
+  let description = [{
+    With s the step number: `constant` gives base_lr; `linear_warmup`
+    base_lr * min(1, s / warmup_steps); `cosine` warms up linearly over
+    warmup_steps, then decays to min_lr over decay_steps as
+    min_lr + (base_lr - min_lr) (1 + cos(pi t)) / 2, t = min(1, (s -
+    warmup_steps) / decay_steps).
+
+    ```mlir
+    %lr = strata.lr_schedule %s {kind = #strata.lr<cosine>, base_lr = 1.0e-03 : f64, decay_steps = 100 : i64} : (tensor<i64>) -> tensor<f32>
+    ```
+  }];
+  let arguments = (ins Strata_StepCounter:$step,
+                       Strata_LrScheduleKindAttr:$kind, F64Attr:$base_lr,
+                       DefaultValuedAttr<I64Attr, "0">:$warmup_steps,
+                       DefaultValuedAttr<I64Attr, "0">:$decay_steps,
+                       DefaultValuedAttr<F64Attr, "0.0">:$min_lr);
+  let results = (outs 0DTensorOf<[F32]>:$lr);
+}
+
 //===----------------------------------------------------------------------===//
 // Forward computation
 //===----------------------------------------------------------------------===//
@@ -554,7 +635,7 @@ def Strata_MomentumUpdateOp : Strata_UpdateOp<"momentum_update"> {
                       Strata_FloatTensor:$new_velocity);
 }
 
-class Strata_AdamFamilyOp<string mnemonic, string decay, string defaultDecay>
+class Strata_AdamFamilyOp<string mnemonic, string defaultDecay>
     : Strata_UpdateOp<mnemonic> {
   let arguments = (ins Strata_FloatTensor:$param, Strata_FloatTensor:$grad,
                        Strata_FloatTensor:$moment1, Strata_FloatTensor:$moment2,
@@ -569,7 +650,7 @@ class Strata_AdamFamilyOp<string mnemonic, string decay, string defaultDecay>
 }
 
 def Strata_AdamUpdateOp
-    : Strata_AdamFamilyOp<"adam_update", "coupled (L2)", "0.0"> {
+    : Strata_AdamFamilyOp<"adam_update", "0.0"> {
   let summary = "Adam step with L2 weight decay added to the gradient";
   let description = [{
     `step` is the 1-based number of this update, used for bias correction.
@@ -581,7 +662,7 @@ def Strata_AdamUpdateOp
 }
 
 def Strata_AdamWUpdateOp
-    : Strata_AdamFamilyOp<"adamw_update", "decoupled", "0.01"> {
+    : Strata_AdamFamilyOp<"adamw_update", "0.01"> {
   let summary = "AdamW step (decoupled weight decay, Paddle default 0.01)";
   let description = [{
     param *= (1 - lr * weight_decay) before the Adam step.
@@ -593,7 +674,7 @@ def Strata_AdamWUpdateOp
 }
 
 def Strata_LambUpdateOp
-    : Strata_AdamFamilyOp<"lamb_update", "LAMB", "0.01"> {
+    : Strata_AdamFamilyOp<"lamb_update", "0.01"> {
   let summary = "LAMB step (layer-wise trust ratio; Paddle default decay 0.01)";
   let description = [{
     r = m_hat / (sqrt(v_hat) + epsilon) + weight_decay * param;

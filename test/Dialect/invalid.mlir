@@ -664,3 +664,58 @@ func.func @f(%x: tensor<4xf32>) {
   %0 = strata.relu %x {strata.role = #strata.role<sideways>} : (tensor<4xf32>) -> tensor<4xf32>
   return
 }
+
+// -----
+
+// expected-error@+1 {{integer state may only start as zeros or ones}}
+strata.state @s : tensor<i64> init <normal, 1.0>
+
+// -----
+
+// expected-error@+1 {{'of' names @nope, which is not a strata.param}}
+strata.state @s : tensor<4xf32> init <zeros> of @nope
+
+// -----
+
+strata.param @w : tensor<4xf32> init <zeros>
+func.func @f() {
+  // expected-error@+1 {{'w' does not name a strata.state}}
+  %0 = strata.get_state @w : tensor<4xf32>
+  return
+}
+
+// -----
+
+strata.state @s : tensor<4xf32> init <zeros>
+func.func @f(%v: tensor<4xf32>) {
+  strata.assign @s, %v : tensor<4xf32>
+  // expected-error@+1 {{'s' is assigned more than once in a step}}
+  strata.assign @s, %v : tensor<4xf32>
+  return
+}
+
+// -----
+
+strata.state @s : tensor<4xf32> init <zeros>
+func.func @f(%v: tensor<8xf32>) {
+  // expected-error@+1 {{value type 'tensor<8xf32>' differs from the type of 's': 'tensor<4xf32>'}}
+  strata.assign @s, %v : tensor<8xf32>
+  return
+}
+
+// -----
+
+func.func @f(%v: tensor<4xf32>) {
+  // expected-error@+1 {{'nope' does not name a strata.param or strata.state}}
+  strata.assign @nope, %v : tensor<4xf32>
+  return
+}
+
+// -----
+
+func.func @f(%s: tensor<i64>) {
+  // expected-error@+2 {{'strata.lr_schedule' op cosine needs decay_steps >= 1}}
+  // expected-error@+1 {{failed to infer returned types}}
+  %lr = strata.lr_schedule %s {kind = #strata.lr<cosine>, base_lr = 1.0 : f64} : (tensor<i64>) -> tensor<f32>
+  return
+}

@@ -160,3 +160,21 @@ func.func @metadata(%x: tensor<4x16xf32>) -> tensor<4x16xf32> {
   %1 = strata.bias_add_grad %0 {strata.role = #strata.role<backward>, strata.grad_of = @b} : (tensor<4x16xf32>) -> tensor<16xf32>
   return %0 : tensor<4x16xf32>
 }
+
+// CHECK: strata.state @step : tensor<i64> init <zeros>
+strata.state @step : tensor<i64> init <zeros>
+// CHECK: strata.state @b.moment1 : tensor<16xf32> init <zeros> of @b
+strata.state @b.moment1 : tensor<16xf32> init <zeros> of @b
+
+// CHECK-LABEL: func @state
+func.func @state(%v: tensor<16xf32>) {
+  // CHECK: strata.get_state @step : tensor<i64>
+  %s = strata.get_state @step : tensor<i64>
+  // CHECK: strata.lr_schedule {{.*}} {base_lr = 1.000000e-03 : f64, decay_steps = 10 : i64, kind = #strata.lr<cosine>}
+  %lr = strata.lr_schedule %s {kind = #strata.lr<cosine>, base_lr = 1.0e-3 : f64, decay_steps = 10 : i64} : (tensor<i64>) -> tensor<f32>
+  // CHECK: strata.assign @b.moment1, %{{.*}} : tensor<16xf32>
+  strata.assign @b.moment1, %v : tensor<16xf32>
+  // CHECK: strata.assign @step, %{{.*}} : tensor<i64>
+  strata.assign @step, %s : tensor<i64>
+  return
+}
