@@ -57,4 +57,63 @@ def StrataAutodiff : Pass<"strata-autodiff", "mlir::ModuleOp"> {
                            "::mlir::arith::ArithDialect"];
 }
 
+def StrataOptimizer : Pass<"strata-optimizer", "mlir::ModuleOp"> {
+  let summary = "Appends the optimizer update of every trainable parameter";
+  let description = [{
+    Consumes the gradients that `strata-autodiff` returns (results marked
+    `strata.grad_of`) and appends, before the return:
+
+    * the step counter: `strata.state @step : tensor<i64>`, incremented
+      once per step; the 1-based step number feeds bias correction and the
+      learning-rate schedule (`strata.lr_schedule`);
+    * with `grad-clip-norm` > 0, global-norm clipping of all gradients
+      together (Paddle's ClipGradByGlobalNorm);
+    * per parameter, the update op of `type` (sgd, momentum, adam, adamw,
+      lamb, lars) with its optimizer state as `strata.state @P.moment1`,
+      `@P.moment2` or `@P.velocity` (`of @P`), and `strata.assign` of the
+      new parameter and state values.
+
+    The function then returns only the loss. Hyper-parameters and defaults
+    are Paddle's; `weight-decay` and `epsilon` below 0 mean the type's
+    default (adamw and lamb decay 0.01, lars 0.0005, others 0; lamb epsilon
+    1e-6, lars 0, others 1e-8). Parameters whose name contains one of
+    `exclude-from-weight-decay` get no weight decay. New ops carry
+    `strata.role = optimizer`. A module without a differentiated function
+    is an error (run strata-autodiff first).
+  }];
+  let options = [
+    Option<"type", "type", "std::string", "\"adamw\"",
+           "sgd, momentum, adam, adamw, lamb or lars">,
+    Option<"learningRate", "learning-rate", "double", "0.001",
+           "Base learning rate">,
+    Option<"weightDecay", "weight-decay", "double", "-1.0",
+           "Weight decay (< 0: the type's default)">,
+    Option<"beta1", "beta1", "double", "0.9", "Adam-family beta1">,
+    Option<"beta2", "beta2", "double", "0.999", "Adam-family beta2">,
+    Option<"epsilon", "epsilon", "double", "-1.0",
+           "Epsilon (< 0: the type's default)">,
+    Option<"momentum", "momentum", "double", "0.9",
+           "Momentum of momentum and lars">,
+    Option<"useNesterov", "use-nesterov", "bool", "false",
+           "Nesterov momentum">,
+    Option<"larsCoeff", "lars-coeff", "double", "0.001",
+           "LARS trust coefficient">,
+    ListOption<"excludeFromWeightDecay", "exclude-from-weight-decay",
+               "std::string",
+               "Parameter-name substrings that get no weight decay">,
+    Option<"gradClipNorm", "grad-clip-norm", "double", "0.0",
+           "Global-norm gradient clipping threshold (0: off)">,
+    Option<"lrSchedule", "lr-schedule", "std::string", "\"constant\"",
+           "constant, linear_warmup or cosine">,
+    Option<"warmupSteps", "warmup-steps", "int64_t", "0",
+           "Linear warm-up steps">,
+    Option<"decaySteps", "decay-steps", "int64_t", "0",
+           "Cosine decay steps after warm-up">,
+    Option<"minLr", "min-lr", "double", "0.0",
+           "Final learning rate of the cosine schedule">
+  ];
+  let dependentDialects = ["::strata::StrataDialect",
+                           "::mlir::arith::ArithDialect"];
+}
+
 #endif // STRATA_PASSES_TD

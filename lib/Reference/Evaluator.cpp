@@ -188,7 +188,7 @@ double activationGrad(Activation act, double pre) {
 
 class Evaluator {
 public:
-  Evaluator(const StringMap<Tensor> &params, const EvalOptions &options)
+  Evaluator(StringMap<Tensor> &params, const EvalOptions &options)
       : params(params), options(options) {}
 
   llvm::Expected<std::vector<Tensor>> run(func::FuncOp func,
@@ -207,9 +207,11 @@ private:
   const Tensor &get(Value v) { return values.find(v)->second; }
   void set(Value v, Tensor t) { values[v] = std::move(t); }
 
-  const StringMap<Tensor> &params;
+  StringMap<Tensor> &params;
   const EvalOptions &options;
   DenseMap<Value, Tensor> values;
+  /// strata.assign values, applied when the step returns.
+  StringMap<Tensor> pending;
 };
 
 llvm::Expected<std::vector<Tensor>> Evaluator::run(func::FuncOp func,
@@ -232,6 +234,8 @@ llvm::Expected<std::vector<Tensor>> Evaluator::run(func::FuncOp func,
       std::vector<Tensor> results;
       for (Value v : ret.getOperands())
         results.push_back(get(v));
+      for (auto &entry : pending)
+        params[entry.first()] = std::move(entry.second);
       return results;
     }
     if (llvm::Error err = step(&op))
@@ -565,6 +569,148 @@ llvm::Error Evaluator::step(Operation *op) {
             }));
         return llvm::Error::success();
       })
+      .Case([&](arith::AddIOp o) -> llvm::Error {
+        set(o, binary(in(0), in(1), outShape(), std::plus<double>()));
+        return llvm::Error::success();
+      })
+      .Case([&](GetStateOp g) -> llvm::Error {
+        auto it = params.find(g.getName());
+        if (it != params.end()) {
+          set(g, it->second);
+          return llvm::Error::success();
+        }
+        auto state = SymbolTable::lookupNearestSymbolFrom<StateOp>(
+            g, g.getNameAttr());
+        InitKind init = state.getInit().getKind();
+        if (init != InitKind::Zeros && init != InitKind::Ones)
+          return fail(op, "no value for state '" + g.getName() + "'");
+        set(g, Tensor(outShape(), init == InitKind::Ones ? 1.0 : 0.0));
+        return llvm::Error::success();
+      })
+      .Case([&](AssignOp a) -> llvm::Error {
+        pending[a.getName()] = get(a.getValue());
+        return llvm::Error::success();
+      })
+      .Case([&](LrScheduleOp o) -> llvm::Error {
+        double s = in(0).data[0], base = o.getBaseLr().convertToDouble();
+        double warmup = double(int64_t(o.getWarmupSteps()));
+        double decay = double(int64_t(o.getDecaySteps()));
+        double minLr = o.getMinLr().convertToDouble(), lr = base;
+        if (o.getKind() != LrScheduleKind::Constant && warmup > 0 &&
+            s < warmup)
+          lr = base * s / warmup;
+        else if (o.getKind() == LrScheduleKind::Cosine) {
+          double t = std::min(1.0, std::max(0.0, (s - warmup) / decay));
+          lr = minLr + (base - minLr) * 0.5 * (1.0 + std::cos(M_PI * t));
+        }
+        set(o, Tensor({}, lr));
+        return llvm::Error::success();
+      })
+      .Case([&](GlobalNormOp o) -> llvm::Error {
+        double sum = 0;
+        for (Value v : o.getInputs())
+          for (double x : get(v).data)
+            sum += x * x;
+        set(o, Tensor({}, std::sqrt(sum)));
+        return llvm::Error::success();
+      })
+      .Case([&](ClipByGlobalNormOp o) -> llvm::Error {
+        double norm = get(o.getNorm()).data[0];
+        double maxNorm = o.getMaxNorm().convertToDouble();
+        double scale = maxNorm / std::max(norm, maxNorm);
+        for (auto [in, out] : llvm::zip(o.getInputs(), o.getResults()))
+          set(out, unary(get(in), [scale](double x) { return x * scale; }));
+        return llvm::Error::success();
+      })
+      .Case([&](SgdUpdateOp o) -> llvm::Error {
+        const Tensor &p = in(0), &g = in(1);
+        double lr = in(2).data[0], wd = o.getWeightDecay().convertToDouble();
+        Tensor out = p;
+        for (int64_t i = 0; i < p.numElements(); ++i)
+          out.data[i] = p.data[i] - lr * (g.data[i] + wd * p.data[i]);
+        set(o, std::move(out));
+        return llvm::Error::success();
+      })
+      .Case([&](MomentumUpdateOp o) -> llvm::Error {
+        const Tensor &p = in(0), &g = in(1), &v = in(2);
+        double lr = in(3).data[0], mu = o.getMomentum().convertToDouble();
+        double wd = o.getWeightDecay().convertToDouble();
+        Tensor np = p, nv = v;
+        for (int64_t i = 0; i < p.numElements(); ++i) {
+          double gi = g.data[i] + wd * p.data[i];
+          nv.data[i] = mu * v.data[i] + gi;
+          np.data[i] = p.data[i] - lr * (o.getUseNesterov()
+                                             ? gi + mu * nv.data[i]
+                                             : nv.data[i]);
+        }
+        set(o.getNewParam(), std::move(np));
+        set(o.getNewVelocity(), std::move(nv));
+        return llvm::Error::success();
+      })
+      .Case([&](LarsUpdateOp o) -> llvm::Error {
+        const Tensor &p = in(0), &g = in(1), &v = in(2);
+        double lr = in(3).data[0], mu = o.getMomentum().convertToDouble();
+        double wd = o.getWeightDecay().convertToDouble();
+        double coeff = o.getLarsCoeff().convertToDouble();
+        double eps = o.getEpsilon().convertToDouble();
+        double pn = 0, gn = 0;
+        for (int64_t i = 0; i < p.numElements(); ++i) {
+          pn += p.data[i] * p.data[i];
+          gn += g.data[i] * g.data[i];
+        }
+        pn = std::sqrt(pn);
+        gn = std::sqrt(gn);
+        double localLr = (pn > 0 && gn > 0)
+                             ? lr * coeff * pn / (gn + wd * pn + eps)
+                             : lr;
+        Tensor np = p, nv = v;
+        for (int64_t i = 0; i < p.numElements(); ++i) {
+          nv.data[i] = mu * v.data[i] + localLr * (g.data[i] + wd * p.data[i]);
+          np.data[i] = p.data[i] - nv.data[i];
+        }
+        set(o.getNewParam(), std::move(np));
+        set(o.getNewVelocity(), std::move(nv));
+        return llvm::Error::success();
+      })
+      .Case<AdamUpdateOp, AdamWUpdateOp, LambUpdateOp>(
+          [&](auto o) -> llvm::Error {
+            const Tensor &p = in(0), &g = in(1), &m = in(2), &v = in(3);
+            double lr = in(4).data[0], t = in(5).data[0];
+            double b1 = o.getBeta1().convertToDouble();
+            double b2 = o.getBeta2().convertToDouble();
+            double eps = o.getEpsilon().convertToDouble();
+            double wd = o.getWeightDecay().convertToDouble();
+            bool adam = isa<AdamUpdateOp>(op), lamb = isa<LambUpdateOp>(op);
+            Tensor np = p, nm = m, nv = v, r(p.shape);
+            double c1 = 1.0 - std::pow(b1, t), c2 = 1.0 - std::pow(b2, t);
+            for (int64_t i = 0; i < p.numElements(); ++i) {
+              double gi = g.data[i] + (adam ? wd * p.data[i] : 0.0);
+              nm.data[i] = b1 * m.data[i] + (1 - b1) * gi;
+              nv.data[i] = b2 * v.data[i] + (1 - b2) * gi * gi;
+              r.data[i] = (nm.data[i] / c1) /
+                          (std::sqrt(nv.data[i] / c2) + eps);
+            }
+            if (lamb) {
+              double pn = 0, rn = 0;
+              for (int64_t i = 0; i < p.numElements(); ++i) {
+                r.data[i] += wd * p.data[i];
+                pn += p.data[i] * p.data[i];
+                rn += r.data[i] * r.data[i];
+              }
+              double trust =
+                  (pn > 0 && rn > 0) ? std::sqrt(pn) / std::sqrt(rn) : 1.0;
+              for (int64_t i = 0; i < p.numElements(); ++i)
+                np.data[i] = p.data[i] - lr * trust * r.data[i];
+            } else {
+              double keep = adam ? 1.0 : 1.0 - lr * wd; // AdamW decay
+              for (int64_t i = 0; i < p.numElements(); ++i)
+                np.data[i] = p.data[i] * keep - lr * r.data[i];
+            }
+            set(o.getNewParam(), std::move(np));
+            set(o.getNewMoment1(), std::move(nm));
+            set(o.getNewMoment2(), std::move(nv));
+            return llvm::Error::success();
+          })
       .Case([&](FusedGemmEpilogueOp o) -> llvm::Error {
         Tensor pre = binary(matmul(in(0), in(1)), in(2), outShape(),
                             std::plus<double>());
@@ -623,7 +769,7 @@ llvm::Error Evaluator::step(Operation *op) {
 
 llvm::Expected<std::vector<Tensor>>
 strata::reference::evaluate(func::FuncOp func, ArrayRef<Tensor> args,
-                            const StringMap<Tensor> &params,
+                            StringMap<Tensor> &params,
                             const EvalOptions &options) {
   Evaluator evaluator(params, options);
   return evaluator.run(func, args);

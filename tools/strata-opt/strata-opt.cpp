@@ -126,9 +126,19 @@ int main(int argc, char **argv) {
       return 1;
     }
   }
+  // --dump-pass-pipeline is honoured inside MLIR's command-line pipeline
+  // set-up, which reads the option's storage directly and runs before the
+  // strategy's passes exist: clear the option and dump once they are added.
+  bool dump = config.shouldDumpPassPipeline();
+  if (dump) {
+    auto *option = static_cast<cl::opt<bool, /*ExternalStorage=*/true> *>(
+        cl::getRegisteredOptions().lookup("dump-pass-pipeline"));
+    option->setValue(false);
+    config.dumpPassPipeline(false);
+  }
   mlir::MlirOptMainConfig cliConfig = config;
   config.setPassPipelineSetupFn(
-      [cliConfig, plan, strategy = *strategy](
+      [cliConfig, plan, dump, strategy = *strategy](
           mlir::PassManager &pm) -> mlir::LogicalResult {
         if (mlir::failed(cliConfig.setupPassPipeline(pm)))
           return mlir::failure();
@@ -136,6 +146,8 @@ int main(int argc, char **argv) {
           errs() << toString(std::move(err)) << "\n";
           return mlir::failure();
         }
+        if (dump)
+          pm.dump();
         return mlir::success();
       });
 

@@ -34,11 +34,14 @@ struct EvalOptions {
   uint64_t seed = 0;
 };
 
-/// Evaluates `func` on `args`, reading `strata.get_param` values from
-/// `params` (by symbol name). Returns the function's results.
+/// Evaluates one step of `func` on `args`. `state` holds the value of every
+/// `strata.param` and `strata.state` by symbol name (states missing from it
+/// start from their initialiser, zeros or ones); the step's
+/// `strata.assign`s update it when the step ends. Returns the function's
+/// results.
 llvm::Expected<std::vector<Tensor>>
 evaluate(mlir::func::FuncOp func, llvm::ArrayRef<Tensor> args,
-         const llvm::StringMap<Tensor> &params, const EvalOptions &options = {});
+         llvm::StringMap<Tensor> &state, const EvalOptions &options = {});
 
 } // namespace reference
 } // namespace strata

@@ -1,0 +1,246 @@
+//===- Optimizer.cpp - Parameter updates from the returned gradients ------===//
+
+#include "strata/Passes/Passes.h"
+
+#include "mlir/Dialect/Arith/IR/Arith.h"
+#include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "mlir/IR/Builders.h"
+#include "mlir/IR/SymbolTable.h"
+#include "llvm/ADT/StringSwitch.h"
+
+namespace strata {
+#define GEN_PASS_DEF_STRATAOPTIMIZER
+#include "StrataPasses.h.inc"
+} // namespace strata
+
+using namespace mlir;
+using namespace strata;
+
+namespace {
+
+enum class Kind { Sgd, Momentum, Adam, AdamW, Lamb, Lars };
+
+struct OptimizerPass
+    : public strata::impl::StrataOptimizerBase<OptimizerPass> {
+  using StrataOptimizerBase::StrataOptimizerBase;
+
+  void runOnOperation() override;
+
+private:
+  /// Declares `name` (made unique) as state, after the module's other
+  /// declarations; returns its symbol.
+  FlatSymbolRefAttr declareState(StringRef name, RankedTensorType type,
+                                 InitKind init, FlatSymbolRefAttr of);
+  LogicalResult rewrite(func::FuncOp func);
+
+  template <typename OpTy, typename... Args>
+  OpTy make(OpBuilder &b, Location loc, Args &&...args) {
+    auto op = OpTy::create(b, loc, std::forward<Args>(args)...);
+    setRole(op, Role::Optimizer);
+    return op;
+  }
+
+  Kind kind;
+  double decay = 0, eps = 0;
+  SymbolTable *symbols = nullptr;
+  Operation *lastDeclaration = nullptr;
+};
+
+FlatSymbolRefAttr OptimizerPass::declareState(StringRef name,
+                                              RankedTensorType type,
+                                              InitKind init,
+                                              FlatSymbolRefAttr of) {
+  ModuleOp module = getOperation();
+  OpBuilder b(module.getContext());
+  if (lastDeclaration)
+    b.setInsertionPointAfter(lastDeclaration);
+  else
+    b.setInsertionPointToStart(module.getBody());
+  auto state = StateOp::create(b, module.getLoc(), name, type,
+                               InitAttr::get(b.getContext(), init, FloatAttr()),
+                               of);
+  symbols->insert(state); // renames on a clash
+  lastDeclaration = state;
+  return FlatSymbolRefAttr::get(state.getSymNameAttr());
+}
+
+LogicalResult OptimizerPass::rewrite(func::FuncOp func) {
+  Block &body = func.getBody().front();
+  auto ret = cast<func::ReturnOp>(body.getTerminator());
+  OpBuilder b(ret);
+  Location loc = ret.getLoc();
+  MLIRContext *ctx = b.getContext();
+
+  // The step counter and the learning rate.
+  auto i64 = RankedTensorType::get({}, b.getI64Type());
+  FlatSymbolRefAttr stepSym =
+      declareState("step", i64, InitKind::Zeros, FlatSymbolRefAttr());
+  Value oldStep = make<GetStateOp>(b, loc, i64, stepSym);
+  Value one = make<arith::ConstantOp>(
+      b, loc, DenseElementsAttr::get(i64, b.getI64IntegerAttr(1)));
+  Value step = make<arith::AddIOp>(b, loc, oldStep, one);
+  make<AssignOp>(b, loc, stepSym, step);
+  auto scheduleKind = llvm::StringSwitch<std::optional<LrScheduleKind>>(
+                          lrSchedule)
+                          .Case("constant", LrScheduleKind::Constant)
+                          .Case("linear_warmup", LrScheduleKind::LinearWarmup)
+                          .Case("cosine", LrScheduleKind::Cosine)
+                          .Default(std::nullopt);
+  if (!scheduleKind)
+    return emitError(loc) << "unknown lr-schedule '" << lrSchedule
+                          << "' (constant, linear_warmup, cosine)";
+  if (*scheduleKind == LrScheduleKind::Cosine && decaySteps < 1)
+    return emitError(loc) << "lr-schedule cosine needs decay-steps >= 1";
+  if (*scheduleKind == LrScheduleKind::LinearWarmup && warmupSteps < 1)
+    return emitError(loc)
+           << "lr-schedule linear_warmup needs warmup-steps >= 1";
+  Value lr = make<LrScheduleOp>(
+      b, loc, step, LrScheduleKindAttr::get(ctx, *scheduleKind),
+      b.getF64FloatAttr(learningRate), b.getI64IntegerAttr(warmupSteps),
+      b.getI64IntegerAttr(decaySteps), b.getF64FloatAttr(minLr));
+
+  SmallVector<Value> grads;
+  SmallVector<FlatSymbolRefAttr> params;
+  for (unsigned i = 1; i < func.getNumResults(); ++i) {
+    auto ref = func.getResultAttrOfType<FlatSymbolRefAttr>(
+        i, StrataDialect::kGradOfAttrName);
+    if (!ref)
+      return func.emitError() << "result " << i
+                              << " is not a gradient (no strata.grad_of)";
+    grads.push_back(ret.getOperand(i));
+    params.push_back(ref);
+  }
+
+  if (gradClipNorm > 0.0 && !grads.empty()) {
+    Value norm = make<GlobalNormOp>(b, loc, grads);
+    auto clip = make<ClipByGlobalNormOp>(b, loc, grads, norm,
+                                         b.getF64FloatAttr(gradClipNorm));
+    grads.assign(clip.getResults().begin(), clip.getResults().end());
+  }
+
+  for (auto [ref, grad] : llvm::zip(params, grads)) {
+    auto param = symbols->lookup<ParamOp>(ref.getValue());
+    if (!param)
+      return func.emitError() << ref << " is not a strata.param";
+    RankedTensorType type = param.getTensorType();
+    Location ploc = param.getLoc();
+    bool excluded = llvm::any_of(excludeFromWeightDecay, [&](StringRef s) {
+      return ref.getValue().contains(s);
+    });
+    FloatAttr wd = b.getF64FloatAttr(excluded ? 0.0 : decay);
+    Value p = make<GetParamOp>(b, ploc, type, ref);
+    auto stateOf = [&](StringRef suffix) {
+      FlatSymbolRefAttr sym = declareState(
+          (ref.getValue() + "." + suffix).str(), type, InitKind::Zeros, ref);
+      return std::make_pair(sym, Value(make<GetStateOp>(b, ploc, type, sym)));
+    };
+    Value newParam;
+    switch (kind) {
+    case Kind::Sgd:
+      newParam = make<SgdUpdateOp>(b, ploc, p, grad, lr, wd);
+      break;
+    case Kind::Momentum:
+    case Kind::Lars: {
+      auto [vSym, v] = stateOf("velocity");
+      Operation *update;
+      if (kind == Kind::Momentum)
+        update = make<MomentumUpdateOp>(
+            b, ploc, p, grad, v, lr, b.getF64FloatAttr(momentum),
+            useNesterov ? b.getUnitAttr() : UnitAttr(), wd);
+      else
+        update = make<LarsUpdateOp>(b, ploc, p, grad, v, lr,
+                                    b.getF64FloatAttr(momentum),
+                                    b.getF64FloatAttr(larsCoeff), wd,
+                                    b.getF64FloatAttr(eps));
+      newParam = update->getResult(0);
+      make<AssignOp>(b, ploc, vSym, update->getResult(1));
+      break;
+    }
+    case Kind::Adam:
+    case Kind::AdamW:
+    case Kind::Lamb: {
+      auto [mSym, m] = stateOf("moment1");
+      auto [vSym, v] = stateOf("moment2");
+      auto b1 = b.getF64FloatAttr(beta1), b2 = b.getF64FloatAttr(beta2);
+      auto e = b.getF64FloatAttr(eps);
+      Operation *update =
+          kind == Kind::Adam
+              ? make<AdamUpdateOp>(b, ploc, p, grad, m, v, lr, step, b1, b2, e,
+                                   wd)
+                    .getOperation()
+          : kind == Kind::AdamW
+              ? make<AdamWUpdateOp>(b, ploc, p, grad, m, v, lr, step, b1, b2,
+                                    e, wd)
+                    .getOperation()
+              : make<LambUpdateOp>(b, ploc, p, grad, m, v, lr, step, b1, b2,
+                                   e, wd)
+                    .getOperation();
+      newParam = update->getResult(0);
+      make<AssignOp>(b, ploc, mSym, update->getResult(1));
+      make<AssignOp>(b, ploc, vSym, update->getResult(2));
+      break;
+    }
+    }
+    make<AssignOp>(b, ploc, ref, newParam);
+  }
+
+  Value loss = ret.getOperand(0);
+  func::ReturnOp::create(b, loc, loss);
+  ret.erase();
+  func.setType(FunctionType::get(ctx, func.getArgumentTypes(),
+                                 {loss.getType()}));
+  return success();
+}
+
+void OptimizerPass::runOnOperation() {
+  ModuleOp module = getOperation();
+  auto parsed = llvm::StringSwitch<std::optional<Kind>>(type)
+                    .Case("sgd", Kind::Sgd)
+                    .Case("momentum", Kind::Momentum)
+                    .Case("adam", Kind::Adam)
+                    .Case("adamw", Kind::AdamW)
+                    .Case("lamb", Kind::Lamb)
+                    .Case("lars", Kind::Lars)
+                    .Default(std::nullopt);
+  if (!parsed) {
+    module.emitError() << "strata-optimizer: unknown type '" << type
+                       << "' (sgd, momentum, adam, adamw, lamb, lars)";
+    return signalPassFailure();
+  }
+  kind = *parsed;
+  // Paddle's defaults by optimizer.
+  decay = weightDecay >= 0.0 ? double(weightDecay)
+          : (kind == Kind::AdamW || kind == Kind::Lamb) ? 0.01
+          : kind == Kind::Lars                          ? 0.0005
+                                                        : 0.0;
+  eps = epsilon >= 0.0 ? double(epsilon)
+        : kind == Kind::Lamb ? 1e-6
+        : kind == Kind::Lars ? 0.0
+                             : 1e-8;
+  if (!(learningRate > 0.0)) {
+    module.emitError() << "strata-optimizer: learning-rate must be positive";
+    return signalPassFailure();
+  }
+
+  SymbolTable symbolTable(module);
+  symbols = &symbolTable;
+  for (Operation &op : *module.getBody())
+    if (isa<ParamOp, StateOp, CommGroupOp>(op))
+      lastDeclaration = &op;
+
+  SmallVector<func::FuncOp> targets;
+  for (func::FuncOp func : module.getOps<func::FuncOp>())
+    if (func.getNumResults() > 1 &&
+        func.getResultAttr(1, StrataDialect::kGradOfAttrName))
+      targets.push_back(func);
+  if (targets.empty()) {
+    module.emitError() << "strata-optimizer: no function returns gradients "
+                          "(run strata-autodiff first)";
+    return signalPassFailure();
+  }
+  for (func::FuncOp func : targets)
+    if (failed(rewrite(func)))
+      return signalPassFailure();
+}
+
+} // namespace
