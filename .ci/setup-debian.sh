@@ -11,8 +11,8 @@ packages=(
   # Runtime dependencies: oneDNN (GEMM), OpenMPI (collectives),
   # Random123 (counter-based Philox RNG, header-only).
   libdnnl-dev libopenmpi-dev openmpi-bin librandom123-dev
-  # Unit tests.
-  libgtest-dev libgmock-dev
+  # Unit tests; PyTorch as the reference the training tests compare with.
+  libgtest-dev libgmock-dev python3-torch
 )
 
 missing=()

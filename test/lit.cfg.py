@@ -12,11 +12,13 @@ config.test_exec_root = os.path.join(config.strata_obj_root, "test")
 config.excludes = ["CMakeLists.txt", "lit.cfg.py", "lit.site.cfg.py.in", "unit"]
 
 config.substitutions.append(("%strata_src_root", config.strata_src_root))
+# Debian's interpreter, which has python3-torch.
+config.substitutions.append(("%python", "/usr/bin/python3"))
 config.substitutions.append(("%strata_obj_root", config.strata_obj_root))
 
 llvm_config.use_default_substitutions()
 llvm_config.with_environment("PATH", config.llvm_tools_dir, append_path=True)
 
 tool_dirs = [config.strata_tools_dir, config.llvm_tools_dir]
-tools = ["strata-opt", "strata-gen"]
+tools = ["strata-opt", "strata-gen", "strata-run"]
 llvm_config.add_tool_substitutions(tools, tool_dirs)

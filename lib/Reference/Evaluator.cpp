@@ -198,7 +198,11 @@ private:
   llvm::Error fail(Operation *op, const Twine &msg) {
     std::string loc;
     llvm::raw_string_ostream os(loc);
-    op->getLoc().print(os);
+    if (auto file = dyn_cast<FileLineColLoc>(op->getLoc()))
+      os << file.getFilename().getValue() << ":" << file.getLine() << ":"
+         << file.getColumn();
+    else
+      op->getLoc().print(os);
     return llvm::createStringError(llvm::inconvertibleErrorCode(),
                                    loc + ": " + op->getName().getStringRef() +
                                        ": " + msg);

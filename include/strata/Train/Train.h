@@ -1,0 +1,82 @@
+//===- Train.h - Weights, data and checkpoints of a training run -*- C++ -*-===//
+//
+// What strata-run needs around a compiled program: deterministic initial
+// weights, the deterministic data stream, and safetensors checkpoints.
+// Tensors are the reference evaluator's (row-major doubles); files store
+// each tensor in its program element type.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef STRATA_TRAIN_TRAIN_H
+#define STRATA_TRAIN_TRAIN_H
+
+#include "strata/Reference/Evaluator.h"
+
+#include "mlir/IR/BuiltinOps.h"
+#include "llvm/ADT/StringMap.h"
+#include "llvm/Support/Error.h"
+
+#include <string>
+#include <vector>
+
+namespace strata {
+
+using reference::Tensor;
+
+/// A named tensor with its file element type ("F32", "F64", "I32", "I64").
+struct NamedTensor {
+  std::string name;
+  std::string dtype;
+  Tensor tensor;
+};
+
+/// Writes a safetensors file atomically (temporary file + rename).
+llvm::Error writeSafetensors(llvm::StringRef path,
+                             llvm::ArrayRef<NamedTensor> tensors);
+/// Reads every tensor of a safetensors file.
+llvm::Expected<std::vector<NamedTensor>> readSafetensors(llvm::StringRef path);
+
+/// The safetensors dtype of an MLIR element type.
+llvm::Expected<std::string> dtypeOf(mlir::Type elementType);
+
+/// Initial value of every strata.param and strata.state of `module`, drawn
+/// from the counter-based RNG keyed by `seed` and the symbol's name.
+llvm::StringMap<Tensor> initialState(mlir::ModuleOp module, uint64_t seed);
+
+/// Replaces initial values by those of a checkpoint. Every parameter must
+/// be present with its shape and dtype; states present are taken too.
+/// Errors name the tensor and what differs.
+llvm::Error loadCheckpoint(mlir::ModuleOp module, llvm::StringRef path,
+                           llvm::StringMap<Tensor> &state);
+/// Writes every parameter and state.
+llvm::Error saveCheckpoint(mlir::ModuleOp module, llvm::StringRef path,
+                           const llvm::StringMap<Tensor> &state);
+
+/// The deterministic data stream. Step i is the i-th global batch, whatever
+/// the split into ranks and micro-batches.
+class DataStream {
+public:
+  /// Chooses the stream from the step function's arguments (by their
+  /// `strata.name`): `tokens`/`targets` read byte-level sequences of
+  /// `textFile` (empty: the texts under /usr/share/common-licenses);
+  /// `features`/`labels` draw a synthetic classification task from `seed`.
+  static llvm::Expected<DataStream> create(mlir::func::FuncOp step,
+                                           std::string textFile,
+                                           uint64_t seed);
+  /// The arguments of step `i`.
+  std::vector<Tensor> batch(int64_t i) const;
+  /// Names of the arguments, in order.
+  const std::vector<std::string> &names() const { return argNames; }
+
+private:
+  enum class Kind { Text, Classification } kind = Kind::Text;
+  std::vector<std::string> argNames;
+  std::vector<std::vector<int64_t>> shapes;
+  std::string text;
+  uint64_t seed = 0;
+  int64_t classes = 0;
+};
+
+} // namespace strata
+
+#endif // STRATA_TRAIN_TRAIN_H

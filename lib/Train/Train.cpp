@@ -1,0 +1,434 @@
+//===- Train.cpp - Weights, data and checkpoints of a training run --------===//
+
+#include "strata/Train/Train.h"
+#include "strata/Dialect/Strata.h"
+
+#include "../../runtime/common/StrataRandom.h"
+
+#include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "llvm/ADT/StringExtras.h"
+#include "llvm/Support/Endian.h"
+#include "llvm/Support/FileSystem.h"
+#include "llvm/Support/JSON.h"
+#include "llvm/Support/MemoryBuffer.h"
+#include "llvm/Support/Path.h"
+#include "llvm/Support/raw_ostream.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+
+using namespace mlir;
+using namespace strata;
+using llvm::Error;
+using llvm::Expected;
+using llvm::StringRef;
+
+namespace {
+
+Error makeError(const llvm::Twine &msg) {
+  return llvm::createStringError(llvm::inconvertibleErrorCode(), msg);
+}
+
+// Stream keys of the RNG, one per use, so that draws never overlap.
+constexpr int64_t kInitStream = 0x494E4954;  // "INIT"
+constexpr int64_t kDataStream = 0x44415441;  // "DATA"
+constexpr int64_t kCenterStream = 0x43454E54; // "CENT"
+constexpr int64_t kNoiseStream = 0x4E4F4953;  // "NOIS"
+
+/// FNV-1a of a symbol name: the per-tensor RNG key.
+int64_t nameKey(StringRef name) {
+  uint64_t h = 1469598103934665603ull;
+  for (char c : name) {
+    h ^= uint8_t(c);
+    h *= 1099511628211ull;
+  }
+  return int64_t(h & 0x7fffffff);
+}
+
+double normal(uint64_t seed, int64_t key, int64_t stream, int64_t index) {
+  auto r = rng::draw(seed, key, stream, index);
+  double u1 = (double(r[0]) + 1.0) / 4294967296.0; // (0, 1]
+  double u2 = double(r[1]) / 4294967296.0;
+  return std::sqrt(-2.0 * std::log(u1)) * std::cos(2.0 * M_PI * u2);
+}
+
+double uniformSym(uint64_t seed, int64_t key, int64_t stream, int64_t index) {
+  auto r = rng::draw(seed, key, stream, index);
+  return 2.0 * (double(r[0]) / 4294967296.0) - 1.0;
+}
+
+std::vector<int64_t> shapeOf(RankedTensorType t) {
+  return std::vector<int64_t>(t.getShape().begin(), t.getShape().end());
+}
+
+size_t dtypeSize(StringRef dtype) {
+  return dtype == "F64" || dtype == "I64" ? 8 : 4;
+}
+
+Tensor initTensor(RankedTensorType type, InitAttr init, StringRef name,
+                  uint64_t seed) {
+  Tensor t(shapeOf(type));
+  double scale = init.getScale() ? init.getScale().getValueAsDouble() : 0.0;
+  int64_t key = nameKey(name);
+  for (int64_t i = 0; i < t.numElements(); ++i) {
+    switch (init.getKind()) {
+    case InitKind::Zeros:
+      t.data[i] = 0.0;
+      break;
+    case InitKind::Ones:
+      t.data[i] = 1.0;
+      break;
+    case InitKind::Normal:
+      t.data[i] = scale * normal(seed, key, kInitStream, i);
+      break;
+    case InitKind::Uniform:
+      t.data[i] = scale * uniformSym(seed, key, kInitStream, i);
+      break;
+    }
+  }
+  // Values are stored in the program's element type.
+  if (type.getElementType().isF32())
+    for (double &v : t.data)
+      v = double(float(v));
+  return t;
+}
+
+/// Every strata.param and strata.state: (name, type).
+std::vector<std::pair<std::string, RankedTensorType>>
+declarations(ModuleOp module) {
+  std::vector<std::pair<std::string, RankedTensorType>> result;
+  for (Operation &op : *module.getBody()) {
+    if (auto p = dyn_cast<ParamOp>(op))
+      result.emplace_back(p.getSymName().str(), p.getTensorType());
+    else if (auto s = dyn_cast<StateOp>(op))
+      result.emplace_back(s.getSymName().str(), s.getTensorType());
+  }
+  return result;
+}
+
+} // namespace
+
+Expected<std::string> strata::dtypeOf(Type elementType) {
+  if (elementType.isF32())
+    return std::string("F32");
+  if (elementType.isF64())
+    return std::string("F64");
+  if (elementType.isInteger(64))
+    return std::string("I64");
+  if (elementType.isInteger(32))
+    return std::string("I32");
+  std::string s;
+  llvm::raw_string_ostream os(s);
+  os << elementType;
+  return makeError("element type " + s + " has no checkpoint format yet");
+}
+
+//===----------------------------------------------------------------------===//
+// safetensors
+//===----------------------------------------------------------------------===//
+
+Error strata::writeSafetensors(StringRef path, ArrayRef<NamedTensor> tensors) {
+  llvm::json::Object header;
+  uint64_t offset = 0;
+  for (const NamedTensor &t : tensors) {
+    uint64_t bytes = t.tensor.numElements() * dtypeSize(t.dtype);
+    llvm::json::Array shape;
+    for (int64_t d : t.tensor.shape)
+      shape.push_back(d);
+    header[t.name] = llvm::json::Object{
+        {"dtype", t.dtype},
+        {"shape", std::move(shape)},
+        {"data_offsets", llvm::json::Array{offset, offset + bytes}}};
+    offset += bytes;
+  }
+  header["__metadata__"] = llvm::json::Object{{"format", "pt"},
+                                              {"producer", "strata"}};
+  std::string json;
+  llvm::raw_string_ostream(json) << llvm::json::Value(std::move(header));
+  while (json.size() % 8)
+    json += ' ';
+
+  llvm::SmallString<128> temp;
+  int fd;
+  if (std::error_code ec =
+          llvm::sys::fs::createUniqueFile(path + ".tmp-%%%%%%", fd, temp))
+    return makeError("cannot write '" + path + "': " + ec.message());
+  {
+    llvm::raw_fd_ostream os(fd, /*shouldClose=*/true);
+    char size[8];
+    llvm::support::endian::write64le(size, json.size());
+    os.write(size, 8);
+    os << json;
+    for (const NamedTensor &t : tensors) {
+      for (double v : t.tensor.data) {
+        char buf[8];
+        if (t.dtype == "F32") {
+          float f = float(v);
+          std::memcpy(buf, &f, 4);
+        } else if (t.dtype == "F64") {
+          std::memcpy(buf, &v, 8);
+        } else if (t.dtype == "I32") {
+          int32_t i = int32_t(v);
+          std::memcpy(buf, &i, 4);
+        } else {
+          int64_t i = int64_t(v);
+          std::memcpy(buf, &i, 8);
+        }
+        os.write(buf, dtypeSize(t.dtype));
+      }
+    }
+    os.close();
+    if (os.has_error()) {
+      llvm::sys::fs::remove(temp);
+      return makeError("cannot write '" + path + "': " + os.error().message());
+    }
+  }
+  if (std::error_code ec = llvm::sys::fs::rename(temp, path)) {
+    llvm::sys::fs::remove(temp);
+    return makeError("cannot write '" + path + "': " + ec.message());
+  }
+  return Error::success();
+}
+
+Expected<std::vector<NamedTensor>> strata::readSafetensors(StringRef path) {
+  auto buffer = llvm::MemoryBuffer::getFile(path, /*IsText=*/false);
+  if (!buffer)
+    return makeError("cannot read '" + path + "': " +
+                   buffer.getError().message());
+  StringRef data = (*buffer)->getBuffer();
+  auto bad = [&](const llvm::Twine &why) {
+    return makeError("'" + path + "' is not a valid safetensors file: " + why);
+  };
+  if (data.size() < 8)
+    return bad("shorter than its 8-byte header size");
+  uint64_t headerSize = llvm::support::endian::read64le(data.data());
+  if (headerSize > data.size() - 8)
+    return bad("header size " + llvm::Twine(headerSize) + " exceeds the file");
+  auto header = llvm::json::parse(data.substr(8, headerSize));
+  if (!header)
+    return bad("header: " + llvm::toString(header.takeError()));
+  auto *object = header->getAsObject();
+  if (!object)
+    return bad("header is not a JSON object");
+  StringRef payload = data.substr(8 + headerSize);
+  std::vector<NamedTensor> result;
+  for (auto &entry : *object) {
+    StringRef name = entry.first;
+    if (name == "__metadata__")
+      continue;
+    auto *info = entry.second.getAsObject();
+    if (!info)
+      return bad("entry '" + name + "' is not an object");
+    auto dtype = info->getString("dtype");
+    auto *shape = info->getArray("shape");
+    auto *offsets = info->getArray("data_offsets");
+    if (!dtype || !shape || !offsets || offsets->size() != 2)
+      return bad("entry '" + name + "' lacks dtype, shape or data_offsets");
+    if (*dtype != "F32" && *dtype != "F64" && *dtype != "I32" &&
+        *dtype != "I64")
+      return bad("entry '" + name + "' has unsupported dtype " + *dtype);
+    NamedTensor t{name.str(), dtype->str(), Tensor()};
+    for (const llvm::json::Value &d : *shape) {
+      auto v = d.getAsInteger();
+      if (!v || *v < 0)
+        return bad("entry '" + name + "' has an invalid shape");
+      t.tensor.shape.push_back(*v);
+    }
+    auto begin = (*offsets)[0].getAsUINT64(), end = (*offsets)[1].getAsUINT64();
+    size_t elem = dtypeSize(*dtype);
+    uint64_t count = t.tensor.numElements();
+    if (!begin || !end || *end < *begin || *end > payload.size() ||
+        *end - *begin != count * elem)
+      return bad("entry '" + name + "' has data offsets that do not match "
+                 "its shape");
+    t.tensor.data.resize(count);
+    const char *p = payload.data() + *begin;
+    for (uint64_t i = 0; i < count; ++i, p += elem) {
+      if (*dtype == "F32") {
+        float f;
+        std::memcpy(&f, p, 4);
+        t.tensor.data[i] = f;
+      } else if (*dtype == "F64") {
+        std::memcpy(&t.tensor.data[i], p, 8);
+      } else if (*dtype == "I32") {
+        int32_t v;
+        std::memcpy(&v, p, 4);
+        t.tensor.data[i] = v;
+      } else {
+        int64_t v;
+        std::memcpy(&v, p, 8);
+        t.tensor.data[i] = double(v);
+      }
+    }
+    result.push_back(std::move(t));
+  }
+  return result;
+}
+
+//===----------------------------------------------------------------------===//
+// Initial values and checkpoints
+//===----------------------------------------------------------------------===//
+
+llvm::StringMap<Tensor> strata::initialState(ModuleOp module, uint64_t seed) {
+  llvm::StringMap<Tensor> state;
+  for (Operation &op : *module.getBody()) {
+    if (auto p = dyn_cast<ParamOp>(op))
+      state[p.getSymName()] =
+          initTensor(p.getTensorType(), p.getInit(), p.getSymName(), seed);
+    else if (auto s = dyn_cast<StateOp>(op))
+      state[s.getSymName()] =
+          initTensor(s.getTensorType(), s.getInit(), s.getSymName(), seed);
+  }
+  return state;
+}
+
+Error strata::loadCheckpoint(ModuleOp module, StringRef path,
+                             llvm::StringMap<Tensor> &state) {
+  auto tensors = readSafetensors(path);
+  if (!tensors)
+    return tensors.takeError();
+  llvm::StringMap<const NamedTensor *> byName;
+  for (const NamedTensor &t : *tensors)
+    byName[t.name] = &t;
+  for (auto &[name, type] : declarations(module)) {
+    bool isParam = isa_and_nonnull<ParamOp>(
+        SymbolTable::lookupSymbolIn(module, name));
+    const NamedTensor *t = byName.lookup(name);
+    if (!t) {
+      if (isParam)
+        return makeError("checkpoint '" + path + "' has no tensor '" + name +
+                       "'");
+      continue; // optimizer state starts fresh when absent
+    }
+    auto dtype = dtypeOf(type.getElementType());
+    if (!dtype)
+      return dtype.takeError();
+    if (t->tensor.shape != shapeOf(type)) {
+      std::string want, got;
+      llvm::raw_string_ostream w(want), g(got);
+      llvm::interleave(shapeOf(type), w, "x");
+      llvm::interleave(t->tensor.shape, g, "x");
+      return makeError("checkpoint '" + path + "': tensor '" + name +
+                     "' has shape [" + got + "], the program needs [" + want +
+                     "]");
+    }
+    if (t->dtype != *dtype)
+      return makeError("checkpoint '" + path + "': tensor '" + name + "' is " +
+                     t->dtype + ", the program needs " + *dtype);
+    state[name] = t->tensor;
+  }
+  return Error::success();
+}
+
+Error strata::saveCheckpoint(ModuleOp module, StringRef path,
+                             const llvm::StringMap<Tensor> &state) {
+  std::vector<NamedTensor> tensors;
+  for (auto &[name, type] : declarations(module)) {
+    auto dtype = dtypeOf(type.getElementType());
+    if (!dtype)
+      return dtype.takeError();
+    auto it = state.find(name);
+    if (it == state.end())
+      return makeError("no value for '" + name + "'");
+    tensors.push_back({name, *dtype, it->second});
+  }
+  return writeSafetensors(path, tensors);
+}
+
+//===----------------------------------------------------------------------===//
+// Data
+//===----------------------------------------------------------------------===//
+
+Expected<DataStream> DataStream::create(func::FuncOp step,
+                                        std::string textFile, uint64_t seed) {
+  DataStream d;
+  d.seed = seed;
+  for (BlockArgument arg : step.getArguments()) {
+    auto name = step.getArgAttrOfType<StringAttr>(arg.getArgNumber(),
+                                                  "strata.name");
+    if (!name)
+      return makeError("argument " + llvm::Twine(arg.getArgNumber()) +
+                     " of @" + step.getName() +
+                     " has no strata.name: the data stream cannot feed it");
+    d.argNames.push_back(name.str());
+    d.shapes.push_back(shapeOf(cast<RankedTensorType>(arg.getType())));
+  }
+  auto is = [&](std::vector<std::string> names) { return d.argNames == names; };
+  if (is({"tokens", "targets"})) {
+    d.kind = Kind::Text;
+    std::vector<std::string> files;
+    if (textFile.empty()) {
+      std::error_code ec;
+      for (llvm::sys::fs::directory_iterator it("/usr/share/common-licenses",
+                                                ec),
+           end;
+           it != end && !ec; it.increment(ec))
+        if (llvm::sys::fs::is_regular_file(it->path()))
+          files.push_back(it->path());
+      std::sort(files.begin(), files.end());
+      if (files.empty())
+        return makeError("no --data file given and no texts under "
+                       "/usr/share/common-licenses");
+    } else {
+      files.push_back(textFile);
+    }
+    for (const std::string &f : files) {
+      auto buffer = llvm::MemoryBuffer::getFile(f);
+      if (!buffer)
+        return makeError("cannot read data file '" + f + "': " +
+                       buffer.getError().message());
+      d.text += (*buffer)->getBuffer().str();
+    }
+    int64_t seq = d.shapes[0].back();
+    if (int64_t(d.text.size()) < seq + 2)
+      return makeError("the data has " + llvm::Twine(d.text.size()) +
+                     " bytes, fewer than a sequence of " +
+                     llvm::Twine(seq + 1));
+    return d;
+  }
+  if (is({"features", "labels"})) {
+    d.kind = Kind::Classification;
+    // The number of classes: the logits' last dimension.
+    step.walk([&](CrossEntropyOp ce) {
+      if (ce.getLabels() == step.getArgument(1))
+        d.classes = ce.getLogits().getType().getShape().back();
+    });
+    if (d.classes < 1)
+      return makeError("@" + step.getName() +
+                     ": the labels feed no strata.cross_entropy");
+    return d;
+  }
+  return makeError("@" + step.getName() + " takes (" +
+                 llvm::join(d.argNames, ", ") +
+                 "); the data stream feeds (tokens, targets) or (features, "
+                 "labels)");
+}
+
+std::vector<Tensor> DataStream::batch(int64_t i) const {
+  if (kind == Kind::Text) {
+    Tensor tokens(shapes[0]), targets(shapes[1]);
+    int64_t rows = shapes[0][0], seq = shapes[0].back();
+    uint64_t span = text.size() - seq - 1;
+    for (int64_t b = 0; b < rows; ++b) {
+      auto r = rng::draw(seed, kDataStream, i, b);
+      uint64_t offset = ((uint64_t(r[1]) << 32) | r[0]) % (span + 1);
+      for (int64_t s = 0; s < seq; ++s) {
+        tokens.data[b * seq + s] = uint8_t(text[offset + s]);
+        targets.data[b * seq + s] = uint8_t(text[offset + s + 1]);
+      }
+    }
+    return {tokens, targets};
+  }
+  Tensor features(shapes[0]), labels(shapes[1]);
+  int64_t rows = shapes[0][0], width = shapes[0][1];
+  for (int64_t b = 0; b < rows; ++b) {
+    int64_t label = rng::draw(seed, kDataStream, i, b)[0] % classes;
+    labels.data[b] = double(label);
+    for (int64_t f = 0; f < width; ++f)
+      features.data[b * width + f] =
+          double(float(normal(seed, kCenterStream, 0, label * width + f) +
+                       normal(seed, kNoiseStream, i, b * width + f)));
+  }
+  return {features, labels};
+}
