@@ -209,6 +209,16 @@ private:
   }
   llvm::Error step(Operation *op);
   const Tensor &get(Value v) { return values.find(v)->second; }
+  /// The forward mask of dropout op `key`, scaled by 1 / (1 - p): dropout
+  /// and every gradient or fused form of it share it.
+  Tensor dropout(const Tensor &x, int64_t key, int64_t microBatch, double p) {
+    Tensor t = x;
+    for (int64_t i = 0; i < t.numElements(); ++i)
+      t.data[i] = rng::dropoutKeep(options.seed, key, microBatch, i, p)
+                      ? t.data[i] / (1.0 - p)
+                      : 0.0;
+    return t;
+  }
   void set(Value v, Tensor t) { values[v] = std::move(t); }
 
   StringMap<Tensor> &params;
@@ -326,24 +336,9 @@ llvm::Error Evaluator::step(Operation *op) {
         set(o, unary(in(0), [t](double x) { return t ? geluTanh(x) : geluErf(x); }));
         return llvm::Error::success();
       })
-      .Case([&](DropoutOp o) -> llvm::Error {
-        double p = o.getProb().convertToDouble();
-        Tensor t = in(0);
-        for (int64_t i = 0; i < t.numElements(); ++i)
-          t.data[i] = rng::dropoutKeep(options.seed, o.getKey(), microBatch, i, p)
-                          ? t.data[i] / (1.0 - p)
-                          : 0.0;
-        set(o, std::move(t));
-        return llvm::Error::success();
-      })
-      .Case([&](DropoutGradOp o) -> llvm::Error {
-        double p = o.getProb().convertToDouble();
-        Tensor t = in(0);
-        for (int64_t i = 0; i < t.numElements(); ++i)
-          t.data[i] = rng::dropoutKeep(options.seed, o.getKey(), microBatch, i, p)
-                          ? t.data[i] / (1.0 - p)
-                          : 0.0;
-        set(o, std::move(t));
+      .Case<DropoutOp, DropoutGradOp>([&](auto o) -> llvm::Error {
+        set(o, dropout(in(0), o.getKey(), microBatch,
+                       o.getProb().convertToDouble()));
         return llvm::Error::success();
       })
       .Case([&](SoftmaxOp o) -> llvm::Error {
@@ -742,25 +737,14 @@ llvm::Error Evaluator::step(Operation *op) {
         return llvm::Error::success();
       })
       .Case([&](FusedDropoutAddOp o) -> llvm::Error {
-        double p = o.getProb().convertToDouble();
-        Tensor t = in(0);
-        const Tensor &r = in(1);
-        for (int64_t i = 0; i < t.numElements(); ++i)
-          t.data[i] = (rng::dropoutKeep(options.seed, o.getKey(), microBatch, i, p)
-                           ? t.data[i] / (1.0 - p)
-                           : 0.0) +
-                      r.data[i];
-        set(o, std::move(t));
+        Tensor t = dropout(in(0), o.getKey(), microBatch,
+                           o.getProb().convertToDouble());
+        set(o, binary(t, in(1), outShape(), std::plus<double>()));
         return llvm::Error::success();
       })
       .Case([&](FusedDropoutAddGradOp o) -> llvm::Error {
-        double p = o.getProb().convertToDouble();
-        Tensor dx = in(0);
-        for (int64_t i = 0; i < dx.numElements(); ++i)
-          dx.data[i] = rng::dropoutKeep(options.seed, o.getKey(), microBatch, i, p)
-                           ? dx.data[i] / (1.0 - p)
-                           : 0.0;
-        set(o.getInputGrad(), std::move(dx));
+        set(o.getInputGrad(), dropout(in(0), o.getKey(), microBatch,
+                                      o.getProb().convertToDouble()));
         set(o.getResidualGrad(), in(0));
         return llvm::Error::success();
       })
