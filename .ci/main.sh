@@ -2,7 +2,8 @@
 # The main job: compile a GPT with a strategy and train it on real text
 # (the licence texts every Debian machine has). Runs on the reference
 # backend (double precision, one process): the CPU runtime and multi-rank
-# runs are not implemented yet. About 2-3 minutes on 2 cores.
+# runs are not implemented yet. About 3-4 minutes on 2 cores; the loss falls
+# from ln 256 = 5.5 to about 2.55 over the 600 steps.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -12,10 +13,10 @@ bin="$BUILD_DIR/bin"
 out="$BUILD_DIR/main"
 mkdir -p "$out"
 
-"$bin/strata-gen" gpt --layers 2 --hidden 64 --heads 4 --seq 32 \
-  --vocab 256 --batch 8 --dropout 0.1 -o "$out/gpt.mlir"
+"$bin/strata-gen" gpt --layers 2 --hidden 48 --heads 4 --seq 24 \
+  --vocab 256 --batch 16 -o "$out/gpt.mlir"
 "$bin/strata-opt" --strategy=examples/gpt_adamw.yaml --print-strategy-plan
 "$bin/strata-run" "$out/gpt.mlir" --strategy examples/gpt_adamw.yaml \
-  --steps "${STEPS:-400}" --seed 0 --report "$out/report.json" \
+  --steps "${STEPS:-600}" --seed 0 --report "$out/report.json" \
   --save "$out/gpt.safetensors"
 echo "main: report in $out/report.json, weights in $out/gpt.safetensors"
