@@ -116,4 +116,52 @@ def StrataOptimizer : Pass<"strata-optimizer", "mlir::ModuleOp"> {
                            "::mlir::arith::ArithDialect"];
 }
 
+def StrataGemmEpilogueFusion
+    : Pass<"strata-gemm-epilogue-fusion", "mlir::ModuleOp"> {
+  let summary = "Fuses matmul + bias [+ relu/gelu] and its gradient";
+  let description = [{
+    Forward: `matmul(x, w)` followed by `bias_add` and optionally `relu` or
+    `gelu` becomes one `strata.fused_gemm_epilogue` (the cuBLASLt / oneDNN
+    epilogue). With an activation the fused op also yields the
+    pre-activation (`with_aux`), which replaces the remaining uses of the
+    bias_add result (e.g. `gelu_grad`).
+
+    Backward: `matmul_grad(x, w, dz)` and `bias_add_grad(dz)` of a fused
+    GEMM — with `dz = relu_grad / gelu_grad(dy)` when the forward fused the
+    activation — become one `strata.fused_gemm_epilogue_grad` yielding dx,
+    dw and dbias. The activation gradient is fused only if the forward
+    activation was.
+
+    Guards (as Paddle's fuse_gemm_epilogue): no transposes, weight rank 2,
+    input rank >= 2, bias rank 1, not f64; the matmul and bias_add results
+    used only by the pattern. Whether the activation may join depends on
+    the target's epilogue: `target=cuda` needs N % 128 == 0 for relu and
+    N % 8 == 0 for gelu (cuBLASLt's aux-output alignment); `target=cpu`
+    (oneDNN post-ops) has no such rule. Role, stage and micro-batch
+    attributes of the matched ops carry over to the fused ops.
+  }];
+  let options = [
+    Option<"target", "target", "std::string", "\"cpu\"",
+           "Backend whose epilogue rules apply: cpu or cuda">
+  ];
+  let dependentDialects = ["::strata::StrataDialect"];
+}
+
+def StrataDropoutAddFusion
+    : Pass<"strata-dropout-add-fusion", "mlir::ModuleOp"> {
+  let summary = "Fuses dropout(x) + residual";
+  let description = [{
+    `add(dropout(x), y)` (either operand order, same types, the dropout used
+    only by the add) becomes `strata.fused_dropout_add(x, y)` with the
+    dropout's key and probability, so the mask, and hence the loss, is
+    bitwise that of the unfused program.
+
+    The backward needs no rewrite in Strata's IR: the gradient of `add` is
+    the incoming gradient itself (no add_grad op exists), so the pair that
+    Paddle fuses reduces to the `dropout_grad` already there, which
+    replays the same mask.
+  }];
+  let dependentDialects = ["::strata::StrataDialect"];
+}
+
 #endif // STRATA_PASSES_TD

@@ -1,0 +1,206 @@
+//===- Fusion.cpp - GEMM-epilogue and dropout-add fusion ------------------===//
+
+#include "strata/Passes/Passes.h"
+
+#include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "mlir/IR/Builders.h"
+
+namespace strata {
+#define GEN_PASS_DEF_STRATAGEMMEPILOGUEFUSION
+#define GEN_PASS_DEF_STRATADROPOUTADDFUSION
+#include "StrataPasses.h.inc"
+} // namespace strata
+
+using namespace mlir;
+using namespace strata;
+
+namespace {
+
+/// Carries the distributed metadata (role, stage, micro-batch, grad_of) of
+/// a matched op to its replacement: losing it once made Paddle skip
+/// gradient synchronisation.
+void copyMetadata(Operation *from, Operation *to) {
+  for (NamedAttribute attr : from->getDiscardableAttrs())
+    if (attr.getName().getValue().starts_with("strata."))
+      to->setAttr(attr.getName(), attr.getValue());
+}
+
+/// Whether a GEMM epilogue of `target` can apply `act` to N columns while
+/// also writing the pre-activation (training). cuBLASLt's aux pointer needs
+/// N % 128 == 0 for relu and N % 8 == 0 for gelu; oneDNN's post-ops have no
+/// such rule.
+bool epilogueSupports(StringRef target, Activation act, int64_t n) {
+  if (target != "cuda")
+    return true;
+  if (act == Activation::Relu)
+    return n % 128 == 0;
+  if (act == Activation::GeluTanh || act == Activation::GeluErf)
+    return n % 8 == 0;
+  return true;
+}
+
+Activation activationKind(Operation *op) {
+  if (isa<ReluOp>(op))
+    return Activation::Relu;
+  return cast<GeluOp>(op).getApproximate() == GeluApproximation::Tanh
+             ? Activation::GeluTanh
+             : Activation::GeluErf;
+}
+
+struct GemmEpilogueFusionPass
+    : public strata::impl::StrataGemmEpilogueFusionBase<
+          GemmEpilogueFusionPass> {
+  using StrataGemmEpilogueFusionBase::StrataGemmEpilogueFusionBase;
+
+  void runOnOperation() override {
+    if (target != "cpu" && target != "cuda") {
+      getOperation().emitError() << "strata-gemm-epilogue-fusion: unknown "
+                                    "target '"
+                                 << target << "' (cpu, cuda)";
+      return signalPassFailure();
+    }
+    // Collected first: fusing erases the ops around each bias_add.
+    SmallVector<BiasAddOp> biases;
+    getOperation().walk([&](BiasAddOp bias) { biases.push_back(bias); });
+    SmallVector<FusedGemmEpilogueOp> fused;
+    for (BiasAddOp bias : biases)
+      if (auto f = fuseForward(bias))
+        fused.push_back(f);
+    for (FusedGemmEpilogueOp f : fused)
+      fuseBackward(f);
+  }
+
+  FusedGemmEpilogueOp fuseForward(BiasAddOp bias) {
+    auto mm = bias.getInput().getDefiningOp<MatmulOp>();
+    if (!mm || mm.getTransposeLhs() || mm.getTransposeRhs())
+      return nullptr;
+    auto x = mm.getLhs().getType(), w = mm.getRhs().getType();
+    if (w.getRank() != 2 || x.getRank() < 2 ||
+        x.getElementType().isF64() || !mm.getResult().hasOneUse())
+      return nullptr;
+
+    // The activation joins when it is the only one on the bias_add result
+    // and nothing but its gradient (gelu_grad reads the pre-activation,
+    // which the fused op returns as aux) uses that result too.
+    Value pre = bias.getResult();
+    SmallVector<Operation *> activations;
+    bool otherUses = false;
+    for (Operation *user : pre.getUsers()) {
+      if (isa<ReluOp, GeluOp>(user))
+        activations.push_back(user);
+      else if (!isa<GeluGradOp>(user))
+        otherUses = true;
+    }
+    Operation *actOp =
+        activations.size() == 1 && !otherUses ? activations[0] : nullptr;
+    Activation act = actOp ? activationKind(actOp) : Activation::None;
+    if (actOp && !epilogueSupports(target, act, w.getDimSize(1))) {
+      actOp = nullptr;
+      act = Activation::None;
+    }
+
+    OpBuilder b(actOp ? actOp : bias.getOperation());
+    auto f = FusedGemmEpilogueOp::create(
+        b, mm.getLoc(), mm.getLhs(), mm.getRhs(), bias.getBias(), act,
+        /*with_aux=*/actOp != nullptr);
+    copyMetadata(mm, f);
+    if (actOp) {
+      actOp->getResult(0).replaceAllUsesWith(f.getResult());
+      pre.replaceAllUsesWith(f.getAux());
+      actOp->erase();
+    } else {
+      pre.replaceAllUsesWith(f.getResult());
+    }
+    bias.erase();
+    mm.erase();
+    return f;
+  }
+
+  /// Fuses the gradient ops of `f`: matmul_grad + bias_add_grad
+  /// [+ activation grad].
+  void fuseBackward(FusedGemmEpilogueOp f) {
+    Value x = f.getInput(), w = f.getWeight();
+    MatmulGradOp mg;
+    for (Operation *user : w.getUsers())
+      if (auto candidate = dyn_cast<MatmulGradOp>(user))
+        if (candidate.getLhs() == x && candidate.getRhs() == w &&
+            !candidate.getTransposeLhs() && !candidate.getTransposeRhs())
+          mg = candidate;
+    if (!mg)
+      return;
+    Value dz = mg.getResultGrad();
+    BiasAddGradOp bg;
+    for (Operation *user : dz.getUsers())
+      if (auto candidate = dyn_cast<BiasAddGradOp>(user))
+        bg = candidate;
+    if (!bg || !llvm::all_of(dz.getUsers(), [&](Operation *u) {
+          return u == mg || u == bg;
+        }))
+      return;
+
+    // With a fused activation, dz must be its gradient of dy.
+    Value dy = dz;
+    Operation *actGrad = nullptr;
+    if (f.getActivation() != Activation::None) {
+      actGrad = dz.getDefiningOp();
+      if (auto relu = dyn_cast_or_null<ReluGradOp>(actGrad)) {
+        if (f.getActivation() != Activation::Relu ||
+            relu.getOutput() != f.getResult())
+          return;
+        dy = relu.getResultGrad();
+      } else if (auto gelu = dyn_cast_or_null<GeluGradOp>(actGrad)) {
+        bool tanh = gelu.getApproximate() == GeluApproximation::Tanh;
+        if (gelu.getInput() != f.getAux() ||
+            f.getActivation() !=
+                (tanh ? Activation::GeluTanh : Activation::GeluErf))
+          return;
+        dy = gelu.getResultGrad();
+      } else {
+        return;
+      }
+    }
+
+    Operation *first = mg->isBeforeInBlock(bg) ? mg.getOperation()
+                                               : bg.getOperation();
+    OpBuilder b(first);
+    auto grad = FusedGemmEpilogueGradOp::create(
+        b, mg.getLoc(), x, w, dy, f.getAux(), f.getActivation());
+    copyMetadata(mg, grad);
+    mg.getLhsGrad().replaceAllUsesWith(grad.getInputGrad());
+    mg.getRhsGrad().replaceAllUsesWith(grad.getWeightGrad());
+    bg.getResult().replaceAllUsesWith(grad.getBiasGrad());
+    mg.erase();
+    bg.erase();
+    if (actGrad && actGrad->use_empty())
+      actGrad->erase();
+  }
+};
+
+struct DropoutAddFusionPass
+    : public strata::impl::StrataDropoutAddFusionBase<DropoutAddFusionPass> {
+  void runOnOperation() override {
+    SmallVector<AddOp> adds;
+    getOperation().walk([&](AddOp add) { adds.push_back(add); });
+    for (AddOp add : adds) {
+      for (unsigned i = 0; i < 2; ++i) {
+        auto dropout = add->getOperand(i).getDefiningOp<DropoutOp>();
+        Value residual = add->getOperand(1 - i);
+        if (!dropout || !dropout->hasOneUse() ||
+            residual.getType() != dropout.getType() ||
+            add.getType() != dropout.getType())
+          continue;
+        OpBuilder b(add);
+        auto fused = FusedDropoutAddOp::create(
+            b, dropout.getLoc(), dropout.getInput(), residual,
+            dropout.getProbAttr(), dropout.getKeyAttr());
+        copyMetadata(dropout, fused);
+        add.getResult().replaceAllUsesWith(fused.getResult());
+        add.erase();
+        dropout.erase();
+        break;
+      }
+    }
+  }
+};
+
+} // namespace
