@@ -307,10 +307,12 @@ def Strata_DropoutOp : Strata_ComputeOp<"dropout"> {
   let summary = "Inverted dropout with a counter-based mask";
   let description = [{
     Zeroes each element with probability `prob` and scales the others by
-    1 / (1 - prob). The mask is drawn from Philox-4x32-10 keyed by (run
-    seed, `key`, micro-batch, element index), so it is identical whenever
-    the op is replayed (recompute), fused or partitioned. `key` must be
-    unique among the dropout ops of a program.
+    1 / (1 - prob). The mask is drawn from Philox-4x32-10 keyed by the run
+    seed, `key` and the element's index in the global batch (on micro-batch
+    m of an op with n elements: m * n + i, the batch dimension leading), so
+    it is identical whenever the op is replayed (recompute), fused, or the
+    batch is split into micro-batches or ranks. `key` must be unique among
+    the dropout ops of a program.
 
     ```mlir
     %y = strata.dropout %x {key = 3 : i64, prob = 1.000000e-01 : f64} : (tensor<8x64xf32>) -> tensor<8x64xf32>

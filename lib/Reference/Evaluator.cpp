@@ -210,11 +210,13 @@ private:
   llvm::Error step(Operation *op);
   const Tensor &get(Value v) { return values.find(v)->second; }
   /// The forward mask of dropout op `key`, scaled by 1 / (1 - p): dropout
-  /// and every gradient or fused form of it share it.
+  /// and every gradient or fused form of it share it. Micro-batch m covers
+  /// global elements [m * n, (m + 1) * n).
   Tensor dropout(const Tensor &x, int64_t key, int64_t microBatch, double p) {
     Tensor t = x;
+    int64_t offset = microBatch * t.numElements();
     for (int64_t i = 0; i < t.numElements(); ++i)
-      t.data[i] = rng::dropoutKeep(options.seed, key, microBatch, i, p)
+      t.data[i] = rng::dropoutKeep(options.seed, key, offset + i, p)
                       ? t.data[i] / (1.0 - p)
                       : 0.0;
     return t;

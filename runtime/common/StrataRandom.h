@@ -53,11 +53,18 @@ STRATA_HOST_DEVICE inline float uniform(uint64_t seed, int64_t key,
          (1.0f / 16777216.0f);
 }
 
-/// Whether dropout with probability `prob` keeps element `index`.
+/// Stream of dropout masks: the Philox counter's fourth word.
+constexpr int64_t kDropoutStream = 0x44524F50; // "DROP"
+
+/// Whether dropout op `key` with probability `prob` keeps the element at
+/// `index` of the *global* batch: a micro-batch m of n elements covers
+/// indices [m * n, (m + 1) * n) (the batch dimension leads), so the mask
+/// is the same however the batch is split into micro-batches or ranks.
 STRATA_HOST_DEVICE inline bool dropoutKeep(uint64_t seed, int64_t key,
-                                           int64_t microBatch, int64_t index,
-                                           double prob) {
-  return uniform(seed, key, microBatch, index) >= static_cast<float>(prob);
+                                           int64_t index, double prob) {
+  float u = static_cast<float>(draw(seed, key, kDropoutStream, index)[0] >> 8) *
+            (1.0f / 16777216.0f);
+  return u >= static_cast<float>(prob);
 }
 
 } // namespace rng
