@@ -164,4 +164,35 @@ def StrataDropoutAddFusion
   let dependentDialects = ["::strata::StrataDialect"];
 }
 
+def StrataGradientMerge : Pass<"strata-gradient-merge", "mlir::ModuleOp"> {
+  let summary = "Splits the batch into k micro-batches and merges their gradients";
+  let description = [{
+    Runs on a differentiated function (after `strata-autodiff`, before
+    `strata-optimizer`). The program's batch is the global batch of one
+    optimizer step: the pass takes micro-batch m of every argument with
+    `strata.slice` along dimension 0, clones the forward and backward ops
+    that depend on the batch once per micro-batch (`strata.micro_batch =
+    m`), and returns the mean of the micro-batch losses and, per parameter,
+    the sum of the micro-batch gradients, divided by k when `avg` is true.
+    Ops that do not depend on the batch (parameter reads, constants) are
+    shared. The optimizer that follows therefore runs once per k
+    micro-batches, on the merged gradients.
+
+    With `avg`, the merged gradient is the gradient of the whole batch, so
+    losses equal the unsplit program's (dropout masks are keyed by global
+    element index); with `avg=false` the gradient is k times larger, as in
+    Paddle. Accumulation stays in SSA values within the step: there is no
+    persistent `grad@MERGE` buffer to zero. Every argument's first
+    dimension must be divisible by `k-steps`; gradients must be f32 or f64
+    (low-precision gradients need AMP, not implemented).
+  }];
+  let options = [
+    Option<"kSteps", "k-steps", "int64_t", "1",
+           "Micro-batches per optimizer step">,
+    Option<"avg", "avg", "bool", "true",
+           "Average (true) or sum (false) the micro-batch gradients">
+  ];
+  let dependentDialects = ["::strata::StrataDialect"];
+}
+
 #endif // STRATA_PASSES_TD

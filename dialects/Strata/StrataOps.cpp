@@ -457,6 +457,28 @@ LogicalResult SumToOp::verify() {
   return success();
 }
 
+LogicalResult SliceOp::inferReturnTypes(MLIRContext *,
+                                        std::optional<Location> loc,
+                                        Adaptor adaptor,
+                                        SmallVectorImpl<Type> &types) {
+  RankedTensorType input = tensorType(adaptor.getInput());
+  int64_t dim = adaptor.getDim(), start = adaptor.getStart(),
+          size = adaptor.getSize();
+  if (dim < 0 || dim >= input.getRank())
+    return inferError<SliceOp>(loc, "dim " + Twine(dim) +
+                                        " is out of range for rank " +
+                                        Twine(input.getRank()));
+  if (start < 0 || size < 1 || start + size > input.getDimSize(dim))
+    return inferError<SliceOp>(
+        loc, "range [" + Twine(start) + ", " + Twine(start + size) +
+                 ") is outside dimension " + Twine(dim) + " of size " +
+                 Twine(input.getDimSize(dim)));
+  SmallVector<int64_t> shape(input.getShape());
+  shape[dim] = size;
+  types.push_back(withShape(input, shape));
+  return success();
+}
+
 template <typename OpTy>
 static LogicalResult checkLabels(std::optional<Location> loc,
                                  RankedTensorType logits,

@@ -438,6 +438,22 @@ def Strata_SumToOp : Strata_ShapeOp<"sum_to"> {
   let results = (outs Strata_FloatTensor:$result);
 }
 
+def Strata_SliceOp : Strata_ComputeOp<"slice"> {
+  let summary = "A contiguous range of one dimension";
+  let description = [{
+    Elements `start` to `start + size` (exclusive) of dimension `dim`; the
+    other dimensions are kept. Gradient merge uses it to take micro-batch m
+    of a global batch (`dim = 0`, `start = m * size`).
+
+    ```mlir
+    %mb = strata.slice %tokens {dim = 0 : i64, start = 4 : i64, size = 4 : i64} : (tensor<8x32xi32>) -> tensor<4x32xi32>
+    ```
+  }];
+  let arguments = (ins Strata_AnyTensor:$input, I64Attr:$dim, I64Attr:$start,
+                       I64Attr:$size);
+  let results = (outs Strata_AnyTensor:$result);
+}
+
 def Strata_CrossEntropyOp : Strata_ComputeOp<"cross_entropy"> {
   let summary = "Mean softmax cross-entropy over tokens";
   let description = [{

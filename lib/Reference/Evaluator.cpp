@@ -495,6 +495,22 @@ llvm::Error Evaluator::step(Operation *op) {
         set(o, std::move(s));
         return llvm::Error::success();
       })
+      .Case([&](SliceOp o) -> llvm::Error {
+        const Tensor &x = in(0);
+        Tensor out(outShape());
+        int64_t dim = o.getDim(), start = o.getStart();
+        int64_t inner = 1;
+        for (size_t d = dim + 1; d < x.shape.size(); ++d)
+          inner *= x.shape[d];
+        int64_t outer = x.numElements() / (x.shape[dim] * inner);
+        int64_t size = out.shape[dim];
+        for (int64_t a = 0; a < outer; ++a)
+          for (int64_t b = 0; b < size * inner; ++b)
+            out.data[a * size * inner + b] =
+                x.data[(a * x.shape[dim] + start) * inner + b];
+        set(o, std::move(out));
+        return llvm::Error::success();
+      })
       .Case([&](BroadcastToOp o) -> llvm::Error {
         set(o, broadcastTo(in(0), outShape()));
         return llvm::Error::success();

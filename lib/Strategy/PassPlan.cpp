@@ -88,6 +88,14 @@ std::vector<PlannedPass> strata::planPasses(const Strategy &s,
         "recompute.enable");
   }
 
+  if (s.gradient_merge.enable && s.gradient_merge.k_steps > 1)
+    add("strata-gradient-merge",
+        Options()
+            .add("k-steps", s.gradient_merge.k_steps)
+            .add("avg", s.gradient_merge.avg),
+        s.pipeline.enable ? "pipeline.accumulate_steps"
+                          : "gradient_merge.enable");
+
   const OptimizerSection &o = s.optimizer;
   add("strata-optimizer",
       Options()
@@ -107,14 +115,6 @@ std::vector<PlannedPass> strata::planPasses(const Strategy &s,
           .add("decay-steps", o.decay_steps)
           .add("min-lr", o.min_lr),
       "always");
-
-  if (s.gradient_merge.enable && s.gradient_merge.k_steps > 1)
-    add("strata-gradient-merge",
-        Options()
-            .add("k-steps", s.gradient_merge.k_steps)
-            .add("avg", s.gradient_merge.avg),
-        s.pipeline.enable ? "pipeline.accumulate_steps"
-                          : "gradient_merge.enable");
 
   if (worldSize) {
     int64_t pp = s.pipeline.enable ? s.pipeline.pp_degree : 1;

@@ -389,10 +389,10 @@ Expected<DataStream> DataStream::create(func::FuncOp step,
   }
   if (is({"features", "labels"})) {
     d.kind = Kind::Classification;
-    // The number of classes: the logits' last dimension.
+    // The number of classes: the logits' last dimension (the labels may
+    // reach the loss through micro-batch slices).
     step.walk([&](CrossEntropyOp ce) {
-      if (ce.getLabels() == step.getArgument(1))
-        d.classes = ce.getLogits().getType().getShape().back();
+      d.classes = ce.getLogits().getType().getShape().back();
     });
     if (d.classes < 1)
       return makeError("@" + step.getName() +

@@ -719,3 +719,21 @@ func.func @f(%s: tensor<i64>) {
   %lr = strata.lr_schedule %s {kind = #strata.lr<cosine>, base_lr = 1.0 : f64} : (tensor<i64>) -> tensor<f32>
   return
 }
+
+// -----
+
+func.func @f(%x: tensor<8x4xf32>) {
+  // expected-error@+2 {{'strata.slice' op range [6, 10) is outside dimension 0 of size 8}}
+  // expected-error@+1 {{failed to infer returned types}}
+  %0 = strata.slice %x {dim = 0 : i64, start = 6 : i64, size = 4 : i64} : (tensor<8x4xf32>) -> tensor<4x4xf32>
+  return
+}
+
+// -----
+
+func.func @f(%x: tensor<8x4xf32>) {
+  // expected-error@+2 {{'strata.slice' op dim 2 is out of range for rank 2}}
+  // expected-error@+1 {{failed to infer returned types}}
+  %0 = strata.slice %x {dim = 2 : i64, start = 0 : i64, size = 1 : i64} : (tensor<8x4xf32>) -> tensor<8x4xf32>
+  return
+}

@@ -178,3 +178,10 @@ func.func @state(%v: tensor<16xf32>) {
   strata.assign @step, %s : tensor<i64>
   return
 }
+
+// CHECK-LABEL: func @slice
+func.func @slice(%x: tensor<8x32xi32>) -> tensor<4x32xi32> {
+  // CHECK: strata.slice %{{.*}} {dim = 0 : i64, size = 4 : i64, start = 4 : i64} : (tensor<8x32xi32>) -> tensor<4x32xi32>
+  %0 = strata.slice %x {dim = 0 : i64, start = 4 : i64, size = 4 : i64} : (tensor<8x32xi32>) -> tensor<4x32xi32>
+  return %0 : tensor<4x32xi32>
+}

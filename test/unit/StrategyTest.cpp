@@ -142,8 +142,7 @@ struct RecordingPass
   llvm::StringRef getArgument() const override { return argument; }
   void runOnOperation() override {}
   std::string argument;
-  Option<int> kSteps{*this, "k-steps", llvm::cl::init(1)};
-  Option<bool> avg{*this, "avg", llvm::cl::init(true)};
+  ListOption<std::string> checkpoints{*this, "checkpoints"};
 };
 
 TEST(PassPlan, OrderAndPipelineText) {
@@ -161,7 +160,7 @@ sharding: {enable: true, degree: 2}
   EXPECT_EQ(names, (std::vector<std::string>{
                        "strata-amp", "strata-autodiff",
                        "strata-gemm-epilogue-fusion", "strata-recompute",
-                       "strata-optimizer", "strata-gradient-merge",
+                       "strata-gradient-merge", "strata-optimizer",
                        "strata-sharding", "strata-pipeline"}));
   // Plain data parallel appears only when the world size is known.
   Strategy plain = parseOk("");
@@ -171,29 +170,28 @@ sharding: {enable: true, degree: 2}
 }
 
 TEST(PassPlan, AddsRegisteredPassesAndRejectsMissingOnes) {
-  Strategy s = parseOk("gradient_merge: {enable: true, k_steps: 4}");
+  Strategy s = parseOk("recompute: {enable: true, checkpoints: [h0, h1]}");
   std::vector<PlannedPass> plan = planPasses(s, std::nullopt);
-  ASSERT_EQ(plan.back().name, "strata-gradient-merge");
-  std::vector<PlannedPass> onlyMerge = {plan.back()};
+  ASSERT_EQ(plan[1].name, "strata-recompute");
+  std::vector<PlannedPass> onlyRecompute = {plan[1]};
 
   mlir::OpPassManager before("builtin.module");
-  llvm::Error missing = addPlannedPasses(before, onlyMerge, s);
+  llvm::Error missing = addPlannedPasses(before, onlyRecompute, s);
   ASSERT_TRUE(static_cast<bool>(missing));
   EXPECT_NE(llvm::toString(std::move(missing))
-                .find("test.yaml:1:18: error: 'gradient_merge.enable' selects "
-                      "pass 'strata-gradient-merge', which is not implemented "
+                .find("test.yaml:1:13: error: 'recompute.enable' selects "
+                      "pass 'strata-recompute', which is not implemented "
                       "yet"),
             std::string::npos);
 
   mlir::PassRegistration<RecordingPass>(
-      [] { return std::make_unique<RecordingPass>("strata-gradient-merge"); });
+      [] { return std::make_unique<RecordingPass>("strata-recompute"); });
   mlir::OpPassManager pm("builtin.module");
-  ASSERT_FALSE(static_cast<bool>(addPlannedPasses(pm, onlyMerge, s)));
+  ASSERT_FALSE(static_cast<bool>(addPlannedPasses(pm, onlyRecompute, s)));
   std::string text;
   llvm::raw_string_ostream os(text);
   pm.printAsTextualPipeline(os);
-  EXPECT_EQ(text,
-            "builtin.module(strata-gradient-merge{avg=true k-steps=4})");
+  EXPECT_EQ(text, "builtin.module(strata-recompute{checkpoints={h0,h1}})");
 }
 
 } // namespace

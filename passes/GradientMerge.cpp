@@ -1,0 +1,195 @@
+//===- GradientMerge.cpp - Micro-batches of the global batch --------------===//
+
+#include "strata/Passes/Passes.h"
+
+#include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "mlir/IR/Builders.h"
+#include "mlir/IR/IRMapping.h"
+#include "mlir/IR/Verifier.h"
+#include "llvm/ADT/DenseSet.h"
+
+namespace strata {
+#define GEN_PASS_DEF_STRATAGRADIENTMERGE
+#include "StrataPasses.h.inc"
+} // namespace strata
+
+using namespace mlir;
+using namespace strata;
+
+namespace {
+
+RankedTensorType withDim(RankedTensorType t, int64_t dim, int64_t size) {
+  SmallVector<int64_t> shape(t.getShape());
+  shape[dim] = size;
+  return RankedTensorType::get(shape, t.getElementType());
+}
+
+/// Result types of `clone` (a copy of `original` on micro-batch operands).
+FailureOr<SmallVector<Type>> microBatchTypes(Operation *original,
+                                             Operation *clone, int64_t k) {
+  SmallVector<Type> types;
+  if (auto infer = dyn_cast<InferTypeOpInterface>(clone)) {
+    if (failed(infer.inferReturnTypes(
+            clone->getContext(), clone->getLoc(), clone->getOperands(),
+            clone->getAttrDictionary(), clone->getPropertiesStorage(),
+            clone->getRegions(), types)))
+      return failure();
+    return types;
+  }
+  // Ops that spell out their result type: the batch dimension follows the
+  // operand's.
+  auto oldIn = cast<RankedTensorType>(original->getOperand(0).getType());
+  auto newIn = cast<RankedTensorType>(clone->getOperand(0).getType());
+  auto oldOut = cast<RankedTensorType>(original->getResult(0).getType());
+  bool split = oldIn != newIn;
+  if (!split || isa<EmbeddingGradOp>(original))
+    return SmallVector<Type>{oldOut};
+  if (isa<ReshapeOp>(original)) {
+    if (oldOut.getRank() < 1 || oldOut.getDimSize(0) % k != 0)
+      return failure();
+    return SmallVector<Type>{
+        withDim(oldOut, 0, oldOut.getDimSize(0) / k)};
+  }
+  if (isa<SumToOp, BroadcastToOp>(original)) {
+    // Shapes align on the right: the operand's leading dimension is the
+    // result's dimension `offset`, when that exists.
+    int64_t offset = oldOut.getRank() - oldIn.getRank();
+    if (offset < 0 || oldOut.getDimSize(offset) != oldIn.getDimSize(0))
+      return SmallVector<Type>{oldOut};
+    return SmallVector<Type>{withDim(oldOut, offset, newIn.getDimSize(0))};
+  }
+  return failure();
+}
+
+struct GradientMergePass
+    : public strata::impl::StrataGradientMergeBase<GradientMergePass> {
+  using StrataGradientMergeBase::StrataGradientMergeBase;
+
+  void runOnOperation() override {
+    if (kSteps < 1) {
+      getOperation().emitError()
+          << "strata-gradient-merge: k-steps must be >= 1, got "
+          << static_cast<int64_t>(kSteps);
+      return signalPassFailure();
+    }
+    if (kSteps == 1)
+      return;
+    bool any = false;
+    for (func::FuncOp func : getOperation().getOps<func::FuncOp>()) {
+      if (func.getNumResults() < 2 ||
+          !func.getResultAttr(1, StrataDialect::kGradOfAttrName))
+        continue;
+      any = true;
+      if (failed(split(func)))
+        return signalPassFailure();
+    }
+    if (!any) {
+      getOperation().emitError()
+          << "strata-gradient-merge: no function returns gradients (run "
+             "strata-autodiff first, and this pass before strata-optimizer)";
+      return signalPassFailure();
+    }
+  }
+
+  LogicalResult split(func::FuncOp func) {
+    const int64_t k = kSteps;
+    Block &body = func.getBody().front();
+    auto ret = cast<func::ReturnOp>(body.getTerminator());
+
+    for (BlockArgument arg : body.getArguments()) {
+      auto type = cast<RankedTensorType>(arg.getType());
+      if (type.getRank() < 1 || type.getDimSize(0) % k != 0)
+        return func.emitError()
+               << "strata-gradient-merge: argument " << arg.getArgNumber()
+               << " (" << type << ") has no leading batch dimension "
+               << "divisible by k-steps = " << k;
+    }
+    for (Value grad : ret.getOperands().drop_front()) {
+      Type elem = cast<RankedTensorType>(grad.getType()).getElementType();
+      if (!elem.isF32() && !elem.isF64())
+        return func.emitError()
+               << "strata-gradient-merge: gradients of type " << elem
+               << " would be accumulated in low precision (needs AMP, not "
+                  "implemented)";
+    }
+
+    // The ops that depend on the batch are cloned per micro-batch.
+    DenseSet<Value> batchValues(body.getArguments().begin(),
+                                body.getArguments().end());
+    SmallVector<Operation *> perMicroBatch;
+    for (Operation &op : body.without_terminator()) {
+      if (llvm::none_of(op.getOperands(),
+                        [&](Value v) { return batchValues.contains(v); }))
+        continue;
+      if (!isPure(&op))
+        return op.emitOpError()
+               << "has side effects and depends on the batch: gradient "
+                  "merge cannot replicate it per micro-batch";
+      perMicroBatch.push_back(&op);
+      for (Value r : op.getResults())
+        batchValues.insert(r);
+    }
+
+    OpBuilder b(ret);
+    MLIRContext *ctx = func.getContext();
+    auto microBatchAttr = [&](int64_t m) {
+      return IntegerAttr::get(IntegerType::get(ctx, 64), m);
+    };
+    SmallVector<Value> merged;
+    for (int64_t m = 0; m < k; ++m) {
+      IRMapping map;
+      for (BlockArgument arg : body.getArguments()) {
+        auto type = cast<RankedTensorType>(arg.getType());
+        int64_t size = type.getDimSize(0) / k;
+        auto slice = SliceOp::create(b, arg.getLoc(), arg,
+                                     b.getI64IntegerAttr(0),
+                                     b.getI64IntegerAttr(m * size),
+                                     b.getI64IntegerAttr(size));
+        setRole(slice, Role::Forward);
+        slice->setAttr(StrataDialect::kMicroBatchAttrName, microBatchAttr(m));
+        map.map(arg, slice.getResult());
+      }
+      for (Operation *op : perMicroBatch) {
+        Operation *clone = b.clone(*op, map);
+        auto types = microBatchTypes(op, clone, k);
+        if (failed(types))
+          return op->emitOpError()
+                 << "cannot be split into " << k
+                 << " micro-batches along its leading dimension";
+        for (auto [result, type] : llvm::zip(clone->getResults(), *types))
+          result.setType(type);
+        clone->setAttr(StrataDialect::kMicroBatchAttrName, microBatchAttr(m));
+        map.map(op->getResults(), clone->getResults());
+      }
+      // Running sums of the loss and of every gradient.
+      for (auto [i, v] : llvm::enumerate(ret.getOperands())) {
+        Value value = map.lookupOrDefault(v);
+        if (m == 0) {
+          merged.push_back(value);
+          continue;
+        }
+        auto add = AddOp::create(b, ret.getLoc(), merged[i], value);
+        setRole(add, i == 0 ? Role::Forward : Role::Backward);
+        merged[i] = add;
+      }
+    }
+    for (auto [i, v] : llvm::enumerate(merged)) {
+      if (i > 0 && !avg)
+        continue;
+      auto mean = ScaleOp::create(b, ret.getLoc(), v,
+                                  b.getF64FloatAttr(1.0 / double(k)));
+      setRole(mean, i == 0 ? Role::Forward : Role::Backward);
+      merged[i] = mean;
+    }
+    ret->setOperands(merged);
+    for (Operation *op : llvm::reverse(perMicroBatch))
+      op->erase();
+    if (failed(verify(func)))
+      return func.emitError() << "strata-gradient-merge: the program does "
+                                 "not split into "
+                              << k << " micro-batches along dimension 0";
+    return success();
+  }
+};
+
+} // namespace
