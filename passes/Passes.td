@@ -9,9 +9,12 @@ def StrataProgramStats : Pass<"strata-program-stats", "mlir::ModuleOp"> {
   let summary = "Prints parameter, op and FLOP counts of a program";
   let description = [{
     Reports, without changing the module: the number of `strata.param`s and
-    their total elements and bytes, the count of every op kind in the module,
-    and the floating-point operations of the matrix products (2·M·N·K per
-    product, gradients included). The report goes to stderr, or to the file
+    their total elements and bytes, the bytes of `strata.state`, the peak
+    bytes of a step's intermediate values when each is freed after its last
+    use (`activation-peak-bytes`: reads of parameters, state and the batch
+    are not counted; no in-place reuse), the count of every op kind in the
+    module, and the floating-point operations of the matrix products
+    (2·M·N·K per product, gradients included). The report goes to stderr, or to the file
     named by `output`. Used to check the size of generated models and to
     count the ops a pass rewrites.
 
@@ -191,6 +194,39 @@ def StrataGradientMerge : Pass<"strata-gradient-merge", "mlir::ModuleOp"> {
            "Micro-batches per optimizer step">,
     Option<"avg", "avg", "bool", "true",
            "Average (true) or sum (false) the micro-batch gradients">
+  ];
+  let dependentDialects = ["::strata::StrataDialect"];
+}
+
+def StrataRecompute : Pass<"strata-recompute", "mlir::ModuleOp"> {
+  let summary = "Recomputes forward activations in the backward pass";
+  let description = [{
+    Runs on a differentiated function. Each checkpoint names a layer: the
+    ops whose location is `NAME` or `NAME.*` (strata-gen names them `h0`,
+    `h1`, ... for the GPT blocks, `fc0`, ... for the MLP layers) form a
+    segment. Only what enters a segment (its input, the checkpointed value)
+    stays alive from the forward pass; every value the segment computes and
+    the backward reads is recomputed by a clone of the segment's ops placed
+    just before the first backward op that needs it. Replayed dropout ops
+    keep their key and micro-batch, so they draw the same mask: the losses
+    are bitwise those of the program without recompute.
+
+    `no-recompute-segments` lists indices into `checkpoints` of segments to
+    keep as they are (an index out of range is an error).
+    `refined-ops-patterns` makes recompute selective: each pattern
+    `main|num|pre|suf` (op names joined by '+', e.g. `matmul|-1||`) keeps
+    the first `num` (-1: all) ops of a segment named in `main` (with a
+    producer named in `pre` and a user named in `suf`, when given), so their
+    results stay alive and are not recomputed. A checkpoint that names no
+    op is an error.
+  }];
+  let options = [
+    ListOption<"checkpoints", "checkpoints", "std::string",
+               "Layers whose activations are recomputed">,
+    ListOption<"noRecomputeSegments", "no-recompute-segments", "int64_t",
+               "Indices of checkpoints not to recompute">,
+    ListOption<"refinedOpsPatterns", "refined-ops-patterns", "std::string",
+               "Ops to keep: main|num|pre|suf, op names joined by '+'">
   ];
   let dependentDialects = ["::strata::StrataDialect"];
 }

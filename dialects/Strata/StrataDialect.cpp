@@ -78,6 +78,13 @@ LogicalResult StrataDialect::verifyOperationAttribute(Operation *op,
   }
   if (name == kStageAttrName || name == kMicroBatchAttrName)
     return verifyNonNegativeIndex(op, attr);
+  if (name == kLayerAttrName) {
+    auto layer = dyn_cast<StringAttr>(attr.getValue());
+    if (!layer || layer.getValue().empty())
+      return op->emitOpError()
+             << "'" << name << "' must be a non-empty string";
+    return success();
+  }
   if (name == kGradOfAttrName) {
     auto ref = dyn_cast<FlatSymbolRefAttr>(attr.getValue());
     if (!ref)
@@ -116,6 +123,12 @@ std::optional<int64_t> strata::getStage(Operation *op) {
 
 std::optional<int64_t> strata::getMicroBatch(Operation *op) {
   return getIndexAttr(op, StrataDialect::kMicroBatchAttrName);
+}
+
+StringRef strata::getLayer(Operation *op) {
+  if (auto layer = op->getAttrOfType<StringAttr>(StrataDialect::kLayerAttrName))
+    return layer.getValue();
+  return StringRef();
 }
 
 FlatSymbolRefAttr strata::getGradOf(Operation *op) {

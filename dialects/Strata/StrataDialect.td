@@ -34,6 +34,9 @@ def Strata_Dialect : Dialect {
     * `strata.micro_batch = N : i64` — the micro-batch (N >= 0)
     * `strata.grad_of = @param` — the `strata.param` this value is the
       gradient of (on the op producing the gradient)
+    * `strata.layer = "h3"` — the model layer an op belongs to, as written
+      by the program's author; recompute segments and pipeline placement
+      refer to layers by this name
   }];
   let useDefaultAttributePrinterParser = 1;
   let useDefaultTypePrinterParser = 1;
@@ -44,6 +47,7 @@ def Strata_Dialect : Dialect {
     static constexpr llvm::StringLiteral kMicroBatchAttrName =
         "strata.micro_batch";
     static constexpr llvm::StringLiteral kGradOfAttrName = "strata.grad_of";
+    static constexpr llvm::StringLiteral kLayerAttrName = "strata.layer";
 
   private:
     void registerAttributes();

@@ -19,6 +19,13 @@ Location ProgramBuilder::loc(StringRef name) {
   return NameLoc::get(builder.getStringAttr(full));
 }
 
+Value ProgramBuilder::tag(Value value) {
+  if (!scope.empty())
+    value.getDefiningOp()->setAttr(StrataDialect::kLayerAttrName,
+                                   builder.getStringAttr(scope));
+  return value;
+}
+
 RankedTensorType ProgramBuilder::tensor(ArrayRef<int64_t> shape,
                                         Type elementType) {
   return RankedTensorType::get(shape, elementType);
@@ -62,70 +69,70 @@ Value ProgramBuilder::param(StringRef name, ArrayRef<int64_t> shape,
                                                : builder.getF64FloatAttr(scale)),
                     /*frozen=*/false);
   }
-  return GetParamOp::create(builder, loc(name), type,
-                            FlatSymbolRefAttr::get(builder.getContext(), full));
+  return tag(GetParamOp::create(builder, loc(name), type,
+                            FlatSymbolRefAttr::get(builder.getContext(), full)));
 }
 
 Value ProgramBuilder::matmul(Value lhs, Value rhs, bool transposeLhs,
                              bool transposeRhs) {
-  return MatmulOp::create(builder, loc("matmul"), lhs, rhs, transposeLhs,
-                          transposeRhs);
+  return tag(MatmulOp::create(builder, loc("matmul"), lhs, rhs, transposeLhs,
+                          transposeRhs));
 }
 
 Value ProgramBuilder::add(Value lhs, Value rhs) {
-  return AddOp::create(builder, loc("add"), lhs, rhs);
+  return tag(AddOp::create(builder, loc("add"), lhs, rhs));
 }
 
 Value ProgramBuilder::scale(Value input, double factor) {
-  return ScaleOp::create(builder, loc("scale"), input,
-                         builder.getF64FloatAttr(factor));
+  return tag(ScaleOp::create(builder, loc("scale"), input,
+                         builder.getF64FloatAttr(factor)));
 }
 
 Value ProgramBuilder::biasAdd(Value input, Value bias) {
-  return BiasAddOp::create(builder, loc("bias_add"), input, bias);
+  return tag(BiasAddOp::create(builder, loc("bias_add"), input, bias));
 }
 
 Value ProgramBuilder::relu(Value input) {
-  return ReluOp::create(builder, loc("relu"), input);
+  return tag(ReluOp::create(builder, loc("relu"), input));
 }
 
 Value ProgramBuilder::gelu(Value input, GeluApproximation approximate) {
-  return GeluOp::create(builder, loc("gelu"), input, approximate);
+  return tag(GeluOp::create(builder, loc("gelu"), input, approximate));
 }
 
 Value ProgramBuilder::dropout(Value input, double prob) {
   if (prob == 0.0)
     return input;
-  return DropoutOp::create(builder, loc("dropout"), input,
+  return tag(DropoutOp::create(builder, loc("dropout"), input,
                            builder.getF64FloatAttr(prob),
-                           builder.getI64IntegerAttr(nextDropoutKey++));
+                           builder.getI64IntegerAttr(nextDropoutKey++)));
 }
 
 Value ProgramBuilder::softmax(Value input, bool causal) {
-  return SoftmaxOp::create(builder, loc("softmax"), input, causal);
+  return tag(SoftmaxOp::create(builder, loc("softmax"), input, causal));
 }
 
 Value ProgramBuilder::layerNorm(Value input, Value gamma, Value beta,
                                 double epsilon) {
-  return LayerNormOp::create(builder, loc("layer_norm"), input, gamma, beta,
-                             builder.getF64FloatAttr(epsilon));
+  return tag(LayerNormOp::create(builder, loc("layer_norm"), input, gamma, beta,
+                             builder.getF64FloatAttr(epsilon)));
 }
 
 Value ProgramBuilder::embedding(Value table, Value ids) {
-  return EmbeddingOp::create(builder, loc("embedding"), table, ids);
+  return tag(EmbeddingOp::create(builder, loc("embedding"), table, ids));
 }
 
 Value ProgramBuilder::reshape(Value input, ArrayRef<int64_t> shape) {
   auto type = cast<RankedTensorType>(input.getType());
-  return ReshapeOp::create(builder, loc("reshape"),
-                           tensor(shape, type.getElementType()), input);
+  return tag(ReshapeOp::create(builder, loc("reshape"),
+                           tensor(shape, type.getElementType()), input));
 }
 
 Value ProgramBuilder::transpose(Value input, ArrayRef<int64_t> perm) {
-  return TransposeOp::create(builder, loc("transpose"), input,
-                             builder.getDenseI64ArrayAttr(perm));
+  return tag(TransposeOp::create(builder, loc("transpose"), input,
+                             builder.getDenseI64ArrayAttr(perm)));
 }
 
 Value ProgramBuilder::crossEntropy(Value logits, Value labels) {
-  return CrossEntropyOp::create(builder, loc("cross_entropy"), logits, labels);
+  return tag(CrossEntropyOp::create(builder, loc("cross_entropy"), logits, labels));
 }

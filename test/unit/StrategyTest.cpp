@@ -142,7 +142,11 @@ struct RecordingPass
   llvm::StringRef getArgument() const override { return argument; }
   void runOnOperation() override {}
   std::string argument;
-  ListOption<std::string> checkpoints{*this, "checkpoints"};
+  Option<int64_t> degree{*this, "degree", llvm::cl::init(1)};
+  Option<double> bucketMb{*this, "bucket-mb", llvm::cl::init(25.0)};
+  Option<double> lastBucketMb{*this, "last-bucket-mb", llvm::cl::init(1.0)};
+  Option<bool> findUnused{*this, "find-unused-parameters",
+                          llvm::cl::init(false)};
 };
 
 TEST(PassPlan, OrderAndPipelineText) {
@@ -170,28 +174,29 @@ sharding: {enable: true, degree: 2}
 }
 
 TEST(PassPlan, AddsRegisteredPassesAndRejectsMissingOnes) {
-  Strategy s = parseOk("recompute: {enable: true, checkpoints: [h0, h1]}");
-  std::vector<PlannedPass> plan = planPasses(s, std::nullopt);
-  ASSERT_EQ(plan[1].name, "strata-recompute");
-  std::vector<PlannedPass> onlyRecompute = {plan[1]};
+  Strategy s = parseOk("dp_optimization: {comm_buffer_size: 12.5}");
+  std::vector<PlannedPass> plan = planPasses(s, 4);
+  ASSERT_EQ(plan.back().name, "strata-data-parallel");
+  std::vector<PlannedPass> onlyDp = {plan.back()};
 
   mlir::OpPassManager before("builtin.module");
-  llvm::Error missing = addPlannedPasses(before, onlyRecompute, s);
+  llvm::Error missing = addPlannedPasses(before, onlyDp, s);
   ASSERT_TRUE(static_cast<bool>(missing));
   EXPECT_NE(llvm::toString(std::move(missing))
-                .find("test.yaml:1:13: error: 'recompute.enable' selects "
-                      "pass 'strata-recompute', which is not implemented "
-                      "yet"),
+                .find("'world size' selects pass 'strata-data-parallel', "
+                      "which is not implemented yet"),
             std::string::npos);
 
   mlir::PassRegistration<RecordingPass>(
-      [] { return std::make_unique<RecordingPass>("strata-recompute"); });
+      [] { return std::make_unique<RecordingPass>("strata-data-parallel"); });
   mlir::OpPassManager pm("builtin.module");
-  ASSERT_FALSE(static_cast<bool>(addPlannedPasses(pm, onlyRecompute, s)));
+  ASSERT_FALSE(static_cast<bool>(addPlannedPasses(pm, onlyDp, s)));
   std::string text;
   llvm::raw_string_ostream os(text);
   pm.printAsTextualPipeline(os);
-  EXPECT_EQ(text, "builtin.module(strata-recompute{checkpoints={h0,h1}})");
+  EXPECT_EQ(text, "builtin.module(strata-data-parallel{bucket-mb=1.250000e+01 "
+                  "degree=4 find-unused-parameters=false "
+                  "last-bucket-mb=1.000000e+00})");
 }
 
 } // namespace

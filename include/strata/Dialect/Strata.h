@@ -40,6 +40,8 @@ void setRole(mlir::Operation *op, Role role);
 std::optional<int64_t> getStage(mlir::Operation *op);
 std::optional<int64_t> getMicroBatch(mlir::Operation *op);
 mlir::FlatSymbolRefAttr getGradOf(mlir::Operation *op);
+/// The `strata.layer` of an op, or "" when it has none.
+llvm::StringRef getLayer(mlir::Operation *op);
 
 } // namespace strata
 

@@ -35,8 +35,9 @@ public:
   /// Returns `loss` from the step function and hands over the module.
   mlir::OwningOpRef<mlir::ModuleOp> finish(mlir::Value loss);
 
-  /// Names the ops built from now on (`scope.name` locations) so that
-  /// diagnostics and passes can refer to layers.
+  /// Puts the ops built from now on into layer `scope` (their
+  /// `strata.layer` attribute, and `scope.name` locations) so that passes
+  /// and diagnostics can refer to layers. "" leaves the layer.
   void setScope(llvm::StringRef scope) { this->scope = scope.str(); }
 
   /// Declares parameter `scope.name` and reads it in the step function.
@@ -67,6 +68,8 @@ public:
 
 private:
   mlir::Location loc(llvm::StringRef name);
+  /// Tags `value`'s op with the current layer; returns `value`.
+  mlir::Value tag(mlir::Value value);
 
   mlir::OpBuilder builder;
   mlir::OwningOpRef<mlir::ModuleOp> module;

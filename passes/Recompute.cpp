@@ -1,0 +1,194 @@
+//===- Recompute.cpp - Recompute forward activations in backward ----------===//
+
+#include "strata/Passes/Passes.h"
+
+#include "mlir/Dialect/Arith/IR/Arith.h"
+#include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "mlir/IR/Builders.h"
+#include "mlir/IR/IRMapping.h"
+#include "llvm/ADT/SetVector.h"
+#include "llvm/ADT/StringExtras.h"
+
+namespace strata {
+#define GEN_PASS_DEF_STRATARECOMPUTE
+#include "StrataPasses.h.inc"
+} // namespace strata
+
+using namespace mlir;
+using namespace strata;
+
+namespace {
+
+/// One refined_ops_patterns entry.
+struct KeepPattern {
+  SmallVector<std::string> main, pre, suf;
+  int64_t num = -1;
+};
+
+/// "matmul" and "strata.matmul" both name strata.matmul.
+bool named(Operation *op, ArrayRef<std::string> names) {
+  StringRef full = op->getName().getStringRef();
+  StringRef shortName = full.split('.').second;
+  return llvm::any_of(names, [&](const std::string &n) {
+    return n == full || n == shortName;
+  });
+}
+
+FailureOr<KeepPattern> parsePattern(StringRef text) {
+  SmallVector<StringRef> parts;
+  text.split(parts, '|');
+  if (parts.size() != 4)
+    return failure();
+  KeepPattern p;
+  auto list = [](StringRef s, SmallVector<std::string> &out) {
+    SmallVector<StringRef> items;
+    s.split(items, '+', -1, /*KeepEmpty=*/false);
+    for (StringRef i : items)
+      out.push_back(i.str());
+  };
+  list(parts[0], p.main);
+  list(parts[2], p.pre);
+  list(parts[3], p.suf);
+  if (p.main.empty() || parts[1].getAsInteger(10, p.num) || p.num < -1)
+    return failure();
+  return p;
+}
+
+bool isBackwardUse(Operation *user) {
+  std::optional<Role> role = getRole(user);
+  return role && *role != Role::Forward;
+}
+
+struct RecomputePass : public strata::impl::StrataRecomputeBase<RecomputePass> {
+  using StrataRecomputeBase::StrataRecomputeBase;
+
+  void runOnOperation() override {
+    ModuleOp module = getOperation();
+    SmallVector<KeepPattern> patterns;
+    for (const std::string &text : refinedOpsPatterns) {
+      auto p = parsePattern(text);
+      if (failed(p)) {
+        module.emitError() << "strata-recompute: refined-ops-patterns entry '"
+                           << text
+                           << "' is not main|num|pre|suf (ops joined by '+', "
+                              "num >= -1, main not empty)";
+        return signalPassFailure();
+      }
+      patterns.push_back(*p);
+    }
+    for (int64_t index : noRecomputeSegments)
+      if (index < 0 || index >= int64_t(checkpoints.size())) {
+        module.emitError() << "strata-recompute: no_recompute_segments index "
+                           << index << " is out of range: there are "
+                           << checkpoints.size() << " checkpoints";
+        return signalPassFailure();
+      }
+    if (checkpoints.empty()) {
+      module.emitError() << "strata-recompute: no checkpoints given";
+      return signalPassFailure();
+    }
+    for (func::FuncOp func : module.getOps<func::FuncOp>()) {
+      if (func.getNumResults() < 2 ||
+          !func.getResultAttr(1, StrataDialect::kGradOfAttrName))
+        continue;
+      for (auto [index, name] : llvm::enumerate(checkpoints)) {
+        bool skip = llvm::is_contained(noRecomputeSegments, int64_t(index));
+        if (failed(recomputeSegment(func, name, skip, patterns)))
+          return signalPassFailure();
+      }
+    }
+  }
+
+  LogicalResult recomputeSegment(func::FuncOp func, StringRef layer,
+                                 bool skip, ArrayRef<KeepPattern> patterns) {
+    Block &body = func.getBody().front();
+    SmallVector<Operation *> segment;
+    for (Operation &op : body.without_terminator()) {
+      StringRef opLayer = getLayer(&op);
+      if (getRole(&op) == Role::Forward &&
+          (opLayer == layer || opLayer.starts_with((layer + ".").str())))
+        segment.push_back(&op);
+    }
+    if (segment.empty())
+      return func.emitError() << "strata-recompute: checkpoint '" << layer
+                              << "' names no layer (no forward op has "
+                                 "strata.layer = \""
+                              << layer << "\")";
+    if (skip)
+      return success();
+
+    // Ops kept by the refined patterns, and reads, which cost nothing to
+    // keep, are not recomputed.
+    llvm::SmallPtrSet<Operation *, 16> recomputable;
+    SmallVector<int64_t> kept(patterns.size(), 0);
+    for (Operation *op : segment) {
+      if (!isPure(op) || isa<GetParamOp, GetStateOp, arith::ConstantOp>(op))
+        continue;
+      bool keep = false;
+      for (auto [i, p] : llvm::enumerate(patterns)) {
+        if (!named(op, p.main) || (p.num >= 0 && kept[i] >= p.num))
+          continue;
+        Operation *producer =
+            op->getNumOperands() ? op->getOperand(0).getDefiningOp() : nullptr;
+        if (!p.pre.empty() && !(producer && named(producer, p.pre)))
+          continue;
+        if (!p.suf.empty() &&
+            llvm::none_of(op->getUsers(),
+                          [&](Operation *u) { return named(u, p.suf); }))
+          continue;
+        ++kept[i];
+        keep = true;
+        break;
+      }
+      if (!keep)
+        recomputable.insert(op);
+    }
+
+    // Values the backward reads from the segment, and where it first does.
+    llvm::SetVector<Value> needed;
+    Operation *firstUse = nullptr;
+    for (Operation *op : segment) {
+      if (!recomputable.contains(op))
+        continue;
+      for (Value v : op->getResults())
+        for (Operation *user : v.getUsers())
+          if (isBackwardUse(user)) {
+            needed.insert(v);
+            if (!firstUse || user->isBeforeInBlock(firstUse))
+              firstUse = user;
+          }
+    }
+    if (needed.empty())
+      return success();
+
+    // The recomputable ops those values depend on, in program order.
+    llvm::SmallPtrSet<Operation *, 16> toClone;
+    SmallVector<Operation *> worklist;
+    for (Value v : needed)
+      worklist.push_back(v.getDefiningOp());
+    while (!worklist.empty()) {
+      Operation *op = worklist.pop_back_val();
+      if (!toClone.insert(op).second)
+        continue;
+      for (Value operand : op->getOperands())
+        if (Operation *def = operand.getDefiningOp())
+          if (recomputable.contains(def))
+            worklist.push_back(def);
+    }
+
+    OpBuilder b(firstUse);
+    IRMapping map;
+    for (Operation *op : segment)
+      if (toClone.contains(op))
+        b.clone(*op, map);
+    for (Value v : needed) {
+      Value clone = map.lookup(v);
+      v.replaceUsesWithIf(clone, [&](OpOperand &use) {
+        return isBackwardUse(use.getOwner());
+      });
+    }
+    return success();
+  }
+};
+
+} // namespace
