@@ -52,7 +52,7 @@ OwningOpRef<ModuleOp> strata::buildMlp(MLIRContext &context,
   size_t numLayers = config.sizes.size() - 1;
   for (size_t i = 0; i < numLayers; ++i) {
     int64_t in = config.sizes[i], out = config.sizes[i + 1];
-    b.setScope("fc" + std::to_string(i));
+    b.setScope(("fc" + llvm::Twine(i)).str());
     // PyTorch's nn.Linear bound for both weight and bias: 1/sqrt(fan_in).
     double bound = 1.0 / std::sqrt(static_cast<double>(in));
     Value w = b.param("weight", {in, out}, InitKind::Uniform, bound);
@@ -100,7 +100,7 @@ OwningOpRef<ModuleOp> strata::buildGpt(MLIRContext &context,
   };
 
   for (int64_t l = 0; l < c.layers; ++l) {
-    b.setScope("h" + std::to_string(l));
+    b.setScope(("h" + llvm::Twine(l)).str());
     Value h = layerNorm(x, "ln_1");
     Value q = splitHeads(linear(h, "attn.q", H, H, std));
     Value k = splitHeads(linear(h, "attn.k", H, H, std));
