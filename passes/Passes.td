@@ -9,12 +9,14 @@ def StrataProgramStats : Pass<"strata-program-stats", "mlir::ModuleOp"> {
   let summary = "Prints parameter, op and FLOP counts of a program";
   let description = [{
     Reports, without changing the module: the number of `strata.param`s and
-    their total elements and bytes, the bytes of `strata.state`, the peak
-    bytes of a step's intermediate values when each is freed after its last
-    use (`activation-peak-bytes`: reads of parameters, state and the batch
-    are not counted; no in-place reuse), the count of every op kind in the
-    module, and the floating-point operations of the matrix products
-    (2·M·N·K per product, gradients included). The report goes to stderr, or to the file
+    their total elements and bytes, the bytes of `strata.state` and of one
+    batch, the static memory plan of the step (`planned-arena-bytes`: one
+    arena for every intermediate value, offsets from liveness with in-place
+    reuse; `activation-peak-bytes`: the most bytes alive at one op, the
+    bound any plan must meet; `planned-peak-bytes`: arena + parameters and
+    state + batch), the count of every op kind in the module, and the
+    floating-point operations of the matrix products (2·M·N·K per product,
+    gradients included). The report goes to stderr, or to the file
     named by `output`. Used to check the size of generated models and to
     count the ops a pass rewrites.
 

@@ -1,6 +1,7 @@
 //===- ProgramStats.cpp - Parameter, op and FLOP counts -------------------===//
 
 #include "strata/Passes/Passes.h"
+#include "strata/Analysis/MemoryPlan.h"
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/IR/BuiltinOps.h"
@@ -51,38 +52,6 @@ static int64_t byteSize(Type type) {
          ((tensor.getElementType().getIntOrFloatBitWidth() + 7) / 8);
 }
 
-/// Peak bytes of the step's intermediate values when each is freed after
-/// its last use (parameter and state reads, and the batch, are counted as
-/// persistent instead): the lower bound a static memory plan can reach
-/// without in-place reuse.
-static int64_t activationPeakBytes(func::FuncOp func) {
-  Block &body = func.getBody().front();
-  DenseMap<Operation *, int64_t> index;
-  int64_t n = 0;
-  for (Operation &op : body)
-    index[&op] = n++;
-  // delta[i]: bytes allocated at op i (positive) or freed after it.
-  std::vector<int64_t> alloc(n + 1, 0), release(n + 1, 0);
-  for (Operation &op : body) {
-    if (isa<GetParamOp, GetStateOp>(op))
-      continue;
-    for (Value v : op.getResults()) {
-      int64_t last = index[&op];
-      for (Operation *user : v.getUsers())
-        last = std::max(last, index[body.findAncestorOpInBlock(*user)]);
-      alloc[index[&op]] += byteSize(v.getType());
-      release[last] += byteSize(v.getType());
-    }
-  }
-  int64_t live = 0, peak = 0;
-  for (int64_t i = 0; i < n; ++i) {
-    live += alloc[i];
-    peak = std::max(peak, live);
-    live -= release[i];
-  }
-  return peak;
-}
-
 namespace {
 struct ProgramStatsPass
     : public strata::impl::StrataProgramStatsBase<ProgramStatsPass> {
@@ -90,7 +59,7 @@ struct ProgramStatsPass
 
   void runOnOperation() override {
     int64_t numParams = 0, paramElements = 0, paramBytes = 0, flops = 0;
-    int64_t stateBytes = 0, peakBytes = 0;
+    int64_t stateBytes = 0;
     std::map<StringRef, int64_t> opCounts; // sorted by name
     getOperation()->walk([&](Operation *op) {
       if (op == getOperation())
@@ -107,9 +76,14 @@ struct ProgramStatsPass
         stateBytes += byteSize(state.getType());
       flops += matmulFlops(op);
     });
+    // The memory plan of the largest function (the step).
+    MemoryPlan plan;
     for (auto func : getOperation().getOps<func::FuncOp>())
-      if (!func.isExternal())
-        peakBytes = std::max(peakBytes, activationPeakBytes(func));
+      if (!func.isExternal()) {
+        MemoryPlan candidate = planMemory(func);
+        if (candidate.peakBytes() > plan.peakBytes())
+          plan = std::move(candidate);
+      }
 
     std::unique_ptr<llvm::ToolOutputFile> file;
     if (output != "-") {
@@ -126,7 +100,11 @@ struct ProgramStatsPass
     os << "param-elements: " << paramElements << "\n";
     os << "param-bytes: " << paramBytes << "\n";
     os << "state-bytes: " << stateBytes << "\n";
-    os << "activation-peak-bytes: " << peakBytes << "\n";
+    os << "input-bytes: " << plan.inputBytes << "\n";
+    os << "activation-peak-bytes: " << plan.livePeakBytes << "\n";
+    os << "planned-arena-bytes: " << plan.arenaBytes << "\n";
+    os << "planned-peak-bytes: " << plan.peakBytes() << "\n";
+    os << "in-place-ops: " << plan.inPlaceOps << "\n";
     os << "matmul-flops: " << flops << "\n";
     for (auto &[name, count] : opCounts)
       os << "op " << name << ": " << count << "\n";

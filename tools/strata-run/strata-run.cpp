@@ -11,6 +11,7 @@
 //
 //===----------------------------------------------------------------------===//
 
+#include "strata/Analysis/MemoryPlan.h"
 #include "strata/Dialect/Strata.h"
 #include "strata/InitAllDialects.h"
 #include "strata/Model/ProgramBuilder.h"
@@ -233,8 +234,9 @@ int main(int argc, char **argv) {
         {"strategy", std::move(*strategyJson)},
         {"losses", std::move(lossArray)},
         {"step_time_ms", std::move(timeArray)},
-        // The reference backend has no static memory plan.
-        {"planned_peak_bytes", json::Array{nullptr}},
+        // The compile-time plan (arena + parameters and state + batch);
+        // the reference backend computes in doubles outside it.
+        {"planned_peak_bytes", json::Array{strata::planMemory(step).peakBytes()}},
         {"measured_peak_bytes", json::Array{peakRssBytes()}},
     };
     auto out = mlir::openOutputFile(reportFile, &error);

@@ -1,0 +1,53 @@
+//===- MemoryPlan.h - Static memory plan of a step --------------*- C++ -*-===//
+//
+// Every intermediate value of a step function gets an offset in one arena,
+// from liveness: two values share bytes only if their lifetimes do not
+// overlap, and an elementwise op may write its result over an operand that
+// dies there (in place). Parameters, optimizer state and the batch live
+// outside the arena, for the whole run. The plan is known before the run:
+// its peak is what the runtime will allocate.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef STRATA_ANALYSIS_MEMORYPLAN_H
+#define STRATA_ANALYSIS_MEMORYPLAN_H
+
+#include "mlir/Dialect/Func/IR/FuncOps.h"
+
+#include <cstdint>
+#include <vector>
+
+namespace strata {
+
+struct PlannedBuffer {
+  /// The values stored in this buffer: one, or a chain of in-place results.
+  std::vector<mlir::Value> values;
+  int64_t bytes = 0;
+  /// Op indices (in the step's block) of the first definition and last use.
+  int64_t start = 0, end = 0;
+  int64_t offset = 0;
+};
+
+struct MemoryPlan {
+  std::vector<PlannedBuffer> buffers;
+  /// Size of the arena of intermediate values.
+  int64_t arenaBytes = 0;
+  /// Parameters and state (strata.param, strata.state), resident.
+  int64_t persistentBytes = 0;
+  /// The step's arguments (one batch).
+  int64_t inputBytes = 0;
+  /// The liveness lower bound: the most bytes alive at one op.
+  int64_t livePeakBytes = 0;
+  int64_t inPlaceOps = 0;
+
+  int64_t peakBytes() const {
+    return arenaBytes + persistentBytes + inputBytes;
+  }
+};
+
+/// Plans `func`, aligning every buffer to `alignment` bytes.
+MemoryPlan planMemory(mlir::func::FuncOp func, int64_t alignment = 64);
+
+} // namespace strata
+
+#endif // STRATA_ANALYSIS_MEMORYPLAN_H

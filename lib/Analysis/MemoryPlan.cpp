@@ -1,0 +1,155 @@
+//===- MemoryPlan.cpp - Static memory plan of a step ----------------------===//
+//
+// Lifetimes come from program order (the step is one block); buffers are
+// placed greedily by decreasing size at the lowest offset that no buffer
+// with an overlapping lifetime occupies ("greedy by size", as TFLite's
+// arena planner), which is close to the liveness lower bound in practice.
+//
+//===----------------------------------------------------------------------===//
+
+#include "strata/Analysis/MemoryPlan.h"
+#include "strata/Dialect/Strata.h"
+
+#include "mlir/IR/BuiltinOps.h"
+#include "llvm/ADT/DenseMap.h"
+
+#include <algorithm>
+
+using namespace mlir;
+using namespace strata;
+
+namespace {
+
+int64_t byteSize(Type type) {
+  auto tensor = dyn_cast<RankedTensorType>(type);
+  if (!tensor)
+    return 0;
+  return tensor.getNumElements() *
+         ((tensor.getElementType().getIntOrFloatBitWidth() + 7) / 8);
+}
+
+int64_t alignTo(int64_t bytes, int64_t alignment) {
+  return (bytes + alignment - 1) / alignment * alignment;
+}
+
+/// Operands an op may overwrite with its result: elementwise ops whose
+/// result has the operand's type, element i read before it is written.
+SmallVector<Value> inPlaceCandidates(Operation *op) {
+  if (op->getNumResults() != 1)
+    return {};
+  Type result = op->getResult(0).getType();
+  SmallVector<Value> candidates;
+  auto add = [&](Value v) {
+    if (v.getType() == result)
+      candidates.push_back(v);
+  };
+  if (isa<ReluOp, GeluOp, ScaleOp, DropoutOp, DropoutGradOp, SoftmaxOp>(op))
+    add(op->getOperand(0));
+  else if (isa<AddOp, SubOp, MulOp, DivOp, FusedDropoutAddOp>(op)) {
+    add(op->getOperand(0));
+    add(op->getOperand(1));
+  } else if (isa<BiasAddOp>(op))
+    add(op->getOperand(0));
+  else if (isa<ReluGradOp, GeluGradOp>(op))
+    add(op->getOperand(1));
+  return candidates;
+}
+
+} // namespace
+
+MemoryPlan strata::planMemory(func::FuncOp func, int64_t alignment) {
+  MemoryPlan plan;
+  Block &body = func.getBody().front();
+  if (auto module = func->getParentOfType<ModuleOp>())
+    for (Operation &op : *module.getBody()) {
+      if (auto p = dyn_cast<ParamOp>(op))
+        plan.persistentBytes += byteSize(p.getType());
+      else if (auto s = dyn_cast<StateOp>(op))
+        plan.persistentBytes += byteSize(s.getType());
+    }
+  for (BlockArgument arg : body.getArguments())
+    plan.inputBytes += byteSize(arg.getType());
+
+  DenseMap<Operation *, int64_t> index;
+  int64_t n = 0;
+  for (Operation &op : body)
+    index[&op] = n++;
+  auto lastUse = [&](Value v) {
+    int64_t last = index[v.getDefiningOp()];
+    for (Operation *user : v.getUsers())
+      last = std::max(last, index[body.findAncestorOpInBlock(*user)]);
+    return last;
+  };
+
+  // Buffers, merging in-place results into their operand's buffer.
+  DenseMap<Value, size_t> bufferOf;
+  for (Operation &op : body) {
+    // Reads of parameters and state are views of persistent storage.
+    if (isa<GetParamOp, GetStateOp>(op))
+      continue;
+    int64_t i = index[&op];
+    for (Value result : op.getResults()) {
+      int64_t bytes = alignTo(byteSize(result.getType()), alignment);
+      if (bytes == 0)
+        continue;
+      std::optional<size_t> reuse;
+      for (Value operand : inPlaceCandidates(&op)) {
+        auto it = bufferOf.find(operand);
+        if (it != bufferOf.end() && lastUse(operand) == i &&
+            plan.buffers[it->second].end == i) {
+          reuse = it->second;
+          break;
+        }
+      }
+      if (reuse) {
+        PlannedBuffer &buffer = plan.buffers[*reuse];
+        buffer.values.push_back(result);
+        buffer.end = std::max(buffer.end, lastUse(result));
+        bufferOf[result] = *reuse;
+        ++plan.inPlaceOps;
+        continue;
+      }
+      bufferOf[result] = plan.buffers.size();
+      plan.buffers.push_back({{result}, bytes, i, lastUse(result), 0});
+    }
+  }
+
+  // The most bytes alive at one op: the bound no placement can beat.
+  std::vector<int64_t> delta(n + 1, 0);
+  for (const PlannedBuffer &b : plan.buffers) {
+    delta[b.start] += b.bytes;
+    delta[b.end + 1] -= b.bytes;
+  }
+  int64_t live = 0;
+  for (int64_t d : delta)
+    plan.livePeakBytes = std::max(plan.livePeakBytes, live += d);
+
+  // Greedy by size.
+  std::vector<size_t> order(plan.buffers.size());
+  for (size_t i = 0; i < order.size(); ++i)
+    order[i] = i;
+  std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) {
+    return plan.buffers[a].bytes > plan.buffers[b].bytes;
+  });
+  std::vector<size_t> placed;
+  for (size_t i : order) {
+    PlannedBuffer &buffer = plan.buffers[i];
+    std::vector<std::pair<int64_t, int64_t>> taken;
+    for (size_t j : placed) {
+      const PlannedBuffer &other = plan.buffers[j];
+      if (other.start <= buffer.end && buffer.start <= other.end)
+        taken.push_back({other.offset, other.offset + other.bytes});
+    }
+    std::sort(taken.begin(), taken.end());
+    int64_t offset = 0;
+    for (auto [begin, end] : taken) {
+      if (begin - offset >= buffer.bytes)
+        break;
+      offset = std::max(offset, end);
+    }
+    buffer.offset = offset;
+    plan.arenaBytes = std::max(plan.arenaBytes, offset + buffer.bytes);
+    placed.push_back(i);
+  }
+  return plan;
+}

@@ -1,0 +1,91 @@
+//===- MemoryPlanTest.cpp - Static memory plan invariants -----------------===//
+
+#include "strata/Analysis/MemoryPlan.h"
+#include "strata/InitAllDialects.h"
+#include "strata/Model/Models.h"
+#include "strata/Model/ProgramBuilder.h"
+
+#include "mlir/Pass/PassManager.h"
+#include "mlir/Pass/PassRegistry.h"
+
+#include <gtest/gtest.h>
+
+using namespace mlir;
+using namespace strata;
+
+namespace {
+
+class MemoryPlanTest : public ::testing::TestWithParam<const char *> {
+protected:
+  MemoryPlanTest() {
+    static bool registered = [] {
+      registerAllStrataPasses();
+      return true;
+    }();
+    (void)registered;
+    DialectRegistry registry;
+    registerStrataDialects(registry);
+    context.appendDialectRegistry(registry);
+    context.loadAllAvailableDialects();
+  }
+  MLIRContext context;
+};
+
+TEST_P(MemoryPlanTest, LiveBuffersNeverShareBytes) {
+  GptConfig config;
+  config.layers = 2;
+  config.hidden = 32;
+  config.heads = 4;
+  config.seq = 16;
+  config.batch = 4;
+  config.dropout = 0.1;
+  OwningOpRef<ModuleOp> module = buildGpt(context, config);
+  PassManager pm(&context);
+  ASSERT_TRUE(succeeded(parsePassPipeline(GetParam(), pm)));
+  ASSERT_TRUE(succeeded(pm.run(*module)));
+  auto step = module->lookupSymbol<func::FuncOp>(kStepFunctionName);
+  MemoryPlan plan = planMemory(step, 64);
+
+  // Every value with bytes is in exactly one buffer.
+  llvm::DenseSet<Value> planned;
+  for (const PlannedBuffer &b : plan.buffers)
+    for (Value v : b.values)
+      EXPECT_TRUE(planned.insert(v).second);
+  step.walk([&](Operation *op) {
+    if (isa<GetParamOp, GetStateOp>(op))
+      return;
+    for (Value r : op->getResults()) {
+      if (isa<RankedTensorType>(r.getType())) {
+        EXPECT_TRUE(planned.contains(r)) << op->getName().getStringRef().str();
+      }
+    }
+  });
+  // Buffers alive at the same time never overlap; all fit the arena.
+  for (size_t i = 0; i < plan.buffers.size(); ++i) {
+    const PlannedBuffer &a = plan.buffers[i];
+    EXPECT_EQ(a.offset % 64, 0);
+    EXPECT_LE(a.offset + a.bytes, plan.arenaBytes);
+    for (size_t j = i + 1; j < plan.buffers.size(); ++j) {
+      const PlannedBuffer &b = plan.buffers[j];
+      bool together = a.start <= b.end && b.start <= a.end;
+      bool overlap =
+          a.offset < b.offset + b.bytes && b.offset < a.offset + a.bytes;
+      EXPECT_FALSE(together && overlap) << "buffers " << i << " and " << j;
+    }
+  }
+  // No plan beats the liveness bound; this one stays within 10% of it.
+  EXPECT_GE(plan.arenaBytes, plan.livePeakBytes);
+  EXPECT_LE(plan.arenaBytes, plan.livePeakBytes * 11 / 10);
+  EXPECT_GT(plan.inPlaceOps, 0);
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Strategies, MemoryPlanTest,
+    ::testing::Values("builtin.module(strata-autodiff,strata-optimizer)",
+                      "builtin.module(strata-autodiff,strata-recompute{"
+                      "checkpoints=h0,h1},strata-optimizer)",
+                      "builtin.module(strata-autodiff,strata-gemm-epilogue-"
+                      "fusion,strata-dropout-add-fusion,strata-gradient-merge{"
+                      "k-steps=2},strata-optimizer)"));
+
+} // namespace
