@@ -169,7 +169,10 @@ int main(int argc, char **argv) {
   if (!data)
     return fail(toString(data.takeError()));
 
-  bool progress = !quiet && sys::Process::StandardErrIsDisplayed();
+  // A live progress line when the step lines go elsewhere (a file, a
+  // pipe) and a person watches stderr.
+  bool progress = !quiet && sys::Process::StandardErrIsDisplayed() &&
+                  !sys::Process::StandardOutIsDisplayed();
   std::vector<double> losses, stepTimes;
   std::vector<strata::NamedTensor> batches;
   strata::reference::EvalOptions options;
@@ -204,9 +207,15 @@ int main(int argc, char **argv) {
     if (progress) {
       double elapsed =
           std::chrono::duration<double>(t1 - start).count();
+      // Tokens (GPT) or samples (MLP) of the global batch per second.
+      double items = double(batch[0].numElements());
+      if (data->names()[0] == "features")
+        items = double(batch[0].shape[0]);
       errs() << formatv("\r[{0}/{1}] loss {2:F4}  {3:F1} s elapsed  {4:F0} "
-                        "ms/step   ",
-                        i + 1, steps, loss, elapsed, stepTimes.back());
+                        "{5}/s   ",
+                        i + 1, steps, loss, elapsed,
+                        items / (stepTimes.back() / 1000.0),
+                        data->names()[0] == "features" ? "samples" : "tokens");
       if (i + 1 == steps)
         errs() << "\n";
     }
