@@ -1,5 +1,6 @@
 //===- GradientMerge.cpp - Micro-batches of the global batch --------------===//
 
+#include "BatchSplit.h"
 #include "strata/Passes/Passes.h"
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
@@ -17,49 +18,6 @@ using namespace mlir;
 using namespace strata;
 
 namespace {
-
-RankedTensorType withDim(RankedTensorType t, int64_t dim, int64_t size) {
-  SmallVector<int64_t> shape(t.getShape());
-  shape[dim] = size;
-  return RankedTensorType::get(shape, t.getElementType());
-}
-
-/// Result types of `clone` (a copy of `original` on micro-batch operands).
-FailureOr<SmallVector<Type>> microBatchTypes(Operation *original,
-                                             Operation *clone, int64_t k) {
-  SmallVector<Type> types;
-  if (auto infer = dyn_cast<InferTypeOpInterface>(clone)) {
-    if (failed(infer.inferReturnTypes(
-            clone->getContext(), clone->getLoc(), clone->getOperands(),
-            clone->getAttrDictionary(), clone->getPropertiesStorage(),
-            clone->getRegions(), types)))
-      return failure();
-    return types;
-  }
-  // Ops that spell out their result type: the batch dimension follows the
-  // operand's.
-  auto oldIn = cast<RankedTensorType>(original->getOperand(0).getType());
-  auto newIn = cast<RankedTensorType>(clone->getOperand(0).getType());
-  auto oldOut = cast<RankedTensorType>(original->getResult(0).getType());
-  bool split = oldIn != newIn;
-  if (!split || isa<EmbeddingGradOp>(original))
-    return SmallVector<Type>{oldOut};
-  if (isa<ReshapeOp>(original)) {
-    if (oldOut.getRank() < 1 || oldOut.getDimSize(0) % k != 0)
-      return failure();
-    return SmallVector<Type>{
-        withDim(oldOut, 0, oldOut.getDimSize(0) / k)};
-  }
-  if (isa<SumToOp, BroadcastToOp>(original)) {
-    // Shapes align on the right: the operand's leading dimension is the
-    // result's dimension `offset`, when that exists.
-    int64_t offset = oldOut.getRank() - oldIn.getRank();
-    if (offset < 0 || oldOut.getDimSize(offset) != oldIn.getDimSize(0))
-      return SmallVector<Type>{oldOut};
-    return SmallVector<Type>{withDim(oldOut, offset, newIn.getDimSize(0))};
-  }
-  return failure();
-}
 
 struct GradientMergePass
     : public strata::impl::StrataGradientMergeBase<GradientMergePass> {
@@ -151,7 +109,9 @@ struct GradientMergePass
       }
       for (Operation *op : perMicroBatch) {
         Operation *clone = b.clone(*op, map);
-        auto types = microBatchTypes(op, clone, k);
+        auto types = splitResultTypes(
+            clone, op->getNumOperands() ? op->getOperand(0).getType() : Type(),
+            op->getResultTypes(), k);
         if (failed(types))
           return op->emitOpError()
                  << "cannot be split into " << k
