@@ -142,6 +142,8 @@ struct GradientMergePass
       merged[i] = mean;
     }
     ret->setOperands(merged);
+    func->setAttr(StrataDialect::kMicroBatchesAttrName,
+                  b.getI64IntegerAttr(k));
     for (Operation *op : llvm::reverse(perMicroBatch))
       op->erase();
     if (failed(verify(func)))

@@ -233,4 +233,38 @@ def StrataRecompute : Pass<"strata-recompute", "mlir::ModuleOp"> {
   let dependentDialects = ["::strata::StrataDialect"];
 }
 
+def StrataDataParallel : Pass<"strata-data-parallel", "mlir::ModuleOp"> {
+  let summary = "Splits the batch over ranks and averages the gradients";
+  let description = [{
+    Runs on a differentiated function (after `strata-autodiff` and
+    `strata-gradient-merge`, before `strata-optimizer`), for `degree` ranks
+    that run the same program. Each rank's arguments become its shard of the
+    global batch (1/degree of the leading dimension: rank r holds rows
+    [r B/degree, (r+1) B/degree)), and the ops that depend on the batch are
+    retyped. Every gradient is averaged over `strata.comm_group @dp` by a
+    `strata.all_reduce` (mean), and so is the loss, so the optimizer updates
+    identical replicas and every rank reports the global mean loss.
+
+    Gradients are grouped into buckets of at most `bucket-mb` MB in the
+    order they become ready in the backward pass; the bucket that closes
+    last (the first layers' gradients, which cannot overlap compute) is
+    capped at `last-bucket-mb`. A bucket's all-reduces are placed right
+    after its last gradient is computed and carry `strata.bucket = i`; the
+    ordering token chains them in bucket order. A parameter without a
+    gradient path has a zero gradient that is reduced like the others, so
+    no rank waits for a collective another rank skips
+    (`find-unused-parameters` changes nothing in a static program).
+  }];
+  let options = [
+    Option<"degree", "degree", "int64_t", "1", "Data-parallel ranks">,
+    Option<"bucketMb", "bucket-mb", "double", "25.0",
+           "Gradient bucket size in MB">,
+    Option<"lastBucketMb", "last-bucket-mb", "double", "1.0",
+           "Cap of the bucket that closes last, in MB">,
+    Option<"findUnusedParameters", "find-unused-parameters", "bool",
+           "false", "Accepted for Paddle compatibility (see above)">
+  ];
+  let dependentDialects = ["::strata::StrataDialect"];
+}
+
 #endif // STRATA_PASSES_TD

@@ -76,8 +76,15 @@ LogicalResult StrataDialect::verifyOperationAttribute(Operation *op,
              << "'" << name << "' must be a #strata.role<...> attribute";
     return success();
   }
-  if (name == kStageAttrName || name == kMicroBatchAttrName)
+  if (name == kStageAttrName || name == kMicroBatchAttrName ||
+      name == kBucketAttrName)
     return verifyNonNegativeIndex(op, attr);
+  if (name == kMicroBatchesAttrName || name == kShardsAttrName) {
+    auto value = dyn_cast<IntegerAttr>(attr.getValue());
+    if (!value || value.getInt() < 1)
+      return op->emitOpError() << "'" << name << "' must be a positive integer";
+    return success();
+  }
   if (name == kLayerAttrName) {
     auto layer = dyn_cast<StringAttr>(attr.getValue());
     if (!layer || layer.getValue().empty())

@@ -37,6 +37,8 @@ def Strata_Dialect : Dialect {
     * `strata.layer = "h3"` — the model layer an op belongs to, as written
       by the program's author; recompute segments and pipeline placement
       refer to layers by this name
+    * `strata.bucket = N : i64` — the gradient bucket of a collective
+      (N >= 0); a runtime may fuse the collectives of one bucket
   }];
   let useDefaultAttributePrinterParser = 1;
   let useDefaultTypePrinterParser = 1;
@@ -48,6 +50,13 @@ def Strata_Dialect : Dialect {
         "strata.micro_batch";
     static constexpr llvm::StringLiteral kGradOfAttrName = "strata.grad_of";
     static constexpr llvm::StringLiteral kLayerAttrName = "strata.layer";
+    static constexpr llvm::StringLiteral kBucketAttrName = "strata.bucket";
+    /// On a step function: the micro-batches per rank (gradient merge) and
+    /// the data-parallel shards of the batch; together they place each
+    /// micro-batch in the global batch (dropout masks).
+    static constexpr llvm::StringLiteral kMicroBatchesAttrName =
+        "strata.micro_batches";
+    static constexpr llvm::StringLiteral kShardsAttrName = "strata.shards";
 
   private:
     void registerAttributes();

@@ -214,7 +214,8 @@ private:
   /// global elements [m * n, (m + 1) * n).
   Tensor dropout(const Tensor &x, int64_t key, int64_t microBatch, double p) {
     Tensor t = x;
-    int64_t offset = microBatch * t.numElements();
+    // This rank's shard comes before its micro-batch within the global batch.
+    int64_t offset = (shard * microBatches + microBatch) * t.numElements();
     for (int64_t i = 0; i < t.numElements(); ++i)
       t.data[i] = rng::dropoutKeep(options.seed, key, offset + i, p)
                       ? t.data[i] / (1.0 - p)
@@ -228,6 +229,8 @@ private:
   DenseMap<Value, Tensor> values;
   /// strata.assign values, applied when the step returns.
   StringMap<Tensor> pending;
+  /// Where this rank's micro-batches sit in the global batch.
+  int64_t shard = 0, microBatches = 1;
 };
 
 llvm::Expected<std::vector<Tensor>> Evaluator::run(func::FuncOp func,
@@ -238,6 +241,18 @@ llvm::Expected<std::vector<Tensor>> Evaluator::run(func::FuncOp func,
                                    "expected " +
                                        Twine(body.getNumArguments()) +
                                        " arguments, got " + Twine(args.size()));
+  if (auto k = func->getAttrOfType<IntegerAttr>(
+          StrataDialect::kMicroBatchesAttrName))
+    microBatches = k.getInt();
+  if (auto shards =
+          func->getAttrOfType<IntegerAttr>(StrataDialect::kShardsAttrName)) {
+    if (!options.communicator)
+      return llvm::createStringError(
+          llvm::inconvertibleErrorCode(),
+          "the program is compiled for " + Twine(shards.getInt()) +
+              " data-parallel ranks but runs in a single process");
+    shard = options.communicator->rank() % shards.getInt();
+  }
   for (auto [arg, value] : llvm::zip(body.getArguments(), args)) {
     if (shapeOf(arg) != value.shape)
       return llvm::createStringError(llvm::inconvertibleErrorCode(),
@@ -267,6 +282,36 @@ llvm::Error Evaluator::step(Operation *op) {
   auto outShape = [&](unsigned i = 0) { return shapeOf(op->getResult(i)); };
 
   return llvm::TypeSwitch<Operation *, llvm::Error>(op)
+      .Case([&](InitTokenOp t) -> llvm::Error {
+        set(t, Tensor());
+        return llvm::Error::success();
+      })
+      .Case([&](AllReduceOp o) -> llvm::Error {
+        if (!options.communicator)
+          return fail(op, "a collective needs several ranks");
+        auto group = SymbolTable::lookupNearestSymbolFrom<CommGroupOp>(
+            o, o.getGroupAttr());
+        int64_t me = options.communicator->rank();
+        ArrayRef<int64_t> ranks;
+        for (Attribute a : group.getRanks())
+          if (llvm::is_contained(cast<DenseI64ArrayAttr>(a).asArrayRef(), me))
+            ranks = cast<DenseI64ArrayAttr>(a).asArrayRef();
+        if (ranks.empty())
+          return fail(op, "rank " + Twine(me) + " is in no group of " +
+                              o.getGroup());
+        if (o.getKind() != ReduceKind::Sum && o.getKind() != ReduceKind::Mean)
+          return fail(op, "only sum and mean reductions are supported");
+        Tensor t = in(0);
+        if (llvm::Error err =
+                options.communicator->allReduceSum(t.data, ranks))
+          return err;
+        if (o.getKind() == ReduceKind::Mean)
+          for (double &v : t.data)
+            v /= double(ranks.size());
+        set(o.getResult(), std::move(t));
+        set(o.getOutToken(), Tensor());
+        return llvm::Error::success();
+      })
       .Case([&](arith::ConstantOp c) -> llvm::Error {
         auto dense = dyn_cast<DenseElementsAttr>(c.getValue());
         if (!dense)

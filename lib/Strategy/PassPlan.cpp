@@ -96,6 +96,20 @@ std::vector<PlannedPass> strata::planPasses(const Strategy &s,
         s.pipeline.enable ? "pipeline.accumulate_steps"
                           : "gradient_merge.enable");
 
+  if (worldSize) {
+    int64_t pp = s.pipeline.enable ? s.pipeline.pp_degree : 1;
+    int64_t dp = *worldSize / pp; // sharding splits this group further
+    if (dp > 1 && !s.sharding.enable)
+      add("strata-data-parallel",
+          Options()
+              .add("degree", dp)
+              .add("bucket-mb", s.dp_optimization.comm_buffer_size)
+              .add("last-bucket-mb", s.dp_optimization.last_comm_buffer_size)
+              .add("find-unused-parameters",
+                   s.dp_optimization.find_unused_parameters),
+          "world size");
+  }
+
   const OptimizerSection &o = s.optimizer;
   add("strata-optimizer",
       Options()
@@ -115,20 +129,6 @@ std::vector<PlannedPass> strata::planPasses(const Strategy &s,
           .add("decay-steps", o.decay_steps)
           .add("min-lr", o.min_lr),
       "always");
-
-  if (worldSize) {
-    int64_t pp = s.pipeline.enable ? s.pipeline.pp_degree : 1;
-    int64_t dp = *worldSize / pp; // sharding splits this group further
-    if (dp > 1 && !s.sharding.enable)
-      add("strata-data-parallel",
-          Options()
-              .add("degree", dp)
-              .add("bucket-mb", s.dp_optimization.comm_buffer_size)
-              .add("last-bucket-mb", s.dp_optimization.last_comm_buffer_size)
-              .add("find-unused-parameters",
-                   s.dp_optimization.find_unused_parameters),
-          "world size");
-  }
 
   if (s.sharding.enable) {
     Options options;

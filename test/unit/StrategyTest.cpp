@@ -142,11 +142,13 @@ struct RecordingPass
   llvm::StringRef getArgument() const override { return argument; }
   void runOnOperation() override {}
   std::string argument;
-  Option<int64_t> degree{*this, "degree", llvm::cl::init(1)};
-  Option<double> bucketMb{*this, "bucket-mb", llvm::cl::init(25.0)};
-  Option<double> lastBucketMb{*this, "last-bucket-mb", llvm::cl::init(1.0)};
-  Option<bool> findUnused{*this, "find-unused-parameters",
-                          llvm::cl::init(false)};
+  Option<int64_t> ppDegree{*this, "pp-degree", llvm::cl::init(1)};
+  Option<int64_t> vppDegree{*this, "vpp-degree", llvm::cl::init(1)};
+  Option<std::string> schedule{*this, "schedule", llvm::cl::init("1F1B")};
+  Option<int64_t> microBatchSize{*this, "micro-batch-size",
+                                 llvm::cl::init(1)};
+  Option<int64_t> accumulateSteps{*this, "accumulate-steps",
+                                  llvm::cl::init(1)};
 };
 
 TEST(PassPlan, OrderAndPipelineText) {
@@ -169,34 +171,34 @@ sharding: {enable: true, degree: 2}
   // Plain data parallel appears only when the world size is known.
   Strategy plain = parseOk("");
   EXPECT_EQ(planPasses(plain, std::nullopt).size(), 2u);
-  EXPECT_EQ(planPasses(plain, 4).back().name, "strata-data-parallel");
+  EXPECT_EQ(planPasses(plain, 4)[1].name, "strata-data-parallel");
   EXPECT_EQ(planPasses(plain, 1).size(), 2u);
 }
 
 TEST(PassPlan, AddsRegisteredPassesAndRejectsMissingOnes) {
-  Strategy s = parseOk("dp_optimization: {comm_buffer_size: 12.5}");
-  std::vector<PlannedPass> plan = planPasses(s, 4);
-  ASSERT_EQ(plan.back().name, "strata-data-parallel");
-  std::vector<PlannedPass> onlyDp = {plan.back()};
+  Strategy s = parseOk("pipeline: {enable: true, schedule_mode: FThenB}");
+  std::vector<PlannedPass> plan = planPasses(s, std::nullopt);
+  ASSERT_EQ(plan.back().name, "strata-pipeline");
+  std::vector<PlannedPass> onlyPipeline = {plan.back()};
 
   mlir::OpPassManager before("builtin.module");
-  llvm::Error missing = addPlannedPasses(before, onlyDp, s);
+  llvm::Error missing = addPlannedPasses(before, onlyPipeline, s);
   ASSERT_TRUE(static_cast<bool>(missing));
   EXPECT_NE(llvm::toString(std::move(missing))
-                .find("'world size' selects pass 'strata-data-parallel', "
-                      "which is not implemented yet"),
+                .find("test.yaml:1:12: error: 'pipeline.enable' selects pass "
+                      "'strata-pipeline', which is not implemented yet"),
             std::string::npos);
 
   mlir::PassRegistration<RecordingPass>(
-      [] { return std::make_unique<RecordingPass>("strata-data-parallel"); });
+      [] { return std::make_unique<RecordingPass>("strata-pipeline"); });
   mlir::OpPassManager pm("builtin.module");
-  ASSERT_FALSE(static_cast<bool>(addPlannedPasses(pm, onlyDp, s)));
+  ASSERT_FALSE(static_cast<bool>(addPlannedPasses(pm, onlyPipeline, s)));
   std::string text;
   llvm::raw_string_ostream os(text);
   pm.printAsTextualPipeline(os);
-  EXPECT_EQ(text, "builtin.module(strata-data-parallel{bucket-mb=1.250000e+01 "
-                  "degree=4 find-unused-parameters=false "
-                  "last-bucket-mb=1.000000e+00})");
+  EXPECT_EQ(text, "builtin.module(strata-pipeline{accumulate-steps=1 "
+                  "micro-batch-size=1 pp-degree=1 schedule=FThenB "
+                  "vpp-degree=1})");
 }
 
 } // namespace

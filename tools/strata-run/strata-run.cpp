@@ -33,9 +33,15 @@
 #include "llvm/Support/ToolOutputFile.h"
 #include "llvm/Support/WithColor.h"
 
+#include "llvm/Support/FileSystem.h"
+#include "llvm/Support/Program.h"
+
 #include <chrono>
 #include <cmath>
+#include <cstdlib>
+#include <mpi.h>
 #include <sys/resource.h>
+#include <unistd.h>
 
 using namespace llvm;
 
@@ -82,10 +88,92 @@ static cl::opt<std::string> traceFile("trace",
 static cl::opt<bool> quiet("quiet", cl::desc("No progress on stderr"),
                            cl::init(false));
 
+static bool mpiRunning = false;
+static int worldRank = 0, worldSize = 1;
+
+/// Reports an error; in a multi-rank run, names the rank and takes every
+/// other rank down with it rather than leave them waiting in a collective.
 static int fail(const Twine &message) {
+  if (mpiRunning) {
+    WithColor::error(errs(), "strata-run")
+        << "rank " << worldRank << ": " << message << "\n";
+    errs().flush();
+    MPI_Abort(MPI_COMM_WORLD, 1);
+  }
   WithColor::error(errs(), "strata-run") << message << "\n";
   return 1;
 }
+
+namespace {
+/// Collectives of the reference backend over MPI, in doubles.
+class MpiCommunicator : public strata::reference::Communicator {
+public:
+  int64_t rank() const override { return worldRank; }
+  Error allReduceSum(std::vector<double> &data,
+                     ArrayRef<int64_t> group) override {
+    MPI_Comm comm = MPI_COMM_WORLD;
+    if (int64_t(group.size()) != worldSize) {
+      std::vector<int> ranks(group.begin(), group.end());
+      auto it = comms.find(ranks);
+      if (it == comms.end()) {
+        MPI_Group world, sub;
+        MPI_Comm_group(MPI_COMM_WORLD, &world);
+        MPI_Group_incl(world, int(ranks.size()), ranks.data(), &sub);
+        MPI_Comm created;
+        if (MPI_Comm_create_group(MPI_COMM_WORLD, sub, 0, &created) !=
+            MPI_SUCCESS)
+          return createStringError(inconvertibleErrorCode(),
+                                   "cannot create a communicator");
+        it = comms.emplace(ranks, created).first;
+      }
+      comm = it->second;
+    }
+    if (MPI_Allreduce(MPI_IN_PLACE, data.data(), int(data.size()), MPI_DOUBLE,
+                      MPI_SUM, comm) != MPI_SUCCESS)
+      return createStringError(inconvertibleErrorCode(),
+                               "MPI_Allreduce failed");
+    return Error::success();
+  }
+
+private:
+  std::map<std::vector<int>, MPI_Comm> comms;
+};
+
+/// `strata-run --nproc N` outside MPI: run the same command under mpirun.
+int launchRanks(int argc, char **argv) {
+  auto mpirun = sys::findProgramByName("mpirun");
+  if (!mpirun)
+    return fail("--nproc " + Twine(nproc) +
+                " needs mpirun (Debian: openmpi-bin) on the PATH");
+  std::string self = sys::fs::getMainExecutable(argv[0], (void *)&fail);
+  std::vector<std::string> args = {*mpirun, "-np", std::to_string(nproc),
+                                   "--oversubscribe"};
+  if (geteuid() == 0)
+    args.push_back("--allow-run-as-root");
+  args.push_back(self);
+  for (int i = 1; i < argc; ++i) {
+    StringRef a(argv[i]);
+    if (a == "--nproc" || a == "-nproc") {
+      ++i;
+      continue;
+    }
+    if (a.starts_with("--nproc=") || a.starts_with("-nproc="))
+      continue;
+    args.push_back(a.str());
+  }
+  // Shared memory between the local ranks; no network probing.
+  setenv("OMPI_MCA_pml", "ob1", /*overwrite=*/0);
+  setenv("OMPI_MCA_btl", "self,vader", 0);
+  std::vector<char *> cargs;
+  for (std::string &a : args)
+    cargs.push_back(a.data());
+  cargs.push_back(nullptr);
+  outs().flush();
+  errs().flush();
+  execv(mpirun->c_str(), cargs.data());
+  return fail("cannot run " + *mpirun + ": " + std::strerror(errno));
+}
+} // namespace
 
 static int64_t peakRssBytes() {
   struct rusage usage;
@@ -104,22 +192,35 @@ int main(int argc, char **argv) {
     return fail("--backend " + backend +
                 " is not implemented yet; this version runs the reference "
                 "backend only");
-  if (nproc != 1)
-    return fail("--nproc " + Twine(nproc) +
-                ": multi-rank runs are not implemented yet");
+  bool underMpi = std::getenv("OMPI_COMM_WORLD_SIZE") != nullptr ||
+                  std::getenv("PMI_SIZE") != nullptr;
+  if (nproc < 1)
+    return fail("--nproc must be >= 1");
+  if (!underMpi && nproc > 1)
+    return launchRanks(argc, argv);
+  if (underMpi) {
+    MPI_Init(&argc, &argv);
+    mpiRunning = true;
+    MPI_Comm_rank(MPI_COMM_WORLD, &worldRank);
+    MPI_Comm_size(MPI_COMM_WORLD, &worldSize);
+  }
+  MpiCommunicator communicator;
+  bool rank0 = worldRank == 0;
   if (!traceFile.empty())
     return fail("--trace is not implemented yet");
   if (steps < 0)
     return fail("--steps must be >= 0");
 
   strata::StrategyContext context;
-  context.worldSize = nproc;
+  context.worldSize = worldSize;
   strata::Strategy strategy;
   if (!strategyFile.empty()) {
     auto loaded = strata::loadStrategy(strategyFile, context);
     if (!loaded) {
-      errs() << toString(loaded.takeError());
-      return 1;
+      std::string message = toString(loaded.takeError());
+      if (rank0)
+        errs() << message;
+      return mpiRunning ? fail("invalid strategy") : 1;
     }
     strategy = std::move(*loaded);
   } else {
@@ -133,8 +234,15 @@ int main(int argc, char **argv) {
   strata::registerStrataDialects(registry);
   mlir::MLIRContext mlirContext(registry);
   mlirContext.loadAllAvailableDialects();
+  // Errors name the op's location, without dumping the op; in a multi-rank
+  // run only rank 0 prints them (every rank compiles the same program).
+  mlirContext.printOpOnDiagnostic(false);
   llvm::SourceMgr sourceMgr;
   mlir::SourceMgrDiagnosticHandler diagnostics(sourceMgr, &mlirContext);
+  std::optional<mlir::ScopedDiagnosticHandler> silence;
+  if (!rank0)
+    silence.emplace(&mlirContext,
+                    [](mlir::Diagnostic &) { return mlir::success(); });
   std::string error;
   auto input = mlir::openInputFile(programFile, &error);
   if (!input)
@@ -143,17 +251,29 @@ int main(int argc, char **argv) {
   mlir::OwningOpRef<mlir::ModuleOp> module =
       mlir::parseSourceFile<mlir::ModuleOp>(sourceMgr, &mlirContext);
   if (!module)
-    return 1; // the diagnostic names the file and line
+    return mpiRunning ? fail("cannot parse " + programFile)
+                      : 1; // the diagnostic names the file and line
+
+  // The data stream draws global batches from the program as written.
+  auto written = module->lookupSymbol<mlir::func::FuncOp>(
+      strata::kStepFunctionName);
+  if (!written)
+    return fail(programFile + " has no @" + strata::kStepFunctionName +
+                " function");
+  auto data = strata::DataStream::create(written, dataFile, seed);
+  if (!data)
+    return fail(toString(data.takeError()));
 
   std::vector<strata::PlannedPass> plan =
       strata::planPasses(strategy, context.worldSize);
   mlir::PassManager pm(&mlirContext);
   if (Error err = strata::addPlannedPasses(pm, plan, strategy)) {
-    errs() << toString(std::move(err)) << "\n";
-    return 1;
+    if (rank0)
+      errs() << toString(std::move(err)) << "\n";
+    return mpiRunning ? fail("cannot compile the strategy") : 1;
   }
   if (mlir::failed(pm.run(*module)))
-    return 1;
+    return mpiRunning ? fail("compilation failed") : 1;
 
   auto step = module->lookupSymbol<mlir::func::FuncOp>(
       strata::kStepFunctionName);
@@ -165,9 +285,6 @@ int main(int argc, char **argv) {
   if (!initFile.empty())
     if (Error err = strata::loadCheckpoint(*module, initFile, state))
       return fail(toString(std::move(err)));
-  auto data = strata::DataStream::create(step, dataFile, seed);
-  if (!data)
-    return fail(toString(data.takeError()));
 
   // A live progress line when the step lines go elsewhere (a file, a
   // pipe) and a person watches stderr.
@@ -177,6 +294,8 @@ int main(int argc, char **argv) {
   std::vector<strata::NamedTensor> batches;
   strata::reference::EvalOptions options;
   options.seed = seed;
+  if (mpiRunning)
+    options.communicator = &communicator;
   auto start = std::chrono::steady_clock::now();
   for (int64_t i = 0; i < steps; ++i) {
     std::vector<strata::Tensor> batch = data->batch(i);
@@ -190,8 +309,23 @@ int main(int argc, char **argv) {
         batches.push_back({formatv("step{0}.{1}", i, name).str(), *dtype,
                            tensor});
       }
+    // This rank's rows of the global batch (data parallelism).
+    std::vector<strata::Tensor> local = batch;
+    for (auto [tensor, arg] : llvm::zip(local, step.getArguments())) {
+      int64_t rows =
+          cast<mlir::RankedTensorType>(arg.getType()).getDimSize(0);
+      if (rows == tensor.shape[0])
+        continue;
+      int64_t shard = worldRank % (tensor.shape[0] / rows);
+      int64_t width = tensor.numElements() / tensor.shape[0];
+      strata::Tensor part = tensor;
+      part.shape[0] = rows;
+      part.data.assign(tensor.data.begin() + shard * rows * width,
+                       tensor.data.begin() + (shard + 1) * rows * width);
+      tensor = std::move(part);
+    }
     auto t0 = std::chrono::steady_clock::now();
-    auto results = strata::reference::evaluate(step, batch, state, options);
+    auto results = strata::reference::evaluate(step, local, state, options);
     auto t1 = std::chrono::steady_clock::now();
     if (!results)
       return fail("step " + Twine(i) + ": " + toString(results.takeError()));
@@ -202,9 +336,12 @@ int main(int argc, char **argv) {
     losses.push_back(loss);
     stepTimes.push_back(
         std::chrono::duration<double, std::milli>(t1 - t0).count());
-    outs() << formatv("step {0} loss {1}\n", i, strata::formatStrategyNumber(loss));
-    outs().flush();
-    if (progress) {
+    if (rank0) {
+      outs() << formatv("step {0} loss {1}\n", i,
+                        strata::formatStrategyNumber(loss));
+      outs().flush();
+    }
+    if (progress && rank0) {
       double elapsed =
           std::chrono::duration<double>(t1 - start).count();
       // Tokens (GPT) or samples (MLP) of the global batch per second.
@@ -221,14 +358,25 @@ int main(int argc, char **argv) {
     }
   }
 
-  if (!saveFile.empty())
+  // Parameters and state are replicated: rank 0 writes them.
+  if (!saveFile.empty() && rank0)
     if (Error err = strata::saveCheckpoint(*module, saveFile, state))
       return fail(toString(std::move(err)));
-  if (!dumpBatches.empty())
+  if (!dumpBatches.empty() && rank0)
     if (Error err = strata::writeSafetensors(dumpBatches, batches))
       return fail(toString(std::move(err)));
 
-  if (!reportFile.empty()) {
+  int64_t planned = strata::planMemory(step).peakBytes();
+  int64_t measured = peakRssBytes();
+  std::vector<int64_t> allPlanned(worldSize, planned),
+      allMeasured(worldSize, measured);
+  if (mpiRunning) {
+    MPI_Gather(&planned, 1, MPI_INT64_T, allPlanned.data(), 1, MPI_INT64_T, 0,
+               MPI_COMM_WORLD);
+    MPI_Gather(&measured, 1, MPI_INT64_T, allMeasured.data(), 1, MPI_INT64_T,
+               0, MPI_COMM_WORLD);
+  }
+  if (!reportFile.empty() && rank0) {
     auto strategyJson = json::parse(strata::toJson(strategy));
     if (!strategyJson)
       return fail(toString(strategyJson.takeError()));
@@ -238,15 +386,15 @@ int main(int argc, char **argv) {
     for (double t : stepTimes)
       timeArray.push_back(t);
     json::Object report{
-        {"world_size", nproc.getValue()},
+        {"world_size", worldSize},
         {"backend", backend.getValue()},
         {"strategy", std::move(*strategyJson)},
         {"losses", std::move(lossArray)},
         {"step_time_ms", std::move(timeArray)},
         // The compile-time plan (arena + parameters and state + batch);
         // the reference backend computes in doubles outside it.
-        {"planned_peak_bytes", json::Array{strata::planMemory(step).peakBytes()}},
-        {"measured_peak_bytes", json::Array{peakRssBytes()}},
+        {"planned_peak_bytes", json::Array(allPlanned)},
+        {"measured_peak_bytes", json::Array(allMeasured)},
     };
     auto out = mlir::openOutputFile(reportFile, &error);
     if (!out)
@@ -254,5 +402,7 @@ int main(int argc, char **argv) {
     out->os() << formatv("{0:2}", json::Value(std::move(report))) << "\n";
     out->keep();
   }
+  if (mpiRunning)
+    MPI_Finalize();
   return 0;
 }

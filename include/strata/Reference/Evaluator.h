@@ -29,9 +29,23 @@ struct Tensor {
   int64_t numElements() const;
 };
 
+/// Collectives of a multi-rank run (strata-run implements it over MPI).
+class Communicator {
+public:
+  virtual ~Communicator() = default;
+  /// This process's rank in the world.
+  virtual int64_t rank() const = 0;
+  /// Sums `data` in place over the world ranks `group` (which contains
+  /// rank()); every rank of the group calls it in the same order.
+  virtual llvm::Error allReduceSum(std::vector<double> &data,
+                                   llvm::ArrayRef<int64_t> group) = 0;
+};
+
 struct EvalOptions {
   /// Run seed of the counter-based RNG (dropout).
   uint64_t seed = 0;
+  /// Collectives; null in a single process (a collective is then an error).
+  Communicator *communicator = nullptr;
 };
 
 /// Evaluates one step of `func` on `args`. `state` holds the value of every

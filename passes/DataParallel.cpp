@@ -1,0 +1,218 @@
+//===- DataParallel.cpp - Batch shards and gradient all-reduce ------------===//
+
+#include "BatchSplit.h"
+#include "strata/Passes/Passes.h"
+
+#include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "mlir/IR/Builders.h"
+#include "mlir/IR/SymbolTable.h"
+#include "mlir/IR/Verifier.h"
+#include "llvm/ADT/DenseSet.h"
+
+namespace strata {
+#define GEN_PASS_DEF_STRATADATAPARALLEL
+#include "StrataPasses.h.inc"
+} // namespace strata
+
+using namespace mlir;
+using namespace strata;
+
+namespace {
+
+int64_t byteSize(Type type) {
+  auto t = cast<RankedTensorType>(type);
+  return t.getNumElements() * ((t.getElementType().getIntOrFloatBitWidth() + 7) / 8);
+}
+
+struct DataParallelPass
+    : public strata::impl::StrataDataParallelBase<DataParallelPass> {
+  using StrataDataParallelBase::StrataDataParallelBase;
+
+  void runOnOperation() override {
+    ModuleOp module = getOperation();
+    if (degree < 1 || !(bucketMb > 0.0) || !(lastBucketMb > 0.0)) {
+      module.emitError() << "strata-data-parallel: degree must be >= 1 and "
+                            "bucket sizes positive";
+      return signalPassFailure();
+    }
+    if (degree == 1)
+      return;
+    SmallVector<func::FuncOp> targets;
+    for (func::FuncOp func : module.getOps<func::FuncOp>())
+      if (func.getNumResults() > 1 &&
+          func.getResultAttr(1, StrataDialect::kGradOfAttrName))
+        targets.push_back(func);
+    if (targets.empty()) {
+      module.emitError() << "strata-data-parallel: no function returns "
+                            "gradients (run strata-autodiff first, and this "
+                            "pass before strata-optimizer)";
+      return signalPassFailure();
+    }
+    // The group, declared after the parameters and state, before any use.
+    OpBuilder b(module.getContext());
+    Operation *last = nullptr;
+    for (Operation &op : *module.getBody())
+      if (isa<ParamOp, StateOp, CommGroupOp>(op))
+        last = &op;
+    if (last)
+      b.setInsertionPointAfter(last);
+    else
+      b.setInsertionPointToStart(module.getBody());
+    SmallVector<int64_t> ranks;
+    for (int64_t r = 0; r < degree; ++r)
+      ranks.push_back(r);
+    auto group = CommGroupOp::create(b, module.getLoc(), "dp",
+                                     b.getArrayAttr({b.getDenseI64ArrayAttr(ranks)}));
+    SymbolTable(module).insert(group); // renames on a clash
+    auto groupRef = FlatSymbolRefAttr::get(group.getSymNameAttr());
+    for (func::FuncOp func : targets)
+      if (failed(shard(func, groupRef)))
+        return signalPassFailure();
+  }
+
+  LogicalResult shard(func::FuncOp func, FlatSymbolRefAttr group) {
+    const int64_t n = degree;
+    Block &body = func.getBody().front();
+    auto ret = cast<func::ReturnOp>(body.getTerminator());
+
+    // Whole-batch types, before any is changed.
+    DenseMap<Value, Type> oldType;
+    for (BlockArgument arg : body.getArguments())
+      oldType[arg] = arg.getType();
+    for (Operation &op : body)
+      for (Value r : op.getResults())
+        oldType[r] = r.getType();
+
+    // Each rank's arguments: 1/n of the leading dimension.
+    DenseSet<Value> batchValues;
+    SmallVector<Type> argTypes;
+    for (BlockArgument arg : body.getArguments()) {
+      auto type = cast<RankedTensorType>(arg.getType());
+      if (type.getRank() < 1 || type.getDimSize(0) % n != 0)
+        return func.emitError()
+               << "strata-data-parallel: argument " << arg.getArgNumber()
+               << " (" << type << ") has no leading batch dimension "
+               << "divisible by " << n << " ranks";
+      SmallVector<int64_t> shape(type.getShape());
+      shape[0] /= n;
+      arg.setType(RankedTensorType::get(shape, type.getElementType()));
+      argTypes.push_back(arg.getType());
+      batchValues.insert(arg);
+    }
+    func.setType(FunctionType::get(func.getContext(), argTypes,
+                                   func.getResultTypes()));
+    for (Operation &op : body.without_terminator()) {
+      if (llvm::none_of(op.getOperands(),
+                        [&](Value v) { return batchValues.contains(v); }))
+        continue;
+      if (!isPure(&op))
+        return op.emitOpError() << "has side effects and depends on the "
+                                   "batch: it cannot run on a shard";
+      // Micro-batch slices (gradient merge) shrink with the shard.
+      if (auto slice = dyn_cast<SliceOp>(op); slice && slice.getDim() == 0) {
+        int64_t start = slice.getStart(), size = slice.getSize();
+        if (start % n != 0 || size % n != 0)
+          return op.emitOpError() << "micro-batch slice [" << start << ", "
+                                  << start + size << ") does not split over "
+                                  << n << " ranks";
+        OpBuilder attrs(&op);
+        slice.setStartAttr(attrs.getI64IntegerAttr(start / n));
+        slice.setSizeAttr(attrs.getI64IntegerAttr(size / n));
+      }
+      Type oldOperand =
+          op.getNumOperands() ? oldType[op.getOperand(0)] : Type();
+      SmallVector<Type> oldResults(op.getResultTypes());
+      auto types = splitResultTypes(&op, oldOperand, oldResults, n);
+      if (failed(types))
+        return op.emitOpError() << "cannot run on 1/" << n
+                                << " of the batch (leading dimension)";
+      for (auto [result, type] : llvm::zip(op.getResults(), *types))
+        result.setType(type);
+      for (Value r : op.getResults())
+        batchValues.insert(r);
+    }
+
+    // Buckets in the order gradients become ready.
+    Block::iterator start = body.begin();
+    auto readyAt = [&](Value v) -> Operation * {
+      Operation *def = v.getDefiningOp();
+      return def ? def : &*start;
+    };
+    SmallVector<unsigned> order; // result indices of the gradients
+    for (unsigned i = 1; i < ret.getNumOperands(); ++i)
+      order.push_back(i);
+    llvm::stable_sort(order, [&](unsigned a, unsigned b) {
+      Operation *x = readyAt(ret.getOperand(a)), *y = readyAt(ret.getOperand(b));
+      return x != y && x->isBeforeInBlock(y);
+    });
+    const double mb = 1024.0 * 1024.0;
+    // The bucket that closes last is filled first, from the end.
+    SmallVector<SmallVector<unsigned>> buckets;
+    SmallVector<unsigned> tail;
+    double tailBytes = 0;
+    while (!order.empty()) {
+      double bytes = byteSize(ret.getOperand(order.back()).getType());
+      if (!tail.empty() && tailBytes + bytes > lastBucketMb * mb)
+        break;
+      tail.insert(tail.begin(), order.pop_back_val());
+      tailBytes += bytes;
+    }
+    double filled = 0;
+    for (unsigned i : order) {
+      double bytes = byteSize(ret.getOperand(i).getType());
+      if (buckets.empty() || (filled + bytes > bucketMb * mb && filled > 0)) {
+        buckets.emplace_back();
+        filled = 0;
+      }
+      buckets.back().push_back(i);
+      filled += bytes;
+    }
+    if (!tail.empty())
+      buckets.push_back(tail);
+
+    // All-reduces: each bucket after its last gradient, chained by tokens.
+    OpBuilder b(&body, body.begin());
+    auto token = InitTokenOp::create(b, func.getLoc(),
+                                     TokenType::get(func.getContext()));
+    setRole(token, Role::Communication);
+    Value chain = token;
+    SmallVector<Value> results(ret.getOperands());
+    auto reduce = [&](Value v, Location loc, std::optional<int64_t> bucket) {
+      auto op = AllReduceOp::create(
+          b, loc, v.getType(), TokenType::get(func.getContext()), v, chain,
+          group, ReduceKindAttr::get(func.getContext(), ReduceKind::Mean));
+      setRole(op, Role::Communication);
+      if (bucket)
+        op->setAttr(StrataDialect::kBucketAttrName,
+                    b.getI64IntegerAttr(*bucket));
+      chain = op.getOutToken();
+      return op.getResult();
+    };
+    for (auto [index, bucket] : llvm::enumerate(buckets)) {
+      Operation *lastReady = readyAt(ret.getOperand(bucket.front()));
+      for (unsigned i : bucket) {
+        Operation *ready = readyAt(ret.getOperand(i));
+        if (lastReady->isBeforeInBlock(ready))
+          lastReady = ready;
+      }
+      // After the previous bucket's collectives and this bucket's producers.
+      Operation *after = chain.getDefiningOp();
+      if (after->isBeforeInBlock(lastReady))
+        after = lastReady;
+      b.setInsertionPointAfter(after);
+      for (unsigned i : bucket)
+        results[i] = reduce(ret.getOperand(i), ret.getLoc(), int64_t(index));
+    }
+    b.setInsertionPoint(ret);
+    results[0] = reduce(ret.getOperand(0), ret.getLoc(), std::nullopt);
+    ret->setOperands(results);
+    func->setAttr(StrataDialect::kShardsAttrName, b.getI64IntegerAttr(n));
+    if (failed(verify(func)))
+      return func.emitError() << "strata-data-parallel: the program does not "
+                                 "split over "
+                              << n << " ranks along dimension 0";
+    return success();
+  }
+};
+
+} // namespace
