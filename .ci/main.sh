@@ -2,8 +2,8 @@
 # The main job: compile a GPT with a strategy and train it on real text
 # (the licence texts every Debian machine has) on 2 ranks, data parallel
 # over MPI. Runs on the reference backend (double precision): the compiled
-# CPU runtime is not implemented yet. About 4 minutes on 2 cores; the loss
-# falls from ln 256 = 5.5 to about 2.55 over the 600 steps.
+# CPU runtime is not implemented yet. About 2 minutes on 2 cores; the loss
+# falls from ln 256 = 5.5 to about 2.5 over the 600 steps.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
