@@ -1,6 +1,7 @@
 //===- DataParallel.cpp - Batch shards and gradient all-reduce ------------===//
 
 #include "BatchSplit.h"
+#include "PassUtils.h"
 #include "strata/Passes/Passes.h"
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
@@ -39,8 +40,7 @@ struct DataParallelPass
       return;
     SmallVector<func::FuncOp> targets;
     for (func::FuncOp func : module.getOps<func::FuncOp>())
-      if (func.getNumResults() > 1 &&
-          func.getResultAttr(1, StrataDialect::kGradOfAttrName))
+      if (returnsGradients(func))
         targets.push_back(func);
     if (targets.empty()) {
       module.emitError() << "strata-data-parallel: no function returns "
@@ -50,10 +50,7 @@ struct DataParallelPass
     }
     // The group, declared after the parameters and state, before any use.
     OpBuilder b(module.getContext());
-    Operation *last = nullptr;
-    for (Operation &op : *module.getBody())
-      if (isa<ParamOp, StateOp, CommGroupOp>(op))
-        last = &op;
+    Operation *last = lastDeclaration(module);
     if (last)
       b.setInsertionPointAfter(last);
     else

@@ -1,6 +1,7 @@
 //===- GradientMerge.cpp - Micro-batches of the global batch --------------===//
 
 #include "BatchSplit.h"
+#include "PassUtils.h"
 #include "strata/Passes/Passes.h"
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
@@ -34,8 +35,7 @@ struct GradientMergePass
       return;
     bool any = false;
     for (func::FuncOp func : getOperation().getOps<func::FuncOp>()) {
-      if (func.getNumResults() < 2 ||
-          !func.getResultAttr(1, StrataDialect::kGradOfAttrName))
+      if (!returnsGradients(func))
         continue;
       any = true;
       if (failed(split(func)))

@@ -1,5 +1,6 @@
 //===- Optimizer.cpp - Parameter updates from the returned gradients ------===//
 
+#include "PassUtils.h"
 #include "strata/Passes/Passes.h"
 
 #include "mlir/Dialect/Arith/IR/Arith.h"
@@ -43,7 +44,7 @@ private:
   Kind kind;
   double decay = 0, eps = 0;
   SymbolTable *symbols = nullptr;
-  Operation *lastDeclaration = nullptr;
+  Operation *lastDeclared = nullptr;
 };
 
 FlatSymbolRefAttr OptimizerPass::declareState(StringRef name,
@@ -52,15 +53,15 @@ FlatSymbolRefAttr OptimizerPass::declareState(StringRef name,
                                               FlatSymbolRefAttr of) {
   ModuleOp module = getOperation();
   OpBuilder b(module.getContext());
-  if (lastDeclaration)
-    b.setInsertionPointAfter(lastDeclaration);
+  if (lastDeclared)
+    b.setInsertionPointAfter(lastDeclared);
   else
     b.setInsertionPointToStart(module.getBody());
   auto state = StateOp::create(b, module.getLoc(), name, type,
                                InitAttr::get(b.getContext(), init, FloatAttr()),
                                of);
   symbols->insert(state); // renames on a clash
-  lastDeclaration = state;
+  lastDeclared = state;
   return FlatSymbolRefAttr::get(state.getSymNameAttr());
 }
 
@@ -224,14 +225,11 @@ void OptimizerPass::runOnOperation() {
 
   SymbolTable symbolTable(module);
   symbols = &symbolTable;
-  for (Operation &op : *module.getBody())
-    if (isa<ParamOp, StateOp, CommGroupOp>(op))
-      lastDeclaration = &op;
+  lastDeclared = lastDeclaration(module);
 
   SmallVector<func::FuncOp> targets;
   for (func::FuncOp func : module.getOps<func::FuncOp>())
-    if (func.getNumResults() > 1 &&
-        func.getResultAttr(1, StrataDialect::kGradOfAttrName))
+    if (returnsGradients(func))
       targets.push_back(func);
   if (targets.empty()) {
     module.emitError() << "strata-optimizer: no function returns gradients "

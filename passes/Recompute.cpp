@@ -1,5 +1,6 @@
 //===- Recompute.cpp - Recompute forward activations in backward ----------===//
 
+#include "PassUtils.h"
 #include "strata/Passes/Passes.h"
 
 #include "mlir/Dialect/Arith/IR/Arith.h"
@@ -88,8 +89,7 @@ struct RecomputePass : public strata::impl::StrataRecomputeBase<RecomputePass> {
       return signalPassFailure();
     }
     for (func::FuncOp func : module.getOps<func::FuncOp>()) {
-      if (func.getNumResults() < 2 ||
-          !func.getResultAttr(1, StrataDialect::kGradOfAttrName))
+      if (!returnsGradients(func))
         continue;
       for (auto [index, name] : llvm::enumerate(checkpoints)) {
         bool skip = llvm::is_contained(noRecomputeSegments, int64_t(index));

@@ -12,6 +12,8 @@
 #include "strata/Model/Models.h"
 #include "strata/Reference/Evaluator.h"
 
+#include "StrataTestContext.h"
+
 #include "mlir/IR/BuiltinOps.h"
 #include "mlir/IR/MLIRContext.h"
 #include "mlir/Parser/Parser.h"
@@ -44,19 +46,8 @@ struct Case {
 
 void PrintTo(const Case &c, std::ostream *os) { *os << c.name; }
 
-class AutodiffFixture {
+class AutodiffFixture : public StrataTestContext {
 protected:
-  AutodiffFixture() {
-    static bool registered = [] {
-      registerAllStrataPasses();
-      return true;
-    }();
-    (void)registered;
-    DialectRegistry registry;
-    registerStrataDialects(registry);
-    context.appendDialectRegistry(registry);
-    context.loadAllAvailableDialects();
-  }
 
   /// Random values for every parameter (away from ReLU's kink).
   llvm::StringMap<Tensor> randomParams(ModuleOp module, unsigned seed) {
@@ -121,7 +112,6 @@ protected:
     EXPECT_GT(checked, 0);
   }
 
-  MLIRContext context;
 };
 
 class AutodiffTest : public AutodiffFixture,

@@ -5,6 +5,8 @@
 #include "strata/Model/Models.h"
 #include "strata/Model/ProgramBuilder.h"
 
+#include "StrataTestContext.h"
+
 #include "mlir/Pass/PassManager.h"
 #include "mlir/Pass/PassRegistry.h"
 
@@ -15,21 +17,8 @@ using namespace strata;
 
 namespace {
 
-class MemoryPlanTest : public ::testing::TestWithParam<const char *> {
-protected:
-  MemoryPlanTest() {
-    static bool registered = [] {
-      registerAllStrataPasses();
-      return true;
-    }();
-    (void)registered;
-    DialectRegistry registry;
-    registerStrataDialects(registry);
-    context.appendDialectRegistry(registry);
-    context.loadAllAvailableDialects();
-  }
-  MLIRContext context;
-};
+class MemoryPlanTest : public StrataTestContext,
+                       public ::testing::TestWithParam<const char *> {};
 
 TEST_P(MemoryPlanTest, LiveBuffersNeverShareBytes) {
   GptConfig config;
