@@ -104,6 +104,21 @@ static int fail(const Twine &message) {
   return 1;
 }
 
+/// A failure every rank meets alike (parsing or compiling the same program
+/// with the same strategy): rank 0 has printed the diagnostics; the others
+/// wait for it at a barrier, so that no abort cuts its output short.
+static int failEverywhere(const Twine &message) {
+  if (!mpiRunning)
+    return 1; // the diagnostics are printed
+  MPI_Barrier(MPI_COMM_WORLD);
+  if (worldRank != 0) {
+    // Rank 0 reports and aborts the job; this rank waits to be ended.
+    MPI_Barrier(MPI_COMM_WORLD);
+    return 1;
+  }
+  return fail(message);
+}
+
 namespace {
 /// Collectives of the reference backend over MPI, in doubles.
 class MpiCommunicator : public strata::reference::Communicator {
@@ -220,7 +235,7 @@ int main(int argc, char **argv) {
       std::string message = toString(loaded.takeError());
       if (rank0)
         errs() << message;
-      return mpiRunning ? fail("invalid strategy") : 1;
+      return failEverywhere("invalid strategy");
     }
     strategy = std::move(*loaded);
   } else {
@@ -251,8 +266,7 @@ int main(int argc, char **argv) {
   mlir::OwningOpRef<mlir::ModuleOp> module =
       mlir::parseSourceFile<mlir::ModuleOp>(sourceMgr, &mlirContext);
   if (!module)
-    return mpiRunning ? fail("cannot parse " + programFile)
-                      : 1; // the diagnostic names the file and line
+    return failEverywhere("cannot parse " + programFile);
 
   // The data stream draws global batches from the program as written.
   auto written = module->lookupSymbol<mlir::func::FuncOp>(
@@ -270,10 +284,10 @@ int main(int argc, char **argv) {
   if (Error err = strata::addPlannedPasses(pm, plan, strategy)) {
     if (rank0)
       errs() << toString(std::move(err)) << "\n";
-    return mpiRunning ? fail("cannot compile the strategy") : 1;
+    return failEverywhere("cannot compile the strategy");
   }
   if (mlir::failed(pm.run(*module)))
-    return mpiRunning ? fail("compilation failed") : 1;
+    return failEverywhere("compilation failed");
 
   auto step = module->lookupSymbol<mlir::func::FuncOp>(
       strata::kStepFunctionName);
