@@ -128,7 +128,8 @@ Expected<std::string> strata::dtypeOf(Type elementType) {
 // safetensors
 //===----------------------------------------------------------------------===//
 
-Error strata::writeSafetensors(StringRef path, ArrayRef<NamedTensor> tensors) {
+Error strata::writeSafetensors(StringRef path, ArrayRef<NamedTensor> tensors,
+                               const std::map<std::string, std::string> &metadata) {
   llvm::json::Object header;
   uint64_t offset = 0;
   for (const NamedTensor &t : tensors) {
@@ -142,8 +143,10 @@ Error strata::writeSafetensors(StringRef path, ArrayRef<NamedTensor> tensors) {
         {"data_offsets", llvm::json::Array{offset, offset + bytes}}};
     offset += bytes;
   }
-  header["__metadata__"] = llvm::json::Object{{"format", "pt"},
-                                              {"producer", "strata"}};
+  llvm::json::Object meta{{"format", "pt"}, {"producer", "strata"}};
+  for (auto &[key, value] : metadata)
+    meta[key] = value;
+  header["__metadata__"] = std::move(meta);
   std::string json;
   llvm::raw_string_ostream(json) << llvm::json::Value(std::move(header));
   while (json.size() % 8)
@@ -191,7 +194,7 @@ Error strata::writeSafetensors(StringRef path, ArrayRef<NamedTensor> tensors) {
   return Error::success();
 }
 
-Expected<std::vector<NamedTensor>> strata::readSafetensors(StringRef path) {
+Expected<Safetensors> strata::readSafetensors(StringRef path) {
   auto buffer = llvm::MemoryBuffer::getFile(path, /*IsText=*/false);
   if (!buffer)
     return makeError("cannot read '" + path + "': " +
@@ -212,11 +215,17 @@ Expected<std::vector<NamedTensor>> strata::readSafetensors(StringRef path) {
   if (!object)
     return bad("header is not a JSON object");
   StringRef payload = data.substr(8 + headerSize);
-  std::vector<NamedTensor> result;
+  Safetensors file;
+  std::vector<NamedTensor> &result = file.tensors;
   for (auto &entry : *object) {
     StringRef name = entry.first;
-    if (name == "__metadata__")
+    if (name == "__metadata__") {
+      if (auto *meta = entry.second.getAsObject())
+        for (auto &m : *meta)
+          if (auto value = m.second.getAsString())
+            file.metadata[m.first.str()] = value->str();
       continue;
+    }
     auto *info = entry.second.getAsObject();
     if (!info)
       return bad("entry '" + name + "' is not an object");
@@ -263,7 +272,7 @@ Expected<std::vector<NamedTensor>> strata::readSafetensors(StringRef path) {
     }
     result.push_back(std::move(t));
   }
-  return result;
+  return file;
 }
 
 //===----------------------------------------------------------------------===//
@@ -283,14 +292,20 @@ llvm::StringMap<Tensor> strata::initialState(ModuleOp module, uint64_t seed) {
   return state;
 }
 
-Error strata::loadCheckpoint(ModuleOp module, StringRef path,
-                             llvm::StringMap<Tensor> &state) {
-  auto tensors = readSafetensors(path);
-  if (!tensors)
-    return tensors.takeError();
+Expected<int64_t> strata::loadCheckpoint(ModuleOp module, StringRef path,
+                                         llvm::StringMap<Tensor> &state) {
+  auto file = readSafetensors(path);
+  if (!file)
+    return file.takeError();
   llvm::StringMap<const NamedTensor *> byName;
-  for (const NamedTensor &t : *tensors)
+  for (const NamedTensor &t : file->tensors)
     byName[t.name] = &t;
+  int64_t stepsDone = 0;
+  auto steps = file->metadata.find("strata.steps_done");
+  if (steps != file->metadata.end() &&
+      (StringRef(steps->second).getAsInteger(10, stepsDone) || stepsDone < 0))
+    return makeError("checkpoint '" + path + "' has an invalid "
+                     "strata.steps_done '" + steps->second + "'");
   for (auto &[name, type] : declarations(module)) {
     bool isParam = isa_and_nonnull<ParamOp>(
         SymbolTable::lookupSymbolIn(module, name));
@@ -318,11 +333,12 @@ Error strata::loadCheckpoint(ModuleOp module, StringRef path,
                      t->dtype + ", the program needs " + *dtype);
     state[name] = t->tensor;
   }
-  return Error::success();
+  return stepsDone;
 }
 
 Error strata::saveCheckpoint(ModuleOp module, StringRef path,
-                             const llvm::StringMap<Tensor> &state) {
+                             const llvm::StringMap<Tensor> &state,
+                             int64_t stepsDone) {
   std::vector<NamedTensor> tensors;
   for (auto &[name, type] : declarations(module)) {
     auto dtype = dtypeOf(type.getElementType());
@@ -333,7 +349,8 @@ Error strata::saveCheckpoint(ModuleOp module, StringRef path,
       return makeError("no value for '" + name + "'");
     tensors.push_back({name, *dtype, it->second});
   }
-  return writeSafetensors(path, tensors);
+  return writeSafetensors(path, tensors,
+                          {{"strata.steps_done", std::to_string(stepsDone)}});
 }
 
 //===----------------------------------------------------------------------===//

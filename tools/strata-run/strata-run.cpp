@@ -296,9 +296,14 @@ int main(int argc, char **argv) {
                 " function");
 
   llvm::StringMap<strata::Tensor> state = strata::initialState(*module, seed);
-  if (!initFile.empty())
-    if (Error err = strata::loadCheckpoint(*module, initFile, state))
-      return fail(toString(std::move(err)));
+  // A checkpoint resumes the data stream where it stopped.
+  int64_t firstStep = 0;
+  if (!initFile.empty()) {
+    auto done = strata::loadCheckpoint(*module, initFile, state);
+    if (!done)
+      return fail(toString(done.takeError()));
+    firstStep = *done;
+  }
 
   // A live progress line when the step lines go elsewhere (a file, a
   // pipe) and a person watches stderr.
@@ -311,7 +316,7 @@ int main(int argc, char **argv) {
   if (mpiRunning)
     options.communicator = &communicator;
   auto start = std::chrono::steady_clock::now();
-  for (int64_t i = 0; i < steps; ++i) {
+  for (int64_t i = firstStep; i < firstStep + steps; ++i) {
     std::vector<strata::Tensor> batch = data->batch(i);
     if (!dumpBatches.empty())
       for (auto [name, tensor, arg] :
@@ -364,17 +369,18 @@ int main(int argc, char **argv) {
         items = double(batch[0].shape[0]);
       errs() << formatv("\r[{0}/{1}] loss {2:F4}  {3:F1} s elapsed  {4:F0} "
                         "{5}/s   ",
-                        i + 1, steps, loss, elapsed,
+                        i + 1, firstStep + steps, loss, elapsed,
                         items / (stepTimes.back() / 1000.0),
                         data->names()[0] == "features" ? "samples" : "tokens");
-      if (i + 1 == steps)
+      if (i + 1 == firstStep + steps)
         errs() << "\n";
     }
   }
 
   // Parameters and state are replicated: rank 0 writes them.
   if (!saveFile.empty() && rank0)
-    if (Error err = strata::saveCheckpoint(*module, saveFile, state))
+    if (Error err = strata::saveCheckpoint(*module, saveFile, state,
+                                           firstStep + steps))
       return fail(toString(std::move(err)));
   if (!dumpBatches.empty() && rank0)
     if (Error err = strata::writeSafetensors(dumpBatches, batches))

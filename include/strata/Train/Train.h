@@ -16,6 +16,7 @@
 #include "llvm/ADT/StringMap.h"
 #include "llvm/Support/Error.h"
 
+#include <map>
 #include <string>
 #include <vector>
 
@@ -30,11 +31,18 @@ struct NamedTensor {
   Tensor tensor;
 };
 
+/// A safetensors file: tensors and the string metadata of its header.
+struct Safetensors {
+  std::vector<NamedTensor> tensors;
+  std::map<std::string, std::string> metadata;
+};
+
 /// Writes a safetensors file atomically (temporary file + rename).
 llvm::Error writeSafetensors(llvm::StringRef path,
-                             llvm::ArrayRef<NamedTensor> tensors);
-/// Reads every tensor of a safetensors file.
-llvm::Expected<std::vector<NamedTensor>> readSafetensors(llvm::StringRef path);
+                             llvm::ArrayRef<NamedTensor> tensors,
+                             const std::map<std::string, std::string> &metadata = {});
+/// Reads every tensor of a safetensors file, and its metadata.
+llvm::Expected<Safetensors> readSafetensors(llvm::StringRef path);
 
 /// The safetensors dtype of an MLIR element type.
 llvm::Expected<std::string> dtypeOf(mlir::Type elementType);
@@ -45,12 +53,17 @@ llvm::StringMap<Tensor> initialState(mlir::ModuleOp module, uint64_t seed);
 
 /// Replaces initial values by those of a checkpoint. Every parameter must
 /// be present with its shape and dtype; states present are taken too.
-/// Errors name the tensor and what differs.
-llvm::Error loadCheckpoint(mlir::ModuleOp module, llvm::StringRef path,
-                           llvm::StringMap<Tensor> &state);
-/// Writes every parameter and state.
+/// Errors name the tensor and what differs. Returns the number of training
+/// steps the checkpoint had completed (its position in the data stream).
+llvm::Expected<int64_t> loadCheckpoint(mlir::ModuleOp module,
+                                       llvm::StringRef path,
+                                       llvm::StringMap<Tensor> &state);
+/// Writes every parameter and state, and `stepsDone`, the steps trained so
+/// far, so that a run can resume — under any strategy, since tensors are
+/// whole.
 llvm::Error saveCheckpoint(mlir::ModuleOp module, llvm::StringRef path,
-                           const llvm::StringMap<Tensor> &state);
+                           const llvm::StringMap<Tensor> &state,
+                           int64_t stepsDone);
 
 /// The deterministic data stream. Step i is the i-th global batch, whatever
 /// the split into ranks and micro-batches.
