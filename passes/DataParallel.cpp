@@ -2,6 +2,7 @@
 
 #include "BatchSplit.h"
 #include "PassUtils.h"
+#include "strata/Analysis/MemoryPlan.h"
 #include "strata/Passes/Passes.h"
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
@@ -19,11 +20,6 @@ using namespace mlir;
 using namespace strata;
 
 namespace {
-
-int64_t byteSize(Type type) {
-  auto t = cast<RankedTensorType>(type);
-  return t.getNumElements() * ((t.getElementType().getIntOrFloatBitWidth() + 7) / 8);
-}
 
 struct DataParallelPass
     : public strata::impl::StrataDataParallelBase<DataParallelPass> {
@@ -148,7 +144,7 @@ struct DataParallelPass
     SmallVector<unsigned> tail;
     double tailBytes = 0;
     while (!order.empty()) {
-      double bytes = byteSize(ret.getOperand(order.back()).getType());
+      double bytes = tensorBytes(ret.getOperand(order.back()).getType());
       if (!tail.empty() && tailBytes + bytes > lastBucketMb * mb)
         break;
       tail.insert(tail.begin(), order.pop_back_val());
@@ -156,7 +152,7 @@ struct DataParallelPass
     }
     double filled = 0;
     for (unsigned i : order) {
-      double bytes = byteSize(ret.getOperand(i).getType());
+      double bytes = tensorBytes(ret.getOperand(i).getType());
       if (buckets.empty() || (filled + bytes > bucketMb * mb && filled > 0)) {
         buckets.emplace_back();
         filled = 0;

@@ -44,14 +44,6 @@ static int64_t matmulFlops(Operation *op) {
   return 0;
 }
 
-static int64_t byteSize(Type type) {
-  auto tensor = dyn_cast<RankedTensorType>(type);
-  if (!tensor)
-    return 0;
-  return tensor.getNumElements() *
-         ((tensor.getElementType().getIntOrFloatBitWidth() + 7) / 8);
-}
-
 namespace {
 struct ProgramStatsPass
     : public strata::impl::StrataProgramStatsBase<ProgramStatsPass> {
@@ -73,7 +65,7 @@ struct ProgramStatsPass
                       type.getElementType().getIntOrFloatBitWidth() / 8;
       }
       if (auto state = dyn_cast<StateOp>(op))
-        stateBytes += byteSize(state.getType());
+        stateBytes += tensorBytes(state.getType());
       flops += matmulFlops(op);
     });
     // The memory plan of the largest function (the step).

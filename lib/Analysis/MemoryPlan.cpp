@@ -20,14 +20,6 @@ using namespace strata;
 
 namespace {
 
-int64_t byteSize(Type type) {
-  auto tensor = dyn_cast<RankedTensorType>(type);
-  if (!tensor)
-    return 0;
-  return tensor.getNumElements() *
-         ((tensor.getElementType().getIntOrFloatBitWidth() + 7) / 8);
-}
-
 int64_t alignTo(int64_t bytes, int64_t alignment) {
   return (bytes + alignment - 1) / alignment * alignment;
 }
@@ -57,18 +49,26 @@ SmallVector<Value> inPlaceCandidates(Operation *op) {
 
 } // namespace
 
+int64_t strata::tensorBytes(Type type) {
+  auto tensor = dyn_cast<RankedTensorType>(type);
+  if (!tensor)
+    return 0;
+  return tensor.getNumElements() *
+         ((tensor.getElementType().getIntOrFloatBitWidth() + 7) / 8);
+}
+
 MemoryPlan strata::planMemory(func::FuncOp func, int64_t alignment) {
   MemoryPlan plan;
   Block &body = func.getBody().front();
   if (auto module = func->getParentOfType<ModuleOp>())
     for (Operation &op : *module.getBody()) {
       if (auto p = dyn_cast<ParamOp>(op))
-        plan.persistentBytes += byteSize(p.getType());
+        plan.persistentBytes += tensorBytes(p.getType());
       else if (auto s = dyn_cast<StateOp>(op))
-        plan.persistentBytes += byteSize(s.getType());
+        plan.persistentBytes += tensorBytes(s.getType());
     }
   for (BlockArgument arg : body.getArguments())
-    plan.inputBytes += byteSize(arg.getType());
+    plan.inputBytes += tensorBytes(arg.getType());
 
   DenseMap<Operation *, int64_t> index;
   int64_t n = 0;
@@ -89,7 +89,7 @@ MemoryPlan strata::planMemory(func::FuncOp func, int64_t alignment) {
       continue;
     int64_t i = index[&op];
     for (Value result : op.getResults()) {
-      int64_t bytes = alignTo(byteSize(result.getType()), alignment);
+      int64_t bytes = alignTo(tensorBytes(result.getType()), alignment);
       if (bytes == 0)
         continue;
       std::optional<size_t> reuse;

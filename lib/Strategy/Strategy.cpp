@@ -72,7 +72,6 @@ SectionInfo makeSection(StringLiteral name, S Strategy::*section,
                         std::vector<Field<S>> fields) {
   SectionInfo info;
   info.name = name;
-  (void)sizeof(S);
   for (const Field<S> &f : fields)
     info.keys.push_back(f.name);
   auto find = [fields](StringRef key) -> const Field<S> * {

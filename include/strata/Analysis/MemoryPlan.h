@@ -45,6 +45,9 @@ struct MemoryPlan {
   }
 };
 
+/// Bytes of a ranked tensor type (0 for anything else, e.g. tokens).
+int64_t tensorBytes(mlir::Type type);
+
 /// Plans `func`, aligning every buffer to `alignment` bytes.
 MemoryPlan planMemory(mlir::func::FuncOp func, int64_t alignment = 64);
 
