@@ -267,4 +267,38 @@ def StrataDataParallel : Pass<"strata-data-parallel", "mlir::ModuleOp"> {
   let dependentDialects = ["::strata::StrataDialect"];
 }
 
+def StrataLowerToRuntime : Pass<"strata-lower-to-runtime", "mlir::ModuleOp"> {
+  let summary = "Lowers the step to calls of the runtime C ABI (LLVM dialect)";
+  let description = [{
+    Turns `@train_step` into the LLVM-dialect function
+
+    ```
+    void strata_step(StrataRtContext *ctx, void *arena, void **persistent,
+                     void **inputs, void **outputs)
+    ```
+
+    with one call of `include/strata/Runtime/StrataRuntime.h` per op. Every
+    intermediate value gets its offset in one arena from the static memory
+    plan (the same plan `strata-program-stats` reports); parameters and
+    state are resident buffers the host passes in `persistent`, in the order
+    of the module attribute `strata.rt.persistent`. Shapes and strides are
+    constants. An update (SGD ... LARS) whose parameter or state is not read
+    after it writes its result into the resident buffer directly; any other
+    `strata.assign` is a copy when the step ends. The module also gets
+    `strata.rt.arena_bytes` and `strata.rt.sites` (the location of each
+    call site, by which the runtime names a failing op).
+
+    The result is ready for `mlir-translate --mlir-to-llvmir`, the JIT of
+    `strata-run --backend cpu`, or `strata-run --emit=obj`. Values must be
+    f32 (integers i32/i64); an op the runtime has no kernel for is an error
+    that names it.
+  }];
+  let options = [
+    Option<"alignment", "alignment", "int64_t", "64",
+           "Alignment of every arena buffer, in bytes">
+  ];
+  let dependentDialects = ["::strata::StrataDialect",
+                           "::mlir::LLVM::LLVMDialect"];
+}
+
 #endif // STRATA_PASSES_TD

@@ -104,6 +104,15 @@ LogicalResult StrataDialect::verifyOperationAttribute(Operation *op,
                                << ", which is not a strata.param";
     return success();
   }
+  // The layout of a module lowered to the runtime (strata-lower-to-runtime).
+  if (name.starts_with("strata.rt.")) {
+    if (!isa<ModuleOp>(op))
+      return op->emitOpError() << "'" << name << "' belongs on a module";
+    if (name == "strata.rt.arena_bytes" || name == "strata.rt.shards")
+      return success(isa<IntegerAttr>(attr.getValue()));
+    if (name == "strata.rt.persistent" || name == "strata.rt.sites")
+      return success(isa<ArrayAttr>(attr.getValue()));
+  }
   return op->emitOpError() << "unknown Strata attribute '" << name << "'";
 }
 

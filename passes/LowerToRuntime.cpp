@@ -1,0 +1,894 @@
+//===- LowerToRuntime.cpp - Strata step -> calls of the runtime C ABI -----===//
+//
+// The step function becomes an LLVM-dialect function
+//
+//   void strata_step(ctx, arena, persistent, inputs, outputs)
+//
+// whose body is one call of include/strata/Runtime/StrataRuntime.h per op.
+// Every intermediate value lives at its offset of the static memory plan
+// (one arena); parameters and state are the host's resident buffers,
+// reached through `persistent` in the order of the module attribute
+// `strata.rt.persistent`. Shapes and strides are compile-time constants
+// (call arguments, or constant i64 arrays for variable-rank descriptors).
+// An update whose parameter (or state) is read for the last time by the
+// update itself writes its result straight into the resident buffer; any
+// other `strata.assign` copies when the step ends.
+//
+//===----------------------------------------------------------------------===//
+
+#include "strata/Passes/Passes.h"
+#include "strata/Analysis/MemoryPlan.h"
+#include "strata/Model/ProgramBuilder.h"
+#include "strata/Runtime/StrataRuntime.h"
+
+#include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "mlir/Dialect/LLVMIR/LLVMDialect.h"
+#include "mlir/IR/BuiltinOps.h"
+#include "llvm/ADT/TypeSwitch.h"
+
+#include <map>
+
+namespace strata {
+#define GEN_PASS_DEF_STRATALOWERTORUNTIME
+#include "StrataPasses.h.inc"
+} // namespace strata
+
+using namespace mlir;
+using namespace strata;
+
+namespace {
+
+RankedTensorType tensorType(Value v) {
+  return cast<RankedTensorType>(v.getType());
+}
+SmallVector<int64_t> shapeOf(Value v) {
+  return SmallVector<int64_t>(tensorType(v).getShape());
+}
+int64_t numel(Value v) { return tensorType(v).getNumElements(); }
+
+SmallVector<int64_t> contiguousStrides(ArrayRef<int64_t> shape) {
+  SmallVector<int64_t> strides(shape.size(), 1);
+  for (int64_t d = int64_t(shape.size()) - 2; d >= 0; --d)
+    strides[d] = strides[d + 1] * shape[d + 1];
+  return strides;
+}
+
+/// Strides of `from` (NumPy-broadcast to `to`) over the dimensions of `to`.
+SmallVector<int64_t> broadcastStrides(ArrayRef<int64_t> from,
+                                      ArrayRef<int64_t> to) {
+  SmallVector<int64_t> fromStrides = contiguousStrides(from);
+  SmallVector<int64_t> strides(to.size(), 0);
+  int64_t offset = int64_t(to.size()) - int64_t(from.size());
+  for (int64_t d = 0; d < int64_t(to.size()); ++d) {
+    int64_t fd = d - offset;
+    if (fd >= 0 && from[fd] != 1)
+      strides[d] = fromStrides[fd];
+  }
+  return strides;
+}
+
+int64_t activationCode(Activation act) {
+  switch (act) {
+  case Activation::None:
+    return STRATA_RT_ACT_NONE;
+  case Activation::Relu:
+    return STRATA_RT_ACT_RELU;
+  case Activation::GeluTanh:
+    return STRATA_RT_ACT_GELU_TANH;
+  case Activation::GeluErf:
+    return STRATA_RT_ACT_GELU_ERF;
+  }
+  llvm_unreachable("unknown activation");
+}
+
+int64_t geluCode(GeluApproximation a) {
+  return a == GeluApproximation::Tanh ? STRATA_RT_ACT_GELU_TANH
+                                      : STRATA_RT_ACT_GELU_ERF;
+}
+
+class Lowering {
+public:
+  Lowering(ModuleOp module, func::FuncOp step, int64_t alignment)
+      : module(module), step(step), b(module.getContext()),
+        ptrType(LLVM::LLVMPointerType::get(module.getContext())),
+        i64Type(IntegerType::get(module.getContext(), 64)),
+        f64Type(Float64Type::get(module.getContext())),
+        plan(planMemory(step, alignment)) {}
+
+  LogicalResult run();
+
+private:
+  // --- Building blocks ----------------------------------------------------
+  Value i64(int64_t v) {
+    return LLVM::ConstantOp::create(b, loc, i64Type, b.getI64IntegerAttr(v));
+  }
+  Value f64(double v) {
+    return LLVM::ConstantOp::create(b, loc, f64Type, b.getF64FloatAttr(v));
+  }
+  Value null() { return LLVM::ZeroOp::create(b, loc, ptrType); }
+  Value site() { return i64(currentSite); }
+  /// Calls `name`, declaring it (void, argument types of `args`) first.
+  void call(StringRef name, ArrayRef<Value> args) {
+    auto callee = module.lookupSymbol<LLVM::LLVMFuncOp>(name);
+    if (!callee) {
+      OpBuilder::InsertionGuard guard(b);
+      b.setInsertionPointToStart(module.getBody());
+      SmallVector<Type> types;
+      for (Value a : args)
+        types.push_back(a.getType());
+      callee = LLVM::LLVMFuncOp::create(
+          b, module.getLoc(), name,
+          LLVM::LLVMFunctionType::get(
+              LLVM::LLVMVoidType::get(b.getContext()), types));
+    }
+    SmallVector<Value> all(args);
+    LLVM::CallOp::create(b, loc, callee, all);
+  }
+  /// The address of a constant global holding `values`.
+  Value constantArray(ArrayRef<int64_t> values) {
+    std::vector<int64_t> key(values.begin(), values.end());
+    auto it = descriptors.find(key);
+    if (it == descriptors.end()) {
+      OpBuilder::InsertionGuard guard(b);
+      b.setInsertionPointToStart(module.getBody());
+      std::string name = "__strata_desc" + std::to_string(descriptors.size());
+      SmallVector<int64_t> data(values);
+      if (data.empty())
+        data.push_back(0);
+      auto type = LLVM::LLVMArrayType::get(i64Type, data.size());
+      auto attr = DenseElementsAttr::get(
+          RankedTensorType::get({int64_t(data.size())}, i64Type),
+          ArrayRef<int64_t>(data));
+      LLVM::GlobalOp::create(b, module.getLoc(), type, /*isConstant=*/true,
+                             LLVM::Linkage::Internal, name, attr);
+      it = descriptors.emplace(key, name).first;
+    }
+    return LLVM::AddressOfOp::create(b, loc, ptrType, it->second);
+  }
+  /// Pointer `base[index]` loaded from a table of pointers.
+  Value loadPointer(Value table, int64_t index) {
+    Value slot = LLVM::GEPOp::create(b, loc, ptrType, ptrType, table,
+                                     ArrayRef<LLVM::GEPArg>{int32_t(index)});
+    return LLVM::LoadOp::create(b, loc, ptrType, slot);
+  }
+  Value arenaAt(int64_t offset) {
+    return LLVM::GEPOp::create(b, loc, ptrType, b.getI8Type(), arena,
+                               ArrayRef<LLVM::GEPArg>{int32_t(offset)});
+  }
+
+  // --- Values -------------------------------------------------------------
+  /// The buffer of a tensor value.
+  Value ptr(Value v) {
+    auto it = pointers.find(v);
+    assert(it != pointers.end() && "value without a buffer");
+    return it->second;
+  }
+  FailureOr<int64_t> dtype(Operation *op, Value v) {
+    Type element = tensorType(v).getElementType();
+    if (element.isF32())
+      return int64_t(STRATA_RT_F32);
+    if (element.isInteger(32))
+      return int64_t(STRATA_RT_I32);
+    if (element.isInteger(64))
+      return int64_t(STRATA_RT_I64);
+    return op->emitOpError("has a ")
+           << element << " tensor; the CPU runtime computes in f32 (integers: "
+           << "i32, i64)";
+  }
+  LogicalResult requireF32(Operation *op) {
+    for (Value v : llvm::concat<Value>(op->getOperands(), op->getResults()))
+      if (auto t = dyn_cast<RankedTensorType>(v.getType()))
+        if (isa<FloatType>(t.getElementType()) && !t.getElementType().isF32())
+          return op->emitOpError("has a ")
+                 << t << " value; the CPU runtime computes in f32";
+    return success();
+  }
+
+  // --- Ops ----------------------------------------------------------------
+  LogicalResult lower(Operation *op);
+  LogicalResult lowerMatmul(Operation *op, Value lhs, Value rhs, Value out,
+                            bool transA, bool transB);
+  LogicalResult lowerMatmulGrad(MatmulGradOp op);
+  void gemm(int64_t batch, int64_t m, int64_t n, int64_t k, Value a,
+            int64_t aStride, bool transA, Value bm, int64_t bStride,
+            bool transB, Value c, Value bias, int64_t act) {
+    call("strata_rt_gemm",
+         {context, site(), i64(batch), i64(m), i64(n), i64(k), a, i64(aStride),
+          i64(transA), bm, i64(bStride), i64(transB), c, bias ? bias : null(),
+          i64(act), i64(0)});
+  }
+  void copy(Value out, Value in, int64_t bytes) {
+    call("strata_rt_copy", {context, site(), out, in, i64(bytes)});
+  }
+  void reduceTo(Value out, Value in, ArrayRef<int64_t> inShape,
+                ArrayRef<int64_t> outStrides, double scale) {
+    SmallVector<int64_t> desc(inShape);
+    desc.append(outStrides.begin(), outStrides.end());
+    call("strata_rt_reduce", {context, site(), out, in, i64(inShape.size()),
+                              constantArray(desc), f64(scale)});
+  }
+  void dropout(Operation *op, Value out, Value in, Value residual, double prob,
+               int64_t key, int64_t n) {
+    call("strata_rt_dropout",
+         {context, site(), out, in, residual ? residual : null(), i64(n),
+          i64(key), i64(microBatches), i64(getMicroBatch(op).value_or(0)),
+          f64(prob)});
+  }
+
+  ModuleOp module;
+  func::FuncOp step;
+  OpBuilder b;
+  Location loc = UnknownLoc::get(module.getContext());
+  Type ptrType, i64Type, f64Type;
+  MemoryPlan plan;
+  Value context, arena, persistent, inputs, outputs;
+  DenseMap<Value, Value> pointers;
+  std::map<std::vector<int64_t>, std::string> descriptors;
+  llvm::StringMap<int64_t> persistentIndex;
+  SmallVector<Attribute> persistentNames;
+  SmallVector<Attribute> sites;
+  int64_t currentSite = 0;
+  int64_t microBatches = 1;
+};
+
+LogicalResult Lowering::lowerMatmul(Operation *op, Value lhs, Value rhs,
+                                    Value out, bool transA, bool transB) {
+  SmallVector<int64_t> a = shapeOf(lhs), bs = shapeOf(rhs), c = shapeOf(out);
+  int64_t ra = a.size(), rb = bs.size(), rc = c.size();
+  int64_t m = c[rc - 2], n = c[rc - 1];
+  int64_t k = transA ? a[ra - 2] : a[ra - 1];
+  int64_t batch = numel(out) / (m * n);
+  int64_t batchA = numel(lhs) / (m * k), batchB = numel(rhs) / (k * n);
+  // A 2-D weight under a batched activation: one GEMM over all rows.
+  if (rb == 2 && !transA) {
+    gemm(1, batchA * m, n, k, ptr(lhs), 0, false, ptr(rhs), 0, transB,
+         ptr(out), Value(), STRATA_RT_ACT_NONE);
+    return success();
+  }
+  bool aOk = batchA == batch && (ra == 2 || ArrayRef(a).drop_back(2) ==
+                                                ArrayRef(c).drop_back(2));
+  bool bOk = batchB == batch && (rb == 2 || ArrayRef(bs).drop_back(2) ==
+                                                ArrayRef(c).drop_back(2));
+  if ((batchA != 1 && !aOk) || (batchB != 1 && !bOk))
+    return op->emitOpError("broadcasts batch dimensions in a way the CPU "
+                           "runtime does not support");
+  gemm(batch, m, n, k, ptr(lhs), batchA == 1 ? 0 : m * k, transA, ptr(rhs),
+       batchB == 1 ? 0 : k * n, transB, ptr(out), Value(), STRATA_RT_ACT_NONE);
+  return success();
+}
+
+LogicalResult Lowering::lowerMatmulGrad(MatmulGradOp op) {
+  bool transA = op.getTransposeLhs(), transB = op.getTransposeRhs();
+  Value A = op.getLhs(), B = op.getRhs(), dy = op.getResultGrad();
+  SmallVector<int64_t> a = shapeOf(A), bs = shapeOf(B), c = shapeOf(dy);
+  int64_t ra = a.size(), rb = bs.size(), rc = c.size();
+  int64_t m = c[rc - 2], n = c[rc - 1];
+  int64_t k = transA ? a[ra - 2] : a[ra - 1];
+  int64_t batch = numel(dy) / (m * n);
+  int64_t batchA = numel(A) / (m * k), batchB = numel(B) / (k * n);
+  Value dA = ptr(op.getLhsGrad()), dB = ptr(op.getRhsGrad());
+  if (rb == 2 && !transA) {
+    // Rows of every batch together: dA = dy @ op(B)^T, dB = A^T @ dy summed
+    // over the batch by the GEMM itself.
+    int64_t rows = batchA * m;
+    gemm(1, rows, k, n, ptr(dy), 0, false, ptr(B), 0, !transB, dA, Value(),
+         STRATA_RT_ACT_NONE);
+    if (!transB)
+      gemm(1, k, n, rows, ptr(A), 0, true, ptr(dy), 0, false, dB, Value(),
+           STRATA_RT_ACT_NONE);
+    else
+      gemm(1, n, k, rows, ptr(dy), 0, true, ptr(A), 0, false, dB, Value(),
+           STRATA_RT_ACT_NONE);
+    return success();
+  }
+  if (batchA != batch || batchB != batch ||
+      (ra > 2 && ArrayRef(a).drop_back(2) != ArrayRef(c).drop_back(2)) ||
+      (rb > 2 && ArrayRef(bs).drop_back(2) != ArrayRef(c).drop_back(2)))
+    return op->emitOpError("sums a gradient over broadcast batch dimensions, "
+                           "which the CPU runtime does not support");
+  int64_t sa = batch == 1 ? 0 : m * k, sb = batch == 1 ? 0 : k * n,
+          sy = batch == 1 ? 0 : m * n;
+  if (!transA)
+    gemm(batch, m, k, n, ptr(dy), sy, false, ptr(B), sb, !transB, dA, Value(),
+         STRATA_RT_ACT_NONE);
+  else
+    gemm(batch, k, m, n, ptr(B), sb, transB, ptr(dy), sy, true, dA, Value(),
+         STRATA_RT_ACT_NONE);
+  if (!transB)
+    gemm(batch, k, n, m, ptr(A), sa, !transA, ptr(dy), sy, false, dB, Value(),
+         STRATA_RT_ACT_NONE);
+  else
+    gemm(batch, n, k, m, ptr(dy), sy, true, ptr(A), sa, transA, dB, Value(),
+         STRATA_RT_ACT_NONE);
+  return success();
+}
+
+LogicalResult Lowering::lower(Operation *op) {
+  if (failed(requireF32(op)))
+    return failure();
+  auto binary = [&](int64_t kind, Value lhs, Value rhs,
+                    Value out) -> LogicalResult {
+    auto type = dtype(op, out);
+    if (failed(type))
+      return failure();
+    SmallVector<int64_t> shape = shapeOf(out);
+    SmallVector<int64_t> desc(shape);
+    desc.append(broadcastStrides(shapeOf(lhs), shape));
+    desc.append(broadcastStrides(shapeOf(rhs), shape));
+    call("strata_rt_binary",
+         {context, site(), i64(kind), i64(*type), ptr(out), ptr(lhs),
+          ptr(rhs), i64(shape.size()), constantArray(desc)});
+    return success();
+  };
+  auto unary = [&](int64_t kind, Value in, Value out, double alpha = 0) {
+    call("strata_rt_unary", {context, site(), i64(kind), ptr(out), ptr(in),
+                             i64(numel(out)), f64(alpha)});
+    return success();
+  };
+  auto rowsOf = [](Value v) {
+    return numel(v) / std::max<int64_t>(shapeOf(v).back(), 1);
+  };
+
+  return llvm::TypeSwitch<Operation *, LogicalResult>(op)
+      .Case<InitTokenOp>([](auto) { return success(); })
+      .Case([&](arith::ConstantOp c) -> LogicalResult {
+        auto dense = dyn_cast<DenseElementsAttr>(c.getValue());
+        auto type = dtype(op, c);
+        if (!dense || failed(type))
+          return failed(type) ? failure()
+                              : op->emitOpError("only dense tensor constants "
+                                                "are supported");
+        if (dense.isSplat()) {
+          double v = isa<FloatType>(dense.getElementType())
+                         ? dense.getSplatValue<APFloat>().convertToDouble()
+                         : double(dense.getSplatValue<APInt>().getSExtValue());
+          call("strata_rt_fill",
+               {context, site(), i64(*type), ptr(c), i64(numel(c)), f64(v)});
+          return success();
+        }
+        // Non-splat constants: a constant global copied into the buffer.
+        OpBuilder::InsertionGuard guard(b);
+        std::string name = "__strata_const" + std::to_string(currentSite);
+        {
+          b.setInsertionPointToStart(module.getBody());
+          auto flat = dense.reshape(RankedTensorType::get(
+              {numel(c)}, dense.getElementType()));
+          LLVM::GlobalOp::create(
+              b, module.getLoc(),
+              LLVM::LLVMArrayType::get(dense.getElementType(), numel(c)),
+              /*isConstant=*/true, LLVM::Linkage::Internal, name, flat);
+        }
+        Value address = LLVM::AddressOfOp::create(b, loc, ptrType, name);
+        copy(ptr(c), address, tensorBytes(c.getType()));
+        return success();
+      })
+      .Case([&](MatmulOp o) {
+        return lowerMatmul(op, o.getLhs(), o.getRhs(), o.getResult(),
+                           o.getTransposeLhs(), o.getTransposeRhs());
+      })
+      .Case([&](MatmulGradOp o) { return lowerMatmulGrad(o); })
+      .Case([&](AddOp o) {
+        return binary(STRATA_RT_ADD, o.getLhs(), o.getRhs(), o);
+      })
+      .Case([&](BiasAddOp o) {
+        return binary(STRATA_RT_ADD, o.getInput(), o.getBias(), o);
+      })
+      .Case([&](arith::AddIOp o) {
+        return binary(STRATA_RT_ADD, o.getLhs(), o.getRhs(), o);
+      })
+      .Case([&](SubOp o) {
+        return binary(STRATA_RT_SUB, o.getLhs(), o.getRhs(), o);
+      })
+      .Case([&](MulOp o) {
+        return binary(STRATA_RT_MUL, o.getLhs(), o.getRhs(), o);
+      })
+      .Case([&](DivOp o) {
+        return binary(STRATA_RT_DIV, o.getLhs(), o.getRhs(), o);
+      })
+      .Case([&](ScaleOp o) {
+        return unary(STRATA_RT_UNARY_SCALE, o.getInput(), o,
+                     o.getFactor().convertToDouble());
+      })
+      .Case([&](ReluOp o) {
+        return unary(STRATA_RT_ACT_RELU, o.getInput(), o);
+      })
+      .Case([&](GeluOp o) {
+        return unary(geluCode(o.getApproximate()), o.getInput(), o);
+      })
+      .Case([&](ReluGradOp o) {
+        call("strata_rt_act_grad",
+             {context, site(), i64(STRATA_RT_ACT_RELU), ptr(o), ptr(o.getOutput()),
+              ptr(o.getResultGrad()), i64(numel(o))});
+        return success();
+      })
+      .Case([&](GeluGradOp o) {
+        call("strata_rt_act_grad",
+             {context, site(), i64(geluCode(o.getApproximate())), ptr(o),
+              ptr(o.getInput()), ptr(o.getResultGrad()), i64(numel(o))});
+        return success();
+      })
+      .Case([&](DropoutOp o) {
+        dropout(op, ptr(o), ptr(o.getInput()), Value(),
+                o.getProb().convertToDouble(), o.getKey(), numel(o));
+        return success();
+      })
+      .Case([&](DropoutGradOp o) {
+        dropout(op, ptr(o), ptr(o.getResultGrad()), Value(),
+                o.getProb().convertToDouble(), o.getKey(), numel(o));
+        return success();
+      })
+      .Case([&](FusedDropoutAddOp o) {
+        dropout(op, ptr(o), ptr(o.getInput()), ptr(o.getResidual()),
+                o.getProb().convertToDouble(), o.getKey(), numel(o));
+        return success();
+      })
+      .Case([&](FusedDropoutAddGradOp o) {
+        dropout(op, ptr(o.getInputGrad()), ptr(o.getResultGrad()), Value(),
+                o.getProb().convertToDouble(), o.getKey(),
+                numel(o.getResultGrad()));
+        copy(ptr(o.getResidualGrad()), ptr(o.getResultGrad()),
+             tensorBytes(o.getResidualGrad().getType()));
+        return success();
+      })
+      .Case([&](SoftmaxOp o) {
+        SmallVector<int64_t> shape = shapeOf(o);
+        int64_t causal =
+            o.getCausal() ? (shape.size() >= 2 ? shape[shape.size() - 2] : 1)
+                          : 0;
+        call("strata_rt_softmax", {context, site(), ptr(o), ptr(o.getInput()),
+                                   i64(rowsOf(o)), i64(shape.back()),
+                                   i64(causal)});
+        return success();
+      })
+      .Case([&](SoftmaxGradOp o) {
+        call("strata_rt_softmax_grad",
+             {context, site(), ptr(o), ptr(o.getOutput()),
+              ptr(o.getResultGrad()), i64(rowsOf(o)),
+              i64(shapeOf(o).back())});
+        return success();
+      })
+      .Case([&](LayerNormOp o) {
+        call("strata_rt_layer_norm",
+             {context, site(), ptr(o), ptr(o.getInput()), ptr(o.getGamma()),
+              ptr(o.getBeta()), i64(rowsOf(o)), i64(shapeOf(o).back()),
+              f64(o.getEpsilon().convertToDouble())});
+        return success();
+      })
+      .Case([&](LayerNormGradOp o) {
+        Value x = o.getInput();
+        call("strata_rt_layer_norm_grad",
+             {context, site(), ptr(o.getInputGrad()), ptr(o.getGammaGrad()),
+              ptr(o.getBetaGrad()), ptr(x), ptr(o.getGamma()),
+              ptr(o.getResultGrad()), i64(rowsOf(x)), i64(shapeOf(x).back()),
+              f64(o.getEpsilon().convertToDouble())});
+        return success();
+      })
+      .Case([&](EmbeddingOp o) -> LogicalResult {
+        auto idType = dtype(op, o.getIds());
+        if (failed(idType))
+          return failure();
+        SmallVector<int64_t> table = shapeOf(o.getTable());
+        call("strata_rt_embedding",
+             {context, site(), ptr(o), ptr(o.getTable()), ptr(o.getIds()),
+              i64(*idType), i64(numel(o.getIds())), i64(table[0]),
+              i64(table[1])});
+        return success();
+      })
+      .Case([&](EmbeddingGradOp o) -> LogicalResult {
+        auto idType = dtype(op, o.getIds());
+        if (failed(idType))
+          return failure();
+        SmallVector<int64_t> table = shapeOf(o);
+        call("strata_rt_embedding_grad",
+             {context, site(), ptr(o), ptr(o.getIds()), i64(*idType),
+              ptr(o.getResultGrad()), i64(numel(o.getIds())), i64(table[0]),
+              i64(table[1])});
+        return success();
+      })
+      .Case([&](CrossEntropyOp o) -> LogicalResult {
+        auto labelType = dtype(op, o.getLabels());
+        if (failed(labelType))
+          return failure();
+        call("strata_rt_cross_entropy",
+             {context, site(), ptr(o), ptr(o.getLogits()), ptr(o.getLabels()),
+              i64(*labelType), i64(numel(o.getLabels())),
+              i64(shapeOf(o.getLogits()).back())});
+        return success();
+      })
+      .Case([&](CrossEntropyGradOp o) -> LogicalResult {
+        auto labelType = dtype(op, o.getLabels());
+        if (failed(labelType))
+          return failure();
+        call("strata_rt_cross_entropy_grad",
+             {context, site(), ptr(o), ptr(o.getLogits()), ptr(o.getLabels()),
+              i64(*labelType), ptr(o.getLossGrad()),
+              i64(numel(o.getLabels())), i64(shapeOf(o.getLogits()).back())});
+        return success();
+      })
+      .Case([&](ReshapeOp o) {
+        copy(ptr(o), ptr(o.getInput()), tensorBytes(o.getType()));
+        return success();
+      })
+      .Case([&](TransposeOp o) -> LogicalResult {
+        auto type = dtype(op, o);
+        if (failed(type))
+          return failure();
+        SmallVector<int64_t> in = contiguousStrides(shapeOf(o.getInput()));
+        SmallVector<int64_t> desc = shapeOf(o);
+        for (int64_t p : o.getPermutation())
+          desc.push_back(in[p]);
+        desc.push_back(0);
+        call("strata_rt_strided_copy",
+             {context, site(), i64(*type == STRATA_RT_I64 ? 8 : 4), ptr(o),
+              ptr(o.getInput()), i64(shapeOf(o).size()), constantArray(desc)});
+        return success();
+      })
+      .Case([&](SliceOp o) -> LogicalResult {
+        auto type = dtype(op, o);
+        if (failed(type))
+          return failure();
+        SmallVector<int64_t> in = contiguousStrides(shapeOf(o.getInput()));
+        SmallVector<int64_t> desc = shapeOf(o);
+        desc.append(in);
+        desc.push_back(o.getStart() * in[o.getDim()]);
+        call("strata_rt_strided_copy",
+             {context, site(), i64(*type == STRATA_RT_I64 ? 8 : 4), ptr(o),
+              ptr(o.getInput()), i64(shapeOf(o).size()), constantArray(desc)});
+        return success();
+      })
+      .Case([&](BroadcastToOp o) {
+        SmallVector<int64_t> desc = shapeOf(o);
+        desc.append(broadcastStrides(shapeOf(o.getInput()), shapeOf(o)));
+        desc.push_back(0);
+        call("strata_rt_strided_copy",
+             {context, site(), i64(4), ptr(o), ptr(o.getInput()),
+              i64(shapeOf(o).size()), constantArray(desc)});
+        return success();
+      })
+      .Case<SumToOp, BiasAddGradOp>([&](auto o) {
+        Value in = op->getOperand(0);
+        reduceTo(ptr(o), ptr(in), shapeOf(in),
+                 broadcastStrides(shapeOf(o), shapeOf(in)), 1.0);
+        return success();
+      })
+      .Case<ReduceSumOp, ReduceMeanOp>([&](auto o) {
+        SmallVector<int64_t> in = shapeOf(o.getInput()), kept = in;
+        int64_t count = 1;
+        for (int64_t d : o.getDims()) {
+          count *= kept[d];
+          kept[d] = 1;
+        }
+        SmallVector<int64_t> strides = contiguousStrides(kept);
+        for (int64_t d : o.getDims())
+          strides[d] = 0;
+        reduceTo(ptr(o), ptr(o.getInput()), in, strides,
+                 isa<ReduceMeanOp>(op) ? 1.0 / double(count) : 1.0);
+        return success();
+      })
+      .Case([&](LrScheduleOp o) {
+        int64_t kind = o.getKind() == LrScheduleKind::Constant
+                           ? STRATA_RT_LR_CONSTANT
+                       : o.getKind() == LrScheduleKind::LinearWarmup
+                           ? STRATA_RT_LR_LINEAR_WARMUP
+                           : STRATA_RT_LR_COSINE;
+        call("strata_rt_lr_schedule",
+             {context, site(), ptr(o), ptr(o.getStep()), i64(kind),
+              f64(o.getBaseLr().convertToDouble()),
+              i64(int64_t(o.getWarmupSteps())),
+              i64(int64_t(o.getDecaySteps())),
+              f64(o.getMinLr().convertToDouble())});
+        return success();
+      })
+      .Case([&](GlobalNormOp o) {
+        int64_t count = o.getInputs().size();
+        Value table = LLVM::AllocaOp::create(b, loc, ptrType, ptrType,
+                                             i64(std::max<int64_t>(count, 1)));
+        SmallVector<int64_t> sizes;
+        for (auto [i, v] : llvm::enumerate(o.getInputs())) {
+          Value slot = LLVM::GEPOp::create(b, loc, ptrType, ptrType, table,
+                                           ArrayRef<LLVM::GEPArg>{int32_t(i)});
+          LLVM::StoreOp::create(b, loc, ptr(v), slot);
+          sizes.push_back(numel(v));
+        }
+        call("strata_rt_global_norm", {context, site(), ptr(o), i64(count),
+                                       table, constantArray(sizes)});
+        return success();
+      })
+      .Case([&](ClipByGlobalNormOp o) {
+        for (auto [in, out] : llvm::zip(o.getInputs(), o.getResults()))
+          call("strata_rt_clip",
+               {context, site(), ptr(out), ptr(in), i64(numel(in)),
+                ptr(o.getNorm()), f64(o.getMaxNorm().convertToDouble())});
+        return success();
+      })
+      .Case([&](SgdUpdateOp o) {
+        call("strata_rt_sgd", {context, site(), ptr(o), ptr(o.getParam()),
+                               ptr(o.getGrad()), ptr(o.getLr()),
+                               i64(numel(o)),
+                               f64(o.getWeightDecay().convertToDouble())});
+        return success();
+      })
+      .Case([&](MomentumUpdateOp o) {
+        call("strata_rt_momentum",
+             {context, site(), ptr(o.getNewParam()), ptr(o.getNewVelocity()),
+              ptr(o.getParam()), ptr(o.getGrad()), ptr(o.getVelocity()),
+              ptr(o.getLr()), i64(numel(o.getParam())),
+              f64(o.getMomentum().convertToDouble()),
+              f64(o.getWeightDecay().convertToDouble()),
+              i64(o.getUseNesterov())});
+        return success();
+      })
+      .Case<AdamUpdateOp, AdamWUpdateOp, LambUpdateOp>([&](auto o) {
+        int64_t kind = isa<AdamUpdateOp>(op)    ? STRATA_RT_ADAM
+                       : isa<AdamWUpdateOp>(op) ? STRATA_RT_ADAMW
+                                                : STRATA_RT_LAMB;
+        call("strata_rt_adam",
+             {context, site(), i64(kind), ptr(o.getNewParam()),
+              ptr(o.getNewMoment1()), ptr(o.getNewMoment2()),
+              ptr(o.getParam()), ptr(o.getGrad()), ptr(o.getMoment1()),
+              ptr(o.getMoment2()), ptr(o.getLr()), ptr(o.getStep()),
+              i64(numel(o.getParam())), f64(o.getBeta1().convertToDouble()),
+              f64(o.getBeta2().convertToDouble()),
+              f64(o.getEpsilon().convertToDouble()),
+              f64(o.getWeightDecay().convertToDouble())});
+        return success();
+      })
+      .Case([&](LarsUpdateOp o) {
+        call("strata_rt_lars",
+             {context, site(), ptr(o.getNewParam()), ptr(o.getNewVelocity()),
+              ptr(o.getParam()), ptr(o.getGrad()), ptr(o.getVelocity()),
+              ptr(o.getLr()), i64(numel(o.getParam())),
+              f64(o.getMomentum().convertToDouble()),
+              f64(o.getWeightDecay().convertToDouble()),
+              f64(o.getLarsCoeff().convertToDouble()),
+              f64(o.getEpsilon().convertToDouble())});
+        return success();
+      })
+      .Case([&](FusedGemmEpilogueOp o) -> LogicalResult {
+        Value x = o.getInput(), w = o.getWeight();
+        SmallVector<int64_t> ws = shapeOf(w);
+        int64_t k = ws[0], n = ws[1], rows = numel(x) / k;
+        int64_t act = activationCode(o.getActivation());
+        if (o.getAux()) {
+          // The pre-activation is an output: GEMM + bias into it, then the
+          // activation.
+          gemm(1, rows, n, k, ptr(x), 0, false, ptr(w), 0, false,
+               ptr(o.getAux()), ptr(o.getBias()), STRATA_RT_ACT_NONE);
+          if (act != STRATA_RT_ACT_NONE)
+            return unary(act, o.getAux(), o.getResult());
+          copy(ptr(o.getResult()), ptr(o.getAux()),
+               tensorBytes(o.getResult().getType()));
+          return success();
+        }
+        gemm(1, rows, n, k, ptr(x), 0, false, ptr(w), 0, false,
+             ptr(o.getResult()), ptr(o.getBias()), act);
+        return success();
+      })
+      .Case([&](FusedGemmEpilogueGradOp o) -> LogicalResult {
+        Value x = o.getInput(), w = o.getWeight(), dz = o.getResultGrad();
+        SmallVector<int64_t> ws = shapeOf(w);
+        int64_t k = ws[0], n = ws[1], rows = numel(x) / k;
+        Value dzPtr = ptr(dz);
+        if (o.getActivation() != Activation::None) {
+          // The activation's gradient overwrites the pre-activation, which
+          // this op reads last.
+          Value aux = o.getAux();
+          for (Operation *user : aux.getUsers())
+            if (user != op && op->isBeforeInBlock(user))
+              return op->emitOpError("needs the pre-activation after its "
+                                     "gradient; the CPU runtime computes the "
+                                     "activation gradient in its place");
+          if (!pointers.count(aux) || isa<BlockArgument>(aux) ||
+              isa_and_nonnull<GetParamOp, GetStateOp>(aux.getDefiningOp()))
+            return op->emitOpError("needs an intermediate pre-activation");
+          call("strata_rt_act_grad",
+               {context, site(), i64(activationCode(o.getActivation())),
+                ptr(aux), ptr(aux), ptr(dz), i64(numel(dz))});
+          dzPtr = ptr(aux);
+        }
+        gemm(1, rows, k, n, dzPtr, 0, false, ptr(w), 0, true,
+             ptr(o.getInputGrad()), Value(), STRATA_RT_ACT_NONE);
+        gemm(1, k, n, rows, ptr(x), 0, true, dzPtr, 0, false,
+             ptr(o.getWeightGrad()), Value(), STRATA_RT_ACT_NONE);
+        reduceTo(ptr(o.getBiasGrad()), dzPtr, {rows, n}, {0, 1}, 1.0);
+        return success();
+      })
+      .Case([&](AllReduceOp o) -> LogicalResult {
+        auto type = dtype(op, o.getResult());
+        if (failed(type))
+          return failure();
+        if (o.getKind() != ReduceKind::Sum && o.getKind() != ReduceKind::Mean)
+          return op->emitOpError("only sum and mean reductions are supported "
+                                 "by the CPU runtime");
+        auto group = SymbolTable::lookupNearestSymbolFrom<CommGroupOp>(
+            o, o.getGroupAttr());
+        SmallVector<int64_t> desc = {int64_t(group.getRanks().size())};
+        for (Attribute list : group.getRanks()) {
+          ArrayRef<int64_t> ranks = cast<DenseI64ArrayAttr>(list).asArrayRef();
+          desc.push_back(ranks.size());
+          desc.append(ranks.begin(), ranks.end());
+        }
+        call("strata_rt_all_reduce",
+             {context, site(), i64(*type), ptr(o.getResult()),
+              ptr(o.getInput()), i64(numel(o.getResult())),
+              i64(o.getKind() == ReduceKind::Mean ? 1 : 0),
+              constantArray(desc)});
+        return success();
+      })
+      .Default([&](Operation *) {
+        return op->emitOpError("cannot be lowered to the CPU runtime yet");
+      });
+}
+
+LogicalResult Lowering::run() {
+  MLIRContext *ctx = module.getContext();
+  if (auto k = step->getAttrOfType<IntegerAttr>(
+          StrataDialect::kMicroBatchesAttrName))
+    microBatches = k.getInt();
+  for (Operation &op : *module.getBody())
+    if (auto symbol = dyn_cast<SymbolOpInterface>(op);
+        symbol && isa<ParamOp, StateOp>(op)) {
+      persistentIndex[symbol.getName()] = persistentNames.size();
+      persistentNames.push_back(StringAttr::get(ctx, symbol.getName()));
+    }
+
+  Block &body = step.getBody().front();
+  b.setInsertionPoint(step);
+  auto fnType = LLVM::LLVMFunctionType::get(
+      LLVM::LLVMVoidType::get(ctx),
+      {ptrType, ptrType, ptrType, ptrType, ptrType});
+  auto fn = LLVM::LLVMFuncOp::create(b, step.getLoc(), "strata_step", fnType);
+  Block *entry = fn.addEntryBlock(b);
+  b.setInsertionPointToStart(entry);
+  loc = step.getLoc();
+  context = entry->getArgument(0);
+  arena = entry->getArgument(1);
+  persistent = entry->getArgument(2);
+  inputs = entry->getArgument(3);
+  outputs = entry->getArgument(4);
+
+  for (BlockArgument arg : body.getArguments())
+    pointers[arg] = loadPointer(inputs, arg.getArgNumber());
+  DenseMap<Value, int64_t> offsets;
+  for (const PlannedBuffer &buffer : plan.buffers)
+    for (Value v : buffer.values)
+      offsets[v] = buffer.offset;
+
+  // Updates that may write straight into the resident buffer: the assigned
+  // value's defining op reads the old value last.
+  DenseMap<Value, StringRef> inPlace;
+  DenseMap<Operation *, int64_t> order;
+  int64_t index = 0;
+  for (Operation &op : body)
+    order[&op] = index++;
+  for (Operation &op : body) {
+    auto assign = dyn_cast<AssignOp>(op);
+    if (!assign || !isa_and_nonnull<SgdUpdateOp, MomentumUpdateOp,
+                                    AdamUpdateOp, AdamWUpdateOp, LambUpdateOp,
+                                    LarsUpdateOp>(
+                       assign.getValue().getDefiningOp()))
+      continue;
+    Operation *def = assign.getValue().getDefiningOp();
+    bool legal = llvm::count_if(body, [&](Operation &other) {
+                   auto a = dyn_cast<AssignOp>(other);
+                   return a && a.getName() == assign.getName();
+                 }) == 1;
+    for (Operation &other : body) {
+      if (!legal)
+        break;
+      if (!isa<GetParamOp, GetStateOp>(other) ||
+          cast<SymbolUserOpInterface>(other)->getAttrOfType<FlatSymbolRefAttr>(
+              "name").getValue() != assign.getName())
+        continue;
+      for (Operation *user : other.getResult(0).getUsers())
+        if (order[body.findAncestorOpInBlock(*user)] > order[def])
+          legal = false;
+    }
+    // The result itself must not be read after another update of the same
+    // buffer: it is read only by its assign (and the return, at the end).
+    for (Operation *user : assign.getValue().getUsers())
+      if (!isa<AssignOp, func::ReturnOp>(user))
+        legal = false;
+    if (legal)
+      inPlace[assign.getValue()] = assign.getName();
+  }
+
+  for (Operation &op : body) {
+    currentSite = sites.size();
+    loc = op.getLoc();
+    std::string where;
+    llvm::raw_string_ostream os(where);
+    if (auto file = dyn_cast<FileLineColLoc>(op.getLoc()))
+      os << file.getFilename().getValue() << ":" << file.getLine() << ":"
+         << file.getColumn() << ": ";
+    os << op.getName().getStringRef();
+    sites.push_back(StringAttr::get(ctx, where));
+
+    if (auto get = dyn_cast<GetParamOp>(op)) {
+      pointers[get] = loadPointer(persistent, persistentIndex[get.getName()]);
+      continue;
+    }
+    if (auto get = dyn_cast<GetStateOp>(op)) {
+      pointers[get] = loadPointer(persistent, persistentIndex[get.getName()]);
+      continue;
+    }
+    for (Value result : op.getResults()) {
+      if (tensorBytes(result.getType()) == 0)
+        continue;
+      auto target = inPlace.find(result);
+      if (target != inPlace.end()) {
+        pointers[result] =
+            loadPointer(persistent, persistentIndex[target->second]);
+        continue;
+      }
+      auto it = offsets.find(result);
+      if (it == offsets.end())
+        return op.emitOpError("has a result without a planned buffer");
+      pointers[result] = arenaAt(it->second);
+    }
+    if (isa<AssignOp>(op))
+      continue; // below, when the step ends
+    if (auto ret = dyn_cast<func::ReturnOp>(op)) {
+      // State updates take effect when the step ends (strata.assign).
+      for (Operation &other : body)
+        if (auto assign = dyn_cast<AssignOp>(other)) {
+          if (inPlace.count(assign.getValue()))
+            continue;
+          loc = assign.getLoc();
+          Value target =
+              loadPointer(persistent, persistentIndex[assign.getName()]);
+          copy(target, ptr(assign.getValue()),
+               tensorBytes(assign.getValue().getType()));
+        }
+      loc = ret.getLoc();
+      for (auto [i, v] : llvm::enumerate(ret.getOperands()))
+        copy(loadPointer(outputs, i), ptr(v), tensorBytes(v.getType()));
+      LLVM::ReturnOp::create(b, loc, ValueRange());
+      break;
+    }
+    if (failed(lower(&op)))
+      return failure();
+  }
+
+  // The host reads the layout from these attributes.
+  module->setAttr("strata.rt.persistent", ArrayAttr::get(ctx, persistentNames));
+  module->setAttr("strata.rt.arena_bytes", b.getI64IntegerAttr(plan.arenaBytes));
+  module->setAttr("strata.rt.sites", ArrayAttr::get(ctx, sites));
+  if (auto shards =
+          step->getAttrOfType<IntegerAttr>(StrataDialect::kShardsAttrName))
+    module->setAttr("strata.rt.shards", shards);
+  return success();
+}
+
+struct LowerToRuntimePass
+    : public strata::impl::StrataLowerToRuntimeBase<LowerToRuntimePass> {
+  using StrataLowerToRuntimeBase::StrataLowerToRuntimeBase;
+
+  void runOnOperation() override {
+    ModuleOp module = getOperation();
+    auto step = module.lookupSymbol<func::FuncOp>(kStepFunctionName);
+    if (!step) {
+      module.emitError("no @") << kStepFunctionName << " function to lower";
+      return signalPassFailure();
+    }
+    if (!step.getBody().hasOneBlock()) {
+      step.emitError("the step must be a single block");
+      return signalPassFailure();
+    }
+    for (Operation &op : *module.getBody())
+      if (auto fn = dyn_cast<func::FuncOp>(op); fn && fn != step) {
+        fn.emitError("only @") << kStepFunctionName
+                               << " can be lowered to the runtime";
+        return signalPassFailure();
+      }
+    Lowering lowering(module, step, alignment);
+    if (failed(lowering.run()))
+      return signalPassFailure();
+    // What remains of the Strata program: declarations the host has read.
+    for (Operation &op : llvm::make_early_inc_range(*module.getBody()))
+      if (isa<ParamOp, StateOp, CommGroupOp, func::FuncOp>(op))
+        op.erase();
+  }
+};
+
+} // namespace

@@ -1,0 +1,54 @@
+//===- Context.h - State of the CPU runtime ---------------------*- C++ -*-===//
+//
+// What the kernels keep between calls: the RNG seed and this rank's shard,
+// the thread count, the first error, scratch memory, cached oneDNN
+// primitives and the host's collectives. Private to runtime/cpu.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef STRATA_RUNTIME_CPU_CONTEXT_H
+#define STRATA_RUNTIME_CPU_CONTEXT_H
+
+#include "strata/Runtime/StrataRuntime.h"
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace strata::cpu {
+struct GemmCache;
+} // namespace strata::cpu
+
+struct StrataRtContext {
+  uint64_t seed = 0;
+  int64_t rank = 0;
+  int64_t shard = 0;
+  int64_t threads = 1;
+  StrataRtAllReduceFn allReduce = nullptr;
+  void *allReduceUser = nullptr;
+
+  std::string error;
+  int64_t errorSite = -1;
+  std::vector<float> scratch;
+  std::unique_ptr<strata::cpu::GemmCache> gemm;
+
+  StrataRtContext();
+  ~StrataRtContext();
+
+  /// Records the first failure of a step.
+  void fail(int64_t site, std::string message) {
+    if (errorSite < 0 && error.empty()) {
+      error = std::move(message);
+      errorSite = site;
+    }
+  }
+  /// Scratch of at least `n` floats, kept across calls.
+  float *scratchFloats(int64_t n) {
+    if (int64_t(scratch.size()) < n)
+      scratch.resize(n);
+    return scratch.data();
+  }
+};
+
+#endif // STRATA_RUNTIME_CPU_CONTEXT_H

@@ -1,0 +1,105 @@
+//===- Gemm.cpp - GEMM with epilogues through oneDNN ----------------------===//
+//
+// strata_rt_gemm is one oneDNN matmul primitive: transposes are strides,
+// the bias and the activation are post-ops (the CPU twin of cuBLASLt's
+// epilogues), accumulation is a sum post-op. Primitives are created once
+// per distinct problem and reused across steps.
+//
+//===----------------------------------------------------------------------===//
+
+#include "Context.h"
+
+#include <oneapi/dnnl/dnnl.hpp>
+
+#include <map>
+#include <tuple>
+
+using dnnl::memory;
+
+namespace strata::cpu {
+
+struct GemmCache {
+  using Key = std::tuple<int64_t, int64_t, int64_t, int64_t, int64_t, int64_t,
+                         int64_t, int64_t, bool, int64_t, int64_t>;
+  dnnl::engine engine{dnnl::engine::kind::cpu, 0};
+  dnnl::stream stream{engine};
+  struct Entry {
+    dnnl::matmul::primitive_desc pd;
+    dnnl::matmul primitive;
+  };
+  std::map<Key, Entry> primitives;
+};
+
+} // namespace strata::cpu
+
+StrataRtContext::StrataRtContext() = default;
+StrataRtContext::~StrataRtContext() = default;
+
+extern "C" void strata_rt_gemm(StrataRtContext *ctx, int64_t site,
+                               int64_t batch, int64_t m, int64_t n, int64_t k,
+                               const float *a, int64_t aBatchStride,
+                               int64_t transA, const float *b,
+                               int64_t bBatchStride, int64_t transB, float *c,
+                               const float *bias, int64_t act,
+                               int64_t accumulate) {
+  try {
+    if (!ctx->gemm)
+      ctx->gemm = std::make_unique<strata::cpu::GemmCache>();
+    strata::cpu::GemmCache &cache = *ctx->gemm;
+    strata::cpu::GemmCache::Key key{batch,        m,      n,
+                                    k,            aBatchStride != 0,
+                                    transA,       bBatchStride != 0,
+                                    transB,       bias != nullptr,
+                                    act,          accumulate};
+    auto it = cache.primitives.find(key);
+    if (it == cache.primitives.end()) {
+      int64_t ba = aBatchStride ? batch : 1, bb = bBatchStride ? batch : 1;
+      memory::desc aMd({ba, m, k}, memory::data_type::f32,
+                       transA ? memory::dims{m * k, 1, m}
+                              : memory::dims{m * k, k, 1});
+      memory::desc bMd({bb, k, n}, memory::data_type::f32,
+                       transB ? memory::dims{k * n, 1, k}
+                              : memory::dims{k * n, n, 1});
+      memory::desc cMd({batch, m, n}, memory::data_type::f32,
+                       memory::dims{m * n, n, 1});
+      dnnl::post_ops ops;
+      if (accumulate)
+        ops.append_sum(1.0f);
+      dnnl::algorithm alg = dnnl::algorithm::undef;
+      if (act == STRATA_RT_ACT_RELU)
+        alg = dnnl::algorithm::eltwise_relu;
+      else if (act == STRATA_RT_ACT_GELU_TANH)
+        alg = dnnl::algorithm::eltwise_gelu_tanh;
+      else if (act == STRATA_RT_ACT_GELU_ERF)
+        alg = dnnl::algorithm::eltwise_gelu_erf;
+      if (alg != dnnl::algorithm::undef)
+        ops.append_eltwise(1.0f, alg, 0.0f, 0.0f);
+      dnnl::primitive_attr attr;
+      attr.set_post_ops(ops);
+      dnnl::matmul::desc desc =
+          bias ? dnnl::matmul::desc(aMd, bMd,
+                                    memory::desc({1, 1, n},
+                                                 memory::data_type::f32,
+                                                 memory::dims{n, n, 1}),
+                                    cMd)
+               : dnnl::matmul::desc(aMd, bMd, cMd);
+      dnnl::matmul::primitive_desc pd(desc, attr, cache.engine);
+      it = cache.primitives.emplace(key, strata::cpu::GemmCache::Entry{pd, dnnl::matmul(pd)}).first;
+    }
+    dnnl::matmul &primitive = it->second.primitive;
+    const dnnl::matmul::primitive_desc &pd = it->second.pd;
+    memory aMem(pd.src_desc(), cache.engine, const_cast<float *>(a));
+    memory bMem(pd.weights_desc(), cache.engine, const_cast<float *>(b));
+    memory cMem(pd.dst_desc(), cache.engine, c);
+    std::unordered_map<int, memory> args{{DNNL_ARG_SRC, aMem},
+                                         {DNNL_ARG_WEIGHTS, bMem},
+                                         {DNNL_ARG_DST, cMem}};
+    if (bias)
+      args.emplace(DNNL_ARG_BIAS, memory(pd.bias_desc(), cache.engine,
+                                         const_cast<float *>(bias)));
+    primitive.execute(cache.stream, args);
+    cache.stream.wait();
+  } catch (const dnnl::error &e) {
+    ctx->fail(site, std::string("oneDNN matmul failed: ") + e.what());
+  }
+}

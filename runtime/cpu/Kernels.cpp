@@ -1,0 +1,739 @@
+//===- Kernels.cpp - CPU kernels of the runtime C ABI ---------------------===//
+//
+// Loops the compiler vectorises, parallel over independent rows or
+// elements (OpenMP, static schedule). Every reduction runs in a fixed order
+// (or over fixed-size chunks summed in order), so results do not depend on
+// the thread count. Long sums accumulate in double.
+//
+//===----------------------------------------------------------------------===//
+
+#include "Context.h"
+
+#include "../common/StrataRandom.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <omp.h>
+#include <string>
+
+namespace {
+
+/// Parallelise loops of at least this many elements.
+constexpr int64_t kParallelGrain = 1 << 14;
+
+inline float geluTanh(float x) {
+  const float c = 0.7978845608028654f; // sqrt(2 / pi)
+  return 0.5f * x * (1.0f + std::tanh(c * (x + 0.044715f * x * x * x)));
+}
+inline float geluErf(float x) {
+  return 0.5f * x * (1.0f + std::erf(x * 0.7071067811865476f));
+}
+inline float geluTanhGrad(float x) {
+  const float c = 0.7978845608028654f;
+  float u = c * (x + 0.044715f * x * x * x);
+  float t = std::tanh(u);
+  float du = c * (1.0f + 3.0f * 0.044715f * x * x);
+  return 0.5f * (1.0f + t) + 0.5f * x * (1.0f - t * t) * du;
+}
+inline float geluErfGrad(float x) {
+  float cdf = 0.5f * (1.0f + std::erf(x * 0.7071067811865476f));
+  float pdf = std::exp(-0.5f * x * x) * 0.3989422804014327f;
+  return cdf + x * pdf;
+}
+
+int64_t readInt(const void *p, int64_t dtype, int64_t i) {
+  if (dtype == STRATA_RT_I32)
+    return static_cast<const int32_t *>(p)[i];
+  return static_cast<const int64_t *>(p)[i];
+}
+
+int64_t elementBytes(int64_t dtype) { return dtype == STRATA_RT_I32 ? 4 : dtype == STRATA_RT_I64 ? 8 : 4; }
+
+/// Offsets of the first element of row `row` (all dimensions but the last)
+/// for up to three stride sets over `shape`.
+template <int N>
+void rowOffsets(int64_t row, int64_t rank, const int64_t *shape,
+                const int64_t *const (&strides)[N], int64_t (&offsets)[N]) {
+  for (int j = 0; j < N; ++j)
+    offsets[j] = 0;
+  for (int64_t d = rank - 2; d >= 0; --d) {
+    int64_t coord = row % shape[d];
+    row /= shape[d];
+    for (int j = 0; j < N; ++j)
+      offsets[j] += coord * strides[j][d];
+  }
+}
+
+template <typename T>
+void binaryLoop(int64_t op, T *out, const T *a, const T *b, int64_t rank,
+                const int64_t *desc) {
+  const int64_t *shape = desc, *sa = desc + rank, *sb = desc + 2 * rank;
+  int64_t n = 1;
+  for (int64_t d = 0; d < rank; ++d)
+    n *= shape[d];
+  auto apply = [op](T x, T y) -> T {
+    switch (op) {
+    case STRATA_RT_ADD:
+      return x + y;
+    case STRATA_RT_SUB:
+      return x - y;
+    case STRATA_RT_MUL:
+      return x * y;
+    default:
+      return x / y;
+    }
+  };
+  // Contiguous operands: one flat loop.
+  bool flatA = true, flatB = true;
+  for (int64_t d = rank - 1, s = 1; d >= 0; s *= shape[d], --d) {
+    flatA &= sa[d] == s || shape[d] == 1;
+    flatB &= sb[d] == s || shape[d] == 1;
+  }
+  if (rank == 0 || (flatA && flatB)) {
+#pragma omp parallel for schedule(static) if (n >= kParallelGrain)
+    for (int64_t i = 0; i < n; ++i)
+      out[i] = apply(a[i], b[i]);
+    return;
+  }
+  int64_t inner = shape[rank - 1], rows = n / std::max<int64_t>(inner, 1);
+  int64_t ia = sa[rank - 1], ib = sb[rank - 1];
+  const int64_t *const strides[2] = {sa, sb};
+#pragma omp parallel for schedule(static) if (n >= kParallelGrain)
+  for (int64_t r = 0; r < rows; ++r) {
+    int64_t off[2];
+    rowOffsets<2>(r, rank, shape, strides, off);
+    T *o = out + r * inner;
+    const T *pa = a + off[0], *pb = b + off[1];
+    if (ia == 1 && ib == 1)
+      for (int64_t j = 0; j < inner; ++j)
+        o[j] = apply(pa[j], pb[j]);
+    else if (ia == 1 && ib == 0)
+      for (int64_t j = 0; j < inner; ++j)
+        o[j] = apply(pa[j], pb[0]);
+    else
+      for (int64_t j = 0; j < inner; ++j)
+        o[j] = apply(pa[j * ia], pb[j * ib]);
+  }
+}
+
+} // namespace
+
+extern "C" {
+
+StrataRtContext *strata_rt_create(uint64_t seed, int64_t rank, int64_t shard,
+                                  int64_t threads) {
+  auto *ctx = new StrataRtContext;
+  ctx->seed = seed;
+  ctx->rank = rank;
+  ctx->shard = shard;
+  ctx->threads = std::max<int64_t>(threads, 1);
+  omp_set_num_threads(int(ctx->threads));
+  return ctx;
+}
+
+void strata_rt_destroy(StrataRtContext *ctx) { delete ctx; }
+
+void strata_rt_set_all_reduce(StrataRtContext *ctx, StrataRtAllReduceFn fn,
+                              void *user) {
+  ctx->allReduce = fn;
+  ctx->allReduceUser = user;
+}
+
+const char *strata_rt_error(StrataRtContext *ctx, int64_t *site) {
+  if (ctx->error.empty())
+    return nullptr;
+  if (site)
+    *site = ctx->errorSite;
+  return ctx->error.c_str();
+}
+
+void strata_rt_clear_error(StrataRtContext *ctx) {
+  ctx->error.clear();
+  ctx->errorSite = -1;
+}
+
+int64_t strata_rt_scratch_bytes(StrataRtContext *ctx) {
+  return int64_t(ctx->scratch.capacity() * sizeof(float));
+}
+
+void strata_rt_binary(StrataRtContext *ctx, int64_t site, int64_t op,
+                      int64_t dtype, void *out, const void *a, const void *b,
+                      int64_t rank, const int64_t *desc) {
+  switch (dtype) {
+  case STRATA_RT_F32:
+    return binaryLoop(op, static_cast<float *>(out),
+                      static_cast<const float *>(a),
+                      static_cast<const float *>(b), rank, desc);
+  case STRATA_RT_I32:
+    return binaryLoop(op, static_cast<int32_t *>(out),
+                      static_cast<const int32_t *>(a),
+                      static_cast<const int32_t *>(b), rank, desc);
+  default:
+    return binaryLoop(op, static_cast<int64_t *>(out),
+                      static_cast<const int64_t *>(a),
+                      static_cast<const int64_t *>(b), rank, desc);
+  }
+}
+
+void strata_rt_unary(StrataRtContext *ctx, int64_t site, int64_t op,
+                     float *out, const float *in, int64_t n, double alpha) {
+  float f = float(alpha);
+  switch (op) {
+  case STRATA_RT_UNARY_SCALE:
+#pragma omp parallel for simd schedule(static) if (n >= kParallelGrain)
+    for (int64_t i = 0; i < n; ++i)
+      out[i] = in[i] * f;
+    break;
+  case STRATA_RT_ACT_RELU:
+#pragma omp parallel for simd schedule(static) if (n >= kParallelGrain)
+    for (int64_t i = 0; i < n; ++i)
+      out[i] = in[i] > 0.0f ? in[i] : 0.0f;
+    break;
+  case STRATA_RT_ACT_GELU_TANH:
+#pragma omp parallel for schedule(static) if (n >= kParallelGrain)
+    for (int64_t i = 0; i < n; ++i)
+      out[i] = geluTanh(in[i]);
+    break;
+  case STRATA_RT_ACT_GELU_ERF:
+#pragma omp parallel for schedule(static) if (n >= kParallelGrain)
+    for (int64_t i = 0; i < n; ++i)
+      out[i] = geluErf(in[i]);
+    break;
+  default:
+    if (out != in)
+      std::memcpy(out, in, n * sizeof(float));
+  }
+}
+
+void strata_rt_act_grad(StrataRtContext *ctx, int64_t site, int64_t act,
+                        float *out, const float *x, const float *dy,
+                        int64_t n) {
+  switch (act) {
+  case STRATA_RT_ACT_RELU:
+#pragma omp parallel for simd schedule(static) if (n >= kParallelGrain)
+    for (int64_t i = 0; i < n; ++i)
+      out[i] = x[i] > 0.0f ? dy[i] : 0.0f;
+    break;
+  case STRATA_RT_ACT_GELU_TANH:
+#pragma omp parallel for schedule(static) if (n >= kParallelGrain)
+    for (int64_t i = 0; i < n; ++i)
+      out[i] = dy[i] * geluTanhGrad(x[i]);
+    break;
+  case STRATA_RT_ACT_GELU_ERF:
+#pragma omp parallel for schedule(static) if (n >= kParallelGrain)
+    for (int64_t i = 0; i < n; ++i)
+      out[i] = dy[i] * geluErfGrad(x[i]);
+    break;
+  default:
+    if (out != dy)
+      std::memcpy(out, dy, n * sizeof(float));
+  }
+}
+
+void strata_rt_copy(StrataRtContext *ctx, int64_t site, void *out,
+                    const void *in, int64_t bytes) {
+  if (out != in)
+    std::memmove(out, in, size_t(bytes));
+}
+
+void strata_rt_strided_copy(StrataRtContext *ctx, int64_t site,
+                            int64_t elementBytes, void *out, const void *in,
+                            int64_t rank, const int64_t *desc) {
+  const int64_t *shape = desc, *strides = desc + rank;
+  int64_t base = desc[2 * rank];
+  int64_t n = 1;
+  for (int64_t d = 0; d < rank; ++d)
+    n *= shape[d];
+  if (rank == 0) {
+    std::memcpy(out, static_cast<const char *>(in) + base * elementBytes,
+                elementBytes);
+    return;
+  }
+  int64_t inner = shape[rank - 1], rows = n / std::max<int64_t>(inner, 1);
+  int64_t step = strides[rank - 1];
+  const int64_t *const s[1] = {strides};
+  auto run = [&](auto *o, const auto *x) {
+#pragma omp parallel for schedule(static) if (n >= kParallelGrain)
+    for (int64_t r = 0; r < rows; ++r) {
+      int64_t off[1];
+      rowOffsets<1>(r, rank, shape, s, off);
+      auto *dst = o + r * inner;
+      const auto *src = x + base + off[0];
+      if (step == 1)
+        std::memcpy(dst, src, inner * sizeof(*dst));
+      else
+        for (int64_t j = 0; j < inner; ++j)
+          dst[j] = src[j * step];
+    }
+  };
+  if (elementBytes == 8)
+    run(static_cast<int64_t *>(out), static_cast<const int64_t *>(in));
+  else
+    run(static_cast<int32_t *>(out), static_cast<const int32_t *>(in));
+}
+
+void strata_rt_reduce(StrataRtContext *ctx, int64_t site, float *out,
+                      const float *in, int64_t rank, const int64_t *desc,
+                      double scale) {
+  const int64_t *shape = desc, *ostrides = desc + rank;
+  int64_t n = 1, outN = 1;
+  for (int64_t d = 0; d < rank; ++d) {
+    n *= shape[d];
+    if (ostrides[d] != 0)
+      outN *= shape[d];
+  }
+  // Rows of the last dimension, summed in input order (deterministic).
+  std::vector<double> acc(outN, 0.0);
+  if (rank == 0) {
+    out[0] = float(in[0] * scale);
+    return;
+  }
+  int64_t inner = shape[rank - 1], rows = n / std::max<int64_t>(inner, 1);
+  int64_t step = ostrides[rank - 1];
+  const int64_t *const s[1] = {ostrides};
+  if (step == 0) {
+    // Reducing the last dimension: rows are independent.
+#pragma omp parallel for schedule(static) if (n >= kParallelGrain)
+    for (int64_t r = 0; r < rows; ++r) {
+      int64_t off[1];
+      rowOffsets<1>(r, rank, shape, s, off);
+      double sum = 0;
+      const float *x = in + r * inner;
+      for (int64_t j = 0; j < inner; ++j)
+        sum += x[j];
+      acc[off[0]] = sum; // each output row is written by one input row
+    }
+    // Several input rows may map to one output: redo serially then.
+    bool unique = rows == outN;
+    if (!unique) {
+      std::fill(acc.begin(), acc.end(), 0.0);
+      for (int64_t r = 0; r < rows; ++r) {
+        int64_t off[1];
+        rowOffsets<1>(r, rank, shape, s, off);
+        double sum = 0;
+        const float *x = in + r * inner;
+        for (int64_t j = 0; j < inner; ++j)
+          sum += x[j];
+        acc[off[0]] += sum;
+      }
+    }
+  } else {
+    for (int64_t r = 0; r < rows; ++r) {
+      int64_t off[1];
+      rowOffsets<1>(r, rank, shape, s, off);
+      const float *x = in + r * inner;
+      double *o = acc.data() + off[0];
+      for (int64_t j = 0; j < inner; ++j)
+        o[j * step] += x[j];
+    }
+  }
+  for (int64_t i = 0; i < outN; ++i)
+    out[i] = float(acc[i] * scale);
+}
+
+void strata_rt_fill(StrataRtContext *ctx, int64_t site, int64_t dtype,
+                    void *out, int64_t n, double value) {
+  if (dtype == STRATA_RT_F32)
+    std::fill_n(static_cast<float *>(out), n, float(value));
+  else if (dtype == STRATA_RT_I32)
+    std::fill_n(static_cast<int32_t *>(out), n, int32_t(value));
+  else
+    std::fill_n(static_cast<int64_t *>(out), n, int64_t(value));
+}
+
+void strata_rt_dropout(StrataRtContext *ctx, int64_t site, float *out,
+                       const float *in, const float *residual, int64_t n,
+                       int64_t key, int64_t microBatches, int64_t microBatch,
+                       double prob) {
+  // This rank's shard comes before its micro-batch in the global batch.
+  int64_t offset = (ctx->shard * microBatches + microBatch) * n;
+  float keepScale = 1.0f / float(1.0 - prob);
+  uint64_t seed = ctx->seed;
+#pragma omp parallel for schedule(static) if (n >= kParallelGrain / 4)
+  for (int64_t i = 0; i < n; ++i) {
+    float v = strata::rng::dropoutKeep(seed, key, offset + i, prob)
+                  ? in[i] * keepScale
+                  : 0.0f;
+    out[i] = residual ? v + residual[i] : v;
+  }
+}
+
+void strata_rt_softmax(StrataRtContext *ctx, int64_t site, float *out,
+                       const float *in, int64_t rows, int64_t n,
+                       int64_t causalRows) {
+#pragma omp parallel for schedule(static) if (rows * n >= kParallelGrain)
+  for (int64_t r = 0; r < rows; ++r) {
+    const float *x = in + r * n;
+    float *y = out + r * n;
+    int64_t limit = causalRows > 0 ? std::min(n, (r % causalRows) + 1) : n;
+    float mx = -INFINITY;
+    for (int64_t j = 0; j < limit; ++j)
+      mx = std::max(mx, x[j]);
+    float sum = 0;
+    for (int64_t j = 0; j < limit; ++j)
+      sum += (y[j] = std::exp(x[j] - mx));
+    float inv = 1.0f / sum;
+    for (int64_t j = 0; j < limit; ++j)
+      y[j] *= inv;
+    for (int64_t j = limit; j < n; ++j)
+      y[j] = 0.0f;
+  }
+}
+
+void strata_rt_softmax_grad(StrataRtContext *ctx, int64_t site, float *dx,
+                            const float *y, const float *dy, int64_t rows,
+                            int64_t n) {
+#pragma omp parallel for schedule(static) if (rows * n >= kParallelGrain)
+  for (int64_t r = 0; r < rows; ++r) {
+    const float *yr = y + r * n, *dyr = dy + r * n;
+    float dot = 0;
+    for (int64_t j = 0; j < n; ++j)
+      dot += yr[j] * dyr[j];
+    float *o = dx + r * n;
+    for (int64_t j = 0; j < n; ++j)
+      o[j] = yr[j] * (dyr[j] - dot);
+  }
+}
+
+void strata_rt_layer_norm(StrataRtContext *ctx, int64_t site, float *y,
+                          const float *x, const float *gamma,
+                          const float *beta, int64_t rows, int64_t n,
+                          double eps) {
+#pragma omp parallel for schedule(static) if (rows * n >= kParallelGrain)
+  for (int64_t r = 0; r < rows; ++r) {
+    const float *xr = x + r * n;
+    double mean = 0, var = 0;
+    for (int64_t j = 0; j < n; ++j)
+      mean += xr[j];
+    mean /= double(n);
+    for (int64_t j = 0; j < n; ++j)
+      var += (xr[j] - mean) * (xr[j] - mean);
+    var /= double(n);
+    float m = float(mean), rstd = float(1.0 / std::sqrt(var + eps));
+    float *yr = y + r * n;
+    for (int64_t j = 0; j < n; ++j)
+      yr[j] = (xr[j] - m) * rstd * gamma[j] + beta[j];
+  }
+}
+
+void strata_rt_layer_norm_grad(StrataRtContext *ctx, int64_t site, float *dx,
+                               float *dgamma, float *dbeta, const float *x,
+                               const float *gamma, const float *dy,
+                               int64_t rows, int64_t n, double eps) {
+  // Per-row statistics and dx in parallel; dgamma/dbeta column sums in
+  // row order afterwards (deterministic).
+  float *stats = ctx->scratchFloats(2 * rows);
+#pragma omp parallel for schedule(static) if (rows * n >= kParallelGrain)
+  for (int64_t r = 0; r < rows; ++r) {
+    const float *xr = x + r * n, *dyr = dy + r * n;
+    double mean = 0, var = 0;
+    for (int64_t j = 0; j < n; ++j)
+      mean += xr[j];
+    mean /= double(n);
+    for (int64_t j = 0; j < n; ++j)
+      var += (xr[j] - mean) * (xr[j] - mean);
+    var /= double(n);
+    float m = float(mean), rstd = float(1.0 / std::sqrt(var + eps));
+    stats[2 * r] = m;
+    stats[2 * r + 1] = rstd;
+    double sumDxhat = 0, sumDxhatXhat = 0;
+    for (int64_t j = 0; j < n; ++j) {
+      float xhat = (xr[j] - m) * rstd;
+      float dxhat = dyr[j] * gamma[j];
+      sumDxhat += dxhat;
+      sumDxhatXhat += dxhat * xhat;
+    }
+    float a = float(sumDxhat / double(n)), b = float(sumDxhatXhat / double(n));
+    float *o = dx + r * n;
+    for (int64_t j = 0; j < n; ++j) {
+      float xhat = (xr[j] - m) * rstd;
+      o[j] = rstd * (dyr[j] * gamma[j] - a - xhat * b);
+    }
+  }
+  std::vector<double> dg(n, 0.0), db(n, 0.0);
+  for (int64_t r = 0; r < rows; ++r) {
+    const float *xr = x + r * n, *dyr = dy + r * n;
+    float m = stats[2 * r], rstd = stats[2 * r + 1];
+    for (int64_t j = 0; j < n; ++j) {
+      dg[j] += dyr[j] * ((xr[j] - m) * rstd);
+      db[j] += dyr[j];
+    }
+  }
+  for (int64_t j = 0; j < n; ++j) {
+    dgamma[j] = float(dg[j]);
+    dbeta[j] = float(db[j]);
+  }
+}
+
+void strata_rt_embedding(StrataRtContext *ctx, int64_t site, float *out,
+                         const float *table, const void *ids, int64_t idType,
+                         int64_t count, int64_t vocab, int64_t width) {
+  for (int64_t i = 0; i < count; ++i) {
+    int64_t id = readInt(ids, idType, i);
+    if (id < 0 || id >= vocab) {
+      ctx->fail(site, "id " + std::to_string(id) + " outside [0, " +
+                          std::to_string(vocab) + ")");
+      std::fill_n(out + i * width, width, 0.0f);
+      continue;
+    }
+    std::memcpy(out + i * width, table + id * width, width * sizeof(float));
+  }
+}
+
+void strata_rt_embedding_grad(StrataRtContext *ctx, int64_t site,
+                              float *dtable, const void *ids, int64_t idType,
+                              const float *dy, int64_t count, int64_t vocab,
+                              int64_t width) {
+  std::fill_n(dtable, vocab * width, 0.0f);
+  // In id order (deterministic); columns in parallel for wide tables.
+  for (int64_t i = 0; i < count; ++i) {
+    int64_t id = readInt(ids, idType, i);
+    if (id < 0 || id >= vocab)
+      continue; // reported by the forward
+    float *row = dtable + id * width;
+    const float *g = dy + i * width;
+    for (int64_t j = 0; j < width; ++j)
+      row[j] += g[j];
+  }
+}
+
+void strata_rt_cross_entropy(StrataRtContext *ctx, int64_t site, float *loss,
+                             const float *logits, const void *labels,
+                             int64_t labelType, int64_t rows, int64_t vocab) {
+  std::vector<double> perRow(rows);
+  int bad = 0;
+#pragma omp parallel for schedule(static) reduction(|| : bad) if (rows * vocab >= kParallelGrain)
+  for (int64_t r = 0; r < rows; ++r) {
+    const float *x = logits + r * vocab;
+    int64_t label = readInt(labels, labelType, r);
+    if (label < 0 || label >= vocab) {
+      bad = 1;
+      perRow[r] = 0;
+      continue;
+    }
+    float mx = *std::max_element(x, x + vocab);
+    double sum = 0;
+    for (int64_t j = 0; j < vocab; ++j)
+      sum += std::exp(double(x[j] - mx));
+    perRow[r] = std::log(sum) + mx - x[label];
+  }
+  if (bad)
+    for (int64_t r = 0; r < rows; ++r) {
+      int64_t label = readInt(labels, labelType, r);
+      if (label < 0 || label >= vocab) {
+        ctx->fail(site, "label " + std::to_string(label) + " outside [0, " +
+                            std::to_string(vocab) + ")");
+        break;
+      }
+    }
+  double total = 0;
+  for (double v : perRow)
+    total += v;
+  loss[0] = float(total / double(rows));
+}
+
+void strata_rt_cross_entropy_grad(StrataRtContext *ctx, int64_t site,
+                                  float *dlogits, const float *logits,
+                                  const void *labels, int64_t labelType,
+                                  const float *dloss, int64_t rows,
+                                  int64_t vocab) {
+  float scale = dloss[0] / float(rows);
+#pragma omp parallel for schedule(static) if (rows * vocab >= kParallelGrain)
+  for (int64_t r = 0; r < rows; ++r) {
+    const float *x = logits + r * vocab;
+    float *o = dlogits + r * vocab;
+    float mx = *std::max_element(x, x + vocab);
+    float sum = 0;
+    for (int64_t j = 0; j < vocab; ++j)
+      sum += (o[j] = std::exp(x[j] - mx));
+    float f = scale / sum;
+    for (int64_t j = 0; j < vocab; ++j)
+      o[j] *= f;
+    int64_t label = readInt(labels, labelType, r);
+    if (label >= 0 && label < vocab)
+      o[label] -= scale;
+  }
+}
+
+void strata_rt_lr_schedule(StrataRtContext *ctx, int64_t site, float *lr,
+                           const int64_t *step, int64_t kind, double baseLr,
+                           int64_t warmupSteps, int64_t decaySteps,
+                           double minLr) {
+  double s = double(*step), warmup = double(warmupSteps);
+  double value = baseLr;
+  if (kind != STRATA_RT_LR_CONSTANT && warmup > 0 && s < warmup)
+    value = baseLr * s / warmup;
+  else if (kind == STRATA_RT_LR_COSINE) {
+    double t = std::min(1.0, std::max(0.0, (s - warmup) / double(decaySteps)));
+    value = minLr + (baseLr - minLr) * 0.5 * (1.0 + std::cos(M_PI * t));
+  }
+  *lr = float(value);
+}
+
+void strata_rt_global_norm(StrataRtContext *ctx, int64_t site, float *out,
+                           int64_t count, const float *const *tensors,
+                           const int64_t *sizes) {
+  // Fixed chunks summed in order: the same result on any thread count.
+  constexpr int64_t kChunk = 1 << 13;
+  double total = 0;
+  for (int64_t t = 0; t < count; ++t) {
+    const float *x = tensors[t];
+    int64_t n = sizes[t], chunks = (n + kChunk - 1) / kChunk;
+    std::vector<double> partial(chunks, 0.0);
+#pragma omp parallel for schedule(static) if (n >= kParallelGrain)
+    for (int64_t c = 0; c < chunks; ++c) {
+      double s = 0;
+      for (int64_t i = c * kChunk, e = std::min(n, i + kChunk); i < e; ++i)
+        s += double(x[i]) * x[i];
+      partial[c] = s;
+    }
+    for (double p : partial)
+      total += p;
+  }
+  *out = float(std::sqrt(total));
+}
+
+void strata_rt_clip(StrataRtContext *ctx, int64_t site, float *out,
+                    const float *in, int64_t n, const float *norm,
+                    double maxNorm) {
+  float scale = float(maxNorm / std::max(double(*norm), maxNorm));
+#pragma omp parallel for simd schedule(static) if (n >= kParallelGrain)
+  for (int64_t i = 0; i < n; ++i)
+    out[i] = in[i] * scale;
+}
+
+void strata_rt_sgd(StrataRtContext *ctx, int64_t site, float *newParam,
+                   const float *param, const float *grad, const float *lr,
+                   int64_t n, double weightDecay) {
+  float l = *lr, wd = float(weightDecay);
+#pragma omp parallel for simd schedule(static) if (n >= kParallelGrain)
+  for (int64_t i = 0; i < n; ++i)
+    newParam[i] = param[i] - l * (grad[i] + wd * param[i]);
+}
+
+void strata_rt_momentum(StrataRtContext *ctx, int64_t site, float *newParam,
+                        float *newVelocity, const float *param,
+                        const float *grad, const float *velocity,
+                        const float *lr, int64_t n, double momentum,
+                        double weightDecay, int64_t nesterov) {
+  float l = *lr, mu = float(momentum), wd = float(weightDecay);
+#pragma omp parallel for simd schedule(static) if (n >= kParallelGrain)
+  for (int64_t i = 0; i < n; ++i) {
+    float p = param[i], g = grad[i] + wd * p;
+    float v = mu * velocity[i] + g;
+    newVelocity[i] = v;
+    newParam[i] = p - l * (nesterov ? g + mu * v : v);
+  }
+}
+
+void strata_rt_adam(StrataRtContext *ctx, int64_t site, int64_t kind,
+                    float *newParam, float *newM, float *newV,
+                    const float *param, const float *grad, const float *m,
+                    const float *v, const float *lr, const int64_t *step,
+                    int64_t n, double beta1, double beta2, double eps,
+                    double weightDecay) {
+  double t = double(*step);
+  float b1 = float(beta1), b2 = float(beta2), e = float(eps);
+  float c1 = float(1.0 - std::pow(beta1, t)), c2 = float(1.0 - std::pow(beta2, t));
+  float l = *lr, wd = float(weightDecay);
+  bool adam = kind == STRATA_RT_ADAM;
+  if (kind != STRATA_RT_LAMB) {
+    float keep = adam ? 1.0f : 1.0f - l * wd;
+    float l2 = adam ? wd : 0.0f;
+#pragma omp parallel for simd schedule(static) if (n >= kParallelGrain)
+    for (int64_t i = 0; i < n; ++i) {
+      float p = param[i], g = grad[i] + l2 * p;
+      float mi = b1 * m[i] + (1 - b1) * g;
+      float vi = b2 * v[i] + (1 - b2) * g * g;
+      newM[i] = mi;
+      newV[i] = vi;
+      newParam[i] = p * keep - l * ((mi / c1) / (std::sqrt(vi / c2) + e));
+    }
+    return;
+  }
+  // LAMB: the update direction, then the trust ratio of the whole tensor.
+  float *r = ctx->scratchFloats(n);
+  double pn = 0, rn = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    float p = param[i], g = grad[i];
+    float mi = b1 * m[i] + (1 - b1) * g;
+    float vi = b2 * v[i] + (1 - b2) * g * g;
+    newM[i] = mi;
+    newV[i] = vi;
+    r[i] = (mi / c1) / (std::sqrt(vi / c2) + e) + wd * p;
+    pn += double(p) * p;
+    rn += double(r[i]) * r[i];
+  }
+  float trust = (pn > 0 && rn > 0) ? float(std::sqrt(pn) / std::sqrt(rn)) : 1.0f;
+  for (int64_t i = 0; i < n; ++i)
+    newParam[i] = param[i] - l * trust * r[i];
+}
+
+void strata_rt_lars(StrataRtContext *ctx, int64_t site, float *newParam,
+                    float *newVelocity, const float *param, const float *grad,
+                    const float *velocity, const float *lr, int64_t n,
+                    double momentum, double weightDecay, double larsCoeff,
+                    double eps) {
+  double pn = 0, gn = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    pn += double(param[i]) * param[i];
+    gn += double(grad[i]) * grad[i];
+  }
+  pn = std::sqrt(pn);
+  gn = std::sqrt(gn);
+  double l = *lr;
+  float localLr = float((pn > 0 && gn > 0)
+                            ? l * larsCoeff * pn / (gn + weightDecay * pn + eps)
+                            : l);
+  float mu = float(momentum), wd = float(weightDecay);
+#pragma omp parallel for simd schedule(static) if (n >= kParallelGrain)
+  for (int64_t i = 0; i < n; ++i) {
+    float p = param[i];
+    float v = mu * velocity[i] + localLr * (grad[i] + wd * p);
+    newVelocity[i] = v;
+    newParam[i] = p - v;
+  }
+}
+
+void strata_rt_all_reduce(StrataRtContext *ctx, int64_t site, int64_t dtype,
+                          void *out, const void *in, int64_t n, int64_t kind,
+                          const int64_t *group) {
+  if (!ctx->allReduce) {
+    ctx->fail(site, "a collective needs several ranks");
+    return;
+  }
+  // Find this rank's list.
+  const int64_t *ranks = nullptr;
+  int64_t numRanks = 0;
+  const int64_t *p = group + 1;
+  for (int64_t l = 0; l < group[0]; ++l) {
+    int64_t len = *p++;
+    if (std::find(p, p + len, ctx->rank) != p + len) {
+      ranks = p;
+      numRanks = len;
+    }
+    p += len;
+  }
+  if (!ranks) {
+    ctx->fail(site, "rank " + std::to_string(ctx->rank) +
+                        " is in no list of the collective's group");
+    return;
+  }
+  if (out != in)
+    std::memcpy(out, in, n * elementBytes(dtype));
+  char error[256] = {0};
+  if (ctx->allReduce(ctx->allReduceUser, out, n, dtype, ranks, numRanks, error,
+                     sizeof(error)) != 0) {
+    ctx->fail(site, error[0] ? error : "all_reduce failed");
+    return;
+  }
+  if (kind == 1 && dtype == STRATA_RT_F32) {
+    float count = float(numRanks);
+    float *o = static_cast<float *>(out);
+    for (int64_t i = 0; i < n; ++i)
+      o[i] /= count;
+  }
+}
+
+} // extern "C"
