@@ -4,10 +4,11 @@ the loss traces.
 
 Both sides start from the same safetensors weights (strata-run --steps 0
 --save), consume the same batches (strata-run --dump-batches) and apply the
-same optimizer. Strata's reference backend computes in float64, so PyTorch
-runs in float64 too and the traces must agree to rtol 1e-10 (only summation
-order differs; measured: <= 4e-16). Dropout is 0 here: the two frameworks
-draw different masks.
+same optimizer. With --backend reference (float64) PyTorch runs in float64 too
+and the traces must agree to rtol 1e-10 (only summation order differs;
+measured: <= 4e-16); with --backend cpu (the CPU runtime, float32) PyTorch
+runs in float32 and the tolerance is rtol 1e-4. Dropout is 0 here: the two
+frameworks draw different masks.
 """
 
 import argparse
@@ -21,7 +22,6 @@ import sys
 import torch
 
 torch.set_num_threads(1)
-torch.set_default_dtype(torch.float64)
 
 DTYPES = {"F32": (torch.float32, 4), "F64": (torch.float64, 8),
           "I32": (torch.int32, 4), "I64": (torch.int64, 8)}
@@ -55,7 +55,7 @@ def strata_losses(args, program, strategy, steps, workdir, tag):
     init = os.path.join(workdir, tag + ".init.safetensors")
     batches = os.path.join(workdir, tag + ".batches.safetensors")
     common = [args.strata_run, program, "--strategy", strategy, "--seed", "3",
-              "--quiet"]
+              "--quiet", "--backend", args.backend]
     run(common + ["--steps", "0", "--save", init])
     out = run(common + ["--steps", str(steps), "--init", init,
                         "--dump-batches", batches])
@@ -142,13 +142,13 @@ def make_optimizer(opt, params):
 
 
 def torch_losses(init, batches, steps, opt, loss_fn):
-    params = {n: t.double().requires_grad_() for n, t in init.items()
+    params = {n: t.to(torch.get_default_dtype()).requires_grad_() for n, t in init.items()
               if not n.startswith("step") and "moment" not in n
               and "velocity" not in n}
     optimizer = make_optimizer(opt, list(params.values()))
     losses = []
     for i in range(steps):
-        batch = {n.split(".", 1)[1]: (t.double() if t.is_floating_point()
+        batch = {n.split(".", 1)[1]: (t.to(torch.get_default_dtype()) if t.is_floating_point()
                                        else t)
                  for n, t in batches.items() if n.startswith("step%d." % i)}
         optimizer.zero_grad()
@@ -184,8 +184,14 @@ def main():
     ap.add_argument("--strata-gen", required=True)
     ap.add_argument("--workdir", required=True)
     ap.add_argument("--steps", type=int, default=20)
-    ap.add_argument("--rtol", type=float, default=1e-10)
+    ap.add_argument("--backend", choices=["reference", "cpu"],
+                    default="reference")
+    ap.add_argument("--rtol", type=float)
     args = ap.parse_args()
+    if args.backend == "reference":
+        torch.set_default_dtype(torch.float64)
+    if args.rtol is None:
+        args.rtol = 1e-10 if args.backend == "reference" else 1e-4
     os.makedirs(args.workdir, exist_ok=True)
 
     mlp = os.path.join(args.workdir, "mlp.mlir")

@@ -3,16 +3,19 @@
 //   strata-run PROGRAM.mlir [--strategy FILE] [--steps N] [--seed N]
 //              [--data FILE] [--init FILE.safetensors]
 //              [--save FILE.safetensors] [--report FILE.json]
-//              [--backend reference]
+//              [--backend cpu|reference] [--cpu-threads N] [--nproc N]
+//              [--emit=obj -o FILE]
 //
-// prints `step <i> loss <value>` for every step. This version executes on
-// the reference backend (the double-precision evaluator, single process);
-// the CPU and CUDA runtimes and multi-rank runs are not implemented yet.
+// prints `step <i> loss <value>` for every step. The CPU backend JIT-compiles
+// the lowered step against the CPU runtime (fp32); the reference backend is
+// the double-precision evaluator, the executable specification.
 //
 //===----------------------------------------------------------------------===//
 
 #include "strata/Analysis/MemoryPlan.h"
 #include "strata/Dialect/Strata.h"
+#include "strata/Execution/CpuExecutable.h"
+#include "strata/Passes/Passes.h"
 #include "strata/InitAllDialects.h"
 #include "strata/Model/ProgramBuilder.h"
 #include "strata/Strategy/PassPlan.h"
@@ -41,6 +44,7 @@
 #include <cstdlib>
 #include <mpi.h>
 #include <sys/resource.h>
+#include <thread>
 #include <unistd.h>
 
 using namespace llvm;
@@ -76,9 +80,24 @@ static cl::opt<std::string> dumpBatches(
              "to feed a reference framework the same data"),
     cl::value_desc("file"), cl::init(""));
 static cl::opt<std::string> backend(
-    "backend", cl::desc("Execution backend: reference (cpu and cuda are not "
-                        "implemented yet)"),
-    cl::init("reference"));
+    "backend",
+    cl::desc("Execution backend: cpu (JIT against the CPU runtime, fp32) or "
+             "reference (the double-precision evaluator)"),
+    cl::init("cpu"));
+// (LLVM owns a --threads option.)
+static cl::opt<int64_t> threads(
+    "cpu-threads",
+    cl::desc("Kernel threads per rank (default: the cores divided among the "
+             "ranks of this machine)"),
+    cl::init(0));
+static cl::opt<std::string> emit(
+    "emit",
+    cl::desc("Instead of training, write the lowered step: 'obj' (an object "
+             "file to link with libstrata_runtime_cpu) or 'mlir' (the "
+             "LLVM-dialect module)"),
+    cl::init(""));
+static cl::opt<std::string> outputFile("o", cl::desc("Output file of --emit"),
+                                       cl::value_desc("file"), cl::init(""));
 static cl::opt<int64_t> nproc("nproc", cl::desc("Ranks to launch"),
                               cl::init(1));
 static cl::opt<std::string> traceFile("trace",
@@ -120,12 +139,20 @@ static int failEverywhere(const Twine &message) {
 }
 
 namespace {
-/// Collectives of the reference backend over MPI, in doubles.
+/// Collectives over MPI: in doubles for the reference backend, and as the
+/// CPU runtime's all-reduce (strata_rt_set_all_reduce). Sub-communicators
+/// are created on first use; every rank reaches the collectives of the
+/// program in the same order, so they are created in the same order.
 class MpiCommunicator : public strata::reference::Communicator {
 public:
   int64_t rank() const override { return worldRank; }
   Error allReduceSum(std::vector<double> &data,
                      ArrayRef<int64_t> group) override {
+    return allReduce(data.data(), int64_t(data.size()), MPI_DOUBLE, group);
+  }
+
+  Error allReduce(void *data, int64_t count, MPI_Datatype type,
+                  ArrayRef<int64_t> group) {
     MPI_Comm comm = MPI_COMM_WORLD;
     if (int64_t(group.size()) != worldSize) {
       std::vector<int> ranks(group.begin(), group.end());
@@ -143,11 +170,28 @@ public:
       }
       comm = it->second;
     }
-    if (MPI_Allreduce(MPI_IN_PLACE, data.data(), int(data.size()), MPI_DOUBLE,
-                      MPI_SUM, comm) != MPI_SUCCESS)
+    if (MPI_Allreduce(MPI_IN_PLACE, data, int(count), type, MPI_SUM, comm) !=
+        MPI_SUCCESS)
       return createStringError(inconvertibleErrorCode(),
                                "MPI_Allreduce failed");
     return Error::success();
+  }
+
+  /// The CPU runtime's all-reduce.
+  static int runtimeAllReduce(void *user, void *data, int64_t count,
+                              int64_t dtype, const int64_t *ranks,
+                              int64_t numRanks, char *error,
+                              size_t errorSize) {
+    auto *self = static_cast<MpiCommunicator *>(user);
+    MPI_Datatype type = dtype == STRATA_RT_F32   ? MPI_FLOAT
+                        : dtype == STRATA_RT_I32 ? MPI_INT32_T
+                                                 : MPI_INT64_T;
+    if (Error err = self->allReduce(data, count, type,
+                                    ArrayRef<int64_t>(ranks, numRanks))) {
+      std::snprintf(error, errorSize, "%s", toString(std::move(err)).c_str());
+      return 1;
+    }
+    return 0;
   }
 
 private:
@@ -203,10 +247,18 @@ int main(int argc, char **argv) {
                               "Strata runner: compiles a training program "
                               "with a strategy and trains it\n");
 
-  if (backend != "reference")
-    return fail("--backend " + backend +
-                " is not implemented yet; this version runs the reference "
-                "backend only");
+  if (backend == "cuda")
+    return fail("--backend cuda is not implemented yet (the CUDA runtime is "
+                "future work); use --backend cpu");
+  if (backend != "cpu" && backend != "reference")
+    return fail("unknown --backend '" + backend +
+                "' (expected cpu or reference)");
+  if (!emit.empty() && emit != "obj" && emit != "mlir")
+    return fail("unknown --emit '" + emit + "' (expected obj or mlir)");
+  if (!emit.empty() && outputFile.empty())
+    return fail("--emit needs -o FILE");
+  if (threads < 0)
+    return fail("--cpu-threads must be >= 1");
   bool underMpi = std::getenv("OMPI_COMM_WORLD_SIZE") != nullptr ||
                   std::getenv("PMI_SIZE") != nullptr;
   if (nproc < 1)
@@ -295,6 +347,52 @@ int main(int argc, char **argv) {
     return fail(programFile + " has no @" + strata::kStepFunctionName +
                 " function");
 
+  if (!emit.empty()) {
+    if (emit == "obj") {
+      if (Error err = strata::CpuExecutable::emitObject(*module, outputFile))
+        return fail(toString(std::move(err)));
+      return 0;
+    }
+    mlir::PassManager lower(&mlirContext);
+    lower.addPass(strata::createStrataLowerToRuntime());
+    if (mlir::failed(lower.run(*module)))
+      return failEverywhere("cannot lower the program to the CPU runtime");
+    auto out = mlir::openOutputFile(outputFile, &error);
+    if (!out)
+      return fail(error);
+    module->print(out->os());
+    out->keep();
+    return 0;
+  }
+
+  std::unique_ptr<strata::CpuExecutable> executable;
+  int64_t effectiveThreads = 1;
+  if (backend == "cpu") {
+    strata::CpuOptions cpuOptions;
+    cpuOptions.seed = seed;
+    cpuOptions.rank = worldRank;
+    cpuOptions.threads = threads;
+    if (threads == 0) {
+      // The machine's cores shared among the ranks that run on it.
+      int64_t local = 1;
+      if (const char *n = std::getenv("OMPI_COMM_WORLD_LOCAL_SIZE"))
+        local = std::max(1, std::atoi(n));
+      cpuOptions.threads = std::max<int64_t>(
+          1, int64_t(std::thread::hardware_concurrency()) / local);
+    }
+    effectiveThreads = cpuOptions.threads;
+    if (mpiRunning) {
+      cpuOptions.allReduce = &MpiCommunicator::runtimeAllReduce;
+      cpuOptions.allReduceUser = &communicator;
+    }
+    auto compiled = strata::CpuExecutable::compile(*module, cpuOptions);
+    if (!compiled) {
+      std::string message = toString(compiled.takeError());
+      return failEverywhere(message);
+    }
+    executable = std::move(*compiled);
+  }
+
   llvm::StringMap<strata::Tensor> state = strata::initialState(*module, seed);
   // A checkpoint resumes the data stream where it stopped.
   int64_t firstStep = 0;
@@ -304,6 +402,9 @@ int main(int argc, char **argv) {
       return fail(toString(done.takeError()));
     firstStep = *done;
   }
+  if (executable)
+    if (Error err = executable->setState(state))
+      return fail(toString(std::move(err)));
 
   // A live progress line when the step lines go elsewhere (a file, a
   // pipe) and a person watches stderr.
@@ -344,7 +445,9 @@ int main(int argc, char **argv) {
       tensor = std::move(part);
     }
     auto t0 = std::chrono::steady_clock::now();
-    auto results = strata::reference::evaluate(step, local, state, options);
+    auto results =
+        executable ? executable->step(local)
+                   : strata::reference::evaluate(step, local, state, options);
     auto t1 = std::chrono::steady_clock::now();
     if (!results)
       return fail("step " + Twine(i) + ": " + toString(results.takeError()));
@@ -377,6 +480,8 @@ int main(int argc, char **argv) {
     }
   }
 
+  if (executable)
+    executable->getState(state);
   // Parameters and state are replicated: rank 0 writes them.
   if (!saveFile.empty() && rank0)
     if (Error err = strata::saveCheckpoint(*module, saveFile, state,
@@ -412,8 +517,11 @@ int main(int argc, char **argv) {
         {"losses", std::move(lossArray)},
         {"step_time_ms", std::move(timeArray)},
         // The compile-time plan (arena + parameters and state + batch);
+        // the CPU backend allocates exactly it (plus kernel scratch, below),
         // the reference backend computes in doubles outside it.
         {"planned_peak_bytes", json::Array(allPlanned)},
+        {"scratch_bytes", executable ? executable->scratchBytes() : 0},
+        {"threads", effectiveThreads},
         {"measured_peak_bytes", json::Array(allMeasured)},
     };
     auto out = mlir::openOutputFile(reportFile, &error);

@@ -1,0 +1,278 @@
+//===- CpuExecutable.cpp - JIT of a lowered step on the CPU runtime -------===//
+
+#include "strata/Execution/CpuExecutable.h"
+#include "strata/Dialect/Strata.h"
+#include "strata/Model/ProgramBuilder.h"
+#include "strata/Passes/Passes.h"
+
+#include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "mlir/Dialect/LLVMIR/LLVMDialect.h"
+#include "mlir/ExecutionEngine/ExecutionEngine.h"
+#include "mlir/ExecutionEngine/OptUtils.h"
+#include "mlir/IR/BuiltinAttributes.h"
+#include "mlir/Pass/PassManager.h"
+#include "mlir/Target/LLVMIR/Dialect/Builtin/BuiltinToLLVMIRTranslation.h"
+#include "mlir/Target/LLVMIR/Dialect/LLVMIR/LLVMToLLVMIRTranslation.h"
+#include "llvm/ExecutionEngine/Orc/Mangling.h"
+#include "llvm/Support/TargetSelect.h"
+
+#include <cstdlib>
+#include <cstring>
+
+using namespace mlir;
+using namespace strata;
+using llvm::createStringError;
+using llvm::inconvertibleErrorCode;
+
+namespace {
+
+llvm::Error error(const llvm::Twine &message) {
+  return createStringError(inconvertibleErrorCode(), message);
+}
+
+/// Lowers a clone of `module`; the clone holds the LLVM-dialect step.
+FailureOr<OwningOpRef<ModuleOp>> lowerClone(ModuleOp module) {
+  DialectRegistry registry;
+  registerBuiltinDialectTranslation(registry);
+  registerLLVMDialectTranslation(registry);
+  module->getContext()->appendDialectRegistry(registry);
+  OwningOpRef<ModuleOp> lowered = module.clone();
+  PassManager pm(module->getContext());
+  pm.addPass(createStrataLowerToRuntime());
+  if (failed(pm.run(*lowered)))
+    return failure();
+  return lowered;
+}
+
+void initNativeTarget() {
+  static bool done = [] {
+    llvm::InitializeNativeTarget();
+    llvm::InitializeNativeTargetAsmPrinter();
+    return true;
+  }();
+  (void)done;
+}
+
+/// The module attributes the lowering sets, removed before translation.
+struct Layout {
+  std::vector<std::string> persistent, sites;
+  int64_t arenaBytes = 0, shards = 1;
+};
+
+Layout takeLayout(ModuleOp lowered) {
+  Layout layout;
+  for (Attribute a :
+       lowered->getAttrOfType<ArrayAttr>("strata.rt.persistent"))
+    layout.persistent.push_back(cast<StringAttr>(a).str());
+  for (Attribute a : lowered->getAttrOfType<ArrayAttr>("strata.rt.sites"))
+    layout.sites.push_back(cast<StringAttr>(a).str());
+  layout.arenaBytes =
+      lowered->getAttrOfType<IntegerAttr>("strata.rt.arena_bytes").getInt();
+  if (auto shards = lowered->getAttrOfType<IntegerAttr>("strata.rt.shards"))
+    layout.shards = shards.getInt();
+  for (StringRef name : {"strata.rt.persistent", "strata.rt.sites",
+                         "strata.rt.arena_bytes", "strata.rt.shards"})
+    lowered->removeAttr(name);
+  return layout;
+}
+
+} // namespace
+
+CpuExecutable::~CpuExecutable() {
+  for (auto *list : {&persistent, &inputs, &outputs})
+    for (Buffer &b : *list)
+      std::free(b.data);
+  std::free(arena);
+  if (context)
+    strata_rt_destroy(context);
+}
+
+CpuExecutable::Buffer CpuExecutable::makeBuffer(std::string name, Type type) {
+  auto tensor = cast<RankedTensorType>(type);
+  Buffer b;
+  b.name = std::move(name);
+  b.shape.assign(tensor.getShape().begin(), tensor.getShape().end());
+  Type element = tensor.getElementType();
+  b.dtype = element.isInteger(32)   ? STRATA_RT_I32
+            : element.isInteger(64) ? STRATA_RT_I64
+                                    : STRATA_RT_F32;
+  int64_t width = b.dtype == STRATA_RT_I64 ? 8 : 4;
+  b.bytes = tensor.getNumElements() * width;
+  // 64-byte aligned, as the arena; never zero-sized.
+  b.data = std::aligned_alloc(64, (std::max<int64_t>(b.bytes, 1) + 63) / 64 * 64);
+  std::memset(b.data, 0, b.bytes);
+  return b;
+}
+
+llvm::Expected<std::unique_ptr<CpuExecutable>>
+CpuExecutable::compile(ModuleOp module, const CpuOptions &options) {
+  auto step = module.lookupSymbol<func::FuncOp>(kStepFunctionName);
+  if (!step)
+    return error("the program has no @" + kStepFunctionName + " function");
+  auto lowered = lowerClone(module);
+  if (failed(lowered))
+    return error("cannot lower the program to the CPU runtime");
+  Layout layout = takeLayout(**lowered);
+
+  std::unique_ptr<CpuExecutable> exe(new CpuExecutable);
+  exe->sites = layout.sites;
+  exe->arenaSize = layout.arenaBytes;
+  exe->arena =
+      std::aligned_alloc(64, (std::max<int64_t>(layout.arenaBytes, 1) + 63) / 64 * 64);
+  for (const std::string &name : layout.persistent) {
+    Operation *symbol = module.lookupSymbol(name);
+    Type type = isa<ParamOp>(symbol) ? cast<ParamOp>(symbol).getType()
+                                     : cast<StateOp>(symbol).getType();
+    exe->persistent.push_back(makeBuffer(name, type));
+  }
+  for (BlockArgument arg : step.getArguments())
+    exe->inputs.push_back(
+        makeBuffer("argument " + std::to_string(arg.getArgNumber()),
+                   arg.getType()));
+  for (auto [i, type] : llvm::enumerate(step.getResultTypes()))
+    exe->outputs.push_back(makeBuffer("result " + std::to_string(i), type));
+
+  initNativeTarget();
+  ExecutionEngineOptions engineOptions;
+  engineOptions.transformer =
+      makeOptimizingTransformer(options.optLevel, 0, nullptr);
+  auto engine = ExecutionEngine::create(**lowered, engineOptions);
+  if (!engine)
+    return error("JIT compilation failed: " +
+                 llvm::toString(engine.takeError()));
+  (*engine)->registerSymbols([](llvm::orc::MangleAndInterner interner) {
+    llvm::orc::SymbolMap map;
+    size_t count = 0;
+    const StrataRtSymbol *symbols = strata_rt_symbols(&count);
+    for (size_t i = 0; i < count; ++i)
+      map[interner(symbols[i].name)] = {
+          llvm::orc::ExecutorAddr::fromPtr(symbols[i].address),
+          llvm::JITSymbolFlags::Exported};
+    return map;
+  });
+  auto address = (*engine)->lookup("strata_step");
+  if (!address)
+    return error("the lowered module has no strata_step: " +
+                 llvm::toString(address.takeError()));
+  exe->function = reinterpret_cast<StrataRtStepFn>(*address);
+  exe->engine = std::move(*engine);
+  exe->context = strata_rt_create(options.seed, options.rank,
+                                  options.rank % layout.shards,
+                                  options.threads);
+  if (options.allReduce)
+    strata_rt_set_all_reduce(exe->context, options.allReduce,
+                             options.allReduceUser);
+  return exe;
+}
+
+llvm::Error CpuExecutable::emitObject(ModuleOp module, llvm::StringRef path) {
+  auto lowered = lowerClone(module);
+  if (failed(lowered))
+    return error("cannot lower the program to the CPU runtime");
+  takeLayout(**lowered);
+  initNativeTarget();
+  ExecutionEngineOptions engineOptions;
+  engineOptions.transformer = makeOptimizingTransformer(2, 0, nullptr);
+  engineOptions.enableObjectDump = true;
+  auto engine = ExecutionEngine::create(**lowered, engineOptions);
+  if (!engine)
+    return error("code generation failed: " +
+                 llvm::toString(engine.takeError()));
+  (*engine)->registerSymbols([](llvm::orc::MangleAndInterner interner) {
+    llvm::orc::SymbolMap map;
+    size_t count = 0;
+    const StrataRtSymbol *symbols = strata_rt_symbols(&count);
+    for (size_t i = 0; i < count; ++i)
+      map[interner(symbols[i].name)] = {
+          llvm::orc::ExecutorAddr::fromPtr(symbols[i].address),
+          llvm::JITSymbolFlags::Exported};
+    return map;
+  });
+  // Materialise the code, then write the object.
+  if (auto address = (*engine)->lookup("strata_step"); !address)
+    return error(llvm::toString(address.takeError()));
+  (*engine)->dumpToObjectFile(path);
+  if (!llvm::sys::fs::exists(path))
+    return error("cannot write " + path);
+  return llvm::Error::success();
+}
+
+llvm::Error
+CpuExecutable::setState(const llvm::StringMap<reference::Tensor> &state) {
+  for (Buffer &b : persistent) {
+    auto it = state.find(b.name);
+    if (it == state.end())
+      return error("no value for '" + b.name + "'");
+    const reference::Tensor &t = it->second;
+    if (t.shape != b.shape)
+      return error("'" + b.name + "' has the wrong shape");
+    for (int64_t i = 0, n = t.numElements(); i < n; ++i) {
+      if (b.dtype == STRATA_RT_F32)
+        static_cast<float *>(b.data)[i] = float(t.data[i]);
+      else if (b.dtype == STRATA_RT_I32)
+        static_cast<int32_t *>(b.data)[i] = int32_t(t.data[i]);
+      else
+        static_cast<int64_t *>(b.data)[i] = int64_t(t.data[i]);
+    }
+  }
+  return llvm::Error::success();
+}
+
+static reference::Tensor toTensor(const std::vector<int64_t> &shape,
+                                  int64_t dtype, const void *data) {
+  reference::Tensor t(shape);
+  for (int64_t i = 0, n = t.numElements(); i < n; ++i)
+    t.data[i] = dtype == STRATA_RT_F32
+                    ? double(static_cast<const float *>(data)[i])
+                : dtype == STRATA_RT_I32
+                    ? double(static_cast<const int32_t *>(data)[i])
+                    : double(static_cast<const int64_t *>(data)[i]);
+  return t;
+}
+
+void CpuExecutable::getState(llvm::StringMap<reference::Tensor> &state) const {
+  for (const Buffer &b : persistent)
+    state[b.name] = toTensor(b.shape, b.dtype, b.data);
+}
+
+int64_t CpuExecutable::scratchBytes() const {
+  return strata_rt_scratch_bytes(context);
+}
+
+llvm::Expected<std::vector<reference::Tensor>>
+CpuExecutable::step(llvm::ArrayRef<reference::Tensor> args) {
+  if (args.size() != inputs.size())
+    return error("expected " + llvm::Twine(inputs.size()) +
+                 " arguments, got " + llvm::Twine(args.size()));
+  std::vector<void *> in, out, resident;
+  for (auto [b, t] : llvm::zip(inputs, args)) {
+    if (t.shape != b.shape)
+      return error(b.name + " has the wrong shape");
+    for (int64_t i = 0, n = t.numElements(); i < n; ++i) {
+      if (b.dtype == STRATA_RT_F32)
+        static_cast<float *>(b.data)[i] = float(t.data[i]);
+      else if (b.dtype == STRATA_RT_I32)
+        static_cast<int32_t *>(b.data)[i] = int32_t(t.data[i]);
+      else
+        static_cast<int64_t *>(b.data)[i] = int64_t(t.data[i]);
+    }
+    in.push_back(b.data);
+  }
+  for (Buffer &b : outputs)
+    out.push_back(b.data);
+  for (Buffer &b : persistent)
+    resident.push_back(b.data);
+  strata_rt_clear_error(context);
+  function(context, arena, resident.data(), in.data(), out.data());
+  int64_t site = -1;
+  if (const char *message = strata_rt_error(context, &site)) {
+    std::string where = site >= 0 && site < int64_t(sites.size())
+                            ? sites[site]
+                            : "<unknown op>";
+    return error(where + ": " + message);
+  }
+  std::vector<reference::Tensor> results;
+  for (const Buffer &b : outputs)
+    results.push_back(toTensor(b.shape, b.dtype, b.data));
+  return results;
+}
