@@ -11,8 +11,10 @@ packages=(
   # Runtime dependencies: oneDNN (GEMM), OpenMPI (collectives),
   # Random123 (counter-based Philox RNG, header-only).
   libdnnl-dev libopenmpi-dev openmpi-bin librandom123-dev
-  # Unit tests; PyTorch as the reference the training tests compare with.
-  libgtest-dev libgmock-dev python3-torch
+  # Unit tests; PyTorch as the reference the training tests compare with,
+  # and OpenBLAS as its BLAS (Debian's torch otherwise falls back to the
+  # netlib reference BLAS, ~3 GFLOP/s: no fair peer for bench/).
+  libgtest-dev libgmock-dev python3-torch libopenblas0-pthread
 )
 
 missing=()

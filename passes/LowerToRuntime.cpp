@@ -266,17 +266,21 @@ LogicalResult Lowering::lowerMatmulGrad(MatmulGradOp op) {
   int64_t k = transA ? a[ra - 2] : a[ra - 1];
   int64_t batch = numel(dy) / (m * n);
   int64_t batchA = numel(A) / (m * k), batchB = numel(B) / (k * n);
-  Value dA = ptr(op.getLhsGrad()), dB = ptr(op.getRhsGrad());
+  // A gradient nobody reads (e.g. of the input batch) is not computed.
+  bool needA = !op.getLhsGrad().use_empty(), needB = !op.getRhsGrad().use_empty();
+  Value dA = needA ? ptr(op.getLhsGrad()) : Value();
+  Value dB = needB ? ptr(op.getRhsGrad()) : Value();
   if (rb == 2 && !transA) {
     // Rows of every batch together: dA = dy @ op(B)^T, dB = A^T @ dy summed
     // over the batch by the GEMM itself.
     int64_t rows = batchA * m;
-    gemm(1, rows, k, n, ptr(dy), 0, false, ptr(B), 0, !transB, dA, Value(),
-         STRATA_RT_ACT_NONE);
-    if (!transB)
+    if (needA)
+      gemm(1, rows, k, n, ptr(dy), 0, false, ptr(B), 0, !transB, dA, Value(),
+           STRATA_RT_ACT_NONE);
+    if (needB && !transB)
       gemm(1, k, n, rows, ptr(A), 0, true, ptr(dy), 0, false, dB, Value(),
            STRATA_RT_ACT_NONE);
-    else
+    else if (needB)
       gemm(1, n, k, rows, ptr(dy), 0, true, ptr(A), 0, false, dB, Value(),
            STRATA_RT_ACT_NONE);
     return success();
@@ -288,16 +292,16 @@ LogicalResult Lowering::lowerMatmulGrad(MatmulGradOp op) {
                            "which the CPU runtime does not support");
   int64_t sa = batch == 1 ? 0 : m * k, sb = batch == 1 ? 0 : k * n,
           sy = batch == 1 ? 0 : m * n;
-  if (!transA)
+  if (needA && !transA)
     gemm(batch, m, k, n, ptr(dy), sy, false, ptr(B), sb, !transB, dA, Value(),
          STRATA_RT_ACT_NONE);
-  else
+  else if (needA)
     gemm(batch, k, m, n, ptr(B), sb, transB, ptr(dy), sy, true, dA, Value(),
          STRATA_RT_ACT_NONE);
-  if (!transB)
+  if (needB && !transB)
     gemm(batch, k, n, m, ptr(A), sa, !transA, ptr(dy), sy, false, dB, Value(),
          STRATA_RT_ACT_NONE);
-  else
+  else if (needB)
     gemm(batch, n, k, m, ptr(dy), sy, true, ptr(A), sa, transA, dB, Value(),
          STRATA_RT_ACT_NONE);
   return success();
@@ -686,8 +690,9 @@ LogicalResult Lowering::lower(Operation *op) {
                 ptr(aux), ptr(aux), ptr(dz), i64(numel(dz))});
           dzPtr = ptr(aux);
         }
-        gemm(1, rows, k, n, dzPtr, 0, false, ptr(w), 0, true,
-             ptr(o.getInputGrad()), Value(), STRATA_RT_ACT_NONE);
+        if (!o.getInputGrad().use_empty())
+          gemm(1, rows, k, n, dzPtr, 0, false, ptr(w), 0, true,
+               ptr(o.getInputGrad()), Value(), STRATA_RT_ACT_NONE);
         gemm(1, k, n, rows, ptr(x), 0, true, dzPtr, 0, false,
              ptr(o.getWeightGrad()), Value(), STRATA_RT_ACT_NONE);
         reduceTo(ptr(o.getBiasGrad()), dzPtr, {rows, n}, {0, 1}, 1.0);

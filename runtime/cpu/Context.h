@@ -30,7 +30,7 @@ struct StrataRtContext {
 
   std::string error;
   int64_t errorSite = -1;
-  std::vector<float> scratch;
+  std::vector<float> scratch, gemmScratch_;
   std::unique_ptr<strata::cpu::GemmCache> gemm;
 
   StrataRtContext();
@@ -42,6 +42,12 @@ struct StrataRtContext {
       error = std::move(message);
       errorSite = site;
     }
+  }
+  /// Scratch of the GEMM (operand transposes).
+  float *gemmScratch(int64_t n) {
+    if (int64_t(gemmScratch_.size()) < n)
+      gemmScratch_.resize(n);
+    return gemmScratch_.data();
   }
   /// Scratch of at least `n` floats, kept across calls.
   float *scratchFloats(int64_t n) {

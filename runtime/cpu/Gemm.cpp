@@ -11,6 +11,7 @@
 
 #include <oneapi/dnnl/dnnl.hpp>
 
+#include <algorithm>
 #include <map>
 #include <tuple>
 
@@ -42,6 +43,26 @@ extern "C" void strata_rt_gemm(StrataRtContext *ctx, int64_t site,
                                int64_t bBatchStride, int64_t transB, float *c,
                                const float *bias, int64_t act,
                                int64_t accumulate) {
+  // oneDNN's GEMM is about twice slower with a transposed source (the
+  // weight-gradient products X^T dY) than a blocked transpose into scratch
+  // followed by the plain product.
+  if (transA && !accumulate) {
+    int64_t count = aBatchStride ? batch : 1;
+    float *t = ctx->gemmScratch(count * m * k);
+    for (int64_t bi = 0; bi < count; ++bi) {
+      const float *src = a + bi * m * k; // [k][m]
+      float *dst = t + bi * m * k;       // [m][k]
+      constexpr int64_t kBlock = 32;
+#pragma omp parallel for schedule(static) if (m * k >= (1 << 16))
+      for (int64_t i0 = 0; i0 < m; i0 += kBlock)
+        for (int64_t p0 = 0; p0 < k; p0 += kBlock)
+          for (int64_t i = i0; i < std::min(m, i0 + kBlock); ++i)
+            for (int64_t p = p0; p < std::min(k, p0 + kBlock); ++p)
+              dst[i * k + p] = src[p * m + i];
+    }
+    a = t;
+    transA = 0;
+  }
   try {
     if (!ctx->gemm)
       ctx->gemm = std::make_unique<strata::cpu::GemmCache>();

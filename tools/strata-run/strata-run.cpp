@@ -126,9 +126,10 @@ static int fail(const Twine &message) {
 /// A failure every rank meets alike (parsing or compiling the same program
 /// with the same strategy): rank 0 has printed the diagnostics; the others
 /// wait for it at a barrier, so that no abort cuts its output short.
-static int failEverywhere(const Twine &message) {
+static int failEverywhere(const Twine &message,
+                          bool diagnosticsPrinted = true) {
   if (!mpiRunning)
-    return 1; // the diagnostics are printed
+    return diagnosticsPrinted ? 1 : fail(message);
   MPI_Barrier(MPI_COMM_WORLD);
   if (worldRank != 0) {
     // Rank 0 reports and aborts the job; this rank waits to be ended.
@@ -313,7 +314,7 @@ int main(int argc, char **argv) {
   std::string error;
   auto input = mlir::openInputFile(programFile, &error);
   if (!input)
-    return fail(error);
+    return failEverywhere(error, /*diagnosticsPrinted=*/false);
   sourceMgr.AddNewSourceBuffer(std::move(input), SMLoc());
   mlir::OwningOpRef<mlir::ModuleOp> module =
       mlir::parseSourceFile<mlir::ModuleOp>(sourceMgr, &mlirContext);
@@ -388,7 +389,7 @@ int main(int argc, char **argv) {
     auto compiled = strata::CpuExecutable::compile(*module, cpuOptions);
     if (!compiled) {
       std::string message = toString(compiled.takeError());
-      return failEverywhere(message);
+      return failEverywhere(message, /*diagnosticsPrinted=*/false);
     }
     executable = std::move(*compiled);
   }
