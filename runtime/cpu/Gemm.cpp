@@ -43,6 +43,13 @@ extern "C" void strata_rt_gemm(StrataRtContext *ctx, int64_t site,
                                int64_t bBatchStride, int64_t transB, float *c,
                                const float *bias, int64_t act,
                                int64_t accumulate) {
+  // The same product for every batch (oneDNN broadcasts one side only).
+  if (batch > 1 && aBatchStride == 0 && bBatchStride == 0) {
+    for (int64_t bi = 0; bi < batch; ++bi)
+      strata_rt_gemm(ctx, site, 1, m, n, k, a, 0, transA, b, 0, transB,
+                     c + bi * m * n, bias, act, accumulate);
+    return;
+  }
   // oneDNN's GEMM is about twice slower with a transposed source (the
   // weight-gradient products X^T dY) than a blocked transpose into scratch
   // followed by the plain product.

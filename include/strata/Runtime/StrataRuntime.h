@@ -90,7 +90,8 @@ const StrataRtSymbol *strata_rt_symbols(size_t *count);
 /*===--- Kernels ----------------------------------------------------------===*/
 
 /* C[b] = act(op(A[b]) @ op(B[b]) + bias) for b < batch, A[b] at
-   a + b * aBatchStride elements (0: the same matrix for every b), op() the
+   a + b * aBatchStride elements (m * k, or 0: the same matrix for every b;
+   likewise B with k * n or 0), op() the
    transpose when trans* is set; bias (N elements) may be NULL. With
    `accumulate`, C += op(A) @ op(B) instead (no bias or activation). */
 void strata_rt_gemm(StrataRtContext *ctx, int64_t site, int64_t batch,

@@ -1,0 +1,46 @@
+// RUN: strata-opt %s -split-input-file --strata-lower-to-runtime -verify-diagnostics
+
+strata.param @w : tensor<4xf64> init <zeros>
+
+func.func @train_step() -> tensor<4xf64> {
+  %w = strata.get_param @w : tensor<4xf64>
+  // expected-error@+1 {{'strata.relu' op has a 'tensor<4xf64>' value; the CPU runtime computes in f32}}
+  %r = strata.relu %w : (tensor<4xf64>) -> tensor<4xf64>
+  return %r : tensor<4xf64>
+}
+
+// -----
+
+strata.comm_group @pp ranks [array<i64: 0, 1>]
+strata.param @w : tensor<4xf32> init <zeros>
+
+func.func @train_step() -> !strata.token {
+  %w = strata.get_param @w : tensor<4xf32>
+  %t = strata.init_token : !strata.token
+  // expected-error@+1 {{'strata.send' op cannot be lowered to the CPU runtime yet}}
+  %t1 = strata.send %w, %t {group = @pp, peer = 1} : (tensor<4xf32>, !strata.token) -> !strata.token
+  return %t1 : !strata.token
+}
+
+// -----
+
+strata.param @a : tensor<2x3x4xf32> init <zeros>
+strata.param @b : tensor<3x4x5xf32> init <zeros>
+
+func.func @train_step() -> tensor<2x3x3x5xf32> {
+  %a = strata.get_param @a : tensor<2x3x4xf32>
+  %b = strata.get_param @b : tensor<3x4x5xf32>
+  %a4 = strata.reshape %a : (tensor<2x3x4xf32>) -> tensor<2x1x3x4xf32>
+  // expected-error@+1 {{'strata.matmul' op broadcasts batch dimensions in a way the CPU runtime does not support}}
+  %c = strata.matmul %a4, %b : (tensor<2x1x3x4xf32>, tensor<3x4x5xf32>) -> tensor<2x3x3x5xf32>
+  return %c : tensor<2x3x3x5xf32>
+}
+
+// -----
+
+// expected-error@+1 {{no @train_step function to lower}}
+module {
+  func.func @step() {
+    return
+  }
+}

@@ -1,0 +1,80 @@
+// RUN: strata-opt %s --strata-lower-to-runtime | FileCheck %s
+
+// The step becomes strata_step(ctx, arena, persistent, inputs, outputs):
+// one runtime call per op, intermediate values at their planned arena
+// offsets, parameters and state through the persistent table.
+
+// CHECK: module attributes {strata.rt.arena_bytes = 320 : i64, strata.rt.persistent = ["w", "b", "v"], strata.rt.sites = ["{{.*}}lower-to-runtime.mlir:{{[0-9]+}}:{{[0-9]+}}: strata.get_param",
+// CHECK-DAG: llvm.mlir.global internal constant @{{.*}}(dense<[3, 2, 1, 3, 0]> : tensor<5xi64>)
+// CHECK-DAG: llvm.mlir.global internal constant @{{.*}}(dense<[3, 2, 1, 0]> : tensor<4xi64>)
+// CHECK-DAG: llvm.func @strata_rt_gemm(!llvm.ptr, i64, i64, i64, i64, i64, !llvm.ptr, i64, i64, !llvm.ptr, i64, i64, !llvm.ptr, !llvm.ptr, i64, i64)
+// CHECK-LABEL: llvm.func @strata_step(
+// CHECK-SAME: %[[CTX:[a-z0-9]+]]: !llvm.ptr, %[[ARENA:[a-z0-9]+]]: !llvm.ptr, %[[RES:[a-z0-9]+]]: !llvm.ptr, %[[IN:[a-z0-9]+]]: !llvm.ptr, %[[OUT:[a-z0-9]+]]: !llvm.ptr)
+// CHECK: %[[XS:.*]] = llvm.getelementptr %[[IN]][0]
+// CHECK: %[[X:.*]] = llvm.load %[[XS]]
+// CHECK: %[[LS:.*]] = llvm.getelementptr %[[IN]][1]
+// CHECK: %[[LABELS:.*]] = llvm.load %[[LS]]
+// CHECK: %[[WS:.*]] = llvm.getelementptr %[[RES]][0]
+// CHECK: %[[W:.*]] = llvm.load %[[WS]]
+// CHECK: %[[BS:.*]] = llvm.getelementptr %[[RES]][1]
+// CHECK: %[[B:.*]] = llvm.load %[[BS]]
+// The fused GEMM is one call with the bias and the ReLU epilogue (act 1).
+// Arguments: site 2, batch 1, M 2, N 3, K 4, no batch strides or
+// transposes, activation 1 (ReLU), no accumulation.
+// CHECK: %[[Y:.*]] = llvm.getelementptr %[[ARENA]][0]
+// CHECK-NEXT: llvm.mlir.constant(2 : i64)
+// CHECK-NEXT: llvm.mlir.constant(1 : i64)
+// CHECK-NEXT: llvm.mlir.constant(2 : i64)
+// CHECK-NEXT: llvm.mlir.constant(3 : i64)
+// CHECK-NEXT: llvm.mlir.constant(4 : i64)
+// CHECK-COUNT-4: llvm.mlir.constant(0 : i64)
+// CHECK-NEXT: %[[RELU:.*]] = llvm.mlir.constant(1 : i64)
+// CHECK-NEXT: llvm.mlir.constant(0 : i64)
+// CHECK: llvm.call @strata_rt_gemm(%[[CTX]], {{.*}}, %[[X]], {{.*}}, %[[W]], {{.*}}, %[[Y]], %[[B]], %[[RELU]], {{.*}})
+// CHECK: %[[T:.*]] = llvm.getelementptr %[[ARENA]][64]
+// CHECK: llvm.call @strata_rt_strided_copy(%[[CTX]], {{.*}}, %[[T]], %[[Y]],
+// CHECK: llvm.call @strata_rt_reduce(%[[CTX]], {{.*}}, %[[T]],
+// CHECK: llvm.call @strata_rt_cross_entropy(%[[CTX]], {{.*}}, %[[Y]], %[[LABELS]],
+// CHECK: llvm.call @strata_rt_fill(
+// The momentum update is the last reader of @w and @v: it writes them in
+// place (new param -> @w's buffer, new velocity -> @v's).
+// CHECK: %[[VS:.*]] = llvm.getelementptr %[[RES]][2]
+// CHECK: %[[V:.*]] = llvm.load %[[VS]]
+// CHECK: %[[NWS:.*]] = llvm.getelementptr %[[RES]][0]
+// CHECK: %[[NW:.*]] = llvm.load %[[NWS]]
+// CHECK: %[[NVS:.*]] = llvm.getelementptr %[[RES]][2]
+// CHECK: %[[NV:.*]] = llvm.load %[[NVS]]
+// CHECK: llvm.call @strata_rt_momentum(%[[CTX]], %{{.*}}, %[[NW]], %[[NV]], %[[W]], %[[W]], %[[V]],
+// CHECK: llvm.call @strata_rt_binary(
+// @b is read by the add: its new value is copied when the step ends, and
+// the loss goes to the first output.
+// CHECK: %[[BS2:.*]] = llvm.getelementptr %[[RES]][1]
+// CHECK: %[[B2:.*]] = llvm.load %[[BS2]]
+// CHECK: llvm.call @strata_rt_copy(%[[CTX]], %{{.*}}, %[[B2]],
+// CHECK: %[[OS:.*]] = llvm.getelementptr %[[OUT]][0]
+// CHECK: %[[O:.*]] = llvm.load %[[OS]]
+// CHECK: llvm.call @strata_rt_copy(%[[CTX]], %{{.*}}, %[[O]],
+// CHECK: llvm.return
+// No Strata op is left.
+// CHECK-NOT: strata.
+
+strata.param @w : tensor<4x3xf32> init <normal, 1.0>
+strata.param @b : tensor<3xf32> init <zeros>
+strata.state @v : tensor<4x3xf32> init <zeros> of @w
+
+func.func @train_step(%x: tensor<2x4xf32>, %labels: tensor<2xi32>) -> tensor<f32> {
+  %w = strata.get_param @w : tensor<4x3xf32>
+  %b = strata.get_param @b : tensor<3xf32>
+  %y = strata.fused_gemm_epilogue %x, %w, %b {activation = #strata.activation<relu>} : (tensor<2x4xf32>, tensor<4x3xf32>, tensor<3xf32>) -> tensor<2x3xf32>
+  %t = strata.transpose %y {permutation = array<i64: 1, 0>} : (tensor<2x3xf32>) -> tensor<3x2xf32>
+  %s = strata.reduce_sum %t {dims = array<i64: 1>} : (tensor<3x2xf32>) -> tensor<3xf32>
+  %l = strata.cross_entropy %y, %labels : (tensor<2x3xf32>, tensor<2xi32>) -> tensor<f32>
+  %lr = arith.constant dense<0.5> : tensor<f32>
+  %v = strata.get_state @v : tensor<4x3xf32>
+  %nw, %nv = strata.momentum_update %w, %w, %v, %lr : (tensor<4x3xf32>, tensor<4x3xf32>, tensor<4x3xf32>, tensor<f32>) -> (tensor<4x3xf32>, tensor<4x3xf32>)
+  strata.assign @w, %nw : tensor<4x3xf32>
+  strata.assign @v, %nv : tensor<4x3xf32>
+  %nb = strata.add %b, %s : (tensor<3xf32>, tensor<3xf32>) -> tensor<3xf32>
+  strata.assign @b, %nb : tensor<3xf32>
+  return %l : tensor<f32>
+}

@@ -1,0 +1,244 @@
+//===- RuntimeTest.cpp - Kernels of the CPU runtime -----------------------===//
+//
+// Each kernel against a direct loop: the GEMM in every transpose, batch and
+// epilogue form, broadcasting, reductions, strided copies, dropout against
+// the RNG's mask, and the failures a kernel records instead of aborting.
+//
+//===----------------------------------------------------------------------===//
+
+#include "strata/Runtime/StrataRuntime.h"
+
+#include "../../runtime/common/StrataRandom.h"
+
+#include "gtest/gtest.h"
+
+#include <cmath>
+#include <cstring>
+#include <string>
+#include <vector>
+
+namespace {
+
+struct Context {
+  StrataRtContext *ctx;
+  explicit Context(int64_t threads = 1, int64_t shard = 0)
+      : ctx(strata_rt_create(/*seed=*/7, /*rank=*/0, shard, threads)) {}
+  ~Context() { strata_rt_destroy(ctx); }
+  operator StrataRtContext *() { return ctx; }
+};
+
+std::vector<float> iota(int64_t n, float scale = 0.01f, float offset = 0) {
+  std::vector<float> v(n);
+  for (int64_t i = 0; i < n; ++i)
+    v[i] = offset + scale * float((i * 37) % 101 - 50);
+  return v;
+}
+
+/// C = op(A) @ op(B) by the definition, batch b of A at b*m*k (or 0).
+std::vector<float> naiveGemm(int64_t batch, int64_t m, int64_t n, int64_t k,
+                             const std::vector<float> &a, bool aBatched,
+                             bool transA, const std::vector<float> &b,
+                             bool bBatched, bool transB) {
+  std::vector<float> c(batch * m * n);
+  for (int64_t bi = 0; bi < batch; ++bi) {
+    const float *pa = a.data() + (aBatched ? bi * m * k : 0);
+    const float *pb = b.data() + (bBatched ? bi * k * n : 0);
+    for (int64_t i = 0; i < m; ++i)
+      for (int64_t j = 0; j < n; ++j) {
+        double s = 0;
+        for (int64_t p = 0; p < k; ++p)
+          s += double(transA ? pa[p * m + i] : pa[i * k + p]) *
+               double(transB ? pb[j * k + p] : pb[p * n + j]);
+        c[bi * m * n + i * n + j] = float(s);
+      }
+  }
+  return c;
+}
+
+void expectNear(const std::vector<float> &got, const std::vector<float> &want,
+                float tol) {
+  ASSERT_EQ(got.size(), want.size());
+  for (size_t i = 0; i < got.size(); ++i)
+    ASSERT_NEAR(got[i], want[i], tol * (1 + std::fabs(want[i]))) << "at " << i;
+}
+
+TEST(RuntimeTest, GemmTransposesAndBatches) {
+  Context ctx;
+  const int64_t m = 5, n = 7, k = 3;
+  for (int64_t batch : {1, 3})
+    for (bool aBatched : {false, true})
+      for (bool bBatched : {false, true})
+        for (bool transA : {false, true})
+          for (bool transB : {false, true}) {
+            if (batch == 1 && (aBatched || bBatched))
+              continue; // (the same as unbatched)
+            auto a = iota((aBatched ? batch : 1) * m * k);
+            auto b = iota((bBatched ? batch : 1) * k * n, 0.02f, 0.1f);
+            std::vector<float> c(batch * m * n, -1.0f);
+            strata_rt_gemm(ctx, 0, batch, m, n, k, a.data(),
+                           aBatched ? m * k : 0, transA, b.data(),
+                           bBatched ? k * n : 0, transB, c.data(), nullptr,
+                           STRATA_RT_ACT_NONE, 0);
+            SCOPED_TRACE(::testing::Message()
+                         << "batch " << batch << " aBatched " << aBatched
+                         << " bBatched " << bBatched << " transA " << transA
+                         << " transB " << transB);
+            expectNear(c,
+                       naiveGemm(batch, m, n, k, a, aBatched, transA, b,
+                                 bBatched, transB),
+                       1e-5f);
+          }
+  EXPECT_EQ(strata_rt_error(ctx, nullptr), nullptr);
+}
+
+TEST(RuntimeTest, GemmEpilogues) {
+  Context ctx;
+  const int64_t m = 4, n = 6, k = 5;
+  auto a = iota(m * k), b = iota(k * n, 0.03f), bias = iota(n, 0.1f);
+  auto plain = naiveGemm(1, m, n, k, a, false, false, b, false, false);
+  for (int64_t act : {STRATA_RT_ACT_NONE, STRATA_RT_ACT_RELU,
+                      STRATA_RT_ACT_GELU_TANH, STRATA_RT_ACT_GELU_ERF}) {
+    std::vector<float> c(m * n), want(m * n), pre(m * n);
+    for (int64_t i = 0; i < m * n; ++i)
+      pre[i] = plain[i] + bias[i % n];
+    // The epilogue equals the unary kernel applied to matmul + bias.
+    strata_rt_unary(ctx, 0, act, want.data(), pre.data(), m * n, 0.0);
+    strata_rt_gemm(ctx, 0, 1, m, n, k, a.data(), 0, 0, b.data(), 0, 0,
+                   c.data(), bias.data(), act, 0);
+    SCOPED_TRACE(act);
+    expectNear(c, want, 1e-5f);
+  }
+  // Accumulation adds the product to the output.
+  std::vector<float> c(m * n, 1.0f);
+  strata_rt_gemm(ctx, 0, 1, m, n, k, a.data(), 0, 0, b.data(), 0, 0, c.data(),
+                 nullptr, STRATA_RT_ACT_NONE, 1);
+  for (int64_t i = 0; i < m * n; ++i)
+    EXPECT_NEAR(c[i], plain[i] + 1.0f, 1e-5f);
+}
+
+TEST(RuntimeTest, BinaryBroadcasts) {
+  Context ctx;
+  // [2,3,4] - [3,1]: strides of b over the output are {0, 1, 0}.
+  auto a = iota(24), b = iota(3, 0.5f);
+  std::vector<float> out(24);
+  int64_t desc[] = {2, 3, 4, 12, 4, 1, 0, 1, 0};
+  strata_rt_binary(ctx, 0, STRATA_RT_SUB, STRATA_RT_F32, out.data(), a.data(),
+                   b.data(), 3, desc);
+  for (int64_t i = 0; i < 2; ++i)
+    for (int64_t j = 0; j < 3; ++j)
+      for (int64_t l = 0; l < 4; ++l)
+        EXPECT_EQ(out[i * 12 + j * 4 + l], a[i * 12 + j * 4 + l] - b[j]);
+  // int64 step counters add.
+  int64_t x = 41, one = 1, r = 0;
+  int64_t scalar[] = {0};
+  strata_rt_binary(ctx, 0, STRATA_RT_ADD, STRATA_RT_I64, &r, &x, &one, 0,
+                   scalar);
+  EXPECT_EQ(r, 42);
+}
+
+TEST(RuntimeTest, ReduceAndStridedCopy) {
+  Context ctx;
+  auto x = iota(24);
+  // Sum [2,3,4] over dims 0 and 2 -> [3], scaled (a mean).
+  std::vector<float> out(3);
+  int64_t desc[] = {2, 3, 4, 0, 1, 0};
+  strata_rt_reduce(ctx, 0, out.data(), x.data(), 3, desc, 1.0 / 8);
+  for (int64_t j = 0; j < 3; ++j) {
+    double s = 0;
+    for (int64_t i = 0; i < 2; ++i)
+      for (int64_t l = 0; l < 4; ++l)
+        s += x[i * 12 + j * 4 + l];
+    EXPECT_NEAR(out[j], s / 8, 1e-6);
+  }
+  // Transpose [2,3,4] by (2,0,1): output [4,2,3], input strides {1,12,4}.
+  std::vector<float> t(24);
+  int64_t tdesc[] = {4, 2, 3, 1, 12, 4, 0};
+  strata_rt_strided_copy(ctx, 0, 4, t.data(), x.data(), 3, tdesc);
+  for (int64_t l = 0; l < 4; ++l)
+    for (int64_t i = 0; i < 2; ++i)
+      for (int64_t j = 0; j < 3; ++j)
+        EXPECT_EQ(t[l * 6 + i * 3 + j], x[i * 12 + j * 4 + l]);
+  // Slice rows 1..2 of [3,4] (base offset 4).
+  std::vector<float> s(8);
+  int64_t sdesc[] = {2, 4, 4, 1, 4};
+  strata_rt_strided_copy(ctx, 0, 4, s.data(), x.data(), 2, sdesc);
+  for (int64_t i = 0; i < 8; ++i)
+    EXPECT_EQ(s[i], x[4 + i]);
+}
+
+TEST(RuntimeTest, DropoutUsesTheGlobalMask) {
+  // Shard 1 of 2, micro-batch 1 of 2: elements start at (1*2+1)*n.
+  Context ctx(/*threads=*/2, /*shard=*/1);
+  const int64_t n = 1000;
+  auto x = iota(n, 0.01f, 1.0f);
+  std::vector<float> y(n), r(n, 0.5f), yr(n);
+  strata_rt_dropout(ctx, 0, y.data(), x.data(), nullptr, n, /*key=*/9, 2, 1,
+                    0.25);
+  strata_rt_dropout(ctx, 0, yr.data(), x.data(), r.data(), n, 9, 2, 1, 0.25);
+  int64_t kept = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    bool keep = strata::rng::dropoutKeep(7, 9, 3 * n + i, 0.25);
+    kept += keep;
+    EXPECT_EQ(y[i], keep ? x[i] * (1.0f / 0.75f) : 0.0f);
+    EXPECT_EQ(yr[i], y[i] + 0.5f);
+  }
+  EXPECT_NEAR(double(kept) / n, 0.75, 0.05);
+}
+
+TEST(RuntimeTest, ResultsDoNotDependOnThreads) {
+  const int64_t rows = 300, n = 256;
+  auto x = iota(rows * n), g = iota(n, 0.1f, 1.0f), dy = iota(rows * n, 0.3f);
+  std::vector<float> out[2];
+  for (int threads : {1, 2}) {
+    Context ctx(threads);
+    std::vector<float> dx(rows * n), dg(n), db(n), norm(1);
+    strata_rt_layer_norm_grad(ctx, 0, dx.data(), dg.data(), db.data(),
+                              x.data(), g.data(), dy.data(), rows, n, 1e-5);
+    const float *tensors[] = {dx.data(), dg.data()};
+    int64_t sizes[] = {rows * n, n};
+    strata_rt_global_norm(ctx, 0, norm.data(), 2, tensors, sizes);
+    out[threads - 1] = dx;
+    out[threads - 1].insert(out[threads - 1].end(), dg.begin(), dg.end());
+    out[threads - 1].push_back(norm[0]);
+  }
+  EXPECT_EQ(std::memcmp(out[0].data(), out[1].data(),
+                        out[0].size() * sizeof(float)),
+            0);
+}
+
+TEST(RuntimeTest, FailuresAreRecordedWithTheirSite) {
+  Context ctx;
+  float table[4 * 2] = {0}, out[3 * 2];
+  int32_t ids[] = {0, 7, 1};
+  EXPECT_EQ(strata_rt_error(ctx, nullptr), nullptr);
+  strata_rt_embedding(ctx, /*site=*/12, out, table, ids, STRATA_RT_I32, 3, 4,
+                      2);
+  int64_t site = -1;
+  const char *message = strata_rt_error(ctx, &site);
+  ASSERT_NE(message, nullptr);
+  EXPECT_EQ(std::string(message), "id 7 outside [0, 4)");
+  EXPECT_EQ(site, 12);
+  strata_rt_clear_error(ctx);
+  EXPECT_EQ(strata_rt_error(ctx, nullptr), nullptr);
+  // A collective without the host's all-reduce.
+  float data[2] = {1, 2};
+  int64_t group[] = {1, 2, 0, 1};
+  strata_rt_all_reduce(ctx, 3, STRATA_RT_F32, data, data, 2, 0, group);
+  message = strata_rt_error(ctx, &site);
+  ASSERT_NE(message, nullptr);
+  EXPECT_EQ(site, 3);
+}
+
+TEST(RuntimeTest, SymbolsNameEveryKernel) {
+  size_t count = 0;
+  const StrataRtSymbol *symbols = strata_rt_symbols(&count);
+  EXPECT_EQ(count, 25u);
+  bool gemm = false;
+  for (size_t i = 0; i < count; ++i) {
+    EXPECT_NE(symbols[i].address, nullptr);
+    gemm |= std::string(symbols[i].name) == "strata_rt_gemm";
+  }
+  EXPECT_TRUE(gemm);
+}
+
+} // namespace
