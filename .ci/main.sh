@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # The main job: compile a GPT with a strategy and train it on real text
 # (the licence texts every Debian machine has) on 2 ranks, data parallel
-# over MPI. Runs on the reference backend (double precision): the compiled
-# CPU runtime is not implemented yet. About 2 minutes on 2 cores; the loss
-# falls from ln 256 = 5.5 to about 2.5 over the 600 steps.
+# over MPI, on the CPU runtime (JIT-compiled step, oneDNN). About 2.5
+# minutes on 2 cores after the build; the loss falls from ln 256 = 5.5 to
+# about 2.2 over the 600 steps.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -13,8 +13,8 @@ bin="$BUILD_DIR/bin"
 out="$BUILD_DIR/main"
 mkdir -p "$out"
 
-"$bin/strata-gen" gpt --layers 2 --hidden 48 --heads 4 --seq 24 \
-  --vocab 256 --batch 16 -o "$out/gpt.mlir"
+"$bin/strata-gen" gpt --layers 4 --hidden 128 --heads 4 --seq 64 \
+  --vocab 256 --batch 32 --dropout 0.1 -o "$out/gpt.mlir"
 "$bin/strata-opt" --strategy=examples/gpt_adamw.yaml --world-size=2 \
   --print-strategy-plan
 "$bin/strata-run" "$out/gpt.mlir" --strategy examples/gpt_adamw.yaml \

@@ -492,7 +492,8 @@ int main(int argc, char **argv) {
     if (Error err = strata::writeSafetensors(dumpBatches, batches))
       return fail(toString(std::move(err)));
 
-  int64_t planned = strata::planMemory(step).peakBytes();
+  strata::MemoryPlan memoryPlan = strata::planMemory(step);
+  int64_t planned = memoryPlan.peakBytes();
   int64_t measured = peakRssBytes();
   std::vector<int64_t> allPlanned(worldSize, planned),
       allMeasured(worldSize, measured);
@@ -521,6 +522,7 @@ int main(int argc, char **argv) {
         // the CPU backend allocates exactly it (plus kernel scratch, below),
         // the reference backend computes in doubles outside it.
         {"planned_peak_bytes", json::Array(allPlanned)},
+        {"arena_bytes", memoryPlan.arenaBytes},
         {"scratch_bytes", executable ? executable->scratchBytes() : 0},
         {"threads", effectiveThreads},
         {"measured_peak_bytes", json::Array(allMeasured)},
