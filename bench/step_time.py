@@ -36,9 +36,14 @@ MODELS = {
 }
 
 
+# strata-run gets the environment as it was, not the PyTorch pinning below
+# (it sets its own threads with --cpu-threads).
+STRATA_ENV = dict(os.environ)
+
+
 def run(cmd, **kw):
     return subprocess.run(cmd, check=True, capture_output=True, text=True,
-                          **kw).stdout
+                          env=STRATA_ENV, **kw).stdout
 
 
 def gemm_rate(torch):
@@ -114,6 +119,8 @@ def main():
     # Pin PyTorch's intra-op threads and its BLAS before importing it.
     os.environ["OPENBLAS_NUM_THREADS"] = str(args.threads)
     os.environ["OMP_NUM_THREADS"] = str(args.threads)
+    # Idle OpenMP workers must not spin against OpenBLAS's own threads.
+    os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
     import torch
     import compare_torch as compare
     torch.set_num_threads(args.threads)

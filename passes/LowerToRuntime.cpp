@@ -88,8 +88,8 @@ int64_t geluCode(GeluApproximation a) {
 
 class Lowering {
 public:
-  Lowering(ModuleOp module, func::FuncOp step, int64_t alignment)
-      : module(module), step(step), b(module.getContext()),
+  Lowering(ModuleOp module, func::FuncOp step, int64_t alignment, bool trace)
+      : module(module), step(step), trace(trace), b(module.getContext()),
         ptrType(LLVM::LLVMPointerType::get(module.getContext())),
         i64Type(IntegerType::get(module.getContext(), 64)),
         f64Type(Float64Type::get(module.getContext())),
@@ -217,6 +217,7 @@ private:
 
   ModuleOp module;
   func::FuncOp step;
+  bool trace;
   OpBuilder b;
   Location loc = UnknownLoc::get(module.getContext());
   Type ptrType, i64Type, f64Type;
@@ -226,7 +227,7 @@ private:
   std::map<std::vector<int64_t>, std::string> descriptors;
   llvm::StringMap<int64_t> persistentIndex;
   SmallVector<Attribute> persistentNames;
-  SmallVector<Attribute> sites;
+  SmallVector<Attribute> sites, siteRoles;
   int64_t currentSite = 0;
   int64_t microBatches = 1;
 };
@@ -808,6 +809,9 @@ LogicalResult Lowering::run() {
          << file.getColumn() << ": ";
     os << op.getName().getStringRef();
     sites.push_back(StringAttr::get(ctx, where));
+    std::optional<Role> role = getRole(&op);
+    siteRoles.push_back(StringAttr::get(
+        ctx, role ? stringifyRole(*role) : StringRef()));
 
     if (auto get = dyn_cast<GetParamOp>(op)) {
       pointers[get] = loadPointer(persistent, persistentIndex[get.getName()]);
@@ -851,14 +855,19 @@ LogicalResult Lowering::run() {
       LLVM::ReturnOp::create(b, loc, ValueRange());
       break;
     }
+    if (trace && !isa<InitTokenOp>(op))
+      call("strata_rt_trace_begin", {context, site()});
     if (failed(lower(&op)))
       return failure();
+    if (trace && !isa<InitTokenOp>(op))
+      call("strata_rt_trace_end", {context, site()});
   }
 
   // The host reads the layout from these attributes.
   module->setAttr("strata.rt.persistent", ArrayAttr::get(ctx, persistentNames));
   module->setAttr("strata.rt.arena_bytes", b.getI64IntegerAttr(plan.arenaBytes));
   module->setAttr("strata.rt.sites", ArrayAttr::get(ctx, sites));
+  module->setAttr("strata.rt.site_roles", ArrayAttr::get(ctx, siteRoles));
   if (auto shards =
           step->getAttrOfType<IntegerAttr>(StrataDialect::kShardsAttrName))
     module->setAttr("strata.rt.shards", shards);
@@ -886,7 +895,7 @@ struct LowerToRuntimePass
                                << " can be lowered to the runtime";
         return signalPassFailure();
       }
-    Lowering lowering(module, step, alignment);
+    Lowering lowering(module, step, alignment, trace);
     if (failed(lowering.run()))
       return signalPassFailure();
     // What remains of the Strata program: declarations the host has read.

@@ -285,8 +285,11 @@ def StrataLowerToRuntime : Pass<"strata-lower-to-runtime", "mlir::ModuleOp"> {
     constants. An update (SGD ... LARS) whose parameter or state is not read
     after it writes its result into the resident buffer directly; any other
     `strata.assign` is a copy when the step ends. The module also gets
-    `strata.rt.arena_bytes` and `strata.rt.sites` (the location of each
-    call site, by which the runtime names a failing op).
+    `strata.rt.arena_bytes`, `strata.rt.sites` (the location and op of each
+    call site, by which the runtime names a failing op) and
+    `strata.rt.site_roles` (each site's `strata.role`, for traces). With
+    `trace=true` every op's calls are bracketed by `strata_rt_trace_begin`
+    and `strata_rt_trace_end`.
 
     The result is ready for `mlir-translate --mlir-to-llvmir`, the JIT of
     `strata-run --backend cpu`, or `strata-run --emit=obj`. Values must be
@@ -295,7 +298,10 @@ def StrataLowerToRuntime : Pass<"strata-lower-to-runtime", "mlir::ModuleOp"> {
   }];
   let options = [
     Option<"alignment", "alignment", "int64_t", "64",
-           "Alignment of every arena buffer, in bytes">
+           "Alignment of every arena buffer, in bytes">,
+    Option<"trace", "trace", "bool", "false",
+           "Call strata_rt_trace_begin/end around every op (strata-run "
+           "--trace)">
   ];
   let dependentDialects = ["::strata::StrataDialect",
                            "::mlir::LLVM::LLVMDialect"];

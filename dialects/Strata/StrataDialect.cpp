@@ -110,7 +110,8 @@ LogicalResult StrataDialect::verifyOperationAttribute(Operation *op,
       return op->emitOpError() << "'" << name << "' belongs on a module";
     if (name == "strata.rt.arena_bytes" || name == "strata.rt.shards")
       return success(isa<IntegerAttr>(attr.getValue()));
-    if (name == "strata.rt.persistent" || name == "strata.rt.sites")
+    if (name == "strata.rt.persistent" || name == "strata.rt.sites" ||
+        name == "strata.rt.site_roles")
       return success(isa<ArrayAttr>(attr.getValue()));
   }
   return op->emitOpError() << "unknown Strata attribute '" << name << "'";

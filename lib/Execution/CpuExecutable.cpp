@@ -31,14 +31,16 @@ llvm::Error error(const llvm::Twine &message) {
 }
 
 /// Lowers a clone of `module`; the clone holds the LLVM-dialect step.
-FailureOr<OwningOpRef<ModuleOp>> lowerClone(ModuleOp module) {
+FailureOr<OwningOpRef<ModuleOp>> lowerClone(ModuleOp module, bool trace) {
   DialectRegistry registry;
   registerBuiltinDialectTranslation(registry);
   registerLLVMDialectTranslation(registry);
   module->getContext()->appendDialectRegistry(registry);
   OwningOpRef<ModuleOp> lowered = module.clone();
   PassManager pm(module->getContext());
-  pm.addPass(createStrataLowerToRuntime());
+  StrataLowerToRuntimeOptions options;
+  options.trace = trace;
+  pm.addPass(createStrataLowerToRuntime(options));
   if (failed(pm.run(*lowered)))
     return failure();
   return lowered;
@@ -55,7 +57,7 @@ void initNativeTarget() {
 
 /// The module attributes the lowering sets, removed before translation.
 struct Layout {
-  std::vector<std::string> persistent, sites;
+  std::vector<std::string> persistent, sites, siteRoles;
   int64_t arenaBytes = 0, shards = 1;
 };
 
@@ -66,11 +68,15 @@ Layout takeLayout(ModuleOp lowered) {
     layout.persistent.push_back(cast<StringAttr>(a).str());
   for (Attribute a : lowered->getAttrOfType<ArrayAttr>("strata.rt.sites"))
     layout.sites.push_back(cast<StringAttr>(a).str());
+  for (Attribute a :
+       lowered->getAttrOfType<ArrayAttr>("strata.rt.site_roles"))
+    layout.siteRoles.push_back(cast<StringAttr>(a).str());
   layout.arenaBytes =
       lowered->getAttrOfType<IntegerAttr>("strata.rt.arena_bytes").getInt();
   if (auto shards = lowered->getAttrOfType<IntegerAttr>("strata.rt.shards"))
     layout.shards = shards.getInt();
   for (StringRef name : {"strata.rt.persistent", "strata.rt.sites",
+                         "strata.rt.site_roles",
                          "strata.rt.arena_bytes", "strata.rt.shards"})
     lowered->removeAttr(name);
   return layout;
@@ -109,13 +115,14 @@ CpuExecutable::compile(ModuleOp module, const CpuOptions &options) {
   auto step = module.lookupSymbol<func::FuncOp>(kStepFunctionName);
   if (!step)
     return error("the program has no @" + kStepFunctionName + " function");
-  auto lowered = lowerClone(module);
+  auto lowered = lowerClone(module, options.trace);
   if (failed(lowered))
     return error("cannot lower the program to the CPU runtime");
   Layout layout = takeLayout(**lowered);
 
   std::unique_ptr<CpuExecutable> exe(new CpuExecutable);
   exe->sites = layout.sites;
+  exe->siteRoles = layout.siteRoles;
   exe->arenaSize = layout.arenaBytes;
   exe->arena =
       std::aligned_alloc(64, (std::max<int64_t>(layout.arenaBytes, 1) + 63) / 64 * 64);
@@ -159,6 +166,7 @@ CpuExecutable::compile(ModuleOp module, const CpuOptions &options) {
   exe->context = strata_rt_create(options.seed, options.rank,
                                   options.rank % layout.shards,
                                   options.threads);
+  strata_rt_enable_trace(exe->context, options.trace);
   if (options.allReduce)
     strata_rt_set_all_reduce(exe->context, options.allReduce,
                              options.allReduceUser);
@@ -166,7 +174,7 @@ CpuExecutable::compile(ModuleOp module, const CpuOptions &options) {
 }
 
 llvm::Error CpuExecutable::emitObject(ModuleOp module, llvm::StringRef path) {
-  auto lowered = lowerClone(module);
+  auto lowered = lowerClone(module, /*trace=*/false);
   if (failed(lowered))
     return error("cannot lower the program to the CPU runtime");
   takeLayout(**lowered);
@@ -234,6 +242,23 @@ void CpuExecutable::getState(llvm::StringMap<reference::Tensor> &state) const {
   for (const Buffer &b : persistent)
     state[b.name] = toTensor(b.shape, b.dtype, b.data);
 }
+
+std::vector<TraceEvent> CpuExecutable::takeTrace() {
+  size_t count = 0;
+  const StrataRtTraceEvent *events = strata_rt_take_trace(context, &count);
+  std::vector<TraceEvent> result;
+  result.reserve(count);
+  for (size_t i = 0; i < count; ++i) {
+    int64_t site = events[i].site;
+    bool known = site >= 0 && site < int64_t(sites.size());
+    result.push_back({known ? sites[site] : "<unknown op>",
+                      known ? siteRoles[site] : "", events[i].begin,
+                      events[i].end});
+  }
+  return result;
+}
+
+double CpuExecutable::nowUs() const { return strata_rt_now_us(context); }
 
 int64_t CpuExecutable::scratchBytes() const {
   return strata_rt_scratch_bytes(context);

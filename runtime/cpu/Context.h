@@ -11,6 +11,7 @@
 
 #include "strata/Runtime/StrataRuntime.h"
 
+#include <chrono>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -27,6 +28,11 @@ struct StrataRtContext {
   int64_t threads = 1;
   StrataRtAllReduceFn allReduce = nullptr;
   void *allReduceUser = nullptr;
+
+  bool tracing = false;
+  std::chrono::steady_clock::time_point start = std::chrono::steady_clock::now();
+  std::vector<StrataRtTraceEvent> trace, taken;
+  double openBegin = 0;
 
   std::string error;
   int64_t errorSite = -1;

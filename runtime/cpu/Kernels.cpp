@@ -157,6 +157,34 @@ void strata_rt_clear_error(StrataRtContext *ctx) {
   ctx->errorSite = -1;
 }
 
+double strata_rt_now_us(StrataRtContext *ctx) {
+  return std::chrono::duration<double, std::micro>(
+             std::chrono::steady_clock::now() - ctx->start)
+      .count();
+}
+
+void strata_rt_enable_trace(StrataRtContext *ctx, int64_t enable) {
+  ctx->tracing = enable != 0;
+}
+
+void strata_rt_trace_begin(StrataRtContext *ctx, int64_t site) {
+  if (ctx->tracing)
+    ctx->openBegin = strata_rt_now_us(ctx);
+}
+
+void strata_rt_trace_end(StrataRtContext *ctx, int64_t site) {
+  if (ctx->tracing)
+    ctx->trace.push_back({site, ctx->openBegin, strata_rt_now_us(ctx)});
+}
+
+const StrataRtTraceEvent *strata_rt_take_trace(StrataRtContext *ctx,
+                                               size_t *count) {
+  ctx->taken.swap(ctx->trace);
+  ctx->trace.clear();
+  *count = ctx->taken.size();
+  return ctx->taken.data();
+}
+
 int64_t strata_rt_scratch_bytes(StrataRtContext *ctx) {
   return int64_t((ctx->scratch.capacity() + ctx->gemmScratch_.capacity()) *
                  sizeof(float));

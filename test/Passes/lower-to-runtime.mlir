@@ -4,7 +4,7 @@
 // one runtime call per op, intermediate values at their planned arena
 // offsets, parameters and state through the persistent table.
 
-// CHECK: module attributes {strata.rt.arena_bytes = 320 : i64, strata.rt.persistent = ["w", "b", "v"], strata.rt.sites = ["{{.*}}lower-to-runtime.mlir:{{[0-9]+}}:{{[0-9]+}}: strata.get_param",
+// CHECK: module attributes {strata.rt.arena_bytes = 320 : i64, strata.rt.persistent = ["w", "b", "v"], strata.rt.site_roles = [{{.*}}], strata.rt.sites = ["{{.*}}lower-to-runtime.mlir:{{[0-9]+}}:{{[0-9]+}}: strata.get_param",
 // CHECK-DAG: llvm.mlir.global internal constant @{{.*}}(dense<[3, 2, 1, 3, 0]> : tensor<5xi64>)
 // CHECK-DAG: llvm.mlir.global internal constant @{{.*}}(dense<[3, 2, 1, 0]> : tensor<4xi64>)
 // CHECK-DAG: llvm.func @strata_rt_gemm(!llvm.ptr, i64, i64, i64, i64, i64, !llvm.ptr, i64, i64, !llvm.ptr, i64, i64, !llvm.ptr, !llvm.ptr, i64, i64)

@@ -100,10 +100,11 @@ static cl::opt<std::string> outputFile("o", cl::desc("Output file of --emit"),
                                        cl::value_desc("file"), cl::init(""));
 static cl::opt<int64_t> nproc("nproc", cl::desc("Ranks to launch"),
                               cl::init(1));
-static cl::opt<std::string> traceFile("trace",
-                                      cl::desc("Chrome trace (not implemented "
-                                               "yet)"),
-                                      cl::value_desc("file"), cl::init(""));
+static cl::opt<std::string> traceFile(
+    "trace",
+    cl::desc("Write a Chrome trace (Perfetto, chrome://tracing): one track "
+             "per rank, an event per step and per op"),
+    cl::value_desc("file"), cl::init(""));
 static cl::opt<bool> quiet("quiet", cl::desc("No progress on stderr"),
                            cl::init(false));
 
@@ -274,8 +275,8 @@ int main(int argc, char **argv) {
   }
   MpiCommunicator communicator;
   bool rank0 = worldRank == 0;
-  if (!traceFile.empty())
-    return fail("--trace is not implemented yet");
+  if (!traceFile.empty() && backend != "cpu")
+    return fail("--trace needs --backend cpu");
   if (steps < 0)
     return fail("--steps must be >= 0");
 
@@ -382,6 +383,7 @@ int main(int argc, char **argv) {
           1, int64_t(std::thread::hardware_concurrency()) / local);
     }
     effectiveThreads = cpuOptions.threads;
+    cpuOptions.trace = !traceFile.empty();
     if (mpiRunning) {
       cpuOptions.allReduce = &MpiCommunicator::runtimeAllReduce;
       cpuOptions.allReduceUser = &communicator;
@@ -412,6 +414,7 @@ int main(int argc, char **argv) {
   bool progress = !quiet && sys::Process::StandardErrIsDisplayed() &&
                   !sys::Process::StandardOutIsDisplayed();
   std::vector<double> losses, stepTimes;
+  json::Array traceEvents;
   std::vector<strata::NamedTensor> batches;
   strata::reference::EvalOptions options;
   options.seed = seed;
@@ -445,6 +448,7 @@ int main(int argc, char **argv) {
                        tensor.data.begin() + (shard + 1) * rows * width);
       tensor = std::move(part);
     }
+    double traceBegin = executable ? executable->nowUs() : 0;
     auto t0 = std::chrono::steady_clock::now();
     auto results =
         executable ? executable->step(local)
@@ -452,6 +456,31 @@ int main(int argc, char **argv) {
     auto t1 = std::chrono::steady_clock::now();
     if (!results)
       return fail("step " + Twine(i) + ": " + toString(results.takeError()));
+    if (!traceFile.empty()) {
+      double traceEnd = executable->nowUs();
+      json::Object stepEvent{{"name", formatv("step {0}", i).str()},
+                             {"cat", "step"},
+                             {"ph", "X"},
+                             {"ts", traceBegin},
+                             {"dur", traceEnd - traceBegin},
+                             {"pid", worldRank},
+                             {"tid", 0}};
+      traceEvents.push_back(std::move(stepEvent));
+      for (const strata::TraceEvent &e : executable->takeTrace()) {
+        StringRef site(e.site), name = site.rsplit(": ").second;
+        if (name.empty())
+          name = site;
+        traceEvents.push_back(json::Object{
+            {"name", name.str()}, // (a json::Value keeps a StringRef)
+            {"cat", e.role.empty() ? std::string("op") : e.role},
+            {"ph", "X"},
+            {"ts", e.begin},
+            {"dur", e.end - e.begin},
+            {"pid", worldRank},
+            {"tid", 0},
+            {"args", json::Object{{"site", e.site}, {"step", i}}}});
+      }
+    }
     double loss = (*results)[0].data[0];
     if (!std::isfinite(loss))
       return fail("step " + Twine(i) + ": the loss is " +
@@ -502,6 +531,54 @@ int main(int argc, char **argv) {
                MPI_COMM_WORLD);
     MPI_Gather(&measured, 1, MPI_INT64_T, allMeasured.data(), 1, MPI_INT64_T,
                0, MPI_COMM_WORLD);
+  }
+  if (!traceFile.empty()) {
+    traceEvents.push_back(json::Object{
+        {"name", "process_name"},
+        {"ph", "M"},
+        {"pid", worldRank},
+        {"args", json::Object{{"name", formatv("rank {0}", worldRank).str()}}}});
+    // Every rank's events, as JSON text, gathered on rank 0.
+    std::string mine;
+    {
+      raw_string_ostream os(mine);
+      os << json::Value(std::move(traceEvents));
+    }
+    mine = StringRef(mine).drop_front().drop_back().str(); // "[...]" -> "..."
+    std::vector<std::string> all = {mine};
+    if (mpiRunning) {
+      int size = int(mine.size());
+      std::vector<int> sizes(worldSize), offsets(worldSize, 0);
+      MPI_Gather(&size, 1, MPI_INT, sizes.data(), 1, MPI_INT, 0,
+                 MPI_COMM_WORLD);
+      int total = 0;
+      for (int r = 0; r < worldSize; ++r) {
+        offsets[r] = total;
+        total += sizes[r];
+      }
+      std::string joined(rank0 ? total : 0, '\0');
+      MPI_Gatherv(mine.data(), size, MPI_CHAR, joined.data(), sizes.data(),
+                  offsets.data(), MPI_CHAR, 0, MPI_COMM_WORLD);
+      all.clear();
+      if (rank0)
+        for (int r = 0; r < worldSize; ++r)
+          all.push_back(joined.substr(offsets[r], sizes[r]));
+    }
+    if (rank0) {
+      auto out = mlir::openOutputFile(traceFile, &error);
+      if (!out)
+        return fail(error);
+      out->os() << "{\"displayTimeUnit\": \"ms\", \"traceEvents\": [";
+      bool first = true;
+      for (const std::string &part : all) {
+        if (part.empty())
+          continue;
+        out->os() << (first ? "" : ",") << "\n" << part;
+        first = false;
+      }
+      out->os() << "\n]}\n";
+      out->keep();
+    }
   }
   if (!reportFile.empty() && rank0) {
     auto strategyJson = json::parse(strata::toJson(strategy));

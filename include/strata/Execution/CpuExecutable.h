@@ -40,6 +40,16 @@ struct CpuOptions {
   void *allReduceUser = nullptr;
   /// LLVM optimisation level of the JIT (0-3).
   unsigned optLevel = 2;
+  /// Record every op's begin and end (takeTrace).
+  bool trace = false;
+};
+
+/// One op of a traced step.
+struct TraceEvent {
+  /// "file:line:col: op.name" and the op's strata.role ("" if none).
+  std::string site, role;
+  /// Microseconds since the executable was created.
+  double begin = 0, end = 0;
 };
 
 class CpuExecutable {
@@ -65,6 +75,11 @@ public:
   llvm::Expected<std::vector<reference::Tensor>>
   step(llvm::ArrayRef<reference::Tensor> args);
 
+  /// The ops run since the last call (with CpuOptions::trace).
+  std::vector<TraceEvent> takeTrace();
+  /// Microseconds since the executable was created (the trace's clock).
+  double nowUs() const;
+
   /// The planned arena of intermediate values.
   int64_t arenaBytes() const { return arenaSize; }
   /// Scratch memory the kernels hold beyond the plan.
@@ -88,7 +103,7 @@ private:
   void *arena = nullptr;
   int64_t arenaSize = 0;
   std::vector<Buffer> persistent, inputs, outputs;
-  std::vector<std::string> sites;
+  std::vector<std::string> sites, siteRoles;
 };
 
 } // namespace strata

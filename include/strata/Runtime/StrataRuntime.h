@@ -69,6 +69,23 @@ void strata_rt_set_all_reduce(StrataRtContext *ctx, StrataRtAllReduceFn fn,
    the call site that failed. */
 const char *strata_rt_error(StrataRtContext *ctx, int64_t *site);
 void strata_rt_clear_error(StrataRtContext *ctx);
+/* Tracing: when enabled, strata_rt_trace_begin/end (which a step lowered
+   with trace=true calls around every op) record each op's site and its
+   begin and end times in microseconds since the context was created. */
+typedef struct {
+  int64_t site;
+  double begin;
+  double end;
+} StrataRtTraceEvent;
+void strata_rt_enable_trace(StrataRtContext *ctx, int64_t enable);
+void strata_rt_trace_begin(StrataRtContext *ctx, int64_t site);
+void strata_rt_trace_end(StrataRtContext *ctx, int64_t site);
+/* The events recorded since the last call (the buffer stays valid until the
+   next call), and microseconds since the context was created. */
+const StrataRtTraceEvent *strata_rt_take_trace(StrataRtContext *ctx,
+                                               size_t *count);
+double strata_rt_now_us(StrataRtContext *ctx);
+
 /* Bytes of scratch memory the kernels hold beyond the planned arena. */
 int64_t strata_rt_scratch_bytes(StrataRtContext *ctx);
 
