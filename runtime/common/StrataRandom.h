@@ -60,11 +60,18 @@ constexpr int64_t kDropoutStream = 0x44524F50; // "DROP"
 /// `index` of the *global* batch: a micro-batch m of n elements covers
 /// indices [m * n, (m + 1) * n) (the batch dimension leads), so the mask
 /// is the same however the batch is split into micro-batches or ranks.
+/// One Philox draw serves four consecutive elements (its four words).
+STRATA_HOST_DEVICE inline bool dropoutKeepWord(uint32_t word, double prob) {
+  float u = static_cast<float>(word >> 8) * (1.0f / 16777216.0f);
+  return u >= static_cast<float>(prob);
+}
+STRATA_HOST_DEVICE inline r123::Philox4x32::ctr_type
+dropoutDraw(uint64_t seed, int64_t key, int64_t index) {
+  return draw(seed, key, kDropoutStream, index >> 2);
+}
 STRATA_HOST_DEVICE inline bool dropoutKeep(uint64_t seed, int64_t key,
                                            int64_t index, double prob) {
-  float u = static_cast<float>(draw(seed, key, kDropoutStream, index)[0] >> 8) *
-            (1.0f / 16777216.0f);
-  return u >= static_cast<float>(prob);
+  return dropoutKeepWord(dropoutDraw(seed, key, index)[index & 3], prob);
 }
 
 } // namespace rng

@@ -383,12 +383,24 @@ void strata_rt_dropout(StrataRtContext *ctx, int64_t site, float *out,
   int64_t offset = (ctx->shard * microBatches + microBatch) * n;
   float keepScale = 1.0f / float(1.0 - prob);
   uint64_t seed = ctx->seed;
+  // Chunks of whole Philox draws (4 elements each), in parallel.
+  constexpr int64_t kChunk = 1 << 12;
+  int64_t chunks = (n + kChunk - 1) / kChunk;
 #pragma omp parallel for schedule(static) if (n >= kParallelGrain / 4)
-  for (int64_t i = 0; i < n; ++i) {
-    float v = strata::rng::dropoutKeep(seed, key, offset + i, prob)
-                  ? in[i] * keepScale
-                  : 0.0f;
-    out[i] = residual ? v + residual[i] : v;
+  for (int64_t c = 0; c < chunks; ++c) {
+    int64_t lastGroup = -1;
+    r123::Philox4x32::ctr_type words{};
+    for (int64_t i = c * kChunk, e = std::min(n, i + kChunk); i < e; ++i) {
+      int64_t index = offset + i;
+      if ((index >> 2) != lastGroup) {
+        lastGroup = index >> 2;
+        words = strata::rng::dropoutDraw(seed, key, index);
+      }
+      float v = strata::rng::dropoutKeepWord(words[index & 3], prob)
+                    ? in[i] * keepScale
+                    : 0.0f;
+      out[i] = residual ? v + residual[i] : v;
+    }
   }
 }
 
