@@ -184,6 +184,19 @@ private:
     return success();
   }
 
+  /// A collective's group: the number of rank lists, then each list's
+  /// length and ranks.
+  SmallVector<int64_t> groupDescriptor(Operation *op, FlatSymbolRefAttr ref) {
+    auto group = SymbolTable::lookupNearestSymbolFrom<CommGroupOp>(op, ref);
+    SmallVector<int64_t> desc = {int64_t(group.getRanks().size())};
+    for (Attribute list : group.getRanks()) {
+      ArrayRef<int64_t> ranks = cast<DenseI64ArrayAttr>(list).asArrayRef();
+      desc.push_back(ranks.size());
+      desc.append(ranks.begin(), ranks.end());
+    }
+    return desc;
+  }
+
   // --- Ops ----------------------------------------------------------------
   LogicalResult lower(Operation *op);
   LogicalResult lowerMatmul(Operation *op, Value lhs, Value rhs, Value out,
@@ -706,19 +719,22 @@ LogicalResult Lowering::lower(Operation *op) {
         if (o.getKind() != ReduceKind::Sum && o.getKind() != ReduceKind::Mean)
           return op->emitOpError("only sum and mean reductions are supported "
                                  "by the CPU runtime");
-        auto group = SymbolTable::lookupNearestSymbolFrom<CommGroupOp>(
-            o, o.getGroupAttr());
-        SmallVector<int64_t> desc = {int64_t(group.getRanks().size())};
-        for (Attribute list : group.getRanks()) {
-          ArrayRef<int64_t> ranks = cast<DenseI64ArrayAttr>(list).asArrayRef();
-          desc.push_back(ranks.size());
-          desc.append(ranks.begin(), ranks.end());
-        }
+        SmallVector<int64_t> desc = groupDescriptor(o, o.getGroupAttr());
         call("strata_rt_all_reduce",
              {context, site(), i64(*type), ptr(o.getResult()),
               ptr(o.getInput()), i64(numel(o.getResult())),
               i64(o.getKind() == ReduceKind::Mean ? 1 : 0),
               constantArray(desc)});
+        return success();
+      })
+      .Case([&](BroadcastOp o) -> LogicalResult {
+        auto type = dtype(op, o.getResult());
+        if (failed(type))
+          return failure();
+        call("strata_rt_broadcast",
+             {context, site(), i64(*type), ptr(o.getResult()),
+              ptr(o.getInput()), i64(numel(o.getResult())), i64(o.getRoot()),
+              constantArray(groupDescriptor(o, o.getGroupAttr()))});
         return success();
       })
       .Default([&](Operation *) {
@@ -835,13 +851,22 @@ LogicalResult Lowering::run() {
         return op.emitOpError("has a result without a planned buffer");
       pointers[result] = arenaAt(it->second);
     }
-    if (isa<AssignOp>(op))
-      continue; // below, when the step ends
+    if (auto assign = dyn_cast<AssignOp>(op)) {
+      // Where it stands, unless its target is read later in the step (the
+      // memory plan keeps the value alive until the end then).
+      if (!inPlace.count(assign.getValue()) && !isDeferredAssign(assign)) {
+        Value target =
+            loadPointer(persistent, persistentIndex[assign.getName()]);
+        copy(target, ptr(assign.getValue()),
+             tensorBytes(assign.getValue().getType()));
+      }
+      continue;
+    }
     if (auto ret = dyn_cast<func::ReturnOp>(op)) {
       // State updates take effect when the step ends (strata.assign).
       for (Operation &other : body)
         if (auto assign = dyn_cast<AssignOp>(other)) {
-          if (inPlace.count(assign.getValue()))
+          if (inPlace.count(assign.getValue()) || !isDeferredAssign(assign))
             continue;
           loc = assign.getLoc();
           Value target =

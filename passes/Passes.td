@@ -307,4 +307,50 @@ def StrataLowerToRuntime : Pass<"strata-lower-to-runtime", "mlir::ModuleOp"> {
                            "::mlir::LLVM::LLVMDialect"];
 }
 
+def StrataSharding : Pass<"strata-sharding", "mlir::ModuleOp"> {
+  let summary = "ZeRO stage 1: each rank keeps and updates the optimizer "
+                "state of the parameters it owns";
+  let description = [{
+    Runs after `strata-data-parallel` (batch shards, gradients averaged over
+    every rank) and `strata-optimizer`, and produces the program of rank
+    `rank`. The ranks form sharding groups of `degree` consecutive ranks
+    (`dp-degree` groups: hybrid sharding when `degree` is less than the
+    world size). Every `strata.param` gets an owner in its group:
+    `greedy_even` gives each parameter, in module order, to the rank with the
+    fewest elements so far; `use_order` cuts the parameter list into
+    `degree` contiguous parts of about equal size. This rank keeps only the
+    optimizer updates and the optimizer state (moments, velocities) of the
+    parameters it owns; when the step ends every updated parameter is
+    `strata.broadcast` from its owner over `@sharding` and assigned, so the
+    replicas stay identical. Per rank, the optimizer state shrinks to
+    1/`degree`; parameters and gradients stay whole (ZeRO-1). Global-norm
+    clipping needs no change: every rank holds every averaged gradient.
+
+    Stages 2 (gradients) and 3 (parameters) are refused as not implemented
+    yet. `offload` changes nothing on the CPU runtime (the state is in host
+    memory already); `segment-size`, `sync-comm` and the bucket sizes matter
+    only to stages 2 and 3 and are accepted for Paddle compatibility.
+  }];
+  let options = [
+    Option<"stage", "stage", "int64_t", "1", "ZeRO stage (1, 2, 3)">,
+    Option<"degree", "degree", "int64_t", "8", "Ranks per sharding group">,
+    Option<"dpDegree", "dp-degree", "int64_t", "1",
+           "Sharding groups (the outer data-parallel degree)">,
+    Option<"rank", "rank", "int64_t", "0", "The rank whose program to make">,
+    Option<"partition", "partition", "std::string", "\"greedy_even\"",
+           "Owner assignment: greedy_even or use_order">,
+    Option<"segmentSize", "segment-size", "int64_t", "1048576",
+           "Parameters smaller than this are not split (stage 3)">,
+    Option<"offload", "offload", "bool", "false",
+           "Optimizer state in host memory">,
+    Option<"syncComm", "sync-comm", "bool", "false",
+           "Synchronous communication (stage 3)">,
+    Option<"bucketMb", "bucket-mb", "double", "25.0",
+           "Gradient bucket size in MB (stages 2, 3)">,
+    Option<"lastBucketMb", "last-bucket-mb", "double", "1.0",
+           "Cap of the bucket that closes last, in MB (stages 2, 3)">
+  ];
+  let dependentDialects = ["::strata::StrataDialect"];
+}
+
 #endif // STRATA_PASSES_TD

@@ -49,6 +49,22 @@ SmallVector<Value> inPlaceCandidates(Operation *op) {
 
 } // namespace
 
+bool strata::isDeferredAssign(Operation *op) {
+  auto assign = cast<AssignOp>(op);
+  for (Operation *next = op->getNextNode(); next; next = next->getNextNode()) {
+    bool reads = false;
+    next->walk([&](Operation *inner) {
+      if (auto g = dyn_cast<GetParamOp>(inner))
+        reads |= g.getName() == assign.getName();
+      if (auto g = dyn_cast<GetStateOp>(inner))
+        reads |= g.getName() == assign.getName();
+    });
+    if (reads)
+      return true;
+  }
+  return false;
+}
+
 int64_t strata::tensorBytes(Type type) {
   auto tensor = dyn_cast<RankedTensorType>(type);
   if (!tensor)
@@ -74,10 +90,17 @@ MemoryPlan strata::planMemory(func::FuncOp func, int64_t alignment) {
   int64_t n = 0;
   for (Operation &op : body)
     index[&op] = n++;
+  // A deferred assignment reads its value when the step ends.
+  int64_t end = n - 1;
   auto lastUse = [&](Value v) {
     int64_t last = index[v.getDefiningOp()];
-    for (Operation *user : v.getUsers())
-      last = std::max(last, index[body.findAncestorOpInBlock(*user)]);
+    for (Operation *user : v.getUsers()) {
+      Operation *ancestor = body.findAncestorOpInBlock(*user);
+      last = std::max(last, isa<AssignOp>(ancestor) &&
+                                    isDeferredAssign(ancestor)
+                                ? end
+                                : index[ancestor]);
+    }
     return last;
   };
 

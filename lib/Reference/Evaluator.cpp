@@ -312,6 +312,30 @@ llvm::Error Evaluator::step(Operation *op) {
         set(o.getOutToken(), Tensor());
         return llvm::Error::success();
       })
+      .Case([&](BroadcastOp o) -> llvm::Error {
+        if (!options.communicator)
+          return fail(op, "a collective needs several ranks");
+        auto group = SymbolTable::lookupNearestSymbolFrom<CommGroupOp>(
+            o, o.getGroupAttr());
+        int64_t me = options.communicator->rank();
+        ArrayRef<int64_t> ranks;
+        for (Attribute a : group.getRanks())
+          if (llvm::is_contained(cast<DenseI64ArrayAttr>(a).asArrayRef(), me))
+            ranks = cast<DenseI64ArrayAttr>(a).asArrayRef();
+        if (ranks.empty())
+          return fail(op, "rank " + Twine(me) + " is in no group of " +
+                              o.getGroup());
+        if (o.getRoot() < 0 || o.getRoot() >= int64_t(ranks.size()))
+          return fail(op, "root " + Twine(o.getRoot()) + " outside a group of " +
+                              Twine(ranks.size()));
+        Tensor t = in(0);
+        if (llvm::Error err =
+                options.communicator->broadcast(t.data, ranks, o.getRoot()))
+          return err;
+        set(o.getResult(), std::move(t));
+        set(o.getOutToken(), Tensor());
+        return llvm::Error::success();
+      })
       .Case([&](arith::ConstantOp c) -> llvm::Error {
         auto dense = dyn_cast<DenseElementsAttr>(c.getValue());
         if (!dense)

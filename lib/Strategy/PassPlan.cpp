@@ -42,7 +42,8 @@ private:
 } // namespace
 
 std::vector<PlannedPass> strata::planPasses(const Strategy &s,
-                                            std::optional<int64_t> worldSize) {
+                                            std::optional<int64_t> worldSize,
+                                            int64_t rank) {
   std::vector<PlannedPass> plan;
   auto add = [&](StringRef name, const Options &options, StringRef reason) {
     plan.push_back({name.str(), options.str(), reason.str()});
@@ -98,8 +99,10 @@ std::vector<PlannedPass> strata::planPasses(const Strategy &s,
 
   if (worldSize) {
     int64_t pp = s.pipeline.enable ? s.pipeline.pp_degree : 1;
-    int64_t dp = *worldSize / pp; // sharding splits this group further
-    if (dp > 1 && !s.sharding.enable)
+    // Every rank outside the pipeline shards the batch and averages the
+    // gradients; sharding then divides the optimizer's work among them.
+    int64_t dp = *worldSize / pp;
+    if (dp > 1)
       add("strata-data-parallel",
           Options()
               .add("degree", dp)
@@ -135,7 +138,8 @@ std::vector<PlannedPass> strata::planPasses(const Strategy &s,
     options.add("stage", s.sharding.stage).add("degree", s.sharding.degree);
     // The outer data-parallel group of hybrid sharding, when known.
     if (worldSize)
-      options.add("dp-degree", dataParallelDegree(s, *worldSize));
+      options.add("dp-degree", dataParallelDegree(s, *worldSize))
+          .add("rank", rank);
     add("strata-sharding",
         options
             .add("partition", s.sharding.partition_algor)

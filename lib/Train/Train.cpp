@@ -336,9 +336,9 @@ Expected<int64_t> strata::loadCheckpoint(ModuleOp module, StringRef path,
   return stepsDone;
 }
 
-Error strata::saveCheckpoint(ModuleOp module, StringRef path,
-                             const llvm::StringMap<Tensor> &state,
-                             int64_t stepsDone) {
+Expected<std::vector<NamedTensor>>
+strata::checkpointTensors(ModuleOp module,
+                          const llvm::StringMap<Tensor> &state) {
   std::vector<NamedTensor> tensors;
   for (auto &[name, type] : declarations(module)) {
     auto dtype = dtypeOf(type.getElementType());
@@ -349,8 +349,22 @@ Error strata::saveCheckpoint(ModuleOp module, StringRef path,
       return makeError("no value for '" + name + "'");
     tensors.push_back({name, *dtype, it->second});
   }
+  return tensors;
+}
+
+Error strata::writeCheckpoint(StringRef path, ArrayRef<NamedTensor> tensors,
+                              int64_t stepsDone) {
   return writeSafetensors(path, tensors,
                           {{"strata.steps_done", std::to_string(stepsDone)}});
+}
+
+Error strata::saveCheckpoint(ModuleOp module, StringRef path,
+                             const llvm::StringMap<Tensor> &state,
+                             int64_t stepsDone) {
+  auto tensors = checkpointTensors(module, state);
+  if (!tensors)
+    return tensors.takeError();
+  return writeCheckpoint(path, *tensors, stepsDone);
 }
 
 //===----------------------------------------------------------------------===//

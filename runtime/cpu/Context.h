@@ -28,6 +28,8 @@ struct StrataRtContext {
   int64_t threads = 1;
   StrataRtAllReduceFn allReduce = nullptr;
   void *allReduceUser = nullptr;
+  StrataRtBroadcastFn broadcast = nullptr;
+  void *broadcastUser = nullptr;
 
   bool tracing = false;
   std::chrono::steady_clock::time_point start = std::chrono::steady_clock::now();

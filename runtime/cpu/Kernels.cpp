@@ -741,6 +741,55 @@ void strata_rt_lars(StrataRtContext *ctx, int64_t site, float *newParam,
   }
 }
 
+/// The list of `group` (count, then length + ranks per list) that holds
+/// this rank.
+static bool findGroup(StrataRtContext *ctx, int64_t site, const int64_t *group,
+                      const int64_t *&ranks, int64_t &numRanks) {
+  const int64_t *p = group + 1;
+  for (int64_t l = 0; l < group[0]; ++l) {
+    int64_t len = *p++;
+    if (std::find(p, p + len, ctx->rank) != p + len) {
+      ranks = p;
+      numRanks = len;
+      return true;
+    }
+    p += len;
+  }
+  ctx->fail(site, "rank " + std::to_string(ctx->rank) +
+                      " is in no list of the collective's group");
+  return false;
+}
+
+void strata_rt_set_broadcast(StrataRtContext *ctx, StrataRtBroadcastFn fn,
+                             void *user) {
+  ctx->broadcast = fn;
+  ctx->broadcastUser = user;
+}
+
+void strata_rt_broadcast(StrataRtContext *ctx, int64_t site, int64_t dtype,
+                         void *out, const void *in, int64_t n, int64_t root,
+                         const int64_t *group) {
+  if (!ctx->broadcast) {
+    ctx->fail(site, "a collective needs several ranks");
+    return;
+  }
+  const int64_t *ranks = nullptr;
+  int64_t numRanks = 0;
+  if (!findGroup(ctx, site, group, ranks, numRanks))
+    return;
+  if (root < 0 || root >= numRanks) {
+    ctx->fail(site, "broadcast root " + std::to_string(root) +
+                        " outside a group of " + std::to_string(numRanks));
+    return;
+  }
+  if (out != in)
+    std::memcpy(out, in, n * elementBytes(dtype));
+  char error[256] = {0};
+  if (ctx->broadcast(ctx->broadcastUser, out, n, dtype, ranks, numRanks, root,
+                     error, sizeof(error)) != 0)
+    ctx->fail(site, error[0] ? error : "broadcast failed");
+}
+
 void strata_rt_all_reduce(StrataRtContext *ctx, int64_t site, int64_t dtype,
                           void *out, const void *in, int64_t n, int64_t kind,
                           const int64_t *group) {
@@ -748,23 +797,10 @@ void strata_rt_all_reduce(StrataRtContext *ctx, int64_t site, int64_t dtype,
     ctx->fail(site, "a collective needs several ranks");
     return;
   }
-  // Find this rank's list.
   const int64_t *ranks = nullptr;
   int64_t numRanks = 0;
-  const int64_t *p = group + 1;
-  for (int64_t l = 0; l < group[0]; ++l) {
-    int64_t len = *p++;
-    if (std::find(p, p + len, ctx->rank) != p + len) {
-      ranks = p;
-      numRanks = len;
-    }
-    p += len;
-  }
-  if (!ranks) {
-    ctx->fail(site, "rank " + std::to_string(ctx->rank) +
-                        " is in no list of the collective's group");
+  if (!findGroup(ctx, site, group, ranks, numRanks))
     return;
-  }
   if (out != in)
     std::memcpy(out, in, n * elementBytes(dtype));
   char error[256] = {0};

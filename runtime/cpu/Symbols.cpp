@@ -32,6 +32,7 @@ static const StrataRtSymbol kSymbols[] = {
     STRATA_RT_SYMBOL(strata_rt_adam),
     STRATA_RT_SYMBOL(strata_rt_lars),
     STRATA_RT_SYMBOL(strata_rt_all_reduce),
+    STRATA_RT_SYMBOL(strata_rt_broadcast),
     STRATA_RT_SYMBOL(strata_rt_trace_begin),
     STRATA_RT_SYMBOL(strata_rt_trace_end),
 };

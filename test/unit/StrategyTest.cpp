@@ -166,8 +166,9 @@ sharding: {enable: true, degree: 2}
   EXPECT_EQ(names, (std::vector<std::string>{
                        "strata-amp", "strata-autodiff",
                        "strata-gemm-epilogue-fusion", "strata-recompute",
-                       "strata-gradient-merge", "strata-optimizer",
-                       "strata-sharding", "strata-pipeline"}));
+                       "strata-gradient-merge", "strata-data-parallel",
+                       "strata-optimizer", "strata-sharding",
+                       "strata-pipeline"}));
   // Plain data parallel appears only when the world size is known.
   Strategy plain = parseOk("");
   EXPECT_EQ(planPasses(plain, std::nullopt).size(), 2u);

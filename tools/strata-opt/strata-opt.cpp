@@ -38,6 +38,12 @@ static cl::opt<int64_t> worldSize(
              "parallelism (0: unknown)"),
     cl::init(0), cl::cat(strategyCategory));
 
+static cl::opt<int64_t> rankOption(
+    "rank",
+    cl::desc("The rank whose program to make, where a strategy makes one "
+             "per rank (sharding)"),
+    cl::init(0), cl::cat(strategyCategory));
+
 static cl::opt<std::string> printStrategy(
     "print-strategy",
     cl::desc("Print the effective strategy (every key, defaults filled in) "
@@ -76,6 +82,8 @@ int main(int argc, char **argv) {
     return fail("--world-size must be >= 1 (or 0 for unknown)");
   if (worldSize > 0)
     context.worldSize = worldSize;
+  if (rankOption < 0 || (worldSize > 0 && rankOption >= worldSize))
+    return fail("--rank must be in [0, world size)");
   Expected<strata::Strategy> strategy =
       strata::loadStrategy(strategyFile, context);
   if (!strategy) {
@@ -96,7 +104,7 @@ int main(int argc, char **argv) {
   }
 
   std::vector<strata::PlannedPass> plan =
-      strata::planPasses(*strategy, context.worldSize);
+      strata::planPasses(*strategy, context.worldSize, rankOption);
   if (printStrategyPlan) {
     for (const strata::PlannedPass &p : plan) {
       outs() << p.name;

@@ -40,6 +40,7 @@
 #include "llvm/Support/Program.h"
 
 #include <chrono>
+#include <set>
 #include <cmath>
 #include <cstdlib>
 #include <mpi.h>
@@ -153,30 +154,76 @@ public:
     return allReduce(data.data(), int64_t(data.size()), MPI_DOUBLE, group);
   }
 
+  Error broadcast(std::vector<double> &data, ArrayRef<int64_t> group,
+                  int64_t root) override {
+    return broadcast(data.data(), int64_t(data.size()), MPI_DOUBLE, group,
+                     root);
+  }
+
+  /// The communicator of the ranks `group` (in that order: group-local
+  /// index i is rank group[i]).
+  Expected<MPI_Comm> communicatorOf(ArrayRef<int64_t> group) {
+    bool world = int64_t(group.size()) == worldSize;
+    for (int64_t i = 0; world && i < worldSize; ++i)
+      world = group[i] == i;
+    if (world)
+      return MPI_COMM_WORLD;
+    std::vector<int> ranks(group.begin(), group.end());
+    auto it = comms.find(ranks);
+    if (it == comms.end()) {
+      MPI_Group worldGroup, sub;
+      MPI_Comm_group(MPI_COMM_WORLD, &worldGroup);
+      MPI_Group_incl(worldGroup, int(ranks.size()), ranks.data(), &sub);
+      MPI_Comm created;
+      if (MPI_Comm_create_group(MPI_COMM_WORLD, sub, 0, &created) !=
+          MPI_SUCCESS)
+        return createStringError(inconvertibleErrorCode(),
+                                 "cannot create a communicator");
+      it = comms.emplace(ranks, created).first;
+    }
+    return it->second;
+  }
+
   Error allReduce(void *data, int64_t count, MPI_Datatype type,
                   ArrayRef<int64_t> group) {
-    MPI_Comm comm = MPI_COMM_WORLD;
-    if (int64_t(group.size()) != worldSize) {
-      std::vector<int> ranks(group.begin(), group.end());
-      auto it = comms.find(ranks);
-      if (it == comms.end()) {
-        MPI_Group world, sub;
-        MPI_Comm_group(MPI_COMM_WORLD, &world);
-        MPI_Group_incl(world, int(ranks.size()), ranks.data(), &sub);
-        MPI_Comm created;
-        if (MPI_Comm_create_group(MPI_COMM_WORLD, sub, 0, &created) !=
-            MPI_SUCCESS)
-          return createStringError(inconvertibleErrorCode(),
-                                   "cannot create a communicator");
-        it = comms.emplace(ranks, created).first;
-      }
-      comm = it->second;
-    }
-    if (MPI_Allreduce(MPI_IN_PLACE, data, int(count), type, MPI_SUM, comm) !=
+    auto comm = communicatorOf(group);
+    if (!comm)
+      return comm.takeError();
+    if (MPI_Allreduce(MPI_IN_PLACE, data, int(count), type, MPI_SUM, *comm) !=
         MPI_SUCCESS)
       return createStringError(inconvertibleErrorCode(),
                                "MPI_Allreduce failed");
     return Error::success();
+  }
+
+  Error broadcast(void *data, int64_t count, MPI_Datatype type,
+                  ArrayRef<int64_t> group, int64_t root) {
+    auto comm = communicatorOf(group);
+    if (!comm)
+      return comm.takeError();
+    if (MPI_Bcast(data, int(count), type, int(root), *comm) != MPI_SUCCESS)
+      return createStringError(inconvertibleErrorCode(), "MPI_Bcast failed");
+    return Error::success();
+  }
+
+  static MPI_Datatype mpiType(int64_t dtype) {
+    return dtype == STRATA_RT_F32   ? MPI_FLOAT
+           : dtype == STRATA_RT_I32 ? MPI_INT32_T
+                                    : MPI_INT64_T;
+  }
+
+  /// The CPU runtime's broadcast.
+  static int runtimeBroadcast(void *user, void *data, int64_t count,
+                              int64_t dtype, const int64_t *ranks,
+                              int64_t numRanks, int64_t root, char *error,
+                              size_t errorSize) {
+    auto *self = static_cast<MpiCommunicator *>(user);
+    if (Error err = self->broadcast(data, count, mpiType(dtype),
+                                    ArrayRef<int64_t>(ranks, numRanks), root)) {
+      std::snprintf(error, errorSize, "%s", toString(std::move(err)).c_str());
+      return 1;
+    }
+    return 0;
   }
 
   /// The CPU runtime's all-reduce.
@@ -185,10 +232,7 @@ public:
                               int64_t numRanks, char *error,
                               size_t errorSize) {
     auto *self = static_cast<MpiCommunicator *>(user);
-    MPI_Datatype type = dtype == STRATA_RT_F32   ? MPI_FLOAT
-                        : dtype == STRATA_RT_I32 ? MPI_INT32_T
-                                                 : MPI_INT64_T;
-    if (Error err = self->allReduce(data, count, type,
+    if (Error err = self->allReduce(data, count, mpiType(dtype),
                                     ArrayRef<int64_t>(ranks, numRanks))) {
       std::snprintf(error, errorSize, "%s", toString(std::move(err)).c_str());
       return 1;
@@ -235,6 +279,70 @@ int launchRanks(int argc, char **argv) {
   return fail("cannot run " + *mpirun + ": " + std::strerror(errno));
 }
 } // namespace
+
+/// Gathers every rank's named tensors on rank 0 (in rank order; a name
+/// already present, such as a replicated parameter, is kept once).
+static Error gatherTensors(std::vector<strata::NamedTensor> &tensors) {
+  std::string mine;
+  auto put = [&](const void *p, size_t n) {
+    mine.append(static_cast<const char *>(p), n);
+  };
+  auto putString = [&](const std::string &v) {
+    int64_t n = int64_t(v.size());
+    put(&n, sizeof(n));
+    put(v.data(), v.size());
+  };
+  for (const strata::NamedTensor &t : tensors) {
+    putString(t.name);
+    putString(t.dtype);
+    int64_t rank = int64_t(t.tensor.shape.size());
+    put(&rank, sizeof(rank));
+    put(t.tensor.shape.data(), rank * sizeof(int64_t));
+    put(t.tensor.data.data(), t.tensor.data.size() * sizeof(double));
+  }
+  int size = int(mine.size());
+  std::vector<int> sizes(worldSize), offsets(worldSize, 0);
+  MPI_Gather(&size, 1, MPI_INT, sizes.data(), 1, MPI_INT, 0, MPI_COMM_WORLD);
+  int total = 0;
+  for (int r = 0; r < worldSize; ++r) {
+    offsets[r] = total;
+    total += sizes[r];
+  }
+  std::string all(worldRank == 0 ? total : 0, '\0');
+  MPI_Gatherv(mine.data(), size, MPI_CHAR, all.data(), sizes.data(),
+              offsets.data(), MPI_CHAR, 0, MPI_COMM_WORLD);
+  if (worldRank != 0)
+    return Error::success();
+  std::set<std::string> seen;
+  for (const strata::NamedTensor &t : tensors)
+    seen.insert(t.name);
+  size_t at = size_t(sizes[0]);
+  auto get = [&](void *p, size_t n) {
+    std::memcpy(p, all.data() + at, n);
+    at += n;
+  };
+  auto getString = [&]() {
+    int64_t n;
+    get(&n, sizeof(n));
+    std::string v(all.data() + at, size_t(n));
+    at += size_t(n);
+    return v;
+  };
+  while (at < all.size()) {
+    strata::NamedTensor t;
+    t.name = getString();
+    t.dtype = getString();
+    int64_t rank;
+    get(&rank, sizeof(rank));
+    t.tensor.shape.resize(rank);
+    get(t.tensor.shape.data(), rank * sizeof(int64_t));
+    t.tensor.data.resize(t.tensor.numElements());
+    get(t.tensor.data.data(), t.tensor.data.size() * sizeof(double));
+    if (seen.insert(t.name).second)
+      tensors.push_back(std::move(t));
+  }
+  return Error::success();
+}
 
 static int64_t peakRssBytes() {
   struct rusage usage;
@@ -333,7 +441,7 @@ int main(int argc, char **argv) {
     return fail(toString(data.takeError()));
 
   std::vector<strata::PlannedPass> plan =
-      strata::planPasses(strategy, context.worldSize);
+      strata::planPasses(strategy, context.worldSize, worldRank);
   mlir::PassManager pm(&mlirContext);
   if (Error err = strata::addPlannedPasses(pm, plan, strategy)) {
     if (rank0)
@@ -387,6 +495,8 @@ int main(int argc, char **argv) {
     if (mpiRunning) {
       cpuOptions.allReduce = &MpiCommunicator::runtimeAllReduce;
       cpuOptions.allReduceUser = &communicator;
+      cpuOptions.broadcast = &MpiCommunicator::runtimeBroadcast;
+      cpuOptions.broadcastUser = &communicator;
     }
     auto compiled = strata::CpuExecutable::compile(*module, cpuOptions);
     if (!compiled) {
@@ -513,10 +623,20 @@ int main(int argc, char **argv) {
   if (executable)
     executable->getState(state);
   // Parameters and state are replicated: rank 0 writes them.
-  if (!saveFile.empty() && rank0)
-    if (Error err = strata::saveCheckpoint(*module, saveFile, state,
-                                           firstStep + steps))
-      return fail(toString(std::move(err)));
+  if (!saveFile.empty()) {
+    // Whole tensors: with sharding, each rank holds the optimizer state of
+    // the parameters it owns, so rank 0 gathers everyone's tensors first.
+    auto tensors = strata::checkpointTensors(*module, state);
+    if (!tensors)
+      return fail(toString(tensors.takeError()));
+    if (mpiRunning && strategy.sharding.enable)
+      if (Error err = gatherTensors(*tensors))
+        return fail(toString(std::move(err)));
+    if (rank0)
+      if (Error err = strata::writeCheckpoint(saveFile, *tensors,
+                                              firstStep + steps))
+        return fail(toString(std::move(err)));
+  }
   if (!dumpBatches.empty() && rank0)
     if (Error err = strata::writeSafetensors(dumpBatches, batches))
       return fail(toString(std::move(err)));

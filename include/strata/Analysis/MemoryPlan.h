@@ -45,6 +45,12 @@ struct MemoryPlan {
   }
 };
 
+/// Whether `assign` (a strata.assign in a step's block) must wait for the
+/// end of the step: its parameter or state is read after it. Its value then
+/// stays alive until the step returns; otherwise the assignment can happen
+/// where it stands.
+bool isDeferredAssign(mlir::Operation *assign);
+
 /// Bytes of a ranked tensor type (0 for anything else, e.g. tokens).
 int64_t tensorBytes(mlir::Type type);
 

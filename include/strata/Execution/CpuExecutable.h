@@ -38,6 +38,8 @@ struct CpuOptions {
   /// Collectives: required when the program has any.
   StrataRtAllReduceFn allReduce = nullptr;
   void *allReduceUser = nullptr;
+  StrataRtBroadcastFn broadcast = nullptr;
+  void *broadcastUser = nullptr;
   /// LLVM optimisation level of the JIT (0-3).
   unsigned optLevel = 2;
   /// Record every op's begin and end (takeTrace).

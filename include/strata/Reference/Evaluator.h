@@ -39,6 +39,10 @@ public:
   /// rank()); every rank of the group calls it in the same order.
   virtual llvm::Error allReduceSum(std::vector<double> &data,
                                    llvm::ArrayRef<int64_t> group) = 0;
+  /// Copies `data` from group[root] to every rank of `group`.
+  virtual llvm::Error broadcast(std::vector<double> &data,
+                                llvm::ArrayRef<int64_t> group,
+                                int64_t root) = 0;
 };
 
 struct EvalOptions {

@@ -55,6 +55,13 @@ typedef int (*StrataRtAllReduceFn)(void *user, void *data, int64_t count,
                                    int64_t numRanks, char *error,
                                    size_t errorSize);
 
+/* Copies `count` elements of `data` from ranks[root] to every rank of
+   `ranks` (which contain this rank); returns 0 on success. */
+typedef int (*StrataRtBroadcastFn)(void *user, void *data, int64_t count,
+                                   int64_t dtype, const int64_t *ranks,
+                                   int64_t numRanks, int64_t root, char *error,
+                                   size_t errorSize);
+
 /*===--- Host side --------------------------------------------------------===*/
 
 /* `rank` is this process's world rank, `shard` its index among the
@@ -65,6 +72,8 @@ StrataRtContext *strata_rt_create(uint64_t seed, int64_t rank, int64_t shard,
 void strata_rt_destroy(StrataRtContext *ctx);
 void strata_rt_set_all_reduce(StrataRtContext *ctx, StrataRtAllReduceFn fn,
                               void *user);
+void strata_rt_set_broadcast(StrataRtContext *ctx, StrataRtBroadcastFn fn,
+                             void *user);
 /* The first failure since the last strata_rt_clear_error, or NULL; `site` is
    the call site that failed. */
 const char *strata_rt_error(StrataRtContext *ctx, int64_t *site);
@@ -222,6 +231,10 @@ void strata_rt_lars(StrataRtContext *ctx, int64_t site, float *newParam,
 void strata_rt_all_reduce(StrataRtContext *ctx, int64_t site, int64_t dtype,
                           void *out, const void *in, int64_t n, int64_t kind,
                           const int64_t *group);
+/* out = the tensor of rank `root` of this rank's list (an index into it). */
+void strata_rt_broadcast(StrataRtContext *ctx, int64_t site, int64_t dtype,
+                         void *out, const void *in, int64_t n, int64_t root,
+                         const int64_t *group);
 
 #ifdef __cplusplus
 }

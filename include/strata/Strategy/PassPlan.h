@@ -30,9 +30,11 @@ struct PlannedPass {
 };
 
 /// The passes `strategy` selects, in pipeline order. `worldSize`, when
-/// known, decides whether data parallelism is needed.
+/// known, decides whether data parallelism is needed; `rank` is the rank
+/// whose program is made (sharding makes one program per rank).
 std::vector<PlannedPass> planPasses(const Strategy &strategy,
-                                    std::optional<int64_t> worldSize);
+                                    std::optional<int64_t> worldSize,
+                                    int64_t rank = 0);
 
 /// Textual pipeline: "strata-a,strata-b{opt=1}".
 std::string pipelineText(llvm::ArrayRef<PlannedPass> plan);

@@ -58,6 +58,16 @@ llvm::StringMap<Tensor> initialState(mlir::ModuleOp module, uint64_t seed);
 llvm::Expected<int64_t> loadCheckpoint(mlir::ModuleOp module,
                                        llvm::StringRef path,
                                        llvm::StringMap<Tensor> &state);
+/// Every parameter and state of `module`, from `state`, in declaration
+/// order with their file dtypes (what saveCheckpoint writes).
+llvm::Expected<std::vector<NamedTensor>>
+checkpointTensors(mlir::ModuleOp module,
+                  const llvm::StringMap<Tensor> &state);
+/// Writes a checkpoint of `tensors` that records `stepsDone`.
+llvm::Error writeCheckpoint(llvm::StringRef path,
+                            llvm::ArrayRef<NamedTensor> tensors,
+                            int64_t stepsDone);
+
 /// Writes every parameter and state, and `stepsDone`, the steps trained so
 /// far, so that a run can resume — under any strategy, since tensors are
 /// whole.

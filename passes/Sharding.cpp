@@ -1,0 +1,222 @@
+//===- Sharding.cpp - ZeRO stage 1: optimizer state on its owner ----------===//
+//
+// Runs after strata-data-parallel (batch shards, averaged gradients) and
+// strata-optimizer, and makes the program of one rank: every parameter gets
+// an owner among the `degree` ranks of its sharding group (greedy_even or
+// use_order); this rank keeps the optimizer state and the update of the
+// parameters it owns only, and every updated parameter is broadcast from its
+// owner to the group when the step ends, so that all replicas stay equal.
+// With degree < world size the sharding groups are consecutive blocks of
+// ranks and the data-parallel all-reduce spans them all (hybrid).
+//
+//===----------------------------------------------------------------------===//
+
+#include "PassUtils.h"
+#include "strata/Analysis/MemoryPlan.h"
+#include "strata/Model/ProgramBuilder.h"
+#include "strata/Passes/Passes.h"
+
+#include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "mlir/IR/Builders.h"
+#include "mlir/IR/SymbolTable.h"
+#include "llvm/ADT/StringSet.h"
+
+namespace strata {
+#define GEN_PASS_DEF_STRATASHARDING
+#include "StrataPasses.h.inc"
+} // namespace strata
+
+using namespace mlir;
+using namespace strata;
+
+namespace {
+
+bool isUpdate(Operation *op) {
+  return isa<SgdUpdateOp, MomentumUpdateOp, AdamUpdateOp, AdamWUpdateOp,
+             LambUpdateOp, LarsUpdateOp>(op);
+}
+
+StringRef nameOf(Operation *get) {
+  return get->getAttrOfType<FlatSymbolRefAttr>("name").getValue();
+}
+
+struct ShardingPass : public strata::impl::StrataShardingBase<ShardingPass> {
+  using StrataShardingBase::StrataShardingBase;
+
+  void runOnOperation() override {
+    ModuleOp module = getOperation();
+    auto fail = [&](const Twine &message) {
+      module.emitError() << "strata-sharding: " << message;
+      signalPassFailure();
+    };
+    if (stage < 1 || stage > 3)
+      return fail("stage must be 1, 2 or 3");
+    if (stage > 1)
+      return fail("stage " + Twine(stage) +
+                  " is not implemented yet (stage 1, optimizer-state "
+                  "sharding, is)");
+    if (degree < 1 || dpDegree < 1 || rank < 0 || rank >= degree * dpDegree)
+      return fail("needs degree >= 1, dp-degree >= 1 and 0 <= rank < degree "
+                  "x dp-degree (rank " +
+                  Twine(rank) + ", degree " + Twine(degree) + ", dp-degree " +
+                  Twine(dpDegree) + ")");
+    if (partition != "greedy_even" && partition != "use_order")
+      return fail("unknown partition '" + partition +
+                  "' (greedy_even or use_order)");
+    auto step = module.lookupSymbol<func::FuncOp>(kStepFunctionName);
+    if (!step)
+      return fail("no @" + kStepFunctionName + " function");
+    if (degree == 1)
+      return;
+
+    // Owners, by parameter order in the module.
+    std::vector<std::pair<std::string, int64_t>> params;
+    for (auto p : module.getOps<ParamOp>())
+      params.push_back({p.getSymName().str(),
+                        cast<RankedTensorType>(p.getType()).getNumElements()});
+    int64_t total = 0;
+    for (auto &[name, n] : params)
+      total += n;
+    std::vector<int64_t> load(degree, 0);
+    llvm::StringMap<int64_t> owner;
+    int64_t before = 0;
+    for (auto &[name, n] : params) {
+      int64_t o;
+      if (partition == "greedy_even")
+        o = std::min_element(load.begin(), load.end()) - load.begin();
+      else
+        o = std::min<int64_t>(degree - 1, before * degree / std::max<int64_t>(total, 1));
+      load[o] += n;
+      before += n;
+      owner[name] = o;
+    }
+    const int64_t me = rank % degree;
+
+    // The group: consecutive blocks of `degree` ranks.
+    OpBuilder b(module.getContext());
+    Operation *last = lastDeclaration(module);
+    if (last)
+      b.setInsertionPointAfter(last);
+    else
+      b.setInsertionPointToStart(module.getBody());
+    SmallVector<Attribute> lists;
+    for (int64_t g = 0; g < dpDegree; ++g) {
+      SmallVector<int64_t> ranks;
+      for (int64_t r = 0; r < degree; ++r)
+        ranks.push_back(g * degree + r);
+      lists.push_back(b.getDenseI64ArrayAttr(ranks));
+    }
+    auto group =
+        CommGroupOp::create(b, module.getLoc(), "sharding", b.getArrayAttr(lists));
+    SymbolTable symbols(module);
+    symbols.insert(group);
+    auto groupRef = FlatSymbolRefAttr::get(group.getSymNameAttr());
+
+    Block &body = step.getBody().front();
+    auto ret = cast<func::ReturnOp>(body.getTerminator());
+    // The new value of each updated parameter (null where another rank
+    // owns it), in module order.
+    llvm::StringMap<Value> updated;
+    llvm::StringSet<> droppedState;
+    SmallVector<Operation *> updates;
+    for (Operation &op : body)
+      if (isUpdate(&op))
+        updates.push_back(&op);
+    for (Operation *op : updates) {
+      Operation *get = op->getOperand(0).getDefiningOp();
+      if (!isa_and_nonnull<GetParamOp>(get)) {
+        op->emitOpError("updates a value that is not a strata.get_param; "
+                        "strata-sharding cannot assign it an owner");
+        return signalPassFailure();
+      }
+      std::string name = nameOf(get).str();
+      // The new parameter is the update's first result.
+      Value newParam = op->getResult(0);
+      SmallVector<AssignOp> assigns;
+      for (Value result : op->getResults())
+        for (Operation *user : result.getUsers()) {
+          auto assign = dyn_cast<AssignOp>(user);
+          if (!assign) {
+            user->emitOpError("uses an optimizer update's result; "
+                              "strata-sharding moves updates to their owner");
+            return signalPassFailure();
+          }
+          assigns.push_back(assign);
+        }
+      if (owner[name] == me) {
+        // The parameter's own assign moves to the broadcast below.
+        for (AssignOp a : assigns)
+          if (a.getName() == name)
+            a.erase();
+        updated[name] = newParam;
+        continue;
+      }
+      // Another rank's parameter: no update, no state.
+      for (AssignOp a : assigns) {
+        if (a.getName() != name)
+          droppedState.insert(a.getName());
+        a.erase();
+      }
+      SmallVector<Value> inputs(op->getOperands());
+      op->erase();
+      for (Value v : inputs)
+        if (Operation *def = v.getDefiningOp())
+          if (isa<GetStateOp>(def) && def->use_empty()) {
+            droppedState.insert(nameOf(def));
+            def->erase();
+          }
+      updated[name] = Value();
+    }
+    for (auto &entry : droppedState)
+      if (Operation *state = symbols.lookup(entry.getKey())) {
+        // Only the updates' own state (moments, velocities) goes.
+        bool used = false;
+        step.walk([&](Operation *op) {
+          if (auto g = dyn_cast<GetStateOp>(op); g && g.getName() == entry.getKey())
+            used = true;
+          if (auto a = dyn_cast<AssignOp>(op); a && a.getName() == entry.getKey())
+            used = true;
+        });
+        if (!used)
+          state->erase();
+      }
+
+    // When the step ends, every updated parameter comes from its owner.
+    b.setInsertionPoint(ret);
+    Value token;
+    for (Operation &op : body)
+      for (Value r : op.getResults())
+        if (isa<TokenType>(r.getType()))
+          token = r;
+    if (!token) {
+      auto init = InitTokenOp::create(b, ret.getLoc(),
+                                      TokenType::get(module.getContext()));
+      setRole(init, Role::Communication);
+      token = init;
+    }
+    for (auto &[name, n] : params) {
+      auto it = updated.find(name);
+      if (it == updated.end())
+        continue; // frozen: never updated
+      Value value = it->second;
+      if (!value) {
+        auto type = cast<ParamOp>(symbols.lookup(name)).getType();
+        auto get = GetParamOp::create(b, ret.getLoc(), type,
+                                      FlatSymbolRefAttr::get(b.getContext(), name));
+        setRole(get, Role::Optimizer);
+        value = get;
+      }
+      auto cast_ = BroadcastOp::create(b, ret.getLoc(), value.getType(),
+                                       token.getType(), value, token, groupRef,
+                                       b.getI64IntegerAttr(owner[name]));
+      setRole(cast_, Role::Communication);
+      token = cast_.getOutToken();
+      auto assign = AssignOp::create(b, ret.getLoc(),
+                                     FlatSymbolRefAttr::get(b.getContext(), name),
+                                     cast_.getResult());
+      setRole(assign, Role::Optimizer);
+    }
+  }
+};
+
+} // namespace
