@@ -65,6 +65,20 @@ bool strata::isDeferredAssign(Operation *op) {
   return false;
 }
 
+TrainingMemory strata::trainingMemory(ModuleOp module) {
+  TrainingMemory m;
+  for (Operation &op : *module.getBody()) {
+    if (auto p = dyn_cast<ParamOp>(op)) {
+      m.paramBytes += tensorBytes(p.getType());
+      if (!p.getFrozen())
+        m.gradBytes += tensorBytes(p.getType());
+    } else if (auto s = dyn_cast<StateOp>(op)) {
+      m.stateBytes += tensorBytes(s.getType());
+    }
+  }
+  return m;
+}
+
 int64_t strata::tensorBytes(Type type) {
   auto tensor = dyn_cast<RankedTensorType>(type);
   if (!tensor)

@@ -644,13 +644,19 @@ int main(int argc, char **argv) {
   strata::MemoryPlan memoryPlan = strata::planMemory(step);
   int64_t planned = memoryPlan.peakBytes();
   int64_t measured = peakRssBytes();
+  strata::TrainingMemory training = strata::trainingMemory(*module);
   std::vector<int64_t> allPlanned(worldSize, planned),
-      allMeasured(worldSize, measured);
+      allMeasured(worldSize, measured),
+      allParams(worldSize, training.paramBytes),
+      allGrads(worldSize, training.gradBytes),
+      allStates(worldSize, training.stateBytes);
   if (mpiRunning) {
     MPI_Gather(&planned, 1, MPI_INT64_T, allPlanned.data(), 1, MPI_INT64_T, 0,
                MPI_COMM_WORLD);
     MPI_Gather(&measured, 1, MPI_INT64_T, allMeasured.data(), 1, MPI_INT64_T,
                0, MPI_COMM_WORLD);
+    MPI_Gather(&training.stateBytes, 1, MPI_INT64_T, allStates.data(), 1,
+               MPI_INT64_T, 0, MPI_COMM_WORLD);
   }
   if (!traceFile.empty()) {
     traceEvents.push_back(json::Object{
@@ -723,6 +729,11 @@ int main(int argc, char **argv) {
         {"scratch_bytes", executable ? executable->scratchBytes() : 0},
         {"threads", effectiveThreads},
         {"measured_peak_bytes", json::Array(allMeasured)},
+        // ZeRO's accounting per rank: parameters, gradients, optimizer
+        // state (sharded by strata-sharding).
+        {"param_bytes", json::Array(allParams)},
+        {"grad_bytes", json::Array(allGrads)},
+        {"optimizer_state_bytes", json::Array(allStates)},
     };
     auto out = mlir::openOutputFile(reportFile, &error);
     if (!out)

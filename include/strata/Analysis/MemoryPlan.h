@@ -54,6 +54,15 @@ bool isDeferredAssign(mlir::Operation *assign);
 /// Bytes of a ranked tensor type (0 for anything else, e.g. tokens).
 int64_t tensorBytes(mlir::Type type);
 
+/// What a rank holds for training, in ZeRO's terms: parameters (every
+/// strata.param), gradients (one per trainable parameter: ZeRO-1 and data
+/// parallelism keep them whole) and optimizer state (the strata.state the
+/// rank's program declares: sharding leaves each rank its own share).
+struct TrainingMemory {
+  int64_t paramBytes = 0, gradBytes = 0, stateBytes = 0;
+};
+TrainingMemory trainingMemory(mlir::ModuleOp module);
+
 /// Plans `func`, aligning every buffer to `alignment` bytes.
 MemoryPlan planMemory(mlir::func::FuncOp func, int64_t alignment = 64);
 

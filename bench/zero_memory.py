@@ -1,0 +1,73 @@
+#!/usr/bin/python3
+"""Per-rank training memory and step time of the benchmark GPT under data
+parallelism and ZeRO stage 1 on 1, 2 and 4 ranks, against the ZeRO
+accounting of REFERENCE.md section 3 (fp32 AdamW: parameters 4 Psi,
+gradients 4 Psi, optimizer state 8 Psi, divided by N where sharded).
+
+    /usr/bin/python3 bench/zero_memory.py --build build
+
+Memory figures come from strata-run's report (`param_bytes`, `grad_bytes`,
+`optimizer_state_bytes`: what each rank's compiled program holds;
+`planned_peak_bytes`: its whole static plan). The step time is the median
+over the run; with more ranks than the machine's 2 cores it measures
+oversubscription, not scaling.
+"""
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--build", default="build")
+    ap.add_argument("--steps", type=int, default=8)
+    ap.add_argument("--workdir", default="/tmp/strata-bench-zero")
+    args = ap.parse_args()
+    os.makedirs(args.workdir, exist_ok=True)
+    bin_dir = os.path.join(args.build, "bin")
+    program = os.path.join(args.workdir, "gpt.mlir")
+    subprocess.run([os.path.join(bin_dir, "strata-gen"), "gpt", "--layers",
+                    "4", "--hidden", "256", "--heads", "4", "--seq", "128",
+                    "--vocab", "256", "--batch", "8", "-o", program],
+                   check=True)
+    print("GPT 4 layers, hidden 256, seq 128, batch 8 (global), AdamW, fp32")
+    print("%-22s %5s %12s %12s %22s %9s %12s %9s" % (
+        "strategy", "ranks", "params MB", "grads MB", "optimizer state MB",
+        "formula", "planned MB", "step ms"))
+    for ranks in (1, 2, 4):
+        for stage in (0, 1):
+            if stage and ranks == 1:
+                continue
+            strategy = {"optimizer": {"type": "adamw", "learning_rate": 1e-3}}
+            if stage:
+                strategy["sharding"] = {"enable": True, "stage": stage,
+                                        "degree": ranks}
+            path = os.path.join(args.workdir, "s.json")
+            with open(path, "w") as f:
+                json.dump(strategy, f)
+            report = os.path.join(args.workdir, "r.json")
+            subprocess.run([os.path.join(bin_dir, "strata-run"), program,
+                            "--strategy", path, "--steps", str(args.steps),
+                            "--nproc", str(ranks), "--report", report,
+                            "--quiet"], check=True, stdout=subprocess.DEVNULL)
+            with open(report) as f:
+                r = json.load(f)
+            mb = 2 ** 20
+            psi4 = r["param_bytes"][0]  # 4 bytes x Psi
+            states = r["optimizer_state_bytes"]
+            expected = 2 * psi4 / (ranks if stage else 1)
+            worst = max(abs(s - expected) / expected for s in states)
+            print("%-22s %5d %12.2f %12.2f %22s %9s %12s %9.0f" % (
+                "ZeRO-1" if stage else "data parallel", ranks,
+                psi4 / mb, r["grad_bytes"][0] / mb,
+                " / ".join("%.2f" % (s / mb) for s in states),
+                "%.2f %+.1f%%" % (expected / mb, 100 * worst),
+                " / ".join("%.0f" % (p / mb) for p in r["planned_peak_bytes"]),
+                statistics.median(r["step_time_ms"][2:])))
+
+
+if __name__ == "__main__":
+    main()
