@@ -888,6 +888,41 @@ LogicalResult Lowering::run() {
       call("strata_rt_trace_end", {context, site()});
   }
 
+  // The layout, also as data of the lowered module, for a framework that
+  // links the object file: sizes in bytes, in the ABI's orders.
+  {
+    OpBuilder::InsertionGuard guard(b);
+    b.setInsertionPointToStart(module.getBody());
+    auto global = [&](StringRef name, ArrayRef<int64_t> values) {
+      SmallVector<int64_t> data(values);
+      if (data.empty())
+        data.push_back(0);
+      LLVM::GlobalOp::create(
+          b, module.getLoc(), LLVM::LLVMArrayType::get(i64Type, data.size()),
+          /*isConstant=*/true, LLVM::Linkage::External, name,
+          DenseElementsAttr::get(
+              RankedTensorType::get({int64_t(data.size())}, i64Type),
+              ArrayRef<int64_t>(data)));
+    };
+    SmallVector<int64_t> persistentBytes, inputBytes, outputBytes;
+    for (Attribute name : persistentNames) {
+      Operation *symbol = module.lookupSymbol(cast<StringAttr>(name));
+      Type type = isa<ParamOp>(symbol) ? cast<ParamOp>(symbol).getType()
+                                       : cast<StateOp>(symbol).getType();
+      persistentBytes.push_back(tensorBytes(type));
+    }
+    for (Type type : step.getArgumentTypes())
+      inputBytes.push_back(tensorBytes(type));
+    for (Type type : step.getResultTypes())
+      outputBytes.push_back(tensorBytes(type));
+    global("strata_step_layout",
+           {plan.arenaBytes, int64_t(persistentBytes.size()),
+            int64_t(inputBytes.size()), int64_t(outputBytes.size())});
+    global("strata_step_persistent_bytes", persistentBytes);
+    global("strata_step_input_bytes", inputBytes);
+    global("strata_step_output_bytes", outputBytes);
+  }
+
   // The host reads the layout from these attributes.
   module->setAttr("strata.rt.persistent", ArrayAttr::get(ctx, persistentNames));
   module->setAttr("strata.rt.arena_bytes", b.getI64IntegerAttr(plan.arenaBytes));

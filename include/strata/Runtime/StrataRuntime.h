@@ -106,6 +106,17 @@ typedef void (*StrataRtStepFn)(StrataRtContext *ctx, void *arena,
                                void **persistent, void **inputs,
                                void **outputs);
 
+/* A lowered module (and its object file) also defines its layout:
+     const int64_t strata_step_layout[4];   // arena bytes, then the number
+                                            // of persistent, input, output
+                                            // buffers
+     const int64_t strata_step_persistent_bytes[];  // each buffer's size,
+     const int64_t strata_step_input_bytes[];       // in the order of
+     const int64_t strata_step_output_bytes[];      // strata_step's tables
+   The persistent buffers' names, in order, are the module attribute
+   strata.rt.persistent (strata-run --emit=mlir); checkpoints hold their
+   values by name. */
+
 /* Every kernel by name, for a JIT to resolve the lowered module's calls. */
 typedef struct {
   const char *name;
