@@ -82,6 +82,31 @@ Layout takeLayout(ModuleOp lowered) {
   return layout;
 }
 
+/// Translates and compiles a lowered module; the runtime's kernels are
+/// absolute symbols of the JIT.
+llvm::Expected<std::unique_ptr<ExecutionEngine>>
+createEngine(ModuleOp lowered, unsigned optLevel, bool objectDump) {
+  initNativeTarget();
+  ExecutionEngineOptions engineOptions;
+  engineOptions.transformer = makeOptimizingTransformer(optLevel, 0, nullptr);
+  engineOptions.enableObjectDump = objectDump;
+  auto engine = ExecutionEngine::create(lowered, engineOptions);
+  if (!engine)
+    return error("code generation failed: " +
+                 llvm::toString(engine.takeError()));
+  (*engine)->registerSymbols([](llvm::orc::MangleAndInterner interner) {
+    llvm::orc::SymbolMap map;
+    size_t count = 0;
+    const StrataRtSymbol *symbols = strata_rt_symbols(&count);
+    for (size_t i = 0; i < count; ++i)
+      map[interner(symbols[i].name)] = {
+          llvm::orc::ExecutorAddr::fromPtr(symbols[i].address),
+          llvm::JITSymbolFlags::Exported};
+    return map;
+  });
+  return std::move(*engine);
+}
+
 } // namespace
 
 CpuExecutable::~CpuExecutable() {
@@ -139,24 +164,9 @@ CpuExecutable::compile(ModuleOp module, const CpuOptions &options) {
   for (auto [i, type] : llvm::enumerate(step.getResultTypes()))
     exe->outputs.push_back(makeBuffer("result " + std::to_string(i), type));
 
-  initNativeTarget();
-  ExecutionEngineOptions engineOptions;
-  engineOptions.transformer =
-      makeOptimizingTransformer(options.optLevel, 0, nullptr);
-  auto engine = ExecutionEngine::create(**lowered, engineOptions);
+  auto engine = createEngine(**lowered, options.optLevel, false);
   if (!engine)
-    return error("JIT compilation failed: " +
-                 llvm::toString(engine.takeError()));
-  (*engine)->registerSymbols([](llvm::orc::MangleAndInterner interner) {
-    llvm::orc::SymbolMap map;
-    size_t count = 0;
-    const StrataRtSymbol *symbols = strata_rt_symbols(&count);
-    for (size_t i = 0; i < count; ++i)
-      map[interner(symbols[i].name)] = {
-          llvm::orc::ExecutorAddr::fromPtr(symbols[i].address),
-          llvm::JITSymbolFlags::Exported};
-    return map;
-  });
+    return engine.takeError();
   auto address = (*engine)->lookup("strata_step");
   if (!address)
     return error("the lowered module has no strata_step: " +
@@ -181,24 +191,9 @@ llvm::Error CpuExecutable::emitObject(ModuleOp module, llvm::StringRef path) {
   if (failed(lowered))
     return error("cannot lower the program to the CPU runtime");
   takeLayout(**lowered);
-  initNativeTarget();
-  ExecutionEngineOptions engineOptions;
-  engineOptions.transformer = makeOptimizingTransformer(2, 0, nullptr);
-  engineOptions.enableObjectDump = true;
-  auto engine = ExecutionEngine::create(**lowered, engineOptions);
+  auto engine = createEngine(**lowered, 2, /*objectDump=*/true);
   if (!engine)
-    return error("code generation failed: " +
-                 llvm::toString(engine.takeError()));
-  (*engine)->registerSymbols([](llvm::orc::MangleAndInterner interner) {
-    llvm::orc::SymbolMap map;
-    size_t count = 0;
-    const StrataRtSymbol *symbols = strata_rt_symbols(&count);
-    for (size_t i = 0; i < count; ++i)
-      map[interner(symbols[i].name)] = {
-          llvm::orc::ExecutorAddr::fromPtr(symbols[i].address),
-          llvm::JITSymbolFlags::Exported};
-    return map;
-  });
+    return engine.takeError();
   // Materialise the code, then write the object.
   if (auto address = (*engine)->lookup("strata_step"); !address)
     return error(llvm::toString(address.takeError()));
@@ -206,6 +201,18 @@ llvm::Error CpuExecutable::emitObject(ModuleOp module, llvm::StringRef path) {
   if (!llvm::sys::fs::exists(path))
     return error("cannot write " + path);
   return llvm::Error::success();
+}
+
+/// Converts `t` into a buffer of element type `dtype`.
+static void fromTensor(const reference::Tensor &t, int64_t dtype, void *data) {
+  for (int64_t i = 0, n = t.numElements(); i < n; ++i) {
+    if (dtype == STRATA_RT_F32)
+      static_cast<float *>(data)[i] = float(t.data[i]);
+    else if (dtype == STRATA_RT_I32)
+      static_cast<int32_t *>(data)[i] = int32_t(t.data[i]);
+    else
+      static_cast<int64_t *>(data)[i] = int64_t(t.data[i]);
+  }
 }
 
 llvm::Error
@@ -217,14 +224,7 @@ CpuExecutable::setState(const llvm::StringMap<reference::Tensor> &state) {
     const reference::Tensor &t = it->second;
     if (t.shape != b.shape)
       return error("'" + b.name + "' has the wrong shape");
-    for (int64_t i = 0, n = t.numElements(); i < n; ++i) {
-      if (b.dtype == STRATA_RT_F32)
-        static_cast<float *>(b.data)[i] = float(t.data[i]);
-      else if (b.dtype == STRATA_RT_I32)
-        static_cast<int32_t *>(b.data)[i] = int32_t(t.data[i]);
-      else
-        static_cast<int64_t *>(b.data)[i] = int64_t(t.data[i]);
-    }
+    fromTensor(t, b.dtype, b.data);
   }
   return llvm::Error::success();
 }
@@ -276,14 +276,7 @@ CpuExecutable::step(llvm::ArrayRef<reference::Tensor> args) {
   for (auto [b, t] : llvm::zip(inputs, args)) {
     if (t.shape != b.shape)
       return error(b.name + " has the wrong shape");
-    for (int64_t i = 0, n = t.numElements(); i < n; ++i) {
-      if (b.dtype == STRATA_RT_F32)
-        static_cast<float *>(b.data)[i] = float(t.data[i]);
-      else if (b.dtype == STRATA_RT_I32)
-        static_cast<int32_t *>(b.data)[i] = int32_t(t.data[i]);
-      else
-        static_cast<int64_t *>(b.data)[i] = int64_t(t.data[i]);
-    }
+    fromTensor(t, b.dtype, b.data);
     in.push_back(b.data);
   }
   for (Buffer &b : outputs)

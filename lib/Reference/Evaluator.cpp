@@ -208,6 +208,19 @@ private:
                                        ": " + msg);
   }
   llvm::Error step(Operation *op);
+  /// The ranks of `ref`'s list that holds this rank.
+  llvm::Expected<ArrayRef<int64_t>> groupOf(Operation *op,
+                                            FlatSymbolRefAttr ref) {
+    if (!options.communicator)
+      return fail(op, "a collective needs several ranks");
+    auto group = SymbolTable::lookupNearestSymbolFrom<CommGroupOp>(op, ref);
+    int64_t me = options.communicator->rank();
+    for (Attribute a : group.getRanks())
+      if (llvm::is_contained(cast<DenseI64ArrayAttr>(a).asArrayRef(), me))
+        return cast<DenseI64ArrayAttr>(a).asArrayRef();
+    return fail(op, "rank " + Twine(me) + " is in no group of " +
+                        ref.getValue());
+  }
   const Tensor &get(Value v) { return values.find(v)->second; }
   /// The forward mask of dropout op `key`, scaled by 1 / (1 - p): dropout
   /// and every gradient or fused form of it share it. Micro-batch m covers
@@ -287,18 +300,10 @@ llvm::Error Evaluator::step(Operation *op) {
         return llvm::Error::success();
       })
       .Case([&](AllReduceOp o) -> llvm::Error {
-        if (!options.communicator)
-          return fail(op, "a collective needs several ranks");
-        auto group = SymbolTable::lookupNearestSymbolFrom<CommGroupOp>(
-            o, o.getGroupAttr());
-        int64_t me = options.communicator->rank();
-        ArrayRef<int64_t> ranks;
-        for (Attribute a : group.getRanks())
-          if (llvm::is_contained(cast<DenseI64ArrayAttr>(a).asArrayRef(), me))
-            ranks = cast<DenseI64ArrayAttr>(a).asArrayRef();
-        if (ranks.empty())
-          return fail(op, "rank " + Twine(me) + " is in no group of " +
-                              o.getGroup());
+        auto group = groupOf(o, o.getGroupAttr());
+        if (!group)
+          return group.takeError();
+        ArrayRef<int64_t> ranks = *group;
         if (o.getKind() != ReduceKind::Sum && o.getKind() != ReduceKind::Mean)
           return fail(op, "only sum and mean reductions are supported");
         Tensor t = in(0);
@@ -313,19 +318,12 @@ llvm::Error Evaluator::step(Operation *op) {
         return llvm::Error::success();
       })
       .Case([&](BroadcastOp o) -> llvm::Error {
-        if (!options.communicator)
-          return fail(op, "a collective needs several ranks");
-        auto group = SymbolTable::lookupNearestSymbolFrom<CommGroupOp>(
-            o, o.getGroupAttr());
-        int64_t me = options.communicator->rank();
-        ArrayRef<int64_t> ranks;
-        for (Attribute a : group.getRanks())
-          if (llvm::is_contained(cast<DenseI64ArrayAttr>(a).asArrayRef(), me))
-            ranks = cast<DenseI64ArrayAttr>(a).asArrayRef();
-        if (ranks.empty())
-          return fail(op, "rank " + Twine(me) + " is in no group of " +
-                              o.getGroup());
-        if (o.getRoot() < 0 || o.getRoot() >= int64_t(ranks.size()))
+        auto group = groupOf(o, o.getGroupAttr());
+        if (!group)
+          return group.takeError();
+        ArrayRef<int64_t> ranks = *group;
+        int64_t root = int64_t(o.getRoot());
+        if (root < 0 || root >= int64_t(ranks.size()))
           return fail(op, "root " + Twine(o.getRoot()) + " outside a group of " +
                               Twine(ranks.size()));
         Tensor t = in(0);

@@ -760,6 +760,24 @@ static bool findGroup(StrataRtContext *ctx, int64_t site, const int64_t *group,
   return false;
 }
 
+/// What every collective does first: check the host's function, find this
+/// rank's list, and start from the input.
+static bool collectivePrologue(StrataRtContext *ctx, int64_t site,
+                               const void *fn, const int64_t *group,
+                               int64_t dtype, void *out, const void *in,
+                               int64_t n, const int64_t *&ranks,
+                               int64_t &numRanks) {
+  if (!fn) {
+    ctx->fail(site, "a collective needs several ranks");
+    return false;
+  }
+  if (!findGroup(ctx, site, group, ranks, numRanks))
+    return false;
+  if (out != in)
+    std::memcpy(out, in, n * elementBytes(dtype));
+  return true;
+}
+
 void strata_rt_set_broadcast(StrataRtContext *ctx, StrataRtBroadcastFn fn,
                              void *user) {
   ctx->broadcast = fn;
@@ -769,21 +787,16 @@ void strata_rt_set_broadcast(StrataRtContext *ctx, StrataRtBroadcastFn fn,
 void strata_rt_broadcast(StrataRtContext *ctx, int64_t site, int64_t dtype,
                          void *out, const void *in, int64_t n, int64_t root,
                          const int64_t *group) {
-  if (!ctx->broadcast) {
-    ctx->fail(site, "a collective needs several ranks");
-    return;
-  }
   const int64_t *ranks = nullptr;
   int64_t numRanks = 0;
-  if (!findGroup(ctx, site, group, ranks, numRanks))
+  if (!collectivePrologue(ctx, site, (const void *)ctx->broadcast, group,
+                          dtype, out, in, n, ranks, numRanks))
     return;
   if (root < 0 || root >= numRanks) {
     ctx->fail(site, "broadcast root " + std::to_string(root) +
                         " outside a group of " + std::to_string(numRanks));
     return;
   }
-  if (out != in)
-    std::memcpy(out, in, n * elementBytes(dtype));
   char error[256] = {0};
   if (ctx->broadcast(ctx->broadcastUser, out, n, dtype, ranks, numRanks, root,
                      error, sizeof(error)) != 0)
@@ -793,16 +806,11 @@ void strata_rt_broadcast(StrataRtContext *ctx, int64_t site, int64_t dtype,
 void strata_rt_all_reduce(StrataRtContext *ctx, int64_t site, int64_t dtype,
                           void *out, const void *in, int64_t n, int64_t kind,
                           const int64_t *group) {
-  if (!ctx->allReduce) {
-    ctx->fail(site, "a collective needs several ranks");
-    return;
-  }
   const int64_t *ranks = nullptr;
   int64_t numRanks = 0;
-  if (!findGroup(ctx, site, group, ranks, numRanks))
+  if (!collectivePrologue(ctx, site, (const void *)ctx->allReduce, group,
+                          dtype, out, in, n, ranks, numRanks))
     return;
-  if (out != in)
-    std::memcpy(out, in, n * elementBytes(dtype));
   char error[256] = {0};
   if (ctx->allReduce(ctx->allReduceUser, out, n, dtype, ranks, numRanks, error,
                      sizeof(error)) != 0) {
