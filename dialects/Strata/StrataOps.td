@@ -824,6 +824,11 @@ def Strata_BroadcastOp : Strata_CollectiveOp<"broadcast",
     [AllTypesMatch<["input", "result"]>]> {
   let summary = "Copies the root's tensor to every rank of the group";
   let description = [{
+    `root` is a position in the rank list of `group` that holds this rank
+    (with lists `[0, 1], [2, 3]`, root 1 is rank 1 for ranks 0 and 1, rank
+    3 for ranks 2 and 3). `strata-sharding` broadcasts each updated
+    parameter from its owner this way.
+
     ```mlir
     %p, %t1 = strata.broadcast %p0, %t0 {group = @dp, root = 0 : i64} : (tensor<64xf32>, !strata.token) -> (tensor<64xf32>, !strata.token)
     ```
