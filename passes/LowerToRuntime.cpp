@@ -365,9 +365,9 @@ LogicalResult Lowering::lower(Operation *op) {
           return success();
         }
         // Non-splat constants: a constant global copied into the buffer.
-        OpBuilder::InsertionGuard guard(b);
         std::string name = "__strata_const" + std::to_string(currentSite);
         {
+          OpBuilder::InsertionGuard guard(b);
           b.setInsertionPointToStart(module.getBody());
           auto flat = dense.reshape(RankedTensorType::get(
               {numel(c)}, dense.getElementType()));

@@ -16,6 +16,7 @@
 #include "strata/Model/ProgramBuilder.h"
 #include "strata/Passes/Passes.h"
 
+#include "mlir/Dialect/Arith/IR/Arith.h"
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/IR/Builders.h"
 #include "mlir/IR/SymbolTable.h"
@@ -51,10 +52,9 @@ struct ShardingPass : public strata::impl::StrataShardingBase<ShardingPass> {
     };
     if (stage < 1 || stage > 3)
       return fail("stage must be 1, 2 or 3");
-    if (stage > 1)
+    if (stage > 2)
       return fail("stage " + Twine(stage) +
-                  " is not implemented yet (stage 1, optimizer-state "
-                  "sharding, is)");
+                  " is not implemented yet (stages 1 and 2 are)");
     if (degree < 1 || dpDegree < 1 || rank < 0 || rank >= degree * dpDegree)
       return fail("needs degree >= 1, dp-degree >= 1 and 0 <= rank < degree "
                   "x dp-degree (rank " +
@@ -194,6 +194,9 @@ struct ShardingPass : public strata::impl::StrataShardingBase<ShardingPass> {
           state->erase();
       }
 
+    if (stage == 2 && failed(shardClipping(step, groupRef, me)))
+      return signalPassFailure();
+
     // When the step ends, every updated parameter comes from its owner.
     b.setInsertionPoint(ret);
     Value token;
@@ -229,6 +232,81 @@ struct ShardingPass : public strata::impl::StrataShardingBase<ShardingPass> {
                                      cast_.getResult());
       setRole(assign, Role::Optimizer);
     }
+  }
+
+  /// Stage 2: a rank keeps only its parameters' gradients. Global-norm
+  /// clipping then reads the owned gradients only: each rank's partial norm
+  /// goes to its slot of a vector that the sharding group sums, and the
+  /// norm of that vector is the global norm. The other gradients' buffers
+  /// die at their all-reduce.
+  LogicalResult shardClipping(func::FuncOp step, FlatSymbolRefAttr group,
+                              int64_t me) {
+    SmallVector<ClipByGlobalNormOp> clips;
+    step.walk([&](ClipByGlobalNormOp c) { clips.push_back(c); });
+    for (ClipByGlobalNormOp clip : clips) {
+      SmallVector<Value> inputs;
+      SmallVector<Value> results;
+      for (auto [in, out] : llvm::zip(clip.getInputs(), clip.getResults()))
+        if (!out.use_empty()) {
+          inputs.push_back(in);
+          results.push_back(out);
+        }
+      OpBuilder b(clip);
+      Location loc = clip.getLoc();
+      MLIRContext *ctx = b.getContext();
+      auto scalar = RankedTensorType::get({}, b.getF32Type());
+      auto one = RankedTensorType::get({1}, b.getF32Type());
+      auto slots = RankedTensorType::get({degree}, b.getF32Type());
+      auto tag = [&](Operation *op, Role role) {
+        setRole(op, role);
+        return op;
+      };
+      Value token;
+      for (Operation *op = clip->getPrevNode(); op && !token;
+           op = op->getPrevNode())
+        for (Value r : op->getResults())
+          if (isa<TokenType>(r.getType()))
+            token = r;
+      if (!token)
+        token = tag(InitTokenOp::create(b, loc, TokenType::get(ctx)),
+                    Role::Communication)
+                    ->getResult(0);
+      Value local = tag(GlobalNormOp::create(b, loc, scalar, inputs),
+                        Role::Optimizer)->getResult(0);
+      Value flat = tag(ReshapeOp::create(b, loc, one, local), Role::Optimizer)
+                       ->getResult(0);
+      Value spread =
+          tag(BroadcastToOp::create(b, loc, slots, flat), Role::Optimizer)
+              ->getResult(0);
+      SmallVector<float> hot(degree, 0.0f);
+      hot[me] = 1.0f;
+      Value mask = tag(arith::ConstantOp::create(
+                           b, loc, DenseElementsAttr::get(slots, ArrayRef(hot))),
+                       Role::Optimizer)
+                       ->getResult(0);
+      Value mine = tag(MulOp::create(b, loc, slots, spread, mask),
+                       Role::Optimizer)->getResult(0);
+      auto sum = AllReduceOp::create(b, loc, slots, TokenType::get(ctx), mine,
+                                     token, group,
+                                     ReduceKindAttr::get(ctx, ReduceKind::Sum));
+      setRole(sum, Role::Communication);
+      SmallVector<Value> gathered = {sum.getResult()};
+      Value norm = tag(GlobalNormOp::create(b, loc, scalar, gathered),
+                       Role::Optimizer)->getResult(0);
+      SmallVector<Type> types;
+      for (Value r : results)
+        types.push_back(r.getType());
+      auto owned = ClipByGlobalNormOp::create(b, loc, types, inputs, norm,
+                                              clip.getMaxNormAttr());
+      setRole(owned, Role::Optimizer);
+      for (auto [old, now] : llvm::zip(results, owned.getResults()))
+        old.replaceAllUsesWith(now);
+      Operation *oldNorm = clip.getNorm().getDefiningOp();
+      clip.erase();
+      if (oldNorm && oldNorm->use_empty())
+        oldNorm->erase();
+    }
+    return success();
   }
 };
 

@@ -12,6 +12,7 @@
 
 #include "mlir/IR/BuiltinOps.h"
 #include "llvm/ADT/DenseMap.h"
+#include "llvm/ADT/SetVector.h"
 
 #include <algorithm>
 
@@ -68,14 +69,28 @@ bool strata::isDeferredAssign(Operation *op) {
 TrainingMemory strata::trainingMemory(ModuleOp module) {
   TrainingMemory m;
   for (Operation &op : *module.getBody()) {
-    if (auto p = dyn_cast<ParamOp>(op)) {
+    if (auto p = dyn_cast<ParamOp>(op))
       m.paramBytes += tensorBytes(p.getType());
-      if (!p.getFrozen())
-        m.gradBytes += tensorBytes(p.getType());
-    } else if (auto s = dyn_cast<StateOp>(op)) {
+    else if (auto s = dyn_cast<StateOp>(op))
       m.stateBytes += tensorBytes(s.getType());
-    }
   }
+  // The gradients the rank's optimizer phase reads: the updates' (its own
+  // parameters' when sharded), or clipping's inputs (every gradient unless
+  // stage 2 shards the clipping too). Others die at their all-reduce.
+  llvm::SetVector<Value> grads;
+  module.walk([&](Operation *op) {
+    if (isa<SgdUpdateOp, MomentumUpdateOp, AdamUpdateOp, AdamWUpdateOp,
+            LambUpdateOp, LarsUpdateOp>(op))
+      grads.insert(op->getOperand(1));
+  });
+  module.walk([&](ClipByGlobalNormOp clip) {
+    for (Value r : clip.getResults())
+      grads.remove(r);
+    for (Value in : clip.getInputs())
+      grads.insert(in);
+  });
+  for (Value g : grads)
+    m.gradBytes += tensorBytes(g.getType());
   return m;
 }
 

@@ -1,4 +1,4 @@
-// RUN: strata-opt %s --strata-lower-to-runtime | FileCheck %s
+// RUN: strata-opt %s -split-input-file --strata-lower-to-runtime | FileCheck %s --check-prefixes=CHECK,CONST
 
 // The step becomes strata_step(ctx, arena, persistent, inputs, outputs):
 // one runtime call per op, intermediate values at their planned arena
@@ -77,4 +77,16 @@ func.func @train_step(%x: tensor<2x4xf32>, %labels: tensor<2xi32>) -> tensor<f32
   %nb = strata.add %b, %s : (tensor<3xf32>, tensor<3xf32>) -> tensor<3xf32>
   strata.assign @b, %nb : tensor<3xf32>
   return %l : tensor<f32>
+}
+
+// -----
+// A non-splat constant is a global copied into its buffer.
+// CONST-LABEL: module attributes
+// CONST: llvm.mlir.global internal constant @__strata_const{{[0-9]+}}(dense<[0.000000e+00, 1.000000e+00]> : tensor<2xf32>)
+// CONST: llvm.func @strata_step(
+// CONST: %[[G:.*]] = llvm.mlir.addressof @__strata_const
+// CONST: llvm.call @strata_rt_copy(%{{.*}}, %{{.*}}, %{{.*}}, %[[G]],
+func.func @train_step() -> tensor<2xf32> {
+  %c = arith.constant dense<[0.0, 1.0]> : tensor<2xf32>
+  return %c : tensor<2xf32>
 }

@@ -657,6 +657,8 @@ int main(int argc, char **argv) {
                0, MPI_COMM_WORLD);
     MPI_Gather(&training.stateBytes, 1, MPI_INT64_T, allStates.data(), 1,
                MPI_INT64_T, 0, MPI_COMM_WORLD);
+    MPI_Gather(&training.gradBytes, 1, MPI_INT64_T, allGrads.data(), 1,
+               MPI_INT64_T, 0, MPI_COMM_WORLD);
   }
   if (!traceFile.empty()) {
     traceEvents.push_back(json::Object{
@@ -729,8 +731,8 @@ int main(int argc, char **argv) {
         {"scratch_bytes", executable ? executable->scratchBytes() : 0},
         {"threads", effectiveThreads},
         {"measured_peak_bytes", json::Array(allMeasured)},
-        // ZeRO's accounting per rank: parameters, gradients, optimizer
-        // state (sharded by strata-sharding).
+        // ZeRO's accounting per rank: parameters, the gradients its
+        // optimizer consumes, optimizer state (sharded by strata-sharding).
         {"param_bytes", json::Array(allParams)},
         {"grad_bytes", json::Array(allGrads)},
         {"optimizer_state_bytes", json::Array(allStates)},

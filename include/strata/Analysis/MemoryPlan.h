@@ -55,9 +55,11 @@ bool isDeferredAssign(mlir::Operation *assign);
 int64_t tensorBytes(mlir::Type type);
 
 /// What a rank holds for training, in ZeRO's terms: parameters (every
-/// strata.param), gradients (one per trainable parameter: ZeRO-1 and data
-/// parallelism keep them whole) and optimizer state (the strata.state the
-/// rank's program declares: sharding leaves each rank its own share).
+/// strata.param), gradients (those its optimizer phase reads: the updates'
+/// inputs, or global-norm clipping's, which reads every gradient unless
+/// ZeRO-2 shards it; a gradient nobody reads dies at its all-reduce) and
+/// optimizer state (the strata.state its program declares: sharding leaves
+/// each rank its own share).
 struct TrainingMemory {
   int64_t paramBytes = 0, gradBytes = 0, stateBytes = 0;
 };
