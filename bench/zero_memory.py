@@ -1,13 +1,15 @@
 #!/usr/bin/python3
 """Per-rank training memory and step time of the benchmark GPT under data
-parallelism and ZeRO stage 1 on 1, 2 and 4 ranks, against the ZeRO
+parallelism and ZeRO stages 1 and 2 on 1, 2 and 4 ranks, against the ZeRO
 accounting of REFERENCE.md section 3 (fp32 AdamW: parameters 4 Psi,
 gradients 4 Psi, optimizer state 8 Psi, divided by N where sharded).
 
     /usr/bin/python3 bench/zero_memory.py --build build
 
 Memory figures come from strata-run's report (`param_bytes`, `grad_bytes`,
-`optimizer_state_bytes`: what each rank's compiled program holds;
+`optimizer_state_bytes`: what each rank's compiled program holds; AdamW
+with global-norm clipping, which reads every gradient unless stage 2 shards
+it;
 `planned_peak_bytes`: its whole static plan). The step time is the median
 over the run; with more ranks than the machine's 2 cores it measures
 oversubscription, not scaling.
@@ -34,14 +36,15 @@ def main():
                     "--vocab", "256", "--batch", "8", "-o", program],
                    check=True)
     print("GPT 4 layers, hidden 256, seq 128, batch 8 (global), AdamW, fp32")
-    print("%-22s %5s %12s %12s %22s %9s %12s %9s" % (
+    print("%-16s %5s %10s %26s %26s %14s %18s %9s" % (
         "strategy", "ranks", "params MB", "grads MB", "optimizer state MB",
         "formula", "planned MB", "step ms"))
     for ranks in (1, 2, 4):
-        for stage in (0, 1):
+        for stage in (0, 1, 2):
             if stage and ranks == 1:
                 continue
-            strategy = {"optimizer": {"type": "adamw", "learning_rate": 1e-3}}
+            strategy = {"optimizer": {"type": "adamw", "learning_rate": 1e-3,
+                                      "grad_clip_norm": 1.0}}
             if stage:
                 strategy["sharding"] = {"enable": True, "stage": stage,
                                         "degree": ranks}
@@ -60,9 +63,10 @@ def main():
             states = r["optimizer_state_bytes"]
             expected = 2 * psi4 / (ranks if stage else 1)
             worst = max(abs(s - expected) / expected for s in states)
-            print("%-22s %5d %12.2f %12.2f %22s %9s %12s %9.0f" % (
-                "ZeRO-1" if stage else "data parallel", ranks,
-                psi4 / mb, r["grad_bytes"][0] / mb,
+            print("%-16s %5d %10.2f %26s %26s %14s %18s %9.0f" % (
+                "ZeRO-%d" % stage if stage else "data parallel", ranks,
+                psi4 / mb,
+                " / ".join("%.2f" % (g / mb) for g in r["grad_bytes"]),
                 " / ".join("%.2f" % (s / mb) for s in states),
                 "%.2f %+.1f%%" % (expected / mb, 100 * worst),
                 " / ".join("%.0f" % (p / mb) for p in r["planned_peak_bytes"]),

@@ -308,8 +308,8 @@ def StrataLowerToRuntime : Pass<"strata-lower-to-runtime", "mlir::ModuleOp"> {
 }
 
 def StrataSharding : Pass<"strata-sharding", "mlir::ModuleOp"> {
-  let summary = "ZeRO stage 1: each rank keeps and updates the optimizer "
-                "state of the parameters it owns";
+  let summary = "ZeRO stages 1 and 2: each rank keeps the optimizer state "
+                "(and gradients) of the parameters it owns";
   let description = [{
     Runs after `strata-data-parallel` (batch shards, gradients averaged over
     every rank) and `strata-optimizer`, and produces the program of rank
@@ -320,18 +320,28 @@ def StrataSharding : Pass<"strata-sharding", "mlir::ModuleOp"> {
     fewest elements so far (Paddle goes in parameter order; largest-first
     keeps the shards even where parameter order left them 13% apart on the
     benchmark GPT at 4 ranks); `use_order` cuts the parameter list into
-    `degree` contiguous parts of about equal size. This rank keeps only the
-    optimizer updates and the optimizer state (moments, velocities) of the
-    parameters it owns; when the step ends every updated parameter is
-    `strata.broadcast` from its owner over `@sharding` and assigned, so the
-    replicas stay identical. Per rank, the optimizer state shrinks to
-    1/`degree`; parameters and gradients stay whole (ZeRO-1). Global-norm
-    clipping needs no change: every rank holds every averaged gradient.
+    `degree` contiguous parts of about equal size.
 
-    Stages 2 (gradients) and 3 (parameters) are refused as not implemented
-    yet. `offload` changes nothing on the CPU runtime (the state is in host
-    memory already); `segment-size`, `sync-comm` and the bucket sizes matter
-    only to stages 2 and 3 and are accepted for Paddle compatibility.
+    Stage 1: this rank keeps only the optimizer updates and the optimizer
+    state (moments, velocities) of the parameters it owns; when the step
+    ends every updated parameter is `strata.broadcast` from its owner over
+    `@sharding` and assigned, so the replicas stay identical. The optimizer
+    state per rank shrinks to 1/`degree`.
+
+    Stage 2 also shards the gradients: global-norm clipping reads only the
+    owned gradients (each rank's partial norm goes to its slot of a
+    `degree`-vector that the sharding group sums; the norm of that vector is
+    the global norm), so a gradient this rank does not own is read by
+    nothing after its all-reduce and its buffer dies there. (Without
+    clipping, stage 1 already frees them so.) The gradients are still
+    all-reduced, not reduce-scattered: per step a rank sends 2Ψ for the
+    all-reduce plus Ψ for the broadcasts, where ZeRO's reduce-scatter +
+    all-gather sends 2Ψ.
+
+    Stage 3 (parameters) is refused as not implemented yet. `offload`
+    changes nothing on the CPU runtime (the state is in host memory
+    already); `segment-size`, `sync-comm` and the bucket sizes are accepted
+    for Paddle compatibility.
   }];
   let options = [
     Option<"stage", "stage", "int64_t", "1", "ZeRO stage (1, 2, 3)">,
