@@ -5,9 +5,21 @@
 // (or over fixed-size chunks summed in order), so results do not depend on
 // the thread count. Long sums accumulate in double.
 //
+// This file is compiled twice: for baseline x86-64 under the ABI's names,
+// and with AVX2 + FMA under the same names suffixed `_avx2`
+// (STRATA_RT_VARIANT); strata_rt_symbols() hands the JIT the AVX2 set when
+// the processor has it. An object file linked by name gets the baseline.
+//
 //===----------------------------------------------------------------------===//
 
 #include "Context.h"
+
+#define STRATA_RT_CONCAT_(a, b) a##b
+#define STRATA_RT_CONCAT(a, b) STRATA_RT_CONCAT_(a, b)
+#ifndef STRATA_RT_VARIANT
+#define STRATA_RT_VARIANT
+#endif
+#define STRATA_RT_KERNEL(name) STRATA_RT_CONCAT(name, STRATA_RT_VARIANT)
 
 #include "../common/StrataRandom.h"
 
@@ -22,9 +34,32 @@ namespace {
 /// Parallelise loops of at least this many elements.
 constexpr int64_t kParallelGrain = 1 << 14;
 
-/// tanh through one exp, which the compiler vectorises (glibc's libmvec);
-/// exact at the ends (exp overflows to inf: 1; underflows to 0: -1).
-inline float fastTanh(float u) { return 1.0f - 2.0f / (std::exp(2.0f * u) + 1.0f); }
+/// exp in plain arithmetic, so that loops over it vectorise (glibc's vector
+/// exp needs -ffast-math): x = n ln2 + r, |r| <= ln2/2, e^r by its degree-6
+/// Taylor polynomial (relative error < 2e-7), 2^n through the exponent
+/// bits. Inputs are clamped to [-87, 88] (the float range).
+inline float fastExp(float x) {
+  x = std::min(std::max(x, -87.0f), 88.0f);
+  // Round x / ln2 to the nearest integer with the 1.5 * 2^23 trick.
+  const float shifter = 12582912.0f;
+  float t = x * 1.44269504088896341f + shifter;
+  float n = t - shifter;
+  float r = x - n * 0.693145751953125f - n * 1.428606765330187e-06f;
+  float p = 1.0f + r * (1.0f + r * (0.5f + r * (0.166666672f +
+                       r * (0.0416666679f + r * (0.00833333377f +
+                       r * 0.00138888892f)))));
+  int32_t bits;
+  std::memcpy(&bits, &t, sizeof(bits));
+  int32_t exponent = (bits - 0x4B400000 + 127) << 23;
+  float scale;
+  std::memcpy(&scale, &exponent, sizeof(scale));
+  return p * scale;
+}
+
+/// tanh through one exp; exact at the ends (1 and -1).
+inline float fastTanh(float u) {
+  return 1.0f - 2.0f / (fastExp(2.0f * u) + 1.0f);
+}
 
 inline float geluTanh(float x) {
   const float c = 0.7978845608028654f; // sqrt(2 / pi)
@@ -52,8 +87,6 @@ int64_t readInt(const void *p, int64_t dtype, int64_t i) {
   return static_cast<const int64_t *>(p)[i];
 }
 
-int64_t elementBytes(int64_t dtype) { return dtype == STRATA_RT_I32 ? 4 : dtype == STRATA_RT_I64 ? 8 : 4; }
-
 /// Offsets of the first element of row `row` (all dimensions but the last)
 /// for up to three stride sets over `shape`.
 template <int N>
@@ -69,25 +102,25 @@ void rowOffsets(int64_t row, int64_t rank, const int64_t *shape,
   }
 }
 
-template <typename T>
-void binaryLoop(int64_t op, T *out, const T *a, const T *b, int64_t rank,
+template <int Op, typename T> inline T applyOp(T x, T y) {
+  if constexpr (Op == STRATA_RT_ADD)
+    return x + y;
+  else if constexpr (Op == STRATA_RT_SUB)
+    return x - y;
+  else if constexpr (Op == STRATA_RT_MUL)
+    return x * y;
+  else
+    return x / y;
+}
+
+/// One op, known at compile time, so that the inner loops vectorise.
+template <int Op, typename T>
+void binaryLoop(T *out, const T *a, const T *b, int64_t rank,
                 const int64_t *desc) {
   const int64_t *shape = desc, *sa = desc + rank, *sb = desc + 2 * rank;
   int64_t n = 1;
   for (int64_t d = 0; d < rank; ++d)
     n *= shape[d];
-  auto apply = [op](T x, T y) -> T {
-    switch (op) {
-    case STRATA_RT_ADD:
-      return x + y;
-    case STRATA_RT_SUB:
-      return x - y;
-    case STRATA_RT_MUL:
-      return x * y;
-    default:
-      return x / y;
-    }
-  };
   // Contiguous operands: one flat loop.
   bool flatA = true, flatB = true;
   for (int64_t d = rank - 1, s = 1; d >= 0; s *= shape[d], --d) {
@@ -95,9 +128,9 @@ void binaryLoop(int64_t op, T *out, const T *a, const T *b, int64_t rank,
     flatB &= sb[d] == s || shape[d] == 1;
   }
   if (rank == 0 || (flatA && flatB)) {
-#pragma omp parallel for schedule(static) if (n >= kParallelGrain)
+#pragma omp parallel for simd schedule(static) if (n >= kParallelGrain)
     for (int64_t i = 0; i < n; ++i)
-      out[i] = apply(a[i], b[i]);
+      out[i] = applyOp<Op>(a[i], b[i]);
     return;
   }
   int64_t inner = shape[rank - 1], rows = n / std::max<int64_t>(inner, 1);
@@ -109,15 +142,34 @@ void binaryLoop(int64_t op, T *out, const T *a, const T *b, int64_t rank,
     rowOffsets<2>(r, rank, shape, strides, off);
     T *o = out + r * inner;
     const T *pa = a + off[0], *pb = b + off[1];
-    if (ia == 1 && ib == 1)
+    if (ia == 1 && ib == 1) {
+#pragma omp simd
       for (int64_t j = 0; j < inner; ++j)
-        o[j] = apply(pa[j], pb[j]);
-    else if (ia == 1 && ib == 0)
+        o[j] = applyOp<Op>(pa[j], pb[j]);
+    } else if (ia == 1 && ib == 0) {
+      T y = pb[0];
+#pragma omp simd
       for (int64_t j = 0; j < inner; ++j)
-        o[j] = apply(pa[j], pb[0]);
-    else
+        o[j] = applyOp<Op>(pa[j], y);
+    } else {
       for (int64_t j = 0; j < inner; ++j)
-        o[j] = apply(pa[j * ia], pb[j * ib]);
+        o[j] = applyOp<Op>(pa[j * ia], pb[j * ib]);
+    }
+  }
+}
+
+template <typename T>
+void binaryLoop(int64_t op, T *out, const T *a, const T *b, int64_t rank,
+                const int64_t *desc) {
+  switch (op) {
+  case STRATA_RT_ADD:
+    return binaryLoop<STRATA_RT_ADD>(out, a, b, rank, desc);
+  case STRATA_RT_SUB:
+    return binaryLoop<STRATA_RT_SUB>(out, a, b, rank, desc);
+  case STRATA_RT_MUL:
+    return binaryLoop<STRATA_RT_MUL>(out, a, b, rank, desc);
+  default:
+    return binaryLoop<STRATA_RT_DIV>(out, a, b, rank, desc);
   }
 }
 
@@ -125,72 +177,7 @@ void binaryLoop(int64_t op, T *out, const T *a, const T *b, int64_t rank,
 
 extern "C" {
 
-StrataRtContext *strata_rt_create(uint64_t seed, int64_t rank, int64_t shard,
-                                  int64_t threads) {
-  auto *ctx = new StrataRtContext;
-  ctx->seed = seed;
-  ctx->rank = rank;
-  ctx->shard = shard;
-  ctx->threads = std::max<int64_t>(threads, 1);
-  omp_set_num_threads(int(ctx->threads));
-  return ctx;
-}
-
-void strata_rt_destroy(StrataRtContext *ctx) { delete ctx; }
-
-void strata_rt_set_all_reduce(StrataRtContext *ctx, StrataRtAllReduceFn fn,
-                              void *user) {
-  ctx->allReduce = fn;
-  ctx->allReduceUser = user;
-}
-
-const char *strata_rt_error(StrataRtContext *ctx, int64_t *site) {
-  if (ctx->error.empty())
-    return nullptr;
-  if (site)
-    *site = ctx->errorSite;
-  return ctx->error.c_str();
-}
-
-void strata_rt_clear_error(StrataRtContext *ctx) {
-  ctx->error.clear();
-  ctx->errorSite = -1;
-}
-
-double strata_rt_now_us(StrataRtContext *ctx) {
-  return std::chrono::duration<double, std::micro>(
-             std::chrono::steady_clock::now() - ctx->start)
-      .count();
-}
-
-void strata_rt_enable_trace(StrataRtContext *ctx, int64_t enable) {
-  ctx->tracing = enable != 0;
-}
-
-void strata_rt_trace_begin(StrataRtContext *ctx, int64_t site) {
-  if (ctx->tracing)
-    ctx->openBegin = strata_rt_now_us(ctx);
-}
-
-void strata_rt_trace_end(StrataRtContext *ctx, int64_t site) {
-  if (ctx->tracing)
-    ctx->trace.push_back({site, ctx->openBegin, strata_rt_now_us(ctx)});
-}
-
-const StrataRtTraceEvent *strata_rt_take_trace(StrataRtContext *ctx,
-                                               size_t *count) {
-  ctx->taken.swap(ctx->trace);
-  ctx->trace.clear();
-  *count = ctx->taken.size();
-  return ctx->taken.data();
-}
-
-int64_t strata_rt_scratch_bytes(StrataRtContext *ctx) {
-  return int64_t((ctx->scratch.capacity() + ctx->gemmScratch_.capacity()) *
-                 sizeof(float));
-}
-
-void strata_rt_binary(StrataRtContext *ctx, int64_t site, int64_t op,
+void STRATA_RT_KERNEL(strata_rt_binary)(StrataRtContext *ctx, int64_t site, int64_t op,
                       int64_t dtype, void *out, const void *a, const void *b,
                       int64_t rank, const int64_t *desc) {
   switch (dtype) {
@@ -209,7 +196,7 @@ void strata_rt_binary(StrataRtContext *ctx, int64_t site, int64_t op,
   }
 }
 
-void strata_rt_unary(StrataRtContext *ctx, int64_t site, int64_t op,
+void STRATA_RT_KERNEL(strata_rt_unary)(StrataRtContext *ctx, int64_t site, int64_t op,
                      float *out, const float *in, int64_t n, double alpha) {
   float f = float(alpha);
   switch (op) {
@@ -239,7 +226,7 @@ void strata_rt_unary(StrataRtContext *ctx, int64_t site, int64_t op,
   }
 }
 
-void strata_rt_act_grad(StrataRtContext *ctx, int64_t site, int64_t act,
+void STRATA_RT_KERNEL(strata_rt_act_grad)(StrataRtContext *ctx, int64_t site, int64_t act,
                         float *out, const float *x, const float *dy,
                         int64_t n) {
   switch (act) {
@@ -264,13 +251,13 @@ void strata_rt_act_grad(StrataRtContext *ctx, int64_t site, int64_t act,
   }
 }
 
-void strata_rt_copy(StrataRtContext *ctx, int64_t site, void *out,
+void STRATA_RT_KERNEL(strata_rt_copy)(StrataRtContext *ctx, int64_t site, void *out,
                     const void *in, int64_t bytes) {
   if (out != in)
     std::memmove(out, in, size_t(bytes));
 }
 
-void strata_rt_strided_copy(StrataRtContext *ctx, int64_t site,
+void STRATA_RT_KERNEL(strata_rt_strided_copy)(StrataRtContext *ctx, int64_t site,
                             int64_t elementBytes, void *out, const void *in,
                             int64_t rank, const int64_t *desc) {
   const int64_t *shape = desc, *strides = desc + rank;
@@ -306,7 +293,7 @@ void strata_rt_strided_copy(StrataRtContext *ctx, int64_t site,
     run(static_cast<int32_t *>(out), static_cast<const int32_t *>(in));
 }
 
-void strata_rt_reduce(StrataRtContext *ctx, int64_t site, float *out,
+void STRATA_RT_KERNEL(strata_rt_reduce)(StrataRtContext *ctx, int64_t site, float *out,
                       const float *in, int64_t rank, const int64_t *desc,
                       double scale) {
   const int64_t *shape = desc, *ostrides = desc + rank;
@@ -365,7 +352,7 @@ void strata_rt_reduce(StrataRtContext *ctx, int64_t site, float *out,
     out[i] = float(acc[i] * scale);
 }
 
-void strata_rt_fill(StrataRtContext *ctx, int64_t site, int64_t dtype,
+void STRATA_RT_KERNEL(strata_rt_fill)(StrataRtContext *ctx, int64_t site, int64_t dtype,
                     void *out, int64_t n, double value) {
   if (dtype == STRATA_RT_F32)
     std::fill_n(static_cast<float *>(out), n, float(value));
@@ -375,7 +362,7 @@ void strata_rt_fill(StrataRtContext *ctx, int64_t site, int64_t dtype,
     std::fill_n(static_cast<int64_t *>(out), n, int64_t(value));
 }
 
-void strata_rt_dropout(StrataRtContext *ctx, int64_t site, float *out,
+void STRATA_RT_KERNEL(strata_rt_dropout)(StrataRtContext *ctx, int64_t site, float *out,
                        const float *in, const float *residual, int64_t n,
                        int64_t key, int64_t microBatches, int64_t microBatch,
                        double prob) {
@@ -404,7 +391,7 @@ void strata_rt_dropout(StrataRtContext *ctx, int64_t site, float *out,
   }
 }
 
-void strata_rt_softmax(StrataRtContext *ctx, int64_t site, float *out,
+void STRATA_RT_KERNEL(strata_rt_softmax)(StrataRtContext *ctx, int64_t site, float *out,
                        const float *in, int64_t rows, int64_t n,
                        int64_t causalRows) {
 #pragma omp parallel for schedule(static) if (rows * n >= kParallelGrain)
@@ -416,8 +403,9 @@ void strata_rt_softmax(StrataRtContext *ctx, int64_t site, float *out,
     for (int64_t j = 0; j < limit; ++j)
       mx = std::max(mx, x[j]);
     float sum = 0;
+#pragma omp simd reduction(+ : sum)
     for (int64_t j = 0; j < limit; ++j)
-      sum += (y[j] = std::exp(x[j] - mx));
+      sum += (y[j] = fastExp(x[j] - mx));
     float inv = 1.0f / sum;
     for (int64_t j = 0; j < limit; ++j)
       y[j] *= inv;
@@ -426,7 +414,7 @@ void strata_rt_softmax(StrataRtContext *ctx, int64_t site, float *out,
   }
 }
 
-void strata_rt_softmax_grad(StrataRtContext *ctx, int64_t site, float *dx,
+void STRATA_RT_KERNEL(strata_rt_softmax_grad)(StrataRtContext *ctx, int64_t site, float *dx,
                             const float *y, const float *dy, int64_t rows,
                             int64_t n) {
 #pragma omp parallel for schedule(static) if (rows * n >= kParallelGrain)
@@ -441,7 +429,7 @@ void strata_rt_softmax_grad(StrataRtContext *ctx, int64_t site, float *dx,
   }
 }
 
-void strata_rt_layer_norm(StrataRtContext *ctx, int64_t site, float *y,
+void STRATA_RT_KERNEL(strata_rt_layer_norm)(StrataRtContext *ctx, int64_t site, float *y,
                           const float *x, const float *gamma,
                           const float *beta, int64_t rows, int64_t n,
                           double eps) {
@@ -462,7 +450,7 @@ void strata_rt_layer_norm(StrataRtContext *ctx, int64_t site, float *y,
   }
 }
 
-void strata_rt_layer_norm_grad(StrataRtContext *ctx, int64_t site, float *dx,
+void STRATA_RT_KERNEL(strata_rt_layer_norm_grad)(StrataRtContext *ctx, int64_t site, float *dx,
                                float *dgamma, float *dbeta, const float *x,
                                const float *gamma, const float *dy,
                                int64_t rows, int64_t n, double eps) {
@@ -511,7 +499,7 @@ void strata_rt_layer_norm_grad(StrataRtContext *ctx, int64_t site, float *dx,
   }
 }
 
-void strata_rt_embedding(StrataRtContext *ctx, int64_t site, float *out,
+void STRATA_RT_KERNEL(strata_rt_embedding)(StrataRtContext *ctx, int64_t site, float *out,
                          const float *table, const void *ids, int64_t idType,
                          int64_t count, int64_t vocab, int64_t width) {
   for (int64_t i = 0; i < count; ++i) {
@@ -526,7 +514,7 @@ void strata_rt_embedding(StrataRtContext *ctx, int64_t site, float *out,
   }
 }
 
-void strata_rt_embedding_grad(StrataRtContext *ctx, int64_t site,
+void STRATA_RT_KERNEL(strata_rt_embedding_grad)(StrataRtContext *ctx, int64_t site,
                               float *dtable, const void *ids, int64_t idType,
                               const float *dy, int64_t count, int64_t vocab,
                               int64_t width) {
@@ -543,7 +531,7 @@ void strata_rt_embedding_grad(StrataRtContext *ctx, int64_t site,
   }
 }
 
-void strata_rt_cross_entropy(StrataRtContext *ctx, int64_t site, float *loss,
+void STRATA_RT_KERNEL(strata_rt_cross_entropy)(StrataRtContext *ctx, int64_t site, float *loss,
                              const float *logits, const void *labels,
                              int64_t labelType, int64_t rows, int64_t vocab) {
   std::vector<double> perRow(rows);
@@ -558,10 +546,11 @@ void strata_rt_cross_entropy(StrataRtContext *ctx, int64_t site, float *loss,
       continue;
     }
     float mx = *std::max_element(x, x + vocab);
-    double sum = 0;
+    float sum = 0;
+#pragma omp simd reduction(+ : sum)
     for (int64_t j = 0; j < vocab; ++j)
-      sum += std::exp(double(x[j] - mx));
-    perRow[r] = std::log(sum) + mx - x[label];
+      sum += fastExp(x[j] - mx);
+    perRow[r] = std::log(double(sum)) + mx - x[label];
   }
   if (bad)
     for (int64_t r = 0; r < rows; ++r) {
@@ -578,7 +567,7 @@ void strata_rt_cross_entropy(StrataRtContext *ctx, int64_t site, float *loss,
   loss[0] = float(total / double(rows));
 }
 
-void strata_rt_cross_entropy_grad(StrataRtContext *ctx, int64_t site,
+void STRATA_RT_KERNEL(strata_rt_cross_entropy_grad)(StrataRtContext *ctx, int64_t site,
                                   float *dlogits, const float *logits,
                                   const void *labels, int64_t labelType,
                                   const float *dloss, int64_t rows,
@@ -590,8 +579,9 @@ void strata_rt_cross_entropy_grad(StrataRtContext *ctx, int64_t site,
     float *o = dlogits + r * vocab;
     float mx = *std::max_element(x, x + vocab);
     float sum = 0;
+#pragma omp simd reduction(+ : sum)
     for (int64_t j = 0; j < vocab; ++j)
-      sum += (o[j] = std::exp(x[j] - mx));
+      sum += (o[j] = fastExp(x[j] - mx));
     float f = scale / sum;
     for (int64_t j = 0; j < vocab; ++j)
       o[j] *= f;
@@ -601,7 +591,7 @@ void strata_rt_cross_entropy_grad(StrataRtContext *ctx, int64_t site,
   }
 }
 
-void strata_rt_lr_schedule(StrataRtContext *ctx, int64_t site, float *lr,
+void STRATA_RT_KERNEL(strata_rt_lr_schedule)(StrataRtContext *ctx, int64_t site, float *lr,
                            const int64_t *step, int64_t kind, double baseLr,
                            int64_t warmupSteps, int64_t decaySteps,
                            double minLr) {
@@ -616,7 +606,7 @@ void strata_rt_lr_schedule(StrataRtContext *ctx, int64_t site, float *lr,
   *lr = float(value);
 }
 
-void strata_rt_global_norm(StrataRtContext *ctx, int64_t site, float *out,
+void STRATA_RT_KERNEL(strata_rt_global_norm)(StrataRtContext *ctx, int64_t site, float *out,
                            int64_t count, const float *const *tensors,
                            const int64_t *sizes) {
   // Fixed chunks summed in order: the same result on any thread count.
@@ -639,7 +629,7 @@ void strata_rt_global_norm(StrataRtContext *ctx, int64_t site, float *out,
   *out = float(std::sqrt(total));
 }
 
-void strata_rt_clip(StrataRtContext *ctx, int64_t site, float *out,
+void STRATA_RT_KERNEL(strata_rt_clip)(StrataRtContext *ctx, int64_t site, float *out,
                     const float *in, int64_t n, const float *norm,
                     double maxNorm) {
   float scale = float(maxNorm / std::max(double(*norm), maxNorm));
@@ -648,7 +638,7 @@ void strata_rt_clip(StrataRtContext *ctx, int64_t site, float *out,
     out[i] = in[i] * scale;
 }
 
-void strata_rt_sgd(StrataRtContext *ctx, int64_t site, float *newParam,
+void STRATA_RT_KERNEL(strata_rt_sgd)(StrataRtContext *ctx, int64_t site, float *newParam,
                    const float *param, const float *grad, const float *lr,
                    int64_t n, double weightDecay) {
   float l = *lr, wd = float(weightDecay);
@@ -657,7 +647,7 @@ void strata_rt_sgd(StrataRtContext *ctx, int64_t site, float *newParam,
     newParam[i] = param[i] - l * (grad[i] + wd * param[i]);
 }
 
-void strata_rt_momentum(StrataRtContext *ctx, int64_t site, float *newParam,
+void STRATA_RT_KERNEL(strata_rt_momentum)(StrataRtContext *ctx, int64_t site, float *newParam,
                         float *newVelocity, const float *param,
                         const float *grad, const float *velocity,
                         const float *lr, int64_t n, double momentum,
@@ -672,7 +662,7 @@ void strata_rt_momentum(StrataRtContext *ctx, int64_t site, float *newParam,
   }
 }
 
-void strata_rt_adam(StrataRtContext *ctx, int64_t site, int64_t kind,
+void STRATA_RT_KERNEL(strata_rt_adam)(StrataRtContext *ctx, int64_t site, int64_t kind,
                     float *newParam, float *newM, float *newV,
                     const float *param, const float *grad, const float *m,
                     const float *v, const float *lr, const int64_t *step,
@@ -715,7 +705,7 @@ void strata_rt_adam(StrataRtContext *ctx, int64_t site, int64_t kind,
     newParam[i] = param[i] - l * trust * r[i];
 }
 
-void strata_rt_lars(StrataRtContext *ctx, int64_t site, float *newParam,
+void STRATA_RT_KERNEL(strata_rt_lars)(StrataRtContext *ctx, int64_t site, float *newParam,
                     float *newVelocity, const float *param, const float *grad,
                     const float *velocity, const float *lr, int64_t n,
                     double momentum, double weightDecay, double larsCoeff,
@@ -738,90 +728,6 @@ void strata_rt_lars(StrataRtContext *ctx, int64_t site, float *newParam,
     float v = mu * velocity[i] + localLr * (grad[i] + wd * p);
     newVelocity[i] = v;
     newParam[i] = p - v;
-  }
-}
-
-/// The list of `group` (count, then length + ranks per list) that holds
-/// this rank.
-static bool findGroup(StrataRtContext *ctx, int64_t site, const int64_t *group,
-                      const int64_t *&ranks, int64_t &numRanks) {
-  const int64_t *p = group + 1;
-  for (int64_t l = 0; l < group[0]; ++l) {
-    int64_t len = *p++;
-    if (std::find(p, p + len, ctx->rank) != p + len) {
-      ranks = p;
-      numRanks = len;
-      return true;
-    }
-    p += len;
-  }
-  ctx->fail(site, "rank " + std::to_string(ctx->rank) +
-                      " is in no list of the collective's group");
-  return false;
-}
-
-/// What every collective does first: check the host's function, find this
-/// rank's list, and start from the input.
-static bool collectivePrologue(StrataRtContext *ctx, int64_t site,
-                               const void *fn, const int64_t *group,
-                               int64_t dtype, void *out, const void *in,
-                               int64_t n, const int64_t *&ranks,
-                               int64_t &numRanks) {
-  if (!fn) {
-    ctx->fail(site, "a collective needs several ranks");
-    return false;
-  }
-  if (!findGroup(ctx, site, group, ranks, numRanks))
-    return false;
-  if (out != in)
-    std::memcpy(out, in, n * elementBytes(dtype));
-  return true;
-}
-
-void strata_rt_set_broadcast(StrataRtContext *ctx, StrataRtBroadcastFn fn,
-                             void *user) {
-  ctx->broadcast = fn;
-  ctx->broadcastUser = user;
-}
-
-void strata_rt_broadcast(StrataRtContext *ctx, int64_t site, int64_t dtype,
-                         void *out, const void *in, int64_t n, int64_t root,
-                         const int64_t *group) {
-  const int64_t *ranks = nullptr;
-  int64_t numRanks = 0;
-  if (!collectivePrologue(ctx, site, (const void *)ctx->broadcast, group,
-                          dtype, out, in, n, ranks, numRanks))
-    return;
-  if (root < 0 || root >= numRanks) {
-    ctx->fail(site, "broadcast root " + std::to_string(root) +
-                        " outside a group of " + std::to_string(numRanks));
-    return;
-  }
-  char error[256] = {0};
-  if (ctx->broadcast(ctx->broadcastUser, out, n, dtype, ranks, numRanks, root,
-                     error, sizeof(error)) != 0)
-    ctx->fail(site, error[0] ? error : "broadcast failed");
-}
-
-void strata_rt_all_reduce(StrataRtContext *ctx, int64_t site, int64_t dtype,
-                          void *out, const void *in, int64_t n, int64_t kind,
-                          const int64_t *group) {
-  const int64_t *ranks = nullptr;
-  int64_t numRanks = 0;
-  if (!collectivePrologue(ctx, site, (const void *)ctx->allReduce, group,
-                          dtype, out, in, n, ranks, numRanks))
-    return;
-  char error[256] = {0};
-  if (ctx->allReduce(ctx->allReduceUser, out, n, dtype, ranks, numRanks, error,
-                     sizeof(error)) != 0) {
-    ctx->fail(site, error[0] ? error : "all_reduce failed");
-    return;
-  }
-  if (kind == 1 && dtype == STRATA_RT_F32) {
-    float count = float(numRanks);
-    float *o = static_cast<float *>(out);
-    for (int64_t i = 0; i < n; ++i)
-      o[i] /= count;
   }
 }
 

@@ -123,6 +123,9 @@ typedef struct {
   void *address;
 } StrataRtSymbol;
 const StrataRtSymbol *strata_rt_symbols(size_t *count);
+/* Which build of the kernels strata_rt_symbols() returns: "avx2" (AVX2 +
+   FMA, when the processor has them) or "baseline" (x86-64). */
+const char *strata_rt_isa(void);
 
 /*===--- Kernels ----------------------------------------------------------===*/
 

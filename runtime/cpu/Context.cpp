@@ -1,0 +1,171 @@
+//===- Context.cpp - Host side and collectives of the CPU runtime ---------===//
+//
+// The context's life cycle, errors, tracing, and the collectives, which call
+// the host's functions (strata-run: MPI). Built once; the compute kernels
+// (Kernels.cpp) are built for several instruction sets.
+//
+//===----------------------------------------------------------------------===//
+
+#include "Context.h"
+
+#include <algorithm>
+#include <cstring>
+#include <omp.h>
+#include <string>
+
+static int64_t elementBytes(int64_t dtype) {
+  return dtype == STRATA_RT_I64 ? 8 : 4;
+}
+
+extern "C" {
+
+StrataRtContext *strata_rt_create(uint64_t seed, int64_t rank, int64_t shard,
+                                  int64_t threads) {
+  auto *ctx = new StrataRtContext;
+  ctx->seed = seed;
+  ctx->rank = rank;
+  ctx->shard = shard;
+  ctx->threads = std::max<int64_t>(threads, 1);
+  omp_set_num_threads(int(ctx->threads));
+  return ctx;
+}
+
+void strata_rt_destroy(StrataRtContext *ctx) { delete ctx; }
+
+void strata_rt_set_all_reduce(StrataRtContext *ctx, StrataRtAllReduceFn fn,
+                              void *user) {
+  ctx->allReduce = fn;
+  ctx->allReduceUser = user;
+}
+
+const char *strata_rt_error(StrataRtContext *ctx, int64_t *site) {
+  if (ctx->error.empty())
+    return nullptr;
+  if (site)
+    *site = ctx->errorSite;
+  return ctx->error.c_str();
+}
+
+void strata_rt_clear_error(StrataRtContext *ctx) {
+  ctx->error.clear();
+  ctx->errorSite = -1;
+}
+
+double strata_rt_now_us(StrataRtContext *ctx) {
+  return std::chrono::duration<double, std::micro>(
+             std::chrono::steady_clock::now() - ctx->start)
+      .count();
+}
+
+void strata_rt_enable_trace(StrataRtContext *ctx, int64_t enable) {
+  ctx->tracing = enable != 0;
+}
+
+void strata_rt_trace_begin(StrataRtContext *ctx, int64_t site) {
+  if (ctx->tracing)
+    ctx->openBegin = strata_rt_now_us(ctx);
+}
+
+void strata_rt_trace_end(StrataRtContext *ctx, int64_t site) {
+  if (ctx->tracing)
+    ctx->trace.push_back({site, ctx->openBegin, strata_rt_now_us(ctx)});
+}
+
+const StrataRtTraceEvent *strata_rt_take_trace(StrataRtContext *ctx,
+                                               size_t *count) {
+  ctx->taken.swap(ctx->trace);
+  ctx->trace.clear();
+  *count = ctx->taken.size();
+  return ctx->taken.data();
+}
+
+int64_t strata_rt_scratch_bytes(StrataRtContext *ctx) {
+  return int64_t((ctx->scratch.capacity() + ctx->gemmScratch_.capacity()) *
+                 sizeof(float));
+}
+
+/// The list of `group` (count, then length + ranks per list) that holds
+/// this rank.
+static bool findGroup(StrataRtContext *ctx, int64_t site, const int64_t *group,
+                      const int64_t *&ranks, int64_t &numRanks) {
+  const int64_t *p = group + 1;
+  for (int64_t l = 0; l < group[0]; ++l) {
+    int64_t len = *p++;
+    if (std::find(p, p + len, ctx->rank) != p + len) {
+      ranks = p;
+      numRanks = len;
+      return true;
+    }
+    p += len;
+  }
+  ctx->fail(site, "rank " + std::to_string(ctx->rank) +
+                      " is in no list of the collective's group");
+  return false;
+}
+
+/// What every collective does first: check the host's function, find this
+/// rank's list, and start from the input.
+static bool collectivePrologue(StrataRtContext *ctx, int64_t site,
+                               const void *fn, const int64_t *group,
+                               int64_t dtype, void *out, const void *in,
+                               int64_t n, const int64_t *&ranks,
+                               int64_t &numRanks) {
+  if (!fn) {
+    ctx->fail(site, "a collective needs several ranks");
+    return false;
+  }
+  if (!findGroup(ctx, site, group, ranks, numRanks))
+    return false;
+  if (out != in)
+    std::memcpy(out, in, n * elementBytes(dtype));
+  return true;
+}
+
+void strata_rt_set_broadcast(StrataRtContext *ctx, StrataRtBroadcastFn fn,
+                             void *user) {
+  ctx->broadcast = fn;
+  ctx->broadcastUser = user;
+}
+
+void strata_rt_broadcast(StrataRtContext *ctx, int64_t site, int64_t dtype,
+                         void *out, const void *in, int64_t n, int64_t root,
+                         const int64_t *group) {
+  const int64_t *ranks = nullptr;
+  int64_t numRanks = 0;
+  if (!collectivePrologue(ctx, site, (const void *)ctx->broadcast, group,
+                          dtype, out, in, n, ranks, numRanks))
+    return;
+  if (root < 0 || root >= numRanks) {
+    ctx->fail(site, "broadcast root " + std::to_string(root) +
+                        " outside a group of " + std::to_string(numRanks));
+    return;
+  }
+  char error[256] = {0};
+  if (ctx->broadcast(ctx->broadcastUser, out, n, dtype, ranks, numRanks, root,
+                     error, sizeof(error)) != 0)
+    ctx->fail(site, error[0] ? error : "broadcast failed");
+}
+
+void strata_rt_all_reduce(StrataRtContext *ctx, int64_t site, int64_t dtype,
+                          void *out, const void *in, int64_t n, int64_t kind,
+                          const int64_t *group) {
+  const int64_t *ranks = nullptr;
+  int64_t numRanks = 0;
+  if (!collectivePrologue(ctx, site, (const void *)ctx->allReduce, group,
+                          dtype, out, in, n, ranks, numRanks))
+    return;
+  char error[256] = {0};
+  if (ctx->allReduce(ctx->allReduceUser, out, n, dtype, ranks, numRanks, error,
+                     sizeof(error)) != 0) {
+    ctx->fail(site, error[0] ? error : "all_reduce failed");
+    return;
+  }
+  if (kind == 1 && dtype == STRATA_RT_F32) {
+    float count = float(numRanks);
+    float *o = static_cast<float *>(out);
+    for (int64_t i = 0; i < n; ++i)
+      o[i] /= count;
+  }
+}
+
+} // extern "C"
