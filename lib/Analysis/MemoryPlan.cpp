@@ -52,18 +52,27 @@ SmallVector<Value> inPlaceCandidates(Operation *op) {
 
 bool strata::isDeferredAssign(Operation *op) {
   auto assign = cast<AssignOp>(op);
-  for (Operation *next = op->getNextNode(); next; next = next->getNextNode()) {
-    bool reads = false;
-    next->walk([&](Operation *inner) {
-      if (auto g = dyn_cast<GetParamOp>(inner))
-        reads |= g.getName() == assign.getName();
-      if (auto g = dyn_cast<GetStateOp>(inner))
-        reads |= g.getName() == assign.getName();
-    });
-    if (reads)
-      return true;
-  }
-  return false;
+  Block *block = op->getBlock();
+  // The old value is read after the assignment: a read of the parameter or
+  // state (a view of its buffer) used at or after the assign.
+  bool deferred = false;
+  block->walk([&](Operation *inner) {
+    if (deferred || !isa<GetParamOp, GetStateOp>(inner) ||
+        inner->getAttrOfType<FlatSymbolRefAttr>("name").getValue() !=
+            assign.getName())
+      return;
+    Operation *get = block->findAncestorOpInBlock(*inner);
+    if (get && op->isBeforeInBlock(get)) {
+      deferred = true;
+      return;
+    }
+    for (Operation *user : inner->getResult(0).getUsers()) {
+      Operation *at = block->findAncestorOpInBlock(*user);
+      if (at && at != op && op->isBeforeInBlock(at))
+        deferred = true;
+    }
+  });
+  return deferred;
 }
 
 TrainingMemory strata::trainingMemory(ModuleOp module) {

@@ -1,4 +1,4 @@
-// RUN: strata-opt %s -split-input-file --strata-lower-to-runtime | FileCheck %s --check-prefixes=CHECK,CONST
+// RUN: strata-opt %s -split-input-file --strata-lower-to-runtime | FileCheck %s --check-prefixes=CHECK,CONST,DEFER
 
 // The step becomes strata_step(ctx, arena, persistent, inputs, outputs):
 // one runtime call per op, intermediate values at their planned arena
@@ -89,4 +89,24 @@ func.func @train_step(%x: tensor<2x4xf32>, %labels: tensor<2xi32>) -> tensor<f32
 func.func @train_step() -> tensor<2xf32> {
   %c = arith.constant dense<[0.0, 1.0]> : tensor<2xf32>
   return %c : tensor<2xf32>
+}
+
+// -----
+// @b is read after its assign (%b is a view of its buffer): the copy waits
+// for the end of the step.
+// DEFER-LABEL: strata.rt.persistent = ["b"]
+// DEFER: llvm.func @strata_step(%[[CTX:[a-z0-9]+]]: !llvm.ptr, %{{[a-z0-9]+}}: !llvm.ptr, %[[RES:[a-z0-9]+]]: !llvm.ptr
+// DEFER: llvm.call @strata_rt_unary(
+// DEFER: llvm.call @strata_rt_binary(
+// DEFER: %[[BS:.*]] = llvm.getelementptr %[[RES]][0]
+// DEFER: %[[B:.*]] = llvm.load %[[BS]]
+// DEFER: llvm.call @strata_rt_copy(%[[CTX]], %{{.*}}, %[[B]],
+// DEFER: llvm.return
+strata.param @b : tensor<3xf32> init <zeros>
+func.func @train_step() -> tensor<3xf32> {
+  %b = strata.get_param @b : tensor<3xf32>
+  %n = strata.scale %b {factor = 2.0 : f64} : (tensor<3xf32>) -> tensor<3xf32>
+  strata.assign @b, %n : tensor<3xf32>
+  %r = strata.add %b, %n : (tensor<3xf32>, tensor<3xf32>) -> tensor<3xf32>
+  return %r : tensor<3xf32>
 }

@@ -368,7 +368,13 @@ int main(int argc, char **argv) {
   if (!emit.empty() && outputFile.empty())
     return fail("--emit needs -o FILE");
   if (threads < 0)
-    return fail("--cpu-threads must be >= 1");
+    return fail("--cpu-threads must be >= 1 (or 0: the cores divided among "
+                "the local ranks)");
+  if (!emit.empty() && nproc > 1)
+    return fail("--emit writes the program of one rank: run it without "
+                "--nproc (for a rank of a larger world, use strata-opt "
+                "--world-size N --rank R, then strata-opt "
+                "--strata-lower-to-runtime)");
   bool underMpi = std::getenv("OMPI_COMM_WORLD_SIZE") != nullptr ||
                   std::getenv("PMI_SIZE") != nullptr;
   if (nproc < 1)
