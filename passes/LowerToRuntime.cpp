@@ -241,6 +241,8 @@ private:
   llvm::StringMap<int64_t> persistentIndex;
   SmallVector<Attribute> persistentNames;
   SmallVector<Attribute> sites, siteRoles;
+  /// Non-blocking all-reduces (their sites) to complete before an op.
+  DenseMap<Operation *, SmallVector<int64_t>> waitsBefore;
   int64_t currentSite = 0;
   int64_t microBatches = 1;
 };
@@ -720,7 +722,21 @@ LogicalResult Lowering::lower(Operation *op) {
           return op->emitOpError("only sum and mean reductions are supported "
                                  "by the CPU runtime");
         SmallVector<int64_t> desc = groupDescriptor(o, o.getGroupAttr());
-        call("strata_rt_all_reduce",
+        // Started here, completed right before the first op that reads the
+        // result (or when the step ends), so computation overlaps it.
+        Operation *firstUser = nullptr;
+        Block *block = op->getBlock();
+        for (Operation *user : o.getResult().getUsers()) {
+          Operation *at = block->findAncestorOpInBlock(*user);
+          if (!firstUser || at->isBeforeInBlock(firstUser))
+            firstUser = at;
+        }
+        // A result nobody reads dies here in the memory plan: complete it
+        // before the next op, whose buffers may reuse its bytes. (Always
+        // the non-blocking call, so that every rank's collectives match.)
+        waitsBefore[firstUser ? firstUser : op->getNextNode()].push_back(
+            currentSite);
+        call("strata_rt_all_reduce_start",
              {context, site(), i64(*type), ptr(o.getResult()),
               ptr(o.getInput()), i64(numel(o.getResult())),
               i64(o.getKind() == ReduceKind::Mean ? 1 : 0),
@@ -829,6 +845,9 @@ LogicalResult Lowering::run() {
     siteRoles.push_back(StringAttr::get(
         ctx, role ? stringifyRole(*role) : StringRef()));
 
+    if (auto it = waitsBefore.find(&op); it != waitsBefore.end())
+      for (int64_t started : it->second)
+        call("strata_rt_wait", {context, i64(started)});
     if (auto get = dyn_cast<GetParamOp>(op)) {
       pointers[get] = loadPointer(persistent, persistentIndex[get.getName()]);
       continue;

@@ -180,6 +180,9 @@ CpuExecutable::compile(ModuleOp module, const CpuOptions &options) {
   if (options.allReduce)
     strata_rt_set_all_reduce(exe->context, options.allReduce,
                              options.allReduceUser);
+  if (options.allReduceStart && options.wait)
+    strata_rt_set_async_all_reduce(exe->context, options.allReduceStart,
+                                   options.wait, options.allReduceUser);
   if (options.broadcast)
     strata_rt_set_broadcast(exe->context, options.broadcast,
                             options.broadcastUser);

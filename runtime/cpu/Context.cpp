@@ -146,6 +146,60 @@ void strata_rt_broadcast(StrataRtContext *ctx, int64_t site, int64_t dtype,
     ctx->fail(site, error[0] ? error : "broadcast failed");
 }
 
+void strata_rt_set_async_all_reduce(StrataRtContext *ctx,
+                                    StrataRtAllReduceStartFn start,
+                                    StrataRtWaitFn wait, void *user) {
+  ctx->allReduceStart = start;
+  ctx->wait = wait;
+  ctx->asyncUser = user;
+}
+
+/// A mean is the sum divided by the group's size.
+static void finishMean(void *out, int64_t n, int64_t dtype, int64_t kind,
+                       int64_t numRanks) {
+  if (kind == 1 && dtype == STRATA_RT_F32) {
+    float count = float(numRanks);
+    float *o = static_cast<float *>(out);
+    for (int64_t i = 0; i < n; ++i)
+      o[i] /= count;
+  }
+}
+
+void strata_rt_all_reduce_start(StrataRtContext *ctx, int64_t site,
+                                int64_t dtype, void *out, const void *in,
+                                int64_t n, int64_t kind,
+                                const int64_t *group) {
+  if (!ctx->allReduceStart || !ctx->wait)
+    return strata_rt_all_reduce(ctx, site, dtype, out, in, n, kind, group);
+  const int64_t *ranks = nullptr;
+  int64_t numRanks = 0;
+  if (!collectivePrologue(ctx, site, (const void *)ctx->allReduceStart, group,
+                          dtype, out, in, n, ranks, numRanks))
+    return;
+  void *request = nullptr;
+  char error[256] = {0};
+  if (ctx->allReduceStart(ctx->asyncUser, out, n, dtype, ranks, numRanks,
+                          &request, error, sizeof(error)) != 0) {
+    ctx->fail(site, error[0] ? error : "all_reduce failed");
+    return;
+  }
+  ctx->pending[site] = {request, out, n, dtype, kind, numRanks};
+}
+
+void strata_rt_wait(StrataRtContext *ctx, int64_t site) {
+  auto it = ctx->pending.find(site);
+  if (it == ctx->pending.end())
+    return; // completed synchronously
+  StrataRtContext::Pending p = it->second;
+  ctx->pending.erase(it);
+  char error[256] = {0};
+  if (ctx->wait(ctx->asyncUser, p.request, error, sizeof(error)) != 0) {
+    ctx->fail(site, error[0] ? error : "all_reduce failed");
+    return;
+  }
+  finishMean(p.out, p.n, p.dtype, p.kind, p.numRanks);
+}
+
 void strata_rt_all_reduce(StrataRtContext *ctx, int64_t site, int64_t dtype,
                           void *out, const void *in, int64_t n, int64_t kind,
                           const int64_t *group) {
@@ -160,12 +214,7 @@ void strata_rt_all_reduce(StrataRtContext *ctx, int64_t site, int64_t dtype,
     ctx->fail(site, error[0] ? error : "all_reduce failed");
     return;
   }
-  if (kind == 1 && dtype == STRATA_RT_F32) {
-    float count = float(numRanks);
-    float *o = static_cast<float *>(out);
-    for (int64_t i = 0; i < n; ++i)
-      o[i] /= count;
-  }
+  finishMean(out, n, dtype, kind, numRanks);
 }
 
 } // extern "C"

@@ -13,6 +13,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -30,6 +31,16 @@ struct StrataRtContext {
   void *allReduceUser = nullptr;
   StrataRtBroadcastFn broadcast = nullptr;
   void *broadcastUser = nullptr;
+  StrataRtAllReduceStartFn allReduceStart = nullptr;
+  StrataRtWaitFn wait = nullptr;
+  void *asyncUser = nullptr;
+  /// Non-blocking all-reduces in flight, by call site.
+  struct Pending {
+    void *request;
+    void *out;
+    int64_t n, dtype, kind, numRanks;
+  };
+  std::map<int64_t, Pending> pending;
 
   bool tracing = false;
   std::chrono::steady_clock::time_point start = std::chrono::steady_clock::now();

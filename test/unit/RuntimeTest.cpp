@@ -232,7 +232,7 @@ TEST(RuntimeTest, FailuresAreRecordedWithTheirSite) {
 TEST(RuntimeTest, SymbolsNameEveryKernel) {
   size_t count = 0;
   const StrataRtSymbol *symbols = strata_rt_symbols(&count);
-  EXPECT_EQ(count, 28u);
+  EXPECT_EQ(count, 30u);
   bool gemm = false;
   for (size_t i = 0; i < count; ++i) {
     EXPECT_NE(symbols[i].address, nullptr);

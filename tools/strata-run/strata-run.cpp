@@ -226,6 +226,41 @@ public:
     return 0;
   }
 
+  /// The CPU runtime's non-blocking all-reduce: MPI_Iallreduce, then
+  /// MPI_Wait on the request (a heap-allocated MPI_Request).
+  static int runtimeAllReduceStart(void *user, void *data, int64_t count,
+                                   int64_t dtype, const int64_t *ranks,
+                                   int64_t numRanks, void **request,
+                                   char *error, size_t errorSize) {
+    auto *self = static_cast<MpiCommunicator *>(user);
+    auto comm = self->communicatorOf(ArrayRef<int64_t>(ranks, numRanks));
+    if (!comm) {
+      std::snprintf(error, errorSize, "%s",
+                    toString(comm.takeError()).c_str());
+      return 1;
+    }
+    auto *r = new MPI_Request;
+    if (MPI_Iallreduce(MPI_IN_PLACE, data, int(count), mpiType(dtype),
+                       MPI_SUM, *comm, r) != MPI_SUCCESS) {
+      delete r;
+      std::snprintf(error, errorSize, "MPI_Iallreduce failed");
+      return 1;
+    }
+    *request = r;
+    return 0;
+  }
+  static int runtimeWait(void *, void *request, char *error,
+                         size_t errorSize) {
+    auto *r = static_cast<MPI_Request *>(request);
+    int status = MPI_Wait(r, MPI_STATUS_IGNORE);
+    delete r;
+    if (status != MPI_SUCCESS) {
+      std::snprintf(error, errorSize, "MPI_Wait failed");
+      return 1;
+    }
+    return 0;
+  }
+
   /// The CPU runtime's all-reduce.
   static int runtimeAllReduce(void *user, void *data, int64_t count,
                               int64_t dtype, const int64_t *ranks,
@@ -503,6 +538,8 @@ int main(int argc, char **argv) {
       cpuOptions.allReduceUser = &communicator;
       cpuOptions.broadcast = &MpiCommunicator::runtimeBroadcast;
       cpuOptions.broadcastUser = &communicator;
+      cpuOptions.allReduceStart = &MpiCommunicator::runtimeAllReduceStart;
+      cpuOptions.wait = &MpiCommunicator::runtimeWait;
     }
     auto compiled = strata::CpuExecutable::compile(*module, cpuOptions);
     if (!compiled) {

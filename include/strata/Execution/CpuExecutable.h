@@ -40,6 +40,10 @@ struct CpuOptions {
   void *allReduceUser = nullptr;
   StrataRtBroadcastFn broadcast = nullptr;
   void *broadcastUser = nullptr;
+  /// Non-blocking all-reduce (its user is allReduceUser); without it the
+  /// all-reduces are synchronous.
+  StrataRtAllReduceStartFn allReduceStart = nullptr;
+  StrataRtWaitFn wait = nullptr;
   /// LLVM optimisation level of the JIT (0-3).
   unsigned optLevel = 2;
   /// Record every op's begin and end (takeTrace).

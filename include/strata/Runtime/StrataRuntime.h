@@ -62,6 +62,15 @@ typedef int (*StrataRtBroadcastFn)(void *user, void *data, int64_t count,
                                    int64_t numRanks, int64_t root, char *error,
                                    size_t errorSize);
 
+/* Non-blocking all-reduce: `start` begins summing `data` in place and
+   returns a request; `wait` completes it. Both return 0 on success. */
+typedef int (*StrataRtAllReduceStartFn)(void *user, void *data, int64_t count,
+                                        int64_t dtype, const int64_t *ranks,
+                                        int64_t numRanks, void **request,
+                                        char *error, size_t errorSize);
+typedef int (*StrataRtWaitFn)(void *user, void *request, char *error,
+                              size_t errorSize);
+
 /*===--- Host side --------------------------------------------------------===*/
 
 /* `rank` is this process's world rank, `shard` its index among the
@@ -74,6 +83,9 @@ void strata_rt_set_all_reduce(StrataRtContext *ctx, StrataRtAllReduceFn fn,
                               void *user);
 void strata_rt_set_broadcast(StrataRtContext *ctx, StrataRtBroadcastFn fn,
                              void *user);
+void strata_rt_set_async_all_reduce(StrataRtContext *ctx,
+                                    StrataRtAllReduceStartFn start,
+                                    StrataRtWaitFn wait, void *user);
 /* The first failure since the last strata_rt_clear_error, or NULL; `site` is
    the call site that failed. */
 const char *strata_rt_error(StrataRtContext *ctx, int64_t *site);
@@ -245,6 +257,13 @@ void strata_rt_lars(StrataRtContext *ctx, int64_t site, float *newParam,
 void strata_rt_all_reduce(StrataRtContext *ctx, int64_t site, int64_t dtype,
                           void *out, const void *in, int64_t n, int64_t kind,
                           const int64_t *group);
+/* The same, split so that computation overlaps it: _start begins it (call
+   site `site`), strata_rt_wait(site) completes it before `out` is read. Without
+   the host's non-blocking functions, _start is strata_rt_all_reduce. */
+void strata_rt_all_reduce_start(StrataRtContext *ctx, int64_t site,
+                                int64_t dtype, void *out, const void *in,
+                                int64_t n, int64_t kind, const int64_t *group);
+void strata_rt_wait(StrataRtContext *ctx, int64_t site);
 /* out = the tensor of rank `root` of this rank's list (an index into it). */
 void strata_rt_broadcast(StrataRtContext *ctx, int64_t site, int64_t dtype,
                          void *out, const void *in, int64_t n, int64_t root,
