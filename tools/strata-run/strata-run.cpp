@@ -106,6 +106,12 @@ static cl::opt<std::string> traceFile(
     cl::desc("Write a Chrome trace (Perfetto, chrome://tracing): one track "
              "per rank, an event per step and per op"),
     cl::value_desc("file"), cl::init(""));
+static cl::opt<bool> blockingCollectives(
+    "blocking-collectives",
+    cl::desc("Complete every all-reduce where it is issued instead of "
+             "overlapping it with the ops that follow (for measurements and "
+             "debugging)"),
+    cl::init(false));
 static cl::opt<bool> quiet("quiet", cl::desc("No progress on stderr"),
                            cl::init(false));
 
@@ -538,8 +544,10 @@ int main(int argc, char **argv) {
       cpuOptions.allReduceUser = &communicator;
       cpuOptions.broadcast = &MpiCommunicator::runtimeBroadcast;
       cpuOptions.broadcastUser = &communicator;
-      cpuOptions.allReduceStart = &MpiCommunicator::runtimeAllReduceStart;
-      cpuOptions.wait = &MpiCommunicator::runtimeWait;
+      if (!blockingCollectives) {
+        cpuOptions.allReduceStart = &MpiCommunicator::runtimeAllReduceStart;
+        cpuOptions.wait = &MpiCommunicator::runtimeWait;
+      }
     }
     auto compiled = strata::CpuExecutable::compile(*module, cpuOptions);
     if (!compiled) {
