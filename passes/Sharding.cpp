@@ -52,9 +52,8 @@ struct ShardingPass : public strata::impl::StrataShardingBase<ShardingPass> {
     };
     if (stage < 1 || stage > 3)
       return fail("stage must be 1, 2 or 3");
-    if (stage > 2)
-      return fail("stage " + Twine(stage) +
-                  " is not implemented yet (stages 1 and 2 are)");
+    if (segmentSize < 0)
+      return fail("segment-size must be >= 0");
     if (degree < 1 || dpDegree < 1 || rank < 0 || rank >= degree * dpDegree)
       return fail("needs degree >= 1, dp-degree >= 1 and 0 <= rank < degree "
                   "x dp-degree (rank " +
@@ -194,8 +193,18 @@ struct ShardingPass : public strata::impl::StrataShardingBase<ShardingPass> {
           state->erase();
       }
 
-    if (stage == 2 && failed(shardClipping(step, groupRef, me)))
+    if (stage >= 2 && failed(shardClipping(step, groupRef, me)))
       return signalPassFailure();
+
+    // Stage 3: parameters of at least `segment-size` elements live on their
+    // owner only (smaller ones stay replicated, as Paddle's segment_size).
+    llvm::StringSet<> sharded;
+    if (stage == 3)
+      for (auto &[name, n] : params)
+        if (n >= segmentSize && updated.count(name))
+          sharded.insert(name);
+    if (!sharded.empty())
+      gatherBeforeUse(module, step, groupRef, owner, me, sharded, updated);
 
     // When the step ends, every updated parameter comes from its owner.
     b.setInsertionPoint(ret);
@@ -215,6 +224,16 @@ struct ShardingPass : public strata::impl::StrataShardingBase<ShardingPass> {
       if (it == updated.end())
         continue; // frozen: never updated
       Value value = it->second;
+      if (sharded.contains(name)) {
+        // Stage 3: only the owner holds it; no broadcast.
+        if (value) {
+          auto assign = AssignOp::create(
+              b, ret.getLoc(), FlatSymbolRefAttr::get(b.getContext(), name),
+              value);
+          setRole(assign, Role::Optimizer);
+        }
+        continue;
+      }
       if (!value) {
         auto type = cast<ParamOp>(symbols.lookup(name)).getType();
         auto get = GetParamOp::create(b, ret.getLoc(), type,
@@ -232,6 +251,73 @@ struct ShardingPass : public strata::impl::StrataShardingBase<ShardingPass> {
                                      cast_.getResult());
       setRole(assign, Role::Optimizer);
     }
+  }
+
+  /// Stage 3: every read of a sharded parameter by the forward or backward
+  /// pass becomes a broadcast from its owner into a buffer of the step (the
+  /// memory plan frees it after its last use); the owner's optimizer reads
+  /// its resident copy; other ranks drop the parameter's declaration. The
+  /// decisions depend only on the program, not on the rank, so every rank
+  /// issues the same broadcasts in the same order.
+  void gatherBeforeUse(ModuleOp module, func::FuncOp step,
+                       FlatSymbolRefAttr group,
+                       const llvm::StringMap<int64_t> &owner, int64_t me,
+                       const llvm::StringSet<> &sharded,
+                       const llvm::StringMap<Value> &updated) {
+    MLIRContext *ctx = module.getContext();
+    Block &body = step.getBody().front();
+    OpBuilder b(ctx);
+    b.setInsertionPointToStart(&body);
+    auto init = InitTokenOp::create(b, step.getLoc(), TokenType::get(ctx));
+    setRole(init, Role::Communication);
+    Value token = init;
+    SmallVector<GetParamOp> reads;
+    for (Operation &op : body)
+      if (auto get = dyn_cast<GetParamOp>(op);
+          get && sharded.contains(get.getName()))
+        reads.push_back(get);
+    for (GetParamOp get : reads) {
+      StringRef name = get.getName();
+      bool mine = owner.lookup(name) == me;
+      if (getRole(get) == Role::Optimizer) {
+        // The optimizer's read: the owner's own copy; elsewhere unused.
+        if (!mine) {
+          assert(get->use_empty() && "a non-owner updates a parameter");
+          get.erase();
+        }
+        continue;
+      }
+      b.setInsertionPoint(get);
+      auto type = cast<RankedTensorType>(get.getType());
+      Value input = get;
+      if (!mine) {
+        auto zeros = arith::ConstantOp::create(
+            b, get.getLoc(),
+            DenseElementsAttr::get(type, b.getZeroAttr(type.getElementType())));
+        setRole(zeros, Role::Communication);
+        input = zeros;
+      } else {
+        b.setInsertionPointAfter(get);
+      }
+      auto gathered = BroadcastOp::create(
+          b, get.getLoc(), type, TokenType::get(ctx), input, token, group,
+          b.getI64IntegerAttr(owner.lookup(name)));
+      setRole(gathered, Role::Communication);
+      token = gathered.getOutToken();
+      if (mine)
+        get.getResult().replaceAllUsesExcept(gathered.getResult(), gathered);
+      else {
+        get.getResult().replaceAllUsesWith(gathered.getResult());
+        get.erase();
+      }
+    }
+    // Parameters this rank neither owns nor reads any more.
+    SymbolTable symbols(module);
+    for (auto &entry : sharded)
+      if (owner.lookup(entry.getKey()) != me)
+        if (Operation *param = symbols.lookup(entry.getKey()))
+          param->erase();
+    (void)updated;
   }
 
   /// Stage 2: a rank keeps only its parameters' gradients. Global-norm

@@ -1,7 +1,7 @@
-// RUN: strata-opt %s -split-input-file --strata-sharding="stage=3 degree=2 dp-degree=1 rank=0" -verify-diagnostics
+// RUN: strata-opt %s -split-input-file --strata-sharding="stage=4 degree=2 dp-degree=1 rank=0" -verify-diagnostics
 // RUN: not strata-opt %s --strata-sharding="stage=1 degree=2 dp-degree=1 rank=0 partition=round_robin" 2>&1 | FileCheck %s --check-prefix=PARTITION
 
-// expected-error@+1 {{strata-sharding: stage 3 is not implemented yet (stages 1 and 2 are)}}
+// expected-error@+1 {{strata-sharding: stage must be 1, 2 or 3}}
 module {
   func.func @train_step() {
     return

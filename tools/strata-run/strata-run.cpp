@@ -710,6 +710,8 @@ int main(int argc, char **argv) {
                MPI_INT64_T, 0, MPI_COMM_WORLD);
     MPI_Gather(&training.gradBytes, 1, MPI_INT64_T, allGrads.data(), 1,
                MPI_INT64_T, 0, MPI_COMM_WORLD);
+    MPI_Gather(&training.paramBytes, 1, MPI_INT64_T, allParams.data(), 1,
+               MPI_INT64_T, 0, MPI_COMM_WORLD);
   }
   if (!traceFile.empty()) {
     traceEvents.push_back(json::Object{
