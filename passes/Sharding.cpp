@@ -20,6 +20,7 @@
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/IR/Builders.h"
 #include "mlir/IR/SymbolTable.h"
+#include "llvm/ADT/SetVector.h"
 #include "llvm/ADT/StringSet.h"
 
 namespace strata {
@@ -276,41 +277,73 @@ struct ShardingPass : public strata::impl::StrataShardingBase<ShardingPass> {
       if (auto get = dyn_cast<GetParamOp>(op);
           get && sharded.contains(get.getName()))
         reads.push_back(get);
+    // One gather for the forward reads of each read op and one, placed
+    // right before the first of them, for its backward reads: the gathered
+    // copy dies after the forward pass and is gathered again for the
+    // backward one (as ZeRO-3 releases and re-gathers).
+    struct Gather {
+      Operation *before;
+      GetParamOp get;
+      SmallVector<OpOperand *> uses;
+    };
+    SmallVector<Gather> gathers;
     for (GetParamOp get : reads) {
       StringRef name = get.getName();
-      bool mine = owner.lookup(name) == me;
       if (getRole(get) == Role::Optimizer) {
         // The optimizer's read: the owner's own copy; elsewhere unused.
-        if (!mine) {
+        if (owner.lookup(name) != me) {
           assert(get->use_empty() && "a non-owner updates a parameter");
           get.erase();
         }
         continue;
       }
-      b.setInsertionPoint(get);
-      auto type = cast<RankedTensorType>(get.getType());
-      Value input = get;
+      Gather forward{get->getNextNode(), get, {}}, backward{nullptr, get, {}};
+      for (OpOperand &use : get->getUses()) {
+        Operation *at = body.findAncestorOpInBlock(*use.getOwner());
+        if (getRole(at) == Role::Backward) {
+          if (!backward.before || at->isBeforeInBlock(backward.before))
+            backward.before = at;
+          backward.uses.push_back(&use);
+        } else {
+          forward.uses.push_back(&use);
+        }
+      }
+      if (!forward.uses.empty())
+        gathers.push_back(forward);
+      if (!backward.uses.empty())
+        gathers.push_back(backward);
+    }
+    llvm::stable_sort(gathers, [](const Gather &a, const Gather &b) {
+      return a.before->isBeforeInBlock(b.before);
+    });
+    llvm::SetVector<Operation *> replaced;
+    for (Gather &g : gathers) {
+      StringRef name = g.get.getName();
+      bool mine = owner.lookup(name) == me;
+      b.setInsertionPoint(g.before);
+      auto type = cast<RankedTensorType>(g.get.getType());
+      Value input = g.get;
       if (!mine) {
+        // Any tensor of the type: the owner's replaces it.
         auto zeros = arith::ConstantOp::create(
-            b, get.getLoc(),
+            b, g.get.getLoc(),
             DenseElementsAttr::get(type, b.getZeroAttr(type.getElementType())));
         setRole(zeros, Role::Communication);
         input = zeros;
-      } else {
-        b.setInsertionPointAfter(get);
       }
       auto gathered = BroadcastOp::create(
-          b, get.getLoc(), type, TokenType::get(ctx), input, token, group,
+          b, g.get.getLoc(), type, TokenType::get(ctx), input, token, group,
           b.getI64IntegerAttr(owner.lookup(name)));
       setRole(gathered, Role::Communication);
       token = gathered.getOutToken();
-      if (mine)
-        get.getResult().replaceAllUsesExcept(gathered.getResult(), gathered);
-      else {
-        get.getResult().replaceAllUsesWith(gathered.getResult());
-        get.erase();
-      }
+      for (OpOperand *use : g.uses)
+        use->set(gathered.getResult());
+      if (!mine)
+        replaced.insert(g.get);
     }
+    for (Operation *get : replaced)
+      if (get->use_empty())
+        get->erase();
     // Parameters this rank neither owns nor reads any more.
     SymbolTable symbols(module);
     for (auto &entry : sharded)
