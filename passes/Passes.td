@@ -308,8 +308,9 @@ def StrataLowerToRuntime : Pass<"strata-lower-to-runtime", "mlir::ModuleOp"> {
 }
 
 def StrataSharding : Pass<"strata-sharding", "mlir::ModuleOp"> {
-  let summary = "ZeRO stages 1 and 2: each rank keeps the optimizer state "
-                "(and gradients) of the parameters it owns";
+  let summary = "ZeRO stages 1-3: each rank keeps the optimizer state "
+                "(stage 2: and gradients; stage 3: and parameters) of the "
+                "parameters it owns";
   let description = [{
     Runs after `strata-data-parallel` (batch shards, gradients averaged over
     every rank) and `strata-optimizer`, and produces the program of rank
@@ -338,10 +339,19 @@ def StrataSharding : Pass<"strata-sharding", "mlir::ModuleOp"> {
     all-reduce plus Ψ for the broadcasts, where ZeRO's reduce-scatter +
     all-gather sends 2Ψ.
 
-    Stage 3 (parameters) is refused as not implemented yet. `offload`
-    changes nothing on the CPU runtime (the state is in host memory
-    already); `segment-size`, `sync-comm` and the bucket sizes are accepted
-    for Paddle compatibility.
+    Stage 3 also shards the parameters of at least `segment-size` elements
+    (smaller ones stay replicated, as Paddle's `segment_size`): only the
+    owner declares such a parameter; every forward read becomes a
+    `strata.broadcast` from the owner into a buffer of the step, and the
+    backward reads get a second broadcast right before the first of them,
+    so the gathered copy dies in between (the memory plan frees it). The
+    owner's optimizer updates its resident copy; no end-of-step broadcast.
+    Every decision depends on the program, not on the rank, so all ranks
+    issue the same broadcasts in the same order. Gathers are not prefetched.
+
+    `offload` changes nothing on the CPU runtime (the state is in host
+    memory already); `sync-comm` and the bucket sizes are accepted for
+    Paddle compatibility.
   }];
   let options = [
     Option<"stage", "stage", "int64_t", "1", "ZeRO stage (1, 2, 3)">,
@@ -352,7 +362,7 @@ def StrataSharding : Pass<"strata-sharding", "mlir::ModuleOp"> {
     Option<"partition", "partition", "std::string", "\"greedy_even\"",
            "Owner assignment: greedy_even or use_order">,
     Option<"segmentSize", "segment-size", "int64_t", "1048576",
-           "Parameters smaller than this are not split (stage 3)">,
+           "Parameters smaller than this stay replicated (stage 3)">,
     Option<"offload", "offload", "bool", "false",
            "Optimizer state in host memory">,
     Option<"syncComm", "sync-comm", "bool", "false",
