@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
 """Kills one rank of a running `strata-run --nproc 2` and checks that the
-whole job ends, with a non-zero status, within a bounded time."""
+whole job ends, with a non-zero status, within a bounded time, and prints
+the lines of its stderr that name the failed rank."""
 import os
 import signal
 import subprocess
@@ -46,4 +47,7 @@ except subprocess.TimeoutExpired:
     sys.exit("FAIL: the surviving rank hung after its peer died")
 print("job ended %.1f s after a rank was killed, status %d"
       % (time.time() - start, job.returncode))
+for line in job.stderr.read().decode(errors="replace").splitlines():
+    if "rank" in line:
+        print(line.strip())
 sys.exit(0 if job.returncode != 0 else 1)
