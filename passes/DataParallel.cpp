@@ -45,19 +45,10 @@ struct DataParallelPass
       return signalPassFailure();
     }
     // The group, declared after the parameters and state, before any use.
-    OpBuilder b(module.getContext());
-    Operation *last = lastDeclaration(module);
-    if (last)
-      b.setInsertionPointAfter(last);
-    else
-      b.setInsertionPointToStart(module.getBody());
     SmallVector<int64_t> ranks;
     for (int64_t r = 0; r < degree; ++r)
       ranks.push_back(r);
-    auto group = CommGroupOp::create(b, module.getLoc(), "dp",
-                                     b.getArrayAttr({b.getDenseI64ArrayAttr(ranks)}));
-    SymbolTable(module).insert(group); // renames on a clash
-    auto groupRef = FlatSymbolRefAttr::get(group.getSymNameAttr());
+    FlatSymbolRefAttr groupRef = declareCommGroup(module, "dp", {ranks});
     for (func::FuncOp func : targets)
       if (failed(shard(func, groupRef)))
         return signalPassFailure();

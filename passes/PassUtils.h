@@ -6,6 +6,8 @@
 #include "strata/Dialect/Strata.h"
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "mlir/IR/Builders.h"
+#include "mlir/IR/SymbolTable.h"
 
 namespace strata {
 
@@ -24,6 +26,25 @@ inline mlir::Operation *lastDeclaration(mlir::ModuleOp module) {
     if (mlir::isa<ParamOp, StateOp, CommGroupOp>(op))
       last = &op;
   return last;
+}
+
+/// Declares `strata.comm_group @name` with `lists` of ranks after the last
+/// declaration (renamed on a clash) and returns a reference to it.
+inline mlir::FlatSymbolRefAttr
+declareCommGroup(mlir::ModuleOp module, llvm::StringRef name,
+                 llvm::ArrayRef<llvm::SmallVector<int64_t>> lists) {
+  mlir::OpBuilder b(module.getContext());
+  if (mlir::Operation *last = lastDeclaration(module))
+    b.setInsertionPointAfter(last);
+  else
+    b.setInsertionPointToStart(module.getBody());
+  llvm::SmallVector<mlir::Attribute> attrs;
+  for (const llvm::SmallVector<int64_t> &ranks : lists)
+    attrs.push_back(b.getDenseI64ArrayAttr(ranks));
+  auto group = CommGroupOp::create(b, module.getLoc(), name,
+                                   b.getArrayAttr(attrs));
+  mlir::SymbolTable(module).insert(group);
+  return mlir::FlatSymbolRefAttr::get(group.getSymNameAttr());
 }
 
 } // namespace strata

@@ -106,24 +106,16 @@ struct ShardingPass : public strata::impl::StrataShardingBase<ShardingPass> {
     const int64_t me = rank % degree;
 
     // The group: consecutive blocks of `degree` ranks.
-    OpBuilder b(module.getContext());
-    Operation *last = lastDeclaration(module);
-    if (last)
-      b.setInsertionPointAfter(last);
-    else
-      b.setInsertionPointToStart(module.getBody());
-    SmallVector<Attribute> lists;
+    SmallVector<SmallVector<int64_t>> lists;
     for (int64_t g = 0; g < dpDegree; ++g) {
       SmallVector<int64_t> ranks;
       for (int64_t r = 0; r < degree; ++r)
         ranks.push_back(g * degree + r);
-      lists.push_back(b.getDenseI64ArrayAttr(ranks));
+      lists.push_back(ranks);
     }
-    auto group =
-        CommGroupOp::create(b, module.getLoc(), "sharding", b.getArrayAttr(lists));
+    FlatSymbolRefAttr groupRef = declareCommGroup(module, "sharding", lists);
+    OpBuilder b(module.getContext());
     SymbolTable symbols(module);
-    symbols.insert(group);
-    auto groupRef = FlatSymbolRefAttr::get(group.getSymNameAttr());
 
     Block &body = step.getBody().front();
     auto ret = cast<func::ReturnOp>(body.getTerminator());
