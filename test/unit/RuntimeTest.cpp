@@ -229,6 +229,46 @@ TEST(RuntimeTest, FailuresAreRecordedWithTheirSite) {
   EXPECT_EQ(site, 3);
 }
 
+// A host of two ranks whose peer holds the same data: the sum doubles it.
+int fakeStart(void *user, void *data, int64_t count, int64_t dtype,
+              const int64_t *ranks, int64_t numRanks, void **request,
+              char *error, size_t errorSize) {
+  auto *started = static_cast<int *>(user);
+  ++*started;
+  *request = data;
+  return 0;
+}
+int fakeWait(void *user, void *request, char *error, size_t errorSize) {
+  float *data = static_cast<float *>(request);
+  data[0] *= 2;
+  data[1] *= 2;
+  return 0;
+}
+
+TEST(RuntimeTest, NonBlockingAllReduceCompletesAtTheWait) {
+  Context ctx;
+  int started = 0;
+  strata_rt_set_async_all_reduce(ctx, fakeStart, fakeWait, &started);
+  float in[2] = {1, 3}, out[2] = {0, 0};
+  int64_t group[] = {1, 2, 0, 1};
+  strata_rt_all_reduce_start(ctx, /*site=*/5, STRATA_RT_F32, out, in, 2,
+                             /*sum=*/0, group);
+  EXPECT_EQ(started, 1);
+  EXPECT_EQ(out[0], 1.0f); // the input, not reduced yet
+  strata_rt_wait(ctx, 5);
+  EXPECT_EQ(out[0], 2.0f); // summed over the two ranks
+  EXPECT_EQ(out[1], 6.0f);
+  strata_rt_wait(ctx, 5); // nothing in flight: no effect
+  EXPECT_EQ(out[1], 6.0f);
+  // A mean divides the sum by the group's size when it completes.
+  strata_rt_all_reduce_start(ctx, 6, STRATA_RT_F32, out, in, 2, /*mean=*/1,
+                             group);
+  strata_rt_wait(ctx, 6);
+  EXPECT_EQ(out[0], 1.0f);
+  EXPECT_EQ(out[1], 3.0f);
+  EXPECT_EQ(strata_rt_error(ctx, nullptr), nullptr);
+}
+
 TEST(RuntimeTest, SymbolsNameEveryKernel) {
   size_t count = 0;
   const StrataRtSymbol *symbols = strata_rt_symbols(&count);
