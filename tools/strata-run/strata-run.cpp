@@ -321,6 +321,38 @@ int launchRanks(int argc, char **argv) {
 }
 } // namespace
 
+/// Every rank's `mine`, on rank 0, in rank order (empty on other ranks;
+/// just `mine` without MPI).
+static std::vector<std::string> gatherBytes(const std::string &mine) {
+  if (!mpiRunning)
+    return {mine};
+  int size = int(mine.size());
+  std::vector<int> sizes(worldSize), offsets(worldSize, 0);
+  MPI_Gather(&size, 1, MPI_INT, sizes.data(), 1, MPI_INT, 0, MPI_COMM_WORLD);
+  int total = 0;
+  for (int r = 0; r < worldSize; ++r) {
+    offsets[r] = total;
+    total += sizes[r];
+  }
+  std::string joined(worldRank == 0 ? total : 0, '\0');
+  MPI_Gatherv(mine.data(), size, MPI_CHAR, joined.data(), sizes.data(),
+              offsets.data(), MPI_CHAR, 0, MPI_COMM_WORLD);
+  std::vector<std::string> all;
+  if (worldRank == 0)
+    for (int r = 0; r < worldSize; ++r)
+      all.push_back(joined.substr(offsets[r], sizes[r]));
+  return all;
+}
+
+/// Every rank's `value`, on rank 0, in rank order.
+static std::vector<int64_t> gatherInt64(int64_t value) {
+  std::vector<int64_t> all(worldSize, value);
+  if (mpiRunning)
+    MPI_Gather(&value, 1, MPI_INT64_T, all.data(), 1, MPI_INT64_T, 0,
+               MPI_COMM_WORLD);
+  return all;
+}
+
 /// Gathers every rank's named tensors on rank 0 (in rank order; a name
 /// already present, such as a replicated parameter, is kept once).
 static Error gatherTensors(std::vector<strata::NamedTensor> &tensors) {
@@ -341,23 +373,17 @@ static Error gatherTensors(std::vector<strata::NamedTensor> &tensors) {
     put(t.tensor.shape.data(), rank * sizeof(int64_t));
     put(t.tensor.data.data(), t.tensor.data.size() * sizeof(double));
   }
-  int size = int(mine.size());
-  std::vector<int> sizes(worldSize), offsets(worldSize, 0);
-  MPI_Gather(&size, 1, MPI_INT, sizes.data(), 1, MPI_INT, 0, MPI_COMM_WORLD);
-  int total = 0;
-  for (int r = 0; r < worldSize; ++r) {
-    offsets[r] = total;
-    total += sizes[r];
-  }
-  std::string all(worldRank == 0 ? total : 0, '\0');
-  MPI_Gatherv(mine.data(), size, MPI_CHAR, all.data(), sizes.data(),
-              offsets.data(), MPI_CHAR, 0, MPI_COMM_WORLD);
+  std::vector<std::string> parts = gatherBytes(mine);
   if (worldRank != 0)
     return Error::success();
   std::set<std::string> seen;
   for (const strata::NamedTensor &t : tensors)
     seen.insert(t.name);
-  size_t at = size_t(sizes[0]);
+  // The other ranks' tensors (rank 0's are `tensors` already).
+  std::string all;
+  for (size_t r = 1; r < parts.size(); ++r)
+    all += parts[r];
+  size_t at = 0;
   auto get = [&](void *p, size_t n) {
     std::memcpy(p, all.data() + at, n);
     at += n;
@@ -696,23 +722,11 @@ int main(int argc, char **argv) {
   int64_t planned = memoryPlan.peakBytes();
   int64_t measured = peakRssBytes();
   strata::TrainingMemory training = strata::trainingMemory(*module);
-  std::vector<int64_t> allPlanned(worldSize, planned),
-      allMeasured(worldSize, measured),
-      allParams(worldSize, training.paramBytes),
-      allGrads(worldSize, training.gradBytes),
-      allStates(worldSize, training.stateBytes);
-  if (mpiRunning) {
-    MPI_Gather(&planned, 1, MPI_INT64_T, allPlanned.data(), 1, MPI_INT64_T, 0,
-               MPI_COMM_WORLD);
-    MPI_Gather(&measured, 1, MPI_INT64_T, allMeasured.data(), 1, MPI_INT64_T,
-               0, MPI_COMM_WORLD);
-    MPI_Gather(&training.stateBytes, 1, MPI_INT64_T, allStates.data(), 1,
-               MPI_INT64_T, 0, MPI_COMM_WORLD);
-    MPI_Gather(&training.gradBytes, 1, MPI_INT64_T, allGrads.data(), 1,
-               MPI_INT64_T, 0, MPI_COMM_WORLD);
-    MPI_Gather(&training.paramBytes, 1, MPI_INT64_T, allParams.data(), 1,
-               MPI_INT64_T, 0, MPI_COMM_WORLD);
-  }
+  std::vector<int64_t> allPlanned = gatherInt64(planned),
+                       allMeasured = gatherInt64(measured),
+                       allParams = gatherInt64(training.paramBytes),
+                       allGrads = gatherInt64(training.gradBytes),
+                       allStates = gatherInt64(training.stateBytes);
   if (!traceFile.empty()) {
     traceEvents.push_back(json::Object{
         {"name", "process_name"},
@@ -726,25 +740,7 @@ int main(int argc, char **argv) {
       os << json::Value(std::move(traceEvents));
     }
     mine = StringRef(mine).drop_front().drop_back().str(); // "[...]" -> "..."
-    std::vector<std::string> all = {mine};
-    if (mpiRunning) {
-      int size = int(mine.size());
-      std::vector<int> sizes(worldSize), offsets(worldSize, 0);
-      MPI_Gather(&size, 1, MPI_INT, sizes.data(), 1, MPI_INT, 0,
-                 MPI_COMM_WORLD);
-      int total = 0;
-      for (int r = 0; r < worldSize; ++r) {
-        offsets[r] = total;
-        total += sizes[r];
-      }
-      std::string joined(rank0 ? total : 0, '\0');
-      MPI_Gatherv(mine.data(), size, MPI_CHAR, joined.data(), sizes.data(),
-                  offsets.data(), MPI_CHAR, 0, MPI_COMM_WORLD);
-      all.clear();
-      if (rank0)
-        for (int r = 0; r < worldSize; ++r)
-          all.push_back(joined.substr(offsets[r], sizes[r]));
-    }
+    std::vector<std::string> all = gatherBytes(mine);
     if (rank0) {
       auto out = mlir::openOutputFile(traceFile, &error);
       if (!out)
