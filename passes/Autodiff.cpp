@@ -1,5 +1,6 @@
 //===- Autodiff.cpp - Reverse-mode differentiation of the loss ------------===//
 
+#include "PassUtils.h"
 #include "strata/Passes/Passes.h"
 
 #include "mlir/Dialect/Arith/IR/Arith.h"
@@ -19,9 +20,6 @@ using namespace strata;
 
 namespace {
 
-RankedTensorType tensorType(Value v) {
-  return cast<RankedTensorType>(v.getType());
-}
 
 bool isFloatTensor(Value v) {
   auto t = dyn_cast<RankedTensorType>(v.getType());

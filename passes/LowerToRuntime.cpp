@@ -16,6 +16,7 @@
 //
 //===----------------------------------------------------------------------===//
 
+#include "PassUtils.h"
 #include "strata/Passes/Passes.h"
 #include "strata/Analysis/MemoryPlan.h"
 #include "strata/Model/ProgramBuilder.h"
@@ -38,9 +39,6 @@ using namespace strata;
 
 namespace {
 
-RankedTensorType tensorType(Value v) {
-  return cast<RankedTensorType>(v.getType());
-}
 SmallVector<int64_t> shapeOf(Value v) {
   return SmallVector<int64_t>(tensorType(v).getShape());
 }

@@ -11,6 +11,11 @@
 
 namespace strata {
 
+/// The ranked tensor type of `v` (which must have one).
+inline mlir::RankedTensorType tensorType(mlir::Value v) {
+  return mlir::cast<mlir::RankedTensorType>(v.getType());
+}
+
 /// Whether `func` is a differentiated step: it returns the loss, then
 /// gradients marked `strata.grad_of` (strata-autodiff's form).
 inline bool returnsGradients(mlir::func::FuncOp func) {
