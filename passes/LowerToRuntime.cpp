@@ -797,6 +797,19 @@ LogicalResult Lowering::run() {
   int64_t index = 0;
   for (Operation &op : body)
     order[&op] = index++;
+  // Per parameter or state: how often it is assigned, and the last op that
+  // uses a read of it (one pass, not one per assign).
+  llvm::StringMap<int64_t> assignCount, lastUseOfRead;
+  for (Operation &op : body) {
+    if (auto assign = dyn_cast<AssignOp>(op))
+      ++assignCount[assign.getName()];
+    if (!isa<GetParamOp, GetStateOp>(op))
+      continue;
+    int64_t &last = lastUseOfRead[op.getAttrOfType<FlatSymbolRefAttr>("name")
+                                      .getValue()];
+    for (Operation *user : op.getResult(0).getUsers())
+      last = std::max(last, order[body.findAncestorOpInBlock(*user)]);
+  }
   for (Operation &op : body) {
     auto assign = dyn_cast<AssignOp>(op);
     if (!assign || !isa_and_nonnull<SgdUpdateOp, MomentumUpdateOp,
@@ -805,21 +818,8 @@ LogicalResult Lowering::run() {
                        assign.getValue().getDefiningOp()))
       continue;
     Operation *def = assign.getValue().getDefiningOp();
-    bool legal = llvm::count_if(body, [&](Operation &other) {
-                   auto a = dyn_cast<AssignOp>(other);
-                   return a && a.getName() == assign.getName();
-                 }) == 1;
-    for (Operation &other : body) {
-      if (!legal)
-        break;
-      if (!isa<GetParamOp, GetStateOp>(other) ||
-          cast<SymbolUserOpInterface>(other)->getAttrOfType<FlatSymbolRefAttr>(
-              "name").getValue() != assign.getName())
-        continue;
-      for (Operation *user : other.getResult(0).getUsers())
-        if (order[body.findAncestorOpInBlock(*user)] > order[def])
-          legal = false;
-    }
+    bool legal = assignCount[assign.getName()] == 1 &&
+                 lastUseOfRead.lookup(assign.getName()) <= order[def];
     // The result itself must not be read after another update of the same
     // buffer: it is read only by its assign (and the return, at the end).
     for (Operation *user : assign.getValue().getUsers())
@@ -829,6 +829,7 @@ LogicalResult Lowering::run() {
       inPlace[assign.getValue()] = assign.getName();
   }
 
+  llvm::DenseSet<Operation *> deferred = deferredAssigns(body);
   for (Operation &op : body) {
     currentSite = sites.size();
     loc = op.getLoc();
@@ -871,7 +872,7 @@ LogicalResult Lowering::run() {
     if (auto assign = dyn_cast<AssignOp>(op)) {
       // Where it stands, unless its target is read later in the step (the
       // memory plan keeps the value alive until the end then).
-      if (!inPlace.count(assign.getValue()) && !isDeferredAssign(assign)) {
+      if (!inPlace.count(assign.getValue()) && !deferred.contains(assign)) {
         Value target =
             loadPointer(persistent, persistentIndex[assign.getName()]);
         copy(target, ptr(assign.getValue()),
@@ -883,7 +884,7 @@ LogicalResult Lowering::run() {
       // State updates take effect when the step ends (strata.assign).
       for (Operation &other : body)
         if (auto assign = dyn_cast<AssignOp>(other)) {
-          if (inPlace.count(assign.getValue()) || !isDeferredAssign(assign))
+          if (inPlace.count(assign.getValue()) || !deferred.contains(assign))
             continue;
           loc = assign.getLoc();
           Value target =

@@ -50,28 +50,31 @@ SmallVector<Value> inPlaceCandidates(Operation *op) {
 
 } // namespace
 
-bool strata::isDeferredAssign(Operation *op) {
-  auto assign = cast<AssignOp>(op);
-  Block *block = op->getBlock();
-  // The old value is read after the assignment: a read of the parameter or
-  // state (a view of its buffer) used at or after the assign.
-  bool deferred = false;
-  block->walk([&](Operation *inner) {
-    if (deferred || !isa<GetParamOp, GetStateOp>(inner) ||
-        inner->getAttrOfType<FlatSymbolRefAttr>("name").getValue() !=
-            assign.getName())
+llvm::DenseSet<Operation *> strata::deferredAssigns(Block &block) {
+  DenseMap<Operation *, int64_t> index;
+  int64_t n = 0;
+  for (Operation &op : block)
+    index[&op] = n++;
+  // The last op of the block that reads each parameter or state's buffer.
+  llvm::StringMap<int64_t> lastRead;
+  block.walk([&](Operation *inner) {
+    if (!isa<GetParamOp, GetStateOp>(inner))
       return;
-    Operation *get = block->findAncestorOpInBlock(*inner);
-    if (get && op->isBeforeInBlock(get)) {
-      deferred = true;
-      return;
-    }
-    for (Operation *user : inner->getResult(0).getUsers()) {
-      Operation *at = block->findAncestorOpInBlock(*user);
-      if (at && at != op && op->isBeforeInBlock(at))
-        deferred = true;
-    }
+    StringRef name =
+        inner->getAttrOfType<FlatSymbolRefAttr>("name").getValue();
+    int64_t last = index[block.findAncestorOpInBlock(*inner)];
+    for (Operation *user : inner->getResult(0).getUsers())
+      last = std::max(last, index[block.findAncestorOpInBlock(*user)]);
+    int64_t &entry = lastRead.try_emplace(name, last).first->second;
+    entry = std::max(entry, last);
   });
+  llvm::DenseSet<Operation *> deferred;
+  for (Operation &op : block)
+    if (auto assign = dyn_cast<AssignOp>(op)) {
+      auto it = lastRead.find(assign.getName());
+      if (it != lastRead.end() && it->second > index[&op])
+        deferred.insert(&op);
+    }
   return deferred;
 }
 
@@ -130,14 +133,13 @@ MemoryPlan strata::planMemory(func::FuncOp func, int64_t alignment) {
     index[&op] = n++;
   // A deferred assignment reads its value when the step ends.
   int64_t end = n - 1;
+  llvm::DenseSet<Operation *> deferred = deferredAssigns(body);
   auto lastUse = [&](Value v) {
     int64_t last = index[v.getDefiningOp()];
     for (Operation *user : v.getUsers()) {
       Operation *ancestor = body.findAncestorOpInBlock(*user);
-      last = std::max(last, isa<AssignOp>(ancestor) &&
-                                    isDeferredAssign(ancestor)
-                                ? end
-                                : index[ancestor]);
+      last = std::max(last, deferred.contains(ancestor) ? end
+                                                        : index[ancestor]);
     }
     return last;
   };

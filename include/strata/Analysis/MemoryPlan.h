@@ -13,6 +13,7 @@
 #define STRATA_ANALYSIS_MEMORYPLAN_H
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "llvm/ADT/DenseSet.h"
 
 #include <cstdint>
 #include <vector>
@@ -45,11 +46,12 @@ struct MemoryPlan {
   }
 };
 
-/// Whether `assign` (a strata.assign in a step's block) must wait for the
-/// end of the step: its parameter or state is read after it. Its value then
-/// stays alive until the step returns; otherwise the assignment can happen
-/// where it stands.
-bool isDeferredAssign(mlir::Operation *assign);
+/// The strata.assign ops of `block` (a step's body) that must wait for the
+/// end of the step: their parameter or state is read after them (a read op
+/// there, or an earlier read whose value is used there). Their values stay
+/// alive until the step returns; any other assignment can happen where it
+/// stands. One pass over the block.
+llvm::DenseSet<mlir::Operation *> deferredAssigns(mlir::Block &block);
 
 /// Bytes of a ranked tensor type (0 for anything else, e.g. tokens).
 int64_t tensorBytes(mlir::Type type);
