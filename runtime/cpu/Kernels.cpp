@@ -313,8 +313,10 @@ void STRATA_RT_KERNEL(strata_rt_reduce)(StrataRtContext *ctx, int64_t site, floa
   int64_t step = ostrides[rank - 1];
   const int64_t *const s[1] = {ostrides};
   if (step == 0) {
-    // Reducing the last dimension: rows are independent.
-#pragma omp parallel for schedule(static) if (n >= kParallelGrain)
+    // Reducing the last dimension: each row's sum, in parallel when every
+    // output takes one row, in row order when several rows share one.
+    bool unique = rows == outN;
+#pragma omp parallel for schedule(static) if (unique && n >= kParallelGrain)
     for (int64_t r = 0; r < rows; ++r) {
       int64_t off[1];
       rowOffsets<1>(r, rank, shape, s, off);
@@ -322,21 +324,7 @@ void STRATA_RT_KERNEL(strata_rt_reduce)(StrataRtContext *ctx, int64_t site, floa
       const float *x = in + r * inner;
       for (int64_t j = 0; j < inner; ++j)
         sum += x[j];
-      acc[off[0]] = sum; // each output row is written by one input row
-    }
-    // Several input rows may map to one output: redo serially then.
-    bool unique = rows == outN;
-    if (!unique) {
-      std::fill(acc.begin(), acc.end(), 0.0);
-      for (int64_t r = 0; r < rows; ++r) {
-        int64_t off[1];
-        rowOffsets<1>(r, rank, shape, s, off);
-        double sum = 0;
-        const float *x = in + r * inner;
-        for (int64_t j = 0; j < inner; ++j)
-          sum += x[j];
-        acc[off[0]] += sum;
-      }
+      acc[off[0]] += sum;
     }
   } else {
     for (int64_t r = 0; r < rows; ++r) {
