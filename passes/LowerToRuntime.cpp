@@ -751,6 +751,26 @@ LogicalResult Lowering::lower(Operation *op) {
               constantArray(groupDescriptor(o, o.getGroupAttr()))});
         return success();
       })
+      .Case([&](SendOp o) -> LogicalResult {
+        auto type = dtype(op, o.getInput());
+        if (failed(type))
+          return failure();
+        call("strata_rt_send",
+             {context, site(), i64(*type), ptr(o.getInput()),
+              i64(numel(o.getInput())), i64(o.getPeer()),
+              constantArray(groupDescriptor(o, o.getGroupAttr()))});
+        return success();
+      })
+      .Case([&](RecvOp o) -> LogicalResult {
+        auto type = dtype(op, o.getResult());
+        if (failed(type))
+          return failure();
+        call("strata_rt_recv",
+             {context, site(), i64(*type), ptr(o.getResult()),
+              i64(numel(o.getResult())), i64(o.getPeer()),
+              constantArray(groupDescriptor(o, o.getGroupAttr()))});
+        return success();
+      })
       .Default([&](Operation *) {
         return op->emitOpError("cannot be lowered to the CPU runtime yet");
       });

@@ -183,6 +183,9 @@ CpuExecutable::compile(ModuleOp module, const CpuOptions &options) {
   if (options.allReduceStart && options.wait)
     strata_rt_set_async_all_reduce(exe->context, options.allReduceStart,
                                    options.wait, options.allReduceUser);
+  if (options.send && options.recv)
+    strata_rt_set_point_to_point(exe->context, options.send, options.recv,
+                                 options.pointToPointUser);
   if (options.broadcast)
     strata_rt_set_broadcast(exe->context, options.broadcast,
                             options.broadcastUser);

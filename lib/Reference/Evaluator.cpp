@@ -317,6 +317,34 @@ llvm::Error Evaluator::step(Operation *op) {
         set(o.getOutToken(), Tensor());
         return llvm::Error::success();
       })
+      .Case([&](SendOp o) -> llvm::Error {
+        auto group = groupOf(o, o.getGroupAttr());
+        if (!group)
+          return group.takeError();
+        if (o.getPeer() < 0 || o.getPeer() >= int64_t(group->size()))
+          return fail(op, "peer " + Twine(o.getPeer()) + " outside a group of " +
+                              Twine(group->size()));
+        if (llvm::Error err =
+                options.communicator->send(in(0).data, *group, o.getPeer()))
+          return err;
+        set(o.getOutToken(), Tensor());
+        return llvm::Error::success();
+      })
+      .Case([&](RecvOp o) -> llvm::Error {
+        auto group = groupOf(o, o.getGroupAttr());
+        if (!group)
+          return group.takeError();
+        if (o.getPeer() < 0 || o.getPeer() >= int64_t(group->size()))
+          return fail(op, "peer " + Twine(o.getPeer()) + " outside a group of " +
+                              Twine(group->size()));
+        Tensor t(outShape());
+        if (llvm::Error err =
+                options.communicator->recv(t.data, *group, o.getPeer()))
+          return err;
+        set(o.getResult(), std::move(t));
+        set(o.getOutToken(), Tensor());
+        return llvm::Error::success();
+      })
       .Case([&](BroadcastOp o) -> llvm::Error {
         auto group = groupOf(o, o.getGroupAttr());
         if (!group)

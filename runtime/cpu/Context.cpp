@@ -217,4 +217,58 @@ void strata_rt_all_reduce(StrataRtContext *ctx, int64_t site, int64_t dtype,
   finishMean(out, n, dtype, kind, numRanks);
 }
 
+void strata_rt_set_point_to_point(StrataRtContext *ctx, StrataRtSendFn send,
+                                  StrataRtRecvFn recv, void *user) {
+  ctx->send = send;
+  ctx->recv = recv;
+  ctx->p2pUser = user;
+}
+
+/// This rank's list of `group` and a valid peer in it.
+static bool pointToPointPrologue(StrataRtContext *ctx, int64_t site,
+                                 const void *fn, const int64_t *group,
+                                 int64_t peer, const int64_t *&ranks,
+                                 int64_t &numRanks) {
+  if (!fn) {
+    ctx->fail(site, "send and recv need several ranks");
+    return false;
+  }
+  if (!findGroup(ctx, site, group, ranks, numRanks))
+    return false;
+  if (peer < 0 || peer >= numRanks || ranks[peer] == ctx->rank) {
+    ctx->fail(site, "peer " + std::to_string(peer) +
+                        " is not another rank of a group of " +
+                        std::to_string(numRanks));
+    return false;
+  }
+  return true;
+}
+
+void strata_rt_send(StrataRtContext *ctx, int64_t site, int64_t dtype,
+                    const void *in, int64_t n, int64_t peer,
+                    const int64_t *group) {
+  const int64_t *ranks = nullptr;
+  int64_t numRanks = 0;
+  if (!pointToPointPrologue(ctx, site, (const void *)ctx->send, group, peer,
+                            ranks, numRanks))
+    return;
+  char error[256] = {0};
+  if (ctx->send(ctx->p2pUser, in, n, dtype, ranks, numRanks, peer, error,
+                sizeof(error)) != 0)
+    ctx->fail(site, error[0] ? error : "send failed");
+}
+
+void strata_rt_recv(StrataRtContext *ctx, int64_t site, int64_t dtype,
+                    void *out, int64_t n, int64_t peer, const int64_t *group) {
+  const int64_t *ranks = nullptr;
+  int64_t numRanks = 0;
+  if (!pointToPointPrologue(ctx, site, (const void *)ctx->recv, group, peer,
+                            ranks, numRanks))
+    return;
+  char error[256] = {0};
+  if (ctx->recv(ctx->p2pUser, out, n, dtype, ranks, numRanks, peer, error,
+                sizeof(error)) != 0)
+    ctx->fail(site, error[0] ? error : "recv failed");
+}
+
 } // extern "C"

@@ -34,6 +34,9 @@ struct StrataRtContext {
   StrataRtAllReduceStartFn allReduceStart = nullptr;
   StrataRtWaitFn wait = nullptr;
   void *asyncUser = nullptr;
+  StrataRtSendFn send = nullptr;
+  StrataRtRecvFn recv = nullptr;
+  void *p2pUser = nullptr;
   /// Non-blocking all-reduces in flight, by call site.
   struct Pending {
     void *request;

@@ -42,6 +42,8 @@
   X(strata_rt_all_reduce_start)                                               \
   X(strata_rt_wait)                                                           \
   X(strata_rt_broadcast)                                                      \
+  X(strata_rt_send)                                                           \
+  X(strata_rt_recv)                                                           \
   X(strata_rt_trace_begin)                                                    \
   X(strata_rt_trace_end)
 

@@ -40,6 +40,7 @@
 #include "llvm/Support/Program.h"
 
 #include <chrono>
+#include <memory>
 #include <set>
 #include <cmath>
 #include <cstdlib>
@@ -166,6 +167,93 @@ public:
                      root);
   }
 
+  Error send(const std::vector<double> &data, ArrayRef<int64_t> group,
+             int64_t peer) override {
+    return send(data.data(), int64_t(data.size()), MPI_DOUBLE, group, peer);
+  }
+  Error recv(std::vector<double> &data, ArrayRef<int64_t> group,
+             int64_t peer) override {
+    return recv(data.data(), int64_t(data.size()), MPI_DOUBLE, group, peer);
+  }
+
+  /// Buffered send: the message is copied and sent with MPI_Isend, so that
+  /// the sender goes on (a pipeline stage sends its activations and then
+  /// waits for a gradient from the same peer); flush() completes them.
+  Error send(const void *data, int64_t count, MPI_Datatype type,
+             ArrayRef<int64_t> group, int64_t peer) {
+    auto comm = communicatorOf(group);
+    if (!comm)
+      return comm.takeError();
+    int size = 0;
+    MPI_Type_size(type, &size);
+    auto message = std::make_unique<Outgoing>();
+    message->bytes.assign(static_cast<const char *>(data),
+                          static_cast<const char *>(data) + count * size);
+    if (MPI_Isend(message->bytes.data(), int(count), type, int(peer),
+                  /*tag=*/0, *comm, &message->request) != MPI_SUCCESS)
+      return createStringError(inconvertibleErrorCode(),
+                               "MPI_Isend to rank " + Twine(group[peer]) +
+                                   " failed");
+    outgoing.push_back(std::move(message));
+    return Error::success();
+  }
+
+  Error recv(void *data, int64_t count, MPI_Datatype type,
+             ArrayRef<int64_t> group, int64_t peer) {
+    auto comm = communicatorOf(group);
+    if (!comm)
+      return comm.takeError();
+    MPI_Status status;
+    if (MPI_Recv(data, int(count), type, int(peer), /*tag=*/0, *comm,
+                 &status) != MPI_SUCCESS)
+      return createStringError(inconvertibleErrorCode(),
+                               "MPI_Recv from rank " + Twine(group[peer]) +
+                                   " failed");
+    int received = 0;
+    MPI_Get_count(&status, type, &received);
+    if (received != count)
+      return createStringError(inconvertibleErrorCode(),
+                               "received " + Twine(received) +
+                                   " elements from rank " + Twine(group[peer]) +
+                                   ", expected " + Twine(count));
+    return Error::success();
+  }
+
+  /// Completes the buffered sends (after each step).
+  Error flush() {
+    for (std::unique_ptr<Outgoing> &message : outgoing)
+      if (MPI_Wait(&message->request, MPI_STATUS_IGNORE) != MPI_SUCCESS)
+        return createStringError(inconvertibleErrorCode(),
+                                 "MPI_Wait on a send failed");
+    outgoing.clear();
+    return Error::success();
+  }
+
+  /// The CPU runtime's send and recv.
+  static int runtimeSend(void *user, const void *data, int64_t count,
+                         int64_t dtype, const int64_t *ranks,
+                         int64_t numRanks, int64_t peer, char *error,
+                         size_t errorSize) {
+    auto *self = static_cast<MpiCommunicator *>(user);
+    if (Error err = self->send(data, count, mpiType(dtype),
+                               ArrayRef<int64_t>(ranks, numRanks), peer)) {
+      std::snprintf(error, errorSize, "%s", toString(std::move(err)).c_str());
+      return 1;
+    }
+    return 0;
+  }
+  static int runtimeRecv(void *user, void *data, int64_t count, int64_t dtype,
+                         const int64_t *ranks, int64_t numRanks, int64_t peer,
+                         char *error, size_t errorSize) {
+    auto *self = static_cast<MpiCommunicator *>(user);
+    if (Error err = self->recv(data, count, mpiType(dtype),
+                               ArrayRef<int64_t>(ranks, numRanks), peer)) {
+      std::snprintf(error, errorSize, "%s", toString(std::move(err)).c_str());
+      return 1;
+    }
+    return 0;
+  }
+
   /// The communicator of the ranks `group` (in that order: group-local
   /// index i is rank group[i]).
   Expected<MPI_Comm> communicatorOf(ArrayRef<int64_t> group) {
@@ -283,6 +371,11 @@ public:
 
 private:
   std::map<std::vector<int>, MPI_Comm> comms;
+  struct Outgoing {
+    std::vector<char> bytes;
+    MPI_Request request;
+  };
+  std::vector<std::unique_ptr<Outgoing>> outgoing;
 };
 
 /// `strata-run --nproc N` outside MPI: run the same command under mpirun.
@@ -570,6 +663,9 @@ int main(int argc, char **argv) {
       cpuOptions.allReduceUser = &communicator;
       cpuOptions.broadcast = &MpiCommunicator::runtimeBroadcast;
       cpuOptions.broadcastUser = &communicator;
+      cpuOptions.send = &MpiCommunicator::runtimeSend;
+      cpuOptions.recv = &MpiCommunicator::runtimeRecv;
+      cpuOptions.pointToPointUser = &communicator;
       if (!blockingCollectives) {
         cpuOptions.allReduceStart = &MpiCommunicator::runtimeAllReduceStart;
         cpuOptions.wait = &MpiCommunicator::runtimeWait;
@@ -643,6 +739,9 @@ int main(int argc, char **argv) {
     auto t1 = std::chrono::steady_clock::now();
     if (!results)
       return fail("step " + Twine(i) + ": " + toString(results.takeError()));
+    if (mpiRunning)
+      if (Error err = communicator.flush())
+        return fail("step " + Twine(i) + ": " + toString(std::move(err)));
     if (!traceFile.empty()) {
       double traceEnd = executable->nowUs();
       json::Object stepEvent{{"name", formatv("step {0}", i).str()},

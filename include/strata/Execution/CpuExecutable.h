@@ -44,6 +44,10 @@ struct CpuOptions {
   /// all-reduces are synchronous.
   StrataRtAllReduceStartFn allReduceStart = nullptr;
   StrataRtWaitFn wait = nullptr;
+  /// Point to point (pipeline stages).
+  StrataRtSendFn send = nullptr;
+  StrataRtRecvFn recv = nullptr;
+  void *pointToPointUser = nullptr;
   /// LLVM optimisation level of the JIT (0-3).
   unsigned optLevel = 2;
   /// Record every op's begin and end (takeTrace).

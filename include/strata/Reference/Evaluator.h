@@ -43,6 +43,13 @@ public:
   virtual llvm::Error broadcast(std::vector<double> &data,
                                 llvm::ArrayRef<int64_t> group,
                                 int64_t root) = 0;
+  /// Sends `data` to group[peer]; may return before it is received.
+  /// Messages between two ranks arrive in the order they were sent.
+  virtual llvm::Error send(const std::vector<double> &data,
+                           llvm::ArrayRef<int64_t> group, int64_t peer) = 0;
+  /// Receives data.size() values from group[peer].
+  virtual llvm::Error recv(std::vector<double> &data,
+                           llvm::ArrayRef<int64_t> group, int64_t peer) = 0;
 };
 
 struct EvalOptions {

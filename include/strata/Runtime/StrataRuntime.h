@@ -71,6 +71,20 @@ typedef int (*StrataRtAllReduceStartFn)(void *user, void *data, int64_t count,
 typedef int (*StrataRtWaitFn)(void *user, void *request, char *error,
                               size_t errorSize);
 
+/* Point to point within the ranks `ranks` (which contain this rank); `peer`
+   is an index into them. `send` returns once `data` may be reused: it may
+   return before the peer receives (the host buffers the message and
+   completes it later). Messages between two ranks arrive in the order they
+   were sent. Both return 0 on success. */
+typedef int (*StrataRtSendFn)(void *user, const void *data, int64_t count,
+                              int64_t dtype, const int64_t *ranks,
+                              int64_t numRanks, int64_t peer, char *error,
+                              size_t errorSize);
+typedef int (*StrataRtRecvFn)(void *user, void *data, int64_t count,
+                              int64_t dtype, const int64_t *ranks,
+                              int64_t numRanks, int64_t peer, char *error,
+                              size_t errorSize);
+
 /*===--- Host side --------------------------------------------------------===*/
 
 /* `rank` is this process's world rank, `shard` its index among the
@@ -86,6 +100,8 @@ void strata_rt_set_broadcast(StrataRtContext *ctx, StrataRtBroadcastFn fn,
 void strata_rt_set_async_all_reduce(StrataRtContext *ctx,
                                     StrataRtAllReduceStartFn start,
                                     StrataRtWaitFn wait, void *user);
+void strata_rt_set_point_to_point(StrataRtContext *ctx, StrataRtSendFn send,
+                                  StrataRtRecvFn recv, void *user);
 /* The first failure since the last strata_rt_clear_error, or NULL; `site` is
    the call site that failed. */
 const char *strata_rt_error(StrataRtContext *ctx, int64_t *site);
@@ -268,6 +284,13 @@ void strata_rt_wait(StrataRtContext *ctx, int64_t site);
 void strata_rt_broadcast(StrataRtContext *ctx, int64_t site, int64_t dtype,
                          void *out, const void *in, int64_t n, int64_t root,
                          const int64_t *group);
+/* Sends `n` elements of `in` to rank `peer` of this rank's list (an index
+   into it); strata_rt_recv receives them there into `out`. */
+void strata_rt_send(StrataRtContext *ctx, int64_t site, int64_t dtype,
+                    const void *in, int64_t n, int64_t peer,
+                    const int64_t *group);
+void strata_rt_recv(StrataRtContext *ctx, int64_t site, int64_t dtype,
+                    void *out, int64_t n, int64_t peer, const int64_t *group);
 
 #ifdef __cplusplus
 }
