@@ -273,8 +273,16 @@ LogicalResult Differentiator::run() {
     if (llvm::none_of(op->getResults(),
                       [&](Value r) { return adjoints.count(r); }))
       continue;
+    Operation *last = ret->getPrevNode();
     if (failed(backprop(op)))
       return failure();
+    // The backward of an op runs on its pipeline stage.
+    if (std::optional<int64_t> stage = getStage(op))
+      for (Operation *grad = last->getNextNode(); grad != ret;
+           grad = grad->getNextNode())
+        if (!getStage(grad))
+          grad->setAttr(StrataDialect::kStageAttrName,
+                        builder.getI64IntegerAttr(*stage));
   }
 
   SmallVector<Value> results = {loss};

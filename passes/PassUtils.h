@@ -16,6 +16,10 @@ inline mlir::RankedTensorType tensorType(mlir::Value v) {
   return mlir::cast<mlir::RankedTensorType>(v.getType());
 }
 
+/// Multiply-add FLOPs of a product op (matmul, its gradient, the fused
+/// GEMMs); 0 for every other op.
+int64_t matmulFlops(mlir::Operation *op);
+
 /// Whether `func` is a differentiated step: it returns the loss, then
 /// gradients marked `strata.grad_of` (strata-autodiff's form).
 inline bool returnsGradients(mlir::func::FuncOp func) {

@@ -375,4 +375,101 @@ def StrataSharding : Pass<"strata-sharding", "mlir::ModuleOp"> {
   let dependentDialects = ["::strata::StrataDialect"];
 }
 
+def StrataStageSplit : Pass<"strata-stage-split", "mlir::ModuleOp"> {
+  let summary = "Places every forward op on a pipeline stage";
+  let description = [{
+    Runs before `strata-autodiff`, which puts the backward of every op on the
+    op's stage; `strata-pipeline` then gives each rank its stage's ops. There
+    are `pp-degree` x `vpp-degree` (virtual) stages; virtual stage `c` runs
+    on rank stage `c mod pp-degree` (chunk `c / pp-degree`), as in the
+    interleaved schedule.
+
+    Ops annotated with `strata.stage` (the counterpart of Paddle's
+    `device_guard`) keep their stage and an op without one takes the stage
+    of the annotated op before it (stage 0 before the first). Without any
+    annotation the stages are balanced by cost: the program is cut into
+    units (maximal runs of ops of one `strata.layer`; ops without a layer
+    form units of their own) and the units into contiguous stages that
+    minimise the largest stage cost. An op's cost is its FLOPs (products:
+    2·M·N·K) plus 4 × the bytes it writes (elementwise ops are memory-bound:
+    this machine does about 4 FLOPs per byte of memory bandwidth).
+    Reads of parameters and state and constants get no stage: they go where
+    they are used.
+
+    ```mlir
+    %h = strata.matmul %x, %w {strata.stage = 1 : i64} : ...
+    ```
+  }];
+  let options = [
+    Option<"ppDegree", "pp-degree", "int64_t", "1", "Pipeline stages">,
+    Option<"vppDegree", "vpp-degree", "int64_t", "1",
+           "Chunks per stage (interleaved schedule)">,
+  ];
+  let dependentDialects = ["::strata::StrataDialect"];
+}
+
+def StrataPipeline : Pass<"strata-pipeline", "mlir::ModuleOp"> {
+  let summary = "The program of one pipeline stage, ops ordered by a "
+                "micro-batch schedule, values crossing stages sent and "
+                "received";
+  let description = [{
+    Runs last, on a step whose ops carry `strata.stage` (`strata-stage-split`
+    and `strata-autodiff`) and `strata.micro_batch` (`strata-gradient-merge`
+    with `accumulate-steps` micro-batches), and produces the program of rank
+    `rank`. Ranks are laid out stage-major: rank = stage x `dp-degree` + d;
+    the data-parallel and sharding groups made before (over ranks
+    0..dp-degree-1) are repeated on every stage, and `@pp` groups the ranks
+    of one pipeline (list d holds the ranks d, dp + d, 2 dp + d, ...).
+
+    Each op belongs to a job: F(m) (the forward of micro-batch m), B(m) (its
+    backward, with the forward ops that recompute re-runs), W(m) (ZBH1: the
+    weight gradients, split from B), `pre` (reads of parameters and state)
+    or `post` (the optimizer). Ops without a micro-batch run in the job of
+    their latest operand. Scalar bookkeeping (the step counter, learning
+    rate, constants) runs on every stage; a parameter lives on the first
+    stage that reads it and other stages that read it (the GPT's tied
+    embedding) receive it each step and send their part of its gradient
+    back, where it is summed.
+
+    Schedules (S = stage, P = pp-degree, M = micro-batches):
+    - `FThenB`: all forwards, then all backwards.
+    - `1F1B` (M >= P): P-S forwards, then pairs [B, F], then the remaining
+      backwards (Paddle's job list; Megatron's warm-up of P-S-1 is the same
+      sequence).
+    - `Eager1F1B` (M >= P): min(2(P-S)-1, M) forwards, then as 1F1B.
+    - `VPP` (`vpp-degree` v >= 2 chunks per stage, M % P == 0): Megatron's
+      interleaved schedule; forwards visit chunks in groups of P
+      micro-batches, (P-S-1)·2 + (v-1)·P warm-up forwards.
+    - `ZBH1` (M >= P): 1F1B with each backward split into B (input
+      gradients) and W (weight gradients); a stage delays its W jobs into
+      the bubble of the cool-down (W(m) runs after B(m + S) in the steady
+      state).
+
+    A value used on another stage is sent right after it is computed
+    (`strata.send`, buffered: the sender goes on) and received right before
+    its first use (`strata.recv`); the receives of one channel keep the
+    order of its sends. The pass then simulates every stage's sends and
+    receives and refuses the program, naming the stages and micro-batches
+    involved, if some stage would wait forever or receive a message meant
+    for another receive. The schedule of every stage is recorded in the
+    module attribute `strata.schedule`.
+  }];
+  let options = [
+    Option<"ppDegree", "pp-degree", "int64_t", "1", "Pipeline stages">,
+    Option<"vppDegree", "vpp-degree", "int64_t", "1",
+           "Chunks per stage (VPP)">,
+    Option<"schedule", "schedule", "std::string", "\"1F1B\"",
+           "FThenB, 1F1B, Eager1F1B, VPP or ZBH1">,
+    Option<"microBatchSize", "micro-batch-size", "int64_t", "1",
+           "Rows per micro-batch (checked against the program unless 1, "
+           "Paddle's default)">,
+    Option<"accumulateSteps", "accumulate-steps", "int64_t", "1",
+           "Micro-batches per step (the program's strata.micro_batches)">,
+    Option<"dpDegree", "dp-degree", "int64_t", "1",
+           "Data-parallel replicas of the pipeline">,
+    Option<"rank", "rank", "int64_t", "0", "The rank whose program to make">,
+  ];
+  let dependentDialects = ["::strata::StrataDialect"];
+}
+
 #endif // STRATA_PASSES_TD

@@ -2,6 +2,7 @@
 
 #include "strata/Passes/Passes.h"
 #include "strata/Analysis/MemoryPlan.h"
+#include "PassUtils.h"
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/IR/BuiltinOps.h"
@@ -25,7 +26,7 @@ static int64_t productFlops(RankedTensorType lhs, RankedTensorType rhs,
   return 2 * product.getNumElements() * k;
 }
 
-static int64_t matmulFlops(Operation *op) {
+int64_t strata::matmulFlops(Operation *op) {
   auto type = [](Value v) { return cast<RankedTensorType>(v.getType()); };
   if (auto mm = dyn_cast<MatmulOp>(op))
     return productFlops(type(mm.getLhs()), type(mm.getRhs()),

@@ -104,6 +104,15 @@ LogicalResult StrataDialect::verifyOperationAttribute(Operation *op,
                                << ", which is not a strata.param";
     return success();
   }
+  // The job list of every pipeline stage (strata-pipeline).
+  if (name == "strata.schedule") {
+    auto list = dyn_cast<ArrayAttr>(attr.getValue());
+    if (!isa<ModuleOp>(op) || !list ||
+        !llvm::all_of(list, [](Attribute a) { return isa<StringAttr>(a); }))
+      return op->emitOpError()
+             << "'" << name << "' must be an array of strings on a module";
+    return success();
+  }
   // The layout of a module lowered to the runtime (strata-lower-to-runtime).
   if (name.starts_with("strata.rt.")) {
     if (!isa<ModuleOp>(op))

@@ -64,6 +64,13 @@ std::vector<PlannedPass> strata::planPasses(const Strategy &s,
             .addList("black-list", s.amp.custom_black_list),
         "amp.enable");
 
+  if (s.pipeline.enable)
+    add("strata-stage-split",
+        Options()
+            .add("pp-degree", s.pipeline.pp_degree)
+            .add("vpp-degree", s.pipeline.vpp_degree),
+        "pipeline.enable");
+
   add("strata-autodiff", Options(), "always");
 
   if (s.fused_passes.enable && s.fused_passes.gemm_epilogue)
@@ -137,9 +144,12 @@ std::vector<PlannedPass> strata::planPasses(const Strategy &s,
     Options options;
     options.add("stage", s.sharding.stage).add("degree", s.sharding.degree);
     // The outer data-parallel group of hybrid sharding, when known.
+    // With a pipeline, sharding sees one stage's ranks (strata-pipeline
+    // repeats its groups on every stage).
+    int64_t pp = s.pipeline.enable ? s.pipeline.pp_degree : 1;
     if (worldSize)
       options.add("dp-degree", dataParallelDegree(s, *worldSize))
-          .add("rank", rank);
+          .add("rank", rank % (*worldSize / pp));
     add("strata-sharding",
         options
             .add("partition", s.sharding.partition_algor)
@@ -158,7 +168,10 @@ std::vector<PlannedPass> strata::planPasses(const Strategy &s,
             .add("vpp-degree", s.pipeline.vpp_degree)
             .add("schedule", s.pipeline.schedule_mode)
             .add("micro-batch-size", s.pipeline.micro_batch_size)
-            .add("accumulate-steps", s.pipeline.accumulate_steps),
+            .add("accumulate-steps", s.pipeline.accumulate_steps)
+            .add("dp-degree",
+                 worldSize ? *worldSize / s.pipeline.pp_degree : int64_t(1))
+            .add("rank", rank),
         "pipeline.enable");
   return plan;
 }

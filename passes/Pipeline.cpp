@@ -1,0 +1,921 @@
+//===- Pipeline.cpp - Per-stage programs with micro-batch schedules -------===//
+//
+// Every op of the step gets a (virtual) stage and a job: the forward F(m) or
+// backward B(m) of micro-batch m, the weight-gradient part W(m) (ZBH1), the
+// reads before (`pre`) or the optimizer after (`post`). A schedule orders the
+// jobs of each stage; values crossing stages become strata.send right after
+// they are computed and strata.recv right before their first use. The
+// sends and receives of all stages are simulated before anything is
+// rewritten, so a schedule that would hang is refused at compile time.
+//
+//===----------------------------------------------------------------------===//
+
+#include "PassUtils.h"
+#include "strata/Passes/Passes.h"
+
+#include "mlir/Dialect/Arith/IR/Arith.h"
+#include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "mlir/IR/Builders.h"
+#include "mlir/IR/Verifier.h"
+#include "llvm/ADT/DenseSet.h"
+#include "llvm/ADT/MapVector.h"
+#include "llvm/ADT/StringExtras.h"
+#include "llvm/Support/FormatVariadic.h"
+
+#include <deque>
+#include <map>
+
+namespace strata {
+#define GEN_PASS_DEF_STRATAPIPELINE
+#include "StrataPasses.h.inc"
+} // namespace strata
+
+using namespace mlir;
+using namespace strata;
+
+namespace {
+
+//===----------------------------------------------------------------------===//
+// Schedules
+//===----------------------------------------------------------------------===//
+
+/// A schedule entry: the forward of a micro-batch, its whole backward, or
+/// (ZBH1) only the input-gradient part (I) or only the weight-gradient part
+/// (W).
+enum class Step { F, B, I, W };
+
+struct Entry {
+  Step step;
+  int64_t microBatch;
+  int64_t chunk = 0;
+};
+
+std::string entryName(const Entry &e, bool chunks) {
+  const char *names[] = {"F", "B", "I", "W"};
+  std::string name = names[int(e.step)] + std::to_string(e.microBatch);
+  if (chunks)
+    name += "." + std::to_string(e.chunk);
+  return name;
+}
+
+/// Paddle's job list shape: `warmup` forwards, then pairs [B, F] while
+/// forwards remain, then the remaining backwards.
+std::vector<Entry> warmupPairs(int64_t warmup, int64_t m) {
+  std::vector<Entry> list;
+  int64_t f = 0, b = 0;
+  for (; f < std::min(warmup, m); ++f)
+    list.push_back({Step::F, f});
+  for (; f < m; ++f, ++b) {
+    list.push_back({Step::B, b});
+    list.push_back({Step::F, f});
+  }
+  for (; b < m; ++b)
+    list.push_back({Step::B, b});
+  return list;
+}
+
+/// The jobs of every stage in order, or an error message.
+FailureOr<std::vector<std::vector<Entry>>>
+makeSchedule(StringRef mode, int64_t p, int64_t m, int64_t v,
+             std::string &error) {
+  std::vector<std::vector<Entry>> stages(p);
+  bool needsM = mode == "1F1B" || mode == "Eager1F1B" || mode == "ZBH1";
+  if (needsM && m < p) {
+    error = llvm::formatv("schedule {0} needs at least pp-degree micro-batches "
+                    "(accumulate_steps >= pp_degree): {1} micro-batches for "
+                    "{2} stages",
+                    mode, m, p);
+    return failure();
+  }
+  if (mode != "VPP" && v > 1) {
+    error = llvm::formatv("vpp-degree {0} needs schedule VPP, not {1}", v, mode);
+    return failure();
+  }
+  if (mode == "FThenB") {
+    for (int64_t s = 0; s < p; ++s) {
+      for (int64_t i = 0; i < m; ++i)
+        stages[s].push_back({Step::F, i});
+      for (int64_t i = 0; i < m; ++i)
+        stages[s].push_back({Step::B, i});
+    }
+    return stages;
+  }
+  if (mode == "1F1B") {
+    for (int64_t s = 0; s < p; ++s)
+      stages[s] = warmupPairs(p - s, m);
+    return stages;
+  }
+  if (mode == "Eager1F1B") {
+    for (int64_t s = 0; s < p; ++s)
+      stages[s] = warmupPairs(2 * (p - s) - 1, m);
+    return stages;
+  }
+  if (mode == "ZBH1") {
+    // 1F1B, except that the first S backwards of stage S compute only input
+    // gradients; their weight gradients fill the cool-down at the end.
+    for (int64_t s = 0; s < p; ++s) {
+      std::vector<Entry> &list = stages[s];
+      int64_t f = 0, b = 0;
+      for (; f < p - s; ++f)
+        list.push_back({Step::F, f});
+      for (int64_t i = 0; i < s && f < m; ++i, ++f, ++b) {
+        list.push_back({Step::I, b});
+        list.push_back({Step::F, f});
+      }
+      for (; f < m; ++f, ++b) {
+        list.push_back({Step::B, b});
+        list.push_back({Step::F, f});
+      }
+      for (; b < m; ++b)
+        list.push_back({Step::B, b});
+      // The deferred weight gradients of the micro-batches run as I.
+      for (const Entry &e : std::vector<Entry>(list))
+        if (e.step == Step::I)
+          list.push_back({Step::W, e.microBatch});
+    }
+    return stages;
+  }
+  if (mode == "VPP") {
+    if (v < 2) {
+      error = "schedule VPP needs vpp-degree >= 2";
+      return failure();
+    }
+    if (m % p != 0) {
+      error = llvm::formatv("schedule VPP needs the micro-batches to be a multiple "
+                      "of pp-degree: {0} micro-batches for {1} stages",
+                      m, p);
+      return failure();
+    }
+    // Megatron's interleaved schedule: virtual micro-batch k runs chunk
+    // (k / p) mod v of micro-batch (k / (p v)) p + k mod p; backwards visit
+    // the chunks in reverse.
+    int64_t total = m * v;
+    auto virtualEntry = [&](int64_t k, bool forward) {
+      int64_t chunk = (k / p) % v;
+      if (!forward)
+        chunk = v - 1 - chunk;
+      return Entry{forward ? Step::F : Step::B, (k / (p * v)) * p + k % p,
+                   chunk};
+    };
+    for (int64_t s = 0; s < p; ++s) {
+      int64_t warmup = std::min((p - s - 1) * 2 + (v - 1) * p, total);
+      std::vector<Entry> &list = stages[s];
+      int64_t f = 0, b = 0;
+      for (; f < warmup; ++f)
+        list.push_back(virtualEntry(f, true));
+      for (; f < total; ++f, ++b) {
+        list.push_back(virtualEntry(f, true));
+        list.push_back(virtualEntry(b, false));
+      }
+      for (; b < total; ++b)
+        list.push_back(virtualEntry(b, false));
+    }
+    return stages;
+  }
+  error = ("unknown schedule '" + mode +
+           "' (expected FThenB, 1F1B, Eager1F1B, VPP or ZBH1)")
+              .str();
+  return failure();
+}
+
+//===----------------------------------------------------------------------===//
+// Placement
+//===----------------------------------------------------------------------===//
+
+/// Where an op runs. `stage` is the virtual stage (-1: every stage that
+/// needs it); `part` the job: pre, F, B (input-gradient part), W, post.
+enum class Part { Pre, F, B, W, Post };
+
+struct Place {
+  int64_t stage = -1;
+  Part part = Part::Pre;
+  int64_t microBatch = -1;
+  bool replicated = false;
+  bool dead = false;
+};
+
+bool isCollective(Operation *op) {
+  return isa<AllReduceOp, ReduceScatterOp, AllGatherOp, BroadcastOp, SendOp,
+             RecvOp>(op);
+}
+
+bool isTokenValue(Value v) { return isa<TokenType>(v.getType()); }
+
+bool isScalar(Value v) {
+  auto type = dyn_cast<RankedTensorType>(v.getType());
+  return type && type.getRank() == 0;
+}
+
+/// A message: `value` computed on rank stage `from`, read on `to`.
+struct Message {
+  Value value;
+  int64_t from, to;
+  /// Index of the send in the sender's sequence / of the receive in the
+  /// receiver's (items before which it goes).
+  size_t sendAfter = 0, recvBefore = 0;
+};
+
+struct PipelinePass : public strata::impl::StrataPipelineBase<PipelinePass> {
+  using StrataPipelineBase::StrataPipelineBase;
+
+  void runOnOperation() override {
+    ModuleOp module = getOperation();
+    if (ppDegree < 1 || dpDegree < 1 || vppDegree < 1) {
+      module.emitError() << "strata-pipeline: pp-degree, vpp-degree and "
+                            "dp-degree must be >= 1";
+      return signalPassFailure();
+    }
+    if (rank < 0 || rank >= ppDegree * dpDegree) {
+      module.emitError() << "strata-pipeline: rank " << rank
+                         << " outside a world of pp-degree " << ppDegree
+                         << " x dp-degree " << dpDegree << " ranks";
+      return signalPassFailure();
+    }
+    if (ppDegree == 1)
+      return;
+    func::FuncOp step;
+    for (func::FuncOp func : module.getOps<func::FuncOp>())
+      if (!func.isExternal()) {
+        if (step) {
+          module.emitError() << "strata-pipeline: expected one step function";
+          return signalPassFailure();
+        }
+        step = func;
+      }
+    if (!step) {
+      module.emitError() << "strata-pipeline: no step function";
+      return signalPassFailure();
+    }
+    if (failed(run(module, step)))
+      return signalPassFailure();
+  }
+
+  int64_t stages() const { return ppDegree * vppDegree; }
+  int64_t rankStage(int64_t vstage) const { return vstage % ppDegree; }
+  int64_t chunkOf(int64_t vstage) const { return vstage / ppDegree; }
+
+  LogicalResult run(ModuleOp module, func::FuncOp func);
+  LogicalResult place(func::FuncOp func);
+  void splitWeightGradients(Block &body);
+  LogicalResult classifyWeightParts(Block &body);
+
+  DenseMap<Operation *, Place> places;
+  DenseMap<Operation *, size_t> order;
+};
+
+LogicalResult PipelinePass::place(func::FuncOp func) {
+  Block &body = func.getBody().front();
+  bool anyStage = false;
+  size_t index = 0;
+  for (Operation &op : body.without_terminator()) {
+    order[&op] = index++;
+    Place p;
+    if (std::optional<int64_t> s = getStage(&op)) {
+      if (*s < 0 || *s >= stages())
+        return op.emitOpError()
+               << "is on stage " << *s << ", but the pipeline has "
+               << stages() << " (pp-degree " << ppDegree << " x vpp-degree "
+               << vppDegree << ")";
+      p.stage = *s;
+      anyStage = true;
+    }
+    places[&op] = p;
+  }
+  if (!anyStage)
+    return func.emitError()
+           << "strata-pipeline: no op carries strata.stage (run "
+              "strata-stage-split before strata-autodiff)";
+
+  // Scalar bookkeeping runs on every stage that needs it.
+  auto replicatedState = [&](FlatSymbolRefAttr name) {
+    auto state = SymbolTable::lookupNearestSymbolFrom<StateOp>(func, name);
+    return state && state.getTensorType().getRank() == 0;
+  };
+  for (Operation &op : body.without_terminator()) {
+    Place &p = places[&op];
+    if (p.stage >= 0)
+      continue;
+    bool replicable = false;
+    if (isa<arith::ConstantOp, InitTokenOp>(op))
+      replicable = true;
+    else if (auto get = dyn_cast<GetStateOp>(op))
+      replicable = replicatedState(get.getNameAttr());
+    else if (auto assign = dyn_cast<AssignOp>(op))
+      replicable = replicatedState(assign.getNameAttr()) &&
+                   places[assign.getValue().getDefiningOp()].replicated;
+    else if (!isCollective(&op) && !isa<GetParamOp, GetStateOp>(op) &&
+             !getMicroBatch(&op) && op.getNumOperands() > 0)
+      replicable =
+          llvm::all_of(op.getOperands(),
+                       [&](Value v) {
+                         Operation *def = v.getDefiningOp();
+                         return def && places[def].replicated;
+                       }) &&
+          llvm::all_of(op.getResults(), isScalar);
+    p.replicated = replicable;
+  }
+
+  // Unplaced ops follow their operands (the latest stage), then their users
+  // (the earliest); reads of parameters and state go to their first user.
+  auto stageOf = [&](Value v) -> int64_t {
+    Operation *def = v.getDefiningOp();
+    if (!def)
+      return -1;
+    const Place &p = places[def];
+    return p.replicated ? -1 : p.stage;
+  };
+  for (int round = 0; round < 2; ++round) {
+    for (Operation &op : body.without_terminator()) {
+      Place &p = places[&op];
+      if (p.stage >= 0 || p.replicated || isa<GetParamOp, GetStateOp>(op))
+        continue;
+      for (Value v : op.getOperands())
+        p.stage = std::max(p.stage, stageOf(v));
+    }
+    for (Operation &op : llvm::reverse(body.without_terminator())) {
+      Place &p = places[&op];
+      if (p.stage >= 0 || p.replicated)
+        continue;
+      int64_t best = -1;
+      for (Operation *user : op.getUsers()) {
+        if (isa<func::ReturnOp>(user))
+          continue;
+        const Place &u = places[user];
+        if (!u.replicated && u.stage >= 0 && (best < 0 || u.stage < best))
+          best = u.stage;
+      }
+      p.stage = best;
+    }
+  }
+  for (Operation &op : body.without_terminator()) {
+    Place &p = places[&op];
+    if (p.replicated || p.stage >= 0)
+      continue;
+    if (isa<GetParamOp, GetStateOp, arith::ConstantOp>(op) && op.use_empty()) {
+      p.dead = true;
+      continue;
+    }
+    return op.emitOpError()
+           << "cannot be placed on a pipeline stage (neither its operands "
+              "nor its users are on one)";
+  }
+
+  // A parameter (or non-scalar state) lives on the first stage that reads
+  // it; every read moves there and the other stages receive the value.
+  DenseMap<StringAttr, int64_t> home;
+  auto nameRead = [](Operation &op) -> FlatSymbolRefAttr {
+    if (auto get = dyn_cast<GetParamOp>(op))
+      return get.getNameAttr();
+    if (auto get = dyn_cast<GetStateOp>(op))
+      return get.getNameAttr();
+    return {};
+  };
+  for (Operation &op : body.without_terminator()) {
+    FlatSymbolRefAttr name = nameRead(op);
+    if (!name || places[&op].replicated || places[&op].dead)
+      continue;
+    auto [it, inserted] = home.try_emplace(name.getAttr(), places[&op].stage);
+    if (!inserted)
+      it->second = std::min(it->second, places[&op].stage);
+  }
+  for (Operation &op : body.without_terminator())
+    if (FlatSymbolRefAttr name = nameRead(op))
+      if (!places[&op].replicated && !places[&op].dead)
+        places[&op].stage = home[name.getAttr()];
+  // An assignment runs where its target lives.
+  for (Operation &op : body.without_terminator())
+    if (auto assign = dyn_cast<AssignOp>(op)) {
+      Place &p = places[&op];
+      if (p.replicated)
+        continue;
+      auto it = home.find(assign.getNameAttr().getAttr());
+      if (it != home.end() && rankStage(it->second) != rankStage(p.stage))
+        return op.emitOpError()
+               << "updates " << assign.getNameAttr() << " on stage "
+               << p.stage << ", but it lives on stage " << it->second;
+    }
+
+  // Jobs. A forward op after the first backward op of its micro-batch was
+  // cloned there by strata-recompute: it runs in the backward job.
+  DenseMap<int64_t, size_t> firstBackward;
+  for (Operation &op : body.without_terminator())
+    if (std::optional<int64_t> mb = getMicroBatch(&op))
+      if (getRole(&op) == Role::Backward)
+        firstBackward.try_emplace(*mb, order[&op]);
+  for (Operation &op : body.without_terminator()) {
+    Place &p = places[&op];
+    if (std::optional<int64_t> mb = getMicroBatch(&op)) {
+      p.microBatch = *mb;
+      auto first = firstBackward.find(*mb);
+      bool backward = getRole(&op) == Role::Backward ||
+                      (first != firstBackward.end() &&
+                       order[&op] > first->second);
+      p.part = backward ? Part::B : Part::F;
+    } else if (isa<AssignOp>(op) || getRole(&op) == Role::Optimizer) {
+      p.part = Part::Post;
+    } else {
+      p.part = Part::Pre; // refined per stage once the schedule is known
+    }
+  }
+  return success();
+}
+
+/// ZBH1: a product's gradient becomes two ops, one for the input gradient
+/// (B) and one for the weight gradient (W); the lowering computes only the
+/// results that are read.
+void PipelinePass::splitWeightGradients(Block &body) {
+  SmallVector<MatmulGradOp> grads;
+  for (Operation &op : body.without_terminator())
+    if (auto grad = dyn_cast<MatmulGradOp>(op))
+      if (!grad.getLhsGrad().use_empty() && !grad.getRhsGrad().use_empty())
+        grads.push_back(grad);
+  for (MatmulGradOp grad : grads) {
+    OpBuilder b(grad->getNextNode());
+    Operation *weight = b.clone(*grad.getOperation());
+    grad.getRhsGrad().replaceAllUsesWith(weight->getResult(1));
+  }
+}
+
+/// ZBH1: a backward op of a micro-batch belongs to the weight part W unless
+/// an input gradient sent to another stage depends on it.
+LogicalResult PipelinePass::classifyWeightParts(Block &body) {
+  DenseSet<Operation *> inputPart;
+  SmallVector<Operation *> worklist;
+  for (Operation &op : body.without_terminator()) {
+    const Place &p = places[&op];
+    if (p.part != Part::B || p.replicated)
+      continue;
+    bool crosses = false;
+    for (Operation *user : op.getUsers()) {
+      auto it = places.find(user);
+      if (it != places.end() && !it->second.replicated &&
+          rankStage(it->second.stage) != rankStage(p.stage))
+        crosses = true;
+    }
+    if (crosses)
+      worklist.push_back(&op);
+  }
+  while (!worklist.empty()) {
+    Operation *op = worklist.pop_back_val();
+    if (!inputPart.insert(op).second)
+      continue;
+    const Place &p = places[op];
+    for (Value v : op->getOperands())
+      if (Operation *def = v.getDefiningOp()) {
+        const Place &d = places[def];
+        if (d.part == Part::B && d.stage == p.stage &&
+            d.microBatch == p.microBatch)
+          worklist.push_back(def);
+      }
+  }
+  for (Operation &op : body.without_terminator()) {
+    Place &p = places[&op];
+    if (p.part == Part::B && !p.replicated && !inputPart.contains(&op))
+      p.part = Part::W;
+  }
+  return success();
+}
+
+LogicalResult PipelinePass::run(ModuleOp module, func::FuncOp func) {
+  MLIRContext *ctx = module.getContext();
+  Block &body = func.getBody().front();
+  auto ret = cast<func::ReturnOp>(body.getTerminator());
+  const int64_t p = ppDegree;
+  int64_t m = 1;
+  if (auto attr =
+          func->getAttrOfType<IntegerAttr>(StrataDialect::kMicroBatchesAttrName))
+    m = attr.getInt();
+  if (m != accumulateSteps)
+    return func.emitError()
+           << "strata-pipeline: the step has " << m
+           << " micro-batches, accumulate-steps is " << accumulateSteps
+           << " (run strata-gradient-merge with k-steps = accumulate-steps "
+              "before strata-optimizer)";
+  if (microBatchSize != 1 && func.getNumArguments() > 0) {
+    int64_t rows = tensorType(func.getArgument(0)).getDimSize(0) / m;
+    if (rows != microBatchSize)
+      return func.emitError()
+             << "strata-pipeline: micro-batch-size is " << microBatchSize
+             << ", but the step's batch of "
+             << tensorType(func.getArgument(0)).getDimSize(0)
+             << " rows per rank in " << m << " micro-batches gives " << rows;
+  }
+  std::string error;
+  auto jobs = makeSchedule(schedule, p, m, vppDegree, error);
+  if (failed(jobs))
+    return func.emitError() << "strata-pipeline: " << error;
+
+  bool zeroBubble = schedule == "ZBH1";
+  if (zeroBubble)
+    splitWeightGradients(body);
+  if (failed(place(func)))
+    return failure();
+  if (zeroBubble && failed(classifyWeightParts(body)))
+    return failure();
+
+  // Segments of each stage: a schedule entry F or I is one segment, W one,
+  // B two (its input part, then its weight part).
+  struct SegmentKey {
+    Part part;
+    int64_t microBatch, chunk;
+    bool operator<(const SegmentKey &o) const {
+      return std::tie(part, microBatch, chunk) <
+             std::tie(o.part, o.microBatch, o.chunk);
+    }
+  };
+  std::vector<std::map<SegmentKey, size_t>> segment(p);
+  std::vector<size_t> postSegment(p);
+  for (int64_t s = 0; s < p; ++s) {
+    size_t next = 1; // 0: pre
+    for (const Entry &e : (*jobs)[s]) {
+      SegmentKey f{Part::F, e.microBatch, e.chunk};
+      SegmentKey b{Part::B, e.microBatch, e.chunk};
+      SegmentKey w{Part::W, e.microBatch, e.chunk};
+      switch (e.step) {
+      case Step::F:
+        segment[s][f] = next++;
+        break;
+      case Step::B:
+        segment[s][b] = next++;
+        segment[s][w] = next++;
+        break;
+      case Step::I:
+        segment[s][b] = next++;
+        break;
+      case Step::W:
+        segment[s][w] = next++;
+        break;
+      }
+    }
+    postSegment[s] = next;
+  }
+
+  // Each op's segment on its stage; ops without a micro-batch follow their
+  // latest operand on the same stage.
+  DenseMap<Operation *, size_t> seg;
+  for (Operation &op : body.without_terminator()) {
+    const Place &pl = places[&op];
+    if (pl.dead || pl.replicated) {
+      seg[&op] = isa<AssignOp>(op) ? SIZE_MAX : 0;
+      continue;
+    }
+    int64_t s = rankStage(pl.stage);
+    if (pl.part == Part::Post) {
+      seg[&op] = postSegment[s];
+      continue;
+    }
+    if (pl.microBatch >= 0) {
+      auto it = segment[s].find({pl.part, pl.microBatch, chunkOf(pl.stage)});
+      if (it == segment[s].end())
+        return op.emitOpError()
+               << "belongs to micro-batch " << pl.microBatch
+               << ", which the schedule does not run on stage " << s;
+      seg[&op] = it->second;
+      continue;
+    }
+    size_t latest = 0;
+    for (Value v : op.getOperands())
+      if (Operation *def = v.getDefiningOp()) {
+        const Place &d = places[def];
+        if (!d.replicated && !d.dead && rankStage(d.stage) == s)
+          latest = std::max(latest, seg[def]);
+      }
+    seg[&op] = latest;
+  }
+
+  // The ops of each rank stage in order; replicated ops where needed.
+  std::vector<SmallVector<Operation *>> ops(p);
+  std::vector<DenseSet<Operation *>> on(p);
+  for (Operation &op : body.without_terminator()) {
+    const Place &pl = places[&op];
+    if (!pl.dead && !pl.replicated)
+      on[rankStage(pl.stage)].insert(&op);
+  }
+  for (int64_t s = 0; s < p; ++s) {
+    // Replicated ops used on s (users come later: walk backwards), and the
+    // assignments of the replicated states read on s.
+    DenseSet<StringAttr> stateRead;
+    for (Operation &op : llvm::reverse(body.without_terminator())) {
+      if (!places[&op].replicated || isa<AssignOp>(op))
+        continue;
+      bool needed = llvm::any_of(op.getUsers(), [&](Operation *u) {
+        return on[s].contains(u) ||
+               (isa<func::ReturnOp>(u) && s == 0); // rare: scalar results
+      });
+      if (needed) {
+        on[s].insert(&op);
+        if (auto get = dyn_cast<GetStateOp>(op))
+          stateRead.insert(get.getNameAttr().getAttr());
+      }
+    }
+    for (Operation &op : body.without_terminator())
+      if (auto assign = dyn_cast<AssignOp>(op))
+        if (places[&op].replicated &&
+            stateRead.contains(assign.getNameAttr().getAttr())) {
+          on[s].insert(&op);
+          // Its value's ops are replicated too.
+          SmallVector<Operation *> worklist = {
+              assign.getValue().getDefiningOp()};
+          while (!worklist.empty()) {
+            Operation *def = worklist.pop_back_val();
+            if (!def || !on[s].insert(def).second)
+              continue;
+            for (Value v : def->getOperands())
+              worklist.push_back(v.getDefiningOp());
+          }
+        }
+    for (Operation &op : body.without_terminator())
+      if (on[s].contains(&op))
+        ops[s].push_back(&op);
+    llvm::stable_sort(ops[s], [&](Operation *a, Operation *b) {
+      return seg[a] < seg[b];
+    });
+  }
+
+  // Messages: a value used on another rank stage (tokens only order
+  // collectives: every rank stage rebuilds its own chain).
+  std::vector<DenseMap<Operation *, size_t>> position(p);
+  for (int64_t s = 0; s < p; ++s)
+    for (auto [i, op] : llvm::enumerate(ops[s]))
+      position[s][op] = i;
+  std::vector<Message> messages;
+  for (int64_t a = 0; a < p; ++a)
+    for (Operation *op : ops[a]) {
+      if (places[op].replicated)
+        continue;
+      for (Value r : op->getResults()) {
+        if (isTokenValue(r))
+          continue;
+        // The first use on each other stage, in that stage's order.
+        std::map<int64_t, size_t> firstUse;
+        for (OpOperand &use : r.getUses()) {
+          Operation *user = use.getOwner();
+          if (isa<func::ReturnOp>(user)) {
+            for (int64_t b = 0; b < p; ++b)
+              if (b != a)
+                firstUse.try_emplace(b, ops[b].size());
+            continue;
+          }
+          for (int64_t b = 0; b < p; ++b)
+            if (b != a && on[b].contains(user)) {
+              size_t at = position[b][user];
+              auto [it, inserted] = firstUse.try_emplace(b, at);
+              if (!inserted)
+                it->second = std::min(it->second, at);
+            }
+        }
+        for (auto [b, at] : firstUse)
+          messages.push_back({r, a, b, position[a][op] + 1, at});
+      }
+    }
+  // The receives of a channel keep the order of its sends: a receive moves
+  // up to the next one of its channel when that is needed earlier.
+  std::map<std::pair<int64_t, int64_t>, SmallVector<Message *>> channels;
+  for (Message &msg : messages)
+    channels[{msg.from, msg.to}].push_back(&msg);
+  for (auto &[key, list] : channels) {
+    llvm::stable_sort(list, [](Message *x, Message *y) {
+      return x->sendAfter < y->sendAfter;
+    });
+    for (size_t k = list.size() - 1; k-- > 0;)
+      list[k]->recvBefore =
+          std::min(list[k]->recvBefore, list[k + 1]->recvBefore);
+  }
+
+  // Each stage's sequence of sends and receives.
+  struct Event {
+    bool send;
+    Message *msg;
+    size_t at;
+    size_t tiebreak;
+  };
+  std::vector<std::vector<Event>> events(p);
+  for (auto &[key, list] : channels)
+    for (auto [k, msg] : llvm::enumerate(list)) {
+      events[msg->from].push_back({true, msg, msg->sendAfter, 0});
+      events[msg->to].push_back({false, msg, msg->recvBefore, k});
+    }
+  for (int64_t s = 0; s < p; ++s)
+    llvm::stable_sort(events[s], [](const Event &x, const Event &y) {
+      // At one position: sends (after the op before) come before receives
+      // (before the op after); receives of a channel in order.
+      if (x.at != y.at)
+        return x.at < y.at;
+      if (x.send != y.send)
+        return x.send;
+      return x.tiebreak < y.tiebreak;
+    });
+
+  // Names for diagnostics.
+  auto describe = [&](Message *msg) {
+    Operation *def = msg->value.getDefiningOp();
+    std::string text;
+    llvm::raw_string_ostream os(text);
+    os << "the " << def->getName() << " result";
+    int64_t mb = places[def].microBatch;
+    if (mb >= 0)
+      os << " of micro-batch " << mb;
+    os << " (" << def->getLoc() << ")";
+    return text;
+  };
+  auto jobAt = [&](int64_t s, size_t at) -> std::string {
+    if (at >= ops[s].size())
+      return "the optimizer";
+    Operation *op = ops[s][at];
+    const Place &pl = places[op];
+    if (pl.microBatch < 0)
+      return pl.part == Part::Post ? "the optimizer" : "the step's start";
+    const char *kind = pl.part == Part::F   ? "F"
+                       : pl.part == Part::W ? "W"
+                                            : "B";
+    return kind + std::to_string(pl.microBatch);
+  };
+
+  // Simulate: sends are buffered, a receive waits for its channel's next
+  // message, which must be the one it expects.
+  {
+    std::vector<size_t> pc(p, 0);
+    std::map<std::pair<int64_t, int64_t>, std::deque<Message *>> inFlight;
+    bool progress = true;
+    while (progress) {
+      progress = false;
+      for (int64_t s = 0; s < p; ++s)
+        while (pc[s] < events[s].size()) {
+          const Event &e = events[s][pc[s]];
+          if (e.send) {
+            inFlight[{s, e.msg->to}].push_back(e.msg);
+          } else {
+            auto &queue = inFlight[{e.msg->from, s}];
+            if (queue.empty())
+              break;
+            if (queue.front() != e.msg)
+              return func.emitError()
+                     << "strata-pipeline: stage " << s << " would receive "
+                     << describe(queue.front()) << " from stage "
+                     << e.msg->from << " where it expects "
+                     << describe(e.msg);
+            queue.pop_front();
+          }
+          ++pc[s];
+          progress = true;
+        }
+    }
+    std::string waits;
+    for (int64_t s = 0; s < p; ++s)
+      if (pc[s] < events[s].size()) {
+        const Event &e = events[s][pc[s]];
+        waits += llvm::formatv("; stage {0} waits in {1} for {2} from stage {3}", s,
+                         jobAt(s, e.at), describe(e.msg), e.msg->from)
+                     .str();
+      }
+    if (!waits.empty())
+      return func.emitError() << "strata-pipeline: schedule " << schedule
+                              << " deadlocks" << waits;
+  }
+
+  // Record the schedule of every stage.
+  SmallVector<Attribute> scheduleAttr;
+  for (int64_t s = 0; s < p; ++s) {
+    SmallVector<std::string> names;
+    for (const Entry &e : (*jobs)[s])
+      names.push_back(entryName(e, vppDegree > 1));
+    scheduleAttr.push_back(StringAttr::get(ctx, llvm::join(names, " ")));
+  }
+
+  //===--- This rank's program ---------------------------------------------===//
+  const int64_t me = rank / dpDegree;
+  OpBuilder b(ctx);
+
+  // Groups: the existing ones (over one pipeline stage's data-parallel
+  // ranks) repeated on every stage, and @pp.
+  SmallVector<CommGroupOp> groups(module.getOps<CommGroupOp>());
+  for (CommGroupOp group : groups) {
+    SmallVector<Attribute> lists;
+    for (int64_t s = 0; s < p; ++s)
+      for (Attribute list : group.getRanks()) {
+        SmallVector<int64_t> ranks;
+        for (int64_t r : cast<DenseI64ArrayAttr>(list).asArrayRef()) {
+          if (r >= dpDegree)
+            return group.emitOpError()
+                   << "holds rank " << r << ", outside the " << dpDegree
+                   << " data-parallel ranks of a pipeline stage";
+          ranks.push_back(r + s * dpDegree);
+        }
+        lists.push_back(b.getDenseI64ArrayAttr(ranks));
+      }
+    group.setRanksAttr(b.getArrayAttr(lists));
+  }
+  SmallVector<SmallVector<int64_t>> ppLists;
+  for (int64_t d = 0; d < dpDegree; ++d) {
+    ppLists.emplace_back();
+    for (int64_t s = 0; s < p; ++s)
+      ppLists.back().push_back(s * dpDegree + d);
+  }
+  FlatSymbolRefAttr pp = declareCommGroup(module, "pp", ppLists);
+
+  // Receives: one per message to this stage, before its item.
+  DenseMap<Message *, Value> received;
+  SmallVector<Operation *> sequence = ops[me];
+  // Lay the ops out in order before the return.
+  for (Operation *op : sequence)
+    op->moveBefore(ret);
+  Value token;
+  auto chain = [&](Operation *op, unsigned tokenOperand) {
+    op->setOperand(tokenOperand, token);
+    token = op->getResult(op->getNumResults() - 1);
+  };
+  b.setInsertionPointToStart(&body);
+  token = InitTokenOp::create(b, func.getLoc(), TokenType::get(ctx));
+  auto attrs = [&](Operation *op, Message *msg) {
+    setRole(op, Role::Communication);
+    Operation *def = msg->value.getDefiningOp();
+    op->setAttr(StrataDialect::kStageAttrName,
+                b.getI64IntegerAttr(places[def].stage));
+    if (places[def].microBatch >= 0)
+      op->setAttr(StrataDialect::kMicroBatchAttrName,
+                  b.getI64IntegerAttr(places[def].microBatch));
+  };
+  // Walk the events and the ops together, threading one token chain
+  // through every collective in program order.
+  size_t next = 0;
+  auto emitEventsAt = [&](size_t at, Operation *before) {
+    for (; next < events[me].size() && events[me][next].at == at; ++next) {
+      const Event &e = events[me][next];
+      b.setInsertionPoint(before);
+      if (e.send) {
+        auto send = SendOp::create(b, e.msg->value.getLoc(), e.msg->value,
+                                   token, pp, b.getI64IntegerAttr(e.msg->to));
+        attrs(send, e.msg);
+        token = send.getOutToken();
+      } else {
+        auto recv = RecvOp::create(
+            b, e.msg->value.getLoc(), e.msg->value.getType(),
+            TokenType::get(ctx), token, pp, b.getI64IntegerAttr(e.msg->from));
+        attrs(recv, e.msg);
+        token = recv.getOutToken();
+        received[e.msg] = recv.getResult();
+      }
+    }
+  };
+  for (size_t i = 0; i <= sequence.size(); ++i) {
+    Operation *before = i < sequence.size() ? sequence[i] : ret.getOperation();
+    emitEventsAt(i, before);
+    if (i < sequence.size() && isCollective(before)) {
+      unsigned tokenOperand = before->getNumOperands() - 1;
+      chain(before, tokenOperand);
+    }
+  }
+
+  // Uses of received values on this stage read the receive.
+  for (auto [msg, value] : received) {
+    Value original = msg->value;
+    original.replaceUsesWithIf(value, [&](OpOperand &use) {
+      Operation *owner = use.getOwner();
+      return on[me].contains(owner) || isa<func::ReturnOp>(owner);
+    });
+  }
+
+  // Erase the ops of other stages (users before producers).
+  DenseSet<Operation *> keep(on[me].begin(), on[me].end());
+  SmallVector<Operation *> erase;
+  for (Operation &op : body.without_terminator())
+    if (!keep.contains(&op) && places.count(&op))
+      erase.push_back(&op);
+  for (Operation *op : llvm::reverse(erase)) {
+    if (!op->use_empty()) {
+      for (OpOperand &use : op->getUses())
+        return use.getOwner()->emitOpError()
+               << "on stage " << me << " reads a value of stage "
+               << places[op].stage << " that was not sent";
+    }
+    op->erase();
+  }
+  // Old init_tokens that nothing reads any more.
+  for (Operation &op : llvm::make_early_inc_range(body.without_terminator()))
+    if (isa<InitTokenOp>(op) && op.use_empty())
+      op.erase();
+
+  // Declarations this stage no longer reads.
+  DenseSet<StringAttr> referenced;
+  func.walk([&](Operation *op) {
+    if (auto get = dyn_cast<GetParamOp>(op))
+      referenced.insert(get.getNameAttr().getAttr());
+    else if (auto get = dyn_cast<GetStateOp>(op))
+      referenced.insert(get.getNameAttr().getAttr());
+    else if (auto assign = dyn_cast<AssignOp>(op))
+      referenced.insert(assign.getNameAttr().getAttr());
+  });
+  for (Operation &op : llvm::make_early_inc_range(*module.getBody()))
+    if (isa<ParamOp, StateOp>(op))
+      if (!referenced.contains(cast<SymbolOpInterface>(op).getNameAttr()))
+        op.erase();
+
+  module->setAttr("strata.schedule", b.getArrayAttr(scheduleAttr));
+  if (failed(verify(module)))
+    return func.emitError()
+           << "strata-pipeline: the program of stage " << me
+           << " does not verify";
+  return success();
+}
+
+} // namespace
