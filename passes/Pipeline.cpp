@@ -255,16 +255,19 @@ struct PipelinePass : public strata::impl::StrataPipelineBase<PipelinePass> {
   int64_t chunkOf(int64_t vstage) const { return vstage / ppDegree; }
 
   LogicalResult run(ModuleOp module, func::FuncOp func);
-  LogicalResult place(func::FuncOp func);
+  LogicalResult place(func::FuncOp func, bool final);
   void splitWeightGradients(Block &body);
+  LogicalResult splitClipping(Block &body);
   LogicalResult classifyWeightParts(Block &body);
 
   DenseMap<Operation *, Place> places;
   DenseMap<Operation *, size_t> order;
 };
 
-LogicalResult PipelinePass::place(func::FuncOp func) {
+LogicalResult PipelinePass::place(func::FuncOp func, bool final) {
   Block &body = func.getBody().front();
+  places.clear();
+  order.clear();
   bool anyStage = false;
   size_t index = 0;
   for (Operation &op : body.without_terminator()) {
@@ -324,27 +327,68 @@ LogicalResult PipelinePass::place(func::FuncOp func) {
     const Place &p = places[def];
     return p.replicated ? -1 : p.stage;
   };
-  for (int round = 0; round < 2; ++round) {
+  // A parameter (or non-scalar state) lives on the first stage that reads
+  // it; every read moves there, other stages receive the value, and its
+  // assignments run there.
+  DenseMap<StringAttr, int64_t> home;
+  auto nameRead = [](Operation &op) -> FlatSymbolRefAttr {
+    if (auto get = dyn_cast<GetParamOp>(op))
+      return get.getNameAttr();
+    if (auto get = dyn_cast<GetStateOp>(op))
+      return get.getNameAttr();
+    return {};
+  };
+  for (bool changed = true; changed;) {
+    changed = false;
+    auto setStage = [&](Place &p, int64_t stage) {
+      if (stage >= 0 && p.stage != stage) {
+        p.stage = stage;
+        changed = true;
+      }
+    };
     for (Operation &op : body.without_terminator()) {
       Place &p = places[&op];
       if (p.stage >= 0 || p.replicated || isa<GetParamOp, GetStateOp>(op))
         continue;
+      if (auto assign = dyn_cast<AssignOp>(op)) {
+        auto it = home.find(assign.getNameAttr().getAttr());
+        if (it != home.end()) {
+          setStage(p, it->second);
+          continue;
+        }
+      }
+      int64_t stage = -1;
       for (Value v : op.getOperands())
-        p.stage = std::max(p.stage, stageOf(v));
+        if (!isTokenValue(v))
+          stage = std::max(stage, stageOf(v));
+      setStage(p, stage);
     }
     for (Operation &op : llvm::reverse(body.without_terminator())) {
       Place &p = places[&op];
       if (p.stage >= 0 || p.replicated)
         continue;
       int64_t best = -1;
-      for (Operation *user : op.getUsers()) {
-        if (isa<func::ReturnOp>(user))
+      for (OpOperand &use : op.getUses()) {
+        Operation *user = use.getOwner();
+        if (isa<func::ReturnOp>(user) || isTokenValue(use.get()))
           continue;
         const Place &u = places[user];
         if (!u.replicated && u.stage >= 0 && (best < 0 || u.stage < best))
           best = u.stage;
       }
-      p.stage = best;
+      setStage(p, best);
+    }
+    for (Operation &op : body.without_terminator()) {
+      FlatSymbolRefAttr name = nameRead(op);
+      if (!name || places[&op].replicated || places[&op].stage < 0)
+        continue;
+      auto [it, inserted] = home.try_emplace(name.getAttr(), places[&op].stage);
+      if (!inserted && places[&op].stage < it->second) {
+        it->second = places[&op].stage;
+        changed = true;
+      }
+      if (inserted)
+        changed = true;
     }
   }
   for (Operation &op : body.without_terminator()) {
@@ -359,29 +403,12 @@ LogicalResult PipelinePass::place(func::FuncOp func) {
            << "cannot be placed on a pipeline stage (neither its operands "
               "nor its users are on one)";
   }
-
-  // A parameter (or non-scalar state) lives on the first stage that reads
-  // it; every read moves there and the other stages receive the value.
-  DenseMap<StringAttr, int64_t> home;
-  auto nameRead = [](Operation &op) -> FlatSymbolRefAttr {
-    if (auto get = dyn_cast<GetParamOp>(op))
-      return get.getNameAttr();
-    if (auto get = dyn_cast<GetStateOp>(op))
-      return get.getNameAttr();
-    return {};
-  };
-  for (Operation &op : body.without_terminator()) {
-    FlatSymbolRefAttr name = nameRead(op);
-    if (!name || places[&op].replicated || places[&op].dead)
-      continue;
-    auto [it, inserted] = home.try_emplace(name.getAttr(), places[&op].stage);
-    if (!inserted)
-      it->second = std::min(it->second, places[&op].stage);
-  }
   for (Operation &op : body.without_terminator())
     if (FlatSymbolRefAttr name = nameRead(op))
       if (!places[&op].replicated && !places[&op].dead)
         places[&op].stage = home[name.getAttr()];
+  if (!final)
+    return success();
   // An assignment runs where its target lives.
   for (Operation &op : body.without_terminator())
     if (auto assign = dyn_cast<AssignOp>(op)) {
@@ -434,6 +461,94 @@ void PipelinePass::splitWeightGradients(Block &body) {
     Operation *weight = b.clone(*grad.getOperation());
     grad.getRhsGrad().replaceAllUsesWith(weight->getResult(1));
   }
+}
+
+/// Global-norm clipping over gradients of several stages: each stage takes
+/// the norm of its own gradients, receives the others' norms, combines them
+/// (the norm of the norms) and clips its own gradients, so that no gradient
+/// leaves its stage.
+LogicalResult PipelinePass::splitClipping(Block &body) {
+  SmallVector<GlobalNormOp> norms;
+  for (Operation &op : body.without_terminator())
+    if (auto norm = dyn_cast<GlobalNormOp>(op))
+      norms.push_back(norm);
+  for (GlobalNormOp norm : norms) {
+    auto stageOfValue = [&](Value v) -> int64_t {
+      Operation *def = v.getDefiningOp();
+      return def ? rankStage(places[def].stage) : -1;
+    };
+    std::map<int64_t, SmallVector<Value>> groups;
+    for (Value v : norm.getInputs())
+      groups[stageOfValue(v)].push_back(v);
+    if (groups.size() < 2 || groups.count(-1))
+      continue;
+    SmallVector<ClipByGlobalNormOp> clips;
+    for (Operation *user : norm->getUsers()) {
+      auto clip = dyn_cast<ClipByGlobalNormOp>(user);
+      if (!clip)
+        return user->emitOpError()
+               << "reads a global norm over gradients of several pipeline "
+                  "stages; only strata.clip_by_global_norm can (ZeRO stage 2 "
+                  "clipping with a pipeline is not implemented)";
+      clips.push_back(clip);
+    }
+    Place base = places[norm];
+    auto placeOn = [&](Operation *op, int64_t stage) {
+      Place p = base;
+      p.stage = stage;
+      places[op] = p;
+      order[op] = order[norm];
+      op->setAttr(StrataDialect::kStageAttrName,
+                  IntegerAttr::get(IntegerType::get(op->getContext(), 64),
+                                   stage));
+      if (std::optional<Role> role = getRole(norm))
+        setRole(op, *role);
+    };
+    OpBuilder b(norm);
+    Type scalar = norm.getNorm().getType();
+    SmallVector<Value> partial;
+    for (auto &[stage, inputs] : groups) {
+      auto op = GlobalNormOp::create(b, norm.getLoc(), scalar, inputs);
+      placeOn(op, stage);
+      partial.push_back(op);
+    }
+    DenseMap<int64_t, Value> total;
+    for (auto &[stage, inputs] : groups) {
+      auto op = GlobalNormOp::create(b, norm.getLoc(), scalar, partial);
+      placeOn(op, stage);
+      total[stage] = op;
+    }
+    for (ClipByGlobalNormOp clip : clips) {
+      b.setInsertionPoint(clip);
+      std::map<int64_t, SmallVector<unsigned>> parts;
+      for (auto [i, v] : llvm::enumerate(clip.getInputs()))
+        parts[stageOfValue(v)].push_back(i);
+      for (auto &[stage, indices] : parts) {
+        auto it = total.find(stage);
+        if (it == total.end())
+          return clip.emitOpError()
+                 << "clips a gradient of stage " << stage
+                 << " that its global norm does not include";
+        SmallVector<Value> inputs;
+        SmallVector<Type> types;
+        for (unsigned i : indices) {
+          inputs.push_back(clip.getInputs()[i]);
+          types.push_back(clip.getInputs()[i].getType());
+        }
+        auto op = ClipByGlobalNormOp::create(b, clip.getLoc(), types, inputs,
+                                             it->second,
+                                             clip.getMaxNormAttr());
+        placeOn(op, stage);
+        for (auto [k, i] : llvm::enumerate(indices))
+          clip.getResult(i).replaceAllUsesWith(op.getResult(k));
+      }
+      places.erase(clip);
+      clip->erase();
+    }
+    places.erase(norm);
+    norm->erase();
+  }
+  return success();
 }
 
 /// ZBH1: a backward op of a micro-batch belongs to the weight part W unless
@@ -508,7 +623,10 @@ LogicalResult PipelinePass::run(ModuleOp module, func::FuncOp func) {
   bool zeroBubble = schedule == "ZBH1";
   if (zeroBubble)
     splitWeightGradients(body);
-  if (failed(place(func)))
+  // Placing twice: clipping is split by the stages of the first placement;
+  // the optimizer then follows the per-stage clipped gradients.
+  if (failed(place(func, /*final=*/false)) || failed(splitClipping(body)) ||
+      failed(place(func, /*final=*/true)))
     return failure();
   if (zeroBubble && failed(classifyWeightParts(body)))
     return failure();
