@@ -75,20 +75,23 @@ std::vector<Entry> warmupPairs(int64_t warmup, int64_t m) {
 }
 
 /// The jobs of every stage in order, or an error message.
-FailureOr<std::vector<std::vector<Entry>>>
-makeSchedule(StringRef mode, int64_t p, int64_t m, int64_t v,
-             std::string &error) {
+FailureOr<std::vector<std::vector<Entry>>> makeSchedule(StringRef mode,
+                                                        int64_t p, int64_t m,
+                                                        int64_t v,
+                                                        std::string &error) {
   std::vector<std::vector<Entry>> stages(p);
   bool needsM = mode == "1F1B" || mode == "Eager1F1B" || mode == "ZBH1";
   if (needsM && m < p) {
-    error = llvm::formatv("schedule {0} needs at least pp-degree micro-batches "
-                    "(accumulate_steps >= pp_degree): {1} micro-batches for "
-                    "{2} stages",
-                    mode, m, p);
+    error =
+        llvm::formatv("schedule {0} needs at least pp-degree micro-batches "
+                      "(accumulate_steps >= pp_degree): {1} micro-batches for "
+                      "{2} stages",
+                      mode, m, p);
     return failure();
   }
   if (mode != "VPP" && v > 1) {
-    error = llvm::formatv("vpp-degree {0} needs schedule VPP, not {1}", v, mode);
+    error =
+        llvm::formatv("vpp-degree {0} needs schedule VPP, not {1}", v, mode);
     return failure();
   }
   if (mode == "FThenB") {
@@ -141,9 +144,10 @@ makeSchedule(StringRef mode, int64_t p, int64_t m, int64_t v,
       return failure();
     }
     if (m % p != 0) {
-      error = llvm::formatv("schedule VPP needs the micro-batches to be a multiple "
-                      "of pp-degree: {0} micro-batches for {1} stages",
-                      m, p);
+      error =
+          llvm::formatv("schedule VPP needs the micro-batches to be a multiple "
+                        "of pp-degree: {0} micro-batches for {1} stages",
+                        m, p);
       return failure();
     }
     // Megatron's interleaved schedule: virtual micro-batch k runs chunk
@@ -226,9 +230,11 @@ struct PipelinePass : public strata::impl::StrataPipelineBase<PipelinePass> {
       return signalPassFailure();
     }
     if (rank < 0 || rank >= ppDegree * dpDegree) {
-      module.emitError() << "strata-pipeline: rank " << rank
-                         << " outside a world of pp-degree " << ppDegree
-                         << " x dp-degree " << dpDegree << " ranks";
+      module.emitError() << "strata-pipeline: rank "
+                         << static_cast<int64_t>(rank)
+                         << " outside a world of pp-degree "
+                         << static_cast<int64_t>(ppDegree) << " x dp-degree "
+                         << static_cast<int64_t>(dpDegree) << " ranks";
       return signalPassFailure();
     }
     if (ppDegree == 1)
@@ -276,9 +282,9 @@ LogicalResult PipelinePass::place(func::FuncOp func, bool final) {
     if (std::optional<int64_t> s = getStage(&op)) {
       if (*s < 0 || *s >= stages())
         return op.emitOpError()
-               << "is on stage " << *s << ", but the pipeline has "
-               << stages() << " (pp-degree " << ppDegree << " x vpp-degree "
-               << vppDegree << ")";
+               << "is on stage " << *s << ", but the pipeline has " << stages()
+               << " (pp-degree " << static_cast<int64_t>(ppDegree)
+               << " x vpp-degree " << static_cast<int64_t>(vppDegree) << ")";
       p.stage = *s;
       anyStage = true;
     }
@@ -308,13 +314,12 @@ LogicalResult PipelinePass::place(func::FuncOp func, bool final) {
                    places[assign.getValue().getDefiningOp()].replicated;
     else if (!isCollective(&op) && !isa<GetParamOp, GetStateOp>(op) &&
              !getMicroBatch(&op) && op.getNumOperands() > 0)
-      replicable =
-          llvm::all_of(op.getOperands(),
-                       [&](Value v) {
-                         Operation *def = v.getDefiningOp();
-                         return def && places[def].replicated;
-                       }) &&
-          llvm::all_of(op.getResults(), isScalar);
+      replicable = llvm::all_of(op.getOperands(),
+                                [&](Value v) {
+                                  Operation *def = v.getDefiningOp();
+                                  return def && places[def].replicated;
+                                }) &&
+                   llvm::all_of(op.getResults(), isScalar);
     p.replicated = replicable;
   }
 
@@ -418,8 +423,8 @@ LogicalResult PipelinePass::place(func::FuncOp func, bool final) {
       auto it = home.find(assign.getNameAttr().getAttr());
       if (it != home.end() && rankStage(it->second) != rankStage(p.stage))
         return op.emitOpError()
-               << "updates " << assign.getNameAttr() << " on stage "
-               << p.stage << ", but it lives on stage " << it->second;
+               << "updates " << assign.getNameAttr() << " on stage " << p.stage
+               << ", but it lives on stage " << it->second;
     }
 
   // Jobs. A forward op after the first backward op of its micro-batch was
@@ -434,9 +439,9 @@ LogicalResult PipelinePass::place(func::FuncOp func, bool final) {
     if (std::optional<int64_t> mb = getMicroBatch(&op)) {
       p.microBatch = *mb;
       auto first = firstBackward.find(*mb);
-      bool backward = getRole(&op) == Role::Backward ||
-                      (first != firstBackward.end() &&
-                       order[&op] > first->second);
+      bool backward =
+          getRole(&op) == Role::Backward ||
+          (first != firstBackward.end() && order[&op] > first->second);
       p.part = backward ? Part::B : Part::F;
     } else if (isa<AssignOp>(op) || getRole(&op) == Role::Optimizer) {
       p.part = Part::Post;
@@ -498,9 +503,9 @@ LogicalResult PipelinePass::splitClipping(Block &body) {
       p.stage = stage;
       places[op] = p;
       order[op] = order[norm];
-      op->setAttr(StrataDialect::kStageAttrName,
-                  IntegerAttr::get(IntegerType::get(op->getContext(), 64),
-                                   stage));
+      op->setAttr(
+          StrataDialect::kStageAttrName,
+          IntegerAttr::get(IntegerType::get(op->getContext(), 64), stage));
       if (std::optional<Role> role = getRole(norm))
         setRole(op, *role);
     };
@@ -526,9 +531,8 @@ LogicalResult PipelinePass::splitClipping(Block &body) {
       for (auto &[stage, indices] : parts) {
         auto it = total.find(stage);
         if (it == total.end())
-          return clip.emitOpError()
-                 << "clips a gradient of stage " << stage
-                 << " that its global norm does not include";
+          return clip.emitOpError() << "clips a gradient of stage " << stage
+                                    << " that its global norm does not include";
         SmallVector<Value> inputs;
         SmallVector<Type> types;
         for (unsigned i : indices) {
@@ -536,8 +540,7 @@ LogicalResult PipelinePass::splitClipping(Block &body) {
           types.push_back(clip.getInputs()[i].getType());
         }
         auto op = ClipByGlobalNormOp::create(b, clip.getLoc(), types, inputs,
-                                             it->second,
-                                             clip.getMaxNormAttr());
+                                             it->second, clip.getMaxNormAttr());
         placeOn(op, stage);
         for (auto [k, i] : llvm::enumerate(indices))
           clip.getResult(i).replaceAllUsesWith(op.getResult(k));
@@ -597,20 +600,22 @@ LogicalResult PipelinePass::run(ModuleOp module, func::FuncOp func) {
   auto ret = cast<func::ReturnOp>(body.getTerminator());
   const int64_t p = ppDegree;
   int64_t m = 1;
-  if (auto attr =
-          func->getAttrOfType<IntegerAttr>(StrataDialect::kMicroBatchesAttrName))
+  if (auto attr = func->getAttrOfType<IntegerAttr>(
+          StrataDialect::kMicroBatchesAttrName))
     m = attr.getInt();
   if (m != accumulateSteps)
     return func.emitError()
            << "strata-pipeline: the step has " << m
-           << " micro-batches, accumulate-steps is " << accumulateSteps
+           << " micro-batches, accumulate-steps is "
+           << static_cast<int64_t>(accumulateSteps)
            << " (run strata-gradient-merge with k-steps = accumulate-steps "
               "before strata-optimizer)";
   if (microBatchSize != 1 && func.getNumArguments() > 0) {
     int64_t rows = tensorType(func.getArgument(0)).getDimSize(0) / m;
     if (rows != microBatchSize)
       return func.emitError()
-             << "strata-pipeline: micro-batch-size is " << microBatchSize
+             << "strata-pipeline: micro-batch-size is "
+             << static_cast<int64_t>(microBatchSize)
              << ", but the step's batch of "
              << tensorType(func.getArgument(0)).getDimSize(0)
              << " rows per rank in " << m << " micro-batches gives " << rows;
@@ -745,9 +750,8 @@ LogicalResult PipelinePass::run(ModuleOp module, func::FuncOp func) {
     for (Operation &op : body.without_terminator())
       if (on[s].contains(&op))
         ops[s].push_back(&op);
-    llvm::stable_sort(ops[s], [&](Operation *a, Operation *b) {
-      return seg[a] < seg[b];
-    });
+    llvm::stable_sort(
+        ops[s], [&](Operation *a, Operation *b) { return seg[a] < seg[b]; });
   }
 
   // Messages: a value used on another rank stage (tokens only order
@@ -833,7 +837,9 @@ LogicalResult PipelinePass::run(ModuleOp module, func::FuncOp func) {
     int64_t mb = places[def].microBatch;
     if (mb >= 0)
       os << " of micro-batch " << mb;
-    os << " (" << def->getLoc() << ")";
+    if (auto file = dyn_cast<FileLineColLoc>(def->getLoc()))
+      os << " (" << file.getFilename().getValue() << ":" << file.getLine()
+         << ":" << file.getColumn() << ")";
     return text;
   };
   auto jobAt = [&](int64_t s, size_t at) -> std::string {
@@ -869,9 +875,8 @@ LogicalResult PipelinePass::run(ModuleOp module, func::FuncOp func) {
             if (queue.front() != e.msg)
               return func.emitError()
                      << "strata-pipeline: stage " << s << " would receive "
-                     << describe(queue.front()) << " from stage "
-                     << e.msg->from << " where it expects "
-                     << describe(e.msg);
+                     << describe(queue.front()) << " from stage " << e.msg->from
+                     << " where it expects " << describe(e.msg);
             queue.pop_front();
           }
           ++pc[s];
@@ -882,13 +887,14 @@ LogicalResult PipelinePass::run(ModuleOp module, func::FuncOp func) {
     for (int64_t s = 0; s < p; ++s)
       if (pc[s] < events[s].size()) {
         const Event &e = events[s][pc[s]];
-        waits += llvm::formatv("; stage {0} waits in {1} for {2} from stage {3}", s,
-                         jobAt(s, e.at), describe(e.msg), e.msg->from)
-                     .str();
+        waits +=
+            llvm::formatv("; stage {0} waits in {1} for {2} from stage {3}", s,
+                          jobAt(s, e.at), describe(e.msg), e.msg->from)
+                .str();
       }
     if (!waits.empty())
-      return func.emitError() << "strata-pipeline: schedule " << schedule
-                              << " deadlocks" << waits;
+      return func.emitError() << "strata-pipeline: schedule "
+                              << std::string(schedule) << " deadlocks" << waits;
   }
 
   // Record the schedule of every stage.
@@ -900,7 +906,8 @@ LogicalResult PipelinePass::run(ModuleOp module, func::FuncOp func) {
     scheduleAttr.push_back(StringAttr::get(ctx, llvm::join(names, " ")));
   }
 
-  //===--- This rank's program ---------------------------------------------===//
+  //===--- This rank's program
+  //---------------------------------------------===//
   const int64_t me = rank / dpDegree;
   OpBuilder b(ctx);
 
@@ -915,7 +922,8 @@ LogicalResult PipelinePass::run(ModuleOp module, func::FuncOp func) {
         for (int64_t r : cast<DenseI64ArrayAttr>(list).asArrayRef()) {
           if (r >= dpDegree)
             return group.emitOpError()
-                   << "holds rank " << r << ", outside the " << dpDegree
+                   << "holds rank " << r << ", outside the "
+                   << static_cast<int64_t>(dpDegree)
                    << " data-parallel ranks of a pipeline stage";
           ranks.push_back(r + s * dpDegree);
         }
@@ -966,9 +974,9 @@ LogicalResult PipelinePass::run(ModuleOp module, func::FuncOp func) {
         attrs(send, e.msg);
         token = send.getOutToken();
       } else {
-        auto recv = RecvOp::create(
-            b, e.msg->value.getLoc(), e.msg->value.getType(),
-            TokenType::get(ctx), token, pp, b.getI64IntegerAttr(e.msg->from));
+        auto recv = RecvOp::create(b, e.msg->value.getLoc(),
+                                   e.msg->value.getType(), TokenType::get(ctx),
+                                   token, pp, b.getI64IntegerAttr(e.msg->from));
         attrs(recv, e.msg);
         token = recv.getOutToken();
         received[e.msg] = recv.getResult();
@@ -1030,9 +1038,8 @@ LogicalResult PipelinePass::run(ModuleOp module, func::FuncOp func) {
 
   module->setAttr("strata.schedule", b.getArrayAttr(scheduleAttr));
   if (failed(verify(module)))
-    return func.emitError()
-           << "strata-pipeline: the program of stage " << me
-           << " does not verify";
+    return func.emitError() << "strata-pipeline: the program of stage " << me
+                            << " does not verify";
   return success();
 }
 

@@ -103,9 +103,9 @@ struct StageSplitPass
     const int64_t stages = ppDegree * vppDegree;
     Block &body = func.getBody().front();
     auto setStage = [&](Operation *op, int64_t stage) {
-      op->setAttr(StrataDialect::kStageAttrName,
-                  IntegerAttr::get(IntegerType::get(op->getContext(), 64),
-                                   stage));
+      op->setAttr(
+          StrataDialect::kStageAttrName,
+          IntegerAttr::get(IntegerType::get(op->getContext(), 64), stage));
     };
 
     bool annotated = false;
@@ -115,8 +115,9 @@ struct StageSplitPass
         if (*stage >= stages)
           return op.emitOpError()
                  << "is placed on stage " << *stage << ", but the pipeline "
-                 << "has " << stages << " (pp-degree " << ppDegree
-                 << " x vpp-degree " << vppDegree << ")";
+                 << "has " << stages << " (pp-degree "
+                 << static_cast<int64_t>(ppDegree) << " x vpp-degree "
+                 << static_cast<int64_t>(vppDegree) << ")";
       }
     if (annotated) {
       int64_t current = 0;
