@@ -942,9 +942,14 @@ LogicalResult PipelinePass::run(ModuleOp module, func::FuncOp func) {
   // Receives: one per message to this stage, before its item.
   DenseMap<Message *, Value> received;
   SmallVector<Operation *> sequence = ops[me];
-  // Lay the ops out in order before the return.
-  for (Operation *op : sequence)
+  // Lay the ops out in order before the return; every op not replicated
+  // records its (virtual) stage.
+  for (Operation *op : sequence) {
     op->moveBefore(ret);
+    if (!places[op].replicated)
+      op->setAttr(StrataDialect::kStageAttrName,
+                  b.getI64IntegerAttr(places[op].stage));
+  }
   Value token;
   auto chain = [&](Operation *op, unsigned tokenOperand) {
     op->setOperand(tokenOperand, token);
