@@ -698,7 +698,7 @@ LogicalResult PipelinePass::run(ModuleOp module, func::FuncOp func) {
     }
     size_t latest = 0;
     for (Value v : op.getOperands())
-      if (Operation *def = v.getDefiningOp()) {
+      if (Operation *def = v.getDefiningOp(); def && !isTokenValue(v)) {
         const Place &d = places[def];
         if (!d.replicated && !d.dead && rankStage(d.stage) == s)
           latest = std::max(latest, seg[def]);
