@@ -237,8 +237,6 @@ struct PipelinePass : public strata::impl::StrataPipelineBase<PipelinePass> {
                          << static_cast<int64_t>(dpDegree) << " ranks";
       return signalPassFailure();
     }
-    if (ppDegree == 1)
-      return;
     func::FuncOp step;
     for (func::FuncOp func : module.getOps<func::FuncOp>())
       if (!func.isExternal()) {
@@ -625,6 +623,9 @@ LogicalResult PipelinePass::run(ModuleOp module, func::FuncOp func) {
   if (failed(jobs))
     return func.emitError() << "strata-pipeline: " << error;
 
+  // One stage: nothing to split once the settings are checked.
+  if (p == 1)
+    return success();
   bool zeroBubble = schedule == "ZBH1";
   if (zeroBubble)
     splitWeightGradients(body);

@@ -11,14 +11,14 @@ func.func @train_step() -> tensor<4xf64> {
 
 // -----
 
-strata.comm_group @pp ranks [array<i64: 0, 1>]
+strata.comm_group @dp ranks [array<i64: 0, 1>]
 strata.param @w : tensor<4xf32> init <zeros>
 
 func.func @train_step() -> !strata.token {
   %w = strata.get_param @w : tensor<4xf32>
   %t = strata.init_token : !strata.token
-  // expected-error@+1 {{'strata.send' op cannot be lowered to the CPU runtime yet}}
-  %t1 = strata.send %w, %t {group = @pp, peer = 1} : (tensor<4xf32>, !strata.token) -> !strata.token
+  // expected-error@+1 {{'strata.all_gather' op cannot be lowered to the CPU runtime yet}}
+  %g, %t1 = strata.all_gather %w, %t {group = @dp} : (tensor<4xf32>, !strata.token) -> (tensor<8xf32>, !strata.token)
   return %t1 : !strata.token
 }
 
