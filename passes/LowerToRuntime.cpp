@@ -859,10 +859,17 @@ LogicalResult Lowering::run() {
       os << file.getFilename().getValue() << ":" << file.getLine() << ":"
          << file.getColumn() << ": ";
     os << op.getName().getStringRef();
+    // The pipeline job (strata-pipeline): "[F3]"; weight-gradient jobs
+    // (ZBH1's W) get a role of their own in traces.
+    auto job = op.getAttrOfType<StringAttr>(StrataDialect::kJobAttrName);
+    if (job)
+      os << " [" << job.getValue() << "]";
     sites.push_back(StringAttr::get(ctx, where));
     std::optional<Role> role = getRole(&op);
-    siteRoles.push_back(StringAttr::get(
-        ctx, role ? stringifyRole(*role) : StringRef()));
+    StringRef roleName = role ? stringifyRole(*role) : StringRef();
+    if (job && job.getValue().starts_with("W"))
+      roleName = "weight-grad";
+    siteRoles.push_back(StringAttr::get(ctx, roleName));
 
     if (auto it = waitsBefore.find(&op); it != waitsBefore.end())
       for (int64_t started : it->second)

@@ -947,9 +947,18 @@ LogicalResult PipelinePass::run(ModuleOp module, func::FuncOp func) {
   // records its (virtual) stage.
   for (Operation *op : sequence) {
     op->moveBefore(ret);
-    if (!places[op].replicated)
-      op->setAttr(StrataDialect::kStageAttrName,
-                  b.getI64IntegerAttr(places[op].stage));
+    const Place &pl = places[op];
+    if (pl.replicated)
+      continue;
+    op->setAttr(StrataDialect::kStageAttrName, b.getI64IntegerAttr(pl.stage));
+    if (pl.microBatch >= 0 && pl.part != Part::Pre && pl.part != Part::Post) {
+      Entry e{pl.part == Part::F   ? Step::F
+              : pl.part == Part::W ? Step::W
+                                   : Step::B,
+              pl.microBatch, chunkOf(pl.stage)};
+      op->setAttr(StrataDialect::kJobAttrName,
+                  b.getStringAttr(entryName(e, vppDegree > 1)));
+    }
   }
   Value token;
   auto chain = [&](Operation *op, unsigned tokenOperand) {

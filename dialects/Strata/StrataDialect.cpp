@@ -85,7 +85,7 @@ LogicalResult StrataDialect::verifyOperationAttribute(Operation *op,
       return op->emitOpError() << "'" << name << "' must be a positive integer";
     return success();
   }
-  if (name == kLayerAttrName) {
+  if (name == kLayerAttrName || name == kJobAttrName) {
     auto layer = dyn_cast<StringAttr>(attr.getValue());
     if (!layer || layer.getValue().empty())
       return op->emitOpError()

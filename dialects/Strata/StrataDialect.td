@@ -50,6 +50,7 @@ def Strata_Dialect : Dialect {
         "strata.micro_batch";
     static constexpr llvm::StringLiteral kGradOfAttrName = "strata.grad_of";
     static constexpr llvm::StringLiteral kLayerAttrName = "strata.layer";
+    static constexpr llvm::StringLiteral kJobAttrName = "strata.job";
     static constexpr llvm::StringLiteral kBucketAttrName = "strata.bucket";
     /// On a step function: the micro-batches per rank (gradient merge) and
     /// the data-parallel shards of the batch; together they place each

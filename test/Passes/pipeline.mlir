@@ -16,7 +16,7 @@
 // STAGE0-NEXT: %[[T1:.*]] = strata.send %[[W0]], %[[T0]] {group = @pp, peer = 1 : i64, strata.role = #strata.role<communication>, strata.stage = 0 : i64}
 // F0 and F1: each micro-batch's activation goes to stage 1.
 // STAGE0: %[[X0:.*]] = strata.slice %arg0 {{.*}}strata.micro_batch = 0
-// STAGE0: strata.matmul %[[X0]], %[[W0]] {strata.micro_batch = 0 : i64, strata.role = #strata.role<forward>, strata.stage = 0 : i64}
+// STAGE0: strata.matmul %[[X0]], %[[W0]] {strata.job = "F0", strata.micro_batch = 0 : i64, strata.role = #strata.role<forward>, strata.stage = 0 : i64}
 // STAGE0: %[[A0:.*]] = strata.relu
 // STAGE0-NEXT: %[[T2:.*]] = strata.send %[[A0]], %[[T1]] {group = @pp, peer = 1 : i64, strata.micro_batch = 0 : i64
 // STAGE0: %[[A1:.*]] = strata.relu
@@ -29,7 +29,7 @@
 // STAGE0-NEXT: %[[DA0:.*]], %{{.*}} = strata.recv %[[T5]] {group = @pp, peer = 1 : i64, strata.micro_batch = 0 : i64{{.*}} -> (tensor<2x4xf32>, !strata.token)
 // STAGE0-NEXT: strata.relu_grad %{{.*}}, %[[DA0]]
 // STAGE0: %{{.*}}, %[[OWN0:.*]] = strata.matmul_grad
-// STAGE0-NEXT: strata.add %[[PART0]], %[[OWN0]] {strata.micro_batch = 0 : i64, strata.role = #strata.role<backward>, strata.stage = 0 : i64}
+// STAGE0-NEXT: strata.add %[[PART0]], %[[OWN0]] {strata.job = "B0", strata.micro_batch = 0 : i64, strata.role = #strata.role<backward>, strata.stage = 0 : i64}
 // STAGE0: strata.sgd_update
 // STAGE0: strata.assign @w0
 // STAGE0: return %[[LOSS]] : tensor<f32>
@@ -39,11 +39,11 @@
 // STAGE1: %[[T0:.*]] = strata.init_token
 // STAGE1: %[[W0:.*]], %[[T1:.*]] = strata.recv %[[T0]] {group = @pp, peer = 0 : i64, strata.role = #strata.role<communication>, strata.stage = 0 : i64} : (!strata.token) -> (tensor<4x4xf32>, !strata.token)
 // STAGE1-NEXT: %[[A0:.*]], %{{.*}} = strata.recv %[[T1]] {group = @pp, peer = 0 : i64, strata.micro_batch = 0 : i64
-// STAGE1-NEXT: %[[H0:.*]] = strata.matmul %[[A0]], %{{.*}} {strata.micro_batch = 0 : i64, strata.role = #strata.role<forward>, strata.stage = 1 : i64}
+// STAGE1-NEXT: %[[H0:.*]] = strata.matmul %[[A0]], %{{.*}} {strata.job = "F0", strata.micro_batch = 0 : i64, strata.role = #strata.role<forward>, strata.stage = 1 : i64}
 // STAGE1-NEXT: strata.matmul %[[H0]], %[[W0]] {{.*}}transpose_rhs
 // STAGE1: %[[LOSS:.*]] = strata.scale
 // STAGE1-NEXT: strata.send %[[LOSS]], %{{.*}} {group = @pp, peer = 0 : i64, strata.role = #strata.role<communication>, strata.stage = 1 : i64}
-// STAGE1: %[[DA:.*]], %[[DW0:.*]] = strata.matmul_grad %{{.*}}, %[[W0]], %{{.*}} {strata.micro_batch = 0 : i64{{.*}}transpose_rhs
+// STAGE1: %[[DA:.*]], %[[DW0:.*]] = strata.matmul_grad %{{.*}}, %[[W0]], %{{.*}} {strata.job = "B0", strata.micro_batch = 0 : i64{{.*}}transpose_rhs
 // STAGE1-NEXT: strata.send %[[DW0]]
 // STAGE1: strata.sgd_update
 // STAGE1: strata.assign @w1
