@@ -26,8 +26,8 @@ def Strata_Dialect : Dialect {
     every op is value-semantic except the collectives, which have a
     communication side effect and are ordered by `!strata.token` values.
 
-    Passes rely on four discardable attributes that the dialect verifies on
-    any op that carries them:
+    Passes rely on discardable attributes that the dialect verifies on any
+    op that carries them:
 
     * `strata.role = #strata.role<forward|backward|optimizer|communication>`
     * `strata.stage = N : i64` — the pipeline stage (N >= 0)
@@ -39,6 +39,10 @@ def Strata_Dialect : Dialect {
       refer to layers by this name
     * `strata.bucket = N : i64` — the gradient bucket of a collective
       (N >= 0); a runtime may fuse the collectives of one bucket
+    * `strata.job = "F3"` — the pipeline job an op runs in (`strata-pipeline`:
+      F, B or W and the micro-batch, `.c` for chunk c under VPP)
+    * `strata.schedule = ["F0 F1 B0 ...", ...]` — on a module, every
+      pipeline stage's job list (`strata-pipeline`)
   }];
   let useDefaultAttributePrinterParser = 1;
   let useDefaultTypePrinterParser = 1;
