@@ -204,8 +204,13 @@ public:
     if (!comm)
       return comm.takeError();
     MPI_Status status;
-    if (MPI_Recv(data, int(count), type, int(peer), /*tag=*/0, *comm,
-                 &status) != MPI_SUCCESS)
+    auto begin = std::chrono::steady_clock::now();
+    int result = MPI_Recv(data, int(count), type, int(peer), /*tag=*/0, *comm,
+                          &status);
+    recvWaitMs += std::chrono::duration<double, std::milli>(
+                      std::chrono::steady_clock::now() - begin)
+                      .count();
+    if (result != MPI_SUCCESS)
       return createStringError(inconvertibleErrorCode(),
                                "MPI_Recv from rank " + Twine(group[peer]) +
                                    " failed");
@@ -368,6 +373,10 @@ public:
     }
     return 0;
   }
+
+  /// Milliseconds spent blocked in receives (a pipeline stage waiting for
+  /// its neighbours: the bubble).
+  double recvWaitMs = 0;
 
 private:
   std::map<std::vector<int>, MPI_Comm> comms;
@@ -696,7 +705,7 @@ int main(int argc, char **argv) {
   // pipe) and a person watches stderr.
   bool progress = !quiet && sys::Process::StandardErrIsDisplayed() &&
                   !sys::Process::StandardOutIsDisplayed();
-  std::vector<double> losses, stepTimes;
+  std::vector<double> losses, stepTimes, recvWaits;
   json::Array traceEvents;
   std::vector<strata::NamedTensor> batches;
   strata::reference::EvalOptions options;
@@ -731,6 +740,7 @@ int main(int argc, char **argv) {
                        tensor.data.begin() + (shard + 1) * rows * width);
       tensor = std::move(part);
     }
+    double waitBefore = communicator.recvWaitMs;
     double traceBegin = executable ? executable->nowUs() : 0;
     auto t0 = std::chrono::steady_clock::now();
     auto results =
@@ -774,6 +784,7 @@ int main(int argc, char **argv) {
     losses.push_back(loss);
     stepTimes.push_back(
         std::chrono::duration<double, std::milli>(t1 - t0).count());
+    recvWaits.push_back(communicator.recvWaitMs - waitBefore);
     if (rank0) {
       outs() << formatv("step {0} loss {1}\n", i,
                         strata::formatStrategyNumber(loss));
@@ -801,11 +812,12 @@ int main(int argc, char **argv) {
   // Parameters and state are replicated: rank 0 writes them.
   if (!saveFile.empty()) {
     // Whole tensors: with sharding, each rank holds the optimizer state of
-    // the parameters it owns, so rank 0 gathers everyone's tensors first.
+    // the parameters it owns, and a pipeline stage the parameters of its
+    // stage, so rank 0 gathers everyone's tensors first.
     auto tensors = strata::checkpointTensors(*module, state);
     if (!tensors)
       return fail(toString(tensors.takeError()));
-    if (mpiRunning && strategy.sharding.enable)
+    if (mpiRunning && (strategy.sharding.enable || strategy.pipeline.enable))
       if (Error err = gatherTensors(*tensors))
         return fail(toString(std::move(err)));
     if (rank0)
@@ -819,6 +831,16 @@ int main(int argc, char **argv) {
 
   strata::MemoryPlan memoryPlan = strata::planMemory(step);
   int64_t planned = memoryPlan.peakBytes();
+  std::vector<int64_t> allActivations = gatherInt64(memoryPlan.livePeakBytes);
+  // The measured bubble: the share of the step a rank spends blocked in
+  // receives (steps after the first, which also pays for warm-up).
+  double waitSum = 0, stepSum = 0;
+  for (size_t i = stepTimes.size() > 1 ? 1 : 0; i < stepTimes.size(); ++i) {
+    waitSum += recvWaits[i];
+    stepSum += stepTimes[i];
+  }
+  std::vector<int64_t> allBubble =
+      gatherInt64(stepSum > 0 ? int64_t(1e6 * waitSum / stepSum) : 0);
   int64_t measured = peakRssBytes();
   strata::TrainingMemory training = strata::trainingMemory(*module);
   std::vector<int64_t> allPlanned = gatherInt64(planned),
@@ -884,7 +906,26 @@ int main(int argc, char **argv) {
         {"param_bytes", json::Array(allParams)},
         {"grad_bytes", json::Array(allGrads)},
         {"optimizer_state_bytes", json::Array(allStates)},
+        // The memory plan's peak of step buffers (activations and the
+        // like) per rank.
+        {"activation_peak_bytes", json::Array(allActivations)},
     };
+    if (strategy.pipeline.enable) {
+      const strata::PipelineSection &p = strategy.pipeline;
+      json::Array measured;
+      for (int64_t b : allBubble)
+        measured.push_back(double(b) / 1e6);
+      report["pipeline"] = json::Object{
+          {"schedule", p.schedule_mode},
+          {"pp_degree", p.pp_degree},
+          {"vpp_degree", p.vpp_degree},
+          {"micro_batches", p.accumulate_steps},
+          {"bubble_formula",
+           strata::pipelineBubble(p.schedule_mode, p.pp_degree,
+                                  p.accumulate_steps, p.vpp_degree)},
+          {"bubble_measured", std::move(measured)},
+      };
+    }
     auto out = mlir::openOutputFile(reportFile, &error);
     if (!out)
       return fail(error);
