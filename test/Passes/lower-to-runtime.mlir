@@ -1,4 +1,4 @@
-// RUN: strata-opt %s -split-input-file --strata-lower-to-runtime | FileCheck %s --check-prefixes=CHECK,CONST,DEFER
+// RUN: strata-opt %s -split-input-file --strata-lower-to-runtime | FileCheck %s --check-prefixes=CHECK,CONST,DEFER,P2P
 
 // The step becomes strata_step(ctx, arena, persistent, inputs, outputs):
 // one runtime call per op, intermediate values at their planned arena
@@ -109,4 +109,21 @@ func.func @train_step() -> tensor<3xf32> {
   strata.assign @b, %n : tensor<3xf32>
   %r = strata.add %b, %n : (tensor<3xf32>, tensor<3xf32>) -> tensor<3xf32>
   return %r : tensor<3xf32>
+}
+
+// -----
+// Point to point: the runtime gets the element type (0: f32), the buffer,
+// its length, the peer's index in the group and the group's rank lists.
+// P2P-LABEL: module attributes
+// P2P: llvm.mlir.global internal constant @[[GROUP:.*]](dense<[2, 2, 0, 2, 2, 1, 3]> : tensor<7xi64>)
+// P2P: llvm.func @strata_step(
+// P2P: %[[G1:.*]] = llvm.mlir.addressof @[[GROUP]]
+// P2P: llvm.call @strata_rt_send(%{{.*}}, %{{.*}}, %{{.*}}, %{{.*}}, %{{.*}}, %{{.*}}, %[[G1]]) : (!llvm.ptr, i64, i64, !llvm.ptr, i64, i64, !llvm.ptr) -> ()
+// P2P: llvm.call @strata_rt_recv(%{{.*}}, %{{.*}}, %{{.*}}, %{{.*}}, %{{.*}}, %{{.*}}, %{{.*}}) : (!llvm.ptr, i64, i64, !llvm.ptr, i64, i64, !llvm.ptr) -> ()
+strata.comm_group @pp ranks [array<i64: 0, 2>, array<i64: 1, 3>]
+func.func @train_step(%x: tensor<4xf32>) -> tensor<4xf32> {
+  %t = strata.init_token : !strata.token
+  %t1 = strata.send %x, %t {group = @pp, peer = 1} : (tensor<4xf32>, !strata.token) -> !strata.token
+  %y, %t2 = strata.recv %t1 {group = @pp, peer = 1} : (!strata.token) -> (tensor<4xf32>, !strata.token)
+  return %y : tensor<4xf32>
 }
