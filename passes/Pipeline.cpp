@@ -722,9 +722,9 @@ LogicalResult PipelinePass::run(ModuleOp module, func::FuncOp func) {
     for (Operation &op : llvm::reverse(body.without_terminator())) {
       if (!places[&op].replicated || isa<AssignOp>(op))
         continue;
+      // (Every stage returns the step's results.)
       bool needed = llvm::any_of(op.getUsers(), [&](Operation *u) {
-        return on[s].contains(u) ||
-               (isa<func::ReturnOp>(u) && s == 0); // rare: scalar results
+        return on[s].contains(u) || isa<func::ReturnOp>(u);
       });
       if (needed) {
         on[s].insert(&op);

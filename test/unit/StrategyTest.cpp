@@ -1,5 +1,6 @@
 //===- StrategyTest.cpp - Strategy model, files and pass plan -------------===//
 
+#include "StrataTestContext.h"
 #include "strata/Strategy/PassPlan.h"
 #include "strata/Strategy/Strategy.h"
 
@@ -156,7 +157,11 @@ sharding: {enable: true, degree: 2}
   EXPECT_EQ(planPasses(plain, 1).size(), 2u);
 }
 
-TEST(PassPlan, AddsRegisteredPassesAndRejectsMissingOnes) {
+// Registers Strata's passes, so the test does not depend on which tests ran
+// before it in the same process (ctest runs each one alone).
+class PassPlanRegistered : public StrataTestContext, public ::testing::Test {};
+
+TEST_F(PassPlanRegistered, AddsRegisteredPassesAndRejectsMissingOnes) {
   // AMP is not implemented: its plan names the strategy key.
   Strategy amp = parseOk("amp: {enable: true}");
   mlir::OpPassManager before("builtin.module");
@@ -173,7 +178,8 @@ TEST(PassPlan, AddsRegisteredPassesAndRejectsMissingOnes) {
   ASSERT_EQ(plan.back().name, "strata-pipeline");
   std::vector<PlannedPass> onlyPipeline = {plan.back()};
   mlir::OpPassManager pm("builtin.module");
-  ASSERT_FALSE(static_cast<bool>(addPlannedPasses(pm, onlyPipeline, s)));
+  llvm::Error added = addPlannedPasses(pm, onlyPipeline, s);
+  ASSERT_FALSE(static_cast<bool>(added)) << llvm::toString(std::move(added));
   std::string text;
   llvm::raw_string_ostream os(text);
   pm.printAsTextualPipeline(os);
