@@ -943,6 +943,17 @@ LogicalResult PipelinePass::run(ModuleOp module, func::FuncOp func) {
   // Receives: one per message to this stage, before its item.
   DenseMap<Message *, Value> received;
   SmallVector<Operation *> sequence = ops[me];
+  // The job ("F3") an op of a micro-batch belongs to.
+  auto setJob = [&](Operation *op, const Place &pl) {
+    if (pl.microBatch < 0 || pl.part == Part::Pre || pl.part == Part::Post)
+      return;
+    Entry e{pl.part == Part::F   ? Step::F
+            : pl.part == Part::W ? Step::W
+                                 : Step::B,
+            pl.microBatch, chunkOf(pl.stage)};
+    op->setAttr(StrataDialect::kJobAttrName,
+                b.getStringAttr(entryName(e, vppDegree > 1)));
+  };
   // Lay the ops out in order before the return; every op not replicated
   // records its (virtual) stage.
   for (Operation *op : sequence) {
@@ -951,14 +962,7 @@ LogicalResult PipelinePass::run(ModuleOp module, func::FuncOp func) {
     if (pl.replicated)
       continue;
     op->setAttr(StrataDialect::kStageAttrName, b.getI64IntegerAttr(pl.stage));
-    if (pl.microBatch >= 0 && pl.part != Part::Pre && pl.part != Part::Post) {
-      Entry e{pl.part == Part::F   ? Step::F
-              : pl.part == Part::W ? Step::W
-                                   : Step::B,
-              pl.microBatch, chunkOf(pl.stage)};
-      op->setAttr(StrataDialect::kJobAttrName,
-                  b.getStringAttr(entryName(e, vppDegree > 1)));
-    }
+    setJob(op, pl);
   }
   Value token;
   auto chain = [&](Operation *op, unsigned tokenOperand) {
@@ -975,6 +979,8 @@ LogicalResult PipelinePass::run(ModuleOp module, func::FuncOp func) {
     if (places[def].microBatch >= 0)
       op->setAttr(StrataDialect::kMicroBatchAttrName,
                   b.getI64IntegerAttr(places[def].microBatch));
+    // The producer's job: a receive waits for that job of the peer.
+    setJob(op, places[def]);
   };
   // Walk the events and the ops together, threading one token chain
   // through every collective in program order.

@@ -252,6 +252,12 @@ void CpuExecutable::getState(llvm::StringMap<reference::Tensor> &state) const {
     state[b.name] = toTensor(b.shape, b.dtype, b.data);
 }
 
+const char *CpuExecutable::activeHostCall() const {
+  int64_t site = strata_rt_active_site(context);
+  return site >= 0 && site < int64_t(sites.size()) ? sites[site].c_str()
+                                                   : nullptr;
+}
+
 std::vector<TraceEvent> CpuExecutable::takeTrace() {
   size_t count = 0;
   const StrataRtTraceEvent *events = strata_rt_take_trace(context, &count);

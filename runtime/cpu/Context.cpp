@@ -105,6 +105,21 @@ static bool findGroup(StrataRtContext *ctx, int64_t site, const int64_t *group,
 
 /// What every collective does first: check the host's function, find this
 /// rank's list, and start from the input.
+namespace {
+/// Marks `site` as the host call in progress for as long as it lives.
+struct HostCall {
+  HostCall(StrataRtContext *ctx, int64_t site) : ctx(ctx) {
+    ctx->activeSite.store(site, std::memory_order_relaxed);
+  }
+  ~HostCall() { ctx->activeSite.store(-1, std::memory_order_relaxed); }
+  StrataRtContext *ctx;
+};
+} // namespace
+
+int64_t strata_rt_active_site(const StrataRtContext *ctx) {
+  return ctx->activeSite.load(std::memory_order_relaxed);
+}
+
 static bool collectivePrologue(StrataRtContext *ctx, int64_t site,
                                const void *fn, const int64_t *group,
                                int64_t dtype, void *out, const void *in,
@@ -141,6 +156,7 @@ void strata_rt_broadcast(StrataRtContext *ctx, int64_t site, int64_t dtype,
     return;
   }
   char error[256] = {0};
+  HostCall inHost(ctx, site);
   if (ctx->broadcast(ctx->broadcastUser, out, n, dtype, ranks, numRanks, root,
                      error, sizeof(error)) != 0)
     ctx->fail(site, error[0] ? error : "broadcast failed");
@@ -178,6 +194,7 @@ void strata_rt_all_reduce_start(StrataRtContext *ctx, int64_t site,
     return;
   void *request = nullptr;
   char error[256] = {0};
+  HostCall inHost(ctx, site);
   if (ctx->allReduceStart(ctx->asyncUser, out, n, dtype, ranks, numRanks,
                           &request, error, sizeof(error)) != 0) {
     ctx->fail(site, error[0] ? error : "all_reduce failed");
@@ -193,6 +210,7 @@ void strata_rt_wait(StrataRtContext *ctx, int64_t site) {
   StrataRtContext::Pending p = it->second;
   ctx->pending.erase(it);
   char error[256] = {0};
+  HostCall inHost(ctx, site);
   if (ctx->wait(ctx->asyncUser, p.request, error, sizeof(error)) != 0) {
     ctx->fail(site, error[0] ? error : "all_reduce failed");
     return;
@@ -209,6 +227,7 @@ void strata_rt_all_reduce(StrataRtContext *ctx, int64_t site, int64_t dtype,
                           dtype, out, in, n, ranks, numRanks))
     return;
   char error[256] = {0};
+  HostCall inHost(ctx, site);
   if (ctx->allReduce(ctx->allReduceUser, out, n, dtype, ranks, numRanks, error,
                      sizeof(error)) != 0) {
     ctx->fail(site, error[0] ? error : "all_reduce failed");
@@ -253,6 +272,7 @@ void strata_rt_send(StrataRtContext *ctx, int64_t site, int64_t dtype,
                             ranks, numRanks))
     return;
   char error[256] = {0};
+  HostCall inHost(ctx, site);
   if (ctx->send(ctx->p2pUser, in, n, dtype, ranks, numRanks, peer, error,
                 sizeof(error)) != 0)
     ctx->fail(site, error[0] ? error : "send failed");
@@ -266,6 +286,7 @@ void strata_rt_recv(StrataRtContext *ctx, int64_t site, int64_t dtype,
                             ranks, numRanks))
     return;
   char error[256] = {0};
+  HostCall inHost(ctx, site);
   if (ctx->recv(ctx->p2pUser, out, n, dtype, ranks, numRanks, peer, error,
                 sizeof(error)) != 0)
     ctx->fail(site, error[0] ? error : "recv failed");

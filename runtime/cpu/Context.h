@@ -11,6 +11,7 @@
 
 #include "strata/Runtime/StrataRuntime.h"
 
+#include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <map>
@@ -44,6 +45,9 @@ struct StrataRtContext {
     int64_t n, dtype, kind, numRanks;
   };
   std::map<int64_t, Pending> pending;
+  /// The site of the host call (collective, send, receive, wait) in
+  /// progress, or -1: what a signal handler reports when the job is stopped.
+  std::atomic<int64_t> activeSite{-1};
 
   bool tracing = false;
   std::chrono::steady_clock::time_point start = std::chrono::steady_clock::now();

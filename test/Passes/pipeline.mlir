@@ -18,15 +18,15 @@
 // STAGE0: %[[X0:.*]] = strata.slice %arg0 {{.*}}strata.micro_batch = 0
 // STAGE0: strata.matmul %[[X0]], %[[W0]] {strata.job = "F0", strata.micro_batch = 0 : i64, strata.role = #strata.role<forward>, strata.stage = 0 : i64}
 // STAGE0: %[[A0:.*]] = strata.relu
-// STAGE0-NEXT: %[[T2:.*]] = strata.send %[[A0]], %[[T1]] {group = @pp, peer = 1 : i64, strata.micro_batch = 0 : i64
+// STAGE0-NEXT: %[[T2:.*]] = strata.send %[[A0]], %[[T1]] {group = @pp, peer = 1 : i64, strata.job = "F0", strata.micro_batch = 0 : i64
 // STAGE0: %[[A1:.*]] = strata.relu
-// STAGE0-NEXT: %[[T3:.*]] = strata.send %[[A1]], %[[T2]] {group = @pp, peer = 1 : i64, strata.micro_batch = 1 : i64
+// STAGE0-NEXT: %[[T3:.*]] = strata.send %[[A1]], %[[T2]] {group = @pp, peer = 1 : i64, strata.job = "F1", strata.micro_batch = 1 : i64
 // The loss (sent when stage 1's last forward ends) comes first on the
 // channel from stage 1, then B0's two gradients: stage 1's part of @w0's
 // gradient and the activation's gradient.
 // STAGE0-NEXT: %[[LOSS:.*]], %[[T4:.*]] = strata.recv %[[T3]] {group = @pp, peer = 1 : i64, strata.role = #strata.role<communication>, strata.stage = 1 : i64} : (!strata.token) -> (tensor<f32>, !strata.token)
-// STAGE0-NEXT: %[[PART0:.*]], %[[T5:.*]] = strata.recv %[[T4]] {group = @pp, peer = 1 : i64, strata.micro_batch = 0 : i64{{.*}} -> (tensor<4x4xf32>, !strata.token)
-// STAGE0-NEXT: %[[DA0:.*]], %{{.*}} = strata.recv %[[T5]] {group = @pp, peer = 1 : i64, strata.micro_batch = 0 : i64{{.*}} -> (tensor<2x4xf32>, !strata.token)
+// STAGE0-NEXT: %[[PART0:.*]], %[[T5:.*]] = strata.recv %[[T4]] {group = @pp, peer = 1 : i64, strata.job = "B0", strata.micro_batch = 0 : i64{{.*}} -> (tensor<4x4xf32>, !strata.token)
+// STAGE0-NEXT: %[[DA0:.*]], %{{.*}} = strata.recv %[[T5]] {group = @pp, peer = 1 : i64, strata.job = "B0", strata.micro_batch = 0 : i64{{.*}} -> (tensor<2x4xf32>, !strata.token)
 // STAGE0-NEXT: strata.relu_grad %{{.*}}, %[[DA0]]
 // STAGE0: %{{.*}}, %[[OWN0:.*]] = strata.matmul_grad
 // STAGE0-NEXT: strata.add %[[PART0]], %[[OWN0]] {strata.job = "B0", strata.micro_batch = 0 : i64, strata.role = #strata.role<backward>, strata.stage = 0 : i64}
@@ -38,7 +38,7 @@
 // STAGE1-NOT: strata.param @w0
 // STAGE1: %[[T0:.*]] = strata.init_token
 // STAGE1: %[[W0:.*]], %[[T1:.*]] = strata.recv %[[T0]] {group = @pp, peer = 0 : i64, strata.role = #strata.role<communication>, strata.stage = 0 : i64} : (!strata.token) -> (tensor<4x4xf32>, !strata.token)
-// STAGE1-NEXT: %[[A0:.*]], %{{.*}} = strata.recv %[[T1]] {group = @pp, peer = 0 : i64, strata.micro_batch = 0 : i64
+// STAGE1-NEXT: %[[A0:.*]], %{{.*}} = strata.recv %[[T1]] {group = @pp, peer = 0 : i64, strata.job = "F0", strata.micro_batch = 0 : i64
 // STAGE1-NEXT: %[[H0:.*]] = strata.matmul %[[A0]], %{{.*}} {strata.job = "F0", strata.micro_batch = 0 : i64, strata.role = #strata.role<forward>, strata.stage = 1 : i64}
 // STAGE1-NEXT: strata.matmul %[[H0]], %[[W0]] {{.*}}transpose_rhs
 // STAGE1: %[[LOSS:.*]] = strata.scale

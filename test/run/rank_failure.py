@@ -1,7 +1,10 @@
 #!/usr/bin/env python3
-"""Kills one rank of a running `strata-run --nproc 2` and checks that the
-whole job ends, with a non-zero status, within a bounded time, and prints
-the lines of its stderr that name the failed rank."""
+"""Kills the last rank of a running `strata-run --nproc N` and checks that
+the whole job ends, with a non-zero status, within a bounded time, and that
+every surviving rank said where it was stopped; prints the lines of its
+stderr that name ranks, sorted.
+
+Usage: rank_failure.py STRATA_RUN PROGRAM [N [STRATA_RUN_ARGS...]]"""
 import os
 import signal
 import subprocess
@@ -9,8 +12,10 @@ import sys
 import time
 
 strata_run, program = sys.argv[1], sys.argv[2]
-job = subprocess.Popen([strata_run, program, "--nproc", "2", "--steps",
-                        "1000000", "--quiet"], stdout=subprocess.PIPE,
+nproc = int(sys.argv[3]) if len(sys.argv) > 3 else 2
+extra = sys.argv[4:]
+job = subprocess.Popen([strata_run, program, "--nproc", str(nproc), "--steps",
+                        "1000000", "--quiet"] + extra, stdout=subprocess.PIPE,
                        stderr=subprocess.PIPE, start_new_session=True)
 
 
@@ -31,13 +36,13 @@ def ranks():
 
 
 deadline = time.time() + 30
-while len(ranks()) < 2 and time.time() < deadline and job.poll() is None:
+while len(ranks()) < nproc and time.time() < deadline and job.poll() is None:
     time.sleep(0.1)
-time.sleep(1.0)  # let both ranks enter the training loop
-victims = ranks()
-if len(victims) < 2:
+time.sleep(1.0 + nproc)  # let every rank compile and enter the training loop
+victims = sorted(ranks())
+if len(victims) < nproc:
     os.killpg(job.pid, signal.SIGKILL)
-    sys.exit("FAIL: did not find two ranks (found %d)" % len(victims))
+    sys.exit("FAIL: did not find %d ranks (found %d)" % (nproc, len(victims)))
 os.kill(victims[-1], signal.SIGKILL)
 start = time.time()
 try:
@@ -47,7 +52,13 @@ except subprocess.TimeoutExpired:
     sys.exit("FAIL: the surviving rank hung after its peer died")
 print("job ended %.1f s after a rank was killed, status %d"
       % (time.time() - start, job.returncode))
-for line in job.stderr.read().decode(errors="replace").splitlines():
-    if "rank" in line:
-        print(line.strip())
+lines = sorted(line.strip() for line in
+               job.stderr.read().decode(errors="replace").splitlines()
+               if "rank" in line)
+for line in lines:
+    print(line)
+stopped = [l for l in lines if "stopped by the job" in l]
+if len(stopped) != nproc - 1:
+    sys.exit("FAIL: %d of %d surviving ranks said where they stopped"
+             % (len(stopped), nproc - 1))
 sys.exit(0 if job.returncode != 0 else 1)

@@ -276,6 +276,9 @@ TEST(RuntimeTest, NonBlockingAllReduceCompletesAtTheWait) {
 struct Wire {
   std::vector<std::vector<float>> messages;
   std::vector<int64_t> peers;
+  /// strata_rt_active_site while the host's send ran.
+  StrataRtContext *ctx = nullptr;
+  std::vector<int64_t> activeSites;
 };
 int fakeSend(void *user, const void *data, int64_t count, int64_t dtype,
              const int64_t *ranks, int64_t numRanks, int64_t peer,
@@ -284,6 +287,8 @@ int fakeSend(void *user, const void *data, int64_t count, int64_t dtype,
   const float *f = static_cast<const float *>(data);
   wire->messages.emplace_back(f, f + count);
   wire->peers.push_back(ranks[peer]);
+  if (wire->ctx)
+    wire->activeSites.push_back(strata_rt_active_site(wire->ctx));
   return 0;
 }
 int fakeRecv(void *user, void *data, int64_t count, int64_t dtype,
@@ -316,9 +321,14 @@ TEST(RuntimeTest, SendAndRecvGoThroughTheHost) {
   strata_rt_clear_error(ctx);
 
   Wire wire;
+  wire.ctx = ctx;
   strata_rt_set_point_to_point(ctx, fakeSend, fakeRecv, &wire);
+  EXPECT_EQ(strata_rt_active_site(ctx), -1);
   strata_rt_send(ctx, 1, STRATA_RT_F32, a, 2, 1, group);
   strata_rt_send(ctx, 2, STRATA_RT_F32, b, 3, 1, group);
+  // The host call in progress is known (for a stopped rank's report).
+  EXPECT_EQ(wire.activeSites, (std::vector<int64_t>{1, 2}));
+  EXPECT_EQ(strata_rt_active_site(ctx), -1);
   ASSERT_EQ(wire.peers.size(), 2u);
   EXPECT_EQ(wire.peers[0], 2); // peer 1 of rank 0's list [0, 2]
   float out2[2] = {0, 0}, out3[3] = {0, 0, 0};

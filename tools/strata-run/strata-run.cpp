@@ -39,7 +39,10 @@
 #include "llvm/Support/FileSystem.h"
 #include "llvm/Support/Program.h"
 
+#include <atomic>
 #include <chrono>
+#include <csignal>
+#include <cstring>
 #include <memory>
 #include <set>
 #include <cmath>
@@ -149,6 +152,84 @@ static int failEverywhere(const Twine &message,
 }
 
 namespace {
+/// What a rank says when its job stops it: mpirun sends SIGTERM to every
+/// rank when one of them fails (and a person may press Ctrl-C). A rank in a
+/// collective, a send, a receive or a wait names it and exits; a rank that
+/// is computing goes on to its next communication (where it would wait for
+/// the failed peer forever) and names that one, or, after two seconds
+/// without any, says it was computing. Signal handlers use write(2) only.
+namespace stop {
+char prefix[64] = "strata-run: error: ";
+std::atomic<const strata::CpuExecutable *> executable{nullptr};
+/// Host-side communication in progress (not inside a step), or null.
+std::atomic<const char *> hostActivity{nullptr};
+volatile sig_atomic_t requested = 0;
+
+void put(const char *s) {
+  ssize_t ignored = ::write(STDERR_FILENO, s, std::strlen(s));
+  (void)ignored;
+}
+
+[[noreturn]] void report(const char *where) {
+  put(prefix);
+  put(requested == SIGINT ? "interrupted" : "stopped by the job");
+  if (where) {
+    put(" while in ");
+    put(where);
+  } else {
+    put(" while computing (outside any collective)");
+  }
+  put(": a peer rank failed or the job was cancelled; mpirun names the "
+      "rank that ended first\n");
+  _exit(128 + (requested ? int(requested) : SIGTERM));
+}
+
+const char *where() {
+  if (const strata::CpuExecutable *exe = executable.load())
+    if (const char *site = exe->activeHostCall())
+      return site;
+  return hostActivity.load();
+}
+
+/// Called where communication begins: a stopped rank reports it there.
+void check() {
+  if (requested)
+    report(where());
+}
+
+void onSignal(int sig) {
+  if (requested) // a second signal: report now
+    report(where());
+  requested = sig;
+  if (const char *at = where())
+    report(at);
+  alarm(2);
+}
+
+void onAlarm(int) { report(where()); }
+
+/// Installs the handlers of a rank of an MPI job.
+void install(int rank) {
+  std::snprintf(prefix, sizeof(prefix), "strata-run: error: rank %d: ", rank);
+  struct sigaction action = {};
+  action.sa_handler = onSignal;
+  sigemptyset(&action.sa_mask);
+  sigaction(SIGTERM, &action, nullptr);
+  sigaction(SIGINT, &action, nullptr);
+  action.sa_handler = onAlarm;
+  sigaction(SIGALRM, &action, nullptr);
+}
+
+/// Marks host-side communication (outside a step) for the report.
+struct Activity {
+  explicit Activity(const char *what) {
+    hostActivity.store(what);
+    check();
+  }
+  ~Activity() { hostActivity.store(nullptr); }
+};
+} // namespace stop
+
 /// Collectives over MPI: in doubles for the reference backend, and as the
 /// CPU runtime's all-reduce (strata_rt_set_all_reduce). Sub-communicators
 /// are created on first use; every rank reaches the collectives of the
@@ -226,6 +307,7 @@ public:
 
   /// Completes the buffered sends (after each step).
   Error flush() {
+    stop::Activity activity("completing the step's sends (MPI_Wait)");
     for (std::unique_ptr<Outgoing> &message : outgoing)
       if (MPI_Wait(&message->request, MPI_STATUS_IGNORE) != MPI_SUCCESS)
         return createStringError(inconvertibleErrorCode(),
@@ -262,6 +344,7 @@ public:
   /// The communicator of the ranks `group` (in that order: group-local
   /// index i is rank group[i]).
   Expected<MPI_Comm> communicatorOf(ArrayRef<int64_t> group) {
+    stop::check();
     bool world = int64_t(group.size()) == worldSize;
     for (int64_t i = 0; world && i < worldSize; ++i)
       world = group[i] == i;
@@ -426,6 +509,7 @@ int launchRanks(int argc, char **argv) {
 /// Every rank's `mine`, on rank 0, in rank order (empty on other ranks;
 /// just `mine` without MPI).
 static std::vector<std::string> gatherBytes(const std::string &mine) {
+  stop::Activity activity("gathering a trace or checkpoint on rank 0");
   if (!mpiRunning)
     return {mine};
   int size = int(mine.size());
@@ -448,6 +532,7 @@ static std::vector<std::string> gatherBytes(const std::string &mine) {
 
 /// Every rank's `value`, on rank 0, in rank order.
 static std::vector<int64_t> gatherInt64(int64_t value) {
+  stop::Activity activity("gathering the report on rank 0");
   std::vector<int64_t> all(worldSize, value);
   if (mpiRunning)
     MPI_Gather(&value, 1, MPI_INT64_T, all.data(), 1, MPI_INT64_T, 0,
@@ -555,6 +640,7 @@ int main(int argc, char **argv) {
     mpiRunning = true;
     MPI_Comm_rank(MPI_COMM_WORLD, &worldRank);
     MPI_Comm_size(MPI_COMM_WORLD, &worldSize);
+    stop::install(worldRank);
   }
   MpiCommunicator communicator;
   bool rank0 = worldRank == 0;
@@ -686,6 +772,7 @@ int main(int argc, char **argv) {
       return failEverywhere(message, /*diagnosticsPrinted=*/false);
     }
     executable = std::move(*compiled);
+    stop::executable.store(executable.get());
   }
 
   llvm::StringMap<strata::Tensor> state = strata::initialState(*module, seed);

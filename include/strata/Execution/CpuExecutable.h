@@ -90,6 +90,10 @@ public:
   /// Microseconds since the executable was created (the trace's clock).
   double nowUs() const;
 
+  /// The op whose host call (collective, send, receive, wait) is in
+  /// progress, as "file:line:col: op", or null. Safe in a signal handler.
+  const char *activeHostCall() const;
+
   /// The planned arena of intermediate values.
   int64_t arenaBytes() const { return arenaSize; }
   /// Scratch memory the kernels hold beyond the plan.

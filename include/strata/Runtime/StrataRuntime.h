@@ -106,6 +106,10 @@ void strata_rt_set_point_to_point(StrataRtContext *ctx, StrataRtSendFn send,
    the call site that failed. */
 const char *strata_rt_error(StrataRtContext *ctx, int64_t *site);
 void strata_rt_clear_error(StrataRtContext *ctx);
+/* The call site of the host collective, send, receive or wait that this
+   context is in, or -1 outside them. One atomic load: a signal handler may
+   call it (to say where a rank was when its job was stopped). */
+int64_t strata_rt_active_site(const StrataRtContext *ctx);
 /* Tracing: when enabled, strata_rt_trace_begin/end (which a step lowered
    with trace=true calls around every op) record each op's site and its
    begin and end times in microseconds since the context was created. */
