@@ -197,6 +197,9 @@ private:
 
   // --- Ops ----------------------------------------------------------------
   LogicalResult lower(Operation *op);
+  LogicalResult collective(Operation *op, int64_t kind, Value input,
+                           ReduceKind reduce, int64_t root,
+                           FlatSymbolRefAttr group, int64_t dim = 0);
   LogicalResult lowerMatmul(Operation *op, Value lhs, Value rhs, Value out,
                             bool transA, bool transB);
   LogicalResult lowerMatmulGrad(MatmulGradOp op);
@@ -712,44 +715,21 @@ LogicalResult Lowering::lower(Operation *op) {
         reduceTo(ptr(o.getBiasGrad()), dzPtr, {rows, n}, {0, 1}, 1.0);
         return success();
       })
-      .Case([&](AllReduceOp o) -> LogicalResult {
-        auto type = dtype(op, o.getResult());
-        if (failed(type))
-          return failure();
-        if (o.getKind() != ReduceKind::Sum && o.getKind() != ReduceKind::Mean)
-          return op->emitOpError("only sum and mean reductions are supported "
-                                 "by the CPU runtime");
-        SmallVector<int64_t> desc = groupDescriptor(o, o.getGroupAttr());
-        // Started here, completed right before the first op that reads the
-        // result (or when the step ends), so computation overlaps it.
-        Operation *firstUser = nullptr;
-        Block *block = op->getBlock();
-        for (Operation *user : o.getResult().getUsers()) {
-          Operation *at = block->findAncestorOpInBlock(*user);
-          if (!firstUser || at->isBeforeInBlock(firstUser))
-            firstUser = at;
-        }
-        // A result nobody reads dies here in the memory plan: complete it
-        // before the next op, whose buffers may reuse its bytes. (Always
-        // the non-blocking call, so that every rank's collectives match.)
-        waitsBefore[firstUser ? firstUser : op->getNextNode()].push_back(
-            currentSite);
-        call("strata_rt_all_reduce_start",
-             {context, site(), i64(*type), ptr(o.getResult()),
-              ptr(o.getInput()), i64(numel(o.getResult())),
-              i64(o.getKind() == ReduceKind::Mean ? 1 : 0),
-              constantArray(desc)});
-        return success();
+      .Case([&](AllReduceOp o) {
+        return collective(o, STRATA_RT_ALL_REDUCE, o.getInput(), o.getKind(),
+                          0, o.getGroupAttr());
       })
-      .Case([&](BroadcastOp o) -> LogicalResult {
-        auto type = dtype(op, o.getResult());
-        if (failed(type))
-          return failure();
-        call("strata_rt_broadcast",
-             {context, site(), i64(*type), ptr(o.getResult()),
-              ptr(o.getInput()), i64(numel(o.getResult())), i64(o.getRoot()),
-              constantArray(groupDescriptor(o, o.getGroupAttr()))});
-        return success();
+      .Case([&](BroadcastOp o) {
+        return collective(o, STRATA_RT_BROADCAST, o.getInput(),
+                          ReduceKind::Sum, o.getRoot(), o.getGroupAttr());
+      })
+      .Case([&](ReduceScatterOp o) {
+        return collective(o, STRATA_RT_REDUCE_SCATTER, o.getInput(),
+                          o.getKind(), 0, o.getGroupAttr(), o.getDim());
+      })
+      .Case([&](AllGatherOp o) {
+        return collective(o, STRATA_RT_ALL_GATHER, o.getInput(),
+                          ReduceKind::Sum, 0, o.getGroupAttr(), o.getDim());
       })
       .Case([&](SendOp o) -> LogicalResult {
         auto type = dtype(op, o.getInput());
@@ -774,6 +754,37 @@ LogicalResult Lowering::lower(Operation *op) {
       .Default([&](Operation *) {
         return op->emitOpError("cannot be lowered to the CPU runtime yet");
       });
+}
+
+/// Starts a collective where `op` stands; it completes right before the
+/// first op that reads its result (collectiveWaitPoint), so that computation
+/// overlaps it. Every collective is started the same way (a non-blocking
+/// call, completed by strata_rt_wait) so that all ranks' calls match.
+LogicalResult Lowering::collective(Operation *op, int64_t kind, Value input,
+                                   ReduceKind reduce, int64_t root,
+                                   FlatSymbolRefAttr group, int64_t dim) {
+  Value result = op->getResult(0);
+  auto type = dtype(op, result);
+  if (failed(type))
+    return failure();
+  if (reduce != ReduceKind::Sum && reduce != ReduceKind::Mean)
+    return op->emitOpError("only sum and mean reductions are supported by "
+                           "the CPU runtime");
+  // Rank r's slice must be one contiguous block: no dimension before `dim`
+  // larger than 1.
+  ArrayRef<int64_t> shape = tensorType(input).getShape();
+  for (int64_t d = 0; d < dim; ++d)
+    if (shape[d] != 1)
+      return op->emitOpError("splits dimension ")
+             << dim << " after a dimension of size " << shape[d]
+             << "; the CPU runtime needs each rank's slice contiguous (split "
+                "the leading dimension)";
+  waitsBefore[collectiveWaitPoint(op)].push_back(currentSite);
+  call("strata_rt_collective",
+       {context, site(), i64(kind), i64(*type), ptr(result), ptr(input),
+        i64(numel(result)), i64(reduce == ReduceKind::Mean ? 1 : 0), i64(root),
+        constantArray(groupDescriptor(op, group))});
+  return success();
 }
 
 LogicalResult Lowering::run() {
@@ -803,6 +814,11 @@ LogicalResult Lowering::run() {
   inputs = entry->getArgument(3);
   outputs = entry->getArgument(4);
 
+  for (Value v : body.getTerminator()->getOperands())
+    if (!isa<RankedTensorType>(v.getType()))
+      return step.emitError("returns a ")
+             << v.getType()
+             << " value; a step lowered to the runtime returns tensors";
   for (BlockArgument arg : body.getArguments())
     pointers[arg] = loadPointer(inputs, arg.getArgNumber());
   DenseMap<Value, int64_t> offsets;

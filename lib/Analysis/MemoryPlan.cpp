@@ -106,6 +106,17 @@ TrainingMemory strata::trainingMemory(ModuleOp module) {
   return m;
 }
 
+Operation *strata::collectiveWaitPoint(Operation *op) {
+  Block *block = op->getBlock();
+  Operation *first = nullptr;
+  for (Operation *user : op->getResult(0).getUsers()) {
+    Operation *at = block->findAncestorOpInBlock(*user);
+    if (!first || at->isBeforeInBlock(first))
+      first = at;
+  }
+  return first ? first : op->getNextNode();
+}
+
 int64_t strata::tensorBytes(Type type) {
   auto tensor = dyn_cast<RankedTensorType>(type);
   if (!tensor)
@@ -140,6 +151,9 @@ MemoryPlan strata::planMemory(func::FuncOp func, int64_t alignment) {
       Operation *ancestor = body.findAncestorOpInBlock(*user);
       last = std::max(last, deferred.contains(ancestor) ? end
                                                         : index[ancestor]);
+      // Read by the runtime until the collective completes.
+      if (isa<ReduceScatterOp, AllGatherOp>(ancestor))
+        last = std::max(last, index[collectiveWaitPoint(ancestor)]);
     }
     return last;
   };

@@ -177,18 +177,12 @@ CpuExecutable::compile(ModuleOp module, const CpuOptions &options) {
                                   options.rank % layout.shards,
                                   options.threads);
   strata_rt_enable_trace(exe->context, options.trace);
-  if (options.allReduce)
-    strata_rt_set_all_reduce(exe->context, options.allReduce,
-                             options.allReduceUser);
-  if (options.allReduceStart && options.wait)
-    strata_rt_set_async_all_reduce(exe->context, options.allReduceStart,
-                                   options.wait, options.allReduceUser);
+  if (options.collective)
+    strata_rt_set_collectives(exe->context, options.collective, options.wait,
+                              options.collectiveUser);
   if (options.send && options.recv)
     strata_rt_set_point_to_point(exe->context, options.send, options.recv,
                                  options.pointToPointUser);
-  if (options.broadcast)
-    strata_rt_set_broadcast(exe->context, options.broadcast,
-                            options.broadcastUser);
   return exe;
 }
 

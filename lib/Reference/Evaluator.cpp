@@ -208,6 +208,9 @@ private:
                                        ": " + msg);
   }
   llvm::Error step(Operation *op);
+  int64_t indexIn(ArrayRef<int64_t> ranks) const;
+  static void copySlice(Tensor &full, Tensor &slice, int64_t dim,
+                        int64_t index, bool toSlice);
   /// The ranks of `ref`'s list that holds this rank.
   llvm::Expected<ArrayRef<int64_t>> groupOf(Operation *op,
                                             FlatSymbolRefAttr ref) {
@@ -289,6 +292,33 @@ llvm::Expected<std::vector<Tensor>> Evaluator::run(func::FuncOp func,
                                  "function has no return");
 }
 
+/// This rank's index in `ranks`.
+int64_t Evaluator::indexIn(ArrayRef<int64_t> ranks) const {
+  int64_t me = options.communicator->rank();
+  return std::find(ranks.begin(), ranks.end(), me) - ranks.begin();
+}
+
+/// Copies slice `index` of `full` along `dim` (of the slice's size) into
+/// `slice`, or back when !toSlice.
+void Evaluator::copySlice(Tensor &full, Tensor &slice, int64_t dim,
+                          int64_t index, bool toSlice) {
+  int64_t outer = 1, inner = 1;
+  for (int64_t d = 0; d < dim; ++d)
+    outer *= full.shape[d];
+  for (size_t d = dim + 1; d < full.shape.size(); ++d)
+    inner *= full.shape[d];
+  int64_t size = slice.shape[dim], whole = full.shape[dim];
+  for (int64_t o = 0; o < outer; ++o)
+    for (int64_t i = 0; i < size * inner; ++i) {
+      double &f = full.data[(o * whole + index * size) * inner + i];
+      double &s = slice.data[o * size * inner + i];
+      if (toSlice)
+        s = f;
+      else
+        f = s;
+    }
+}
+
 llvm::Error Evaluator::step(Operation *op) {
   int64_t microBatch = getMicroBatch(op).value_or(0);
   auto in = [&](unsigned i) -> const Tensor & { return get(op->getOperand(i)); };
@@ -314,6 +344,42 @@ llvm::Error Evaluator::step(Operation *op) {
           for (double &v : t.data)
             v /= double(ranks.size());
         set(o.getResult(), std::move(t));
+        set(o.getOutToken(), Tensor());
+        return llvm::Error::success();
+      })
+      .Case([&](ReduceScatterOp o) -> llvm::Error {
+        // The reference backend reduces the whole tensor and keeps its
+        // slice (simple, exact; the runtimes send each slice once).
+        auto group = groupOf(o, o.getGroupAttr());
+        if (!group)
+          return group.takeError();
+        if (o.getKind() != ReduceKind::Sum && o.getKind() != ReduceKind::Mean)
+          return fail(op, "only sum and mean reductions are supported");
+        Tensor t = in(0);
+        if (llvm::Error err = options.communicator->allReduceSum(t.data, *group))
+          return err;
+        if (o.getKind() == ReduceKind::Mean)
+          for (double &v : t.data)
+            v /= double(group->size());
+        Tensor slice(outShape());
+        copySlice(t, slice, o.getDim(), indexIn(*group), /*toSlice=*/true);
+        set(o.getResult(), std::move(slice));
+        set(o.getOutToken(), Tensor());
+        return llvm::Error::success();
+      })
+      .Case([&](AllGatherOp o) -> llvm::Error {
+        // Each rank's slice in place in zeros, summed over the group (x + 0
+        // is exact).
+        auto group = groupOf(o, o.getGroupAttr());
+        if (!group)
+          return group.takeError();
+        Tensor full(outShape());
+        Tensor mine = in(0);
+        copySlice(full, mine, o.getDim(), indexIn(*group), /*toSlice=*/false);
+        if (llvm::Error err =
+                options.communicator->allReduceSum(full.data, *group))
+          return err;
+        set(o.getResult(), std::move(full));
         set(o.getOutToken(), Tensor());
         return llvm::Error::success();
       })

@@ -32,10 +32,11 @@ StrataRtContext *strata_rt_create(uint64_t seed, int64_t rank, int64_t shard,
 
 void strata_rt_destroy(StrataRtContext *ctx) { delete ctx; }
 
-void strata_rt_set_all_reduce(StrataRtContext *ctx, StrataRtAllReduceFn fn,
-                              void *user) {
-  ctx->allReduce = fn;
-  ctx->allReduceUser = user;
+void strata_rt_set_collectives(StrataRtContext *ctx, StrataRtCollectiveFn run,
+                               StrataRtWaitFn wait, void *user) {
+  ctx->collective = run;
+  ctx->wait = wait;
+  ctx->collectiveUser = user;
 }
 
 const char *strata_rt_error(StrataRtContext *ctx, int64_t *site) {
@@ -103,8 +104,6 @@ static bool findGroup(StrataRtContext *ctx, int64_t site, const int64_t *group,
   return false;
 }
 
-/// What every collective does first: check the host's function, find this
-/// rank's list, and start from the input.
 namespace {
 /// Marks `site` as the host call in progress for as long as it lives.
 struct HostCall {
@@ -114,126 +113,107 @@ struct HostCall {
   ~HostCall() { ctx->activeSite.store(-1, std::memory_order_relaxed); }
   StrataRtContext *ctx;
 };
+
+const char *collectiveName(int64_t op) {
+  switch (op) {
+  case STRATA_RT_ALL_REDUCE:
+    return "all_reduce";
+  case STRATA_RT_BROADCAST:
+    return "broadcast";
+  case STRATA_RT_REDUCE_SCATTER:
+    return "reduce_scatter";
+  case STRATA_RT_ALL_GATHER:
+    return "all_gather";
+  }
+  return "collective";
+}
+
+/// A mean is the sum divided by the group's size.
+void finishMean(const StrataRtContext::Pending &p) {
+  if (p.mean && p.dtype == STRATA_RT_F32) {
+    float count = float(p.numRanks);
+    float *o = static_cast<float *>(p.out);
+    for (int64_t i = 0; i < p.n; ++i)
+      o[i] /= count;
+  }
+}
 } // namespace
 
 int64_t strata_rt_active_site(const StrataRtContext *ctx) {
   return ctx->activeSite.load(std::memory_order_relaxed);
 }
 
-static bool collectivePrologue(StrataRtContext *ctx, int64_t site,
-                               const void *fn, const int64_t *group,
-                               int64_t dtype, void *out, const void *in,
-                               int64_t n, const int64_t *&ranks,
-                               int64_t &numRanks) {
-  if (!fn) {
-    ctx->fail(site, "a collective needs several ranks");
-    return false;
+void strata_rt_collective(StrataRtContext *ctx, int64_t site, int64_t op,
+                          int64_t dtype, void *out, const void *in, int64_t n,
+                          int64_t kind, int64_t root, const int64_t *group) {
+  if (op < STRATA_RT_ALL_REDUCE || op > STRATA_RT_ALL_GATHER) {
+    ctx->fail(site, "unknown collective " + std::to_string(op));
+    return;
   }
+  const char *name = collectiveName(op);
+  if (!ctx->collective) {
+    ctx->fail(site, std::string(name) + " needs several ranks");
+    return;
+  }
+  const int64_t *ranks = nullptr;
+  int64_t numRanks = 0;
   if (!findGroup(ctx, site, group, ranks, numRanks))
-    return false;
-  if (out != in)
-    std::memcpy(out, in, n * elementBytes(dtype));
-  return true;
-}
-
-void strata_rt_set_broadcast(StrataRtContext *ctx, StrataRtBroadcastFn fn,
-                             void *user) {
-  ctx->broadcast = fn;
-  ctx->broadcastUser = user;
-}
-
-void strata_rt_broadcast(StrataRtContext *ctx, int64_t site, int64_t dtype,
-                         void *out, const void *in, int64_t n, int64_t root,
-                         const int64_t *group) {
-  const int64_t *ranks = nullptr;
-  int64_t numRanks = 0;
-  if (!collectivePrologue(ctx, site, (const void *)ctx->broadcast, group,
-                          dtype, out, in, n, ranks, numRanks))
     return;
-  if (root < 0 || root >= numRanks) {
-    ctx->fail(site, "broadcast root " + std::to_string(root) +
-                        " outside a group of " + std::to_string(numRanks));
-    return;
+  StrataRtCollective c{op, in, out, n, dtype, ranks, numRanks, root};
+  switch (op) {
+  case STRATA_RT_BROADCAST:
+    if (root < 0 || root >= numRanks) {
+      ctx->fail(site, "broadcast root " + std::to_string(root) +
+                          " outside a group of " + std::to_string(numRanks));
+      return;
+    }
+    [[fallthrough]];
+  case STRATA_RT_ALL_REDUCE:
+    // In place on the output.
+    if (out != in)
+      std::memcpy(out, in, n * elementBytes(dtype));
+    c.send = out;
+    break;
+  case STRATA_RT_ALL_GATHER:
+    if (n % numRanks != 0) {
+      ctx->fail(site, "all_gather of " + std::to_string(n) +
+                          " elements over " + std::to_string(numRanks) +
+                          " ranks");
+      return;
+    }
+    c.count = n / numRanks;
+    break;
   }
+  StrataRtContext::Pending p{nullptr, out, n, dtype,
+                             kind == 1 && (op == STRATA_RT_ALL_REDUCE ||
+                                           op == STRATA_RT_REDUCE_SCATTER),
+                             numRanks, name};
   char error[256] = {0};
   HostCall inHost(ctx, site);
-  if (ctx->broadcast(ctx->broadcastUser, out, n, dtype, ranks, numRanks, root,
-                     error, sizeof(error)) != 0)
-    ctx->fail(site, error[0] ? error : "broadcast failed");
-}
-
-void strata_rt_set_async_all_reduce(StrataRtContext *ctx,
-                                    StrataRtAllReduceStartFn start,
-                                    StrataRtWaitFn wait, void *user) {
-  ctx->allReduceStart = start;
-  ctx->wait = wait;
-  ctx->asyncUser = user;
-}
-
-/// A mean is the sum divided by the group's size.
-static void finishMean(void *out, int64_t n, int64_t dtype, int64_t kind,
-                       int64_t numRanks) {
-  if (kind == 1 && dtype == STRATA_RT_F32) {
-    float count = float(numRanks);
-    float *o = static_cast<float *>(out);
-    for (int64_t i = 0; i < n; ++i)
-      o[i] /= count;
-  }
-}
-
-void strata_rt_all_reduce_start(StrataRtContext *ctx, int64_t site,
-                                int64_t dtype, void *out, const void *in,
-                                int64_t n, int64_t kind,
-                                const int64_t *group) {
-  if (!ctx->allReduceStart || !ctx->wait)
-    return strata_rt_all_reduce(ctx, site, dtype, out, in, n, kind, group);
-  const int64_t *ranks = nullptr;
-  int64_t numRanks = 0;
-  if (!collectivePrologue(ctx, site, (const void *)ctx->allReduceStart, group,
-                          dtype, out, in, n, ranks, numRanks))
-    return;
-  void *request = nullptr;
-  char error[256] = {0};
-  HostCall inHost(ctx, site);
-  if (ctx->allReduceStart(ctx->asyncUser, out, n, dtype, ranks, numRanks,
-                          &request, error, sizeof(error)) != 0) {
-    ctx->fail(site, error[0] ? error : "all_reduce failed");
+  if (ctx->collective(ctx->collectiveUser, &c, ctx->wait ? &p.request : nullptr,
+                      error, sizeof(error)) != 0) {
+    ctx->fail(site, error[0] ? error : std::string(name) + " failed");
     return;
   }
-  ctx->pending[site] = {request, out, n, dtype, kind, numRanks};
+  if (ctx->wait)
+    ctx->pending[site] = p;
+  else
+    finishMean(p);
 }
 
 void strata_rt_wait(StrataRtContext *ctx, int64_t site) {
   auto it = ctx->pending.find(site);
   if (it == ctx->pending.end())
-    return; // completed synchronously
+    return; // completed where it started
   StrataRtContext::Pending p = it->second;
   ctx->pending.erase(it);
   char error[256] = {0};
   HostCall inHost(ctx, site);
-  if (ctx->wait(ctx->asyncUser, p.request, error, sizeof(error)) != 0) {
-    ctx->fail(site, error[0] ? error : "all_reduce failed");
+  if (ctx->wait(ctx->collectiveUser, p.request, error, sizeof(error)) != 0) {
+    ctx->fail(site, error[0] ? error : std::string(p.name) + " failed");
     return;
   }
-  finishMean(p.out, p.n, p.dtype, p.kind, p.numRanks);
-}
-
-void strata_rt_all_reduce(StrataRtContext *ctx, int64_t site, int64_t dtype,
-                          void *out, const void *in, int64_t n, int64_t kind,
-                          const int64_t *group) {
-  const int64_t *ranks = nullptr;
-  int64_t numRanks = 0;
-  if (!collectivePrologue(ctx, site, (const void *)ctx->allReduce, group,
-                          dtype, out, in, n, ranks, numRanks))
-    return;
-  char error[256] = {0};
-  HostCall inHost(ctx, site);
-  if (ctx->allReduce(ctx->allReduceUser, out, n, dtype, ranks, numRanks, error,
-                     sizeof(error)) != 0) {
-    ctx->fail(site, error[0] ? error : "all_reduce failed");
-    return;
-  }
-  finishMean(out, n, dtype, kind, numRanks);
+  finishMean(p);
 }
 
 void strata_rt_set_point_to_point(StrataRtContext *ctx, StrataRtSendFn send,

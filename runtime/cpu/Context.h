@@ -28,21 +28,20 @@ struct StrataRtContext {
   int64_t rank = 0;
   int64_t shard = 0;
   int64_t threads = 1;
-  StrataRtAllReduceFn allReduce = nullptr;
-  void *allReduceUser = nullptr;
-  StrataRtBroadcastFn broadcast = nullptr;
-  void *broadcastUser = nullptr;
-  StrataRtAllReduceStartFn allReduceStart = nullptr;
+  StrataRtCollectiveFn collective = nullptr;
   StrataRtWaitFn wait = nullptr;
-  void *asyncUser = nullptr;
+  void *collectiveUser = nullptr;
   StrataRtSendFn send = nullptr;
   StrataRtRecvFn recv = nullptr;
   void *p2pUser = nullptr;
-  /// Non-blocking all-reduces in flight, by call site.
+  /// Collectives in flight, by call site.
   struct Pending {
     void *request;
     void *out;
-    int64_t n, dtype, kind, numRanks;
+    int64_t n, dtype;
+    bool mean;
+    int64_t numRanks;
+    const char *name;
   };
   std::map<int64_t, Pending> pending;
   /// The site of the host call (collective, send, receive, wait) in

@@ -38,10 +38,8 @@
 // The rest: one build.
 #define STRATA_RT_COMMON_KERNELS(X)                                           \
   X(strata_rt_gemm)                                                           \
-  X(strata_rt_all_reduce)                                                     \
-  X(strata_rt_all_reduce_start)                                               \
+  X(strata_rt_collective)                                                     \
   X(strata_rt_wait)                                                           \
-  X(strata_rt_broadcast)                                                      \
   X(strata_rt_send)                                                           \
   X(strata_rt_recv)                                                           \
   X(strata_rt_trace_begin)                                                    \

@@ -1,4 +1,5 @@
 // RUN: strata-opt %s -split-input-file --strata-lower-to-runtime | FileCheck %s --check-prefixes=CHECK,CONST,DEFER,P2P
+// RUN: strata-opt %s -split-input-file --strata-lower-to-runtime | FileCheck %s --check-prefix=COLL
 
 // The step becomes strata_step(ctx, arena, persistent, inputs, outputs):
 // one runtime call per op, intermediate values at their planned arena
@@ -126,4 +127,32 @@ func.func @train_step(%x: tensor<4xf32>) -> tensor<4xf32> {
   %t1 = strata.send %x, %t {group = @pp, peer = 1} : (tensor<4xf32>, !strata.token) -> !strata.token
   %y, %t2 = strata.recv %t1 {group = @pp, peer = 1} : (!strata.token) -> (tensor<4xf32>, !strata.token)
   return %y : tensor<4xf32>
+}
+
+// -----
+// Collectives: one entry point with the collective's code (2: reduce_scatter,
+// 3: all_gather), started where the op stands and completed right before
+// the first op that reads the result.
+// COLL-LABEL: llvm.mlir.global internal constant @{{.*}}(dense<[1, 2, 0, 1]>
+// COLL: %[[RS:.*]] = llvm.mlir.constant(2 : i64) : i64
+// COLL: llvm.call @strata_rt_collective(%arg0, %{{.*}}, %[[RS]], %{{.*}}, %{{.*}}, %{{.*}}, %{{.*}}, %{{.*}}, %{{.*}}, %{{.*}}) : (!llvm.ptr, i64, i64, i64, !llvm.ptr, !llvm.ptr, i64, i64, i64, !llvm.ptr) -> ()
+// COLL-NOT: llvm.call
+// COLL: llvm.call @strata_rt_wait
+// COLL-NOT: llvm.call
+// COLL: llvm.call @strata_rt_unary
+// COLL: %[[SITE:.*]] = llvm.mlir.constant(3 : i64) : i64
+// COLL-NEXT: %[[AG:.*]] = llvm.mlir.constant(3 : i64) : i64
+// COLL-NOT: llvm.call
+// COLL: llvm.call @strata_rt_collective(%arg0, %[[SITE]], %[[AG]],
+// COLL-NOT: llvm.call
+// COLL: llvm.call @strata_rt_wait
+// COLL-NOT: llvm.call
+// COLL: llvm.call @strata_rt_copy
+strata.comm_group @dp ranks [array<i64: 0, 1>]
+func.func @train_step(%x: tensor<8x2xf32>) -> tensor<8x2xf32> {
+  %t = strata.init_token : !strata.token
+  %s, %t1 = strata.reduce_scatter %x, %t {group = @dp, kind = #strata.reduce<mean>} : (tensor<8x2xf32>, !strata.token) -> (tensor<4x2xf32>, !strata.token)
+  %d = strata.scale %s {factor = 2.0 : f64} : (tensor<4x2xf32>) -> tensor<4x2xf32>
+  %g, %t2 = strata.all_gather %d, %t1 {group = @dp} : (tensor<4x2xf32>, !strata.token) -> (tensor<8x2xf32>, !strata.token)
+  return %g : tensor<8x2xf32>
 }

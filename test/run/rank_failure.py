@@ -46,14 +46,16 @@ if len(victims) < nproc:
 os.kill(victims[-1], signal.SIGKILL)
 start = time.time()
 try:
-    job.wait(timeout=30)
+    # Read while waiting: a survivor may print much (MPI's transport
+    # complaining about the dead peer) and must not block on a full pipe.
+    _, stderr = job.communicate(timeout=30)
 except subprocess.TimeoutExpired:
     os.killpg(job.pid, signal.SIGKILL)
     sys.exit("FAIL: the surviving rank hung after its peer died")
 print("job ended %.1f s after a rank was killed, status %d"
       % (time.time() - start, job.returncode))
 lines = sorted(line.strip() for line in
-               job.stderr.read().decode(errors="replace").splitlines()
+               stderr.decode(errors="replace").splitlines()
                if "rank" in line)
 for line in lines:
     print(line)

@@ -222,40 +222,76 @@ TEST(RuntimeTest, FailuresAreRecordedWithTheirSite) {
   EXPECT_EQ(site, 12);
   strata_rt_clear_error(ctx);
   EXPECT_EQ(strata_rt_error(ctx, nullptr), nullptr);
-  // A collective without the host's all-reduce.
+  // A collective without the host's collectives.
   float data[2] = {1, 2};
   int64_t group[] = {1, 2, 0, 1};
-  strata_rt_all_reduce(ctx, 3, STRATA_RT_F32, data, data, 2, 0, group);
+  strata_rt_collective(ctx, 3, STRATA_RT_ALL_REDUCE, STRATA_RT_F32, data, data,
+                       2, 0, 0, group);
   message = strata_rt_error(ctx, &site);
   ASSERT_NE(message, nullptr);
   EXPECT_EQ(site, 3);
+  EXPECT_EQ(std::string(message), "all_reduce needs several ranks");
 }
 
-// A host of two ranks whose peer holds the same data: the sum doubles it.
-int fakeStart(void *user, void *data, int64_t count, int64_t dtype,
-              const int64_t *ranks, int64_t numRanks, void **request,
-              char *error, size_t errorSize) {
-  auto *started = static_cast<int *>(user);
-  ++*started;
-  *request = data;
+// A host of two ranks whose peer holds the same data as this rank (rank 0),
+// and broadcasts 42s from rank 1. With `async`, the work happens at the wait.
+struct FakeHost {
+  bool async = false;
+  std::vector<StrataRtCollective> calls;
+  std::vector<bool> blocking;
+};
+void runFake(const StrataRtCollective &c) {
+  const float *send = static_cast<const float *>(c.send);
+  float *recv = static_cast<float *>(c.recv);
+  switch (c.op) {
+  case STRATA_RT_ALL_REDUCE:
+    for (int64_t i = 0; i < c.count; ++i)
+      recv[i] = 2 * send[i];
+    break;
+  case STRATA_RT_BROADCAST:
+    if (c.root == 1)
+      std::fill(recv, recv + c.count, 42.0f);
+    break;
+  case STRATA_RT_REDUCE_SCATTER: // this rank's slice is the first
+    for (int64_t i = 0; i < c.count; ++i)
+      recv[i] = 2 * send[i];
+    break;
+  case STRATA_RT_ALL_GATHER:
+    for (int64_t r = 0; r < c.numRanks; ++r)
+      std::copy(send, send + c.count, recv + r * c.count);
+    break;
+  }
+}
+int fakeCollective(void *user, const StrataRtCollective *c, void **request,
+                   char *error, size_t errorSize) {
+  auto *host = static_cast<FakeHost *>(user);
+  host->calls.push_back(*c);
+  host->blocking.push_back(request == nullptr);
+  if (request)
+    *request = new StrataRtCollective(*c);
+  else
+    runFake(*c);
   return 0;
 }
 int fakeWait(void *user, void *request, char *error, size_t errorSize) {
-  float *data = static_cast<float *>(request);
-  data[0] *= 2;
-  data[1] *= 2;
+  auto *c = static_cast<StrataRtCollective *>(request);
+  runFake(*c);
+  delete c;
   return 0;
 }
 
-TEST(RuntimeTest, NonBlockingAllReduceCompletesAtTheWait) {
+TEST(RuntimeTest, CollectivesStartAndCompleteAtTheWait) {
   Context ctx;
-  int started = 0;
-  strata_rt_set_async_all_reduce(ctx, fakeStart, fakeWait, &started);
-  float in[2] = {1, 3}, out[2] = {0, 0};
+  FakeHost host;
+  strata_rt_set_collectives(ctx, fakeCollective, fakeWait, &host);
   int64_t group[] = {1, 2, 0, 1};
-  strata_rt_all_reduce_start(ctx, /*site=*/5, STRATA_RT_F32, out, in, 2,
-                             /*sum=*/0, group);
-  EXPECT_EQ(started, 1);
+  float in[4] = {1, 3, 5, 7}, out[4] = {0, 0, 0, 0};
+  // all_reduce: in place on the output, completed at the wait.
+  strata_rt_collective(ctx, /*site=*/5, STRATA_RT_ALL_REDUCE, STRATA_RT_F32,
+                       out, in, 2, /*sum=*/0, 0, group);
+  ASSERT_EQ(host.calls.size(), 1u);
+  EXPECT_FALSE(host.blocking[0]);
+  EXPECT_EQ(host.calls[0].send, host.calls[0].recv);
   EXPECT_EQ(out[0], 1.0f); // the input, not reduced yet
   strata_rt_wait(ctx, 5);
   EXPECT_EQ(out[0], 2.0f); // summed over the two ranks
@@ -263,12 +299,67 @@ TEST(RuntimeTest, NonBlockingAllReduceCompletesAtTheWait) {
   strata_rt_wait(ctx, 5); // nothing in flight: no effect
   EXPECT_EQ(out[1], 6.0f);
   // A mean divides the sum by the group's size when it completes.
-  strata_rt_all_reduce_start(ctx, 6, STRATA_RT_F32, out, in, 2, /*mean=*/1,
-                             group);
+  strata_rt_collective(ctx, 6, STRATA_RT_ALL_REDUCE, STRATA_RT_F32, out, in, 2,
+                       /*mean=*/1, 0, group);
   strata_rt_wait(ctx, 6);
   EXPECT_EQ(out[0], 1.0f);
   EXPECT_EQ(out[1], 3.0f);
+  // reduce_scatter: 4 elements in, this rank's 2 out, averaged.
+  float slice[2] = {0, 0};
+  strata_rt_collective(ctx, 7, STRATA_RT_REDUCE_SCATTER, STRATA_RT_F32, slice,
+                       in, 2, /*mean=*/1, 0, group);
+  EXPECT_EQ(host.calls.back().count, 2);
+  EXPECT_EQ(host.calls.back().send, in);
+  strata_rt_wait(ctx, 7);
+  EXPECT_EQ(slice[0], 1.0f);
+  EXPECT_EQ(slice[1], 3.0f);
+  // all_gather: 2 elements from each of the 2 ranks.
+  float gathered[4] = {0, 0, 0, 0};
+  strata_rt_collective(ctx, 8, STRATA_RT_ALL_GATHER, STRATA_RT_F32, gathered,
+                       slice, 4, 0, 0, group);
+  EXPECT_EQ(host.calls.back().count, 2);
+  strata_rt_wait(ctx, 8);
+  EXPECT_EQ(gathered[2], 1.0f);
+  EXPECT_EQ(gathered[3], 3.0f);
+  // broadcast from rank 1 of the list.
+  strata_rt_collective(ctx, 9, STRATA_RT_BROADCAST, STRATA_RT_F32, out, in, 2,
+                       0, /*root=*/1, group);
+  strata_rt_wait(ctx, 9);
+  EXPECT_EQ(out[0], 42.0f);
   EXPECT_EQ(strata_rt_error(ctx, nullptr), nullptr);
+  // A root outside the list and a gather that does not divide: errors at
+  // their sites, the host not called.
+  size_t calls = host.calls.size();
+  strata_rt_collective(ctx, 10, STRATA_RT_BROADCAST, STRATA_RT_F32, out, in, 2,
+                       0, /*root=*/2, group);
+  int64_t site = -1;
+  const char *message = strata_rt_error(ctx, &site);
+  ASSERT_NE(message, nullptr);
+  EXPECT_EQ(site, 10);
+  EXPECT_EQ(std::string(message), "broadcast root 2 outside a group of 2");
+  strata_rt_clear_error(ctx);
+  strata_rt_collective(ctx, 11, STRATA_RT_ALL_GATHER, STRATA_RT_F32, gathered,
+                       slice, 3, 0, 0, group);
+  message = strata_rt_error(ctx, &site);
+  ASSERT_NE(message, nullptr);
+  EXPECT_EQ(site, 11);
+  EXPECT_EQ(host.calls.size(), calls);
+}
+
+TEST(RuntimeTest, CollectivesBlockWithoutTheHostsWait) {
+  Context ctx;
+  FakeHost host;
+  strata_rt_set_collectives(ctx, fakeCollective, /*wait=*/nullptr, &host);
+  int64_t group[] = {1, 2, 0, 1};
+  float in[2] = {1, 3}, out[2] = {0, 0};
+  strata_rt_collective(ctx, 5, STRATA_RT_ALL_REDUCE, STRATA_RT_F32, out, in, 2,
+                       /*mean=*/1, 0, group);
+  ASSERT_EQ(host.blocking.size(), 1u);
+  EXPECT_TRUE(host.blocking[0]);
+  EXPECT_EQ(out[0], 1.0f); // complete (and averaged) on return
+  EXPECT_EQ(out[1], 3.0f);
+  strata_rt_wait(ctx, 5); // nothing in flight
+  EXPECT_EQ(out[1], 3.0f);
 }
 
 // A host whose wire is a queue: sends append, receives take the oldest
@@ -353,7 +444,7 @@ TEST(RuntimeTest, SendAndRecvGoThroughTheHost) {
 TEST(RuntimeTest, SymbolsNameEveryKernel) {
   size_t count = 0;
   const StrataRtSymbol *symbols = strata_rt_symbols(&count);
-  EXPECT_EQ(count, 32u);
+  EXPECT_EQ(count, 30u);
   bool gemm = false;
   for (size_t i = 0; i < count; ++i) {
     EXPECT_NE(symbols[i].address, nullptr);

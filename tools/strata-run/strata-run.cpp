@@ -112,7 +112,7 @@ static cl::opt<std::string> traceFile(
     cl::value_desc("file"), cl::init(""));
 static cl::opt<bool> blockingCollectives(
     "blocking-collectives",
-    cl::desc("Complete every all-reduce where it is issued instead of "
+    cl::desc("Complete every collective where it is issued instead of "
              "overlapping it with the ops that follow (for measurements and "
              "debugging)"),
     cl::init(false));
@@ -231,7 +231,7 @@ struct Activity {
 } // namespace stop
 
 /// Collectives over MPI: in doubles for the reference backend, and as the
-/// CPU runtime's all-reduce (strata_rt_set_all_reduce). Sub-communicators
+/// CPU runtime's collectives (strata_rt_set_collectives). Sub-communicators
 /// are created on first use; every rank reaches the collectives of the
 /// program in the same order, so they are created in the same order.
 class MpiCommunicator : public strata::reference::Communicator {
@@ -394,64 +394,73 @@ public:
                                     : MPI_INT64_T;
   }
 
-  /// The CPU runtime's broadcast.
-  static int runtimeBroadcast(void *user, void *data, int64_t count,
-                              int64_t dtype, const int64_t *ranks,
-                              int64_t numRanks, int64_t root, char *error,
-                              size_t errorSize) {
+  /// The CPU runtime's collectives: blocking, or started (MPI_I*) with a
+  /// heap-allocated MPI_Request that runtimeWait completes.
+  static int runtimeCollective(void *user, const StrataRtCollective *c,
+                               void **request, char *error,
+                               size_t errorSize) {
     auto *self = static_cast<MpiCommunicator *>(user);
-    if (Error err = self->broadcast(data, count, mpiType(dtype),
-                                    ArrayRef<int64_t>(ranks, numRanks), root)) {
-      std::snprintf(error, errorSize, "%s", toString(std::move(err)).c_str());
-      return 1;
-    }
-    return 0;
-  }
-
-  /// The CPU runtime's non-blocking all-reduce: MPI_Iallreduce, then
-  /// MPI_Wait on the request (a heap-allocated MPI_Request).
-  static int runtimeAllReduceStart(void *user, void *data, int64_t count,
-                                   int64_t dtype, const int64_t *ranks,
-                                   int64_t numRanks, void **request,
-                                   char *error, size_t errorSize) {
-    auto *self = static_cast<MpiCommunicator *>(user);
-    auto comm = self->communicatorOf(ArrayRef<int64_t>(ranks, numRanks));
+    auto comm = self->communicatorOf(ArrayRef<int64_t>(c->ranks, c->numRanks));
     if (!comm) {
       std::snprintf(error, errorSize, "%s",
                     toString(comm.takeError()).c_str());
       return 1;
     }
-    auto *r = new MPI_Request;
-    if (MPI_Iallreduce(MPI_IN_PLACE, data, int(count), mpiType(dtype),
-                       MPI_SUM, *comm, r) != MPI_SUCCESS) {
+    MPI_Datatype type = mpiType(c->dtype);
+    int count = int(c->count);
+    MPI_Request *r = request ? new MPI_Request : nullptr;
+    int status = MPI_SUCCESS;
+    const char *call = "";
+    switch (c->op) {
+    case STRATA_RT_ALL_REDUCE:
+      call = r ? "MPI_Iallreduce" : "MPI_Allreduce";
+      status = r ? MPI_Iallreduce(MPI_IN_PLACE, c->recv, count, type, MPI_SUM,
+                                  *comm, r)
+                 : MPI_Allreduce(MPI_IN_PLACE, c->recv, count, type, MPI_SUM,
+                                 *comm);
+      break;
+    case STRATA_RT_BROADCAST:
+      call = r ? "MPI_Ibcast" : "MPI_Bcast";
+      status = r ? MPI_Ibcast(c->recv, count, type, int(c->root), *comm, r)
+                 : MPI_Bcast(c->recv, count, type, int(c->root), *comm);
+      break;
+    case STRATA_RT_REDUCE_SCATTER:
+      call = r ? "MPI_Ireduce_scatter_block" : "MPI_Reduce_scatter_block";
+      status = r ? MPI_Ireduce_scatter_block(c->send, c->recv, count, type,
+                                             MPI_SUM, *comm, r)
+                 : MPI_Reduce_scatter_block(c->send, c->recv, count, type,
+                                            MPI_SUM, *comm);
+      break;
+    case STRATA_RT_ALL_GATHER:
+      call = r ? "MPI_Iallgather" : "MPI_Allgather";
+      status = r ? MPI_Iallgather(c->send, count, type, c->recv, count, type,
+                                  *comm, r)
+                 : MPI_Allgather(c->send, count, type, c->recv, count, type,
+                                 *comm);
+      break;
+    default:
+      std::snprintf(error, errorSize, "unknown collective %lld",
+                    (long long)c->op);
       delete r;
-      std::snprintf(error, errorSize, "MPI_Iallreduce failed");
       return 1;
     }
-    *request = r;
+    if (status != MPI_SUCCESS) {
+      delete r;
+      std::snprintf(error, errorSize, "%s failed", call);
+      return 1;
+    }
+    if (request)
+      *request = r;
     return 0;
   }
   static int runtimeWait(void *, void *request, char *error,
                          size_t errorSize) {
+    stop::check();
     auto *r = static_cast<MPI_Request *>(request);
     int status = MPI_Wait(r, MPI_STATUS_IGNORE);
     delete r;
     if (status != MPI_SUCCESS) {
       std::snprintf(error, errorSize, "MPI_Wait failed");
-      return 1;
-    }
-    return 0;
-  }
-
-  /// The CPU runtime's all-reduce.
-  static int runtimeAllReduce(void *user, void *data, int64_t count,
-                              int64_t dtype, const int64_t *ranks,
-                              int64_t numRanks, char *error,
-                              size_t errorSize) {
-    auto *self = static_cast<MpiCommunicator *>(user);
-    if (Error err = self->allReduce(data, count, mpiType(dtype),
-                                    ArrayRef<int64_t>(ranks, numRanks))) {
-      std::snprintf(error, errorSize, "%s", toString(std::move(err)).c_str());
       return 1;
     }
     return 0;
@@ -754,17 +763,13 @@ int main(int argc, char **argv) {
     effectiveThreads = cpuOptions.threads;
     cpuOptions.trace = !traceFile.empty();
     if (mpiRunning) {
-      cpuOptions.allReduce = &MpiCommunicator::runtimeAllReduce;
-      cpuOptions.allReduceUser = &communicator;
-      cpuOptions.broadcast = &MpiCommunicator::runtimeBroadcast;
-      cpuOptions.broadcastUser = &communicator;
+      cpuOptions.collective = &MpiCommunicator::runtimeCollective;
+      if (!blockingCollectives)
+        cpuOptions.wait = &MpiCommunicator::runtimeWait;
+      cpuOptions.collectiveUser = &communicator;
       cpuOptions.send = &MpiCommunicator::runtimeSend;
       cpuOptions.recv = &MpiCommunicator::runtimeRecv;
       cpuOptions.pointToPointUser = &communicator;
-      if (!blockingCollectives) {
-        cpuOptions.allReduceStart = &MpiCommunicator::runtimeAllReduceStart;
-        cpuOptions.wait = &MpiCommunicator::runtimeWait;
-      }
     }
     auto compiled = strata::CpuExecutable::compile(*module, cpuOptions);
     if (!compiled) {

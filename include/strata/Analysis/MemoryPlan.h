@@ -53,6 +53,14 @@ struct MemoryPlan {
 /// stands. One pass over the block.
 llvm::DenseSet<mlir::Operation *> deferredAssigns(mlir::Block &block);
 
+/// Where a collective that starts at `op` (all_reduce, broadcast,
+/// reduce_scatter, all_gather) completes: before the first op of its block
+/// that reads its result, or, when nothing does, before the next op (the
+/// result's bytes may be reused there). Between the two the runtime's
+/// collective is in flight; reduce_scatter and all_gather read their input
+/// until it completes, so the plan keeps that input alive.
+mlir::Operation *collectiveWaitPoint(mlir::Operation *op);
+
 /// Bytes of a ranked tensor type (0 for anything else, e.g. tokens).
 int64_t tensorBytes(mlir::Type type);
 

@@ -35,15 +35,11 @@ struct CpuOptions {
   int64_t rank = 0;
   /// Kernel threads (OpenMP, also oneDNN's).
   int64_t threads = 1;
-  /// Collectives: required when the program has any.
-  StrataRtAllReduceFn allReduce = nullptr;
-  void *allReduceUser = nullptr;
-  StrataRtBroadcastFn broadcast = nullptr;
-  void *broadcastUser = nullptr;
-  /// Non-blocking all-reduce (its user is allReduceUser); without it the
-  /// all-reduces are synchronous.
-  StrataRtAllReduceStartFn allReduceStart = nullptr;
+  /// Collectives: required when the program has any. Without `wait`,
+  /// every collective completes where it starts.
+  StrataRtCollectiveFn collective = nullptr;
   StrataRtWaitFn wait = nullptr;
+  void *collectiveUser = nullptr;
   /// Point to point (pipeline stages).
   StrataRtSendFn send = nullptr;
   StrataRtRecvFn recv = nullptr;

@@ -48,26 +48,36 @@ enum { STRATA_RT_ADAM = 0, STRATA_RT_ADAMW = 1, STRATA_RT_LAMB = 2 };
 /* Learning-rate schedules. */
 enum { STRATA_RT_LR_CONSTANT = 0, STRATA_RT_LR_LINEAR_WARMUP = 1, STRATA_RT_LR_COSINE = 2 };
 
-/* Sums `count` elements of `data` in place over the ranks `ranks` (which
-   contain this rank); returns 0 on success. Installed by the host (MPI). */
-typedef int (*StrataRtAllReduceFn)(void *user, void *data, int64_t count,
-                                   int64_t dtype, const int64_t *ranks,
-                                   int64_t numRanks, char *error,
-                                   size_t errorSize);
+/* Collectives that the host runs (MPI, NCCL) for strata_rt_collective. */
+enum {
+  /* recv[i] = the sum over the ranks of their recv[i] (in place) */
+  STRATA_RT_ALL_REDUCE = 0,
+  /* recv = the recv of rank ranks[root] (in place) */
+  STRATA_RT_BROADCAST = 1,
+  /* send holds numRanks slices of `count` elements; recv = the sum over the
+     ranks of their slice number (this rank's index in ranks) */
+  STRATA_RT_REDUCE_SCATTER = 2,
+  /* recv holds numRanks slices of `count` elements: slice i = the send of
+     rank ranks[i] */
+  STRATA_RT_ALL_GATHER = 3
+};
+typedef struct {
+  int64_t op;        /* STRATA_RT_ALL_REDUCE ... */
+  const void *send;  /* equal to recv for all_reduce and broadcast */
+  void *recv;
+  int64_t count;     /* elements per rank, as above */
+  int64_t dtype;
+  const int64_t *ranks; /* the group, which holds this rank, in order */
+  int64_t numRanks;
+  int64_t root;      /* broadcast: an index into ranks */
+} StrataRtCollective;
 
-/* Copies `count` elements of `data` from ranks[root] to every rank of
-   `ranks` (which contain this rank); returns 0 on success. */
-typedef int (*StrataRtBroadcastFn)(void *user, void *data, int64_t count,
-                                   int64_t dtype, const int64_t *ranks,
-                                   int64_t numRanks, int64_t root, char *error,
-                                   size_t errorSize);
-
-/* Non-blocking all-reduce: `start` begins summing `data` in place and
-   returns a request; `wait` completes it. Both return 0 on success. */
-typedef int (*StrataRtAllReduceStartFn)(void *user, void *data, int64_t count,
-                                        int64_t dtype, const int64_t *ranks,
-                                        int64_t numRanks, void **request,
-                                        char *error, size_t errorSize);
+/* Runs `c` when `request` is NULL; otherwise starts it, stores a request that
+   the wait function completes, and returns (send and recv stay in use until
+   then). Returns 0 on success, else writes a message into `error`. */
+typedef int (*StrataRtCollectiveFn)(void *user, const StrataRtCollective *c,
+                                    void **request, char *error,
+                                    size_t errorSize);
 typedef int (*StrataRtWaitFn)(void *user, void *request, char *error,
                               size_t errorSize);
 
@@ -93,13 +103,10 @@ typedef int (*StrataRtRecvFn)(void *user, void *data, int64_t count,
 StrataRtContext *strata_rt_create(uint64_t seed, int64_t rank, int64_t shard,
                                   int64_t threads);
 void strata_rt_destroy(StrataRtContext *ctx);
-void strata_rt_set_all_reduce(StrataRtContext *ctx, StrataRtAllReduceFn fn,
-                              void *user);
-void strata_rt_set_broadcast(StrataRtContext *ctx, StrataRtBroadcastFn fn,
-                             void *user);
-void strata_rt_set_async_all_reduce(StrataRtContext *ctx,
-                                    StrataRtAllReduceStartFn start,
-                                    StrataRtWaitFn wait, void *user);
+/* The host's collectives; without `wait` every collective completes where
+   it starts (computation does not overlap it). */
+void strata_rt_set_collectives(StrataRtContext *ctx, StrataRtCollectiveFn run,
+                               StrataRtWaitFn wait, void *user);
 void strata_rt_set_point_to_point(StrataRtContext *ctx, StrataRtSendFn send,
                                   StrataRtRecvFn recv, void *user);
 /* The first failure since the last strata_rt_clear_error, or NULL; `site` is
@@ -273,21 +280,19 @@ void strata_rt_lars(StrataRtContext *ctx, int64_t site, float *newParam,
 
 /* Collectives. `group` holds the group's rank lists: their number, then for
    each its length and ranks; the list that holds this rank is used.
-   `kind` 0 sums, 1 averages. */
-void strata_rt_all_reduce(StrataRtContext *ctx, int64_t site, int64_t dtype,
-                          void *out, const void *in, int64_t n, int64_t kind,
-                          const int64_t *group);
-/* The same, split so that computation overlaps it: _start begins it (call
-   site `site`), strata_rt_wait(site) completes it before `out` is read. Without
-   the host's non-blocking functions, _start is strata_rt_all_reduce. */
-void strata_rt_all_reduce_start(StrataRtContext *ctx, int64_t site,
-                                int64_t dtype, void *out, const void *in,
-                                int64_t n, int64_t kind, const int64_t *group);
+   strata_rt_collective starts collective `op` (STRATA_RT_ALL_REDUCE ...) at
+   call site `site` and strata_rt_wait(site) completes it, before `out` is
+   read; `in` must stay unchanged until then (reduce_scatter and all_gather
+   read it while in flight; all_reduce and broadcast copy it into `out`
+   first). `n` counts the elements of `out`; reduce_scatter reads n x the
+   group size from `in`, all_gather n / the group size. `kind` 0 sums, 1
+   averages (all_reduce, reduce_scatter); `root` is the broadcast's index in
+   the list. Without the host's wait function the collective completes
+   before strata_rt_collective returns. */
+void strata_rt_collective(StrataRtContext *ctx, int64_t site, int64_t op,
+                          int64_t dtype, void *out, const void *in, int64_t n,
+                          int64_t kind, int64_t root, const int64_t *group);
 void strata_rt_wait(StrataRtContext *ctx, int64_t site);
-/* out = the tensor of rank `root` of this rank's list (an index into it). */
-void strata_rt_broadcast(StrataRtContext *ctx, int64_t site, int64_t dtype,
-                         void *out, const void *in, int64_t n, int64_t root,
-                         const int64_t *group);
 /* Sends `n` elements of `in` to rank `peer` of this rank's list (an index
    into it); strata_rt_recv receives them there into `out`. */
 void strata_rt_send(StrataRtContext *ctx, int64_t site, int64_t dtype,
