@@ -149,8 +149,9 @@ private:
                                      ArrayRef<LLVM::GEPArg>{int32_t(index)});
     return LLVM::LoadOp::create(b, loc, ptrType, slot);
   }
-  Value arenaAt(int64_t offset) {
-    return LLVM::GEPOp::create(b, loc, ptrType, b.getI8Type(), arena,
+  Value arenaAt(int64_t offset) { return byteOffset(arena, offset); }
+  Value byteOffset(Value base, int64_t offset) {
+    return LLVM::GEPOp::create(b, loc, ptrType, b.getI8Type(), base,
                                ArrayRef<LLVM::GEPArg>{int32_t(offset)});
   }
 
@@ -528,6 +529,32 @@ LogicalResult Lowering::lower(Operation *op) {
       })
       .Case([&](ReshapeOp o) {
         copy(ptr(o), ptr(o.getInput()), tensorBytes(o.getType()));
+        return success();
+      })
+      .Case([&](PackOp o) -> LogicalResult {
+        auto type = dtype(op, o.getResult());
+        if (failed(type))
+          return failure();
+        int64_t at = 0;
+        for (Value in : o.getInputs()) {
+          copy(byteOffset(ptr(o), at), ptr(in), tensorBytes(in.getType()));
+          at += tensorBytes(in.getType());
+        }
+        int64_t width = tensorBytes(o.getType()) / numel(o);
+        if (int64_t rest = numel(o) - at / width)
+          call("strata_rt_fill", {context, site(), i64(*type),
+                                  byteOffset(ptr(o), at), i64(rest), f64(0)});
+        return success();
+      })
+      .Case([&](UnpackOp o) {
+        int64_t width = tensorBytes(o.getInput().getType()) /
+                        numel(o.getInput());
+        int64_t at = o.getOffset() * width;
+        for (Value r : o.getResults()) {
+          copy(ptr(r), byteOffset(ptr(o.getInput()), at),
+               tensorBytes(r.getType()));
+          at += tensorBytes(r.getType());
+        }
         return success();
       })
       .Case([&](TransposeOp o) -> LogicalResult {

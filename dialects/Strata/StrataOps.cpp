@@ -367,6 +367,38 @@ LogicalResult ReshapeOp::verify() {
   return success();
 }
 
+LogicalResult PackOp::verify() {
+  auto out = cast<RankedTensorType>(getResult().getType());
+  int64_t total = 0;
+  for (Value in : getInputs()) {
+    auto t = cast<RankedTensorType>(in.getType());
+    if (t.getElementType() != out.getElementType())
+      return emitOpError() << "packs a " << t << " into a " << out;
+    total += t.getNumElements();
+  }
+  if (total > out.getNumElements())
+    return emitOpError() << "packs " << total << " elements into "
+                         << out.getNumElements();
+  return success();
+}
+
+LogicalResult UnpackOp::verify() {
+  auto in = cast<RankedTensorType>(getInput().getType());
+  if (getOffset() < 0)
+    return emitOpError() << "offset " << getOffset() << " is negative";
+  int64_t end = getOffset();
+  for (Value r : getResults()) {
+    auto t = cast<RankedTensorType>(r.getType());
+    if (t.getElementType() != in.getElementType())
+      return emitOpError() << "unpacks a " << t << " from a " << in;
+    end += t.getNumElements();
+  }
+  if (end > in.getNumElements())
+    return emitOpError() << "unpacks elements up to " << end
+                         << " from a buffer of " << in.getNumElements();
+  return success();
+}
+
 LogicalResult TransposeOp::inferReturnTypes(MLIRContext *,
                                             std::optional<Location> loc,
                                             Adaptor adaptor,

@@ -379,6 +379,37 @@ def Strata_ReshapeOp : Strata_ShapeOp<"reshape"> {
   let results = (outs Strata_AnyTensor:$result);
 }
 
+def Strata_PackOp : Strata_ShapeOp<"pack"> {
+  let summary = "Lays tensors end to end in one flat buffer";
+  let description = [{
+    The elements of every input, in order, then zeros up to the result's
+    size: a communication bucket (Paddle's coalesced buffer). `strata-sharding`
+    packs each rank's share of a gradient bucket for `strata.reduce_scatter`
+    and each rank's updated parameters for `strata.all_gather`.
+
+    ```mlir
+    %flat = strata.pack %w, %b : (tensor<4x8xf32>, tensor<8xf32>) -> tensor<48xf32>
+    ```
+  }];
+  let arguments = (ins Variadic<Strata_AnyTensor>:$inputs);
+  let results = (outs 1DTensorOf<[AnyType]>:$result);
+}
+
+def Strata_UnpackOp : Strata_ShapeOp<"unpack"> {
+  let summary = "Takes tensors out of a flat buffer";
+  let description = [{
+    Result i holds the input's elements from `offset` plus the sizes of the
+    results before it, in its own shape: the inverse of `strata.pack`.
+
+    ```mlir
+    %w, %b = strata.unpack %flat {offset = 0 : i64} : (tensor<48xf32>) -> (tensor<4x8xf32>, tensor<8xf32>)
+    ```
+  }];
+  let arguments = (ins 1DTensorOf<[AnyType]>:$input,
+                       DefaultValuedAttr<I64Attr, "0">:$offset);
+  let results = (outs Variadic<Strata_AnyTensor>:$results);
+}
+
 def Strata_TransposeOp : Strata_ComputeOp<"transpose"> {
   let summary = "Permutes dimensions";
   let description = [{

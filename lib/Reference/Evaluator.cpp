@@ -653,6 +653,29 @@ llvm::Error Evaluator::step(Operation *op) {
         set(o, std::move(s));
         return llvm::Error::success();
       })
+      .Case([&](PackOp o) -> llvm::Error {
+        Tensor out(outShape()); // zeros past the inputs
+        size_t at = 0;
+        for (unsigned i = 0; i < o.getInputs().size(); ++i) {
+          const Tensor &x = in(i);
+          std::copy(x.data.begin(), x.data.end(), out.data.begin() + at);
+          at += x.data.size();
+        }
+        set(o, std::move(out));
+        return llvm::Error::success();
+      })
+      .Case([&](UnpackOp o) -> llvm::Error {
+        const Tensor &x = in(0);
+        int64_t at = o.getOffset();
+        for (unsigned i = 0; i < o.getNumResults(); ++i) {
+          Tensor r(outShape(i));
+          std::copy(x.data.begin() + at, x.data.begin() + at + r.numElements(),
+                    r.data.begin());
+          at += r.numElements();
+          set(o.getResult(i), std::move(r));
+        }
+        return llvm::Error::success();
+      })
       .Case([&](SliceOp o) -> llvm::Error {
         const Tensor &x = in(0);
         Tensor out(outShape());

@@ -737,3 +737,27 @@ func.func @f(%x: tensor<8x4xf32>) {
   %0 = strata.slice %x {dim = 2 : i64, start = 0 : i64, size = 1 : i64} : (tensor<8x4xf32>) -> tensor<8x4xf32>
   return
 }
+
+// -----
+
+func.func @f(%x: tensor<8x4xf32>, %b: tensor<4xf32>) {
+  // expected-error@+1 {{'strata.pack' op packs 36 elements into 32}}
+  %0 = strata.pack %x, %b : (tensor<8x4xf32>, tensor<4xf32>) -> tensor<32xf32>
+  return
+}
+
+// -----
+
+func.func @f(%x: tensor<8x4xf32>, %i: tensor<4xi32>) {
+  // expected-error@+1 {{'strata.pack' op packs a 'tensor<4xi32>' into a 'tensor<36xf32>'}}
+  %0 = strata.pack %x, %i : (tensor<8x4xf32>, tensor<4xi32>) -> tensor<36xf32>
+  return
+}
+
+// -----
+
+func.func @f(%x: tensor<32xf32>) {
+  // expected-error@+1 {{'strata.unpack' op unpacks elements up to 36 from a buffer of 32}}
+  %0:2 = strata.unpack %x {offset = 4 : i64} : (tensor<32xf32>) -> (tensor<4x4xf32>, tensor<16xf32>)
+  return
+}

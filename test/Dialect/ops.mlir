@@ -36,6 +36,10 @@ func.func @forward(%x: tensor<4x8xf32>, %ids: tensor<4x3xi32>, %labels: tensor<4
   %c = strata.reshape %b : (tensor<16xf32>) -> tensor<1x16xf32>
   %r = strata.reduce_sum %3 {dims = array<i64: 1>, keep_dims} : (tensor<4x16xf32>) -> tensor<4x1xf32>
   %4 = strata.mul %r, %c : (tensor<4x1xf32>, tensor<1x16xf32>) -> tensor<4x16xf32>
+  // CHECK: strata.pack {{.*}} : (tensor<4x16xf32>, tensor<16xf32>) -> tensor<96xf32>
+  %flat = strata.pack %3, %b : (tensor<4x16xf32>, tensor<16xf32>) -> tensor<96xf32>
+  // CHECK: strata.unpack {{.*}} {offset = 16 : i64} : (tensor<96xf32>) -> (tensor<4x16xf32>, tensor<16xf32>)
+  %u:2 = strata.unpack %flat {offset = 16 : i64} : (tensor<96xf32>) -> (tensor<4x16xf32>, tensor<16xf32>)
   // CHECK: strata.div
   %5 = strata.div %4, %2 : (tensor<4x16xf32>, tensor<4x16xf32>) -> tensor<4x16xf32>
   // CHECK: strata.scale {{.*}} {factor = 5.000000e-01 : f64}
