@@ -341,6 +341,12 @@ LogicalResult PipelinePass::place(func::FuncOp func, bool final) {
       return get.getNameAttr();
     return {};
   };
+  // Targets that some op reads: their assignments wait for the home stage
+  // (placing them by their operands first could fix the wrong stage).
+  llvm::DenseSet<StringAttr> readNames;
+  for (Operation &op : body.without_terminator())
+    if (FlatSymbolRefAttr name = nameRead(op))
+      readNames.insert(name.getAttr());
   for (bool changed = true; changed;) {
     changed = false;
     auto setStage = [&](Place &p, int64_t stage) {
@@ -359,6 +365,8 @@ LogicalResult PipelinePass::place(func::FuncOp func, bool final) {
           setStage(p, it->second);
           continue;
         }
+        if (readNames.contains(assign.getNameAttr().getAttr()))
+          continue;
       }
       int64_t stage = -1;
       for (Value v : op.getOperands())

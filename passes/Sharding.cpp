@@ -1,13 +1,23 @@
-//===- Sharding.cpp - ZeRO stage 1: optimizer state on its owner ----------===//
+//===- Sharding.cpp - ZeRO stages 1-3 as per-rank programs ----------------===//
 //
-// Runs after strata-data-parallel (batch shards, averaged gradients) and
-// strata-optimizer, and makes the program of one rank: every parameter gets
-// an owner among the `degree` ranks of its sharding group (greedy_even or
-// use_order); this rank keeps the optimizer state and the update of the
-// parameters it owns only, and every updated parameter is broadcast from its
-// owner to the group when the step ends, so that all replicas stay equal.
+// Runs after strata-data-parallel (batch shards, averaged gradients in
+// buckets) and strata-optimizer, and makes the program of one rank: every
+// parameter gets an owner among the `degree` ranks of its sharding group
+// (greedy_even or use_order); this rank keeps the optimizer state and the
+// update of the parameters it owns only.
+//  - Stage 1: gradients are all-reduced as in data parallelism; when the
+//    step ends, each rank packs its updated parameters into a flat buffer
+//    and one all_gather per bucket gives every rank all of them.
+//  - Stage 2: each gradient bucket becomes one reduce_scatter: every rank's
+//    share (the gradients of the parameters it owns) is packed into a
+//    segment of the bucket, so that each rank receives only its own,
+//    averaged; global-norm clipping sums per-rank partial norms.
+//  - Stage 3: parameters of at least `segment-size` elements live on their
+//    owner only and are broadcast into step buffers before the forward and
+//    the backward reads, each prefetched one gather ahead.
 // With degree < world size the sharding groups are consecutive blocks of
-// ranks and the data-parallel all-reduce spans them all (hybrid).
+// ranks; the reduce_scatter is followed by an all_reduce of the segment over
+// the ranks that hold the same share (hybrid data parallelism).
 //
 //===----------------------------------------------------------------------===//
 
@@ -20,8 +30,11 @@
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/IR/Builders.h"
 #include "mlir/IR/SymbolTable.h"
+#include "llvm/ADT/MapVector.h"
 #include "llvm/ADT/SetVector.h"
 #include "llvm/ADT/StringSet.h"
+
+#include <map>
 
 namespace strata {
 #define GEN_PASS_DEF_STRATASHARDING
@@ -119,6 +132,10 @@ struct ShardingPass : public strata::impl::StrataShardingBase<ShardingPass> {
 
     Block &body = step.getBody().front();
     auto ret = cast<func::ReturnOp>(body.getTerminator());
+    // Before any change (so that every rank decides alike): which bucketed
+    // all-reduce of data parallelism computes which parameter's gradient.
+    llvm::MapVector<Operation *, std::string> gradientOf =
+        bucketedGradients(body);
     // The new value of each updated parameter (null where another rank
     // owns it), in module order.
     llvm::StringMap<Value> updated;
@@ -188,6 +205,21 @@ struct ShardingPass : public strata::impl::StrataShardingBase<ShardingPass> {
 
     if (stage >= 2 && failed(shardClipping(step, groupRef, me)))
       return signalPassFailure();
+    // Hybrid: the ranks that hold the same share in each sharding group.
+    FlatSymbolRefAttr outerRef;
+    if (dpDegree > 1) {
+      SmallVector<SmallVector<int64_t>> outer;
+      for (int64_t r = 0; r < degree; ++r) {
+        SmallVector<int64_t> ranks;
+        for (int64_t g = 0; g < dpDegree; ++g)
+          ranks.push_back(g * degree + r);
+        outer.push_back(ranks);
+      }
+      outerRef = declareCommGroup(module, "sharding_dp", outer);
+    }
+    if (stage >= 2 && failed(reduceScatterGradients(gradientOf, owner, me,
+                                                    groupRef, outerRef)))
+      return signalPassFailure();
 
     // Stage 3: parameters of at least `segment-size` elements live on their
     // owner only (smaller ones stay replicated, as Paddle's segment_size).
@@ -199,7 +231,8 @@ struct ShardingPass : public strata::impl::StrataShardingBase<ShardingPass> {
     if (!sharded.empty())
       gatherBeforeUse(module, step, groupRef, owner, me, sharded, updated);
 
-    // When the step ends, every updated parameter comes from its owner.
+    // When the step ends, every updated parameter comes from its owner:
+    // packed per owner and all-gathered, in buckets.
     b.setInsertionPoint(ret);
     Value token;
     for (Operation &op : body)
@@ -212,38 +245,266 @@ struct ShardingPass : public strata::impl::StrataShardingBase<ShardingPass> {
       setRole(init, Role::Communication);
       token = init;
     }
+    // Per home stage (a pipeline keeps each bucket on one stage) and owner,
+    // the replicated parameters in module order.
+    llvm::StringMap<int64_t> home = homeStages(body);
+    std::map<int64_t, SmallVector<SmallVector<std::pair<std::string, int64_t>>>>
+        byStage;
     for (auto &[name, n] : params) {
       auto it = updated.find(name);
       if (it == updated.end())
         continue; // frozen: never updated
-      Value value = it->second;
       if (sharded.contains(name)) {
-        // Stage 3: only the owner holds it; no broadcast.
-        if (value) {
+        // Stage 3: only the owner holds it; no gather.
+        if (it->second) {
           auto assign = AssignOp::create(
               b, ret.getLoc(), FlatSymbolRefAttr::get(b.getContext(), name),
-              value);
+              it->second);
           setRole(assign, Role::Optimizer);
         }
         continue;
       }
-      if (!value) {
-        auto type = cast<ParamOp>(symbols.lookup(name)).getType();
-        auto get = GetParamOp::create(b, ret.getLoc(), type,
-                                      FlatSymbolRefAttr::get(b.getContext(), name));
-        setRole(get, Role::Optimizer);
-        value = get;
-      }
-      auto cast_ = BroadcastOp::create(b, ret.getLoc(), value.getType(),
-                                       token.getType(), value, token, groupRef,
-                                       b.getI64IntegerAttr(owner[name]));
-      setRole(cast_, Role::Communication);
-      token = cast_.getOutToken();
-      auto assign = AssignOp::create(b, ret.getLoc(),
-                                     FlatSymbolRefAttr::get(b.getContext(), name),
-                                     cast_.getResult());
-      setRole(assign, Role::Optimizer);
+      auto &lists = byStage[home.lookup(name)];
+      lists.resize(degree);
+      lists[owner[name]].push_back({name, n});
     }
+    // A bucket holds up to bucket-mb of each rank's parameters.
+    const int64_t capacity = std::max<int64_t>(
+        1, int64_t(bucketMb * 1024 * 1024 / 4));
+    for (auto &[stageIndex, lists] : byStage) {
+      SmallVector<SmallVector<SmallVector<std::pair<std::string, int64_t>>>>
+          buckets; // [bucket][rank] -> parameters
+      for (int64_t r = 0; r < degree; ++r) {
+        size_t bucket = 0;
+        int64_t filled = 0;
+        for (auto &entry : lists[r]) {
+          if (filled > 0 && filled + entry.second > capacity) {
+            ++bucket;
+            filled = 0;
+          }
+          if (buckets.size() <= bucket)
+            buckets.resize(bucket + 1,
+                           SmallVector<SmallVector<std::pair<std::string,
+                                                             int64_t>>>(degree));
+          buckets[bucket][r].push_back(entry);
+          filled += entry.second;
+        }
+      }
+      for (auto &bucket : buckets)
+        token = gatherBucket(bucket, updated, me, groupRef, token, ret);
+    }
+  }
+
+  /// The stage of each parameter's first reader (strata.stage, set by
+  /// strata-stage-split for a pipeline; 0 without one).
+  static llvm::StringMap<int64_t> homeStages(Block &body) {
+    llvm::StringMap<int64_t> home;
+    for (Operation &op : body)
+      if (auto get = dyn_cast<GetParamOp>(op))
+        for (Operation *user : get->getUsers())
+          if (auto stage = user->getAttrOfType<IntegerAttr>(
+                  StrataDialect::kStageAttrName)) {
+            auto [it, inserted] =
+                home.try_emplace(get.getName(), stage.getInt());
+            if (!inserted)
+              it->second = std::min(it->second, stage.getInt());
+          }
+    return home;
+  }
+
+  /// One all_gather of a bucket: rank r's segment holds its updated
+  /// parameters `bucket[r]`, packed (and padded to the largest segment);
+  /// every parameter is assigned its owner's value. Returns the new token.
+  Value gatherBucket(
+      ArrayRef<SmallVector<std::pair<std::string, int64_t>>> bucket,
+      const llvm::StringMap<Value> &updated, int64_t me,
+      FlatSymbolRefAttr group, Value token, func::ReturnOp ret) {
+    OpBuilder b(ret);
+    MLIRContext *ctx = b.getContext();
+    Location loc = ret.getLoc();
+    int64_t segment = 0;
+    for (auto &list : bucket) {
+      int64_t size = 0;
+      for (auto &entry : list)
+        size += entry.second;
+      segment = std::max(segment, size);
+    }
+    if (segment == 0)
+      return token;
+    auto f32 = b.getF32Type();
+    SmallVector<Value> mine;
+    for (auto &entry : bucket[me])
+      mine.push_back(updated.lookup(entry.first));
+    auto pack = PackOp::create(b, loc, RankedTensorType::get({segment}, f32),
+                               mine);
+    setRole(pack, Role::Communication);
+    auto gather = AllGatherOp::create(
+        b, loc, RankedTensorType::get({segment * degree}, f32),
+        TokenType::get(ctx), pack, token, group, b.getI64IntegerAttr(0));
+    setRole(gather, Role::Communication);
+    for (int64_t r = 0; r < degree; ++r) {
+      SmallVector<Type> types;
+      for (auto &entry : bucket[r])
+        types.push_back(cast<RankedTensorType>(updated.lookup(entry.first)
+                                                   ? updated.lookup(entry.first)
+                                                         .getType()
+                                                   : paramType(entry.first)));
+      SmallVector<Value> values;
+      if (r == me) {
+        // This rank's own values, as they were packed.
+        values = mine;
+      } else if (!types.empty()) {
+        auto unpack = UnpackOp::create(b, loc, types, gather.getResult(),
+                                       b.getI64IntegerAttr(r * segment));
+        setRole(unpack, Role::Communication);
+        values.append(unpack.getResults().begin(), unpack.getResults().end());
+      }
+      for (auto [entry, value] : llvm::zip(bucket[r], values)) {
+        auto assign = AssignOp::create(
+            b, loc, FlatSymbolRefAttr::get(ctx, entry.first), value);
+        setRole(assign, Role::Optimizer);
+      }
+    }
+    return gather.getOutToken();
+  }
+
+  Type paramType(StringRef name) {
+    return cast<ParamOp>(SymbolTable::lookupSymbolIn(getOperation(), name))
+        .getType();
+  }
+
+  /// The bucketed all-reduces (strata-data-parallel's `strata.bucket`) whose
+  /// result is one parameter's gradient: read by that parameter's update,
+  /// directly or through global-norm clipping, and by nothing else.
+  static llvm::MapVector<Operation *, std::string>
+  bucketedGradients(Block &body) {
+    llvm::MapVector<Operation *, std::string> result;
+    for (Operation &op : body) {
+      if (!isUpdate(&op))
+        continue;
+      auto get = op.getOperand(0).getDefiningOp<GetParamOp>();
+      if (!get)
+        continue;
+      Value grad = op.getOperand(1);
+      Operation *clip = nullptr;
+      if (auto c = grad.getDefiningOp<ClipByGlobalNormOp>()) {
+        clip = c;
+        unsigned index = cast<OpResult>(grad).getResultNumber();
+        if (!grad.hasOneUse())
+          continue;
+        grad = c.getInputs()[index];
+      }
+      auto reduce = grad.getDefiningOp<AllReduceOp>();
+      if (!reduce || !reduce->hasAttr(StrataDialect::kBucketAttrName) ||
+          reduce.getKind() != ReduceKind::Mean)
+        continue;
+      bool only = llvm::all_of(reduce.getResult().getUsers(), [&](Operation *u) {
+        return u == &op || u == clip || isa<GlobalNormOp>(u);
+      });
+      if (only)
+        result[reduce] = get.getName().str();
+    }
+    return result;
+  }
+
+  /// Stage 2: each bucket of gradient all-reduces (per pipeline stage)
+  /// becomes one reduce_scatter of a flat buffer in which rank r's segment
+  /// packs the gradients of the parameters r owns; this rank unpacks its
+  /// own. The other gradients must be dead by now (their updates and their
+  /// part in clipping are gone).
+  LogicalResult reduceScatterGradients(
+      const llvm::MapVector<Operation *, std::string> &gradientOf,
+      const llvm::StringMap<int64_t> &owner, int64_t me,
+      FlatSymbolRefAttr group, FlatSymbolRefAttr outer) {
+    if (gradientOf.empty())
+      return success();
+    std::map<std::pair<int64_t, int64_t>, SmallVector<AllReduceOp>> buckets;
+    llvm::StringMap<int64_t> home =
+        homeStages(*cast<func::FuncOp>(gradientOf.front().first->getParentOp())
+                        .getBody()
+                        .begin());
+    for (auto &[op, name] : gradientOf) {
+      auto reduce = cast<AllReduceOp>(op);
+      // The parameter's home stage (a pipeline sums a tied parameter's
+      // gradient parts there).
+      int64_t stageIndex = home.lookup(name);
+      int64_t bucket =
+          reduce->getAttrOfType<IntegerAttr>(StrataDialect::kBucketAttrName)
+              .getInt();
+      buckets[{bucket, stageIndex}].push_back(reduce);
+    }
+    MLIRContext *ctx = &getContext();
+    for (auto &[key, members] : buckets) {
+      llvm::stable_sort(members, [](AllReduceOp a, AllReduceOp b) {
+        return a->isBeforeInBlock(b);
+      });
+      SmallVector<SmallVector<AllReduceOp>> byOwner(degree);
+      for (AllReduceOp r : members)
+        byOwner[owner.lookup(gradientOf.lookup(r))].push_back(r);
+      int64_t segment = 0;
+      for (auto &list : byOwner) {
+        int64_t size = 0;
+        for (AllReduceOp r : list)
+          size += tensorType(r.getInput()).getNumElements();
+        segment = std::max(segment, size);
+      }
+      OpBuilder b(members.front());
+      Location loc = members.front().getLoc();
+      auto f32 = b.getF32Type();
+      SmallVector<Value> inputs;
+      for (auto &list : byOwner) {
+        int64_t size = 0;
+        for (AllReduceOp r : list) {
+          inputs.push_back(r.getInput());
+          size += tensorType(r.getInput()).getNumElements();
+        }
+        if (&list != &byOwner.back() && size < segment) {
+          auto pad = RankedTensorType::get({segment - size}, f32);
+          auto zeros = arith::ConstantOp::create(
+              b, loc, DenseElementsAttr::get(pad, b.getZeroAttr(f32)));
+          setRole(zeros, Role::Communication);
+          inputs.push_back(zeros);
+        }
+      }
+      auto mean = ReduceKindAttr::get(ctx, ReduceKind::Mean);
+      auto pack = PackOp::create(
+          b, loc, RankedTensorType::get({segment * degree}, f32), inputs);
+      setRole(pack, Role::Communication);
+      auto scatter = ReduceScatterOp::create(
+          b, loc, RankedTensorType::get({segment}, f32), TokenType::get(ctx),
+          pack, members.front().getToken(), group, mean,
+          b.getI64IntegerAttr(0));
+      setRole(scatter, Role::Communication);
+      Value mine = scatter.getResult(), token = scatter.getOutToken();
+      if (outer) {
+        auto across = AllReduceOp::create(b, loc, mine.getType(),
+                                          TokenType::get(ctx), mine, token,
+                                          outer, mean);
+        setRole(across, Role::Communication);
+        mine = across.getResult();
+        token = across.getOutToken();
+      }
+      if (!byOwner[me].empty()) {
+        SmallVector<Type> types;
+        for (AllReduceOp r : byOwner[me])
+          types.push_back(r.getResult().getType());
+        auto unpack = UnpackOp::create(b, loc, types, mine,
+                                       b.getI64IntegerAttr(0));
+        setRole(unpack, Role::Communication);
+        for (auto [r, v] : llvm::zip(byOwner[me], unpack.getResults()))
+          r.getResult().replaceAllUsesWith(v);
+      }
+      for (AllReduceOp r : members) {
+        if (!r.getResult().use_empty())
+          return r.emitOpError("reads the gradient of '")
+                 << gradientOf.lookup(r)
+                 << "', which another rank owns under ZeRO stage 2";
+        r.getOutToken().replaceAllUsesWith(token);
+      }
+      for (AllReduceOp r : members)
+        r.erase();
+    }
+    return success();
   }
 
   /// Stage 3: every read of a sharded parameter by the forward or backward

@@ -151,6 +151,36 @@ static int failEverywhere(const Twine &message,
   return fail(message);
 }
 
+/// What other ranks than 0 would have printed (their diagnostics): each
+/// compiles its own program (sharding, pipeline stages), which may fail on
+/// that rank alone.
+static std::string capturedDiagnostics;
+
+/// A step that may fail on some ranks only: every rank learns whether one
+/// failed. The lowest failing rank reports (with its diagnostics, which
+/// rank 0 has printed already) and ends the job; the others wait for that.
+/// Returns the exit code when the job fails, nothing when every rank went on.
+static std::optional<int> checkEverywhere(bool ok, const Twine &message,
+                                          bool diagnosticsPrinted = true) {
+  if (!mpiRunning) {
+    if (ok)
+      return std::nullopt;
+    return diagnosticsPrinted ? 1 : fail(message);
+  }
+  int mine = ok ? worldSize : worldRank, first = worldSize;
+  MPI_Allreduce(&mine, &first, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
+  if (first == worldSize)
+    return std::nullopt;
+  if (worldRank != first) {
+    // The failing rank aborts the job; this rank waits to be ended.
+    MPI_Barrier(MPI_COMM_WORLD);
+    return 1;
+  }
+  if (worldRank != 0)
+    errs() << capturedDiagnostics;
+  return fail(message);
+}
+
 namespace {
 /// What a rank says when its job stops it: mpirun sends SIGTERM to every
 /// rank when one of them fails (and a person may press Ctrl-C). A rank in a
@@ -682,14 +712,23 @@ int main(int argc, char **argv) {
   mlir::MLIRContext mlirContext(registry);
   mlirContext.loadAllAvailableDialects();
   // Errors name the op's location, without dumping the op; in a multi-rank
-  // run only rank 0 prints them (every rank compiles the same program).
+  // run rank 0 prints them, the other ranks keep theirs in case they fail
+  // alone (checkEverywhere).
   mlirContext.printOpOnDiagnostic(false);
   llvm::SourceMgr sourceMgr;
   mlir::SourceMgrDiagnosticHandler diagnostics(sourceMgr, &mlirContext);
-  std::optional<mlir::ScopedDiagnosticHandler> silence;
+  std::optional<mlir::ScopedDiagnosticHandler> capture;
   if (!rank0)
-    silence.emplace(&mlirContext,
-                    [](mlir::Diagnostic &) { return mlir::success(); });
+    capture.emplace(&mlirContext, [](mlir::Diagnostic &d) {
+      llvm::raw_string_ostream os(capturedDiagnostics);
+      if (auto file = dyn_cast<mlir::FileLineColLoc>(d.getLocation()))
+        os << file.getFilename().getValue() << ":" << file.getLine() << ":"
+           << file.getColumn() << ": ";
+      os << (d.getSeverity() == mlir::DiagnosticSeverity::Error ? "error: "
+                                                                : "note: ")
+         << d << "\n";
+      return mlir::success();
+    });
   std::string error;
   auto input = mlir::openInputFile(programFile, &error);
   if (!input)
@@ -718,8 +757,9 @@ int main(int argc, char **argv) {
       errs() << toString(std::move(err)) << "\n";
     return failEverywhere("cannot compile the strategy");
   }
-  if (mlir::failed(pm.run(*module)))
-    return failEverywhere("compilation failed");
+  if (auto code = checkEverywhere(mlir::succeeded(pm.run(*module)),
+                                  "compilation failed"))
+    return *code;
 
   auto step = module->lookupSymbol<mlir::func::FuncOp>(
       strata::kStepFunctionName);
@@ -772,10 +812,11 @@ int main(int argc, char **argv) {
       cpuOptions.pointToPointUser = &communicator;
     }
     auto compiled = strata::CpuExecutable::compile(*module, cpuOptions);
-    if (!compiled) {
-      std::string message = toString(compiled.takeError());
-      return failEverywhere(message, /*diagnosticsPrinted=*/false);
-    }
+    std::string message =
+        compiled ? std::string() : toString(compiled.takeError());
+    if (auto code = checkEverywhere(bool(compiled), message,
+                                    /*diagnosticsPrinted=*/false))
+      return *code;
     executable = std::move(*compiled);
     stop::executable.store(executable.get());
   }
