@@ -550,16 +550,13 @@ struct ShardingPass : public strata::impl::StrataShardingBase<ShardingPass> {
         }
         continue;
       }
-      Gather forward{get->getNextNode(), get, {}}, backward{nullptr, get, {}};
+      Gather forward{nullptr, get, {}}, backward{nullptr, get, {}};
       for (OpOperand &use : get->getUses()) {
         Operation *at = body.findAncestorOpInBlock(*use.getOwner());
-        if (getRole(at) == Role::Backward) {
-          if (!backward.before || at->isBeforeInBlock(backward.before))
-            backward.before = at;
-          backward.uses.push_back(&use);
-        } else {
-          forward.uses.push_back(&use);
-        }
+        Gather &g = getRole(at) == Role::Backward ? backward : forward;
+        if (!g.before || at->isBeforeInBlock(g.before))
+          g.before = at;
+        g.uses.push_back(&use);
       }
       if (!forward.uses.empty())
         gathers.push_back(forward);
@@ -570,13 +567,22 @@ struct ShardingPass : public strata::impl::StrataShardingBase<ShardingPass> {
       return a.before->isBeforeInBlock(b.before);
     });
     llvm::SetVector<Operation *> replaced;
-    for (Gather &g : gathers) {
+    for (auto [k, g] : llvm::enumerate(gathers)) {
       StringRef name = g.get.getName();
       bool mine = owner.lookup(name) == me;
-      b.setInsertionPoint(g.before);
+      // Prefetched: started where the previous gather's parameter is first
+      // used, so that it arrives while that use computes (the runtime
+      // completes it right before its own first use).
+      b.setInsertionPoint(k == 0 ? g.before : gathers[k - 1].before);
       auto type = cast<RankedTensorType>(g.get.getType());
-      Value input = g.get;
-      if (!mine) {
+      Value input;
+      if (mine) {
+        // The owner's resident copy, read where the gather starts.
+        auto read = GetParamOp::create(b, g.get.getLoc(), type,
+                                       g.get.getNameAttr());
+        setRole(read, Role::Communication);
+        input = read;
+      } else {
         // Any tensor of the type: the owner's replaces it.
         auto zeros = arith::ConstantOp::create(
             b, g.get.getLoc(),
@@ -591,8 +597,7 @@ struct ShardingPass : public strata::impl::StrataShardingBase<ShardingPass> {
       token = gathered.getOutToken();
       for (OpOperand *use : g.uses)
         use->set(gathered.getResult());
-      if (!mine)
-        replaced.insert(g.get);
+      replaced.insert(g.get);
     }
     for (Operation *get : replaced)
       if (get->use_empty())
