@@ -324,34 +324,40 @@ def StrataSharding : Pass<"strata-sharding", "mlir::ModuleOp"> {
     `degree` contiguous parts of about equal size.
 
     Stage 1: this rank keeps only the optimizer updates and the optimizer
-    state (moments, velocities) of the parameters it owns; when the step
-    ends every updated parameter is `strata.broadcast` from its owner over
-    `@sharding` and assigned, so the replicas stay identical. The optimizer
-    state per rank shrinks to 1/`degree`.
+    state (moments, velocities) of the parameters it owns. When the step
+    ends each rank packs its updated parameters (`strata.pack`, padded to
+    the largest share of the bucket), one `strata.all_gather` over
+    `@sharding` per bucket of `bucket-mb` per rank gives every rank all of
+    them, and each rank unpacks and assigns the others' (the replicas stay
+    identical). The optimizer state per rank shrinks to 1/`degree`.
 
-    Stage 2 also shards the gradients: global-norm clipping reads only the
-    owned gradients (each rank's partial norm goes to its slot of a
-    `degree`-vector that the sharding group sums; the norm of that vector is
-    the global norm), so a gradient this rank does not own is read by
-    nothing after its all-reduce and its buffer dies there. (Without
-    clipping, stage 1 already frees them so.) The gradients are still
-    all-reduced, not reduce-scattered: per step a rank sends 2Ψ for the
-    all-reduce plus Ψ for the broadcasts, where ZeRO's reduce-scatter +
-    all-gather sends 2Ψ.
+    Stage 2 also shards the gradients. Each bucket of data parallelism's
+    gradient all-reduces (per pipeline stage: a parameter's home stage)
+    becomes one `strata.reduce_scatter` (mean) of the bucket packed by
+    owner: rank r's segment holds the gradients of the parameters r owns, so
+    each rank receives only its own and unpacks them; in hybrid sharding the
+    share is then all-reduced over `@sharding_dp`, the ranks that hold the
+    same share. Global-norm clipping reads only the owned gradients (each
+    rank's partial norm goes to its slot of a `degree`-vector that the group
+    sums; the norm of that vector is the global norm). Per step a rank sends
+    about Ψ for the reduce-scatter and Ψ for the all-gather, as ZeRO does.
+    An all-reduce whose result is read by more than its parameter's update
+    and clipping stays an all-reduce.
 
     Stage 3 also shards the parameters of at least `segment-size` elements
     (smaller ones stay replicated, as Paddle's `segment_size`): only the
-    owner declares such a parameter; every forward read becomes a
-    `strata.broadcast` from the owner into a buffer of the step, and the
-    backward reads get a second broadcast right before the first of them,
-    so the gathered copy dies in between (the memory plan frees it). The
-    owner's optimizer updates its resident copy; no end-of-step broadcast.
-    Every decision depends on the program, not on the rank, so all ranks
-    issue the same broadcasts in the same order. Gathers are not prefetched.
+    owner declares such a parameter; the forward reads of each read op
+    become a `strata.broadcast` from the owner into a buffer of the step,
+    and the backward reads a second one, so the gathered copy dies in
+    between (the memory plan frees it). Each gather starts where the
+    previous one is first used (prefetch: the runtime completes it right
+    before its own first use). The owner's optimizer updates its resident
+    copy; no end-of-step gather. Every decision depends on the program, not
+    on the rank, so all ranks issue the same collectives in the same order.
 
     `offload` changes nothing on the CPU runtime (the state is in host
-    memory already); `sync-comm` and the bucket sizes are accepted for
-    Paddle compatibility.
+    memory already); `sync-comm` is accepted for Paddle compatibility. The
+    gradient buckets are data parallelism's (`comm_buffer_size`).
   }];
   let options = [
     Option<"stage", "stage", "int64_t", "1", "ZeRO stage (1, 2, 3)">,
@@ -367,10 +373,9 @@ def StrataSharding : Pass<"strata-sharding", "mlir::ModuleOp"> {
            "Optimizer state in host memory">,
     Option<"syncComm", "sync-comm", "bool", "false",
            "Synchronous communication (stage 3)">,
-    Option<"bucketMb", "bucket-mb", "double", "25.0",
-           "Gradient bucket size in MB (stages 2, 3)">,
-    Option<"lastBucketMb", "last-bucket-mb", "double", "1.0",
-           "Cap of the bucket that closes last, in MB (stages 2, 3)">
+    Option<"bucketMb", "bucket-mb", "double", "256.0",
+           "Parameter all-gather bucket size per rank in MB "
+           "(sharding.comm_buffer_size_MB)">
   ];
   let dependentDialects = ["::strata::StrataDialect"];
 }

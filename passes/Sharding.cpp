@@ -68,6 +68,8 @@ struct ShardingPass : public strata::impl::StrataShardingBase<ShardingPass> {
       return fail("stage must be 1, 2 or 3");
     if (segmentSize < 0)
       return fail("segment-size must be >= 0");
+    if (!(bucketMb > 0.0))
+      return fail("bucket-mb must be positive (sharding.comm_buffer_size_MB)");
     if (degree < 1 || dpDegree < 1 || rank < 0 || rank >= degree * dpDegree)
       return fail("needs degree >= 1, dp-degree >= 1 and 0 <= rank < degree "
                   "x dp-degree (rank " +

@@ -156,8 +156,7 @@ std::vector<PlannedPass> strata::planPasses(const Strategy &s,
             .add("segment-size", s.sharding.segment_size)
             .add("offload", s.sharding.offload)
             .add("sync-comm", s.sharding.sync_comm)
-            .add("bucket-mb", s.dp_optimization.comm_buffer_size)
-            .add("last-bucket-mb", s.dp_optimization.last_comm_buffer_size),
+            .add("bucket-mb", s.sharding.comm_buffer_size_MB),
         "sharding.enable");
   }
 

@@ -7,4 +7,6 @@ module {
     return
   }
 }
+// RUN: not strata-opt %s --strata-sharding="stage=1 degree=2 rank=0 bucket-mb=0" 2>&1 | FileCheck %s --check-prefix=BUCKET
+// BUCKET: strata-sharding: bucket-mb must be positive (sharding.comm_buffer_size_MB)
 // PARTITION: strata-sharding: unknown partition 'round_robin' (greedy_even or use_order)
