@@ -150,6 +150,13 @@ private:
     return LLVM::LoadOp::create(b, loc, ptrType, slot);
   }
   Value arenaAt(int64_t offset) { return byteOffset(arena, offset); }
+  /// Whether `part` lives `bytes` into `whole`'s arena buffer (the memory
+  /// plan put a packed or unpacked tensor in place).
+  bool inArenaAt(Value part, Value whole, int64_t bytes) const {
+    auto p = arenaOffsets.find(part), w = arenaOffsets.find(whole);
+    return p != arenaOffsets.end() && w != arenaOffsets.end() &&
+           p->second == w->second + bytes;
+  }
   Value byteOffset(Value base, int64_t offset) {
     return LLVM::GEPOp::create(b, loc, ptrType, b.getI8Type(), base,
                                ArrayRef<LLVM::GEPArg>{int32_t(offset)});
@@ -245,6 +252,8 @@ private:
   SmallVector<Attribute> sites, siteRoles;
   /// Non-blocking all-reduces (their sites) to complete before an op.
   DenseMap<Operation *, SmallVector<int64_t>> waitsBefore;
+  /// The arena offset of each value stored in the arena.
+  DenseMap<Value, int64_t> arenaOffsets;
   int64_t currentSite = 0;
   int64_t microBatches = 1;
 };
@@ -537,7 +546,9 @@ LogicalResult Lowering::lower(Operation *op) {
           return failure();
         int64_t at = 0;
         for (Value in : o.getInputs()) {
-          copy(byteOffset(ptr(o), at), ptr(in), tensorBytes(in.getType()));
+          // The memory plan may have had its producer write it in place.
+          if (!inArenaAt(in, o.getResult(), at))
+            copy(byteOffset(ptr(o), at), ptr(in), tensorBytes(in.getType()));
           at += tensorBytes(in.getType());
         }
         int64_t width = tensorBytes(o.getType()) / numel(o);
@@ -551,8 +562,9 @@ LogicalResult Lowering::lower(Operation *op) {
                         numel(o.getInput());
         int64_t at = o.getOffset() * width;
         for (Value r : o.getResults()) {
-          copy(ptr(r), byteOffset(ptr(o.getInput()), at),
-               tensorBytes(r.getType()));
+          if (!inArenaAt(r, o.getInput(), at))
+            copy(ptr(r), byteOffset(ptr(o.getInput()), at),
+                 tensorBytes(r.getType()));
           at += tensorBytes(r.getType());
         }
         return success();
@@ -938,6 +950,7 @@ LogicalResult Lowering::run() {
       if (it == offsets.end())
         return op.emitOpError("has a result without a planned buffer");
       pointers[result] = arenaAt(it->second);
+      arenaOffsets[result] = it->second;
     }
     if (auto assign = dyn_cast<AssignOp>(op)) {
       // Where it stands, unless its target is read later in the step (the

@@ -125,7 +125,8 @@ int64_t strata::tensorBytes(Type type) {
          ((tensor.getElementType().getIntOrFloatBitWidth() + 7) / 8);
 }
 
-MemoryPlan strata::planMemory(func::FuncOp func, int64_t alignment) {
+static MemoryPlan planOnce(func::FuncOp func, int64_t alignment,
+                       bool packInPlace) {
   MemoryPlan plan;
   Block &body = func.getBody().front();
   if (auto module = func->getParentOfType<ModuleOp>())
@@ -191,9 +192,72 @@ MemoryPlan strata::planMemory(func::FuncOp func, int64_t alignment) {
     }
   }
 
+  // Buckets. A tensor that dies at its strata.pack is planned inside the
+  // packed buffer (its producer writes it there: no copy in); the results
+  // of a strata.unpack inside the bucket they come from, when the bucket
+  // dies there (no copy out). A part stays a part: nothing is nested.
+  llvm::DenseSet<size_t> parents;
+  auto freeToJoin = [&](size_t i) {
+    return !plan.buffers[i].parent && !parents.contains(i);
+  };
+  for (Operation &op : body) {
+    if (!packInPlace)
+      break;
+    int64_t i = index[&op];
+    if (auto pack = dyn_cast<PackOp>(op)) {
+      auto whole = bufferOf.find(pack.getResult());
+      if (whole == bufferOf.end() || plan.buffers[whole->second].parent)
+        continue;
+      llvm::DenseSet<size_t> seen;
+      int64_t at = 0;
+      for (Value v : pack.getInputs()) {
+        int64_t bytes = tensorBytes(v.getType());
+        auto part = bufferOf.find(v);
+        if (part != bufferOf.end() && part->second != whole->second &&
+            seen.insert(part->second).second && freeToJoin(part->second) &&
+            plan.buffers[part->second].end == i && lastUse(v) == i) {
+          PlannedBuffer &b = plan.buffers[part->second];
+          b.parent = whole->second;
+          b.inner = at;
+          PlannedBuffer &w = plan.buffers[whole->second];
+          w.start = std::min(w.start, b.start);
+          parents.insert(whole->second);
+          ++plan.packedInPlace;
+        }
+        at += bytes;
+      }
+    } else if (auto unpack = dyn_cast<UnpackOp>(op)) {
+      auto whole = bufferOf.find(unpack.getInput());
+      if (whole == bufferOf.end() || !unpack.getInput().hasOneUse() ||
+          plan.buffers[whole->second].parent ||
+          plan.buffers[whole->second].end != i)
+        continue;
+      int64_t width = tensorBytes(unpack.getInput().getType()) /
+                      std::max<int64_t>(1, cast<RankedTensorType>(
+                                               unpack.getInput().getType())
+                                               .getNumElements());
+      int64_t at = unpack.getOffset() * width;
+      for (Value r : unpack.getResults()) {
+        auto part = bufferOf.find(r);
+        if (part != bufferOf.end() && freeToJoin(part->second)) {
+          PlannedBuffer &b = plan.buffers[part->second];
+          b.parent = whole->second;
+          b.inner = at;
+          PlannedBuffer &w = plan.buffers[whole->second];
+          w.end = std::max(w.end, b.end);
+          parents.insert(whole->second);
+          ++plan.packedInPlace;
+        }
+        at += tensorBytes(r.getType());
+      }
+    }
+  }
+
   // The most bytes alive at one op: the bound no placement can beat.
   std::vector<int64_t> delta(n + 1, 0);
   for (const PlannedBuffer &b : plan.buffers) {
+    if (b.parent)
+      continue;
     delta[b.start] += b.bytes;
     delta[b.end + 1] -= b.bytes;
   }
@@ -211,6 +275,8 @@ MemoryPlan strata::planMemory(func::FuncOp func, int64_t alignment) {
   std::vector<size_t> placed;
   for (size_t i : order) {
     PlannedBuffer &buffer = plan.buffers[i];
+    if (buffer.parent)
+      continue;
     std::vector<std::pair<int64_t, int64_t>> taken;
     for (size_t j : placed) {
       const PlannedBuffer &other = plan.buffers[j];
@@ -228,5 +294,20 @@ MemoryPlan strata::planMemory(func::FuncOp func, int64_t alignment) {
     plan.arenaBytes = std::max(plan.arenaBytes, offset + buffer.bytes);
     placed.push_back(i);
   }
+  for (PlannedBuffer &buffer : plan.buffers)
+    if (buffer.parent)
+      buffer.offset = plan.buffers[*buffer.parent].offset + buffer.inner;
   return plan;
+}
+
+MemoryPlan strata::planMemory(func::FuncOp func, int64_t alignment) {
+  // Packing in place saves the copies into and out of a bucket, but keeps
+  // the bucket's bytes from its first tensor on: where that raises the
+  // arena (a bucket that fills during the backward pass's activation peak),
+  // the copies win.
+  MemoryPlan inPlace = planOnce(func, alignment, /*packInPlace=*/true);
+  if (inPlace.packedInPlace == 0)
+    return inPlace;
+  MemoryPlan copied = planOnce(func, alignment, /*packInPlace=*/false);
+  return copied.arenaBytes < inPlace.arenaBytes ? copied : inPlace;
 }

@@ -1,5 +1,6 @@
 // RUN: strata-opt %s -split-input-file --strata-lower-to-runtime | FileCheck %s --check-prefixes=CHECK,CONST,DEFER,P2P
 // RUN: strata-opt %s -split-input-file --strata-lower-to-runtime | FileCheck %s --check-prefix=COLL
+// RUN: strata-opt %s -split-input-file --strata-lower-to-runtime | FileCheck %s --check-prefix=PACK
 
 // The step becomes strata_step(ctx, arena, persistent, inputs, outputs):
 // one runtime call per op, intermediate values at their planned arena
@@ -155,4 +156,33 @@ func.func @train_step(%x: tensor<8x2xf32>) -> tensor<8x2xf32> {
   %d = strata.scale %s {factor = 2.0 : f64} : (tensor<4x2xf32>) -> tensor<4x2xf32>
   %g, %t2 = strata.all_gather %d, %t1 {group = @dp} : (tensor<4x2xf32>, !strata.token) -> (tensor<8x2xf32>, !strata.token)
   return %g : tensor<8x2xf32>
+}
+
+// -----
+// Buckets in place: the memory plan puts %a and %b where strata.pack lays
+// them (bytes 0 and 16 of its buffer), so their producers write them there
+// and the pack only zero-fills its padding; the unpacked tensors are read
+// where they lie. The only copy is the step's result.
+// PACK-LABEL: strata.unpack
+// PACK: %[[A:.*]] = llvm.getelementptr %arg1[0]
+// PACK-NOT: llvm.call
+// PACK: llvm.call @strata_rt_unary(%arg0, %{{.*}}, %{{.*}}, %[[A]],
+// PACK: %[[B:.*]] = llvm.getelementptr %arg1[16]
+// PACK-NOT: llvm.call
+// PACK: llvm.call @strata_rt_unary(%arg0, %{{.*}}, %{{.*}}, %[[B]],
+// PACK-NOT: llvm.call
+// PACK: llvm.call @strata_rt_fill
+// PACK-NOT: strata_rt_copy
+// PACK: llvm.call @strata_rt_binary
+// PACK-NOT: llvm.call
+// PACK: llvm.call @strata_rt_copy
+// PACK-NOT: strata_rt_copy
+func.func @train_step(%x: tensor<4xf32>) -> tensor<4xf32> {
+  %a = strata.scale %x {factor = 2.0 : f64} : (tensor<4xf32>) -> tensor<4xf32>
+  %b = strata.scale %x {factor = 3.0 : f64} : (tensor<4xf32>) -> tensor<4xf32>
+  %p = strata.pack %a, %b : (tensor<4xf32>, tensor<4xf32>) -> tensor<12xf32>
+  %r = strata.scale %p {factor = 0.5 : f64} : (tensor<12xf32>) -> tensor<12xf32>
+  %c, %d = strata.unpack %r {offset = 0 : i64} : (tensor<12xf32>) -> (tensor<4xf32>, tensor<4xf32>)
+  %s = strata.add %c, %d : (tensor<4xf32>, tensor<4xf32>) -> tensor<4xf32>
+  return %s : tensor<4xf32>
 }

@@ -3,8 +3,10 @@
 // Every intermediate value of a step function gets an offset in one arena,
 // from liveness: two values share bytes only if their lifetimes do not
 // overlap, and an elementwise op may write its result over an operand that
-// dies there (in place). Parameters, optimizer state and the batch live
-// outside the arena, for the whole run. The plan is known before the run:
+// dies there (in place); the tensors that strata.pack lays end to end are
+// planned inside the packed buffer, and strata.unpack's results inside its
+// input, where nothing else needs them apart. Parameters, optimizer state
+// and the batch live outside the arena, for the whole run. The plan is known before the run:
 // its peak is what the runtime will allocate.
 //
 //===----------------------------------------------------------------------===//
@@ -16,6 +18,7 @@
 #include "llvm/ADT/DenseSet.h"
 
 #include <cstdint>
+#include <optional>
 #include <vector>
 
 namespace strata {
@@ -27,6 +30,12 @@ struct PlannedBuffer {
   /// Op indices (in the step's block) of the first definition and last use.
   int64_t start = 0, end = 0;
   int64_t offset = 0;
+  /// A part of another buffer (a tensor packed into a communication bucket,
+  /// or unpacked from one, in place): its index, and the byte offset in it.
+  /// Such a buffer is not placed itself; its offset is the parent's plus
+  /// `inner`.
+  std::optional<size_t> parent;
+  int64_t inner = 0;
 };
 
 struct MemoryPlan {
@@ -40,6 +49,8 @@ struct MemoryPlan {
   /// The liveness lower bound: the most bytes alive at one op.
   int64_t livePeakBytes = 0;
   int64_t inPlaceOps = 0;
+  /// Tensors packed into or unpacked from a bucket without a copy.
+  int64_t packedInPlace = 0;
 
   int64_t peakBytes() const {
     return arenaBytes + persistentBytes + inputBytes;
