@@ -125,8 +125,10 @@ int64_t strata::tensorBytes(Type type) {
          ((tensor.getElementType().getIntOrFloatBitWidth() + 7) / 8);
 }
 
+/// The plan, with the tensors of every strata.pack and strata.unpack
+/// except those of `copied` in place.
 static MemoryPlan planOnce(func::FuncOp func, int64_t alignment,
-                       bool packInPlace) {
+                           const llvm::DenseSet<Operation *> &copied) {
   MemoryPlan plan;
   Block &body = func.getBody().front();
   if (auto module = func->getParentOfType<ModuleOp>())
@@ -201,8 +203,8 @@ static MemoryPlan planOnce(func::FuncOp func, int64_t alignment,
     return !plan.buffers[i].parent && !parents.contains(i);
   };
   for (Operation &op : body) {
-    if (!packInPlace)
-      break;
+    if (copied.contains(&op))
+      continue;
     int64_t i = index[&op];
     if (auto pack = dyn_cast<PackOp>(op)) {
       auto whole = bufferOf.find(pack.getResult());
@@ -303,11 +305,22 @@ static MemoryPlan planOnce(func::FuncOp func, int64_t alignment,
 MemoryPlan strata::planMemory(func::FuncOp func, int64_t alignment) {
   // Packing in place saves the copies into and out of a bucket, but keeps
   // the bucket's bytes from its first tensor on: where that raises the
-  // arena (a bucket that fills during the backward pass's activation peak),
-  // the copies win.
-  MemoryPlan inPlace = planOnce(func, alignment, /*packInPlace=*/true);
-  if (inPlace.packedInPlace == 0)
-    return inPlace;
-  MemoryPlan copied = planOnce(func, alignment, /*packInPlace=*/false);
-  return copied.arenaBytes < inPlace.arenaBytes ? copied : inPlace;
+  // arena (a gradient bucket that fills during the backward pass's
+  // activation peak), the copies win. Each bucket op is tried both ways,
+  // in program order, keeping what lowers the arena.
+  llvm::DenseSet<Operation *> copied;
+  MemoryPlan best = planOnce(func, alignment, copied);
+  if (best.packedInPlace == 0)
+    return best;
+  for (Operation &op : func.getBody().front()) {
+    if (!isa<PackOp, UnpackOp>(op))
+      continue;
+    copied.insert(&op);
+    MemoryPlan candidate = planOnce(func, alignment, copied);
+    if (candidate.arenaBytes < best.arenaBytes)
+      best = std::move(candidate);
+    else
+      copied.erase(&op);
+  }
+  return best;
 }
