@@ -490,6 +490,20 @@ struct ShardingPass : public strata::impl::StrataShardingBase<ShardingPass> {
         SmallVector<Type> types;
         for (AllReduceOp r : byOwner[me])
           types.push_back(r.getResult().getType());
+        // Unpacked where the first of them is read, so that the backward
+        // pass goes on while the reduce-scatter runs (the runtime completes
+        // it right before the unpack).
+        Operation *firstUse = nullptr;
+        Block *block = members.front()->getBlock();
+        for (AllReduceOp r : byOwner[me])
+          for (Operation *user : r.getResult().getUsers()) {
+            Operation *at = block->findAncestorOpInBlock(*user);
+            if (!firstUse || at->isBeforeInBlock(firstUse))
+              firstUse = at;
+          }
+        OpBuilder::InsertionGuard guard(b);
+        if (firstUse && mine.getDefiningOp()->isBeforeInBlock(firstUse))
+          b.setInsertionPoint(firstUse);
         auto unpack = UnpackOp::create(b, loc, types, mine,
                                        b.getI64IntegerAttr(0));
         setRole(unpack, Role::Communication);
