@@ -202,6 +202,17 @@ static MemoryPlan planOnce(func::FuncOp func, int64_t alignment,
   auto freeToJoin = [&](size_t i) {
     return !plan.buffers[i].parent && !parents.contains(i);
   };
+  // Buffer `part` becomes bytes [at, ...) of buffer `whole`, which lives as
+  // long as both did.
+  auto join = [&](size_t part, size_t whole, int64_t at) {
+    PlannedBuffer &b = plan.buffers[part], &w = plan.buffers[whole];
+    b.parent = whole;
+    b.inner = at;
+    w.start = std::min(w.start, b.start);
+    w.end = std::max(w.end, b.end);
+    parents.insert(whole);
+    ++plan.packedInPlace;
+  };
   for (Operation &op : body) {
     if (copied.contains(&op))
       continue;
@@ -217,15 +228,8 @@ static MemoryPlan planOnce(func::FuncOp func, int64_t alignment,
         auto part = bufferOf.find(v);
         if (part != bufferOf.end() && part->second != whole->second &&
             seen.insert(part->second).second && freeToJoin(part->second) &&
-            plan.buffers[part->second].end == i && lastUse(v) == i) {
-          PlannedBuffer &b = plan.buffers[part->second];
-          b.parent = whole->second;
-          b.inner = at;
-          PlannedBuffer &w = plan.buffers[whole->second];
-          w.start = std::min(w.start, b.start);
-          parents.insert(whole->second);
-          ++plan.packedInPlace;
-        }
+            plan.buffers[part->second].end == i && lastUse(v) == i)
+          join(part->second, whole->second, at);
         at += bytes;
       }
     } else if (auto unpack = dyn_cast<UnpackOp>(op)) {
@@ -241,15 +245,8 @@ static MemoryPlan planOnce(func::FuncOp func, int64_t alignment,
       int64_t at = unpack.getOffset() * width;
       for (Value r : unpack.getResults()) {
         auto part = bufferOf.find(r);
-        if (part != bufferOf.end() && freeToJoin(part->second)) {
-          PlannedBuffer &b = plan.buffers[part->second];
-          b.parent = whole->second;
-          b.inner = at;
-          PlannedBuffer &w = plan.buffers[whole->second];
-          w.end = std::max(w.end, b.end);
-          parents.insert(whole->second);
-          ++plan.packedInPlace;
-        }
+        if (part != bufferOf.end() && freeToJoin(part->second))
+          join(part->second, whole->second, at);
         at += tensorBytes(r.getType());
       }
     }

@@ -209,6 +209,8 @@ private:
   }
   llvm::Error step(Operation *op);
   int64_t indexIn(ArrayRef<int64_t> ranks) const;
+  llvm::Error reduce(Operation *op, ReduceKind kind, ArrayRef<int64_t> ranks,
+                     Tensor &t);
   static void copySlice(Tensor &full, Tensor &slice, int64_t dim,
                         int64_t index, bool toSlice);
   /// The ranks of `ref`'s list that holds this rank.
@@ -292,6 +294,19 @@ llvm::Expected<std::vector<Tensor>> Evaluator::run(func::FuncOp func,
                                  "function has no return");
 }
 
+/// `t` summed (or averaged) over `ranks`, in place.
+llvm::Error Evaluator::reduce(Operation *op, ReduceKind kind,
+                              ArrayRef<int64_t> ranks, Tensor &t) {
+  if (kind != ReduceKind::Sum && kind != ReduceKind::Mean)
+    return fail(op, "only sum and mean reductions are supported");
+  if (llvm::Error err = options.communicator->allReduceSum(t.data, ranks))
+    return err;
+  if (kind == ReduceKind::Mean)
+    for (double &v : t.data)
+      v /= double(ranks.size());
+  return llvm::Error::success();
+}
+
 /// This rank's index in `ranks`.
 int64_t Evaluator::indexIn(ArrayRef<int64_t> ranks) const {
   int64_t me = options.communicator->rank();
@@ -333,16 +348,9 @@ llvm::Error Evaluator::step(Operation *op) {
         auto group = groupOf(o, o.getGroupAttr());
         if (!group)
           return group.takeError();
-        ArrayRef<int64_t> ranks = *group;
-        if (o.getKind() != ReduceKind::Sum && o.getKind() != ReduceKind::Mean)
-          return fail(op, "only sum and mean reductions are supported");
         Tensor t = in(0);
-        if (llvm::Error err =
-                options.communicator->allReduceSum(t.data, ranks))
+        if (llvm::Error err = reduce(op, o.getKind(), *group, t))
           return err;
-        if (o.getKind() == ReduceKind::Mean)
-          for (double &v : t.data)
-            v /= double(ranks.size());
         set(o.getResult(), std::move(t));
         set(o.getOutToken(), Tensor());
         return llvm::Error::success();
@@ -353,14 +361,9 @@ llvm::Error Evaluator::step(Operation *op) {
         auto group = groupOf(o, o.getGroupAttr());
         if (!group)
           return group.takeError();
-        if (o.getKind() != ReduceKind::Sum && o.getKind() != ReduceKind::Mean)
-          return fail(op, "only sum and mean reductions are supported");
         Tensor t = in(0);
-        if (llvm::Error err = options.communicator->allReduceSum(t.data, *group))
+        if (llvm::Error err = reduce(op, o.getKind(), *group, t))
           return err;
-        if (o.getKind() == ReduceKind::Mean)
-          for (double &v : t.data)
-            v /= double(group->size());
         Tensor slice(outShape());
         copySlice(t, slice, o.getDim(), indexIn(*group), /*toSlice=*/true);
         set(o.getResult(), std::move(slice));
