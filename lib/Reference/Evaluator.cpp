@@ -390,7 +390,8 @@ llvm::Error Evaluator::step(Operation *op) {
         auto group = groupOf(o, o.getGroupAttr());
         if (!group)
           return group.takeError();
-        if (o.getPeer() < 0 || o.getPeer() >= int64_t(group->size()))
+        if (int64_t peer = int64_t(o.getPeer());
+            peer < 0 || peer >= int64_t(group->size()))
           return fail(op, "peer " + Twine(o.getPeer()) + " outside a group of " +
                               Twine(group->size()));
         if (llvm::Error err =
@@ -403,7 +404,8 @@ llvm::Error Evaluator::step(Operation *op) {
         auto group = groupOf(o, o.getGroupAttr());
         if (!group)
           return group.takeError();
-        if (o.getPeer() < 0 || o.getPeer() >= int64_t(group->size()))
+        if (int64_t peer = int64_t(o.getPeer());
+            peer < 0 || peer >= int64_t(group->size()))
           return fail(op, "peer " + Twine(o.getPeer()) + " outside a group of " +
                               Twine(group->size()));
         Tensor t(outShape());
