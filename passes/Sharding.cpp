@@ -345,17 +345,15 @@ struct ShardingPass : public strata::impl::StrataShardingBase<ShardingPass> {
         TokenType::get(ctx), pack, token, group, b.getI64IntegerAttr(0));
     setRole(gather, Role::Communication);
     for (int64_t r = 0; r < degree; ++r) {
-      SmallVector<Type> types;
-      for (auto &entry : bucket[r])
-        types.push_back(cast<RankedTensorType>(updated.lookup(entry.first)
-                                                   ? updated.lookup(entry.first)
-                                                         .getType()
-                                                   : paramType(entry.first)));
       SmallVector<Value> values;
       if (r == me) {
         // This rank's own values, as they were packed.
         values = mine;
-      } else if (!types.empty()) {
+      } else if (!bucket[r].empty()) {
+        // Another rank's parameters, in their declared types.
+        SmallVector<Type> types;
+        for (auto &entry : bucket[r])
+          types.push_back(paramType(entry.first));
         auto unpack = UnpackOp::create(b, loc, types, gather.getResult(),
                                        b.getI64IntegerAttr(r * segment));
         setRole(unpack, Role::Communication);

@@ -211,6 +211,7 @@ private:
   int64_t indexIn(ArrayRef<int64_t> ranks) const;
   llvm::Error reduce(Operation *op, ReduceKind kind, ArrayRef<int64_t> ranks,
                      Tensor &t);
+  llvm::Error checkPeer(Operation *op, int64_t peer, ArrayRef<int64_t> ranks);
   static void copySlice(Tensor &full, Tensor &slice, int64_t dim,
                         int64_t index, bool toSlice);
   /// The ranks of `ref`'s list that holds this rank.
@@ -292,6 +293,15 @@ llvm::Expected<std::vector<Tensor>> Evaluator::run(func::FuncOp func,
   }
   return llvm::createStringError(llvm::inconvertibleErrorCode(),
                                  "function has no return");
+}
+
+/// A send's or receive's peer must index `ranks`.
+llvm::Error Evaluator::checkPeer(Operation *op, int64_t peer,
+                                 ArrayRef<int64_t> ranks) {
+  if (peer < 0 || peer >= int64_t(ranks.size()))
+    return fail(op, "peer " + Twine(peer) + " outside a group of " +
+                        Twine(ranks.size()));
+  return llvm::Error::success();
 }
 
 /// `t` summed (or averaged) over `ranks`, in place.
@@ -390,10 +400,8 @@ llvm::Error Evaluator::step(Operation *op) {
         auto group = groupOf(o, o.getGroupAttr());
         if (!group)
           return group.takeError();
-        if (int64_t peer = int64_t(o.getPeer());
-            peer < 0 || peer >= int64_t(group->size()))
-          return fail(op, "peer " + Twine(o.getPeer()) + " outside a group of " +
-                              Twine(group->size()));
+        if (llvm::Error err = checkPeer(op, int64_t(o.getPeer()), *group))
+          return err;
         if (llvm::Error err =
                 options.communicator->send(in(0).data, *group, o.getPeer()))
           return err;
@@ -404,10 +412,8 @@ llvm::Error Evaluator::step(Operation *op) {
         auto group = groupOf(o, o.getGroupAttr());
         if (!group)
           return group.takeError();
-        if (int64_t peer = int64_t(o.getPeer());
-            peer < 0 || peer >= int64_t(group->size()))
-          return fail(op, "peer " + Twine(o.getPeer()) + " outside a group of " +
-                              Twine(group->size()));
+        if (llvm::Error err = checkPeer(op, int64_t(o.getPeer()), *group))
+          return err;
         Tensor t(outShape());
         if (llvm::Error err =
                 options.communicator->recv(t.data, *group, o.getPeer()))
