@@ -135,22 +135,6 @@ static int fail(const Twine &message) {
   return 1;
 }
 
-/// A failure every rank meets alike (parsing or compiling the same program
-/// with the same strategy): rank 0 has printed the diagnostics; the others
-/// wait for it at a barrier, so that no abort cuts its output short.
-static int failEverywhere(const Twine &message,
-                          bool diagnosticsPrinted = true) {
-  if (!mpiRunning)
-    return diagnosticsPrinted ? 1 : fail(message);
-  MPI_Barrier(MPI_COMM_WORLD);
-  if (worldRank != 0) {
-    // Rank 0 reports and aborts the job; this rank waits to be ended.
-    MPI_Barrier(MPI_COMM_WORLD);
-    return 1;
-  }
-  return fail(message);
-}
-
 /// What other ranks than 0 would have printed (their diagnostics): each
 /// compiles its own program (sharding, pipeline stages), which may fail on
 /// that rank alone.
@@ -179,6 +163,14 @@ static std::optional<int> checkEverywhere(bool ok, const Twine &message,
   if (worldRank != 0)
     errs() << capturedDiagnostics;
   return fail(message);
+}
+
+/// A failure every rank meets alike (parsing or compiling the same program
+/// with the same strategy): rank 0 has printed the diagnostics and reports;
+/// the others wait to be ended, so that no abort cuts its output short.
+static int failEverywhere(const Twine &message,
+                          bool diagnosticsPrinted = true) {
+  return *checkEverywhere(false, message, diagnosticsPrinted);
 }
 
 namespace {
