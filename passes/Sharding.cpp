@@ -219,8 +219,11 @@ struct ShardingPass : public strata::impl::StrataShardingBase<ShardingPass> {
       }
       outerRef = declareCommGroup(module, "sharding_dp", outer);
     }
-    if (stage >= 2 && failed(reduceScatterGradients(gradientOf, owner, me,
-                                                    groupRef, outerRef)))
+    // Each parameter's home stage (a pipeline keeps each bucket on one
+    // stage; it sums a tied parameter's gradient parts there).
+    llvm::StringMap<int64_t> home = homeStages(body);
+    if (stage >= 2 && failed(reduceScatterGradients(gradientOf, owner, home,
+                                                    me, groupRef, outerRef)))
       return signalPassFailure();
 
     // Stage 3: parameters of at least `segment-size` elements live on their
@@ -247,9 +250,7 @@ struct ShardingPass : public strata::impl::StrataShardingBase<ShardingPass> {
       setRole(init, Role::Communication);
       token = init;
     }
-    // Per home stage (a pipeline keeps each bucket on one stage) and owner,
-    // the replicated parameters in module order.
-    llvm::StringMap<int64_t> home = homeStages(body);
+    // Per home stage and owner, the replicated parameters in module order.
     std::map<int64_t, SmallVector<SmallVector<std::pair<std::string, int64_t>>>>
         byStage;
     for (auto &[name, n] : params) {
@@ -414,19 +415,12 @@ struct ShardingPass : public strata::impl::StrataShardingBase<ShardingPass> {
   /// part in clipping are gone).
   LogicalResult reduceScatterGradients(
       const llvm::MapVector<Operation *, std::string> &gradientOf,
-      const llvm::StringMap<int64_t> &owner, int64_t me,
+      const llvm::StringMap<int64_t> &owner,
+      const llvm::StringMap<int64_t> &home, int64_t me,
       FlatSymbolRefAttr group, FlatSymbolRefAttr outer) {
-    if (gradientOf.empty())
-      return success();
     std::map<std::pair<int64_t, int64_t>, SmallVector<AllReduceOp>> buckets;
-    llvm::StringMap<int64_t> home =
-        homeStages(*cast<func::FuncOp>(gradientOf.front().first->getParentOp())
-                        .getBody()
-                        .begin());
     for (auto &[op, name] : gradientOf) {
       auto reduce = cast<AllReduceOp>(op);
-      // The parameter's home stage (a pipeline sums a tied parameter's
-      // gradient parts there).
       int64_t stageIndex = home.lookup(name);
       int64_t bucket =
           reduce->getAttrOfType<IntegerAttr>(StrataDialect::kBucketAttrName)
