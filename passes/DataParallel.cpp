@@ -116,79 +116,130 @@ struct DataParallelPass
         batchValues.insert(r);
     }
 
-    // Buckets in the order gradients become ready.
+    // Gradients are bucketed per element type (as Paddle) and per home stage
+    // of their parameter (a pipeline keeps each bucket on one stage), each
+    // group in the order its gradients become ready.
     Block::iterator start = body.begin();
     auto readyAt = [&](Value v) -> Operation * {
       Operation *def = v.getDefiningOp();
       return def ? def : &*start;
     };
-    SmallVector<unsigned> order; // result indices of the gradients
-    for (unsigned i = 1; i < ret.getNumOperands(); ++i)
-      order.push_back(i);
-    llvm::stable_sort(order, [&](unsigned a, unsigned b) {
-      Operation *x = readyAt(ret.getOperand(a)), *y = readyAt(ret.getOperand(b));
-      return x != y && x->isBeforeInBlock(y);
-    });
-    const double mb = 1024.0 * 1024.0;
-    // The bucket that closes last is filled first, from the end.
-    SmallVector<SmallVector<unsigned>> buckets;
-    SmallVector<unsigned> tail;
-    double tailBytes = 0;
-    while (!order.empty()) {
-      double bytes = tensorBytes(ret.getOperand(order.back()).getType());
-      if (!tail.empty() && tailBytes + bytes > lastBucketMb * mb)
-        break;
-      tail.insert(tail.begin(), order.pop_back_val());
-      tailBytes += bytes;
-    }
-    double filled = 0;
-    for (unsigned i : order) {
-      double bytes = tensorBytes(ret.getOperand(i).getType());
-      if (buckets.empty() || (filled + bytes > bucketMb * mb && filled > 0)) {
-        buckets.emplace_back();
-        filled = 0;
+    llvm::StringMap<int64_t> home = homeStages(body);
+    SmallVector<std::pair<std::pair<int64_t, Type>, SmallVector<unsigned>>>
+        groups;
+    for (unsigned i = 1; i < ret.getNumOperands(); ++i) {
+      auto param = func.getResultAttrOfType<FlatSymbolRefAttr>(
+          i, StrataDialect::kGradOfAttrName);
+      std::pair<int64_t, Type> key = {
+          param ? home.lookup(param.getValue()) : 0,
+          tensorType(ret.getOperand(i)).getElementType()};
+      auto *group = llvm::find_if(groups, [&](auto &g) { return g.first == key; });
+      if (group == groups.end()) {
+        groups.push_back({key, {}});
+        group = std::prev(groups.end());
       }
-      buckets.back().push_back(i);
-      filled += bytes;
+      group->second.push_back(i);
     }
-    if (!tail.empty())
-      buckets.push_back(tail);
+    const double mb = 1024.0 * 1024.0;
+    SmallVector<SmallVector<unsigned>> buckets; // result indices
+    for (auto &[key, order] : groups) {
+      llvm::stable_sort(order, [&](unsigned a, unsigned b) {
+        Operation *x = readyAt(ret.getOperand(a)),
+                  *y = readyAt(ret.getOperand(b));
+        return x != y && x->isBeforeInBlock(y);
+      });
+      // The bucket that closes last is filled first, from the end.
+      SmallVector<unsigned> tail;
+      double tailBytes = 0;
+      while (!order.empty()) {
+        double bytes = tensorBytes(ret.getOperand(order.back()).getType());
+        if (!tail.empty() && tailBytes + bytes > lastBucketMb * mb)
+          break;
+        tail.insert(tail.begin(), order.pop_back_val());
+        tailBytes += bytes;
+      }
+      double filled = 0;
+      bool open = false;
+      for (unsigned i : order) {
+        double bytes = tensorBytes(ret.getOperand(i).getType());
+        if (!open || (filled + bytes > bucketMb * mb && filled > 0)) {
+          buckets.emplace_back();
+          filled = 0;
+          open = true;
+        }
+        buckets.back().push_back(i);
+        filled += bytes;
+      }
+      if (!tail.empty())
+        buckets.push_back(tail);
+    }
+    // Where each bucket is complete: after its last gradient.
+    auto lastReadyOf = [&](ArrayRef<unsigned> bucket) {
+      Operation *last = readyAt(ret.getOperand(bucket.front()));
+      for (unsigned i : bucket)
+        if (Operation *ready = readyAt(ret.getOperand(i));
+            last->isBeforeInBlock(ready))
+          last = ready;
+      return last;
+    };
+    llvm::stable_sort(buckets, [&](ArrayRef<unsigned> x, ArrayRef<unsigned> y) {
+      Operation *a = lastReadyOf(x), *b = lastReadyOf(y);
+      return a != b && a->isBeforeInBlock(b);
+    });
 
-    // All-reduces: each bucket after its last gradient, chained by tokens.
+    // Each bucket is one flat buffer: its gradients are packed as soon as
+    // the last of them is ready, all-reduced (mean) while the backward pass
+    // goes on, and unpacked where the step's results are read (the runtime
+    // completes the all-reduce there). Collectives are chained by tokens in
+    // program order, so every rank issues them alike. The memory plan lets
+    // producers write into the bucket and the unpacked gradients stay in it.
+    MLIRContext *ctx = func.getContext();
     OpBuilder b(&body, body.begin());
-    auto token = InitTokenOp::create(b, func.getLoc(),
-                                     TokenType::get(func.getContext()));
+    auto token = InitTokenOp::create(b, func.getLoc(), TokenType::get(ctx));
     setRole(token, Role::Communication);
     Value chain = token;
+    auto mean = ReduceKindAttr::get(ctx, ReduceKind::Mean);
     SmallVector<Value> results(ret.getOperands());
-    auto reduce = [&](Value v, Location loc, std::optional<int64_t> bucket) {
-      auto op = AllReduceOp::create(
-          b, loc, v.getType(), TokenType::get(func.getContext()), v, chain,
-          group, ReduceKindAttr::get(func.getContext(), ReduceKind::Mean));
-      setRole(op, Role::Communication);
-      if (bucket)
-        op->setAttr(StrataDialect::kBucketAttrName,
-                    b.getI64IntegerAttr(*bucket));
-      chain = op.getOutToken();
-      return op.getResult();
-    };
     for (auto [index, bucket] : llvm::enumerate(buckets)) {
-      Operation *lastReady = readyAt(ret.getOperand(bucket.front()));
-      for (unsigned i : bucket) {
-        Operation *ready = readyAt(ret.getOperand(i));
-        if (lastReady->isBeforeInBlock(ready))
-          lastReady = ready;
-      }
-      // After the previous bucket's collectives and this bucket's producers.
+      // After the previous bucket's collective and this bucket's producers.
       Operation *after = chain.getDefiningOp();
-      if (after->isBeforeInBlock(lastReady))
-        after = lastReady;
+      if (Operation *last = lastReadyOf(bucket); after->isBeforeInBlock(last))
+        after = last;
       b.setInsertionPointAfter(after);
-      for (unsigned i : bucket)
-        results[i] = reduce(ret.getOperand(i), ret.getLoc(), int64_t(index));
+      SmallVector<Value> grads;
+      SmallVector<Type> types;
+      int64_t elements = 0;
+      for (unsigned i : bucket) {
+        grads.push_back(ret.getOperand(i));
+        types.push_back(grads.back().getType());
+        elements += tensorType(grads.back()).getNumElements();
+      }
+      auto flat = RankedTensorType::get(
+          {elements}, tensorType(grads.front()).getElementType());
+      auto pack = PackOp::create(b, ret.getLoc(), flat, grads);
+      setRole(pack, Role::Communication);
+      auto reduce = AllReduceOp::create(b, ret.getLoc(), flat,
+                                        TokenType::get(ctx), pack, chain,
+                                        group, mean);
+      setRole(reduce, Role::Communication);
+      reduce->setAttr(StrataDialect::kBucketAttrName,
+                      b.getI64IntegerAttr(index));
+      chain = reduce.getOutToken();
+      b.setInsertionPoint(ret);
+      auto unpack = UnpackOp::create(b, ret.getLoc(), types,
+                                     reduce.getResult(),
+                                     b.getI64IntegerAttr(0));
+      setRole(unpack, Role::Communication);
+      for (auto [i, v] : llvm::zip(bucket, unpack.getResults()))
+        results[i] = v;
     }
+    // The loss, averaged for the report.
     b.setInsertionPoint(ret);
-    results[0] = reduce(ret.getOperand(0), ret.getLoc(), std::nullopt);
+    auto loss = AllReduceOp::create(b, ret.getLoc(), ret.getOperand(0).getType(),
+                                    TokenType::get(ctx), ret.getOperand(0),
+                                    chain, group, mean);
+    setRole(loss, Role::Communication);
+    results[0] = loss.getResult();
     ret->setOperands(results);
     func->setAttr(StrataDialect::kShardsAttrName, b.getI64IntegerAttr(n));
     if (failed(verify(func)))

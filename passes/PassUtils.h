@@ -8,6 +8,7 @@
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/IR/Builders.h"
 #include "mlir/IR/SymbolTable.h"
+#include "llvm/ADT/StringMap.h"
 
 namespace strata {
 
@@ -54,6 +55,24 @@ declareCommGroup(mlir::ModuleOp module, llvm::StringRef name,
                                    b.getArrayAttr(attrs));
   mlir::SymbolTable(module).insert(group);
   return mlir::FlatSymbolRefAttr::get(group.getSymNameAttr());
+}
+
+/// The stage of each parameter's first reader (strata.stage, set by
+/// strata-stage-split for a pipeline); parameters no staged op reads are
+/// absent (stage 0 for `lookup`).
+inline llvm::StringMap<int64_t> homeStages(mlir::Block &body) {
+  llvm::StringMap<int64_t> home;
+  for (mlir::Operation &op : body)
+    if (auto get = mlir::dyn_cast<GetParamOp>(op))
+      for (mlir::Operation *user : get->getUsers())
+        if (auto stage = user->getAttrOfType<mlir::IntegerAttr>(
+                StrataDialect::kStageAttrName)) {
+          auto [it, inserted] =
+              home.try_emplace(get.getName(), stage.getInt());
+          if (!inserted)
+            it->second = std::min(it->second, stage.getInt());
+        }
+  return home;
 }
 
 } // namespace strata

@@ -134,10 +134,9 @@ struct ShardingPass : public strata::impl::StrataShardingBase<ShardingPass> {
 
     Block &body = step.getBody().front();
     auto ret = cast<func::ReturnOp>(body.getTerminator());
-    // Before any change (so that every rank decides alike): which bucketed
-    // all-reduce of data parallelism computes which parameter's gradient.
-    llvm::MapVector<Operation *, std::string> gradientOf =
-        bucketedGradients(body);
+    // Before any change (so that every rank decides alike): which
+    // parameter's gradient each bucket of data parallelism carries.
+    SmallVector<BucketedGradient> gradients = bucketedGradients(body);
     // The new value of each updated parameter (null where another rank
     // owns it), in module order.
     llvm::StringMap<Value> updated;
@@ -222,8 +221,8 @@ struct ShardingPass : public strata::impl::StrataShardingBase<ShardingPass> {
     // Each parameter's home stage (a pipeline keeps each bucket on one
     // stage; it sums a tied parameter's gradient parts there).
     llvm::StringMap<int64_t> home = homeStages(body);
-    if (stage >= 2 && failed(reduceScatterGradients(gradientOf, owner, home,
-                                                    me, groupRef, outerRef)))
+    if (stage >= 2 && failed(reduceScatterGradients(gradients, owner, me,
+                                                    groupRef, outerRef)))
       return signalPassFailure();
 
     // Stage 3: parameters of at least `segment-size` elements live on their
@@ -298,23 +297,6 @@ struct ShardingPass : public strata::impl::StrataShardingBase<ShardingPass> {
     }
   }
 
-  /// The stage of each parameter's first reader (strata.stage, set by
-  /// strata-stage-split for a pipeline; 0 without one).
-  static llvm::StringMap<int64_t> homeStages(Block &body) {
-    llvm::StringMap<int64_t> home;
-    for (Operation &op : body)
-      if (auto get = dyn_cast<GetParamOp>(op))
-        for (Operation *user : get->getUsers())
-          if (auto stage = user->getAttrOfType<IntegerAttr>(
-                  StrataDialect::kStageAttrName)) {
-            auto [it, inserted] =
-                home.try_emplace(get.getName(), stage.getInt());
-            if (!inserted)
-              it->second = std::min(it->second, stage.getInt());
-          }
-    return home;
-  }
-
   /// One all_gather of a bucket: rank r's segment holds its updated
   /// parameters `bucket[r]`, packed (and padded to the largest segment);
   /// every parameter is assigned its owner's value. Returns the new token.
@@ -374,12 +356,21 @@ struct ShardingPass : public strata::impl::StrataShardingBase<ShardingPass> {
         .getType();
   }
 
-  /// The bucketed all-reduces (strata-data-parallel's `strata.bucket`) whose
-  /// result is one parameter's gradient: read by that parameter's update,
-  /// directly or through global-norm clipping, and by nothing else.
-  static llvm::MapVector<Operation *, std::string>
-  bucketedGradients(Block &body) {
-    llvm::MapVector<Operation *, std::string> result;
+  /// One parameter's gradient in a bucket of strata-data-parallel (pack ->
+  /// all_reduce {strata.bucket} -> unpack).
+  struct BucketedGradient {
+    std::string param;
+    Value local;      ///< this rank's gradient (packed)
+    Value averaged;   ///< the unpacked mean, read by the update
+    AllReduceOp reduce;
+    unsigned position; ///< in the bucket
+  };
+
+  /// The bucketed gradients whose mean is read by one parameter's update,
+  /// directly or through global-norm clipping, and by nothing else; in
+  /// program order.
+  static SmallVector<BucketedGradient> bucketedGradients(Block &body) {
+    SmallVector<BucketedGradient> result;
     for (Operation &op : body) {
       if (!isUpdate(&op))
         continue;
@@ -395,78 +386,88 @@ struct ShardingPass : public strata::impl::StrataShardingBase<ShardingPass> {
           continue;
         grad = c.getInputs()[index];
       }
-      auto reduce = grad.getDefiningOp<AllReduceOp>();
+      auto unpack = grad.getDefiningOp<UnpackOp>();
+      if (!unpack || unpack.getOffset() != 0)
+        continue;
+      auto reduce = unpack.getInput().getDefiningOp<AllReduceOp>();
       if (!reduce || !reduce->hasAttr(StrataDialect::kBucketAttrName) ||
           reduce.getKind() != ReduceKind::Mean)
         continue;
-      bool only = llvm::all_of(reduce.getResult().getUsers(), [&](Operation *u) {
+      auto pack = reduce.getInput().getDefiningOp<PackOp>();
+      if (!pack || pack.getInputs().size() != unpack.getNumResults())
+        continue;
+      bool only = llvm::all_of(grad.getUsers(), [&](Operation *u) {
         return u == &op || u == clip || isa<GlobalNormOp>(u);
       });
+      unsigned position = cast<OpResult>(grad).getResultNumber();
       if (only)
-        result[reduce] = get.getName().str();
+        result.push_back({get.getName().str(), pack.getInputs()[position],
+                          grad, reduce, position});
     }
+    llvm::stable_sort(result, [](const BucketedGradient &a,
+                                 const BucketedGradient &b) {
+      if (a.reduce != b.reduce)
+        return a.reduce->isBeforeInBlock(b.reduce);
+      return a.position < b.position;
+    });
     return result;
   }
 
-  /// Stage 2: each bucket of gradient all-reduces (per pipeline stage)
-  /// becomes one reduce_scatter of a flat buffer in which rank r's segment
-  /// packs the gradients of the parameters r owns; this rank unpacks its
-  /// own. The other gradients must be dead by now (their updates and their
-  /// part in clipping are gone).
+  /// Stage 2: each gradient bucket (per pipeline stage) becomes one
+  /// reduce_scatter of a flat buffer in which rank r's segment packs the
+  /// gradients of the parameters r owns; this rank unpacks its own. The
+  /// other gradients must be dead by now (their updates and their part in
+  /// clipping are gone).
   LogicalResult reduceScatterGradients(
-      const llvm::MapVector<Operation *, std::string> &gradientOf,
-      const llvm::StringMap<int64_t> &owner,
-      const llvm::StringMap<int64_t> &home, int64_t me,
+      ArrayRef<BucketedGradient> gradients,
+      const llvm::StringMap<int64_t> &owner, int64_t me,
       FlatSymbolRefAttr group, FlatSymbolRefAttr outer) {
-    std::map<std::pair<int64_t, int64_t>, SmallVector<AllReduceOp>> buckets;
-    for (auto &[op, name] : gradientOf) {
-      auto reduce = cast<AllReduceOp>(op);
-      int64_t stageIndex = home.lookup(name);
-      int64_t bucket =
-          reduce->getAttrOfType<IntegerAttr>(StrataDialect::kBucketAttrName)
-              .getInt();
-      buckets[{bucket, stageIndex}].push_back(reduce);
-    }
+    // Per bucket; a bucket that also carries a gradient read elsewhere
+    // stays an all-reduce (as in stage 1).
+    llvm::MapVector<Operation *, SmallVector<const BucketedGradient *>> buckets;
+    for (const BucketedGradient &g : gradients)
+      buckets[g.reduce].push_back(&g);
     MLIRContext *ctx = &getContext();
-    for (auto &[key, members] : buckets) {
-      llvm::stable_sort(members, [](AllReduceOp a, AllReduceOp b) {
-        return a->isBeforeInBlock(b);
-      });
-      SmallVector<SmallVector<AllReduceOp>> byOwner(degree);
-      for (AllReduceOp r : members)
-        byOwner[owner.lookup(gradientOf.lookup(r))].push_back(r);
+    for (auto &[op, members] : buckets) {
+      auto pack = cast<AllReduceOp>(op).getInput().getDefiningOp<PackOp>();
+      if (members.size() != pack.getInputs().size())
+        continue;
+      SmallVector<SmallVector<const BucketedGradient *>> byOwner(degree);
+      for (const BucketedGradient *g : members)
+        byOwner[owner.lookup(g->param)].push_back(g);
       int64_t segment = 0;
       for (auto &list : byOwner) {
         int64_t size = 0;
-        for (AllReduceOp r : list)
-          size += tensorType(r.getInput()).getNumElements();
+        for (const BucketedGradient *g : list)
+          size += tensorType(g->local).getNumElements();
         segment = std::max(segment, size);
       }
-      OpBuilder b(members.front());
-      Location loc = members.front().getLoc();
-      auto f32 = b.getF32Type();
+      auto first = cast<AllReduceOp>(op);
+      OpBuilder b(first);
+      Location loc = first.getLoc();
+      Type element = tensorType(first.getInput()).getElementType();
       SmallVector<Value> inputs;
       for (auto &list : byOwner) {
         int64_t size = 0;
-        for (AllReduceOp r : list) {
-          inputs.push_back(r.getInput());
-          size += tensorType(r.getInput()).getNumElements();
+        for (const BucketedGradient *g : list) {
+          inputs.push_back(g->local);
+          size += tensorType(g->local).getNumElements();
         }
         if (&list != &byOwner.back() && size < segment) {
-          auto pad = RankedTensorType::get({segment - size}, f32);
+          auto pad = RankedTensorType::get({segment - size}, element);
           auto zeros = arith::ConstantOp::create(
-              b, loc, DenseElementsAttr::get(pad, b.getZeroAttr(f32)));
+              b, loc, DenseElementsAttr::get(pad, b.getZeroAttr(element)));
           setRole(zeros, Role::Communication);
           inputs.push_back(zeros);
         }
       }
       auto mean = ReduceKindAttr::get(ctx, ReduceKind::Mean);
-      auto pack = PackOp::create(
-          b, loc, RankedTensorType::get({segment * degree}, f32), inputs);
-      setRole(pack, Role::Communication);
+      auto byRank = PackOp::create(
+          b, loc, RankedTensorType::get({segment * degree}, element), inputs);
+      setRole(byRank, Role::Communication);
       auto scatter = ReduceScatterOp::create(
-          b, loc, RankedTensorType::get({segment}, f32), TokenType::get(ctx),
-          pack, members.front().getToken(), group, mean,
+          b, loc, RankedTensorType::get({segment}, element),
+          TokenType::get(ctx), byRank, first.getToken(), group, mean,
           b.getI64IntegerAttr(0));
       setRole(scatter, Role::Communication);
       Value mine = scatter.getResult(), token = scatter.getOutToken();
@@ -480,15 +481,15 @@ struct ShardingPass : public strata::impl::StrataShardingBase<ShardingPass> {
       }
       if (!byOwner[me].empty()) {
         SmallVector<Type> types;
-        for (AllReduceOp r : byOwner[me])
-          types.push_back(r.getResult().getType());
+        for (const BucketedGradient *g : byOwner[me])
+          types.push_back(g->averaged.getType());
         // Unpacked where the first of them is read, so that the backward
         // pass goes on while the reduce-scatter runs (the runtime completes
         // it right before the unpack).
         Operation *firstUse = nullptr;
-        Block *block = members.front()->getBlock();
-        for (AllReduceOp r : byOwner[me])
-          for (Operation *user : r.getResult().getUsers()) {
+        Block *block = first->getBlock();
+        for (const BucketedGradient *g : byOwner[me])
+          for (Operation *user : g->averaged.getUsers()) {
             Operation *at = block->findAncestorOpInBlock(*user);
             if (!firstUse || at->isBeforeInBlock(firstUse))
               firstUse = at;
@@ -499,18 +500,25 @@ struct ShardingPass : public strata::impl::StrataShardingBase<ShardingPass> {
         auto unpack = UnpackOp::create(b, loc, types, mine,
                                        b.getI64IntegerAttr(0));
         setRole(unpack, Role::Communication);
-        for (auto [r, v] : llvm::zip(byOwner[me], unpack.getResults()))
-          r.getResult().replaceAllUsesWith(v);
+        for (auto [g, v] : llvm::zip(byOwner[me], unpack.getResults()))
+          Value(g->averaged).replaceAllUsesWith(v);
       }
-      for (AllReduceOp r : members) {
-        if (!r.getResult().use_empty())
-          return r.emitOpError("reads the gradient of '")
-                 << gradientOf.lookup(r)
-                 << "', which another rank owns under ZeRO stage 2";
-        r.getOutToken().replaceAllUsesWith(token);
+      // The bucket's all-reduce goes, with its pack and unpack.
+      for (const BucketedGradient *g : members)
+        if (!g->averaged.use_empty())
+          return g->averaged.getDefiningOp()->emitOpError(
+                     "reads the gradient of '")
+                 << g->param << "', which another rank owns under ZeRO stage 2";
+      for (Operation *user :
+           llvm::make_early_inc_range(first.getResult().getUsers())) {
+        if (!user->use_empty())
+          return user->emitOpError("reads a gradient bucket that ZeRO "
+                                   "stage 2 reduce-scatters");
+        user->erase();
       }
-      for (AllReduceOp r : members)
-        r.erase();
+      first.getOutToken().replaceAllUsesWith(token);
+      first.erase();
+      pack.erase();
     }
     return success();
   }
