@@ -10,6 +10,7 @@
 #include "mlir/IR/SymbolTable.h"
 #include "mlir/IR/Verifier.h"
 #include "llvm/ADT/DenseSet.h"
+#include "llvm/Support/Format.h"
 
 namespace strata {
 #define GEN_PASS_DEF_STRATADATAPARALLEL
@@ -27,9 +28,21 @@ struct DataParallelPass
 
   void runOnOperation() override {
     ModuleOp module = getOperation();
-    if (degree < 1 || !(bucketMb > 0.0) || !(lastBucketMb > 0.0)) {
-      module.emitError() << "strata-data-parallel: degree must be >= 1 and "
-                            "bucket sizes positive";
+    if (degree < 1) {
+      module.emitError() << "strata-data-parallel: degree must be >= 1, got "
+                         << static_cast<int64_t>(degree);
+      return signalPassFailure();
+    }
+    if (!(bucketMb > 0.0) || !(lastBucketMb > 0.0)) {
+      std::string sizes;
+      llvm::raw_string_ostream(sizes)
+          << llvm::format("bucket-mb %g and last-bucket-mb %g",
+                          static_cast<double>(bucketMb),
+                          static_cast<double>(lastBucketMb));
+      module.emitError()
+          << "strata-data-parallel: bucket sizes must be positive, got "
+          << sizes
+          << " (dp_optimization.comm_buffer_size, last_comm_buffer_size)";
       return signalPassFailure();
     }
     if (degree == 1)

@@ -246,13 +246,21 @@ def StrataDataParallel : Pass<"strata-data-parallel", "mlir::ModuleOp"> {
     identical replicas and every rank reports the global mean loss.
 
     Gradients are grouped into buckets of at most `bucket-mb` MB in the
-    order they become ready in the backward pass; the bucket that closes
-    last (the first layers' gradients, which cannot overlap compute) is
-    capped at `last-bucket-mb`. A bucket's all-reduces are placed right
-    after its last gradient is computed and carry `strata.bucket = i`; the
-    ordering token chains them in bucket order. A parameter without a
-    gradient path has a zero gradient that is reduced like the others, so
-    no rank waits for a collective another rank skips
+    order they become ready in the backward pass, separately per element
+    type (as Paddle) and per home stage of their parameter (the first
+    pipeline stage that reads it, so that a bucket never spans stages); the
+    bucket that closes last in each group (the first layers' gradients,
+    which cannot overlap compute) is capped at `last-bucket-mb`. Each bucket
+    is one flat buffer: right after its last gradient is computed the
+    gradients are packed (`strata.pack`), one `strata.all_reduce` (mean,
+    `strata.bucket = i`) averages the buffer, and a `strata.unpack` before
+    the step's results gives the gradients back, where the runtime completes
+    the all-reduce, so it overlaps the rest of the backward pass. The
+    ordering token chains the collectives in program order. The memory plan
+    lets the producers write into the bucket and leaves the unpacked
+    gradients in it where that does not raise the arena. A parameter
+    without a gradient path has a zero gradient that is reduced like the
+    others, so no rank waits for a collective another rank skips
     (`find-unused-parameters` changes nothing in a static program).
   }];
   let options = [
