@@ -14,7 +14,9 @@ def StrataProgramStats : Pass<"strata-program-stats", "mlir::ModuleOp"> {
     arena for every intermediate value, offsets from liveness with in-place
     reuse; `activation-peak-bytes`: the most bytes alive at one op, the
     bound any plan must meet; `planned-peak-bytes`: arena + parameters and
-    state + batch), the count of every op kind in the module, and the
+    state + batch; `in-place-ops`: results that reuse an operand's buffer;
+    `packed-in-place`: tensors written straight into a communication
+    bucket or left in it when unpacked, without a copy), the count of every op kind in the module, and the
     floating-point operations of the matrix products (2·M·N·K per product,
     gradients included). The report goes to stderr, or to the file
     named by `output`. Used to check the size of generated models and to

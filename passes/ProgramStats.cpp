@@ -98,6 +98,7 @@ struct ProgramStatsPass
     os << "planned-arena-bytes: " << plan.arenaBytes << "\n";
     os << "planned-peak-bytes: " << plan.peakBytes() << "\n";
     os << "in-place-ops: " << plan.inPlaceOps << "\n";
+    os << "packed-in-place: " << plan.packedInPlace << "\n";
     os << "matmul-flops: " << flops << "\n";
     for (auto &[name, count] : opCounts)
       os << "op " << name << ": " << count << "\n";

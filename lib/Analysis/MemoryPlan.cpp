@@ -125,10 +125,11 @@ int64_t strata::tensorBytes(Type type) {
          ((tensor.getElementType().getIntOrFloatBitWidth() + 7) / 8);
 }
 
-/// The plan, with the tensors of every strata.pack and strata.unpack
-/// except those of `copied` in place.
+/// The plan, with the tensors of every strata.pack and strata.unpack in
+/// place except the first `copied[op]` of each (copied into or out of the
+/// bucket).
 static MemoryPlan planOnce(func::FuncOp func, int64_t alignment,
-                           const llvm::DenseSet<Operation *> &copied) {
+                           const DenseMap<Operation *, unsigned> &copied) {
   MemoryPlan plan;
   Block &body = func.getBody().front();
   if (auto module = func->getParentOfType<ModuleOp>())
@@ -214,8 +215,7 @@ static MemoryPlan planOnce(func::FuncOp func, int64_t alignment,
     ++plan.packedInPlace;
   };
   for (Operation &op : body) {
-    if (copied.contains(&op))
-      continue;
+    unsigned skip = copied.lookup(&op);
     int64_t i = index[&op];
     if (auto pack = dyn_cast<PackOp>(op)) {
       auto whole = bufferOf.find(pack.getResult());
@@ -223,10 +223,11 @@ static MemoryPlan planOnce(func::FuncOp func, int64_t alignment,
         continue;
       llvm::DenseSet<size_t> seen;
       int64_t at = 0;
-      for (Value v : pack.getInputs()) {
+      for (auto [k, v] : llvm::enumerate(pack.getInputs())) {
         int64_t bytes = tensorBytes(v.getType());
         auto part = bufferOf.find(v);
-        if (part != bufferOf.end() && part->second != whole->second &&
+        if (k >= skip && part != bufferOf.end() &&
+            part->second != whole->second &&
             seen.insert(part->second).second && freeToJoin(part->second) &&
             plan.buffers[part->second].end == i && lastUse(v) == i)
           join(part->second, whole->second, at);
@@ -243,9 +244,9 @@ static MemoryPlan planOnce(func::FuncOp func, int64_t alignment,
                                                unpack.getInput().getType())
                                                .getNumElements());
       int64_t at = unpack.getOffset() * width;
-      for (Value r : unpack.getResults()) {
+      for (auto [k, r] : llvm::enumerate(unpack.getResults())) {
         auto part = bufferOf.find(r);
-        if (part != bufferOf.end() && freeToJoin(part->second))
+        if (k >= skip && part != bufferOf.end() && freeToJoin(part->second))
           join(part->second, whole->second, at);
         at += tensorBytes(r.getType());
       }
@@ -302,20 +303,38 @@ static MemoryPlan planOnce(func::FuncOp func, int64_t alignment,
 MemoryPlan strata::planMemory(func::FuncOp func, int64_t alignment) {
   // Packing in place saves the copies into and out of a bucket, but keeps
   // the bucket's bytes from its first tensor on: where that raises the
-  // arena (a gradient bucket that fills during the backward pass's
-  // activation peak), the copies win. Each bucket op is tried both ways,
-  // in program order, keeping what lowers the arena.
-  llvm::DenseSet<Operation *> copied;
+  // arena (a gradient bucket that starts filling during the backward pass's
+  // activation peak), copying its first tensors and placing only the later
+  // ones in the bucket wins. For each bucket op in program order, a few
+  // numbers of leading tensors to copy are tried (none, all, and evenly
+  // spaced ones in between), keeping what lowers the arena.
+  DenseMap<Operation *, unsigned> copied;
   MemoryPlan best = planOnce(func, alignment, copied);
   if (best.packedInPlace == 0)
     return best;
+  constexpr unsigned kTries = 8;
   for (Operation &op : func.getBody().front()) {
-    if (!isa<PackOp, UnpackOp>(op))
+    unsigned n = 0;
+    if (auto pack = dyn_cast<PackOp>(op))
+      n = pack.getInputs().size();
+    else if (auto unpack = dyn_cast<UnpackOp>(op))
+      n = unpack.getNumResults();
+    else
       continue;
-    copied.insert(&op);
-    MemoryPlan candidate = planOnce(func, alignment, copied);
-    if (candidate.arenaBytes < best.arenaBytes)
-      best = std::move(candidate);
+    unsigned chosen = 0;
+    for (unsigned t = 1; t <= kTries; ++t) {
+      unsigned skip = (n * t + kTries - 1) / kTries;
+      if (skip == 0 || (t > 1 && skip == (n * (t - 1) + kTries - 1) / kTries))
+        continue;
+      copied[&op] = skip;
+      MemoryPlan candidate = planOnce(func, alignment, copied);
+      if (candidate.arenaBytes < best.arenaBytes) {
+        best = std::move(candidate);
+        chosen = skip;
+      }
+    }
+    if (chosen)
+      copied[&op] = chosen;
     else
       copied.erase(&op);
   }

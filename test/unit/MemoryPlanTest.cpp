@@ -49,13 +49,30 @@ TEST_P(MemoryPlanTest, LiveBuffersNeverShareBytes) {
       }
     }
   });
-  // Buffers alive at the same time never overlap; all fit the arena.
+  // Buffers alive at the same time never overlap (except a tensor planned
+  // inside its communication bucket, within the bucket's bytes and life);
+  // all fit the arena.
+  bool buckets = false;
+  step.walk([&](Operation *op) { buckets |= isa<PackOp, UnpackOp>(op); });
+  int64_t parts = 0;
   for (size_t i = 0; i < plan.buffers.size(); ++i) {
     const PlannedBuffer &a = plan.buffers[i];
-    EXPECT_EQ(a.offset % 64, 0);
+    if (a.parent) {
+      const PlannedBuffer &whole = plan.buffers[*a.parent];
+      ++parts;
+      EXPECT_FALSE(whole.parent) << "nested parts";
+      EXPECT_LE(a.inner + a.bytes, whole.bytes);
+      EXPECT_EQ(a.offset, whole.offset + a.inner);
+      EXPECT_LE(whole.start, a.start);
+      EXPECT_GE(whole.end, a.end);
+    } else {
+      EXPECT_EQ(a.offset % 64, 0);
+    }
     EXPECT_LE(a.offset + a.bytes, plan.arenaBytes);
     for (size_t j = i + 1; j < plan.buffers.size(); ++j) {
       const PlannedBuffer &b = plan.buffers[j];
+      if (a.parent == j || b.parent == i)
+        continue;
       bool together = a.start <= b.end && b.start <= a.end;
       bool overlap =
           a.offset < b.offset + b.bytes && b.offset < a.offset + a.bytes;
@@ -66,6 +83,9 @@ TEST_P(MemoryPlanTest, LiveBuffersNeverShareBytes) {
   EXPECT_GE(plan.arenaBytes, plan.livePeakBytes);
   EXPECT_LE(plan.arenaBytes, plan.livePeakBytes * 11 / 10);
   EXPECT_GT(plan.inPlaceOps, 0);
+  EXPECT_EQ(parts, plan.packedInPlace);
+  if (buckets)
+    EXPECT_GT(plan.packedInPlace, 0);
 }
 
 INSTANTIATE_TEST_SUITE_P(
@@ -75,6 +95,14 @@ INSTANTIATE_TEST_SUITE_P(
                       "checkpoints=h0,h1},strata-optimizer)",
                       "builtin.module(strata-autodiff,strata-gemm-epilogue-"
                       "fusion,strata-dropout-add-fusion,strata-gradient-merge{"
-                      "k-steps=2},strata-optimizer)"));
+                      "k-steps=2},strata-optimizer)",
+                      // Gradient buckets (pack, all_reduce, unpack).
+                      "builtin.module(strata-autodiff,strata-data-parallel{"
+                      "degree=2 bucket-mb=0.02 last-bucket-mb=0.01},"
+                      "strata-optimizer{type=adamw})",
+                      // ZeRO-2: reduce-scatter and all-gather buckets.
+                      "builtin.module(strata-autodiff,strata-data-parallel{"
+                      "degree=2},strata-optimizer{type=adamw},"
+                      "strata-sharding{stage=2 degree=2 rank=1})"));
 
 } // namespace
