@@ -203,15 +203,16 @@ static MemoryPlan planOnce(func::FuncOp func, int64_t alignment,
   auto freeToJoin = [&](size_t i) {
     return !plan.buffers[i].parent && !parents.contains(i);
   };
-  // Buffer `part` becomes bytes [at, ...) of buffer `whole`, which lives as
-  // long as both did.
+  // Buffer `part` becomes bytes [at, ...) of buffer `whole`. Each keeps its
+  // own life: a packed tensor's bytes are taken from its definition, the
+  // rest of the bucket only from the pack on.
+  DenseMap<size_t, SmallVector<size_t>> partsOf;
   auto join = [&](size_t part, size_t whole, int64_t at) {
-    PlannedBuffer &b = plan.buffers[part], &w = plan.buffers[whole];
+    PlannedBuffer &b = plan.buffers[part];
     b.parent = whole;
     b.inner = at;
-    w.start = std::min(w.start, b.start);
-    w.end = std::max(w.end, b.end);
     parents.insert(whole);
+    partsOf[whole].push_back(part);
     ++plan.packedInPlace;
   };
   for (Operation &op : body) {
@@ -253,46 +254,114 @@ static MemoryPlan planOnce(func::FuncOp func, int64_t alignment,
     }
   }
 
-  // The most bytes alive at one op: the bound no placement can beat.
+  // The most bytes alive at one op: the bound no placement can beat. A
+  // part counts where it lives outside its bucket's own life.
   std::vector<int64_t> delta(n + 1, 0);
+  auto alive = [&](int64_t start, int64_t end, int64_t bytes) {
+    if (start > end)
+      return;
+    delta[start] += bytes;
+    delta[end + 1] -= bytes;
+  };
   for (const PlannedBuffer &b : plan.buffers) {
-    if (b.parent)
+    if (!b.parent) {
+      alive(b.start, b.end, b.bytes);
       continue;
-    delta[b.start] += b.bytes;
-    delta[b.end + 1] -= b.bytes;
+    }
+    const PlannedBuffer &w = plan.buffers[*b.parent];
+    alive(b.start, std::min(b.end, w.start - 1), b.bytes);
+    alive(std::max(b.start, w.end + 1), b.end, b.bytes);
   }
   int64_t live = 0;
   for (int64_t d : delta)
     plan.livePeakBytes = std::max(plan.livePeakBytes, live += d);
 
-  // Greedy by size.
+  // Placement, greedy by size. A buffer is a set of rectangles (bytes x
+  // op indices) at fixed offsets from its own: itself, and for a bucket
+  // each of its parts over the part's life.
+  struct Rect {
+    int64_t inner, bytes, start, end;
+  };
+  auto shapeOf = [&](size_t i) {
+    const PlannedBuffer &b = plan.buffers[i];
+    SmallVector<Rect> rects = {{0, b.bytes, b.start, b.end}};
+    for (size_t p : partsOf.lookup(i)) {
+      const PlannedBuffer &part = plan.buffers[p];
+      rects.push_back({part.inner, part.bytes, part.start, part.end});
+    }
+    return rects;
+  };
   std::vector<size_t> order(plan.buffers.size());
   for (size_t i = 0; i < order.size(); ++i)
     order[i] = i;
   std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) {
     return plan.buffers[a].bytes > plan.buffers[b].bytes;
   });
-  std::vector<size_t> placed;
+  // Placed rectangles: absolute bytes [begin, end) over op indices.
+  struct Taken {
+    int64_t begin, end, start, last;
+  };
+  std::vector<Taken> placed;
+  // The byte ranges taken during [start, end], sorted and merged.
+  auto takenDuring = [&](int64_t start, int64_t end) {
+    std::vector<std::pair<int64_t, int64_t>> taken;
+    for (const Taken &t : placed)
+      if (t.start <= end && start <= t.last)
+        taken.push_back({t.begin, t.end});
+    std::sort(taken.begin(), taken.end());
+    std::vector<std::pair<int64_t, int64_t>> merged;
+    for (auto range : taken) {
+      if (!merged.empty() && range.first <= merged.back().second)
+        merged.back().second = std::max(merged.back().second, range.second);
+      else
+        merged.push_back(range);
+    }
+    return merged;
+  };
   for (size_t i : order) {
     PlannedBuffer &buffer = plan.buffers[i];
     if (buffer.parent)
       continue;
-    std::vector<std::pair<int64_t, int64_t>> taken;
-    for (size_t j : placed) {
-      const PlannedBuffer &other = plan.buffers[j];
-      if (other.start <= buffer.end && buffer.start <= other.end)
-        taken.push_back({other.offset, other.offset + other.bytes});
-    }
-    std::sort(taken.begin(), taken.end());
-    int64_t offset = 0;
-    for (auto [begin, end] : taken) {
-      if (begin - offset >= buffer.bytes)
-        break;
-      offset = std::max(offset, end);
-    }
+    SmallVector<Rect> rects = shapeOf(i);
+    std::vector<std::vector<std::pair<int64_t, int64_t>>> taken;
+    for (const Rect &r : rects)
+      taken.push_back(takenDuring(r.start, r.end));
+    // The lowest offset at which every rectangle lies in a gap: 0 or just
+    // past some taken range, for one of the rectangles.
+    // Past every taken range, all of them fit.
+    std::vector<int64_t> candidates = {0};
+    int64_t beyond = 0;
+    for (auto [r, ranges] : llvm::zip(rects, taken))
+      for (auto [begin, end] : ranges) {
+        beyond = std::max(beyond, end);
+        if (end - r.inner >= 0)
+          candidates.push_back(alignTo(end - r.inner, alignment));
+      }
+    candidates.push_back(alignTo(beyond, alignment));
+    std::sort(candidates.begin(), candidates.end());
+    candidates.erase(std::unique(candidates.begin(), candidates.end()),
+                     candidates.end());
+    auto fits = [&](int64_t offset) {
+      for (auto [r, ranges] : llvm::zip(rects, taken)) {
+        int64_t begin = offset + r.inner, end = begin + r.bytes;
+        // The first range that ends after `begin`.
+        auto it = std::upper_bound(
+            ranges.begin(), ranges.end(), begin,
+            [](int64_t v, const std::pair<int64_t, int64_t> &range) {
+              return v < range.second;
+            });
+        if (it != ranges.end() && it->first < end)
+          return false;
+      }
+      return true;
+    };
+    int64_t offset = *llvm::find_if(candidates, fits);
     buffer.offset = offset;
-    plan.arenaBytes = std::max(plan.arenaBytes, offset + buffer.bytes);
-    placed.push_back(i);
+    for (const Rect &r : rects) {
+      placed.push_back({offset + r.inner, offset + r.inner + r.bytes, r.start,
+                        r.end});
+      plan.arenaBytes = std::max(plan.arenaBytes, offset + r.inner + r.bytes);
+    }
   }
   for (PlannedBuffer &buffer : plan.buffers)
     if (buffer.parent)
@@ -301,13 +370,13 @@ static MemoryPlan planOnce(func::FuncOp func, int64_t alignment,
 }
 
 MemoryPlan strata::planMemory(func::FuncOp func, int64_t alignment) {
-  // Packing in place saves the copies into and out of a bucket, but keeps
-  // the bucket's bytes from its first tensor on: where that raises the
-  // arena (a gradient bucket that starts filling during the backward pass's
-  // activation peak), copying its first tensors and placing only the later
-  // ones in the bucket wins. For each bucket op in program order, a few
-  // numbers of leading tensors to copy are tried (none, all, and evenly
-  // spaced ones in between), keeping what lowers the arena.
+  // Packing in place saves the copies into and out of a bucket, and costs
+  // no bytes by itself (a packed tensor occupies its part of the bucket
+  // only from its definition on), but the parts are pinned at fixed
+  // offsets from each other, which can leave the greedy placement holes.
+  // For each bucket op in program order, a few numbers of leading tensors
+  // to copy instead are tried (evenly spaced ones, up to all), keeping what
+  // lowers the arena.
   DenseMap<Operation *, unsigned> copied;
   MemoryPlan best = planOnce(func, alignment, copied);
   if (best.packedInPlace == 0)

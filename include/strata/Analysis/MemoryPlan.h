@@ -33,7 +33,10 @@ struct PlannedBuffer {
   /// A part of another buffer (a tensor packed into a communication bucket,
   /// or unpacked from one, in place): its index, and the byte offset in it.
   /// Such a buffer is not placed itself; its offset is the parent's plus
-  /// `inner`.
+  /// `inner`. It keeps its own life (a packed tensor's ends at the pack,
+  /// an unpacked one's starts at the unpack), and the parent's bytes are
+  /// taken from the pack to the unpack only: placement treats a bucket and
+  /// its parts as one shape.
   std::optional<size_t> parent;
   int64_t inner = 0;
 };
