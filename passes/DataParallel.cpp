@@ -146,7 +146,8 @@ struct DataParallelPass
       std::pair<int64_t, Type> key = {
           param ? home.lookup(param.getValue()) : 0,
           tensorType(ret.getOperand(i)).getElementType()};
-      auto *group = llvm::find_if(groups, [&](auto &g) { return g.first == key; });
+      auto *group =
+          llvm::find_if(groups, [&](auto &g) { return g.first == key; });
       if (group == groups.end()) {
         groups.push_back({key, {}});
         group = std::prev(groups.end());
@@ -248,9 +249,10 @@ struct DataParallelPass
     }
     // The loss, averaged for the report.
     b.setInsertionPoint(ret);
-    auto loss = AllReduceOp::create(b, ret.getLoc(), ret.getOperand(0).getType(),
-                                    TokenType::get(ctx), ret.getOperand(0),
-                                    chain, group, mean);
+    Value localLoss = ret.getOperand(0);
+    auto loss =
+        AllReduceOp::create(b, ret.getLoc(), localLoss.getType(),
+                            TokenType::get(ctx), localLoss, chain, group, mean);
     setRole(loss, Role::Communication);
     results[0] = loss.getResult();
     ret->setOperands(results);
