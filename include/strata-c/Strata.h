@@ -36,7 +36,9 @@ int strataSessionGenerateGpt(StrataSession session, int64_t layers,
                              int64_t hidden, int64_t heads, int64_t seq,
                              int64_t vocab, int64_t batch, double dropout);
 
-/* Runs a textual pass pipeline, e.g. "strata-autodiff,strata-optimizer". */
+/* Runs a textual pass pipeline, e.g. "strata-autodiff,strata-optimizer" or,
+ * anchored as mlir-opt's --pass-pipeline,
+ * "builtin.module(strata-autodiff,strata-optimizer)". */
 int strataSessionRunPipeline(StrataSession session, const char *pipeline);
 
 /* Loads a strategy file (YAML/JSON, Paddle's keys) and runs the passes it

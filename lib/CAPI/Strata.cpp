@@ -103,8 +103,18 @@ int strataSessionGenerateGpt(StrataSession session, int64_t layers,
 int strataSessionRunPipeline(StrataSession session, const char *pipeline) {
   return session->capture([&](llvm::raw_ostream &os) {
     PassManager pm(&session->context);
-    if (failed(parsePassPipeline(pipeline, pm, os)))
+    // Anchored on the module ("builtin.module(...)", as mlir-opt's
+    // --pass-pipeline) or a bare list of passes. Parsing the anchored form
+    // into `pm` would nest it under the module and run it on nothing.
+    StringRef text = StringRef(pipeline).trim();
+    if (text.starts_with("builtin.module(")) {
+      FailureOr<OpPassManager> anchored = parsePassPipeline(text, os);
+      if (failed(anchored))
+        return false;
+      static_cast<OpPassManager &>(pm) = *anchored;
+    } else if (failed(parsePassPipeline(text, pm, os))) {
       return false;
+    }
     return session->runPassManager(pm);
   });
 }

@@ -46,6 +46,19 @@ int main(int argc, char **argv) {
   check(out.data && strstr(out.data, "strata.state @step") != NULL,
         "state declared");
 
+  /* The same pipeline anchored on the module, as mlir-opt spells it. */
+  check(strataSessionGenerateGpt(s, 1, 16, 2, 8, 64, 2, 0.1) == 0,
+        "generate for the anchored pipeline");
+  check(strataSessionRunPipeline(
+            s, "builtin.module(strata-autodiff,strata-optimizer{type=sgd})") ==
+            0,
+        "anchored pipeline");
+  Buffer anchored = {NULL, 0};
+  strataSessionPrintProgram(s, append, &anchored);
+  check(anchored.data && strstr(anchored.data, "strata.sgd_update") != NULL,
+        "anchored pipeline ran");
+  free(anchored.data);
+
   /* The printed program parses back. */
   check(strataSessionParseProgram(s, out.data, out.size, "roundtrip") == 0,
         "reparse");
