@@ -4,6 +4,9 @@
 // placed greedily by decreasing size at the lowest offset that no buffer
 // with an overlapping lifetime occupies ("greedy by size", as TFLite's
 // arena planner), which is close to the liveness lower bound in practice.
+// A communication bucket may hold the tensors packed into it or unpacked
+// from it; it is placed with them as one shape, each part taking its bytes
+// only while it lives.
 //
 //===----------------------------------------------------------------------===//
 
@@ -326,9 +329,9 @@ static MemoryPlan planOnce(func::FuncOp func, int64_t alignment,
     std::vector<std::vector<std::pair<int64_t, int64_t>>> taken;
     for (const Rect &r : rects)
       taken.push_back(takenDuring(r.start, r.end));
-    // The lowest offset at which every rectangle lies in a gap: 0 or just
-    // past some taken range, for one of the rectangles.
-    // Past every taken range, all of them fit.
+    // The lowest offset at which every rectangle lies in a gap: 0, just
+    // past some taken range for one of the rectangles, or past all of
+    // them (which always fits).
     std::vector<int64_t> candidates = {0};
     int64_t beyond = 0;
     for (auto [r, ranges] : llvm::zip(rects, taken))
