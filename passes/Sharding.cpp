@@ -429,7 +429,8 @@ struct ShardingPass : public strata::impl::StrataShardingBase<ShardingPass> {
       buckets[g.reduce].push_back(&g);
     MLIRContext *ctx = &getContext();
     for (auto &[op, members] : buckets) {
-      auto pack = cast<AllReduceOp>(op).getInput().getDefiningOp<PackOp>();
+      auto reduce = cast<AllReduceOp>(op);
+      auto pack = reduce.getInput().getDefiningOp<PackOp>();
       if (members.size() != pack.getInputs().size())
         continue;
       SmallVector<SmallVector<const BucketedGradient *>> byOwner(degree);
@@ -442,10 +443,9 @@ struct ShardingPass : public strata::impl::StrataShardingBase<ShardingPass> {
           size += tensorType(g->local).getNumElements();
         segment = std::max(segment, size);
       }
-      auto first = cast<AllReduceOp>(op);
-      OpBuilder b(first);
-      Location loc = first.getLoc();
-      Type element = tensorType(first.getInput()).getElementType();
+      OpBuilder b(reduce);
+      Location loc = reduce.getLoc();
+      Type element = tensorType(reduce.getInput()).getElementType();
       SmallVector<Value> inputs;
       for (auto &list : byOwner) {
         int64_t size = 0;
@@ -467,7 +467,7 @@ struct ShardingPass : public strata::impl::StrataShardingBase<ShardingPass> {
       setRole(byRank, Role::Communication);
       auto scatter = ReduceScatterOp::create(
           b, loc, RankedTensorType::get({segment}, element),
-          TokenType::get(ctx), byRank, first.getToken(), group, mean,
+          TokenType::get(ctx), byRank, reduce.getToken(), group, mean,
           b.getI64IntegerAttr(0));
       setRole(scatter, Role::Communication);
       Value mine = scatter.getResult(), token = scatter.getOutToken();
@@ -487,7 +487,7 @@ struct ShardingPass : public strata::impl::StrataShardingBase<ShardingPass> {
         // pass goes on while the reduce-scatter runs (the runtime completes
         // it right before the unpack).
         Operation *firstUse = nullptr;
-        Block *block = first->getBlock();
+        Block *block = reduce->getBlock();
         for (const BucketedGradient *g : byOwner[me])
           for (Operation *user : g->averaged.getUsers()) {
             Operation *at = block->findAncestorOpInBlock(*user);
@@ -510,15 +510,16 @@ struct ShardingPass : public strata::impl::StrataShardingBase<ShardingPass> {
                      "reads the gradient of '")
                  << g->param << "', which another rank owns under ZeRO stage 2";
       for (Operation *user :
-           llvm::make_early_inc_range(first.getResult().getUsers())) {
+           llvm::make_early_inc_range(reduce.getResult().getUsers())) {
         if (!user->use_empty())
           return user->emitOpError("reads a gradient bucket that ZeRO "
                                    "stage 2 reduce-scatters");
         user->erase();
       }
-      first.getOutToken().replaceAllUsesWith(token);
-      first.erase();
-      pack.erase();
+      reduce.getOutToken().replaceAllUsesWith(token);
+      reduce.erase();
+      if (pack->use_empty())
+        pack.erase();
     }
     return success();
   }
