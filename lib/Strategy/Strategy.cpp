@@ -1326,8 +1326,9 @@ Expected<Strategy> strata::loadStrategy(StringRef path,
   auto buffer = MemoryBuffer::getFile(path, /*IsText=*/true);
   if (!buffer)
     return createStringError(buffer.getError(),
-                             "cannot read strategy file '" + path +
-                                 "': " + buffer.getError().message());
+                             path + ": error: cannot read the strategy "
+                                    "file: " +
+                                 buffer.getError().message() + "\n");
   return parseStrategy((*buffer)->getBuffer(), path, context);
 }
 

@@ -166,11 +166,20 @@ static std::optional<int> checkEverywhere(bool ok, const Twine &message,
 }
 
 /// A failure every rank meets alike (parsing or compiling the same program
-/// with the same strategy): rank 0 has printed the diagnostics and reports;
-/// the others wait to be ended, so that no abort cuts its output short.
+/// with the same strategy): rank 0 has printed the diagnostics and reports,
+/// and every rank leaves MPI in order (no abort, whose noise would follow
+/// the message).
 static int failEverywhere(const Twine &message,
                           bool diagnosticsPrinted = true) {
-  return *checkEverywhere(false, message, diagnosticsPrinted);
+  if (!mpiRunning)
+    return diagnosticsPrinted ? 1 : fail(message);
+  if (worldRank == 0) {
+    WithColor::error(errs(), "strata-run")
+        << "every rank: " << message << "\n";
+    errs().flush();
+  }
+  MPI_Finalize();
+  return 1;
 }
 
 namespace {
