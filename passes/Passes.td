@@ -349,10 +349,11 @@ def StrataSharding : Pass<"strata-sharding", "mlir::ModuleOp"> {
     share is then all-reduced over `@sharding_dp`, the ranks that hold the
     same share. Global-norm clipping reads only the owned gradients (each
     rank's partial norm goes to its slot of a `degree`-vector that the group
-    sums; the norm of that vector is the global norm). Per step a rank sends
-    about Ψ for the reduce-scatter and Ψ for the all-gather, as ZeRO does.
-    An all-reduce whose result is read by more than its parameter's update
-    and clipping stays an all-reduce.
+    sums; the norm of that vector is the global norm; with pipeline stages
+    one such sum per stage, whose norms `strata-pipeline` then combines
+    across stages). Per step a rank sends about Ψ for the reduce-scatter
+    and Ψ for the all-gather, as ZeRO does. A bucket with a gradient read by
+    more than its parameter's update and clipping stays an all-reduce.
 
     Stage 3 also shards the parameters of at least `segment-size` elements
     (smaller ones stay replicated, as Paddle's `segment_size`): only the

@@ -499,8 +499,8 @@ LogicalResult PipelinePass::splitClipping(Block &body) {
       if (!clip)
         return user->emitOpError()
                << "reads a global norm over gradients of several pipeline "
-                  "stages; only strata.clip_by_global_norm can (ZeRO stage 2 "
-                  "clipping with a pipeline is not implemented)";
+                  "stages; only strata.clip_by_global_norm can (each stage "
+                  "clips its own gradients with the combined norm)";
       clips.push_back(clip);
     }
     Place base = places[norm];

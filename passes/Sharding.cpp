@@ -137,6 +137,18 @@ struct ShardingPass : public strata::impl::StrataShardingBase<ShardingPass> {
     // Before any change (so that every rank decides alike): which
     // parameter's gradient each bucket of data parallelism carries.
     SmallVector<BucketedGradient> gradients = bucketedGradients(body);
+    // Each parameter's home stage (a pipeline keeps each bucket on one
+    // stage; it sums a tied parameter's gradient parts there), and that of
+    // each clipped gradient.
+    llvm::StringMap<int64_t> home = homeStages(body);
+    DenseMap<Value, int64_t> clippedStage;
+    for (Operation &op : body)
+      if (isUpdate(&op))
+        if (auto clip = op.getOperand(1).getDefiningOp<ClipByGlobalNormOp>())
+          if (auto get = op.getOperand(0).getDefiningOp<GetParamOp>())
+            clippedStage[clip.getInputs()[cast<OpResult>(op.getOperand(1))
+                                              .getResultNumber()]] =
+                home.lookup(get.getName());
     // The new value of each updated parameter (null where another rank
     // owns it), in module order.
     llvm::StringMap<Value> updated;
@@ -204,7 +216,7 @@ struct ShardingPass : public strata::impl::StrataShardingBase<ShardingPass> {
           state->erase();
       }
 
-    if (stage >= 2 && failed(shardClipping(step, groupRef, me)))
+    if (stage >= 2 && failed(shardClipping(step, groupRef, me, clippedStage)))
       return signalPassFailure();
     // Hybrid: the ranks that hold the same share in each sharding group.
     FlatSymbolRefAttr outerRef;
@@ -218,9 +230,6 @@ struct ShardingPass : public strata::impl::StrataShardingBase<ShardingPass> {
       }
       outerRef = declareCommGroup(module, "sharding_dp", outer);
     }
-    // Each parameter's home stage (a pipeline keeps each bucket on one
-    // stage; it sums a tied parameter's gradient parts there).
-    llvm::StringMap<int64_t> home = homeStages(body);
     if (stage >= 2 && failed(reduceScatterGradients(gradients, owner, me,
                                                     groupRef, outerRef)))
       return signalPassFailure();
@@ -632,69 +641,106 @@ struct ShardingPass : public strata::impl::StrataShardingBase<ShardingPass> {
   /// clipping then reads the owned gradients only: each rank's partial norm
   /// goes to its slot of a vector that the sharding group sums, and the
   /// norm of that vector is the global norm. The other gradients' buffers
-  /// die at their all-reduce.
+  /// die at their all-reduce. With pipeline stages (`stageOf`: the home
+  /// stage of each clipped gradient), each stage sums its own partial norms
+  /// over its sharding group, and the global norm combines the stages'
+  /// norms (strata-pipeline exchanges them between stages). The stages and
+  /// collectives depend on the program only, never on what this rank owns.
   LogicalResult shardClipping(func::FuncOp step, FlatSymbolRefAttr group,
-                              int64_t me) {
+                              int64_t me,
+                              const DenseMap<Value, int64_t> &stageOf) {
     SmallVector<ClipByGlobalNormOp> clips;
     step.walk([&](ClipByGlobalNormOp c) { clips.push_back(c); });
     for (ClipByGlobalNormOp clip : clips) {
-      SmallVector<Value> inputs;
-      SmallVector<Value> results;
-      for (auto [in, out] : llvm::zip(clip.getInputs(), clip.getResults()))
+      // Per stage (in order), the owned gradients and their clip results.
+      std::map<int64_t, std::pair<SmallVector<Value>, SmallVector<Value>>>
+          byStage;
+      for (auto [in, out] : llvm::zip(clip.getInputs(), clip.getResults())) {
+        auto &[inputs, results] = byStage[stageOf.lookup(in)];
         if (!out.use_empty()) {
           inputs.push_back(in);
           results.push_back(out);
         }
+      }
+      bool staged = byStage.size() > 1;
       OpBuilder b(clip);
       Location loc = clip.getLoc();
       MLIRContext *ctx = b.getContext();
       auto scalar = RankedTensorType::get({}, b.getF32Type());
       auto one = RankedTensorType::get({1}, b.getF32Type());
       auto slots = RankedTensorType::get({degree}, b.getF32Type());
-      auto tag = [&](Operation *op, Role role) {
-        setRole(op, role);
-        return op;
-      };
       Value token;
       for (Operation *op = clip->getPrevNode(); op && !token;
            op = op->getPrevNode())
         for (Value r : op->getResults())
           if (isa<TokenType>(r.getType()))
             token = r;
-      if (!token)
-        token = tag(InitTokenOp::create(b, loc, TokenType::get(ctx)),
-                    Role::Communication)
-                    ->getResult(0);
-      Value local = tag(GlobalNormOp::create(b, loc, scalar, inputs),
-                        Role::Optimizer)->getResult(0);
-      Value flat = tag(ReshapeOp::create(b, loc, one, local), Role::Optimizer)
-                       ->getResult(0);
-      Value spread =
-          tag(BroadcastToOp::create(b, loc, slots, flat), Role::Optimizer)
-              ->getResult(0);
+      if (!token) {
+        auto init = InitTokenOp::create(b, loc, TokenType::get(ctx));
+        setRole(init, Role::Communication);
+        token = init;
+      }
       SmallVector<float> hot(degree, 0.0f);
       hot[me] = 1.0f;
-      Value mask = tag(arith::ConstantOp::create(
-                           b, loc, DenseElementsAttr::get(slots, ArrayRef(hot))),
-                       Role::Optimizer)
-                       ->getResult(0);
-      Value mine = tag(MulOp::create(b, loc, slots, spread, mask),
-                       Role::Optimizer)->getResult(0);
-      auto sum = AllReduceOp::create(b, loc, slots, TokenType::get(ctx), mine,
-                                     token, group,
-                                     ReduceKindAttr::get(ctx, ReduceKind::Sum));
-      setRole(sum, Role::Communication);
-      SmallVector<Value> gathered = {sum.getResult()};
-      Value norm = tag(GlobalNormOp::create(b, loc, scalar, gathered),
-                       Role::Optimizer)->getResult(0);
+      SmallVector<Value> stageNorms;
+      for (auto &[stageIndex, entry] : byStage) {
+        auto &inputs = entry.first;
+        auto tag = [&, stageIndex = stageIndex](Operation *op, Role role) {
+          setRole(op, role);
+          if (staged)
+            op->setAttr(StrataDialect::kStageAttrName,
+                        b.getI64IntegerAttr(stageIndex));
+          return op->getResult(0);
+        };
+        // This rank's partial norm (0 when it owns none of the stage's
+        // gradients), in its slot; the group's sum; its norm.
+        Value local =
+            inputs.empty()
+                ? tag(arith::ConstantOp::create(
+                          b, loc, DenseElementsAttr::get(scalar, 0.0f)),
+                      Role::Optimizer)
+                : tag(GlobalNormOp::create(b, loc, scalar, inputs),
+                      Role::Optimizer);
+        Value flat =
+            tag(ReshapeOp::create(b, loc, one, local), Role::Optimizer);
+        Value spread =
+            tag(BroadcastToOp::create(b, loc, slots, flat), Role::Optimizer);
+        Value mask = tag(arith::ConstantOp::create(
+                             b, loc, DenseElementsAttr::get(slots, ArrayRef(hot))),
+                         Role::Optimizer);
+        Value mine =
+            tag(MulOp::create(b, loc, slots, spread, mask), Role::Optimizer);
+        auto sum = AllReduceOp::create(
+            b, loc, slots, TokenType::get(ctx), mine, token, group,
+            ReduceKindAttr::get(ctx, ReduceKind::Sum));
+        tag(sum, Role::Communication);
+        token = sum.getOutToken();
+        SmallVector<Value> gathered = {sum.getResult()};
+        stageNorms.push_back(
+            tag(GlobalNormOp::create(b, loc, scalar, gathered),
+                Role::Optimizer));
+      }
+      Value norm = stageNorms.front();
+      if (staged) {
+        auto total = GlobalNormOp::create(b, loc, scalar, stageNorms);
+        setRole(total, Role::Optimizer);
+        norm = total;
+      }
+      SmallVector<Value> inputs, results;
       SmallVector<Type> types;
-      for (Value r : results)
-        types.push_back(r.getType());
-      auto owned = ClipByGlobalNormOp::create(b, loc, types, inputs, norm,
-                                              clip.getMaxNormAttr());
-      setRole(owned, Role::Optimizer);
-      for (auto [old, now] : llvm::zip(results, owned.getResults()))
-        old.replaceAllUsesWith(now);
+      for (auto &[stageIndex, entry] : byStage)
+        for (auto [in, out] : llvm::zip(entry.first, entry.second)) {
+          inputs.push_back(in);
+          results.push_back(out);
+          types.push_back(out.getType());
+        }
+      if (!inputs.empty()) {
+        auto owned = ClipByGlobalNormOp::create(b, loc, types, inputs, norm,
+                                                clip.getMaxNormAttr());
+        setRole(owned, Role::Optimizer);
+        for (auto [old, now] : llvm::zip(results, owned.getResults()))
+          old.replaceAllUsesWith(now);
+      }
       Operation *oldNorm = clip.getNorm().getDefiningOp();
       clip.erase();
       if (oldNorm && oldNorm->use_empty())
