@@ -440,8 +440,17 @@ LogicalResult PipelinePass::place(func::FuncOp func, bool final) {
     if (std::optional<int64_t> mb = getMicroBatch(&op))
       if (getRole(&op) == Role::Backward)
         firstBackward.try_emplace(*mb, order[&op]);
+  // The optimizer phase starts at its first (staged) op in program order;
+  // a collective after that point belongs to it on every rank, whatever
+  // this rank contributes (a ZeRO all-gather of a rank that owns none of
+  // the stage's parameters reads no update, but must run where the owners'
+  // does).
+  bool optimizerPhase = false;
   for (Operation &op : body.without_terminator()) {
     Place &p = places[&op];
+    bool optimizerOp = isa<AssignOp>(op) || getRole(&op) == Role::Optimizer;
+    if (optimizerOp && !p.replicated)
+      optimizerPhase = true;
     if (std::optional<int64_t> mb = getMicroBatch(&op)) {
       p.microBatch = *mb;
       auto first = firstBackward.find(*mb);
@@ -449,7 +458,7 @@ LogicalResult PipelinePass::place(func::FuncOp func, bool final) {
           getRole(&op) == Role::Backward ||
           (first != firstBackward.end() && order[&op] > first->second);
       p.part = backward ? Part::B : Part::F;
-    } else if (isa<AssignOp>(op) || getRole(&op) == Role::Optimizer) {
+    } else if (optimizerOp || (optimizerPhase && isCollective(&op))) {
       p.part = Part::Post;
     } else {
       p.part = Part::Pre; // refined per stage once the schedule is known
@@ -683,8 +692,12 @@ LogicalResult PipelinePass::run(ModuleOp module, func::FuncOp func) {
   }
 
   // Each op's segment on its stage; ops without a micro-batch follow their
-  // latest operand on the same stage.
+  // latest operand on the same stage, and a collective also follows the
+  // stage's previous collective: every rank of a stage issues its
+  // collectives in program order, whatever it contributes (a rank with an
+  // empty share of a ZeRO all-gather would otherwise issue it first).
   DenseMap<Operation *, size_t> seg;
+  std::vector<size_t> lastCollective(p, 0);
   for (Operation &op : body.without_terminator()) {
     const Place &pl = places[&op];
     if (pl.dead || pl.replicated) {
@@ -694,6 +707,8 @@ LogicalResult PipelinePass::run(ModuleOp module, func::FuncOp func) {
     int64_t s = rankStage(pl.stage);
     if (pl.part == Part::Post) {
       seg[&op] = postSegment[s];
+      if (isCollective(&op))
+        lastCollective[s] = postSegment[s];
       continue;
     }
     if (pl.microBatch >= 0) {
@@ -705,7 +720,7 @@ LogicalResult PipelinePass::run(ModuleOp module, func::FuncOp func) {
       seg[&op] = it->second;
       continue;
     }
-    size_t latest = 0;
+    size_t latest = isCollective(&op) ? lastCollective[s] : 0;
     for (Value v : op.getOperands())
       if (Operation *def = v.getDefiningOp(); def && !isTokenValue(v)) {
         const Place &d = places[def];
@@ -713,6 +728,8 @@ LogicalResult PipelinePass::run(ModuleOp module, func::FuncOp func) {
           latest = std::max(latest, seg[def]);
       }
     seg[&op] = latest;
+    if (isCollective(&op))
+      lastCollective[s] = latest;
   }
 
   // The ops of each rank stage in order; replicated ops where needed.

@@ -55,10 +55,12 @@
 // holds @w1's gradient only (@w0's lives on stage 0).
 // DP: strata.comm_group @dp ranks [array<i64: 0, 1>, array<i64: 2, 3>]
 // DP: strata.comm_group @pp ranks [array<i64: 0, 2>, array<i64: 1, 3>]
-// DP: strata.all_reduce {{.*}}group = @dp, kind = #strata.reduce<mean>{{.*}} : (tensor<f32>, !strata.token)
+// The collectives of a stage run in program order on every rank: the
+// gradient bucket, then the loss.
 // DP: %[[FLAT:.*]] = strata.pack %{{[0-9]+}} {{.*}}strata.stage = 1 : i64} : (tensor<4x4xf32>) -> tensor<16xf32>
 // DP-NEXT: %[[SUM:.*]], %{{.*}} = strata.all_reduce %[[FLAT]], %{{.*}} {group = @dp, kind = #strata.reduce<mean>, strata.bucket = {{[0-9]+}} : i64{{.*}} : (tensor<16xf32>, !strata.token)
 // DP-NEXT: strata.unpack %[[SUM]] {{.*}}strata.stage = 1 : i64} : (tensor<16xf32>) -> tensor<4x4xf32>
+// DP-NEXT: strata.all_reduce {{.*}}group = @dp, kind = #strata.reduce<mean>{{.*}} : (tensor<f32>, !strata.token)
 // DP-NOT: strata.all_reduce
 // DP: strata.assign @w1
 
