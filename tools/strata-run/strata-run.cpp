@@ -777,7 +777,7 @@ int main(int argc, char **argv) {
     mlir::PassManager lower(&mlirContext);
     lower.addPass(strata::createStrataLowerToRuntime());
     if (mlir::failed(lower.run(*module)))
-      return failEverywhere("cannot lower the program to the CPU runtime");
+      return fail("cannot lower the program to the CPU runtime");
     auto out = mlir::openOutputFile(outputFile, &error);
     if (!out)
       return fail(error);
