@@ -58,10 +58,8 @@ struct DataParallelPass
       return signalPassFailure();
     }
     // The group, declared after the parameters and state, before any use.
-    SmallVector<int64_t> ranks;
-    for (int64_t r = 0; r < degree; ++r)
-      ranks.push_back(r);
-    FlatSymbolRefAttr groupRef = declareCommGroup(module, "dp", {ranks});
+    FlatSymbolRefAttr groupRef =
+        declareCommGroup(module, "dp", rankLists(1, 0, degree, 1));
     for (func::FuncOp func : targets)
       if (failed(shard(func, groupRef)))
         return signalPassFailure();

@@ -8,6 +8,7 @@
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/IR/Builders.h"
 #include "mlir/IR/SymbolTable.h"
+#include "llvm/ADT/SmallVector.h"
 #include "llvm/ADT/StringMap.h"
 
 namespace strata {
@@ -36,6 +37,17 @@ inline mlir::Operation *lastDeclaration(mlir::ModuleOp module) {
     if (mlir::isa<ParamOp, StateOp, CommGroupOp>(op))
       last = &op;
   return last;
+}
+
+/// `count` lists of `size` ranks: list i holds i * listStride + j * stride
+/// for j < size (the rows or the columns of a grid of ranks).
+inline llvm::SmallVector<llvm::SmallVector<int64_t>>
+rankLists(int64_t count, int64_t listStride, int64_t size, int64_t stride) {
+  llvm::SmallVector<llvm::SmallVector<int64_t>> lists(count);
+  for (int64_t i = 0; i < count; ++i)
+    for (int64_t j = 0; j < size; ++j)
+      lists[i].push_back(i * listStride + j * stride);
+  return lists;
 }
 
 /// Declares `strata.comm_group @name` with `lists` of ranks after the last

@@ -957,13 +957,8 @@ LogicalResult PipelinePass::run(ModuleOp module, func::FuncOp func) {
       }
     group.setRanksAttr(b.getArrayAttr(lists));
   }
-  SmallVector<SmallVector<int64_t>> ppLists;
-  for (int64_t d = 0; d < dpDegree; ++d) {
-    ppLists.emplace_back();
-    for (int64_t s = 0; s < p; ++s)
-      ppLists.back().push_back(s * dpDegree + d);
-  }
-  FlatSymbolRefAttr pp = declareCommGroup(module, "pp", ppLists);
+  FlatSymbolRefAttr pp =
+      declareCommGroup(module, "pp", rankLists(dpDegree, 1, p, dpDegree));
 
   // Receives: one per message to this stage, before its item.
   DenseMap<Message *, Value> received;

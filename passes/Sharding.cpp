@@ -121,14 +121,8 @@ struct ShardingPass : public strata::impl::StrataShardingBase<ShardingPass> {
     const int64_t me = rank % degree;
 
     // The group: consecutive blocks of `degree` ranks.
-    SmallVector<SmallVector<int64_t>> lists;
-    for (int64_t g = 0; g < dpDegree; ++g) {
-      SmallVector<int64_t> ranks;
-      for (int64_t r = 0; r < degree; ++r)
-        ranks.push_back(g * degree + r);
-      lists.push_back(ranks);
-    }
-    FlatSymbolRefAttr groupRef = declareCommGroup(module, "sharding", lists);
+    FlatSymbolRefAttr groupRef = declareCommGroup(
+        module, "sharding", rankLists(dpDegree, degree, degree, 1));
     OpBuilder b(module.getContext());
     SymbolTable symbols(module);
 
@@ -220,16 +214,9 @@ struct ShardingPass : public strata::impl::StrataShardingBase<ShardingPass> {
       return signalPassFailure();
     // Hybrid: the ranks that hold the same share in each sharding group.
     FlatSymbolRefAttr outerRef;
-    if (dpDegree > 1) {
-      SmallVector<SmallVector<int64_t>> outer;
-      for (int64_t r = 0; r < degree; ++r) {
-        SmallVector<int64_t> ranks;
-        for (int64_t g = 0; g < dpDegree; ++g)
-          ranks.push_back(g * degree + r);
-        outer.push_back(ranks);
-      }
-      outerRef = declareCommGroup(module, "sharding_dp", outer);
-    }
+    if (dpDegree > 1)
+      outerRef = declareCommGroup(module, "sharding_dp",
+                                  rankLists(degree, 1, dpDegree, degree));
     if (stage >= 2 && failed(reduceScatterGradients(gradients, owner, me,
                                                     groupRef, outerRef)))
       return signalPassFailure();
