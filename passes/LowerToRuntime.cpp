@@ -252,7 +252,8 @@ private:
   SmallVector<Attribute> sites, siteRoles;
   /// Non-blocking all-reduces (their sites) to complete before an op.
   DenseMap<Operation *, SmallVector<int64_t>> waitsBefore;
-  /// The arena offset of each value stored in the arena.
+  /// The arena offset of each value stored in the arena (from the memory
+  /// plan, less the results written straight to a resident buffer).
   DenseMap<Value, int64_t> arenaOffsets;
   int64_t currentSite = 0;
   int64_t microBatches = 1;
@@ -860,10 +861,9 @@ LogicalResult Lowering::run() {
              << " value; a step lowered to the runtime returns tensors";
   for (BlockArgument arg : body.getArguments())
     pointers[arg] = loadPointer(inputs, arg.getArgNumber());
-  DenseMap<Value, int64_t> offsets;
   for (const PlannedBuffer &buffer : plan.buffers)
     for (Value v : buffer.values)
-      offsets[v] = buffer.offset;
+      arenaOffsets[v] = buffer.offset;
 
   // Updates that may write straight into the resident buffer: the assigned
   // value's defining op reads the old value last.
@@ -944,13 +944,13 @@ LogicalResult Lowering::run() {
       if (target != inPlace.end()) {
         pointers[result] =
             loadPointer(persistent, persistentIndex[target->second]);
+        arenaOffsets.erase(result); // written to its resident buffer
         continue;
       }
-      auto it = offsets.find(result);
-      if (it == offsets.end())
+      auto it = arenaOffsets.find(result);
+      if (it == arenaOffsets.end())
         return op.emitOpError("has a result without a planned buffer");
       pointers[result] = arenaAt(it->second);
-      arenaOffsets[result] = it->second;
     }
     if (auto assign = dyn_cast<AssignOp>(op)) {
       // Where it stands, unless its target is read later in the step (the

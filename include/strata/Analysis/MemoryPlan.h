@@ -6,8 +6,8 @@
 // dies there (in place); the tensors that strata.pack lays end to end are
 // planned inside the packed buffer, and strata.unpack's results inside its
 // input, where nothing else needs them apart. Parameters, optimizer state
-// and the batch live outside the arena, for the whole run. The plan is known before the run:
-// its peak is what the runtime will allocate.
+// and the batch live outside the arena, for the whole run. The plan is
+// known before the run: its peak is what the runtime will allocate.
 //
 //===----------------------------------------------------------------------===//
 
