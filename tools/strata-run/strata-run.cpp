@@ -717,19 +717,10 @@ int main(int argc, char **argv) {
   // alone (checkEverywhere).
   mlirContext.printOpOnDiagnostic(false);
   llvm::SourceMgr sourceMgr;
-  mlir::SourceMgrDiagnosticHandler diagnostics(sourceMgr, &mlirContext);
-  std::optional<mlir::ScopedDiagnosticHandler> capture;
-  if (!rank0)
-    capture.emplace(&mlirContext, [](mlir::Diagnostic &d) {
-      llvm::raw_string_ostream os(capturedDiagnostics);
-      if (auto file = dyn_cast<mlir::FileLineColLoc>(d.getLocation()))
-        os << file.getFilename().getValue() << ":" << file.getLine() << ":"
-           << file.getColumn() << ": ";
-      os << (d.getSeverity() == mlir::DiagnosticSeverity::Error ? "error: "
-                                                                : "note: ")
-         << d << "\n";
-      return mlir::success();
-    });
+  llvm::raw_string_ostream captured(capturedDiagnostics);
+  mlir::SourceMgrDiagnosticHandler diagnostics(
+      sourceMgr, &mlirContext,
+      rank0 ? static_cast<llvm::raw_ostream &>(llvm::errs()) : captured);
   std::string error;
   auto input = mlir::openInputFile(programFile, &error);
   if (!input)
