@@ -229,7 +229,7 @@ struct ShardingPass : public strata::impl::StrataShardingBase<ShardingPass> {
         if (n >= segmentSize && updated.count(name))
           sharded.insert(name);
     if (!sharded.empty())
-      gatherBeforeUse(module, step, groupRef, owner, me, sharded, updated);
+      gatherBeforeUse(module, step, groupRef, owner, me, sharded);
 
     // When the step ends, every updated parameter comes from its owner:
     // packed per owner and all-gathered, in buckets.
@@ -529,8 +529,7 @@ struct ShardingPass : public strata::impl::StrataShardingBase<ShardingPass> {
   void gatherBeforeUse(ModuleOp module, func::FuncOp step,
                        FlatSymbolRefAttr group,
                        const llvm::StringMap<int64_t> &owner, int64_t me,
-                       const llvm::StringSet<> &sharded,
-                       const llvm::StringMap<Value> &updated) {
+                       const llvm::StringSet<> &sharded) {
     MLIRContext *ctx = module.getContext();
     Block &body = step.getBody().front();
     OpBuilder b(ctx);
@@ -621,7 +620,6 @@ struct ShardingPass : public strata::impl::StrataShardingBase<ShardingPass> {
       if (owner.lookup(entry.getKey()) != me)
         if (Operation *param = symbols.lookup(entry.getKey()))
           param->erase();
-    (void)updated;
   }
 
   /// Stage 2: a rank keeps only its parameters' gradients. Global-norm
