@@ -51,6 +51,20 @@ bool isUpdate(Operation *op) {
              LambUpdateOp, LarsUpdateOp>(op);
 }
 
+/// The ordering token last produced before `op`, or a new strata.init_token
+/// right before it.
+Value tokenBefore(Operation *op) {
+  for (Operation *prev = op->getPrevNode(); prev; prev = prev->getPrevNode())
+    for (Value r : llvm::reverse(prev->getResults()))
+      if (isa<TokenType>(r.getType()))
+        return r;
+  OpBuilder b(op);
+  auto init =
+      InitTokenOp::create(b, op->getLoc(), TokenType::get(op->getContext()));
+  setRole(init, Role::Communication);
+  return init;
+}
+
 StringRef nameOf(Operation *get) {
   return get->getAttrOfType<FlatSymbolRefAttr>("name").getValue();
 }
@@ -234,17 +248,7 @@ struct ShardingPass : public strata::impl::StrataShardingBase<ShardingPass> {
     // When the step ends, every updated parameter comes from its owner:
     // packed per owner and all-gathered, in buckets.
     b.setInsertionPoint(ret);
-    Value token;
-    for (Operation &op : body)
-      for (Value r : op.getResults())
-        if (isa<TokenType>(r.getType()))
-          token = r;
-    if (!token) {
-      auto init = InitTokenOp::create(b, ret.getLoc(),
-                                      TokenType::get(module.getContext()));
-      setRole(init, Role::Communication);
-      token = init;
-    }
+    Value token = tokenBefore(ret);
     // Per home stage and owner, the replicated parameters in module order.
     std::map<int64_t, SmallVector<SmallVector<std::pair<std::string, int64_t>>>>
         byStage;
@@ -654,17 +658,7 @@ struct ShardingPass : public strata::impl::StrataShardingBase<ShardingPass> {
       auto scalar = RankedTensorType::get({}, b.getF32Type());
       auto one = RankedTensorType::get({1}, b.getF32Type());
       auto slots = RankedTensorType::get({degree}, b.getF32Type());
-      Value token;
-      for (Operation *op = clip->getPrevNode(); op && !token;
-           op = op->getPrevNode())
-        for (Value r : op->getResults())
-          if (isa<TokenType>(r.getType()))
-            token = r;
-      if (!token) {
-        auto init = InitTokenOp::create(b, loc, TokenType::get(ctx));
-        setRole(init, Role::Communication);
-        token = init;
-      }
+      Value token = tokenBefore(clip);
       SmallVector<float> hot(degree, 0.0f);
       hot[me] = 1.0f;
       SmallVector<Value> stageNorms;
