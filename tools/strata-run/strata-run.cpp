@@ -37,6 +37,7 @@
 #include "llvm/Support/WithColor.h"
 
 #include "llvm/Support/FileSystem.h"
+#include "llvm/Support/Path.h"
 #include "llvm/Support/Program.h"
 
 #include <atomic>
@@ -46,9 +47,11 @@
 #include <memory>
 #include <set>
 #include <cmath>
+#include <cstdio>
 #include <cstdlib>
 #include <mpi.h>
 #include <sys/resource.h>
+#include <sys/wait.h>
 #include <thread>
 #include <unistd.h>
 
@@ -510,7 +513,21 @@ private:
   std::vector<std::unique_ptr<Outgoing>> outgoing;
 };
 
-/// `strata-run --nproc N` outside MPI: run the same command under mpirun.
+/// The mpirun child of `launchRanks`, to which the launcher forwards the
+/// signals sent to it alone (a terminal's Ctrl-C reaches both already).
+static volatile sig_atomic_t launchedPid = 0;
+
+static void forwardSignal(int sig, siginfo_t *info, void *) {
+  if (launchedPid > 0 && info &&
+      (info->si_code == SI_USER || info->si_code == SI_QUEUE))
+    kill(pid_t(launchedPid), sig);
+}
+
+/// `strata-run --nproc N` outside MPI: run the same command under mpirun and
+/// wait for it. Every launch gets its own OpenMPI session directory (a fresh
+/// directory under $TMPDIR, removed afterwards): two mpiruns started at the
+/// same instant otherwise race to create the shared one and one of them
+/// fails in orte_init.
 int launchRanks(int argc, char **argv) {
   auto mpirun = sys::findProgramByName("mpirun");
   if (!mpirun)
@@ -532,17 +549,57 @@ int launchRanks(int argc, char **argv) {
       continue;
     args.push_back(a.str());
   }
+  SmallString<128> sessionDir;
+  if (std::error_code ec =
+          sys::fs::createUniqueDirectory("strata-mpi", sessionDir)) {
+    SmallString<128> base;
+    sys::path::system_temp_directory(/*ErasedOnReboot=*/true, base);
+    return fail("cannot create a session directory for mpirun in " + base +
+                ": " + ec.message());
+  }
   // Shared memory between the local ranks; no network probing.
   setenv("OMPI_MCA_pml", "ob1", /*overwrite=*/0);
   setenv("OMPI_MCA_btl", "self,vader", 0);
+  setenv("OMPI_MCA_orte_tmpdir_base", sessionDir.c_str(), 1);
   std::vector<char *> cargs;
   for (std::string &a : args)
     cargs.push_back(a.data());
   cargs.push_back(nullptr);
   outs().flush();
   errs().flush();
-  execv(mpirun->c_str(), cargs.data());
-  return fail("cannot run " + *mpirun + ": " + std::strerror(errno));
+
+  struct sigaction forward = {}, saved[3];
+  forward.sa_sigaction = forwardSignal;
+  forward.sa_flags = SA_SIGINFO | SA_RESTART;
+  sigemptyset(&forward.sa_mask);
+  const int forwarded[3] = {SIGINT, SIGTERM, SIGHUP};
+  for (int i = 0; i < 3; ++i)
+    sigaction(forwarded[i], &forward, &saved[i]);
+  pid_t pid = fork();
+  if (pid == 0) {
+    for (int i = 0; i < 3; ++i)
+      sigaction(forwarded[i], &saved[i], nullptr);
+    execv(mpirun->c_str(), cargs.data());
+    std::fprintf(stderr, "strata-run: error: cannot run %s: %s\n",
+                 mpirun->c_str(), std::strerror(errno));
+    _exit(127);
+  }
+  int status = 0, code = 1;
+  if (pid < 0) {
+    code = fail("cannot start " + *mpirun + ": " + std::strerror(errno));
+  } else {
+    launchedPid = pid;
+    while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+    }
+    launchedPid = 0;
+    code = WIFEXITED(status)     ? WEXITSTATUS(status)
+           : WIFSIGNALED(status) ? 128 + WTERMSIG(status)
+                                 : 1;
+  }
+  for (int i = 0; i < 3; ++i)
+    sigaction(forwarded[i], &saved[i], nullptr);
+  sys::fs::remove_directories(sessionDir, /*IgnoreErrors=*/true);
+  return code;
 }
 } // namespace
 
