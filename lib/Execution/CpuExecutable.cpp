@@ -18,6 +18,7 @@
 
 #include <cstdlib>
 #include <cstring>
+#include <functional>
 
 using namespace mlir;
 using namespace strata;
@@ -88,8 +89,13 @@ llvm::Expected<std::unique_ptr<ExecutionEngine>>
 createEngine(ModuleOp lowered, unsigned optLevel, bool objectDump) {
   initNativeTarget();
   ExecutionEngineOptions engineOptions;
-  engineOptions.transformer = makeOptimizingTransformer(optLevel, 0, nullptr);
+  // `transformer` is a function_ref: the callable must outlive create().
+  std::function<llvm::Error(llvm::Module *)> transformer =
+      makeOptimizingTransformer(optLevel, 0, nullptr);
+  engineOptions.transformer = transformer;
   engineOptions.enableObjectDump = objectDump;
+  // No perf jitdump files in $TMPDIR/.debug for every run (MLIR's default).
+  engineOptions.enablePerfNotificationListener = false;
   auto engine = ExecutionEngine::create(lowered, engineOptions);
   if (!engine)
     return error("code generation failed: " +
