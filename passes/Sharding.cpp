@@ -249,9 +249,11 @@ struct ShardingPass : public strata::impl::StrataShardingBase<ShardingPass> {
     // packed per owner and all-gathered, in buckets.
     b.setInsertionPoint(ret);
     Value token = tokenBefore(ret);
-    // Per home stage and owner, the replicated parameters in module order.
-    std::map<int64_t, SmallVector<SmallVector<std::pair<std::string, int64_t>>>>
-        byStage;
+    // Per home stage, element type and owner, the replicated parameters in
+    // module order (a bucket is one flat buffer of one element type).
+    using OwnerLists =
+        SmallVector<SmallVector<std::pair<std::string, int64_t>>>;
+    std::map<int64_t, llvm::MapVector<Type, OwnerLists>> byStage;
     for (auto &[name, n] : params) {
       auto it = updated.find(name);
       if (it == updated.end())
@@ -266,35 +268,36 @@ struct ShardingPass : public strata::impl::StrataShardingBase<ShardingPass> {
         }
         continue;
       }
-      auto &lists = byStage[home.lookup(name)];
+      Type element = cast<RankedTensorType>(paramType(name)).getElementType();
+      auto &lists = byStage[home.lookup(name)][element];
       lists.resize(degree);
       lists[owner[name]].push_back({name, n});
     }
     // A bucket holds up to bucket-mb of each rank's parameters.
-    const int64_t capacity = std::max<int64_t>(
-        1, int64_t(bucketMb * 1024 * 1024 / 4));
-    for (auto &[stageIndex, lists] : byStage) {
-      SmallVector<SmallVector<SmallVector<std::pair<std::string, int64_t>>>>
-          buckets; // [bucket][rank] -> parameters
-      for (int64_t r = 0; r < degree; ++r) {
-        size_t bucket = 0;
-        int64_t filled = 0;
-        for (auto &entry : lists[r]) {
-          if (filled > 0 && filled + entry.second > capacity) {
-            ++bucket;
-            filled = 0;
+    for (auto &[stageIndex, byType] : byStage)
+      for (auto &[element, lists] : byType) {
+        const int64_t capacity = std::max<int64_t>(
+            1, int64_t(bucketMb * 1024 * 1024 /
+                       std::max(1u, element.getIntOrFloatBitWidth() / 8)));
+        SmallVector<SmallVector<SmallVector<std::pair<std::string, int64_t>>>>
+            buckets; // [bucket][rank] -> parameters
+        for (int64_t r = 0; r < degree; ++r) {
+          size_t bucket = 0;
+          int64_t filled = 0;
+          for (auto &entry : lists[r]) {
+            if (filled > 0 && filled + entry.second > capacity) {
+              ++bucket;
+              filled = 0;
+            }
+            if (buckets.size() <= bucket)
+              buckets.resize(bucket + 1, OwnerLists(degree));
+            buckets[bucket][r].push_back(entry);
+            filled += entry.second;
           }
-          if (buckets.size() <= bucket)
-            buckets.resize(bucket + 1,
-                           SmallVector<SmallVector<std::pair<std::string,
-                                                             int64_t>>>(degree));
-          buckets[bucket][r].push_back(entry);
-          filled += entry.second;
         }
+        for (auto &bucket : buckets)
+          token = gatherBucket(bucket, updated, me, groupRef, token, ret);
       }
-      for (auto &bucket : buckets)
-        token = gatherBucket(bucket, updated, me, groupRef, token, ret);
-    }
   }
 
   /// One all_gather of a bucket: rank r's segment holds its updated
@@ -316,15 +319,19 @@ struct ShardingPass : public strata::impl::StrataShardingBase<ShardingPass> {
     }
     if (segment == 0)
       return token;
-    auto f32 = b.getF32Type();
+    Type element;
+    for (auto &list : bucket)
+      for (auto &entry : list)
+        element =
+            cast<RankedTensorType>(paramType(entry.first)).getElementType();
     SmallVector<Value> mine;
     for (auto &entry : bucket[me])
       mine.push_back(updated.lookup(entry.first));
-    auto pack = PackOp::create(b, loc, RankedTensorType::get({segment}, f32),
+    auto pack = PackOp::create(b, loc, RankedTensorType::get({segment}, element),
                                mine);
     setRole(pack, Role::Communication);
     auto gather = AllGatherOp::create(
-        b, loc, RankedTensorType::get({segment * degree}, f32),
+        b, loc, RankedTensorType::get({segment * degree}, element),
         TokenType::get(ctx), pack, token, group, b.getI64IntegerAttr(0));
     setRole(gather, Role::Communication);
     for (int64_t r = 0; r < degree; ++r) {

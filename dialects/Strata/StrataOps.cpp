@@ -384,9 +384,11 @@ LogicalResult PackOp::verify() {
 
 LogicalResult UnpackOp::verify() {
   auto in = cast<RankedTensorType>(getInput().getType());
-  if (getOffset() < 0)
-    return emitOpError() << "offset " << getOffset() << " is negative";
-  int64_t end = getOffset();
+  // (An I64Attr reads back as uint64_t: compare its signed value.)
+  int64_t offset = static_cast<int64_t>(getOffset());
+  if (offset < 0)
+    return emitOpError() << "offset " << offset << " is negative";
+  int64_t end = offset;
   for (Value r : getResults()) {
     auto t = cast<RankedTensorType>(r.getType());
     if (t.getElementType() != in.getElementType())

@@ -761,3 +761,11 @@ func.func @f(%x: tensor<32xf32>) {
   %0:2 = strata.unpack %x {offset = 4 : i64} : (tensor<32xf32>) -> (tensor<4x4xf32>, tensor<16xf32>)
   return
 }
+
+// -----
+
+func.func @f(%x: tensor<32xf32>) {
+  // expected-error@+1 {{'strata.unpack' op offset -4 is negative}}
+  %0:2 = strata.unpack %x {offset = -4 : i64} : (tensor<32xf32>) -> (tensor<4x4xf32>, tensor<16xf32>)
+  return
+}
