@@ -70,6 +70,10 @@ extern "C" void strata_rt_gemm(StrataRtContext *ctx, int64_t site,
     a = t;
     transA = 0;
   }
+  if (act != STRATA_RT_ACT_NONE && act != STRATA_RT_ACT_RELU &&
+      act != STRATA_RT_ACT_GELU_TANH && act != STRATA_RT_ACT_GELU_ERF)
+    return ctx->fail(site, "unknown GEMM epilogue activation code " +
+                               std::to_string(act));
   try {
     if (!ctx->gemm)
       ctx->gemm = std::make_unique<strata::cpu::GemmCache>();

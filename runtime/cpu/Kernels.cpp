@@ -159,8 +159,8 @@ void binaryLoop(T *out, const T *a, const T *b, int64_t rank,
 }
 
 template <typename T>
-void binaryLoop(int64_t op, T *out, const T *a, const T *b, int64_t rank,
-                const int64_t *desc) {
+void binaryLoop(StrataRtContext *ctx, int64_t site, int64_t op, T *out,
+                const T *a, const T *b, int64_t rank, const int64_t *desc) {
   switch (op) {
   case STRATA_RT_ADD:
     return binaryLoop<STRATA_RT_ADD>(out, a, b, rank, desc);
@@ -168,8 +168,10 @@ void binaryLoop(int64_t op, T *out, const T *a, const T *b, int64_t rank,
     return binaryLoop<STRATA_RT_SUB>(out, a, b, rank, desc);
   case STRATA_RT_MUL:
     return binaryLoop<STRATA_RT_MUL>(out, a, b, rank, desc);
-  default:
+  case STRATA_RT_DIV:
     return binaryLoop<STRATA_RT_DIV>(out, a, b, rank, desc);
+  default:
+    ctx->fail(site, "unknown binary op code " + std::to_string(op));
   }
 }
 
@@ -182,17 +184,20 @@ void STRATA_RT_KERNEL(strata_rt_binary)(StrataRtContext *ctx, int64_t site, int6
                       int64_t rank, const int64_t *desc) {
   switch (dtype) {
   case STRATA_RT_F32:
-    return binaryLoop(op, static_cast<float *>(out),
+    return binaryLoop(ctx, site, op, static_cast<float *>(out),
                       static_cast<const float *>(a),
                       static_cast<const float *>(b), rank, desc);
   case STRATA_RT_I32:
-    return binaryLoop(op, static_cast<int32_t *>(out),
+    return binaryLoop(ctx, site, op, static_cast<int32_t *>(out),
                       static_cast<const int32_t *>(a),
                       static_cast<const int32_t *>(b), rank, desc);
-  default:
-    return binaryLoop(op, static_cast<int64_t *>(out),
+  case STRATA_RT_I64:
+    return binaryLoop(ctx, site, op, static_cast<int64_t *>(out),
                       static_cast<const int64_t *>(a),
                       static_cast<const int64_t *>(b), rank, desc);
+  default:
+    ctx->fail(site, "binary op on unknown element type code " +
+                        std::to_string(dtype));
   }
 }
 
@@ -220,9 +225,12 @@ void STRATA_RT_KERNEL(strata_rt_unary)(StrataRtContext *ctx, int64_t site, int64
     for (int64_t i = 0; i < n; ++i)
       out[i] = geluErf(in[i]);
     break;
-  default:
+  case STRATA_RT_ACT_NONE:
     if (out != in)
       std::memcpy(out, in, n * sizeof(float));
+    break;
+  default:
+    ctx->fail(site, "unknown unary op code " + std::to_string(op));
   }
 }
 
@@ -245,9 +253,12 @@ void STRATA_RT_KERNEL(strata_rt_act_grad)(StrataRtContext *ctx, int64_t site, in
     for (int64_t i = 0; i < n; ++i)
       out[i] = dy[i] * geluErfGrad(x[i]);
     break;
-  default:
+  case STRATA_RT_ACT_NONE:
     if (out != dy)
       std::memcpy(out, dy, n * sizeof(float));
+    break;
+  default:
+    ctx->fail(site, "unknown activation code " + std::to_string(act));
   }
 }
 
@@ -583,6 +594,10 @@ void STRATA_RT_KERNEL(strata_rt_lr_schedule)(StrataRtContext *ctx, int64_t site,
                            const int64_t *step, int64_t kind, double baseLr,
                            int64_t warmupSteps, int64_t decaySteps,
                            double minLr) {
+  if (kind != STRATA_RT_LR_CONSTANT && kind != STRATA_RT_LR_LINEAR_WARMUP &&
+      kind != STRATA_RT_LR_COSINE)
+    return ctx->fail(site, "unknown learning-rate schedule code " +
+                               std::to_string(kind));
   double s = double(*step), warmup = double(warmupSteps);
   double value = baseLr;
   if (kind != STRATA_RT_LR_CONSTANT && warmup > 0 && s < warmup)
@@ -656,6 +671,10 @@ void STRATA_RT_KERNEL(strata_rt_adam)(StrataRtContext *ctx, int64_t site, int64_
                     const float *v, const float *lr, const int64_t *step,
                     int64_t n, double beta1, double beta2, double eps,
                     double weightDecay) {
+  if (kind != STRATA_RT_ADAM && kind != STRATA_RT_ADAMW &&
+      kind != STRATA_RT_LAMB)
+    return ctx->fail(site, "unknown Adam-family optimizer code " +
+                               std::to_string(kind));
   double t = double(*step);
   float b1 = float(beta1), b2 = float(beta2), e = float(eps);
   float c1 = float(1.0 - std::pow(beta1, t)), c2 = float(1.0 - std::pow(beta2, t));

@@ -233,6 +233,34 @@ TEST(RuntimeTest, FailuresAreRecordedWithTheirSite) {
   EXPECT_EQ(std::string(message), "all_reduce needs several ranks");
 }
 
+TEST(RuntimeTest, UnknownCodesFailAtTheirSite) {
+  Context ctx;
+  float a[2] = {1, 2}, b[2] = {3, 4}, out[2] = {5, 6};
+  int64_t desc[] = {2, 1, 1, 1};
+  auto expectFailure = [&](int64_t site, const std::string &want) {
+    int64_t at = -1;
+    const char *message = strata_rt_error(ctx, &at);
+    ASSERT_NE(message, nullptr);
+    EXPECT_EQ(std::string(message), want);
+    EXPECT_EQ(at, site);
+    // Nothing was written.
+    EXPECT_EQ(out[0], 5.0f);
+    EXPECT_EQ(out[1], 6.0f);
+    strata_rt_clear_error(ctx);
+  };
+  strata_rt_binary(ctx, 1, /*op=*/9, STRATA_RT_F32, out, a, b, 1, desc);
+  expectFailure(1, "unknown binary op code 9");
+  strata_rt_binary(ctx, 2, STRATA_RT_ADD, /*dtype=*/7, out, a, b, 1, desc);
+  expectFailure(2, "binary op on unknown element type code 7");
+  strata_rt_unary(ctx, 3, /*op=*/10, out, a, 2, 0.0);
+  expectFailure(3, "unknown unary op code 10");
+  strata_rt_act_grad(ctx, 4, /*act=*/11, out, a, b, 2);
+  expectFailure(4, "unknown activation code 11");
+  strata_rt_gemm(ctx, 5, 1, 1, 2, 1, a, 0, 0, b, 0, 0, out, nullptr,
+                 /*act=*/12, 0);
+  expectFailure(5, "unknown GEMM epilogue activation code 12");
+}
+
 // A host of two ranks whose peer holds the same data as this rank (rank 0),
 // and broadcasts 42s from rank 1. With `async`, the work happens at the wait.
 struct FakeHost {
