@@ -108,13 +108,14 @@ int main(int argc, char **argv) {
   if (printStrategyPlan) {
     for (const strata::PlannedPass &p : plan) {
       outs() << p.name;
-      if (!p.options.empty())
-        outs() << "{" << p.options << "}";
+      std::string options = p.options();
+      if (!options.empty())
+        outs() << "{" << options << "}";
       outs() << "  # " << p.reason;
       std::string where = strategy->where(p.reason);
       if (!where.empty())
         outs() << " (" << where << ")";
-      if (!mlir::PassInfo::lookup(p.name))
+      if (!p.create)
         outs() << " [not implemented yet]";
       outs() << "\n";
     }

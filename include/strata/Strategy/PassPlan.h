@@ -13,8 +13,12 @@
 
 #include "llvm/ADT/ArrayRef.h"
 
+#include <functional>
+#include <memory>
+
 namespace mlir {
 class OpPassManager;
+class Pass;
 } // namespace mlir
 
 namespace strata {
@@ -22,11 +26,16 @@ namespace strata {
 struct PlannedPass {
   /// Registered pass argument, e.g. "strata-gradient-merge".
   std::string name;
-  /// Options in pass-pipeline syntax, e.g. "k-steps=4 avg=true".
-  std::string options;
   /// The strategy key that selected the pass ("always" for the passes
   /// every training program needs).
   std::string reason;
+  /// Makes the pass from its typed options; empty when the pass is not
+  /// implemented yet.
+  std::function<std::unique_ptr<mlir::Pass>()> create;
+
+  /// The pass's options in pass-pipeline syntax, e.g. "avg=true k-steps=4"
+  /// (for display: the pass is made by `create`, never from this text).
+  std::string options() const;
 };
 
 /// The passes `strategy` selects, in pipeline order. `worldSize`, when
@@ -35,9 +44,6 @@ struct PlannedPass {
 std::vector<PlannedPass> planPasses(const Strategy &strategy,
                                     std::optional<int64_t> worldSize,
                                     int64_t rank = 0);
-
-/// Textual pipeline: "strata-a,strata-b{opt=1}".
-std::string pipelineText(llvm::ArrayRef<PlannedPass> plan);
 
 /// Appends the planned passes to `pm`. A pass that is not registered (its
 /// feature is not implemented yet) is an error naming the strategy key
