@@ -115,6 +115,31 @@ SectionInfo makeSection(StringLiteral name, S Strategy::*section,
 
 #define STRATA_FIELD(S, name) Field<S>{#name, &S::name}
 
+/// Paddle's defaults that depend on the optimizer type.
+void fillOptimizerDefaults(OptimizerSection &o) {
+  if (!o.weight_decay)
+    o.weight_decay = o.type == "adamw" || o.type == "lamb" ? 0.01
+                     : o.type == "lars"                    ? 0.0005
+                                                           : 0.0;
+  if (!o.epsilon)
+    o.epsilon = o.type == "lamb" ? 1e-6 : o.type == "lars" ? 0.0 : 1e-8;
+}
+
+const std::vector<SectionInfo> &sections();
+
+/// The value of canonical key `path` ("section.key") in `s`.
+std::optional<Value> valueOf(const Strategy &s, StringRef path) {
+  auto [section, key] = path.split('.');
+  std::optional<Value> found;
+  for (const SectionInfo &info : sections())
+    if (info.name == section)
+      info.forEach(s, [&](StringRef k, const Value &v) {
+        if (k == key)
+          found = v;
+      });
+  return found;
+}
+
 const std::vector<SectionInfo> &sections() {
   static const std::vector<SectionInfo> all = [] {
     std::vector<SectionInfo> v;
@@ -982,6 +1007,14 @@ Error Reader::validate(const StrategyContext &context) {
                     "their last use"));
   CHECK(onlyDefault("sharding.sync_buffers", !s.sharding.sync_buffers,
                     "Strata programs have no non-parameter buffers"));
+  CHECK(onlyDefault("sharding.offload", !s.sharding.offload,
+                    "offload moves optimizer state from device to host "
+                    "memory; the CPU runtime keeps it in host memory already "
+                    "and the CUDA runtime is not built yet"));
+  CHECK(onlyDefault("sharding.buffer_max_size",
+                    s.sharding.buffer_max_size == 8388608,
+                    "use comm_buffer_size_MB for the size of gather "
+                    "buckets"));
 
   // gradient merge
   CHECK(range("gradient_merge.k_steps", s.gradient_merge.k_steps, 1));
@@ -1093,12 +1126,7 @@ Error Reader::validate(const StrategyContext &context) {
   CHECK(oneOf("optimizer.type", o.type,
               {"sgd", "momentum", "adam", "adamw", "lamb", "lars"}));
   CHECK(positive("optimizer.learning_rate", o.learning_rate));
-  if (!o.weight_decay)
-    o.weight_decay = o.type == "adamw" || o.type == "lamb" ? 0.01
-                     : o.type == "lars"                    ? 0.0005
-                                                           : 0.0;
-  if (!o.epsilon)
-    o.epsilon = o.type == "lamb" ? 1e-6 : o.type == "lars" ? 0.0 : 1e-8;
+  fillOptimizerDefaults(o);
   if (*o.weight_decay < 0.0)
     return failAt("optimizer.weight_decay",
                   "'optimizer.weight_decay' must be >= 0");
@@ -1132,6 +1160,80 @@ Error Reader::validate(const StrategyContext &context) {
   if (o.min_lr < 0.0 || o.min_lr > o.learning_rate)
     return failAt("optimizer.min_lr",
                   "'optimizer.min_lr' must be in [0, learning_rate]");
+
+  // No key is accepted in silence: a key set to a value other than its
+  // default where the rest of the strategy makes it irrelevant is refused
+  // with the reason, first in file order. (Defaults are accepted anywhere:
+  // they ask for nothing, and --print-strategy writes every key.)
+  Strategy defaults;
+  defaults.optimizer.type = o.type;
+  fillOptimizerDefaults(defaults.optimizer);
+  SmallVector<std::pair<SMLoc, std::string>> unused;
+  auto unusedIf = [&](StringRef key, bool irrelevant, const Twine &why) {
+    auto it = keyLocs.find(key);
+    if (irrelevant && it != keyLocs.end() &&
+        valueOf(s, key) != valueOf(defaults, key))
+      unused.push_back(
+          {it->second, "'" + key.str() + "' has no effect: " + why.str()});
+  };
+  const std::pair<StringRef, bool> sections[] = {
+      {"sharding", s.sharding.enable},
+      {"fused_passes", s.fused_passes.enable},
+      // An enabled pipeline merges its micro-batches' gradients.
+      {"gradient_merge", s.gradient_merge.enable || s.pipeline.enable},
+      {"pipeline", s.pipeline.enable},
+      {"recompute", s.recompute.enable},
+      {"amp", s.amp.enable}};
+  for (const auto &entry : keyLocs) {
+    auto [section, key] = entry.getKey().split('.');
+    for (auto [name, enabled] : sections)
+      if (section == name && key != "enable")
+        unusedIf(entry.getKey(), !enabled,
+                 name + " is not enabled (set " + name +
+                     ".enable: true, or remove the key)");
+  }
+  StringRef type = o.type;
+  bool adamFamily = type == "adam" || type == "adamw" || type == "lamb";
+  unusedIf("optimizer.beta1", !adamFamily,
+           "optimizer.type " + type + " has no beta1 (adam, adamw, lamb do)");
+  unusedIf("optimizer.beta2", !adamFamily,
+           "optimizer.type " + type + " has no beta2 (adam, adamw, lamb do)");
+  unusedIf("optimizer.epsilon", !adamFamily && type != "lars",
+           "optimizer.type " + type +
+               " has no epsilon (adam, adamw, lamb, lars do)");
+  unusedIf("optimizer.momentum", type != "momentum" && type != "lars",
+           "optimizer.type " + type +
+               " has no momentum: use type: momentum (or lars)");
+  unusedIf("optimizer.use_nesterov", type != "momentum",
+           "only optimizer.type momentum has Nesterov momentum, not " + type);
+  unusedIf("optimizer.lars_coeff", type != "lars",
+           "only optimizer.type lars has a trust coefficient, not " + type);
+  unusedIf("optimizer.exclude_from_weight_decay", *o.weight_decay == 0.0,
+           "optimizer.weight_decay is 0");
+  unusedIf("optimizer.warmup_steps", o.lr_schedule == "constant",
+           "the constant schedule has no warm-up (use lr_schedule: "
+           "linear_warmup or cosine)");
+  unusedIf("optimizer.decay_steps", o.lr_schedule != "cosine",
+           "only the cosine schedule decays, not " + o.lr_schedule);
+  unusedIf("optimizer.min_lr", o.lr_schedule != "cosine",
+           "only the cosine schedule decays to min_lr, not " + o.lr_schedule);
+  unusedIf("sharding.sync_comm", s.sharding.sync_comm,
+           "collectives always overlap computation (strata-run "
+           "--blocking-collectives completes each where it is issued, to "
+           "measure)");
+  unusedIf("dp_optimization.find_unused_parameters",
+           s.dp_optimization.find_unused_parameters,
+           "Strata sees which parameters have no gradient when it compiles "
+           "the program, and synchronises zeros for them");
+  unusedIf("sharding.segment_size", s.sharding.enable && s.sharding.stage < 3,
+           "only stage 3 shards parameters (segment_size is the smallest "
+           "sharded one)");
+  if (!unused.empty()) {
+    auto first = llvm::min_element(unused, [](auto &a, auto &b) {
+      return a.first.getPointer() < b.first.getPointer();
+    });
+    return fail(first->first, first->second);
+  }
 
   // Parallel degrees against the world.
   if (context.worldSize) {
