@@ -10,6 +10,7 @@
 
 #include "strata/Model/Models.h"
 #include "strata/Model/ProgramBuilder.h"
+#include "strata/Tool/Tool.h"
 
 #include "mlir/IR/MLIRContext.h"
 #include "mlir/IR/OperationSupport.h"
@@ -24,32 +25,53 @@ using namespace llvm;
 
 static cl::SubCommand mlpCommand("mlp", "ReLU MLP classifier");
 static cl::SubCommand gptCommand("gpt", "GPT-2 style decoder");
+static cl::OptionCategory genCategory("strata-gen options");
 
-static cl::opt<std::string> outputFilename("o", cl::desc("Output file"),
+static cl::opt<std::string> outputFilename("o",
+                                           cl::desc("Output file (default: "
+                                                    "standard output)"),
                                            cl::value_desc("file"),
                                            cl::init("-"),
-                                           cl::sub(cl::SubCommand::getAll()));
-
+                                           cl::sub(cl::SubCommand::getAll()),
+                                           cl::cat(genCategory));
+// mlp
 static cl::list<int64_t> sizes("sizes",
-                               cl::desc("Layer widths, input first"),
-                               cl::CommaSeparated, cl::sub(mlpCommand));
-static cl::opt<int64_t> mlpBatch("batch", cl::desc("Global batch"),
-                                 cl::init(256), cl::sub(mlpCommand));
-
-static cl::opt<int64_t> layers("layers", cl::desc("Transformer blocks"),
-                               cl::init(2), cl::sub(gptCommand));
-static cl::opt<int64_t> hidden("hidden", cl::desc("Hidden size"),
-                               cl::init(64), cl::sub(gptCommand));
-static cl::opt<int64_t> heads("heads", cl::desc("Attention heads"),
-                              cl::init(4), cl::sub(gptCommand));
-static cl::opt<int64_t> seqLen("seq", cl::desc("Sequence length"), cl::init(32),
-                            cl::sub(gptCommand));
-static cl::opt<int64_t> vocab("vocab", cl::desc("Vocabulary size"),
-                              cl::init(256), cl::sub(gptCommand));
-static cl::opt<int64_t> gptBatch("batch", cl::desc("Global batch"),
-                                 cl::init(8), cl::sub(gptCommand));
-static cl::opt<double> dropout("dropout", cl::desc("Dropout probability"),
-                               cl::init(0.0), cl::sub(gptCommand));
+                               cl::desc("Layer widths, input first (default: "
+                                        "784,1024,1024,10)"),
+                               cl::CommaSeparated, cl::sub(mlpCommand),
+                               cl::cat(genCategory));
+static cl::opt<int64_t> mlpBatch("batch", cl::desc("Global batch (default: "
+                                                   "256)"),
+                                 cl::init(256), cl::sub(mlpCommand),
+                                 cl::cat(genCategory));
+// gpt
+static cl::opt<int64_t> layers("layers",
+                               cl::desc("Transformer blocks (default: 2)"),
+                               cl::init(2), cl::sub(gptCommand),
+                               cl::cat(genCategory));
+static cl::opt<int64_t> hidden("hidden", cl::desc("Hidden size (default: 64)"),
+                               cl::init(64), cl::sub(gptCommand),
+                               cl::cat(genCategory));
+static cl::opt<int64_t> heads("heads",
+                              cl::desc("Attention heads (default: 4)"),
+                              cl::init(4), cl::sub(gptCommand),
+                              cl::cat(genCategory));
+static cl::opt<int64_t> seqLen("seq",
+                               cl::desc("Sequence length (default: 32)"),
+                               cl::init(32), cl::sub(gptCommand),
+                               cl::cat(genCategory));
+static cl::opt<int64_t> vocab("vocab",
+                              cl::desc("Vocabulary size (default: 256)"),
+                              cl::init(256), cl::sub(gptCommand),
+                              cl::cat(genCategory));
+static cl::opt<int64_t> gptBatch("batch",
+                                 cl::desc("Global batch (default: 8)"),
+                                 cl::init(8), cl::sub(gptCommand),
+                                 cl::cat(genCategory));
+static cl::opt<double> dropout("dropout",
+                               cl::desc("Dropout probability (default: 0)"),
+                               cl::init(0.0), cl::sub(gptCommand),
+                               cl::cat(genCategory));
 
 static int fail(const Twine &message) {
   WithColor::error(errs(), "strata-gen") << message << "\n";
@@ -58,9 +80,10 @@ static int fail(const Twine &message) {
 
 int main(int argc, char **argv) {
   InitLLVM init(argc, argv);
-  cl::ParseCommandLineOptions(argc, argv,
-                              "Strata model generator: prints the forward + "
-                              "loss program of a reference model\n");
+  strata::parseToolCommandLine(argc, argv,
+                               "Strata model generator: prints the forward + "
+                               "loss program of a reference model\n",
+                               {&genCategory});
 
   mlir::MLIRContext context;
   strata::loadStrataDialects(context);

@@ -9,6 +9,7 @@
 #include "strata/InitAllDialects.h"
 #include "strata/Strategy/PassPlan.h"
 #include "strata/Strategy/Strategy.h"
+#include "strata/Tool/Tool.h"
 
 #include "mlir/IR/DialectRegistry.h"
 #include "mlir/Pass/PassManager.h"
@@ -66,6 +67,11 @@ int main(int argc, char **argv) {
   mlir::DialectRegistry registry;
   strata::registerStrataDialects(registry);
   strata::registerAllStrataPasses();
+  // --help shows the strategy options and those MLIR's driver registers
+  // from here on (passes, pipelines, diagnostics), not the hundreds that
+  // LLVM's code generators register when the library loads.
+  cl::HideUnrelatedOptions({&strategyCategory});
+  cl::SetVersionPrinter([](raw_ostream &os) { os << strata::versionText(); });
   auto [inputFilename, outputFilename] = mlir::registerAndParseCLIOptions(
       argc, argv, "Strata optimizer driver\n", registry);
 

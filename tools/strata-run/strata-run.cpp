@@ -20,6 +20,7 @@
 #include "strata/Model/ProgramBuilder.h"
 #include "strata/Strategy/PassPlan.h"
 #include "strata/Strategy/Strategy.h"
+#include "strata/Tool/Tool.h"
 #include "strata/Train/Train.h"
 
 #include "mlir/IR/MLIRContext.h"
@@ -57,70 +58,84 @@
 
 using namespace llvm;
 
+static cl::OptionCategory trainCategory("Training");
+static cl::OptionCategory dataCategory("Data and checkpoints");
+static cl::OptionCategory outputCategory("Reports and output");
+static cl::OptionCategory launchCategory("Backend and launch");
+
 static cl::opt<std::string> programFile(cl::Positional, cl::Required,
-                                        cl::desc("<program.mlir>"));
-static cl::opt<std::string> strategyFile("strategy",
-                                         cl::desc("Strategy file (YAML/JSON)"),
-                                         cl::value_desc("file"), cl::init(""));
-static cl::opt<int64_t> steps("steps", cl::desc("Training steps"),
-                              cl::init(10));
+                                        cl::desc("<program.mlir>"),
+                                        cl::cat(trainCategory));
+static cl::opt<std::string> strategyFile(
+    "strategy",
+    cl::desc("Strategy file, YAML or JSON (default: none, one rank's "
+             "plain training)"),
+    cl::value_desc("file"), cl::init(""), cl::cat(trainCategory));
+static cl::opt<int64_t> steps("steps",
+                              cl::desc("Training steps (default: 10)"),
+                              cl::init(10), cl::cat(trainCategory));
 static cl::opt<uint64_t> seed("seed",
                               cl::desc("Seed of initial weights, data and "
-                                       "dropout"),
-                              cl::init(0));
+                                       "dropout (default: 0)"),
+                              cl::init(0), cl::cat(trainCategory));
 static cl::opt<std::string> dataFile(
     "data",
-    cl::desc("Text file for GPT programs (default: "
-             "/usr/share/common-licenses)"),
-    cl::value_desc("file"), cl::init(""));
-static cl::opt<std::string> initFile("init",
-                                     cl::desc("Initial weights (safetensors)"),
-                                     cl::value_desc("file"), cl::init(""));
+    cl::desc("Text for GPT programs: a file or a directory of files "
+             "(default: the directory /usr/share/common-licenses)"),
+    cl::value_desc("path"), cl::init(""), cl::cat(dataCategory));
+static cl::opt<std::string> initFile(
+    "init", cl::desc("Initial weights and state (safetensors)"),
+    cl::value_desc("file"), cl::init(""), cl::cat(dataCategory));
 static cl::opt<std::string> saveFile(
-    "save", cl::desc("Write parameters and optimizer state (safetensors)"),
-    cl::value_desc("file"), cl::init(""));
-static cl::opt<std::string> reportFile("report",
-                                       cl::desc("Write a JSON report"),
-                                       cl::value_desc("file"), cl::init(""));
+    "save",
+    cl::desc("Write parameters and optimizer state after the last step "
+             "(safetensors)"),
+    cl::value_desc("file"), cl::init(""), cl::cat(dataCategory));
+static cl::opt<std::string> reportFile(
+    "report", cl::desc("Write a JSON report of the run"),
+    cl::value_desc("file"), cl::init(""), cl::cat(outputCategory));
 static cl::opt<std::string> dumpBatches(
     "dump-batches",
     cl::desc("Write the batches consumed (safetensors, 'step<i>.<name>'), "
              "to feed a reference framework the same data"),
-    cl::value_desc("file"), cl::init(""));
+    cl::value_desc("file"), cl::init(""), cl::cat(dataCategory));
 static cl::opt<std::string> backend(
     "backend",
     cl::desc("Execution backend: cpu (JIT against the CPU runtime, fp32) or "
-             "reference (the double-precision evaluator)"),
-    cl::init("cpu"));
+             "reference (the double-precision evaluator) (default: cpu)"),
+    cl::init("cpu"), cl::cat(launchCategory));
 // (LLVM owns a --threads option.)
 static cl::opt<int64_t> threads(
     "cpu-threads",
     cl::desc("Kernel threads per rank (default: the cores divided among the "
              "ranks of this machine)"),
-    cl::init(0));
+    cl::init(0), cl::cat(launchCategory));
 static cl::opt<std::string> emit(
     "emit",
     cl::desc("Instead of training, write the lowered step: 'obj' (an object "
              "file to link with libstrata_runtime_cpu) or 'mlir' (the "
              "LLVM-dialect module)"),
-    cl::init(""));
+    cl::init(""), cl::cat(outputCategory));
 static cl::opt<std::string> outputFile("o", cl::desc("Output file of --emit"),
-                                       cl::value_desc("file"), cl::init(""));
-static cl::opt<int64_t> nproc("nproc", cl::desc("Ranks to launch"),
-                              cl::init(1));
+                                       cl::value_desc("file"), cl::init(""),
+                                       cl::cat(outputCategory));
+static cl::opt<int64_t> nproc("nproc",
+                              cl::desc("Ranks to launch on this machine "
+                                       "through mpirun (default: 1)"),
+                              cl::init(1), cl::cat(launchCategory));
 static cl::opt<std::string> traceFile(
     "trace",
     cl::desc("Write a Chrome trace (Perfetto, chrome://tracing): one track "
              "per rank, an event per step and per op"),
-    cl::value_desc("file"), cl::init(""));
+    cl::value_desc("file"), cl::init(""), cl::cat(outputCategory));
 static cl::opt<bool> blockingCollectives(
     "blocking-collectives",
     cl::desc("Complete every collective where it is issued instead of "
              "overlapping it with the ops that follow (for measurements and "
              "debugging)"),
-    cl::init(false));
+    cl::init(false), cl::cat(launchCategory));
 static cl::opt<bool> quiet("quiet", cl::desc("No progress on stderr"),
-                           cl::init(false));
+                           cl::init(false), cl::cat(outputCategory));
 
 static bool mpiRunning = false;
 static int worldRank = 0, worldSize = 1;
@@ -695,6 +710,54 @@ static Error gatherTensors(std::vector<strata::NamedTensor> &tensors) {
   return Error::success();
 }
 
+/// Why `path`, given to `--flag`, cannot be written, checked before any
+/// training: it must be a regular file (not a device, FIFO or directory) or
+/// a new file in a writable directory.
+static std::optional<std::string> unwritable(StringRef flag, StringRef path) {
+  if (path.empty() || path == "-")
+    return std::nullopt;
+  std::string option = (flag.size() == 1 ? "-" : "--") + flag.str();
+  sys::fs::file_status status;
+  if (!sys::fs::status(path, status)) {
+    if (status.type() != sys::fs::file_type::regular_file)
+      return option + " " + path.str() +
+             ": not a regular file (give a file name to write)";
+    if (access(path.str().c_str(), W_OK) != 0)
+      return option + " " + path.str() + ": cannot be written (" +
+             std::strerror(errno) + ")";
+    return std::nullopt;
+  }
+  SmallString<128> dir = sys::path::parent_path(path);
+  if (dir.empty())
+    dir = ".";
+  if (!sys::fs::is_directory(dir))
+    return option + " " + path.str() + ": there is no directory '" +
+           dir.str().str() + "'";
+  if (access(dir.c_str(), W_OK) != 0)
+    return option + " " + path.str() + ": cannot create files in '" +
+           dir.str().str() + "' (" + std::strerror(errno) + ")";
+  return std::nullopt;
+}
+
+/// Writes `path` through `write`, reporting a failed write (a full disk)
+/// as an error instead of aborting.
+static Error writeOutputFile(StringRef path,
+                             function_ref<void(raw_ostream &)> write) {
+  std::string error;
+  auto out = mlir::openOutputFile(path, &error);
+  if (!out)
+    return createStringError(inconvertibleErrorCode(), error);
+  write(out->os());
+  out->os().flush();
+  if (std::error_code ec = out->os().error()) {
+    out->os().clear_error();
+    return createStringError(inconvertibleErrorCode(),
+                             "cannot write '" + path + "': " + ec.message());
+  }
+  out->keep();
+  return Error::success();
+}
+
 static int64_t peakRssBytes() {
   struct rusage usage;
   getrusage(RUSAGE_SELF, &usage);
@@ -704,9 +767,11 @@ static int64_t peakRssBytes() {
 int main(int argc, char **argv) {
   InitLLVM init(argc, argv);
   strata::registerAllStrataPasses();
-  cl::ParseCommandLineOptions(argc, argv,
-                              "Strata runner: compiles a training program "
-                              "with a strategy and trains it\n");
+  strata::parseToolCommandLine(
+      argc, argv,
+      "Strata runner: compiles a training program with a strategy and "
+      "trains it\n",
+      {&trainCategory, &dataCategory, &outputCategory, &launchCategory});
 
   if (backend == "cuda")
     return fail("--backend cuda is not implemented yet (the CUDA runtime is "
@@ -718,9 +783,20 @@ int main(int argc, char **argv) {
     return fail("unknown --emit '" + emit + "' (expected obj or mlir)");
   if (!emit.empty() && outputFile.empty())
     return fail("--emit needs -o FILE");
-  if (threads < 0)
-    return fail("--cpu-threads must be >= 1 (or 0: the cores divided among "
-                "the local ranks)");
+  if (threads.getNumOccurrences() && (threads < 1 || threads > 4096))
+    return fail("--cpu-threads " + Twine(threads) +
+                " is out of range: give 1 to 4096 threads per rank, or leave "
+                "it out to divide the cores among the ranks of this machine");
+  if (steps < 0)
+    return fail("--steps " + Twine(steps) + " is negative");
+  for (auto [flag, path] :
+       {std::pair<StringRef, StringRef>{"save", saveFile},
+        {"report", reportFile},
+        {"trace", traceFile},
+        {"dump-batches", dumpBatches},
+        {"o", outputFile}})
+    if (std::optional<std::string> why = unwritable(flag, path))
+      return fail(*why);
   if (!emit.empty() && nproc > 1)
     return fail("--emit writes the program of one rank: run it without "
                 "--nproc (for a rank of a larger world, use strata-opt "
@@ -743,9 +819,6 @@ int main(int argc, char **argv) {
   bool rank0 = worldRank == 0;
   if (!traceFile.empty() && backend != "cpu")
     return fail("--trace needs --backend cpu");
-  if (steps < 0)
-    return fail("--steps must be >= 0");
-
   strata::StrategyContext context;
   context.worldSize = worldSize;
   strata::Strategy strategy;
@@ -826,11 +899,9 @@ int main(int argc, char **argv) {
     lower.addPass(strata::createStrataLowerToRuntime());
     if (mlir::failed(lower.run(*module)))
       return fail("cannot lower the program to the CPU runtime");
-    auto out = mlir::openOutputFile(outputFile, &error);
-    if (!out)
-      return fail(error);
-    module->print(out->os());
-    out->keep();
+    if (Error err = writeOutputFile(
+            outputFile, [&](raw_ostream &os) { module->print(os); }))
+      return fail(toString(std::move(err)));
     return 0;
   }
 
@@ -991,6 +1062,13 @@ int main(int argc, char **argv) {
 
   if (executable)
     executable->getState(state);
+  // An output that cannot be written (a full disk) is reported, and the
+  // others are still written: the run's results are not lost with it.
+  int status = 0;
+  auto outputFailed = [&](Error err) {
+    WithColor::error(errs(), "strata-run") << toString(std::move(err)) << "\n";
+    status = 1;
+  };
   // Parameters and state are replicated: rank 0 writes them.
   if (!saveFile.empty()) {
     // Whole tensors: with sharding, each rank holds the optimizer state of
@@ -1005,11 +1083,11 @@ int main(int argc, char **argv) {
     if (rank0)
       if (Error err = strata::writeCheckpoint(saveFile, *tensors,
                                               firstStep + steps))
-        return fail(toString(std::move(err)));
+        outputFailed(std::move(err));
   }
   if (!dumpBatches.empty() && rank0)
     if (Error err = strata::writeSafetensors(dumpBatches, batches))
-      return fail(toString(std::move(err)));
+      outputFailed(std::move(err));
 
   strata::MemoryPlan memoryPlan = strata::planMemory(step);
   int64_t planned = memoryPlan.peakBytes();
@@ -1045,19 +1123,18 @@ int main(int argc, char **argv) {
     mine = StringRef(mine).drop_front().drop_back().str(); // "[...]" -> "..."
     std::vector<std::string> all = gatherBytes(mine);
     if (rank0) {
-      auto out = mlir::openOutputFile(traceFile, &error);
-      if (!out)
-        return fail(error);
-      out->os() << "{\"displayTimeUnit\": \"ms\", \"traceEvents\": [";
-      bool first = true;
-      for (const std::string &part : all) {
-        if (part.empty())
-          continue;
-        out->os() << (first ? "" : ",") << "\n" << part;
-        first = false;
-      }
-      out->os() << "\n]}\n";
-      out->keep();
+      if (Error err = writeOutputFile(traceFile, [&](raw_ostream &os) {
+            os << "{\"displayTimeUnit\": \"ms\", \"traceEvents\": [";
+            bool first = true;
+            for (const std::string &part : all) {
+              if (part.empty())
+                continue;
+              os << (first ? "" : ",") << "\n" << part;
+              first = false;
+            }
+            os << "\n]}\n";
+          }))
+        outputFailed(std::move(err));
     }
   }
   if (!reportFile.empty() && rank0) {
@@ -1108,13 +1185,12 @@ int main(int argc, char **argv) {
           {"bubble_measured", std::move(measured)},
       };
     }
-    auto out = mlir::openOutputFile(reportFile, &error);
-    if (!out)
-      return fail(error);
-    out->os() << formatv("{0:2}", json::Value(std::move(report))) << "\n";
-    out->keep();
+    if (Error err = writeOutputFile(reportFile, [&](raw_ostream &os) {
+          os << formatv("{0:2}", json::Value(std::move(report))) << "\n";
+        }))
+      outputFailed(std::move(err));
   }
   if (mpiRunning)
     MPI_Finalize();
-  return 0;
+  return status;
 }
