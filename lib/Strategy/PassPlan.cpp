@@ -4,6 +4,8 @@
 
 #include "strata/Passes/Passes.h"
 
+#include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "mlir/IR/BuiltinTypes.h"
 #include "mlir/Pass/PassManager.h"
 #include "mlir/Pass/PassRegistry.h"
 #include "llvm/ADT/StringExtras.h"
@@ -179,5 +181,59 @@ Error strata::addPlannedPasses(mlir::OpPassManager &pm,
   }
   for (const PlannedPass &p : plan)
     pm.addPass(p.create());
+  return Error::success();
+}
+
+Error strata::checkBatchSplit(const Strategy &s, mlir::func::FuncOp step,
+                              int64_t worldSize) {
+  int64_t pp = s.pipeline.enable ? s.pipeline.pp_degree : 1;
+  int64_t ranks = std::max<int64_t>(1, worldSize / pp);
+  int64_t micro = s.gradient_merge.enable ? s.gradient_merge.k_steps : 1;
+  StringRef key = s.pipeline.enable ? "pipeline.accumulate_steps"
+                                    : "gradient_merge.k_steps";
+  StringRef keyName = s.pipeline.enable ? "accumulate_steps" : "k_steps";
+  auto error = [](const Twine &where, const Twine &message) {
+    return createStringError(inconvertibleErrorCode(),
+                             where + ": error: " + message + "\n");
+  };
+  std::string program = "the program";
+  if (auto loc = dyn_cast<mlir::FileLineColLoc>(step.getLoc()))
+    program = loc.getFilename().str();
+  for (mlir::BlockArgument arg : step.getArguments()) {
+    auto type = dyn_cast<mlir::RankedTensorType>(arg.getType());
+    if (!type || type.getRank() == 0)
+      continue;
+    int64_t batch = type.getDimSize(0);
+    std::string name = ("argument " + Twine(arg.getArgNumber())).str();
+    if (auto attr = step.getArgAttrOfType<mlir::StringAttr>(
+            arg.getArgNumber(), "strata.name"))
+      name = ("'" + attr.getValue() + "'").str();
+    if (batch % ranks != 0)
+      return error(program,
+                   "the batch of " + Twine(batch) + " rows (" + name +
+                       ") does not split over " + Twine(ranks) +
+                       " data-parallel ranks" +
+                       (pp > 1 ? " (" + Twine(worldSize) + " ranks / " +
+                                     Twine(pp) + " pipeline stages)"
+                               : Twine("")) +
+                       ": run on a number of ranks that divides it");
+    if ((batch / ranks) % micro == 0)
+      continue;
+    // The largest count that splits each rank's rows, and the smallest
+    // batch that splits into `micro`.
+    int64_t lower = micro;
+    while (lower > 1 && (batch / ranks) % lower != 0)
+      --lower;
+    int64_t raise = ranks * micro * ((batch + ranks * micro - 1) /
+                                     (ranks * micro));
+    std::string where = s.where(key);
+    return error(where.empty() ? s.file : where,
+                 "batch " + Twine(batch) + " (" + name + ") splits into " +
+                     Twine(ranks) + (ranks == 1 ? " rank" : " ranks") +
+                     " x " + keyName + " " + Twine(micro) + " = " +
+                     Twine(ranks * micro) + " micro-batches: lower " + keyName +
+                     " to " + Twine(lower) + " or raise the batch to " +
+                     Twine(raise));
+  }
   return Error::success();
 }

@@ -1040,6 +1040,21 @@ Error Reader::validate(const StrategyContext &context) {
       return failAt(isSet("pipeline.vpp_degree") ? "pipeline.vpp_degree"
                                                  : "pipeline.schedule_mode",
                     "schedule_mode VPP needs pipeline.vpp_degree >= 2");
+    // The schedules need a micro-batch per stage (VPP: a multiple).
+    StringRef mode = s.pipeline.schedule_mode;
+    int64_t m = s.pipeline.accumulate_steps, p = s.pipeline.pp_degree;
+    StringRef mKey = isSet("pipeline.accumulate_steps")
+                         ? "pipeline.accumulate_steps"
+                         : "pipeline.pp_degree";
+    if ((mode == "1F1B" || mode == "Eager1F1B" || mode == "ZBH1") && m < p)
+      return failAt(mKey, "pipeline.accumulate_steps " + Twine(m) +
+                              " < pp_degree " + Twine(p) + ": schedule " +
+                              mode + " needs a micro-batch per stage; set "
+                              "accumulate_steps >= " + Twine(p));
+    if (vpp && m % p != 0)
+      return failAt(mKey, "pipeline.accumulate_steps " + Twine(m) +
+                              " is not a multiple of pp_degree " + Twine(p) +
+                              ", as schedule VPP needs");
     if (!vpp && s.pipeline.vpp_degree > 1)
       return failAt("pipeline.vpp_degree",
                     "'pipeline.vpp_degree' > 1 needs schedule_mode VPP, got "
@@ -1249,6 +1264,17 @@ Error Reader::validate(const StrategyContext &context) {
       return failAt(ppKey, "'pipeline.pp_degree' (" + Twine(pp) +
                                ") does not divide the world size (" +
                                Twine(world) + ")");
+    if (shard > world / pp)
+      return failAt("sharding.degree",
+                    "'sharding.degree' " + Twine(shard) + " needs at least " +
+                        Twine(shard * pp) + " ranks" +
+                        (pp > 1 ? " (x pipeline.pp_degree " + Twine(pp) + ")"
+                                : Twine("")) +
+                        "; the job has " + Twine(world) +
+                        (isSet("sharding.degree")
+                             ? ""
+                             : " (the default degree is 8: set "
+                               "sharding.degree)"));
     if ((world / pp) % shard != 0)
       return failAt("sharding.degree",
                     "'sharding.degree' (" + Twine(shard) +

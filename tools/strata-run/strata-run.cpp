@@ -538,6 +538,56 @@ static void forwardSignal(int sig, siginfo_t *info, void *) {
     kill(pid_t(launchedPid), sig);
 }
 
+/// Copies mpirun's stderr from `fd` to ours, line by line, leaving out the
+/// banner that follows MPI_Abort: a rank that fails has said why, with its
+/// rank, already. Other notices of mpirun (which rank died of which signal)
+/// pass unchanged.
+static void relayStderr(int fd) {
+  std::string pending, block;
+  bool inBlock = false;
+  auto emit = [](StringRef text) {
+    errs() << text;
+    errs().flush();
+  };
+  auto line = [&](StringRef text) {
+    bool rule = text.starts_with("-----");
+    if (!inBlock) {
+      if (rule) {
+        inBlock = true;
+        block = text.str();
+      } else {
+        emit(text);
+      }
+      return;
+    }
+    block += text.str();
+    if (rule) {
+      inBlock = false;
+      if (!StringRef(block).contains("MPI_ABORT was invoked"))
+        emit(block);
+      block.clear();
+    }
+  };
+  char buffer[4096];
+  while (true) {
+    ssize_t n = read(fd, buffer, sizeof(buffer));
+    if (n < 0 && errno == EINTR)
+      continue;
+    if (n <= 0)
+      break;
+    pending.append(buffer, size_t(n));
+    size_t end;
+    while ((end = pending.find('\n')) != std::string::npos) {
+      line(StringRef(pending).take_front(end + 1));
+      pending.erase(0, end + 1);
+    }
+  }
+  if (!pending.empty())
+    line(pending);
+  if (inBlock)
+    emit(block);
+}
+
 /// `strata-run --nproc N` outside MPI: run the same command under mpirun and
 /// wait for it. Every launch gets its own OpenMPI session directory (a fresh
 /// directory under $TMPDIR, removed afterwards): two mpiruns started at the
@@ -590,10 +640,18 @@ int launchRanks(int argc, char **argv) {
   const int forwarded[3] = {SIGINT, SIGTERM, SIGHUP};
   for (int i = 0; i < 3; ++i)
     sigaction(forwarded[i], &forward, &saved[i]);
+  // mpirun's stderr (which carries the ranks') passes through relayStderr.
+  int errPipe[2] = {-1, -1};
+  if (pipe(errPipe) != 0)
+    return fail("cannot create a pipe for mpirun: " +
+                Twine(std::strerror(errno)));
   pid_t pid = fork();
   if (pid == 0) {
     for (int i = 0; i < 3; ++i)
       sigaction(forwarded[i], &saved[i], nullptr);
+    dup2(errPipe[1], STDERR_FILENO);
+    close(errPipe[0]);
+    close(errPipe[1]);
     execv(mpirun->c_str(), cargs.data());
     std::fprintf(stderr, "strata-run: error: cannot run %s: %s\n",
                  mpirun->c_str(), std::strerror(errno));
@@ -604,6 +662,8 @@ int launchRanks(int argc, char **argv) {
     code = fail("cannot start " + *mpirun + ": " + std::strerror(errno));
   } else {
     launchedPid = pid;
+    close(errPipe[1]);
+    relayStderr(errPipe[0]);
     while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
     }
     launchedPid = 0;
@@ -611,12 +671,57 @@ int launchRanks(int argc, char **argv) {
            : WIFSIGNALED(status) ? 128 + WTERMSIG(status)
                                  : 1;
   }
+  close(errPipe[0]);
+  if (pid < 0)
+    close(errPipe[1]);
   for (int i = 0; i < 3; ++i)
     sigaction(forwarded[i], &saved[i], nullptr);
   sys::fs::remove_directories(sessionDir, /*IgnoreErrors=*/true);
   return code;
 }
 } // namespace
+
+/// What can be checked before ranks are launched, in the launching process:
+/// the strategy against the world size, the program, and the batch against
+/// the data-parallel ranks and micro-batches. Returns the exit code (0 when
+/// everything holds), having printed the errors.
+static int preflight(int64_t world) {
+  strata::StrategyContext context;
+  context.worldSize = world;
+  auto strategy = strategyFile.empty()
+                      ? strata::parseStrategy("", "<default strategy>", context)
+                      : strata::loadStrategy(strategyFile, context);
+  if (!strategy) {
+    errs() << toString(strategy.takeError());
+    return 1;
+  }
+  mlir::DialectRegistry registry;
+  strata::registerStrataDialects(registry);
+  mlir::MLIRContext mlirContext(registry);
+  mlirContext.loadAllAvailableDialects();
+  mlirContext.printOpOnDiagnostic(false);
+  llvm::SourceMgr sourceMgr;
+  mlir::SourceMgrDiagnosticHandler diagnostics(sourceMgr, &mlirContext);
+  std::string error;
+  auto input = mlir::openInputFile(programFile, &error);
+  if (!input)
+    return fail(error);
+  sourceMgr.AddNewSourceBuffer(std::move(input), SMLoc());
+  mlir::OwningOpRef<mlir::ModuleOp> module =
+      mlir::parseSourceFile<mlir::ModuleOp>(sourceMgr, &mlirContext);
+  if (!module)
+    return 1;
+  auto step = module->lookupSymbol<mlir::func::FuncOp>(
+      strata::kStepFunctionName);
+  if (!step)
+    return fail(programFile + " has no @" + strata::kStepFunctionName +
+                " function");
+  if (Error err = strata::checkBatchSplit(*strategy, step, world)) {
+    errs() << toString(std::move(err));
+    return 1;
+  }
+  return 0;
+}
 
 /// Every rank's `mine`, on rank 0, in rank order (empty on other ranks;
 /// just `mine` without MPI).
@@ -806,8 +911,11 @@ int main(int argc, char **argv) {
                   std::getenv("PMI_SIZE") != nullptr;
   if (nproc < 1)
     return fail("--nproc must be >= 1");
-  if (!underMpi && nproc > 1)
+  if (!underMpi && nproc > 1) {
+    if (int code = preflight(nproc))
+      return code;
     return launchRanks(argc, argv);
+  }
   if (underMpi) {
     MPI_Init(&argc, &argv);
     mpiRunning = true;
@@ -867,6 +975,11 @@ int main(int argc, char **argv) {
   if (!written)
     return fail(programFile + " has no @" + strata::kStepFunctionName +
                 " function");
+  if (Error err = strata::checkBatchSplit(strategy, written, worldSize)) {
+    if (rank0)
+      errs() << toString(std::move(err));
+    return failEverywhere("the batch does not split", /*diagnosticsPrinted=*/true);
+  }
   auto data = strata::DataStream::create(written, dataFile, seed);
   if (!data)
     return fail(toString(data.takeError()));

@@ -19,6 +19,9 @@
 namespace mlir {
 class OpPassManager;
 class Pass;
+namespace func {
+class FuncOp;
+} // namespace func
 } // namespace mlir
 
 namespace strata {
@@ -51,6 +54,13 @@ std::vector<PlannedPass> planPasses(const Strategy &strategy,
 llvm::Error addPlannedPasses(mlir::OpPassManager &pm,
                              llvm::ArrayRef<PlannedPass> plan,
                              const Strategy &strategy);
+
+/// Checks, before any pass runs, that the step's batch splits over the
+/// data-parallel ranks of a `worldSize` job and then into the micro-batches
+/// of gradient merge or the pipeline. The error names the strategy key (with
+/// its file:line:col) and says what to change.
+llvm::Error checkBatchSplit(const Strategy &strategy,
+                            mlir::func::FuncOp step, int64_t worldSize);
 
 } // namespace strata
 
