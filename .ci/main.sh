@@ -16,10 +16,15 @@ mkdir -p "$out"
 
 "$bin/strata-gen" gpt --layers 4 --hidden 128 --heads 4 --seq 64 \
   --vocab 256 --batch 32 --dropout 0.1 -o "$out/gpt.mlir"
-"$bin/strata-opt" --strategy=examples/gpt_zero2.yaml --world-size=2 \
+nproc="${NPROC:-2}"
+echo "main: the passes examples/gpt_zero2.yaml selects on $nproc ranks:"
+"$bin/strata-opt" --strategy=examples/gpt_zero2.yaml --world-size="$nproc" \
   --print-strategy-plan
+# The `step <i> loss <v>` lines go to a file; stderr shows a progress line
+# every 50 steps and the summary.
 "$bin/strata-run" "$out/gpt.mlir" --strategy examples/gpt_zero2.yaml \
-  --nproc "${NPROC:-2}" --steps "${STEPS:-600}" --seed 0 \
+  --nproc "$nproc" --steps "${STEPS:-600}" --seed 0 --log-every 50 \
   --report "$out/report.json" \
-  --save "$out/gpt.safetensors"
-echo "main: report in $out/report.json, weights in $out/gpt.safetensors"
+  --save "$out/gpt.safetensors" > "$out/losses.txt"
+echo "main: losses in $out/losses.txt, report in $out/report.json," \
+  "weights in $out/gpt.safetensors"

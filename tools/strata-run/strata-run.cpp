@@ -134,8 +134,15 @@ static cl::opt<bool> blockingCollectives(
              "overlapping it with the ops that follow (for measurements and "
              "debugging)"),
     cl::init(false), cl::cat(launchCategory));
-static cl::opt<bool> quiet("quiet", cl::desc("No progress on stderr"),
+static cl::opt<bool> quiet("quiet",
+                           cl::desc("No progress lines or summary on stderr"),
                            cl::init(false), cl::cat(outputCategory));
+static cl::opt<int64_t> logEvery(
+    "log-every",
+    cl::desc("A progress line on stderr every N steps (step, loss, step "
+             "time, throughput, ETA, peak memory) (default: 0, about ten "
+             "lines per run)"),
+    cl::init(0), cl::cat(outputCategory));
 
 static bool mpiRunning = false;
 static int worldRank = 0, worldSize = 1;
@@ -869,6 +876,41 @@ static int64_t peakRssBytes() {
   return int64_t(usage.ru_maxrss) * 1024;
 }
 
+/// Tokens (a GPT's token ids) or samples (the MLP's rows) of a global batch.
+static double itemsPerBatch(ArrayRef<strata::Tensor> batch, bool samples) {
+  return samples ? double(batch[0].shape[0]) : double(batch[0].numElements());
+}
+
+/// 1234567 -> "1.23M".
+static std::string formatCount(double n) {
+  if (n >= 1e9)
+    return formatv("{0:F2}G", n / 1e9).str();
+  if (n >= 1e6)
+    return formatv("{0:F2}M", n / 1e6).str();
+  if (n >= 1e3)
+    return formatv("{0:F1}k", n / 1e3).str();
+  return formatv("{0:F0}", n).str();
+}
+
+/// 3725 -> "1h02m05s".
+static std::string formatSeconds(double seconds) {
+  int64_t s = int64_t(seconds + 0.5);
+  if (s >= 3600)
+    return formatv("{0}h{1:2}m{2:2}s", s / 3600, (s / 60) % 60, s % 60).str();
+  if (s >= 60)
+    return formatv("{0}m{1:2}s", s / 60, s % 60).str();
+  return formatv("{0:F1}s", seconds).str();
+}
+
+static std::string formatBytes(int64_t bytes) {
+  double b = double(bytes);
+  if (b >= 1024.0 * 1024 * 1024)
+    return formatv("{0:F2} GiB", b / (1024.0 * 1024 * 1024)).str();
+  if (b >= 1024.0 * 1024)
+    return formatv("{0:F1} MiB", b / (1024.0 * 1024)).str();
+  return formatv("{0:F1} KiB", b / 1024.0).str();
+}
+
 int main(int argc, char **argv) {
   InitLLVM init(argc, argv);
   strata::registerAllStrataPasses();
@@ -1067,10 +1109,14 @@ int main(int argc, char **argv) {
     if (Error err = executable->setState(state))
       return fail(toString(std::move(err)));
 
-  // A live progress line when the step lines go elsewhere (a file, a
-  // pipe) and a person watches stderr.
-  bool progress = !quiet && sys::Process::StandardErrIsDisplayed() &&
-                  !sys::Process::StandardOutIsDisplayed();
+  // Progress lines on stderr from rank 0 (stdout keeps the `step <i> loss
+  // <v>` lines that scripts parse): every `--log-every` steps, and the last.
+  int64_t every = logEvery > 0 ? int64_t(logEvery)
+                               : std::max<int64_t>(1, (steps + 9) / 10);
+  bool progress = !quiet && rank0;
+  // Tokens (GPT) or samples (MLP) of one global batch.
+  bool samples = data->names()[0] == "features";
+  StringRef unit = samples ? "samples" : "tokens";
   std::vector<double> losses, stepTimes, recvWaits;
   json::Array traceEvents;
   std::vector<strata::NamedTensor> batches;
@@ -1156,20 +1202,19 @@ int main(int argc, char **argv) {
                         strata::formatStrategyNumber(loss));
       outs().flush();
     }
-    if (progress && rank0) {
-      double elapsed =
-          std::chrono::duration<double>(t1 - start).count();
-      // Tokens (GPT) or samples (MLP) of the global batch per second.
-      double items = double(batch[0].numElements());
-      if (data->names()[0] == "features")
-        items = double(batch[0].shape[0]);
-      errs() << formatv("\r[{0}/{1}] loss {2:F4}  {3:F1} s elapsed  {4:F0} "
-                        "{5}/s   ",
-                        i + 1, firstStep + steps, loss, elapsed,
-                        items / (stepTimes.back() / 1000.0),
-                        data->names()[0] == "features" ? "samples" : "tokens");
-      if (i + 1 == firstStep + steps)
-        errs() << "\n";
+    if (progress && ((i - firstStep + 1) % every == 0 ||
+                     i + 1 == firstStep + steps)) {
+      double elapsed = std::chrono::duration<double>(t1 - start).count();
+      int64_t done = i - firstStep + 1;
+      double perStep = elapsed / double(done);
+      errs() << formatv("[{0}/{1}] loss {2:F4} | {3:F2} ms/step | {4} {5}/s "
+                        "| ETA {6} | peak {7}\n",
+                        i + 1, firstStep + steps, loss, stepTimes.back(),
+                        formatCount(itemsPerBatch(batch, samples) /
+                                    (stepTimes.back() / 1000.0)),
+                        unit, formatSeconds(perStep * double(steps - done)),
+                        formatBytes(peakRssBytes()));
+      errs().flush();
     }
   }
 
@@ -1250,6 +1295,39 @@ int main(int argc, char **argv) {
         outputFailed(std::move(err));
     }
   }
+  // The run's figures: wall time, the mean step after the first (which
+  // pays for warm-up), throughput at that step time.
+  double wallSeconds = std::chrono::duration<double>(
+                           std::chrono::steady_clock::now() - start)
+                           .count();
+  double meanStepMs = 0;
+  {
+    size_t first = stepTimes.size() > 1 ? 1 : 0;
+    for (size_t i = first; i < stepTimes.size(); ++i)
+      meanStepMs += stepTimes[i];
+    if (stepTimes.size() > first)
+      meanStepMs /= double(stepTimes.size() - first);
+  }
+  double throughput =
+      meanStepMs > 0 && steps > 0
+          ? itemsPerBatch(data->batch(firstStep), samples) /
+                (meanStepMs / 1000.0)
+          : 0.0;
+  if (progress) {
+    errs() << formatv("summary: {0} steps in {1}", steps,
+                      formatSeconds(wallSeconds));
+    if (steps > 0)
+      errs() << formatv(" | {0:F1} ms/step (mean{1}) | {2} {3}/s | final "
+                        "loss {4:F4}",
+                        meanStepMs, steps > 1 ? " after the first" : "",
+                        formatCount(throughput), unit, losses.back());
+    errs() << "\n";
+    for (int r = 0; r < worldSize; ++r)
+      errs() << formatv("  rank {0}: planned peak {1}, measured peak {2}\n",
+                        r, formatBytes(allPlanned[r]),
+                        formatBytes(allMeasured[r]));
+    errs().flush();
+  }
   if (!reportFile.empty() && rank0) {
     auto strategyJson = json::parse(strata::toJson(strategy));
     if (!strategyJson)
@@ -1265,6 +1343,13 @@ int main(int argc, char **argv) {
         {"strategy", std::move(*strategyJson)},
         {"losses", std::move(lossArray)},
         {"step_time_ms", std::move(timeArray)},
+        {"steps", int64_t(steps)},
+        {"wall_time_s", wallSeconds},
+        // Mean of the steps after the first (which pays for warm-up).
+        {"mean_step_time_ms", meanStepMs},
+        {samples ? "samples_per_s" : "tokens_per_s", throughput},
+        {"final_loss", losses.empty() ? json::Value(nullptr)
+                                      : json::Value(losses.back())},
         // The compile-time plan (arena + parameters and state + batch);
         // the CPU backend allocates exactly it (plus kernel scratch, below),
         // the reference backend computes in doubles outside it.
