@@ -9,6 +9,10 @@
 //===----------------------------------------------------------------------===//
 
 #include "strata/Strategy/Strategy.h"
+#include "strata/Support/Nesting.h"
+#include "llvm/ADT/StringSet.h"
+
+#include <cmath>
 
 #include "llvm/ADT/STLExtras.h"
 #include "llvm/ADT/StringExtras.h"
@@ -538,6 +542,9 @@ Expected<Value> Reader::readValue(yaml::Node *node, size_t kind,
     if (!to_float(*v, d))
       return fail(node, "expected a number for '" + what + "', got '" + *v +
                             "'");
+    if (!std::isfinite(d))
+      return fail(node, "expected a finite number for '" + what + "', got '" +
+                            *v + "'");
     return Value(d);
   }
   case 4: {
@@ -961,6 +968,13 @@ Error Reader::validate(const StrategyContext &context) {
                            join(allowed, ", ") + ", got '" + value + "'" +
                            (hint ? "; did you mean '" + *hint + "'?" : ""));
   };
+  /// Bucket sizes in MB: at most 1 TiB (their byte counts fit any counter).
+  auto atMostTiB = [&](StringRef key, double mb) -> Error {
+    if (mb <= 1024.0 * 1024.0)
+      return Error::success();
+    return failAt(key, "'" + key + "' must be at most 1048576 (MB), got " +
+                           formatStrategyNumber(mb));
+  };
   /// Knobs whose non-default values Strata does not implement.
   auto onlyDefault = [&](StringRef key, bool isDefault,
                          StringRef why) -> Error {
@@ -980,6 +994,8 @@ Error Reader::validate(const StrategyContext &context) {
               {"greedy_even", "use_order"}));
   CHECK(positive("sharding.comm_buffer_size_MB",
                  s.sharding.comm_buffer_size_MB));
+  CHECK(atMostTiB("sharding.comm_buffer_size_MB",
+                  s.sharding.comm_buffer_size_MB));
   CHECK(range("sharding.buffer_max_size", s.sharding.buffer_max_size, 1));
   CHECK(range("sharding.segment_size", s.sharding.segment_size, 1));
   CHECK(onlyDefault("sharding.enable_overlap", !s.sharding.enable_overlap,
@@ -1090,6 +1106,13 @@ Error Reader::validate(const StrategyContext &context) {
                     "use refined_ops_patterns for selective recompute"));
   for (int64_t segment : s.recompute.no_recompute_segments)
     CHECK(range("recompute.no_recompute_segments", segment, 0));
+  {
+    llvm::StringSet<> seen;
+    for (const std::string &c : s.recompute.checkpoints)
+      if (!seen.insert(c).second)
+        return failAt("recompute.checkpoints",
+                      "'recompute.checkpoints' names '" + c + "' twice");
+  }
   if (s.recompute.enable && s.recompute.checkpoints.empty())
     return failAt(isSet("recompute.enable") ? "recompute.enable"
                                             : "recompute.checkpoints",
@@ -1119,6 +1142,10 @@ Error Reader::validate(const StrategyContext &context) {
                  s.dp_optimization.comm_buffer_size));
   CHECK(positive("dp_optimization.last_comm_buffer_size",
                  s.dp_optimization.last_comm_buffer_size));
+  CHECK(atMostTiB("dp_optimization.comm_buffer_size",
+                  s.dp_optimization.comm_buffer_size));
+  CHECK(atMostTiB("dp_optimization.last_comm_buffer_size",
+                  s.dp_optimization.last_comm_buffer_size));
   CHECK(onlyDefault("dp_optimization.fuse_all_reduce_ops",
                     s.dp_optimization.fuse_all_reduce_ops,
                     "gradients are always synchronised in buckets"));
@@ -1428,6 +1455,22 @@ std::string Strategy::where(StringRef key) const {
 
 Expected<Strategy> strata::parseStrategy(StringRef text, StringRef bufferName,
                                          const StrategyContext &context) {
+  // A strategy is a few sections of scalars and short lists: bound its size
+  // and nesting before any parser recurses into it.
+  constexpr size_t kMaxBytes = 1 << 20;
+  constexpr int64_t kMaxNesting = 16;
+  if (text.size() > kMaxBytes)
+    return createStringError(inconvertibleErrorCode(),
+                             bufferName + ": error: " + Twine(text.size()) +
+                                 " bytes is too large for a strategy file "
+                                 "(at most 1 MiB)\n");
+  if (int64_t depth = maxBracketNesting(text, /*yaml=*/true, kMaxNesting);
+      depth > kMaxNesting)
+    return createStringError(inconvertibleErrorCode(),
+                             bufferName +
+                                 ": error: brackets nested more than " +
+                                 Twine(kMaxNesting) +
+                                 " deep: not a strategy file\n");
   // JSON files get llvm::json's stricter syntax check first (YAML would
   // accept, e.g., trailing commas or unquoted keys).
   if (text.ltrim().starts_with("{")) {

@@ -1,6 +1,7 @@
 //===- Train.cpp - Weights, data and checkpoints of a training run --------===//
 
 #include "strata/Train/Train.h"
+#include "strata/Support/Nesting.h"
 #include "strata/Dialect/Strata.h"
 
 #include "../../runtime/common/StrataRandom.h"
@@ -208,6 +209,14 @@ Expected<Safetensors> strata::readSafetensors(StringRef path) {
   uint64_t headerSize = llvm::support::endian::read64le(data.data());
   if (headerSize > data.size() - 8)
     return bad("header size " + llvm::Twine(headerSize) + " exceeds the file");
+  // The safetensors format caps the header at 100 MB; a header is an object
+  // of tensor entries, two levels deep (bounded before json::parse recurses).
+  if (headerSize > 100'000'000)
+    return bad("header size " + llvm::Twine(headerSize) +
+               " exceeds the format's 100 MB");
+  if (strata::maxBracketNesting(data.substr(8, headerSize), /*yaml=*/false,
+                                8) > 8)
+    return bad("header nested more than 8 levels deep");
   auto header = llvm::json::parse(data.substr(8, headerSize));
   if (!header)
     return bad("header: " + llvm::toString(header.takeError()));

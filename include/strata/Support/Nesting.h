@@ -1,0 +1,48 @@
+//===- Nesting.h - Bound the nesting of JSON and YAML text ------*- C++ -*-===//
+//
+// llvm::json's parser (and YAML flow collections) recurse once per level of
+// `[` / `{`: a file of a few thousand levels overflows the stack. Inputs
+// whose nesting is bounded by their format (a strategy, a safetensors
+// header) are checked with this first.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef STRATA_SUPPORT_NESTING_H
+#define STRATA_SUPPORT_NESTING_H
+
+#include "llvm/ADT/StringRef.h"
+
+#include <algorithm>
+#include <cstdint>
+
+namespace strata {
+
+/// The deepest nesting of `[` and `{` in `text`, outside quoted strings
+/// (JSON's double quotes; YAML's single quotes too when `yaml`). Stops
+/// counting past `limit`.
+inline int64_t maxBracketNesting(llvm::StringRef text, bool yaml,
+                                 int64_t limit) {
+  int64_t depth = 0, deepest = 0;
+  char quote = 0;
+  for (size_t i = 0; i < text.size() && deepest <= limit; ++i) {
+    char c = text[i];
+    if (quote) {
+      if (c == '\\' && quote == '"')
+        ++i;
+      else if (c == quote)
+        quote = 0;
+      continue;
+    }
+    if (c == '"' || (yaml && c == '\''))
+      quote = c;
+    else if (c == '[' || c == '{')
+      deepest = std::max(deepest, ++depth);
+    else if ((c == ']' || c == '}') && depth > 0)
+      --depth;
+  }
+  return deepest;
+}
+
+} // namespace strata
+
+#endif // STRATA_SUPPORT_NESTING_H
