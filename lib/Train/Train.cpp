@@ -312,7 +312,8 @@ Expected<int64_t> strata::loadCheckpoint(ModuleOp module, StringRef path,
   int64_t stepsDone = 0;
   auto steps = file->metadata.find("strata.steps_done");
   if (steps != file->metadata.end() &&
-      (StringRef(steps->second).getAsInteger(10, stepsDone) || stepsDone < 0))
+      (StringRef(steps->second).getAsInteger(10, stepsDone) || stepsDone < 0 ||
+       stepsDone > (int64_t(1) << 53)))
     return makeError("checkpoint '" + path + "' has an invalid "
                      "strata.steps_done '" + steps->second + "'");
   for (auto &[name, type] : declarations(module)) {

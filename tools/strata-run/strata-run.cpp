@@ -91,6 +91,27 @@ static cl::opt<std::string> saveFile(
     cl::desc("Write parameters and optimizer state after the last step "
              "(safetensors)"),
     cl::value_desc("file"), cl::init(""), cl::cat(dataCategory));
+static cl::opt<int64_t> saveEvery(
+    "save-every",
+    cl::desc("Write a checkpoint into --checkpoint-dir every N steps and "
+             "after the last step (default: 0, none)"),
+    cl::init(0), cl::cat(dataCategory));
+static cl::opt<std::string> checkpointDir(
+    "checkpoint-dir",
+    cl::desc("Directory of the --save-every checkpoints "
+             "(step-<steps done>.safetensors)"),
+    cl::value_desc("dir"), cl::init(""), cl::cat(dataCategory));
+static cl::opt<int64_t> keepCheckpoints(
+    "keep-checkpoints",
+    cl::desc("Newest --save-every checkpoints to keep (default: 3; 0: all)"),
+    cl::init(3), cl::cat(dataCategory));
+static cl::opt<std::string> resumeFrom(
+    "resume",
+    cl::desc("Continue from a checkpoint: a file, or a directory's newest "
+             "complete one (none yet: start at step 0). --steps is then the "
+             "run's total, so the same command can be run again after a "
+             "failure"),
+    cl::value_desc("file-or-dir"), cl::init(""), cl::cat(dataCategory));
 static cl::opt<std::string> reportFile(
     "report", cl::desc("Write a JSON report of the run"),
     cl::value_desc("file"), cl::init(""), cl::cat(outputCategory));
@@ -870,6 +891,35 @@ static Error writeOutputFile(StringRef path,
   return Error::success();
 }
 
+/// The checkpoint of `steps` steps in a --checkpoint-dir.
+static std::string checkpointPath(StringRef dir, int64_t steps) {
+  char name[64];
+  std::snprintf(name, sizeof(name), "step-%08lld.safetensors",
+                static_cast<long long>(steps));
+  SmallString<128> path(dir);
+  sys::path::append(path, name);
+  return path.str().str();
+}
+
+/// The complete checkpoints of a --checkpoint-dir, oldest first, by the
+/// steps done in their names (a writer killed mid-save leaves only a
+/// `.tmp-` file, which is not one of them).
+static std::vector<std::pair<int64_t, std::string>>
+listCheckpoints(StringRef dir) {
+  std::vector<std::pair<int64_t, std::string>> found;
+  std::error_code ec;
+  for (sys::fs::directory_iterator it(dir, ec), end; it != end && !ec;
+       it.increment(ec)) {
+    StringRef name = sys::path::filename(it->path());
+    int64_t n;
+    if (name.consume_front("step-") && name.consume_back(".safetensors") &&
+        !name.getAsInteger(10, n))
+      found.push_back({n, it->path()});
+  }
+  llvm::sort(found);
+  return found;
+}
+
 static int64_t peakRssBytes() {
   struct rusage usage;
   getrusage(RUSAGE_SELF, &usage);
@@ -934,8 +984,28 @@ int main(int argc, char **argv) {
     return fail("--cpu-threads " + Twine(threads) +
                 " is out of range: give 1 to 4096 threads per rank, or leave "
                 "it out to divide the cores among the ranks of this machine");
-  if (steps < 0)
-    return fail("--steps " + Twine(steps) + " is negative");
+  if (steps < 0 || steps > (int64_t(1) << 53))
+    return fail("--steps " + Twine(steps) +
+                (steps < 0 ? " is negative" : " is beyond 2^53"));
+  if (saveEvery < 0)
+    return fail("--save-every " + Twine(saveEvery) + " is negative");
+  if (saveEvery > 0 && checkpointDir.empty())
+    return fail("--save-every needs --checkpoint-dir DIR to write into");
+  if (!checkpointDir.empty() && saveEvery == 0)
+    return fail("--checkpoint-dir is only written with --save-every N");
+  if (keepCheckpoints < 0)
+    return fail("--keep-checkpoints " + Twine(keepCheckpoints) +
+                " is negative (0 keeps all)");
+  if (!resumeFrom.empty() && !initFile.empty())
+    return fail("--resume and --init both give the initial state: use one");
+  if (!checkpointDir.empty()) {
+    if (std::error_code ec = sys::fs::create_directories(checkpointDir))
+      return fail("--checkpoint-dir " + checkpointDir +
+                  ": cannot create it (" + ec.message() + ")");
+    if (access(checkpointDir.c_str(), W_OK) != 0)
+      return fail("--checkpoint-dir " + checkpointDir + ": cannot be written (" +
+                  std::strerror(errno) + ")");
+  }
   for (auto [flag, path] :
        {std::pair<StringRef, StringRef>{"save", saveFile},
         {"report", reportFile},
@@ -1099,12 +1169,45 @@ int main(int argc, char **argv) {
   llvm::StringMap<strata::Tensor> state = strata::initialState(*module, seed);
   // A checkpoint resumes the data stream where it stopped.
   int64_t firstStep = 0;
-  if (!initFile.empty()) {
-    auto done = strata::loadCheckpoint(*module, initFile, state);
+  std::string startFrom = initFile;
+  if (!resumeFrom.empty()) {
+    if (sys::fs::is_directory(resumeFrom) ||
+        (resumeFrom == checkpointDir && !sys::fs::exists(resumeFrom))) {
+      // The newest complete checkpoint that loads (a damaged newer one is
+      // reported and passed over).
+      auto found = listCheckpoints(resumeFrom);
+      for (auto it = found.rbegin(); it != found.rend(); ++it) {
+        llvm::StringMap<strata::Tensor> probe = state;
+        auto done = strata::loadCheckpoint(*module, it->second, probe);
+        if (done) {
+          startFrom = it->second;
+          break;
+        }
+        if (rank0)
+          WithColor::warning(errs(), "strata-run")
+              << "passing over " << toString(done.takeError()) << "\n";
+      }
+      if (startFrom.empty() && rank0 && !quiet)
+        errs() << "strata-run: no checkpoint in " << resumeFrom
+               << " yet: starting at step 0\n";
+    } else {
+      startFrom = resumeFrom;
+    }
+  }
+  if (!startFrom.empty()) {
+    auto done = strata::loadCheckpoint(*module, startFrom, state);
     if (!done)
       return fail(toString(done.takeError()));
     firstStep = *done;
+    if (!resumeFrom.empty() && rank0 && !quiet)
+      errs() << "strata-run: resuming from " << startFrom << " after step "
+             << firstStep << "\n";
   }
+  // Steps to run: --steps more, or up to --steps in all when resuming.
+  const int64_t lastStep =
+      resumeFrom.empty() ? firstStep + steps
+                         : std::max<int64_t>(firstStep, int64_t(steps));
+  const int64_t runSteps = lastStep - firstStep;
   if (executable)
     if (Error err = executable->setState(state))
       return fail(toString(std::move(err)));
@@ -1112,7 +1215,7 @@ int main(int argc, char **argv) {
   // Progress lines on stderr from rank 0 (stdout keeps the `step <i> loss
   // <v>` lines that scripts parse): every `--log-every` steps, and the last.
   int64_t every = logEvery > 0 ? int64_t(logEvery)
-                               : std::max<int64_t>(1, (steps + 9) / 10);
+                               : std::max<int64_t>(1, (runSteps + 9) / 10);
   bool progress = !quiet && rank0;
   // Tokens (GPT) or samples (MLP) of one global batch.
   bool samples = data->names()[0] == "features";
@@ -1124,8 +1227,56 @@ int main(int argc, char **argv) {
   options.seed = seed;
   if (mpiRunning)
     options.communicator = &communicator;
+  // An output that cannot be written (a full disk) is reported, and the
+  // others are still written: the run's results are not lost with it.
+  int status = 0;
+  auto outputFailed = [&](Error err) {
+    WithColor::error(errs(), "strata-run") << toString(std::move(err)) << "\n";
+    status = 1;
+  };
+  // Writes the state after `done` steps to `path`: whole tensors (with
+  // sharding, each rank holds the optimizer state of the parameters it
+  // owns, and a pipeline stage the parameters of its stage, so rank 0
+  // gathers everyone's first; every rank takes part). Returns an exit code
+  // when the job fails.
+  auto writeState = [&](const std::string &path,
+                        int64_t done) -> std::optional<int> {
+    if (executable)
+      executable->getState(state);
+    auto tensors = strata::checkpointTensors(*module, state);
+    if (!tensors)
+      return fail(toString(tensors.takeError()));
+    if (mpiRunning && (strategy.sharding.enable || strategy.pipeline.enable))
+      if (Error err = gatherTensors(*tensors))
+        return fail(toString(std::move(err)));
+    if (rank0)
+      if (Error err = strata::writeCheckpoint(path, *tensors, done))
+        outputFailed(std::move(err));
+    return std::nullopt;
+  };
+  // A --save-every checkpoint, then the oldest beyond --keep-checkpoints go.
+  auto checkpoint = [&](int64_t done) -> std::optional<int> {
+    std::string path = checkpointPath(checkpointDir, done);
+    if (auto code = writeState(path, done))
+      return code;
+    if (rank0 && keepCheckpoints > 0) {
+      auto all = listCheckpoints(checkpointDir);
+      for (size_t k = 0; k + size_t(keepCheckpoints) < all.size(); ++k)
+        sys::fs::remove(all[k].second);
+    }
+    return std::nullopt;
+  };
+  if (rank0 && !checkpointDir.empty()) {
+    // Temp files of a writer killed mid-save.
+    std::error_code ec;
+    for (sys::fs::directory_iterator it(checkpointDir, ec), end;
+         it != end && !ec; it.increment(ec))
+      if (StringRef name = sys::path::filename(it->path());
+          name.starts_with("step-") && name.contains(".safetensors.tmp-"))
+        sys::fs::remove(it->path());
+  }
   auto start = std::chrono::steady_clock::now();
-  for (int64_t i = firstStep; i < firstStep + steps; ++i) {
+  for (int64_t i = firstStep; i < lastStep; ++i) {
     std::vector<strata::Tensor> batch = data->batch(i);
     if (!dumpBatches.empty())
       for (auto [name, tensor, arg] :
@@ -1202,47 +1353,35 @@ int main(int argc, char **argv) {
                         strata::formatStrategyNumber(loss));
       outs().flush();
     }
+    if (saveEvery > 0 && (i + 1) % saveEvery == 0 && i + 1 < lastStep)
+      if (auto code = checkpoint(i + 1))
+        return *code;
     if (progress && ((i - firstStep + 1) % every == 0 ||
-                     i + 1 == firstStep + steps)) {
+                     i + 1 == lastStep)) {
       double elapsed = std::chrono::duration<double>(t1 - start).count();
       int64_t done = i - firstStep + 1;
       double perStep = elapsed / double(done);
       errs() << formatv("[{0}/{1}] loss {2:F4} | {3:F2} ms/step | {4} {5}/s "
                         "| ETA {6} | peak {7}\n",
-                        i + 1, firstStep + steps, loss, stepTimes.back(),
+                        i + 1, lastStep, loss, stepTimes.back(),
                         formatCount(itemsPerBatch(batch, samples) /
                                     (stepTimes.back() / 1000.0)),
-                        unit, formatSeconds(perStep * double(steps - done)),
+                        unit, formatSeconds(perStep * double(runSteps - done)),
                         formatBytes(peakRssBytes()));
       errs().flush();
     }
   }
 
+  // The last checkpoint and --save.
+  if (saveEvery > 0 &&
+      !sys::fs::exists(checkpointPath(checkpointDir, lastStep)))
+    if (auto code = checkpoint(lastStep))
+      return *code;
+  if (!saveFile.empty())
+    if (auto code = writeState(saveFile, lastStep))
+      return *code;
   if (executable)
     executable->getState(state);
-  // An output that cannot be written (a full disk) is reported, and the
-  // others are still written: the run's results are not lost with it.
-  int status = 0;
-  auto outputFailed = [&](Error err) {
-    WithColor::error(errs(), "strata-run") << toString(std::move(err)) << "\n";
-    status = 1;
-  };
-  // Parameters and state are replicated: rank 0 writes them.
-  if (!saveFile.empty()) {
-    // Whole tensors: with sharding, each rank holds the optimizer state of
-    // the parameters it owns, and a pipeline stage the parameters of its
-    // stage, so rank 0 gathers everyone's tensors first.
-    auto tensors = strata::checkpointTensors(*module, state);
-    if (!tensors)
-      return fail(toString(tensors.takeError()));
-    if (mpiRunning && (strategy.sharding.enable || strategy.pipeline.enable))
-      if (Error err = gatherTensors(*tensors))
-        return fail(toString(std::move(err)));
-    if (rank0)
-      if (Error err = strata::writeCheckpoint(saveFile, *tensors,
-                                              firstStep + steps))
-        outputFailed(std::move(err));
-  }
   if (!dumpBatches.empty() && rank0)
     if (Error err = strata::writeSafetensors(dumpBatches, batches))
       outputFailed(std::move(err));
@@ -1309,17 +1448,17 @@ int main(int argc, char **argv) {
       meanStepMs /= double(stepTimes.size() - first);
   }
   double throughput =
-      meanStepMs > 0 && steps > 0
+      meanStepMs > 0 && runSteps > 0
           ? itemsPerBatch(data->batch(firstStep), samples) /
                 (meanStepMs / 1000.0)
           : 0.0;
   if (progress) {
-    errs() << formatv("summary: {0} steps in {1}", steps,
+    errs() << formatv("summary: {0} steps in {1}", runSteps,
                       formatSeconds(wallSeconds));
-    if (steps > 0)
+    if (runSteps > 0)
       errs() << formatv(" | {0:F1} ms/step (mean{1}) | {2} {3}/s | final "
                         "loss {4:F4}",
-                        meanStepMs, steps > 1 ? " after the first" : "",
+                        meanStepMs, runSteps > 1 ? " after the first" : "",
                         formatCount(throughput), unit, losses.back());
     errs() << "\n";
     for (int r = 0; r < worldSize; ++r)
@@ -1343,7 +1482,7 @@ int main(int argc, char **argv) {
         {"strategy", std::move(*strategyJson)},
         {"losses", std::move(lossArray)},
         {"step_time_ms", std::move(timeArray)},
-        {"steps", int64_t(steps)},
+        {"steps", runSteps},
         {"wall_time_s", wallSeconds},
         // Mean of the steps after the first (which pays for warm-up).
         {"mean_step_time_ms", meanStepMs},
