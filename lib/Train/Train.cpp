@@ -382,7 +382,8 @@ Error strata::saveCheckpoint(ModuleOp module, StringRef path,
 //===----------------------------------------------------------------------===//
 
 Expected<DataStream> DataStream::create(func::FuncOp step,
-                                        std::string textFile, uint64_t seed) {
+                                        std::string dataPath,
+                                        DataFormat format, uint64_t seed) {
   DataStream d;
   d.seed = seed;
   for (BlockArgument arg : step.getArguments()) {
@@ -398,34 +399,83 @@ Expected<DataStream> DataStream::create(func::FuncOp step,
   auto is = [&](std::vector<std::string> names) { return d.argNames == names; };
   if (is({"tokens", "targets"})) {
     d.kind = Kind::Text;
-    std::vector<std::string> files;
-    if (textFile.empty()) {
+    d.width = format == DataFormat::Uint16   ? 2
+              : format == DataFormat::Uint32 ? 4
+                                             : 1;
+    std::string source = dataPath;
+    if (dataPath.empty() || llvm::sys::fs::is_directory(dataPath)) {
+      // A directory of texts (not descended into), concatenated.
+      std::string dir =
+          dataPath.empty() ? "/usr/share/common-licenses" : dataPath;
+      if (format != DataFormat::Text)
+        return makeError("--data " + dir +
+                         " is a directory: token files are read one at a "
+                         "time");
+      std::vector<std::string> files;
       std::error_code ec;
-      for (llvm::sys::fs::directory_iterator it("/usr/share/common-licenses",
-                                                ec),
-           end;
+      for (llvm::sys::fs::directory_iterator it(dir, ec), end;
            it != end && !ec; it.increment(ec))
         if (llvm::sys::fs::is_regular_file(it->path()))
           files.push_back(it->path());
       std::sort(files.begin(), files.end());
       if (files.empty())
-        return makeError("no --data file given and no texts under "
-                       "/usr/share/common-licenses");
+        return makeError("no text files in the --data directory " + dir);
+      std::string text;
+      for (const std::string &f : files) {
+        auto buffer = llvm::MemoryBuffer::getFile(f);
+        if (!buffer)
+          return makeError("cannot read data file '" + f +
+                           "': " + buffer.getError().message());
+        text += (*buffer)->getBuffer().str();
+      }
+      d.data = llvm::MemoryBuffer::getMemBufferCopy(text, dir);
+      source = dir;
     } else {
-      files.push_back(textFile);
-    }
-    for (const std::string &f : files) {
-      auto buffer = llvm::MemoryBuffer::getFile(f);
+      if (!llvm::sys::fs::is_regular_file(dataPath))
+        return makeError("--data " + dataPath +
+                         (llvm::sys::fs::exists(dataPath)
+                              ? " is not a regular file or a directory"
+                              : " does not exist"));
+      if (format == DataFormat::Text &&
+          llvm::sys::path::extension(dataPath) == ".bin")
+        return makeError("--data " + dataPath +
+                         " looks like a file of token ids: give "
+                         "--data-format uint16 or uint32");
+      auto buffer = llvm::MemoryBuffer::getFile(dataPath, /*IsText=*/false,
+                                                /*RequiresNullTerminator=*/
+                                                false);
       if (!buffer)
-        return makeError("cannot read data file '" + f + "': " +
-                       buffer.getError().message());
-      d.text += (*buffer)->getBuffer().str();
+        return makeError("cannot read data file '" + dataPath +
+                         "': " + buffer.getError().message());
+      d.data = std::move(*buffer);
     }
+    size_t bytes = d.data->getBufferSize();
+    if (bytes % d.width != 0)
+      return makeError("--data " + source + ": " + llvm::Twine(bytes) +
+                       " bytes is not a whole number of " +
+                       llvm::Twine(d.width) + "-byte token ids");
+    int64_t count = int64_t(bytes / d.width);
     int64_t seq = d.shapes[0].back();
-    if (int64_t(d.text.size()) < seq + 2)
-      return makeError("the data has " + llvm::Twine(d.text.size()) +
-                     " bytes, fewer than a sequence of " +
-                     llvm::Twine(seq + 1));
+    if (count < seq + 2)
+      return makeError("--data " + source + " has " + llvm::Twine(count) +
+                       " tokens, fewer than a sequence of " +
+                       llvm::Twine(seq + 1));
+    // Every id within the program's vocabulary (the logits' last dimension).
+    int64_t vocab = 0;
+    step.walk([&](CrossEntropyOp ce) {
+      vocab = ce.getLogits().getType().getShape().back();
+    });
+    if (vocab > 0)
+      for (int64_t k = 0; k < count; ++k)
+        if (int64_t id = d.token(uint64_t(k)); id >= vocab)
+          return makeError("--data " + source + ": token id " +
+                           llvm::Twine(id) + " at token " + llvm::Twine(k) +
+                           " (byte offset " + llvm::Twine(k * d.width) +
+                           ") is outside the program's vocabulary of " +
+                           llvm::Twine(vocab) +
+                           (format == DataFormat::Text
+                                ? " (text is read as bytes, ids 0-255)"
+                                : ""));
     return d;
   }
   if (is({"features", "labels"})) {
@@ -450,13 +500,13 @@ std::vector<Tensor> DataStream::batch(int64_t i) const {
   if (kind == Kind::Text) {
     Tensor tokens(shapes[0]), targets(shapes[1]);
     int64_t rows = shapes[0][0], seq = shapes[0].back();
-    uint64_t span = text.size() - seq - 1;
+    uint64_t span = data->getBufferSize() / width - seq - 1;
     for (int64_t b = 0; b < rows; ++b) {
       auto r = rng::draw(seed, kDataStream, i, b);
       uint64_t offset = ((uint64_t(r[1]) << 32) | r[0]) % (span + 1);
       for (int64_t s = 0; s < seq; ++s) {
-        tokens.data[b * seq + s] = uint8_t(text[offset + s]);
-        targets.data[b * seq + s] = uint8_t(text[offset + s + 1]);
+        tokens.data[b * seq + s] = double(token(offset + s));
+        targets.data[b * seq + s] = double(token(offset + s + 1));
       }
     }
     return {tokens, targets};

@@ -80,9 +80,20 @@ static cl::opt<uint64_t> seed("seed",
                               cl::init(0), cl::cat(trainCategory));
 static cl::opt<std::string> dataFile(
     "data",
-    cl::desc("Text for GPT programs: a file or a directory of files "
-             "(default: the directory /usr/share/common-licenses)"),
+    cl::desc("Training data of token programs (GPT): a text file, a "
+             "directory of text files, or a file of token ids (see "
+             "--data-format) (default: the directory "
+             "/usr/share/common-licenses)"),
     cl::value_desc("path"), cl::init(""), cl::cat(dataCategory));
+static cl::opt<strata::DataFormat> dataFormat(
+    "data-format", cl::desc("How --data holds its tokens (default: text)"),
+    cl::values(clEnumValN(strata::DataFormat::Text, "text",
+                          "every byte is a token"),
+               clEnumValN(strata::DataFormat::Uint16, "uint16",
+                          "little-endian uint16 token ids (nanoGPT's .bin)"),
+               clEnumValN(strata::DataFormat::Uint32, "uint32",
+                          "little-endian uint32 token ids")),
+    cl::init(strata::DataFormat::Text), cl::cat(dataCategory));
 static cl::opt<std::string> initFile(
     "init", cl::desc("Initial weights and state (safetensors)"),
     cl::value_desc("file"), cl::init(""), cl::cat(dataCategory));
@@ -748,6 +759,9 @@ static int preflight(int64_t world) {
     errs() << toString(std::move(err));
     return 1;
   }
+  auto data = strata::DataStream::create(step, dataFile, dataFormat, seed);
+  if (!data)
+    return fail(toString(data.takeError()));
   return 0;
 }
 
@@ -1092,9 +1106,11 @@ int main(int argc, char **argv) {
       errs() << toString(std::move(err));
     return failEverywhere("the batch does not split", /*diagnosticsPrinted=*/true);
   }
-  auto data = strata::DataStream::create(written, dataFile, seed);
+  auto data =
+      strata::DataStream::create(written, dataFile, dataFormat, seed);
   if (!data)
-    return fail(toString(data.takeError()));
+    return failEverywhere(toString(data.takeError()),
+                          /*diagnosticsPrinted=*/false);
 
   std::vector<strata::PlannedPass> plan =
       strata::planPasses(strategy, context.worldSize, worldRank);

@@ -15,8 +15,10 @@
 #include "mlir/IR/BuiltinOps.h"
 #include "llvm/ADT/StringMap.h"
 #include "llvm/Support/Error.h"
+#include "llvm/Support/MemoryBuffer.h"
 
 #include <map>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -75,17 +77,30 @@ llvm::Error saveCheckpoint(mlir::ModuleOp module, llvm::StringRef path,
                            const llvm::StringMap<Tensor> &state,
                            int64_t stepsDone);
 
+/// How a data file holds its tokens.
+enum class DataFormat {
+  /// Text: every byte is a token (a file, or a directory's regular files in
+  /// name order, concatenated).
+  Text,
+  /// Binary token ids, little-endian uint16 (nanoGPT's prepare.py) or
+  /// uint32 (vocabularies beyond 65,536).
+  Uint16,
+  Uint32,
+};
+
 /// The deterministic data stream. Step i is the i-th global batch, whatever
 /// the split into ranks and micro-batches.
 class DataStream {
 public:
   /// Chooses the stream from the step function's arguments (by their
-  /// `strata.name`): `tokens`/`targets` read byte-level sequences of
-  /// `textFile` (empty: the texts under /usr/share/common-licenses);
-  /// `features`/`labels` draw a synthetic classification task from `seed`.
+  /// `strata.name`): `tokens`/`targets` read sequences of token ids from
+  /// `dataPath` in `format` (empty path: the texts under
+  /// /usr/share/common-licenses), every id checked against the program's
+  /// vocabulary; `features`/`labels` draw a synthetic classification task
+  /// from `seed`.
   static llvm::Expected<DataStream> create(mlir::func::FuncOp step,
-                                           std::string textFile,
-                                           uint64_t seed);
+                                           std::string dataPath,
+                                           DataFormat format, uint64_t seed);
   /// The arguments of step `i`.
   std::vector<Tensor> batch(int64_t i) const;
   /// Names of the arguments, in order.
@@ -93,9 +108,21 @@ public:
 
 private:
   enum class Kind { Text, Classification } kind = Kind::Text;
+  /// Token id `k` of `data`.
+  uint32_t token(uint64_t k) const {
+    const auto *p =
+        reinterpret_cast<const unsigned char *>(data->getBufferStart()) +
+        k * width;
+    uint32_t id = 0;
+    for (int b = width - 1; b >= 0; --b)
+      id = (id << 8) | p[b];
+    return id;
+  }
   std::vector<std::string> argNames;
   std::vector<std::vector<int64_t>> shapes;
-  std::string text;
+  /// The token ids, `width` bytes each (little-endian).
+  std::shared_ptr<llvm::MemoryBuffer> data;
+  int width = 1;
   uint64_t seed = 0;
   int64_t classes = 0;
 };
