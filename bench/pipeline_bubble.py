@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Pipeline bubble and activation memory per schedule, measured against the
-formulas of REFERENCE.md section 3.
+bubble formulas of the schedules ((P-1)/(M+P-1) for FThenB and 1F1B).
 
     /usr/bin/python3 bench/pipeline_bubble.py --build build [--stages 2]
 

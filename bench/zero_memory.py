@@ -1,7 +1,7 @@
 #!/usr/bin/python3
 """Per-rank training memory and step time of the benchmark GPT under data
 parallelism and ZeRO stages 1, 2 and 3 on 1, 2 and 4 ranks, against the ZeRO
-accounting of REFERENCE.md section 3 (fp32 AdamW: parameters 4 Psi,
+accounting of the ZeRO paper (fp32 AdamW: parameters 4 Psi,
 gradients 4 Psi, optimizer state 8 Psi, divided by N where sharded).
 
     /usr/bin/python3 bench/zero_memory.py --build build

@@ -924,12 +924,19 @@ Error Reader::read() {
     strategy.optimizer.type = name.str();
     keyLocs["optimizer.type"] = it->second.second;
   }
-  // Paddle reads lamb_configs / lars_configs only when the optimizer is
-  // enabled; otherwise they were checked and are dropped.
+  // lamb_configs / lars_configs apply when their optimizer is enabled;
+  // otherwise they would change nothing, and are refused (Paddle drops them
+  // in silence).
   for (auto &entry : deferredConfigs) {
     StringRef feature = entry.first().drop_back(strlen("_configs"));
-    if (!switches.lookup(feature).first)
+    if (!switches.lookup(feature).first) {
+      if (!entry.second.empty())
+        return fail(entry.second.front().loc,
+                    "'" + entry.first() + "' has no effect: " + feature +
+                        " is not enabled (set " + feature +
+                        ": true, or remove it)");
       continue;
+    }
     for (Pending &p : entry.second)
       if (Error err = store(p.path, std::move(p.value), p.loc))
         return err;

@@ -85,8 +85,9 @@ TEST_P(MemoryPlanTest, LiveBuffersNeverShareBytes) {
   EXPECT_LE(plan.arenaBytes, plan.livePeakBytes * 11 / 10);
   EXPECT_GT(plan.inPlaceOps, 0);
   EXPECT_EQ(parts, plan.packedInPlace);
-  if (buckets)
+  if (buckets) {
     EXPECT_GT(plan.packedInPlace, 0);
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(

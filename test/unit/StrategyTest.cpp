@@ -103,25 +103,28 @@ TEST(Strategy, WorldSizeChecks) {
                 .find("'sharding.degree' (3) does not divide the 4 ranks"),
             std::string::npos);
   EXPECT_NE(parseError("sharding: {enable: true}", world4)
-                .find("the default degree is 8, set it"),
+                .find("the default degree is 8: set sharding.degree"),
             std::string::npos);
   EXPECT_NE(parseError("sharding: {enable: true}", StrategyContext{0})
                 .find("the world size must be >= 1"),
             std::string::npos);
 }
 
-TEST(Strategy, FleetConfigsOfDisabledOptimizerAreCheckedButInert) {
-  Strategy s = parseOk("lamb_configs: {lamb_weight_decay: 0.5}");
-  EXPECT_EQ(s.optimizer.type, "adamw");
-  EXPECT_EQ(*s.optimizer.weight_decay, 0.01);
+TEST(Strategy, FleetConfigsOfDisabledOptimizerAreRefused) {
+  EXPECT_NE(parseError("lamb_configs: {lamb_weight_decay: 0.5}")
+                .find("'lamb_configs' has no effect: lamb is not enabled"),
+            std::string::npos);
+  Strategy s = parseOk("lamb: true\nlamb_configs: {lamb_weight_decay: 0.5}");
+  EXPECT_EQ(s.optimizer.type, "lamb");
+  EXPECT_EQ(*s.optimizer.weight_decay, 0.5);
   EXPECT_NE(parseError("lamb_configs: {lamb_weight_decai: 0.5}")
                 .find("did you mean 'lamb_weight_decay'?"),
             std::string::npos);
 }
 
 TEST(Strategy, WhereNamesFileLineColumn) {
-  Strategy s = parseOk("\n\nsharding:\n  stage: 2\n");
-  EXPECT_EQ(s.where("sharding.stage"), "test.yaml:4:3");
+  Strategy s = parseOk("\n\nsharding:\n  enable: true\n  stage: 2\n");
+  EXPECT_EQ(s.where("sharding.stage"), "test.yaml:5:3");
   EXPECT_EQ(s.where("sharding.degree"), "");
 }
 

@@ -19,7 +19,7 @@ struct MlpConfig {
   int64_t batch = 256;
 };
 
-/// A GPT-2 style decoder (DESIGN.md): learned position embeddings,
+/// A GPT-2 style decoder: learned position embeddings,
 /// pre-LayerNorm blocks, causal self-attention, tanh-GELU MLP of 4h, final
 /// LayerNorm, LM head tied to the token embedding, dropout after the
 /// embeddings and the attention / MLP projections.
