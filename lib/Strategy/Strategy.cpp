@@ -1501,6 +1501,11 @@ Expected<Strategy> strata::parseStrategy(StringRef text, StringRef bufferName,
 
 Expected<Strategy> strata::loadStrategy(StringRef path,
                                         const StrategyContext &context) {
+  // Not a device or FIFO, which would be read without end.
+  if (sys::fs::exists(path) && !sys::fs::is_regular_file(path))
+    return createStringError(inconvertibleErrorCode(),
+                             path + ": error: cannot read the strategy "
+                                    "file: not a regular file\n");
   auto buffer = MemoryBuffer::getFile(path, /*IsText=*/true);
   if (!buffer)
     return createStringError(buffer.getError(),

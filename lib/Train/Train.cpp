@@ -196,6 +196,8 @@ Error strata::writeSafetensors(StringRef path, ArrayRef<NamedTensor> tensors,
 }
 
 Expected<Safetensors> strata::readSafetensors(StringRef path) {
+  if (llvm::sys::fs::exists(path) && !llvm::sys::fs::is_regular_file(path))
+    return makeError("cannot read '" + path + "': not a regular file");
   auto buffer = llvm::MemoryBuffer::getFile(path, /*IsText=*/false);
   if (!buffer)
     return makeError("cannot read '" + path + "': " +
@@ -224,6 +226,8 @@ Expected<Safetensors> strata::readSafetensors(StringRef path) {
   if (!object)
     return bad("header is not a JSON object");
   StringRef payload = data.substr(8 + headerSize);
+  // Byte ranges of the entries, to refuse overlapping ones.
+  std::vector<std::pair<uint64_t, uint64_t>> ranges;
   Safetensors file;
   std::vector<NamedTensor> &result = file.tensors;
   for (auto &entry : *object) {
@@ -247,19 +251,25 @@ Expected<Safetensors> strata::readSafetensors(StringRef path) {
         *dtype != "I64")
       return bad("entry '" + name + "' has unsupported dtype " + *dtype);
     NamedTensor t{name.str(), dtype->str(), Tensor()};
+    size_t elem = dtypeSize(*dtype);
+    // The element count, bounded by the payload (no overflow on the way).
+    uint64_t count = 1;
     for (const llvm::json::Value &d : *shape) {
       auto v = d.getAsInteger();
       if (!v || *v < 0)
         return bad("entry '" + name + "' has an invalid shape");
       t.tensor.shape.push_back(*v);
+      if (*v != 0 && count > payload.size() / elem / uint64_t(*v))
+        return bad("entry '" + name + "' has a shape larger than the file");
+      count *= uint64_t(*v);
     }
     auto begin = (*offsets)[0].getAsUINT64(), end = (*offsets)[1].getAsUINT64();
-    size_t elem = dtypeSize(*dtype);
-    uint64_t count = t.tensor.numElements();
     if (!begin || !end || *end < *begin || *end > payload.size() ||
         *end - *begin != count * elem)
       return bad("entry '" + name + "' has data offsets that do not match "
                  "its shape");
+    if (count > 0)
+      ranges.push_back({*begin, *end});
     t.tensor.data.resize(count);
     const char *p = payload.data() + *begin;
     for (uint64_t i = 0; i < count; ++i, p += elem) {
@@ -281,6 +291,12 @@ Expected<Safetensors> strata::readSafetensors(StringRef path) {
     }
     result.push_back(std::move(t));
   }
+  llvm::sort(ranges);
+  for (size_t i = 1; i < ranges.size(); ++i)
+    if (ranges[i].first < ranges[i - 1].second)
+      return bad("entries overlap at bytes [" + llvm::Twine(ranges[i].first) +
+                 ", " + llvm::Twine(ranges[i - 1].second) +
+                 ") of the data");
   return file;
 }
 
@@ -341,6 +357,13 @@ Expected<int64_t> strata::loadCheckpoint(ModuleOp module, StringRef path,
     if (t->dtype != *dtype)
       return makeError("checkpoint '" + path + "': tensor '" + name + "' is " +
                      t->dtype + ", the program needs " + *dtype);
+    // A NaN or infinite weight would train NaN losses from the first step.
+    for (size_t i = 0; i < t->tensor.data.size(); ++i)
+      if (!std::isfinite(t->tensor.data[i]))
+        return makeError("checkpoint '" + path + "': tensor '" + name +
+                         "' holds " +
+                         (std::isnan(t->tensor.data[i]) ? "NaN" : "infinity") +
+                         " at element " + llvm::Twine(i));
     state[name] = t->tensor;
   }
   return stepsDone;

@@ -1001,6 +1001,8 @@ int main(int argc, char **argv) {
   if (steps < 0 || steps > (int64_t(1) << 53))
     return fail("--steps " + Twine(steps) +
                 (steps < 0 ? " is negative" : " is beyond 2^53"));
+  if (sys::fs::exists(programFile) && !sys::fs::is_regular_file(programFile))
+    return fail(programFile + ": not a regular file (give a program file)");
   if (saveEvery < 0)
     return fail("--save-every " + Twine(saveEvery) + " is negative");
   if (saveEvery > 0 && checkpointDir.empty())
@@ -1282,14 +1284,24 @@ int main(int argc, char **argv) {
     }
     return std::nullopt;
   };
-  if (rank0 && !checkpointDir.empty()) {
-    // Temp files of a writer killed mid-save.
+  // Temp files that a writer killed mid-save left (`FILE.tmp-XXXXXX`, never
+  // loaded): of the checkpoints and of --save.
+  auto removeStaleTemps = [](StringRef dir, function_ref<bool(StringRef)> of) {
     std::error_code ec;
-    for (sys::fs::directory_iterator it(checkpointDir, ec), end;
+    for (sys::fs::directory_iterator it(dir.empty() ? "." : dir, ec), end;
          it != end && !ec; it.increment(ec))
-      if (StringRef name = sys::path::filename(it->path());
-          name.starts_with("step-") && name.contains(".safetensors.tmp-"))
+      if (of(sys::path::filename(it->path())))
         sys::fs::remove(it->path());
+  };
+  if (rank0 && !checkpointDir.empty())
+    removeStaleTemps(checkpointDir, [](StringRef name) {
+      return name.starts_with("step-") && name.contains(".safetensors.tmp-");
+    });
+  if (rank0 && !saveFile.empty()) {
+    std::string prefix = sys::path::filename(saveFile).str() + ".tmp-";
+    removeStaleTemps(sys::path::parent_path(saveFile), [&](StringRef name) {
+      return name.starts_with(prefix) && name.size() == prefix.size() + 6;
+    });
   }
   auto start = std::chrono::steady_clock::now();
   for (int64_t i = firstStep; i < lastStep; ++i) {

@@ -1,0 +1,39 @@
+#!/usr/bin/env python3
+"""Writes damaged safetensors files for the loader's tests.
+
+  craft_safetensors.py overflow OUT   a shape whose byte count overflows
+  craft_safetensors.py overlap OUT    two entries sharing bytes
+  craft_safetensors.py nan IN OUT     IN with its first F32 value set to NaN
+"""
+import json
+import struct
+import sys
+
+
+def write(path, header, payload):
+    text = json.dumps(header).encode()
+    with open(path, "wb") as f:
+        f.write(struct.pack("<Q", len(text)) + text + payload)
+
+
+mode = sys.argv[1]
+if mode == "overflow":
+    write(sys.argv[2], {"w": {"dtype": "F32", "shape": [1 << 62, 4],
+                              "data_offsets": [0, 16]}}, bytes(16))
+elif mode == "overlap":
+    write(sys.argv[2], {"a": {"dtype": "F32", "shape": [4],
+                              "data_offsets": [0, 16]},
+                        "b": {"dtype": "F32", "shape": [4],
+                              "data_offsets": [8, 24]}}, bytes(24))
+elif mode == "nan":
+    data = open(sys.argv[2], "rb").read()
+    size = struct.unpack("<Q", data[:8])[0]
+    header = json.loads(data[8:8 + size])
+    payload = bytearray(data[8 + size:])
+    name = sorted(k for k, v in header.items()
+                  if k != "__metadata__" and v["dtype"] == "F32")[0]
+    begin = header[name]["data_offsets"][0]
+    payload[begin:begin + 4] = struct.pack("<f", float("nan"))
+    write(sys.argv[3], header, bytes(payload))
+else:
+    sys.exit("unknown mode " + mode)
