@@ -75,6 +75,17 @@ struct RecomputePass : public strata::impl::StrataRecomputeBase<RecomputePass> {
                               "num >= -1, main not empty)";
         return signalPassFailure();
       }
+      // Every op name names an op (a typo would keep nothing, in silence).
+      for (const SmallVector<std::string> *names : {&p->main, &p->pre, &p->suf})
+        for (const std::string &n : *names)
+          if (!RegisteredOperationName::lookup(n, &getContext()) &&
+              !RegisteredOperationName::lookup("strata." + n, &getContext())) {
+            module.emitError() << "strata-recompute: refined_ops_patterns "
+                                  "names '"
+                               << n << "', which is not an op (e.g. matmul, "
+                                       "softmax, dropout, gelu)";
+            return signalPassFailure();
+          }
       patterns.push_back(*p);
     }
     for (int64_t index : noRecomputeSegments)
@@ -109,11 +120,19 @@ struct RecomputePass : public strata::impl::StrataRecomputeBase<RecomputePass> {
           (opLayer == layer || opLayer.starts_with((layer + ".").str())))
         segment.push_back(&op);
     }
-    if (segment.empty())
-      return func.emitError() << "strata-recompute: checkpoint '" << layer
-                              << "' names no layer (no forward op has "
-                                 "strata.layer = \""
-                              << layer << "\")";
+    if (segment.empty()) {
+      // The layers there are (top-level names: "h0" of "h0.attn").
+      llvm::SetVector<StringRef> layers;
+      for (Operation &op : body.without_terminator())
+        if (StringRef l = getLayer(&op); !l.empty())
+          layers.insert(l.split('.').first);
+      std::string list = llvm::join(layers.getArrayRef(), ", ");
+      return func.emitError()
+             << "strata-recompute: checkpoint '" << layer
+             << "' names no layer (no forward op has strata.layer = \""
+             << layer << "\"); the program's layers: "
+             << (list.empty() ? std::string("none") : list);
+    }
     if (skip)
       return success();
 

@@ -400,6 +400,7 @@ private:
 
   // Scalars and lists.
   Expected<std::string> scalar(yaml::Node *node, StringRef what);
+  Error untagged(yaml::Node *node, StringRef what);
   Expected<Value> readValue(yaml::Node *node, size_t kind, StringRef what);
   Expected<PatternList> readPatterns(yaml::Node *node, StringRef what);
   Expected<StringList> readStringList(yaml::Node *node, StringRef what);
@@ -434,7 +435,18 @@ private:
   Error store(StringRef path, Value value, SMLoc loc);
 };
 
+/// A YAML tag (`!!str 2`, `!custom x`) would change how a value reads in
+/// other YAML readers and is ignored by this one: refused.
+Error Reader::untagged(yaml::Node *node, StringRef what) {
+  if (!node || node->getRawTag().empty())
+    return Error::success();
+  return fail(node, "YAML tag '" + node->getRawTag() + "' on '" + what +
+                        "' is not supported: write the plain value");
+}
+
 Expected<std::string> Reader::scalar(yaml::Node *node, StringRef what) {
+  if (Error err = untagged(node, what))
+    return std::move(err);
   auto *s = dyn_cast_or_null<yaml::ScalarNode>(node);
   if (!s)
     return fail(node, "expected a single value for '" + what + "'");
@@ -446,6 +458,8 @@ Expected<std::string> Reader::scalar(yaml::Node *node, StringRef what) {
 }
 
 Expected<StringList> Reader::readStringList(yaml::Node *node, StringRef what) {
+  if (Error err = untagged(node, what))
+    return std::move(err);
   auto *seq = dyn_cast_or_null<yaml::SequenceNode>(node);
   if (!seq)
     return fail(node, "expected a list of strings for '" + what + "'");
@@ -460,12 +474,16 @@ Expected<StringList> Reader::readStringList(yaml::Node *node, StringRef what) {
 }
 
 Expected<PatternList> Reader::readPatterns(yaml::Node *node, StringRef what) {
+  if (Error err = untagged(node, what))
+    return std::move(err);
   auto *seq = dyn_cast_or_null<yaml::SequenceNode>(node);
   if (!seq)
     return fail(node, "expected a list of patterns for '" + what + "'");
   PatternList result;
   static const StringRef keys[] = {"main_ops", "num", "pre_ops", "suf_ops"};
   for (yaml::Node &item : *seq) {
+    if (Error err = untagged(&item, what))
+      return std::move(err);
     auto *map = dyn_cast<yaml::MappingNode>(&item);
     if (!map)
       return fail(&item, "expected a mapping {main_ops, num, pre_ops, "
@@ -560,6 +578,8 @@ Expected<Value> Reader::readValue(yaml::Node *node, size_t kind,
     return Value(std::move(*v));
   }
   case 6: {
+    if (Error err = untagged(node, what))
+      return std::move(err);
     auto *seq = dyn_cast_or_null<yaml::SequenceNode>(node);
     if (!seq)
       return fail(node, "expected a list of integers for '" + what + "'");
@@ -810,6 +830,8 @@ Error Reader::read() {
     return createStringError(inconvertibleErrorCode(), message);
   if (isa<yaml::NullNode>(root))
     return Error::success(); // an empty file: all defaults
+  if (Error err = untagged(root, "the strategy"))
+    return err;
   auto *map = dyn_cast<yaml::MappingNode>(root);
   if (!map)
     return fail(root, "a strategy must be a mapping of sections");
@@ -838,6 +860,8 @@ Error Reader::read() {
     yaml::Node *value = kv.getValue();
     if (!value)
       return fail(kv.getKey(), "missing value for '" + *key + "'");
+    if (Error err = untagged(value, *key))
+      return err;
 
     // A canonical section (a mapping), or fleet's switch of the same name.
     if (const SectionInfo *section = findSection(*key)) {

@@ -2,7 +2,9 @@
 // RUN: not strata-opt %s --strata-recompute='checkpoints=h0 no-recompute-segments=1' 2>&1 | FileCheck %s --check-prefix=RANGE
 // RUN: not strata-opt %s --strata-recompute='checkpoints=h0 refined-ops-patterns=matmul' 2>&1 | FileCheck %s --check-prefix=PATTERN
 // RUN: not strata-opt %s --strata-recompute 2>&1 | FileCheck %s --check-prefix=NONE
-// NAME: error: strata-recompute: checkpoint 'h9' names no layer (no forward op has strata.layer = "h9")
+// RUN: not strata-opt %s --strata-recompute='checkpoints=h0 refined-ops-patterns=matmull|1||' 2>&1 | FileCheck %s --check-prefix=OPNAME
+// NAME: error: strata-recompute: checkpoint 'h9' names no layer (no forward op has strata.layer = "h9"); the program's layers: h0
+// OPNAME: error: strata-recompute: refined_ops_patterns names 'matmull', which is not an op
 // RANGE: error: strata-recompute: no_recompute_segments index 1 is out of range: there are 1 checkpoints
 // PATTERN: error: strata-recompute: refined-ops-patterns entry 'matmul' is not main|num|pre|suf
 // NONE: error: strata-recompute: no checkpoints given
