@@ -418,6 +418,9 @@ private:
   SourceMgr sourceMgr;
   std::string message;
   StringMap<SMLoc> keyLocs;
+  /// group_sharded_parallel shards over the whole group: its degree is the
+  /// world (less pipeline stages) unless set.
+  bool groupSharded = false;
   /// fleet switches (`lamb: true`) and their locations.
   StringMap<std::pair<bool, SMLoc>> switches;
   /// A canonical key read but not yet stored.
@@ -788,6 +791,7 @@ Error Reader::readGroupSharded(yaml::MappingNode *map) {
         return fail(kv.getKey(), "'sharding.stage' is set twice");
       strategy.sharding.enable = true;
       strategy.sharding.stage = stage;
+      groupSharded = true;
       SMLoc loc = kv.getKey()->getSourceRange().Start;
       keyLocs["sharding.stage"] = keyLocs["sharding.enable"] = loc;
       auto [line, column] = sourceMgr.getLineAndColumn(loc);
@@ -1308,6 +1312,11 @@ Error Reader::validate(const StrategyContext &context) {
     return fail(first->first, first->second);
   }
 
+  if (groupSharded && !isSet("sharding.degree") && context.worldSize &&
+      *context.worldSize >= 1)
+    s.sharding.degree = std::max<int64_t>(
+        1, *context.worldSize /
+               (s.pipeline.enable ? s.pipeline.pp_degree : int64_t(1)));
   // Parallel degrees against the world.
   if (context.worldSize) {
     int64_t world = *context.worldSize;
