@@ -29,7 +29,7 @@ struct DataParallelPass
   void runOnOperation() override {
     ModuleOp module = getOperation();
     if (degree < 1) {
-      module.emitError() << "strata-data-parallel: degree must be >= 1, got "
+      mlir::emitError(module.getLoc()) << "strata-data-parallel: degree must be >= 1, got "
                          << static_cast<int64_t>(degree);
       return signalPassFailure();
     }
@@ -39,7 +39,7 @@ struct DataParallelPass
           << llvm::format("bucket-mb %g and last-bucket-mb %g",
                           static_cast<double>(bucketMb),
                           static_cast<double>(lastBucketMb));
-      module.emitError()
+      mlir::emitError(module.getLoc())
           << "strata-data-parallel: bucket sizes must be positive, got "
           << sizes
           << " (dp_optimization.comm_buffer_size, last_comm_buffer_size)";
@@ -52,7 +52,7 @@ struct DataParallelPass
       if (returnsGradients(func))
         targets.push_back(func);
     if (targets.empty()) {
-      module.emitError() << "strata-data-parallel: no function returns "
+      mlir::emitError(module.getLoc()) << "strata-data-parallel: no function returns "
                             "gradients (run strata-autodiff first, and this "
                             "pass before strata-optimizer)";
       return signalPassFailure();
@@ -84,7 +84,7 @@ struct DataParallelPass
     for (BlockArgument arg : body.getArguments()) {
       auto type = cast<RankedTensorType>(arg.getType());
       if (type.getRank() < 1 || type.getDimSize(0) % n != 0)
-        return func.emitError()
+        return mlir::emitError(func.getLoc())
                << "strata-data-parallel: argument " << arg.getArgNumber()
                << " (" << type << ") has no leading batch dimension "
                << "divisible by " << n << " ranks";
@@ -256,7 +256,7 @@ struct DataParallelPass
     ret->setOperands(results);
     func->setAttr(StrataDialect::kShardsAttrName, b.getI64IntegerAttr(n));
     if (failed(verify(func)))
-      return func.emitError() << "strata-data-parallel: the program does not "
+      return mlir::emitError(func.getLoc()) << "strata-data-parallel: the program does not "
                                  "split over "
                               << n << " ranks along dimension 0";
     return success();

@@ -54,7 +54,7 @@ struct GemmEpilogueFusionPass
 
   void runOnOperation() override {
     if (target != "cpu" && target != "cuda") {
-      getOperation().emitError() << "strata-gemm-epilogue-fusion: unknown "
+      mlir::emitError(getOperation().getLoc()) << "strata-gemm-epilogue-fusion: unknown "
                                     "target '"
                                  << target << "' (cpu, cuda)";
       return signalPassFailure();

@@ -26,7 +26,7 @@ struct GradientMergePass
 
   void runOnOperation() override {
     if (kSteps < 1) {
-      getOperation().emitError()
+      mlir::emitError(getOperation().getLoc())
           << "strata-gradient-merge: k-steps must be >= 1, got "
           << static_cast<int64_t>(kSteps);
       return signalPassFailure();
@@ -42,7 +42,7 @@ struct GradientMergePass
         return signalPassFailure();
     }
     if (!any) {
-      getOperation().emitError()
+      mlir::emitError(getOperation().getLoc())
           << "strata-gradient-merge: no function returns gradients (run "
              "strata-autodiff first, and this pass before strata-optimizer)";
       return signalPassFailure();
@@ -57,7 +57,7 @@ struct GradientMergePass
     for (BlockArgument arg : body.getArguments()) {
       auto type = cast<RankedTensorType>(arg.getType());
       if (type.getRank() < 1 || type.getDimSize(0) % k != 0)
-        return func.emitError()
+        return mlir::emitError(func.getLoc())
                << "strata-gradient-merge: argument " << arg.getArgNumber()
                << " (" << type << ") has no leading batch dimension "
                << "divisible by k-steps = " << k;
@@ -65,7 +65,7 @@ struct GradientMergePass
     for (Value grad : ret.getOperands().drop_front()) {
       Type elem = cast<RankedTensorType>(grad.getType()).getElementType();
       if (!elem.isF32() && !elem.isF64())
-        return func.emitError()
+        return mlir::emitError(func.getLoc())
                << "strata-gradient-merge: gradients of type " << elem
                << " would be accumulated in low precision (needs AMP, not "
                   "implemented)";
@@ -147,7 +147,7 @@ struct GradientMergePass
     for (Operation *op : llvm::reverse(perMicroBatch))
       op->erase();
     if (failed(verify(func)))
-      return func.emitError() << "strata-gradient-merge: the program does "
+      return mlir::emitError(func.getLoc()) << "strata-gradient-merge: the program does "
                                  "not split into "
                               << k << " micro-batches along dimension 0";
     return success();

@@ -856,7 +856,7 @@ LogicalResult Lowering::run() {
 
   for (Value v : body.getTerminator()->getOperands())
     if (!isa<RankedTensorType>(v.getType()))
-      return step.emitError("returns a ")
+      return mlir::emitError(step.getLoc(), "returns a ")
              << v.getType()
              << " value; a step lowered to the runtime returns tensors";
   for (BlockArgument arg : body.getArguments())
@@ -1043,16 +1043,16 @@ struct LowerToRuntimePass
     ModuleOp module = getOperation();
     auto step = module.lookupSymbol<func::FuncOp>(kStepFunctionName);
     if (!step) {
-      module.emitError("no @") << kStepFunctionName << " function to lower";
+      mlir::emitError(module.getLoc(), "no @") << kStepFunctionName << " function to lower";
       return signalPassFailure();
     }
     if (!step.getBody().hasOneBlock()) {
-      step.emitError("the step must be a single block");
+      mlir::emitError(step.getLoc(), "the step must be a single block");
       return signalPassFailure();
     }
     for (Operation &op : *module.getBody())
       if (auto fn = dyn_cast<func::FuncOp>(op); fn && fn != step) {
-        fn.emitError("only @") << kStepFunctionName
+        mlir::emitError(fn.getLoc(), "only @") << kStepFunctionName
                                << " can be lowered to the runtime";
         return signalPassFailure();
       }

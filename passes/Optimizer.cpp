@@ -106,7 +106,7 @@ LogicalResult OptimizerPass::rewrite(func::FuncOp func) {
     auto ref = func.getResultAttrOfType<FlatSymbolRefAttr>(
         i, StrataDialect::kGradOfAttrName);
     if (!ref)
-      return func.emitError() << "result " << i
+      return mlir::emitError(func.getLoc()) << "result " << i
                               << " is not a gradient (no strata.grad_of)";
     grads.push_back(ret.getOperand(i));
     params.push_back(ref);
@@ -122,7 +122,7 @@ LogicalResult OptimizerPass::rewrite(func::FuncOp func) {
   for (auto [ref, grad] : llvm::zip(params, grads)) {
     auto param = symbols->lookup<ParamOp>(ref.getValue());
     if (!param)
-      return func.emitError() << ref << " is not a strata.param";
+      return mlir::emitError(func.getLoc()) << ref << " is not a strata.param";
     RankedTensorType type = param.getTensorType();
     Location ploc = param.getLoc();
     bool excluded = llvm::any_of(excludeFromWeightDecay, [&](StringRef s) {
@@ -204,7 +204,7 @@ void OptimizerPass::runOnOperation() {
                     .Case("lars", Kind::Lars)
                     .Default(std::nullopt);
   if (!parsed) {
-    module.emitError() << "strata-optimizer: unknown type '" << type
+    mlir::emitError(module.getLoc()) << "strata-optimizer: unknown type '" << type
                        << "' (sgd, momentum, adam, adamw, lamb, lars)";
     return signalPassFailure();
   }
@@ -219,7 +219,7 @@ void OptimizerPass::runOnOperation() {
         : kind == Kind::Lars ? 0.0
                              : 1e-8;
   if (!(learningRate > 0.0)) {
-    module.emitError() << "strata-optimizer: learning-rate must be positive";
+    mlir::emitError(module.getLoc()) << "strata-optimizer: learning-rate must be positive";
     return signalPassFailure();
   }
 
@@ -232,7 +232,7 @@ void OptimizerPass::runOnOperation() {
     if (returnsGradients(func))
       targets.push_back(func);
   if (targets.empty()) {
-    module.emitError() << "strata-optimizer: no function returns gradients "
+    mlir::emitError(module.getLoc()) << "strata-optimizer: no function returns gradients "
                           "(run strata-autodiff first)";
     return signalPassFailure();
   }

@@ -225,12 +225,12 @@ struct PipelinePass : public strata::impl::StrataPipelineBase<PipelinePass> {
   void runOnOperation() override {
     ModuleOp module = getOperation();
     if (ppDegree < 1 || dpDegree < 1 || vppDegree < 1) {
-      module.emitError() << "strata-pipeline: pp-degree, vpp-degree and "
+      mlir::emitError(module.getLoc()) << "strata-pipeline: pp-degree, vpp-degree and "
                             "dp-degree must be >= 1";
       return signalPassFailure();
     }
     if (rank < 0 || rank >= ppDegree * dpDegree) {
-      module.emitError() << "strata-pipeline: rank "
+      mlir::emitError(module.getLoc()) << "strata-pipeline: rank "
                          << static_cast<int64_t>(rank)
                          << " outside a world of pp-degree "
                          << static_cast<int64_t>(ppDegree) << " x dp-degree "
@@ -241,13 +241,13 @@ struct PipelinePass : public strata::impl::StrataPipelineBase<PipelinePass> {
     for (func::FuncOp func : module.getOps<func::FuncOp>())
       if (!func.isExternal()) {
         if (step) {
-          module.emitError() << "strata-pipeline: expected one step function";
+          mlir::emitError(module.getLoc()) << "strata-pipeline: expected one step function";
           return signalPassFailure();
         }
         step = func;
       }
     if (!step) {
-      module.emitError() << "strata-pipeline: no step function";
+      mlir::emitError(module.getLoc()) << "strata-pipeline: no step function";
       return signalPassFailure();
     }
     if (failed(run(module, step)))
@@ -289,7 +289,7 @@ LogicalResult PipelinePass::place(func::FuncOp func, bool final) {
     places[&op] = p;
   }
   if (!anyStage)
-    return func.emitError()
+    return mlir::emitError(func.getLoc())
            << "strata-pipeline: no op carries strata.stage (run "
               "strata-stage-split before strata-autodiff)";
 
@@ -619,7 +619,7 @@ LogicalResult PipelinePass::run(ModuleOp module, func::FuncOp func) {
           StrataDialect::kMicroBatchesAttrName))
     m = attr.getInt();
   if (m != accumulateSteps)
-    return func.emitError()
+    return mlir::emitError(func.getLoc())
            << "strata-pipeline: the step has " << m
            << " micro-batches, accumulate-steps is "
            << static_cast<int64_t>(accumulateSteps)
@@ -628,7 +628,7 @@ LogicalResult PipelinePass::run(ModuleOp module, func::FuncOp func) {
   if (microBatchSize != 1 && func.getNumArguments() > 0) {
     int64_t rows = tensorType(func.getArgument(0)).getDimSize(0) / m;
     if (rows != microBatchSize)
-      return func.emitError()
+      return mlir::emitError(func.getLoc())
              << "strata-pipeline: micro-batch-size is "
              << static_cast<int64_t>(microBatchSize)
              << ", but the step's batch of "
@@ -638,7 +638,7 @@ LogicalResult PipelinePass::run(ModuleOp module, func::FuncOp func) {
   std::string error;
   auto jobs = makeSchedule(schedule, p, m, vppDegree, error);
   if (failed(jobs))
-    return func.emitError() << "strata-pipeline: " << error;
+    return mlir::emitError(func.getLoc()) << "strata-pipeline: " << error;
 
   // One stage: nothing to split once the settings are checked.
   if (p == 1)
@@ -899,7 +899,7 @@ LogicalResult PipelinePass::run(ModuleOp module, func::FuncOp func) {
             if (queue.empty())
               break;
             if (queue.front() != e.msg)
-              return func.emitError()
+              return mlir::emitError(func.getLoc())
                      << "strata-pipeline: stage " << s << " would receive "
                      << describe(queue.front()) << " from stage " << e.msg->from
                      << " where it expects " << describe(e.msg);
@@ -919,7 +919,7 @@ LogicalResult PipelinePass::run(ModuleOp module, func::FuncOp func) {
                 .str();
       }
     if (!waits.empty())
-      return func.emitError() << "strata-pipeline: schedule "
+      return mlir::emitError(func.getLoc()) << "strata-pipeline: schedule "
                               << std::string(schedule) << " deadlocks" << waits;
   }
 
@@ -1079,7 +1079,7 @@ LogicalResult PipelinePass::run(ModuleOp module, func::FuncOp func) {
 
   module->setAttr("strata.schedule", b.getArrayAttr(scheduleAttr));
   if (failed(verify(module)))
-    return func.emitError() << "strata-pipeline: the program of stage " << me
+    return mlir::emitError(func.getLoc()) << "strata-pipeline: the program of stage " << me
                             << " does not verify";
   return success();
 }

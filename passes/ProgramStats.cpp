@@ -83,7 +83,7 @@ struct ProgramStatsPass
       std::string error;
       file = openOutputFile(output, &error);
       if (!file) {
-        getOperation().emitError()
+        mlir::emitError(getOperation().getLoc())
             << "cannot open '" << output << "': " << error;
         return signalPassFailure();
       }

@@ -69,7 +69,7 @@ struct RecomputePass : public strata::impl::StrataRecomputeBase<RecomputePass> {
     for (const std::string &text : refinedOpsPatterns) {
       auto p = parsePattern(text);
       if (failed(p)) {
-        module.emitError() << "strata-recompute: refined-ops-patterns entry '"
+        mlir::emitError(module.getLoc()) << "strata-recompute: refined-ops-patterns entry '"
                            << text
                            << "' is not main|num|pre|suf (ops joined by '+', "
                               "num >= -1, main not empty)";
@@ -80,7 +80,7 @@ struct RecomputePass : public strata::impl::StrataRecomputeBase<RecomputePass> {
         for (const std::string &n : *names)
           if (!RegisteredOperationName::lookup(n, &getContext()) &&
               !RegisteredOperationName::lookup("strata." + n, &getContext())) {
-            module.emitError() << "strata-recompute: refined_ops_patterns "
+            mlir::emitError(module.getLoc()) << "strata-recompute: refined_ops_patterns "
                                   "names '"
                                << n << "', which is not an op (e.g. matmul, "
                                        "softmax, dropout, gelu)";
@@ -90,13 +90,13 @@ struct RecomputePass : public strata::impl::StrataRecomputeBase<RecomputePass> {
     }
     for (int64_t index : noRecomputeSegments)
       if (index < 0 || index >= int64_t(checkpoints.size())) {
-        module.emitError() << "strata-recompute: no_recompute_segments index "
+        mlir::emitError(module.getLoc()) << "strata-recompute: no_recompute_segments index "
                            << index << " is out of range: there are "
                            << checkpoints.size() << " checkpoints";
         return signalPassFailure();
       }
     if (checkpoints.empty()) {
-      module.emitError() << "strata-recompute: no checkpoints given";
+      mlir::emitError(module.getLoc()) << "strata-recompute: no checkpoints given";
       return signalPassFailure();
     }
     for (func::FuncOp func : module.getOps<func::FuncOp>()) {
@@ -127,7 +127,7 @@ struct RecomputePass : public strata::impl::StrataRecomputeBase<RecomputePass> {
         if (StringRef l = getLayer(&op); !l.empty())
           layers.insert(l.split('.').first);
       std::string list = llvm::join(layers.getArrayRef(), ", ");
-      return func.emitError()
+      return mlir::emitError(func.getLoc())
              << "strata-recompute: checkpoint '" << layer
              << "' names no layer (no forward op has strata.layer = \""
              << layer << "\"); the program's layers: "

@@ -75,7 +75,7 @@ struct ShardingPass : public strata::impl::StrataShardingBase<ShardingPass> {
   void runOnOperation() override {
     ModuleOp module = getOperation();
     auto fail = [&](const Twine &message) {
-      module.emitError() << "strata-sharding: " << message;
+      mlir::emitError(module.getLoc()) << "strata-sharding: " << message;
       signalPassFailure();
     };
     if (stage < 1 || stage > 3)

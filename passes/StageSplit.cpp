@@ -74,7 +74,7 @@ struct StageSplitPass
   void runOnOperation() override {
     ModuleOp module = getOperation();
     if (ppDegree < 1 || vppDegree < 1) {
-      module.emitError() << "strata-stage-split: pp-degree and vpp-degree "
+      mlir::emitError(module.getLoc()) << "strata-stage-split: pp-degree and vpp-degree "
                             "must be >= 1";
       return signalPassFailure();
     }
@@ -83,7 +83,7 @@ struct StageSplitPass
       if (func.isExternal())
         continue;
       if (returnsGradients(func)) {
-        func.emitError() << "strata-stage-split: the step is already "
+        mlir::emitError(func.getLoc()) << "strata-stage-split: the step is already "
                             "differentiated; run this pass before "
                             "strata-autodiff, which puts each backward op "
                             "on the stage of its forward op";
@@ -94,7 +94,7 @@ struct StageSplitPass
         return signalPassFailure();
     }
     if (!any) {
-      module.emitError() << "strata-stage-split: no step function";
+      mlir::emitError(module.getLoc()) << "strata-stage-split: no step function";
       return signalPassFailure();
     }
   }
@@ -147,7 +147,7 @@ struct StageSplitPass
       costs.back() += cost(&op);
     }
     if (int64_t(units.size()) < stages)
-      return func.emitError()
+      return mlir::emitError(func.getLoc())
              << "strata-stage-split: the step has " << units.size()
              << " units (runs of ops of one strata.layer) for " << stages
              << " stages; annotate ops with strata.stage to split inside a "
