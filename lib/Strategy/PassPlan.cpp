@@ -33,7 +33,11 @@ std::string strata::PlannedPass::options() const {
   size_t open = all.find('{');
   if (open == StringRef::npos)
     return "";
-  return all.slice(open + 1, all.size() - 1).trim().str();
+  // (An empty list option prints as nothing between two spaces.)
+  SmallVector<StringRef> words;
+  all.slice(open + 1, all.size() - 1)
+      .split(words, ' ', /*MaxSplit=*/-1, /*KeepEmpty=*/false);
+  return join(words, " ");
 }
 
 std::vector<PlannedPass> strata::planPasses(const Strategy &s,
