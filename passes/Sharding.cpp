@@ -242,8 +242,9 @@ struct ShardingPass : public strata::impl::StrataShardingBase<ShardingPass> {
       for (auto &[name, n] : params)
         if (n >= segmentSize && updated.count(name))
           sharded.insert(name);
-    if (!sharded.empty())
-      gatherBeforeUse(module, step, groupRef, owner, me, sharded);
+    if (!sharded.empty() &&
+        failed(gatherBeforeUse(module, step, groupRef, owner, me, sharded)))
+      return signalPassFailure();
 
     // When the step ends, every updated parameter comes from its owner:
     // packed per owner and all-gathered, in buckets.
@@ -537,10 +538,10 @@ struct ShardingPass : public strata::impl::StrataShardingBase<ShardingPass> {
   /// its resident copy; other ranks drop the parameter's declaration. The
   /// decisions depend only on the program, not on the rank, so every rank
   /// issues the same broadcasts in the same order.
-  void gatherBeforeUse(ModuleOp module, func::FuncOp step,
-                       FlatSymbolRefAttr group,
-                       const llvm::StringMap<int64_t> &owner, int64_t me,
-                       const llvm::StringSet<> &sharded) {
+  LogicalResult gatherBeforeUse(ModuleOp module, func::FuncOp step,
+                                FlatSymbolRefAttr group,
+                                const llvm::StringMap<int64_t> &owner,
+                                int64_t me, const llvm::StringSet<> &sharded) {
     MLIRContext *ctx = module.getContext();
     Block &body = step.getBody().front();
     OpBuilder b(ctx);
@@ -566,9 +567,16 @@ struct ShardingPass : public strata::impl::StrataShardingBase<ShardingPass> {
     for (GetParamOp get : reads) {
       StringRef name = get.getName();
       if (getRole(get) == Role::Optimizer) {
-        // The optimizer's read: the owner's own copy; elsewhere unused.
+        // The optimizer's read: the owner's own copy; elsewhere unused
+        // (the update of another rank's parameter was removed).
         if (owner.lookup(name) != me) {
-          assert(get->use_empty() && "a non-owner updates a parameter");
+          if (!get->use_empty())
+            return mlir::emitError(get.getLoc())
+                   << "strata-sharding: this read of @" << name
+                   << " has strata.role optimizer but feeds "
+                   << (*get->getUsers().begin())->getName()
+                   << ", which rank " << me
+                   << " keeps: the program's roles are inconsistent";
           get.erase();
         }
         continue;
@@ -631,6 +639,7 @@ struct ShardingPass : public strata::impl::StrataShardingBase<ShardingPass> {
       if (owner.lookup(entry.getKey()) != me)
         if (Operation *param = symbols.lookup(entry.getKey()))
           param->erase();
+    return success();
   }
 
   /// Stage 2: a rank keeps only its parameters' gradients. Global-norm
