@@ -200,7 +200,8 @@ struct ShardingPass : public strata::impl::StrataShardingBase<ShardingPass> {
           droppedState.insert(a.getName());
         a.erase();
       }
-      SmallVector<Value> inputs(op->getOperands());
+      // (Once each: a state value may feed the update twice.)
+      llvm::SetVector<Value> inputs(op->operand_begin(), op->operand_end());
       op->erase();
       for (Value v : inputs)
         if (Operation *def = v.getDefiningOp())
