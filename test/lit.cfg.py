@@ -15,6 +15,11 @@ config.substitutions.append(("%strata_src_root", config.strata_src_root))
 # Debian's interpreter, which has python3-torch.
 config.substitutions.append(("%python", "/usr/bin/python3"))
 config.substitutions.append(("%strata_obj_root", config.strata_obj_root))
+# C programs linked with the runtime link the sanitizers' runtimes too in a
+# sanitizer build (STRATA_SANITIZE).
+config.substitutions.append(
+    ("%cc_sanitize",
+     "-fsanitize=address,undefined" if config.strata_sanitize else ""))
 
 llvm_config.use_default_substitutions()
 llvm_config.with_environment("PATH", config.llvm_tools_dir, append_path=True)

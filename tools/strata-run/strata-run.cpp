@@ -831,7 +831,8 @@ static Error gatherTensors(std::vector<strata::NamedTensor> &tensors) {
     all += parts[r];
   size_t at = 0;
   auto get = [&](void *p, size_t n) {
-    std::memcpy(p, all.data() + at, n);
+    if (n) // (a scalar's shape has no data pointer)
+      std::memcpy(p, all.data() + at, n);
     at += n;
   };
   auto getString = [&]() {
