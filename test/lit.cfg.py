@@ -26,4 +26,11 @@ llvm_config.with_environment("PATH", config.llvm_tools_dir, append_path=True)
 
 tool_dirs = [config.strata_tools_dir, config.llvm_tools_dir]
 tools = ["strata-opt", "strata-gen", "strata-run"]
+# The fuzzers (a build with STRATA_FUZZ=ON), run for a bounded time each.
+if config.strata_fuzz:
+    config.available_features.add("strata-fuzz")
+    tools += ["strata-fuzz-Strategy", "strata-fuzz-Safetensors",
+              "strata-fuzz-Program"]
+config.substitutions.append(
+    ("%fuzz_seconds", os.environ.get("STRATA_FUZZ_SECONDS", "30")))
 llvm_config.add_tool_substitutions(tools, tool_dirs)

@@ -386,6 +386,13 @@ private:
     return createStringError(inconvertibleErrorCode(), message);
   }
   Error fail(yaml::Node *node, const Twine &msg) {
+    // (A document that does not parse has no root node.)
+    if (!node) {
+      if (!message.empty())
+        return createStringError(inconvertibleErrorCode(), message);
+      return createStringError(inconvertibleErrorCode(),
+                               bufferName + ": error: " + msg.str() + "\n");
+    }
     return fail(node->getSourceRange().Start, msg);
   }
   /// An error about a key: at its location when the file set it.
@@ -457,6 +464,15 @@ Expected<std::string> Reader::scalar(yaml::Node *node, StringRef what) {
   StringRef v = s->getValue(storage);
   if (v.empty() || v == "~" || v == "null")
     return fail(node, "missing value for '" + what + "'");
+  // Names and values are printable UTF-8 (what --print-strategy writes
+  // reads back the same).
+  if (!json::isUTF8(v))
+    return fail(node, "'" + what + "' is not valid UTF-8");
+  for (char c : v)
+    if ((unsigned char)c < 0x20 || c == 0x7f)
+      return fail(node, "'" + what + "' contains the control character " +
+                            formatv("0x{0:x-2}", unsigned((unsigned char)c))
+                                .str());
   return v.str();
 }
 

@@ -202,7 +202,11 @@ Expected<Safetensors> strata::readSafetensors(StringRef path) {
   if (!buffer)
     return makeError("cannot read '" + path + "': " +
                    buffer.getError().message());
-  StringRef data = (*buffer)->getBuffer();
+  return parseSafetensors((*buffer)->getBuffer(), path);
+}
+
+Expected<Safetensors> strata::parseSafetensors(StringRef data,
+                                               StringRef path) {
   auto bad = [&](const llvm::Twine &why) {
     return makeError("'" + path + "' is not a valid safetensors file: " + why);
   };

@@ -45,6 +45,9 @@ llvm::Error writeSafetensors(llvm::StringRef path,
                              const std::map<std::string, std::string> &metadata = {});
 /// Reads every tensor of a safetensors file, and its metadata.
 llvm::Expected<Safetensors> readSafetensors(llvm::StringRef path);
+/// Parses the bytes of a safetensors file; `name` names it in errors.
+llvm::Expected<Safetensors> parseSafetensors(llvm::StringRef data,
+                                             llvm::StringRef name);
 
 /// The safetensors dtype of an MLIR element type.
 llvm::Expected<std::string> dtypeOf(mlir::Type elementType);
