@@ -1006,6 +1006,8 @@ int main(int argc, char **argv) {
     return fail(programFile + ": not a regular file (give a program file)");
   if (saveEvery < 0)
     return fail("--save-every " + Twine(saveEvery) + " is negative");
+  if (logEvery < 0)
+    return fail("--log-every " + Twine(logEvery) + " is negative");
   if (saveEvery > 0 && checkpointDir.empty())
     return fail("--save-every needs --checkpoint-dir DIR to write into");
   if (!checkpointDir.empty() && saveEvery == 0)
@@ -1189,16 +1191,20 @@ int main(int argc, char **argv) {
   // A checkpoint resumes the data stream where it stopped.
   int64_t firstStep = 0;
   std::string startFrom = initFile;
+  bool scanned = false;
   if (!resumeFrom.empty()) {
     if (sys::fs::is_directory(resumeFrom) ||
         (resumeFrom == checkpointDir && !sys::fs::exists(resumeFrom))) {
       // The newest complete checkpoint that loads (a damaged newer one is
       // reported and passed over).
+      scanned = true;
       auto found = listCheckpoints(resumeFrom);
       for (auto it = found.rbegin(); it != found.rend(); ++it) {
-        llvm::StringMap<strata::Tensor> probe = state;
-        auto done = strata::loadCheckpoint(*module, it->second, probe);
+        llvm::StringMap<strata::Tensor> loaded = state;
+        auto done = strata::loadCheckpoint(*module, it->second, loaded);
         if (done) {
+          state = std::move(loaded);
+          firstStep = *done;
           startFrom = it->second;
           break;
         }
@@ -1213,15 +1219,15 @@ int main(int argc, char **argv) {
       startFrom = resumeFrom;
     }
   }
-  if (!startFrom.empty()) {
+  if (!startFrom.empty() && !scanned) {
     auto done = strata::loadCheckpoint(*module, startFrom, state);
     if (!done)
       return fail(toString(done.takeError()));
     firstStep = *done;
-    if (!resumeFrom.empty() && rank0 && !quiet)
-      errs() << "strata-run: resuming from " << startFrom << " after step "
-             << firstStep << "\n";
   }
+  if (!resumeFrom.empty() && !startFrom.empty() && rank0 && !quiet)
+    errs() << "strata-run: resuming from " << startFrom << " after step "
+           << firstStep << "\n";
   // Steps to run: --steps more, or up to --steps in all when resuming.
   const int64_t lastStep =
       resumeFrom.empty() ? firstStep + steps
