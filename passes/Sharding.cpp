@@ -281,8 +281,7 @@ struct ShardingPass : public strata::impl::StrataShardingBase<ShardingPass> {
         const int64_t capacity = std::max<int64_t>(
             1, int64_t(bucketMb * 1024 * 1024 /
                        std::max(1u, element.getIntOrFloatBitWidth() / 8)));
-        SmallVector<SmallVector<SmallVector<std::pair<std::string, int64_t>>>>
-            buckets; // [bucket][rank] -> parameters
+        SmallVector<OwnerLists> buckets; // [bucket][rank] -> parameters
         for (int64_t r = 0; r < degree; ++r) {
           size_t bucket = 0;
           int64_t filled = 0;
@@ -298,16 +297,18 @@ struct ShardingPass : public strata::impl::StrataShardingBase<ShardingPass> {
           }
         }
         for (auto &bucket : buckets)
-          token = gatherBucket(bucket, updated, me, groupRef, token, ret);
+          token = gatherBucket(bucket, element, updated, me, groupRef, token,
+                               ret);
       }
   }
 
   /// One all_gather of a bucket: rank r's segment holds its updated
-  /// parameters `bucket[r]`, packed (and padded to the largest segment);
-  /// every parameter is assigned its owner's value. Returns the new token.
+  /// parameters `bucket[r]` (all of type `element`), packed (and padded to
+  /// the largest segment); every parameter is assigned its owner's value.
+  /// Returns the new token.
   Value gatherBucket(
       ArrayRef<SmallVector<std::pair<std::string, int64_t>>> bucket,
-      const llvm::StringMap<Value> &updated, int64_t me,
+      Type element, const llvm::StringMap<Value> &updated, int64_t me,
       FlatSymbolRefAttr group, Value token, func::ReturnOp ret) {
     OpBuilder b(ret);
     MLIRContext *ctx = b.getContext();
@@ -321,11 +322,6 @@ struct ShardingPass : public strata::impl::StrataShardingBase<ShardingPass> {
     }
     if (segment == 0)
       return token;
-    Type element;
-    for (auto &list : bucket)
-      for (auto &entry : list)
-        element =
-            cast<RankedTensorType>(paramType(entry.first)).getElementType();
     SmallVector<Value> mine;
     for (auto &entry : bucket[me])
       mine.push_back(updated.lookup(entry.first));
