@@ -105,8 +105,9 @@ private:
   }
   Value null() { return LLVM::ZeroOp::create(b, loc, ptrType); }
   Value site() { return i64(currentSite); }
-  /// Calls `name`, declaring it (void, argument types of `args`) first.
-  void call(StringRef name, ArrayRef<Value> args) {
+  /// Calls `name`, declaring it (result `resultType` or void, argument
+  /// types of `args`) first.
+  Value call(StringRef name, ArrayRef<Value> args, Type resultType = {}) {
     auto callee = module.lookupSymbol<LLVM::LLVMFuncOp>(name);
     if (!callee) {
       OpBuilder::InsertionGuard guard(b);
@@ -117,10 +118,12 @@ private:
       callee = LLVM::LLVMFuncOp::create(
           b, module.getLoc(), name,
           LLVM::LLVMFunctionType::get(
-              LLVM::LLVMVoidType::get(b.getContext()), types));
+              resultType ? resultType : LLVM::LLVMVoidType::get(b.getContext()),
+              types));
     }
     SmallVector<Value> all(args);
-    LLVM::CallOp::create(b, loc, callee, all);
+    auto op = LLVM::CallOp::create(b, loc, callee, all);
+    return resultType ? op.getResult() : Value();
   }
   /// The address of a constant global holding `values`.
   Value constantArray(ArrayRef<int64_t> values) {
@@ -181,6 +184,14 @@ private:
            << element << " tensor; the CPU runtime computes in f32 (integers: "
            << "i32, i64)";
   }
+  /// The element type code of a tensor value (checked by requireF32 and
+  /// dtype before any call is built).
+  Value ty(Value v) {
+    Type element = tensorType(v).getElementType();
+    return i64(element.isInteger(32)   ? STRATA_RT_I32
+               : element.isInteger(64) ? STRATA_RT_I64
+                                       : STRATA_RT_F32);
+  }
   LogicalResult requireF32(Operation *op) {
     for (Value v : llvm::concat<Value>(op->getOperands(), op->getResults()))
       if (auto t = dyn_cast<RankedTensorType>(v.getType()))
@@ -214,27 +225,39 @@ private:
   void gemm(int64_t batch, int64_t m, int64_t n, int64_t k, Value a,
             int64_t aStride, bool transA, Value bm, int64_t bStride,
             bool transB, Value c, Value bias, int64_t act) {
+    Value f32 = i64(STRATA_RT_F32);
     call("strata_rt_gemm",
-         {context, site(), i64(batch), i64(m), i64(n), i64(k), a, i64(aStride),
-          i64(transA), bm, i64(bStride), i64(transB), c, bias ? bias : null(),
-          i64(act), i64(0)});
+         {context, site(), i64(batch), i64(m), i64(n), i64(k), a, f32,
+          i64(aStride), i64(transA), bm, f32, i64(bStride), i64(transB), c, f32,
+          bias ? bias : null(), f32, i64(act), i64(0)});
   }
-  void copy(Value out, Value in, int64_t bytes) {
-    call("strata_rt_copy", {context, site(), out, in, i64(bytes)});
+  /// Copies `bytes` bytes of elements of type `element`.
+  void copy(Value out, Value in, int64_t bytes, Type element) {
+    int64_t code = element.isInteger(32)   ? STRATA_RT_I32
+                   : element.isInteger(64) ? STRATA_RT_I64
+                                           : STRATA_RT_F32;
+    call("strata_rt_copy", {context, site(), out, in, i64(code),
+                            i64(bytes / strata_rt_element_bytes(code))});
+  }
+  void copy(Value out, Value in, Value like) {
+    copy(out, in, tensorBytes(like.getType()), tensorType(like).getElementType());
   }
   void reduceTo(Value out, Value in, ArrayRef<int64_t> inShape,
                 ArrayRef<int64_t> outStrides, double scale) {
     SmallVector<int64_t> desc(inShape);
     desc.append(outStrides.begin(), outStrides.end());
-    call("strata_rt_reduce", {context, site(), out, in, i64(inShape.size()),
-                              constantArray(desc), f64(scale)});
+    Value f32 = i64(STRATA_RT_F32);
+    call("strata_rt_reduce", {context, site(), out, f32, in, f32,
+                              i64(inShape.size()), constantArray(desc),
+                              f64(scale)});
   }
   void dropout(Operation *op, Value out, Value in, Value residual, double prob,
                int64_t key, int64_t n) {
+    Value f32 = i64(STRATA_RT_F32);
     call("strata_rt_dropout",
-         {context, site(), out, in, residual ? residual : null(), i64(n),
-          i64(key), i64(microBatches), i64(getMicroBatch(op).value_or(0)),
-          f64(prob)});
+         {context, site(), out, f32, in, f32, residual ? residual : null(), f32,
+          i64(n), i64(key), i64(microBatches),
+          i64(getMicroBatch(op).value_or(0)), f64(prob)});
   }
 
   ModuleOp module;
@@ -348,13 +371,13 @@ LogicalResult Lowering::lower(Operation *op) {
     desc.append(broadcastStrides(shapeOf(lhs), shape));
     desc.append(broadcastStrides(shapeOf(rhs), shape));
     call("strata_rt_binary",
-         {context, site(), i64(kind), i64(*type), ptr(out), ptr(lhs),
-          ptr(rhs), i64(shape.size()), constantArray(desc)});
+         {context, site(), i64(kind), ptr(out), i64(*type), ptr(lhs), ty(lhs),
+          ptr(rhs), ty(rhs), i64(shape.size()), constantArray(desc)});
     return success();
   };
   auto unary = [&](int64_t kind, Value in, Value out, double alpha = 0) {
-    call("strata_rt_unary", {context, site(), i64(kind), ptr(out), ptr(in),
-                             i64(numel(out)), f64(alpha)});
+    call("strata_rt_unary", {context, site(), i64(kind), ptr(out), ty(out),
+                             ptr(in), ty(in), i64(numel(out)), f64(alpha)});
     return success();
   };
   auto rowsOf = [](Value v) {
@@ -375,7 +398,7 @@ LogicalResult Lowering::lower(Operation *op) {
                          ? dense.getSplatValue<APFloat>().convertToDouble()
                          : double(dense.getSplatValue<APInt>().getSExtValue());
           call("strata_rt_fill",
-               {context, site(), i64(*type), ptr(c), i64(numel(c)), f64(v)});
+               {context, site(), ptr(c), i64(*type), i64(numel(c)), f64(v)});
           return success();
         }
         // Non-splat constants: a constant global copied into the buffer.
@@ -391,7 +414,7 @@ LogicalResult Lowering::lower(Operation *op) {
               /*isConstant=*/true, LLVM::Linkage::Internal, name, flat);
         }
         Value address = LLVM::AddressOfOp::create(b, loc, ptrType, name);
-        copy(ptr(c), address, tensorBytes(c.getType()));
+        copy(ptr(c), address, c);
         return success();
       })
       .Case([&](MatmulOp o) {
@@ -429,14 +452,16 @@ LogicalResult Lowering::lower(Operation *op) {
       })
       .Case([&](ReluGradOp o) {
         call("strata_rt_act_grad",
-             {context, site(), i64(STRATA_RT_ACT_RELU), ptr(o), ptr(o.getOutput()),
-              ptr(o.getResultGrad()), i64(numel(o))});
+             {context, site(), i64(STRATA_RT_ACT_RELU), ptr(o), ty(o),
+              ptr(o.getOutput()), ty(o.getOutput()), ptr(o.getResultGrad()),
+              ty(o.getResultGrad()), i64(numel(o))});
         return success();
       })
       .Case([&](GeluGradOp o) {
         call("strata_rt_act_grad",
              {context, site(), i64(geluCode(o.getApproximate())), ptr(o),
-              ptr(o.getInput()), ptr(o.getResultGrad()), i64(numel(o))});
+              ty(o), ptr(o.getInput()), ty(o.getInput()),
+              ptr(o.getResultGrad()), ty(o.getResultGrad()), i64(numel(o))});
         return success();
       })
       .Case([&](DropoutOp o) {
@@ -459,7 +484,7 @@ LogicalResult Lowering::lower(Operation *op) {
                 o.getProb().convertToDouble(), o.getKey(),
                 numel(o.getResultGrad()));
         copy(ptr(o.getResidualGrad()), ptr(o.getResultGrad()),
-             tensorBytes(o.getResidualGrad().getType()));
+             o.getResidualGrad());
         return success();
       })
       .Case([&](SoftmaxOp o) {
@@ -467,31 +492,35 @@ LogicalResult Lowering::lower(Operation *op) {
         int64_t causal =
             o.getCausal() ? (shape.size() >= 2 ? shape[shape.size() - 2] : 1)
                           : 0;
-        call("strata_rt_softmax", {context, site(), ptr(o), ptr(o.getInput()),
-                                   i64(rowsOf(o)), i64(shape.back()),
-                                   i64(causal)});
+        call("strata_rt_softmax",
+             {context, site(), ptr(o), ty(o), ptr(o.getInput()),
+              ty(o.getInput()), i64(rowsOf(o)), i64(shape.back()),
+              i64(causal)});
         return success();
       })
       .Case([&](SoftmaxGradOp o) {
         call("strata_rt_softmax_grad",
-             {context, site(), ptr(o), ptr(o.getOutput()),
-              ptr(o.getResultGrad()), i64(rowsOf(o)),
-              i64(shapeOf(o).back())});
+             {context, site(), ptr(o), ty(o), ptr(o.getOutput()),
+              ty(o.getOutput()), ptr(o.getResultGrad()), ty(o.getResultGrad()),
+              i64(rowsOf(o)), i64(shapeOf(o).back())});
         return success();
       })
       .Case([&](LayerNormOp o) {
         call("strata_rt_layer_norm",
-             {context, site(), ptr(o), ptr(o.getInput()), ptr(o.getGamma()),
-              ptr(o.getBeta()), i64(rowsOf(o)), i64(shapeOf(o).back()),
-              f64(o.getEpsilon().convertToDouble())});
+             {context, site(), ptr(o), ty(o), ptr(o.getInput()),
+              ty(o.getInput()), ptr(o.getGamma()), ty(o.getGamma()),
+              ptr(o.getBeta()), ty(o.getBeta()), i64(rowsOf(o)),
+              i64(shapeOf(o).back()), f64(o.getEpsilon().convertToDouble())});
         return success();
       })
       .Case([&](LayerNormGradOp o) {
         Value x = o.getInput();
         call("strata_rt_layer_norm_grad",
-             {context, site(), ptr(o.getInputGrad()), ptr(o.getGammaGrad()),
-              ptr(o.getBetaGrad()), ptr(x), ptr(o.getGamma()),
-              ptr(o.getResultGrad()), i64(rowsOf(x)), i64(shapeOf(x).back()),
+             {context, site(), ptr(o.getInputGrad()), ty(o.getInputGrad()),
+              ptr(o.getGammaGrad()), ty(o.getGammaGrad()),
+              ptr(o.getBetaGrad()), ty(o.getBetaGrad()), ptr(x), ty(x),
+              ptr(o.getGamma()), ty(o.getGamma()), ptr(o.getResultGrad()),
+              ty(o.getResultGrad()), i64(rowsOf(x)), i64(shapeOf(x).back()),
               f64(o.getEpsilon().convertToDouble())});
         return success();
       })
@@ -501,9 +530,9 @@ LogicalResult Lowering::lower(Operation *op) {
           return failure();
         SmallVector<int64_t> table = shapeOf(o.getTable());
         call("strata_rt_embedding",
-             {context, site(), ptr(o), ptr(o.getTable()), ptr(o.getIds()),
-              i64(*idType), i64(numel(o.getIds())), i64(table[0]),
-              i64(table[1])});
+             {context, site(), ptr(o), ty(o), ptr(o.getTable()),
+              ty(o.getTable()), ptr(o.getIds()), i64(*idType),
+              i64(numel(o.getIds())), i64(table[0]), i64(table[1])});
         return success();
       })
       .Case([&](EmbeddingGradOp o) -> LogicalResult {
@@ -512,9 +541,9 @@ LogicalResult Lowering::lower(Operation *op) {
           return failure();
         SmallVector<int64_t> table = shapeOf(o);
         call("strata_rt_embedding_grad",
-             {context, site(), ptr(o), ptr(o.getIds()), i64(*idType),
-              ptr(o.getResultGrad()), i64(numel(o.getIds())), i64(table[0]),
-              i64(table[1])});
+             {context, site(), ptr(o), ty(o), ptr(o.getIds()), i64(*idType),
+              ptr(o.getResultGrad()), ty(o.getResultGrad()),
+              i64(numel(o.getIds())), i64(table[0]), i64(table[1])});
         return success();
       })
       .Case([&](CrossEntropyOp o) -> LogicalResult {
@@ -522,9 +551,9 @@ LogicalResult Lowering::lower(Operation *op) {
         if (failed(labelType))
           return failure();
         call("strata_rt_cross_entropy",
-             {context, site(), ptr(o), ptr(o.getLogits()), ptr(o.getLabels()),
-              i64(*labelType), i64(numel(o.getLabels())),
-              i64(shapeOf(o.getLogits()).back())});
+             {context, site(), ptr(o), ty(o), ptr(o.getLogits()),
+              ty(o.getLogits()), ptr(o.getLabels()), i64(*labelType),
+              i64(numel(o.getLabels())), i64(shapeOf(o.getLogits()).back())});
         return success();
       })
       .Case([&](CrossEntropyGradOp o) -> LogicalResult {
@@ -532,13 +561,14 @@ LogicalResult Lowering::lower(Operation *op) {
         if (failed(labelType))
           return failure();
         call("strata_rt_cross_entropy_grad",
-             {context, site(), ptr(o), ptr(o.getLogits()), ptr(o.getLabels()),
-              i64(*labelType), ptr(o.getLossGrad()),
+             {context, site(), ptr(o), ty(o), ptr(o.getLogits()),
+              ty(o.getLogits()), ptr(o.getLabels()), i64(*labelType),
+              ptr(o.getLossGrad()), ty(o.getLossGrad()),
               i64(numel(o.getLabels())), i64(shapeOf(o.getLogits()).back())});
         return success();
       })
       .Case([&](ReshapeOp o) {
-        copy(ptr(o), ptr(o.getInput()), tensorBytes(o.getType()));
+        copy(ptr(o), ptr(o.getInput()), o.getResult());
         return success();
       })
       .Case([&](PackOp o) -> LogicalResult {
@@ -549,13 +579,13 @@ LogicalResult Lowering::lower(Operation *op) {
         for (Value in : o.getInputs()) {
           // The memory plan may have had its producer write it in place.
           if (!inArenaAt(in, o.getResult(), at))
-            copy(byteOffset(ptr(o), at), ptr(in), tensorBytes(in.getType()));
+            copy(byteOffset(ptr(o), at), ptr(in), in);
           at += tensorBytes(in.getType());
         }
         int64_t width = tensorBytes(o.getType()) / numel(o);
         if (int64_t rest = numel(o) - at / width)
-          call("strata_rt_fill", {context, site(), i64(*type),
-                                  byteOffset(ptr(o), at), i64(rest), f64(0)});
+          call("strata_rt_fill", {context, site(), byteOffset(ptr(o), at),
+                                  i64(*type), i64(rest), f64(0)});
         return success();
       })
       .Case([&](UnpackOp o) {
@@ -564,8 +594,7 @@ LogicalResult Lowering::lower(Operation *op) {
         int64_t at = o.getOffset() * width;
         for (Value r : o.getResults()) {
           if (!inArenaAt(r, o.getInput(), at))
-            copy(ptr(r), byteOffset(ptr(o.getInput()), at),
-                 tensorBytes(r.getType()));
+            copy(ptr(r), byteOffset(ptr(o.getInput()), at), r);
           at += tensorBytes(r.getType());
         }
         return success();
@@ -580,8 +609,8 @@ LogicalResult Lowering::lower(Operation *op) {
           desc.push_back(in[p]);
         desc.push_back(0);
         call("strata_rt_strided_copy",
-             {context, site(), i64(*type == STRATA_RT_I64 ? 8 : 4), ptr(o),
-              ptr(o.getInput()), i64(shapeOf(o).size()), constantArray(desc)});
+             {context, site(), ptr(o), ptr(o.getInput()), i64(*type),
+              i64(shapeOf(o).size()), constantArray(desc)});
         return success();
       })
       .Case([&](SliceOp o) -> LogicalResult {
@@ -593,8 +622,8 @@ LogicalResult Lowering::lower(Operation *op) {
         desc.append(in);
         desc.push_back(o.getStart() * in[o.getDim()]);
         call("strata_rt_strided_copy",
-             {context, site(), i64(*type == STRATA_RT_I64 ? 8 : 4), ptr(o),
-              ptr(o.getInput()), i64(shapeOf(o).size()), constantArray(desc)});
+             {context, site(), ptr(o), ptr(o.getInput()), i64(*type),
+              i64(shapeOf(o).size()), constantArray(desc)});
         return success();
       })
       .Case([&](BroadcastToOp o) {
@@ -602,7 +631,7 @@ LogicalResult Lowering::lower(Operation *op) {
         desc.append(broadcastStrides(shapeOf(o.getInput()), shapeOf(o)));
         desc.push_back(0);
         call("strata_rt_strided_copy",
-             {context, site(), i64(4), ptr(o), ptr(o.getInput()),
+             {context, site(), ptr(o), ptr(o.getInput()), ty(o),
               i64(shapeOf(o).size()), constantArray(desc)});
         return success();
       })
@@ -633,7 +662,8 @@ LogicalResult Lowering::lower(Operation *op) {
                            ? STRATA_RT_LR_LINEAR_WARMUP
                            : STRATA_RT_LR_COSINE;
         call("strata_rt_lr_schedule",
-             {context, site(), ptr(o), ptr(o.getStep()), i64(kind),
+             {context, site(), ptr(o), ty(o), ptr(o.getStep()),
+              ty(o.getStep()), i64(kind),
               f64(o.getBaseLr().convertToDouble()),
               i64(int64_t(o.getWarmupSteps())),
               i64(int64_t(o.getDecaySteps())),
@@ -644,36 +674,42 @@ LogicalResult Lowering::lower(Operation *op) {
         int64_t count = o.getInputs().size();
         Value table = LLVM::AllocaOp::create(b, loc, ptrType, ptrType,
                                              i64(std::max<int64_t>(count, 1)));
-        SmallVector<int64_t> sizes;
+        SmallVector<int64_t> sizes, types;
         for (auto [i, v] : llvm::enumerate(o.getInputs())) {
           Value slot = LLVM::GEPOp::create(b, loc, ptrType, ptrType, table,
                                            ArrayRef<LLVM::GEPArg>{int32_t(i)});
           LLVM::StoreOp::create(b, loc, ptr(v), slot);
           sizes.push_back(numel(v));
+          types.push_back(STRATA_RT_F32);
         }
-        call("strata_rt_global_norm", {context, site(), ptr(o), i64(count),
-                                       table, constantArray(sizes)});
+        call("strata_rt_global_norm",
+             {context, site(), ptr(o), ty(o), i64(count), table,
+              constantArray(types), constantArray(sizes)});
         return success();
       })
       .Case([&](ClipByGlobalNormOp o) {
         for (auto [in, out] : llvm::zip(o.getInputs(), o.getResults()))
           call("strata_rt_clip",
-               {context, site(), ptr(out), ptr(in), i64(numel(in)),
-                ptr(o.getNorm()), f64(o.getMaxNorm().convertToDouble())});
+               {context, site(), ptr(out), ty(out), ptr(in), ty(in),
+                i64(numel(in)), ptr(o.getNorm()), ty(o.getNorm()),
+                f64(o.getMaxNorm().convertToDouble())});
         return success();
       })
       .Case([&](SgdUpdateOp o) {
-        call("strata_rt_sgd", {context, site(), ptr(o), ptr(o.getParam()),
-                               ptr(o.getGrad()), ptr(o.getLr()),
-                               i64(numel(o)),
-                               f64(o.getWeightDecay().convertToDouble())});
+        call("strata_rt_sgd",
+             {context, site(), ptr(o), ty(o), ptr(o.getParam()),
+              ty(o.getParam()), ptr(o.getGrad()), ty(o.getGrad()),
+              ptr(o.getLr()), ty(o.getLr()), i64(numel(o)),
+              f64(o.getWeightDecay().convertToDouble())});
         return success();
       })
       .Case([&](MomentumUpdateOp o) {
         call("strata_rt_momentum",
-             {context, site(), ptr(o.getNewParam()), ptr(o.getNewVelocity()),
-              ptr(o.getParam()), ptr(o.getGrad()), ptr(o.getVelocity()),
-              ptr(o.getLr()), i64(numel(o.getParam())),
+             {context, site(), ptr(o.getNewParam()), ty(o.getNewParam()),
+              ptr(o.getNewVelocity()), ty(o.getNewVelocity()),
+              ptr(o.getParam()), ty(o.getParam()), ptr(o.getGrad()),
+              ty(o.getGrad()), ptr(o.getVelocity()), ty(o.getVelocity()),
+              ptr(o.getLr()), ty(o.getLr()), i64(numel(o.getParam())),
               f64(o.getMomentum().convertToDouble()),
               f64(o.getWeightDecay().convertToDouble()),
               i64(o.getUseNesterov())});
@@ -685,10 +721,13 @@ LogicalResult Lowering::lower(Operation *op) {
                                                 : STRATA_RT_LAMB;
         call("strata_rt_adam",
              {context, site(), i64(kind), ptr(o.getNewParam()),
-              ptr(o.getNewMoment1()), ptr(o.getNewMoment2()),
-              ptr(o.getParam()), ptr(o.getGrad()), ptr(o.getMoment1()),
-              ptr(o.getMoment2()), ptr(o.getLr()), ptr(o.getStep()),
-              i64(numel(o.getParam())), f64(o.getBeta1().convertToDouble()),
+              ty(o.getNewParam()), ptr(o.getNewMoment1()),
+              ty(o.getNewMoment1()), ptr(o.getNewMoment2()),
+              ty(o.getNewMoment2()), ptr(o.getParam()), ty(o.getParam()),
+              ptr(o.getGrad()), ty(o.getGrad()), ptr(o.getMoment1()),
+              ty(o.getMoment1()), ptr(o.getMoment2()), ty(o.getMoment2()),
+              ptr(o.getLr()), ty(o.getLr()), ptr(o.getStep()),
+              ty(o.getStep()), i64(numel(o.getParam())), f64(o.getBeta1().convertToDouble()),
               f64(o.getBeta2().convertToDouble()),
               f64(o.getEpsilon().convertToDouble()),
               f64(o.getWeightDecay().convertToDouble())});
@@ -696,9 +735,11 @@ LogicalResult Lowering::lower(Operation *op) {
       })
       .Case([&](LarsUpdateOp o) {
         call("strata_rt_lars",
-             {context, site(), ptr(o.getNewParam()), ptr(o.getNewVelocity()),
-              ptr(o.getParam()), ptr(o.getGrad()), ptr(o.getVelocity()),
-              ptr(o.getLr()), i64(numel(o.getParam())),
+             {context, site(), ptr(o.getNewParam()), ty(o.getNewParam()),
+              ptr(o.getNewVelocity()), ty(o.getNewVelocity()),
+              ptr(o.getParam()), ty(o.getParam()), ptr(o.getGrad()),
+              ty(o.getGrad()), ptr(o.getVelocity()), ty(o.getVelocity()),
+              ptr(o.getLr()), ty(o.getLr()), i64(numel(o.getParam())),
               f64(o.getMomentum().convertToDouble()),
               f64(o.getWeightDecay().convertToDouble()),
               f64(o.getLarsCoeff().convertToDouble()),
@@ -717,8 +758,7 @@ LogicalResult Lowering::lower(Operation *op) {
                ptr(o.getAux()), ptr(o.getBias()), STRATA_RT_ACT_NONE);
           if (act != STRATA_RT_ACT_NONE)
             return unary(act, o.getAux(), o.getResult());
-          copy(ptr(o.getResult()), ptr(o.getAux()),
-               tensorBytes(o.getResult().getType()));
+          copy(ptr(o.getResult()), ptr(o.getAux()), o.getResult());
           return success();
         }
         gemm(1, rows, n, k, ptr(x), 0, false, ptr(w), 0, false,
@@ -744,7 +784,8 @@ LogicalResult Lowering::lower(Operation *op) {
             return op->emitOpError("needs an intermediate pre-activation");
           call("strata_rt_act_grad",
                {context, site(), i64(activationCode(o.getActivation())),
-                ptr(aux), ptr(aux), ptr(dz), i64(numel(dz))});
+                ptr(aux), ty(aux), ptr(aux), ty(aux), ptr(dz), ty(dz),
+                i64(numel(dz))});
           dzPtr = ptr(aux);
         }
         if (!o.getInputGrad().use_empty())
@@ -776,7 +817,7 @@ LogicalResult Lowering::lower(Operation *op) {
         if (failed(type))
           return failure();
         call("strata_rt_send",
-             {context, site(), i64(*type), ptr(o.getInput()),
+             {context, site(), ptr(o.getInput()), i64(*type),
               i64(numel(o.getInput())), i64(o.getPeer()),
               constantArray(groupDescriptor(o, o.getGroupAttr()))});
         return success();
@@ -786,7 +827,7 @@ LogicalResult Lowering::lower(Operation *op) {
         if (failed(type))
           return failure();
         call("strata_rt_recv",
-             {context, site(), i64(*type), ptr(o.getResult()),
+             {context, site(), ptr(o.getResult()), i64(*type),
               i64(numel(o.getResult())), i64(o.getPeer()),
               constantArray(groupDescriptor(o, o.getGroupAttr()))});
         return success();
@@ -821,7 +862,7 @@ LogicalResult Lowering::collective(Operation *op, int64_t kind, Value input,
                 "the leading dimension)";
   waitsBefore[collectiveWaitPoint(op)].push_back(currentSite);
   call("strata_rt_collective",
-       {context, site(), i64(kind), i64(*type), ptr(result), ptr(input),
+       {context, site(), i64(kind), ptr(result), ptr(input), i64(*type),
         i64(numel(result)), i64(reduce == ReduceKind::Mean ? 1 : 0), i64(root),
         constantArray(groupDescriptor(op, group))});
   return success();
@@ -853,6 +894,19 @@ LogicalResult Lowering::run() {
   persistent = entry->getArgument(2);
   inputs = entry->getArgument(3);
   outputs = entry->getArgument(4);
+  // The runtime checks the ABI version the step was lowered for; a step it
+  // refuses returns at once (the host reads why from the error state).
+  {
+    Value refused = call("strata_rt_step_begin",
+                         {context, i64(STRATA_RT_ABI_VERSION)}, i64Type);
+    Value ok = LLVM::ICmpOp::create(b, loc, LLVM::ICmpPredicate::eq, refused,
+                                    i64(0));
+    Block *run = fn.addBlock(), *exit = fn.addBlock();
+    LLVM::CondBrOp::create(b, loc, ok, run, exit);
+    b.setInsertionPointToStart(exit);
+    LLVM::ReturnOp::create(b, loc, ValueRange());
+    b.setInsertionPointToStart(run);
+  }
 
   for (Value v : body.getTerminator()->getOperands())
     if (!isa<RankedTensorType>(v.getType()))
@@ -958,8 +1012,7 @@ LogicalResult Lowering::run() {
       if (!inPlace.count(assign.getValue()) && !deferred.contains(assign)) {
         Value target =
             loadPointer(persistent, persistentIndex[assign.getName()]);
-        copy(target, ptr(assign.getValue()),
-             tensorBytes(assign.getValue().getType()));
+        copy(target, ptr(assign.getValue()), assign.getValue());
       }
       continue;
     }
@@ -972,12 +1025,12 @@ LogicalResult Lowering::run() {
           loc = assign.getLoc();
           Value target =
               loadPointer(persistent, persistentIndex[assign.getName()]);
-          copy(target, ptr(assign.getValue()),
-               tensorBytes(assign.getValue().getType()));
+          copy(target, ptr(assign.getValue()), assign.getValue());
         }
       loc = ret.getLoc();
       for (auto [i, v] : llvm::enumerate(ret.getOperands()))
-        copy(loadPointer(outputs, i), ptr(v), tensorBytes(v.getType()));
+        copy(loadPointer(outputs, i), ptr(v), v);
+      call("strata_rt_step_end", {context});
       LLVM::ReturnOp::create(b, loc, ValueRange());
       break;
     }
@@ -1016,6 +1069,7 @@ LogicalResult Lowering::run() {
       inputBytes.push_back(tensorBytes(type));
     for (Type type : step.getResultTypes())
       outputBytes.push_back(tensorBytes(type));
+    global("strata_step_abi_version", {STRATA_RT_ABI_VERSION});
     global("strata_step_layout",
            {plan.arenaBytes, int64_t(persistentBytes.size()),
             int64_t(inputBytes.size()), int64_t(outputBytes.size())});
@@ -1025,6 +1079,8 @@ LogicalResult Lowering::run() {
   }
 
   // The host reads the layout from these attributes.
+  module->setAttr("strata.rt.abi_version",
+                  b.getI64IntegerAttr(STRATA_RT_ABI_VERSION));
   module->setAttr("strata.rt.persistent", ArrayAttr::get(ctx, persistentNames));
   module->setAttr("strata.rt.arena_bytes", b.getI64IntegerAttr(plan.arenaBytes));
   module->setAttr("strata.rt.sites", ArrayAttr::get(ctx, sites));

@@ -117,7 +117,8 @@ LogicalResult StrataDialect::verifyOperationAttribute(Operation *op,
   if (name.starts_with("strata.rt.")) {
     if (!isa<ModuleOp>(op))
       return op->emitOpError() << "'" << name << "' belongs on a module";
-    if (name == "strata.rt.arena_bytes" || name == "strata.rt.shards")
+    if (name == "strata.rt.arena_bytes" || name == "strata.rt.shards" ||
+        name == "strata.rt.abi_version")
       return success(isa<IntegerAttr>(attr.getValue()));
     if (name == "strata.rt.persistent" || name == "strata.rt.sites" ||
         name == "strata.rt.site_roles")

@@ -78,7 +78,8 @@ Layout takeLayout(ModuleOp lowered) {
     layout.shards = shards.getInt();
   for (StringRef name : {"strata.rt.persistent", "strata.rt.sites",
                          "strata.rt.site_roles",
-                         "strata.rt.arena_bytes", "strata.rt.shards"})
+                         "strata.rt.arena_bytes", "strata.rt.shards",
+                         "strata.rt.abi_version"})
     lowered->removeAttr(name);
   return layout;
 }
@@ -179,9 +180,27 @@ CpuExecutable::compile(ModuleOp module, const CpuOptions &options) {
                  llvm::toString(address.takeError()));
   exe->function = reinterpret_cast<StrataRtStepFn>(*address);
   exe->engine = std::move(*engine);
-  exe->context = strata_rt_create(options.seed, options.rank,
-                                  options.rank % layout.shards,
-                                  options.threads);
+  // The object of a lowering of another release would call kernels this
+  // runtime does not have: refuse it before the first step.
+  if (auto version = exe->engine->lookup("strata_step_abi_version");
+      !version || *reinterpret_cast<const int64_t *>(*version) !=
+                      strata_rt_abi_version()) {
+    if (!version)
+      llvm::consumeError(version.takeError());
+    return error("the lowered module was built for another runtime ABI "
+                 "than this runtime's (" +
+                 std::to_string(strata_rt_abi_version()) + ")");
+  }
+  StrataRtOptions rtOptions;
+  strata_rt_default_options(&rtOptions);
+  rtOptions.seed = options.seed;
+  rtOptions.rank = options.rank;
+  rtOptions.shard = options.rank % layout.shards;
+  rtOptions.threads = options.threads;
+  char message[256] = {0};
+  exe->context = strata_rt_create(&rtOptions, message, sizeof(message));
+  if (!exe->context)
+    return error(std::string("cannot create the CPU runtime: ") + message);
   strata_rt_enable_trace(exe->context, options.trace);
   if (options.collective)
     strata_rt_set_collectives(exe->context, options.collective, options.wait,

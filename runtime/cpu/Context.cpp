@@ -9,25 +9,76 @@
 #include "Context.h"
 
 #include <algorithm>
+#include <cstddef>
+#include <cstdio>
 #include <cstring>
 #include <omp.h>
 #include <string>
 
-static int64_t elementBytes(int64_t dtype) {
-  return dtype == STRATA_RT_I64 ? 8 : 4;
-}
-
 extern "C" {
 
-StrataRtContext *strata_rt_create(uint64_t seed, int64_t rank, int64_t shard,
-                                  int64_t threads) {
+void strata_rt_default_options(StrataRtOptions *options) {
+  *options = StrataRtOptions{};
+  options->abiVersion = STRATA_RT_ABI_VERSION;
+  options->size = sizeof(StrataRtOptions);
+  options->threads = 1;
+  options->device = -1;
+}
+
+int64_t strata_rt_abi_version(void) { return STRATA_RT_ABI_VERSION; }
+
+StrataRtContext *strata_rt_create(const StrataRtOptions *options, char *error,
+                                  size_t errorSize) {
+  auto refuse = [&](const std::string &message) -> StrataRtContext * {
+    if (error && errorSize)
+      std::snprintf(error, errorSize, "%s", message.c_str());
+    return nullptr;
+  };
+  if (!options)
+    return refuse("no options (fill them with strata_rt_default_options)");
+  if (options->abiVersion != STRATA_RT_ABI_VERSION)
+    return refuse("the caller was built for runtime ABI " +
+                  std::to_string(options->abiVersion) +
+                  "; this runtime implements ABI " +
+                  std::to_string(STRATA_RT_ABI_VERSION));
+  // Every field up to `device` exists in every version of the struct.
+  if (options->size < int64_t(offsetof(StrataRtOptions, device) +
+                              sizeof(options->device)))
+    return refuse("options of " + std::to_string(options->size) +
+                  " bytes are too short (fill them with "
+                  "strata_rt_default_options)");
+  if (options->device != -1 && options->device != 0)
+    return refuse("the CPU runtime has one device (0); device " +
+                  std::to_string(options->device) + " was asked for");
+  if (options->rank < 0 || options->shard < 0)
+    return refuse("rank and shard must not be negative");
   auto *ctx = new StrataRtContext;
-  ctx->seed = seed;
-  ctx->rank = rank;
-  ctx->shard = shard;
-  ctx->threads = std::max<int64_t>(threads, 1);
+  ctx->seed = options->seed;
+  ctx->rank = options->rank;
+  ctx->shard = options->shard;
+  ctx->threads = std::max<int64_t>(options->threads, 1);
   omp_set_num_threads(int(ctx->threads));
   return ctx;
+}
+
+int64_t strata_rt_step_begin(StrataRtContext *ctx, int64_t abiVersion) {
+  if (abiVersion == STRATA_RT_ABI_VERSION)
+    return 0;
+  ctx->fail(-1, "the step was lowered for runtime ABI " +
+                    std::to_string(abiVersion) +
+                    "; this runtime implements ABI " +
+                    std::to_string(STRATA_RT_ABI_VERSION) +
+                    ": lower the program again with this release");
+  return 1;
+}
+
+void strata_rt_step_end(StrataRtContext *ctx) {
+  // The CPU runtime finishes every call before returning; a collective
+  // still in flight means the step never waited for it.
+  if (!ctx->pending.empty() && ctx->error.empty())
+    ctx->fail(ctx->pending.begin()->first,
+              std::string(ctx->pending.begin()->second.name) +
+                  " was started but never waited for");
 }
 
 void strata_rt_destroy(StrataRtContext *ctx) { delete ctx; }
@@ -130,7 +181,7 @@ const char *collectiveName(int64_t op) {
 
 /// A mean is the sum divided by the group's size.
 void finishMean(const StrataRtContext::Pending &p) {
-  if (p.mean && p.dtype == STRATA_RT_F32) {
+  if (p.mean) {
     float count = float(p.numRanks);
     float *o = static_cast<float *>(p.out);
     for (int64_t i = 0; i < p.n; ++i)
@@ -144,13 +195,16 @@ int64_t strata_rt_active_site(const StrataRtContext *ctx) {
 }
 
 void strata_rt_collective(StrataRtContext *ctx, int64_t site, int64_t op,
-                          int64_t dtype, void *out, const void *in, int64_t n,
+                          void *out, const void *in, int64_t dtype, int64_t n,
                           int64_t kind, int64_t root, const int64_t *group) {
   if (op < STRATA_RT_ALL_REDUCE || op > STRATA_RT_ALL_GATHER) {
     ctx->fail(site, "unknown collective " + std::to_string(op));
     return;
   }
   const char *name = collectiveName(op);
+  // Sums are the host's (MPI, NCCL) on any type; the mean divides f32.
+  if (strata_rt_element_bytes(dtype) == 0 || (kind == 1 && dtype != STRATA_RT_F32))
+    return unsupportedType(ctx, site, name, dtype);
   if (!ctx->collective) {
     ctx->fail(site, std::string(name) + " needs several ranks");
     return;
@@ -171,7 +225,7 @@ void strata_rt_collective(StrataRtContext *ctx, int64_t site, int64_t op,
   case STRATA_RT_ALL_REDUCE:
     // In place on the output.
     if (out != in)
-      std::memcpy(out, in, n * elementBytes(dtype));
+      std::memcpy(out, in, n * strata_rt_element_bytes(dtype));
     c.send = out;
     break;
   case STRATA_RT_ALL_GATHER:
@@ -243,8 +297,8 @@ static bool pointToPointPrologue(StrataRtContext *ctx, int64_t site,
   return true;
 }
 
-void strata_rt_send(StrataRtContext *ctx, int64_t site, int64_t dtype,
-                    const void *in, int64_t n, int64_t peer,
+void strata_rt_send(StrataRtContext *ctx, int64_t site, const void *in,
+                    int64_t dtype, int64_t n, int64_t peer,
                     const int64_t *group) {
   const int64_t *ranks = nullptr;
   int64_t numRanks = 0;
@@ -258,8 +312,9 @@ void strata_rt_send(StrataRtContext *ctx, int64_t site, int64_t dtype,
     ctx->fail(site, error[0] ? error : "send failed");
 }
 
-void strata_rt_recv(StrataRtContext *ctx, int64_t site, int64_t dtype,
-                    void *out, int64_t n, int64_t peer, const int64_t *group) {
+void strata_rt_recv(StrataRtContext *ctx, int64_t site, void *out,
+                    int64_t dtype, int64_t n, int64_t peer,
+                    const int64_t *group) {
   const int64_t *ranks = nullptr;
   int64_t numRanks = 0;
   if (!pointToPointPrologue(ctx, site, (const void *)ctx->recv, group, peer,

@@ -14,6 +14,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstdint>
+#include <initializer_list>
 #include <map>
 #include <memory>
 #include <string>
@@ -81,5 +82,63 @@ struct StrataRtContext {
     return scratch.data();
   }
 };
+
+/// Records that kernel `kernel` has no implementation for `dtype`.
+inline void unsupportedType(StrataRtContext *ctx, int64_t site,
+                            const char *kernel, int64_t dtype) {
+  const char *name = strata_rt_element_name(dtype);
+  ctx->fail(site, std::string("strata_rt_") + kernel + ": " +
+                      (std::string(name) == "unknown"
+                           ? "unknown element type code " +
+                                 std::to_string(dtype)
+                           : std::string(name) + " tensors") +
+                      " are not implemented by the CPU runtime");
+}
+
+/// Whether every tensor of a floating-point kernel is f32 (the only float
+/// type the CPU kernels implement yet); records the failure otherwise.
+inline bool onlyF32(StrataRtContext *ctx, int64_t site, const char *kernel,
+                    std::initializer_list<int64_t> types) {
+  for (int64_t t : types)
+    if (t != STRATA_RT_F32) {
+      unsupportedType(ctx, site, kernel, t);
+      return false;
+    }
+  return true;
+}
+
+/// Whether all `types` are equal (elementwise kernels do not convert).
+inline bool sameTypes(StrataRtContext *ctx, int64_t site, const char *kernel,
+                      std::initializer_list<int64_t> types) {
+  for (int64_t t : types)
+    if (t != *types.begin()) {
+      ctx->fail(site, std::string("strata_rt_") + kernel + ": mixes " +
+                          strata_rt_element_name(*types.begin()) + " and " +
+                          strata_rt_element_name(t) + " tensors");
+      return false;
+    }
+  return true;
+}
+
+/// Ids and labels are i32 or i64.
+inline bool integerIds(StrataRtContext *ctx, int64_t site, const char *kernel,
+                       int64_t dtype) {
+  if (dtype == STRATA_RT_I32 || dtype == STRATA_RT_I64)
+    return true;
+  ctx->fail(site, std::string("strata_rt_") + kernel + ": ids are i32 or " +
+                      "i64, not " + strata_rt_element_name(dtype));
+  return false;
+}
+
+/// The step counter is an i64 scalar.
+inline bool stepCounter(StrataRtContext *ctx, int64_t site, const char *kernel,
+                        int64_t dtype) {
+  if (dtype == STRATA_RT_I64)
+    return true;
+  ctx->fail(site, std::string("strata_rt_") + kernel +
+                      ": the step counter is i64, not " +
+                      strata_rt_element_name(dtype));
+  return false;
+}
 
 #endif // STRATA_RUNTIME_CPU_CONTEXT_H

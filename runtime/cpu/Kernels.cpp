@@ -179,10 +179,14 @@ void binaryLoop(StrataRtContext *ctx, int64_t site, int64_t op, T *out,
 
 extern "C" {
 
-void STRATA_RT_KERNEL(strata_rt_binary)(StrataRtContext *ctx, int64_t site, int64_t op,
-                      int64_t dtype, void *out, const void *a, const void *b,
-                      int64_t rank, const int64_t *desc) {
-  switch (dtype) {
+void STRATA_RT_KERNEL(strata_rt_binary)(StrataRtContext *ctx, int64_t site,
+                                        int64_t op, void *out, int64_t outType,
+                                        const void *a, int64_t aType,
+                                        const void *b, int64_t bType,
+                                        int64_t rank, const int64_t *desc) {
+  if (!sameTypes(ctx, site, "binary", {outType, aType, bType}))
+    return;
+  switch (outType) {
   case STRATA_RT_F32:
     return binaryLoop(ctx, site, op, static_cast<float *>(out),
                       static_cast<const float *>(a),
@@ -196,13 +200,15 @@ void STRATA_RT_KERNEL(strata_rt_binary)(StrataRtContext *ctx, int64_t site, int6
                       static_cast<const int64_t *>(a),
                       static_cast<const int64_t *>(b), rank, desc);
   default:
-    ctx->fail(site, "binary op on unknown element type code " +
-                        std::to_string(dtype));
+    unsupportedType(ctx, site, "binary", outType);
   }
 }
 
-void STRATA_RT_KERNEL(strata_rt_unary)(StrataRtContext *ctx, int64_t site, int64_t op,
-                     float *out, const float *in, int64_t n, double alpha) {
+void STRATA_RT_KERNEL(strata_rt_unary)(StrataRtContext *ctx, int64_t site, int64_t op, void *outData, int64_t outType, const void *inData, int64_t inType, int64_t n, double alpha) {
+  if (!onlyF32(ctx, site, "unary", {outType, inType}))
+    return;
+  auto *out = static_cast<float *>(outData);
+  auto *in = static_cast<const float *>(inData);
   float f = float(alpha);
   switch (op) {
   case STRATA_RT_UNARY_SCALE:
@@ -234,9 +240,12 @@ void STRATA_RT_KERNEL(strata_rt_unary)(StrataRtContext *ctx, int64_t site, int64
   }
 }
 
-void STRATA_RT_KERNEL(strata_rt_act_grad)(StrataRtContext *ctx, int64_t site, int64_t act,
-                        float *out, const float *x, const float *dy,
-                        int64_t n) {
+void STRATA_RT_KERNEL(strata_rt_act_grad)(StrataRtContext *ctx, int64_t site, int64_t act, void *outData, int64_t outType, const void *xData, int64_t xType, const void *dyData, int64_t dyType, int64_t n) {
+  if (!onlyF32(ctx, site, "act_grad", {outType, xType, dyType}))
+    return;
+  auto *out = static_cast<float *>(outData);
+  auto *x = static_cast<const float *>(xData);
+  auto *dy = static_cast<const float *>(dyData);
   switch (act) {
   case STRATA_RT_ACT_RELU:
 #pragma omp parallel for simd schedule(static) if (n >= kParallelGrain)
@@ -262,15 +271,24 @@ void STRATA_RT_KERNEL(strata_rt_act_grad)(StrataRtContext *ctx, int64_t site, in
   }
 }
 
-void STRATA_RT_KERNEL(strata_rt_copy)(StrataRtContext *ctx, int64_t site, void *out,
-                    const void *in, int64_t bytes) {
+void STRATA_RT_KERNEL(strata_rt_copy)(StrataRtContext *ctx, int64_t site,
+                                      void *out, const void *in, int64_t dtype,
+                                      int64_t n) {
+  int64_t width = strata_rt_element_bytes(dtype);
+  if (width == 0)
+    return unsupportedType(ctx, site, "copy", dtype);
   if (out != in)
-    std::memmove(out, in, size_t(bytes));
+    std::memmove(out, in, size_t(n * width));
 }
 
-void STRATA_RT_KERNEL(strata_rt_strided_copy)(StrataRtContext *ctx, int64_t site,
-                            int64_t elementBytes, void *out, const void *in,
-                            int64_t rank, const int64_t *desc) {
+void STRATA_RT_KERNEL(strata_rt_strided_copy)(StrataRtContext *ctx,
+                                              int64_t site, void *out,
+                                              const void *in, int64_t dtype,
+                                              int64_t rank,
+                                              const int64_t *desc) {
+  int64_t elementBytes = strata_rt_element_bytes(dtype);
+  if (elementBytes != 4 && elementBytes != 8)
+    return unsupportedType(ctx, site, "strided_copy", dtype);
   const int64_t *shape = desc, *strides = desc + rank;
   int64_t base = desc[2 * rank];
   int64_t n = 1;
@@ -304,9 +322,11 @@ void STRATA_RT_KERNEL(strata_rt_strided_copy)(StrataRtContext *ctx, int64_t site
     run(static_cast<int32_t *>(out), static_cast<const int32_t *>(in));
 }
 
-void STRATA_RT_KERNEL(strata_rt_reduce)(StrataRtContext *ctx, int64_t site, float *out,
-                      const float *in, int64_t rank, const int64_t *desc,
-                      double scale) {
+void STRATA_RT_KERNEL(strata_rt_reduce)(StrataRtContext *ctx, int64_t site, void *outData, int64_t outType, const void *inData, int64_t inType, int64_t rank, const int64_t *desc, double scale) {
+  if (!onlyF32(ctx, site, "reduce", {outType, inType}))
+    return;
+  auto *out = static_cast<float *>(outData);
+  auto *in = static_cast<const float *>(inData);
   const int64_t *shape = desc, *ostrides = desc + rank;
   int64_t n = 1, outN = 1;
   for (int64_t d = 0; d < rank; ++d) {
@@ -351,20 +371,25 @@ void STRATA_RT_KERNEL(strata_rt_reduce)(StrataRtContext *ctx, int64_t site, floa
     out[i] = float(acc[i] * scale);
 }
 
-void STRATA_RT_KERNEL(strata_rt_fill)(StrataRtContext *ctx, int64_t site, int64_t dtype,
-                    void *out, int64_t n, double value) {
-  if (dtype == STRATA_RT_F32)
+void STRATA_RT_KERNEL(strata_rt_fill)(StrataRtContext *ctx, int64_t site,
+                                      void *out, int64_t outType, int64_t n,
+                                      double value) {
+  if (outType == STRATA_RT_F32)
     std::fill_n(static_cast<float *>(out), n, float(value));
-  else if (dtype == STRATA_RT_I32)
+  else if (outType == STRATA_RT_I32)
     std::fill_n(static_cast<int32_t *>(out), n, int32_t(value));
-  else
+  else if (outType == STRATA_RT_I64)
     std::fill_n(static_cast<int64_t *>(out), n, int64_t(value));
+  else
+    unsupportedType(ctx, site, "fill", outType);
 }
 
-void STRATA_RT_KERNEL(strata_rt_dropout)(StrataRtContext *ctx, int64_t site, float *out,
-                       const float *in, const float *residual, int64_t n,
-                       int64_t key, int64_t microBatches, int64_t microBatch,
-                       double prob) {
+void STRATA_RT_KERNEL(strata_rt_dropout)(StrataRtContext *ctx, int64_t site, void *outData, int64_t outType, const void *inData, int64_t inType, const void *residualData, int64_t residualType, int64_t n, int64_t key, int64_t microBatches, int64_t microBatch, double prob) {
+  if (!onlyF32(ctx, site, "dropout", {outType, inType, residualType}))
+    return;
+  auto *out = static_cast<float *>(outData);
+  auto *in = static_cast<const float *>(inData);
+  auto *residual = static_cast<const float *>(residualData);
   // This rank's shard comes before its micro-batch in the global batch.
   int64_t offset = (ctx->shard * microBatches + microBatch) * n;
   float keepScale = 1.0f / float(1.0 - prob);
@@ -390,9 +415,11 @@ void STRATA_RT_KERNEL(strata_rt_dropout)(StrataRtContext *ctx, int64_t site, flo
   }
 }
 
-void STRATA_RT_KERNEL(strata_rt_softmax)(StrataRtContext *ctx, int64_t site, float *out,
-                       const float *in, int64_t rows, int64_t n,
-                       int64_t causalRows) {
+void STRATA_RT_KERNEL(strata_rt_softmax)(StrataRtContext *ctx, int64_t site, void *outData, int64_t outType, const void *inData, int64_t inType, int64_t rows, int64_t n, int64_t causalRows) {
+  if (!onlyF32(ctx, site, "softmax", {outType, inType}))
+    return;
+  auto *out = static_cast<float *>(outData);
+  auto *in = static_cast<const float *>(inData);
 #pragma omp parallel for schedule(static) if (rows * n >= kParallelGrain)
   for (int64_t r = 0; r < rows; ++r) {
     const float *x = in + r * n;
@@ -413,9 +440,12 @@ void STRATA_RT_KERNEL(strata_rt_softmax)(StrataRtContext *ctx, int64_t site, flo
   }
 }
 
-void STRATA_RT_KERNEL(strata_rt_softmax_grad)(StrataRtContext *ctx, int64_t site, float *dx,
-                            const float *y, const float *dy, int64_t rows,
-                            int64_t n) {
+void STRATA_RT_KERNEL(strata_rt_softmax_grad)(StrataRtContext *ctx, int64_t site, void *dxData, int64_t dxType, const void *yData, int64_t yType, const void *dyData, int64_t dyType, int64_t rows, int64_t n) {
+  if (!onlyF32(ctx, site, "softmax_grad", {dxType, yType, dyType}))
+    return;
+  auto *dx = static_cast<float *>(dxData);
+  auto *y = static_cast<const float *>(yData);
+  auto *dy = static_cast<const float *>(dyData);
 #pragma omp parallel for schedule(static) if (rows * n >= kParallelGrain)
   for (int64_t r = 0; r < rows; ++r) {
     const float *yr = y + r * n, *dyr = dy + r * n;
@@ -428,10 +458,13 @@ void STRATA_RT_KERNEL(strata_rt_softmax_grad)(StrataRtContext *ctx, int64_t site
   }
 }
 
-void STRATA_RT_KERNEL(strata_rt_layer_norm)(StrataRtContext *ctx, int64_t site, float *y,
-                          const float *x, const float *gamma,
-                          const float *beta, int64_t rows, int64_t n,
-                          double eps) {
+void STRATA_RT_KERNEL(strata_rt_layer_norm)(StrataRtContext *ctx, int64_t site, void *yData, int64_t yType, const void *xData, int64_t xType, const void *gammaData, int64_t gammaType, const void *betaData, int64_t betaType, int64_t rows, int64_t n, double eps) {
+  if (!onlyF32(ctx, site, "layer_norm", {yType, xType, gammaType, betaType}))
+    return;
+  auto *y = static_cast<float *>(yData);
+  auto *x = static_cast<const float *>(xData);
+  auto *gamma = static_cast<const float *>(gammaData);
+  auto *beta = static_cast<const float *>(betaData);
 #pragma omp parallel for schedule(static) if (rows * n >= kParallelGrain)
   for (int64_t r = 0; r < rows; ++r) {
     const float *xr = x + r * n;
@@ -449,10 +482,15 @@ void STRATA_RT_KERNEL(strata_rt_layer_norm)(StrataRtContext *ctx, int64_t site, 
   }
 }
 
-void STRATA_RT_KERNEL(strata_rt_layer_norm_grad)(StrataRtContext *ctx, int64_t site, float *dx,
-                               float *dgamma, float *dbeta, const float *x,
-                               const float *gamma, const float *dy,
-                               int64_t rows, int64_t n, double eps) {
+void STRATA_RT_KERNEL(strata_rt_layer_norm_grad)(StrataRtContext *ctx, int64_t site, void *dxData, int64_t dxType, void *dgammaData, int64_t dgammaType, void *dbetaData, int64_t dbetaType, const void *xData, int64_t xType, const void *gammaData, int64_t gammaType, const void *dyData, int64_t dyType, int64_t rows, int64_t n, double eps) {
+  if (!onlyF32(ctx, site, "layer_norm_grad", {dxType, dgammaType, dbetaType, xType, gammaType, dyType}))
+    return;
+  auto *dx = static_cast<float *>(dxData);
+  auto *dgamma = static_cast<float *>(dgammaData);
+  auto *dbeta = static_cast<float *>(dbetaData);
+  auto *x = static_cast<const float *>(xData);
+  auto *gamma = static_cast<const float *>(gammaData);
+  auto *dy = static_cast<const float *>(dyData);
   // Per-row statistics and dx in parallel; dgamma/dbeta column sums in
   // row order afterwards (deterministic).
   float *stats = ctx->scratchFloats(2 * rows);
@@ -498,9 +536,12 @@ void STRATA_RT_KERNEL(strata_rt_layer_norm_grad)(StrataRtContext *ctx, int64_t s
   }
 }
 
-void STRATA_RT_KERNEL(strata_rt_embedding)(StrataRtContext *ctx, int64_t site, float *out,
-                         const float *table, const void *ids, int64_t idType,
-                         int64_t count, int64_t vocab, int64_t width) {
+void STRATA_RT_KERNEL(strata_rt_embedding)(StrataRtContext *ctx, int64_t site, void *outData, int64_t outType, const void *tableData, int64_t tableType, const void *ids, int64_t idType, int64_t count, int64_t vocab, int64_t width) {
+  if (!onlyF32(ctx, site, "embedding", {outType, tableType}) ||
+      !integerIds(ctx, site, "embedding", idType))
+    return;
+  auto *out = static_cast<float *>(outData);
+  auto *table = static_cast<const float *>(tableData);
   for (int64_t i = 0; i < count; ++i) {
     int64_t id = readInt(ids, idType, i);
     if (id < 0 || id >= vocab) {
@@ -513,10 +554,12 @@ void STRATA_RT_KERNEL(strata_rt_embedding)(StrataRtContext *ctx, int64_t site, f
   }
 }
 
-void STRATA_RT_KERNEL(strata_rt_embedding_grad)(StrataRtContext *ctx, int64_t site,
-                              float *dtable, const void *ids, int64_t idType,
-                              const float *dy, int64_t count, int64_t vocab,
-                              int64_t width) {
+void STRATA_RT_KERNEL(strata_rt_embedding_grad)(StrataRtContext *ctx, int64_t site, void *dtableData, int64_t dtableType, const void *ids, int64_t idType, const void *dyData, int64_t dyType, int64_t count, int64_t vocab, int64_t width) {
+  if (!onlyF32(ctx, site, "embedding_grad", {dtableType, dyType}) ||
+      !integerIds(ctx, site, "embedding_grad", idType))
+    return;
+  auto *dtable = static_cast<float *>(dtableData);
+  auto *dy = static_cast<const float *>(dyData);
   std::fill_n(dtable, vocab * width, 0.0f);
   // In id order (deterministic); columns in parallel for wide tables.
   for (int64_t i = 0; i < count; ++i) {
@@ -530,9 +573,12 @@ void STRATA_RT_KERNEL(strata_rt_embedding_grad)(StrataRtContext *ctx, int64_t si
   }
 }
 
-void STRATA_RT_KERNEL(strata_rt_cross_entropy)(StrataRtContext *ctx, int64_t site, float *loss,
-                             const float *logits, const void *labels,
-                             int64_t labelType, int64_t rows, int64_t vocab) {
+void STRATA_RT_KERNEL(strata_rt_cross_entropy)(StrataRtContext *ctx, int64_t site, void *lossData, int64_t lossType, const void *logitsData, int64_t logitsType, const void *labels, int64_t labelType, int64_t rows, int64_t vocab) {
+  if (!onlyF32(ctx, site, "cross_entropy", {lossType, logitsType}) ||
+      !integerIds(ctx, site, "cross_entropy", labelType))
+    return;
+  auto *loss = static_cast<float *>(lossData);
+  auto *logits = static_cast<const float *>(logitsData);
   std::vector<double> perRow(rows);
   int bad = 0;
 #pragma omp parallel for schedule(static) reduction(|| : bad) if (rows * vocab >= kParallelGrain)
@@ -566,11 +612,13 @@ void STRATA_RT_KERNEL(strata_rt_cross_entropy)(StrataRtContext *ctx, int64_t sit
   loss[0] = float(total / double(rows));
 }
 
-void STRATA_RT_KERNEL(strata_rt_cross_entropy_grad)(StrataRtContext *ctx, int64_t site,
-                                  float *dlogits, const float *logits,
-                                  const void *labels, int64_t labelType,
-                                  const float *dloss, int64_t rows,
-                                  int64_t vocab) {
+void STRATA_RT_KERNEL(strata_rt_cross_entropy_grad)(StrataRtContext *ctx, int64_t site, void *dlogitsData, int64_t dlogitsType, const void *logitsData, int64_t logitsType, const void *labels, int64_t labelType, const void *dlossData, int64_t dlossType, int64_t rows, int64_t vocab) {
+  if (!onlyF32(ctx, site, "cross_entropy_grad", {dlogitsType, logitsType, dlossType}) ||
+      !integerIds(ctx, site, "cross_entropy_grad", labelType))
+    return;
+  auto *dlogits = static_cast<float *>(dlogitsData);
+  auto *logits = static_cast<const float *>(logitsData);
+  auto *dloss = static_cast<const float *>(dlossData);
   float scale = dloss[0] / float(rows);
 #pragma omp parallel for schedule(static) if (rows * vocab >= kParallelGrain)
   for (int64_t r = 0; r < rows; ++r) {
@@ -590,10 +638,12 @@ void STRATA_RT_KERNEL(strata_rt_cross_entropy_grad)(StrataRtContext *ctx, int64_
   }
 }
 
-void STRATA_RT_KERNEL(strata_rt_lr_schedule)(StrataRtContext *ctx, int64_t site, float *lr,
-                           const int64_t *step, int64_t kind, double baseLr,
-                           int64_t warmupSteps, int64_t decaySteps,
-                           double minLr) {
+void STRATA_RT_KERNEL(strata_rt_lr_schedule)(StrataRtContext *ctx, int64_t site, void *lrData, int64_t lrType, const void *stepData, int64_t stepType, int64_t kind, double baseLr, int64_t warmupSteps, int64_t decaySteps, double minLr) {
+  if (!onlyF32(ctx, site, "lr_schedule", {lrType}) ||
+      !stepCounter(ctx, site, "lr_schedule", stepType))
+    return;
+  auto *step = static_cast<const int64_t *>(stepData);
+  auto *lr = static_cast<float *>(lrData);
   if (kind != STRATA_RT_LR_CONSTANT && kind != STRATA_RT_LR_LINEAR_WARMUP &&
       kind != STRATA_RT_LR_COSINE)
     return ctx->fail(site, "unknown learning-rate schedule code " +
@@ -609,14 +659,23 @@ void STRATA_RT_KERNEL(strata_rt_lr_schedule)(StrataRtContext *ctx, int64_t site,
   *lr = float(value);
 }
 
-void STRATA_RT_KERNEL(strata_rt_global_norm)(StrataRtContext *ctx, int64_t site, float *out,
-                           int64_t count, const float *const *tensors,
-                           const int64_t *sizes) {
+void STRATA_RT_KERNEL(strata_rt_global_norm)(StrataRtContext *ctx,
+                                             int64_t site, void *outData,
+                                             int64_t outType, int64_t count,
+                                             const void *const *tensors,
+                                             const int64_t *types,
+                                             const int64_t *sizes) {
+  if (!onlyF32(ctx, site, "global_norm", {outType}))
+    return;
+  for (int64_t t = 0; t < count; ++t)
+    if (!onlyF32(ctx, site, "global_norm", {types[t]}))
+      return;
+  auto *out = static_cast<float *>(outData);
   // Fixed chunks summed in order: the same result on any thread count.
   constexpr int64_t kChunk = 1 << 13;
   double total = 0;
   for (int64_t t = 0; t < count; ++t) {
-    const float *x = tensors[t];
+    const float *x = static_cast<const float *>(tensors[t]);
     int64_t n = sizes[t], chunks = (n + kChunk - 1) / kChunk;
     std::vector<double> partial(chunks, 0.0);
 #pragma omp parallel for schedule(static) if (n >= kParallelGrain)
@@ -632,29 +691,40 @@ void STRATA_RT_KERNEL(strata_rt_global_norm)(StrataRtContext *ctx, int64_t site,
   *out = float(std::sqrt(total));
 }
 
-void STRATA_RT_KERNEL(strata_rt_clip)(StrataRtContext *ctx, int64_t site, float *out,
-                    const float *in, int64_t n, const float *norm,
-                    double maxNorm) {
+void STRATA_RT_KERNEL(strata_rt_clip)(StrataRtContext *ctx, int64_t site, void *outData, int64_t outType, const void *inData, int64_t inType, int64_t n, const void *normData, int64_t normType, double maxNorm) {
+  if (!onlyF32(ctx, site, "clip", {outType, inType, normType}))
+    return;
+  auto *out = static_cast<float *>(outData);
+  auto *in = static_cast<const float *>(inData);
+  auto *norm = static_cast<const float *>(normData);
   float scale = float(maxNorm / std::max(double(*norm), maxNorm));
 #pragma omp parallel for simd schedule(static) if (n >= kParallelGrain)
   for (int64_t i = 0; i < n; ++i)
     out[i] = in[i] * scale;
 }
 
-void STRATA_RT_KERNEL(strata_rt_sgd)(StrataRtContext *ctx, int64_t site, float *newParam,
-                   const float *param, const float *grad, const float *lr,
-                   int64_t n, double weightDecay) {
+void STRATA_RT_KERNEL(strata_rt_sgd)(StrataRtContext *ctx, int64_t site, void *newParamData, int64_t newParamType, const void *paramData, int64_t paramType, const void *gradData, int64_t gradType, const void *lrData, int64_t lrType, int64_t n, double weightDecay) {
+  if (!onlyF32(ctx, site, "sgd", {newParamType, paramType, gradType, lrType}))
+    return;
+  auto *newParam = static_cast<float *>(newParamData);
+  auto *param = static_cast<const float *>(paramData);
+  auto *grad = static_cast<const float *>(gradData);
+  auto *lr = static_cast<const float *>(lrData);
   float l = *lr, wd = float(weightDecay);
 #pragma omp parallel for simd schedule(static) if (n >= kParallelGrain)
   for (int64_t i = 0; i < n; ++i)
     newParam[i] = param[i] - l * (grad[i] + wd * param[i]);
 }
 
-void STRATA_RT_KERNEL(strata_rt_momentum)(StrataRtContext *ctx, int64_t site, float *newParam,
-                        float *newVelocity, const float *param,
-                        const float *grad, const float *velocity,
-                        const float *lr, int64_t n, double momentum,
-                        double weightDecay, int64_t nesterov) {
+void STRATA_RT_KERNEL(strata_rt_momentum)(StrataRtContext *ctx, int64_t site, void *newParamData, int64_t newParamType, void *newVelocityData, int64_t newVelocityType, const void *paramData, int64_t paramType, const void *gradData, int64_t gradType, const void *velocityData, int64_t velocityType, const void *lrData, int64_t lrType, int64_t n, double momentum, double weightDecay, int64_t nesterov) {
+  if (!onlyF32(ctx, site, "momentum", {newParamType, newVelocityType, paramType, gradType, velocityType, lrType}))
+    return;
+  auto *newParam = static_cast<float *>(newParamData);
+  auto *newVelocity = static_cast<float *>(newVelocityData);
+  auto *param = static_cast<const float *>(paramData);
+  auto *grad = static_cast<const float *>(gradData);
+  auto *velocity = static_cast<const float *>(velocityData);
+  auto *lr = static_cast<const float *>(lrData);
   float l = *lr, mu = float(momentum), wd = float(weightDecay);
 #pragma omp parallel for simd schedule(static) if (n >= kParallelGrain)
   for (int64_t i = 0; i < n; ++i) {
@@ -665,12 +735,19 @@ void STRATA_RT_KERNEL(strata_rt_momentum)(StrataRtContext *ctx, int64_t site, fl
   }
 }
 
-void STRATA_RT_KERNEL(strata_rt_adam)(StrataRtContext *ctx, int64_t site, int64_t kind,
-                    float *newParam, float *newM, float *newV,
-                    const float *param, const float *grad, const float *m,
-                    const float *v, const float *lr, const int64_t *step,
-                    int64_t n, double beta1, double beta2, double eps,
-                    double weightDecay) {
+void STRATA_RT_KERNEL(strata_rt_adam)(StrataRtContext *ctx, int64_t site, int64_t kind, void *newParamData, int64_t newParamType, void *newMData, int64_t newMType, void *newVData, int64_t newVType, const void *paramData, int64_t paramType, const void *gradData, int64_t gradType, const void *mData, int64_t mType, const void *vData, int64_t vType, const void *lrData, int64_t lrType, const void *stepData, int64_t stepType, int64_t n, double beta1, double beta2, double eps, double weightDecay) {
+  if (!onlyF32(ctx, site, "adam", {newParamType, newMType, newVType, paramType, gradType, mType, vType, lrType}) ||
+      !stepCounter(ctx, site, "adam", stepType))
+    return;
+  auto *step = static_cast<const int64_t *>(stepData);
+  auto *newParam = static_cast<float *>(newParamData);
+  auto *newM = static_cast<float *>(newMData);
+  auto *newV = static_cast<float *>(newVData);
+  auto *param = static_cast<const float *>(paramData);
+  auto *grad = static_cast<const float *>(gradData);
+  auto *m = static_cast<const float *>(mData);
+  auto *v = static_cast<const float *>(vData);
+  auto *lr = static_cast<const float *>(lrData);
   if (kind != STRATA_RT_ADAM && kind != STRATA_RT_ADAMW &&
       kind != STRATA_RT_LAMB)
     return ctx->fail(site, "unknown Adam-family optimizer code " +
@@ -712,11 +789,15 @@ void STRATA_RT_KERNEL(strata_rt_adam)(StrataRtContext *ctx, int64_t site, int64_
     newParam[i] = param[i] - l * trust * r[i];
 }
 
-void STRATA_RT_KERNEL(strata_rt_lars)(StrataRtContext *ctx, int64_t site, float *newParam,
-                    float *newVelocity, const float *param, const float *grad,
-                    const float *velocity, const float *lr, int64_t n,
-                    double momentum, double weightDecay, double larsCoeff,
-                    double eps) {
+void STRATA_RT_KERNEL(strata_rt_lars)(StrataRtContext *ctx, int64_t site, void *newParamData, int64_t newParamType, void *newVelocityData, int64_t newVelocityType, const void *paramData, int64_t paramType, const void *gradData, int64_t gradType, const void *velocityData, int64_t velocityType, const void *lrData, int64_t lrType, int64_t n, double momentum, double weightDecay, double larsCoeff, double eps) {
+  if (!onlyF32(ctx, site, "lars", {newParamType, newVelocityType, paramType, gradType, velocityType, lrType}))
+    return;
+  auto *newParam = static_cast<float *>(newParamData);
+  auto *newVelocity = static_cast<float *>(newVelocityData);
+  auto *param = static_cast<const float *>(paramData);
+  auto *grad = static_cast<const float *>(gradData);
+  auto *velocity = static_cast<const float *>(velocityData);
+  auto *lr = static_cast<const float *>(lrData);
   double pn = 0, gn = 0;
   for (int64_t i = 0; i < n; ++i) {
     pn += double(param[i]) * param[i];

@@ -43,7 +43,9 @@
   X(strata_rt_send)                                                           \
   X(strata_rt_recv)                                                           \
   X(strata_rt_trace_begin)                                                    \
-  X(strata_rt_trace_end)
+  X(strata_rt_trace_end)                                                      \
+  X(strata_rt_step_begin)                                                     \
+  X(strata_rt_step_end)
 
 // The AVX2 variants (Kernels.cpp compiled with STRATA_RT_VARIANT=_avx2).
 #define STRATA_RT_DECLARE_AVX2(name) decltype(name) name##_avx2;

@@ -6,12 +6,24 @@
 // one runtime call per op, intermediate values at their planned arena
 // offsets, parameters and state through the persistent table.
 
-// CHECK: module attributes {strata.rt.arena_bytes = 320 : i64, strata.rt.persistent = ["w", "b", "v"], strata.rt.site_roles = [{{.*}}], strata.rt.sites = ["{{.*}}lower-to-runtime.mlir:{{[0-9]+}}:{{[0-9]+}}: strata.get_param",
+// The module records the runtime ABI version it was lowered for, as an
+// attribute and as data for a host that links the object file; the step
+// asks the runtime to accept it before anything else and returns at once
+// if refused.
+// CHECK: module attributes {strata.rt.abi_version = 2 : i64, strata.rt.arena_bytes = 320 : i64, strata.rt.persistent = ["w", "b", "v"], strata.rt.site_roles = [{{.*}}], strata.rt.sites = ["{{.*}}lower-to-runtime.mlir:{{[0-9]+}}:{{[0-9]+}}: strata.get_param",
 // CHECK-DAG: llvm.mlir.global internal constant @{{.*}}(dense<[3, 2, 1, 3, 0]> : tensor<5xi64>)
 // CHECK-DAG: llvm.mlir.global internal constant @{{.*}}(dense<[3, 2, 1, 0]> : tensor<4xi64>)
-// CHECK-DAG: llvm.func @strata_rt_gemm(!llvm.ptr, i64, i64, i64, i64, i64, !llvm.ptr, i64, i64, !llvm.ptr, i64, i64, !llvm.ptr, !llvm.ptr, i64, i64)
+// CHECK-DAG: llvm.mlir.global external constant @strata_step_abi_version(dense<2> : tensor<1xi64>)
+// Every tensor is a pointer followed by its element type (0: f32).
+// CHECK-DAG: llvm.func @strata_rt_gemm(!llvm.ptr, i64, i64, i64, i64, i64, !llvm.ptr, i64, i64, i64, !llvm.ptr, i64, i64, i64, !llvm.ptr, i64, !llvm.ptr, i64, i64, i64)
 // CHECK-LABEL: llvm.func @strata_step(
 // CHECK-SAME: %[[CTX:[a-z0-9]+]]: !llvm.ptr, %[[ARENA:[a-z0-9]+]]: !llvm.ptr, %[[RES:[a-z0-9]+]]: !llvm.ptr, %[[IN:[a-z0-9]+]]: !llvm.ptr, %[[OUT:[a-z0-9]+]]: !llvm.ptr)
+// CHECK-NEXT: %[[V:.*]] = llvm.mlir.constant(2 : i64)
+// CHECK-NEXT: %[[REFUSED:.*]] = llvm.call @strata_rt_step_begin(%[[CTX]], %[[V]])
+// CHECK-NEXT: %[[ZERO:.*]] = llvm.mlir.constant(0 : i64)
+// CHECK-NEXT: %[[OK:.*]] = llvm.icmp "eq" %[[REFUSED]], %[[ZERO]]
+// CHECK-NEXT: llvm.cond_br %[[OK]], ^[[BODY:bb[0-9]+]], ^[[EXIT:bb[0-9]+]]
+// CHECK-NEXT: ^[[BODY]]:
 // CHECK: %[[XS:.*]] = llvm.getelementptr %[[IN]][0]
 // CHECK: %[[X:.*]] = llvm.load %[[XS]]
 // CHECK: %[[LS:.*]] = llvm.getelementptr %[[IN]][1]
@@ -24,6 +36,7 @@
 // Arguments: site 2, batch 1, M 2, N 3, K 4, no batch strides or
 // transposes, activation 1 (ReLU), no accumulation.
 // CHECK: %[[Y:.*]] = llvm.getelementptr %[[ARENA]][0]
+// CHECK-NEXT: %[[F32:.*]] = llvm.mlir.constant(0 : i64)
 // CHECK-NEXT: llvm.mlir.constant(2 : i64)
 // CHECK-NEXT: llvm.mlir.constant(1 : i64)
 // CHECK-NEXT: llvm.mlir.constant(2 : i64)
@@ -32,11 +45,11 @@
 // CHECK-COUNT-4: llvm.mlir.constant(0 : i64)
 // CHECK-NEXT: %[[RELU:.*]] = llvm.mlir.constant(1 : i64)
 // CHECK-NEXT: llvm.mlir.constant(0 : i64)
-// CHECK: llvm.call @strata_rt_gemm(%[[CTX]], {{.*}}, %[[X]], {{.*}}, %[[W]], {{.*}}, %[[Y]], %[[B]], %[[RELU]], {{.*}})
+// CHECK: llvm.call @strata_rt_gemm(%[[CTX]], {{.*}}, %[[X]], %[[F32]], {{.*}}, %[[W]], %[[F32]], {{.*}}, %[[Y]], %[[F32]], %[[B]], %[[F32]], %[[RELU]], {{.*}})
 // CHECK: %[[T:.*]] = llvm.getelementptr %[[ARENA]][64]
 // CHECK: llvm.call @strata_rt_strided_copy(%[[CTX]], {{.*}}, %[[T]], %[[Y]],
 // CHECK: llvm.call @strata_rt_reduce(%[[CTX]], {{.*}}, %[[T]],
-// CHECK: llvm.call @strata_rt_cross_entropy(%[[CTX]], {{.*}}, %[[Y]], %[[LABELS]],
+// CHECK: llvm.call @strata_rt_cross_entropy(%[[CTX]], {{.*}}, %[[Y]], %{{.*}}, %[[LABELS]],
 // CHECK: llvm.call @strata_rt_fill(
 // The momentum update is the last reader of @w and @v: it writes them in
 // place (new param -> @w's buffer, new velocity -> @v's).
@@ -46,7 +59,7 @@
 // CHECK: %[[NW:.*]] = llvm.load %[[NWS]]
 // CHECK: %[[NVS:.*]] = llvm.getelementptr %[[RES]][2]
 // CHECK: %[[NV:.*]] = llvm.load %[[NVS]]
-// CHECK: llvm.call @strata_rt_momentum(%[[CTX]], %{{.*}}, %[[NW]], %[[NV]], %[[W]], %[[W]], %[[V]],
+// CHECK: llvm.call @strata_rt_momentum(%[[CTX]], %{{.*}}, %[[NW]], %{{.*}}, %[[NV]], %{{.*}}, %[[W]], %{{.*}}, %[[W]], %{{.*}}, %[[V]],
 // CHECK: llvm.call @strata_rt_binary(
 // @b is read by the add: its new value is copied when the step ends, and
 // the loss goes to the first output.
@@ -56,7 +69,10 @@
 // CHECK: %[[OS:.*]] = llvm.getelementptr %[[OUT]][0]
 // CHECK: %[[O:.*]] = llvm.load %[[OS]]
 // CHECK: llvm.call @strata_rt_copy(%[[CTX]], %{{.*}}, %[[O]],
-// CHECK: llvm.return
+// CHECK-NEXT: llvm.call @strata_rt_step_end(%[[CTX]])
+// CHECK-NEXT: llvm.return
+// CHECK-NEXT: ^[[EXIT]]:
+// CHECK-NEXT: llvm.return
 // No Strata op is left.
 // CHECK-NOT: strata.
 
@@ -114,14 +130,14 @@ func.func @train_step() -> tensor<3xf32> {
 }
 
 // -----
-// Point to point: the runtime gets the element type (0: f32), the buffer,
+// Point to point: the runtime gets the buffer, its element type (0: f32),
 // its length, the peer's index in the group and the group's rank lists.
 // P2P-LABEL: module attributes
 // P2P: llvm.mlir.global internal constant @[[GROUP:.*]](dense<[2, 2, 0, 2, 2, 1, 3]> : tensor<7xi64>)
 // P2P: llvm.func @strata_step(
 // P2P: %[[G1:.*]] = llvm.mlir.addressof @[[GROUP]]
-// P2P: llvm.call @strata_rt_send(%{{.*}}, %{{.*}}, %{{.*}}, %{{.*}}, %{{.*}}, %{{.*}}, %[[G1]]) : (!llvm.ptr, i64, i64, !llvm.ptr, i64, i64, !llvm.ptr) -> ()
-// P2P: llvm.call @strata_rt_recv(%{{.*}}, %{{.*}}, %{{.*}}, %{{.*}}, %{{.*}}, %{{.*}}, %{{.*}}) : (!llvm.ptr, i64, i64, !llvm.ptr, i64, i64, !llvm.ptr) -> ()
+// P2P: llvm.call @strata_rt_send(%{{.*}}, %{{.*}}, %{{.*}}, %{{.*}}, %{{.*}}, %{{.*}}, %[[G1]]) : (!llvm.ptr, i64, !llvm.ptr, i64, i64, i64, !llvm.ptr) -> ()
+// P2P: llvm.call @strata_rt_recv(%{{.*}}, %{{.*}}, %{{.*}}, %{{.*}}, %{{.*}}, %{{.*}}, %{{.*}}) : (!llvm.ptr, i64, !llvm.ptr, i64, i64, i64, !llvm.ptr) -> ()
 strata.comm_group @pp ranks [array<i64: 0, 2>, array<i64: 1, 3>]
 func.func @train_step(%x: tensor<4xf32>) -> tensor<4xf32> {
   %t = strata.init_token : !strata.token
@@ -135,8 +151,9 @@ func.func @train_step(%x: tensor<4xf32>) -> tensor<4xf32> {
 // 3: all_gather), started where the op stands and completed right before
 // the first op that reads the result.
 // COLL-LABEL: llvm.mlir.global internal constant @{{.*}}(dense<[1, 2, 0, 1]>
+// COLL: llvm.call @strata_rt_step_begin
 // COLL: %[[RS:.*]] = llvm.mlir.constant(2 : i64) : i64
-// COLL: llvm.call @strata_rt_collective(%arg0, %{{.*}}, %[[RS]], %{{.*}}, %{{.*}}, %{{.*}}, %{{.*}}, %{{.*}}, %{{.*}}, %{{.*}}) : (!llvm.ptr, i64, i64, i64, !llvm.ptr, !llvm.ptr, i64, i64, i64, !llvm.ptr) -> ()
+// COLL: llvm.call @strata_rt_collective(%arg0, %{{.*}}, %[[RS]], %{{.*}}, %{{.*}}, %{{.*}}, %{{.*}}, %{{.*}}, %{{.*}}, %{{.*}}) : (!llvm.ptr, i64, i64, !llvm.ptr, !llvm.ptr, i64, i64, i64, i64, !llvm.ptr) -> ()
 // COLL-NOT: llvm.call
 // COLL: llvm.call @strata_rt_wait
 // COLL-NOT: llvm.call

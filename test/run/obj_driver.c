@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 
+extern const int64_t strata_step_abi_version[1];
 extern const int64_t strata_step_layout[4];
 extern const int64_t strata_step_persistent_bytes[];
 extern const int64_t strata_step_input_bytes[];
@@ -42,7 +43,20 @@ int main(int argc, char **argv) {
     for (int64_t i = 0; i < strata_step_input_bytes[which] / 4; ++i)
       ((int32_t *)inputs[which])[i] = value;
   }
-  StrataRtContext *ctx = strata_rt_create(0, 0, 0, 1);
+  if (strata_step_abi_version[0] != strata_rt_abi_version()) {
+    fprintf(stderr, "lowered for runtime ABI %lld, runtime has %lld\n",
+            (long long)strata_step_abi_version[0],
+            (long long)strata_rt_abi_version());
+    return 1;
+  }
+  StrataRtOptions options;
+  strata_rt_default_options(&options);
+  char message[256];
+  StrataRtContext *ctx = strata_rt_create(&options, message, sizeof(message));
+  if (!ctx) {
+    fprintf(stderr, "%s\n", message);
+    return 1;
+  }
   void *a = zeros(arena);
   strata_step(ctx, a, persistent, inputs, outputs);
   int64_t site = -1;

@@ -21,10 +21,20 @@
 
 namespace {
 
+constexpr int64_t F32 = STRATA_RT_F32;
+
 struct Context {
   StrataRtContext *ctx;
   explicit Context(int64_t threads = 1, int64_t shard = 0)
-      : ctx(strata_rt_create(/*seed=*/7, /*rank=*/0, shard, threads)) {}
+      : ctx(create(threads, shard)) {}
+  static StrataRtContext *create(int64_t threads, int64_t shard) {
+    StrataRtOptions options;
+    strata_rt_default_options(&options);
+    options.seed = 7;
+    options.shard = shard;
+    options.threads = threads;
+    return strata_rt_create(&options, nullptr, 0);
+  }
   ~Context() { strata_rt_destroy(ctx); }
   operator StrataRtContext *() { return ctx; }
 };
@@ -77,10 +87,10 @@ TEST(RuntimeTest, GemmTransposesAndBatches) {
             auto a = iota((aBatched ? batch : 1) * m * k);
             auto b = iota((bBatched ? batch : 1) * k * n, 0.02f, 0.1f);
             std::vector<float> c(batch * m * n, -1.0f);
-            strata_rt_gemm(ctx, 0, batch, m, n, k, a.data(),
-                           aBatched ? m * k : 0, transA, b.data(),
-                           bBatched ? k * n : 0, transB, c.data(), nullptr,
-                           STRATA_RT_ACT_NONE, 0);
+            strata_rt_gemm(ctx, 0, batch, m, n, k, a.data(), F32,
+                           aBatched ? m * k : 0, transA, b.data(), F32,
+                           bBatched ? k * n : 0, transB, c.data(), F32,
+                           nullptr, F32, STRATA_RT_ACT_NONE, 0);
             SCOPED_TRACE(::testing::Message()
                          << "batch " << batch << " aBatched " << aBatched
                          << " bBatched " << bBatched << " transA " << transA
@@ -104,16 +114,17 @@ TEST(RuntimeTest, GemmEpilogues) {
     for (int64_t i = 0; i < m * n; ++i)
       pre[i] = plain[i] + bias[i % n];
     // The epilogue equals the unary kernel applied to matmul + bias.
-    strata_rt_unary(ctx, 0, act, want.data(), pre.data(), m * n, 0.0);
-    strata_rt_gemm(ctx, 0, 1, m, n, k, a.data(), 0, 0, b.data(), 0, 0,
-                   c.data(), bias.data(), act, 0);
+    strata_rt_unary(ctx, 0, act, want.data(), F32, pre.data(), F32, m * n,
+                    0.0);
+    strata_rt_gemm(ctx, 0, 1, m, n, k, a.data(), F32, 0, 0, b.data(), F32, 0,
+                   0, c.data(), F32, bias.data(), F32, act, 0);
     SCOPED_TRACE(act);
     expectNear(c, want, 1e-5f);
   }
   // Accumulation adds the product to the output.
   std::vector<float> c(m * n, 1.0f);
-  strata_rt_gemm(ctx, 0, 1, m, n, k, a.data(), 0, 0, b.data(), 0, 0, c.data(),
-                 nullptr, STRATA_RT_ACT_NONE, 1);
+  strata_rt_gemm(ctx, 0, 1, m, n, k, a.data(), F32, 0, 0, b.data(), F32, 0, 0,
+                 c.data(), F32, nullptr, F32, STRATA_RT_ACT_NONE, 1);
   for (int64_t i = 0; i < m * n; ++i)
     EXPECT_NEAR(c[i], plain[i] + 1.0f, 1e-5f);
 }
@@ -124,8 +135,8 @@ TEST(RuntimeTest, BinaryBroadcasts) {
   auto a = iota(24), b = iota(3, 0.5f);
   std::vector<float> out(24);
   int64_t desc[] = {2, 3, 4, 12, 4, 1, 0, 1, 0};
-  strata_rt_binary(ctx, 0, STRATA_RT_SUB, STRATA_RT_F32, out.data(), a.data(),
-                   b.data(), 3, desc);
+  strata_rt_binary(ctx, 0, STRATA_RT_SUB, out.data(), F32, a.data(), F32,
+                   b.data(), F32, 3, desc);
   for (int64_t i = 0; i < 2; ++i)
     for (int64_t j = 0; j < 3; ++j)
       for (int64_t l = 0; l < 4; ++l)
@@ -133,8 +144,8 @@ TEST(RuntimeTest, BinaryBroadcasts) {
   // int64 step counters add.
   int64_t x = 41, one = 1, r = 0;
   int64_t scalar[] = {0};
-  strata_rt_binary(ctx, 0, STRATA_RT_ADD, STRATA_RT_I64, &r, &x, &one, 0,
-                   scalar);
+  strata_rt_binary(ctx, 0, STRATA_RT_ADD, &r, STRATA_RT_I64, &x, STRATA_RT_I64,
+                   &one, STRATA_RT_I64, 0, scalar);
   EXPECT_EQ(r, 42);
 }
 
@@ -144,7 +155,7 @@ TEST(RuntimeTest, ReduceAndStridedCopy) {
   // Sum [2,3,4] over dims 0 and 2 -> [3], scaled (a mean).
   std::vector<float> out(3);
   int64_t desc[] = {2, 3, 4, 0, 1, 0};
-  strata_rt_reduce(ctx, 0, out.data(), x.data(), 3, desc, 1.0 / 8);
+  strata_rt_reduce(ctx, 0, out.data(), F32, x.data(), F32, 3, desc, 1.0 / 8);
   for (int64_t j = 0; j < 3; ++j) {
     double s = 0;
     for (int64_t i = 0; i < 2; ++i)
@@ -155,7 +166,7 @@ TEST(RuntimeTest, ReduceAndStridedCopy) {
   // Transpose [2,3,4] by (2,0,1): output [4,2,3], input strides {1,12,4}.
   std::vector<float> t(24);
   int64_t tdesc[] = {4, 2, 3, 1, 12, 4, 0};
-  strata_rt_strided_copy(ctx, 0, 4, t.data(), x.data(), 3, tdesc);
+  strata_rt_strided_copy(ctx, 0, t.data(), x.data(), F32, 3, tdesc);
   for (int64_t l = 0; l < 4; ++l)
     for (int64_t i = 0; i < 2; ++i)
       for (int64_t j = 0; j < 3; ++j)
@@ -163,7 +174,7 @@ TEST(RuntimeTest, ReduceAndStridedCopy) {
   // Slice rows 1..2 of [3,4] (base offset 4).
   std::vector<float> s(8);
   int64_t sdesc[] = {2, 4, 4, 1, 4};
-  strata_rt_strided_copy(ctx, 0, 4, s.data(), x.data(), 2, sdesc);
+  strata_rt_strided_copy(ctx, 0, s.data(), x.data(), F32, 2, sdesc);
   for (int64_t i = 0; i < 8; ++i)
     EXPECT_EQ(s[i], x[4 + i]);
 }
@@ -174,9 +185,10 @@ TEST(RuntimeTest, DropoutUsesTheGlobalMask) {
   const int64_t n = 1000;
   auto x = iota(n, 0.01f, 1.0f);
   std::vector<float> y(n), r(n, 0.5f), yr(n);
-  strata_rt_dropout(ctx, 0, y.data(), x.data(), nullptr, n, /*key=*/9, 2, 1,
-                    0.25);
-  strata_rt_dropout(ctx, 0, yr.data(), x.data(), r.data(), n, 9, 2, 1, 0.25);
+  strata_rt_dropout(ctx, 0, y.data(), F32, x.data(), F32, nullptr, F32, n,
+                    /*key=*/9, 2, 1, 0.25);
+  strata_rt_dropout(ctx, 0, yr.data(), F32, x.data(), F32, r.data(), F32, n, 9,
+                    2, 1, 0.25);
   int64_t kept = 0;
   for (int64_t i = 0; i < n; ++i) {
     bool keep = strata::rng::dropoutKeep(7, 9, 3 * n + i, 0.25);
@@ -194,11 +206,12 @@ TEST(RuntimeTest, ResultsDoNotDependOnThreads) {
   for (int threads : {1, 2}) {
     Context ctx(threads);
     std::vector<float> dx(rows * n), dg(n), db(n), norm(1);
-    strata_rt_layer_norm_grad(ctx, 0, dx.data(), dg.data(), db.data(),
-                              x.data(), g.data(), dy.data(), rows, n, 1e-5);
-    const float *tensors[] = {dx.data(), dg.data()};
-    int64_t sizes[] = {rows * n, n};
-    strata_rt_global_norm(ctx, 0, norm.data(), 2, tensors, sizes);
+    strata_rt_layer_norm_grad(ctx, 0, dx.data(), F32, dg.data(), F32,
+                              db.data(), F32, x.data(), F32, g.data(), F32,
+                              dy.data(), F32, rows, n, 1e-5);
+    const void *tensors[] = {dx.data(), dg.data()};
+    int64_t types[] = {F32, F32}, sizes[] = {rows * n, n};
+    strata_rt_global_norm(ctx, 0, norm.data(), F32, 2, tensors, types, sizes);
     out[threads - 1] = dx;
     out[threads - 1].insert(out[threads - 1].end(), dg.begin(), dg.end());
     out[threads - 1].push_back(norm[0]);
@@ -213,8 +226,8 @@ TEST(RuntimeTest, FailuresAreRecordedWithTheirSite) {
   float table[4 * 2] = {0}, out[3 * 2];
   int32_t ids[] = {0, 7, 1};
   EXPECT_EQ(strata_rt_error(ctx, nullptr), nullptr);
-  strata_rt_embedding(ctx, /*site=*/12, out, table, ids, STRATA_RT_I32, 3, 4,
-                      2);
+  strata_rt_embedding(ctx, /*site=*/12, out, F32, table, F32, ids,
+                      STRATA_RT_I32, 3, 4, 2);
   int64_t site = -1;
   const char *message = strata_rt_error(ctx, &site);
   ASSERT_NE(message, nullptr);
@@ -225,7 +238,7 @@ TEST(RuntimeTest, FailuresAreRecordedWithTheirSite) {
   // A collective without the host's collectives.
   float data[2] = {1, 2};
   int64_t group[] = {1, 2, 0, 1};
-  strata_rt_collective(ctx, 3, STRATA_RT_ALL_REDUCE, STRATA_RT_F32, data, data,
+  strata_rt_collective(ctx, 3, STRATA_RT_ALL_REDUCE, data, data, F32,
                        2, 0, 0, group);
   message = strata_rt_error(ctx, &site);
   ASSERT_NE(message, nullptr);
@@ -248,17 +261,74 @@ TEST(RuntimeTest, UnknownCodesFailAtTheirSite) {
     EXPECT_EQ(out[1], 6.0f);
     strata_rt_clear_error(ctx);
   };
-  strata_rt_binary(ctx, 1, /*op=*/9, STRATA_RT_F32, out, a, b, 1, desc);
+  strata_rt_binary(ctx, 1, /*op=*/9, out, F32, a, F32, b, F32, 1, desc);
   expectFailure(1, "unknown binary op code 9");
-  strata_rt_binary(ctx, 2, STRATA_RT_ADD, /*dtype=*/7, out, a, b, 1, desc);
-  expectFailure(2, "binary op on unknown element type code 7");
-  strata_rt_unary(ctx, 3, /*op=*/10, out, a, 2, 0.0);
+  strata_rt_binary(ctx, 2, STRATA_RT_ADD, out, 7, a, 7, b, 7, 1, desc);
+  expectFailure(2, "strata_rt_binary: unknown element type code 7 are not "
+                   "implemented by the CPU runtime");
+  strata_rt_unary(ctx, 3, /*op=*/10, out, F32, a, F32, 2, 0.0);
   expectFailure(3, "unknown unary op code 10");
-  strata_rt_act_grad(ctx, 4, /*act=*/11, out, a, b, 2);
+  strata_rt_act_grad(ctx, 4, /*act=*/11, out, F32, a, F32, b, F32, 2);
   expectFailure(4, "unknown activation code 11");
-  strata_rt_gemm(ctx, 5, 1, 1, 2, 1, a, 0, 0, b, 0, 0, out, nullptr,
-                 /*act=*/12, 0);
+  strata_rt_gemm(ctx, 5, 1, 1, 2, 1, a, F32, 0, 0, b, F32, 0, 0, out, F32,
+                 nullptr, F32, /*act=*/12, 0);
   expectFailure(5, "unknown GEMM epilogue activation code 12");
+  // Typed tensors: a type the CPU kernels do not implement yet, and mixed
+  // types where a kernel does not convert.
+  strata_rt_gemm(ctx, 6, 1, 1, 2, 1, a, STRATA_RT_BF16, 0, 0, b, F32, 0, 0,
+                 out, F32, nullptr, F32, STRATA_RT_ACT_NONE, 0);
+  expectFailure(6, "strata_rt_gemm: bf16 tensors are not implemented by the "
+                   "CPU runtime");
+  strata_rt_unary(ctx, 7, STRATA_RT_ACT_RELU, out, STRATA_RT_F16, a, F32, 2,
+                  0.0);
+  expectFailure(7, "strata_rt_unary: f16 tensors are not implemented by the "
+                   "CPU runtime");
+  strata_rt_binary(ctx, 8, STRATA_RT_ADD, out, F32, a, STRATA_RT_I32, b, F32,
+                   1, desc);
+  expectFailure(8, "strata_rt_binary: mixes f32 and i32 tensors");
+  int64_t step = 1;
+  strata_rt_lr_schedule(ctx, 9, out, F32, &step, STRATA_RT_I32,
+                        STRATA_RT_LR_CONSTANT, 0.1, 0, 0, 0);
+  expectFailure(9, "strata_rt_lr_schedule: the step counter is i64, not i32");
+  int32_t ids[1] = {0};
+  strata_rt_embedding(ctx, 10, out, F32, a, F32, ids, F32, 1, 1, 2);
+  expectFailure(10, "strata_rt_embedding: ids are i32 or i64, not f32");
+}
+
+TEST(RuntimeTest, OptionsAndAbiVersion) {
+  StrataRtOptions options;
+  strata_rt_default_options(&options);
+  EXPECT_EQ(options.abiVersion, STRATA_RT_ABI_VERSION);
+  EXPECT_EQ(strata_rt_abi_version(), STRATA_RT_ABI_VERSION);
+  char message[256];
+  auto refused = [&](StrataRtOptions o) {
+    message[0] = 0;
+    EXPECT_EQ(strata_rt_create(&o, message, sizeof(message)), nullptr);
+    return std::string(message);
+  };
+  StrataRtOptions old = options;
+  old.abiVersion = 1;
+  EXPECT_EQ(refused(old), "the caller was built for runtime ABI 1; this "
+                          "runtime implements ABI " +
+                              std::to_string(STRATA_RT_ABI_VERSION));
+  StrataRtOptions device = options;
+  device.device = 3;
+  EXPECT_EQ(refused(device),
+            "the CPU runtime has one device (0); device 3 was asked for");
+  StrataRtOptions shortStruct = options;
+  shortStruct.size = 16;
+  EXPECT_NE(refused(shortStruct).find("too short"), std::string::npos);
+  EXPECT_EQ(strata_rt_create(nullptr, nullptr, 0), nullptr);
+
+  // A step lowered for another ABI does not run.
+  Context ctx;
+  EXPECT_EQ(strata_rt_step_begin(ctx, STRATA_RT_ABI_VERSION), 0);
+  EXPECT_EQ(strata_rt_error(ctx, nullptr), nullptr);
+  EXPECT_NE(strata_rt_step_begin(ctx, 1), 0);
+  const char *error = strata_rt_error(ctx, nullptr);
+  ASSERT_NE(error, nullptr);
+  EXPECT_NE(std::string(error).find("lowered for runtime ABI 1"),
+            std::string::npos);
 }
 
 // A host of two ranks whose peer holds the same data as this rank (rank 0),
@@ -315,8 +385,8 @@ TEST(RuntimeTest, CollectivesStartAndCompleteAtTheWait) {
   int64_t group[] = {1, 2, 0, 1};
   float in[4] = {1, 3, 5, 7}, out[4] = {0, 0, 0, 0};
   // all_reduce: in place on the output, completed at the wait.
-  strata_rt_collective(ctx, /*site=*/5, STRATA_RT_ALL_REDUCE, STRATA_RT_F32,
-                       out, in, 2, /*sum=*/0, 0, group);
+  strata_rt_collective(ctx, /*site=*/5, STRATA_RT_ALL_REDUCE, out, in,
+                       F32, 2, /*sum=*/0, 0, group);
   ASSERT_EQ(host.calls.size(), 1u);
   EXPECT_FALSE(host.blocking[0]);
   EXPECT_EQ(host.calls[0].send, host.calls[0].recv);
@@ -326,16 +396,29 @@ TEST(RuntimeTest, CollectivesStartAndCompleteAtTheWait) {
   EXPECT_EQ(out[1], 6.0f);
   strata_rt_wait(ctx, 5); // nothing in flight: no effect
   EXPECT_EQ(out[1], 6.0f);
+  // A step that ends with a collective in flight never waited for it.
+  strata_rt_collective(ctx, 12, STRATA_RT_ALL_REDUCE, out, in, F32, 2, 0, 0,
+                       group);
+  strata_rt_step_end(ctx);
+  int64_t unfinished = -1;
+  const char *error = strata_rt_error(ctx, &unfinished);
+  ASSERT_NE(error, nullptr);
+  EXPECT_EQ(std::string(error), "all_reduce was started but never waited for");
+  EXPECT_EQ(unfinished, 12);
+  strata_rt_wait(ctx, 12);
+  strata_rt_clear_error(ctx);
+  host.calls.clear();
+  host.blocking.clear();
   // A mean divides the sum by the group's size when it completes.
-  strata_rt_collective(ctx, 6, STRATA_RT_ALL_REDUCE, STRATA_RT_F32, out, in, 2,
+  strata_rt_collective(ctx, 6, STRATA_RT_ALL_REDUCE, out, in, F32, 2,
                        /*mean=*/1, 0, group);
   strata_rt_wait(ctx, 6);
   EXPECT_EQ(out[0], 1.0f);
   EXPECT_EQ(out[1], 3.0f);
   // reduce_scatter: 4 elements in, this rank's 2 out, averaged.
   float slice[2] = {0, 0};
-  strata_rt_collective(ctx, 7, STRATA_RT_REDUCE_SCATTER, STRATA_RT_F32, slice,
-                       in, 2, /*mean=*/1, 0, group);
+  strata_rt_collective(ctx, 7, STRATA_RT_REDUCE_SCATTER, slice, in,
+                       F32, 2, /*mean=*/1, 0, group);
   EXPECT_EQ(host.calls.back().count, 2);
   EXPECT_EQ(host.calls.back().send, in);
   strata_rt_wait(ctx, 7);
@@ -343,14 +426,14 @@ TEST(RuntimeTest, CollectivesStartAndCompleteAtTheWait) {
   EXPECT_EQ(slice[1], 3.0f);
   // all_gather: 2 elements from each of the 2 ranks.
   float gathered[4] = {0, 0, 0, 0};
-  strata_rt_collective(ctx, 8, STRATA_RT_ALL_GATHER, STRATA_RT_F32, gathered,
-                       slice, 4, 0, 0, group);
+  strata_rt_collective(ctx, 8, STRATA_RT_ALL_GATHER, gathered, slice,
+                       F32, 4, 0, 0, group);
   EXPECT_EQ(host.calls.back().count, 2);
   strata_rt_wait(ctx, 8);
   EXPECT_EQ(gathered[2], 1.0f);
   EXPECT_EQ(gathered[3], 3.0f);
   // broadcast from rank 1 of the list.
-  strata_rt_collective(ctx, 9, STRATA_RT_BROADCAST, STRATA_RT_F32, out, in, 2,
+  strata_rt_collective(ctx, 9, STRATA_RT_BROADCAST, out, in, F32, 2,
                        0, /*root=*/1, group);
   strata_rt_wait(ctx, 9);
   EXPECT_EQ(out[0], 42.0f);
@@ -358,7 +441,7 @@ TEST(RuntimeTest, CollectivesStartAndCompleteAtTheWait) {
   // A root outside the list and a gather that does not divide: errors at
   // their sites, the host not called.
   size_t calls = host.calls.size();
-  strata_rt_collective(ctx, 10, STRATA_RT_BROADCAST, STRATA_RT_F32, out, in, 2,
+  strata_rt_collective(ctx, 10, STRATA_RT_BROADCAST, out, in, F32, 2,
                        0, /*root=*/2, group);
   int64_t site = -1;
   const char *message = strata_rt_error(ctx, &site);
@@ -366,8 +449,8 @@ TEST(RuntimeTest, CollectivesStartAndCompleteAtTheWait) {
   EXPECT_EQ(site, 10);
   EXPECT_EQ(std::string(message), "broadcast root 2 outside a group of 2");
   strata_rt_clear_error(ctx);
-  strata_rt_collective(ctx, 11, STRATA_RT_ALL_GATHER, STRATA_RT_F32, gathered,
-                       slice, 3, 0, 0, group);
+  strata_rt_collective(ctx, 11, STRATA_RT_ALL_GATHER, gathered, slice,
+                       F32, 3, 0, 0, group);
   message = strata_rt_error(ctx, &site);
   ASSERT_NE(message, nullptr);
   EXPECT_EQ(site, 11);
@@ -380,7 +463,7 @@ TEST(RuntimeTest, CollectivesBlockWithoutTheHostsWait) {
   strata_rt_set_collectives(ctx, fakeCollective, /*wait=*/nullptr, &host);
   int64_t group[] = {1, 2, 0, 1};
   float in[2] = {1, 3}, out[2] = {0, 0};
-  strata_rt_collective(ctx, 5, STRATA_RT_ALL_REDUCE, STRATA_RT_F32, out, in, 2,
+  strata_rt_collective(ctx, 5, STRATA_RT_ALL_REDUCE, out, in, F32, 2,
                        /*mean=*/1, 0, group);
   ASSERT_EQ(host.blocking.size(), 1u);
   EXPECT_TRUE(host.blocking[0]);
@@ -431,7 +514,7 @@ TEST(RuntimeTest, SendAndRecvGoThroughTheHost) {
   int64_t group[] = {2, 2, 0, 2, 2, 1, 3}; // lists [0, 2] and [1, 3]
   float a[2] = {1, 2}, b[3] = {3, 4, 5};
   // Without the host's functions: an error at the call site.
-  strata_rt_send(ctx, /*site=*/4, STRATA_RT_F32, a, 2, /*peer=*/1, group);
+  strata_rt_send(ctx, /*site=*/4, a, F32, 2, /*peer=*/1, group);
   int64_t site = -1;
   const char *message = strata_rt_error(ctx, &site);
   ASSERT_NE(message, nullptr);
@@ -443,27 +526,27 @@ TEST(RuntimeTest, SendAndRecvGoThroughTheHost) {
   wire.ctx = ctx;
   strata_rt_set_point_to_point(ctx, fakeSend, fakeRecv, &wire);
   EXPECT_EQ(strata_rt_active_site(ctx), -1);
-  strata_rt_send(ctx, 1, STRATA_RT_F32, a, 2, 1, group);
-  strata_rt_send(ctx, 2, STRATA_RT_F32, b, 3, 1, group);
+  strata_rt_send(ctx, 1, a, F32, 2, 1, group);
+  strata_rt_send(ctx, 2, b, F32, 3, 1, group);
   // The host call in progress is known (for a stopped rank's report).
   EXPECT_EQ(wire.activeSites, (std::vector<int64_t>{1, 2}));
   EXPECT_EQ(strata_rt_active_site(ctx), -1);
   ASSERT_EQ(wire.peers.size(), 2u);
   EXPECT_EQ(wire.peers[0], 2); // peer 1 of rank 0's list [0, 2]
   float out2[2] = {0, 0}, out3[3] = {0, 0, 0};
-  strata_rt_recv(ctx, 3, STRATA_RT_F32, out2, 2, 1, group);
-  strata_rt_recv(ctx, 4, STRATA_RT_F32, out3, 3, 1, group);
+  strata_rt_recv(ctx, 3, out2, F32, 2, 1, group);
+  strata_rt_recv(ctx, 4, out3, F32, 3, 1, group);
   EXPECT_EQ(out2[1], 2.0f);
   EXPECT_EQ(out3[2], 5.0f);
   EXPECT_EQ(strata_rt_error(ctx, nullptr), nullptr);
   // The host's failure, and a peer that is this rank, name their site.
-  strata_rt_recv(ctx, 8, STRATA_RT_F32, out2, 2, 1, group);
+  strata_rt_recv(ctx, 8, out2, F32, 2, 1, group);
   message = strata_rt_error(ctx, &site);
   ASSERT_NE(message, nullptr);
   EXPECT_EQ(site, 8);
   EXPECT_EQ(std::string(message), "no message of 2 elements");
   strata_rt_clear_error(ctx);
-  strata_rt_send(ctx, 9, STRATA_RT_F32, a, 2, /*peer=*/0, group);
+  strata_rt_send(ctx, 9, a, F32, 2, /*peer=*/0, group);
   message = strata_rt_error(ctx, &site);
   ASSERT_NE(message, nullptr);
   EXPECT_EQ(site, 9);
@@ -472,7 +555,7 @@ TEST(RuntimeTest, SendAndRecvGoThroughTheHost) {
 TEST(RuntimeTest, SymbolsNameEveryKernel) {
   size_t count = 0;
   const StrataRtSymbol *symbols = strata_rt_symbols(&count);
-  EXPECT_EQ(count, 30u);
+  EXPECT_EQ(count, 32u);
   bool gemm = false;
   for (size_t i = 0; i < count; ++i) {
     EXPECT_NE(symbols[i].address, nullptr);

@@ -1,14 +1,15 @@
 /*===- StrataRuntime.h - The runtime C ABI ------------------------*- C -*-===*\
 |*                                                                            *|
 |* The functions a lowered Strata program calls (strata-lower-to-runtime).    *|
-|* The CPU runtime (runtime/cpu) implements them; the CUDA runtime will       *|
-|* implement the same ABI with the same semantics (RNG, layouts).             *|
+|* Every backend implements the whole ABI with the same semantics (RNG,       *|
+|* layouts): the CPU runtime (runtime/cpu) today, a CUDA runtime next.        *|
 |*                                                                            *|
 |* Conventions:                                                               *|
 |*  - every kernel takes the context first and its call site (an index the    *|
 |*    lowering gives each op, to cache primitives and name failing ops);      *|
-|*  - tensors are dense, row-major; floats are fp32; `dtype` codes select     *|
-|*    integer element types where several are legal;                          *|
+|*  - tensors are dense, row-major, and every tensor argument is followed by  *|
+|*    its element type (STRATA_RT_F32 ...); a kernel given a type it has no   *|
+|*    implementation for records an error naming the kernel and the type;    *|
 |*  - integers are int64_t and attributes double, so that the lowering needs  *|
 |*    one calling convention;                                                 *|
 |*  - an output may alias an input of the same shape where the memory plan    *|
@@ -16,6 +17,21 @@
 |*  - kernels never abort: a failure (an id out of range, a collective that   *|
 |*    failed) is recorded in the context, the first one wins, and the host    *|
 |*    checks strata_rt_error() after the step.                                *|
+|*                                                                            *|
+|* Ordering (what a backend with queues, e.g. a GPU, must preserve):          *|
+|*  - a step is bracketed by strata_rt_step_begin and strata_rt_step_end;     *|
+|*  - kernels are issued in program order on one compute queue: each reads    *|
+|*    what the calls before it wrote; a call may return before its work is    *|
+|*    done (the CPU runtime finishes it before returning);                    *|
+|*  - strata_rt_collective starts a collective after every earlier call's     *|
+|*    writes of its input; strata_rt_wait(site) orders every later call       *|
+|*    after its completion (the lowering places the wait before the first     *|
+|*    reader of the result, and `in` is not written before it);               *|
+|*  - send and recv are ordered like collectives that complete where they    *|
+|*    are called;                                                             *|
+|*  - host-visible results (the step's outputs, e.g. the loss, and the error  *|
+|*    state) are valid once strata_rt_step_end has returned; resident         *|
+|*    buffers (parameters, state) may be read by the host then too.          *|
 |*                                                                            *|
 \*===----------------------------------------------------------------------===*/
 
@@ -31,8 +47,59 @@ extern "C" {
 
 typedef struct StrataRtContext StrataRtContext;
 
-/* Element types. */
-enum { STRATA_RT_F32 = 0, STRATA_RT_I32 = 1, STRATA_RT_I64 = 2 };
+/* The version of this ABI. A lowered step calls
+   strata_rt_step_begin(ctx, STRATA_RT_ABI_VERSION of its compiler), which
+   refuses to run it against a runtime of another version; hosts pass theirs
+   in StrataRtOptions. Version 1 was the untyped (fp32-only) ABI. */
+#define STRATA_RT_ABI_VERSION 2
+
+/* Element types of tensor arguments. */
+enum {
+  STRATA_RT_F32 = 0,
+  STRATA_RT_I32 = 1,
+  STRATA_RT_I64 = 2,
+  STRATA_RT_BF16 = 3,
+  STRATA_RT_F16 = 4,
+  STRATA_RT_I8 = 5,
+  STRATA_RT_U8 = 6
+};
+/* Bytes per element of `dtype`, or 0 for an unknown code. */
+static inline int64_t strata_rt_element_bytes(int64_t dtype) {
+  switch (dtype) {
+  case STRATA_RT_F32:
+  case STRATA_RT_I32:
+    return 4;
+  case STRATA_RT_I64:
+    return 8;
+  case STRATA_RT_BF16:
+  case STRATA_RT_F16:
+    return 2;
+  case STRATA_RT_I8:
+  case STRATA_RT_U8:
+    return 1;
+  }
+  return 0;
+}
+/* The name of `dtype` ("f32", "bf16", ...), or "unknown". */
+static inline const char *strata_rt_element_name(int64_t dtype) {
+  switch (dtype) {
+  case STRATA_RT_F32:
+    return "f32";
+  case STRATA_RT_I32:
+    return "i32";
+  case STRATA_RT_I64:
+    return "i64";
+  case STRATA_RT_BF16:
+    return "bf16";
+  case STRATA_RT_F16:
+    return "f16";
+  case STRATA_RT_I8:
+    return "i8";
+  case STRATA_RT_U8:
+    return "u8";
+  }
+  return "unknown";
+}
 /* Activations (epilogues, unary ops, their gradients). */
 enum {
   STRATA_RT_ACT_NONE = 0,
@@ -97,11 +164,27 @@ typedef int (*StrataRtRecvFn)(void *user, void *data, int64_t count,
 
 /*===--- Host side --------------------------------------------------------===*/
 
-/* `rank` is this process's world rank, `shard` its index among the
-   data-parallel shards (it places its rows in the global batch for the RNG),
-   `threads` the worker threads of the kernels (>= 1). */
-StrataRtContext *strata_rt_create(uint64_t seed, int64_t rank, int64_t shard,
-                                  int64_t threads);
+/* What a context is created with. Fill it with strata_rt_default_options
+   and set what differs: fields are only ever appended (`size` tells the
+   runtime how much of the struct the caller knows). */
+typedef struct {
+  int64_t abiVersion; /* STRATA_RT_ABI_VERSION of the caller's header */
+  int64_t size;       /* sizeof(StrataRtOptions) of the caller's header */
+  uint64_t seed;      /* of the RNG streams (dropout) */
+  int64_t rank;       /* this process's world rank */
+  int64_t shard;      /* its index among the data-parallel shards (it places
+                         its rows in the global batch for the RNG) */
+  int64_t threads;    /* worker threads of the kernels (>= 1) */
+  int64_t device;     /* the device to run on; -1: the backend's choice (the
+                         CPU runtime has one device, 0) */
+} StrataRtOptions;
+void strata_rt_default_options(StrataRtOptions *options);
+/* The ABI version this runtime implements. */
+int64_t strata_rt_abi_version(void);
+/* A context, or NULL with a message in `error` (an ABI version this runtime
+   does not implement, a device it does not have). */
+StrataRtContext *strata_rt_create(const StrataRtOptions *options, char *error,
+                                  size_t errorSize);
 void strata_rt_destroy(StrataRtContext *ctx);
 /* The host's collectives; without `wait` every collective completes where
    it starts (computation does not overlap it). */
@@ -133,6 +216,14 @@ void strata_rt_trace_end(StrataRtContext *ctx, int64_t site);
 const StrataRtTraceEvent *strata_rt_take_trace(StrataRtContext *ctx,
                                                size_t *count);
 double strata_rt_now_us(StrataRtContext *ctx);
+
+/* The lowered step calls these first and last. strata_rt_step_begin
+   returns 0 when the step may run, else records why in the error state
+   (a step lowered for another ABI version) and the step returns at once.
+   strata_rt_step_end completes the step's work: after it the outputs and
+   the error state are valid on the host (see "Ordering" above). */
+int64_t strata_rt_step_begin(StrataRtContext *ctx, int64_t abiVersion);
+void strata_rt_step_end(StrataRtContext *ctx);
 
 /* Bytes of scratch memory the kernels hold beyond the planned arena. */
 int64_t strata_rt_scratch_bytes(StrataRtContext *ctx);
@@ -168,115 +259,142 @@ const char *strata_rt_isa(void);
 
 /*===--- Kernels ----------------------------------------------------------===*/
 
+/* Tensor arguments come in pairs: the buffer, then its element type. */
+
 /* C[b] = act(op(A[b]) @ op(B[b]) + bias) for b < batch, A[b] at
    a + b * aBatchStride elements (m * k, or 0: the same matrix for every b;
    likewise B with k * n or 0), op() the
    transpose when trans* is set; bias (N elements) may be NULL. With
    `accumulate`, C += op(A) @ op(B) instead (no bias or activation). */
 void strata_rt_gemm(StrataRtContext *ctx, int64_t site, int64_t batch,
-                    int64_t m, int64_t n, int64_t k, const float *a,
-                    int64_t aBatchStride, int64_t transA, const float *b,
-                    int64_t bBatchStride, int64_t transB, float *c,
-                    const float *bias, int64_t act, int64_t accumulate);
+                    int64_t m, int64_t n, int64_t k, const void *a,
+                    int64_t aType, int64_t aBatchStride, int64_t transA,
+                    const void *b, int64_t bType, int64_t bBatchStride,
+                    int64_t transB, void *c, int64_t cType, const void *bias,
+                    int64_t biasType, int64_t act, int64_t accumulate);
 
 /* out = a (op) b with broadcasting: `desc` holds the output shape, then the
    element strides of a and b over it (0 on broadcast dimensions). */
 void strata_rt_binary(StrataRtContext *ctx, int64_t site, int64_t op,
-                      int64_t dtype, void *out, const void *a, const void *b,
-                      int64_t rank, const int64_t *desc);
+                      void *out, int64_t outType, const void *a, int64_t aType,
+                      const void *b, int64_t bType, int64_t rank,
+                      const int64_t *desc);
 /* out = f(in): an activation, or `alpha * in` for STRATA_RT_UNARY_SCALE. */
 void strata_rt_unary(StrataRtContext *ctx, int64_t site, int64_t op,
-                     float *out, const float *in, int64_t n, double alpha);
+                     void *out, int64_t outType, const void *in,
+                     int64_t inType, int64_t n, double alpha);
 /* out = dy * f'(x); for ReLU `x` is the forward output. */
 void strata_rt_act_grad(StrataRtContext *ctx, int64_t site, int64_t act,
-                        float *out, const float *x, const float *dy,
+                        void *out, int64_t outType, const void *x,
+                        int64_t xType, const void *dy, int64_t dyType,
                         int64_t n);
+/* Copies `n` elements (no conversion: both have `dtype`). */
 void strata_rt_copy(StrataRtContext *ctx, int64_t site, void *out,
-                    const void *in, int64_t bytes);
+                    const void *in, int64_t dtype, int64_t n);
 /* out[i] = in[base + sum_d idx_d(i) * stride_d]: transposes, slices,
-   broadcasts. `desc` holds the output shape, the input strides, the base. */
-void strata_rt_strided_copy(StrataRtContext *ctx, int64_t site,
-                            int64_t elementBytes, void *out, const void *in,
-                            int64_t rank, const int64_t *desc);
+   broadcasts of elements of `dtype`. `desc` holds the output shape, the
+   input strides, the base. */
+void strata_rt_strided_copy(StrataRtContext *ctx, int64_t site, void *out,
+                            const void *in, int64_t dtype, int64_t rank,
+                            const int64_t *desc);
 /* out = scale * sum of in over the dimensions whose output stride is 0:
    `desc` holds the input shape, then the output strides over it. */
-void strata_rt_reduce(StrataRtContext *ctx, int64_t site, float *out,
-                      const float *in, int64_t rank, const int64_t *desc,
-                      double scale);
-void strata_rt_fill(StrataRtContext *ctx, int64_t site, int64_t dtype,
-                    void *out, int64_t n, double value);
+void strata_rt_reduce(StrataRtContext *ctx, int64_t site, void *out,
+                      int64_t outType, const void *in, int64_t inType,
+                      int64_t rank, const int64_t *desc, double scale);
+void strata_rt_fill(StrataRtContext *ctx, int64_t site, void *out,
+                    int64_t outType, int64_t n, double value);
 
 /* out = dropout(in) [+ residual], the mask of (seed, key, global element):
    this call covers micro-batch `microBatch` of `microBatches` of the rank's
-   shard. */
-void strata_rt_dropout(StrataRtContext *ctx, int64_t site, float *out,
-                       const float *in, const float *residual, int64_t n,
+   shard. `residual` may be NULL. */
+void strata_rt_dropout(StrataRtContext *ctx, int64_t site, void *out,
+                       int64_t outType, const void *in, int64_t inType,
+                       const void *residual, int64_t residualType, int64_t n,
                        int64_t key, int64_t microBatches, int64_t microBatch,
                        double prob);
 /* Row softmax over the last dimension; `causalRows` > 0 masks column j > i
    of row i (rows taken modulo causalRows). */
-void strata_rt_softmax(StrataRtContext *ctx, int64_t site, float *out,
-                       const float *in, int64_t rows, int64_t n,
-                       int64_t causalRows);
-void strata_rt_softmax_grad(StrataRtContext *ctx, int64_t site, float *dx,
-                            const float *y, const float *dy, int64_t rows,
+void strata_rt_softmax(StrataRtContext *ctx, int64_t site, void *out,
+                       int64_t outType, const void *in, int64_t inType,
+                       int64_t rows, int64_t n, int64_t causalRows);
+void strata_rt_softmax_grad(StrataRtContext *ctx, int64_t site, void *dx,
+                            int64_t dxType, const void *y, int64_t yType,
+                            const void *dy, int64_t dyType, int64_t rows,
                             int64_t n);
-void strata_rt_layer_norm(StrataRtContext *ctx, int64_t site, float *y,
-                          const float *x, const float *gamma,
-                          const float *beta, int64_t rows, int64_t n,
-                          double eps);
-void strata_rt_layer_norm_grad(StrataRtContext *ctx, int64_t site, float *dx,
-                               float *dgamma, float *dbeta, const float *x,
-                               const float *gamma, const float *dy,
-                               int64_t rows, int64_t n, double eps);
-void strata_rt_embedding(StrataRtContext *ctx, int64_t site, float *out,
-                         const float *table, const void *ids, int64_t idType,
+void strata_rt_layer_norm(StrataRtContext *ctx, int64_t site, void *y,
+                          int64_t yType, const void *x, int64_t xType,
+                          const void *gamma, int64_t gammaType,
+                          const void *beta, int64_t betaType, int64_t rows,
+                          int64_t n, double eps);
+void strata_rt_layer_norm_grad(StrataRtContext *ctx, int64_t site, void *dx,
+                               int64_t dxType, void *dgamma,
+                               int64_t dgammaType, void *dbeta,
+                               int64_t dbetaType, const void *x, int64_t xType,
+                               const void *gamma, int64_t gammaType,
+                               const void *dy, int64_t dyType, int64_t rows,
+                               int64_t n, double eps);
+void strata_rt_embedding(StrataRtContext *ctx, int64_t site, void *out,
+                         int64_t outType, const void *table,
+                         int64_t tableType, const void *ids, int64_t idsType,
                          int64_t count, int64_t vocab, int64_t width);
 void strata_rt_embedding_grad(StrataRtContext *ctx, int64_t site,
-                              float *dtable, const void *ids, int64_t idType,
-                              const float *dy, int64_t count, int64_t vocab,
+                              void *dtable, int64_t dtableType,
+                              const void *ids, int64_t idsType, const void *dy,
+                              int64_t dyType, int64_t count, int64_t vocab,
                               int64_t width);
 /* Mean over rows of -log softmax(logits)[label]. */
-void strata_rt_cross_entropy(StrataRtContext *ctx, int64_t site, float *loss,
-                             const float *logits, const void *labels,
-                             int64_t labelType, int64_t rows, int64_t vocab);
+void strata_rt_cross_entropy(StrataRtContext *ctx, int64_t site, void *loss,
+                             int64_t lossType, const void *logits,
+                             int64_t logitsType, const void *labels,
+                             int64_t labelsType, int64_t rows, int64_t vocab);
 void strata_rt_cross_entropy_grad(StrataRtContext *ctx, int64_t site,
-                                  float *dlogits, const float *logits,
-                                  const void *labels, int64_t labelType,
-                                  const float *dloss, int64_t rows,
-                                  int64_t vocab);
+                                  void *dlogits, int64_t dlogitsType,
+                                  const void *logits, int64_t logitsType,
+                                  const void *labels, int64_t labelsType,
+                                  const void *dloss, int64_t dlossType,
+                                  int64_t rows, int64_t vocab);
 
-/* Optimizer support. `step` points at the int64 step counter. */
-void strata_rt_lr_schedule(StrataRtContext *ctx, int64_t site, float *lr,
-                           const int64_t *step, int64_t kind, double baseLr,
-                           int64_t warmupSteps, int64_t decaySteps,
-                           double minLr);
-/* out = sqrt(sum of squares of `count` tensors). */
-void strata_rt_global_norm(StrataRtContext *ctx, int64_t site, float *out,
-                           int64_t count, const float *const *tensors,
+/* Optimizer support. `step` is the step counter (a scalar tensor). */
+void strata_rt_lr_schedule(StrataRtContext *ctx, int64_t site, void *lr,
+                           int64_t lrType, const void *step, int64_t stepType,
+                           int64_t kind, double baseLr, int64_t warmupSteps,
+                           int64_t decaySteps, double minLr);
+/* out = sqrt(sum of squares of `count` tensors), tensor i of types[i]. */
+void strata_rt_global_norm(StrataRtContext *ctx, int64_t site, void *out,
+                           int64_t outType, int64_t count,
+                           const void *const *tensors, const int64_t *types,
                            const int64_t *sizes);
-void strata_rt_clip(StrataRtContext *ctx, int64_t site, float *out,
-                    const float *in, int64_t n, const float *norm,
-                    double maxNorm);
-void strata_rt_sgd(StrataRtContext *ctx, int64_t site, float *newParam,
-                   const float *param, const float *grad, const float *lr,
-                   int64_t n, double weightDecay);
-void strata_rt_momentum(StrataRtContext *ctx, int64_t site, float *newParam,
-                        float *newVelocity, const float *param,
-                        const float *grad, const float *velocity,
-                        const float *lr, int64_t n, double momentum,
-                        double weightDecay, int64_t nesterov);
+void strata_rt_clip(StrataRtContext *ctx, int64_t site, void *out,
+                    int64_t outType, const void *in, int64_t inType, int64_t n,
+                    const void *norm, int64_t normType, double maxNorm);
+void strata_rt_sgd(StrataRtContext *ctx, int64_t site, void *newParam,
+                   int64_t newParamType, const void *param, int64_t paramType,
+                   const void *grad, int64_t gradType, const void *lr,
+                   int64_t lrType, int64_t n, double weightDecay);
+void strata_rt_momentum(StrataRtContext *ctx, int64_t site, void *newParam,
+                        int64_t newParamType, void *newVelocity,
+                        int64_t newVelocityType, const void *param,
+                        int64_t paramType, const void *grad, int64_t gradType,
+                        const void *velocity, int64_t velocityType,
+                        const void *lr, int64_t lrType, int64_t n,
+                        double momentum, double weightDecay, int64_t nesterov);
 void strata_rt_adam(StrataRtContext *ctx, int64_t site, int64_t kind,
-                    float *newParam, float *newM, float *newV,
-                    const float *param, const float *grad, const float *m,
-                    const float *v, const float *lr, const int64_t *step,
+                    void *newParam, int64_t newParamType, void *newM,
+                    int64_t newMType, void *newV, int64_t newVType,
+                    const void *param, int64_t paramType, const void *grad,
+                    int64_t gradType, const void *m, int64_t mType,
+                    const void *v, int64_t vType, const void *lr,
+                    int64_t lrType, const void *step, int64_t stepType,
                     int64_t n, double beta1, double beta2, double eps,
                     double weightDecay);
-void strata_rt_lars(StrataRtContext *ctx, int64_t site, float *newParam,
-                    float *newVelocity, const float *param, const float *grad,
-                    const float *velocity, const float *lr, int64_t n,
-                    double momentum, double weightDecay, double larsCoeff,
-                    double eps);
+void strata_rt_lars(StrataRtContext *ctx, int64_t site, void *newParam,
+                    int64_t newParamType, void *newVelocity,
+                    int64_t newVelocityType, const void *param,
+                    int64_t paramType, const void *grad, int64_t gradType,
+                    const void *velocity, int64_t velocityType, const void *lr,
+                    int64_t lrType, int64_t n, double momentum,
+                    double weightDecay, double larsCoeff, double eps);
 
 /* Collectives. `group` holds the group's rank lists: their number, then for
    each its length and ranks; the list that holds this rank is used.
@@ -284,22 +402,23 @@ void strata_rt_lars(StrataRtContext *ctx, int64_t site, float *newParam,
    call site `site` and strata_rt_wait(site) completes it, before `out` is
    read; `in` must stay unchanged until then (reduce_scatter and all_gather
    read it while in flight; all_reduce and broadcast copy it into `out`
-   first). `n` counts the elements of `out`; reduce_scatter reads n x the
-   group size from `in`, all_gather n / the group size. `kind` 0 sums, 1
-   averages (all_reduce, reduce_scatter); `root` is the broadcast's index in
-   the list. Without the host's wait function the collective completes
-   before strata_rt_collective returns. */
+   first). Both have element type `dtype`. `n` counts the elements of `out`;
+   reduce_scatter reads n x the group size from `in`, all_gather n / the
+   group size. `kind` 0 sums, 1 averages (all_reduce, reduce_scatter);
+   `root` is the broadcast's index in the list. Without the host's wait
+   function the collective completes before strata_rt_collective returns. */
 void strata_rt_collective(StrataRtContext *ctx, int64_t site, int64_t op,
-                          int64_t dtype, void *out, const void *in, int64_t n,
+                          void *out, const void *in, int64_t dtype, int64_t n,
                           int64_t kind, int64_t root, const int64_t *group);
 void strata_rt_wait(StrataRtContext *ctx, int64_t site);
 /* Sends `n` elements of `in` to rank `peer` of this rank's list (an index
    into it); strata_rt_recv receives them there into `out`. */
-void strata_rt_send(StrataRtContext *ctx, int64_t site, int64_t dtype,
-                    const void *in, int64_t n, int64_t peer,
+void strata_rt_send(StrataRtContext *ctx, int64_t site, const void *in,
+                    int64_t dtype, int64_t n, int64_t peer,
                     const int64_t *group);
-void strata_rt_recv(StrataRtContext *ctx, int64_t site, int64_t dtype,
-                    void *out, int64_t n, int64_t peer, const int64_t *group);
+void strata_rt_recv(StrataRtContext *ctx, int64_t site, void *out,
+                    int64_t dtype, int64_t n, int64_t peer,
+                    const int64_t *group);
 
 #ifdef __cplusplus
 }
