@@ -1,6 +1,7 @@
 //===- Fusion.cpp - GEMM-epilogue and dropout-add fusion ------------------===//
 
 #include "strata/Passes/Passes.h"
+#include "strata/Target/RuntimeTarget.h"
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/IR/Builders.h"
@@ -25,20 +26,6 @@ void copyMetadata(Operation *from, Operation *to) {
       to->setAttr(attr.getName(), attr.getValue());
 }
 
-/// Whether a GEMM epilogue of `target` can apply `act` to N columns while
-/// also writing the pre-activation (training). cuBLASLt's aux pointer needs
-/// N % 128 == 0 for relu and N % 8 == 0 for gelu; oneDNN's post-ops have no
-/// such rule.
-bool epilogueSupports(StringRef target, Activation act, int64_t n) {
-  if (target != "cuda")
-    return true;
-  if (act == Activation::Relu)
-    return n % 128 == 0;
-  if (act == Activation::GeluTanh || act == Activation::GeluErf)
-    return n % 8 == 0;
-  return true;
-}
-
 Activation activationKind(Operation *op) {
   if (isa<ReluOp>(op))
     return Activation::Relu;
@@ -53,10 +40,11 @@ struct GemmEpilogueFusionPass
   using StrataGemmEpilogueFusionBase::StrataGemmEpilogueFusionBase;
 
   void runOnOperation() override {
-    if (target != "cpu" && target != "cuda") {
-      mlir::emitError(getOperation().getLoc()) << "strata-gemm-epilogue-fusion: unknown "
-                                    "target '"
-                                 << target << "' (cpu, cuda)";
+    runtime = RuntimeTarget::lookup(target);
+    if (!runtime) {
+      mlir::emitError(getOperation().getLoc())
+          << "strata-gemm-epilogue-fusion: unknown target '" << target
+          << "' (" << RuntimeTarget::knownNames() << ")";
       return signalPassFailure();
     }
     // Collected first: fusing erases the ops around each bias_add.
@@ -69,6 +57,9 @@ struct GemmEpilogueFusionPass
     for (FusedGemmEpilogueOp f : fused)
       fuseBackward(f);
   }
+
+  /// The target whose epilogue rules apply (the `target` option).
+  const RuntimeTarget *runtime = nullptr;
 
   FusedGemmEpilogueOp fuseForward(BiasAddOp bias) {
     auto mm = bias.getInput().getDefiningOp<MatmulOp>();
@@ -94,7 +85,7 @@ struct GemmEpilogueFusionPass
     Operation *actOp =
         activations.size() == 1 && !otherUses ? activations[0] : nullptr;
     Activation act = actOp ? activationKind(actOp) : Activation::None;
-    if (actOp && !epilogueSupports(target, act, w.getDimSize(1))) {
+    if (actOp && !runtime->epilogueSupports(act, w.getDimSize(1))) {
       actOp = nullptr;
       act = Activation::None;
     }

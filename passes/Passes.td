@@ -144,7 +144,8 @@ def StrataGemmEpilogueFusion
     used only by the pattern. Whether the activation may join depends on
     the target's epilogue: `target=cuda` needs N % 128 == 0 for relu and
     N % 8 == 0 for gelu (cuBLASLt's aux-output alignment); `target=cpu`
-    (oneDNN post-ops) has no such rule. Role, stage and micro-batch
+    (oneDNN post-ops) has no such rule. The rule is the runtime target's
+    (the same targets as `strata-lower-to-runtime`). Role, stage and micro-batch
     attributes of the matched ops carry over to the fused ops.
   }];
   let options = [
@@ -301,14 +302,27 @@ def StrataLowerToRuntime : Pass<"strata-lower-to-runtime", "mlir::ModuleOp"> {
     `trace=true` every op's calls are bracketed by `strata_rt_trace_begin`
     and `strata_rt_trace_end`.
 
+    Each op family (GEMM, elementwise, data movement, dropout,
+    normalisation, loss, embedding, optimizer, collectives, point-to-point)
+    has its patterns; what depends on the backend (element types, GEMM batch
+    layouts, collective splits, buffer alignment) is asked of the runtime
+    target (`target=cpu`, the default, or `cuda`). Every tensor argument of a
+    call carries its element type; the step first calls
+    `strata_rt_step_begin` with the ABI version it was lowered for
+    (`strata.rt.abi_version`, also the data symbol `strata_step_abi_version`)
+    and ends with `strata_rt_step_end`.
+
     The result is ready for `mlir-translate --mlir-to-llvmir`, the JIT of
-    `strata-run --backend cpu`, or `strata-run --emit=obj`. Values must be
-    f32 (integers i32/i64); an op the runtime has no kernel for is an error
-    that names it.
+    `strata-run --backend cpu`, or `strata-run --emit=obj`. On the CPU
+    target values must be f32 (integers i32/i64); an op the target has no
+    kernel for is an error that names it.
   }];
   let options = [
-    Option<"alignment", "alignment", "int64_t", "64",
-           "Alignment of every arena buffer, in bytes">,
+    Option<"target", "target", "std::string", "\"cpu\"",
+           "Runtime target whose rules apply: cpu or cuda">,
+    Option<"alignment", "alignment", "int64_t", "0",
+           "Alignment of every arena buffer, in bytes (0: the target's, 64 "
+           "on the CPU)">,
     Option<"trace", "trace", "bool", "false",
            "Call strata_rt_trace_begin/end around every op (strata-run "
            "--trace)">

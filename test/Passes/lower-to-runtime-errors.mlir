@@ -11,6 +11,27 @@ func.func @train_step() -> tensor<4xf64> {
 
 // -----
 
+// bf16 and f16 kernels come with mixed precision: until then the CPU target
+// refuses them where they are computed.
+strata.param @w : tensor<4xbf16> init <zeros>
+
+func.func @train_step() -> tensor<4xbf16> {
+  %w = strata.get_param @w : tensor<4xbf16>
+  // expected-error@+1 {{'strata.scale' op has a 'tensor<4xbf16>' value; the CPU runtime computes in f32}}
+  %r = strata.scale %w {factor = 2.0 : f64} : (tensor<4xbf16>) -> tensor<4xbf16>
+  return %r : tensor<4xbf16>
+}
+
+// -----
+
+func.func @train_step(%a: tensor<4xi8>, %b: tensor<4xi8>) -> tensor<4xi8> {
+  // expected-error@+1 {{'arith.addi' op has a 'tensor<4xi8>' value; the CPU runtime takes integers as i32 or i64}}
+  %c = arith.addi %a, %b : tensor<4xi8>
+  return %c : tensor<4xi8>
+}
+
+// -----
+
 strata.comm_group @dp ranks [array<i64: 0, 1>]
 strata.param @w : tensor<4x2xf32> init <zeros>
 

@@ -1,6 +1,16 @@
 // RUN: strata-opt %s -split-input-file --strata-lower-to-runtime | FileCheck %s --check-prefixes=CHECK,CONST,DEFER,P2P
 // RUN: strata-opt %s -split-input-file --strata-lower-to-runtime | FileCheck %s --check-prefix=COLL
 // RUN: strata-opt %s -split-input-file --strata-lower-to-runtime | FileCheck %s --check-prefix=PACK
+// The target sets the buffer alignment (256 bytes for cuda, 64 for cpu):
+// the same plan's buffers at 0, 256, 512, ... instead of 0, 64, 128, ...
+// RUN: strata-opt %s -split-input-file --strata-lower-to-runtime=target=cuda | FileCheck %s --check-prefix=CUDA
+// CUDA: module attributes {strata.rt.abi_version = 2 : i64, strata.rt.arena_bytes = 1280 : i64
+// CUDA: llvm.getelementptr %arg1[256]
+// An explicit alignment wins over the target's.
+// RUN: strata-opt %s -split-input-file "--strata-lower-to-runtime=target=cuda alignment=64" | FileCheck %s --check-prefix=ALIGN64
+// ALIGN64: module attributes {strata.rt.abi_version = 2 : i64, strata.rt.arena_bytes = 320 : i64
+// RUN: not strata-opt %s -split-input-file --strata-lower-to-runtime=target=tpu 2>&1 | FileCheck %s --check-prefix=UNKNOWN
+// UNKNOWN: error: strata-lower-to-runtime: unknown target 'tpu' (cpu, cuda)
 
 // The step becomes strata_step(ctx, arena, persistent, inputs, outputs):
 // one runtime call per op, intermediate values at their planned arena

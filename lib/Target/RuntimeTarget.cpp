@@ -1,0 +1,100 @@
+//===- RuntimeTarget.cpp - The CPU and CUDA targets -----------------------===//
+
+#include "strata/Target/RuntimeTarget.h"
+
+#include "mlir/IR/BuiltinTypes.h"
+#include "mlir/IR/Diagnostics.h"
+
+using namespace mlir;
+using namespace strata;
+
+RuntimeTarget::~RuntimeTarget() = default;
+
+LogicalResult RuntimeTarget::checkElementTypes(Operation *op) const {
+  for (Value v : llvm::concat<Value>(op->getOperands(), op->getResults())) {
+    auto t = dyn_cast<RankedTensorType>(v.getType());
+    if (!t)
+      continue;
+    Type element = t.getElementType();
+    if (auto f = dyn_cast<FloatType>(element)) {
+      if (!supportsFloatType(f))
+        return op->emitOpError("has a ")
+               << t << " value; " << getDescription() << " computes in f32";
+      continue;
+    }
+    if (!element.isInteger(32) && !element.isInteger(64))
+      return op->emitOpError("has a ")
+             << t << " value; " << getDescription()
+             << " takes integers as i32 or i64";
+  }
+  return success();
+}
+
+bool RuntimeTarget::supportsGemmBatch(ArrayRef<int64_t> operand,
+                                      ArrayRef<int64_t> result) const {
+  int64_t count = 1;
+  for (int64_t d : operand)
+    count *= d;
+  return count == 1 || operand == result;
+}
+
+bool RuntimeTarget::supportsCollectiveSplit(ArrayRef<int64_t> shape,
+                                            int64_t dim) const {
+  // A rank's slice is one contiguous block: no dimension before `dim` is
+  // larger than 1 (MPI and NCCL move contiguous buffers).
+  for (int64_t d = 0; d < dim; ++d)
+    if (shape[d] != 1)
+      return false;
+  return true;
+}
+
+namespace {
+
+/// runtime/cpu: oneDNN matmul (post-ops apply to any N) and OpenMP kernels
+/// in f32.
+class CpuTarget final : public RuntimeTarget {
+public:
+  StringRef getName() const override { return "cpu"; }
+  StringRef getDescription() const override { return "the CPU runtime"; }
+  bool supportsFloatType(FloatType type) const override {
+    return type.isF32();
+  }
+  bool epilogueSupports(Activation, int64_t) const override { return true; }
+  /// A cache line (and oneDNN's preferred alignment).
+  int64_t getBufferAlignment() const override { return 64; }
+};
+
+/// cuBLASLt epilogues and NCCL. The aux output of an epilogue that keeps the
+/// pre-activation needs N % 8 == 0 for GELU and a bit-mask whose leading
+/// dimension is a multiple of 128 for ReLU.
+class CudaTarget final : public RuntimeTarget {
+public:
+  StringRef getName() const override { return "cuda"; }
+  StringRef getDescription() const override { return "the CUDA runtime"; }
+  bool supportsFloatType(FloatType type) const override {
+    return type.isF32();
+  }
+  bool epilogueSupports(Activation act, int64_t n) const override {
+    if (act == Activation::Relu)
+      return n % 128 == 0;
+    if (act == Activation::GeluTanh || act == Activation::GeluErf)
+      return n % 8 == 0;
+    return true;
+  }
+  /// cudaMalloc's alignment, which cuBLASLt's fastest kernels want.
+  int64_t getBufferAlignment() const override { return 256; }
+};
+
+} // namespace
+
+const RuntimeTarget *RuntimeTarget::lookup(StringRef name) {
+  static const CpuTarget cpu;
+  static const CudaTarget cuda;
+  if (name == cpu.getName())
+    return &cpu;
+  if (name == cuda.getName())
+    return &cuda;
+  return nullptr;
+}
+
+StringRef RuntimeTarget::knownNames() { return "cpu, cuda"; }

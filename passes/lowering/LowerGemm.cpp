@@ -1,0 +1,165 @@
+//===- LowerGemm.cpp - GEMM family -> strata_rt_gemm ----------------------===//
+//
+// matmul, matmul_grad (two GEMMs, the transposes as flags; a 2-D weight
+// under a batched activation is one GEMM over all rows, which also sums its
+// gradient over the batch; a gradient nobody reads is not computed), and
+// the fused GEMM epilogue and its gradient.
+//
+//===----------------------------------------------------------------------===//
+
+#include "RuntimeLowering.h"
+
+using namespace mlir;
+using namespace strata;
+using namespace strata::lowering;
+
+namespace {
+
+LogicalResult lowerMatmul(Operation *op, Value lhs, Value rhs, Value out,
+                          bool transA, bool transB, RuntimeLowering &l) {
+  SmallVector<int64_t> a = shapeOf(lhs), bs = shapeOf(rhs), c = shapeOf(out);
+  int64_t ra = a.size(), rb = bs.size(), rc = c.size();
+  int64_t m = c[rc - 2], n = c[rc - 1];
+  int64_t k = transA ? a[ra - 2] : a[ra - 1];
+  int64_t batch = numel(out) / (m * n);
+  int64_t batchA = numel(lhs) / (m * k), batchB = numel(rhs) / (k * n);
+  // A 2-D weight under a batched activation: one GEMM over all rows.
+  if (rb == 2 && !transA) {
+    l.gemm(1, batchA * m, n, k, l.ptr(lhs), 0, false, l.ptr(rhs), 0, transB,
+           l.ptr(out), Value(), STRATA_RT_ACT_NONE);
+    return success();
+  }
+  ArrayRef<int64_t> batchDims = ArrayRef(c).drop_back(2);
+  if (!l.target.supportsGemmBatch(ArrayRef(a).drop_back(2), batchDims) ||
+      !l.target.supportsGemmBatch(ArrayRef(bs).drop_back(2), batchDims) ||
+      (batchA != 1 && batchA != batch) || (batchB != 1 && batchB != batch))
+    return op->emitOpError("broadcasts batch dimensions in a way ")
+           << l.target.getDescription() << " does not support";
+  l.gemm(batch, m, n, k, l.ptr(lhs), batchA == 1 ? 0 : m * k, transA,
+         l.ptr(rhs), batchB == 1 ? 0 : k * n, transB, l.ptr(out), Value(),
+         STRATA_RT_ACT_NONE);
+  return success();
+}
+
+LogicalResult lowerMatmulGrad(MatmulGradOp op, RuntimeLowering &l) {
+  bool transA = op.getTransposeLhs(), transB = op.getTransposeRhs();
+  Value A = op.getLhs(), B = op.getRhs(), dy = op.getResultGrad();
+  SmallVector<int64_t> a = shapeOf(A), bs = shapeOf(B), c = shapeOf(dy);
+  int64_t ra = a.size(), rb = bs.size(), rc = c.size();
+  int64_t m = c[rc - 2], n = c[rc - 1];
+  int64_t k = transA ? a[ra - 2] : a[ra - 1];
+  int64_t batch = numel(dy) / (m * n);
+  int64_t batchA = numel(A) / (m * k), batchB = numel(B) / (k * n);
+  // A gradient nobody reads (e.g. of the input batch) is not computed.
+  bool needA = !op.getLhsGrad().use_empty(),
+       needB = !op.getRhsGrad().use_empty();
+  Value dA = needA ? l.ptr(op.getLhsGrad()) : Value();
+  Value dB = needB ? l.ptr(op.getRhsGrad()) : Value();
+  if (rb == 2 && !transA) {
+    // Rows of every batch together: dA = dy @ op(B)^T, dB = A^T @ dy summed
+    // over the batch by the GEMM itself.
+    int64_t rows = batchA * m;
+    if (needA)
+      l.gemm(1, rows, k, n, l.ptr(dy), 0, false, l.ptr(B), 0, !transB, dA,
+             Value(), STRATA_RT_ACT_NONE);
+    if (needB && !transB)
+      l.gemm(1, k, n, rows, l.ptr(A), 0, true, l.ptr(dy), 0, false, dB,
+             Value(), STRATA_RT_ACT_NONE);
+    else if (needB)
+      l.gemm(1, n, k, rows, l.ptr(dy), 0, true, l.ptr(A), 0, false, dB,
+             Value(), STRATA_RT_ACT_NONE);
+    return success();
+  }
+  if (batchA != batch || batchB != batch ||
+      (ra > 2 && ArrayRef(a).drop_back(2) != ArrayRef(c).drop_back(2)) ||
+      (rb > 2 && ArrayRef(bs).drop_back(2) != ArrayRef(c).drop_back(2)))
+    return op->emitOpError("sums a gradient over broadcast batch dimensions, "
+                           "which ")
+           << l.target.getDescription() << " does not support";
+  int64_t sa = batch == 1 ? 0 : m * k, sb = batch == 1 ? 0 : k * n,
+          sy = batch == 1 ? 0 : m * n;
+  if (needA && !transA)
+    l.gemm(batch, m, k, n, l.ptr(dy), sy, false, l.ptr(B), sb, !transB, dA,
+           Value(), STRATA_RT_ACT_NONE);
+  else if (needA)
+    l.gemm(batch, k, m, n, l.ptr(B), sb, transB, l.ptr(dy), sy, true, dA,
+           Value(), STRATA_RT_ACT_NONE);
+  if (needB && !transB)
+    l.gemm(batch, k, n, m, l.ptr(A), sa, !transA, l.ptr(dy), sy, false, dB,
+           Value(), STRATA_RT_ACT_NONE);
+  else if (needB)
+    l.gemm(batch, n, k, m, l.ptr(dy), sy, true, l.ptr(A), sa, transA, dB,
+           Value(), STRATA_RT_ACT_NONE);
+  return success();
+}
+
+LogicalResult lowerFusedGemm(FusedGemmEpilogueOp o, RuntimeLowering &l) {
+  Value x = o.getInput(), w = o.getWeight();
+  SmallVector<int64_t> ws = shapeOf(w);
+  int64_t k = ws[0], n = ws[1], rows = numel(x) / k;
+  int64_t act = activationCode(o.getActivation());
+  if (o.getAux()) {
+    // The pre-activation is an output: GEMM + bias into it, then the
+    // activation.
+    l.gemm(1, rows, n, k, l.ptr(x), 0, false, l.ptr(w), 0, false,
+           l.ptr(o.getAux()), l.ptr(o.getBias()), STRATA_RT_ACT_NONE);
+    if (act != STRATA_RT_ACT_NONE) {
+      l.call("strata_rt_unary",
+             {l.site(), l.i64(act), l.ptr(o.getResult()), l.ty(o.getResult()),
+              l.ptr(o.getAux()), l.ty(o.getAux()), l.i64(numel(o.getResult())),
+              l.f64(0)});
+      return success();
+    }
+    l.copy(l.ptr(o.getResult()), l.ptr(o.getAux()), o.getResult());
+    return success();
+  }
+  l.gemm(1, rows, n, k, l.ptr(x), 0, false, l.ptr(w), 0, false,
+         l.ptr(o.getResult()), l.ptr(o.getBias()), act);
+  return success();
+}
+
+LogicalResult lowerFusedGemmGrad(FusedGemmEpilogueGradOp o,
+                                 RuntimeLowering &l) {
+  Value x = o.getInput(), w = o.getWeight(), dz = o.getResultGrad();
+  SmallVector<int64_t> ws = shapeOf(w);
+  int64_t k = ws[0], n = ws[1], rows = numel(x) / k;
+  Value dzPtr = l.ptr(dz);
+  if (o.getActivation() != Activation::None) {
+    // The activation's gradient overwrites the pre-activation, which this
+    // op reads last.
+    Value aux = o.getAux();
+    for (Operation *user : aux.getUsers())
+      if (user != o && o->isBeforeInBlock(user))
+        return o.emitOpError("needs the pre-activation after its gradient; ")
+               << l.target.getDescription()
+               << " computes the activation gradient in its place";
+    if (!l.hasBuffer(aux) || isa<BlockArgument>(aux) ||
+        isa_and_nonnull<GetParamOp, GetStateOp>(aux.getDefiningOp()))
+      return o.emitOpError("needs an intermediate pre-activation");
+    l.call("strata_rt_act_grad",
+           {l.site(), l.i64(activationCode(o.getActivation())), l.ptr(aux),
+            l.ty(aux), l.ptr(aux), l.ty(aux), l.ptr(dz), l.ty(dz),
+            l.i64(numel(dz))});
+    dzPtr = l.ptr(aux);
+  }
+  if (!o.getInputGrad().use_empty())
+    l.gemm(1, rows, k, n, dzPtr, 0, false, l.ptr(w), 0, true,
+           l.ptr(o.getInputGrad()), Value(), STRATA_RT_ACT_NONE);
+  l.gemm(1, k, n, rows, l.ptr(x), 0, true, dzPtr, 0, false,
+         l.ptr(o.getWeightGrad()), Value(), STRATA_RT_ACT_NONE);
+  l.reduceTo(l.ptr(o.getBiasGrad()), dzPtr, {rows, n}, {0, 1}, 1.0);
+  return success();
+}
+
+} // namespace
+
+void strata::lowering::populateGemmLoweringPatterns(RewritePatternSet &patterns,
+                                                    RuntimeLowering &l) {
+  addLowering<MatmulOp>(patterns, l, [](MatmulOp o, RuntimeLowering &l) {
+    return lowerMatmul(o, o.getLhs(), o.getRhs(), o.getResult(),
+                       o.getTransposeLhs(), o.getTransposeRhs(), l);
+  });
+  addLowering<MatmulGradOp>(patterns, l, lowerMatmulGrad);
+  addLowering<FusedGemmEpilogueOp>(patterns, l, lowerFusedGemm);
+  addLowering<FusedGemmEpilogueGradOp>(patterns, l, lowerFusedGemmGrad);
+}

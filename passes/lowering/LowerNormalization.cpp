@@ -1,0 +1,119 @@
+//===- LowerNormalization.cpp - Softmax, layer norm, loss, embedding ------===//
+//
+// Row kernels over the last dimension: softmax (optionally causal) and
+// layer norm with their gradients; the cross-entropy loss (mean over rows)
+// and its gradient; the embedding lookup and its gradient (ids i32 or i64).
+//
+//===----------------------------------------------------------------------===//
+
+#include "RuntimeLowering.h"
+
+using namespace mlir;
+using namespace strata;
+using namespace strata::lowering;
+
+namespace {
+
+/// Rows of a tensor: all dimensions but the last.
+int64_t rowsOf(Value v) {
+  return numel(v) / std::max<int64_t>(shapeOf(v).back(), 1);
+}
+
+LogicalResult lowerSoftmax(SoftmaxOp o, RuntimeLowering &l) {
+  SmallVector<int64_t> shape = shapeOf(o);
+  // Causal: row i of each [.., s, s] block keeps columns j <= i.
+  int64_t causal =
+      o.getCausal() ? (shape.size() >= 2 ? shape[shape.size() - 2] : 1) : 0;
+  l.call("strata_rt_softmax",
+         {l.site(), l.ptr(o), l.ty(o), l.ptr(o.getInput()),
+          l.ty(o.getInput()), l.i64(rowsOf(o)), l.i64(shape.back()),
+          l.i64(causal)});
+  return success();
+}
+
+LogicalResult lowerSoftmaxGrad(SoftmaxGradOp o, RuntimeLowering &l) {
+  l.call("strata_rt_softmax_grad",
+         {l.site(), l.ptr(o), l.ty(o), l.ptr(o.getOutput()),
+          l.ty(o.getOutput()), l.ptr(o.getResultGrad()),
+          l.ty(o.getResultGrad()), l.i64(rowsOf(o)),
+          l.i64(shapeOf(o).back())});
+  return success();
+}
+
+LogicalResult lowerLayerNorm(LayerNormOp o, RuntimeLowering &l) {
+  l.call("strata_rt_layer_norm",
+         {l.site(), l.ptr(o), l.ty(o), l.ptr(o.getInput()),
+          l.ty(o.getInput()), l.ptr(o.getGamma()), l.ty(o.getGamma()),
+          l.ptr(o.getBeta()), l.ty(o.getBeta()), l.i64(rowsOf(o)),
+          l.i64(shapeOf(o).back()), l.f64(o.getEpsilon().convertToDouble())});
+  return success();
+}
+
+LogicalResult lowerLayerNormGrad(LayerNormGradOp o, RuntimeLowering &l) {
+  Value x = o.getInput();
+  l.call("strata_rt_layer_norm_grad",
+         {l.site(), l.ptr(o.getInputGrad()), l.ty(o.getInputGrad()),
+          l.ptr(o.getGammaGrad()), l.ty(o.getGammaGrad()),
+          l.ptr(o.getBetaGrad()), l.ty(o.getBetaGrad()), l.ptr(x), l.ty(x),
+          l.ptr(o.getGamma()), l.ty(o.getGamma()), l.ptr(o.getResultGrad()),
+          l.ty(o.getResultGrad()), l.i64(rowsOf(x)), l.i64(shapeOf(x).back()),
+          l.f64(o.getEpsilon().convertToDouble())});
+  return success();
+}
+
+LogicalResult lowerCrossEntropy(CrossEntropyOp o, RuntimeLowering &l) {
+  l.call("strata_rt_cross_entropy",
+         {l.site(), l.ptr(o), l.ty(o), l.ptr(o.getLogits()),
+          l.ty(o.getLogits()), l.ptr(o.getLabels()), l.ty(o.getLabels()),
+          l.i64(numel(o.getLabels())), l.i64(shapeOf(o.getLogits()).back())});
+  return success();
+}
+
+LogicalResult lowerCrossEntropyGrad(CrossEntropyGradOp o, RuntimeLowering &l) {
+  l.call("strata_rt_cross_entropy_grad",
+         {l.site(), l.ptr(o), l.ty(o), l.ptr(o.getLogits()),
+          l.ty(o.getLogits()), l.ptr(o.getLabels()), l.ty(o.getLabels()),
+          l.ptr(o.getLossGrad()), l.ty(o.getLossGrad()),
+          l.i64(numel(o.getLabels())), l.i64(shapeOf(o.getLogits()).back())});
+  return success();
+}
+
+LogicalResult lowerEmbedding(EmbeddingOp o, RuntimeLowering &l) {
+  SmallVector<int64_t> table = shapeOf(o.getTable());
+  l.call("strata_rt_embedding",
+         {l.site(), l.ptr(o), l.ty(o), l.ptr(o.getTable()), l.ty(o.getTable()),
+          l.ptr(o.getIds()), l.ty(o.getIds()), l.i64(numel(o.getIds())),
+          l.i64(table[0]), l.i64(table[1])});
+  return success();
+}
+
+LogicalResult lowerEmbeddingGrad(EmbeddingGradOp o, RuntimeLowering &l) {
+  SmallVector<int64_t> table = shapeOf(o);
+  l.call("strata_rt_embedding_grad",
+         {l.site(), l.ptr(o), l.ty(o), l.ptr(o.getIds()), l.ty(o.getIds()),
+          l.ptr(o.getResultGrad()), l.ty(o.getResultGrad()),
+          l.i64(numel(o.getIds())), l.i64(table[0]), l.i64(table[1])});
+  return success();
+}
+
+} // namespace
+
+void strata::lowering::populateNormalizationLoweringPatterns(
+    RewritePatternSet &patterns, RuntimeLowering &l) {
+  addLowering<SoftmaxOp>(patterns, l, lowerSoftmax);
+  addLowering<SoftmaxGradOp>(patterns, l, lowerSoftmaxGrad);
+  addLowering<LayerNormOp>(patterns, l, lowerLayerNorm);
+  addLowering<LayerNormGradOp>(patterns, l, lowerLayerNormGrad);
+}
+
+void strata::lowering::populateLossLoweringPatterns(RewritePatternSet &patterns,
+                                                    RuntimeLowering &l) {
+  addLowering<CrossEntropyOp>(patterns, l, lowerCrossEntropy);
+  addLowering<CrossEntropyGradOp>(patterns, l, lowerCrossEntropyGrad);
+}
+
+void strata::lowering::populateEmbeddingLoweringPatterns(
+    RewritePatternSet &patterns, RuntimeLowering &l) {
+  addLowering<EmbeddingOp>(patterns, l, lowerEmbedding);
+  addLowering<EmbeddingGradOp>(patterns, l, lowerEmbeddingGrad);
+}

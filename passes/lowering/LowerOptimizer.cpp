@@ -1,0 +1,130 @@
+//===- LowerOptimizer.cpp - Learning rate, clipping, updates --------------===//
+//
+// lr_schedule, global_norm, clip_by_global_norm and the six optimizer
+// updates (SGD, Momentum, Adam, AdamW, LAMB, LARS). An update whose result
+// the driver sends straight to the resident buffer writes it there (its
+// result's buffer is that buffer).
+//
+//===----------------------------------------------------------------------===//
+
+#include "RuntimeLowering.h"
+
+using namespace mlir;
+using namespace strata;
+using namespace strata::lowering;
+
+namespace {
+
+LogicalResult lowerLrSchedule(LrScheduleOp o, RuntimeLowering &l) {
+  int64_t kind = o.getKind() == LrScheduleKind::Constant
+                     ? STRATA_RT_LR_CONSTANT
+                 : o.getKind() == LrScheduleKind::LinearWarmup
+                     ? STRATA_RT_LR_LINEAR_WARMUP
+                     : STRATA_RT_LR_COSINE;
+  l.call("strata_rt_lr_schedule",
+         {l.site(), l.ptr(o), l.ty(o), l.ptr(o.getStep()), l.ty(o.getStep()),
+          l.i64(kind), l.f64(o.getBaseLr().convertToDouble()),
+          l.i64(int64_t(o.getWarmupSteps())),
+          l.i64(int64_t(o.getDecaySteps())),
+          l.f64(o.getMinLr().convertToDouble())});
+  return success();
+}
+
+LogicalResult lowerGlobalNorm(GlobalNormOp o, RuntimeLowering &l) {
+  OpBuilder &b = l.builder();
+  Location loc = l.getLoc();
+  auto ptrType = LLVM::LLVMPointerType::get(l.getContext());
+  int64_t count = o.getInputs().size();
+  Value table = LLVM::AllocaOp::create(b, loc, ptrType, ptrType,
+                                       l.i64(std::max<int64_t>(count, 1)));
+  SmallVector<int64_t> sizes, types;
+  for (auto [i, v] : llvm::enumerate(o.getInputs())) {
+    Value slot = LLVM::GEPOp::create(b, loc, ptrType, ptrType, table,
+                                     ArrayRef<LLVM::GEPArg>{int32_t(i)});
+    LLVM::StoreOp::create(b, loc, l.ptr(v), slot);
+    sizes.push_back(numel(v));
+    types.push_back(RuntimeLowering::typeCode(tensorType(v).getElementType()));
+  }
+  l.call("strata_rt_global_norm",
+         {l.site(), l.ptr(o), l.ty(o), l.i64(count), table,
+          l.constantArray(types), l.constantArray(sizes)});
+  return success();
+}
+
+LogicalResult lowerClip(ClipByGlobalNormOp o, RuntimeLowering &l) {
+  for (auto [in, out] : llvm::zip(o.getInputs(), o.getResults()))
+    l.call("strata_rt_clip",
+           {l.site(), l.ptr(out), l.ty(out), l.ptr(in), l.ty(in),
+            l.i64(numel(in)), l.ptr(o.getNorm()), l.ty(o.getNorm()),
+            l.f64(o.getMaxNorm().convertToDouble())});
+  return success();
+}
+
+LogicalResult lowerSgd(SgdUpdateOp o, RuntimeLowering &l) {
+  l.call("strata_rt_sgd",
+         {l.site(), l.ptr(o), l.ty(o), l.ptr(o.getParam()), l.ty(o.getParam()),
+          l.ptr(o.getGrad()), l.ty(o.getGrad()), l.ptr(o.getLr()),
+          l.ty(o.getLr()), l.i64(numel(o)),
+          l.f64(o.getWeightDecay().convertToDouble())});
+  return success();
+}
+
+LogicalResult lowerMomentum(MomentumUpdateOp o, RuntimeLowering &l) {
+  l.call("strata_rt_momentum",
+         {l.site(), l.ptr(o.getNewParam()), l.ty(o.getNewParam()),
+          l.ptr(o.getNewVelocity()), l.ty(o.getNewVelocity()),
+          l.ptr(o.getParam()), l.ty(o.getParam()), l.ptr(o.getGrad()),
+          l.ty(o.getGrad()), l.ptr(o.getVelocity()), l.ty(o.getVelocity()),
+          l.ptr(o.getLr()), l.ty(o.getLr()), l.i64(numel(o.getParam())),
+          l.f64(o.getMomentum().convertToDouble()),
+          l.f64(o.getWeightDecay().convertToDouble()),
+          l.i64(o.getUseNesterov())});
+  return success();
+}
+
+template <typename OpTy, int64_t Kind>
+LogicalResult lowerAdam(OpTy o, RuntimeLowering &l) {
+  l.call("strata_rt_adam",
+         {l.site(), l.i64(Kind), l.ptr(o.getNewParam()), l.ty(o.getNewParam()),
+          l.ptr(o.getNewMoment1()), l.ty(o.getNewMoment1()),
+          l.ptr(o.getNewMoment2()), l.ty(o.getNewMoment2()),
+          l.ptr(o.getParam()), l.ty(o.getParam()), l.ptr(o.getGrad()),
+          l.ty(o.getGrad()), l.ptr(o.getMoment1()), l.ty(o.getMoment1()),
+          l.ptr(o.getMoment2()), l.ty(o.getMoment2()), l.ptr(o.getLr()),
+          l.ty(o.getLr()), l.ptr(o.getStep()), l.ty(o.getStep()),
+          l.i64(numel(o.getParam())), l.f64(o.getBeta1().convertToDouble()),
+          l.f64(o.getBeta2().convertToDouble()),
+          l.f64(o.getEpsilon().convertToDouble()),
+          l.f64(o.getWeightDecay().convertToDouble())});
+  return success();
+}
+
+LogicalResult lowerLars(LarsUpdateOp o, RuntimeLowering &l) {
+  l.call("strata_rt_lars",
+         {l.site(), l.ptr(o.getNewParam()), l.ty(o.getNewParam()),
+          l.ptr(o.getNewVelocity()), l.ty(o.getNewVelocity()),
+          l.ptr(o.getParam()), l.ty(o.getParam()), l.ptr(o.getGrad()),
+          l.ty(o.getGrad()), l.ptr(o.getVelocity()), l.ty(o.getVelocity()),
+          l.ptr(o.getLr()), l.ty(o.getLr()), l.i64(numel(o.getParam())),
+          l.f64(o.getMomentum().convertToDouble()),
+          l.f64(o.getWeightDecay().convertToDouble()),
+          l.f64(o.getLarsCoeff().convertToDouble()),
+          l.f64(o.getEpsilon().convertToDouble())});
+  return success();
+}
+
+} // namespace
+
+void strata::lowering::populateOptimizerLoweringPatterns(
+    RewritePatternSet &patterns, RuntimeLowering &l) {
+  addLowering<LrScheduleOp>(patterns, l, lowerLrSchedule);
+  addLowering<GlobalNormOp>(patterns, l, lowerGlobalNorm);
+  addLowering<ClipByGlobalNormOp>(patterns, l, lowerClip);
+  addLowering<SgdUpdateOp>(patterns, l, lowerSgd);
+  addLowering<MomentumUpdateOp>(patterns, l, lowerMomentum);
+  addLowering<AdamUpdateOp>(patterns, l, lowerAdam<AdamUpdateOp, STRATA_RT_ADAM>);
+  addLowering<AdamWUpdateOp>(patterns, l,
+                             lowerAdam<AdamWUpdateOp, STRATA_RT_ADAMW>);
+  addLowering<LambUpdateOp>(patterns, l, lowerAdam<LambUpdateOp, STRATA_RT_LAMB>);
+  addLowering<LarsUpdateOp>(patterns, l, lowerLars);
+}
