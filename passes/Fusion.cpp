@@ -43,8 +43,8 @@ struct GemmEpilogueFusionPass
     runtime = RuntimeTarget::lookup(target);
     if (!runtime) {
       mlir::emitError(getOperation().getLoc())
-          << "strata-gemm-epilogue-fusion: unknown target '" << target
-          << "' (" << RuntimeTarget::knownNames() << ")";
+          << "strata-gemm-epilogue-fusion: unknown target '" << target << "' ("
+          << RuntimeTarget::knownNames() << ")";
       return signalPassFailure();
     }
     // Collected first: fusing erases the ops around each bias_add.

@@ -37,7 +37,8 @@ using namespace strata::lowering;
 // Shared helpers of the patterns
 //===----------------------------------------------------------------------===//
 
-SmallVector<int64_t> strata::lowering::contiguousStrides(ArrayRef<int64_t> shape) {
+SmallVector<int64_t>
+strata::lowering::contiguousStrides(ArrayRef<int64_t> shape) {
   SmallVector<int64_t> strides(shape.size(), 1);
   for (int64_t d = int64_t(shape.size()) - 2; d >= 0; --d)
     strides[d] = strides[d + 1] * shape[d + 1];
@@ -81,8 +82,8 @@ int64_t strata::lowering::geluCode(GeluApproximation a) {
 //===----------------------------------------------------------------------===//
 
 RuntimeLowering::RuntimeLowering(ModuleOp module, func::FuncOp step,
-                                 const RuntimeTarget &target,
-                                 int64_t alignment, bool trace)
+                                 const RuntimeTarget &target, int64_t alignment,
+                                 bool trace)
     : target(target), module(module), step(step), trace(trace),
       b(module.getContext()), loc(UnknownLoc::get(module.getContext())),
       ptrType(LLVM::LLVMPointerType::get(module.getContext())),
@@ -246,8 +247,7 @@ SmallVector<int64_t> RuntimeLowering::groupDescriptor(Operation *op,
 /// computation overlaps it and all ranks' calls match.
 LogicalResult RuntimeLowering::collective(Operation *op, int64_t kind,
                                           Value input, ReduceKind reduce,
-                                          int64_t root,
-                                          FlatSymbolRefAttr group,
+                                          int64_t root, FlatSymbolRefAttr group,
                                           int64_t dim) {
   Value result = op->getResult(0);
   if (reduce != ReduceKind::Sum && reduce != ReduceKind::Mean)
@@ -328,8 +328,8 @@ LogicalResult RuntimeLowering::run() {
   {
     Value refused =
         call("strata_rt_step_begin", {i64(STRATA_RT_ABI_VERSION)}, i64Type);
-    Value ok = LLVM::ICmpOp::create(b, loc, LLVM::ICmpPredicate::eq, refused,
-                                    i64(0));
+    Value ok =
+        LLVM::ICmpOp::create(b, loc, LLVM::ICmpPredicate::eq, refused, i64(0));
     Block *run = fn.addBlock(), *exit = fn.addBlock();
     LLVM::CondBrOp::create(b, loc, ok, run, exit);
     b.setInsertionPointToStart(exit);
@@ -537,7 +537,8 @@ struct LowerToRuntimePass
     ModuleOp module = getOperation();
     const RuntimeTarget *runtime = RuntimeTarget::lookup(target);
     if (!runtime) {
-      mlir::emitError(module.getLoc(), "strata-lower-to-runtime: unknown target '")
+      mlir::emitError(module.getLoc(),
+                      "strata-lower-to-runtime: unknown target '")
           << target << "' (" << RuntimeTarget::knownNames() << ")";
       return signalPassFailure();
     }
@@ -556,10 +557,10 @@ struct LowerToRuntimePass
                                << " can be lowered to the runtime";
         return signalPassFailure();
       }
-    RuntimeLowering lowering(
-        module, step, *runtime,
-        alignment > 0 ? int64_t(alignment) : runtime->getBufferAlignment(),
-        trace);
+    RuntimeLowering lowering(module, step, *runtime,
+                             alignment > 0 ? int64_t(alignment)
+                                           : runtime->getBufferAlignment(),
+                             trace);
     if (failed(lowering.run()))
       return signalPassFailure();
     // What remains of the Strata program: declarations the host has read.

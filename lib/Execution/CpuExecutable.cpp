@@ -76,10 +76,9 @@ Layout takeLayout(ModuleOp lowered) {
       lowered->getAttrOfType<IntegerAttr>("strata.rt.arena_bytes").getInt();
   if (auto shards = lowered->getAttrOfType<IntegerAttr>("strata.rt.shards"))
     layout.shards = shards.getInt();
-  for (StringRef name : {"strata.rt.persistent", "strata.rt.sites",
-                         "strata.rt.site_roles",
-                         "strata.rt.arena_bytes", "strata.rt.shards",
-                         "strata.rt.abi_version"})
+  for (StringRef name :
+       {"strata.rt.persistent", "strata.rt.sites", "strata.rt.site_roles",
+        "strata.rt.arena_bytes", "strata.rt.shards", "strata.rt.abi_version"})
     lowered->removeAttr(name);
   return layout;
 }
@@ -183,8 +182,8 @@ CpuExecutable::compile(ModuleOp module, const CpuOptions &options) {
   // The object of a lowering of another release would call kernels this
   // runtime does not have: refuse it before the first step.
   if (auto version = exe->engine->lookup("strata_step_abi_version");
-      !version || *reinterpret_cast<const int64_t *>(*version) !=
-                      strata_rt_abi_version()) {
+      !version ||
+      *reinterpret_cast<const int64_t *>(*version) != strata_rt_abi_version()) {
     if (!version)
       llvm::consumeError(version.takeError());
     return error("the lowered module was built for another runtime ABI "

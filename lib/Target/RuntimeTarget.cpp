@@ -23,9 +23,8 @@ LogicalResult RuntimeTarget::checkElementTypes(Operation *op) const {
       continue;
     }
     if (!element.isInteger(32) && !element.isInteger(64))
-      return op->emitOpError("has a ")
-             << t << " value; " << getDescription()
-             << " takes integers as i32 or i64";
+      return op->emitOpError("has a ") << t << " value; " << getDescription()
+                                       << " takes integers as i32 or i64";
   }
   return success();
 }
@@ -56,9 +55,7 @@ class CpuTarget final : public RuntimeTarget {
 public:
   StringRef getName() const override { return "cpu"; }
   StringRef getDescription() const override { return "the CPU runtime"; }
-  bool supportsFloatType(FloatType type) const override {
-    return type.isF32();
-  }
+  bool supportsFloatType(FloatType type) const override { return type.isF32(); }
   bool epilogueSupports(Activation, int64_t) const override { return true; }
   /// A cache line (and oneDNN's preferred alignment).
   int64_t getBufferAlignment() const override { return 64; }
@@ -71,9 +68,7 @@ class CudaTarget final : public RuntimeTarget {
 public:
   StringRef getName() const override { return "cuda"; }
   StringRef getDescription() const override { return "the CUDA runtime"; }
-  bool supportsFloatType(FloatType type) const override {
-    return type.isF32();
-  }
+  bool supportsFloatType(FloatType type) const override { return type.isF32(); }
   bool epilogueSupports(Activation act, int64_t n) const override {
     if (act == Activation::Relu)
       return n % 128 == 0;

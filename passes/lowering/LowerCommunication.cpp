@@ -15,10 +15,9 @@ using namespace strata::lowering;
 
 void strata::lowering::populateCollectiveLoweringPatterns(
     RewritePatternSet &patterns, RuntimeLowering &l) {
-  addLowering<InitTokenOp>(patterns, l,
-                           [](InitTokenOp, RuntimeLowering &) {
-                             return success(); // tokens order, nothing runs
-                           });
+  addLowering<InitTokenOp>(patterns, l, [](InitTokenOp, RuntimeLowering &) {
+    return success(); // tokens order, nothing runs
+  });
   addLowering<AllReduceOp>(patterns, l, [](AllReduceOp o, RuntimeLowering &l) {
     return l.collective(o, STRATA_RT_ALL_REDUCE, o.getInput(), o.getKind(), 0,
                         o.getGroupAttr());

@@ -35,9 +35,9 @@ LogicalResult binary(int64_t kind, Value lhs, Value rhs, Value out,
 
 LogicalResult unary(int64_t kind, Value in, Value out, RuntimeLowering &l,
                     double alpha = 0) {
-  l.call("strata_rt_unary", {l.site(), l.i64(kind), l.ptr(out), l.ty(out),
-                             l.ptr(in), l.ty(in), l.i64(numel(out)),
-                             l.f64(alpha)});
+  l.call("strata_rt_unary",
+         {l.site(), l.i64(kind), l.ptr(out), l.ty(out), l.ptr(in), l.ty(in),
+          l.i64(numel(out)), l.f64(alpha)});
   return success();
 }
 
@@ -92,8 +92,7 @@ LogicalResult lowerPack(PackOp o, RuntimeLowering &l) {
 }
 
 LogicalResult lowerUnpack(UnpackOp o, RuntimeLowering &l) {
-  int64_t width =
-      tensorBytes(o.getInput().getType()) / numel(o.getInput());
+  int64_t width = tensorBytes(o.getInput().getType()) / numel(o.getInput());
   int64_t at = o.getOffset() * width;
   for (Value r : o.getResults()) {
     if (!l.inArenaAt(r, o.getInput(), at))
@@ -136,11 +135,10 @@ void strata::lowering::populateElementwiseLoweringPatterns(
   addLowering<BiasAddOp>(patterns, l, [](BiasAddOp o, RuntimeLowering &l) {
     return binary(STRATA_RT_ADD, o.getInput(), o.getBias(), o, l);
   });
-  addLowering<arith::AddIOp>(patterns, l,
-                             [](arith::AddIOp o, RuntimeLowering &l) {
-                               return binary(STRATA_RT_ADD, o.getLhs(),
-                                             o.getRhs(), o, l);
-                             });
+  addLowering<arith::AddIOp>(
+      patterns, l, [](arith::AddIOp o, RuntimeLowering &l) {
+        return binary(STRATA_RT_ADD, o.getLhs(), o.getRhs(), o, l);
+      });
   addLowering<SubOp>(patterns, l, [](SubOp o, RuntimeLowering &l) {
     return binary(STRATA_RT_SUB, o.getLhs(), o.getRhs(), o, l);
   });
@@ -206,10 +204,9 @@ void strata::lowering::populateDataMovementLoweringPatterns(
   addLowering<SumToOp>(patterns, l, [](SumToOp o, RuntimeLowering &l) {
     return lowerSumTo(o, l);
   });
-  addLowering<BiasAddGradOp>(patterns, l,
-                             [](BiasAddGradOp o, RuntimeLowering &l) {
-                               return lowerSumTo(o, l);
-                             });
+  addLowering<BiasAddGradOp>(
+      patterns, l,
+      [](BiasAddGradOp o, RuntimeLowering &l) { return lowerSumTo(o, l); });
 }
 
 void strata::lowering::populateDropoutLoweringPatterns(
@@ -220,13 +217,12 @@ void strata::lowering::populateDropoutLoweringPatterns(
     return success();
   });
   // The gradient applies the same mask (and scale) to the result's gradient.
-  addLowering<DropoutGradOp>(patterns, l,
-                             [](DropoutGradOp o, RuntimeLowering &l) {
-                               l.dropout(o, l.ptr(o), l.ptr(o.getResultGrad()),
-                                         Value(), o.getProb().convertToDouble(),
-                                         o.getKey(), numel(o));
-                               return success();
-                             });
+  addLowering<DropoutGradOp>(
+      patterns, l, [](DropoutGradOp o, RuntimeLowering &l) {
+        l.dropout(o, l.ptr(o), l.ptr(o.getResultGrad()), Value(),
+                  o.getProb().convertToDouble(), o.getKey(), numel(o));
+        return success();
+      });
   addLowering<FusedDropoutAddOp>(
       patterns, l, [](FusedDropoutAddOp o, RuntimeLowering &l) {
         l.dropout(o, l.ptr(o), l.ptr(o.getInput()), l.ptr(o.getResidual()),
@@ -235,8 +231,8 @@ void strata::lowering::populateDropoutLoweringPatterns(
       });
   addLowering<FusedDropoutAddGradOp>(
       patterns, l, [](FusedDropoutAddGradOp o, RuntimeLowering &l) {
-        l.dropout(o, l.ptr(o.getInputGrad()), l.ptr(o.getResultGrad()),
-                  Value(), o.getProb().convertToDouble(), o.getKey(),
+        l.dropout(o, l.ptr(o.getInputGrad()), l.ptr(o.getResultGrad()), Value(),
+                  o.getProb().convertToDouble(), o.getKey(),
                   numel(o.getResultGrad()));
         l.copy(l.ptr(o.getResidualGrad()), l.ptr(o.getResultGrad()),
                o.getResidualGrad());

@@ -63,11 +63,11 @@ LogicalResult lowerMatmulGrad(MatmulGradOp op, RuntimeLowering &l) {
       l.gemm(1, rows, k, n, l.ptr(dy), 0, false, l.ptr(B), 0, !transB, dA,
              Value(), STRATA_RT_ACT_NONE);
     if (needB && !transB)
-      l.gemm(1, k, n, rows, l.ptr(A), 0, true, l.ptr(dy), 0, false, dB,
-             Value(), STRATA_RT_ACT_NONE);
+      l.gemm(1, k, n, rows, l.ptr(A), 0, true, l.ptr(dy), 0, false, dB, Value(),
+             STRATA_RT_ACT_NONE);
     else if (needB)
-      l.gemm(1, n, k, rows, l.ptr(dy), 0, true, l.ptr(A), 0, false, dB,
-             Value(), STRATA_RT_ACT_NONE);
+      l.gemm(1, n, k, rows, l.ptr(dy), 0, true, l.ptr(A), 0, false, dB, Value(),
+             STRATA_RT_ACT_NONE);
     return success();
   }
   if (batchA != batch || batchB != batch ||

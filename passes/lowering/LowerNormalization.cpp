@@ -25,9 +25,8 @@ LogicalResult lowerSoftmax(SoftmaxOp o, RuntimeLowering &l) {
   int64_t causal =
       o.getCausal() ? (shape.size() >= 2 ? shape[shape.size() - 2] : 1) : 0;
   l.call("strata_rt_softmax",
-         {l.site(), l.ptr(o), l.ty(o), l.ptr(o.getInput()),
-          l.ty(o.getInput()), l.i64(rowsOf(o)), l.i64(shape.back()),
-          l.i64(causal)});
+         {l.site(), l.ptr(o), l.ty(o), l.ptr(o.getInput()), l.ty(o.getInput()),
+          l.i64(rowsOf(o)), l.i64(shape.back()), l.i64(causal)});
   return success();
 }
 
@@ -35,17 +34,16 @@ LogicalResult lowerSoftmaxGrad(SoftmaxGradOp o, RuntimeLowering &l) {
   l.call("strata_rt_softmax_grad",
          {l.site(), l.ptr(o), l.ty(o), l.ptr(o.getOutput()),
           l.ty(o.getOutput()), l.ptr(o.getResultGrad()),
-          l.ty(o.getResultGrad()), l.i64(rowsOf(o)),
-          l.i64(shapeOf(o).back())});
+          l.ty(o.getResultGrad()), l.i64(rowsOf(o)), l.i64(shapeOf(o).back())});
   return success();
 }
 
 LogicalResult lowerLayerNorm(LayerNormOp o, RuntimeLowering &l) {
   l.call("strata_rt_layer_norm",
-         {l.site(), l.ptr(o), l.ty(o), l.ptr(o.getInput()),
-          l.ty(o.getInput()), l.ptr(o.getGamma()), l.ty(o.getGamma()),
-          l.ptr(o.getBeta()), l.ty(o.getBeta()), l.i64(rowsOf(o)),
-          l.i64(shapeOf(o).back()), l.f64(o.getEpsilon().convertToDouble())});
+         {l.site(), l.ptr(o), l.ty(o), l.ptr(o.getInput()), l.ty(o.getInput()),
+          l.ptr(o.getGamma()), l.ty(o.getGamma()), l.ptr(o.getBeta()),
+          l.ty(o.getBeta()), l.i64(rowsOf(o)), l.i64(shapeOf(o).back()),
+          l.f64(o.getEpsilon().convertToDouble())});
   return success();
 }
 

@@ -16,16 +16,14 @@ using namespace strata::lowering;
 namespace {
 
 LogicalResult lowerLrSchedule(LrScheduleOp o, RuntimeLowering &l) {
-  int64_t kind = o.getKind() == LrScheduleKind::Constant
-                     ? STRATA_RT_LR_CONSTANT
+  int64_t kind = o.getKind() == LrScheduleKind::Constant ? STRATA_RT_LR_CONSTANT
                  : o.getKind() == LrScheduleKind::LinearWarmup
                      ? STRATA_RT_LR_LINEAR_WARMUP
                      : STRATA_RT_LR_COSINE;
   l.call("strata_rt_lr_schedule",
          {l.site(), l.ptr(o), l.ty(o), l.ptr(o.getStep()), l.ty(o.getStep()),
           l.i64(kind), l.f64(o.getBaseLr().convertToDouble()),
-          l.i64(int64_t(o.getWarmupSteps())),
-          l.i64(int64_t(o.getDecaySteps())),
+          l.i64(int64_t(o.getWarmupSteps())), l.i64(int64_t(o.getDecaySteps())),
           l.f64(o.getMinLr().convertToDouble())});
   return success();
 }
@@ -84,18 +82,31 @@ LogicalResult lowerMomentum(MomentumUpdateOp o, RuntimeLowering &l) {
 
 template <typename OpTy, int64_t Kind>
 LogicalResult lowerAdam(OpTy o, RuntimeLowering &l) {
-  l.call("strata_rt_adam",
-         {l.site(), l.i64(Kind), l.ptr(o.getNewParam()), l.ty(o.getNewParam()),
-          l.ptr(o.getNewMoment1()), l.ty(o.getNewMoment1()),
-          l.ptr(o.getNewMoment2()), l.ty(o.getNewMoment2()),
-          l.ptr(o.getParam()), l.ty(o.getParam()), l.ptr(o.getGrad()),
-          l.ty(o.getGrad()), l.ptr(o.getMoment1()), l.ty(o.getMoment1()),
-          l.ptr(o.getMoment2()), l.ty(o.getMoment2()), l.ptr(o.getLr()),
-          l.ty(o.getLr()), l.ptr(o.getStep()), l.ty(o.getStep()),
-          l.i64(numel(o.getParam())), l.f64(o.getBeta1().convertToDouble()),
-          l.f64(o.getBeta2().convertToDouble()),
-          l.f64(o.getEpsilon().convertToDouble()),
-          l.f64(o.getWeightDecay().convertToDouble())});
+  l.call("strata_rt_adam", {l.site(),
+                            l.i64(Kind),
+                            l.ptr(o.getNewParam()),
+                            l.ty(o.getNewParam()),
+                            l.ptr(o.getNewMoment1()),
+                            l.ty(o.getNewMoment1()),
+                            l.ptr(o.getNewMoment2()),
+                            l.ty(o.getNewMoment2()),
+                            l.ptr(o.getParam()),
+                            l.ty(o.getParam()),
+                            l.ptr(o.getGrad()),
+                            l.ty(o.getGrad()),
+                            l.ptr(o.getMoment1()),
+                            l.ty(o.getMoment1()),
+                            l.ptr(o.getMoment2()),
+                            l.ty(o.getMoment2()),
+                            l.ptr(o.getLr()),
+                            l.ty(o.getLr()),
+                            l.ptr(o.getStep()),
+                            l.ty(o.getStep()),
+                            l.i64(numel(o.getParam())),
+                            l.f64(o.getBeta1().convertToDouble()),
+                            l.f64(o.getBeta2().convertToDouble()),
+                            l.f64(o.getEpsilon().convertToDouble()),
+                            l.f64(o.getWeightDecay().convertToDouble())});
   return success();
 }
 
@@ -122,9 +133,11 @@ void strata::lowering::populateOptimizerLoweringPatterns(
   addLowering<ClipByGlobalNormOp>(patterns, l, lowerClip);
   addLowering<SgdUpdateOp>(patterns, l, lowerSgd);
   addLowering<MomentumUpdateOp>(patterns, l, lowerMomentum);
-  addLowering<AdamUpdateOp>(patterns, l, lowerAdam<AdamUpdateOp, STRATA_RT_ADAM>);
+  addLowering<AdamUpdateOp>(patterns, l,
+                            lowerAdam<AdamUpdateOp, STRATA_RT_ADAM>);
   addLowering<AdamWUpdateOp>(patterns, l,
                              lowerAdam<AdamWUpdateOp, STRATA_RT_ADAMW>);
-  addLowering<LambUpdateOp>(patterns, l, lowerAdam<LambUpdateOp, STRATA_RT_LAMB>);
+  addLowering<LambUpdateOp>(patterns, l,
+                            lowerAdam<LambUpdateOp, STRATA_RT_LAMB>);
   addLowering<LarsUpdateOp>(patterns, l, lowerLars);
 }

@@ -89,8 +89,8 @@ public:
                double prob, int64_t key, int64_t n);
   /// Starts a collective where `op` stands; it is completed right before
   /// the first op that reads its result.
-  mlir::LogicalResult collective(mlir::Operation *op, int64_t kind,
-                                 Value input, ReduceKind reduce, int64_t root,
+  mlir::LogicalResult collective(mlir::Operation *op, int64_t kind, Value input,
+                                 ReduceKind reduce, int64_t root,
                                  mlir::FlatSymbolRefAttr group,
                                  int64_t dim = 0);
   /// A collective's group: the number of rank lists, then each list's
@@ -101,7 +101,6 @@ public:
 private:
   Value loadPointer(Value table, int64_t index);
   Value arenaAt(int64_t offset) { return byteOffset(arena, offset); }
-  void emitLayout();
 
   mlir::ModuleOp module;
   mlir::func::FuncOp step;
@@ -113,7 +112,6 @@ private:
   Value context, arena, persistent, inputs, outputs;
   llvm::DenseMap<Value, Value> pointers;
   std::map<std::vector<int64_t>, std::string> descriptors;
-  int64_t constants = 0;
   llvm::StringMap<int64_t> persistentIndex;
   llvm::SmallVector<mlir::Attribute> persistentNames;
   llvm::SmallVector<mlir::Attribute> sites, siteRoles;
@@ -138,10 +136,10 @@ class RuntimeCallPattern : public mlir::OpRewritePattern<OpTy> {
 public:
   using LowerFn = mlir::LogicalResult (*)(OpTy, RuntimeLowering &);
   RuntimeCallPattern(RuntimeLowering &lowering, LowerFn lower)
-      : mlir::OpRewritePattern<OpTy>(lowering.getContext()),
-        lowering(lowering), lower(lower) {}
-  mlir::LogicalResult
-  matchAndRewrite(OpTy op, mlir::PatternRewriter &) const override {
+      : mlir::OpRewritePattern<OpTy>(lowering.getContext()), lowering(lowering),
+        lower(lower) {}
+  mlir::LogicalResult matchAndRewrite(OpTy op,
+                                      mlir::PatternRewriter &) const override {
     // The calls go to the end of the lowered step, not next to the op
     // (where the pattern applicator points the rewriter).
     lowering.resumeEmission();

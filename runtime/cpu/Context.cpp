@@ -42,8 +42,8 @@ StrataRtContext *strata_rt_create(const StrataRtOptions *options, char *error,
                   "; this runtime implements ABI " +
                   std::to_string(STRATA_RT_ABI_VERSION));
   // Every field up to `device` exists in every version of the struct.
-  if (options->size < int64_t(offsetof(StrataRtOptions, device) +
-                              sizeof(options->device)))
+  if (options->size <
+      int64_t(offsetof(StrataRtOptions, device) + sizeof(options->device)))
     return refuse("options of " + std::to_string(options->size) +
                   " bytes are too short (fill them with "
                   "strata_rt_default_options)");
@@ -203,7 +203,8 @@ void strata_rt_collective(StrataRtContext *ctx, int64_t site, int64_t op,
   }
   const char *name = collectiveName(op);
   // Sums are the host's (MPI, NCCL) on any type; the mean divides f32.
-  if (strata_rt_element_bytes(dtype) == 0 || (kind == 1 && dtype != STRATA_RT_F32))
+  if (strata_rt_element_bytes(dtype) == 0 ||
+      (kind == 1 && dtype != STRATA_RT_F32))
     return unsupportedType(ctx, site, name, dtype);
   if (!ctx->collective) {
     ctx->fail(site, std::string(name) + " needs several ranks");

@@ -87,12 +87,12 @@ struct StrataRtContext {
 inline void unsupportedType(StrataRtContext *ctx, int64_t site,
                             const char *kernel, int64_t dtype) {
   const char *name = strata_rt_element_name(dtype);
-  ctx->fail(site, std::string("strata_rt_") + kernel + ": " +
-                      (std::string(name) == "unknown"
-                           ? "unknown element type code " +
-                                 std::to_string(dtype)
-                           : std::string(name) + " tensors") +
-                      " are not implemented by the CPU runtime");
+  ctx->fail(site,
+            std::string("strata_rt_") + kernel + ": " +
+                (std::string(name) == "unknown"
+                     ? "unknown element type code " + std::to_string(dtype)
+                     : std::string(name) + " tensors") +
+                " are not implemented by the CPU runtime");
 }
 
 /// Whether every tensor of a floating-point kernel is f32 (the only float

@@ -44,8 +44,8 @@ static void gemmF32(StrataRtContext *ctx, int64_t site, int64_t batch,
   // The same product for every batch (oneDNN broadcasts one side only).
   if (batch > 1 && aBatchStride == 0 && bBatchStride == 0) {
     for (int64_t bi = 0; bi < batch; ++bi)
-      gemmF32(ctx, site, 1, m, n, k, a, 0, transA, b, 0, transB,
-              c + bi * m * n, bias, act, accumulate);
+      gemmF32(ctx, site, 1, m, n, k, a, 0, transA, b, 0, transB, c + bi * m * n,
+              bias, act, accumulate);
     return;
   }
   // oneDNN's GEMM is about twice slower with a transposed source (the
@@ -134,15 +134,13 @@ static void gemmF32(StrataRtContext *ctx, int64_t site, int64_t batch,
   }
 }
 
-extern "C" void strata_rt_gemm(StrataRtContext *ctx, int64_t site,
-                               int64_t batch, int64_t m, int64_t n, int64_t k,
-                               const void *a, int64_t aType,
-                               int64_t aBatchStride, int64_t transA,
-                               const void *b, int64_t bType,
-                               int64_t bBatchStride, int64_t transB, void *c,
-                               int64_t cType, const void *bias,
-                               int64_t biasType, int64_t act,
-                               int64_t accumulate) {
+extern "C" void
+strata_rt_gemm(StrataRtContext *ctx, int64_t site, int64_t batch, int64_t m,
+               int64_t n, int64_t k, const void *a, int64_t aType,
+               int64_t aBatchStride, int64_t transA, const void *b,
+               int64_t bType, int64_t bBatchStride, int64_t transB, void *c,
+               int64_t cType, const void *bias, int64_t biasType, int64_t act,
+               int64_t accumulate) {
   if (!onlyF32(ctx, site, "gemm", {aType, bType, cType, biasType}))
     return;
   gemmF32(ctx, site, batch, m, n, k, static_cast<const float *>(a),

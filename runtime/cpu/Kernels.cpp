@@ -204,7 +204,11 @@ void STRATA_RT_KERNEL(strata_rt_binary)(StrataRtContext *ctx, int64_t site,
   }
 }
 
-void STRATA_RT_KERNEL(strata_rt_unary)(StrataRtContext *ctx, int64_t site, int64_t op, void *outData, int64_t outType, const void *inData, int64_t inType, int64_t n, double alpha) {
+void STRATA_RT_KERNEL(strata_rt_unary)(StrataRtContext *ctx, int64_t site,
+                                       int64_t op, void *outData,
+                                       int64_t outType, const void *inData,
+                                       int64_t inType, int64_t n,
+                                       double alpha) {
   if (!onlyF32(ctx, site, "unary", {outType, inType}))
     return;
   auto *out = static_cast<float *>(outData);
@@ -240,7 +244,11 @@ void STRATA_RT_KERNEL(strata_rt_unary)(StrataRtContext *ctx, int64_t site, int64
   }
 }
 
-void STRATA_RT_KERNEL(strata_rt_act_grad)(StrataRtContext *ctx, int64_t site, int64_t act, void *outData, int64_t outType, const void *xData, int64_t xType, const void *dyData, int64_t dyType, int64_t n) {
+void STRATA_RT_KERNEL(strata_rt_act_grad)(StrataRtContext *ctx, int64_t site,
+                                          int64_t act, void *outData,
+                                          int64_t outType, const void *xData,
+                                          int64_t xType, const void *dyData,
+                                          int64_t dyType, int64_t n) {
   if (!onlyF32(ctx, site, "act_grad", {outType, xType, dyType}))
     return;
   auto *out = static_cast<float *>(outData);
@@ -322,7 +330,11 @@ void STRATA_RT_KERNEL(strata_rt_strided_copy)(StrataRtContext *ctx,
     run(static_cast<int32_t *>(out), static_cast<const int32_t *>(in));
 }
 
-void STRATA_RT_KERNEL(strata_rt_reduce)(StrataRtContext *ctx, int64_t site, void *outData, int64_t outType, const void *inData, int64_t inType, int64_t rank, const int64_t *desc, double scale) {
+void STRATA_RT_KERNEL(strata_rt_reduce)(StrataRtContext *ctx, int64_t site,
+                                        void *outData, int64_t outType,
+                                        const void *inData, int64_t inType,
+                                        int64_t rank, const int64_t *desc,
+                                        double scale) {
   if (!onlyF32(ctx, site, "reduce", {outType, inType}))
     return;
   auto *out = static_cast<float *>(outData);
@@ -384,7 +396,13 @@ void STRATA_RT_KERNEL(strata_rt_fill)(StrataRtContext *ctx, int64_t site,
     unsupportedType(ctx, site, "fill", outType);
 }
 
-void STRATA_RT_KERNEL(strata_rt_dropout)(StrataRtContext *ctx, int64_t site, void *outData, int64_t outType, const void *inData, int64_t inType, const void *residualData, int64_t residualType, int64_t n, int64_t key, int64_t microBatches, int64_t microBatch, double prob) {
+void STRATA_RT_KERNEL(strata_rt_dropout)(StrataRtContext *ctx, int64_t site,
+                                         void *outData, int64_t outType,
+                                         const void *inData, int64_t inType,
+                                         const void *residualData,
+                                         int64_t residualType, int64_t n,
+                                         int64_t key, int64_t microBatches,
+                                         int64_t microBatch, double prob) {
   if (!onlyF32(ctx, site, "dropout", {outType, inType, residualType}))
     return;
   auto *out = static_cast<float *>(outData);
@@ -415,7 +433,11 @@ void STRATA_RT_KERNEL(strata_rt_dropout)(StrataRtContext *ctx, int64_t site, voi
   }
 }
 
-void STRATA_RT_KERNEL(strata_rt_softmax)(StrataRtContext *ctx, int64_t site, void *outData, int64_t outType, const void *inData, int64_t inType, int64_t rows, int64_t n, int64_t causalRows) {
+void STRATA_RT_KERNEL(strata_rt_softmax)(StrataRtContext *ctx, int64_t site,
+                                         void *outData, int64_t outType,
+                                         const void *inData, int64_t inType,
+                                         int64_t rows, int64_t n,
+                                         int64_t causalRows) {
   if (!onlyF32(ctx, site, "softmax", {outType, inType}))
     return;
   auto *out = static_cast<float *>(outData);
@@ -440,7 +462,12 @@ void STRATA_RT_KERNEL(strata_rt_softmax)(StrataRtContext *ctx, int64_t site, voi
   }
 }
 
-void STRATA_RT_KERNEL(strata_rt_softmax_grad)(StrataRtContext *ctx, int64_t site, void *dxData, int64_t dxType, const void *yData, int64_t yType, const void *dyData, int64_t dyType, int64_t rows, int64_t n) {
+void STRATA_RT_KERNEL(strata_rt_softmax_grad)(StrataRtContext *ctx,
+                                              int64_t site, void *dxData,
+                                              int64_t dxType, const void *yData,
+                                              int64_t yType, const void *dyData,
+                                              int64_t dyType, int64_t rows,
+                                              int64_t n) {
   if (!onlyF32(ctx, site, "softmax_grad", {dxType, yType, dyType}))
     return;
   auto *dx = static_cast<float *>(dxData);
@@ -458,7 +485,11 @@ void STRATA_RT_KERNEL(strata_rt_softmax_grad)(StrataRtContext *ctx, int64_t site
   }
 }
 
-void STRATA_RT_KERNEL(strata_rt_layer_norm)(StrataRtContext *ctx, int64_t site, void *yData, int64_t yType, const void *xData, int64_t xType, const void *gammaData, int64_t gammaType, const void *betaData, int64_t betaType, int64_t rows, int64_t n, double eps) {
+void STRATA_RT_KERNEL(strata_rt_layer_norm)(
+    StrataRtContext *ctx, int64_t site, void *yData, int64_t yType,
+    const void *xData, int64_t xType, const void *gammaData, int64_t gammaType,
+    const void *betaData, int64_t betaType, int64_t rows, int64_t n,
+    double eps) {
   if (!onlyF32(ctx, site, "layer_norm", {yType, xType, gammaType, betaType}))
     return;
   auto *y = static_cast<float *>(yData);
@@ -482,8 +513,13 @@ void STRATA_RT_KERNEL(strata_rt_layer_norm)(StrataRtContext *ctx, int64_t site, 
   }
 }
 
-void STRATA_RT_KERNEL(strata_rt_layer_norm_grad)(StrataRtContext *ctx, int64_t site, void *dxData, int64_t dxType, void *dgammaData, int64_t dgammaType, void *dbetaData, int64_t dbetaType, const void *xData, int64_t xType, const void *gammaData, int64_t gammaType, const void *dyData, int64_t dyType, int64_t rows, int64_t n, double eps) {
-  if (!onlyF32(ctx, site, "layer_norm_grad", {dxType, dgammaType, dbetaType, xType, gammaType, dyType}))
+void STRATA_RT_KERNEL(strata_rt_layer_norm_grad)(
+    StrataRtContext *ctx, int64_t site, void *dxData, int64_t dxType,
+    void *dgammaData, int64_t dgammaType, void *dbetaData, int64_t dbetaType,
+    const void *xData, int64_t xType, const void *gammaData, int64_t gammaType,
+    const void *dyData, int64_t dyType, int64_t rows, int64_t n, double eps) {
+  if (!onlyF32(ctx, site, "layer_norm_grad",
+               {dxType, dgammaType, dbetaType, xType, gammaType, dyType}))
     return;
   auto *dx = static_cast<float *>(dxData);
   auto *dgamma = static_cast<float *>(dgammaData);
@@ -536,7 +572,12 @@ void STRATA_RT_KERNEL(strata_rt_layer_norm_grad)(StrataRtContext *ctx, int64_t s
   }
 }
 
-void STRATA_RT_KERNEL(strata_rt_embedding)(StrataRtContext *ctx, int64_t site, void *outData, int64_t outType, const void *tableData, int64_t tableType, const void *ids, int64_t idType, int64_t count, int64_t vocab, int64_t width) {
+void STRATA_RT_KERNEL(strata_rt_embedding)(StrataRtContext *ctx, int64_t site,
+                                           void *outData, int64_t outType,
+                                           const void *tableData,
+                                           int64_t tableType, const void *ids,
+                                           int64_t idType, int64_t count,
+                                           int64_t vocab, int64_t width) {
   if (!onlyF32(ctx, site, "embedding", {outType, tableType}) ||
       !integerIds(ctx, site, "embedding", idType))
     return;
@@ -554,7 +595,10 @@ void STRATA_RT_KERNEL(strata_rt_embedding)(StrataRtContext *ctx, int64_t site, v
   }
 }
 
-void STRATA_RT_KERNEL(strata_rt_embedding_grad)(StrataRtContext *ctx, int64_t site, void *dtableData, int64_t dtableType, const void *ids, int64_t idType, const void *dyData, int64_t dyType, int64_t count, int64_t vocab, int64_t width) {
+void STRATA_RT_KERNEL(strata_rt_embedding_grad)(
+    StrataRtContext *ctx, int64_t site, void *dtableData, int64_t dtableType,
+    const void *ids, int64_t idType, const void *dyData, int64_t dyType,
+    int64_t count, int64_t vocab, int64_t width) {
   if (!onlyF32(ctx, site, "embedding_grad", {dtableType, dyType}) ||
       !integerIds(ctx, site, "embedding_grad", idType))
     return;
@@ -573,7 +617,10 @@ void STRATA_RT_KERNEL(strata_rt_embedding_grad)(StrataRtContext *ctx, int64_t si
   }
 }
 
-void STRATA_RT_KERNEL(strata_rt_cross_entropy)(StrataRtContext *ctx, int64_t site, void *lossData, int64_t lossType, const void *logitsData, int64_t logitsType, const void *labels, int64_t labelType, int64_t rows, int64_t vocab) {
+void STRATA_RT_KERNEL(strata_rt_cross_entropy)(
+    StrataRtContext *ctx, int64_t site, void *lossData, int64_t lossType,
+    const void *logitsData, int64_t logitsType, const void *labels,
+    int64_t labelType, int64_t rows, int64_t vocab) {
   if (!onlyF32(ctx, site, "cross_entropy", {lossType, logitsType}) ||
       !integerIds(ctx, site, "cross_entropy", labelType))
     return;
@@ -612,8 +659,13 @@ void STRATA_RT_KERNEL(strata_rt_cross_entropy)(StrataRtContext *ctx, int64_t sit
   loss[0] = float(total / double(rows));
 }
 
-void STRATA_RT_KERNEL(strata_rt_cross_entropy_grad)(StrataRtContext *ctx, int64_t site, void *dlogitsData, int64_t dlogitsType, const void *logitsData, int64_t logitsType, const void *labels, int64_t labelType, const void *dlossData, int64_t dlossType, int64_t rows, int64_t vocab) {
-  if (!onlyF32(ctx, site, "cross_entropy_grad", {dlogitsType, logitsType, dlossType}) ||
+void STRATA_RT_KERNEL(strata_rt_cross_entropy_grad)(
+    StrataRtContext *ctx, int64_t site, void *dlogitsData, int64_t dlogitsType,
+    const void *logitsData, int64_t logitsType, const void *labels,
+    int64_t labelType, const void *dlossData, int64_t dlossType, int64_t rows,
+    int64_t vocab) {
+  if (!onlyF32(ctx, site, "cross_entropy_grad",
+               {dlogitsType, logitsType, dlossType}) ||
       !integerIds(ctx, site, "cross_entropy_grad", labelType))
     return;
   auto *dlogits = static_cast<float *>(dlogitsData);
@@ -638,7 +690,12 @@ void STRATA_RT_KERNEL(strata_rt_cross_entropy_grad)(StrataRtContext *ctx, int64_
   }
 }
 
-void STRATA_RT_KERNEL(strata_rt_lr_schedule)(StrataRtContext *ctx, int64_t site, void *lrData, int64_t lrType, const void *stepData, int64_t stepType, int64_t kind, double baseLr, int64_t warmupSteps, int64_t decaySteps, double minLr) {
+void STRATA_RT_KERNEL(strata_rt_lr_schedule)(StrataRtContext *ctx, int64_t site,
+                                             void *lrData, int64_t lrType,
+                                             const void *stepData,
+                                             int64_t stepType, int64_t kind,
+                                             double baseLr, int64_t warmupSteps,
+                                             int64_t decaySteps, double minLr) {
   if (!onlyF32(ctx, site, "lr_schedule", {lrType}) ||
       !stepCounter(ctx, site, "lr_schedule", stepType))
     return;
@@ -659,9 +716,9 @@ void STRATA_RT_KERNEL(strata_rt_lr_schedule)(StrataRtContext *ctx, int64_t site,
   *lr = float(value);
 }
 
-void STRATA_RT_KERNEL(strata_rt_global_norm)(StrataRtContext *ctx,
-                                             int64_t site, void *outData,
-                                             int64_t outType, int64_t count,
+void STRATA_RT_KERNEL(strata_rt_global_norm)(StrataRtContext *ctx, int64_t site,
+                                             void *outData, int64_t outType,
+                                             int64_t count,
                                              const void *const *tensors,
                                              const int64_t *types,
                                              const int64_t *sizes) {
@@ -691,7 +748,11 @@ void STRATA_RT_KERNEL(strata_rt_global_norm)(StrataRtContext *ctx,
   *out = float(std::sqrt(total));
 }
 
-void STRATA_RT_KERNEL(strata_rt_clip)(StrataRtContext *ctx, int64_t site, void *outData, int64_t outType, const void *inData, int64_t inType, int64_t n, const void *normData, int64_t normType, double maxNorm) {
+void STRATA_RT_KERNEL(strata_rt_clip)(StrataRtContext *ctx, int64_t site,
+                                      void *outData, int64_t outType,
+                                      const void *inData, int64_t inType,
+                                      int64_t n, const void *normData,
+                                      int64_t normType, double maxNorm) {
   if (!onlyF32(ctx, site, "clip", {outType, inType, normType}))
     return;
   auto *out = static_cast<float *>(outData);
@@ -703,7 +764,12 @@ void STRATA_RT_KERNEL(strata_rt_clip)(StrataRtContext *ctx, int64_t site, void *
     out[i] = in[i] * scale;
 }
 
-void STRATA_RT_KERNEL(strata_rt_sgd)(StrataRtContext *ctx, int64_t site, void *newParamData, int64_t newParamType, const void *paramData, int64_t paramType, const void *gradData, int64_t gradType, const void *lrData, int64_t lrType, int64_t n, double weightDecay) {
+void STRATA_RT_KERNEL(strata_rt_sgd)(StrataRtContext *ctx, int64_t site,
+                                     void *newParamData, int64_t newParamType,
+                                     const void *paramData, int64_t paramType,
+                                     const void *gradData, int64_t gradType,
+                                     const void *lrData, int64_t lrType,
+                                     int64_t n, double weightDecay) {
   if (!onlyF32(ctx, site, "sgd", {newParamType, paramType, gradType, lrType}))
     return;
   auto *newParam = static_cast<float *>(newParamData);
@@ -716,8 +782,16 @@ void STRATA_RT_KERNEL(strata_rt_sgd)(StrataRtContext *ctx, int64_t site, void *n
     newParam[i] = param[i] - l * (grad[i] + wd * param[i]);
 }
 
-void STRATA_RT_KERNEL(strata_rt_momentum)(StrataRtContext *ctx, int64_t site, void *newParamData, int64_t newParamType, void *newVelocityData, int64_t newVelocityType, const void *paramData, int64_t paramType, const void *gradData, int64_t gradType, const void *velocityData, int64_t velocityType, const void *lrData, int64_t lrType, int64_t n, double momentum, double weightDecay, int64_t nesterov) {
-  if (!onlyF32(ctx, site, "momentum", {newParamType, newVelocityType, paramType, gradType, velocityType, lrType}))
+void STRATA_RT_KERNEL(strata_rt_momentum)(
+    StrataRtContext *ctx, int64_t site, void *newParamData,
+    int64_t newParamType, void *newVelocityData, int64_t newVelocityType,
+    const void *paramData, int64_t paramType, const void *gradData,
+    int64_t gradType, const void *velocityData, int64_t velocityType,
+    const void *lrData, int64_t lrType, int64_t n, double momentum,
+    double weightDecay, int64_t nesterov) {
+  if (!onlyF32(ctx, site, "momentum",
+               {newParamType, newVelocityType, paramType, gradType,
+                velocityType, lrType}))
     return;
   auto *newParam = static_cast<float *>(newParamData);
   auto *newVelocity = static_cast<float *>(newVelocityData);
@@ -735,8 +809,17 @@ void STRATA_RT_KERNEL(strata_rt_momentum)(StrataRtContext *ctx, int64_t site, vo
   }
 }
 
-void STRATA_RT_KERNEL(strata_rt_adam)(StrataRtContext *ctx, int64_t site, int64_t kind, void *newParamData, int64_t newParamType, void *newMData, int64_t newMType, void *newVData, int64_t newVType, const void *paramData, int64_t paramType, const void *gradData, int64_t gradType, const void *mData, int64_t mType, const void *vData, int64_t vType, const void *lrData, int64_t lrType, const void *stepData, int64_t stepType, int64_t n, double beta1, double beta2, double eps, double weightDecay) {
-  if (!onlyF32(ctx, site, "adam", {newParamType, newMType, newVType, paramType, gradType, mType, vType, lrType}) ||
+void STRATA_RT_KERNEL(strata_rt_adam)(
+    StrataRtContext *ctx, int64_t site, int64_t kind, void *newParamData,
+    int64_t newParamType, void *newMData, int64_t newMType, void *newVData,
+    int64_t newVType, const void *paramData, int64_t paramType,
+    const void *gradData, int64_t gradType, const void *mData, int64_t mType,
+    const void *vData, int64_t vType, const void *lrData, int64_t lrType,
+    const void *stepData, int64_t stepType, int64_t n, double beta1,
+    double beta2, double eps, double weightDecay) {
+  if (!onlyF32(ctx, site, "adam",
+               {newParamType, newMType, newVType, paramType, gradType, mType,
+                vType, lrType}) ||
       !stepCounter(ctx, site, "adam", stepType))
     return;
   auto *step = static_cast<const int64_t *>(stepData);
@@ -789,8 +872,16 @@ void STRATA_RT_KERNEL(strata_rt_adam)(StrataRtContext *ctx, int64_t site, int64_
     newParam[i] = param[i] - l * trust * r[i];
 }
 
-void STRATA_RT_KERNEL(strata_rt_lars)(StrataRtContext *ctx, int64_t site, void *newParamData, int64_t newParamType, void *newVelocityData, int64_t newVelocityType, const void *paramData, int64_t paramType, const void *gradData, int64_t gradType, const void *velocityData, int64_t velocityType, const void *lrData, int64_t lrType, int64_t n, double momentum, double weightDecay, double larsCoeff, double eps) {
-  if (!onlyF32(ctx, site, "lars", {newParamType, newVelocityType, paramType, gradType, velocityType, lrType}))
+void STRATA_RT_KERNEL(strata_rt_lars)(
+    StrataRtContext *ctx, int64_t site, void *newParamData,
+    int64_t newParamType, void *newVelocityData, int64_t newVelocityType,
+    const void *paramData, int64_t paramType, const void *gradData,
+    int64_t gradType, const void *velocityData, int64_t velocityType,
+    const void *lrData, int64_t lrType, int64_t n, double momentum,
+    double weightDecay, double larsCoeff, double eps) {
+  if (!onlyF32(ctx, site, "lars",
+               {newParamType, newVelocityType, paramType, gradType,
+                velocityType, lrType}))
     return;
   auto *newParam = static_cast<float *>(newParamData);
   auto *newVelocity = static_cast<float *>(newVelocityData);
