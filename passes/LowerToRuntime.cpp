@@ -182,18 +182,9 @@ Value RuntimeLowering::ptr(Value v) const {
 }
 
 int64_t RuntimeLowering::typeCode(Type element) {
-  if (element.isInteger(32))
-    return STRATA_RT_I32;
-  if (element.isInteger(64))
-    return STRATA_RT_I64;
-  if (element.isBF16())
-    return STRATA_RT_BF16;
-  if (element.isF16())
-    return STRATA_RT_F16;
-  if (element.isInteger(8))
-    return STRATA_RT_I8;
-  assert(element.isF32() && "a type the target did not accept");
-  return STRATA_RT_F32;
+  int64_t code = runtimeElementType(element);
+  assert(code >= 0 && "a type the target did not accept");
+  return code;
 }
 
 void RuntimeLowering::copy(Value out, Value in, Value like) {

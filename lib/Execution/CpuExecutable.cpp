@@ -1,6 +1,7 @@
 //===- CpuExecutable.cpp - JIT of a lowered step on the CPU runtime -------===//
 
 #include "strata/Execution/CpuExecutable.h"
+#include "strata/Target/RuntimeTarget.h"
 #include "strata/Dialect/Strata.h"
 #include "strata/Model/ProgramBuilder.h"
 #include "strata/Passes/Passes.h"
@@ -129,12 +130,10 @@ CpuExecutable::Buffer CpuExecutable::makeBuffer(std::string name, Type type) {
   Buffer b;
   b.name = std::move(name);
   b.shape.assign(tensor.getShape().begin(), tensor.getShape().end());
-  Type element = tensor.getElementType();
-  b.dtype = element.isInteger(32)   ? STRATA_RT_I32
-            : element.isInteger(64) ? STRATA_RT_I64
-                                    : STRATA_RT_F32;
-  int64_t width = b.dtype == STRATA_RT_I64 ? 8 : 4;
-  b.bytes = tensor.getNumElements() * width;
+  // The lowering accepted the program, so its types have ABI codes.
+  b.dtype = runtimeElementType(tensor.getElementType());
+  assert(b.dtype >= 0 && "a type the lowering refuses");
+  b.bytes = tensor.getNumElements() * strata_rt_element_bytes(b.dtype);
   // 64-byte aligned, as the arena; never zero-sized.
   b.data = std::aligned_alloc(64, (std::max<int64_t>(b.bytes, 1) + 63) / 64 * 64);
   std::memset(b.data, 0, b.bytes);

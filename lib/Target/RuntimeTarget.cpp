@@ -1,12 +1,29 @@
 //===- RuntimeTarget.cpp - The CPU and CUDA targets -----------------------===//
 
 #include "strata/Target/RuntimeTarget.h"
+#include "strata/Runtime/StrataRuntime.h"
 
 #include "mlir/IR/BuiltinTypes.h"
 #include "mlir/IR/Diagnostics.h"
 
 using namespace mlir;
 using namespace strata;
+
+int64_t strata::runtimeElementType(Type element) {
+  if (element.isF32())
+    return STRATA_RT_F32;
+  if (element.isInteger(32))
+    return STRATA_RT_I32;
+  if (element.isInteger(64))
+    return STRATA_RT_I64;
+  if (element.isBF16())
+    return STRATA_RT_BF16;
+  if (element.isF16())
+    return STRATA_RT_F16;
+  if (element.isInteger(8))
+    return STRATA_RT_I8;
+  return -1;
+}
 
 RuntimeTarget::~RuntimeTarget() = default;
 

@@ -22,6 +22,11 @@
 
 namespace strata {
 
+/// The runtime ABI's element type code of `element` (STRATA_RT_F32 ...), or
+/// -1 for a type the ABI has no code for. The one mapping from MLIR types
+/// to the ABI, for the lowering and the executables.
+int64_t runtimeElementType(mlir::Type element);
+
 class RuntimeTarget {
 public:
   virtual ~RuntimeTarget();
