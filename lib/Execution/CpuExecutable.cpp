@@ -200,12 +200,13 @@ CpuExecutable::compile(ModuleOp module, const CpuOptions &options) {
   if (!exe->context)
     return error(std::string("cannot create the CPU runtime: ") + message);
   strata_rt_enable_trace(exe->context, options.trace);
-  if (options.collective)
-    strata_rt_set_collectives(exe->context, options.collective, options.wait,
-                              options.collectiveUser);
-  if (options.send && options.recv)
-    strata_rt_set_point_to_point(exe->context, options.send, options.recv,
-                                 options.pointToPointUser);
+  const RuntimeCallbacks &comm = options.communication;
+  if (comm.collective)
+    strata_rt_set_collectives(exe->context, comm.collective, comm.wait,
+                              comm.collectiveUser);
+  if (comm.send && comm.recv)
+    strata_rt_set_point_to_point(exe->context, comm.send, comm.recv,
+                                 comm.pointToPointUser);
   return exe;
 }
 

@@ -11,7 +11,8 @@
 #ifndef STRATA_EXECUTION_CPUEXECUTABLE_H
 #define STRATA_EXECUTION_CPUEXECUTABLE_H
 
-#include "strata/Reference/Evaluator.h"
+#include "strata/Execution/Communicator.h"
+#include "strata/Execution/Executable.h"
 #include "strata/Runtime/StrataRuntime.h"
 
 #include "mlir/IR/BuiltinOps.h"
@@ -35,32 +36,19 @@ struct CpuOptions {
   int64_t rank = 0;
   /// Kernel threads (OpenMP, also oneDNN's).
   int64_t threads = 1;
-  /// Collectives: required when the program has any. Without `wait`,
-  /// every collective completes where it starts.
-  StrataRtCollectiveFn collective = nullptr;
-  StrataRtWaitFn wait = nullptr;
-  void *collectiveUser = nullptr;
-  /// Point to point (pipeline stages).
-  StrataRtSendFn send = nullptr;
-  StrataRtRecvFn recv = nullptr;
-  void *pointToPointUser = nullptr;
+  /// Collectives (required when the program has any) and point to point
+  /// (pipeline stages). Without `wait`, every collective completes where it
+  /// starts.
+  RuntimeCallbacks communication;
   /// LLVM optimisation level of the JIT (0-3).
   unsigned optLevel = 2;
   /// Record every op's begin and end (takeTrace).
   bool trace = false;
 };
 
-/// One op of a traced step.
-struct TraceEvent {
-  /// "file:line:col: op.name" and the op's strata.role ("" if none).
-  std::string site, role;
-  /// Microseconds since the executable was created.
-  double begin = 0, end = 0;
-};
-
-class CpuExecutable {
+class CpuExecutable : public Executable {
 public:
-  ~CpuExecutable();
+  ~CpuExecutable() override;
 
   /// Compiles the step of `module` (left unchanged). Diagnostics of the
   /// lowering go to the context's handler; the error says what failed.
@@ -71,29 +59,19 @@ public:
   /// against libstrata_runtime_cpu).
   static llvm::Error emitObject(mlir::ModuleOp module, llvm::StringRef path);
 
-  /// Copies parameters and state in (every one must be present with its
-  /// shape), converting to the program's element types.
-  llvm::Error setState(const llvm::StringMap<reference::Tensor> &state);
-  /// Copies parameters and state out.
-  void getState(llvm::StringMap<reference::Tensor> &state) const;
-
-  /// Runs one step; errors name the failing op's location.
+  llvm::Error
+  setState(const llvm::StringMap<reference::Tensor> &state) override;
+  void getState(llvm::StringMap<reference::Tensor> &state) const override;
   llvm::Expected<std::vector<reference::Tensor>>
-  step(llvm::ArrayRef<reference::Tensor> args);
-
+  step(llvm::ArrayRef<reference::Tensor> args) override;
   /// The ops run since the last call (with CpuOptions::trace).
-  std::vector<TraceEvent> takeTrace();
-  /// Microseconds since the executable was created (the trace's clock).
-  double nowUs() const;
-
-  /// The op whose host call (collective, send, receive, wait) is in
-  /// progress, as "file:line:col: op", or null. Safe in a signal handler.
-  const char *activeHostCall() const;
+  std::vector<TraceEvent> takeTrace() override;
+  double nowUs() const override;
+  const char *activeHostCall() const override;
 
   /// The planned arena of intermediate values.
   int64_t arenaBytes() const { return arenaSize; }
-  /// Scratch memory the kernels hold beyond the plan.
-  int64_t scratchBytes() const;
+  int64_t scratchBytes() const override;
 
 private:
   CpuExecutable() = default;

@@ -29,7 +29,7 @@ struct Tensor {
   int64_t numElements() const;
 };
 
-/// Collectives of a multi-rank run (strata-run implements it over MPI).
+/// Collectives of a multi-rank run (strata::MpiCommunicator implements it).
 class Communicator {
 public:
   virtual ~Communicator() = default;

@@ -1,0 +1,69 @@
+//===- Executable.h - A compiled step a backend runs ------------*- C++ -*-===//
+//
+// What every backend offers the training library: the resident parameters
+// and optimizer state in and out, one step on host tensors, and what a run
+// reports (scratch memory, a trace of the ops). The reference evaluator and
+// the CPU JIT implement it; a CUDA executable plugs in here.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef STRATA_EXECUTION_EXECUTABLE_H
+#define STRATA_EXECUTION_EXECUTABLE_H
+
+#include "strata/Reference/Evaluator.h"
+
+#include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "llvm/ADT/StringMap.h"
+#include "llvm/Support/Error.h"
+
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace strata {
+
+/// One op of a traced step.
+struct TraceEvent {
+  /// "file:line:col: op.name" and the op's strata.role ("" if none).
+  std::string site, role;
+  /// Microseconds since the executable was created.
+  double begin = 0, end = 0;
+};
+
+class Executable {
+public:
+  virtual ~Executable();
+
+  /// Copies parameters and state in (every one must be present with its
+  /// shape), converting to the program's element types.
+  virtual llvm::Error
+  setState(const llvm::StringMap<reference::Tensor> &state) = 0;
+  /// Copies parameters and state out.
+  virtual void getState(llvm::StringMap<reference::Tensor> &state) const = 0;
+
+  /// Runs one step on this rank's arguments; errors name the failing op's
+  /// location. Returns the step function's results (the loss first).
+  virtual llvm::Expected<std::vector<reference::Tensor>>
+  step(llvm::ArrayRef<reference::Tensor> args) = 0;
+
+  /// Microseconds since the executable was created (the trace's clock).
+  virtual double nowUs() const = 0;
+  /// The ops run since the last call, when tracing was asked for.
+  virtual std::vector<TraceEvent> takeTrace() { return {}; }
+  /// The op whose host call (collective, send, receive, wait) is in
+  /// progress, as "file:line:col: op", or null. Safe in a signal handler.
+  virtual const char *activeHostCall() const { return nullptr; }
+  /// Memory the kernels hold beyond the memory plan.
+  virtual int64_t scratchBytes() const { return 0; }
+};
+
+/// The reference backend: the double-precision evaluator, the executable
+/// specification. `step` must outlive it; `options.communicator` carries
+/// its collectives in a multi-rank run.
+std::unique_ptr<Executable>
+createReferenceExecutable(mlir::func::FuncOp step,
+                          const reference::EvalOptions &options);
+
+} // namespace strata
+
+#endif // STRATA_EXECUTION_EXECUTABLE_H

@@ -1,0 +1,87 @@
+//===- MpiCommunicator.h - A job's communication over MPI -------*- C++ -*-===//
+//
+// The Communicator of a job whose ranks are the ranks of an MPI
+// communicator: MPI_COMM_WORLD under mpirun, or the communicator a
+// framework embedding Strata hands to the C API. Sub-communicators for the
+// program's groups are created on first use; every rank reaches the
+// collectives of the program in the same order, so they are created in the
+// same order everywhere.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef STRATA_EXECUTION_MPICOMMUNICATOR_H
+#define STRATA_EXECUTION_MPICOMMUNICATOR_H
+
+#include "strata/Execution/Communicator.h"
+
+#include "llvm/Support/Error.h"
+
+#include <map>
+#include <memory>
+#include <mpi.h>
+#include <vector>
+
+namespace strata {
+
+class MpiCommunicator : public Communicator {
+public:
+  /// The ranks of `comm` (MPI must be initialised; `comm` must outlive this).
+  explicit MpiCommunicator(MPI_Comm comm);
+  ~MpiCommunicator() override;
+
+  int64_t rank() const override { return myRank; }
+  int64_t size() const override { return worldSize; }
+
+  llvm::Error allReduceSum(std::vector<double> &data,
+                           llvm::ArrayRef<int64_t> group) override;
+  llvm::Error broadcast(std::vector<double> &data,
+                        llvm::ArrayRef<int64_t> group, int64_t root) override;
+  llvm::Error send(const std::vector<double> &data,
+                   llvm::ArrayRef<int64_t> group, int64_t peer) override;
+  llvm::Error recv(std::vector<double> &data, llvm::ArrayRef<int64_t> group,
+                   int64_t peer) override;
+
+  RuntimeCallbacks runtimeCallbacks(bool asynchronous) override;
+  llvm::Error flush() override;
+  int64_t firstFailure(bool ok) override;
+  std::vector<std::string> gatherBytes(const std::string &mine,
+                                       const char *what) override;
+  double receiveWaitMs() const override { return recvWaitMs; }
+
+private:
+  /// The communicator of the ranks `group` (group-local index i is rank
+  /// group[i]).
+  llvm::Expected<MPI_Comm> communicatorOf(llvm::ArrayRef<int64_t> group);
+  /// Buffered send: the message is copied and sent with MPI_Isend, so that
+  /// the sender goes on (a pipeline stage sends its activations and then
+  /// waits for a gradient from the same peer); flush() completes it.
+  llvm::Error send(const void *data, int64_t count, MPI_Datatype type,
+                   llvm::ArrayRef<int64_t> group, int64_t peer);
+  llvm::Error recv(void *data, int64_t count, MPI_Datatype type,
+                   llvm::ArrayRef<int64_t> group, int64_t peer);
+
+  static int runtimeCollective(void *user, const StrataRtCollective *c,
+                               void **request, char *error, size_t errorSize);
+  static int runtimeWait(void *user, void *request, char *error,
+                         size_t errorSize);
+  static int runtimeSend(void *user, const void *data, int64_t count,
+                         int64_t dtype, const int64_t *ranks, int64_t numRanks,
+                         int64_t peer, char *error, size_t errorSize);
+  static int runtimeRecv(void *user, void *data, int64_t count, int64_t dtype,
+                         const int64_t *ranks, int64_t numRanks, int64_t peer,
+                         char *error, size_t errorSize);
+
+  MPI_Comm comm;
+  int myRank = 0, worldSize = 1;
+  double recvWaitMs = 0;
+  std::map<std::vector<int>, MPI_Comm> comms;
+  struct Outgoing {
+    std::vector<char> bytes;
+    MPI_Request request;
+  };
+  std::vector<std::unique_ptr<Outgoing>> outgoing;
+};
+
+} // namespace strata
+
+#endif // STRATA_EXECUTION_MPICOMMUNICATOR_H

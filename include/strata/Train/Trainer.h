@@ -1,0 +1,189 @@
+//===- Trainer.h - Compile a program for a rank and train it ----*- C++ -*-===//
+//
+// The training library under every front end (strata-run, the C API):
+//
+//   auto trainer = Trainer::create(std::move(program), strategy, options);
+//   trainer->compile();            // the strategy's passes for this rank
+//   trainer->createExecutable();   // the backend, seeded initial state
+//   trainer->loadCheckpoint(path); // or resume from a directory
+//   for (i...) trainer->step(globalBatch(i));
+//   trainer->saveCheckpoint(path, steps);
+//   trainer->summarize();          // per-rank figures, the JSON report
+//
+// A Trainer is one rank of a job of `worldSize` ranks. Calls marked
+// *collective* must be made by every rank, in the same order; they use the
+// Communicator (required when worldSize > 1). Front ends keep what is
+// theirs: parsing the command line, launching ranks, reading data, printing.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef STRATA_TRAIN_TRAINER_H
+#define STRATA_TRAIN_TRAINER_H
+
+#include "strata/Analysis/MemoryPlan.h"
+#include "strata/Execution/Communicator.h"
+#include "strata/Execution/Executable.h"
+#include "strata/Strategy/Strategy.h"
+#include "strata/Train/Train.h"
+
+#include "mlir/IR/BuiltinOps.h"
+#include "mlir/IR/OwningOpRef.h"
+#include "mlir/Pass/PassManager.h"
+#include "llvm/Support/JSON.h"
+
+#include <chrono>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace strata {
+
+/// Which executable runs the step.
+enum class Backend {
+  /// The double-precision evaluator (the executable specification).
+  Reference,
+  /// The lowered step JIT-compiled against the CPU runtime.
+  Cpu,
+};
+
+/// "cpu" / "reference"; an error names the choices ("cuda" is not built).
+llvm::Expected<Backend> parseBackend(llvm::StringRef name);
+llvm::StringRef backendName(Backend backend);
+
+struct TrainerOptions {
+  int64_t worldSize = 1;
+  int64_t rank = 0;
+  Backend backend = Backend::Cpu;
+  /// Run seed: initial weights, dropout, the synthetic data.
+  uint64_t seed = 0;
+  /// Kernel threads of this rank (CPU backend).
+  int64_t threads = 1;
+  /// Record every op of every step (CPU backend; writeTrace).
+  bool trace = false;
+  /// Complete every collective where it starts (no overlap).
+  bool blockingCollectives = false;
+  /// The job's ranks; required when worldSize > 1, and its size must be
+  /// worldSize. Must outlive the Trainer.
+  Communicator *communicator = nullptr;
+};
+
+/// Every rank's figures, gathered on rank 0 (rank order), after a run.
+struct RunSummary {
+  std::vector<int64_t> plannedPeakBytes, measuredPeakBytes, paramBytes,
+      gradBytes, stateBytes, activationPeakBytes;
+  /// Share of the step each rank spent blocked in receives (after the
+  /// first step).
+  std::vector<double> bubble;
+  /// Mean step after the first (which pays for warm-up), and the items
+  /// (tokens or samples) per second at that step time.
+  double meanStepMs = 0, throughput = 0;
+  double wallSeconds = 0;
+};
+
+class Trainer {
+public:
+  ~Trainer();
+
+  /// Takes the program as written (its step function's arguments are the
+  /// global batch), checks that the batch splits over the strategy's
+  /// data-parallel ranks and micro-batches, and prepares the strategy's
+  /// passes for (worldSize, rank). Fails alike on every rank.
+  static llvm::Expected<std::unique_ptr<Trainer>>
+  create(mlir::OwningOpRef<mlir::ModuleOp> program, Strategy strategy,
+         const TrainerOptions &options);
+
+  /// Runs the strategy's passes; diagnostics go to the MLIRContext's
+  /// handler. May fail on one rank alone (each compiles its own stage or
+  /// shard).
+  llvm::Error compile();
+
+  /// The compiled program lowered to the runtime ABI, as text.
+  llvm::Error emitLowered(llvm::raw_ostream &os);
+  /// The compiled program as an object file (link it against the runtime).
+  llvm::Error emitObject(llvm::StringRef path);
+
+  /// Creates the backend's executable with the seeded initial weights and
+  /// state. May fail on one rank alone.
+  llvm::Error createExecutable();
+
+  /// Replaces weights and state by a checkpoint's (whole tensors, any
+  /// strategy); nothing changes on error. Returns the steps it had done.
+  llvm::Expected<int64_t> loadCheckpoint(llvm::StringRef path);
+  /// The newest checkpoint of `dir` that loads (damaged ones are passed
+  /// over, each reported to `passedOver`): its steps and path, or nothing
+  /// when `dir` has none.
+  std::optional<std::pair<int64_t, std::string>>
+  resumeFromDirectory(llvm::StringRef dir,
+                      llvm::function_ref<void(llvm::Error)> passedOver);
+
+  /// Writes weights and state after `stepsDone` steps to `path` (rank 0
+  /// writes, atomically). Collective: sharded optimizer state and pipeline
+  /// stages are gathered on rank 0 first.
+  llvm::Error saveCheckpoint(llvm::StringRef path, int64_t stepsDone);
+  /// saveCheckpoint into `dir` under the name of `stepsDone`
+  /// (checkpointPath), then removes the oldest beyond `keep` (0 keeps all).
+  llvm::Error saveToDirectory(llvm::StringRef dir, int64_t stepsDone,
+                              int64_t keep);
+  /// "DIR/step-00000042.safetensors".
+  static std::string checkpointPath(llvm::StringRef dir, int64_t steps);
+  /// The complete checkpoints of `dir`, oldest first (a writer killed
+  /// mid-save leaves only a `.tmp-` file, which is not one of them).
+  static std::vector<std::pair<int64_t, std::string>>
+  listCheckpoints(llvm::StringRef dir);
+
+  /// Trains one step on the global batch (the program's arguments as
+  /// written): takes this rank's rows, runs the executable, completes the
+  /// step's sends. Returns the loss; a NaN or infinite loss is an error.
+  /// Collective in a multi-rank job (the program's collectives).
+  llvm::Expected<double> step(int64_t index,
+                              llvm::ArrayRef<reference::Tensor> globalBatch);
+
+  /// Writes the trace of every rank's ops (Chrome trace JSON) on rank 0.
+  /// Collective.
+  llvm::Error writeTrace(llvm::StringRef path);
+  /// Gathers every rank's figures on rank 0. Collective.
+  RunSummary summarize();
+  /// The run's JSON report from a summary (rank 0).
+  llvm::json::Object report(const RunSummary &summary) const;
+
+  mlir::ModuleOp module() { return *program; }
+  /// The step function (the compiled one after compile()).
+  mlir::func::FuncOp stepFunction();
+  const Strategy &strategy() const { return plan; }
+  const TrainerOptions &options() const { return opts; }
+  /// Null before createExecutable().
+  Executable *executable() { return exe.get(); }
+  /// The memory plan of the compiled step.
+  const MemoryPlan &memoryPlan();
+
+  /// Losses and step times (ms) of the steps run, and the tokens (a GPT's
+  /// token ids) or samples (the MLP's rows) of one global batch.
+  const std::vector<double> &losses() const { return lossHistory; }
+  const std::vector<double> &stepTimesMs() const { return stepTimes; }
+  double itemsPerBatch() const { return items; }
+  /// "tokens" or "samples".
+  llvm::StringRef itemUnit() const { return samples ? "samples" : "tokens"; }
+
+private:
+  Trainer() = default;
+  bool multiRank() const { return opts.communicator != nullptr; }
+
+  mlir::OwningOpRef<mlir::ModuleOp> program;
+  Strategy plan;
+  TrainerOptions opts;
+  std::unique_ptr<mlir::PassManager> passes;
+  std::unique_ptr<Executable> exe;
+  std::optional<MemoryPlan> memory;
+  /// Weights and state between the executable and checkpoints.
+  llvm::StringMap<reference::Tensor> state;
+  std::vector<double> lossHistory, stepTimes, receiveWaits;
+  llvm::json::Array traceEvents;
+  std::optional<std::chrono::steady_clock::time_point> started;
+  double items = 0;
+  bool samples = false;
+};
+
+} // namespace strata
+
+#endif // STRATA_TRAIN_TRAINER_H

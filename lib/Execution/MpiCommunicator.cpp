@@ -1,0 +1,315 @@
+//===- MpiCommunicator.cpp - A job's communication over MPI ---------------===//
+
+#include "strata/Execution/MpiCommunicator.h"
+
+#include "llvm/ADT/Twine.h"
+
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+
+using namespace llvm;
+
+namespace strata {
+
+static Error mpiError(const Twine &message) {
+  return createStringError(inconvertibleErrorCode(), message);
+}
+
+/// The MPI datatype of a runtime element type. bf16 and f16 move as 16-bit
+/// words (MPI has no sum for them: reductions refuse them).
+static MPI_Datatype mpiType(int64_t dtype) {
+  switch (dtype) {
+  case STRATA_RT_F32:
+    return MPI_FLOAT;
+  case STRATA_RT_I32:
+    return MPI_INT32_T;
+  case STRATA_RT_I64:
+    return MPI_INT64_T;
+  case STRATA_RT_I8:
+    return MPI_INT8_T;
+  case STRATA_RT_U8:
+    return MPI_UINT8_T;
+  case STRATA_RT_BF16:
+  case STRATA_RT_F16:
+    return MPI_UINT16_T;
+  default:
+    return MPI_DATATYPE_NULL;
+  }
+}
+
+MpiCommunicator::MpiCommunicator(MPI_Comm comm) : comm(comm) {
+  MPI_Comm_rank(comm, &myRank);
+  MPI_Comm_size(comm, &worldSize);
+}
+
+MpiCommunicator::~MpiCommunicator() {
+  for (auto &entry : comms)
+    MPI_Comm_free(&entry.second);
+}
+
+Expected<MPI_Comm> MpiCommunicator::communicatorOf(ArrayRef<int64_t> group) {
+  if (onBegin)
+    onBegin(nullptr);
+  bool whole = int64_t(group.size()) == worldSize;
+  for (int64_t i = 0; whole && i < worldSize; ++i)
+    whole = group[i] == i;
+  if (whole)
+    return comm;
+  std::vector<int> ranks(group.begin(), group.end());
+  auto it = comms.find(ranks);
+  if (it == comms.end()) {
+    MPI_Group all, sub;
+    MPI_Comm_group(comm, &all);
+    MPI_Group_incl(all, int(ranks.size()), ranks.data(), &sub);
+    MPI_Comm created;
+    int status = MPI_Comm_create_group(comm, sub, 0, &created);
+    MPI_Group_free(&sub);
+    MPI_Group_free(&all);
+    if (status != MPI_SUCCESS)
+      return mpiError("cannot create a communicator");
+    it = comms.emplace(ranks, created).first;
+  }
+  return it->second;
+}
+
+Error MpiCommunicator::allReduceSum(std::vector<double> &data,
+                                    ArrayRef<int64_t> group) {
+  auto sub = communicatorOf(group);
+  if (!sub)
+    return sub.takeError();
+  if (MPI_Allreduce(MPI_IN_PLACE, data.data(), int(data.size()), MPI_DOUBLE,
+                    MPI_SUM, *sub) != MPI_SUCCESS)
+    return mpiError("MPI_Allreduce failed");
+  return Error::success();
+}
+
+Error MpiCommunicator::broadcast(std::vector<double> &data,
+                                 ArrayRef<int64_t> group, int64_t root) {
+  auto sub = communicatorOf(group);
+  if (!sub)
+    return sub.takeError();
+  if (MPI_Bcast(data.data(), int(data.size()), MPI_DOUBLE, int(root), *sub) !=
+      MPI_SUCCESS)
+    return mpiError("MPI_Bcast failed");
+  return Error::success();
+}
+
+Error MpiCommunicator::send(const std::vector<double> &data,
+                            ArrayRef<int64_t> group, int64_t peer) {
+  return send(data.data(), int64_t(data.size()), MPI_DOUBLE, group, peer);
+}
+
+Error MpiCommunicator::recv(std::vector<double> &data, ArrayRef<int64_t> group,
+                            int64_t peer) {
+  return recv(data.data(), int64_t(data.size()), MPI_DOUBLE, group, peer);
+}
+
+Error MpiCommunicator::send(const void *data, int64_t count, MPI_Datatype type,
+                            ArrayRef<int64_t> group, int64_t peer) {
+  auto sub = communicatorOf(group);
+  if (!sub)
+    return sub.takeError();
+  int size = 0;
+  MPI_Type_size(type, &size);
+  auto message = std::make_unique<Outgoing>();
+  message->bytes.assign(static_cast<const char *>(data),
+                        static_cast<const char *>(data) + count * size);
+  if (MPI_Isend(message->bytes.data(), int(count), type, int(peer),
+                /*tag=*/0, *sub, &message->request) != MPI_SUCCESS)
+    return mpiError("MPI_Isend to rank " + Twine(group[peer]) + " failed");
+  outgoing.push_back(std::move(message));
+  return Error::success();
+}
+
+Error MpiCommunicator::recv(void *data, int64_t count, MPI_Datatype type,
+                            ArrayRef<int64_t> group, int64_t peer) {
+  auto sub = communicatorOf(group);
+  if (!sub)
+    return sub.takeError();
+  MPI_Status status;
+  auto begin = std::chrono::steady_clock::now();
+  int result =
+      MPI_Recv(data, int(count), type, int(peer), /*tag=*/0, *sub, &status);
+  recvWaitMs += std::chrono::duration<double, std::milli>(
+                    std::chrono::steady_clock::now() - begin)
+                    .count();
+  if (result != MPI_SUCCESS)
+    return mpiError("MPI_Recv from rank " + Twine(group[peer]) + " failed");
+  int received = 0;
+  MPI_Get_count(&status, type, &received);
+  if (received != count)
+    return mpiError("received " + Twine(received) + " elements from rank " +
+                    Twine(group[peer]) + ", expected " + Twine(count));
+  return Error::success();
+}
+
+Error MpiCommunicator::flush() {
+  if (onBegin)
+    onBegin("completing the step's sends (MPI_Wait)");
+  Error result = Error::success();
+  for (std::unique_ptr<Outgoing> &message : outgoing)
+    if (MPI_Wait(&message->request, MPI_STATUS_IGNORE) != MPI_SUCCESS) {
+      result = mpiError("MPI_Wait on a send failed");
+      break;
+    }
+  outgoing.clear();
+  if (onEnd)
+    onEnd();
+  return result;
+}
+
+int64_t MpiCommunicator::firstFailure(bool ok) {
+  int mine = ok ? worldSize : myRank, first = worldSize;
+  MPI_Allreduce(&mine, &first, 1, MPI_INT, MPI_MIN, comm);
+  return first == worldSize ? -1 : first;
+}
+
+std::vector<std::string> MpiCommunicator::gatherBytes(const std::string &mine,
+                                                      const char *what) {
+  if (onBegin)
+    onBegin(what);
+  int size = int(mine.size());
+  std::vector<int> sizes(worldSize), offsets(worldSize, 0);
+  MPI_Gather(&size, 1, MPI_INT, sizes.data(), 1, MPI_INT, 0, comm);
+  int total = 0;
+  for (int r = 0; r < worldSize; ++r) {
+    offsets[r] = total;
+    total += sizes[r];
+  }
+  std::string joined(myRank == 0 ? total : 0, '\0');
+  MPI_Gatherv(mine.data(), size, MPI_CHAR, joined.data(), sizes.data(),
+              offsets.data(), MPI_CHAR, 0, comm);
+  std::vector<std::string> all;
+  if (myRank == 0)
+    for (int r = 0; r < worldSize; ++r)
+      all.push_back(joined.substr(offsets[r], sizes[r]));
+  if (onEnd)
+    onEnd();
+  return all;
+}
+
+RuntimeCallbacks MpiCommunicator::runtimeCallbacks(bool asynchronous) {
+  RuntimeCallbacks callbacks;
+  callbacks.collective = &runtimeCollective;
+  if (asynchronous)
+    callbacks.wait = &runtimeWait;
+  callbacks.collectiveUser = this;
+  callbacks.send = &runtimeSend;
+  callbacks.recv = &runtimeRecv;
+  callbacks.pointToPointUser = this;
+  return callbacks;
+}
+
+/// Reports `message` through the runtime's error buffer.
+static int runtimeError(char *error, size_t errorSize, const Twine &message) {
+  std::snprintf(error, errorSize, "%s", message.str().c_str());
+  return 1;
+}
+
+int MpiCommunicator::runtimeSend(void *user, const void *data, int64_t count,
+                                 int64_t dtype, const int64_t *ranks,
+                                 int64_t numRanks, int64_t peer, char *error,
+                                 size_t errorSize) {
+  auto *self = static_cast<MpiCommunicator *>(user);
+  MPI_Datatype type = mpiType(dtype);
+  if (type == MPI_DATATYPE_NULL)
+    return runtimeError(error, errorSize,
+                        "cannot send element type code " + Twine(dtype));
+  if (Error err = self->send(data, count, type,
+                             ArrayRef<int64_t>(ranks, numRanks), peer))
+    return runtimeError(error, errorSize, toString(std::move(err)));
+  return 0;
+}
+
+int MpiCommunicator::runtimeRecv(void *user, void *data, int64_t count,
+                                 int64_t dtype, const int64_t *ranks,
+                                 int64_t numRanks, int64_t peer, char *error,
+                                 size_t errorSize) {
+  auto *self = static_cast<MpiCommunicator *>(user);
+  MPI_Datatype type = mpiType(dtype);
+  if (type == MPI_DATATYPE_NULL)
+    return runtimeError(error, errorSize,
+                        "cannot receive element type code " + Twine(dtype));
+  if (Error err = self->recv(data, count, type,
+                             ArrayRef<int64_t>(ranks, numRanks), peer))
+    return runtimeError(error, errorSize, toString(std::move(err)));
+  return 0;
+}
+
+/// Collectives are blocking, or started (MPI_I*) with a heap-allocated
+/// MPI_Request that runtimeWait completes.
+int MpiCommunicator::runtimeCollective(void *user, const StrataRtCollective *c,
+                                       void **request, char *error,
+                                       size_t errorSize) {
+  auto *self = static_cast<MpiCommunicator *>(user);
+  auto sub = self->communicatorOf(ArrayRef<int64_t>(c->ranks, c->numRanks));
+  if (!sub)
+    return runtimeError(error, errorSize, toString(sub.takeError()));
+  MPI_Datatype type = mpiType(c->dtype);
+  bool sums = c->op == STRATA_RT_ALL_REDUCE || c->op == STRATA_RT_REDUCE_SCATTER;
+  if (type == MPI_DATATYPE_NULL ||
+      (sums && (c->dtype == STRATA_RT_BF16 || c->dtype == STRATA_RT_F16)))
+    return runtimeError(error, errorSize,
+                        Twine("the MPI communicator cannot ") +
+                            (sums ? "sum " : "move ") +
+                            strata_rt_element_name(c->dtype) + " tensors");
+  int count = int(c->count);
+  MPI_Request *r = request ? new MPI_Request : nullptr;
+  int status = MPI_SUCCESS;
+  const char *call = "";
+  switch (c->op) {
+  case STRATA_RT_ALL_REDUCE:
+    call = r ? "MPI_Iallreduce" : "MPI_Allreduce";
+    status = r ? MPI_Iallreduce(MPI_IN_PLACE, c->recv, count, type, MPI_SUM,
+                                *sub, r)
+               : MPI_Allreduce(MPI_IN_PLACE, c->recv, count, type, MPI_SUM,
+                               *sub);
+    break;
+  case STRATA_RT_BROADCAST:
+    call = r ? "MPI_Ibcast" : "MPI_Bcast";
+    status = r ? MPI_Ibcast(c->recv, count, type, int(c->root), *sub, r)
+               : MPI_Bcast(c->recv, count, type, int(c->root), *sub);
+    break;
+  case STRATA_RT_REDUCE_SCATTER:
+    call = r ? "MPI_Ireduce_scatter_block" : "MPI_Reduce_scatter_block";
+    status = r ? MPI_Ireduce_scatter_block(c->send, c->recv, count, type,
+                                           MPI_SUM, *sub, r)
+               : MPI_Reduce_scatter_block(c->send, c->recv, count, type,
+                                          MPI_SUM, *sub);
+    break;
+  case STRATA_RT_ALL_GATHER:
+    call = r ? "MPI_Iallgather" : "MPI_Allgather";
+    status = r ? MPI_Iallgather(c->send, count, type, c->recv, count, type,
+                                *sub, r)
+               : MPI_Allgather(c->send, count, type, c->recv, count, type,
+                               *sub);
+    break;
+  default:
+    delete r;
+    return runtimeError(error, errorSize,
+                        "unknown collective " + Twine(c->op));
+  }
+  if (status != MPI_SUCCESS) {
+    delete r;
+    return runtimeError(error, errorSize, Twine(call) + " failed");
+  }
+  if (request)
+    *request = r;
+  return 0;
+}
+
+int MpiCommunicator::runtimeWait(void *user, void *request, char *error,
+                                 size_t errorSize) {
+  auto *self = static_cast<MpiCommunicator *>(user);
+  if (self->onBegin)
+    self->onBegin(nullptr);
+  auto *r = static_cast<MPI_Request *>(request);
+  int status = MPI_Wait(r, MPI_STATUS_IGNORE);
+  delete r;
+  if (status != MPI_SUCCESS)
+    return runtimeError(error, errorSize, "MPI_Wait failed");
+  return 0;
+}
+
+} // namespace strata

@@ -1,0 +1,525 @@
+//===- Trainer.cpp - Compile a program for a rank and train it ------------===//
+
+#include "strata/Train/Trainer.h"
+
+#include "strata/Execution/CpuExecutable.h"
+#include "strata/Model/ProgramBuilder.h"
+#include "strata/Passes/Passes.h"
+#include "strata/Strategy/PassPlan.h"
+
+#include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "llvm/Support/FileSystem.h"
+#include "llvm/Support/FormatVariadic.h"
+#include "llvm/Support/Path.h"
+
+#include <cmath>
+#include <cstring>
+#include <set>
+#include <sys/resource.h>
+
+using namespace llvm;
+
+namespace strata {
+
+static Error trainerError(const Twine &message) {
+  return createStringError(inconvertibleErrorCode(), message);
+}
+
+Expected<Backend> parseBackend(StringRef name) {
+  if (name == "cpu")
+    return Backend::Cpu;
+  if (name == "reference")
+    return Backend::Reference;
+  if (name == "cuda")
+    return trainerError("backend cuda is not implemented yet (the CUDA "
+                        "runtime is future work); use cpu");
+  return trainerError("unknown backend '" + name +
+                      "' (expected cpu or reference)");
+}
+
+StringRef backendName(Backend backend) {
+  return backend == Backend::Cpu ? "cpu" : "reference";
+}
+
+static int64_t peakRssBytes() {
+  struct rusage usage;
+  getrusage(RUSAGE_SELF, &usage);
+  return int64_t(usage.ru_maxrss) * 1024;
+}
+
+Trainer::~Trainer() = default;
+
+Expected<std::unique_ptr<Trainer>>
+Trainer::create(mlir::OwningOpRef<mlir::ModuleOp> program, Strategy strategy,
+                const TrainerOptions &options) {
+  if (options.worldSize < 1 || options.rank < 0 ||
+      options.rank >= options.worldSize)
+    return trainerError("rank " + Twine(options.rank) +
+                        " is not a rank of a job of " +
+                        Twine(options.worldSize) + " ranks");
+  if (options.threads < 1)
+    return trainerError("give at least one thread (" +
+                        Twine(options.threads) + " asked for)");
+  if (options.worldSize > 1 && !options.communicator)
+    return trainerError("a job of " + Twine(options.worldSize) +
+                        " ranks needs a communicator");
+  if (options.communicator &&
+      (options.communicator->size() != options.worldSize ||
+       options.communicator->rank() != options.rank))
+    return trainerError(
+        "the communicator has rank " + Twine(options.communicator->rank()) +
+        " of " + Twine(options.communicator->size()) +
+        ", the trainer was asked for rank " + Twine(options.rank) + " of " +
+        Twine(options.worldSize));
+  std::unique_ptr<Trainer> trainer(new Trainer());
+  trainer->program = std::move(program);
+  trainer->plan = std::move(strategy);
+  trainer->opts = options;
+  mlir::func::FuncOp written = trainer->stepFunction();
+  if (!written)
+    return trainerError(Twine("the program has no @") + kStepFunctionName +
+                        " function");
+  if (Error err =
+          checkBatchSplit(trainer->plan, written, options.worldSize))
+    return std::move(err);
+  // The MLP's batch counts samples (rows of `features`); a GPT's, tokens.
+  auto first = written.getNumArguments()
+                   ? written.getArgAttrOfType<mlir::StringAttr>(0, "strata.name")
+                   : mlir::StringAttr();
+  trainer->samples = first && first.getValue() == "features";
+  trainer->passes =
+      std::make_unique<mlir::PassManager>(trainer->program->getContext());
+  if (Error err = addPlannedPasses(
+          *trainer->passes,
+          planPasses(trainer->plan, options.worldSize, options.rank),
+          trainer->plan))
+    return std::move(err);
+  return std::move(trainer);
+}
+
+mlir::func::FuncOp Trainer::stepFunction() {
+  return program->lookupSymbol<mlir::func::FuncOp>(kStepFunctionName);
+}
+
+Error Trainer::compile() {
+  if (mlir::failed(passes->run(*program)))
+    return trainerError("compilation failed");
+  if (!stepFunction())
+    return trainerError(Twine("the compiled program has no @") +
+                        kStepFunctionName + " function");
+  memory.reset();
+  return Error::success();
+}
+
+Error Trainer::emitLowered(raw_ostream &os) {
+  mlir::PassManager lower(program->getContext());
+  lower.addPass(createStrataLowerToRuntime());
+  if (mlir::failed(lower.run(*program)))
+    return trainerError("cannot lower the program to the CPU runtime");
+  program->print(os);
+  return Error::success();
+}
+
+Error Trainer::emitObject(StringRef path) {
+  return CpuExecutable::emitObject(*program, path);
+}
+
+Error Trainer::createExecutable() {
+  if (opts.backend == Backend::Cpu) {
+    CpuOptions cpu;
+    cpu.seed = opts.seed;
+    cpu.rank = opts.rank;
+    cpu.threads = opts.threads;
+    cpu.trace = opts.trace;
+    if (opts.communicator)
+      cpu.communication =
+          opts.communicator->runtimeCallbacks(!opts.blockingCollectives);
+    auto compiled = CpuExecutable::compile(*program, cpu);
+    if (!compiled)
+      return compiled.takeError();
+    exe = std::move(*compiled);
+  } else {
+    if (opts.trace)
+      return trainerError("tracing needs the cpu backend");
+    reference::EvalOptions eval;
+    eval.seed = opts.seed;
+    eval.communicator = opts.communicator;
+    exe = createReferenceExecutable(stepFunction(), eval);
+  }
+  state = initialState(*program, opts.seed);
+  return exe->setState(state);
+}
+
+Expected<int64_t> Trainer::loadCheckpoint(StringRef path) {
+  StringMap<reference::Tensor> loaded = state;
+  auto done = strata::loadCheckpoint(*program, path, loaded);
+  if (!done)
+    return done.takeError();
+  if (exe)
+    if (Error err = exe->setState(loaded))
+      return std::move(err);
+  state = std::move(loaded);
+  return *done;
+}
+
+std::optional<std::pair<int64_t, std::string>>
+Trainer::resumeFromDirectory(StringRef dir,
+                             function_ref<void(Error)> passedOver) {
+  auto found = listCheckpoints(dir);
+  for (auto it = found.rbegin(); it != found.rend(); ++it) {
+    auto done = loadCheckpoint(it->second);
+    if (done)
+      return std::make_pair(*done, it->second);
+    passedOver(done.takeError());
+  }
+  return std::nullopt;
+}
+
+std::string Trainer::checkpointPath(StringRef dir, int64_t steps) {
+  char name[64];
+  std::snprintf(name, sizeof(name), "step-%08lld.safetensors",
+                static_cast<long long>(steps));
+  SmallString<128> path(dir);
+  sys::path::append(path, name);
+  return path.str().str();
+}
+
+std::vector<std::pair<int64_t, std::string>>
+Trainer::listCheckpoints(StringRef dir) {
+  std::vector<std::pair<int64_t, std::string>> found;
+  std::error_code ec;
+  for (sys::fs::directory_iterator it(dir, ec), end; it != end && !ec;
+       it.increment(ec)) {
+    StringRef name = sys::path::filename(it->path());
+    int64_t n;
+    if (name.consume_front("step-") && name.consume_back(".safetensors") &&
+        !name.getAsInteger(10, n))
+      found.push_back({n, it->path()});
+  }
+  llvm::sort(found);
+  return found;
+}
+
+/// Gathers every rank's named tensors on rank 0 (in rank order; a name
+/// already present, such as a replicated parameter, is kept once).
+static void gatherTensors(Communicator &communicator,
+                          std::vector<NamedTensor> &tensors) {
+  std::string mine;
+  auto put = [&](const void *p, size_t n) {
+    mine.append(static_cast<const char *>(p), n);
+  };
+  auto putString = [&](const std::string &v) {
+    int64_t n = int64_t(v.size());
+    put(&n, sizeof(n));
+    put(v.data(), v.size());
+  };
+  for (const NamedTensor &t : tensors) {
+    putString(t.name);
+    putString(t.dtype);
+    int64_t rank = int64_t(t.tensor.shape.size());
+    put(&rank, sizeof(rank));
+    put(t.tensor.shape.data(), rank * sizeof(int64_t));
+    put(t.tensor.data.data(), t.tensor.data.size() * sizeof(double));
+  }
+  std::vector<std::string> parts =
+      communicator.gatherBytes(mine, "gathering a trace or checkpoint on rank 0");
+  if (communicator.rank() != 0)
+    return;
+  std::set<std::string> seen;
+  for (const NamedTensor &t : tensors)
+    seen.insert(t.name);
+  // The other ranks' tensors (rank 0's are `tensors` already).
+  std::string all;
+  for (size_t r = 1; r < parts.size(); ++r)
+    all += parts[r];
+  size_t at = 0;
+  auto get = [&](void *p, size_t n) {
+    if (n) // (a scalar's shape has no data pointer)
+      std::memcpy(p, all.data() + at, n);
+    at += n;
+  };
+  auto getString = [&]() {
+    int64_t n;
+    get(&n, sizeof(n));
+    std::string v(all.data() + at, size_t(n));
+    at += size_t(n);
+    return v;
+  };
+  while (at < all.size()) {
+    NamedTensor t;
+    t.name = getString();
+    t.dtype = getString();
+    int64_t rank;
+    get(&rank, sizeof(rank));
+    t.tensor.shape.resize(rank);
+    get(t.tensor.shape.data(), rank * sizeof(int64_t));
+    t.tensor.data.resize(t.tensor.numElements());
+    get(t.tensor.data.data(), t.tensor.data.size() * sizeof(double));
+    if (seen.insert(t.name).second)
+      tensors.push_back(std::move(t));
+  }
+}
+
+Error Trainer::saveCheckpoint(StringRef path, int64_t stepsDone) {
+  if (exe)
+    exe->getState(state);
+  auto tensors = checkpointTensors(*program, state);
+  if (!tensors)
+    return tensors.takeError();
+  // With sharding each rank holds the optimizer state of the parameters it
+  // owns, and a pipeline stage the parameters of its stage.
+  if (multiRank() && (plan.sharding.enable || plan.pipeline.enable))
+    gatherTensors(*opts.communicator, *tensors);
+  if (opts.rank != 0)
+    return Error::success();
+  return writeCheckpoint(path, *tensors, stepsDone);
+}
+
+Error Trainer::saveToDirectory(StringRef dir, int64_t stepsDone,
+                               int64_t keep) {
+  if (Error err = saveCheckpoint(checkpointPath(dir, stepsDone), stepsDone))
+    return err;
+  if (opts.rank == 0 && keep > 0) {
+    auto all = listCheckpoints(dir);
+    for (size_t k = 0; k + size_t(keep) < all.size(); ++k)
+      sys::fs::remove(all[k].second);
+  }
+  return Error::success();
+}
+
+Expected<double> Trainer::step(int64_t index,
+                               ArrayRef<reference::Tensor> globalBatch) {
+  if (!exe)
+    return trainerError("createExecutable() must come before step()");
+  mlir::func::FuncOp function = stepFunction();
+  if (globalBatch.size() != function.getNumArguments())
+    return trainerError("the step takes " +
+                        Twine(function.getNumArguments()) +
+                        " arguments, " + Twine(globalBatch.size()) +
+                        " were given");
+  // This rank's rows of the global batch (data parallelism).
+  std::vector<reference::Tensor> local(globalBatch.begin(), globalBatch.end());
+  for (auto [tensor, arg] : llvm::zip(local, function.getArguments())) {
+    auto type = cast<mlir::RankedTensorType>(arg.getType());
+    if (type.getRank() == 0 || int64_t(tensor.shape.size()) != type.getRank())
+      continue;
+    int64_t rows = type.getDimSize(0);
+    if (rows == tensor.shape[0])
+      continue;
+    if (rows <= 0 || tensor.shape[0] % rows != 0)
+      return trainerError("a batch of " + Twine(tensor.shape[0]) +
+                          " rows does not split into this rank's " +
+                          Twine(rows));
+    int64_t shard = opts.rank % (tensor.shape[0] / rows);
+    int64_t width = tensor.numElements() / tensor.shape[0];
+    reference::Tensor part = tensor;
+    part.shape[0] = rows;
+    part.data.assign(tensor.data.begin() + shard * rows * width,
+                     tensor.data.begin() + (shard + 1) * rows * width);
+    tensor = std::move(part);
+  }
+  if (!globalBatch.empty() && !globalBatch[0].shape.empty())
+    items = samples ? double(globalBatch[0].shape[0])
+                    : double(globalBatch[0].numElements());
+  double waitBefore = multiRank() ? opts.communicator->receiveWaitMs() : 0;
+  double traceBegin = exe->nowUs();
+  auto t0 = std::chrono::steady_clock::now();
+  if (!started)
+    started = t0;
+  auto results = exe->step(local);
+  auto t1 = std::chrono::steady_clock::now();
+  if (!results)
+    return results.takeError();
+  if (multiRank())
+    if (Error err = opts.communicator->flush())
+      return std::move(err);
+  if (opts.trace) {
+    double traceEnd = exe->nowUs();
+    traceEvents.push_back(json::Object{{"name", formatv("step {0}", index).str()},
+                                       {"cat", "step"},
+                                       {"ph", "X"},
+                                       {"ts", traceBegin},
+                                       {"dur", traceEnd - traceBegin},
+                                       {"pid", opts.rank},
+                                       {"tid", 0}});
+    for (const TraceEvent &e : exe->takeTrace()) {
+      StringRef site(e.site), name = site.rsplit(": ").second;
+      if (name.empty())
+        name = site;
+      traceEvents.push_back(json::Object{
+          {"name", name.str()}, // (a json::Value keeps a StringRef)
+          {"cat", e.role.empty() ? std::string("op") : e.role},
+          {"ph", "X"},
+          {"ts", e.begin},
+          {"dur", e.end - e.begin},
+          {"pid", opts.rank},
+          {"tid", 0},
+          {"args", json::Object{{"site", e.site}, {"step", index}}}});
+    }
+  }
+  double loss = (*results)[0].data[0];
+  if (!std::isfinite(loss))
+    return trainerError(Twine("the loss is ") +
+                        (std::isnan(loss) ? "NaN" : "infinite"));
+  lossHistory.push_back(loss);
+  stepTimes.push_back(
+      std::chrono::duration<double, std::milli>(t1 - t0).count());
+  receiveWaits.push_back(
+      multiRank() ? opts.communicator->receiveWaitMs() - waitBefore : 0);
+  return loss;
+}
+
+Error Trainer::writeTrace(StringRef path) {
+  traceEvents.push_back(json::Object{
+      {"name", "process_name"},
+      {"ph", "M"},
+      {"pid", opts.rank},
+      {"args", json::Object{{"name", formatv("rank {0}", opts.rank).str()}}}});
+  // Every rank's events, as JSON text, gathered on rank 0.
+  std::string mine;
+  {
+    raw_string_ostream os(mine);
+    os << json::Value(std::move(traceEvents));
+  }
+  traceEvents = json::Array();
+  mine = StringRef(mine).drop_front().drop_back().str(); // "[...]" -> "..."
+  std::vector<std::string> all =
+      multiRank()
+          ? opts.communicator->gatherBytes(
+                mine, "gathering a trace or checkpoint on rank 0")
+          : std::vector<std::string>{mine};
+  if (opts.rank != 0)
+    return Error::success();
+  std::string error;
+  std::error_code ec;
+  raw_fd_ostream os(path, ec);
+  if (ec)
+    return trainerError("cannot write '" + path + "': " + ec.message());
+  os << "{\"displayTimeUnit\": \"ms\", \"traceEvents\": [";
+  bool first = true;
+  for (const std::string &part : all) {
+    if (part.empty())
+      continue;
+    os << (first ? "" : ",") << "\n" << part;
+    first = false;
+  }
+  os << "\n]}\n";
+  os.close();
+  if (os.has_error()) {
+    os.clear_error();
+    return trainerError("cannot write '" + path + "'");
+  }
+  return Error::success();
+}
+
+const MemoryPlan &Trainer::memoryPlan() {
+  if (!memory)
+    memory = planMemory(stepFunction());
+  return *memory;
+}
+
+RunSummary Trainer::summarize() {
+  RunSummary s;
+  // Every rank's `value`, on rank 0, in rank order.
+  auto gather = [&](int64_t value) {
+    if (!multiRank())
+      return std::vector<int64_t>{value};
+    std::string bytes(reinterpret_cast<const char *>(&value), sizeof(value));
+    std::vector<int64_t> all;
+    for (const std::string &part :
+         opts.communicator->gatherBytes(bytes, "gathering the report on rank 0")) {
+      int64_t v = 0;
+      std::memcpy(&v, part.data(), std::min(part.size(), sizeof(v)));
+      all.push_back(v);
+    }
+    return all;
+  };
+  const MemoryPlan &plan = memoryPlan();
+  s.activationPeakBytes = gather(plan.livePeakBytes);
+  // The measured bubble: the share of the step a rank spends blocked in
+  // receives (steps after the first, which also pays for warm-up).
+  double waitSum = 0, stepSum = 0;
+  for (size_t i = stepTimes.size() > 1 ? 1 : 0; i < stepTimes.size(); ++i) {
+    waitSum += receiveWaits[i];
+    stepSum += stepTimes[i];
+  }
+  for (int64_t b : gather(stepSum > 0 ? int64_t(1e6 * waitSum / stepSum) : 0))
+    s.bubble.push_back(double(b) / 1e6);
+  TrainingMemory training = trainingMemory(*program);
+  s.plannedPeakBytes = gather(plan.peakBytes());
+  s.measuredPeakBytes = gather(peakRssBytes());
+  s.paramBytes = gather(training.paramBytes);
+  s.gradBytes = gather(training.gradBytes);
+  s.stateBytes = gather(training.stateBytes);
+  if (started)
+    s.wallSeconds = std::chrono::duration<double>(
+                        std::chrono::steady_clock::now() - *started)
+                        .count();
+  size_t first = stepTimes.size() > 1 ? 1 : 0;
+  for (size_t i = first; i < stepTimes.size(); ++i)
+    s.meanStepMs += stepTimes[i];
+  if (stepTimes.size() > first)
+    s.meanStepMs /= double(stepTimes.size() - first);
+  if (s.meanStepMs > 0)
+    s.throughput = items / (s.meanStepMs / 1000.0);
+  return s;
+}
+
+json::Object Trainer::report(const RunSummary &s) const {
+  json::Array lossArray, timeArray;
+  for (double l : lossHistory)
+    lossArray.push_back(l);
+  for (double t : stepTimes)
+    timeArray.push_back(t);
+  auto strategyJson = json::parse(toJson(plan));
+  json::Object report{
+      {"world_size", opts.worldSize},
+      {"backend", backendName(opts.backend).str()},
+      {"strategy",
+       strategyJson ? std::move(*strategyJson)
+                    : json::Value(toString(strategyJson.takeError()))},
+      {"losses", std::move(lossArray)},
+      {"step_time_ms", std::move(timeArray)},
+      {"steps", int64_t(lossHistory.size())},
+      {"wall_time_s", s.wallSeconds},
+      // Mean of the steps after the first (which pays for warm-up).
+      {"mean_step_time_ms", s.meanStepMs},
+      {samples ? "samples_per_s" : "tokens_per_s", s.throughput},
+      {"final_loss", lossHistory.empty() ? json::Value(nullptr)
+                                         : json::Value(lossHistory.back())},
+      // The compile-time plan (arena + parameters and state + batch); the
+      // CPU backend allocates exactly it (plus kernel scratch, below), the
+      // reference backend computes in doubles outside it.
+      {"planned_peak_bytes", json::Array(s.plannedPeakBytes)},
+      {"arena_bytes", memory ? memory->arenaBytes : 0},
+      {"scratch_bytes", exe ? exe->scratchBytes() : 0},
+      {"threads", opts.backend == Backend::Cpu ? opts.threads : 1},
+      {"measured_peak_bytes", json::Array(s.measuredPeakBytes)},
+      // ZeRO's accounting per rank: parameters, the gradients its optimizer
+      // consumes, optimizer state (sharded by strata-sharding).
+      {"param_bytes", json::Array(s.paramBytes)},
+      {"grad_bytes", json::Array(s.gradBytes)},
+      {"optimizer_state_bytes", json::Array(s.stateBytes)},
+      // The memory plan's peak of step buffers (activations and the like)
+      // per rank.
+      {"activation_peak_bytes", json::Array(s.activationPeakBytes)},
+  };
+  if (plan.pipeline.enable) {
+    const PipelineSection &p = plan.pipeline;
+    json::Array measured;
+    for (double b : s.bubble)
+      measured.push_back(b);
+    report["pipeline"] = json::Object{
+        {"schedule", p.schedule_mode},
+        {"pp_degree", p.pp_degree},
+        {"vpp_degree", p.vpp_degree},
+        {"micro_batches", p.accumulate_steps},
+        {"bubble_formula", pipelineBubble(p.schedule_mode, p.pp_degree,
+                                          p.accumulate_steps, p.vpp_degree)},
+        {"bubble_measured", std::move(measured)},
+    };
+  }
+  return report;
+}
+
+} // namespace strata

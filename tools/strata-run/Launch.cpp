@@ -1,0 +1,274 @@
+//===- Launch.cpp - Launch the ranks of a job, and stop them cleanly ------===//
+//
+// `strata-run --nproc N` runs itself under mpirun; each rank of the job
+// installs handlers that name, when the job stops it, what it was waiting
+// for.
+//
+//===----------------------------------------------------------------------===//
+
+#include "Launch.h"
+
+#include "llvm/ADT/SmallString.h"
+#include "llvm/Support/FileSystem.h"
+#include "llvm/Support/Path.h"
+#include "llvm/Support/Program.h"
+#include "llvm/Support/WithColor.h"
+#include "llvm/Support/raw_ostream.h"
+
+#include <atomic>
+#include <csignal>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <sys/wait.h>
+#include <unistd.h>
+
+using namespace llvm;
+
+static int launchError(const Twine &message) {
+  WithColor::error(errs(), "strata-run") << message << "\n";
+  return 1;
+}
+
+namespace {
+/// What a rank says when its job stops it: mpirun sends SIGTERM to every
+/// rank when one of them fails (and a person may press Ctrl-C). A rank in a
+/// collective, a send, a receive or a wait names it and exits; a rank that
+/// is computing goes on to its next communication (where it would wait for
+/// the failed peer forever) and names that one, or, after two seconds
+/// without any, says it was computing. Signal handlers use write(2) only.
+namespace stop {
+char prefix[64] = "strata-run: error: ";
+std::atomic<const strata::Executable *> executable{nullptr};
+/// Host-side communication in progress (not inside a step), or null.
+std::atomic<const char *> hostActivity{nullptr};
+volatile sig_atomic_t requested = 0;
+
+void put(const char *s) {
+  ssize_t ignored = ::write(STDERR_FILENO, s, std::strlen(s));
+  (void)ignored;
+}
+
+[[noreturn]] void report(const char *where) {
+  put(prefix);
+  put(requested == SIGINT ? "interrupted" : "stopped by the job");
+  if (where) {
+    put(" while in ");
+    put(where);
+  } else {
+    put(" while computing (outside any collective)");
+  }
+  put(": a peer rank failed or the job was cancelled; mpirun names the "
+      "rank that ended first\n");
+  _exit(128 + (requested ? int(requested) : SIGTERM));
+}
+
+const char *where() {
+  if (const strata::Executable *exe = executable.load())
+    if (const char *site = exe->activeHostCall())
+      return site;
+  return hostActivity.load();
+}
+
+/// Called where communication begins: a stopped rank reports it there.
+void check() {
+  if (requested)
+    report(where());
+}
+
+void onSignal(int sig) {
+  if (requested) // a second signal: report now
+    report(where());
+  requested = sig;
+  if (const char *at = where())
+    report(at);
+  alarm(2);
+}
+
+void onAlarm(int) { report(where()); }
+
+/// Installs the handlers of a rank of an MPI job.
+void install(int rank) {
+  std::snprintf(prefix, sizeof(prefix), "strata-run: error: rank %d: ", rank);
+  struct sigaction action = {};
+  action.sa_handler = onSignal;
+  sigemptyset(&action.sa_mask);
+  sigaction(SIGTERM, &action, nullptr);
+  sigaction(SIGINT, &action, nullptr);
+  action.sa_handler = onAlarm;
+  sigaction(SIGALRM, &action, nullptr);
+}
+
+/// Marks host-side communication (outside a step) for the report.
+} // namespace stop
+} // namespace
+
+namespace strata_run {
+
+void installStopHandlers(int rank) { stop::install(rank); }
+
+void watchExecutable(const strata::Executable *executable) {
+  stop::executable.store(executable);
+}
+
+void communicationBegins(const char *what) {
+  if (what)
+    stop::hostActivity.store(what);
+  stop::check();
+}
+
+void communicationEnds() { stop::hostActivity.store(nullptr); }
+
+} // namespace strata_run
+
+/// The mpirun child of `launchRanks`, to which the launcher forwards the
+/// signals sent to it alone (a terminal's Ctrl-C reaches both already).
+static volatile sig_atomic_t launchedPid = 0;
+
+static void forwardSignal(int sig, siginfo_t *info, void *) {
+  if (launchedPid > 0 && info &&
+      (info->si_code == SI_USER || info->si_code == SI_QUEUE))
+    kill(pid_t(launchedPid), sig);
+}
+
+/// Copies mpirun's stderr from `fd` to ours, line by line, leaving out the
+/// banner that follows MPI_Abort: a rank that fails has said why, with its
+/// rank, already. Other notices of mpirun (which rank died of which signal)
+/// pass unchanged.
+static void relayStderr(int fd) {
+  std::string pending, block;
+  bool inBlock = false;
+  auto emit = [](StringRef text) {
+    errs() << text;
+    errs().flush();
+  };
+  auto line = [&](StringRef text) {
+    bool rule = text.starts_with("-----");
+    if (!inBlock) {
+      if (rule) {
+        inBlock = true;
+        block = text.str();
+      } else {
+        emit(text);
+      }
+      return;
+    }
+    block += text.str();
+    if (rule) {
+      inBlock = false;
+      if (!StringRef(block).contains("MPI_ABORT was invoked"))
+        emit(block);
+      block.clear();
+    }
+  };
+  char buffer[4096];
+  while (true) {
+    ssize_t n = read(fd, buffer, sizeof(buffer));
+    if (n < 0 && errno == EINTR)
+      continue;
+    if (n <= 0)
+      break;
+    pending.append(buffer, size_t(n));
+    size_t end;
+    while ((end = pending.find('\n')) != std::string::npos) {
+      line(StringRef(pending).take_front(end + 1));
+      pending.erase(0, end + 1);
+    }
+  }
+  if (!pending.empty())
+    line(pending);
+  if (inBlock)
+    emit(block);
+}
+
+/// `strata-run --nproc N` outside MPI: run the same command under mpirun and
+/// wait for it. Every launch gets its own OpenMPI session directory (a fresh
+/// directory under $TMPDIR, removed afterwards): two mpiruns started at the
+/// same instant otherwise race to create the shared one and one of them
+/// fails in orte_init.
+int strata_run::launchRanks(int argc, char **argv, int64_t nproc) {
+  auto mpirun = sys::findProgramByName("mpirun");
+  if (!mpirun)
+    return launchError("--nproc " + Twine(nproc) +
+                " needs mpirun (Debian: openmpi-bin) on the PATH");
+  std::string self = sys::fs::getMainExecutable(argv[0], (void *)&launchError);
+  std::vector<std::string> args = {*mpirun, "-np", std::to_string(nproc),
+                                   "--oversubscribe"};
+  if (geteuid() == 0)
+    args.push_back("--allow-run-as-root");
+  args.push_back(self);
+  for (int i = 1; i < argc; ++i) {
+    StringRef a(argv[i]);
+    if (a == "--nproc" || a == "-nproc") {
+      ++i;
+      continue;
+    }
+    if (a.starts_with("--nproc=") || a.starts_with("-nproc="))
+      continue;
+    args.push_back(a.str());
+  }
+  SmallString<128> sessionDir;
+  if (std::error_code ec =
+          sys::fs::createUniqueDirectory("strata-mpi", sessionDir)) {
+    SmallString<128> base;
+    sys::path::system_temp_directory(/*ErasedOnReboot=*/true, base);
+    return launchError("cannot create a session directory for mpirun in " + base +
+                ": " + ec.message());
+  }
+  // Shared memory between the local ranks; no network probing.
+  setenv("OMPI_MCA_pml", "ob1", /*overwrite=*/0);
+  setenv("OMPI_MCA_btl", "self,vader", 0);
+  setenv("OMPI_MCA_orte_tmpdir_base", sessionDir.c_str(), 1);
+  std::vector<char *> cargs;
+  for (std::string &a : args)
+    cargs.push_back(a.data());
+  cargs.push_back(nullptr);
+  outs().flush();
+  errs().flush();
+
+  struct sigaction forward = {}, saved[3];
+  forward.sa_sigaction = forwardSignal;
+  forward.sa_flags = SA_SIGINFO | SA_RESTART;
+  sigemptyset(&forward.sa_mask);
+  const int forwarded[3] = {SIGINT, SIGTERM, SIGHUP};
+  for (int i = 0; i < 3; ++i)
+    sigaction(forwarded[i], &forward, &saved[i]);
+  // mpirun's stderr (which carries the ranks') passes through relayStderr.
+  int errPipe[2] = {-1, -1};
+  if (pipe(errPipe) != 0)
+    return launchError("cannot create a pipe for mpirun: " +
+                Twine(std::strerror(errno)));
+  pid_t pid = fork();
+  if (pid == 0) {
+    for (int i = 0; i < 3; ++i)
+      sigaction(forwarded[i], &saved[i], nullptr);
+    dup2(errPipe[1], STDERR_FILENO);
+    close(errPipe[0]);
+    close(errPipe[1]);
+    execv(mpirun->c_str(), cargs.data());
+    std::fprintf(stderr, "strata-run: error: cannot run %s: %s\n",
+                 mpirun->c_str(), std::strerror(errno));
+    _exit(127);
+  }
+  int status = 0, code = 1;
+  if (pid < 0) {
+    code = launchError("cannot start " + *mpirun + ": " + std::strerror(errno));
+  } else {
+    launchedPid = pid;
+    close(errPipe[1]);
+    relayStderr(errPipe[0]);
+    while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+    }
+    launchedPid = 0;
+    code = WIFEXITED(status)     ? WEXITSTATUS(status)
+           : WIFSIGNALED(status) ? 128 + WTERMSIG(status)
+                                 : 1;
+  }
+  close(errPipe[0]);
+  if (pid < 0)
+    close(errPipe[1]);
+  for (int i = 0; i < 3; ++i)
+    sigaction(forwarded[i], &saved[i], nullptr);
+  sys::fs::remove_directories(sessionDir, /*IgnoreErrors=*/true);
+  return code;
+}

@@ -1,0 +1,29 @@
+//===- Launch.h - Launch the ranks of a job, and stop them cleanly -*- C++ -*-//
+
+#ifndef STRATA_RUN_LAUNCH_H
+#define STRATA_RUN_LAUNCH_H
+
+#include "strata/Execution/Executable.h"
+
+#include <cstdint>
+
+namespace strata_run {
+
+/// Runs this command again under mpirun with `nproc` ranks (without its
+/// --nproc), relaying mpirun's stderr, and returns its exit code. Every
+/// launch gets its own OpenMPI session directory.
+int launchRanks(int argc, char **argv, int64_t nproc);
+
+/// Installs the SIGTERM/SIGINT handlers of rank `rank` of a job: a rank the
+/// job stops (a peer failed, Ctrl-C) names the collective, send, receive or
+/// wait it was in, and exits.
+void installStopHandlers(int rank);
+/// The executable whose host calls the handlers name (null: none).
+void watchExecutable(const strata::Executable *executable);
+/// Communicator::onBegin / onEnd of the job's communicator.
+void communicationBegins(const char *what);
+void communicationEnds();
+
+} // namespace strata_run
+
+#endif // STRATA_RUN_LAUNCH_H
