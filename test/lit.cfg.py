@@ -25,7 +25,7 @@ llvm_config.use_default_substitutions()
 llvm_config.with_environment("PATH", config.llvm_tools_dir, append_path=True)
 
 tool_dirs = [config.strata_tools_dir, config.llvm_tools_dir]
-tools = ["strata-opt", "strata-gen", "strata-run"]
+tools = ["strata-opt", "strata-gen", "strata-run", "strata-capi-train"]
 # The fuzzers (a build with STRATA_FUZZ=ON), run for a bounded time each.
 if config.strata_fuzz:
     config.available_features.add("strata-fuzz")

@@ -1,12 +1,19 @@
 /*===- strata-c/Strata.h - C API for embedding the Strata compiler -------===*
  *
  * A framework hands Strata a training program (MLIR text in the strata
- * dialect, or one of the reference models), applies a strategy file or a
- * pass pipeline, and reads the compiled program back. Sessions are opaque
- * handles; every call that can fail returns 0 on success and non-zero on
- * failure, with the diagnostics in strataSessionLastError().
+ * dialect, or one of the reference models), and either compiles it (a
+ * strategy file or a pass pipeline) and reads the compiled program back, or
+ * creates an executable for one rank of a job and trains it: one step on the
+ * host buffers of a batch, checkpoints, the planned memory.
+ *
+ * Sessions and executables are opaque handles; every call that can fail
+ * returns 0 on success and non-zero on failure, with the diagnostics in
+ * strataSessionLastError() and, when one is set, through the session's
+ * diagnostic callback. An executable reports through its session, which
+ * must outlive it.
  *
  * Not thread-safe per session; separate sessions are independent.
+ * docs/embedding.md has a complete example.
  *
  *===---------------------------------------------------------------------===*/
 
@@ -20,7 +27,16 @@
 extern "C" {
 #endif
 
+/* The version of this header. Version 2 added executables, diagnostics
+ * callbacks and the rank of strataSessionApplyStrategy. */
+#define STRATA_C_API_VERSION 2
+
+/* The version the library implements; a caller built against another
+ * version should refuse to go on. */
+int strataApiVersion(void);
+
 typedef struct StrataSessionImpl *StrataSession;
+typedef struct StrataExecutableImpl *StrataExecutable;
 
 /* A new session with an empty program; NULL when out of memory. */
 StrataSession strataSessionCreate(void);
@@ -42,9 +58,10 @@ int strataSessionGenerateGpt(StrataSession session, int64_t layers,
 int strataSessionRunPipeline(StrataSession session, const char *pipeline);
 
 /* Loads a strategy file (YAML/JSON, Paddle's keys) and runs the passes it
- * selects; `worldSize` 0 when unknown. */
+ * selects for rank `rank` of `worldSize` ranks (`worldSize` 0 when unknown:
+ * then rank 0). */
 int strataSessionApplyStrategy(StrataSession session, const char *path,
-                               int64_t worldSize);
+                               int64_t worldSize, int64_t rank);
 
 /* Calls `callback` with the program's text (possibly in several pieces). */
 typedef void (*StrataStringCallback)(const char *data, size_t length,
@@ -55,6 +72,126 @@ int strataSessionPrintProgram(StrataSession session,
 /* Diagnostics of the last failed call ("" when none); valid until the next
  * call on the session. */
 const char *strataSessionLastError(StrataSession session);
+
+typedef enum {
+  STRATA_DIAGNOSTIC_ERROR = 0,
+  STRATA_DIAGNOSTIC_WARNING = 1,
+  STRATA_DIAGNOSTIC_NOTE = 2,
+  STRATA_DIAGNOSTIC_REMARK = 3,
+} StrataDiagnosticSeverity;
+
+/* Receives every diagnostic of the session's calls (and of its
+ * executables'), as it is emitted: `location` is "file:line:col" when the
+ * diagnostic has one ("" otherwise), `message` the text. Errors also land
+ * in strataSessionLastError(). NULL removes the callback. */
+typedef void (*StrataDiagnosticCallback)(StrataDiagnosticSeverity severity,
+                                         const char *location,
+                                         const char *message, void *userData);
+void strataSessionSetDiagnosticCallback(StrataSession session,
+                                        StrataDiagnosticCallback callback,
+                                        void *userData);
+
+/*===--- Executables: one rank of a training job --------------------------===*/
+
+/* Element types of host buffers; the values equal the runtime ABI's codes. */
+typedef enum {
+  STRATA_F32 = 0,
+  STRATA_I32 = 1,
+  STRATA_I64 = 2,
+  STRATA_BF16 = 3,
+  STRATA_F16 = 4,
+  STRATA_I8 = 5,
+  STRATA_U8 = 6,
+} StrataElementType;
+
+typedef struct {
+  /* sizeof(StrataExecutableOptions) as the caller knows it (set by
+   * strataExecutableOptionsInit): later versions append fields. */
+  size_t size;
+  /* A strategy file (YAML/JSON); NULL: the default strategy (one rank's
+   * plain training). */
+  const char *strategyPath;
+  /* The job: `worldSize` ranks, this is `rank`. */
+  int64_t worldSize;
+  int64_t rank;
+  /* "cpu" (the CPU runtime, JIT-compiled) or "reference" (the
+   * double-precision evaluator). */
+  const char *backend;
+  /* Seed of the initial weights, dropout and the built-in data. */
+  uint64_t seed;
+  /* Kernel threads of this rank. */
+  int64_t threads;
+  /* With worldSize > 1: the address of the caller's MPI_Comm (an
+   * `MPI_Comm *`), whose ranks are the job's; MPI must be initialised and
+   * the communicator must outlive the executable. */
+  const void *mpiComm;
+  /* Non-zero: complete every collective where it is issued (no overlap). */
+  int blockingCollectives;
+} StrataExecutableOptions;
+
+/* Defaults: no strategy, one rank, "cpu", seed 0, one thread. */
+void strataExecutableOptionsInit(StrataExecutableOptions *options);
+
+/* Compiles the session's program (a forward step and its loss, as
+ * strata-gen writes it) with the strategy for one rank, and creates the
+ * backend's executable with the seeded initial weights. The session's
+ * program is left as it was. In a job of several ranks every rank calls it;
+ * when one rank fails, every rank's call fails (naming the rank), so that
+ * none goes on to wait in a collective. */
+int strataExecutableCreate(StrataSession session,
+                           const StrataExecutableOptions *options,
+                           StrataExecutable *executable);
+void strataExecutableDestroy(StrataExecutable executable);
+
+/* The step's inputs (the global batch: every rank passes the whole batch,
+ * and each takes its rows). */
+typedef struct {
+  const char *name; /* e.g. "tokens", "targets", "features", "labels" */
+  StrataElementType elementType;
+  int64_t rank;
+  const int64_t *shape; /* `rank` sizes */
+} StrataTensorInfo;
+int64_t strataExecutableNumInputs(StrataExecutable executable);
+/* Valid while the executable lives. */
+int strataExecutableInputInfo(StrataExecutable executable, int64_t index,
+                              StrataTensorInfo *info);
+
+/* Fills `inputs` (one buffer per input, row-major, of its element type and
+ * shape) with batch `step` of the data stream strata-run uses: token ids of
+ * `dataPath` (a text file or a directory of them; NULL: the licence texts
+ * of /usr/share/common-licenses), or the synthetic classification task of
+ * the seed. */
+int strataExecutableReadBatch(StrataExecutable executable,
+                              const char *dataPath, int64_t step,
+                              void *const *inputs);
+
+/* Trains one step on `inputs` (as strataExecutableReadBatch describes) and
+ * stores the loss. Every rank of the job calls it with the same batch. A
+ * NaN or infinite loss is an error. */
+int strataExecutableStep(StrataExecutable executable,
+                         const void *const *inputs, double *loss);
+
+/* Replaces weights and optimizer state by a checkpoint's (safetensors, as
+ * strata-run writes; any strategy) and stores the steps it had done. */
+int strataExecutableLoadCheckpoint(StrataExecutable executable,
+                                   const char *path, int64_t *stepsDone);
+/* Writes weights and optimizer state after `stepsDone` steps (rank 0
+ * writes; every rank calls it). */
+int strataExecutableSaveCheckpoint(StrataExecutable executable,
+                                   const char *path, int64_t stepsDone);
+
+/* This rank's planned memory, in bytes. */
+typedef struct {
+  int64_t peak;        /* arena + persistent + inputs */
+  int64_t arena;       /* intermediate values of a step */
+  int64_t persistent;  /* parameters and optimizer state, resident */
+  int64_t inputs;      /* one batch */
+  int64_t activations; /* the most bytes alive at one op */
+  int64_t parameters, gradients, optimizerState; /* ZeRO's accounting */
+  int64_t scratch;     /* kernel scratch beyond the plan (CPU backend) */
+} StrataMemoryPlan;
+int strataExecutableMemoryPlan(StrataExecutable executable,
+                               StrataMemoryPlan *plan);
 
 #ifdef __cplusplus
 }

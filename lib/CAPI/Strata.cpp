@@ -2,11 +2,15 @@
 
 #include "strata-c/Strata.h"
 
+#include "strata/Execution/MpiCommunicator.h"
 #include "strata/InitAllDialects.h"
 #include "strata/Model/Models.h"
 #include "strata/Model/ProgramBuilder.h"
+#include "strata/Runtime/StrataRuntime.h"
 #include "strata/Strategy/PassPlan.h"
 #include "strata/Strategy/Strategy.h"
+#include "strata/Target/RuntimeTarget.h"
+#include "strata/Train/Trainer.h"
 
 #include "mlir/IR/MLIRContext.h"
 #include "mlir/IR/Verifier.h"
@@ -16,10 +20,21 @@
 #include "llvm/Support/SourceMgr.h"
 #include "llvm/Support/raw_ostream.h"
 
+#include <cstring>
 #include <mutex>
 #include <new>
+#include <optional>
 
 using namespace mlir;
+
+static_assert(int(STRATA_F32) == int(STRATA_RT_F32) &&
+                  int(STRATA_I32) == int(STRATA_RT_I32) &&
+                  int(STRATA_I64) == int(STRATA_RT_I64) &&
+                  int(STRATA_BF16) == int(STRATA_RT_BF16) &&
+                  int(STRATA_F16) == int(STRATA_RT_F16) &&
+                  int(STRATA_I8) == int(STRATA_RT_I8) &&
+                  int(STRATA_U8) == int(STRATA_RT_U8),
+              "the C API's element types are the runtime ABI's codes");
 
 struct StrataSessionImpl {
   StrataSessionImpl() {
@@ -32,25 +47,66 @@ struct StrataSessionImpl {
     module = ModuleOp::create(UnknownLoc::get(&context));
   }
 
-  /// Runs `fn` with MLIR diagnostics captured into `error`.
+  /// Runs `fn` with MLIR diagnostics captured into `error` and passed to
+  /// the callback; what `fn` writes to its stream is an error without a
+  /// location (a strategy file's errors carry theirs in the text).
   template <typename Fn> int capture(Fn fn) {
     error.clear();
     llvm::raw_string_ostream os(error);
     ScopedDiagnosticHandler handler(&context, [&](Diagnostic &diag) {
-      if (auto file = dyn_cast<FileLineColLoc>(diag.getLocation()))
-        os << file.getFilename().getValue() << ":" << file.getLine() << ":"
-           << file.getColumn();
-      else
-        os << diag.getLocation();
-      os << ": "
-         << (diag.getSeverity() == DiagnosticSeverity::Error ? "error: " : "")
-         << diag << "\n";
+      report(diag, os);
+      for (Diagnostic &note : diag.getNotes())
+        report(note, os);
       return success();
     });
-    bool ok = fn(os);
+    std::string direct;
+    llvm::raw_string_ostream directOs(direct);
+    bool ok = fn(directOs);
+    if (!direct.empty()) {
+      os << direct;
+      if (!StringRef(direct).ends_with("\n"))
+        os << "\n";
+      if (callback)
+        callback(STRATA_DIAGNOSTIC_ERROR, "",
+                 StringRef(direct).rtrim().str().c_str(), callbackUser);
+    }
     if (!ok && error.empty())
       error = "unknown error";
     return ok ? 0 : 1;
+  }
+
+  void report(Diagnostic &diag, llvm::raw_ostream &os) {
+    std::string location;
+    if (auto file = dyn_cast<FileLineColLoc>(diag.getLocation()))
+      location = (file.getFilename().getValue() + ":" +
+                  llvm::Twine(file.getLine()) + ":" +
+                  llvm::Twine(file.getColumn()))
+                     .str();
+    else if (!isa<UnknownLoc>(diag.getLocation()))
+      llvm::raw_string_ostream(location) << diag.getLocation();
+    StrataDiagnosticSeverity severity = STRATA_DIAGNOSTIC_ERROR;
+    const char *label = "error: ";
+    switch (diag.getSeverity()) {
+    case DiagnosticSeverity::Error:
+      break;
+    case DiagnosticSeverity::Warning:
+      severity = STRATA_DIAGNOSTIC_WARNING;
+      label = "warning: ";
+      break;
+    case DiagnosticSeverity::Note:
+      severity = STRATA_DIAGNOSTIC_NOTE;
+      label = "note: ";
+      break;
+    case DiagnosticSeverity::Remark:
+      severity = STRATA_DIAGNOSTIC_REMARK;
+      label = "remark: ";
+      break;
+    }
+    std::string message = diag.str();
+    os << (location.empty() ? std::string() : location + ": ") << label
+       << message << "\n";
+    if (callback)
+      callback(severity, location.c_str(), message.c_str(), callbackUser);
   }
 
   bool runPassManager(PassManager &pm) {
@@ -60,6 +116,24 @@ struct StrataSessionImpl {
   MLIRContext context;
   OwningOpRef<ModuleOp> module;
   std::string error;
+  StrataDiagnosticCallback callback = nullptr;
+  void *callbackUser = nullptr;
+};
+
+/// One rank of a training job: the Trainer over a copy of the session's
+/// program, the program as written (the inputs' shapes, the data stream)
+/// and the job's communicator.
+struct StrataExecutableImpl {
+  StrataSessionImpl *session = nullptr;
+  OwningOpRef<ModuleOp> written;
+  std::unique_ptr<strata::MpiCommunicator> communicator;
+  std::unique_ptr<strata::Trainer> trainer;
+  std::vector<std::string> names;
+  std::vector<std::vector<int64_t>> shapes;
+  std::vector<StrataElementType> types;
+  std::optional<strata::DataStream> data;
+  std::string dataPath;
+  int64_t stepsRun = 0;
 };
 
 extern "C" {
@@ -119,12 +193,20 @@ int strataSessionRunPipeline(StrataSession session, const char *pipeline) {
   });
 }
 
+int strataApiVersion(void) { return STRATA_C_API_VERSION; }
+
 int strataSessionApplyStrategy(StrataSession session, const char *path,
-                               int64_t worldSize) {
+                               int64_t worldSize, int64_t rank) {
   return session->capture([&](llvm::raw_ostream &os) {
     strata::StrategyContext context;
     if (worldSize > 0)
       context.worldSize = worldSize;
+    if (rank < 0 || (worldSize > 0 && rank >= worldSize) ||
+        (worldSize <= 0 && rank != 0)) {
+      os << "rank " << rank << " is not a rank of a job of "
+         << (worldSize > 0 ? worldSize : 1) << " ranks";
+      return false;
+    }
     auto strategy = strata::loadStrategy(path, context);
     if (!strategy) {
       os << llvm::toString(strategy.takeError());
@@ -132,7 +214,8 @@ int strataSessionApplyStrategy(StrataSession session, const char *path,
     }
     PassManager pm(&session->context);
     if (llvm::Error err = strata::addPlannedPasses(
-            pm, strata::planPasses(*strategy, context.worldSize), *strategy)) {
+            pm, strata::planPasses(*strategy, context.worldSize, rank),
+            *strategy)) {
       os << llvm::toString(std::move(err));
       return false;
     }
@@ -153,6 +236,294 @@ int strataSessionPrintProgram(StrataSession session,
 
 const char *strataSessionLastError(StrataSession session) {
   return session->error.c_str();
+}
+
+void strataSessionSetDiagnosticCallback(StrataSession session,
+                                        StrataDiagnosticCallback callback,
+                                        void *userData) {
+  session->callback = callback;
+  session->callbackUser = userData;
+}
+
+void strataExecutableOptionsInit(StrataExecutableOptions *options) {
+  std::memset(options, 0, sizeof(*options));
+  options->size = sizeof(*options);
+  options->worldSize = 1;
+  options->backend = "cpu";
+  options->threads = 1;
+}
+
+/// Creates the trainer of `options` over a copy of the session's program;
+/// every failure is local to this rank.
+static bool createTrainer(StrataExecutableImpl &exe,
+                          const StrataExecutableOptions &options,
+                          llvm::raw_ostream &os) {
+  StrataSessionImpl &session = *exe.session;
+  auto backend = strata::parseBackend(options.backend ? options.backend : "cpu");
+  if (!backend) {
+    os << llvm::toString(backend.takeError());
+    return false;
+  }
+  strata::StrategyContext context;
+  context.worldSize = options.worldSize;
+  auto strategy =
+      options.strategyPath
+          ? strata::loadStrategy(options.strategyPath, context)
+          : strata::parseStrategy("", "<default strategy>", context);
+  if (!strategy) {
+    os << llvm::toString(strategy.takeError());
+    return false;
+  }
+  auto step = session.module->lookupSymbol<func::FuncOp>(
+      strata::kStepFunctionName);
+  if (!step) {
+    os << "the session's program has no @" << strata::kStepFunctionName
+       << " function";
+    return false;
+  }
+  exe.written = OwningOpRef<ModuleOp>(session.module->clone());
+  for (BlockArgument arg : step.getArguments()) {
+    auto type = dyn_cast<RankedTensorType>(arg.getType());
+    auto name = step.getArgAttrOfType<StringAttr>(arg.getArgNumber(),
+                                                  "strata.name");
+    int64_t code = type ? strata::runtimeElementType(type.getElementType())
+                        : -1;
+    if (!type || !type.hasStaticShape() || code < 0) {
+      os << "input " << arg.getArgNumber() << " of @"
+         << strata::kStepFunctionName
+         << " is not a tensor of static shape and a known element type";
+      return false;
+    }
+    exe.names.push_back(name ? name.getValue().str()
+                             : "arg" + std::to_string(arg.getArgNumber()));
+    exe.shapes.emplace_back(type.getShape().begin(), type.getShape().end());
+    exe.types.push_back(StrataElementType(code));
+  }
+  strata::TrainerOptions trainerOptions;
+  trainerOptions.worldSize = options.worldSize;
+  trainerOptions.rank = options.rank;
+  trainerOptions.backend = *backend;
+  trainerOptions.seed = options.seed;
+  trainerOptions.threads = options.threads;
+  trainerOptions.blockingCollectives = options.blockingCollectives != 0;
+  trainerOptions.communicator = exe.communicator.get();
+  auto trainer = strata::Trainer::create(
+      OwningOpRef<ModuleOp>(session.module->clone()), std::move(*strategy),
+      trainerOptions);
+  if (!trainer) {
+    os << llvm::toString(trainer.takeError());
+    return false;
+  }
+  exe.trainer = std::move(*trainer);
+  // (The passes' diagnostics go to the session's handler.)
+  if (llvm::Error err = exe.trainer->compile()) {
+    os << llvm::toString(std::move(err));
+    return false;
+  }
+  if (llvm::Error err = exe.trainer->createExecutable()) {
+    os << llvm::toString(std::move(err));
+    return false;
+  }
+  return true;
+}
+
+int strataExecutableCreate(StrataSession session,
+                           const StrataExecutableOptions *options,
+                           StrataExecutable *executable) {
+  *executable = nullptr;
+  auto exe = std::make_unique<StrataExecutableImpl>();
+  exe->session = session;
+  return session->capture([&](llvm::raw_ostream &os) {
+    if (!options || options->size < sizeof(StrataExecutableOptions)) {
+      os << "the options are older than this library's (size "
+         << (options ? options->size : 0) << ", expected "
+         << sizeof(StrataExecutableOptions)
+         << "): fill them with strataExecutableOptionsInit";
+      return false;
+    }
+    if (options->worldSize > 1) {
+      int initialised = 0;
+      MPI_Initialized(&initialised);
+      if (!options->mpiComm || !initialised) {
+        os << "a job of " << options->worldSize
+           << " ranks needs MPI initialised and the address of its "
+              "MPI_Comm in mpiComm";
+        return false;
+      }
+      exe->communicator = std::make_unique<strata::MpiCommunicator>(
+          *static_cast<const MPI_Comm *>(options->mpiComm));
+    }
+    bool ok = createTrainer(*exe, *options, os);
+    // Every rank learns whether one failed, so that none goes on to wait
+    // for it in a collective.
+    if (exe->communicator && exe->communicator->size() == options->worldSize) {
+      int64_t first = exe->communicator->firstFailure(ok);
+      if (ok && first >= 0) {
+        os << "rank " << first
+           << " of the job failed to create its executable (its diagnostics "
+              "are on that rank)";
+        return false;
+      }
+    }
+    if (!ok)
+      return false;
+    *executable = exe.release();
+    return true;
+  });
+}
+
+void strataExecutableDestroy(StrataExecutable executable) {
+  delete executable;
+}
+
+int64_t strataExecutableNumInputs(StrataExecutable executable) {
+  return int64_t(executable->names.size());
+}
+
+int strataExecutableInputInfo(StrataExecutable executable, int64_t index,
+                              StrataTensorInfo *info) {
+  return executable->session->capture([&](llvm::raw_ostream &os) {
+    if (index < 0 || index >= int64_t(executable->names.size())) {
+      os << "input " << index << " does not exist (the step has "
+         << executable->names.size() << ")";
+      return false;
+    }
+    info->name = executable->names[index].c_str();
+    info->elementType = executable->types[index];
+    info->rank = int64_t(executable->shapes[index].size());
+    info->shape = executable->shapes[index].data();
+    return true;
+  });
+}
+
+int strataExecutableReadBatch(StrataExecutable executable,
+                              const char *dataPath, int64_t step,
+                              void *const *inputs) {
+  StrataExecutableImpl &exe = *executable;
+  return exe.session->capture([&](llvm::raw_ostream &os) {
+    std::string path = dataPath ? dataPath : "";
+    if (!exe.data || exe.dataPath != path) {
+      auto stream = strata::DataStream::create(
+          exe.written->lookupSymbol<func::FuncOp>(strata::kStepFunctionName),
+          path, strata::DataFormat::Text, exe.trainer->options().seed);
+      if (!stream) {
+        os << llvm::toString(stream.takeError());
+        return false;
+      }
+      exe.data = std::move(*stream);
+      exe.dataPath = path;
+    }
+    if (step < 0) {
+      os << "step " << step << " is negative";
+      return false;
+    }
+    std::vector<strata::Tensor> batch = exe.data->batch(step);
+    for (size_t i = 0; i < batch.size(); ++i) {
+      const std::vector<double> &values = batch[i].data;
+      for (size_t k = 0; k < values.size(); ++k)
+        switch (exe.types[i]) {
+        case STRATA_F32:
+          static_cast<float *>(inputs[i])[k] = float(values[k]);
+          break;
+        case STRATA_I32:
+          static_cast<int32_t *>(inputs[i])[k] = int32_t(values[k]);
+          break;
+        case STRATA_I64:
+          static_cast<int64_t *>(inputs[i])[k] = int64_t(values[k]);
+          break;
+        default:
+          os << "input '" << exe.names[i] << "' is "
+             << strata_rt_element_name(exe.types[i])
+             << ": the data stream writes f32, i32 and i64";
+          return false;
+        }
+    }
+    return true;
+  });
+}
+
+int strataExecutableStep(StrataExecutable executable,
+                         const void *const *inputs, double *loss) {
+  StrataExecutableImpl &exe = *executable;
+  return exe.session->capture([&](llvm::raw_ostream &os) {
+    std::vector<strata::Tensor> batch;
+    for (size_t i = 0; i < exe.names.size(); ++i) {
+      strata::Tensor t(exe.shapes[i]);
+      for (int64_t k = 0, n = t.numElements(); k < n; ++k)
+        switch (exe.types[i]) {
+        case STRATA_F32:
+          t.data[k] = static_cast<const float *>(inputs[i])[k];
+          break;
+        case STRATA_I32:
+          t.data[k] = static_cast<const int32_t *>(inputs[i])[k];
+          break;
+        case STRATA_I64:
+          t.data[k] = double(static_cast<const int64_t *>(inputs[i])[k]);
+          break;
+        default:
+          os << "input '" << exe.names[i] << "' is "
+             << strata_rt_element_name(exe.types[i])
+             << ": host batches are f32, i32 or i64";
+          return false;
+        }
+      batch.push_back(std::move(t));
+    }
+    auto result = exe.trainer->step(exe.stepsRun, batch);
+    if (!result) {
+      os << "step " << exe.stepsRun << ": "
+         << llvm::toString(result.takeError());
+      return false;
+    }
+    ++exe.stepsRun;
+    *loss = *result;
+    return true;
+  });
+}
+
+int strataExecutableLoadCheckpoint(StrataExecutable executable,
+                                   const char *path, int64_t *stepsDone) {
+  return executable->session->capture([&](llvm::raw_ostream &os) {
+    auto done = executable->trainer->loadCheckpoint(path);
+    if (!done) {
+      os << llvm::toString(done.takeError());
+      return false;
+    }
+    if (stepsDone)
+      *stepsDone = *done;
+    executable->stepsRun = *done;
+    return true;
+  });
+}
+
+int strataExecutableSaveCheckpoint(StrataExecutable executable,
+                                   const char *path, int64_t stepsDone) {
+  return executable->session->capture([&](llvm::raw_ostream &os) {
+    if (llvm::Error err =
+            executable->trainer->saveCheckpoint(path, stepsDone)) {
+      os << llvm::toString(std::move(err));
+      return false;
+    }
+    return true;
+  });
+}
+
+int strataExecutableMemoryPlan(StrataExecutable executable,
+                               StrataMemoryPlan *plan) {
+  strata::Trainer &trainer = *executable->trainer;
+  const strata::MemoryPlan &memory = trainer.memoryPlan();
+  strata::TrainingMemory training = strata::trainingMemory(trainer.module());
+  plan->peak = memory.peakBytes();
+  plan->arena = memory.arenaBytes;
+  plan->persistent = memory.persistentBytes;
+  plan->inputs = memory.inputBytes;
+  plan->activations = memory.livePeakBytes;
+  plan->parameters = training.paramBytes;
+  plan->gradients = training.gradBytes;
+  plan->optimizerState = training.stateBytes;
+  plan->scratch =
+      trainer.executable() ? trainer.executable()->scratchBytes() : 0;
+  executable->session->error.clear();
+  return 0;
 }
 
 } // extern "C"

@@ -40,6 +40,110 @@ static int programContains(StrataSession s, const char *text) {
   return found;
 }
 
+typedef struct {
+  int errors;
+  char location[256];
+} Seen;
+
+static void onDiagnostic(StrataDiagnosticSeverity severity,
+                         const char *location, const char *message,
+                         void *user) {
+  Seen *seen = (Seen *)user;
+  (void)message;
+  if (severity == STRATA_DIAGNOSTIC_ERROR) {
+    ++seen->errors;
+    snprintf(seen->location, sizeof(seen->location), "%s", location);
+  }
+}
+
+/* Executables: what a framework gets wrong is refused with a message. */
+static void executableErrors(void) {
+  StrataSession s = strataSessionCreate();
+  StrataExecutableOptions options;
+  StrataExecutable exe = NULL;
+  strataExecutableOptionsInit(&options);
+
+  /* No program yet: the empty module has no step. */
+  check(strataExecutableCreate(s, &options, &exe) != 0 && exe == NULL,
+        "no step function fails");
+  check(strstr(strataSessionLastError(s), "@train_step") != NULL,
+        "the error names the step function");
+
+  check(strataSessionGenerateGpt(s, 1, 16, 2, 8, 64, 2, 0.0) == 0,
+        "generate for executables");
+  options.backend = "cuda";
+  check(strataExecutableCreate(s, &options, &exe) != 0, "cuda refused");
+  check(strstr(strataSessionLastError(s), "not implemented") != NULL,
+        "cuda error text");
+  options.backend = "tpu";
+  check(strataExecutableCreate(s, &options, &exe) != 0, "unknown backend");
+  check(strstr(strataSessionLastError(s), "expected cpu or reference") != NULL,
+        "unknown backend text");
+  options.backend = "cpu";
+  options.worldSize = 2;
+  check(strataExecutableCreate(s, &options, &exe) != 0,
+        "two ranks without MPI refused");
+  check(strstr(strataSessionLastError(s), "MPI_Comm") != NULL,
+        "the error asks for the communicator");
+  options.worldSize = 1;
+  options.rank = 1;
+  check(strataExecutableCreate(s, &options, &exe) != 0, "rank 1 of 1");
+  options.rank = 0;
+  options.size = 8;
+  check(strataExecutableCreate(s, &options, &exe) != 0, "short options");
+  check(strstr(strataSessionLastError(s), "strataExecutableOptionsInit") !=
+            NULL,
+        "short options text");
+  options.size = sizeof(options);
+
+  check(strataExecutableCreate(s, &options, &exe) == 0 && exe != NULL,
+        "create");
+  check(strataExecutableNumInputs(exe) == 2, "two inputs");
+  StrataTensorInfo info;
+  check(strataExecutableInputInfo(exe, 0, &info) == 0 &&
+            strcmp(info.name, "tokens") == 0 && info.rank == 2 &&
+            info.shape[0] == 2 && info.shape[1] == 8,
+        "tokens info");
+  check(strataExecutableInputInfo(exe, 2, &info) != 0, "input 2 refused");
+  /* Token ids beyond the vocabulary of 64 (the licence texts are bytes). */
+  int32_t tokens[16], targets[16];
+  void *batch[2] = {tokens, targets};
+  check(strataExecutableReadBatch(exe, NULL, 0, batch) != 0,
+        "data outside the vocabulary refused");
+  check(strstr(strataSessionLastError(s), "vocabulary of 64") != NULL,
+        "vocabulary text");
+  for (int i = 0; i < 16; ++i)
+    tokens[i] = targets[i] = i;
+  double loss = 0;
+  check(strataExecutableStep(exe, (const void *const *)batch, &loss) == 0 &&
+            loss > 3.0 && loss < 5.0,
+        "one step near ln(64)");
+  int64_t done = 0;
+  check(strataExecutableLoadCheckpoint(exe, "/nonexistent.safetensors",
+                                       &done) != 0,
+        "missing checkpoint fails");
+  check(strstr(strataSessionLastError(s), "/nonexistent.safetensors") != NULL,
+        "checkpoint error names the file");
+  StrataMemoryPlan plan;
+  check(strataExecutableMemoryPlan(exe, &plan) == 0 && plan.peak > 0 &&
+            plan.peak == plan.arena + plan.persistent + plan.inputs,
+        "memory plan");
+  strataExecutableDestroy(exe);
+
+  /* Diagnostics through the callback, with their location. */
+  Seen seen = {0, ""};
+  strataSessionSetDiagnosticCallback(s, onDiagnostic, &seen);
+  const char *bad = "func.func @f() {\n  %0 = strata.bogus\n}\n";
+  check(strataSessionParseProgram(s, bad, strlen(bad), "cb.mlir") != 0,
+        "bad program for the callback");
+  check(seen.errors == 1 && strcmp(seen.location, "cb.mlir:2:8") == 0,
+        "the callback got the error and its location");
+  check(strataSessionApplyStrategy(s, "/nonexistent.yaml", 2, 2) != 0,
+        "rank 2 of 2 refused");
+  check(seen.errors == 2, "the callback got the strategy error");
+  strataSessionDestroy(s);
+}
+
 int main(int argc, char **argv) {
   const char *strategyPath = argc > 1 ? argv[1] : NULL;
   StrataSession s = strataSessionCreate();
@@ -84,18 +188,20 @@ int main(int argc, char **argv) {
   if (strategyPath) {
     check(strataSessionGenerateGpt(s, 1, 16, 2, 8, 64, 2, 0.1) == 0,
           "generate again");
-    check(strataSessionApplyStrategy(s, strategyPath, 0) == 0,
+    check(strataSessionApplyStrategy(s, strategyPath, 0, 0) == 0,
           "apply strategy");
     check(programContains(s, "strata.fused_gemm_epilogue"),
           "strategy fused the GEMMs");
   }
-  check(strataSessionApplyStrategy(s, "/nonexistent.yaml", 0) != 0,
+  check(strataSessionApplyStrategy(s, "/nonexistent.yaml", 0, 0) != 0,
         "missing strategy fails");
   check(strstr(strataSessionLastError(s), "/nonexistent.yaml") != NULL,
         "strategy error names the file");
 
   free(out.data);
   strataSessionDestroy(s);
+  check(strataApiVersion() == STRATA_C_API_VERSION, "API version");
+  executableErrors();
   printf("capi: %d passed, %d failed\n", passed, failed);
   return failed != 0;
 }

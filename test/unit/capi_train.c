@@ -1,0 +1,184 @@
+/* Trains a program through the C API alone, as a framework embedding Strata
+ * would: parse, create an executable for this rank (under mpirun: the
+ * world's rank, with MPI_COMM_WORLD), feed batches, checkpoint.
+ *
+ *   strata-capi-train PROGRAM.mlir STEPS SEED STRATEGY|- BACKEND [SPLIT FILE]
+ *
+ * prints `step <i> loss <value>` on rank 0, and the planned memory. With
+ * SPLIT, it saves a checkpoint to FILE after SPLIT steps, destroys the
+ * executable, creates another and resumes from the checkpoint. */
+
+#include "strata-c/Strata.h"
+
+#include <mpi.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static int useMpi, rank, size;
+
+static void die(StrataSession s, const char *what) {
+  fprintf(stderr, "capi-train: rank %d: %s failed:\n%s", rank, what,
+          s ? strataSessionLastError(s) : "");
+  if (useMpi)
+    MPI_Abort(MPI_COMM_WORLD, 1);
+  exit(1);
+}
+
+static void onDiagnostic(StrataDiagnosticSeverity severity,
+                         const char *location, const char *message,
+                         void *user) {
+  (void)user;
+  static const char *names[] = {"error", "warning", "note", "remark"};
+  fprintf(stderr, "diagnostic: %s%s%s: %s\n", location, *location ? ": " : "",
+          names[severity], message);
+}
+
+static StrataExecutable create(StrataSession s, const char *strategy,
+                               const char *backend, uint64_t seed,
+                               MPI_Comm *comm) {
+  StrataExecutableOptions options;
+  strataExecutableOptionsInit(&options);
+  options.strategyPath = strategy;
+  options.backend = backend;
+  options.seed = seed;
+  options.worldSize = size;
+  options.rank = rank;
+  options.mpiComm = useMpi ? comm : NULL;
+  StrataExecutable exe = NULL;
+  if (strataExecutableCreate(s, &options, &exe) != 0)
+    die(s, "strataExecutableCreate");
+  return exe;
+}
+
+static char *readFile(const char *path, size_t *length) {
+  FILE *f = fopen(path, "rb");
+  if (!f) {
+    perror(path);
+    exit(1);
+  }
+  fseek(f, 0, SEEK_END);
+  long n = ftell(f);
+  fseek(f, 0, SEEK_SET);
+  char *text = malloc((size_t)n + 1);
+  if (fread(text, 1, (size_t)n, f) != (size_t)n) {
+    perror(path);
+    exit(1);
+  }
+  fclose(f);
+  text[n] = 0;
+  *length = (size_t)n;
+  return text;
+}
+
+static size_t elementBytes(StrataElementType type) {
+  switch (type) {
+  case STRATA_I64:
+    return 8;
+  case STRATA_BF16:
+  case STRATA_F16:
+    return 2;
+  case STRATA_I8:
+  case STRATA_U8:
+    return 1;
+  default:
+    return 4;
+  }
+}
+
+int main(int argc, char **argv) {
+  if (argc != 6 && argc != 8) {
+    fprintf(stderr, "usage: %s PROGRAM.mlir STEPS SEED STRATEGY|- BACKEND "
+                    "[SPLIT FILE]\n",
+            argv[0]);
+    return 2;
+  }
+  if (strataApiVersion() != STRATA_C_API_VERSION) {
+    fprintf(stderr, "built against C API %d, the library is %d\n",
+            STRATA_C_API_VERSION, strataApiVersion());
+    return 1;
+  }
+  useMpi = getenv("OMPI_COMM_WORLD_SIZE") != NULL;
+  size = 1;
+  MPI_Comm comm = MPI_COMM_NULL;
+  if (useMpi) {
+    MPI_Init(&argc, &argv);
+    comm = MPI_COMM_WORLD;
+    MPI_Comm_rank(comm, &rank);
+    MPI_Comm_size(comm, &size);
+  }
+  long long steps = atoll(argv[2]);
+  uint64_t seed = strtoull(argv[3], NULL, 10);
+  const char *strategy = strcmp(argv[4], "-") == 0 ? NULL : argv[4];
+  const char *backend = argv[5];
+  long long split = argc == 8 ? atoll(argv[6]) : -1;
+  const char *checkpoint = argc == 8 ? argv[7] : NULL;
+
+  StrataSession s = strataSessionCreate();
+  if (!s)
+    die(NULL, "strataSessionCreate");
+  if (rank == 0)
+    strataSessionSetDiagnosticCallback(s, onDiagnostic, NULL);
+  size_t length;
+  char *text = readFile(argv[1], &length);
+  if (strataSessionParseProgram(s, text, length, argv[1]) != 0)
+    die(s, "strataSessionParseProgram");
+  free(text);
+
+  StrataExecutable exe = create(s, strategy, backend, seed, &comm);
+  int64_t n = strataExecutableNumInputs(exe);
+  void **inputs = calloc((size_t)n, sizeof(void *));
+  for (int64_t i = 0; i < n; ++i) {
+    StrataTensorInfo info;
+    if (strataExecutableInputInfo(exe, i, &info) != 0)
+      die(s, "strataExecutableInputInfo");
+    size_t count = 1;
+    for (int64_t d = 0; d < info.rank; ++d)
+      count *= (size_t)info.shape[d];
+    inputs[i] = malloc(count * elementBytes(info.elementType));
+    if (rank == 0)
+      printf("input %s: type %d, %zu elements\n", info.name,
+             (int)info.elementType, count);
+  }
+  for (long long i = 0; i < steps; ++i) {
+    if (strataExecutableReadBatch(exe, NULL, i, inputs) != 0)
+      die(s, "strataExecutableReadBatch");
+    double loss;
+    if (strataExecutableStep(exe, (const void *const *)inputs, &loss) != 0)
+      die(s, "strataExecutableStep");
+    if (rank == 0)
+      printf("step %lld loss %.17g\n", i, loss);
+    if (i + 1 == split) {
+      if (strataExecutableSaveCheckpoint(exe, checkpoint, split) != 0)
+        die(s, "strataExecutableSaveCheckpoint");
+      strataExecutableDestroy(exe);
+      exe = create(s, strategy, backend, seed, &comm);
+      int64_t done = -1;
+      if (strataExecutableLoadCheckpoint(exe, checkpoint, &done) != 0)
+        die(s, "strataExecutableLoadCheckpoint");
+      if (done != split) {
+        fprintf(stderr, "the checkpoint says %lld steps, expected %lld\n",
+                (long long)done, split);
+        return 1;
+      }
+      if (rank == 0)
+        printf("resumed after step %lld\n", (long long)done);
+    }
+  }
+  StrataMemoryPlan plan;
+  if (strataExecutableMemoryPlan(exe, &plan) != 0)
+    die(s, "strataExecutableMemoryPlan");
+  if (rank == 0)
+    printf("memory: peak %lld arena %lld parameters %lld optimizer state "
+           "%lld\n",
+           (long long)plan.peak, (long long)plan.arena,
+           (long long)plan.parameters, (long long)plan.optimizerState);
+  for (int64_t i = 0; i < n; ++i)
+    free(inputs[i]);
+  free(inputs);
+  strataExecutableDestroy(exe);
+  strataSessionDestroy(s);
+  if (useMpi)
+    MPI_Finalize();
+  return 0;
+}
