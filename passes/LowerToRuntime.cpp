@@ -361,9 +361,7 @@ LogicalResult RuntimeLowering::run() {
   }
   for (Operation &op : body) {
     auto assign = dyn_cast<AssignOp>(op);
-    if (!assign || !isa_and_nonnull<SgdUpdateOp, MomentumUpdateOp,
-                                    AdamUpdateOp, AdamWUpdateOp, LambUpdateOp,
-                                    LarsUpdateOp>(
+    if (!assign || !isa_and_nonnull<OptimizerUpdateOpInterface>(
                        assign.getValue().getDefiningOp()))
       continue;
     Operation *def = assign.getValue().getDefiningOp();

@@ -47,8 +47,7 @@ using namespace strata;
 namespace {
 
 bool isUpdate(Operation *op) {
-  return isa<SgdUpdateOp, MomentumUpdateOp, AdamUpdateOp, AdamWUpdateOp,
-             LambUpdateOp, LarsUpdateOp>(op);
+  return isa<OptimizerUpdateOpInterface>(op);
 }
 
 /// The ordering token last produced before `op`, or a new strata.init_token

@@ -914,5 +914,7 @@ LogicalResult FusedDropoutAddGradOp::inferReturnTypes(
   return success();
 }
 
+#include "Strata/StrataInterfaces.cpp.inc"
+
 #define GET_OP_CLASSES
 #include "Strata/StrataOps.cpp.inc"

@@ -4,6 +4,7 @@
 #define STRATA_OPS_TD
 
 include "Strata/StrataDialect.td"
+include "Strata/StrataInterfaces.td"
 include "mlir/IR/SymbolInterfaces.td"
 include "mlir/Interfaces/SideEffectInterfaces.td"
 include "mlir/Interfaces/InferTypeOpInterface.td"
@@ -648,7 +649,8 @@ def Strata_CrossEntropyGradOp : Strata_ComputeOp<"cross_entropy_grad"> {
 
 // Optimizer state operands must have the parameter's type; the inferred
 // results do.
-class Strata_UpdateOp<string mnemonic> : Strata_ComputeOp<mnemonic>;
+class Strata_UpdateOp<string mnemonic>
+    : Strata_ComputeOp<mnemonic, [Strata_OptimizerUpdateOpInterface]>;
 
 def Strata_SgdUpdateOp : Strata_UpdateOp<"sgd_update"> {
   let summary = "Stochastic gradient descent step";

@@ -94,9 +94,8 @@ TrainingMemory strata::trainingMemory(ModuleOp module) {
   // stage 2 shards the clipping too). Others die at their all-reduce.
   llvm::SetVector<Value> grads;
   module.walk([&](Operation *op) {
-    if (isa<SgdUpdateOp, MomentumUpdateOp, AdamUpdateOp, AdamWUpdateOp,
-            LambUpdateOp, LarsUpdateOp>(op))
-      grads.insert(op->getOperand(1));
+    if (auto update = dyn_cast<OptimizerUpdateOpInterface>(op))
+      grads.insert(update.getGradient());
   });
   module.walk([&](ClipByGlobalNormOp clip) {
     for (Value r : clip.getResults())

@@ -44,8 +44,12 @@ MpiCommunicator::MpiCommunicator(MPI_Comm comm) : comm(comm) {
 }
 
 MpiCommunicator::~MpiCommunicator() {
-  for (auto &entry : comms)
-    MPI_Comm_free(&entry.second);
+  // (After MPI_Finalize, MPI has released them and may not be called.)
+  int finalized = 0;
+  MPI_Finalized(&finalized);
+  if (!finalized)
+    for (auto &entry : comms)
+      MPI_Comm_free(&entry.second);
 }
 
 Expected<MPI_Comm> MpiCommunicator::communicatorOf(ArrayRef<int64_t> group) {

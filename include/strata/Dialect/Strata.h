@@ -25,6 +25,8 @@
 #define GET_TYPEDEF_CLASSES
 #include "Strata/StrataTypes.h.inc"
 
+#include "Strata/StrataInterfaces.h.inc"
+
 #define GET_OP_CLASSES
 #include "Strata/StrataOps.h.inc"
 
