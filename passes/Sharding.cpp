@@ -46,9 +46,7 @@ using namespace strata;
 
 namespace {
 
-bool isUpdate(Operation *op) {
-  return isa<OptimizerUpdateOpInterface>(op);
-}
+bool isUpdate(Operation *op) { return isa<OptimizerUpdateOpInterface>(op); }
 
 /// The ordering token last produced before `op`, or a new strata.init_token
 /// right before it.

@@ -161,15 +161,14 @@ int strataExecutableInputInfo(StrataExecutable executable, int64_t index,
  * `dataPath` (a text file or a directory of them; NULL: the licence texts
  * of /usr/share/common-licenses), or the synthetic classification task of
  * the seed. */
-int strataExecutableReadBatch(StrataExecutable executable,
-                              const char *dataPath, int64_t step,
-                              void *const *inputs);
+int strataExecutableReadBatch(StrataExecutable executable, const char *dataPath,
+                              int64_t step, void *const *inputs);
 
 /* Trains one step on `inputs` (as strataExecutableReadBatch describes) and
  * stores the loss. Every rank of the job calls it with the same batch. A
  * NaN or infinite loss is an error. */
-int strataExecutableStep(StrataExecutable executable,
-                         const void *const *inputs, double *loss);
+int strataExecutableStep(StrataExecutable executable, const void *const *inputs,
+                         double *loss);
 
 /* Replaces weights and optimizer state by a checkpoint's (safetensors, as
  * strata-run writes; any strategy) and stores the steps it had done. */
@@ -188,7 +187,7 @@ typedef struct {
   int64_t inputs;      /* one batch */
   int64_t activations; /* the most bytes alive at one op */
   int64_t parameters, gradients, optimizerState; /* ZeRO's accounting */
-  int64_t scratch;     /* kernel scratch beyond the plan (CPU backend) */
+  int64_t scratch; /* kernel scratch beyond the plan (CPU backend) */
 } StrataMemoryPlan;
 int strataExecutableMemoryPlan(StrataExecutable executable,
                                StrataMemoryPlan *plan);

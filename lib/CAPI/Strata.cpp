@@ -78,10 +78,10 @@ struct StrataSessionImpl {
   void report(Diagnostic &diag, llvm::raw_ostream &os) {
     std::string location;
     if (auto file = dyn_cast<FileLineColLoc>(diag.getLocation()))
-      location = (file.getFilename().getValue() + ":" +
-                  llvm::Twine(file.getLine()) + ":" +
-                  llvm::Twine(file.getColumn()))
-                     .str();
+      location =
+          (file.getFilename().getValue() + ":" + llvm::Twine(file.getLine()) +
+           ":" + llvm::Twine(file.getColumn()))
+              .str();
     else if (!isa<UnknownLoc>(diag.getLocation()))
       llvm::raw_string_ostream(location) << diag.getLocation();
     StrataDiagnosticSeverity severity = STRATA_DIAGNOSTIC_ERROR;
@@ -259,7 +259,8 @@ static bool createTrainer(StrataExecutableImpl &exe,
                           const StrataExecutableOptions &options,
                           llvm::raw_ostream &os) {
   StrataSessionImpl &session = *exe.session;
-  auto backend = strata::parseBackend(options.backend ? options.backend : "cpu");
+  auto backend =
+      strata::parseBackend(options.backend ? options.backend : "cpu");
   if (!backend) {
     os << llvm::toString(backend.takeError());
     return false;
@@ -274,8 +275,8 @@ static bool createTrainer(StrataExecutableImpl &exe,
     os << llvm::toString(strategy.takeError());
     return false;
   }
-  auto step = session.module->lookupSymbol<func::FuncOp>(
-      strata::kStepFunctionName);
+  auto step =
+      session.module->lookupSymbol<func::FuncOp>(strata::kStepFunctionName);
   if (!step) {
     os << "the session's program has no @" << strata::kStepFunctionName
        << " function";
@@ -284,10 +285,10 @@ static bool createTrainer(StrataExecutableImpl &exe,
   exe.written = OwningOpRef<ModuleOp>(session.module->clone());
   for (BlockArgument arg : step.getArguments()) {
     auto type = dyn_cast<RankedTensorType>(arg.getType());
-    auto name = step.getArgAttrOfType<StringAttr>(arg.getArgNumber(),
-                                                  "strata.name");
-    int64_t code = type ? strata::runtimeElementType(type.getElementType())
-                        : -1;
+    auto name =
+        step.getArgAttrOfType<StringAttr>(arg.getArgNumber(), "strata.name");
+    int64_t code =
+        type ? strata::runtimeElementType(type.getElementType()) : -1;
     if (!type || !type.hasStaticShape() || code < 0) {
       os << "input " << arg.getArgNumber() << " of @"
          << strata::kStepFunctionName
@@ -307,9 +308,9 @@ static bool createTrainer(StrataExecutableImpl &exe,
   trainerOptions.threads = options.threads;
   trainerOptions.blockingCollectives = options.blockingCollectives != 0;
   trainerOptions.communicator = exe.communicator.get();
-  auto trainer = strata::Trainer::create(
-      OwningOpRef<ModuleOp>(session.module->clone()), std::move(*strategy),
-      trainerOptions);
+  auto trainer =
+      strata::Trainer::create(OwningOpRef<ModuleOp>(session.module->clone()),
+                              std::move(*strategy), trainerOptions);
   if (!trainer) {
     os << llvm::toString(trainer.takeError());
     return false;
@@ -372,9 +373,7 @@ int strataExecutableCreate(StrataSession session,
   });
 }
 
-void strataExecutableDestroy(StrataExecutable executable) {
-  delete executable;
-}
+void strataExecutableDestroy(StrataExecutable executable) { delete executable; }
 
 int64_t strataExecutableNumInputs(StrataExecutable executable) {
   return int64_t(executable->names.size());
@@ -396,9 +395,8 @@ int strataExecutableInputInfo(StrataExecutable executable, int64_t index,
   });
 }
 
-int strataExecutableReadBatch(StrataExecutable executable,
-                              const char *dataPath, int64_t step,
-                              void *const *inputs) {
+int strataExecutableReadBatch(StrataExecutable executable, const char *dataPath,
+                              int64_t step, void *const *inputs) {
   StrataExecutableImpl &exe = *executable;
   return exe.session->capture([&](llvm::raw_ostream &os) {
     std::string path = dataPath ? dataPath : "";
@@ -442,8 +440,8 @@ int strataExecutableReadBatch(StrataExecutable executable,
   });
 }
 
-int strataExecutableStep(StrataExecutable executable,
-                         const void *const *inputs, double *loss) {
+int strataExecutableStep(StrataExecutable executable, const void *const *inputs,
+                         double *loss) {
   StrataExecutableImpl &exe = *executable;
   return exe.session->capture([&](llvm::raw_ostream &os) {
     std::vector<strata::Tensor> batch;

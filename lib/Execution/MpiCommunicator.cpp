@@ -251,7 +251,8 @@ int MpiCommunicator::runtimeCollective(void *user, const StrataRtCollective *c,
   if (!sub)
     return runtimeError(error, errorSize, toString(sub.takeError()));
   MPI_Datatype type = mpiType(c->dtype);
-  bool sums = c->op == STRATA_RT_ALL_REDUCE || c->op == STRATA_RT_REDUCE_SCATTER;
+  bool sums =
+      c->op == STRATA_RT_ALL_REDUCE || c->op == STRATA_RT_REDUCE_SCATTER;
   if (type == MPI_DATATYPE_NULL ||
       (sums && (c->dtype == STRATA_RT_BF16 || c->dtype == STRATA_RT_F16)))
     return runtimeError(error, errorSize,
@@ -265,10 +266,9 @@ int MpiCommunicator::runtimeCollective(void *user, const StrataRtCollective *c,
   switch (c->op) {
   case STRATA_RT_ALL_REDUCE:
     call = r ? "MPI_Iallreduce" : "MPI_Allreduce";
-    status = r ? MPI_Iallreduce(MPI_IN_PLACE, c->recv, count, type, MPI_SUM,
-                                *sub, r)
-               : MPI_Allreduce(MPI_IN_PLACE, c->recv, count, type, MPI_SUM,
-                               *sub);
+    status =
+        r ? MPI_Iallreduce(MPI_IN_PLACE, c->recv, count, type, MPI_SUM, *sub, r)
+          : MPI_Allreduce(MPI_IN_PLACE, c->recv, count, type, MPI_SUM, *sub);
     break;
   case STRATA_RT_BROADCAST:
     call = r ? "MPI_Ibcast" : "MPI_Bcast";
@@ -284,15 +284,13 @@ int MpiCommunicator::runtimeCollective(void *user, const StrataRtCollective *c,
     break;
   case STRATA_RT_ALL_GATHER:
     call = r ? "MPI_Iallgather" : "MPI_Allgather";
-    status = r ? MPI_Iallgather(c->send, count, type, c->recv, count, type,
-                                *sub, r)
-               : MPI_Allgather(c->send, count, type, c->recv, count, type,
-                               *sub);
+    status =
+        r ? MPI_Iallgather(c->send, count, type, c->recv, count, type, *sub, r)
+          : MPI_Allgather(c->send, count, type, c->recv, count, type, *sub);
     break;
   default:
     delete r;
-    return runtimeError(error, errorSize,
-                        "unknown collective " + Twine(c->op));
+    return runtimeError(error, errorSize, "unknown collective " + Twine(c->op));
   }
   if (status != MPI_SUCCESS) {
     delete r;

@@ -58,8 +58,8 @@ Trainer::create(mlir::OwningOpRef<mlir::ModuleOp> program, Strategy strategy,
                         " is not a rank of a job of " +
                         Twine(options.worldSize) + " ranks");
   if (options.threads < 1)
-    return trainerError("give at least one thread (" +
-                        Twine(options.threads) + " asked for)");
+    return trainerError("give at least one thread (" + Twine(options.threads) +
+                        " asked for)");
   if (options.worldSize > 1 && !options.communicator)
     return trainerError("a job of " + Twine(options.worldSize) +
                         " ranks needs a communicator");
@@ -79,13 +79,13 @@ Trainer::create(mlir::OwningOpRef<mlir::ModuleOp> program, Strategy strategy,
   if (!written)
     return trainerError(Twine("the program has no @") + kStepFunctionName +
                         " function");
-  if (Error err =
-          checkBatchSplit(trainer->plan, written, options.worldSize))
+  if (Error err = checkBatchSplit(trainer->plan, written, options.worldSize))
     return std::move(err);
   // The MLP's batch counts samples (rows of `features`); a GPT's, tokens.
-  auto first = written.getNumArguments()
-                   ? written.getArgAttrOfType<mlir::StringAttr>(0, "strata.name")
-                   : mlir::StringAttr();
+  auto first =
+      written.getNumArguments()
+          ? written.getArgAttrOfType<mlir::StringAttr>(0, "strata.name")
+          : mlir::StringAttr();
   trainer->samples = first && first.getValue() == "features";
   trainer->passes =
       std::make_unique<mlir::PassManager>(trainer->program->getContext());
@@ -221,8 +221,8 @@ static void gatherTensors(Communicator &communicator,
     put(t.tensor.shape.data(), rank * sizeof(int64_t));
     put(t.tensor.data.data(), t.tensor.data.size() * sizeof(double));
   }
-  std::vector<std::string> parts =
-      communicator.gatherBytes(mine, "gathering a trace or checkpoint on rank 0");
+  std::vector<std::string> parts = communicator.gatherBytes(
+      mine, "gathering a trace or checkpoint on rank 0");
   if (communicator.rank() != 0)
     return;
   std::set<std::string> seen;
@@ -275,8 +275,7 @@ Error Trainer::saveCheckpoint(StringRef path, int64_t stepsDone) {
   return writeCheckpoint(path, *tensors, stepsDone);
 }
 
-Error Trainer::saveToDirectory(StringRef dir, int64_t stepsDone,
-                               int64_t keep) {
+Error Trainer::saveToDirectory(StringRef dir, int64_t stepsDone, int64_t keep) {
   if (Error err = saveCheckpoint(checkpointPath(dir, stepsDone), stepsDone))
     return err;
   if (opts.rank == 0 && keep > 0) {
@@ -293,8 +292,7 @@ Expected<double> Trainer::step(int64_t index,
     return trainerError("createExecutable() must come before step()");
   mlir::func::FuncOp function = stepFunction();
   if (globalBatch.size() != function.getNumArguments())
-    return trainerError("the step takes " +
-                        Twine(function.getNumArguments()) +
+    return trainerError("the step takes " + Twine(function.getNumArguments()) +
                         " arguments, " + Twine(globalBatch.size()) +
                         " were given");
   // This rank's rows of the global batch (data parallelism).
@@ -335,13 +333,14 @@ Expected<double> Trainer::step(int64_t index,
       return std::move(err);
   if (opts.trace) {
     double traceEnd = exe->nowUs();
-    traceEvents.push_back(json::Object{{"name", formatv("step {0}", index).str()},
-                                       {"cat", "step"},
-                                       {"ph", "X"},
-                                       {"ts", traceBegin},
-                                       {"dur", traceEnd - traceBegin},
-                                       {"pid", opts.rank},
-                                       {"tid", 0}});
+    traceEvents.push_back(
+        json::Object{{"name", formatv("step {0}", index).str()},
+                     {"cat", "step"},
+                     {"ph", "X"},
+                     {"ts", traceBegin},
+                     {"dur", traceEnd - traceBegin},
+                     {"pid", opts.rank},
+                     {"tid", 0}});
     for (const TraceEvent &e : exe->takeTrace()) {
       StringRef site(e.site), name = site.rsplit(": ").second;
       if (name.empty())
@@ -384,10 +383,9 @@ Error Trainer::writeTrace(StringRef path) {
   traceEvents = json::Array();
   mine = StringRef(mine).drop_front().drop_back().str(); // "[...]" -> "..."
   std::vector<std::string> all =
-      multiRank()
-          ? opts.communicator->gatherBytes(
-                mine, "gathering a trace or checkpoint on rank 0")
-          : std::vector<std::string>{mine};
+      multiRank() ? opts.communicator->gatherBytes(
+                        mine, "gathering a trace or checkpoint on rank 0")
+                  : std::vector<std::string>{mine};
   if (opts.rank != 0)
     return Error::success();
   std::string error;
@@ -426,8 +424,8 @@ RunSummary Trainer::summarize() {
       return std::vector<int64_t>{value};
     std::string bytes(reinterpret_cast<const char *>(&value), sizeof(value));
     std::vector<int64_t> all;
-    for (const std::string &part :
-         opts.communicator->gatherBytes(bytes, "gathering the report on rank 0")) {
+    for (const std::string &part : opts.communicator->gatherBytes(
+             bytes, "gathering the report on rank 0")) {
       int64_t v = 0;
       std::memcpy(&v, part.data(), std::min(part.size(), sizeof(v)));
       all.push_back(v);
@@ -475,9 +473,9 @@ json::Object Trainer::report(const RunSummary &s) const {
   json::Object report{
       {"world_size", opts.worldSize},
       {"backend", backendName(opts.backend).str()},
-      {"strategy",
-       strategyJson ? std::move(*strategyJson)
-                    : json::Value(toString(strategyJson.takeError()))},
+      {"strategy", strategyJson
+                       ? std::move(*strategyJson)
+                       : json::Value(toString(strategyJson.takeError()))},
       {"losses", std::move(lossArray)},
       {"step_time_ms", std::move(timeArray)},
       {"steps", int64_t(lossHistory.size())},

@@ -88,8 +88,9 @@ static size_t elementBytes(StrataElementType type) {
 
 int main(int argc, char **argv) {
   if (argc != 6 && argc != 8) {
-    fprintf(stderr, "usage: %s PROGRAM.mlir STEPS SEED STRATEGY|- BACKEND "
-                    "[SPLIT FILE]\n",
+    fprintf(stderr,
+            "usage: %s PROGRAM.mlir STEPS SEED STRATEGY|- BACKEND "
+            "[SPLIT FILE]\n",
             argv[0]);
     return 2;
   }

@@ -190,7 +190,7 @@ int strata_run::launchRanks(int argc, char **argv, int64_t nproc) {
   auto mpirun = sys::findProgramByName("mpirun");
   if (!mpirun)
     return launchError("--nproc " + Twine(nproc) +
-                " needs mpirun (Debian: openmpi-bin) on the PATH");
+                       " needs mpirun (Debian: openmpi-bin) on the PATH");
   std::string self = sys::fs::getMainExecutable(argv[0], (void *)&launchError);
   std::vector<std::string> args = {*mpirun, "-np", std::to_string(nproc),
                                    "--oversubscribe"};
@@ -212,8 +212,8 @@ int strata_run::launchRanks(int argc, char **argv, int64_t nproc) {
           sys::fs::createUniqueDirectory("strata-mpi", sessionDir)) {
     SmallString<128> base;
     sys::path::system_temp_directory(/*ErasedOnReboot=*/true, base);
-    return launchError("cannot create a session directory for mpirun in " + base +
-                ": " + ec.message());
+    return launchError("cannot create a session directory for mpirun in " +
+                       base + ": " + ec.message());
   }
   // Shared memory between the local ranks; no network probing.
   setenv("OMPI_MCA_pml", "ob1", /*overwrite=*/0);
@@ -237,7 +237,7 @@ int strata_run::launchRanks(int argc, char **argv, int64_t nproc) {
   int errPipe[2] = {-1, -1};
   if (pipe(errPipe) != 0)
     return launchError("cannot create a pipe for mpirun: " +
-                Twine(std::strerror(errno)));
+                       Twine(std::strerror(errno)));
   pid_t pid = fork();
   if (pid == 0) {
     for (int i = 0; i < 3; ++i)

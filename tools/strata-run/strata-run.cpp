@@ -427,8 +427,8 @@ static int64_t threadsPerRank() {
   int64_t local = 1;
   if (const char *n = std::getenv("OMPI_COMM_WORLD_LOCAL_SIZE"))
     local = std::max(1, std::atoi(n));
-  return std::max<int64_t>(
-      1, int64_t(std::thread::hardware_concurrency()) / local);
+  return std::max<int64_t>(1, int64_t(std::thread::hardware_concurrency()) /
+                                  local);
 }
 
 /// Temp files that a writer killed mid-save left (`FILE.tmp-XXXXXX`, never
@@ -474,10 +474,9 @@ int main(int argc, char **argv) {
     return fail("--trace needs --backend cpu");
   strata::StrategyContext context;
   context.worldSize = worldSize;
-  auto strategy =
-      strategyFile.empty()
-          ? strata::parseStrategy("", "<default strategy>", context)
-          : strata::loadStrategy(strategyFile, context);
+  auto strategy = strategyFile.empty()
+                      ? strata::parseStrategy("", "<default strategy>", context)
+                      : strata::loadStrategy(strategyFile, context);
   if (!strategy) {
     std::string message = toString(strategy.takeError());
     if (strategyFile.empty())
@@ -528,8 +527,7 @@ int main(int argc, char **argv) {
   options.blockingCollectives = blockingCollectives;
   options.communicator = communicator.get();
   // The batch split and the strategy's passes: every rank fails alike.
-  auto created =
-      strata::Trainer::create(std::move(module), *strategy, options);
+  auto created = strata::Trainer::create(std::move(module), *strategy, options);
   if (!created) {
     if (rank0)
       errs() << toString(created.takeError());
@@ -559,8 +557,8 @@ int main(int argc, char **argv) {
     raw_string_ostream os(lowered);
     if (Error err = trainer.emitLowered(os))
       return fail(toString(std::move(err)));
-    if (Error err = writeOutputFile(
-            outputFile, [&](raw_ostream &out) { out << lowered; }))
+    if (Error err = writeOutputFile(outputFile,
+                                    [&](raw_ostream &out) { out << lowered; }))
       return fail(toString(std::move(err)));
     return 0;
   }
@@ -674,20 +672,20 @@ int main(int argc, char **argv) {
       int64_t done = i - firstStep + 1;
       double perStep = elapsed / double(done);
       double stepMs = trainer.stepTimesMs().back();
-      errs() << formatv("[{0}/{1}] loss {2:F4} | {3:F2} ms/step | {4} {5}/s "
-                        "| ETA {6} | peak {7}\n",
-                        i + 1, lastStep, *loss, stepMs,
-                        formatCount(trainer.itemsPerBatch() / (stepMs / 1000.0)),
-                        trainer.itemUnit(),
-                        formatSeconds(perStep * double(runSteps - done)),
-                        formatBytes(peakRssBytes()));
+      errs() << formatv(
+          "[{0}/{1}] loss {2:F4} | {3:F2} ms/step | {4} {5}/s "
+          "| ETA {6} | peak {7}\n",
+          i + 1, lastStep, *loss, stepMs,
+          formatCount(trainer.itemsPerBatch() / (stepMs / 1000.0)),
+          trainer.itemUnit(), formatSeconds(perStep * double(runSteps - done)),
+          formatBytes(peakRssBytes()));
       errs().flush();
     }
   }
 
   // The last checkpoint and --save.
-  if (saveEvery > 0 &&
-      !sys::fs::exists(strata::Trainer::checkpointPath(checkpointDir, lastStep)))
+  if (saveEvery > 0 && !sys::fs::exists(strata::Trainer::checkpointPath(
+                           checkpointDir, lastStep)))
     if (Error err =
             trainer.saveToDirectory(checkpointDir, lastStep, keepCheckpoints))
       outputFailed(std::move(err));
@@ -714,8 +712,8 @@ int main(int argc, char **argv) {
                         trainer.losses().back());
     errs() << "\n";
     for (int r = 0; r < worldSize; ++r)
-      errs() << formatv("  rank {0}: planned peak {1}, measured peak {2}\n",
-                        r, formatBytes(summary.plannedPeakBytes[r]),
+      errs() << formatv("  rank {0}: planned peak {1}, measured peak {2}\n", r,
+                        formatBytes(summary.plannedPeakBytes[r]),
                         formatBytes(summary.measuredPeakBytes[r]));
     errs().flush();
   }
