@@ -639,12 +639,15 @@ int main(int argc, char **argv) {
       return name.starts_with(prefix) && name.size() == prefix.size() + 6;
     });
   }
+  // (The passes rewrote the program in place: `written` is gone; the
+  // compiled step's arguments have the batch's element types.)
+  mlir::func::FuncOp compiled = trainer.stepFunction();
   auto start = std::chrono::steady_clock::now();
   for (int64_t i = firstStep; i < lastStep; ++i) {
     std::vector<strata::Tensor> batch = data->batch(i);
     if (!dumpBatches.empty())
       for (auto [name, tensor, arg] :
-           llvm::zip(data->names(), batch, written.getArguments())) {
+           llvm::zip(data->names(), batch, compiled.getArguments())) {
         auto dtype = strata::dtypeOf(
             cast<mlir::RankedTensorType>(arg.getType()).getElementType());
         if (!dtype)
