@@ -388,7 +388,6 @@ Error Trainer::writeTrace(StringRef path) {
                   : std::vector<std::string>{mine};
   if (opts.rank != 0)
     return Error::success();
-  std::string error;
   std::error_code ec;
   raw_fd_ostream os(path, ec);
   if (ec)
