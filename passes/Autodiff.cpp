@@ -305,7 +305,7 @@ LogicalResult Differentiator::run() {
   return success();
 }
 
-/// A function to differentiate: one scalar float result, no gradients yet.
+/// A step to differentiate: one scalar float result, no gradients yet.
 bool needsDifferentiation(func::FuncOp func) {
   if (func.isExternal() || func.getNumResults() != 1)
     return false;
@@ -318,12 +318,12 @@ bool needsDifferentiation(func::FuncOp func) {
 struct AutodiffPass : public strata::impl::StrataAutodiffBase<AutodiffPass> {
   void runOnOperation() override {
     ModuleOp module = getOperation();
-    for (func::FuncOp func : module.getOps<func::FuncOp>()) {
-      if (!needsDifferentiation(func))
-        continue;
-      if (failed(Differentiator(func, module).run()))
-        return signalPassFailure();
-    }
+    FailureOr<func::FuncOp> step = getStepFunction(module, "strata-autodiff");
+    if (failed(step))
+      return signalPassFailure();
+    if (needsDifferentiation(*step) &&
+        failed(Differentiator(*step, module).run()))
+      return signalPassFailure();
   }
 };
 

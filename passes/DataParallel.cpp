@@ -47,22 +47,21 @@ struct DataParallelPass
     }
     if (degree == 1)
       return;
-    SmallVector<func::FuncOp> targets;
-    for (func::FuncOp func : module.getOps<func::FuncOp>())
-      if (returnsGradients(func))
-        targets.push_back(func);
-    if (targets.empty()) {
-      mlir::emitError(module.getLoc()) << "strata-data-parallel: no function returns "
-                            "gradients (run strata-autodiff first, and this "
-                            "pass before strata-optimizer)";
+    FailureOr<func::FuncOp> step =
+        getStepFunction(module, "strata-data-parallel");
+    if (failed(step))
+      return signalPassFailure();
+    if (!returnsGradients(*step)) {
+      mlir::emitError(module.getLoc())
+          << "strata-data-parallel: the step returns no gradients (run "
+             "strata-autodiff first, and this pass before strata-optimizer)";
       return signalPassFailure();
     }
     // The group, declared after the parameters and state, before any use.
     FlatSymbolRefAttr groupRef =
         declareCommGroup(module, "dp", rankLists(1, 0, degree, 1));
-    for (func::FuncOp func : targets)
-      if (failed(shard(func, groupRef)))
-        return signalPassFailure();
+    if (failed(shard(*step, groupRef)))
+      return signalPassFailure();
   }
 
   LogicalResult shard(func::FuncOp func, FlatSymbolRefAttr group) {

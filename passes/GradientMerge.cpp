@@ -33,20 +33,18 @@ struct GradientMergePass
     }
     if (kSteps == 1)
       return;
-    bool any = false;
-    for (func::FuncOp func : getOperation().getOps<func::FuncOp>()) {
-      if (!returnsGradients(func))
-        continue;
-      any = true;
-      if (failed(split(func)))
-        return signalPassFailure();
-    }
-    if (!any) {
+    FailureOr<func::FuncOp> step =
+        getStepFunction(getOperation(), "strata-gradient-merge");
+    if (failed(step))
+      return signalPassFailure();
+    if (!returnsGradients(*step)) {
       mlir::emitError(getOperation().getLoc())
-          << "strata-gradient-merge: no function returns gradients (run "
+          << "strata-gradient-merge: the step returns no gradients (run "
              "strata-autodiff first, and this pass before strata-optimizer)";
       return signalPassFailure();
     }
+    if (failed(split(*step)))
+      return signalPassFailure();
   }
 
   LogicalResult split(func::FuncOp func) {

@@ -531,19 +531,19 @@ struct LowerToRuntimePass
           << target << "' (" << RuntimeTarget::knownNames() << ")";
       return signalPassFailure();
     }
-    auto step = module.lookupSymbol<func::FuncOp>(kStepFunctionName);
-    if (!step) {
-      mlir::emitError(module.getLoc(), "no @") << kStepFunctionName << " function to lower";
+    FailureOr<func::FuncOp> found =
+        getStepFunction(module, "strata-lower-to-runtime");
+    if (failed(found))
       return signalPassFailure();
-    }
+    func::FuncOp step = *found;
     if (!step.getBody().hasOneBlock()) {
       mlir::emitError(step.getLoc(), "the step must be a single block");
       return signalPassFailure();
     }
     for (Operation &op : *module.getBody())
       if (auto fn = dyn_cast<func::FuncOp>(op); fn && fn != step) {
-        mlir::emitError(fn.getLoc(), "only @") << kStepFunctionName
-                               << " can be lowered to the runtime";
+        mlir::emitError(fn.getLoc(), "only the step (@")
+            << step.getSymName() << ") can be lowered to the runtime";
         return signalPassFailure();
       }
     RuntimeLowering lowering(module, step, *runtime,

@@ -227,18 +227,17 @@ void OptimizerPass::runOnOperation() {
   symbols = &symbolTable;
   lastDeclared = lastDeclaration(module);
 
-  SmallVector<func::FuncOp> targets;
-  for (func::FuncOp func : module.getOps<func::FuncOp>())
-    if (returnsGradients(func))
-      targets.push_back(func);
-  if (targets.empty()) {
-    mlir::emitError(module.getLoc()) << "strata-optimizer: no function returns gradients "
-                          "(run strata-autodiff first)";
+  FailureOr<func::FuncOp> step = getStepFunction(module, "strata-optimizer");
+  if (failed(step))
+    return signalPassFailure();
+  if (!returnsGradients(*step)) {
+    mlir::emitError(module.getLoc())
+        << "strata-optimizer: the step returns no gradients (run "
+           "strata-autodiff first)";
     return signalPassFailure();
   }
-  for (func::FuncOp func : targets)
-    if (failed(rewrite(func)))
-      return signalPassFailure();
+  if (failed(rewrite(*step)))
+    return signalPassFailure();
 }
 
 } // namespace

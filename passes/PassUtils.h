@@ -3,6 +3,7 @@
 #ifndef STRATA_PASSES_PASSUTILS_H
 #define STRATA_PASSES_PASSUTILS_H
 
+#include "strata/Dialect/Program.h"
 #include "strata/Dialect/Strata.h"
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
@@ -21,13 +22,6 @@ inline mlir::RankedTensorType tensorType(mlir::Value v) {
 /// Multiply-add FLOPs of a product op (matmul, its gradient, the fused
 /// GEMMs); 0 for every other op.
 int64_t matmulFlops(mlir::Operation *op);
-
-/// Whether `func` is a differentiated step: it returns the loss, then
-/// gradients marked `strata.grad_of` (strata-autodiff's form).
-inline bool returnsGradients(mlir::func::FuncOp func) {
-  return func.getNumResults() > 1 &&
-         func.getResultAttr(1, StrataDialect::kGradOfAttrName);
-}
 
 /// The last module-level declaration (param, state, comm group), after
 /// which new declarations go; null when there is none.

@@ -198,10 +198,7 @@ struct Place {
   bool dead = false;
 };
 
-bool isCollective(Operation *op) {
-  return isa<AllReduceOp, ReduceScatterOp, AllGatherOp, BroadcastOp, SendOp,
-             RecvOp>(op);
-}
+bool isCollective(Operation *op) { return isa<CollectiveOpInterface>(op); }
 
 bool isTokenValue(Value v) { return isa<TokenType>(v.getType()); }
 
@@ -237,20 +234,8 @@ struct PipelinePass : public strata::impl::StrataPipelineBase<PipelinePass> {
                          << static_cast<int64_t>(dpDegree) << " ranks";
       return signalPassFailure();
     }
-    func::FuncOp step;
-    for (func::FuncOp func : module.getOps<func::FuncOp>())
-      if (!func.isExternal()) {
-        if (step) {
-          mlir::emitError(module.getLoc()) << "strata-pipeline: expected one step function";
-          return signalPassFailure();
-        }
-        step = func;
-      }
-    if (!step) {
-      mlir::emitError(module.getLoc()) << "strata-pipeline: no step function";
-      return signalPassFailure();
-    }
-    if (failed(run(module, step)))
+    FailureOr<func::FuncOp> step = getStepFunction(module, "strata-pipeline");
+    if (failed(step) || failed(run(module, *step)))
       return signalPassFailure();
   }
 
@@ -985,9 +970,9 @@ LogicalResult PipelinePass::run(ModuleOp module, func::FuncOp func) {
     setJob(op, pl);
   }
   Value token;
-  auto chain = [&](Operation *op, unsigned tokenOperand) {
-    op->setOperand(tokenOperand, token);
-    token = op->getResult(op->getNumResults() - 1);
+  auto chain = [&](CollectiveOpInterface op) {
+    op.getTokenOperand().set(token);
+    token = op.getOutToken();
   };
   b.setInsertionPointToStart(&body);
   token = InitTokenOp::create(b, func.getLoc(), TokenType::get(ctx));
@@ -1027,10 +1012,9 @@ LogicalResult PipelinePass::run(ModuleOp module, func::FuncOp func) {
   for (size_t i = 0; i <= sequence.size(); ++i) {
     Operation *before = i < sequence.size() ? sequence[i] : ret.getOperation();
     emitEventsAt(i, before);
-    if (i < sequence.size() && isCollective(before)) {
-      unsigned tokenOperand = before->getNumOperands() - 1;
-      chain(before, tokenOperand);
-    }
+    if (i < sequence.size())
+      if (auto collective = dyn_cast<CollectiveOpInterface>(before))
+        chain(collective);
   }
 
   // Uses of received values on this stage read the receive.

@@ -89,9 +89,10 @@ struct ShardingPass : public strata::impl::StrataShardingBase<ShardingPass> {
     if (partition != "greedy_even" && partition != "use_order")
       return fail("unknown partition '" + partition +
                   "' (greedy_even or use_order)");
-    auto step = module.lookupSymbol<func::FuncOp>(kStepFunctionName);
-    if (!step)
-      return fail("no @" + kStepFunctionName + " function");
+    FailureOr<func::FuncOp> found = getStepFunction(module, "strata-sharding");
+    if (failed(found))
+      return signalPassFailure();
+    func::FuncOp step = *found;
     if (degree == 1)
       return;
 

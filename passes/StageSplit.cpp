@@ -78,25 +78,19 @@ struct StageSplitPass
                             "must be >= 1";
       return signalPassFailure();
     }
-    bool any = false;
-    for (func::FuncOp func : module.getOps<func::FuncOp>()) {
-      if (func.isExternal())
-        continue;
-      if (returnsGradients(func)) {
-        mlir::emitError(func.getLoc()) << "strata-stage-split: the step is already "
-                            "differentiated; run this pass before "
-                            "strata-autodiff, which puts each backward op "
-                            "on the stage of its forward op";
-        return signalPassFailure();
-      }
-      any = true;
-      if (failed(split(func)))
-        return signalPassFailure();
-    }
-    if (!any) {
-      mlir::emitError(module.getLoc()) << "strata-stage-split: no step function";
+    FailureOr<func::FuncOp> step =
+        getStepFunction(module, "strata-stage-split");
+    if (failed(step))
+      return signalPassFailure();
+    if (returnsGradients(*step)) {
+      mlir::emitError(step->getLoc())
+          << "strata-stage-split: the step is already differentiated; run "
+             "this pass before strata-autodiff, which puts each backward op "
+             "on the stage of its forward op";
       return signalPassFailure();
     }
+    if (failed(split(*step)))
+      return signalPassFailure();
   }
 
   LogicalResult split(func::FuncOp func) {

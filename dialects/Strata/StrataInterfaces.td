@@ -33,4 +33,28 @@ def Strata_OptimizerUpdateOpInterface
   ];
 }
 
+def Strata_CollectiveOpInterface : OpInterface<"CollectiveOpInterface"> {
+  let cppNamespace = "::strata";
+  let description = [{
+    A communication among the ranks of a `strata.comm_group` (all-reduce,
+    reduce-scatter, all-gather, broadcast, send, receive). Collectives are
+    ordered by a chain of `!strata.token` values: each reads the token of
+    the one before it and yields the next. strata-pipeline re-chains the
+    collectives of the ops a rank keeps, the memory plan keeps a started
+    collective's buffers alive until its wait, and the lowering starts it
+    on the group's communicator.
+  }];
+  let methods = [
+    InterfaceMethod<"The communication group (a strata.comm_group).",
+                    "::mlir::FlatSymbolRefAttr", "getGroupAttr", (ins), [{}],
+                    [{ return $_op.getGroupAttr(); }]>,
+    InterfaceMethod<"The operand holding the token this collective waits "
+                    "for.", "::mlir::OpOperand &", "getTokenOperand", (ins),
+                    [{}], [{ return $_op.getTokenMutable(); }]>,
+    InterfaceMethod<"The token later collectives wait for.", "::mlir::Value",
+                    "getOutToken", (ins), [{}],
+                    [{ return $_op.getOutToken(); }]>,
+  ];
+}
+
 #endif // STRATA_INTERFACES

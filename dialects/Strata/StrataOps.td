@@ -795,6 +795,7 @@ def Strata_ClipByGlobalNormOp : Strata_ComputeOp<"clip_by_global_norm"> {
 class Strata_CollectiveOp<string mnemonic, list<Trait> traits = []>
     : Strata_Op<mnemonic, !listconcat(traits, [
           DeclareOpInterfaceMethods<SymbolUserOpInterface>,
+          Strata_CollectiveOpInterface,
           MemoryEffects<[MemRead, MemWrite]>])> {
   let assemblyFormat =
       "operands attr-dict `:` functional-type(operands, results)";

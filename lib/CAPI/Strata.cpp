@@ -275,13 +275,13 @@ static bool createTrainer(StrataExecutableImpl &exe,
     os << llvm::toString(strategy.takeError());
     return false;
   }
-  auto step =
-      session.module->lookupSymbol<func::FuncOp>(strata::kStepFunctionName);
-  if (!step) {
-    os << "the session's program has no @" << strata::kStepFunctionName
-       << " function";
+  llvm::Expected<func::FuncOp> found =
+      strata::findStepFunction(*session.module);
+  if (!found) {
+    os << "the session's program: " << llvm::toString(found.takeError());
     return false;
   }
+  func::FuncOp step = *found;
   exe.written = OwningOpRef<ModuleOp>(session.module->clone());
   for (BlockArgument arg : step.getArguments()) {
     auto type = dyn_cast<RankedTensorType>(arg.getType());
@@ -290,8 +290,7 @@ static bool createTrainer(StrataExecutableImpl &exe,
     int64_t code =
         type ? strata::runtimeElementType(type.getElementType()) : -1;
     if (!type || !type.hasStaticShape() || code < 0) {
-      os << "input " << arg.getArgNumber() << " of @"
-         << strata::kStepFunctionName
+      os << "input " << arg.getArgNumber() << " of @" << step.getSymName()
          << " is not a tensor of static shape and a known element type";
       return false;
     }
@@ -402,8 +401,8 @@ int strataExecutableReadBatch(StrataExecutable executable, const char *dataPath,
     std::string path = dataPath ? dataPath : "";
     if (!exe.data || exe.dataPath != path) {
       auto stream = strata::DataStream::create(
-          exe.written->lookupSymbol<func::FuncOp>(strata::kStepFunctionName),
-          path, strata::DataFormat::Text, exe.trainer->options().seed);
+          llvm::cantFail(strata::findStepFunction(*exe.written)), path,
+          strata::DataFormat::Text, exe.trainer->options().seed);
       if (!stream) {
         os << llvm::toString(stream.takeError());
         return false;

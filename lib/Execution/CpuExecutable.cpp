@@ -142,9 +142,9 @@ CpuExecutable::Buffer CpuExecutable::makeBuffer(std::string name, Type type) {
 
 llvm::Expected<std::unique_ptr<CpuExecutable>>
 CpuExecutable::compile(ModuleOp module, const CpuOptions &options) {
-  auto step = module.lookupSymbol<func::FuncOp>(kStepFunctionName);
+  llvm::Expected<func::FuncOp> step = findStepFunction(module);
   if (!step)
-    return error("the program has no @" + kStepFunctionName + " function");
+    return step.takeError();
   auto lowered = lowerClone(module, options.trace);
   if (failed(lowered))
     return error("cannot lower the program to the CPU runtime");
@@ -162,11 +162,11 @@ CpuExecutable::compile(ModuleOp module, const CpuOptions &options) {
                                      : cast<StateOp>(symbol).getType();
     exe->persistent.push_back(makeBuffer(name, type));
   }
-  for (BlockArgument arg : step.getArguments())
+  for (BlockArgument arg : step->getArguments())
     exe->inputs.push_back(
         makeBuffer("argument " + std::to_string(arg.getArgNumber()),
                    arg.getType()));
-  for (auto [i, type] : llvm::enumerate(step.getResultTypes()))
+  for (auto [i, type] : llvm::enumerate(step->getResultTypes()))
     exe->outputs.push_back(makeBuffer("result " + std::to_string(i), type));
 
   auto engine = createEngine(**lowered, options.optLevel, false);

@@ -75,16 +75,15 @@ Trainer::create(mlir::OwningOpRef<mlir::ModuleOp> program, Strategy strategy,
   trainer->program = std::move(program);
   trainer->plan = std::move(strategy);
   trainer->opts = options;
-  mlir::func::FuncOp written = trainer->stepFunction();
+  Expected<mlir::func::FuncOp> written = findStepFunction(*trainer->program);
   if (!written)
-    return trainerError(Twine("the program has no @") + kStepFunctionName +
-                        " function");
-  if (Error err = checkBatchSplit(trainer->plan, written, options.worldSize))
+    return written.takeError();
+  if (Error err = checkBatchSplit(trainer->plan, *written, options.worldSize))
     return std::move(err);
   // The MLP's batch counts samples (rows of `features`); a GPT's, tokens.
   auto first =
-      written.getNumArguments()
-          ? written.getArgAttrOfType<mlir::StringAttr>(0, "strata.name")
+      written->getNumArguments()
+          ? written->getArgAttrOfType<mlir::StringAttr>(0, "strata.name")
           : mlir::StringAttr();
   trainer->samples = first && first.getValue() == "features";
   trainer->passes =
@@ -98,15 +97,19 @@ Trainer::create(mlir::OwningOpRef<mlir::ModuleOp> program, Strategy strategy,
 }
 
 mlir::func::FuncOp Trainer::stepFunction() {
-  return program->lookupSymbol<mlir::func::FuncOp>(kStepFunctionName);
+  Expected<mlir::func::FuncOp> step = findStepFunction(*program);
+  if (!step) {
+    consumeError(step.takeError());
+    return {};
+  }
+  return *step;
 }
 
 Error Trainer::compile() {
   if (mlir::failed(passes->run(*program)))
     return trainerError("compilation failed");
-  if (!stepFunction())
-    return trainerError(Twine("the compiled program has no @") +
-                        kStepFunctionName + " function");
+  if (Expected<mlir::func::FuncOp> step = findStepFunction(*program); !step)
+    return trainerError("the compiled program: " + toString(step.takeError()));
   memory.reset();
   return Error::success();
 }

@@ -2,7 +2,7 @@
 // RUN: not strata-opt %s --strata-gradient-merge=k-steps=2 2>&1 | FileCheck %s --check-prefix=NOGRAD
 // RUN: not strata-opt %s --strata-autodiff --strata-gradient-merge=k-steps=0 2>&1 | FileCheck %s --check-prefix=ZERO
 // DIVIDE: error: strata-gradient-merge: argument 0 ('tensor<6x3xf32>') has no leading batch dimension divisible by k-steps = 4
-// NOGRAD: error: strata-gradient-merge: no function returns gradients (run strata-autodiff first, and this pass before strata-optimizer)
+// NOGRAD: error: strata-gradient-merge: the step returns no gradients (run strata-autodiff first, and this pass before strata-optimizer)
 // ZERO: error: strata-gradient-merge: k-steps must be >= 1, got 0
 
 strata.param @w : tensor<3x2xf32> init <normal, 1.0>

@@ -72,9 +72,31 @@ func.func @train_step() -> tensor<2x3x3x5xf32> {
 
 // -----
 
-// expected-error@+1 {{no @train_step function to lower}}
+// expected-error@+1 {{strata-lower-to-runtime: the program has no step function (a function named @train_step, or the only function with a body)}}
 module {
-  func.func @step() {
+  func.func private @declared()
+}
+
+// -----
+
+// expected-error@+1 {{strata-lower-to-runtime: the program has 2 functions with a body (@forward, @backward) and none is named @train_step: which one is the step?}}
+module {
+  func.func @forward() {
+    return
+  }
+  func.func @backward() {
+    return
+  }
+}
+
+// -----
+
+module {
+  func.func @train_step() {
+    return
+  }
+  // expected-error@+1 {{only the step (@train_step) can be lowered to the runtime}}
+  func.func @helper() {
     return
   }
 }

@@ -258,16 +258,14 @@ static int preflight(int64_t world) {
       mlir::parseSourceFile<mlir::ModuleOp>(sourceMgr, &mlirContext);
   if (!module)
     return 1;
-  auto step = module->lookupSymbol<mlir::func::FuncOp>(
-      strata::kStepFunctionName);
+  Expected<mlir::func::FuncOp> step = strata::findStepFunction(*module);
   if (!step)
-    return fail(programFile + " has no @" + strata::kStepFunctionName +
-                " function");
-  if (Error err = strata::checkBatchSplit(*strategy, step, world)) {
+    return fail(programFile + ": " + toString(step.takeError()));
+  if (Error err = strata::checkBatchSplit(*strategy, *step, world)) {
     errs() << toString(std::move(err));
     return 1;
   }
-  auto data = strata::DataStream::create(step, dataFile, dataFormat, seed);
+  auto data = strata::DataStream::create(*step, dataFile, dataFormat, seed);
   if (!data)
     return fail(toString(data.takeError()));
   return 0;
@@ -510,12 +508,10 @@ int main(int argc, char **argv) {
     return failEverywhere("cannot parse " + programFile);
 
   // The data stream draws global batches from the program as written.
-  auto written = module->lookupSymbol<mlir::func::FuncOp>(
-      strata::kStepFunctionName);
+  Expected<mlir::func::FuncOp> written = strata::findStepFunction(*module);
   if (!written)
-    return fail(programFile + " has no @" + strata::kStepFunctionName +
-                " function");
-  auto data = strata::DataStream::create(written, dataFile, dataFormat, seed);
+    return fail(programFile + ": " + toString(written.takeError()));
+  auto data = strata::DataStream::create(*written, dataFile, dataFormat, seed);
 
   strata::TrainerOptions options;
   options.worldSize = worldSize;

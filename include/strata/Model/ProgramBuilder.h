@@ -12,15 +12,14 @@
 #include "strata/Dialect/Strata.h"
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "strata/Dialect/Program.h"
+
 #include "mlir/IR/Builders.h"
 #include "mlir/IR/OwningOpRef.h"
 
 #include <string>
 
 namespace strata {
-
-/// Name of the step function of a program.
-inline constexpr llvm::StringLiteral kStepFunctionName = "train_step";
 
 class ProgramBuilder {
 public:

@@ -1,0 +1,50 @@
+//===- Program.cpp - The shape of a Strata training program ---------------===//
+
+#include "strata/Dialect/Program.h"
+#include "strata/Dialect/Strata.h"
+
+#include "mlir/IR/Diagnostics.h"
+#include "llvm/ADT/STLExtras.h"
+#include "llvm/ADT/SmallVector.h"
+
+using namespace mlir;
+
+llvm::Expected<func::FuncOp> strata::findStepFunction(ModuleOp module) {
+  if (auto named = module.lookupSymbol<func::FuncOp>(kStepFunctionName);
+      named && !named.isExternal())
+    return named;
+  llvm::SmallVector<func::FuncOp> bodies;
+  for (func::FuncOp func : module.getOps<func::FuncOp>())
+    if (!func.isExternal())
+      bodies.push_back(func);
+  if (bodies.size() == 1)
+    return bodies.front();
+  std::string message;
+  llvm::raw_string_ostream os(message);
+  if (bodies.empty()) {
+    os << "the program has no step function (a function named @"
+       << kStepFunctionName << ", or the only function with a body)";
+  } else {
+    os << "the program has " << bodies.size() << " functions with a body (";
+    llvm::interleaveComma(bodies, os,
+                          [&](func::FuncOp f) { os << "@" << f.getSymName(); });
+    os << ") and none is named @" << kStepFunctionName
+       << ": which one is the step?";
+  }
+  return llvm::createStringError(llvm::inconvertibleErrorCode(), message);
+}
+
+FailureOr<func::FuncOp> strata::getStepFunction(ModuleOp module,
+                                                llvm::StringRef pass) {
+  llvm::Expected<func::FuncOp> step = findStepFunction(module);
+  if (step)
+    return *step;
+  emitError(module.getLoc())
+      << pass << ": " << llvm::toString(step.takeError());
+  return failure();
+}
+
+bool strata::returnsGradients(func::FuncOp func) {
+  return func.getNumResults() > 1 &&
+         func.getResultAttr(1, StrataDialect::kGradOfAttrName);
+}

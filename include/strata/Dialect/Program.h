@@ -1,0 +1,39 @@
+//===- Program.h - The shape of a Strata training program ------*- C++ -*-===//
+//
+// A Strata program is a module of declarations (`strata.param`,
+// `strata.state`, `strata.comm_group`, `strata.rank_grid`) and one training
+// step, a `func.func`. Every pass, the executables and the C API find the
+// step here, by one rule.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef STRATA_DIALECT_PROGRAM_H
+#define STRATA_DIALECT_PROGRAM_H
+
+#include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "mlir/IR/BuiltinOps.h"
+#include "llvm/ADT/StringRef.h"
+#include "llvm/Support/Error.h"
+
+namespace strata {
+
+/// The name the program generators give the training step.
+inline constexpr llvm::StringLiteral kStepFunctionName = "train_step";
+
+/// The program's training step: the function named @train_step, or else the
+/// module's only function with a body. An error saying why when there is
+/// none or when several functions have a body and none is @train_step.
+llvm::Expected<mlir::func::FuncOp> findStepFunction(mlir::ModuleOp module);
+
+/// findStepFunction for a pass: the reason is reported at the module,
+/// prefixed by `pass` ("strata-sharding: ...").
+mlir::FailureOr<mlir::func::FuncOp> getStepFunction(mlir::ModuleOp module,
+                                                    llvm::StringRef pass);
+
+/// Whether `func` is a differentiated step: it returns the loss, then
+/// gradients marked `strata.grad_of` (strata-autodiff's form).
+bool returnsGradients(mlir::func::FuncOp func);
+
+} // namespace strata
+
+#endif // STRATA_DIALECT_PROGRAM_H
