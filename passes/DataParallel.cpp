@@ -26,13 +26,11 @@ struct DataParallelPass
     : public strata::impl::StrataDataParallelBase<DataParallelPass> {
   using StrataDataParallelBase::StrataDataParallelBase;
 
+  /// Ranks that split the batch (the grid's dp x sharding).
+  int64_t degree = 1;
+
   void runOnOperation() override {
     ModuleOp module = getOperation();
-    if (degree < 1) {
-      mlir::emitError(module.getLoc()) << "strata-data-parallel: degree must be >= 1, got "
-                         << static_cast<int64_t>(degree);
-      return signalPassFailure();
-    }
     if (!(bucketMb > 0.0) || !(lastBucketMb > 0.0)) {
       std::string sizes;
       llvm::raw_string_ostream(sizes)
@@ -45,6 +43,11 @@ struct DataParallelPass
           << " (dp_optimization.comm_buffer_size, last_comm_buffer_size)";
       return signalPassFailure();
     }
+    FailureOr<RankGridOp> grid = getRankGrid(module, "strata-data-parallel");
+    if (failed(grid))
+      return signalPassFailure();
+    // Every rank of a pipeline stage holds a replica.
+    degree = grid->getDp() * grid->getSharding();
     if (degree == 1)
       return;
     FailureOr<func::FuncOp> step =
@@ -58,8 +61,8 @@ struct DataParallelPass
       return signalPassFailure();
     }
     // The group, declared after the parameters and state, before any use.
-    FlatSymbolRefAttr groupRef =
-        declareCommGroup(module, "dp", rankLists(1, 0, degree, 1));
+    FlatSymbolRefAttr groupRef = declareCommGroup(
+        module, "dp", *grid, {GridAxis::Dp, GridAxis::Sharding});
     if (failed(shard(*step, groupRef)))
       return signalPassFailure();
   }

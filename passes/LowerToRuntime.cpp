@@ -554,7 +554,7 @@ struct LowerToRuntimePass
       return signalPassFailure();
     // What remains of the Strata program: declarations the host has read.
     for (Operation &op : llvm::make_early_inc_range(*module.getBody()))
-      if (isa<ParamOp, StateOp, CommGroupOp, func::FuncOp>(op))
+      if (isa<RankGridOp, ParamOp, StateOp, CommGroupOp, func::FuncOp>(op))
         op.erase();
   }
 };

@@ -23,39 +23,30 @@ inline mlir::RankedTensorType tensorType(mlir::Value v) {
 /// GEMMs); 0 for every other op.
 int64_t matmulFlops(mlir::Operation *op);
 
-/// The last module-level declaration (param, state, comm group), after
+/// The last module-level declaration (grid, param, state, comm group), after
 /// which new declarations go; null when there is none.
 inline mlir::Operation *lastDeclaration(mlir::ModuleOp module) {
   mlir::Operation *last = nullptr;
   for (mlir::Operation &op : *module.getBody())
-    if (mlir::isa<ParamOp, StateOp, CommGroupOp>(op))
+    if (mlir::isa<RankGridOp, ParamOp, StateOp, CommGroupOp>(op))
       last = &op;
   return last;
 }
 
-/// `count` lists of `size` ranks: list i holds i * listStride + j * stride
-/// for j < size (the rows or the columns of a grid of ranks).
-inline llvm::SmallVector<llvm::SmallVector<int64_t>>
-rankLists(int64_t count, int64_t listStride, int64_t size, int64_t stride) {
-  llvm::SmallVector<llvm::SmallVector<int64_t>> lists(count);
-  for (int64_t i = 0; i < count; ++i)
-    for (int64_t j = 0; j < size; ++j)
-      lists[i].push_back(i * listStride + j * stride);
-  return lists;
-}
-
-/// Declares `strata.comm_group @name` with `lists` of ranks after the last
-/// declaration (renamed on a clash) and returns a reference to it.
-inline mlir::FlatSymbolRefAttr
-declareCommGroup(mlir::ModuleOp module, llvm::StringRef name,
-                 llvm::ArrayRef<llvm::SmallVector<int64_t>> lists) {
+/// Declares `strata.comm_group @name` with the groups of `grid` along
+/// `axes` after the last declaration (renamed on a clash) and returns a
+/// reference to it.
+inline mlir::FlatSymbolRefAttr declareCommGroup(mlir::ModuleOp module,
+                                                llvm::StringRef name,
+                                                RankGridOp grid,
+                                                llvm::ArrayRef<GridAxis> axes) {
   mlir::OpBuilder b(module.getContext());
   if (mlir::Operation *last = lastDeclaration(module))
     b.setInsertionPointAfter(last);
   else
     b.setInsertionPointToStart(module.getBody());
   llvm::SmallVector<mlir::Attribute> attrs;
-  for (const llvm::SmallVector<int64_t> &ranks : lists)
+  for (const llvm::SmallVector<int64_t> &ranks : grid.getGroups(axes))
     attrs.push_back(b.getDenseI64ArrayAttr(ranks));
   auto group = CommGroupOp::create(b, module.getLoc(), name,
                                    b.getArrayAttr(attrs));

@@ -236,14 +236,43 @@ def StrataRecompute : Pass<"strata-recompute", "mlir::ModuleOp"> {
   let dependentDialects = ["::strata::StrataDialect"];
 }
 
+def StrataRankGrid : Pass<"strata-rank-grid", "mlir::ModuleOp"> {
+  let summary = "Declares the job's rank grid (pp x dp x sharding x mp)";
+  let description = [{
+    Runs first when a program is distributed: declares
+    `strata.rank_grid @ranks` with the given axis sizes, from which
+    `strata-stage-split`, `strata-data-parallel`, `strata-sharding` and
+    `strata-pipeline` take their degrees and derive their communication
+    groups. A strategy sets `pp` to `pipeline.pp_degree`, `sharding` to
+    `sharding.degree`, and `dp` to the rest of the world size. Running it
+    on a program that declares the same grid changes nothing; a different
+    grid is an error.
+
+    ```mlir
+    strata.rank_grid @ranks(pp = 2, dp = 1, sharding = 2, mp = 1)
+    ```
+  }];
+  let options = [
+    Option<"pp", "pp", "int64_t", "1", "Pipeline stages">,
+    Option<"dp", "dp", "int64_t", "1",
+           "Data-parallel replicas outside sharding">,
+    Option<"sharding", "sharding", "int64_t", "1",
+           "Ranks that divide the optimizer state (ZeRO)">,
+    Option<"mp", "mp", "int64_t", "1",
+           "Tensor-parallel ranks (1: not implemented yet)">,
+  ];
+  let dependentDialects = ["::strata::StrataDialect"];
+}
+
 def StrataDataParallel : Pass<"strata-data-parallel", "mlir::ModuleOp"> {
   let summary = "Splits the batch over ranks and averages the gradients";
   let description = [{
     Runs on a differentiated function (after `strata-autodiff` and
-    `strata-gradient-merge`, before `strata-optimizer`), for `degree` ranks
-    that run the same program. Each rank's arguments become its shard of the
-    global batch (1/degree of the leading dimension: rank r holds rows
-    [r B/degree, (r+1) B/degree)), and the ops that depend on the batch are
+    `strata-gradient-merge`, before `strata-optimizer`), for the ranks of
+    one pipeline stage of the rank grid (its `dp` x `sharding` axes: degree
+    D), which run the same program. Each rank's arguments become its shard
+    of the global batch (1/D of the leading dimension: rank r of the group
+    holds rows [r B/D, (r+1) B/D)), and the ops that depend on the batch are
     retyped. Every gradient is averaged over `strata.comm_group @dp` by a
     `strata.all_reduce` (mean), and so is the loss, so the optimizer updates
     identical replicas and every rank reports the global mean loss.
@@ -267,7 +296,6 @@ def StrataDataParallel : Pass<"strata-data-parallel", "mlir::ModuleOp"> {
     (`find-unused-parameters` changes nothing in a static program).
   }];
   let options = [
-    Option<"degree", "degree", "int64_t", "1", "Data-parallel ranks">,
     Option<"bucketMb", "bucket-mb", "double", "25.0",
            "Gradient bucket size in MB">,
     Option<"lastBucketMb", "last-bucket-mb", "double", "1.0",
@@ -338,14 +366,15 @@ def StrataSharding : Pass<"strata-sharding", "mlir::ModuleOp"> {
   let description = [{
     Runs after `strata-data-parallel` (batch shards, gradients averaged over
     every rank) and `strata-optimizer`, and produces the program of rank
-    `rank`. The ranks form sharding groups of `degree` consecutive ranks
-    (`dp-degree` groups: hybrid sharding when `degree` is less than the
-    world size). Every `strata.param` gets an owner in its group:
+    `rank`. The rank grid's `sharding` axis (degree D) forms groups of D
+    consecutive ranks (hybrid sharding when its `dp` axis is more than 1:
+    `@sharding_dp` groups the ranks that hold the same share). Every
+    `strata.param` gets an owner in its group:
     `greedy_even` gives each parameter, largest first, to the rank with the
     fewest elements so far (Paddle goes in parameter order; largest-first
     keeps the shards even where parameter order left them 13% apart on the
     benchmark GPT at 4 ranks); `use_order` cuts the parameter list into
-    `degree` contiguous parts of about equal size.
+    D contiguous parts of about equal size.
 
     Stage 1: this rank keeps only the optimizer updates and the optimizer
     state (moments, velocities) of the parameters it owns. When the step
@@ -353,7 +382,7 @@ def StrataSharding : Pass<"strata-sharding", "mlir::ModuleOp"> {
     the largest share of the bucket), one `strata.all_gather` over
     `@sharding` per bucket of `bucket-mb` per rank gives every rank all of
     them, and each rank unpacks and assigns the others' (the replicas stay
-    identical). The optimizer state per rank shrinks to 1/`degree`.
+    identical). The optimizer state per rank shrinks to 1/D.
 
     Stage 2 also shards the gradients. Each bucket of data parallelism's
     gradient all-reduces (per pipeline stage: a parameter's home stage)
@@ -362,7 +391,7 @@ def StrataSharding : Pass<"strata-sharding", "mlir::ModuleOp"> {
     each rank receives only its own and unpacks them; in hybrid sharding the
     share is then all-reduced over `@sharding_dp`, the ranks that hold the
     same share. Global-norm clipping reads only the owned gradients (each
-    rank's partial norm goes to its slot of a `degree`-vector that the group
+    rank's partial norm goes to its slot of a D-vector that the group
     sums; the norm of that vector is the global norm; with pipeline stages
     one such sum per stage, whose norms `strata-pipeline` then combines
     across stages). Per step a rank sends about Ψ for the reduce-scatter
@@ -386,10 +415,8 @@ def StrataSharding : Pass<"strata-sharding", "mlir::ModuleOp"> {
   }];
   let options = [
     Option<"stage", "stage", "int64_t", "1", "ZeRO stage (1, 2, 3)">,
-    Option<"degree", "degree", "int64_t", "8", "Ranks per sharding group">,
-    Option<"dpDegree", "dp-degree", "int64_t", "1",
-           "Sharding groups (the outer data-parallel degree)">,
-    Option<"rank", "rank", "int64_t", "0", "The rank whose program to make">,
+    Option<"rank", "rank", "int64_t", "0",
+           "The rank whose program to make (in the rank grid)">,
     Option<"partition", "partition", "std::string", "\"greedy_even\"",
            "Owner assignment: greedy_even or use_order">,
     Option<"segmentSize", "segment-size", "int64_t", "1048576",
@@ -410,9 +437,9 @@ def StrataStageSplit : Pass<"strata-stage-split", "mlir::ModuleOp"> {
   let description = [{
     Runs before `strata-autodiff`, which puts the backward of every op on the
     op's stage; `strata-pipeline` then gives each rank its stage's ops. There
-    are `pp-degree` x `vpp-degree` (virtual) stages; virtual stage `c` runs
-    on rank stage `c mod pp-degree` (chunk `c / pp-degree`), as in the
-    interleaved schedule.
+    are P x `vpp-degree` (virtual) stages, P the rank grid's `pp` axis;
+    virtual stage `c` runs on rank stage `c mod P` (chunk `c / P`), as in
+    the interleaved schedule.
 
     Ops annotated with `strata.stage` (the counterpart of Paddle's
     `device_guard`) keep their stage and an op without one takes the stage
@@ -431,7 +458,6 @@ def StrataStageSplit : Pass<"strata-stage-split", "mlir::ModuleOp"> {
     ```
   }];
   let options = [
-    Option<"ppDegree", "pp-degree", "int64_t", "1", "Pipeline stages">,
     Option<"vppDegree", "vpp-degree", "int64_t", "1",
            "Chunks per stage (interleaved schedule)">,
   ];
@@ -446,10 +472,9 @@ def StrataPipeline : Pass<"strata-pipeline", "mlir::ModuleOp"> {
     Runs last, on a step whose ops carry `strata.stage` (`strata-stage-split`
     and `strata-autodiff`) and `strata.micro_batch` (`strata-gradient-merge`
     with `accumulate-steps` micro-batches), and produces the program of rank
-    `rank`. Ranks are laid out stage-major: rank = stage x `dp-degree` + d;
-    the data-parallel and sharding groups made before (over ranks
-    0..dp-degree-1) are repeated on every stage, and `@pp` groups the ranks
-    of one pipeline (list d holds the ranks d, dp + d, 2 dp + d, ...).
+    `rank`. The stages are the rank grid's `pp` axis, its outermost: a stage
+    is a block of consecutive ranks, and `@pp` groups the ranks of one
+    pipeline (the ranks that differ only in their stage).
 
     Each op belongs to a job: F(m) (the forward of micro-batch m), B(m) (its
     backward, with the forward ops that recompute re-runs), W(m) (ZBH1: the
@@ -461,7 +486,7 @@ def StrataPipeline : Pass<"strata-pipeline", "mlir::ModuleOp"> {
     embedding) receive it each step and send their part of its gradient
     back, where it is summed.
 
-    Schedules (S = stage, P = pp-degree, M = micro-batches):
+    Schedules (S = stage, P = pipeline stages, M = micro-batches):
     - `FThenB`: all forwards, then all backwards.
     - `1F1B` (M >= P): P-S forwards, then pairs [B, F], then the remaining
       backwards (Paddle's job list; Megatron's warm-up of P-S-1 is the same
@@ -485,7 +510,6 @@ def StrataPipeline : Pass<"strata-pipeline", "mlir::ModuleOp"> {
     module attribute `strata.schedule`.
   }];
   let options = [
-    Option<"ppDegree", "pp-degree", "int64_t", "1", "Pipeline stages">,
     Option<"vppDegree", "vpp-degree", "int64_t", "1",
            "Chunks per stage (VPP)">,
     Option<"schedule", "schedule", "std::string", "\"1F1B\"",
@@ -495,9 +519,8 @@ def StrataPipeline : Pass<"strata-pipeline", "mlir::ModuleOp"> {
            "Paddle's default)">,
     Option<"accumulateSteps", "accumulate-steps", "int64_t", "1",
            "Micro-batches per step (the program's strata.micro_batches)">,
-    Option<"dpDegree", "dp-degree", "int64_t", "1",
-           "Data-parallel replicas of the pipeline">,
-    Option<"rank", "rank", "int64_t", "0", "The rank whose program to make">,
+    Option<"rank", "rank", "int64_t", "0",
+           "The rank whose program to make (in the rank grid)">,
   ];
   let dependentDialects = ["::strata::StrataDialect"];
 }

@@ -219,19 +219,26 @@ struct Message {
 struct PipelinePass : public strata::impl::StrataPipelineBase<PipelinePass> {
   using StrataPipelineBase::StrataPipelineBase;
 
+  /// The rank grid and its pipeline stages.
+  RankGridOp grid;
+  int64_t ppDegree = 1;
+
   void runOnOperation() override {
     ModuleOp module = getOperation();
-    if (ppDegree < 1 || dpDegree < 1 || vppDegree < 1) {
-      mlir::emitError(module.getLoc()) << "strata-pipeline: pp-degree, vpp-degree and "
-                            "dp-degree must be >= 1";
+    if (vppDegree < 1) {
+      mlir::emitError(module.getLoc())
+          << "strata-pipeline: vpp-degree must be >= 1";
       return signalPassFailure();
     }
-    if (rank < 0 || rank >= ppDegree * dpDegree) {
-      mlir::emitError(module.getLoc()) << "strata-pipeline: rank "
-                         << static_cast<int64_t>(rank)
-                         << " outside a world of pp-degree "
-                         << static_cast<int64_t>(ppDegree) << " x dp-degree "
-                         << static_cast<int64_t>(dpDegree) << " ranks";
+    FailureOr<RankGridOp> found = getRankGrid(module, "strata-pipeline");
+    if (failed(found))
+      return signalPassFailure();
+    grid = *found;
+    ppDegree = grid.getPp();
+    if (rank < 0 || rank >= grid.getWorldSize()) {
+      mlir::emitError(module.getLoc())
+          << "strata-pipeline: rank " << static_cast<int64_t>(rank)
+          << " is outside the rank grid of " << grid.getWorldSize() << " ranks";
       return signalPassFailure();
     }
     FailureOr<func::FuncOp> step = getStepFunction(module, "strata-pipeline");
@@ -266,8 +273,8 @@ LogicalResult PipelinePass::place(func::FuncOp func, bool final) {
       if (*s < 0 || *s >= stages())
         return op.emitOpError()
                << "is on stage " << *s << ", but the pipeline has " << stages()
-               << " (pp-degree " << static_cast<int64_t>(ppDegree)
-               << " x vpp-degree " << static_cast<int64_t>(vppDegree) << ")";
+               << " (the rank grid's pp " << ppDegree << " x vpp-degree "
+               << static_cast<int64_t>(vppDegree) << ")";
       p.stage = *s;
       anyStage = true;
     }
@@ -919,31 +926,11 @@ LogicalResult PipelinePass::run(ModuleOp module, func::FuncOp func) {
 
   //===--- This rank's program
   //---------------------------------------------===//
-  const int64_t me = rank / dpDegree;
+  const int64_t me = grid.getCoordinate(rank, GridAxis::Pp);
   OpBuilder b(ctx);
 
-  // Groups: the existing ones (over one pipeline stage's data-parallel
-  // ranks) repeated on every stage, and @pp.
-  SmallVector<CommGroupOp> groups(module.getOps<CommGroupOp>());
-  for (CommGroupOp group : groups) {
-    SmallVector<Attribute> lists;
-    for (int64_t s = 0; s < p; ++s)
-      for (Attribute list : group.getRanks()) {
-        SmallVector<int64_t> ranks;
-        for (int64_t r : cast<DenseI64ArrayAttr>(list).asArrayRef()) {
-          if (r >= dpDegree)
-            return group.emitOpError()
-                   << "holds rank " << r << ", outside the "
-                   << static_cast<int64_t>(dpDegree)
-                   << " data-parallel ranks of a pipeline stage";
-          ranks.push_back(r + s * dpDegree);
-        }
-        lists.push_back(b.getDenseI64ArrayAttr(ranks));
-      }
-    group.setRanksAttr(b.getArrayAttr(lists));
-  }
-  FlatSymbolRefAttr pp =
-      declareCommGroup(module, "pp", rankLists(dpDegree, 1, p, dpDegree));
+  // @pp: the ranks that differ only in their stage.
+  FlatSymbolRefAttr pp = declareCommGroup(module, "pp", grid, {GridAxis::Pp});
 
   // Receives: one per message to this stage, before its item.
   DenseMap<Message *, Value> received;

@@ -2,7 +2,7 @@
 //
 // Runs after strata-data-parallel (batch shards, averaged gradients in
 // buckets) and strata-optimizer, and makes the program of one rank: every
-// parameter gets an owner among the `degree` ranks of its sharding group
+// parameter gets an owner among the ranks of its sharding group
 // (greedy_even or use_order); this rank keeps the optimizer state and the
 // update of the parameters it owns only.
 //  - Stage 1: gradients are all-reduced as in data parallelism; when the
@@ -15,9 +15,10 @@
 //  - Stage 3: parameters of at least `segment-size` elements live on their
 //    owner only and are broadcast into step buffers before the forward and
 //    the backward reads, each prefetched one gather ahead.
-// With degree < world size the sharding groups are consecutive blocks of
-// ranks; the reduce_scatter is followed by an all_reduce of the segment over
-// the ranks that hold the same share (hybrid data parallelism).
+// The groups are the rank grid's sharding axis (consecutive ranks); with a dp
+// axis (hybrid data parallelism) the reduce_scatter is followed by an
+// all_reduce of the segment over the ranks that hold the same share (hybrid
+// data parallelism).
 //
 //===----------------------------------------------------------------------===//
 
@@ -69,6 +70,9 @@ StringRef nameOf(Operation *get) {
 struct ShardingPass : public strata::impl::StrataShardingBase<ShardingPass> {
   using StrataShardingBase::StrataShardingBase;
 
+  /// The rank grid's sharding and (outer) data-parallel axes.
+  int64_t degree = 1, dpDegree = 1;
+
   void runOnOperation() override {
     ModuleOp module = getOperation();
     auto fail = [&](const Twine &message) {
@@ -81,11 +85,6 @@ struct ShardingPass : public strata::impl::StrataShardingBase<ShardingPass> {
       return fail("segment-size must be >= 0");
     if (!(bucketMb > 0.0))
       return fail("bucket-mb must be positive (sharding.comm_buffer_size_MB)");
-    if (degree < 1 || dpDegree < 1 || rank < 0 || rank >= degree * dpDegree)
-      return fail("needs degree >= 1, dp-degree >= 1 and 0 <= rank < degree "
-                  "x dp-degree (rank " +
-                  Twine(rank) + ", degree " + Twine(degree) + ", dp-degree " +
-                  Twine(dpDegree) + ")");
     if (partition != "greedy_even" && partition != "use_order")
       return fail("unknown partition '" + partition +
                   "' (greedy_even or use_order)");
@@ -93,6 +92,14 @@ struct ShardingPass : public strata::impl::StrataShardingBase<ShardingPass> {
     if (failed(found))
       return signalPassFailure();
     func::FuncOp step = *found;
+    FailureOr<RankGridOp> grid = getRankGrid(module, "strata-sharding");
+    if (failed(grid))
+      return signalPassFailure();
+    if (rank < 0 || rank >= grid->getWorldSize())
+      return fail("rank " + Twine(rank) + " is outside the rank grid of " +
+                  Twine(grid->getWorldSize()) + " ranks");
+    degree = grid->getSharding();
+    dpDegree = grid->getDp();
     if (degree == 1)
       return;
 
@@ -130,11 +137,11 @@ struct ShardingPass : public strata::impl::StrataShardingBase<ShardingPass> {
         before += n;
       }
     }
-    const int64_t me = rank % degree;
+    const int64_t me = grid->getCoordinate(rank, GridAxis::Sharding);
 
-    // The group: consecutive blocks of `degree` ranks.
-    FlatSymbolRefAttr groupRef = declareCommGroup(
-        module, "sharding", rankLists(dpDegree, degree, degree, 1));
+    // The group: the grid's sharding axis (consecutive ranks).
+    FlatSymbolRefAttr groupRef =
+        declareCommGroup(module, "sharding", *grid, {GridAxis::Sharding});
     OpBuilder b(module.getContext());
     SymbolTable symbols(module);
 
@@ -228,8 +235,7 @@ struct ShardingPass : public strata::impl::StrataShardingBase<ShardingPass> {
     // Hybrid: the ranks that hold the same share in each sharding group.
     FlatSymbolRefAttr outerRef;
     if (dpDegree > 1)
-      outerRef = declareCommGroup(module, "sharding_dp",
-                                  rankLists(degree, 1, dpDegree, degree));
+      outerRef = declareCommGroup(module, "sharding_dp", *grid, {GridAxis::Dp});
     if (stage >= 2 && failed(reduceScatterGradients(gradients, owner, me,
                                                     groupRef, outerRef)))
       return signalPassFailure();

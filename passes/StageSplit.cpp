@@ -71,13 +71,20 @@ struct StageSplitPass
     : public strata::impl::StrataStageSplitBase<StageSplitPass> {
   using StrataStageSplitBase::StrataStageSplitBase;
 
+  /// The rank grid's pipeline stages.
+  int64_t ppDegree = 1;
+
   void runOnOperation() override {
     ModuleOp module = getOperation();
-    if (ppDegree < 1 || vppDegree < 1) {
-      mlir::emitError(module.getLoc()) << "strata-stage-split: pp-degree and vpp-degree "
-                            "must be >= 1";
+    if (vppDegree < 1) {
+      mlir::emitError(module.getLoc())
+          << "strata-stage-split: vpp-degree must be >= 1";
       return signalPassFailure();
     }
+    FailureOr<RankGridOp> grid = getRankGrid(module, "strata-stage-split");
+    if (failed(grid))
+      return signalPassFailure();
+    ppDegree = grid->getPp();
     FailureOr<func::FuncOp> step =
         getStepFunction(module, "strata-stage-split");
     if (failed(step))
@@ -109,9 +116,8 @@ struct StageSplitPass
         if (*stage >= stages)
           return op.emitOpError()
                  << "is placed on stage " << *stage << ", but the pipeline "
-                 << "has " << stages << " (pp-degree "
-                 << static_cast<int64_t>(ppDegree) << " x vpp-degree "
-                 << static_cast<int64_t>(vppDegree) << ")";
+                 << "has " << stages << " (the rank grid's pp " << ppDegree
+                 << " x vpp-degree " << static_cast<int64_t>(vppDegree) << ")";
       }
     if (annotated) {
       int64_t current = 0;

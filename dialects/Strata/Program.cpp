@@ -44,6 +44,22 @@ FailureOr<func::FuncOp> strata::getStepFunction(ModuleOp module,
   return failure();
 }
 
+strata::RankGridOp strata::findRankGrid(ModuleOp module) {
+  auto grids = module.getOps<RankGridOp>();
+  return grids.empty() ? RankGridOp() : *grids.begin();
+}
+
+FailureOr<strata::RankGridOp> strata::getRankGrid(ModuleOp module,
+                                                  llvm::StringRef pass) {
+  if (RankGridOp grid = findRankGrid(module))
+    return grid;
+  emitError(module.getLoc())
+      << pass
+      << ": the program declares no strata.rank_grid; run strata-rank-grid "
+         "first (e.g. --strata-rank-grid=\"dp=2\")";
+  return failure();
+}
+
 bool strata::returnsGradients(func::FuncOp func) {
   return func.getNumResults() > 1 &&
          func.getResultAttr(1, StrataDialect::kGradOfAttrName);

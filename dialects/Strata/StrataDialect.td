@@ -111,6 +111,16 @@ def Strata_ReduceKind : I32EnumAttr<"ReduceKind",
   let genSpecializedAttr = 0;
 }
 
+def Strata_GridAxis : I32EnumAttr<"GridAxis",
+    "an axis of the rank grid, outermost first", [
+    I32EnumAttrCase<"Pp", 0, "pp">,
+    I32EnumAttrCase<"Dp", 1, "dp">,
+    I32EnumAttrCase<"Sharding", 2, "sharding">,
+    I32EnumAttrCase<"Mp", 3, "mp">]> {
+  let cppNamespace = "::strata";
+  let genSpecializedAttr = 0;
+}
+
 def Strata_LrScheduleKind : I32EnumAttr<"LrScheduleKind",
     "learning-rate schedule", [
     I32EnumAttrCase<"Constant", 0, "constant">,

@@ -107,6 +107,85 @@ GetParamOp::verifySymbolUses(SymbolTableCollection &symbolTable) {
   return success();
 }
 
+//===----------------------------------------------------------------------===//
+// Rank grid
+//===----------------------------------------------------------------------===//
+
+static constexpr GridAxis kGridAxes[] = {GridAxis::Pp, GridAxis::Dp,
+                                         GridAxis::Sharding, GridAxis::Mp};
+
+LogicalResult RankGridOp::verify() {
+  for (GridAxis axis : kGridAxes)
+    if (getAxisSize(axis) < 1)
+      return emitOpError() << "axis " << stringifyGridAxis(axis) << " has size "
+                           << getAxisSize(axis)
+                           << "; every axis needs at least 1 rank";
+  return success();
+}
+
+int64_t RankGridOp::getAxisSize(GridAxis axis) {
+  switch (axis) {
+  case GridAxis::Pp:
+    return getPp();
+  case GridAxis::Dp:
+    return getDp();
+  case GridAxis::Sharding:
+    return getSharding();
+  case GridAxis::Mp:
+    return getMp();
+  }
+  llvm_unreachable("unknown grid axis");
+}
+
+int64_t RankGridOp::getWorldSize() {
+  int64_t size = 1;
+  for (GridAxis axis : kGridAxes)
+    size *= getAxisSize(axis);
+  return size;
+}
+
+int64_t RankGridOp::getCoordinate(int64_t rank, GridAxis axis) {
+  // The stride of an axis is the product of the sizes inside it.
+  int64_t stride = 1;
+  for (GridAxis inner : llvm::reverse(kGridAxes)) {
+    if (inner == axis)
+      break;
+    stride *= getAxisSize(inner);
+  }
+  return rank / stride % getAxisSize(axis);
+}
+
+SmallVector<SmallVector<int64_t>>
+RankGridOp::getGroups(ArrayRef<GridAxis> axes) {
+  // Coordinates are enumerated in row-major order twice: the axes outside
+  // the group pick a list, the axes of the group a rank within it.
+  SmallVector<int64_t> strides(std::size(kGridAxes), 1);
+  for (int i = std::size(kGridAxes) - 2; i >= 0; --i)
+    strides[i] = strides[i + 1] * getAxisSize(kGridAxes[i + 1]);
+  SmallVector<unsigned> inside, outside;
+  for (unsigned i = 0; i < std::size(kGridAxes); ++i)
+    (llvm::is_contained(axes, kGridAxes[i]) ? inside : outside).push_back(i);
+  auto offsets = [&](ArrayRef<unsigned> dims) {
+    SmallVector<int64_t> result = {0};
+    for (unsigned d : dims) {
+      SmallVector<int64_t> next;
+      for (int64_t base : result)
+        for (int64_t c = 0; c < getAxisSize(kGridAxes[d]); ++c)
+          next.push_back(base + c * strides[d]);
+      result = std::move(next);
+    }
+    return result;
+  };
+  SmallVector<int64_t> within = offsets(inside);
+  SmallVector<SmallVector<int64_t>> groups;
+  for (int64_t base : offsets(outside)) {
+    SmallVector<int64_t> &ranks = groups.emplace_back();
+    for (int64_t offset : within)
+      ranks.push_back(base + offset);
+  }
+  return groups;
+}
+
 LogicalResult CommGroupOp::verify() {
   if (getRanks().empty())
     return emitOpError() << "needs at least one group";

@@ -104,6 +104,49 @@ def Strata_GetParamOp : Strata_Op<"get_param",
   let assemblyFormat = "$name attr-dict `:` type($result)";
 }
 
+def Strata_RankGridOp : Strata_Op<"rank_grid",
+    [Symbol, HasParent<"mlir::ModuleOp">]> {
+  let summary = "The job's ranks as a grid with named axes";
+  let description = [{
+    The layout of the job's ranks, declared once (by `strata-rank-grid`,
+    from the strategy) before any pass that distributes the program. The
+    axes, outermost first: `pp` (pipeline stages), `dp` (data-parallel
+    replicas outside sharding), `sharding` (ranks that divide the optimizer
+    state, ZeRO), `mp` (tensor parallelism; 1 until it exists). Rank
+    `((pp * DP + dp) * SHARDING + sharding) * MP + mp` sits at coordinates
+    `(pp, dp, sharding, mp)`, so a sharding group is a run of consecutive
+    ranks and a pipeline stage is a block of `DP * SHARDING * MP` ranks.
+    Passes derive every `strata.comm_group` from it: the ranks that differ
+    only along the group's axes form one list.
+
+    ```mlir
+    // 8 ranks: 2 pipeline stages, each 2 replicas of 2 sharding ranks.
+    strata.rank_grid @ranks(pp = 2, dp = 2, sharding = 2, mp = 1)
+    ```
+  }];
+  let arguments = (ins SymbolNameAttr:$sym_name, I64Attr:$pp, I64Attr:$dp,
+                       I64Attr:$sharding, I64Attr:$mp);
+  let assemblyFormat = [{
+    $sym_name `(` `pp` `=` $pp `,` `dp` `=` $dp `,` `sharding` `=` $sharding
+    `,` `mp` `=` $mp `)` attr-dict
+  }];
+  let hasVerifier = 1;
+  let extraClassDeclaration = [{
+    /// The size of an axis.
+    int64_t getAxisSize(GridAxis axis);
+    /// Number of ranks in the job.
+    int64_t getWorldSize();
+    /// The coordinate of `rank` along `axis`.
+    int64_t getCoordinate(int64_t rank, GridAxis axis);
+    /// The rank lists of the groups along `axes`: ranks that differ only in
+    /// those coordinates form one list (ordered by their coordinates along
+    /// `axes`, outermost first); lists are ordered by the other
+    /// coordinates, outermost first.
+    llvm::SmallVector<llvm::SmallVector<int64_t>>
+    getGroups(llvm::ArrayRef<GridAxis> axes);
+  }];
+}
+
 def Strata_CommGroupOp : Strata_Op<"comm_group",
     [Symbol, HasParent<"mlir::ModuleOp">]> {
   let summary = "Declares a family of communication groups";

@@ -55,9 +55,24 @@ std::vector<PlannedPass> strata::planPasses(const Strategy &s,
   if (s.amp.enable)
     add("strata-amp", "amp.enable", nullptr);
 
+  // The rank grid, for the passes that distribute the program: pipeline
+  // stages outermost, then data-parallel replicas, then sharding groups.
+  const int64_t pp = s.pipeline.enable ? s.pipeline.pp_degree : 1;
+  const int64_t dataParallel = worldSize ? *worldSize / pp : 1;
+  if (s.pipeline.enable || s.sharding.enable || dataParallel > 1) {
+    StrataRankGridOptions o;
+    o.pp = pp;
+    o.sharding = s.sharding.enable ? s.sharding.degree : 1;
+    o.dp = worldSize ? dataParallelDegree(s, *worldSize) : 1;
+    add("strata-rank-grid",
+        s.pipeline.enable   ? "pipeline.enable"
+        : s.sharding.enable ? "sharding.enable"
+                            : "world size",
+        [o] { return createStrataRankGrid(o); });
+  }
+
   if (s.pipeline.enable) {
     StrataStageSplitOptions o;
-    o.ppDegree = s.pipeline.pp_degree;
     o.vppDegree = s.pipeline.vpp_degree;
     add("strata-stage-split", "pipeline.enable",
         [o] { return createStrataStageSplit(o); });
@@ -96,20 +111,15 @@ std::vector<PlannedPass> strata::planPasses(const Strategy &s,
         [o] { return createStrataGradientMerge(o); });
   }
 
-  if (worldSize) {
-    int64_t pp = s.pipeline.enable ? s.pipeline.pp_degree : 1;
-    // Every rank outside the pipeline shards the batch and averages the
-    // gradients; sharding then divides the optimizer's work among them.
-    int64_t dp = *worldSize / pp;
-    if (dp > 1) {
-      StrataDataParallelOptions o;
-      o.degree = dp;
-      o.bucketMb = s.dp_optimization.comm_buffer_size;
-      o.lastBucketMb = s.dp_optimization.last_comm_buffer_size;
-      o.findUnusedParameters = s.dp_optimization.find_unused_parameters;
-      add("strata-data-parallel", "world size",
-          [o] { return createStrataDataParallel(o); });
-    }
+  // Every rank of a pipeline stage shards the batch and averages the
+  // gradients; sharding then divides the optimizer's work among them.
+  if (dataParallel > 1) {
+    StrataDataParallelOptions o;
+    o.bucketMb = s.dp_optimization.comm_buffer_size;
+    o.lastBucketMb = s.dp_optimization.last_comm_buffer_size;
+    o.findUnusedParameters = s.dp_optimization.find_unused_parameters;
+    add("strata-data-parallel", "world size",
+        [o] { return createStrataDataParallel(o); });
   }
 
   {
@@ -137,15 +147,7 @@ std::vector<PlannedPass> strata::planPasses(const Strategy &s,
   if (s.sharding.enable) {
     StrataShardingOptions o;
     o.stage = s.sharding.stage;
-    o.degree = s.sharding.degree;
-    // The outer data-parallel group of hybrid sharding, when known.
-    // With a pipeline, sharding sees one stage's ranks (strata-pipeline
-    // repeats its groups on every stage).
-    int64_t pp = s.pipeline.enable ? s.pipeline.pp_degree : 1;
-    if (worldSize) {
-      o.dpDegree = dataParallelDegree(s, *worldSize);
-      o.rank = rank % (*worldSize / pp);
-    }
+    o.rank = rank;
     o.partition = s.sharding.partition_algor;
     o.segmentSize = s.sharding.segment_size;
     o.offload = s.sharding.offload;
@@ -157,12 +159,10 @@ std::vector<PlannedPass> strata::planPasses(const Strategy &s,
 
   if (s.pipeline.enable) {
     StrataPipelineOptions o;
-    o.ppDegree = s.pipeline.pp_degree;
     o.vppDegree = s.pipeline.vpp_degree;
     o.schedule = s.pipeline.schedule_mode;
     o.microBatchSize = s.pipeline.micro_batch_size;
     o.accumulateSteps = s.pipeline.accumulate_steps;
-    o.dpDegree = worldSize ? *worldSize / s.pipeline.pp_degree : int64_t(1);
     o.rank = rank;
     add("strata-pipeline", "pipeline.enable",
         [o] { return createStrataPipeline(o); });

@@ -769,3 +769,8 @@ func.func @f(%x: tensor<32xf32>) {
   %0:2 = strata.unpack %x {offset = -4 : i64} : (tensor<32xf32>) -> (tensor<4x4xf32>, tensor<16xf32>)
   return
 }
+
+// -----
+
+// expected-error@+1 {{'strata.rank_grid' op axis sharding has size 0; every axis needs at least 1 rank}}
+strata.rank_grid @ranks(pp = 1, dp = 2, sharding = 0, mp = 1)

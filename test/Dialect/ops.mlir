@@ -12,6 +12,8 @@ strata.param @g : tensor<16xf32> init <ones> {frozen}
 strata.param @u : tensor<16x16xf32> init <uniform, 2.500000e-01 : f64>
 // CHECK: strata.param @table : tensor<32x16xf32> init <normal, 1.000000e+00 : f64>
 strata.param @table : tensor<32x16xf32> init <normal, 1.0>
+// CHECK: strata.rank_grid @ranks(pp = 2, dp = 1, sharding = 2, mp = 1)
+strata.rank_grid @ranks(pp = 2, dp = 1, sharding = 2, mp = 1)
 // CHECK: strata.comm_group @dp ranks [array<i64: 0, 2>, array<i64: 1, 3>]
 strata.comm_group @dp ranks [array<i64: 0, 2>, array<i64: 1, 3>]
 

@@ -17,11 +17,11 @@ def main():
                            'job_sequence.py')
     for rank in range(4):
         ir = subprocess.run(
-            [opt, program,
-             '--strata-stage-split=pp-degree=4 vpp-degree=%d' % chunks,
+            [opt, program, '--strata-rank-grid=pp=4',
+             '--strata-stage-split=vpp-degree=%d' % chunks,
              '--strata-autodiff', '--strata-gradient-merge=k-steps=8',
              '--strata-optimizer',
-             '--strata-pipeline=pp-degree=4 vpp-degree=%d accumulate-steps=8 '
+             '--strata-pipeline=vpp-degree=%d accumulate-steps=8 '
              'schedule=%s rank=%d' % (chunks, schedule, rank)],
             check=True, capture_output=True, text=True).stdout
         check = subprocess.run([sys.executable, checker, str(rank)], input=ir,

@@ -1,6 +1,6 @@
-// RUN: strata-opt %s --strata-stage-split=pp-degree=2 --strata-autodiff --strata-gradient-merge=k-steps=2 --strata-optimizer=type=sgd --strata-pipeline="pp-degree=2 accumulate-steps=2 schedule=FThenB rank=0" | FileCheck %s --check-prefix=STAGE0
-// RUN: strata-opt %s --strata-stage-split=pp-degree=2 --strata-autodiff --strata-gradient-merge=k-steps=2 --strata-optimizer=type=sgd --strata-pipeline="pp-degree=2 accumulate-steps=2 schedule=FThenB rank=1" | FileCheck %s --check-prefix=STAGE1
-// RUN: strata-opt %s --strata-stage-split=pp-degree=2 --strata-autodiff --strata-gradient-merge=k-steps=2 --strata-data-parallel=degree=2 --strata-optimizer=type=sgd --strata-pipeline="pp-degree=2 accumulate-steps=2 schedule=FThenB dp-degree=2 rank=3" | FileCheck %s --check-prefix=DP
+// RUN: strata-opt %s --strata-rank-grid=pp=2 --strata-stage-split --strata-autodiff --strata-gradient-merge=k-steps=2 --strata-optimizer=type=sgd --strata-pipeline="accumulate-steps=2 schedule=FThenB rank=0" | FileCheck %s --check-prefix=STAGE0
+// RUN: strata-opt %s --strata-rank-grid=pp=2 --strata-stage-split --strata-autodiff --strata-gradient-merge=k-steps=2 --strata-optimizer=type=sgd --strata-pipeline="accumulate-steps=2 schedule=FThenB rank=1" | FileCheck %s --check-prefix=STAGE1
+// RUN: strata-opt %s --strata-rank-grid="pp=2 dp=2" --strata-stage-split --strata-autodiff --strata-gradient-merge=k-steps=2 --strata-data-parallel --strata-optimizer=type=sgd --strata-pipeline="accumulate-steps=2 schedule=FThenB rank=3" | FileCheck %s --check-prefix=DP
 // End-to-end runs against the baseline: test/run/pipeline.test.
 
 // A two-stage program whose weight @w0 is read on both stages (as the GPT's
@@ -8,6 +8,7 @@
 // stage 1 each step and sums stage 1's part of its gradient into its own.
 
 // STAGE0: module attributes {strata.schedule = ["F0 F1 B0 B1", "F0 F1 B0 B1"]}
+// STAGE0-NEXT: strata.rank_grid @ranks(pp = 2, dp = 1, sharding = 1, mp = 1)
 // STAGE0-NEXT: strata.param @w0
 // STAGE0-NOT: strata.param @w1
 // STAGE0: strata.comm_group @pp ranks [array<i64: 0, 1>]

@@ -1,4 +1,4 @@
-// RUN: strata-opt %s --strata-sharding="stage=1 degree=2 dp-degree=1 rank=1" -verify-diagnostics
+// RUN: strata-opt %s --strata-rank-grid=sharding=2 --strata-sharding="stage=1 rank=1" -verify-diagnostics
 
 strata.param @w : tensor<4xf32> init <zeros>
 

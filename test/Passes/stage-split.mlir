@@ -1,9 +1,9 @@
-// RUN: strata-opt %S/../../examples/mlp.mlir --strata-stage-split=pp-degree=2 | FileCheck %s --check-prefix=COST2
-// RUN: strata-opt %S/../../examples/mlp.mlir --strata-stage-split=pp-degree=3 | FileCheck %s --check-prefix=COST3
-// RUN: strata-opt %s --strata-stage-split=pp-degree=2 | FileCheck %s --check-prefix=ANNOTATED
-// RUN: strata-opt %s --strata-stage-split=pp-degree=2 --strata-autodiff | FileCheck %s --check-prefix=BACKWARD
-// RUN: not strata-opt %S/../../examples/mlp.mlir --strata-stage-split=pp-degree=5 2>&1 | FileCheck %s --check-prefix=UNITS
-// RUN: not strata-opt %S/../../examples/mlp.mlir --strata-autodiff --strata-stage-split=pp-degree=2 2>&1 | FileCheck %s --check-prefix=ORDER
+// RUN: strata-opt %S/../../examples/mlp.mlir --strata-rank-grid=pp=2 --strata-stage-split | FileCheck %s --check-prefix=COST2
+// RUN: strata-opt %S/../../examples/mlp.mlir --strata-rank-grid=pp=3 --strata-stage-split | FileCheck %s --check-prefix=COST3
+// RUN: strata-opt %s --strata-rank-grid=pp=2 --strata-stage-split | FileCheck %s --check-prefix=ANNOTATED
+// RUN: strata-opt %s --strata-rank-grid=pp=2 --strata-stage-split --strata-autodiff | FileCheck %s --check-prefix=BACKWARD
+// RUN: not strata-opt %S/../../examples/mlp.mlir --strata-rank-grid=pp=5 --strata-stage-split 2>&1 | FileCheck %s --check-prefix=UNITS
+// RUN: not strata-opt %S/../../examples/mlp.mlir --strata-autodiff --strata-rank-grid=pp=2 --strata-stage-split 2>&1 | FileCheck %s --check-prefix=ORDER
 
 // By cost (FLOPs + 4 x bytes written), whole layers per stage: on the
 // 784-1024-1024-10 MLP, fc0 (0.42 GFLOP) against fc1 + fc2 + the loss

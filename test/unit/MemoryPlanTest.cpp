@@ -92,32 +92,32 @@ TEST_P(MemoryPlanTest, LiveBuffersNeverShareBytes) {
 
 INSTANTIATE_TEST_SUITE_P(
     Strategies, MemoryPlanTest,
-    ::testing::Values("strata-autodiff,strata-optimizer",
-                      "strata-autodiff,strata-recompute{"
-                      "checkpoints=h0,h1},strata-optimizer",
-                      "strata-autodiff,strata-gemm-epilogue-"
-                      "fusion,strata-dropout-add-fusion,strata-gradient-merge{"
-                      "k-steps=2},strata-optimizer",
-                      // Gradient buckets (pack, all_reduce, unpack).
-                      "strata-autodiff,strata-data-parallel{"
-                      "degree=2 bucket-mb=0.02 last-bucket-mb=0.01},"
-                      "strata-optimizer{type=adamw}",
-                      // ZeRO-2: reduce-scatter and all-gather buckets.
-                      "strata-autodiff,strata-data-parallel{"
-                      "degree=2},strata-optimizer{type=adamw},"
-                      "strata-sharding{stage=2 degree=2 rank=1}",
-                      // Hybrid ZeRO-3 with small buckets.
-                      "strata-autodiff,strata-data-parallel{"
-                      "degree=4 bucket-mb=0.01 last-bucket-mb=0.005},"
-                      "strata-optimizer{type=adamw},strata-sharding{stage=3 "
-                      "degree=2 dp-degree=2 rank=3 segment-size=1 "
-                      "bucket-mb=0.01}",
-                      // A pipeline stage of two data-parallel replicas.
-                      "strata-stage-split{pp-degree=2},"
-                      "strata-autodiff,strata-gradient-merge{k-steps=2},"
-                      "strata-data-parallel{degree=2 bucket-mb=0.01 "
-                      "last-bucket-mb=0.005},strata-optimizer{type=adamw},"
-                      "strata-pipeline{pp-degree=2 accumulate-steps=2 "
-                      "schedule=1F1B dp-degree=2 rank=2}"));
+    ::testing::Values(
+        "strata-autodiff,strata-optimizer",
+        "strata-autodiff,strata-recompute{"
+        "checkpoints=h0,h1},strata-optimizer",
+        "strata-autodiff,strata-gemm-epilogue-"
+        "fusion,strata-dropout-add-fusion,strata-gradient-merge{"
+        "k-steps=2},strata-optimizer",
+        // Gradient buckets (pack, all_reduce, unpack).
+        "strata-rank-grid{dp=2},strata-autodiff,"
+        "strata-data-parallel{bucket-mb=0.02 last-bucket-mb=0.01},"
+        "strata-optimizer{type=adamw}",
+        // ZeRO-2: reduce-scatter and all-gather buckets.
+        "strata-rank-grid{sharding=2},strata-autodiff,"
+        "strata-data-parallel,strata-optimizer{type=adamw},"
+        "strata-sharding{stage=2 rank=1}",
+        // Hybrid ZeRO-3 with small buckets.
+        "strata-rank-grid{dp=2 sharding=2},strata-autodiff,"
+        "strata-data-parallel{bucket-mb=0.01 last-bucket-mb=0.005},"
+        "strata-optimizer{type=adamw},strata-sharding{stage=3 "
+        "rank=3 segment-size=1 bucket-mb=0.01}",
+        // A pipeline stage of two data-parallel replicas.
+        "strata-rank-grid{pp=2 dp=2},strata-stage-split,"
+        "strata-autodiff,strata-gradient-merge{k-steps=2},"
+        "strata-data-parallel{bucket-mb=0.01 "
+        "last-bucket-mb=0.005},strata-optimizer{type=adamw},"
+        "strata-pipeline{accumulate-steps=2 "
+        "schedule=1F1B rank=2}"));
 
 } // namespace

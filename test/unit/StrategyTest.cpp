@@ -148,16 +148,23 @@ sharding: {enable: true, degree: 2}
   for (const PlannedPass &p : planPasses(s, 8))
     names.push_back(p.name);
   EXPECT_EQ(names, (std::vector<std::string>{
-                       "strata-amp", "strata-stage-split", "strata-autodiff",
-                       "strata-gemm-epilogue-fusion", "strata-recompute",
-                       "strata-gradient-merge", "strata-data-parallel",
-                       "strata-optimizer", "strata-sharding",
-                       "strata-pipeline"}));
-  // Plain data parallel appears only when the world size is known.
+                       "strata-amp", "strata-rank-grid", "strata-stage-split",
+                       "strata-autodiff", "strata-gemm-epilogue-fusion",
+                       "strata-recompute", "strata-gradient-merge",
+                       "strata-data-parallel", "strata-optimizer",
+                       "strata-sharding", "strata-pipeline"}));
+  // Plain data parallel (and its rank grid) appears only when the world
+  // size is known.
   Strategy plain = parseOk("");
   EXPECT_EQ(planPasses(plain, std::nullopt).size(), 2u);
-  EXPECT_EQ(planPasses(plain, 4)[1].name, "strata-data-parallel");
+  std::vector<PlannedPass> four = planPasses(plain, 4);
+  ASSERT_EQ(four.size(), 4u);
+  EXPECT_EQ(four[0].name, "strata-rank-grid");
+  EXPECT_EQ(four[0].options(), "dp=4 mp=1 pp=1 sharding=1");
+  EXPECT_EQ(four[2].name, "strata-data-parallel");
   EXPECT_EQ(planPasses(plain, 1).size(), 2u);
+  // The grid of the hybrid strategy: 8 ranks = pp 2 x sharding 2 x dp 2.
+  EXPECT_EQ(planPasses(s, 8)[1].options(), "dp=2 mp=1 pp=2 sharding=2");
 }
 
 // Registers Strata's passes, so the test does not depend on which tests ran
@@ -187,8 +194,7 @@ TEST_F(PassPlanRegistered, AddsRegisteredPassesAndRejectsMissingOnes) {
   llvm::raw_string_ostream os(text);
   pm.printAsTextualPipeline(os);
   EXPECT_EQ(text, "builtin.module(strata-pipeline{accumulate-steps=1 "
-                  "dp-degree=1 micro-batch-size=1 pp-degree=1 rank=0 "
-                  "schedule=FThenB vpp-degree=1})");
+                  "micro-batch-size=1 rank=0 schedule=FThenB vpp-degree=1})");
 }
 
 } // namespace

@@ -10,6 +10,8 @@
 #ifndef STRATA_DIALECT_PROGRAM_H
 #define STRATA_DIALECT_PROGRAM_H
 
+#include "strata/Dialect/Strata.h"
+
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/IR/BuiltinOps.h"
 #include "llvm/ADT/StringRef.h"
@@ -29,6 +31,14 @@ llvm::Expected<mlir::func::FuncOp> findStepFunction(mlir::ModuleOp module);
 /// prefixed by `pass` ("strata-sharding: ...").
 mlir::FailureOr<mlir::func::FuncOp> getStepFunction(mlir::ModuleOp module,
                                                     llvm::StringRef pass);
+
+/// The program's rank grid (its `strata.rank_grid`); null when it has none.
+RankGridOp findRankGrid(mlir::ModuleOp module);
+
+/// findRankGrid for a pass that distributes the program: reported at the
+/// module, prefixed by `pass`, when the program declares no grid.
+mlir::FailureOr<RankGridOp> getRankGrid(mlir::ModuleOp module,
+                                        llvm::StringRef pass);
 
 /// Whether `func` is a differentiated step: it returns the loss, then
 /// gradients marked `strata.grad_of` (strata-autodiff's form).
