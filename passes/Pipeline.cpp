@@ -11,7 +11,9 @@
 //===----------------------------------------------------------------------===//
 
 #include "PassUtils.h"
+#include "PipelinePlacement.h"
 #include "strata/Passes/Passes.h"
+#include "strata/Passes/PipelineSchedule.h"
 
 #include "mlir/Dialect/Arith/IR/Arith.h"
 #include "mlir/Dialect/Func/IR/FuncOps.h"
@@ -36,167 +38,9 @@ using namespace strata;
 namespace {
 
 //===----------------------------------------------------------------------===//
-// Schedules
-//===----------------------------------------------------------------------===//
-
-/// A schedule entry: the forward of a micro-batch, its whole backward, or
-/// (ZBH1) only the input-gradient part (I) or only the weight-gradient part
-/// (W).
-enum class Step { F, B, I, W };
-
-struct Entry {
-  Step step;
-  int64_t microBatch;
-  int64_t chunk = 0;
-};
-
-std::string entryName(const Entry &e, bool chunks) {
-  const char *names[] = {"F", "B", "I", "W"};
-  std::string name = names[int(e.step)] + std::to_string(e.microBatch);
-  if (chunks)
-    name += "." + std::to_string(e.chunk);
-  return name;
-}
-
-/// Paddle's job list shape: `warmup` forwards, then pairs [B, F] while
-/// forwards remain, then the remaining backwards.
-std::vector<Entry> warmupPairs(int64_t warmup, int64_t m) {
-  std::vector<Entry> list;
-  int64_t f = 0, b = 0;
-  for (; f < std::min(warmup, m); ++f)
-    list.push_back({Step::F, f});
-  for (; f < m; ++f, ++b) {
-    list.push_back({Step::B, b});
-    list.push_back({Step::F, f});
-  }
-  for (; b < m; ++b)
-    list.push_back({Step::B, b});
-  return list;
-}
-
-/// The jobs of every stage in order, or an error message.
-FailureOr<std::vector<std::vector<Entry>>> makeSchedule(StringRef mode,
-                                                        int64_t p, int64_t m,
-                                                        int64_t v,
-                                                        std::string &error) {
-  std::vector<std::vector<Entry>> stages(p);
-  bool needsM = mode == "1F1B" || mode == "Eager1F1B" || mode == "ZBH1";
-  if (needsM && m < p) {
-    error =
-        llvm::formatv("schedule {0} needs at least pp-degree micro-batches "
-                      "(accumulate_steps >= pp_degree): {1} micro-batches for "
-                      "{2} stages",
-                      mode, m, p);
-    return failure();
-  }
-  if (mode != "VPP" && v > 1) {
-    error =
-        llvm::formatv("vpp-degree {0} needs schedule VPP, not {1}", v, mode);
-    return failure();
-  }
-  if (mode == "FThenB") {
-    for (int64_t s = 0; s < p; ++s) {
-      for (int64_t i = 0; i < m; ++i)
-        stages[s].push_back({Step::F, i});
-      for (int64_t i = 0; i < m; ++i)
-        stages[s].push_back({Step::B, i});
-    }
-    return stages;
-  }
-  if (mode == "1F1B") {
-    for (int64_t s = 0; s < p; ++s)
-      stages[s] = warmupPairs(p - s, m);
-    return stages;
-  }
-  if (mode == "Eager1F1B") {
-    for (int64_t s = 0; s < p; ++s)
-      stages[s] = warmupPairs(2 * (p - s) - 1, m);
-    return stages;
-  }
-  if (mode == "ZBH1") {
-    // 1F1B, except that the first S backwards of stage S compute only input
-    // gradients; their weight gradients fill the cool-down at the end.
-    for (int64_t s = 0; s < p; ++s) {
-      std::vector<Entry> &list = stages[s];
-      int64_t f = 0, b = 0;
-      for (; f < p - s; ++f)
-        list.push_back({Step::F, f});
-      for (int64_t i = 0; i < s && f < m; ++i, ++f, ++b) {
-        list.push_back({Step::I, b});
-        list.push_back({Step::F, f});
-      }
-      for (; f < m; ++f, ++b) {
-        list.push_back({Step::B, b});
-        list.push_back({Step::F, f});
-      }
-      for (; b < m; ++b)
-        list.push_back({Step::B, b});
-      // The deferred weight gradients of the micro-batches run as I.
-      for (const Entry &e : std::vector<Entry>(list))
-        if (e.step == Step::I)
-          list.push_back({Step::W, e.microBatch});
-    }
-    return stages;
-  }
-  if (mode == "VPP") {
-    if (v < 2) {
-      error = "schedule VPP needs vpp-degree >= 2";
-      return failure();
-    }
-    if (m % p != 0) {
-      error =
-          llvm::formatv("schedule VPP needs the micro-batches to be a multiple "
-                        "of pp-degree: {0} micro-batches for {1} stages",
-                        m, p);
-      return failure();
-    }
-    // Megatron's interleaved schedule: virtual micro-batch k runs chunk
-    // (k / p) mod v of micro-batch (k / (p v)) p + k mod p; backwards visit
-    // the chunks in reverse.
-    int64_t total = m * v;
-    auto virtualEntry = [&](int64_t k, bool forward) {
-      int64_t chunk = (k / p) % v;
-      if (!forward)
-        chunk = v - 1 - chunk;
-      return Entry{forward ? Step::F : Step::B, (k / (p * v)) * p + k % p,
-                   chunk};
-    };
-    for (int64_t s = 0; s < p; ++s) {
-      int64_t warmup = std::min((p - s - 1) * 2 + (v - 1) * p, total);
-      std::vector<Entry> &list = stages[s];
-      int64_t f = 0, b = 0;
-      for (; f < warmup; ++f)
-        list.push_back(virtualEntry(f, true));
-      for (; f < total; ++f, ++b) {
-        list.push_back(virtualEntry(f, true));
-        list.push_back(virtualEntry(b, false));
-      }
-      for (; b < total; ++b)
-        list.push_back(virtualEntry(b, false));
-    }
-    return stages;
-  }
-  error = ("unknown schedule '" + mode +
-           "' (expected FThenB, 1F1B, Eager1F1B, VPP or ZBH1)")
-              .str();
-  return failure();
-}
-
 //===----------------------------------------------------------------------===//
 // Placement
 //===----------------------------------------------------------------------===//
-
-/// Where an op runs. `stage` is the virtual stage (-1: every stage that
-/// needs it); `part` the job: pre, F, B (input-gradient part), W, post.
-enum class Part { Pre, F, B, W, Post };
-
-struct Place {
-  int64_t stage = -1;
-  Part part = Part::Pre;
-  int64_t microBatch = -1;
-  bool replicated = false;
-  bool dead = false;
-};
 
 bool isCollective(Operation *op) { return isa<CollectiveOpInterface>(op); }
 
@@ -216,12 +60,12 @@ struct Message {
   size_t sendAfter = 0, recvBefore = 0;
 };
 
-struct PipelinePass : public strata::impl::StrataPipelineBase<PipelinePass> {
+struct PipelinePass : public strata::impl::StrataPipelineBase<PipelinePass>,
+                      public PipelinePlacement {
   using StrataPipelineBase::StrataPipelineBase;
 
-  /// The rank grid and its pipeline stages.
+  /// The rank grid.
   RankGridOp grid;
-  int64_t ppDegree = 1;
 
   void runOnOperation() override {
     ModuleOp module = getOperation();
@@ -235,6 +79,7 @@ struct PipelinePass : public strata::impl::StrataPipelineBase<PipelinePass> {
       return signalPassFailure();
     grid = *found;
     ppDegree = grid.getPp();
+    chunks = vppDegree;
     if (rank < 0 || rank >= grid.getWorldSize()) {
       mlir::emitError(module.getLoc())
           << "strata-pipeline: rank " << static_cast<int64_t>(rank)
@@ -246,18 +91,8 @@ struct PipelinePass : public strata::impl::StrataPipelineBase<PipelinePass> {
       return signalPassFailure();
   }
 
-  int64_t stages() const { return ppDegree * vppDegree; }
-  int64_t rankStage(int64_t vstage) const { return vstage % ppDegree; }
-  int64_t chunkOf(int64_t vstage) const { return vstage / ppDegree; }
-
   LogicalResult run(ModuleOp module, func::FuncOp func);
   LogicalResult place(func::FuncOp func, bool final);
-  void splitWeightGradients(Block &body);
-  LogicalResult splitClipping(Block &body);
-  LogicalResult classifyWeightParts(Block &body);
-
-  DenseMap<Operation *, Place> places;
-  DenseMap<Operation *, size_t> order;
 };
 
 LogicalResult PipelinePass::place(func::FuncOp func, bool final) {
@@ -459,148 +294,6 @@ LogicalResult PipelinePass::place(func::FuncOp func, bool final) {
   return success();
 }
 
-/// ZBH1: a product's gradient becomes two ops, one for the input gradient
-/// (B) and one for the weight gradient (W); the lowering computes only the
-/// results that are read.
-void PipelinePass::splitWeightGradients(Block &body) {
-  SmallVector<MatmulGradOp> grads;
-  for (Operation &op : body.without_terminator())
-    if (auto grad = dyn_cast<MatmulGradOp>(op))
-      if (!grad.getLhsGrad().use_empty() && !grad.getRhsGrad().use_empty())
-        grads.push_back(grad);
-  for (MatmulGradOp grad : grads) {
-    OpBuilder b(grad->getNextNode());
-    Operation *weight = b.clone(*grad.getOperation());
-    grad.getRhsGrad().replaceAllUsesWith(weight->getResult(1));
-  }
-}
-
-/// Global-norm clipping over gradients of several stages: each stage takes
-/// the norm of its own gradients, receives the others' norms, combines them
-/// (the norm of the norms) and clips its own gradients, so that no gradient
-/// leaves its stage.
-LogicalResult PipelinePass::splitClipping(Block &body) {
-  SmallVector<GlobalNormOp> norms;
-  for (Operation &op : body.without_terminator())
-    if (auto norm = dyn_cast<GlobalNormOp>(op))
-      norms.push_back(norm);
-  for (GlobalNormOp norm : norms) {
-    auto stageOfValue = [&](Value v) -> int64_t {
-      Operation *def = v.getDefiningOp();
-      return def ? rankStage(places[def].stage) : -1;
-    };
-    std::map<int64_t, SmallVector<Value>> groups;
-    for (Value v : norm.getInputs())
-      groups[stageOfValue(v)].push_back(v);
-    if (groups.size() < 2 || groups.count(-1))
-      continue;
-    SmallVector<ClipByGlobalNormOp> clips;
-    for (Operation *user : norm->getUsers()) {
-      auto clip = dyn_cast<ClipByGlobalNormOp>(user);
-      if (!clip)
-        return user->emitOpError()
-               << "reads a global norm over gradients of several pipeline "
-                  "stages; only strata.clip_by_global_norm can (each stage "
-                  "clips its own gradients with the combined norm)";
-      clips.push_back(clip);
-    }
-    Place base = places[norm];
-    auto placeOn = [&](Operation *op, int64_t stage) {
-      Place p = base;
-      p.stage = stage;
-      places[op] = p;
-      order[op] = order[norm];
-      op->setAttr(
-          StrataDialect::kStageAttrName,
-          IntegerAttr::get(IntegerType::get(op->getContext(), 64), stage));
-      if (std::optional<Role> role = getRole(norm))
-        setRole(op, *role);
-    };
-    OpBuilder b(norm);
-    Type scalar = norm.getNorm().getType();
-    SmallVector<Value> partial;
-    for (auto &[stage, inputs] : groups) {
-      auto op = GlobalNormOp::create(b, norm.getLoc(), scalar, inputs);
-      placeOn(op, stage);
-      partial.push_back(op);
-    }
-    DenseMap<int64_t, Value> total;
-    for (auto &[stage, inputs] : groups) {
-      auto op = GlobalNormOp::create(b, norm.getLoc(), scalar, partial);
-      placeOn(op, stage);
-      total[stage] = op;
-    }
-    for (ClipByGlobalNormOp clip : clips) {
-      b.setInsertionPoint(clip);
-      std::map<int64_t, SmallVector<unsigned>> parts;
-      for (auto [i, v] : llvm::enumerate(clip.getInputs()))
-        parts[stageOfValue(v)].push_back(i);
-      for (auto &[stage, indices] : parts) {
-        auto it = total.find(stage);
-        if (it == total.end())
-          return clip.emitOpError() << "clips a gradient of stage " << stage
-                                    << " that its global norm does not include";
-        SmallVector<Value> inputs;
-        SmallVector<Type> types;
-        for (unsigned i : indices) {
-          inputs.push_back(clip.getInputs()[i]);
-          types.push_back(clip.getInputs()[i].getType());
-        }
-        auto op = ClipByGlobalNormOp::create(b, clip.getLoc(), types, inputs,
-                                             it->second, clip.getMaxNormAttr());
-        placeOn(op, stage);
-        for (auto [k, i] : llvm::enumerate(indices))
-          clip.getResult(i).replaceAllUsesWith(op.getResult(k));
-      }
-      places.erase(clip);
-      clip->erase();
-    }
-    places.erase(norm);
-    norm->erase();
-  }
-  return success();
-}
-
-/// ZBH1: a backward op of a micro-batch belongs to the weight part W unless
-/// an input gradient sent to another stage depends on it.
-LogicalResult PipelinePass::classifyWeightParts(Block &body) {
-  DenseSet<Operation *> inputPart;
-  SmallVector<Operation *> worklist;
-  for (Operation &op : body.without_terminator()) {
-    const Place &p = places[&op];
-    if (p.part != Part::B || p.replicated)
-      continue;
-    bool crosses = false;
-    for (Operation *user : op.getUsers()) {
-      auto it = places.find(user);
-      if (it != places.end() && !it->second.replicated &&
-          rankStage(it->second.stage) != rankStage(p.stage))
-        crosses = true;
-    }
-    if (crosses)
-      worklist.push_back(&op);
-  }
-  while (!worklist.empty()) {
-    Operation *op = worklist.pop_back_val();
-    if (!inputPart.insert(op).second)
-      continue;
-    const Place &p = places[op];
-    for (Value v : op->getOperands())
-      if (Operation *def = v.getDefiningOp()) {
-        const Place &d = places[def];
-        if (d.part == Part::B && d.stage == p.stage &&
-            d.microBatch == p.microBatch)
-          worklist.push_back(def);
-      }
-  }
-  for (Operation &op : body.without_terminator()) {
-    Place &p = places[&op];
-    if (p.part == Part::B && !p.replicated && !inputPart.contains(&op))
-      p.part = Part::W;
-  }
-  return success();
-}
-
 LogicalResult PipelinePass::run(ModuleOp module, func::FuncOp func) {
   MLIRContext *ctx = module.getContext();
   Block &body = func.getBody().front();
@@ -627,10 +320,10 @@ LogicalResult PipelinePass::run(ModuleOp module, func::FuncOp func) {
              << tensorType(func.getArgument(0)).getDimSize(0)
              << " rows per rank in " << m << " micro-batches gives " << rows;
   }
-  std::string error;
-  auto jobs = makeSchedule(schedule, p, m, vppDegree, error);
-  if (failed(jobs))
-    return mlir::emitError(func.getLoc()) << "strata-pipeline: " << error;
+  auto jobs = makeSchedule(schedule, p, m, vppDegree);
+  if (!jobs)
+    return mlir::emitError(func.getLoc())
+           << "strata-pipeline: " << llvm::toString(jobs.takeError());
 
   // One stage: nothing to split once the settings are checked.
   if (p == 1)

@@ -99,13 +99,3 @@ int64_t strata::dataParallelDegree(const Strategy &strategy,
   int64_t shard = strategy.sharding.enable ? strategy.sharding.degree : 1;
   return worldSize / (pp * shard);
 }
-
-double strata::pipelineBubble(StringRef schedule, int64_t pp, int64_t m,
-                              int64_t v) {
-  double bubble = double(pp - 1);
-  if (schedule == "VPP")
-    bubble /= double(std::max<int64_t>(v, 1));
-  else if (schedule == "ZBH1")
-    bubble /= 3.0;
-  return bubble / (double(m) + bubble);
-}

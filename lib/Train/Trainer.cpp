@@ -5,6 +5,7 @@
 #include "strata/Execution/CpuExecutable.h"
 #include "strata/Model/ProgramBuilder.h"
 #include "strata/Passes/Passes.h"
+#include "strata/Passes/PipelineSchedule.h"
 #include "strata/Strategy/PassPlan.h"
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"

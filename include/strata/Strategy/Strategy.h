@@ -215,14 +215,6 @@ std::string formatStrategyNumber(double value);
 /// Data-parallel degree the world leaves after the other degrees.
 int64_t dataParallelDegree(const Strategy &strategy, int64_t worldSize);
 
-/// The pipeline bubble as a fraction of the step, by the schedules' formulas
-/// for `pp` stages and `m` micro-batches: FThenB,
-/// 1F1B and Eager1F1B (p-1)/(m+p-1); VPP with v chunks (p-1)/(v m+p-1)
-/// (the bubble divided by v); ZBH1 with equal forward, input-gradient and
-/// weight-gradient times (p-1)/3 / (m+(p-1)/3) (a third of 1F1B's bubble).
-double pipelineBubble(llvm::StringRef schedule, int64_t pp, int64_t m,
-                      int64_t v);
-
 } // namespace strata
 
 #endif // STRATA_STRATEGY_STRATEGY_H
