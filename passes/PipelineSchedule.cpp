@@ -33,9 +33,12 @@ std::vector<Entry> warmupPairs(int64_t warmup, int64_t m) {
 
 std::string entryName(const Entry &e, bool chunks) {
   const char *names[] = {"F", "B", "I", "W"};
-  std::string name = names[int(e.step)] + std::to_string(e.microBatch);
-  if (chunks)
-    name += "." + std::to_string(e.chunk);
+  std::string name = names[int(e.step)];
+  name += std::to_string(e.microBatch);
+  if (chunks) {
+    name += '.';
+    name += std::to_string(e.chunk);
+  }
   return name;
 }
 
