@@ -7,11 +7,12 @@
 // tied embedding and LM head): it lives on stage 0, which sends it to
 // stage 1 each step and sums stage 1's part of its gradient into its own.
 
-// STAGE0: module attributes {strata.schedule = ["F0 F1 B0 B1", "F0 F1 B0 B1"]}
+// STAGE0-LABEL: module attributes {strata.schedule = ["F0 F1 B0 B1", "F0 F1 B0 B1"]}
 // STAGE0-NEXT: strata.rank_grid @ranks(pp = 2, dp = 1, sharding = 1, mp = 1)
 // STAGE0-NEXT: strata.param @w0
 // STAGE0-NOT: strata.param @w1
 // STAGE0: strata.comm_group @pp ranks [array<i64: 0, 1>]
+// STAGE0-LABEL: func.func @train_step
 // STAGE0: %[[T0:.*]] = strata.init_token
 // STAGE0: %[[W0:.*]] = strata.get_param @w0
 // STAGE0-NEXT: %[[T1:.*]] = strata.send %[[W0]], %[[T0]] {group = @pp, peer = 1 : i64, strata.role = #strata.role<communication>, strata.stage = 0 : i64}
@@ -35,8 +36,10 @@
 // STAGE0: strata.assign @w0
 // STAGE0: return %[[LOSS]] : tensor<f32>
 
+// STAGE1-LABEL: module attributes
 // STAGE1: strata.param @w1
 // STAGE1-NOT: strata.param @w0
+// STAGE1-LABEL: func.func @train_step
 // STAGE1: %[[T0:.*]] = strata.init_token
 // STAGE1: %[[W0:.*]], %[[T1:.*]] = strata.recv %[[T0]] {group = @pp, peer = 0 : i64, strata.role = #strata.role<communication>, strata.stage = 0 : i64} : (!strata.token) -> (tensor<4x4xf32>, !strata.token)
 // STAGE1-NEXT: %[[A0:.*]], %{{.*}} = strata.recv %[[T1]] {group = @pp, peer = 0 : i64, strata.job = "F0", strata.micro_batch = 0 : i64
@@ -54,10 +57,12 @@
 // (rank 3 is stage 1 of replica 1); data-parallel groups per stage, a
 // pipeline group per replica. Gradient buckets are per stage: stage 1's
 // holds @w1's gradient only (@w0's lives on stage 0).
+// DP-LABEL: module attributes
 // DP: strata.comm_group @dp ranks [array<i64: 0, 1>, array<i64: 2, 3>]
 // DP: strata.comm_group @pp ranks [array<i64: 0, 2>, array<i64: 1, 3>]
 // The collectives of a stage run in program order on every rank: the
 // gradient bucket, then the loss.
+// DP-LABEL: func.func @train_step
 // DP: %[[FLAT:.*]] = strata.pack %{{[0-9]+}} {{.*}}strata.stage = 1 : i64} : (tensor<4x4xf32>) -> tensor<16xf32>
 // DP-NEXT: %[[SUM:.*]], %{{.*}} = strata.all_reduce %[[FLAT]], %{{.*}} {group = @dp, kind = #strata.reduce<mean>, strata.bucket = {{[0-9]+}} : i64{{.*}} : (tensor<16xf32>, !strata.token)
 // DP-NEXT: strata.unpack %[[SUM]] {{.*}}strata.stage = 1 : i64} : (tensor<16xf32>) -> tensor<4x4xf32>

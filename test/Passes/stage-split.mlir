@@ -8,12 +8,14 @@
 // By cost (FLOPs + 4 x bytes written), whole layers per stage: on the
 // 784-1024-1024-10 MLP, fc0 (0.42 GFLOP) against fc1 + fc2 + the loss
 // (0.55 GFLOP) is the most even cut in two; in three, one layer each.
+// COST2-LABEL: func.func @train_step
 // COST2: strata.get_param @fc0.weight {strata.layer = "fc0"}
 // COST2: strata.matmul %arg0, %{{.*}} {strata.layer = "fc0", strata.stage = 0 : i64}
 // COST2: strata.relu %{{.*}} {strata.layer = "fc0", strata.stage = 0 : i64}
 // COST2: strata.matmul %{{.*}} {strata.layer = "fc1", strata.stage = 1 : i64}
 // COST2: strata.matmul %{{.*}} {strata.layer = "fc2", strata.stage = 1 : i64}
 // COST2: strata.cross_entropy %{{.*}} {strata.stage = 1 : i64}
+// COST3-LABEL: func.func @train_step
 // COST3: strata.matmul %arg0, %{{.*}} {strata.layer = "fc0", strata.stage = 0 : i64}
 // COST3: strata.matmul %{{.*}} {strata.layer = "fc1", strata.stage = 1 : i64}
 // COST3: strata.matmul %{{.*}} {strata.layer = "fc2", strata.stage = 2 : i64}
@@ -22,6 +24,7 @@
 // Annotations (Paddle's device_guard) win; an op without one follows the
 // annotated op before it; reads and constants stay unplaced.
 // ANNOTATED-LABEL: func.func @train_step
+// ANNOTATED-LABEL: func.func @train_step
 // ANNOTATED: strata.get_param @w0 : tensor<4x4xf32>
 // ANNOTATED: strata.matmul {{.*}} {strata.stage = 0 : i64}
 // ANNOTATED: strata.relu {{.*}} {strata.stage = 0 : i64}
@@ -29,6 +32,7 @@
 // ANNOTATED: strata.cross_entropy {{.*}} {strata.stage = 1 : i64}
 
 // strata-autodiff puts each backward op on its forward op's stage.
+// BACKWARD-LABEL: func.func @train_step
 // BACKWARD: strata.cross_entropy_grad {{.*}}strata.stage = 1 : i64
 // BACKWARD: strata.matmul_grad {{.*}}strata.stage = 1 : i64
 // BACKWARD: strata.relu_grad {{.*}}strata.stage = 0 : i64
