@@ -24,7 +24,6 @@
 // Annotations (Paddle's device_guard) win; an op without one follows the
 // annotated op before it; reads and constants stay unplaced.
 // ANNOTATED-LABEL: func.func @train_step
-// ANNOTATED-LABEL: func.func @train_step
 // ANNOTATED: strata.get_param @w0 : tensor<4x4xf32>
 // ANNOTATED: strata.matmul {{.*}} {strata.stage = 0 : i64}
 // ANNOTATED: strata.relu {{.*}} {strata.stage = 0 : i64}
