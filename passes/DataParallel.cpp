@@ -47,19 +47,13 @@ struct DataParallelPass
     if (failed(grid))
       return signalPassFailure();
     // Every rank of a pipeline stage holds a replica.
-    degree = grid->getDp() * grid->getSharding();
+    degree = grid->getAxisSize(GridAxis::Dp) * grid->getAxisSize(GridAxis::Sharding);
     if (degree == 1)
       return;
     FailureOr<func::FuncOp> step =
-        getStepFunction(module, "strata-data-parallel");
+        getDifferentiatedStep(module, "strata-data-parallel", ", and this pass before strata-optimizer");
     if (failed(step))
       return signalPassFailure();
-    if (!returnsGradients(*step)) {
-      mlir::emitError(module.getLoc())
-          << "strata-data-parallel: the step returns no gradients (run "
-             "strata-autodiff first, and this pass before strata-optimizer)";
-      return signalPassFailure();
-    }
     // The group, declared after the parameters and state, before any use.
     FlatSymbolRefAttr groupRef = declareCommGroup(
         module, "dp", *grid, {GridAxis::Dp, GridAxis::Sharding});

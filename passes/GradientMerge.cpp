@@ -34,15 +34,9 @@ struct GradientMergePass
     if (kSteps == 1)
       return;
     FailureOr<func::FuncOp> step =
-        getStepFunction(getOperation(), "strata-gradient-merge");
+        getDifferentiatedStep(getOperation(), "strata-gradient-merge", ", and this pass before strata-optimizer");
     if (failed(step))
       return signalPassFailure();
-    if (!returnsGradients(*step)) {
-      mlir::emitError(getOperation().getLoc())
-          << "strata-gradient-merge: the step returns no gradients (run "
-             "strata-autodiff first, and this pass before strata-optimizer)";
-      return signalPassFailure();
-    }
     if (failed(split(*step)))
       return signalPassFailure();
   }

@@ -227,15 +227,10 @@ void OptimizerPass::runOnOperation() {
   symbols = &symbolTable;
   lastDeclared = lastDeclaration(module);
 
-  FailureOr<func::FuncOp> step = getStepFunction(module, "strata-optimizer");
+  FailureOr<func::FuncOp> step =
+      getDifferentiatedStep(module, "strata-optimizer");
   if (failed(step))
     return signalPassFailure();
-  if (!returnsGradients(*step)) {
-    mlir::emitError(module.getLoc())
-        << "strata-optimizer: the step returns no gradients (run "
-           "strata-autodiff first)";
-    return signalPassFailure();
-  }
   if (failed(rewrite(*step)))
     return signalPassFailure();
 }

@@ -78,7 +78,7 @@ struct PipelinePass : public strata::impl::StrataPipelineBase<PipelinePass>,
     if (failed(found))
       return signalPassFailure();
     grid = *found;
-    ppDegree = grid.getPp();
+    ppDegree = grid.getAxisSize(GridAxis::Pp);
     chunks = vppDegree;
     if (rank < 0 || rank >= grid.getWorldSize()) {
       mlir::emitError(module.getLoc())

@@ -33,8 +33,10 @@ struct RankGridPass : public strata::impl::StrataRankGridBase<RankGridPass> {
       return signalPassFailure();
     }
     if (RankGridOp grid = findRankGrid(module)) {
-      if (grid.getPp() == pp && grid.getDp() == dp &&
-          grid.getSharding() == sharding && grid.getMp() == mp)
+      if (grid.getAxisSize(GridAxis::Pp) == pp &&
+          grid.getAxisSize(GridAxis::Dp) == dp &&
+          grid.getAxisSize(GridAxis::Sharding) == sharding &&
+          grid.getAxisSize(GridAxis::Mp) == mp)
         return;
       grid.emitError() << "strata-rank-grid: the program declares another "
                           "rank grid than (pp = "

@@ -99,15 +99,10 @@ struct RecomputePass : public strata::impl::StrataRecomputeBase<RecomputePass> {
       mlir::emitError(module.getLoc()) << "strata-recompute: no checkpoints given";
       return signalPassFailure();
     }
-    FailureOr<func::FuncOp> step = getStepFunction(module, "strata-recompute");
+    FailureOr<func::FuncOp> step =
+        getDifferentiatedStep(module, "strata-recompute");
     if (failed(step))
       return signalPassFailure();
-    if (!returnsGradients(*step)) {
-      mlir::emitError(module.getLoc())
-          << "strata-recompute: the step returns no gradients (run "
-             "strata-autodiff first)";
-      return signalPassFailure();
-    }
     for (auto [index, name] : llvm::enumerate(checkpoints)) {
       bool skip = llvm::is_contained(noRecomputeSegments, int64_t(index));
       if (failed(recomputeSegment(*step, name, skip, patterns)))

@@ -98,8 +98,8 @@ struct ShardingPass : public strata::impl::StrataShardingBase<ShardingPass> {
     if (rank < 0 || rank >= grid->getWorldSize())
       return fail("rank " + Twine(rank) + " is outside the rank grid of " +
                   Twine(grid->getWorldSize()) + " ranks");
-    degree = grid->getSharding();
-    dpDegree = grid->getDp();
+    degree = grid->getAxisSize(GridAxis::Sharding);
+    dpDegree = grid->getAxisSize(GridAxis::Dp);
     if (degree == 1)
       return;
 

@@ -84,7 +84,7 @@ struct StageSplitPass
     FailureOr<RankGridOp> grid = getRankGrid(module, "strata-stage-split");
     if (failed(grid))
       return signalPassFailure();
-    ppDegree = grid->getPp();
+    ppDegree = grid->getAxisSize(GridAxis::Pp);
     FailureOr<func::FuncOp> step =
         getStepFunction(module, "strata-stage-split");
     if (failed(step))

@@ -44,6 +44,18 @@ FailureOr<func::FuncOp> strata::getStepFunction(ModuleOp module,
   return failure();
 }
 
+FailureOr<func::FuncOp>
+strata::getDifferentiatedStep(ModuleOp module, llvm::StringRef pass,
+                              llvm::StringRef order) {
+  FailureOr<func::FuncOp> step = getStepFunction(module, pass);
+  if (failed(step) || returnsGradients(*step))
+    return step;
+  emitError(module.getLoc())
+      << pass << ": the step returns no gradients (run strata-autodiff first"
+      << order << ")";
+  return failure();
+}
+
 strata::RankGridOp strata::findRankGrid(ModuleOp module) {
   auto grids = module.getOps<RankGridOp>();
   return grids.empty() ? RankGridOp() : *grids.begin();

@@ -32,6 +32,14 @@ llvm::Expected<mlir::func::FuncOp> findStepFunction(mlir::ModuleOp module);
 mlir::FailureOr<mlir::func::FuncOp> getStepFunction(mlir::ModuleOp module,
                                                     llvm::StringRef pass);
 
+/// getStepFunction for a pass that rewrites gradients: also reported when
+/// the step returns none ("the step returns no gradients (run strata-autodiff
+/// first<order>)", with `order` such as ", and this pass before
+/// strata-optimizer").
+mlir::FailureOr<mlir::func::FuncOp>
+getDifferentiatedStep(mlir::ModuleOp module, llvm::StringRef pass,
+                      llvm::StringRef order = "");
+
 /// The program's rank grid (its `strata.rank_grid`); null when it has none.
 RankGridOp findRankGrid(mlir::ModuleOp module);
 
