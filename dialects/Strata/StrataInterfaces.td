@@ -11,6 +11,7 @@
 #define STRATA_INTERFACES
 
 include "mlir/IR/OpBase.td"
+include "mlir/IR/Traits.td"
 
 def Strata_OptimizerUpdateOpInterface
     : OpInterface<"OptimizerUpdateOpInterface"> {
@@ -56,5 +57,30 @@ def Strata_CollectiveOpInterface : OpInterface<"CollectiveOpInterface"> {
                     [{ return $_op.getOutToken(); }]>,
   ];
 }
+
+def Strata_InPlaceOpInterface : OpInterface<"InPlaceOpInterface"> {
+  let cppNamespace = "::strata";
+  let description = [{
+    An op whose one result may be written over one of its operands: each
+    element of the result depends only on the elements at the same position
+    of the operands, which are read before it is written. The memory plan
+    gives the result such an operand's buffer when their types match and
+    the operand is not read after the op. Declared through
+    `Strata_InPlace<"i, j">` with the indices of those operands.
+  }];
+  let methods = [
+    InterfaceMethod<"The indices of the operands the result may overwrite.",
+                    "::llvm::ArrayRef<unsigned>", "getInPlaceOperands">,
+  ];
+}
+
+// Declares InPlaceOpInterface with the operands at `indices` ("0" or
+// "0, 1"): the InPlaceOperands trait implements the method.
+class Strata_InPlaceOperands<string indices>
+    : ParamNativeOpTrait<"InPlaceOperands", indices> {
+  let cppNamespace = "::strata";
+}
+class Strata_InPlace<string indices>
+    : TraitList<[Strata_InPlaceOpInterface, Strata_InPlaceOperands<indices>]>;
 
 #endif // STRATA_INTERFACES

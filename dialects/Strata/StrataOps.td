@@ -44,7 +44,8 @@ class Strata_ShapeOp<string mnemonic, list<Trait> traits = []>
 }
 
 class Strata_ElementwiseBinaryOp<string mnemonic, string formula>
-    : Strata_ComputeOp<mnemonic, [SameOperandsElementType]> {
+    : Strata_ComputeOp<mnemonic, [SameOperandsElementType,
+                                  Strata_InPlace<"0, 1">]> {
   let summary = "Elementwise " # formula # " with broadcasting";
   let description = [{
     Computes `}] # formula # [{` elementwise. Shapes broadcast as in NumPy:
@@ -295,7 +296,7 @@ def Strata_SubOp : Strata_ElementwiseBinaryOp<"sub", "lhs - rhs">;
 def Strata_MulOp : Strata_ElementwiseBinaryOp<"mul", "lhs * rhs">;
 def Strata_DivOp : Strata_ElementwiseBinaryOp<"div", "lhs / rhs">;
 
-def Strata_ScaleOp : Strata_ComputeOp<"scale"> {
+def Strata_ScaleOp : Strata_ComputeOp<"scale", [Strata_InPlace<"0">]> {
   let summary = "Multiplies by a compile-time constant";
   let description = [{
     ```mlir
@@ -306,7 +307,8 @@ def Strata_ScaleOp : Strata_ComputeOp<"scale"> {
   let results = (outs Strata_FloatTensor:$result);
 }
 
-def Strata_BiasAddOp : Strata_ComputeOp<"bias_add", [SameOperandsElementType]> {
+def Strata_BiasAddOp : Strata_ComputeOp<"bias_add",
+    [SameOperandsElementType, Strata_InPlace<"0">]> {
   let summary = "Adds a bias along the last dimension";
   let description = [{
     `bias` has rank 1 and the size of the last dimension of `input`.
@@ -319,7 +321,7 @@ def Strata_BiasAddOp : Strata_ComputeOp<"bias_add", [SameOperandsElementType]> {
   let results = (outs Strata_FloatTensor:$result);
 }
 
-def Strata_ReluOp : Strata_ComputeOp<"relu"> {
+def Strata_ReluOp : Strata_ComputeOp<"relu", [Strata_InPlace<"0">]> {
   let summary = "max(x, 0)";
   let description = [{
     ```mlir
@@ -330,7 +332,7 @@ def Strata_ReluOp : Strata_ComputeOp<"relu"> {
   let results = (outs Strata_FloatTensor:$result);
 }
 
-def Strata_GeluOp : Strata_ComputeOp<"gelu"> {
+def Strata_GeluOp : Strata_ComputeOp<"gelu", [Strata_InPlace<"0">]> {
   let summary = "Gaussian error linear unit";
   let description = [{
     `approximate = #strata.gelu<erf>` (the default, as in Paddle and
@@ -347,7 +349,7 @@ def Strata_GeluOp : Strata_ComputeOp<"gelu"> {
   let results = (outs Strata_FloatTensor:$result);
 }
 
-def Strata_DropoutOp : Strata_ComputeOp<"dropout"> {
+def Strata_DropoutOp : Strata_ComputeOp<"dropout", [Strata_InPlace<"0">]> {
   let summary = "Inverted dropout with a counter-based mask";
   let description = [{
     Zeroes each element with probability `prob` and scales the others by
@@ -366,7 +368,7 @@ def Strata_DropoutOp : Strata_ComputeOp<"dropout"> {
   let results = (outs Strata_FloatTensor:$result);
 }
 
-def Strata_SoftmaxOp : Strata_ComputeOp<"softmax"> {
+def Strata_SoftmaxOp : Strata_ComputeOp<"softmax", [Strata_InPlace<"0">]> {
   let summary = "Softmax over the last dimension, optionally causal";
   let description = [{
     With `causal`, the last two dimensions must be square and element
@@ -582,7 +584,7 @@ def Strata_BiasAddGradOp : Strata_ComputeOp<"bias_add_grad"> {
 }
 
 def Strata_ReluGradOp : Strata_ComputeOp<"relu_grad",
-    [AllTypesMatch<["output", "result_grad"]>]> {
+    [AllTypesMatch<["output", "result_grad"]>, Strata_InPlace<"1">]> {
   let summary = "Gradient of strata.relu from its output";
   let description = [{
     `result_grad` where the forward output is positive, 0 elsewhere.
@@ -596,7 +598,7 @@ def Strata_ReluGradOp : Strata_ComputeOp<"relu_grad",
 }
 
 def Strata_GeluGradOp : Strata_ComputeOp<"gelu_grad",
-    [AllTypesMatch<["input", "result_grad"]>]> {
+    [AllTypesMatch<["input", "result_grad"]>, Strata_InPlace<"1">]> {
   let summary = "Gradient of strata.gelu from its input";
   let description = [{
     ```mlir
@@ -609,7 +611,8 @@ def Strata_GeluGradOp : Strata_ComputeOp<"gelu_grad",
   let results = (outs Strata_FloatTensor:$input_grad);
 }
 
-def Strata_DropoutGradOp : Strata_ComputeOp<"dropout_grad"> {
+def Strata_DropoutGradOp : Strata_ComputeOp<"dropout_grad",
+    [Strata_InPlace<"0">]> {
   let summary = "Gradient of strata.dropout";
   let description = [{
     Regenerates the forward mask from `key` (no mask is stored) and applies
@@ -991,7 +994,7 @@ def Strata_FusedGemmEpilogueGradOp
 }
 
 def Strata_FusedDropoutAddOp : Strata_ComputeOp<"fused_dropout_add",
-    [AllTypesMatch<["input", "residual"]>]> {
+    [AllTypesMatch<["input", "residual"]>, Strata_InPlace<"0, 1">]> {
   let summary = "dropout(x) + y in one pass";
   let description = [{
     Same mask as `strata.dropout` with the same `key`.

@@ -39,15 +39,9 @@ SmallVector<Value> inPlaceCandidates(Operation *op) {
     if (v.getType() == result)
       candidates.push_back(v);
   };
-  if (isa<ReluOp, GeluOp, ScaleOp, DropoutOp, DropoutGradOp, SoftmaxOp>(op))
-    add(op->getOperand(0));
-  else if (isa<AddOp, SubOp, MulOp, DivOp, FusedDropoutAddOp>(op)) {
-    add(op->getOperand(0));
-    add(op->getOperand(1));
-  } else if (isa<BiasAddOp>(op))
-    add(op->getOperand(0));
-  else if (isa<ReluGradOp, GeluGradOp>(op))
-    add(op->getOperand(1));
+  if (auto inPlace = dyn_cast<InPlaceOpInterface>(op))
+    for (unsigned i : inPlace.getInPlaceOperands())
+      add(op->getOperand(i));
   return candidates;
 }
 

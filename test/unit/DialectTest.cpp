@@ -5,6 +5,7 @@
 
 #include "mlir/IR/Diagnostics.h"
 #include "mlir/IR/Verifier.h"
+#include "mlir/Parser/Parser.h"
 
 #include <gtest/gtest.h>
 
@@ -80,6 +81,94 @@ TEST_F(BuilderTest, InvalidConfigsAreRejected) {
   ASSERT_TRUE(static_cast<bool>(mlpErr));
   EXPECT_NE(llvm::toString(std::move(mlpErr)).find("at least"),
             std::string::npos);
+}
+
+} // namespace
+
+namespace {
+
+class ParsedTest : public ::testing::Test {
+protected:
+  ParsedTest() { loadStrataDialects(context); }
+  OwningOpRef<ModuleOp> parse(StringRef text) {
+    return parseSourceString<ModuleOp>(text, &context);
+  }
+  MLIRContext context;
+};
+
+TEST_F(ParsedTest, RankGridCoordinatesAndGroups) {
+  OwningOpRef<ModuleOp> module =
+      parse("strata.rank_grid @ranks(pp = 2, dp = 3, sharding = 2, mp = 1)");
+  ASSERT_TRUE(module);
+  RankGridOp grid = findRankGrid(*module);
+  ASSERT_TRUE(grid);
+  EXPECT_EQ(grid.getWorldSize(), 12);
+  // Rank 9 = ((1 * 3 + 1) * 2 + 1) * 1 + 0.
+  EXPECT_EQ(grid.getCoordinate(9, GridAxis::Pp), 1);
+  EXPECT_EQ(grid.getCoordinate(9, GridAxis::Dp), 1);
+  EXPECT_EQ(grid.getCoordinate(9, GridAxis::Sharding), 1);
+  EXPECT_EQ(grid.getCoordinate(9, GridAxis::Mp), 0);
+  using Lists = SmallVector<SmallVector<int64_t>>;
+  EXPECT_EQ(grid.getGroups({GridAxis::Sharding}),
+            (Lists{{0, 1}, {2, 3}, {4, 5}, {6, 7}, {8, 9}, {10, 11}}));
+  EXPECT_EQ(grid.getGroups({GridAxis::Dp}),
+            (Lists{{0, 2, 4}, {1, 3, 5}, {6, 8, 10}, {7, 9, 11}}));
+  EXPECT_EQ(grid.getGroups({GridAxis::Pp}),
+            (Lists{{0, 6}, {1, 7}, {2, 8}, {3, 9}, {4, 10}, {5, 11}}));
+  EXPECT_EQ(grid.getGroups({GridAxis::Dp, GridAxis::Sharding}),
+            (Lists{{0, 1, 2, 3, 4, 5}, {6, 7, 8, 9, 10, 11}}));
+  // Every group partitions the world.
+  for (GridAxis axis : {GridAxis::Pp, GridAxis::Dp, GridAxis::Sharding}) {
+    SmallVector<int64_t> all;
+    for (const SmallVector<int64_t> &list : grid.getGroups({axis}))
+      all.append(list.begin(), list.end());
+    llvm::sort(all);
+    for (int64_t r = 0; r < 12; ++r)
+      EXPECT_EQ(all[r], r);
+  }
+}
+
+TEST_F(ParsedTest, StepFunctionRule) {
+  OwningOpRef<ModuleOp> one = parse("func.func @f() { return }");
+  ASSERT_TRUE(one);
+  auto step = findStepFunction(*one);
+  ASSERT_TRUE(static_cast<bool>(step));
+  EXPECT_EQ(step->getSymName(), "f");
+  OwningOpRef<ModuleOp> named =
+      parse("func.func @f() { return }\nfunc.func @train_step() { return }");
+  step = findStepFunction(*named);
+  ASSERT_TRUE(static_cast<bool>(step));
+  EXPECT_EQ(step->getSymName(), "train_step");
+  OwningOpRef<ModuleOp> two =
+      parse("func.func @f() { return }\nfunc.func @g() { return }");
+  step = findStepFunction(*two);
+  ASSERT_FALSE(static_cast<bool>(step));
+  EXPECT_EQ(llvm::toString(step.takeError()),
+            "the program has 2 functions with a body (@f, @g) and none is "
+            "named @train_step: which one is the step?");
+}
+
+TEST_F(ParsedTest, InPlaceOperandsComeFromTheOpDefinitions) {
+  OwningOpRef<ModuleOp> module = parse(R"(
+func.func @f(%a: tensor<4xf32>, %b: tensor<4xf32>) -> tensor<4xf32> {
+  %0 = strata.add %a, %b : (tensor<4xf32>, tensor<4xf32>) -> tensor<4xf32>
+  %1 = strata.relu %0 : (tensor<4xf32>) -> tensor<4xf32>
+  %2 = strata.relu_grad %1, %b : (tensor<4xf32>, tensor<4xf32>) -> tensor<4xf32>
+  %3 = strata.reshape %2 : (tensor<4xf32>) -> tensor<2x2xf32>
+  %4 = strata.matmul %3, %3 : (tensor<2x2xf32>, tensor<2x2xf32>) -> tensor<2x2xf32>
+  return %2 : tensor<4xf32>
+})");
+  ASSERT_TRUE(module);
+  SmallVector<SmallVector<unsigned>> seen;
+  module->walk([&](Operation *op) {
+    if (auto inPlace = dyn_cast<InPlaceOpInterface>(op)) {
+      ArrayRef<unsigned> operands = inPlace.getInPlaceOperands();
+      seen.emplace_back(operands.begin(), operands.end());
+    }
+  });
+  // add: both operands; relu: its input; relu_grad: the incoming gradient;
+  // matmul: none.
+  EXPECT_EQ(seen, (SmallVector<SmallVector<unsigned>>{{0, 1}, {0}, {1}}));
 }
 
 } // namespace

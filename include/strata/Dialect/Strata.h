@@ -27,6 +27,21 @@
 
 #include "Strata/StrataInterfaces.h.inc"
 
+namespace strata {
+/// Implements InPlaceOpInterface for an op declared `Strata_InPlace<"...">`:
+/// the result may overwrite the operands at `Indices`.
+template <unsigned... Indices> struct InPlaceOperands {
+  template <typename ConcreteOp>
+  class Impl : public mlir::OpTrait::TraitBase<ConcreteOp, Impl> {
+  public:
+    llvm::ArrayRef<unsigned> getInPlaceOperands() {
+      static constexpr unsigned indices[] = {Indices...};
+      return indices;
+    }
+  };
+};
+} // namespace strata
+
 #define GET_OP_CLASSES
 #include "Strata/StrataOps.h.inc"
 
