@@ -563,7 +563,7 @@ LogicalResult PipelinePass::run(ModuleOp module, func::FuncOp func) {
     const char *kind = pl.part == Part::F   ? "F"
                        : pl.part == Part::W ? "W"
                                             : "B";
-    return kind + std::to_string(pl.microBatch);
+    return (Twine(kind) + Twine(pl.microBatch)).str();
   };
 
   // Simulate: sends are buffered, a receive waits for its channel's next
