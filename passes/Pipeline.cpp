@@ -8,6 +8,12 @@
 // sends and receives of all stages are simulated before anything is
 // rewritten, so a schedule that would hang is refused at compile time.
 //
+// This file places the ops, orders each stage's sequence and checks the
+// messages; the schedules are a library of their own (PipelineSchedule.cpp),
+// ZBH1's weight-gradient split and per-stage clipping rewrite the placed step
+// (PipelineWeightGradients.cpp, PipelineClipping.cpp), and the rank's
+// program is cut out in PipelineRankProgram.cpp.
+//
 //===----------------------------------------------------------------------===//
 
 #include "PassUtils.h"
@@ -18,9 +24,7 @@
 #include "mlir/Dialect/Arith/IR/Arith.h"
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/IR/Builders.h"
-#include "mlir/IR/Verifier.h"
 #include "llvm/ADT/DenseSet.h"
-#include "llvm/ADT/MapVector.h"
 #include "llvm/ADT/StringExtras.h"
 #include "llvm/Support/FormatVariadic.h"
 
@@ -50,15 +54,6 @@ bool isScalar(Value v) {
   auto type = dyn_cast<RankedTensorType>(v.getType());
   return type && type.getRank() == 0;
 }
-
-/// A message: `value` computed on rank stage `from`, read on `to`.
-struct Message {
-  Value value;
-  int64_t from, to;
-  /// Index of the send in the sender's sequence / of the receive in the
-  /// receiver's (items before which it goes).
-  size_t sendAfter = 0, recvBefore = 0;
-};
 
 struct PipelinePass : public strata::impl::StrataPipelineBase<PipelinePass>,
                       public PipelinePlacement {
@@ -297,7 +292,6 @@ LogicalResult PipelinePass::place(func::FuncOp func, bool final) {
 LogicalResult PipelinePass::run(ModuleOp module, func::FuncOp func) {
   MLIRContext *ctx = module.getContext();
   Block &body = func.getBody().front();
-  auto ret = cast<func::ReturnOp>(body.getTerminator());
   const int64_t p = ppDegree;
   int64_t m = 1;
   if (auto attr = func->getAttrOfType<IntegerAttr>(
@@ -516,20 +510,14 @@ LogicalResult PipelinePass::run(ModuleOp module, func::FuncOp func) {
   }
 
   // Each stage's sequence of sends and receives.
-  struct Event {
-    bool send;
-    Message *msg;
-    size_t at;
-    size_t tiebreak;
-  };
-  std::vector<std::vector<Event>> events(p);
+  std::vector<std::vector<StageEvent>> events(p);
   for (auto &[key, list] : channels)
     for (auto [k, msg] : llvm::enumerate(list)) {
       events[msg->from].push_back({true, msg, msg->sendAfter, 0});
       events[msg->to].push_back({false, msg, msg->recvBefore, k});
     }
   for (int64_t s = 0; s < p; ++s)
-    llvm::stable_sort(events[s], [](const Event &x, const Event &y) {
+    llvm::stable_sort(events[s], [](const StageEvent &x, const StageEvent &y) {
       // At one position: sends (after the op before) come before receives
       // (before the op after); receives of a channel in order.
       if (x.at != y.at)
@@ -576,7 +564,7 @@ LogicalResult PipelinePass::run(ModuleOp module, func::FuncOp func) {
       progress = false;
       for (int64_t s = 0; s < p; ++s)
         while (pc[s] < events[s].size()) {
-          const Event &e = events[s][pc[s]];
+          const StageEvent &e = events[s][pc[s]];
           if (e.send) {
             inFlight[{s, e.msg->to}].push_back(e.msg);
           } else {
@@ -597,7 +585,7 @@ LogicalResult PipelinePass::run(ModuleOp module, func::FuncOp func) {
     std::string waits;
     for (int64_t s = 0; s < p; ++s)
       if (pc[s] < events[s].size()) {
-        const Event &e = events[s][pc[s]];
+        const StageEvent &e = events[s][pc[s]];
         waits +=
             llvm::formatv("; stage {0} waits in {1} for {2} from stage {3}", s,
                           jobAt(s, e.at), describe(e.msg), e.msg->from)
@@ -617,135 +605,11 @@ LogicalResult PipelinePass::run(ModuleOp module, func::FuncOp func) {
     scheduleAttr.push_back(StringAttr::get(ctx, llvm::join(names, " ")));
   }
 
-  //===--- This rank's program
-  //---------------------------------------------===//
+  // This rank's program.
   const int64_t me = grid.getCoordinate(rank, GridAxis::Pp);
-  OpBuilder b(ctx);
-
   // @pp: the ranks that differ only in their stage.
   FlatSymbolRefAttr pp = declareCommGroup(module, "pp", grid, {GridAxis::Pp});
-
-  // Receives: one per message to this stage, before its item.
-  DenseMap<Message *, Value> received;
-  SmallVector<Operation *> sequence = ops[me];
-  // The job ("F3") an op of a micro-batch belongs to.
-  auto setJob = [&](Operation *op, const Place &pl) {
-    if (pl.microBatch < 0 || pl.part == Part::Pre || pl.part == Part::Post)
-      return;
-    Entry e{pl.part == Part::F   ? Step::F
-            : pl.part == Part::W ? Step::W
-                                 : Step::B,
-            pl.microBatch, chunkOf(pl.stage)};
-    op->setAttr(StrataDialect::kJobAttrName,
-                b.getStringAttr(entryName(e, vppDegree > 1)));
-  };
-  // Lay the ops out in order before the return; every op not replicated
-  // records its (virtual) stage.
-  for (Operation *op : sequence) {
-    op->moveBefore(ret);
-    const Place &pl = places[op];
-    if (pl.replicated)
-      continue;
-    op->setAttr(StrataDialect::kStageAttrName, b.getI64IntegerAttr(pl.stage));
-    setJob(op, pl);
-  }
-  Value token;
-  auto chain = [&](CollectiveOpInterface op) {
-    op.getTokenOperand().set(token);
-    token = op.getOutToken();
-  };
-  b.setInsertionPointToStart(&body);
-  token = InitTokenOp::create(b, func.getLoc(), TokenType::get(ctx));
-  auto attrs = [&](Operation *op, Message *msg) {
-    setRole(op, Role::Communication);
-    Operation *def = msg->value.getDefiningOp();
-    op->setAttr(StrataDialect::kStageAttrName,
-                b.getI64IntegerAttr(places[def].stage));
-    if (places[def].microBatch >= 0)
-      op->setAttr(StrataDialect::kMicroBatchAttrName,
-                  b.getI64IntegerAttr(places[def].microBatch));
-    // The producer's job: a receive waits for that job of the peer.
-    setJob(op, places[def]);
-  };
-  // Walk the events and the ops together, threading one token chain
-  // through every collective in program order.
-  size_t next = 0;
-  auto emitEventsAt = [&](size_t at, Operation *before) {
-    for (; next < events[me].size() && events[me][next].at == at; ++next) {
-      const Event &e = events[me][next];
-      b.setInsertionPoint(before);
-      if (e.send) {
-        auto send = SendOp::create(b, e.msg->value.getLoc(), e.msg->value,
-                                   token, pp, b.getI64IntegerAttr(e.msg->to));
-        attrs(send, e.msg);
-        token = send.getOutToken();
-      } else {
-        auto recv = RecvOp::create(b, e.msg->value.getLoc(),
-                                   e.msg->value.getType(), TokenType::get(ctx),
-                                   token, pp, b.getI64IntegerAttr(e.msg->from));
-        attrs(recv, e.msg);
-        token = recv.getOutToken();
-        received[e.msg] = recv.getResult();
-      }
-    }
-  };
-  for (size_t i = 0; i <= sequence.size(); ++i) {
-    Operation *before = i < sequence.size() ? sequence[i] : ret.getOperation();
-    emitEventsAt(i, before);
-    if (i < sequence.size())
-      if (auto collective = dyn_cast<CollectiveOpInterface>(before))
-        chain(collective);
-  }
-
-  // Uses of received values on this stage read the receive.
-  for (auto [msg, value] : received) {
-    Value original = msg->value;
-    original.replaceUsesWithIf(value, [&](OpOperand &use) {
-      Operation *owner = use.getOwner();
-      return on[me].contains(owner) || isa<func::ReturnOp>(owner);
-    });
-  }
-
-  // Erase the ops of other stages (users before producers).
-  DenseSet<Operation *> keep(on[me].begin(), on[me].end());
-  SmallVector<Operation *> erase;
-  for (Operation &op : body.without_terminator())
-    if (!keep.contains(&op) && places.count(&op))
-      erase.push_back(&op);
-  for (Operation *op : llvm::reverse(erase)) {
-    if (!op->use_empty()) {
-      for (OpOperand &use : op->getUses())
-        return use.getOwner()->emitOpError()
-               << "on stage " << me << " reads a value of stage "
-               << places[op].stage << " that was not sent";
-    }
-    op->erase();
-  }
-  // Old init_tokens that nothing reads any more.
-  for (Operation &op : llvm::make_early_inc_range(body.without_terminator()))
-    if (isa<InitTokenOp>(op) && op.use_empty())
-      op.erase();
-
-  // Declarations this stage no longer reads.
-  DenseSet<StringAttr> referenced;
-  func.walk([&](Operation *op) {
-    if (auto get = dyn_cast<GetParamOp>(op))
-      referenced.insert(get.getNameAttr().getAttr());
-    else if (auto get = dyn_cast<GetStateOp>(op))
-      referenced.insert(get.getNameAttr().getAttr());
-    else if (auto assign = dyn_cast<AssignOp>(op))
-      referenced.insert(assign.getNameAttr().getAttr());
-  });
-  for (Operation &op : llvm::make_early_inc_range(*module.getBody()))
-    if (isa<ParamOp, StateOp>(op))
-      if (!referenced.contains(cast<SymbolOpInterface>(op).getNameAttr()))
-        op.erase();
-
-  module->setAttr("strata.schedule", b.getArrayAttr(scheduleAttr));
-  if (failed(verify(module)))
-    return mlir::emitError(func.getLoc()) << "strata-pipeline: the program of stage " << me
-                            << " does not verify";
-  return success();
+  return emitRankProgram(module, func, me, pp, ops, on, events, scheduleAttr);
 }
 
 } // namespace

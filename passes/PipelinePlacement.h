@@ -10,9 +10,16 @@
 #ifndef STRATA_PASSES_PIPELINEPLACEMENT_H
 #define STRATA_PASSES_PIPELINEPLACEMENT_H
 
+#include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/IR/Block.h"
+#include "mlir/IR/BuiltinAttributes.h"
+#include "mlir/IR/BuiltinOps.h"
 #include "mlir/Support/LLVM.h"
 #include "llvm/ADT/DenseMap.h"
+#include "llvm/ADT/DenseSet.h"
+#include "llvm/ADT/SmallVector.h"
+
+#include <vector>
 
 namespace strata {
 
@@ -26,6 +33,24 @@ struct Place {
   int64_t microBatch = -1;
   bool replicated = false;
   bool dead = false;
+};
+
+/// A message: `value` computed on rank stage `from`, read on `to`.
+struct Message {
+  mlir::Value value;
+  int64_t from, to;
+  /// Index of the send in the sender's sequence / of the receive in the
+  /// receiver's (items before which it goes).
+  size_t sendAfter = 0, recvBefore = 0;
+};
+
+/// A send or a receive of a stage, before the item at `at` of its sequence
+/// (receives of one channel in `tiebreak` order).
+struct StageEvent {
+  bool send;
+  Message *msg;
+  size_t at;
+  size_t tiebreak;
 };
 
 /// Every op's place, and the stage layout: `ppDegree` rank stages of
@@ -49,6 +74,19 @@ struct PipelinePlacement {
   mlir::LogicalResult classifyWeightParts(mlir::Block &body);
   /// Global-norm clipping over gradients of several stages, per stage.
   mlir::LogicalResult splitClipping(mlir::Block &body);
+
+  /// Cuts the program of rank stage `me` out of the placed step
+  /// (PipelineRankProgram.cpp): the ops of `ops[me]` in order, the sends and
+  /// receives of `events[me]` over `pp` on one token chain with the
+  /// collectives, the ops not `on[me]` and the declarations it no longer
+  /// reads erased, `schedule` recorded as the module's `strata.schedule`.
+  mlir::LogicalResult
+  emitRankProgram(mlir::ModuleOp module, mlir::func::FuncOp func, int64_t me,
+                  mlir::FlatSymbolRefAttr pp,
+                  llvm::ArrayRef<llvm::SmallVector<mlir::Operation *>> ops,
+                  llvm::ArrayRef<llvm::DenseSet<mlir::Operation *>> on,
+                  llvm::ArrayRef<std::vector<StageEvent>> events,
+                  llvm::ArrayRef<mlir::Attribute> schedule);
 };
 
 } // namespace strata
