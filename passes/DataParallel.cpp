@@ -47,11 +47,13 @@ struct DataParallelPass
     if (failed(grid))
       return signalPassFailure();
     // Every rank of a pipeline stage holds a replica.
-    degree = grid->getAxisSize(GridAxis::Dp) * grid->getAxisSize(GridAxis::Sharding);
+    degree =
+        grid->getAxisSize(GridAxis::Dp) * grid->getAxisSize(GridAxis::Sharding);
     if (degree == 1)
       return;
     FailureOr<func::FuncOp> step =
-        getDifferentiatedStep(module, "strata-data-parallel", ", and this pass before strata-optimizer");
+        getDifferentiatedStep(module, "strata-data-parallel",
+                              ", and this pass before strata-optimizer");
     if (failed(step))
       return signalPassFailure();
     // The group, declared after the parameters and state, before any use.

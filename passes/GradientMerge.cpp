@@ -34,7 +34,8 @@ struct GradientMergePass
     if (kSteps == 1)
       return;
     FailureOr<func::FuncOp> step =
-        getDifferentiatedStep(getOperation(), "strata-gradient-merge", ", and this pass before strata-optimizer");
+        getDifferentiatedStep(getOperation(), "strata-gradient-merge",
+                              ", and this pass before strata-optimizer");
     if (failed(step))
       return signalPassFailure();
     if (failed(split(*step)))

@@ -17,8 +17,7 @@
 //    the backward reads, each prefetched one gather ahead.
 // The groups are the rank grid's sharding axis (consecutive ranks); with a dp
 // axis (hybrid data parallelism) the reduce_scatter is followed by an
-// all_reduce of the segment over the ranks that hold the same share (hybrid
-// data parallelism).
+// all_reduce of the segment over the ranks that hold the same share.
 //
 //===----------------------------------------------------------------------===//
 

@@ -44,9 +44,9 @@ FailureOr<func::FuncOp> strata::getStepFunction(ModuleOp module,
   return failure();
 }
 
-FailureOr<func::FuncOp>
-strata::getDifferentiatedStep(ModuleOp module, llvm::StringRef pass,
-                              llvm::StringRef order) {
+FailureOr<func::FuncOp> strata::getDifferentiatedStep(ModuleOp module,
+                                                      llvm::StringRef pass,
+                                                      llvm::StringRef order) {
   FailureOr<func::FuncOp> step = getStepFunction(module, pass);
   if (failed(step) || returnsGradients(*step))
     return step;
