@@ -115,6 +115,10 @@ static constexpr GridAxis kGridAxes[] = {GridAxis::Pp, GridAxis::Dp,
                                          GridAxis::Sharding, GridAxis::Mp};
 
 LogicalResult RankGridOp::verify() {
+  for (RankGridOp other :
+       (*this)->getParentOfType<ModuleOp>().getOps<RankGridOp>())
+    if (other != *this && other->isBeforeInBlock(*this))
+      return emitOpError() << "is a second rank grid; a program has one";
   for (GridAxis axis : kGridAxes)
     if (getAxisSize(axis) < 1)
       return emitOpError() << "axis " << stringifyGridAxis(axis) << " has size "

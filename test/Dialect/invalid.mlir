@@ -774,3 +774,9 @@ func.func @f(%x: tensor<32xf32>) {
 
 // expected-error@+1 {{'strata.rank_grid' op axis sharding has size 0; every axis needs at least 1 rank}}
 strata.rank_grid @ranks(pp = 1, dp = 2, sharding = 0, mp = 1)
+
+// -----
+
+strata.rank_grid @ranks(pp = 1, dp = 2, sharding = 1, mp = 1)
+// expected-error@+1 {{'strata.rank_grid' op is a second rank grid; a program has one}}
+strata.rank_grid @other(pp = 1, dp = 2, sharding = 1, mp = 1)
