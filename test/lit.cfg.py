@@ -21,6 +21,11 @@ config.substitutions.append(
     ("%cc_sanitize",
      "-fsanitize=address,undefined" if config.strata_sanitize else ""))
 
+# The Python package loads libStrataC.so into the interpreter, which a
+# sanitizer build's library cannot be (the sanitizer runtime must come first).
+if config.strata_sanitize:
+    config.available_features.add("sanitize")
+
 llvm_config.use_default_substitutions()
 llvm_config.with_environment("PATH", config.llvm_tools_dir, append_path=True)
 

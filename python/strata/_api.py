@@ -1,0 +1,342 @@
+"""ctypes declarations of Strata's C API and the Python objects over them."""
+
+import ctypes
+import os
+from dataclasses import dataclass
+from typing import Dict, List, Optional, Sequence, Union
+
+import numpy as np
+
+# The C API version this binding is written against (STRATA_C_API_VERSION).
+_API_VERSION = 2
+
+
+def _find_library() -> str:
+    """libStrataC.so: $STRATA_LIBRARY, else beside the package (an installed
+    copy), else the build tree of the checkout ($STRATA_BUILD_DIR or build/)."""
+    explicit = os.environ.get("STRATA_LIBRARY")
+    if explicit:
+        return explicit
+    here = os.path.dirname(os.path.abspath(__file__))
+    candidates = [os.path.join(here, "lib", "libStrataC.so")]
+    root = os.path.dirname(os.path.dirname(here))
+    build = os.environ.get("STRATA_BUILD_DIR", os.path.join(root, "build"))
+    candidates.append(os.path.join(build, "lib", "libStrataC.so"))
+    for path in candidates:
+        if os.path.exists(path):
+            return path
+    raise ImportError(
+        "strata: cannot find libStrataC.so (looked in %s); build Strata "
+        "(bash .ci/build.sh) or set STRATA_LIBRARY" % ", ".join(candidates))
+
+
+library_path = _find_library()
+_lib = ctypes.CDLL(library_path)
+
+_Session = ctypes.c_void_p
+_ExecutableHandle = ctypes.c_void_p
+_DiagnosticCallback = ctypes.CFUNCTYPE(None, ctypes.c_int, ctypes.c_char_p,
+                                       ctypes.c_char_p, ctypes.c_void_p)
+
+
+class _ExecutableOptions(ctypes.Structure):
+    _fields_ = [("size", ctypes.c_size_t),
+                ("strategyPath", ctypes.c_char_p),
+                ("worldSize", ctypes.c_int64),
+                ("rank", ctypes.c_int64),
+                ("backend", ctypes.c_char_p),
+                ("seed", ctypes.c_uint64),
+                ("threads", ctypes.c_int64),
+                ("mpiComm", ctypes.c_void_p),
+                ("blockingCollectives", ctypes.c_int)]
+
+
+class _TensorInfo(ctypes.Structure):
+    _fields_ = [("name", ctypes.c_char_p),
+                ("elementType", ctypes.c_int),
+                ("rank", ctypes.c_int64),
+                ("shape", ctypes.POINTER(ctypes.c_int64))]
+
+
+class _MemoryPlan(ctypes.Structure):
+    _fields_ = [(name, ctypes.c_int64) for name in (
+        "peak", "arena", "persistent", "inputs", "activations", "parameters",
+        "gradients", "optimizerState", "scratch")]
+
+
+def _declare(name, restype, *argtypes):
+    fn = getattr(_lib, name)
+    fn.restype = restype
+    fn.argtypes = list(argtypes)
+    return fn
+
+
+_apiVersion = _declare("strataApiVersion", ctypes.c_int)
+_sessionCreate = _declare("strataSessionCreate", _Session)
+_sessionDestroy = _declare("strataSessionDestroy", None, _Session)
+_sessionParse = _declare("strataSessionParseProgram", ctypes.c_int, _Session,
+                         ctypes.c_char_p, ctypes.c_size_t, ctypes.c_char_p)
+_sessionLastError = _declare("strataSessionLastError", ctypes.c_char_p,
+                             _Session)
+_sessionSetCallback = _declare("strataSessionSetDiagnosticCallback", None,
+                               _Session, _DiagnosticCallback, ctypes.c_void_p)
+_optionsInit = _declare("strataExecutableOptionsInit", None,
+                        ctypes.POINTER(_ExecutableOptions))
+_create = _declare("strataExecutableCreate", ctypes.c_int, _Session,
+                   ctypes.POINTER(_ExecutableOptions),
+                   ctypes.POINTER(_ExecutableHandle))
+_destroy = _declare("strataExecutableDestroy", None, _ExecutableHandle)
+_numInputs = _declare("strataExecutableNumInputs", ctypes.c_int64,
+                      _ExecutableHandle)
+_inputInfo = _declare("strataExecutableInputInfo", ctypes.c_int,
+                      _ExecutableHandle, ctypes.c_int64,
+                      ctypes.POINTER(_TensorInfo))
+_readBatch = _declare("strataExecutableReadBatch", ctypes.c_int,
+                      _ExecutableHandle, ctypes.c_char_p, ctypes.c_int64,
+                      ctypes.POINTER(ctypes.c_void_p))
+_step = _declare("strataExecutableStep", ctypes.c_int, _ExecutableHandle,
+                 ctypes.POINTER(ctypes.c_void_p),
+                 ctypes.POINTER(ctypes.c_double))
+_load = _declare("strataExecutableLoadCheckpoint", ctypes.c_int,
+                 _ExecutableHandle, ctypes.c_char_p,
+                 ctypes.POINTER(ctypes.c_int64))
+_save = _declare("strataExecutableSaveCheckpoint", ctypes.c_int,
+                 _ExecutableHandle, ctypes.c_char_p, ctypes.c_int64)
+_memoryPlan = _declare("strataExecutableMemoryPlan", ctypes.c_int,
+                       _ExecutableHandle, ctypes.POINTER(_MemoryPlan))
+
+if _apiVersion() != _API_VERSION:
+    raise ImportError("strata: %s has C API version %d, this package needs %d"
+                      % (library_path, _apiVersion(), _API_VERSION))
+
+
+def api_version() -> int:
+    return _apiVersion()
+
+
+_SEVERITIES = {0: "error", 1: "warning", 2: "note", 3: "remark"}
+# The C API's element types (StrataElementType) as numpy types; bf16 has
+# none in numpy and is not accepted from Python yet.
+_DTYPES = {0: np.float32, 1: np.int32, 2: np.int64, 4: np.float16,
+           5: np.int8, 6: np.uint8}
+
+
+@dataclass(frozen=True)
+class Diagnostic:
+    severity: str  # "error", "warning", "note", "remark"
+    location: str  # "file:line:col", or "" when the diagnostic has none
+    message: str
+
+    def __str__(self) -> str:
+        where = self.location + ": " if self.location else ""
+        return "%s%s: %s" % (where, self.severity, self.message)
+
+
+class StrataError(Exception):
+    """A failed call: the message is the compiler's, `diagnostics` its
+    diagnostics one by one."""
+
+    def __init__(self, message: str, diagnostics: Sequence[Diagnostic] = ()):
+        super().__init__(message)
+        self.diagnostics = list(diagnostics)
+
+
+@dataclass(frozen=True)
+class Input:
+    name: str
+    dtype: np.dtype
+    shape: tuple
+
+
+@dataclass(frozen=True)
+class MemoryPlan:
+    """This rank's planned memory in bytes (see the C API's StrataMemoryPlan)."""
+    peak: int
+    arena: int
+    persistent: int
+    inputs: int
+    activations: int
+    parameters: int
+    gradients: int
+    optimizer_state: int
+    scratch: int
+
+
+class _Session:
+    """A C API session and the diagnostics of its calls."""
+
+    def __init__(self):
+        self.handle = _sessionCreate()
+        if not self.handle:
+            raise MemoryError("strata: cannot create a session")
+        self.diagnostics: List[Diagnostic] = []
+
+        def collect(severity, location, message, _):
+            self.diagnostics.append(Diagnostic(
+                _SEVERITIES.get(severity, "error"),
+                (location or b"").decode(), (message or b"").decode()))
+        # Kept alive as long as the session: C holds the pointer.
+        self._callback = _DiagnosticCallback(collect)
+        _sessionSetCallback(self.handle, self._callback, None)
+
+    def check(self, status: int) -> None:
+        """Raises StrataError with the diagnostics of a failed call."""
+        if status == 0:
+            self.diagnostics.clear()
+            return
+        message = (_sessionLastError(self.handle) or b"").decode().strip()
+        errors = list(self.diagnostics)
+        self.diagnostics.clear()
+        raise StrataError(message or "strata: the call failed", errors)
+
+    def close(self) -> None:
+        if self.handle:
+            _sessionDestroy(self.handle)
+            self.handle = None
+
+    def __del__(self):
+        self.close()
+
+
+class Executable:
+    """One rank of a training job: the compiled step, its weights and
+    optimizer state. Made by `strata.compile`."""
+
+    def __init__(self, session: _Session, handle):
+        self._session = session
+        self._handle = handle
+        self.inputs: List[Input] = []
+        info = _TensorInfo()
+        for i in range(_numInputs(handle)):
+            session.check(_inputInfo(handle, i, ctypes.byref(info)))
+            shape = tuple(info.shape[d] for d in range(info.rank))
+            dtype = _DTYPES.get(info.elementType)
+            if dtype is None:
+                raise StrataError("input '%s' has element type %d, which "
+                                  "numpy has no type for"
+                                  % (info.name.decode(), info.elementType))
+            self.inputs.append(Input(info.name.decode(), np.dtype(dtype),
+                                     shape))
+
+    def _buffers(self, batch) -> List[np.ndarray]:
+        if isinstance(batch, dict):
+            missing = [i.name for i in self.inputs if i.name not in batch]
+            if missing:
+                raise ValueError("the batch has no %s" % ", ".join(missing))
+            batch = [batch[i.name] for i in self.inputs]
+        batch = list(batch)
+        if len(batch) != len(self.inputs):
+            raise ValueError("the step takes %d inputs (%s), got %d"
+                             % (len(self.inputs),
+                                ", ".join(i.name for i in self.inputs),
+                                len(batch)))
+        arrays = []
+        for spec, value in zip(self.inputs, batch):
+            array = np.ascontiguousarray(value)
+            if array.dtype != spec.dtype or array.shape != spec.shape:
+                raise ValueError(
+                    "input '%s' must be %s of shape %s, got %s of shape %s"
+                    % (spec.name, spec.dtype, spec.shape, array.dtype,
+                       array.shape))
+            arrays.append(array)
+        return arrays
+
+    @staticmethod
+    def _pointers(arrays) -> ctypes.Array:
+        return (ctypes.c_void_p * len(arrays))(
+            *[a.ctypes.data_as(ctypes.c_void_p) for a in arrays])
+
+    def read_batch(self, step: int, data: Optional[str] = None
+                   ) -> Dict[str, np.ndarray]:
+        """Batch `step` of the data stream strata-run uses (token ids of the
+        text file or directory `data`, by default the licence texts; the
+        MLP's synthetic task), as {input name: array}."""
+        arrays = [np.empty(i.shape, i.dtype) for i in self.inputs]
+        self._session.check(_readBatch(
+            self._handle, data.encode() if data else None, step,
+            self._pointers(arrays)))
+        return {i.name: a for i, a in zip(self.inputs, arrays)}
+
+    def step(self, batch) -> float:
+        """Trains one step on the global batch (a dict by input name or a
+        sequence in input order) and returns the loss."""
+        arrays = self._buffers(batch)
+        loss = ctypes.c_double()
+        self._session.check(_step(self._handle, self._pointers(arrays),
+                                  ctypes.byref(loss)))
+        return loss.value
+
+    def save(self, path: str, steps_done: int = 0) -> None:
+        """Writes the weights and optimizer state (safetensors)."""
+        self._session.check(_save(self._handle, os.fsencode(path),
+                                  steps_done))
+
+    def load(self, path: str) -> int:
+        """Reads a checkpoint (any strategy's); returns its steps done."""
+        done = ctypes.c_int64()
+        self._session.check(_load(self._handle, os.fsencode(path),
+                                  ctypes.byref(done)))
+        return done.value
+
+    def memory_plan(self) -> MemoryPlan:
+        plan = _MemoryPlan()
+        self._session.check(_memoryPlan(self._handle, ctypes.byref(plan)))
+        return MemoryPlan(plan.peak, plan.arena, plan.persistent, plan.inputs,
+                          plan.activations, plan.parameters, plan.gradients,
+                          plan.optimizerState, plan.scratch)
+
+    def close(self) -> None:
+        if self._handle:
+            _destroy(self._handle)
+            self._handle = None
+
+    def __del__(self):
+        self.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *_):
+        self.close()
+
+
+def compile(program: Union[str, bytes, os.PathLike], *,
+            strategy: Optional[Union[str, os.PathLike]] = None,
+            world_size: int = 1, rank: int = 0, backend: str = "cpu",
+            seed: int = 0, threads: int = 1,
+            name: Optional[str] = None) -> Executable:
+    """Compiles a training program (MLIR text of the strata dialect, or the
+    path of a .mlir file) with a strategy file for `rank` of `world_size`
+    ranks, and creates the backend's executable ("cpu" or "reference") with
+    the initial weights of `seed`."""
+    if world_size != 1 or rank != 0:
+        raise NotImplementedError(
+            "strata.compile: one rank only for now (jobs of several ranks "
+            "need the caller's MPI communicator, which this package cannot "
+            "pass yet)")
+    if isinstance(program, os.PathLike) or (
+            isinstance(program, str) and program.endswith(".mlir")
+            and "\n" not in program):
+        with open(program, "rb") as f:
+            text = f.read()
+        name = name or os.fspath(program)
+    else:
+        text = program.encode() if isinstance(program, str) else program
+        name = name or "<program>"
+    session = _Session()
+    session.check(_sessionParse(session.handle, text, len(text),
+                                name.encode()))
+    options = _ExecutableOptions()
+    _optionsInit(ctypes.byref(options))
+    strategy_bytes = os.fsencode(strategy) if strategy else None
+    backend_bytes = backend.encode()
+    options.strategyPath = strategy_bytes
+    options.worldSize = world_size
+    options.rank = rank
+    options.backend = backend_bytes
+    options.seed = seed
+    options.threads = threads
+    handle = _ExecutableHandle()
+    session.check(_create(session.handle, ctypes.byref(options),
+                          ctypes.byref(handle)))
+    return Executable(session, handle)
