@@ -15,6 +15,8 @@ packages=(
   # and OpenBLAS as its BLAS (Debian's torch otherwise falls back to the
   # netlib reference BLAS, ~3 GFLOP/s: no fair peer for bench/).
   libgtest-dev libgmock-dev python3-torch libopenblas0-pthread
+  # The Python package's jobs of several ranks (the caller's communicator).
+  python3-mpi4py
 )
 
 missing=()

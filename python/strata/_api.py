@@ -205,6 +205,9 @@ class Executable:
     def __init__(self, session: _Session, handle):
         self._session = session
         self._handle = handle
+        self._comm = None
+        #: The job: this executable is `rank` of `world_size` ranks.
+        self.world_size, self.rank = 1, 0
         self.inputs: List[Input] = []
         info = _TensorInfo()
         for i in range(_numInputs(handle)):
@@ -300,20 +303,55 @@ class Executable:
         self.close()
 
 
+def _mpi_world_size_from_environment() -> int:
+    """The size of the job mpirun (or another MPI launcher) started this
+    process in; 1 outside one."""
+    for key in ("OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_SIZE"):
+        if os.environ.get(key, "").isdigit():
+            return int(os.environ[key])
+    return 1
+
+
 def compile(program: Union[str, bytes, os.PathLike], *,
             strategy: Optional[Union[str, os.PathLike]] = None,
-            world_size: int = 1, rank: int = 0, backend: str = "cpu",
-            seed: int = 0, threads: int = 1,
-            name: Optional[str] = None) -> Executable:
+            comm=None, world_size: Optional[int] = None,
+            rank: Optional[int] = None, backend: str = "cpu", seed: int = 0,
+            threads: int = 1, name: Optional[str] = None) -> Executable:
     """Compiles a training program (MLIR text of the strata dialect, or the
-    path of a .mlir file) with a strategy file for `rank` of `world_size`
-    ranks, and creates the backend's executable ("cpu" or "reference") with
-    the initial weights of `seed`."""
-    if world_size != 1 or rank != 0:
-        raise NotImplementedError(
-            "strata.compile: one rank only for now (jobs of several ranks "
-            "need the caller's MPI communicator, which this package cannot "
-            "pass yet)")
+    path of a .mlir file) with a strategy file for one rank of a job, and
+    creates the backend's executable ("cpu" or "reference") with the initial
+    weights of `seed`.
+
+    The job: `comm`, an mpi4py communicator whose ranks are the job's; under
+    mpirun without `comm`, mpi4py's COMM_WORLD; otherwise one rank. Every
+    rank of a job calls compile, and step, with the same arguments."""
+    if comm is None and (world_size or 1) == 1 and \
+            _mpi_world_size_from_environment() > 1 and world_size is None:
+        try:
+            from mpi4py import MPI
+        except ImportError as e:
+            raise StrataError(
+                "strata.compile: this process is one of %d MPI ranks, and "
+                "joining them needs mpi4py (Debian: python3-mpi4py); pass "
+                "world_size=1 to train this rank alone"
+                % _mpi_world_size_from_environment()) from e
+        comm = MPI.COMM_WORLD
+    comm_address = None
+    if comm is not None:
+        from mpi4py import MPI
+        if world_size is not None and world_size != comm.Get_size():
+            raise ValueError("world_size %d differs from the communicator's "
+                             "%d ranks" % (world_size, comm.Get_size()))
+        if rank is not None and rank != comm.Get_rank():
+            raise ValueError("rank %d differs from the communicator's rank %d"
+                             % (rank, comm.Get_rank()))
+        world_size, rank = comm.Get_size(), comm.Get_rank()
+        comm_address = MPI._addressof(comm)
+    world_size = 1 if world_size is None else world_size
+    rank = 0 if rank is None else rank
+    if world_size > 1 and comm_address is None:
+        raise ValueError("strata.compile: a job of %d ranks needs comm= (an "
+                         "mpi4py communicator of its ranks)" % world_size)
     if isinstance(program, os.PathLike) or (
             isinstance(program, str) and program.endswith(".mlir")
             and "\n" not in program):
@@ -336,7 +374,12 @@ def compile(program: Union[str, bytes, os.PathLike], *,
     options.backend = backend_bytes
     options.seed = seed
     options.threads = threads
+    options.mpiComm = comm_address
     handle = _ExecutableHandle()
     session.check(_create(session.handle, ctypes.byref(options),
                           ctypes.byref(handle)))
-    return Executable(session, handle)
+    executable = Executable(session, handle)
+    executable.world_size, executable.rank = world_size, rank
+    # The communicator must outlive the executable.
+    executable._comm = comm
+    return executable

@@ -28,8 +28,8 @@ try:
     exe.load("missing.safetensors")
 except strata.StrataError as e:
     print("load:", str(e).splitlines()[0])
-# Several ranks are not supported from Python yet.
+# Several ranks need their communicator.
 try:
     strata.compile("mlp.mlir", world_size=2)
-except NotImplementedError as e:
+except ValueError as e:
     print("ranks:", e)

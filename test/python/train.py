@@ -3,7 +3,8 @@
 usage: train.py PROGRAM STEPS SEED [--strategy FILE] [--resume-at N FILE]
 
 Prints `step <i> loss <value>` per step (as strata-run does), so that the
-losses compare bit for bit. With --resume-at N FILE the executable saves a
+losses compare bit for bit. Under mpirun every rank trains (mpi4py's
+COMM_WORLD is the job) and rank 0 prints. With --resume-at N FILE the executable saves a
 checkpoint after N steps, and a new executable loads it and trains the rest.
 """
 
@@ -20,8 +21,11 @@ parser.add_argument("--resume-at", nargs=2, metavar=("N", "FILE"))
 args = parser.parse_args()
 
 exe = strata.compile(args.program, strategy=args.strategy, seed=args.seed)
+# Under mpirun every rank trains; rank 0 prints.
+out = print if exe.rank == 0 else (lambda *a, **k: None)
+out("ranks: %d" % exe.world_size)
 for spec in exe.inputs:
-    print("input %s: %s %s" % (spec.name, spec.dtype, list(spec.shape)))
+    out("input %s: %s %s" % (spec.name, spec.dtype, list(spec.shape)))
 resume_at = int(args.resume_at[0]) if args.resume_at else None
 for i in range(args.steps):
     if i == resume_at:
@@ -29,7 +33,8 @@ for i in range(args.steps):
         exe.close()
         exe = strata.compile(args.program, strategy=args.strategy,
                              seed=args.seed)
-        print("resumed after step %d" % exe.load(args.resume_at[1]))
-    print("step %d loss %r" % (i, exe.step(exe.read_batch(i))))
+        out("resumed after step %d" % exe.load(args.resume_at[1]))
+    out("step %d loss %r" % (i, exe.step(exe.read_batch(i))))
 plan = exe.memory_plan()
-print("memory: peak %d parameters %d" % (plan.peak, plan.parameters))
+out("memory: peak %d parameters %d" % (plan.peak, plan.parameters))
+exe.close()
