@@ -15,8 +15,9 @@ packages=(
   # and OpenBLAS as its BLAS (Debian's torch otherwise falls back to the
   # netlib reference BLAS, ~3 GFLOP/s: no fair peer for bench/).
   libgtest-dev libgmock-dev python3-torch libopenblas0-pthread
-  # The Python package's jobs of several ranks (the caller's communicator).
-  python3-mpi4py
+  # The Python package: NumPy arrays, and mpi4py for jobs of several ranks
+  # (the caller's communicator).
+  python3-numpy python3-mpi4py
 )
 
 missing=()
