@@ -18,6 +18,8 @@ packages=(
   # The Python package: NumPy arrays, and mpi4py for jobs of several ranks
   # (the caller's communicator).
   python3-numpy python3-mpi4py
+  # `pip install` of the Python package, tested offline in a venv.
+  python3-venv python3-pip python3-setuptools python3-wheel
 )
 
 missing=()

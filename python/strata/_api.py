@@ -31,7 +31,14 @@ def _find_library() -> str:
 
 
 library_path = _find_library()
-_lib = ctypes.CDLL(library_path)
+# An installed copy keeps the CPU runtime beside it: loaded first and
+# globally, it satisfies libStrataC.so's dependency and the JIT-compiled
+# step's calls.
+_runtime = os.path.join(os.path.dirname(library_path),
+                        "libstrata_runtime_cpu.so")
+if os.path.exists(_runtime):
+    ctypes.CDLL(_runtime, mode=ctypes.RTLD_GLOBAL)
+_lib = ctypes.CDLL(library_path, mode=ctypes.RTLD_GLOBAL)
 
 _Session = ctypes.c_void_p
 _ExecutableHandle = ctypes.c_void_p
