@@ -332,8 +332,8 @@ def compile(program: Union[str, bytes, os.PathLike], *,
     The job: `comm`, an mpi4py communicator whose ranks are the job's; under
     mpirun without `comm`, mpi4py's COMM_WORLD; otherwise one rank. Every
     rank of a job calls compile, and step, with the same arguments."""
-    if comm is None and (world_size or 1) == 1 and \
-            _mpi_world_size_from_environment() > 1 and world_size is None:
+    if comm is None and world_size is None and \
+            _mpi_world_size_from_environment() > 1:
         try:
             from mpi4py import MPI
         except ImportError as e:
