@@ -36,12 +36,8 @@ except ImportError:  # PyTorch 1.13
     from torch.nn.utils.stateless import functional_call
 
 
-class ImportError_(Exception):
-    """An op or a use of one the importer cannot express."""
-
-
-# The name users see.
-UnsupportedError = ImportError_
+class UnsupportedError(Exception):
+    """An op, or a use of one, that the importer cannot express."""
 
 _aten = torch.ops.aten
 _BARE_ID = re.compile(r"^[A-Za-z_][A-Za-z0-9_$.]*$")
