@@ -101,11 +101,15 @@ Value RuntimeLowering::f64(double v) {
 
 Value RuntimeLowering::null() { return LLVM::ZeroOp::create(b, loc, ptrType); }
 
-Value RuntimeLowering::call(StringRef name, ArrayRef<Value> args,
+Value RuntimeLowering::call(StringRef name, ArrayRef<CallArg> args,
                             Type resultType) {
   // Every function of the runtime ABI takes the context first.
   SmallVector<Value> all = {context};
-  all.append(args.begin(), args.end());
+  for (const CallArg &arg : args) {
+    all.push_back(arg.buffer);
+    if (arg.typeCode)
+      all.push_back(arg.typeCode);
+  }
   auto callee = module.lookupSymbol<LLVM::LLVMFuncOp>(name);
   if (!callee) {
     OpBuilder::InsertionGuard guard(b);

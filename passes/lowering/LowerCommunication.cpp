@@ -41,15 +41,15 @@ void strata::lowering::populatePointToPointLoweringPatterns(
     RewritePatternSet &patterns, RuntimeLowering &l) {
   addLowering<SendOp>(patterns, l, [](SendOp o, RuntimeLowering &l) {
     l.call("strata_rt_send",
-           {l.site(), l.ptr(o.getInput()), l.ty(o.getInput()),
-            l.i64(numel(o.getInput())), l.i64(o.getPeer()),
+           {l.site(), l.tensor(o.getInput()), l.i64(numel(o.getInput())),
+            l.i64(o.getPeer()),
             l.constantArray(l.groupDescriptor(o, o.getGroupAttr()))});
     return success();
   });
   addLowering<RecvOp>(patterns, l, [](RecvOp o, RuntimeLowering &l) {
     l.call("strata_rt_recv",
-           {l.site(), l.ptr(o.getResult()), l.ty(o.getResult()),
-            l.i64(numel(o.getResult())), l.i64(o.getPeer()),
+           {l.site(), l.tensor(o.getResult()), l.i64(numel(o.getResult())),
+            l.i64(o.getPeer()),
             l.constantArray(l.groupDescriptor(o, o.getGroupAttr()))});
     return success();
   });

@@ -28,24 +28,22 @@ LogicalResult binary(int64_t kind, Value lhs, Value rhs, Value out,
   desc.append(broadcastStrides(shapeOf(lhs), shape));
   desc.append(broadcastStrides(shapeOf(rhs), shape));
   l.call("strata_rt_binary",
-         {l.site(), l.i64(kind), l.ptr(out), l.ty(out), l.ptr(lhs), l.ty(lhs),
-          l.ptr(rhs), l.ty(rhs), l.i64(shape.size()), l.constantArray(desc)});
+         {l.site(), l.i64(kind), l.tensor(out), l.tensor(lhs), l.tensor(rhs),
+          l.i64(shape.size()), l.constantArray(desc)});
   return success();
 }
 
 LogicalResult unary(int64_t kind, Value in, Value out, RuntimeLowering &l,
                     double alpha = 0) {
-  l.call("strata_rt_unary",
-         {l.site(), l.i64(kind), l.ptr(out), l.ty(out), l.ptr(in), l.ty(in),
-          l.i64(numel(out)), l.f64(alpha)});
+  l.call("strata_rt_unary", {l.site(), l.i64(kind), l.tensor(out), l.tensor(in),
+                             l.i64(numel(out)), l.f64(alpha)});
   return success();
 }
 
 LogicalResult actGrad(int64_t act, Value out, Value x, Value dy,
                       RuntimeLowering &l) {
-  l.call("strata_rt_act_grad",
-         {l.site(), l.i64(act), l.ptr(out), l.ty(out), l.ptr(x), l.ty(x),
-          l.ptr(dy), l.ty(dy), l.i64(numel(out))});
+  l.call("strata_rt_act_grad", {l.site(), l.i64(act), l.tensor(out),
+                                l.tensor(x), l.tensor(dy), l.i64(numel(out))});
   return success();
 }
 
@@ -58,7 +56,7 @@ LogicalResult lowerConstant(arith::ConstantOp c, RuntimeLowering &l) {
                    ? dense.getSplatValue<APFloat>().convertToDouble()
                    : double(dense.getSplatValue<APInt>().getSExtValue());
     l.call("strata_rt_fill",
-           {l.site(), l.ptr(c), l.ty(c), l.i64(numel(c)), l.f64(v)});
+           {l.site(), l.tensor(c), l.i64(numel(c)), l.f64(v)});
     return success();
   }
   // Non-splat constants: a constant global copied into the buffer.

@@ -105,9 +105,8 @@ LogicalResult lowerFusedGemm(FusedGemmEpilogueOp o, RuntimeLowering &l) {
            l.ptr(o.getAux()), l.ptr(o.getBias()), STRATA_RT_ACT_NONE);
     if (act != STRATA_RT_ACT_NONE) {
       l.call("strata_rt_unary",
-             {l.site(), l.i64(act), l.ptr(o.getResult()), l.ty(o.getResult()),
-              l.ptr(o.getAux()), l.ty(o.getAux()), l.i64(numel(o.getResult())),
-              l.f64(0)});
+             {l.site(), l.i64(act), l.tensor(o.getResult()),
+              l.tensor(o.getAux()), l.i64(numel(o.getResult())), l.f64(0)});
       return success();
     }
     l.copy(l.ptr(o.getResult()), l.ptr(o.getAux()), o.getResult());
@@ -137,9 +136,8 @@ LogicalResult lowerFusedGemmGrad(FusedGemmEpilogueGradOp o,
         isa_and_nonnull<GetParamOp, GetStateOp>(aux.getDefiningOp()))
       return o.emitOpError("needs an intermediate pre-activation");
     l.call("strata_rt_act_grad",
-           {l.site(), l.i64(activationCode(o.getActivation())), l.ptr(aux),
-            l.ty(aux), l.ptr(aux), l.ty(aux), l.ptr(dz), l.ty(dz),
-            l.i64(numel(dz))});
+           {l.site(), l.i64(activationCode(o.getActivation())), l.tensor(aux),
+            l.tensor(aux), l.tensor(dz), l.i64(numel(dz))});
     dzPtr = l.ptr(aux);
   }
   if (!o.getInputGrad().use_empty())

@@ -25,24 +25,23 @@ LogicalResult lowerSoftmax(SoftmaxOp o, RuntimeLowering &l) {
   int64_t causal =
       o.getCausal() ? (shape.size() >= 2 ? shape[shape.size() - 2] : 1) : 0;
   l.call("strata_rt_softmax",
-         {l.site(), l.ptr(o), l.ty(o), l.ptr(o.getInput()), l.ty(o.getInput()),
-          l.i64(rowsOf(o)), l.i64(shape.back()), l.i64(causal)});
+         {l.site(), l.tensor(o), l.tensor(o.getInput()), l.i64(rowsOf(o)),
+          l.i64(shape.back()), l.i64(causal)});
   return success();
 }
 
 LogicalResult lowerSoftmaxGrad(SoftmaxGradOp o, RuntimeLowering &l) {
   l.call("strata_rt_softmax_grad",
-         {l.site(), l.ptr(o), l.ty(o), l.ptr(o.getOutput()),
-          l.ty(o.getOutput()), l.ptr(o.getResultGrad()),
-          l.ty(o.getResultGrad()), l.i64(rowsOf(o)), l.i64(shapeOf(o).back())});
+         {l.site(), l.tensor(o), l.tensor(o.getOutput()),
+          l.tensor(o.getResultGrad()), l.i64(rowsOf(o)),
+          l.i64(shapeOf(o).back())});
   return success();
 }
 
 LogicalResult lowerLayerNorm(LayerNormOp o, RuntimeLowering &l) {
   l.call("strata_rt_layer_norm",
-         {l.site(), l.ptr(o), l.ty(o), l.ptr(o.getInput()), l.ty(o.getInput()),
-          l.ptr(o.getGamma()), l.ty(o.getGamma()), l.ptr(o.getBeta()),
-          l.ty(o.getBeta()), l.i64(rowsOf(o)), l.i64(shapeOf(o).back()),
+         {l.site(), l.tensor(o), l.tensor(o.getInput()), l.tensor(o.getGamma()),
+          l.tensor(o.getBeta()), l.i64(rowsOf(o)), l.i64(shapeOf(o).back()),
           l.f64(o.getEpsilon().convertToDouble())});
   return success();
 }
@@ -50,28 +49,25 @@ LogicalResult lowerLayerNorm(LayerNormOp o, RuntimeLowering &l) {
 LogicalResult lowerLayerNormGrad(LayerNormGradOp o, RuntimeLowering &l) {
   Value x = o.getInput();
   l.call("strata_rt_layer_norm_grad",
-         {l.site(), l.ptr(o.getInputGrad()), l.ty(o.getInputGrad()),
-          l.ptr(o.getGammaGrad()), l.ty(o.getGammaGrad()),
-          l.ptr(o.getBetaGrad()), l.ty(o.getBetaGrad()), l.ptr(x), l.ty(x),
-          l.ptr(o.getGamma()), l.ty(o.getGamma()), l.ptr(o.getResultGrad()),
-          l.ty(o.getResultGrad()), l.i64(rowsOf(x)), l.i64(shapeOf(x).back()),
-          l.f64(o.getEpsilon().convertToDouble())});
+         {l.site(), l.tensor(o.getInputGrad()), l.tensor(o.getGammaGrad()),
+          l.tensor(o.getBetaGrad()), l.tensor(x), l.tensor(o.getGamma()),
+          l.tensor(o.getResultGrad()), l.i64(rowsOf(x)),
+          l.i64(shapeOf(x).back()), l.f64(o.getEpsilon().convertToDouble())});
   return success();
 }
 
 LogicalResult lowerCrossEntropy(CrossEntropyOp o, RuntimeLowering &l) {
   l.call("strata_rt_cross_entropy",
-         {l.site(), l.ptr(o), l.ty(o), l.ptr(o.getLogits()),
-          l.ty(o.getLogits()), l.ptr(o.getLabels()), l.ty(o.getLabels()),
-          l.i64(numel(o.getLabels())), l.i64(shapeOf(o.getLogits()).back())});
+         {l.site(), l.tensor(o), l.tensor(o.getLogits()),
+          l.tensor(o.getLabels()), l.i64(numel(o.getLabels())),
+          l.i64(shapeOf(o.getLogits()).back())});
   return success();
 }
 
 LogicalResult lowerCrossEntropyGrad(CrossEntropyGradOp o, RuntimeLowering &l) {
   l.call("strata_rt_cross_entropy_grad",
-         {l.site(), l.ptr(o), l.ty(o), l.ptr(o.getLogits()),
-          l.ty(o.getLogits()), l.ptr(o.getLabels()), l.ty(o.getLabels()),
-          l.ptr(o.getLossGrad()), l.ty(o.getLossGrad()),
+         {l.site(), l.tensor(o), l.tensor(o.getLogits()),
+          l.tensor(o.getLabels()), l.tensor(o.getLossGrad()),
           l.i64(numel(o.getLabels())), l.i64(shapeOf(o.getLogits()).back())});
   return success();
 }
@@ -79,18 +75,17 @@ LogicalResult lowerCrossEntropyGrad(CrossEntropyGradOp o, RuntimeLowering &l) {
 LogicalResult lowerEmbedding(EmbeddingOp o, RuntimeLowering &l) {
   SmallVector<int64_t> table = shapeOf(o.getTable());
   l.call("strata_rt_embedding",
-         {l.site(), l.ptr(o), l.ty(o), l.ptr(o.getTable()), l.ty(o.getTable()),
-          l.ptr(o.getIds()), l.ty(o.getIds()), l.i64(numel(o.getIds())),
-          l.i64(table[0]), l.i64(table[1])});
+         {l.site(), l.tensor(o), l.tensor(o.getTable()), l.tensor(o.getIds()),
+          l.i64(numel(o.getIds())), l.i64(table[0]), l.i64(table[1])});
   return success();
 }
 
 LogicalResult lowerEmbeddingGrad(EmbeddingGradOp o, RuntimeLowering &l) {
   SmallVector<int64_t> table = shapeOf(o);
   l.call("strata_rt_embedding_grad",
-         {l.site(), l.ptr(o), l.ty(o), l.ptr(o.getIds()), l.ty(o.getIds()),
-          l.ptr(o.getResultGrad()), l.ty(o.getResultGrad()),
-          l.i64(numel(o.getIds())), l.i64(table[0]), l.i64(table[1])});
+         {l.site(), l.tensor(o), l.tensor(o.getIds()),
+          l.tensor(o.getResultGrad()), l.i64(numel(o.getIds())),
+          l.i64(table[0]), l.i64(table[1])});
   return success();
 }
 

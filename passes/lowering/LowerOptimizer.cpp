@@ -21,8 +21,8 @@ LogicalResult lowerLrSchedule(LrScheduleOp o, RuntimeLowering &l) {
                      ? STRATA_RT_LR_LINEAR_WARMUP
                      : STRATA_RT_LR_COSINE;
   l.call("strata_rt_lr_schedule",
-         {l.site(), l.ptr(o), l.ty(o), l.ptr(o.getStep()), l.ty(o.getStep()),
-          l.i64(kind), l.f64(o.getBaseLr().convertToDouble()),
+         {l.site(), l.tensor(o), l.tensor(o.getStep()), l.i64(kind),
+          l.f64(o.getBaseLr().convertToDouble()),
           l.i64(int64_t(o.getWarmupSteps())), l.i64(int64_t(o.getDecaySteps())),
           l.f64(o.getMinLr().convertToDouble())});
   return success();
@@ -44,37 +44,33 @@ LogicalResult lowerGlobalNorm(GlobalNormOp o, RuntimeLowering &l) {
     types.push_back(RuntimeLowering::typeCode(tensorType(v).getElementType()));
   }
   l.call("strata_rt_global_norm",
-         {l.site(), l.ptr(o), l.ty(o), l.i64(count), table,
-          l.constantArray(types), l.constantArray(sizes)});
+         {l.site(), l.tensor(o), l.i64(count), table, l.constantArray(types),
+          l.constantArray(sizes)});
   return success();
 }
 
 LogicalResult lowerClip(ClipByGlobalNormOp o, RuntimeLowering &l) {
   for (auto [in, out] : llvm::zip(o.getInputs(), o.getResults()))
     l.call("strata_rt_clip",
-           {l.site(), l.ptr(out), l.ty(out), l.ptr(in), l.ty(in),
-            l.i64(numel(in)), l.ptr(o.getNorm()), l.ty(o.getNorm()),
-            l.f64(o.getMaxNorm().convertToDouble())});
+           {l.site(), l.tensor(out), l.tensor(in), l.i64(numel(in)),
+            l.tensor(o.getNorm()), l.f64(o.getMaxNorm().convertToDouble())});
   return success();
 }
 
 LogicalResult lowerSgd(SgdUpdateOp o, RuntimeLowering &l) {
   l.call("strata_rt_sgd",
-         {l.site(), l.ptr(o), l.ty(o), l.ptr(o.getParam()), l.ty(o.getParam()),
-          l.ptr(o.getGrad()), l.ty(o.getGrad()), l.ptr(o.getLr()),
-          l.ty(o.getLr()), l.i64(numel(o)),
+         {l.site(), l.tensor(o), l.tensor(o.getParam()), l.tensor(o.getGrad()),
+          l.tensor(o.getLr()), l.i64(numel(o)),
           l.f64(o.getWeightDecay().convertToDouble())});
   return success();
 }
 
 LogicalResult lowerMomentum(MomentumUpdateOp o, RuntimeLowering &l) {
   l.call("strata_rt_momentum",
-         {l.site(), l.ptr(o.getNewParam()), l.ty(o.getNewParam()),
-          l.ptr(o.getNewVelocity()), l.ty(o.getNewVelocity()),
-          l.ptr(o.getParam()), l.ty(o.getParam()), l.ptr(o.getGrad()),
-          l.ty(o.getGrad()), l.ptr(o.getVelocity()), l.ty(o.getVelocity()),
-          l.ptr(o.getLr()), l.ty(o.getLr()), l.i64(numel(o.getParam())),
-          l.f64(o.getMomentum().convertToDouble()),
+         {l.site(), l.tensor(o.getNewParam()), l.tensor(o.getNewVelocity()),
+          l.tensor(o.getParam()), l.tensor(o.getGrad()),
+          l.tensor(o.getVelocity()), l.tensor(o.getLr()),
+          l.i64(numel(o.getParam())), l.f64(o.getMomentum().convertToDouble()),
           l.f64(o.getWeightDecay().convertToDouble()),
           l.i64(o.getUseNesterov())});
   return success();
@@ -82,42 +78,25 @@ LogicalResult lowerMomentum(MomentumUpdateOp o, RuntimeLowering &l) {
 
 template <typename OpTy, int64_t Kind>
 LogicalResult lowerAdam(OpTy o, RuntimeLowering &l) {
-  l.call("strata_rt_adam", {l.site(),
-                            l.i64(Kind),
-                            l.ptr(o.getNewParam()),
-                            l.ty(o.getNewParam()),
-                            l.ptr(o.getNewMoment1()),
-                            l.ty(o.getNewMoment1()),
-                            l.ptr(o.getNewMoment2()),
-                            l.ty(o.getNewMoment2()),
-                            l.ptr(o.getParam()),
-                            l.ty(o.getParam()),
-                            l.ptr(o.getGrad()),
-                            l.ty(o.getGrad()),
-                            l.ptr(o.getMoment1()),
-                            l.ty(o.getMoment1()),
-                            l.ptr(o.getMoment2()),
-                            l.ty(o.getMoment2()),
-                            l.ptr(o.getLr()),
-                            l.ty(o.getLr()),
-                            l.ptr(o.getStep()),
-                            l.ty(o.getStep()),
-                            l.i64(numel(o.getParam())),
-                            l.f64(o.getBeta1().convertToDouble()),
-                            l.f64(o.getBeta2().convertToDouble()),
-                            l.f64(o.getEpsilon().convertToDouble()),
-                            l.f64(o.getWeightDecay().convertToDouble())});
+  l.call("strata_rt_adam",
+         {l.site(), l.i64(Kind), l.tensor(o.getNewParam()),
+          l.tensor(o.getNewMoment1()), l.tensor(o.getNewMoment2()),
+          l.tensor(o.getParam()), l.tensor(o.getGrad()),
+          l.tensor(o.getMoment1()), l.tensor(o.getMoment2()),
+          l.tensor(o.getLr()), l.tensor(o.getStep()),
+          l.i64(numel(o.getParam())), l.f64(o.getBeta1().convertToDouble()),
+          l.f64(o.getBeta2().convertToDouble()),
+          l.f64(o.getEpsilon().convertToDouble()),
+          l.f64(o.getWeightDecay().convertToDouble())});
   return success();
 }
 
 LogicalResult lowerLars(LarsUpdateOp o, RuntimeLowering &l) {
   l.call("strata_rt_lars",
-         {l.site(), l.ptr(o.getNewParam()), l.ty(o.getNewParam()),
-          l.ptr(o.getNewVelocity()), l.ty(o.getNewVelocity()),
-          l.ptr(o.getParam()), l.ty(o.getParam()), l.ptr(o.getGrad()),
-          l.ty(o.getGrad()), l.ptr(o.getVelocity()), l.ty(o.getVelocity()),
-          l.ptr(o.getLr()), l.ty(o.getLr()), l.i64(numel(o.getParam())),
-          l.f64(o.getMomentum().convertToDouble()),
+         {l.site(), l.tensor(o.getNewParam()), l.tensor(o.getNewVelocity()),
+          l.tensor(o.getParam()), l.tensor(o.getGrad()),
+          l.tensor(o.getVelocity()), l.tensor(o.getLr()),
+          l.i64(numel(o.getParam())), l.f64(o.getMomentum().convertToDouble()),
           l.f64(o.getWeightDecay().convertToDouble()),
           l.f64(o.getLarsCoeff().convertToDouble()),
           l.f64(o.getEpsilon().convertToDouble())});

@@ -55,9 +55,17 @@ public:
   Value null();
   /// The call site of the op being lowered.
   Value site() { return i64(currentSite); }
+  /// One argument of a call: a scalar, or a tensor (`tensor(v)`), which the
+  /// ABI takes as two: its buffer and its element type code.
+  struct CallArg {
+    CallArg(Value scalar) : buffer(scalar) {}
+    CallArg(Value buffer, Value typeCode)
+        : buffer(buffer), typeCode(typeCode) {}
+    Value buffer, typeCode;
+  };
   /// Calls `name`, declaring it (result `resultType` or void, argument
   /// types of `args`) first.
-  Value call(llvm::StringRef name, llvm::ArrayRef<Value> args,
+  Value call(llvm::StringRef name, llvm::ArrayRef<CallArg> args,
              mlir::Type resultType = {});
   /// The address of a constant global holding `values`.
   Value constantArray(llvm::ArrayRef<int64_t> values);
@@ -75,6 +83,11 @@ public:
   /// every type before the op is lowered), and the code as a call argument.
   static int64_t typeCode(mlir::Type element);
   Value ty(Value v) { return i64(typeCode(tensorType(v).getElementType())); }
+  /// A tensor argument of a call: its buffer, then its type code.
+  CallArg tensor(Value v) {
+    Value buffer = ptr(v);
+    return CallArg(buffer, ty(v));
+  }
 
   /// Copies a tensor of `like`'s type from `in` to `out`.
   void copy(Value out, Value in, Value like);
