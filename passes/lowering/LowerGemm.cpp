@@ -15,14 +15,29 @@ using namespace strata::lowering;
 
 namespace {
 
+/// A (batched) product `lhs` x `rhs` -> `out` as GEMMs: `batch` products of
+/// M x K by K x N; `batchA` / `batchB` distinct left / right operands.
+struct ProductShape {
+  int64_t m, n, k, batch, batchA, batchB;
+};
+ProductShape productShape(Value lhs, Value rhs, Value out, bool transA) {
+  ArrayRef<int64_t> a = tensorType(lhs).getShape(),
+                    c = tensorType(out).getShape();
+  int64_t m = c[c.size() - 2], n = c.back();
+  int64_t k = transA ? a[a.size() - 2] : a.back();
+  return {m,
+          n,
+          k,
+          numel(out) / (m * n),
+          numel(lhs) / (m * k),
+          numel(rhs) / (k * n)};
+}
+
 LogicalResult lowerMatmul(Operation *op, Value lhs, Value rhs, Value out,
                           bool transA, bool transB, RuntimeLowering &l) {
   SmallVector<int64_t> a = shapeOf(lhs), bs = shapeOf(rhs), c = shapeOf(out);
-  int64_t ra = a.size(), rb = bs.size(), rc = c.size();
-  int64_t m = c[rc - 2], n = c[rc - 1];
-  int64_t k = transA ? a[ra - 2] : a[ra - 1];
-  int64_t batch = numel(out) / (m * n);
-  int64_t batchA = numel(lhs) / (m * k), batchB = numel(rhs) / (k * n);
+  auto [m, n, k, batch, batchA, batchB] = productShape(lhs, rhs, out, transA);
+  size_t rb = bs.size();
   // A 2-D weight under a batched activation: one GEMM over all rows.
   if (rb == 2 && !transA) {
     l.gemm(1, batchA * m, n, k, l.ptr(lhs), 0, false, l.ptr(rhs), 0, transB,
@@ -45,11 +60,8 @@ LogicalResult lowerMatmulGrad(MatmulGradOp op, RuntimeLowering &l) {
   bool transA = op.getTransposeLhs(), transB = op.getTransposeRhs();
   Value A = op.getLhs(), B = op.getRhs(), dy = op.getResultGrad();
   SmallVector<int64_t> a = shapeOf(A), bs = shapeOf(B), c = shapeOf(dy);
-  int64_t ra = a.size(), rb = bs.size(), rc = c.size();
-  int64_t m = c[rc - 2], n = c[rc - 1];
-  int64_t k = transA ? a[ra - 2] : a[ra - 1];
-  int64_t batch = numel(dy) / (m * n);
-  int64_t batchA = numel(A) / (m * k), batchB = numel(B) / (k * n);
+  auto [m, n, k, batch, batchA, batchB] = productShape(A, B, dy, transA);
+  size_t ra = a.size(), rb = bs.size();
   // A gradient nobody reads (e.g. of the input batch) is not computed.
   bool needA = !op.getLhsGrad().use_empty(),
        needB = !op.getRhsGrad().use_empty();
