@@ -416,24 +416,13 @@ int strataExecutableReadBatch(StrataExecutable executable, const char *dataPath,
     }
     std::vector<strata::Tensor> batch = exe.data->batch(step);
     for (size_t i = 0; i < batch.size(); ++i) {
-      const std::vector<double> &values = batch[i].data;
-      for (size_t k = 0; k < values.size(); ++k)
-        switch (exe.types[i]) {
-        case STRATA_F32:
-          static_cast<float *>(inputs[i])[k] = float(values[k]);
-          break;
-        case STRATA_I32:
-          static_cast<int32_t *>(inputs[i])[k] = int32_t(values[k]);
-          break;
-        case STRATA_I64:
-          static_cast<int64_t *>(inputs[i])[k] = int64_t(values[k]);
-          break;
-        default:
-          os << "input '" << exe.names[i] << "' is "
-             << strata_rt_element_name(exe.types[i])
-             << ": the data stream writes f32, i32 and i64";
-          return false;
-        }
+      if (!strata::isHostBufferType(exe.types[i])) {
+        os << "input '" << exe.names[i] << "' is "
+           << strata_rt_element_name(exe.types[i])
+           << ": the data stream writes f32, i32 and i64";
+        return false;
+      }
+      strata::writeHostBuffer(batch[i], exe.types[i], inputs[i]);
     }
     return true;
   });
@@ -445,25 +434,14 @@ int strataExecutableStep(StrataExecutable executable, const void *const *inputs,
   return exe.session->capture([&](llvm::raw_ostream &os) {
     std::vector<strata::Tensor> batch;
     for (size_t i = 0; i < exe.names.size(); ++i) {
-      strata::Tensor t(exe.shapes[i]);
-      for (int64_t k = 0, n = t.numElements(); k < n; ++k)
-        switch (exe.types[i]) {
-        case STRATA_F32:
-          t.data[k] = static_cast<const float *>(inputs[i])[k];
-          break;
-        case STRATA_I32:
-          t.data[k] = static_cast<const int32_t *>(inputs[i])[k];
-          break;
-        case STRATA_I64:
-          t.data[k] = double(static_cast<const int64_t *>(inputs[i])[k]);
-          break;
-        default:
-          os << "input '" << exe.names[i] << "' is "
-             << strata_rt_element_name(exe.types[i])
-             << ": host batches are f32, i32 or i64";
-          return false;
-        }
-      batch.push_back(std::move(t));
+      if (!strata::isHostBufferType(exe.types[i])) {
+        os << "input '" << exe.names[i] << "' is "
+           << strata_rt_element_name(exe.types[i])
+           << ": host batches are f32, i32 or i64";
+        return false;
+      }
+      batch.push_back(
+          strata::readHostBuffer(exe.shapes[i], exe.types[i], inputs[i]));
     }
     auto result = exe.trainer->step(exe.stepsRun, batch);
     if (!result) {

@@ -227,18 +227,6 @@ llvm::Error CpuExecutable::emitObject(ModuleOp module, llvm::StringRef path) {
   return llvm::Error::success();
 }
 
-/// Converts `t` into a buffer of element type `dtype`.
-static void fromTensor(const reference::Tensor &t, int64_t dtype, void *data) {
-  for (int64_t i = 0, n = t.numElements(); i < n; ++i) {
-    if (dtype == STRATA_RT_F32)
-      static_cast<float *>(data)[i] = float(t.data[i]);
-    else if (dtype == STRATA_RT_I32)
-      static_cast<int32_t *>(data)[i] = int32_t(t.data[i]);
-    else
-      static_cast<int64_t *>(data)[i] = int64_t(t.data[i]);
-  }
-}
-
 llvm::Error
 CpuExecutable::setState(const llvm::StringMap<reference::Tensor> &state) {
   for (Buffer &b : persistent) {
@@ -248,26 +236,14 @@ CpuExecutable::setState(const llvm::StringMap<reference::Tensor> &state) {
     const reference::Tensor &t = it->second;
     if (t.shape != b.shape)
       return error("'" + b.name + "' has the wrong shape");
-    fromTensor(t, b.dtype, b.data);
+    writeHostBuffer(t, b.dtype, b.data);
   }
   return llvm::Error::success();
 }
 
-static reference::Tensor toTensor(const std::vector<int64_t> &shape,
-                                  int64_t dtype, const void *data) {
-  reference::Tensor t(shape);
-  for (int64_t i = 0, n = t.numElements(); i < n; ++i)
-    t.data[i] = dtype == STRATA_RT_F32
-                    ? double(static_cast<const float *>(data)[i])
-                : dtype == STRATA_RT_I32
-                    ? double(static_cast<const int32_t *>(data)[i])
-                    : double(static_cast<const int64_t *>(data)[i]);
-  return t;
-}
-
 void CpuExecutable::getState(llvm::StringMap<reference::Tensor> &state) const {
   for (const Buffer &b : persistent)
-    state[b.name] = toTensor(b.shape, b.dtype, b.data);
+    state[b.name] = readHostBuffer(b.shape, b.dtype, b.data);
 }
 
 const char *CpuExecutable::activeHostCall() const {
@@ -306,7 +282,7 @@ CpuExecutable::step(llvm::ArrayRef<reference::Tensor> args) {
   for (auto [b, t] : llvm::zip(inputs, args)) {
     if (t.shape != b.shape)
       return error(b.name + " has the wrong shape");
-    fromTensor(t, b.dtype, b.data);
+    writeHostBuffer(t, b.dtype, b.data);
     in.push_back(b.data);
   }
   for (Buffer &b : outputs)
@@ -324,6 +300,6 @@ CpuExecutable::step(llvm::ArrayRef<reference::Tensor> args) {
   }
   std::vector<reference::Tensor> results;
   for (const Buffer &b : outputs)
-    results.push_back(toTensor(b.shape, b.dtype, b.data));
+    results.push_back(readHostBuffer(b.shape, b.dtype, b.data));
   return results;
 }

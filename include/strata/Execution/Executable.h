@@ -57,6 +57,14 @@ public:
   virtual int64_t scratchBytes() const { return 0; }
 };
 
+/// Host buffers of the runtime's element types and tensors: whether a buffer
+/// of element type `dtype` (a runtime ABI code) converts, which f32, i32 and
+/// i64 do; the copies in both directions (of a type that converts).
+bool isHostBufferType(int64_t dtype);
+void writeHostBuffer(const reference::Tensor &t, int64_t dtype, void *data);
+reference::Tensor readHostBuffer(std::vector<int64_t> shape, int64_t dtype,
+                                 const void *data);
+
 /// The reference backend: the double-precision evaluator, the executable
 /// specification. `step` must outlive it; `options.communicator` carries
 /// its collectives in a multi-rank run.
