@@ -190,6 +190,33 @@ LogicalResult Differentiator::backprop(Operation *op) {
                                      builder.getDenseI64ArrayAttr(inverse)));
         return success();
       })
+      .Case([&](SliceOp o) {
+        int64_t full = tensorType(o.getInput()).getDimSize(o.getDim());
+        accumulate(loc, o.getInput(),
+                   make<PadOp>(loc, adj(), o.getDimAttr(), o.getStartAttr(),
+                               builder.getI64IntegerAttr(full - o.getStart() -
+                                                         o.getSize())));
+        return success();
+      })
+      .Case([&](PadOp o) {
+        int64_t size = tensorType(o.getInput()).getDimSize(o.getDim());
+        accumulate(loc, o.getInput(),
+                   make<SliceOp>(loc, adj(), o.getDimAttr(), o.getLowAttr(),
+                                 builder.getI64IntegerAttr(size)));
+        return success();
+      })
+      .Case([&](ConcatOp o) {
+        int64_t dim = o.getDim(), start = 0;
+        for (Value in : o.getInputs()) {
+          int64_t size = tensorType(in).getDimSize(dim);
+          accumulate(loc, in,
+                     make<SliceOp>(loc, adj(), o.getDimAttr(),
+                                   builder.getI64IntegerAttr(start),
+                                   builder.getI64IntegerAttr(size)));
+          start += size;
+        }
+        return success();
+      })
       .Case<ReduceSumOp, ReduceMeanOp>([&](auto o) {
         RankedTensorType in = tensorType(o.getInput());
         SmallVector<int64_t> kept(in.getShape());

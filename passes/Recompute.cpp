@@ -121,12 +121,20 @@ struct RecomputePass : public strata::impl::StrataRecomputeBase<RecomputePass> {
         segment.push_back(&op);
     }
     if (segment.empty()) {
-      // The layers there are (top-level names: "h0" of "h0.attn").
-      llvm::SetVector<StringRef> layers;
+      // The layers there are ("h0" for "h0.attn" when "h0" is a layer too;
+      // "h.0" and "h.1" of an imported ModuleList stay apart).
+      llvm::SetVector<StringRef> all;
       for (Operation &op : body.without_terminator())
         if (StringRef l = getLayer(&op); !l.empty())
-          layers.insert(l.split('.').first);
-      std::string list = llvm::join(layers.getArrayRef(), ", ");
+          all.insert(l);
+      SmallVector<StringRef> layers;
+      for (StringRef l : all)
+        if (llvm::none_of(all, [&](StringRef outer) {
+              return l.size() > outer.size() + 1 && l.starts_with(outer) &&
+                     l[outer.size()] == '.';
+            }))
+          layers.push_back(l);
+      std::string list = llvm::join(layers, ", ");
       return mlir::emitError(func.getLoc())
              << "strata-recompute: checkpoint '" << layer
              << "' names no layer (no forward op has strata.layer = \""

@@ -596,6 +596,58 @@ LogicalResult SliceOp::inferReturnTypes(MLIRContext *,
   return success();
 }
 
+LogicalResult PadOp::inferReturnTypes(MLIRContext *,
+                                      std::optional<Location> loc,
+                                      Adaptor adaptor,
+                                      SmallVectorImpl<Type> &types) {
+  RankedTensorType input = tensorType(adaptor.getInput());
+  int64_t dim = adaptor.getDim(), low = adaptor.getLow(),
+          high = adaptor.getHigh();
+  if (dim < 0 || dim >= input.getRank())
+    return inferError<PadOp>(loc, "dim " + Twine(dim) +
+                                      " is out of range for rank " +
+                                      Twine(input.getRank()));
+  if (low < 0 || high < 0)
+    return inferError<PadOp>(loc, "low and high must not be negative, got " +
+                                      Twine(low) + " and " + Twine(high));
+  SmallVector<int64_t> shape(input.getShape());
+  shape[dim] += low + high;
+  types.push_back(withShape(input, shape));
+  return success();
+}
+
+LogicalResult ConcatOp::inferReturnTypes(MLIRContext *,
+                                         std::optional<Location> loc,
+                                         Adaptor adaptor,
+                                         SmallVectorImpl<Type> &types) {
+  if (adaptor.getInputs().empty())
+    return inferError<ConcatOp>(loc, "needs at least one input");
+  RankedTensorType first = tensorType(adaptor.getInputs().front());
+  int64_t dim = adaptor.getDim();
+  if (dim < 0 || dim >= first.getRank())
+    return inferError<ConcatOp>(loc, "dim " + Twine(dim) +
+                                         " is out of range for rank " +
+                                         Twine(first.getRank()));
+  // Every input's shape with `dim` blanked out must be the first's.
+  auto outside = [&](RankedTensorType t) {
+    SmallVector<int64_t> shape(t.getShape());
+    shape[dim] = 0;
+    return shape;
+  };
+  SmallVector<int64_t> shape = outside(first);
+  for (Value in : adaptor.getInputs()) {
+    RankedTensorType t = tensorType(in);
+    if (t.getRank() != first.getRank() || outside(t) != outside(first))
+      return inferError<ConcatOp>(
+          loc, "input of shape " + shapeStr(t.getShape()) + " does not match " +
+                   shapeStr(first.getShape()) + " outside dimension " +
+                   Twine(dim));
+    shape[dim] += t.getDimSize(dim);
+  }
+  types.push_back(withShape(first, shape));
+  return success();
+}
+
 template <typename OpTy>
 static LogicalResult checkLabels(std::optional<Location> loc,
                                  RankedTensorType logits,

@@ -531,6 +531,35 @@ def Strata_SliceOp : Strata_ComputeOp<"slice"> {
   let results = (outs Strata_AnyTensor:$result);
 }
 
+def Strata_PadOp : Strata_ComputeOp<"pad"> {
+  let summary = "Zeros before and after one dimension";
+  let description = [{
+    The input with `low` zeros before and `high` zeros after it along
+    dimension `dim`: the adjoint of `strata.slice`, whose gradient it is.
+
+    ```mlir
+    %y = strata.pad %x {dim = 1 : i64, low = 1 : i64, high = 2 : i64} : (tensor<4x3xf32>) -> tensor<4x6xf32>
+    ```
+  }];
+  let arguments = (ins Strata_FloatTensor:$input, I64Attr:$dim, I64Attr:$low,
+                       I64Attr:$high);
+  let results = (outs Strata_FloatTensor:$result);
+}
+
+def Strata_ConcatOp : Strata_ComputeOp<"concat", [SameOperandsElementType]> {
+  let summary = "Joins tensors along one dimension";
+  let description = [{
+    The inputs, in order, along dimension `dim`; every other dimension is
+    the same in all of them. Its gradient is a slice per input.
+
+    ```mlir
+    %y = strata.concat %a, %b {dim = 2 : i64} : (tensor<2x8x4xf32>, tensor<2x8x4xf32>) -> tensor<2x8x8xf32>
+    ```
+  }];
+  let arguments = (ins Variadic<Strata_AnyTensor>:$inputs, I64Attr:$dim);
+  let results = (outs Strata_AnyTensor:$result);
+}
+
 def Strata_CrossEntropyOp : Strata_ComputeOp<"cross_entropy"> {
   let summary = "Mean softmax cross-entropy over tokens";
   let description = [{

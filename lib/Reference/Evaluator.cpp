@@ -703,6 +703,37 @@ llvm::Error Evaluator::step(Operation *op) {
         set(o, std::move(out));
         return llvm::Error::success();
       })
+      .Case([&](PadOp o) -> llvm::Error {
+        const Tensor &x = in(0);
+        Tensor out(outShape());
+        int64_t dim = o.getDim(), inner = 1;
+        for (size_t d = dim + 1; d < x.shape.size(); ++d)
+          inner *= x.shape[d];
+        int64_t inRow = x.shape[dim] * inner, outRow = out.shape[dim] * inner;
+        int64_t rows = x.numElements() / std::max<int64_t>(inRow, 1);
+        for (int64_t r = 0; r < rows; ++r)
+          std::copy_n(x.data.begin() + r * inRow, inRow,
+                      out.data.begin() + r * outRow + o.getLow() * inner);
+        set(o, std::move(out));
+        return llvm::Error::success();
+      })
+      .Case([&](ConcatOp o) -> llvm::Error {
+        Tensor out(outShape());
+        int64_t dim = o.getDim(), rows = 1, at = 0;
+        for (int64_t d = 0; d < dim; ++d)
+          rows *= out.shape[d];
+        int64_t outRow = out.numElements() / std::max<int64_t>(rows, 1);
+        for (unsigned i = 0; i < o.getInputs().size(); ++i) {
+          const Tensor &x = in(i);
+          int64_t inRow = x.numElements() / std::max<int64_t>(rows, 1);
+          for (int64_t r = 0; r < rows; ++r)
+            std::copy_n(x.data.begin() + r * inRow, inRow,
+                        out.data.begin() + r * outRow + at);
+          at += inRow;
+        }
+        set(o, std::move(out));
+        return llvm::Error::success();
+      })
       .Case([&](BroadcastToOp o) -> llvm::Error {
         set(o, broadcastTo(in(0), outShape()));
         return llvm::Error::success();

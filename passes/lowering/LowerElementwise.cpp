@@ -4,10 +4,10 @@
 // strata_rt_binary), scale, relu, gelu (strata_rt_unary) and their
 // gradients (strata_rt_act_grad). Data movement: constants (fill, or a
 // constant global copied in), reshape (copy), transpose, slice and
-// broadcast_to (strided copy), pack / unpack (copies into and out of a flat
-// buffer, padding zero-filled), and the reductions (reduce_sum,
-// reduce_mean, sum_to, bias_add_grad). Dropout: one kernel for dropout, its
-// gradient and the fused dropout + residual forms.
+// broadcast_to (strided copy), concat and pad (row blocks), pack / unpack
+// (copies into and out of a flat buffer, padding zero-filled), and the
+// reductions (reduce_sum, reduce_mean, sum_to, bias_add_grad). Dropout: one
+// kernel for dropout, its gradient and the fused dropout + residual forms.
 //
 //===----------------------------------------------------------------------===//
 
@@ -72,6 +72,23 @@ LogicalResult stridedCopy(Value out, Value in, ArrayRef<int64_t> desc,
          {l.site(), l.ptr(out), l.ptr(in), l.ty(out),
           l.i64(shapeOf(out).size()), l.constantArray(desc)});
   return success();
+}
+
+/// Copies `in` into `out` (of the same shape but for dimension `dim`) at
+/// element `offset` of each row of the dimensions before `dim`; returns the
+/// elements of `in` per row.
+int64_t copyRows(Value out, Value in, int64_t dim, int64_t offset,
+                 RuntimeLowering &l) {
+  SmallVector<int64_t> shape = shapeOf(out);
+  int64_t rows = 1;
+  for (int64_t d = 0; d < dim; ++d)
+    rows *= shape[d];
+  int64_t outRow = numel(out) / std::max<int64_t>(rows, 1);
+  int64_t inRow = numel(in) / std::max<int64_t>(rows, 1);
+  l.call("strata_rt_copy_rows",
+         {l.site(), l.ptr(out), l.ptr(in), l.ty(out), l.i64(rows), l.i64(inRow),
+          l.i64(outRow), l.i64(offset)});
+  return inRow;
 }
 
 LogicalResult lowerPack(PackOp o, RuntimeLowering &l) {
@@ -187,6 +204,22 @@ void strata::lowering::populateDataMovementLoweringPatterns(
     desc.append(in);
     desc.push_back(o.getStart() * in[o.getDim()]);
     return stridedCopy(o, o.getInput(), desc, l);
+  });
+  addLowering<ConcatOp>(patterns, l, [](ConcatOp o, RuntimeLowering &l) {
+    int64_t offset = 0;
+    for (Value in : o.getInputs())
+      offset += copyRows(o, in, o.getDim(), offset, l);
+    return success();
+  });
+  addLowering<PadOp>(patterns, l, [](PadOp o, RuntimeLowering &l) {
+    l.call("strata_rt_fill",
+           {l.site(), l.tensor(o), l.i64(numel(o)), l.f64(0)});
+    SmallVector<int64_t> shape = shapeOf(o);
+    int64_t inner = 1;
+    for (size_t d = o.getDim() + 1; d < shape.size(); ++d)
+      inner *= shape[d];
+    copyRows(o, o.getInput(), o.getDim(), o.getLow() * inner, l);
+    return success();
   });
   addLowering<BroadcastToOp>(
       patterns, l, [](BroadcastToOp o, RuntimeLowering &l) {

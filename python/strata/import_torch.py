@@ -8,22 +8,29 @@
 
 The forward of the module and the loss are captured as a graph of ATen ops
 with shapes (`make_fx`, PyTorch 1.13 and 2.x), and each op becomes ops of the
-strata dialect: parameters named by the module's `state_dict` keys, the batch
-as the step's arguments. Autodiff, the optimizer and every strategy then
-apply as for generated programs.
+strata dialect: parameters named by the module's `state_dict` keys (a tied
+weight once, by its first name), the batch as the step's arguments. Autodiff,
+the optimizer and every strategy then apply as for generated programs.
 
-This first version covers multi-layer perceptrons: `nn.Linear` (aten.t,
-addmm, mm), ReLU and the mean cross-entropy over class indices. Any other op
-is an error naming the ATen op (and the Python line, when PyTorch recorded
-it), never a wrong program.
+Values computed from constants alone (`torch.arange`, a registered causal
+mask, rotary tables) are evaluated at import time. A causal mask applied
+before a softmax (`masked_fill` with -inf, or `torch.where`) becomes the
+softmax's `causal` form; dropout becomes `strata.dropout` (masks follow
+Strata's random stream, not PyTorch's). Ops of a numbered submodule (`h.3`,
+`layers.0`) are tagged with its name as their `strata.layer`, which pipeline
+stages and recompute cut along.
+
+Anything else is an error naming the ATen op (and the Python line, when
+PyTorch recorded it), never a wrong program.
 """
 
 import json
+import math
 import operator
 import re
 import struct
 from dataclasses import dataclass, field
-from typing import Callable, Dict, List, Sequence
+from typing import Callable, Dict, List, Optional, Sequence
 
 import numpy as np
 
@@ -39,10 +46,11 @@ except ImportError:  # PyTorch 1.13
 class UnsupportedError(Exception):
     """An op, or a use of one, that the importer cannot express."""
 
+
 _aten = torch.ops.aten
 _BARE_ID = re.compile(r"^[A-Za-z_][A-Za-z0-9_$.]*$")
-_DTYPES = {torch.float32: ("f32", np.float32), torch.int64: ("i32", np.int32),
-           torch.int32: ("i32", np.int32)}
+_LAYER = re.compile(r"^(.*?\.\d+)\.")
+_INT_TYPES = (torch.int64, torch.int32)
 
 
 def _symbol(name: str) -> str:
@@ -53,6 +61,21 @@ def _tensor_type(shape, element: str) -> str:
     if len(shape) == 0:
         return "tensor<%s>" % element
     return "tensor<%sx%s>" % ("x".join(str(d) for d in shape), element)
+
+
+def _f64(x: float) -> str:
+    return "%.17e : f64" % x
+
+
+def _ops(*names):
+    """The overloads of `aten.NAME` that this PyTorch has."""
+    found = []
+    for name in names:
+        base, _, overload = name.partition(".")
+        packet = getattr(_aten, base, None)
+        if packet is not None and hasattr(packet, overload or "default"):
+            found.append(getattr(packet, overload or "default"))
+    return tuple(found)
 
 
 @dataclass
@@ -81,6 +104,12 @@ class ImportedProgram:
             for blob in blobs:
                 f.write(blob)
 
+    def save(self, path: str) -> None:
+        """The program text as a .mlir file (what `strata-run` and
+        `strata-opt` read)."""
+        with open(path, "w") as f:
+            f.write(self.text)
+
     def batch(self, *tensors) -> List[np.ndarray]:
         """PyTorch tensors of the step's inputs as the arrays the executable
         takes (class indices become int32)."""
@@ -95,7 +124,7 @@ def _where(node) -> str:
     if not trace:
         return ""
     lines = trace.splitlines()
-    for i, line in enumerate(lines):
+    for i, line in enumerate(lines):  # the innermost frame first
         match = re.match(r'\s*File "([^"]+)", line (\d+)', line)
         if not match:
             continue
@@ -108,19 +137,45 @@ def _where(node) -> str:
     return ""
 
 
+def _tied_names(module: torch.nn.Module) -> Dict[str, str]:
+    """Every name a parameter is reachable by -> the name `named_parameters`
+    gives it (tied weights, such as a language model's head sharing the
+    token embedding, have several)."""
+    first = {id(p): n for n, p in module.named_parameters()}
+    aliases = {}
+    for prefix, sub in module.named_modules(remove_duplicate=False):
+        for name, p in sub._parameters.items():
+            if p is not None:
+                full = prefix + "." + name if prefix else name
+                aliases[full] = first[id(p)]
+    return aliases
+
+
 def import_module(module: torch.nn.Module, example_inputs: Sequence,
-                  loss_fn: Callable, input_names: Sequence[str] = None
-                  ) -> ImportedProgram:
+                  loss_fn: Optional[Callable] = None,
+                  input_names: Sequence[str] = None) -> ImportedProgram:
     """Captures `loss_fn(module(*example_inputs[:-1]), example_inputs[-1])`
     and emits it as a Strata training step over the module's parameters.
-    The last example input is the target of the loss."""
+    The last example input is the target of the loss. Without `loss_fn`,
+    the module's forward takes every input and returns the loss."""
     params = {name: p.detach() for name, p in module.named_parameters()}
+    aliases = _tied_names(module)
     inputs = list(example_inputs)
-    names = list(input_names) if input_names else \
-        ["input%d" % i for i in range(len(inputs) - 1)] + ["target"]
+    if input_names:
+        names = list(input_names)
+    elif loss_fn is None:
+        names = ["input%d" % i for i in range(len(inputs))]
+    else:
+        names = ["input%d" % i for i in range(len(inputs) - 1)] + ["target"]
+    if len(names) != len(inputs):
+        raise UnsupportedError("strata.import_torch: %d input names for %d "
+                               "inputs" % (len(names), len(inputs)))
 
     def step(params, *batch):
-        out = functional_call(module, params, tuple(batch[:-1]))
+        full = {alias: params[name] for alias, name in aliases.items()}
+        if loss_fn is None:
+            return functional_call(module, full, tuple(batch))
+        out = functional_call(module, full, tuple(batch[:-1]))
         return loss_fn(out, batch[-1])
 
     # Each node keeps the Python stack that made it, for the errors.
@@ -128,174 +183,722 @@ def import_module(module: torch.nn.Module, example_inputs: Sequence,
     tracer = proxy_tensor.PythonKeyTracer
     recorded = tracer.record_stack_traces
     tracer.record_stack_traces = True
+    was_training = module.training
+    module.train()
     try:
-        graph = make_fx(step)(params, *inputs).graph
+        traced = make_fx(step)(params, *inputs)
     finally:
         tracer.record_stack_traces = recorded
-    return _Emitter(graph, params, inputs, names).emit()
+        module.train(was_training)
+    return _Emitter(traced, params, inputs, names).emit()
+
+
+# Values of the graph as the emitter sees them.
+@dataclass
+class _Tensor:
+    """An SSA value of the program."""
+    ssa: str
+    shape: tuple
+    element: str = "f32"
+
+
+@dataclass
+class _Param:
+    """A parameter, read with strata.get_param when first used."""
+    name: str
+    shape: tuple
+
+
+@dataclass
+class _Const:
+    """A value known at import time (computed from constants alone)."""
+    value: torch.Tensor
+
+
+@dataclass
+class _Transposed:
+    """A matrix transposed by aten.t: folded into the product that reads
+    it, a strata.transpose for any other reader."""
+    source: object
+
+
+@dataclass
+class _View:
+    """`base` in another shape: a strata.reshape where it is read."""
+    base: _Tensor
+    shape: tuple
+
+
+@dataclass
+class _Masked:
+    """Attention scores with the causal mask applied (entries above the
+    diagonal at -inf); only a softmax may read them."""
+    scores: _Tensor
+
+
+@dataclass
+class _DropMask:
+    """bernoulli_(empty_like(x), keep) / keep: PyTorch's dropout mask."""
+    keep: float
+    scaled: bool
+
+
+@dataclass
+class _LogSoftmax:
+    """log_softmax(logits): only the NLL loss (cross-entropy) may read it."""
+    logits: _Tensor
+
+
+@dataclass
+class _Unavailable:
+    why: str
+
+
+@dataclass
+class _Tuple:
+    items: list
+
+
+_IDENTITY = _ops("detach", "clone", "contiguous", "alias", "lift_fresh_copy",
+                 "lift_fresh")
+_VIEWS = _ops("view", "_unsafe_view", "reshape", "_reshape_alias",
+              "view.default", "flatten.using_ints", "unsqueeze", "squeeze.dim",
+              "squeeze")
+_RANDOM = _ops("bernoulli_.float", "bernoulli.p", "rand_like", "randn_like",
+               "native_dropout", "dropout")
 
 
 class _Emitter:
-    def __init__(self, graph, params, inputs, names):
-        self.graph, self.params, self.inputs, self.names = \
-            graph, params, inputs, names
+    def __init__(self, traced, params, inputs, names):
+        self.traced = traced
+        self.graph = traced.graph
+        self.params, self.inputs, self.names = params, inputs, names
         self.lines: List[str] = []
-        self.values: Dict[object, tuple] = {}  # fx node -> (ssa, shape, type)
+        self.values: Dict[object, object] = {}
         self.count = 0
+        self.dropouts = 0
+        self.layer: Optional[str] = None
+        self.handlers = self._handlers()
 
+    # --- emission ----------------------------------------------------------
     def fresh(self) -> str:
         self.count += 1
         return "%%v%d" % self.count
 
-    def op(self, text: str, shape, element="f32"):
+    def op(self, name: str, operands: Sequence[_Tensor], shape,
+           attrs: Sequence[str] = (), element: str = "f32") -> _Tensor:
+        attrs = list(attrs)
+        if self.layer is not None:
+            attrs.append('strata.layer = "%s"' % self.layer)
         ssa = self.fresh()
-        self.lines.append("  %s = %s" % (ssa, text))
-        return (ssa, tuple(shape), element)
+        self.lines.append("  %s = strata.%s %s%s : (%s) -> %s" % (
+            ssa, name, ", ".join(v.ssa for v in operands),
+            " {%s}" % ", ".join(attrs) if attrs else "",
+            ", ".join(_tensor_type(v.shape, v.element) for v in operands),
+            _tensor_type(shape, element)))
+        return _Tensor(ssa, tuple(shape), element)
+
+    def constant(self, value: torch.Tensor) -> _Tensor:
+        if value.dtype in _INT_TYPES or value.dtype == torch.bool:
+            array, element = value.numpy().astype(np.int32), "i32"
+        elif value.is_floating_point():
+            array, element = value.numpy().astype(np.float32), "f32"
+        else:
+            raise UnsupportedError("a constant of type %s" % value.dtype)
+        ssa = self.fresh()
+        type_ = _tensor_type(array.shape, element)
+        if array.size and (array == array.flat[0]).all():
+            literal = repr(array.flat[0].item()) if element == "i32" else \
+                "%.9e" % array.flat[0]
+        else:
+            literal = '"0x%s"' % array.astype(array.dtype.newbyteorder("<")) \
+                .tobytes().hex().upper()
+        self.lines.append("  %s = arith.constant dense<%s> : %s"
+                          % (ssa, literal, type_))
+        return _Tensor(ssa, tuple(array.shape), element)
 
     def fail(self, node, why: str):
+        target = node.target
+        name = str(target) if isinstance(target, torch._ops.OpOverload) \
+            else getattr(target, "__name__", str(target))
         raise UnsupportedError("strata.import_torch: %s%s: %s" % (
-            node.target if isinstance(node.target, torch._ops.OpOverload)
-            else getattr(node.target, "__name__", str(node.target)),
-            _where(node), why))
+            name, _where(node), why))
 
+    # --- values ------------------------------------------------------------
+    def raw(self, node):
+        if not isinstance(node, torch.fx.Node):
+            return node
+        if node not in self.values:
+            self.fail(node, "its value is not known to the importer")
+        return self.values[node]
+
+    def tensor(self, node, user=None) -> _Tensor:
+        """The SSA value of `node`, materialising parameters and constants."""
+        v = self.raw(node)
+        if isinstance(v, _Param):
+            layer = _LAYER.match(v.name)
+            self.layer = layer.group(1) if layer else None
+            v = self.op_get_param(v)
+            self.values[node] = v
+        elif isinstance(v, _Const):
+            v = self.constant(v.value)
+            self.values[node] = v
+        elif isinstance(v, _View):
+            v = self.op("reshape", [v.base], v.shape, element=v.base.element)
+            self.values[node] = v
+        elif isinstance(v, _Transposed):
+            v = self.permute(node, v.source, [1, 0])
+            self.values[node] = v
+        if isinstance(v, _Tensor):
+            return v
+        if isinstance(v, _Unavailable):
+            self.fail(user or node, v.why)
+        what = {_Masked: "masked attention scores are only read by a softmax",
+                _LogSoftmax: "log_softmax is imported only as part of "
+                             "cross-entropy (followed by nll_loss)",
+                _DropMask: "a dropout mask is only read by a product with "
+                           "the values it drops"}.get(type(v))
+        self.fail(user or node, what or "reads a value it cannot use")
+
+    def op_get_param(self, p: _Param) -> _Tensor:
+        ssa = self.fresh()
+        attrs = ' {strata.layer = "%s"}' % self.layer if self.layer else ""
+        self.lines.append("  %s = strata.get_param %s%s : %s" % (
+            ssa, _symbol(p.name), attrs, _tensor_type(p.shape, "f32")))
+        return _Tensor(ssa, tuple(p.shape))
+
+    def shape(self, node) -> tuple:
+        meta = node.meta.get("val", node.meta.get("tensor_meta"))
+        if meta is None:
+            self.fail(node, "PyTorch recorded no shape for it")
+        return tuple(int(d) for d in meta.shape)
+
+    # --- the program -------------------------------------------------------
     def emit(self) -> ImportedProgram:
         param_names = list(self.params)
         placeholders = [n for n in self.graph.nodes if n.op == "placeholder"]
-        decls, args, arg_types, inputs = [], [], [], []
+        decls, args, inputs = [], [], []
         for node, name in zip(placeholders, param_names):
             p = self.params[name]
             if p.dtype != torch.float32:
                 self.fail(node, "parameter '%s' is %s; only float32 "
                           "parameters are imported" % (name, p.dtype))
-            type_ = _tensor_type(p.shape, "f32")
             decls.append("strata.param %s : %s init <zeros>"
-                         % (_symbol(name), type_))
-            self.values[node] = ("param", name, tuple(p.shape))
+                         % (_symbol(name), _tensor_type(p.shape, "f32")))
+            self.values[node] = _Param(name, tuple(p.shape))
         for i, (node, tensor, name) in enumerate(zip(
                 placeholders[len(param_names):], self.inputs, self.names)):
-            if tensor.dtype not in _DTYPES:
+            if tensor.dtype in _INT_TYPES:
+                element, dtype = "i32", np.int32
+            elif tensor.dtype == torch.float32:
+                element, dtype = "f32", np.float32
+            else:
                 self.fail(node, "input '%s' is %s" % (name, tensor.dtype))
-            element, dtype = _DTYPES[tensor.dtype]
             ssa = "%%arg%d" % i
             type_ = _tensor_type(tensor.shape, element)
             args.append('%s: %s {strata.name = "%s"}' % (ssa, type_, name))
-            arg_types.append(type_)
             inputs.append((name, np.dtype(dtype)))
-            self.values[node] = (ssa, tuple(tensor.shape), element)
+            self.values[node] = _Tensor(ssa, tuple(tensor.shape), element)
         result = None
         for node in self.graph.nodes:
-            if node.op == "call_function":
+            if node.op == "get_attr":
+                self.values[node] = _Const(getattr(self.traced, node.target))
+            elif node.op == "call_function":
                 self.call(node)
             elif node.op == "output":
                 out = node.args[0]
                 out = out[0] if isinstance(out, (list, tuple)) else out
-                result = self.value(out)
-        if result is None or result[1] != ():
+                self.layer = None
+                result = self.tensor(out)
+        if result is None or result.shape != ():
             raise UnsupportedError("strata.import_torch: the loss must be a "
                                    "scalar")
         body = "\n".join(self.lines)
         text = "\n".join(decls) + "\n\nfunc.func @train_step(%s) -> " \
             "tensor<f32> {\n%s\n  return %s : tensor<f32>\n}\n" % (
-                ", ".join(args), body, result[0])
+                ", ".join(args), body, result.ssa)
         weights = {n: p.numpy().astype(np.float32)
                    for n, p in self.params.items()}
         return ImportedProgram(text, weights, inputs)
 
-    def value(self, node):
-        v = self.values.get(node)
-        if v is None:
-            self.fail(node, "its value cannot be used here")
-        if v[0] == "param":
-            _, name, shape = v
-            v = self.op("strata.get_param %s : %s"
-                        % (_symbol(name), _tensor_type(shape, "f32")), shape)
-            self.values[node] = v
-        if v[0] == "transposed":
-            self.fail(node, "a transposed value is only read by a product")
-        return v
-
     def call(self, node):
         t = node.target
-        if t in (_aten.detach.default,):
-            return
         if t is operator.getitem:
             source, index = node.args
-            packed = self.values.get(source)
-            if packed is None or packed[0] != "tuple":
-                self.fail(node, "reads an item of a value that is not a "
-                          "loss result")
-            if index == 0:
-                self.values[node] = packed[1]
-            return
-        if t is _aten.t.default:
-            (x,) = node.args
-            v = self.values.get(x)
-            if v is None or len(v[-1] if v[0] == "param" else v[1]) != 2:
-                self.fail(node, "transposes something other than a matrix")
-            self.values[node] = ("transposed", x)
-            return
-        if t in (_aten.addmm.default, _aten.mm.default):
-            if t is _aten.addmm.default:
-                bias, lhs, rhs = node.args[:3]
-                if node.kwargs.get("beta", 1) != 1 or \
-                        node.kwargs.get("alpha", 1) != 1:
-                    self.fail(node, "beta and alpha other than 1")
+            packed = self.raw(source)
+            if isinstance(packed, _Const):
+                self.values[node] = _Const(packed.value[index])
+            elif isinstance(packed, _Tuple):
+                item = packed.items[index]
+                # A result the importer does not compute (a layer norm's
+                # statistics) is an error only where it is used.
+                self.values[node] = item if item is not None else \
+                    _Unavailable("reads a result of %s that the importer "
+                                 "does not compute" % source.target)
             else:
-                bias, (lhs, rhs) = None, node.args
-            a = self.value(lhs)
-            transposed = self.values.get(rhs)
-            attrs = ""
-            if transposed is not None and transposed[0] == "transposed":
-                b = self.value(transposed[1])
-                attrs = " {transpose_rhs}"
-                n = b[1][0]
-            else:
-                b = self.value(rhs)
-                n = b[1][1]
-            shape = (a[1][0], n)
-            out = self.op("strata.matmul %s, %s%s : (%s, %s) -> %s" % (
-                a[0], b[0], attrs, _tensor_type(a[1], "f32"),
-                _tensor_type(b[1], "f32"), _tensor_type(shape, "f32")), shape)
-            if bias is not None:
-                c = self.value(bias)
-                if c[1] != (n,):
-                    self.fail(node, "a bias of shape %s" % (c[1],))
-                out = self.op("strata.bias_add %s, %s : (%s, %s) -> %s" % (
-                    out[0], c[0], _tensor_type(shape, "f32"),
-                    _tensor_type(c[1], "f32"), _tensor_type(shape, "f32")),
-                    shape)
-            self.values[node] = out
+                self.fail(node, "reads an item of a value that is not a tuple")
             return
-        if t is _aten.relu.default:
-            x = self.value(node.args[0])
-            self.values[node] = self.op("strata.relu %s : (%s) -> %s" % (
-                x[0], _tensor_type(x[1], "f32"), _tensor_type(x[1], "f32")),
-                x[1])
+        operands = [a for a in node.all_input_nodes]
+        if t not in _RANDOM and all(
+                isinstance(self.values.get(a), _Const) for a in operands):
+            self.values[node] = _Const(self.fold(node))
             return
-        if t is _aten._log_softmax.default:
-            x, dim = node.args[:2]
-            v = self.value(x)
-            if dim not in (-1, len(v[1]) - 1) or len(v[1]) != 2:
-                self.fail(node, "log-softmax is imported only as part of "
-                          "cross-entropy over the last dimension of logits "
-                          "of shape [batch, classes]")
-            self.values[node] = ("logsoftmax", v)
-            return
-        if t is _aten.nll_loss_forward.default:
-            source, target, weight, reduction, ignore = node.args[:5]
-            logits = self.values.get(source)
-            if logits is None or logits[0] != "logsoftmax":
-                self.fail(node, "nll_loss is imported only after "
-                          "log_softmax (as cross_entropy)")
-            if weight is not None or reduction != 1:
-                self.fail(node, "only the unweighted mean is imported")
-            logits = logits[1]
-            labels = self.value(target)
-            loss = self.op("strata.cross_entropy %s, %s : (%s, %s) -> "
-                           "tensor<f32>" % (
-                               logits[0], labels[0],
-                               _tensor_type(logits[1], "f32"),
-                               _tensor_type(labels[1], labels[2])), ())
-            self.values[node] = ("tuple", loss)
-            return
-        self.fail(node, "is not supported by the importer yet")
+        handler = self.handlers.get(t)
+        if handler is None:
+            self.fail(node, "is not supported by the importer yet")
+        self.values[node] = handler(node, *node.args, **node.kwargs)
+
+    def fold(self, node):
+        def value(a):
+            if isinstance(a, torch.fx.Node):
+                return self.values[a].value
+            if isinstance(a, (list, tuple)):
+                return type(a)(value(x) for x in a)
+            return a
+        with torch.no_grad():
+            return node.target(*value(node.args),
+                               **{k: value(v) for k, v in node.kwargs.items()})
+
+    # --- handlers ----------------------------------------------------------
+    def _handlers(self):
+        h = {}
+
+        def on(ops, fn):
+            for o in ops:
+                h[o] = fn
+
+        on(_IDENTITY, self.identity)
+        on(_VIEWS, self.view)
+        on(_ops("expand"), self.expand)
+        on(_ops("t"), self.t)
+        on(_ops("transpose.int"), self.transpose)
+        on(_ops("permute"), self.permute)
+        on(_ops("split.Tensor", "split_with_sizes"), self.split)
+        on(_ops("slice.Tensor"), self.slice)
+        on(_ops("select.int"), self.select)
+        on(_ops("mm", "addmm", "bmm", "matmul"), self.matmul)
+        on(_ops("linear"), self.linear)
+        on(_ops("add.Tensor", "sub.Tensor", "mul.Tensor", "div.Tensor"),
+           self.binary)
+        on(_ops("add.Scalar", "sub.Scalar", "mul.Scalar", "div.Scalar",
+                "rsub.Scalar"), self.binary)
+        on(_ops("neg"), lambda n, x: self.op(
+            "scale", [self.tensor(x, n)], self.shape(n), [
+                "factor = " + _f64(-1.0)]))
+        on(_ops("relu"), self.unary("relu"))
+        on(_ops("gelu"), self.gelu)
+        on(_ops("mean.dim", "sum.dim_IntList"), self.reduce)
+        on(_ops("native_layer_norm", "layer_norm"), self.layer_norm)
+        on(_ops("embedding"), self.embedding)
+        on(_ops("_softmax", "softmax.int"), self.softmax)
+        on(_ops("masked_fill.Scalar"), self.masked_fill)
+        on(_ops("where.self", "where.ScalarOther"), self.where)
+        on(_ops("empty_like"), lambda n, x, **kw: _DropMask(1.0, False))
+        on(_ops("bernoulli_.float"), self.bernoulli)
+        on(_ops("div_.Scalar"), self.scale_mask)
+        on(_ops("native_dropout"), self.native_dropout)
+        on(_ops("dropout"), lambda n, x, p, train: self.dropout(
+            n, self.tensor(x, n), p if train else 0.0))
+        on(_ops("_log_softmax"), self.log_softmax)
+        on(_ops("nll_loss_forward"), self.nll_loss)
+        on(_ops("nll_loss"), lambda n, *a: self.nll_loss(n, *a).items[0])
+        on(_ops("scaled_dot_product_attention"), self.sdpa)
+        return h
+
+    def identity(self, node, x, *args, **kwargs):
+        return self.raw(x)
+
+    def view(self, node, x, *args, **kwargs):
+        # Emitted where it is read, from the first tensor of a chain of
+        # views (view(view(x)) is one reshape of x).
+        v = self.raw(x)
+        base = v.base if isinstance(v, _View) else self.tensor(x, node)
+        shape = self.shape(node)
+        return base if shape == base.shape else _View(base, shape)
+
+    def expand(self, node, x, sizes, **kwargs):
+        v = self.tensor(x, node)
+        shape = self.shape(node)
+        if shape == v.shape:
+            return v
+        return self.op("broadcast_to", [v], shape)
+
+    def t(self, node, x):
+        # Folded into the product that reads it (Linear's weight).
+        return _Transposed(x) if len(self.shape(node)) == 2 else self.raw(x)
+
+    def permute(self, node, x, dims):
+        v = self.tensor(x, node)
+        rank = len(v.shape)
+        perm = [d % rank for d in dims]
+        if perm == list(range(rank)):
+            return v
+        return self.op("transpose", [v], self.shape(node), [
+            "permutation = array<i64: %s>" % ", ".join(map(str, perm))],
+            element=v.element)
+
+    def transpose(self, node, x, a, b):
+        rank = len(self.tensor(x, node).shape)
+        perm = list(range(rank))
+        perm[a % rank], perm[b % rank] = perm[b % rank], perm[a % rank]
+        return self.permute(node, x, perm)
+
+    def slice_of(self, node, v, dim, start, size):
+        if start == 0 and size == v.shape[dim]:
+            return v
+        shape = list(v.shape)
+        shape[dim] = size
+        return self.op("slice", [v], shape, [
+            "dim = %d : i64" % dim, "start = %d : i64" % start,
+            "size = %d : i64" % size], element=v.element)
+
+    def split(self, node, x, sizes, dim=0):
+        v = self.tensor(x, node)
+        dim %= len(v.shape)
+        total = v.shape[dim]
+        if isinstance(sizes, int):
+            sizes = [min(sizes, total - s) for s in range(0, total, sizes)]
+        items, start = [], 0
+        for size in sizes:
+            items.append(self.slice_of(node, v, dim, start, size))
+            start += size
+        return _Tuple(items)
+
+    def slice(self, node, x, dim=0, start=None, end=None, step=1):
+        v = self.tensor(x, node)
+        dim %= len(v.shape)
+        begin, stop, stride = slice(start, end, step).indices(v.shape[dim])
+        if stride != 1:
+            self.fail(node, "a slice with a step other than 1")
+        return self.slice_of(node, v, dim, begin, max(stop - begin, 0))
+
+    def select(self, node, x, dim, index):
+        v = self.tensor(x, node)
+        dim %= len(v.shape)
+        part = self.slice_of(node, v, dim, index % v.shape[dim], 1)
+        return self.op("reshape", [part], self.shape(node), element=v.element)
+
+    def product(self, node, lhs, rhs, shape):
+        attrs, operands = [], []
+        for side, x in (("lhs", lhs), ("rhs", rhs)):
+            v = self.raw(x)
+            if isinstance(v, _Transposed):
+                attrs.append("transpose_" + side)
+                x = v.source
+            operands.append(self.tensor(x, node))
+        return self.op("matmul", operands, shape, attrs)
+
+    def matmul(self, node, *args, **kwargs):
+        if node.target in _ops("addmm"):
+            bias, lhs, rhs = args[:3]
+            if kwargs.get("beta", 1) != 1 or kwargs.get("alpha", 1) != 1:
+                self.fail(node, "beta and alpha other than 1")
+        else:
+            (lhs, rhs), bias = args[:2], None
+        out = self.product(node, lhs, rhs, self.shape(node))
+        return self.bias_add(node, out, bias)
+
+    def bias_add(self, node, out, bias):
+        if bias is None:
+            return out
+        c = self.tensor(bias, node)
+        if c.shape != out.shape[-1:]:
+            return self.op("add", [out, c], out.shape)
+        return self.op("bias_add", [out, c], out.shape)
+
+    def linear(self, node, x, weight, bias=None):
+        w = self.tensor(weight, node)
+        a = self.tensor(x, node)
+        out = self.op("matmul", [a, w], self.shape(node), ["transpose_rhs"])
+        return self.bias_add(node, out, bias)
+
+    def binary(self, node, lhs, rhs, alpha=1):
+        kind = node.target.overloadpacket.__name__
+        shape = self.shape(node)
+        if kind == "rsub":  # rhs - alpha * lhs
+            lhs, rhs, kind = rhs, lhs, "sub"
+        if not isinstance(rhs, torch.fx.Node) and kind in ("mul", "div"):
+            factor = rhs if kind == "mul" else 1.0 / rhs
+            return self.op("scale", [self.operand(lhs, node)], shape,
+                           ["factor = " + _f64(factor)])
+        if kind == "mul":
+            left, right = self.raw(lhs), self.raw(rhs)
+            if isinstance(right, _DropMask):
+                lhs, rhs, left = rhs, lhs, right
+            if isinstance(left, _DropMask):
+                if not left.scaled:
+                    self.fail(node, "a dropout mask that is not rescaled by "
+                              "1 / (1 - p)")
+                # PyTorch draws with keep = 1 - p: give back the p the user wrote.
+            return self.dropout(node, self.tensor(rhs, node),
+                                float("%.15g" % (1 - left.keep)))
+        a, b = self.operand(lhs, node), self.operand(rhs, node)
+        if alpha != 1:
+            b = self.op("scale", [b], b.shape, ["factor = " + _f64(alpha)])
+        return self.op(kind, [a, b], shape)
+
+    def operand(self, x, node) -> _Tensor:
+        """A tensor operand, or a Python number as a rank-0 constant."""
+        if isinstance(x, torch.fx.Node):
+            return self.tensor(x, node)
+        return self.constant(torch.tensor(float(x)))
+
+    def unary(self, name):
+        def handler(node, x, *args, **kwargs):
+            return self.op(name, [self.tensor(x, node)], self.shape(node))
+        return handler
+
+    def gelu(self, node, x, approximate="none"):
+        kind = {"none": "erf", "tanh": "tanh"}[approximate]
+        return self.op("gelu", [self.tensor(x, node)], self.shape(node),
+                       ["approximate = #strata.gelu<%s>" % kind])
+
+    def reduce(self, node, x, dims, keepdim=False, dtype=None):
+        v = self.tensor(x, node)
+        rank = len(v.shape)
+        dims = sorted({d % rank for d in dims}) if dims else list(range(rank))
+        name = "reduce_mean" if node.target.overloadpacket is _aten.mean \
+            else "reduce_sum"
+        attrs = ["dims = array<i64: %s>" % ", ".join(map(str, dims))]
+        if keepdim:
+            attrs.append("keep_dims")
+        return self.op(name, [v], self.shape(node), attrs)
+
+    def layer_norm(self, node, x, normalized, weight=None, bias=None,
+                   eps=1e-5, *rest):
+        v = self.tensor(x, node)
+        if len(normalized) != 1:
+            self.fail(node, "normalisation over more than the last dimension")
+        size = normalized[0]
+        gamma = self.tensor(weight, node) if weight is not None else \
+            self.constant(torch.ones(size))
+        beta = self.tensor(bias, node) if bias is not None else \
+            self.constant(torch.zeros(size))
+        out = self.op("layer_norm", [v, gamma, beta], v.shape,
+                      ["epsilon = " + _f64(eps)])
+        if node.target.overloadpacket is _aten.native_layer_norm:
+            return _Tuple([out, None, None])
+        return out
+
+    def embedding(self, node, table, ids, padding_idx=-1, *args):
+        if padding_idx != -1:
+            self.fail(node, "an embedding with a padding index")
+        w = self.tensor(table, node)
+        i = self.tensor(ids, node)
+        if i.element != "i32":
+            self.fail(node, "indices that are not integers")
+        return self.op("embedding", [w, i], self.shape(node))
+
+    def softmax(self, node, x, dim, *args):
+        v = self.raw(x)
+        causal = isinstance(v, _Masked)
+        v = v.scores if causal else self.tensor(x, node)
+        if dim % len(v.shape) != len(v.shape) - 1:
+            self.fail(node, "a softmax over a dimension other than the last")
+        return self.op("softmax", [v], v.shape, ["causal"] if causal else [])
+
+    def causal(self, node, scores, keep):
+        """`scores` where `keep` (import-time booleans) holds, -inf elsewhere:
+        the causal form when `keep` is the lower triangle."""
+        v = self.tensor(scores, node)
+        if len(v.shape) < 2 or v.shape[-1] != v.shape[-2]:
+            self.fail(node, "a mask on scores that are not square")
+        n = v.shape[-1]
+        tril = torch.ones(n, n).tril().bool()
+        try:
+            full = torch.broadcast_to(keep, v.shape)
+        except RuntimeError:
+            self.fail(node, "a mask that does not broadcast to the scores")
+        if not bool((full == tril).all()):
+            self.fail(node, "a mask other than the causal one (the lower "
+                      "triangle)")
+        return _Masked(v)
+
+    def masked_fill(self, node, x, mask, value):
+        m = self.raw(mask)
+        if not isinstance(m, _Const) or not (
+                isinstance(value, float) and value <= -1e30):
+            self.fail(node, "only the causal mask with -inf is imported")
+        return self.causal(node, x, ~m.value.bool())
+
+    def where(self, node, cond, x, other):
+        c = self.raw(cond)
+        o = self.raw(other) if isinstance(other, torch.fx.Node) else \
+            _Const(torch.tensor(other))
+        if not isinstance(c, _Const) or not isinstance(o, _Const) or \
+                not bool((o.value <= -1e30).all()):
+            self.fail(node, "only torch.where(causal mask, scores, -inf) is "
+                      "imported")
+        return self.causal(node, x, c.value.bool())
+
+    def bernoulli(self, node, x, keep, **kwargs):
+        if not isinstance(self.raw(x), _DropMask):
+            self.fail(node, "random draws other than a dropout mask")
+        return _DropMask(float(keep), False)
+
+    def scale_mask(self, node, x, divisor):
+        m = self.raw(x)
+        if not isinstance(m, _DropMask) or m.scaled or \
+                abs(divisor - m.keep) > 1e-12:
+            self.fail(node, "an in-place division other than dropout's")
+        return _DropMask(m.keep, True)
+
+    def dropout(self, node, v: _Tensor, prob: float):
+        if prob == 0:
+            return v
+        if not 0 < prob < 1:
+            self.fail(node, "a dropout probability of %r" % prob)
+        self.dropouts += 1
+        return self.op("dropout", [v], v.shape, [
+            "key = %d : i64" % self.dropouts, "prob = " + _f64(prob)])
+
+    def native_dropout(self, node, x, p, train=True):
+        out = self.dropout(node, self.tensor(x, node), p if train else 0.0)
+        return _Tuple([out, None])
+
+    def log_softmax(self, node, x, dim, *args):
+        v = self.tensor(x, node)
+        if dim % len(v.shape) != len(v.shape) - 1:
+            self.fail(node, "log-softmax is imported only as part of "
+                      "cross-entropy over the last dimension of the logits")
+        return _LogSoftmax(v)
+
+    def nll_loss(self, node, source, target, weight=None, reduction=1,
+                 ignore_index=-100):
+        logits = self.raw(source)
+        if not isinstance(logits, _LogSoftmax):
+            self.fail(node, "nll_loss is imported only after log_softmax "
+                      "(as cross_entropy)")
+        if weight is not None or reduction != 1:
+            self.fail(node, "only the unweighted mean is imported")
+        logits = logits.logits
+        labels = self.tensor(target, node)
+        if labels.shape != logits.shape[:-1]:
+            self.fail(node, "labels of shape %s for logits of shape %s"
+                      % (labels.shape, logits.shape))
+        saved, self.layer = self.layer, None
+        loss = self.op("cross_entropy", [logits, labels], ())
+        self.layer = saved
+        return _Tuple([loss, None])
+
+    def sdpa(self, node, q, k, v, attn_mask=None, dropout_p=0.0,
+             is_causal=False, scale=None, **kwargs):
+        if attn_mask is not None or dropout_p != 0:
+            self.fail(node, "scaled_dot_product_attention with a mask or "
+                      "dropout (write the attention out, or set is_causal)")
+        qt, kt, vt = (self.tensor(a, node) for a in (q, k, v))
+        scores_shape = qt.shape[:-1] + (kt.shape[-2],)
+        s = self.op("matmul", [qt, kt], scores_shape, ["transpose_rhs"])
+        factor = scale if scale is not None else 1 / math.sqrt(qt.shape[-1])
+        s = self.op("scale", [s], scores_shape, ["factor = " + _f64(factor)])
+        p = self.op("softmax", [s], scores_shape,
+                    ["causal"] if is_causal else [])
+        return self.op("matmul", [p, vt], self.shape(node))
+
+
+# --- the command ---------------------------------------------------------
+
+_NUMPY_DTYPES = {"int64": torch.int64, "int32": torch.int32,
+                 "float32": torch.float32}
+
+
+def _load_attr(spec: str, what: str):
+    """`MODULE:NAME` or `path/to/file.py:NAME` -> the object."""
+    import importlib
+    import importlib.util
+    import os
+    import sys
+    module_name, sep, attr = spec.rpartition(":")
+    if not sep or not module_name or not attr:
+        raise SystemExit("strata-import-torch: %s '%s' is not MODULE:NAME"
+                         % (what, spec))
+    try:
+        if module_name.endswith(".py") or os.sep in module_name:
+            path = os.path.abspath(module_name)
+            loader = importlib.util.spec_from_file_location(
+                os.path.splitext(os.path.basename(path))[0], path)
+            if loader is None or not os.path.exists(path):
+                raise SystemExit("strata-import-torch: no such file: %s"
+                                 % module_name)
+            sys.path.insert(0, os.path.dirname(path))
+            module = importlib.util.module_from_spec(loader)
+            loader.loader.exec_module(module)
+        else:
+            sys.path.insert(0, os.getcwd())
+            module = importlib.import_module(module_name)
+    except ImportError as e:
+        raise SystemExit("strata-import-torch: cannot import %s: %s"
+                         % (module_name, e))
+    if not hasattr(module, attr):
+        raise SystemExit("strata-import-torch: %s has no '%s'"
+                         % (module_name, attr))
+    return getattr(module, attr)
+
+
+def _parse_input(spec: str):
+    """NAME:SHAPE:DTYPE, e.g. tokens:8x64:int64 -> (name, example tensor)."""
+    parts = spec.split(":")
+    if len(parts) not in (2, 3) or not parts[0]:
+        raise SystemExit("strata-import-torch: --input '%s' is not "
+                         "NAME:SHAPE[:DTYPE] (e.g. tokens:8x64:int64)" % spec)
+    dtype = parts[2] if len(parts) == 3 else "float32"
+    if dtype not in _NUMPY_DTYPES:
+        raise SystemExit("strata-import-torch: --input '%s': element type "
+                         "'%s' is not one of %s"
+                         % (spec, dtype, ", ".join(_NUMPY_DTYPES)))
+    try:
+        shape = [int(d) for d in parts[1].split("x")] if parts[1] else []
+    except ValueError:
+        shape = [-1]
+    if any(d < 1 for d in shape):
+        raise SystemExit("strata-import-torch: --input '%s': the shape must "
+                         "be sizes joined by 'x' (e.g. 8x64)" % spec)
+    return parts[0], torch.zeros(shape, dtype=_NUMPY_DTYPES[dtype])
+
+
+def main(argv=None) -> int:
+    """strata-import-torch MODULE:FACTORY --input NAME:SHAPE:DTYPE ...
+    [--loss MODULE:FUNCTION] -o program.mlir [--weights init.safetensors]"""
+    import argparse
+    import sys
+    parser = argparse.ArgumentParser(
+        prog="strata-import-torch",
+        description="Import a PyTorch model as a Strata training program "
+        "and its initial weights. FACTORY() returns the nn.Module; the "
+        "inputs are the step's arguments in order (with --loss, the last "
+        "one is the loss's target).")
+    parser.add_argument("factory", metavar="MODULE:FACTORY",
+                        help="a module or .py file and a function of it "
+                        "that returns the model")
+    parser.add_argument("--input", action="append", default=[],
+                        metavar="NAME:SHAPE:DTYPE", required=True,
+                        help="a step input, e.g. tokens:8x64:int64 "
+                        "(DTYPE: int64, int32, float32; default float32)")
+    parser.add_argument("--loss", metavar="MODULE:FUNCTION",
+                        help="loss(output, target); without it the model's "
+                        "forward returns the loss")
+    parser.add_argument("-o", "--output", required=True,
+                        metavar="program.mlir")
+    parser.add_argument("--weights", metavar="init.safetensors",
+                        help="write the model's weights (for strata-run "
+                        "--init)")
+    args = parser.parse_args(argv)
+    model = _load_attr(args.factory, "factory")()
+    if not isinstance(model, torch.nn.Module):
+        raise SystemExit("strata-import-torch: %s returned a %s, not an "
+                         "nn.Module" % (args.factory, type(model).__name__))
+    loss = _load_attr(args.loss, "loss") if args.loss else None
+    names, tensors = zip(*(_parse_input(s) for s in args.input))
+    try:
+        program = import_module(model, tensors, loss, input_names=names)
+    except UnsupportedError as e:
+        print(e, file=sys.stderr)
+        return 1
+    program.save(args.output)
+    if args.weights:
+        program.save_weights(args.weights)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -330,6 +330,22 @@ void STRATA_RT_KERNEL(strata_rt_strided_copy)(StrataRtContext *ctx,
     run(static_cast<int32_t *>(out), static_cast<const int32_t *>(in));
 }
 
+void STRATA_RT_KERNEL(strata_rt_copy_rows)(StrataRtContext *ctx, int64_t site,
+                                           void *out, const void *in,
+                                           int64_t dtype, int64_t rows,
+                                           int64_t inRow, int64_t outRow,
+                                           int64_t offset) {
+  int64_t width = strata_rt_element_bytes(dtype);
+  if (width <= 0)
+    return unsupportedType(ctx, site, "copy_rows", dtype);
+  auto *dst = static_cast<char *>(out) + offset * width;
+  const auto *src = static_cast<const char *>(in);
+#pragma omp parallel for schedule(static) if (rows * inRow >= kParallelGrain)
+  for (int64_t r = 0; r < rows; ++r)
+    std::memcpy(dst + r * outRow * width, src + r * inRow * width,
+                inRow * width);
+}
+
 void STRATA_RT_KERNEL(strata_rt_reduce)(StrataRtContext *ctx, int64_t site,
                                         void *outData, int64_t outType,
                                         const void *inData, int64_t inType,

@@ -10,29 +10,30 @@
 #include <iterator>
 
 // The kernels of Kernels.cpp, built twice.
-#define STRATA_RT_VECTOR_KERNELS(X)                                           \
-  X(strata_rt_binary)                                                         \
-  X(strata_rt_unary)                                                          \
-  X(strata_rt_act_grad)                                                       \
-  X(strata_rt_copy)                                                           \
-  X(strata_rt_strided_copy)                                                   \
-  X(strata_rt_reduce)                                                         \
-  X(strata_rt_fill)                                                           \
-  X(strata_rt_dropout)                                                        \
-  X(strata_rt_softmax)                                                        \
-  X(strata_rt_softmax_grad)                                                   \
-  X(strata_rt_layer_norm)                                                     \
-  X(strata_rt_layer_norm_grad)                                                \
-  X(strata_rt_embedding)                                                      \
-  X(strata_rt_embedding_grad)                                                 \
-  X(strata_rt_cross_entropy)                                                  \
-  X(strata_rt_cross_entropy_grad)                                             \
-  X(strata_rt_lr_schedule)                                                    \
-  X(strata_rt_global_norm)                                                    \
-  X(strata_rt_clip)                                                           \
-  X(strata_rt_sgd)                                                            \
-  X(strata_rt_momentum)                                                       \
-  X(strata_rt_adam)                                                           \
+#define STRATA_RT_VECTOR_KERNELS(X)                                            \
+  X(strata_rt_binary)                                                          \
+  X(strata_rt_unary)                                                           \
+  X(strata_rt_act_grad)                                                        \
+  X(strata_rt_copy)                                                            \
+  X(strata_rt_strided_copy)                                                    \
+  X(strata_rt_copy_rows)                                                       \
+  X(strata_rt_reduce)                                                          \
+  X(strata_rt_fill)                                                            \
+  X(strata_rt_dropout)                                                         \
+  X(strata_rt_softmax)                                                         \
+  X(strata_rt_softmax_grad)                                                    \
+  X(strata_rt_layer_norm)                                                      \
+  X(strata_rt_layer_norm_grad)                                                 \
+  X(strata_rt_embedding)                                                       \
+  X(strata_rt_embedding_grad)                                                  \
+  X(strata_rt_cross_entropy)                                                   \
+  X(strata_rt_cross_entropy_grad)                                              \
+  X(strata_rt_lr_schedule)                                                     \
+  X(strata_rt_global_norm)                                                     \
+  X(strata_rt_clip)                                                            \
+  X(strata_rt_sgd)                                                             \
+  X(strata_rt_momentum)                                                        \
+  X(strata_rt_adam)                                                            \
   X(strata_rt_lars)
 
 // The rest: one build.

@@ -780,3 +780,38 @@ strata.rank_grid @ranks(pp = 1, dp = 2, sharding = 0, mp = 1)
 strata.rank_grid @ranks(pp = 1, dp = 2, sharding = 1, mp = 1)
 // expected-error@+1 {{'strata.rank_grid' op is a second rank grid; a program has one}}
 strata.rank_grid @other(pp = 1, dp = 2, sharding = 1, mp = 1)
+
+// -----
+
+func.func @f(%a: tensor<2x3xf32>, %b: tensor<3x3xf32>) {
+  // expected-error@+2 {{'strata.concat' op input of shape [3, 3] does not match [2, 3] outside dimension 1}}
+  // expected-error@+1 {{failed to infer returned types}}
+  %0 = strata.concat %a, %b {dim = 1 : i64} : (tensor<2x3xf32>, tensor<3x3xf32>) -> tensor<2x6xf32>
+  return
+}
+
+// -----
+
+func.func @f(%a: tensor<2x3xf32>) {
+  // expected-error@+2 {{'strata.concat' op dim 2 is out of range for rank 2}}
+  // expected-error@+1 {{failed to infer returned types}}
+  %0 = strata.concat %a, %a {dim = 2 : i64} : (tensor<2x3xf32>, tensor<2x3xf32>) -> tensor<2x6xf32>
+  return
+}
+
+// -----
+
+func.func @f(%a: tensor<2x3xf32>, %b: tensor<2x3xi32>) {
+  // expected-error@+1 {{'strata.concat' op requires the same element type for all operands}}
+  %0 = strata.concat %a, %b {dim = 1 : i64} : (tensor<2x3xf32>, tensor<2x3xi32>) -> tensor<2x6xf32>
+  return
+}
+
+// -----
+
+func.func @f(%a: tensor<2x3xf32>) {
+  // expected-error@+2 {{'strata.pad' op low and high must not be negative, got -1 and 0}}
+  // expected-error@+1 {{failed to infer returned types}}
+  %0 = strata.pad %a {dim = 1 : i64, low = -1 : i64, high = 0 : i64} : (tensor<2x3xf32>) -> tensor<2x2xf32>
+  return
+}

@@ -185,6 +185,20 @@ func.func @state(%v: tensor<16xf32>) {
   return
 }
 
+// CHECK-LABEL: func @concat
+func.func @concat(%a: tensor<2x3x4xf32>, %b: tensor<2x1x4xf32>) -> tensor<2x4x4xf32> {
+  // CHECK: strata.concat %{{.*}}, %{{.*}} {dim = 1 : i64} : (tensor<2x3x4xf32>, tensor<2x1x4xf32>) -> tensor<2x4x4xf32>
+  %0 = strata.concat %a, %b {dim = 1 : i64} : (tensor<2x3x4xf32>, tensor<2x1x4xf32>) -> tensor<2x4x4xf32>
+  return %0 : tensor<2x4x4xf32>
+}
+
+// CHECK-LABEL: func @pad
+func.func @pad(%a: tensor<2x3xf32>) -> tensor<2x6xf32> {
+  // CHECK: strata.pad %{{.*}} {dim = 1 : i64, high = 2 : i64, low = 1 : i64} : (tensor<2x3xf32>) -> tensor<2x6xf32>
+  %0 = strata.pad %a {dim = 1 : i64, low = 1 : i64, high = 2 : i64} : (tensor<2x3xf32>) -> tensor<2x6xf32>
+  return %0 : tensor<2x6xf32>
+}
+
 // CHECK-LABEL: func @slice
 func.func @slice(%x: tensor<8x32xi32>) -> tensor<4x32xi32> {
   // CHECK: strata.slice %{{.*}} {dim = 0 : i64, size = 4 : i64, start = 4 : i64} : (tensor<8x32xi32>) -> tensor<4x32xi32>

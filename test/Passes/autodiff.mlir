@@ -107,3 +107,24 @@ func.func @not_a_loss(%x: tensor<8xf32>) -> tensor<8xf32> {
   %r = strata.relu %x : (tensor<8xf32>) -> tensor<8xf32>
   return %r : tensor<8xf32>
 }
+
+// -----
+
+// A slice's gradient is the adjoint between zeros (a pad); a concat's is a
+// slice per input, each added to that input's adjoint.
+strata.param @s : tensor<2x6xf32> init <normal, 1.0>
+
+// CHECK-LABEL: func.func @slices
+func.func @slices(%y: tensor<2xi32>) -> tensor<f32> {
+  %s = strata.get_param @s : tensor<2x6xf32>
+  // CHECK: %[[LO:.*]] = strata.slice %[[S:.*]] {dim = 1 : i64, size = 2 : i64, start = 1 : i64
+  %lo = strata.slice %s {dim = 1 : i64, start = 1 : i64, size = 2 : i64} : (tensor<2x6xf32>) -> tensor<2x2xf32>
+  %c = strata.concat %lo, %s {dim = 1 : i64} : (tensor<2x2xf32>, tensor<2x6xf32>) -> tensor<2x8xf32>
+  %l = strata.cross_entropy %c, %y : (tensor<2x8xf32>, tensor<2xi32>) -> tensor<f32>
+  // CHECK: %[[DC:.*]] = strata.cross_entropy_grad
+  // CHECK: %[[D0:.*]] = strata.slice %[[DC]] {dim = 1 : i64, size = 2 : i64, start = 0 : i64, strata.role = #strata.role<backward>}
+  // CHECK: %[[D1:.*]] = strata.slice %[[DC]] {dim = 1 : i64, size = 6 : i64, start = 2 : i64, strata.role = #strata.role<backward>}
+  // CHECK: %[[PAD:.*]] = strata.pad %[[D0]] {dim = 1 : i64, high = 3 : i64, low = 1 : i64, strata.role = #strata.role<backward>} : (tensor<2x2xf32>) -> tensor<2x6xf32>
+  // CHECK: strata.add %[[D1]], %[[PAD]]
+  return %l : tensor<f32>
+}

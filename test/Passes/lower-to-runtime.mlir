@@ -186,6 +186,35 @@ func.func @train_step(%x: tensor<8x2xf32>) -> tensor<8x2xf32> {
 }
 
 // -----
+// A concat copies each input's rows into its columns of the result:
+// rows = 2 (the dimensions before `dim`), 3 of 5 elements per row at 0,
+// then 2 at 3.
+// CHECK-LABEL: strata.rt.sites = ["{{.*}}: strata.concat",
+// CHECK: %[[OUT:.*]] = llvm.getelementptr %arg1[0]
+// CHECK: %[[R0:.*]] = llvm.mlir.constant(2 : i64)
+// CHECK-NEXT: %[[N0:.*]] = llvm.mlir.constant(3 : i64)
+// CHECK-NEXT: %[[W0:.*]] = llvm.mlir.constant(5 : i64)
+// CHECK-NEXT: %[[AT0:.*]] = llvm.mlir.constant(0 : i64)
+// CHECK-NEXT: llvm.call @strata_rt_copy_rows(%arg0, %{{.*}}, %[[OUT]], %{{.*}}, %{{.*}}, %[[R0]], %[[N0]], %[[W0]], %[[AT0]])
+// CHECK: %[[R1:.*]] = llvm.mlir.constant(2 : i64)
+// CHECK-NEXT: %[[N1:.*]] = llvm.mlir.constant(2 : i64)
+// CHECK-NEXT: %[[W1:.*]] = llvm.mlir.constant(5 : i64)
+// CHECK-NEXT: %[[AT1:.*]] = llvm.mlir.constant(3 : i64)
+// CHECK-NEXT: llvm.call @strata_rt_copy_rows(%arg0, %{{.*}}, %[[OUT]], %{{.*}}, %{{.*}}, %[[R1]], %[[N1]], %[[W1]], %[[AT1]])
+// A pad fills zeros, then copies its input's rows at `low` (1 row of 5).
+// CHECK: llvm.call @strata_rt_fill
+// CHECK: %[[PN:.*]] = llvm.mlir.constant(5 : i64)
+// CHECK-NEXT: %[[PW:.*]] = llvm.mlir.constant(15 : i64)
+// CHECK-NEXT: %[[PAT:.*]] = llvm.mlir.constant(5 : i64)
+// CHECK-NEXT: llvm.call @strata_rt_copy_rows(%arg0, %{{.*}}, %{{.*}}, %{{.*}}, %{{.*}}, %{{.*}}, %[[PN]], %[[PW]], %[[PAT]])
+func.func @train_step(%a: tensor<2x3xf32>, %b: tensor<2x2xf32>) -> tensor<2x3x5xf32> {
+  %c = strata.concat %a, %b {dim = 1 : i64} : (tensor<2x3xf32>, tensor<2x2xf32>) -> tensor<2x5xf32>
+  %r = strata.reshape %c : (tensor<2x5xf32>) -> tensor<2x1x5xf32>
+  %p = strata.pad %r {dim = 1 : i64, low = 1 : i64, high = 1 : i64} : (tensor<2x1x5xf32>) -> tensor<2x3x5xf32>
+  return %p : tensor<2x3x5xf32>
+}
+
+// -----
 // Buckets in place: the memory plan puts %a and %b where strata.pack lays
 // them (bytes 0 and 16 of its buffer), so their producers write them there
 // and the pack only zero-fills its padding; the unpacked tensors are read

@@ -258,6 +258,29 @@ std::vector<Case> cases() {
                            "array<i64: 2, 0, 1>} : (tensor<3x2x2xf64>) -> "
                            "tensor<2x3x2xf64>",
               "tensor<2x3x2xf64>", "", 3));
+  add("slice_middle",
+      program(ab,
+              get_ab + "  %y = strata.slice %a {dim = 1 : i64, start = 1 "
+                       ": i64, size = 2 : i64} : (tensor<3x4xf64>) -> "
+                       "tensor<3x2xf64>",
+              "tensor<3x2xf64>"));
+  add("pad", program(ab,
+                     get_ab + "  %y = strata.pad %a {dim = 0 : i64, low = 2 : "
+                              "i64, high = 1 : i64} : (tensor<3x4xf64>) -> "
+                              "tensor<6x4xf64>",
+                     "tensor<6x4xf64>"));
+  add("concat_slices",
+      program(ab,
+              get_ab + "  %lo = strata.slice %a {dim = 1 : i64, start = 0 "
+                       ": i64, size = 2 : i64} : (tensor<3x4xf64>) -> "
+                       "tensor<3x2xf64>\n"
+                       "  %hi = strata.slice %a {dim = 1 : i64, start = 2 "
+                       ": i64, size = 2 : i64} : (tensor<3x4xf64>) -> "
+                       "tensor<3x2xf64>\n"
+                       "  %y = strata.concat %hi, %a, %lo {dim = 1 : i64} "
+                       ": (tensor<3x2xf64>, tensor<3x4xf64>, "
+                       "tensor<3x2xf64>) -> tensor<3x8xf64>",
+              "tensor<3x8xf64>"));
   add("reduce_sum_mean",
       program(ab, get_ab + "  %s = strata.reduce_sum %a {dims = array<i64: "
                            "1>} : (tensor<3x4xf64>) -> tensor<3xf64>\n"

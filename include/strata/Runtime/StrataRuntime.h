@@ -297,6 +297,11 @@ void strata_rt_copy(StrataRtContext *ctx, int64_t site, void *out,
 void strata_rt_strided_copy(StrataRtContext *ctx, int64_t site, void *out,
                             const void *in, int64_t dtype, int64_t rank,
                             const int64_t *desc);
+/* One input of a concatenation: row r of `in` (`inRow` elements of
+   `dtype`) goes to out[r * outRow + offset], for r < rows. */
+void strata_rt_copy_rows(StrataRtContext *ctx, int64_t site, void *out,
+                         const void *in, int64_t dtype, int64_t rows,
+                         int64_t inRow, int64_t outRow, int64_t offset);
 /* out = scale * sum of in over the dimensions whose output stride is 0:
    `desc` holds the input shape, then the output strides over it. */
 void strata_rt_reduce(StrataRtContext *ctx, int64_t site, void *out,

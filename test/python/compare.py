@@ -1,0 +1,42 @@
+"""Trains an imported program with Strata and its module with PyTorch eager
+(AdamW, lr 1e-3) on the same batches, prints both loss traces and fails when
+they differ by more than 1e-4 relative."""
+
+import sys
+
+import numpy as np
+import torch
+
+import strata
+
+
+def token_batches(vocab, batch, seq, steps, seed=0):
+    rng = np.random.default_rng(seed)
+    return [(torch.from_numpy(rng.integers(0, vocab, (batch, seq))),
+             torch.from_numpy(rng.integers(0, vocab, (batch, seq))))
+            for _ in range(steps)]
+
+
+def compare(program, model, loss_fn, batches, strategy, weights,
+            name="imported.mlir"):
+    exe = strata.compile(program.text, strategy=strategy, name=name)
+    exe.load(weights)
+    strata_losses = [exe.step(program.batch(*b)) for b in batches]
+
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    torch_losses = []
+    for *inputs, target in batches:
+        optimizer.zero_grad()
+        loss = loss_fn(model(*inputs), target)
+        loss.backward()
+        optimizer.step()
+        torch_losses.append(loss.item())
+
+    for i, (a, b) in enumerate(zip(strata_losses, torch_losses)):
+        print("step %d strata %r torch %r" % (i, a, b))
+    worst = max(abs(a - b) / abs(b)
+                for a, b in zip(strata_losses, torch_losses))
+    print("max relative difference %.1e" % worst)
+    if worst > 1e-4:
+        sys.exit("the losses differ by more than 1e-4 relative")
+    return strata_losses
