@@ -146,6 +146,20 @@ LogicalResult Differentiator::backprop(Operation *op) {
                                     o.getApproximate()));
         return success();
       })
+      .Case([&](SiluOp o) {
+        accumulate(loc, o.getInput(),
+                   make<SiluGradOp>(loc, o.getInput(), adj()));
+        return success();
+      })
+      .Case([&](RsqrtOp o) {
+        // d(x^-1/2) = -1/2 x^-3/2 = -1/2 y^3
+        Value y = o.getResult();
+        Value cube = make<MulOp>(loc, y, make<MulOp>(loc, y, y));
+        accumulate(loc, o.getInput(),
+                   make<ScaleOp>(loc, make<MulOp>(loc, adj(), cube),
+                                 builder.getF64FloatAttr(-0.5)));
+        return success();
+      })
       .Case([&](DropoutOp o) {
         auto grad = make<DropoutGradOp>(loc, adj(), o.getProbAttr(),
                                         o.getKeyAttr());

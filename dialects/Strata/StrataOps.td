@@ -349,6 +349,28 @@ def Strata_GeluOp : Strata_ComputeOp<"gelu", [Strata_InPlace<"0">]> {
   let results = (outs Strata_FloatTensor:$result);
 }
 
+def Strata_SiluOp : Strata_ComputeOp<"silu", [Strata_InPlace<"0">]> {
+  let summary = "x * sigmoid(x) (swish), as in LLaMA's SwiGLU";
+  let description = [{
+    ```mlir
+    %y = strata.silu %x : (tensor<8x256xf32>) -> tensor<8x256xf32>
+    ```
+  }];
+  let arguments = (ins Strata_FloatTensor:$input);
+  let results = (outs Strata_FloatTensor:$result);
+}
+
+def Strata_RsqrtOp : Strata_ComputeOp<"rsqrt", [Strata_InPlace<"0">]> {
+  let summary = "1 / sqrt(x), as in RMS normalisation";
+  let description = [{
+    ```mlir
+    %y = strata.rsqrt %x : (tensor<8x1xf32>) -> tensor<8x1xf32>
+    ```
+  }];
+  let arguments = (ins Strata_FloatTensor:$input);
+  let results = (outs Strata_FloatTensor:$result);
+}
+
 def Strata_DropoutOp : Strata_ComputeOp<"dropout", [Strata_InPlace<"0">]> {
   let summary = "Inverted dropout with a counter-based mask";
   let description = [{
@@ -637,6 +659,21 @@ def Strata_GeluGradOp : Strata_ComputeOp<"gelu_grad",
   let arguments = (ins Strata_FloatTensor:$input, Strata_FloatTensor:$result_grad,
       DefaultValuedAttr<Strata_GeluApproximationAttr,
                         "GeluApproximation::Erf">:$approximate);
+  let results = (outs Strata_FloatTensor:$input_grad);
+}
+
+def Strata_SiluGradOp : Strata_ComputeOp<"silu_grad",
+    [AllTypesMatch<["input", "result_grad"]>, Strata_InPlace<"1">]> {
+  let summary = "Gradient of strata.silu from its input";
+  let description = [{
+    dy * s (1 + x (1 - s)) with s = sigmoid(x).
+
+    ```mlir
+    %dx = strata.silu_grad %x, %dy : (tensor<8x64xf32>, tensor<8x64xf32>) -> tensor<8x64xf32>
+    ```
+  }];
+  let arguments = (ins Strata_FloatTensor:$input,
+                       Strata_FloatTensor:$result_grad);
   let results = (outs Strata_FloatTensor:$input_grad);
 }
 

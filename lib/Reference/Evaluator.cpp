@@ -507,6 +507,14 @@ llvm::Error Evaluator::step(Operation *op) {
         set(o, unary(in(0), [t](double x) { return t ? geluTanh(x) : geluErf(x); }));
         return llvm::Error::success();
       })
+      .Case([&](SiluOp o) -> llvm::Error {
+        set(o, unary(in(0), [](double x) { return x / (1 + std::exp(-x)); }));
+        return llvm::Error::success();
+      })
+      .Case([&](RsqrtOp o) -> llvm::Error {
+        set(o, unary(in(0), [](double x) { return 1 / std::sqrt(x); }));
+        return llvm::Error::success();
+      })
       .Case<DropoutOp, DropoutGradOp>([&](auto o) -> llvm::Error {
         set(o, dropout(in(0), o.getKey(), microBatch,
                        o.getProb().convertToDouble()));
@@ -806,6 +814,13 @@ llvm::Error Evaluator::step(Operation *op) {
         bool t = o.getApproximate() == GeluApproximation::Tanh;
         set(o, binary(in(0), in(1), outShape(), [t](double x, double dy) {
               return dy * geluGrad(x, t);
+            }));
+        return llvm::Error::success();
+      })
+      .Case([&](SiluGradOp o) -> llvm::Error {
+        set(o, binary(in(0), in(1), outShape(), [](double x, double dy) {
+              double s = 1 / (1 + std::exp(-x));
+              return dy * s * (1 + x * (1 - s));
             }));
         return llvm::Error::success();
       })

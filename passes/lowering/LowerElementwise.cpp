@@ -1,7 +1,7 @@
 //===- LowerElementwise.cpp - Elementwise, data movement, dropout ---------===//
 //
 // Elementwise: add / sub / mul / div / bias_add / arith.addi (broadcasting
-// strata_rt_binary), scale, relu, gelu (strata_rt_unary) and their
+// strata_rt_binary), scale, relu, gelu, silu, rsqrt (strata_rt_unary) and the
 // gradients (strata_rt_act_grad). Data movement: constants (fill, or a
 // constant global copied in), reshape (copy), transpose, slice and
 // broadcast_to (strided copy), concat and pad (row blocks), pack / unpack
@@ -172,6 +172,15 @@ void strata::lowering::populateElementwiseLoweringPatterns(
   });
   addLowering<GeluOp>(patterns, l, [](GeluOp o, RuntimeLowering &l) {
     return unary(geluCode(o.getApproximate()), o.getInput(), o, l);
+  });
+  addLowering<SiluOp>(patterns, l, [](SiluOp o, RuntimeLowering &l) {
+    return unary(STRATA_RT_ACT_SILU, o.getInput(), o, l);
+  });
+  addLowering<RsqrtOp>(patterns, l, [](RsqrtOp o, RuntimeLowering &l) {
+    return unary(STRATA_RT_UNARY_RSQRT, o.getInput(), o, l);
+  });
+  addLowering<SiluGradOp>(patterns, l, [](SiluGradOp o, RuntimeLowering &l) {
+    return actGrad(STRATA_RT_ACT_SILU, o, o.getInput(), o.getResultGrad(), l);
   });
   // For ReLU the gradient reads the forward output, for GELU its input.
   addLowering<ReluGradOp>(patterns, l, [](ReluGradOp o, RuntimeLowering &l) {

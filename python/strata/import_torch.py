@@ -486,6 +486,10 @@ class _Emitter:
             "scale", [self.tensor(x, n)], self.shape(n), [
                 "factor = " + _f64(-1.0)]))
         on(_ops("relu"), self.unary("relu"))
+        on(_ops("silu"), self.unary("silu"))
+        on(_ops("rsqrt"), self.unary("rsqrt"))
+        on(_ops("pow.Tensor_Scalar"), self.pow)
+        on(_ops("cat"), self.cat)
         on(_ops("gelu"), self.gelu)
         on(_ops("mean.dim", "sum.dim_IntList"), self.reduce)
         on(_ops("native_layer_norm", "layer_norm"), self.layer_norm)
@@ -629,9 +633,22 @@ class _Emitter:
                 if not left.scaled:
                     self.fail(node, "a dropout mask that is not rescaled by "
                               "1 / (1 - p)")
-                # PyTorch draws with keep = 1 - p: give back the p the user wrote.
-            return self.dropout(node, self.tensor(rhs, node),
-                                float("%.15g" % (1 - left.keep)))
+                # PyTorch draws with keep = 1 - p: the p the user wrote.
+                return self.dropout(node, self.tensor(rhs, node),
+                                    float("%.15g" % (1 - left.keep)))
+        if kind == "add" and alpha == 1:
+            # scores + mask, the mask -inf above the diagonal and 0 elsewhere:
+            # the causal softmax's input.
+            for scores, mask in ((lhs, rhs), (rhs, lhs)):
+                m = self.raw(mask) if isinstance(mask, torch.fx.Node) \
+                    else None
+                if isinstance(m, _Const) and m.value.is_floating_point() \
+                        and bool(torch.isinf(m.value).any()):
+                    if not bool(((m.value == 0) | (m.value <= -1e30))
+                                .all()):
+                        self.fail(node, "an additive mask other than 0 and "
+                                  "-inf")
+                    return self.causal(node, scores, m.value == 0)
         a, b = self.operand(lhs, node), self.operand(rhs, node)
         if alpha != 1:
             b = self.op("scale", [b], b.shape, ["factor = " + _f64(alpha)])
@@ -647,6 +664,25 @@ class _Emitter:
         def handler(node, x, *args, **kwargs):
             return self.op(name, [self.tensor(x, node)], self.shape(node))
         return handler
+
+    def pow(self, node, x, exponent):
+        if exponent not in (1, 2, 3):
+            self.fail(node, "a power other than 1, 2 or 3 (got %r)"
+                      % (exponent,))
+        v = self.tensor(x, node)
+        out = v
+        for _ in range(int(exponent) - 1):
+            out = self.op("mul", [out, v], v.shape)
+        return out
+
+    def cat(self, node, tensors, dim=0):
+        values = [self.tensor(t, node) for t in tensors]
+        values = [v for v in values if all(values) and 0 not in v.shape]
+        dim %= len(values[0].shape)
+        if len(values) == 1:
+            return values[0]
+        return self.op("concat", values, self.shape(node),
+                       ["dim = %d : i64" % dim], element=values[0].element)
 
     def gelu(self, node, x, approximate="none"):
         kind = {"none": "erf", "tanh": "tanh"}[approximate]

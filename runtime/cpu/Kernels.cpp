@@ -235,6 +235,16 @@ void STRATA_RT_KERNEL(strata_rt_unary)(StrataRtContext *ctx, int64_t site,
     for (int64_t i = 0; i < n; ++i)
       out[i] = geluErf(in[i]);
     break;
+  case STRATA_RT_ACT_SILU:
+#pragma omp parallel for simd schedule(static) if (n >= kParallelGrain)
+    for (int64_t i = 0; i < n; ++i)
+      out[i] = in[i] / (1.0f + std::exp(-in[i]));
+    break;
+  case STRATA_RT_UNARY_RSQRT:
+#pragma omp parallel for simd schedule(static) if (n >= kParallelGrain)
+    for (int64_t i = 0; i < n; ++i)
+      out[i] = 1.0f / std::sqrt(in[i]);
+    break;
   case STRATA_RT_ACT_NONE:
     if (out != in)
       std::memcpy(out, in, n * sizeof(float));
@@ -269,6 +279,13 @@ void STRATA_RT_KERNEL(strata_rt_act_grad)(StrataRtContext *ctx, int64_t site,
 #pragma omp parallel for schedule(static) if (n >= kParallelGrain)
     for (int64_t i = 0; i < n; ++i)
       out[i] = dy[i] * geluErfGrad(x[i]);
+    break;
+  case STRATA_RT_ACT_SILU:
+#pragma omp parallel for simd schedule(static) if (n >= kParallelGrain)
+    for (int64_t i = 0; i < n; ++i) {
+      float s = 1.0f / (1.0f + std::exp(-x[i]));
+      out[i] = dy[i] * s * (1.0f + x[i] * (1.0f - s));
+    }
     break;
   case STRATA_RT_ACT_NONE:
     if (out != dy)

@@ -192,6 +192,17 @@ func.func @concat(%a: tensor<2x3x4xf32>, %b: tensor<2x1x4xf32>) -> tensor<2x4x4x
   return %0 : tensor<2x4x4xf32>
 }
 
+// CHECK-LABEL: func @silu_rsqrt
+func.func @silu_rsqrt(%x: tensor<4x8xf32>, %dy: tensor<4x8xf32>) -> (tensor<4x8xf32>, tensor<4x8xf32>, tensor<4x8xf32>) {
+  // CHECK: strata.silu %{{.*}} : (tensor<4x8xf32>) -> tensor<4x8xf32>
+  %0 = strata.silu %x : (tensor<4x8xf32>) -> tensor<4x8xf32>
+  // CHECK: strata.silu_grad %{{.*}}, %{{.*}} : (tensor<4x8xf32>, tensor<4x8xf32>) -> tensor<4x8xf32>
+  %1 = strata.silu_grad %x, %dy : (tensor<4x8xf32>, tensor<4x8xf32>) -> tensor<4x8xf32>
+  // CHECK: strata.rsqrt %{{.*}} : (tensor<4x8xf32>) -> tensor<4x8xf32>
+  %2 = strata.rsqrt %x : (tensor<4x8xf32>) -> tensor<4x8xf32>
+  return %0, %1, %2 : tensor<4x8xf32>, tensor<4x8xf32>, tensor<4x8xf32>
+}
+
 // CHECK-LABEL: func @pad
 func.func @pad(%a: tensor<2x3xf32>) -> tensor<2x6xf32> {
   // CHECK: strata.pad %{{.*}} {dim = 1 : i64, high = 2 : i64, low = 1 : i64} : (tensor<2x3xf32>) -> tensor<2x6xf32>

@@ -215,6 +215,23 @@ func.func @train_step(%a: tensor<2x3xf32>, %b: tensor<2x2xf32>) -> tensor<2x3x5x
 }
 
 // -----
+// SiLU, its gradient and rsqrt: unary op codes 5 and 6 of strata_rt_unary,
+// activation 5 of strata_rt_act_grad.
+// CHECK-LABEL: strata.rt.sites = ["{{.*}}: strata.silu",
+// CHECK: %[[SILU:.*]] = llvm.mlir.constant(5 : i64)
+// CHECK: llvm.call @strata_rt_unary(%arg0, %{{.*}}, %[[SILU]],
+// CHECK: %[[RSQRT:.*]] = llvm.mlir.constant(6 : i64)
+// CHECK: llvm.call @strata_rt_unary(%arg0, %{{.*}}, %[[RSQRT]],
+// CHECK: %[[ACT:.*]] = llvm.mlir.constant(5 : i64)
+// CHECK: llvm.call @strata_rt_act_grad(%arg0, %{{.*}}, %[[ACT]],
+func.func @train_step(%x: tensor<8xf32>, %dy: tensor<8xf32>) -> (tensor<8xf32>, tensor<8xf32>, tensor<8xf32>) {
+  %s = strata.silu %x : (tensor<8xf32>) -> tensor<8xf32>
+  %r = strata.rsqrt %x : (tensor<8xf32>) -> tensor<8xf32>
+  %g = strata.silu_grad %x, %dy : (tensor<8xf32>, tensor<8xf32>) -> tensor<8xf32>
+  return %s, %r, %g : tensor<8xf32>, tensor<8xf32>, tensor<8xf32>
+}
+
+// -----
 // Buckets in place: the memory plan puts %a and %b where strata.pack lays
 // them (bytes 0 and 16 of its buffer), so their producers write them there
 // and the pack only zero-fills its padding; the unpacked tensors are read

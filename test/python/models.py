@@ -91,3 +91,97 @@ def gpt_bytes():
     """A GPT over byte tokens (strata-run's text data), with dropout."""
     torch.manual_seed(0)
     return GPT(vocab=256, seq=16, hidden=32, heads=4, layers=2, dropout=0.1)
+
+
+class RMSNorm(nn.Module):
+    def __init__(self, dim, eps=1e-6):
+        super().__init__()
+        self.eps = eps
+        self.weight = nn.Parameter(torch.ones(dim))
+
+    def forward(self, x):
+        x = x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps)
+        return x * self.weight
+
+
+def rotate_half(x):
+    x1, x2 = x[..., :x.shape[-1] // 2], x[..., x.shape[-1] // 2:]
+    return torch.cat((-x2, x1), dim=-1)
+
+
+class LlamaAttention(nn.Module):
+    def __init__(self, hidden, heads, seq, theta=10000.0):
+        super().__init__()
+        self.heads, self.head_dim = heads, hidden // heads
+        self.q_proj = nn.Linear(hidden, hidden, bias=False)
+        self.k_proj = nn.Linear(hidden, hidden, bias=False)
+        self.v_proj = nn.Linear(hidden, hidden, bias=False)
+        self.o_proj = nn.Linear(hidden, hidden, bias=False)
+        inv_freq = 1.0 / theta ** (torch.arange(0, self.head_dim, 2).float()
+                                   / self.head_dim)
+        freqs = torch.outer(torch.arange(seq).float(), inv_freq)
+        emb = torch.cat((freqs, freqs), dim=-1)
+        self.register_buffer("cos", emb.cos(), persistent=False)
+        self.register_buffer("sin", emb.sin(), persistent=False)
+        self.register_buffer("mask", torch.full((seq, seq), float("-inf"))
+                             .triu(1), persistent=False)
+
+    def forward(self, x):
+        B, T, C = x.shape
+        q = self.q_proj(x).view(B, T, self.heads, self.head_dim).transpose(1, 2)
+        k = self.k_proj(x).view(B, T, self.heads, self.head_dim).transpose(1, 2)
+        v = self.v_proj(x).view(B, T, self.heads, self.head_dim).transpose(1, 2)
+        cos, sin = self.cos[:T], self.sin[:T]
+        q = q * cos + rotate_half(q) * sin
+        k = k * cos + rotate_half(k) * sin
+        scores = q @ k.transpose(2, 3) / math.sqrt(self.head_dim)
+        probs = F.softmax(scores + self.mask[:T, :T], dim=-1)
+        y = (probs @ v).transpose(1, 2).reshape(B, T, C)
+        return self.o_proj(y)
+
+
+class LlamaBlock(nn.Module):
+    def __init__(self, hidden, heads, seq, intermediate):
+        super().__init__()
+        self.input_layernorm = RMSNorm(hidden)
+        self.self_attn = LlamaAttention(hidden, heads, seq)
+        self.post_attention_layernorm = RMSNorm(hidden)
+        self.gate_proj = nn.Linear(hidden, intermediate, bias=False)
+        self.up_proj = nn.Linear(hidden, intermediate, bias=False)
+        self.down_proj = nn.Linear(intermediate, hidden, bias=False)
+
+    def forward(self, x):
+        x = x + self.self_attn(self.input_layernorm(x))
+        h = self.post_attention_layernorm(x)
+        return x + self.down_proj(F.silu(self.gate_proj(h)) * self.up_proj(h))
+
+
+class Llama(nn.Module):
+    def __init__(self, vocab=64, seq=16, hidden=32, heads=4, layers=2,
+                 intermediate=64):
+        super().__init__()
+        self.embed_tokens = nn.Embedding(vocab, hidden)
+        self.layers = nn.ModuleList(LlamaBlock(hidden, heads, seq, intermediate)
+                                    for _ in range(layers))
+        self.norm = RMSNorm(hidden)
+        self.lm_head = nn.Linear(hidden, vocab, bias=False)
+        for p in self.parameters():
+            if p.dim() == 2:
+                nn.init.normal_(p, std=0.02)
+
+    def forward(self, idx):
+        x = self.embed_tokens(idx)
+        for layer in self.layers:
+            x = layer(x)
+        return self.lm_head(self.norm(x))
+
+
+def llama():
+    torch.manual_seed(0)
+    return Llama()
+
+
+def llama_bytes():
+    """A LLaMA-style decoder over byte tokens (strata-run's text data)."""
+    torch.manual_seed(0)
+    return Llama(vocab=256)

@@ -224,6 +224,17 @@ std::vector<Case> cases() {
                            "#strata.gelu<tanh>} : (tensor<3x4xf64>) -> "
                            "tensor<3x4xf64>",
               "tensor<3x4xf64>"));
+  add("silu", program(ab,
+                      get_ab + "  %y = strata.silu %a : (tensor<3x4xf64>) "
+                               "-> tensor<3x4xf64>",
+                      "tensor<3x4xf64>"));
+  add("rsqrt",
+      program(ab,
+              get_ab + "  %sq = strata.mul %a, %a : (tensor<3x4xf64>, "
+                       "tensor<3x4xf64>) -> tensor<3x4xf64>\n"
+                       "  %y = strata.rsqrt %sq : (tensor<3x4xf64>) -> "
+                       "tensor<3x4xf64>",
+              "tensor<3x4xf64>"));
   add("dropout", program(ab, get_ab + "  %y = strata.dropout %a {key = 3 : "
                                       "i64, prob = 0.5 : f64} : "
                                       "(tensor<3x4xf64>) -> tensor<3x4xf64>",

@@ -106,7 +106,9 @@ enum {
   STRATA_RT_ACT_RELU = 1,
   STRATA_RT_ACT_GELU_TANH = 2,
   STRATA_RT_ACT_GELU_ERF = 3,
-  STRATA_RT_UNARY_SCALE = 4
+  STRATA_RT_UNARY_SCALE = 4,
+  STRATA_RT_ACT_SILU = 5,
+  STRATA_RT_UNARY_RSQRT = 6
 };
 /* Binary ops. */
 enum { STRATA_RT_ADD = 0, STRATA_RT_SUB = 1, STRATA_RT_MUL = 2, STRATA_RT_DIV = 3 };
@@ -279,7 +281,8 @@ void strata_rt_binary(StrataRtContext *ctx, int64_t site, int64_t op,
                       void *out, int64_t outType, const void *a, int64_t aType,
                       const void *b, int64_t bType, int64_t rank,
                       const int64_t *desc);
-/* out = f(in): an activation, or `alpha * in` for STRATA_RT_UNARY_SCALE. */
+/* out = f(in): an activation, `alpha * in` for STRATA_RT_UNARY_SCALE,
+   1 / sqrt(in) for STRATA_RT_UNARY_RSQRT. */
 void strata_rt_unary(StrataRtContext *ctx, int64_t site, int64_t op,
                      void *out, int64_t outType, const void *in,
                      int64_t inType, int64_t n, double alpha);
