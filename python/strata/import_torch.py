@@ -5,6 +5,9 @@
     program.save_weights("init.safetensors")
     exe = strata.compile(program.text, strategy="adamw.yaml")
     exe.load("init.safetensors")          # PyTorch's initial weights
+    ...                                   # exe.step(program.batch(x, y))
+    exe.save("trained.safetensors")
+    it.load_state_dict(model, "trained.safetensors")  # back into PyTorch
 
 The forward of the module and the loss are captured as a graph of ATen ops
 with shapes (`make_fx`, PyTorch 1.13 and 2.x), and each op becomes ops of the
@@ -115,6 +118,49 @@ class ImportedProgram:
         takes (class indices become int32)."""
         return [t.detach().cpu().numpy().astype(dtype)
                 for t, (_, dtype) in zip(tensors, self.inputs)]
+
+
+def read_safetensors(path: str) -> Dict[str, np.ndarray]:
+    """The tensors of a safetensors file (a Strata checkpoint or weights)."""
+    kinds = {"F32": np.float32, "F64": np.float64, "I32": np.int32,
+             "I64": np.int64, "F16": np.float16, "BF16": np.uint16,
+             "U8": np.uint8, "I8": np.int8}
+    with open(path, "rb") as f:
+        size = struct.unpack("<Q", f.read(8))[0]
+        header = json.loads(f.read(size))
+        data = f.read()
+    tensors = {}
+    for name, entry in header.items():
+        if name == "__metadata__":
+            continue
+        begin, end = entry["data_offsets"]
+        tensors[name] = np.frombuffer(
+            data[begin:end], dtype=kinds[entry["dtype"]]).reshape(
+                entry["shape"])
+    return tensors
+
+
+def load_state_dict(module: torch.nn.Module, path: str) -> List[str]:
+    """Copies the parameters of a Strata checkpoint (`Executable.save`,
+    `strata-run --save`) into the module imported from, in place: training
+    goes on in PyTorch, or the model is saved with `torch.save`. Returns the
+    names loaded; a parameter missing from the checkpoint, or of another
+    shape, is an error."""
+    tensors = read_safetensors(path)
+    loaded = []
+    with torch.no_grad():
+        for name, p in module.named_parameters():
+            if name not in tensors:
+                raise KeyError("strata.import_torch: %s has no parameter "
+                               "'%s'" % (path, name))
+            value = tensors[name]
+            if tuple(value.shape) != tuple(p.shape):
+                raise ValueError("strata.import_torch: '%s' is %s in %s, %s "
+                                 "in the module" % (name, list(value.shape),
+                                                    path, list(p.shape)))
+            p.copy_(torch.from_numpy(np.array(value, np.float32)))
+            loaded.append(name)
+    return loaded
 
 
 def _where(node) -> str:
