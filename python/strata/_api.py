@@ -38,7 +38,10 @@ _runtime = os.path.join(os.path.dirname(library_path),
                         "libstrata_runtime_cpu.so")
 if os.path.exists(_runtime):
     ctypes.CDLL(_runtime, mode=ctypes.RTLD_GLOBAL)
-_lib = ctypes.CDLL(library_path, mode=ctypes.RTLD_GLOBAL)
+# Locally: its LLVM and MLIR symbols must not interpose on other copies of
+# LLVM in the process (PyTorch 2.x's Triton bundles one, and crashes on
+# import after a global libMLIR).
+_lib = ctypes.CDLL(library_path, mode=ctypes.RTLD_LOCAL)
 
 _Session = ctypes.c_void_p
 _ExecutableHandle = ctypes.c_void_p
