@@ -151,6 +151,15 @@ LogicalResult Differentiator::backprop(Operation *op) {
                    make<SiluGradOp>(loc, o.getInput(), adj()));
         return success();
       })
+      .Case([&](TanhOp o) {
+        // dy (1 - y^2) = dy - (dy y) y
+        Value y = o.getResult();
+        accumulate(
+            loc, o.getInput(),
+            make<SubOp>(loc, adj(),
+                        make<MulOp>(loc, make<MulOp>(loc, adj(), y), y)));
+        return success();
+      })
       .Case([&](RsqrtOp o) {
         // d(x^-1/2) = -1/2 x^-3/2 = -1/2 y^3
         Value y = o.getResult();

@@ -371,6 +371,17 @@ def Strata_RsqrtOp : Strata_ComputeOp<"rsqrt", [Strata_InPlace<"0">]> {
   let results = (outs Strata_FloatTensor:$result);
 }
 
+def Strata_TanhOp : Strata_ComputeOp<"tanh", [Strata_InPlace<"0">]> {
+  let summary = "Hyperbolic tangent";
+  let description = [{
+    ```mlir
+    %y = strata.tanh %x : (tensor<8x64xf32>) -> tensor<8x64xf32>
+    ```
+  }];
+  let arguments = (ins Strata_FloatTensor:$input);
+  let results = (outs Strata_FloatTensor:$result);
+}
+
 def Strata_DropoutOp : Strata_ComputeOp<"dropout", [Strata_InPlace<"0">]> {
   let summary = "Inverted dropout with a counter-based mask";
   let description = [{

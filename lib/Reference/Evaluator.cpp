@@ -511,6 +511,10 @@ llvm::Error Evaluator::step(Operation *op) {
         set(o, unary(in(0), [](double x) { return x / (1 + std::exp(-x)); }));
         return llvm::Error::success();
       })
+      .Case([&](TanhOp o) -> llvm::Error {
+        set(o, unary(in(0), [](double x) { return std::tanh(x); }));
+        return llvm::Error::success();
+      })
       .Case([&](RsqrtOp o) -> llvm::Error {
         set(o, unary(in(0), [](double x) { return 1 / std::sqrt(x); }));
         return llvm::Error::success();

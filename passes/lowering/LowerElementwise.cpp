@@ -1,8 +1,8 @@
 //===- LowerElementwise.cpp - Elementwise, data movement, dropout ---------===//
 //
 // Elementwise: add / sub / mul / div / bias_add / arith.addi (broadcasting
-// strata_rt_binary), scale, relu, gelu, silu, rsqrt (strata_rt_unary) and the
-// gradients (strata_rt_act_grad). Data movement: constants (fill, or a
+// strata_rt_binary), scale, relu, gelu, silu, rsqrt, tanh (strata_rt_unary) and
+// the gradients (strata_rt_act_grad). Data movement: constants (fill, or a
 // constant global copied in), reshape (copy), transpose, slice and
 // broadcast_to (strided copy), concat and pad (row blocks), pack / unpack
 // (copies into and out of a flat buffer, padding zero-filled), and the
@@ -178,6 +178,9 @@ void strata::lowering::populateElementwiseLoweringPatterns(
   });
   addLowering<RsqrtOp>(patterns, l, [](RsqrtOp o, RuntimeLowering &l) {
     return unary(STRATA_RT_UNARY_RSQRT, o.getInput(), o, l);
+  });
+  addLowering<TanhOp>(patterns, l, [](TanhOp o, RuntimeLowering &l) {
+    return unary(STRATA_RT_UNARY_TANH, o.getInput(), o, l);
   });
   addLowering<SiluGradOp>(patterns, l, [](SiluGradOp o, RuntimeLowering &l) {
     return actGrad(STRATA_RT_ACT_SILU, o, o.getInput(), o.getResultGrad(), l);

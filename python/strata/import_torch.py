@@ -10,13 +10,15 @@
     it.load_state_dict(model, "trained.safetensors")  # back into PyTorch
 
 The forward of the module and the loss are captured as a graph of ATen ops
-with shapes (`make_fx`, PyTorch 1.13 and 2.x), and each op becomes ops of the
+with shapes (`torch.export` on PyTorch 2.x, `make_fx` on 1.13), and each op
+becomes ops of the
 strata dialect: parameters named by the module's `state_dict` keys (a tied
 weight once, by its first name), the batch as the step's arguments. Autodiff,
 the optimizer and every strategy then apply as for generated programs.
 
 Values computed from constants alone (`torch.arange`, a registered causal
-mask, rotary tables) are evaluated at import time. A causal mask applied
+mask, rotary tables), or from nothing but the inputs' shapes, are evaluated
+at import time. A causal mask applied
 before a softmax (`masked_fill` with -inf, or `torch.where`) becomes the
 softmax's `causal` form; dropout becomes `strata.dropout` (masks follow
 Strata's random stream, not PyTorch's). Ops of a numbered submodule (`h.3`,
@@ -199,13 +201,16 @@ def _tied_names(module: torch.nn.Module) -> Dict[str, str]:
 
 def import_module(module: torch.nn.Module, example_inputs: Sequence,
                   loss_fn: Optional[Callable] = None,
-                  input_names: Sequence[str] = None) -> ImportedProgram:
+                  input_names: Sequence[str] = None,
+                  capture: str = "auto") -> ImportedProgram:
     """Captures `loss_fn(module(*example_inputs[:-1]), example_inputs[-1])`
     and emits it as a Strata training step over the module's parameters.
     The last example input is the target of the loss. Without `loss_fn`,
-    the module's forward takes every input and returns the loss."""
+    the module's forward takes every input and returns the loss.
+
+    `capture`: "export" (`torch.export`, PyTorch 2.x), "make_fx" (PyTorch
+    1.13 and 2.x), or "auto": export where PyTorch has it."""
     params = {name: p.detach() for name, p in module.named_parameters()}
-    aliases = _tied_names(module)
     inputs = list(example_inputs)
     if input_names:
         names = list(input_names)
@@ -216,6 +221,27 @@ def import_module(module: torch.nn.Module, example_inputs: Sequence,
     if len(names) != len(inputs):
         raise UnsupportedError("strata.import_torch: %d input names for %d "
                                "inputs" % (len(names), len(inputs)))
+    if capture == "auto":
+        capture = "export" if hasattr(torch, "export") else "make_fx"
+    if capture not in ("export", "make_fx"):
+        raise ValueError("strata.import_torch: capture must be 'auto', "
+                         "'export' or 'make_fx', not %r" % (capture,))
+    was_training = module.training
+    module.train()
+    try:
+        if capture == "export":
+            traced, roles = _capture_export(module, loss_fn, inputs, params)
+        else:
+            traced, roles = _capture_make_fx(module, loss_fn, inputs, params)
+    finally:
+        module.train(was_training)
+    return _Emitter(traced, roles, params, inputs, names).emit()
+
+
+def _capture_make_fx(module, loss_fn, inputs, params):
+    """The graph and what each placeholder is: ("param", name), then
+    ("input", index)."""
+    aliases = _tied_names(module)
 
     def step(params, *batch):
         full = {alias: params[name] for alias, name in aliases.items()}
@@ -229,14 +255,54 @@ def import_module(module: torch.nn.Module, example_inputs: Sequence,
     tracer = proxy_tensor.PythonKeyTracer
     recorded = tracer.record_stack_traces
     tracer.record_stack_traces = True
-    was_training = module.training
-    module.train()
     try:
         traced = make_fx(step)(params, *inputs)
     finally:
         tracer.record_stack_traces = recorded
-        module.train(was_training)
-    return _Emitter(traced, params, inputs, names).emit()
+    roles = [("param", name) for name in params] + \
+        [("input", i) for i in range(len(inputs))]
+    return traced, roles
+
+
+class _Step(torch.nn.Module):
+    """The module and its loss as one module, for torch.export."""
+
+    def __init__(self, module, loss_fn):
+        super().__init__()
+        self.module, self.loss_fn = module, loss_fn
+
+    def forward(self, *batch):
+        if self.loss_fn is None:
+            return self.module(*batch)
+        return self.loss_fn(self.module(*batch[:-1]), batch[-1])
+
+
+def _capture_export(module, loss_fn, inputs, params):
+    """torch.export's graph (training IR) and what each placeholder is:
+    ("param", name), ("const", tensor) for buffers and lifted constants,
+    ("input", index)."""
+    from torch.export.graph_signature import InputKind
+    exported = torch.export.export(_Step(module, loss_fn), tuple(inputs))
+    aliases = _tied_names(module)
+    roles, user = [], 0
+    for spec in exported.graph_signature.input_specs:
+        target = spec.target[len("module."):] if spec.target and \
+            spec.target.startswith("module.") else spec.target
+        if spec.kind == InputKind.PARAMETER:
+            roles.append(("param", aliases.get(target, target)))
+        elif spec.kind in (InputKind.BUFFER, InputKind.CONSTANT_TENSOR):
+            value = exported.state_dict.get(spec.target)
+            if value is None:
+                value = exported.constants[spec.target]
+            roles.append(("const", value.detach()))
+        elif spec.kind == InputKind.USER_INPUT:
+            roles.append(("input", user))
+            user += 1
+        else:
+            raise UnsupportedError("strata.import_torch: torch.export input "
+                                   "%s of kind %s" % (spec.arg.name,
+                                                      spec.kind))
+    return exported.graph_module, roles
 
 
 # Values of the graph as the emitter sees them.
@@ -310,15 +376,26 @@ _IDENTITY = _ops("detach", "clone", "contiguous", "alias", "lift_fresh_copy",
 _VIEWS = _ops("view", "_unsafe_view", "reshape", "_reshape_alias",
               "view.default", "flatten.using_ints", "unsqueeze", "squeeze.dim",
               "squeeze")
+_SHAPE_ONLY = _ops("new_ones", "new_zeros", "new_full", "new_empty",
+                  "ones_like", "zeros_like", "full_like")
+_CHECKS = _ops("_assert_tensor_metadata", "_assert_scalar",
+               "sym_constrain_range_for_size")
 _RANDOM = _ops("bernoulli_.float", "bernoulli.p", "rand_like", "randn_like",
                "native_dropout", "dropout")
 
 
 class _Emitter:
-    def __init__(self, traced, params, inputs, names):
+    def __init__(self, traced, roles, params, inputs, names):
         self.traced = traced
         self.graph = traced.graph
+        self.roles = roles
         self.params, self.inputs, self.names = params, inputs, names
+        self.node = None
+        self.constants: Dict[object, _Tensor] = {}
+        # torch.export records the submodule of each op: the layer follows
+        # it. make_fx (1.13) does not: the layer of the last parameter read.
+        self.module_stacks = any(n.meta.get("nn_module_stack")
+                                 for n in traced.graph.nodes)
         self.lines: List[str] = []
         self.values: Dict[object, object] = {}
         self.count = 0
@@ -382,13 +459,16 @@ class _Emitter:
         """The SSA value of `node`, materialising parameters and constants."""
         v = self.raw(node)
         if isinstance(v, _Param):
-            layer = _LAYER.match(v.name)
-            self.layer = layer.group(1) if layer else None
+            if not self.module_stacks:
+                layer = _LAYER.match(v.name)
+                self.layer = layer.group(1) if layer else None
             v = self.op_get_param(v)
             self.values[node] = v
         elif isinstance(v, _Const):
-            v = self.constant(v.value)
-            self.values[node] = v
+            # Stays a _Const for folding; emitted once.
+            if node not in self.constants:
+                self.constants[node] = self.constant(v.value)
+            v = self.constants[node]
         elif isinstance(v, _View):
             v = self.op("reshape", [v.base], v.shape, element=v.base.element)
             self.values[node] = v
@@ -421,30 +501,34 @@ class _Emitter:
 
     # --- the program -------------------------------------------------------
     def emit(self) -> ImportedProgram:
-        param_names = list(self.params)
         placeholders = [n for n in self.graph.nodes if n.op == "placeholder"]
-        decls, args, inputs = [], [], []
-        for node, name in zip(placeholders, param_names):
-            p = self.params[name]
-            if p.dtype != torch.float32:
-                self.fail(node, "parameter '%s' is %s; only float32 "
-                          "parameters are imported" % (name, p.dtype))
-            decls.append("strata.param %s : %s init <zeros>"
-                         % (_symbol(name), _tensor_type(p.shape, "f32")))
-            self.values[node] = _Param(name, tuple(p.shape))
-        for i, (node, tensor, name) in enumerate(zip(
-                placeholders[len(param_names):], self.inputs, self.names)):
-            if tensor.dtype in _INT_TYPES:
-                element, dtype = "i32", np.int32
-            elif tensor.dtype == torch.float32:
-                element, dtype = "f32", np.float32
+        decls, args, inputs, used = [], [], [], []
+        for node, (role, what) in zip(placeholders, self.roles):
+            if role == "param":
+                p = self.params[what]
+                if p.dtype != torch.float32:
+                    self.fail(node, "parameter '%s' is %s; only float32 "
+                              "parameters are imported" % (what, p.dtype))
+                if what not in used:  # a tied weight is read twice
+                    decls.append("strata.param %s : %s init <zeros>" % (
+                        _symbol(what), _tensor_type(p.shape, "f32")))
+                    used.append(what)
+                self.values[node] = _Param(what, tuple(p.shape))
+            elif role == "const":
+                self.values[node] = _Const(what)
             else:
-                self.fail(node, "input '%s' is %s" % (name, tensor.dtype))
-            ssa = "%%arg%d" % i
-            type_ = _tensor_type(tensor.shape, element)
-            args.append('%s: %s {strata.name = "%s"}' % (ssa, type_, name))
-            inputs.append((name, np.dtype(dtype)))
-            self.values[node] = _Tensor(ssa, tuple(tensor.shape), element)
+                tensor, name = self.inputs[what], self.names[what]
+                if tensor.dtype in _INT_TYPES:
+                    element, dtype = "i32", np.int32
+                elif tensor.dtype == torch.float32:
+                    element, dtype = "f32", np.float32
+                else:
+                    self.fail(node, "input '%s' is %s" % (name, tensor.dtype))
+                ssa = "%%arg%d" % what
+                type_ = _tensor_type(tensor.shape, element)
+                args.append('%s: %s {strata.name = "%s"}' % (ssa, type_, name))
+                inputs.append((name, np.dtype(dtype)))
+                self.values[node] = _Tensor(ssa, tuple(tensor.shape), element)
         result = None
         for node in self.graph.nodes:
             if node.op == "get_attr":
@@ -463,12 +547,20 @@ class _Emitter:
         text = "\n".join(decls) + "\n\nfunc.func @train_step(%s) -> " \
             "tensor<f32> {\n%s\n  return %s : tensor<f32>\n}\n" % (
                 ", ".join(args), body, result.ssa)
-        weights = {n: p.numpy().astype(np.float32)
-                   for n, p in self.params.items()}
+        weights = {n: self.params[n].numpy().astype(np.float32)
+                   for n in used}
         return ImportedProgram(text, weights, inputs)
 
     def call(self, node):
         t = node.target
+        if self.module_stacks:
+            self.layer = None
+            for path, _ in (node.meta.get("nn_module_stack") or {}).values():
+                path = path[len("module."):] if path.startswith("module.") \
+                    else path
+                match = _LAYER.match(path + ".")
+                if match:
+                    self.layer = match.group(1)
         if t is operator.getitem:
             source, index = node.args
             packed = self.raw(source)
@@ -484,7 +576,14 @@ class _Emitter:
             else:
                 self.fail(node, "reads an item of a value that is not a tuple")
             return
+        if t in _CHECKS:
+            self.values[node] = None
+            return
         operands = [a for a in node.all_input_nodes]
+        if t in _SHAPE_ONLY:
+            # Reads only the shapes and types of its tensor operands.
+            self.values[node] = _Const(self.fold(node, shapes_only=True))
+            return
         if t not in _RANDOM and all(
                 isinstance(self.values.get(a), _Const) for a in operands):
             self.values[node] = _Const(self.fold(node))
@@ -494,10 +593,17 @@ class _Emitter:
             self.fail(node, "is not supported by the importer yet")
         self.values[node] = handler(node, *node.args, **node.kwargs)
 
-    def fold(self, node):
+    def fold(self, node, shapes_only=False):
         def value(a):
             if isinstance(a, torch.fx.Node):
-                return self.values[a].value
+                v = self.values[a]
+                if isinstance(v, _Const):
+                    return v.value
+                meta = a.meta.get("val", a.meta.get("tensor_meta"))
+                if shapes_only and meta is not None:
+                    return torch.zeros(meta.shape, dtype=meta.dtype)
+                self.fail(node, "reads a value that is not known at import "
+                          "time")
             if isinstance(a, (list, tuple)):
                 return type(a)(value(x) for x in a)
             return a
@@ -533,6 +639,9 @@ class _Emitter:
                 "factor = " + _f64(-1.0)]))
         on(_ops("relu"), self.unary("relu"))
         on(_ops("silu"), self.unary("silu"))
+        on(_ops("tanh"), self.unary("tanh"))
+        on(_ops("to.dtype", "to.dtype_layout", "_to_copy"), self.to)
+        on(_ops("cross_entropy_loss"), self.cross_entropy)
         on(_ops("rsqrt"), self.unary("rsqrt"))
         on(_ops("pow.Tensor_Scalar"), self.pow)
         on(_ops("cat"), self.cat)
@@ -711,6 +820,27 @@ class _Emitter:
             return self.op(name, [self.tensor(x, node)], self.shape(node))
         return handler
 
+    def to(self, node, x, *args, **kwargs):
+        v = self.raw(x)
+        meta = node.meta.get("val", node.meta.get("tensor_meta"))
+        src = x.meta.get("val", x.meta.get("tensor_meta"))
+        same = meta is not None and src is not None and (
+            meta.dtype == src.dtype or
+            (meta.dtype in _INT_TYPES and src.dtype in _INT_TYPES))
+        if not same:
+            self.fail(node, "a conversion to %s (mixed precision is not "
+                      "imported yet)" % (meta.dtype if meta is not None
+                                         else "another type"))
+        return v
+
+    def cross_entropy(self, node, logits, target, weight=None, reduction=1,
+                      ignore_index=-100, label_smoothing=0.0):
+        if label_smoothing:
+            self.fail(node, "cross-entropy with label smoothing")
+        return self.nll_loss(node, None, target, weight, reduction,
+                             ignore_index, logits=self.tensor(logits, node)
+                             ).items[0]
+
     def pow(self, node, x, exponent):
         if exponent not in (1, 2, 3):
             self.fail(node, "a power other than 1, 2 or 3 (got %r)"
@@ -846,14 +976,15 @@ class _Emitter:
         return _LogSoftmax(v)
 
     def nll_loss(self, node, source, target, weight=None, reduction=1,
-                 ignore_index=-100):
-        logits = self.raw(source)
-        if not isinstance(logits, _LogSoftmax):
-            self.fail(node, "nll_loss is imported only after log_softmax "
-                      "(as cross_entropy)")
+                 ignore_index=-100, logits=None):
+        if logits is None:
+            log_probs = self.raw(source)
+            if not isinstance(log_probs, _LogSoftmax):
+                self.fail(node, "nll_loss is imported only after log_softmax "
+                          "(as cross_entropy)")
+            logits = log_probs.logits
         if weight is not None or reduction != 1:
             self.fail(node, "only the unweighted mean is imported")
-        logits = logits.logits
         labels = self.tensor(target, node)
         if labels.shape != logits.shape[:-1]:
             self.fail(node, "labels of shape %s for logits of shape %s"
@@ -864,11 +995,24 @@ class _Emitter:
         return _Tuple([loss, None])
 
     def sdpa(self, node, q, k, v, attn_mask=None, dropout_p=0.0,
-             is_causal=False, scale=None, **kwargs):
-        if attn_mask is not None or dropout_p != 0:
-            self.fail(node, "scaled_dot_product_attention with a mask or "
-                      "dropout (write the attention out, or set is_causal)")
+             is_causal=False, scale=None, enable_gqa=False, **kwargs):
+        if dropout_p != 0 or enable_gqa:
+            self.fail(node, "scaled_dot_product_attention with dropout or "
+                      "grouped queries")
         qt, kt, vt = (self.tensor(a, node) for a in (q, k, v))
+        if attn_mask is not None:
+            mask = self.raw(attn_mask)
+            if not isinstance(mask, _Const):
+                self.fail(node, "an attention mask computed from the data "
+                          "(only the causal mask is imported)")
+            keep = mask.value if mask.value.dtype == torch.bool else \
+                mask.value == 0
+            n = qt.shape[-2]
+            if keep.shape[-2:] != (n, n) or not bool(
+                    (torch.broadcast_to(keep, keep.shape[:-2] + (n, n)) ==
+                     torch.ones(n, n).tril().bool()).all()):
+                self.fail(node, "an attention mask other than the causal one")
+            is_causal = True
         scores_shape = qt.shape[:-1] + (kt.shape[-2],)
         s = self.op("matmul", [qt, kt], scores_shape, ["transpose_rhs"])
         factor = scale if scale is not None else 1 / math.sqrt(qt.shape[-1])

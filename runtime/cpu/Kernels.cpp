@@ -245,6 +245,11 @@ void STRATA_RT_KERNEL(strata_rt_unary)(StrataRtContext *ctx, int64_t site,
     for (int64_t i = 0; i < n; ++i)
       out[i] = 1.0f / std::sqrt(in[i]);
     break;
+  case STRATA_RT_UNARY_TANH:
+#pragma omp parallel for schedule(static) if (n >= kParallelGrain)
+    for (int64_t i = 0; i < n; ++i)
+      out[i] = std::tanh(in[i]);
+    break;
   case STRATA_RT_ACT_NONE:
     if (out != in)
       std::memcpy(out, in, n * sizeof(float));

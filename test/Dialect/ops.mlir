@@ -200,7 +200,9 @@ func.func @silu_rsqrt(%x: tensor<4x8xf32>, %dy: tensor<4x8xf32>) -> (tensor<4x8x
   %1 = strata.silu_grad %x, %dy : (tensor<4x8xf32>, tensor<4x8xf32>) -> tensor<4x8xf32>
   // CHECK: strata.rsqrt %{{.*}} : (tensor<4x8xf32>) -> tensor<4x8xf32>
   %2 = strata.rsqrt %x : (tensor<4x8xf32>) -> tensor<4x8xf32>
-  return %0, %1, %2 : tensor<4x8xf32>, tensor<4x8xf32>, tensor<4x8xf32>
+  // CHECK: strata.tanh %{{.*}} : (tensor<4x8xf32>) -> tensor<4x8xf32>
+  %3 = strata.tanh %2 : (tensor<4x8xf32>) -> tensor<4x8xf32>
+  return %0, %1, %3 : tensor<4x8xf32>, tensor<4x8xf32>, tensor<4x8xf32>
 }
 
 // CHECK-LABEL: func @pad

@@ -215,18 +215,22 @@ func.func @train_step(%a: tensor<2x3xf32>, %b: tensor<2x2xf32>) -> tensor<2x3x5x
 }
 
 // -----
-// SiLU, its gradient and rsqrt: unary op codes 5 and 6 of strata_rt_unary,
+// SiLU, its gradient, rsqrt and tanh: unary op codes 5, 6 and 7 of
+// strata_rt_unary,
 // activation 5 of strata_rt_act_grad.
 // CHECK-LABEL: strata.rt.sites = ["{{.*}}: strata.silu",
 // CHECK: %[[SILU:.*]] = llvm.mlir.constant(5 : i64)
 // CHECK: llvm.call @strata_rt_unary(%arg0, %{{.*}}, %[[SILU]],
 // CHECK: %[[RSQRT:.*]] = llvm.mlir.constant(6 : i64)
 // CHECK: llvm.call @strata_rt_unary(%arg0, %{{.*}}, %[[RSQRT]],
+// CHECK: %[[TANH:.*]] = llvm.mlir.constant(7 : i64)
+// CHECK: llvm.call @strata_rt_unary(%arg0, %{{.*}}, %[[TANH]],
 // CHECK: %[[ACT:.*]] = llvm.mlir.constant(5 : i64)
 // CHECK: llvm.call @strata_rt_act_grad(%arg0, %{{.*}}, %[[ACT]],
 func.func @train_step(%x: tensor<8xf32>, %dy: tensor<8xf32>) -> (tensor<8xf32>, tensor<8xf32>, tensor<8xf32>) {
   %s = strata.silu %x : (tensor<8xf32>) -> tensor<8xf32>
-  %r = strata.rsqrt %x : (tensor<8xf32>) -> tensor<8xf32>
+  %r0 = strata.rsqrt %x : (tensor<8xf32>) -> tensor<8xf32>
+  %r = strata.tanh %r0 : (tensor<8xf32>) -> tensor<8xf32>
   %g = strata.silu_grad %x, %dy : (tensor<8xf32>, tensor<8xf32>) -> tensor<8xf32>
   return %s, %r, %g : tensor<8xf32>, tensor<8xf32>, tensor<8xf32>
 }

@@ -1,6 +1,7 @@
 """Trains an imported program with Strata and its module with PyTorch eager
-(AdamW, lr 1e-3) on the same batches, prints both loss traces and fails when
-they differ by more than 1e-4 relative."""
+(AdamW, lr 1e-3) on the same batches (without a loss function, the
+model's forward takes the whole batch and returns the loss), prints both
+loss traces and fails when they differ by more than 1e-4 relative."""
 
 import sys
 
@@ -27,7 +28,9 @@ def compare(program, model, loss_fn, batches, strategy, weights,
     torch_losses = []
     for *inputs, target in batches:
         optimizer.zero_grad()
-        loss = loss_fn(model(*inputs), target)
+        # Without loss_fn the model takes the whole batch, target included.
+        loss = loss_fn(model(*inputs), target) if loss_fn else \
+            model(*inputs, target)
         loss.backward()
         optimizer.step()
         torch_losses.append(loss.item())

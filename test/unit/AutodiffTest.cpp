@@ -228,6 +228,10 @@ std::vector<Case> cases() {
                       get_ab + "  %y = strata.silu %a : (tensor<3x4xf64>) "
                                "-> tensor<3x4xf64>",
                       "tensor<3x4xf64>"));
+  add("tanh", program(ab,
+                      get_ab + "  %y = strata.tanh %a : (tensor<3x4xf64>) "
+                               "-> tensor<3x4xf64>",
+                      "tensor<3x4xf64>"));
   add("rsqrt",
       program(ab,
               get_ab + "  %sq = strata.mul %a, %a : (tensor<3x4xf64>, "

@@ -108,7 +108,8 @@ enum {
   STRATA_RT_ACT_GELU_ERF = 3,
   STRATA_RT_UNARY_SCALE = 4,
   STRATA_RT_ACT_SILU = 5,
-  STRATA_RT_UNARY_RSQRT = 6
+  STRATA_RT_UNARY_RSQRT = 6,
+  STRATA_RT_UNARY_TANH = 7
 };
 /* Binary ops. */
 enum { STRATA_RT_ADD = 0, STRATA_RT_SUB = 1, STRATA_RT_MUL = 2, STRATA_RT_DIV = 3 };
@@ -282,7 +283,7 @@ void strata_rt_binary(StrataRtContext *ctx, int64_t site, int64_t op,
                       const void *b, int64_t bType, int64_t rank,
                       const int64_t *desc);
 /* out = f(in): an activation, `alpha * in` for STRATA_RT_UNARY_SCALE,
-   1 / sqrt(in) for STRATA_RT_UNARY_RSQRT. */
+   1 / sqrt(in) for STRATA_RT_UNARY_RSQRT, tanh(in) for STRATA_RT_UNARY_TANH. */
 void strata_rt_unary(StrataRtContext *ctx, int64_t site, int64_t op,
                      void *out, int64_t outType, const void *in,
                      int64_t inType, int64_t n, double alpha);

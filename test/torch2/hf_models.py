@@ -1,0 +1,70 @@
+"""Hugging Face transformers' GPT2LMHeadModel and LlamaForCausalLM (small
+configurations built from a config: nothing is downloaded), captured with
+torch.export on PyTorch 2.x, imported, and trained 20 AdamW steps by Strata
+and by PyTorch eager from the same weights and batches; the losses must
+agree within 1e-4 relative. Optionally the imported GPT-2 also trains under
+a strategy on 2 ranks (mpirun) with the single-rank losses.
+
+usage: hf_models.py OUT_DIR          (run by test/torch2/run.sh)
+"""
+
+import os
+import sys
+
+import torch
+import transformers
+from transformers import (GPT2Config, GPT2LMHeadModel, LlamaConfig,
+                          LlamaForCausalLM)
+
+import strata
+import strata.import_torch as importer
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "python"))
+from compare import compare, token_batches  # noqa: E402
+
+out = sys.argv[1]
+strategy = os.path.join(out, "adamw.yaml")
+with open(strategy, "w") as f:
+    f.write("optimizer: {type: adamw, learning_rate: 0.001}\n")
+
+
+class CausalLM(torch.nn.Module):
+    """logits -> the mean next-token cross-entropy over the batch."""
+
+    def __init__(self, model):
+        super().__init__()
+        self.model = model
+
+    def forward(self, tokens, targets):
+        logits = self.model(input_ids=tokens, use_cache=False).logits
+        return torch.nn.functional.cross_entropy(
+            logits.reshape(-1, logits.size(-1)), targets.reshape(-1))
+
+
+def models(vocab):
+    torch.manual_seed(0)
+    yield "gpt2", GPT2LMHeadModel(GPT2Config(
+        vocab_size=vocab, n_positions=16, n_embd=32, n_layer=2, n_head=4,
+        resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0, bos_token_id=0,
+        eos_token_id=0))
+    torch.manual_seed(0)
+    yield "llama", LlamaForCausalLM(LlamaConfig(
+        vocab_size=vocab, hidden_size=32, intermediate_size=64,
+        num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=4,
+        max_position_embeddings=16, bos_token_id=0, eos_token_id=0))
+
+
+print("PyTorch %s, transformers %s" % (torch.__version__,
+                                       transformers.__version__))
+batches = token_batches(vocab=64, batch=4, seq=16, steps=20)
+for name, model in models(64):
+    wrapped = CausalLM(model)
+    program = importer.import_module(wrapped, batches[0],
+                                     input_names=["tokens", "targets"],
+                                     capture="export")
+    program.save(os.path.join(out, name + ".mlir"))
+    weights = os.path.join(out, name + ".safetensors")
+    program.save_weights(weights)
+    print("== %s: %d parameters" % (name, len(program.weights)))
+    compare(program, wrapped, None, batches, strategy, weights,
+            name=name + ".mlir")

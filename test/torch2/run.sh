@@ -1,0 +1,43 @@
+#!/usr/bin/env bash
+# Hugging Face GPT-2 and LLaMA (small configurations) through torch.export
+# on PyTorch 2.x: imported, trained by Strata and by PyTorch eager, losses
+# compared; then the imported programs under ZeRO-3 and a 1F1B pipeline on 2
+# ranks against their single-rank run.
+#   test/torch2/run.sh [BUILD_DIR] [VENV]
+set -euo pipefail
+root=$(cd "$(dirname "$0")/../.." && pwd)
+build=$(cd "${1:-$root/build}" && pwd)
+venv=${2:-$build/torch2-venv}
+"$root/test/torch2/setup-venv.sh" "$venv"
+out=$(mktemp -d)
+trap 'rm -rf "$out"' EXIT
+export PYTHONPATH=$root/python STRATA_LIBRARY=$build/lib/libStrataC.so
+"$venv/bin/python" "$root/test/torch2/hf_models.py" "$out" | grep -v '^step [1-9]'
+
+# Token ids below the models' vocabulary of 64, for strata-run.
+"$venv/bin/python" -c "import numpy as np; np.random.default_rng(1).integers(0, 64, 20000).astype('<u2').tofile('$out/tokens.bin')"
+cat > "$out/base.yaml" <<'YAML'
+optimizer: {type: adamw, learning_rate: 0.01}
+YAML
+cat > "$out/z3.yaml" <<'YAML'
+optimizer: {type: adamw, learning_rate: 0.01}
+sharding: {enable: true, stage: 3, degree: 2}
+YAML
+cat > "$out/pp2.yaml" <<'YAML'
+optimizer: {type: adamw, learning_rate: 0.01}
+pipeline: {enable: true, pp_degree: 2, accumulate_steps: 4, schedule_mode: 1F1B}
+YAML
+for model in gpt2 llama; do
+  for strategy in base z3 pp2; do
+    nproc=2
+    [ "$strategy" = base ] && nproc=1
+    "$build/bin/strata-run" "$out/$model.mlir" --init "$out/$model.safetensors" \
+      --data "$out/tokens.bin" --data-format uint16 --steps 8 --seed 3 \
+      --strategy "$out/$strategy.yaml" --nproc $nproc --quiet > "$out/$model-$strategy.txt"
+  done
+  for strategy in z3 pp2; do
+    echo -n "$model $strategy against one rank: "
+    /usr/bin/python3 "$root/test/run/compare_losses.py" "$out/$model-base.txt" \
+      "$out/$model-$strategy.txt" --rtol 1e-5
+  done
+done
