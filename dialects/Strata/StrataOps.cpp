@@ -578,6 +578,17 @@ LogicalResult SumToOp::verify() {
   return success();
 }
 
+/// The error of a `dim` attribute outside the rank of `type`, if it is.
+template <typename OpTy>
+static LogicalResult checkDim(std::optional<Location> loc,
+                              RankedTensorType type, int64_t dim) {
+  if (dim < 0 || dim >= type.getRank())
+    return inferError<OpTy>(loc, "dim " + Twine(dim) +
+                                     " is out of range for rank " +
+                                     Twine(type.getRank()));
+  return success();
+}
+
 LogicalResult SliceOp::inferReturnTypes(MLIRContext *,
                                         std::optional<Location> loc,
                                         Adaptor adaptor,
@@ -585,10 +596,8 @@ LogicalResult SliceOp::inferReturnTypes(MLIRContext *,
   RankedTensorType input = tensorType(adaptor.getInput());
   int64_t dim = adaptor.getDim(), start = adaptor.getStart(),
           size = adaptor.getSize();
-  if (dim < 0 || dim >= input.getRank())
-    return inferError<SliceOp>(loc, "dim " + Twine(dim) +
-                                        " is out of range for rank " +
-                                        Twine(input.getRank()));
+  if (failed(checkDim<SliceOp>(loc, input, dim)))
+    return failure();
   if (start < 0 || size < 1 || start + size > input.getDimSize(dim))
     return inferError<SliceOp>(
         loc, "range [" + Twine(start) + ", " + Twine(start + size) +
@@ -607,10 +616,8 @@ LogicalResult PadOp::inferReturnTypes(MLIRContext *,
   RankedTensorType input = tensorType(adaptor.getInput());
   int64_t dim = adaptor.getDim(), low = adaptor.getLow(),
           high = adaptor.getHigh();
-  if (dim < 0 || dim >= input.getRank())
-    return inferError<PadOp>(loc, "dim " + Twine(dim) +
-                                      " is out of range for rank " +
-                                      Twine(input.getRank()));
+  if (failed(checkDim<PadOp>(loc, input, dim)))
+    return failure();
   if (low < 0 || high < 0)
     return inferError<PadOp>(loc, "low and high must not be negative, got " +
                                       Twine(low) + " and " + Twine(high));
@@ -628,10 +635,8 @@ LogicalResult ConcatOp::inferReturnTypes(MLIRContext *,
     return inferError<ConcatOp>(loc, "needs at least one input");
   RankedTensorType first = tensorType(adaptor.getInputs().front());
   int64_t dim = adaptor.getDim();
-  if (dim < 0 || dim >= first.getRank())
-    return inferError<ConcatOp>(loc, "dim " + Twine(dim) +
-                                         " is out of range for rank " +
-                                         Twine(first.getRank()));
+  if (failed(checkDim<ConcatOp>(loc, first, dim)))
+    return failure();
   // Every input's shape with `dim` blanked out must be the first's.
   auto outside = [&](RankedTensorType t) {
     SmallVector<int64_t> shape(t.getShape());

@@ -390,7 +390,6 @@ class _Emitter:
         self.graph = traced.graph
         self.roles = roles
         self.params, self.inputs, self.names = params, inputs, names
-        self.node = None
         self.constants: Dict[object, _Tensor] = {}
         # torch.export records the submodule of each op: the layer follows
         # it. make_fx (1.13) does not: the layer of the last parameter read.
@@ -423,7 +422,11 @@ class _Emitter:
 
     def constant(self, value: torch.Tensor) -> _Tensor:
         if value.dtype in _INT_TYPES or value.dtype == torch.bool:
-            array, element = value.numpy().astype(np.int32), "i32"
+            wide = value.numpy().astype(np.int64)
+            if wide.size and (wide.min() < -2**31 or wide.max() >= 2**31):
+                raise UnsupportedError("strata.import_torch: an integer "
+                                       "constant outside the int32 range")
+            array, element = wide.astype(np.int32), "i32"
         elif value.is_floating_point():
             array, element = value.numpy().astype(np.float32), "f32"
         else:

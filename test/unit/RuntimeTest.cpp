@@ -179,6 +179,39 @@ TEST(RuntimeTest, ReduceAndStridedCopy) {
     EXPECT_EQ(s[i], x[4 + i]);
 }
 
+TEST(RuntimeTest, CopyRowsConcatenates) {
+  Context ctx;
+  // [2,3] and [2,2] side by side -> [2,5]: rows of 3 at 0, rows of 2 at 3.
+  std::vector<float> a = {1, 2, 3, 4, 5, 6}, b = {7, 8, 9, 10}, out(10);
+  strata_rt_copy_rows(ctx, 0, out.data(), a.data(), F32, 2, 3, 5, 0);
+  strata_rt_copy_rows(ctx, 0, out.data(), b.data(), F32, 2, 2, 5, 3);
+  EXPECT_EQ(out, (std::vector<float>{1, 2, 3, 7, 8, 4, 5, 6, 9, 10}));
+}
+
+TEST(RuntimeTest, SiluRsqrtTanh) {
+  Context ctx;
+  std::vector<float> x = {-3.0f, -0.5f, 0.25f, 2.0f}, y(4), dy = {1, 2, 3, 4},
+                     dx(4);
+  strata_rt_unary(ctx, 0, STRATA_RT_ACT_SILU, y.data(), F32, x.data(), F32, 4,
+                  0.0);
+  strata_rt_act_grad(ctx, 0, STRATA_RT_ACT_SILU, dx.data(), F32, x.data(), F32,
+                     dy.data(), F32, 4);
+  for (int i = 0; i < 4; ++i) {
+    double s = 1 / (1 + std::exp(-double(x[i])));
+    EXPECT_NEAR(y[i], x[i] * s, 1e-6);
+    EXPECT_NEAR(dx[i], dy[i] * s * (1 + x[i] * (1 - s)), 1e-5);
+  }
+  strata_rt_unary(ctx, 0, STRATA_RT_UNARY_TANH, y.data(), F32, x.data(), F32, 4,
+                  0.0);
+  for (int i = 0; i < 4; ++i)
+    EXPECT_NEAR(y[i], std::tanh(double(x[i])), 1e-6);
+  std::vector<float> p = {0.25f, 4.0f, 1e-6f, 9.0f};
+  strata_rt_unary(ctx, 0, STRATA_RT_UNARY_RSQRT, y.data(), F32, p.data(), F32,
+                  4, 0.0);
+  for (int i = 0; i < 4; ++i)
+    EXPECT_NEAR(y[i], 1 / std::sqrt(double(p[i])), 1e-6 / std::sqrt(p[i]));
+}
+
 TEST(RuntimeTest, DropoutUsesTheGlobalMask) {
   // Shard 1 of 2, micro-batch 1 of 2: elements start at (1*2+1)*n.
   Context ctx(/*threads=*/2, /*shard=*/1);
@@ -555,7 +588,7 @@ TEST(RuntimeTest, SendAndRecvGoThroughTheHost) {
 TEST(RuntimeTest, SymbolsNameEveryKernel) {
   size_t count = 0;
   const StrataRtSymbol *symbols = strata_rt_symbols(&count);
-  EXPECT_EQ(count, 32u);
+  EXPECT_EQ(count, 33u);
   bool gemm = false;
   for (size_t i = 0; i < count; ++i) {
     EXPECT_NE(symbols[i].address, nullptr);
