@@ -282,7 +282,7 @@ LogicalResult Differentiator::backprop(Operation *op) {
                                "aux result");
         auto grad = make<FusedGemmEpilogueGradOp>(
             loc, o.getInput(), o.getWeight(), adj(0), o.getAux(),
-            o.getActivation());
+            o.getActivation(), o.getTransposeWeight());
         accumulate(loc, o.getInput(), grad.getInputGrad());
         accumulate(loc, o.getWeight(), grad.getWeightGrad());
         accumulate(loc, o.getBias(), grad.getBiasGrad());

@@ -63,8 +63,9 @@ struct GemmEpilogueFusionPass
 
   FusedGemmEpilogueOp fuseForward(BiasAddOp bias) {
     auto mm = bias.getInput().getDefiningOp<MatmulOp>();
-    if (!mm || mm.getTransposeLhs() || mm.getTransposeRhs())
+    if (!mm || mm.getTransposeLhs())
       return nullptr;
+    bool transposed = mm.getTransposeRhs();
     auto x = mm.getLhs().getType(), w = mm.getRhs().getType();
     if (w.getRank() != 2 || x.getRank() < 2 ||
         x.getElementType().isF64() || !mm.getResult().hasOneUse())
@@ -85,7 +86,8 @@ struct GemmEpilogueFusionPass
     Operation *actOp =
         activations.size() == 1 && !otherUses ? activations[0] : nullptr;
     Activation act = actOp ? activationKind(actOp) : Activation::None;
-    if (actOp && !runtime->epilogueSupports(act, w.getDimSize(1))) {
+    if (actOp &&
+        !runtime->epilogueSupports(act, w.getDimSize(transposed ? 0 : 1))) {
       actOp = nullptr;
       act = Activation::None;
     }
@@ -93,7 +95,7 @@ struct GemmEpilogueFusionPass
     OpBuilder b(actOp ? actOp : bias.getOperation());
     auto f = FusedGemmEpilogueOp::create(
         b, mm.getLoc(), mm.getLhs(), mm.getRhs(), bias.getBias(), act,
-        /*with_aux=*/actOp != nullptr);
+        /*with_aux=*/actOp != nullptr, transposed);
     copyMetadata(mm, f);
     if (actOp) {
       actOp->getResult(0).replaceAllUsesWith(f.getResult());
@@ -115,7 +117,8 @@ struct GemmEpilogueFusionPass
     for (Operation *user : w.getUsers())
       if (auto candidate = dyn_cast<MatmulGradOp>(user))
         if (candidate.getLhs() == x && candidate.getRhs() == w &&
-            !candidate.getTransposeLhs() && !candidate.getTransposeRhs())
+            !candidate.getTransposeLhs() &&
+            candidate.getTransposeRhs() == f.getTransposeWeight())
           mg = candidate;
     if (!mg)
       return;
@@ -154,8 +157,9 @@ struct GemmEpilogueFusionPass
     Operation *first = mg->isBeforeInBlock(bg) ? mg.getOperation()
                                                : bg.getOperation();
     OpBuilder b(first);
-    auto grad = FusedGemmEpilogueGradOp::create(
-        b, mg.getLoc(), x, w, dy, f.getAux(), f.getActivation());
+    auto grad = FusedGemmEpilogueGradOp::create(b, mg.getLoc(), x, w, dy,
+                                                f.getAux(), f.getActivation(),
+                                                f.getTransposeWeight());
     copyMetadata(mg, grad);
     mg.getLhsGrad().replaceAllUsesWith(grad.getInputGrad());
     mg.getRhsGrad().replaceAllUsesWith(grad.getWeightGrad());

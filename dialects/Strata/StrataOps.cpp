@@ -970,22 +970,24 @@ AllGatherOp::verifySymbolUses(SymbolTableCollection &symbolTable) {
 // Fused ops
 //===----------------------------------------------------------------------===//
 
-/// Shared guard of the fused GEMM ops: input [..., K], weight [K, N],
-/// returns the output shape [..., N].
+/// Shared guard of the fused GEMM ops: input [..., K], weight [K, N] (or
+/// [N, K] transposed), returns the output shape [..., N].
 template <typename OpTy>
 static FailureOr<SmallVector<int64_t>>
 inferGemmShape(std::optional<Location> loc, RankedTensorType input,
-               RankedTensorType weight) {
+               RankedTensorType weight, bool transposed) {
   if (weight.getRank() != 2)
     return inferError<OpTy>(loc, "weight must have rank 2");
   if (input.getRank() < 2)
     return inferError<OpTy>(loc, "input must have rank >= 2");
-  if (input.getShape().back() != weight.getDimSize(0))
+  int64_t k = weight.getDimSize(transposed ? 1 : 0),
+          n = weight.getDimSize(transposed ? 0 : 1);
+  if (input.getShape().back() != k)
     return inferError<OpTy>(loc, "contracting dimensions differ: " +
                                      Twine(input.getShape().back()) + " vs " +
-                                     Twine(weight.getDimSize(0)));
+                                     Twine(k));
   SmallVector<int64_t> shape(input.getShape().drop_back());
-  shape.push_back(weight.getDimSize(1));
+  shape.push_back(n);
   return shape;
 }
 
@@ -994,7 +996,8 @@ LogicalResult FusedGemmEpilogueOp::inferReturnTypes(
     SmallVectorImpl<Type> &types) {
   RankedTensorType input = tensorType(adaptor.getInput());
   RankedTensorType weight = tensorType(adaptor.getWeight());
-  auto shape = inferGemmShape<FusedGemmEpilogueOp>(loc, input, weight);
+  auto shape = inferGemmShape<FusedGemmEpilogueOp>(
+      loc, input, weight, adaptor.getTransposeWeight());
   if (failed(shape))
     return failure();
   RankedTensorType out = withShape(input, *shape);
@@ -1016,7 +1019,8 @@ LogicalResult FusedGemmEpilogueGradOp::inferReturnTypes(
     SmallVectorImpl<Type> &types) {
   RankedTensorType input = tensorType(adaptor.getInput());
   RankedTensorType weight = tensorType(adaptor.getWeight());
-  auto shape = inferGemmShape<FusedGemmEpilogueGradOp>(loc, input, weight);
+  auto shape = inferGemmShape<FusedGemmEpilogueGradOp>(
+      loc, input, weight, adaptor.getTransposeWeight());
   if (failed(shape))
     return failure();
   RankedTensorType out = withShape(input, *shape);
@@ -1034,7 +1038,7 @@ LogicalResult FusedGemmEpilogueGradOp::inferReturnTypes(
   if (aux && tensorType(aux) != out)
     return inferError<FusedGemmEpilogueGradOp>(
         loc, "aux must have the result_grad type");
-  types.append({input, weight, withShape(input, weight.getDimSize(1))});
+  types.append({input, weight, withShape(input, shape->back())});
   return success();
 }
 

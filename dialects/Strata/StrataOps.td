@@ -1032,8 +1032,10 @@ def Strata_FusedGemmEpilogueOp : Strata_ComputeOp<"fused_gemm_epilogue",
   let summary = "matmul + bias [+ activation] as one GEMM";
   let description = [{
     relu/gelu(x @ w + bias), with `x` [..., K], `w` [K, N] and `bias` [N]
-    (the cuBLASLt / oneDNN epilogue). With `with_aux` a second result holds
-    the pre-activation value that the fused gradient needs.
+    (the cuBLASLt / oneDNN epilogue); with `transpose_weight`, `w` is [N, K]
+    and read transposed (PyTorch's `nn.Linear` layout). With `with_aux` a
+    second result holds the pre-activation value that the fused gradient
+    needs.
 
     ```mlir
     %y, %pre = strata.fused_gemm_epilogue %x, %w, %b {activation = #strata.activation<gelu_tanh>, with_aux} : (tensor<8x64xf32>, tensor<64x256xf32>, tensor<256xf32>) -> (tensor<8x256xf32>, tensor<8x256xf32>)
@@ -1043,7 +1045,7 @@ def Strata_FusedGemmEpilogueOp : Strata_ComputeOp<"fused_gemm_epilogue",
                        Strata_FloatTensor:$bias,
                        DefaultValuedAttr<Strata_ActivationAttr,
                                          "Activation::None">:$activation,
-                       UnitAttr:$with_aux);
+                       UnitAttr:$with_aux, UnitAttr:$transpose_weight);
   let results = (outs Strata_FloatTensor:$result,
                       Optional<Strata_FloatTensor>:$aux);
 }
@@ -1054,7 +1056,7 @@ def Strata_FusedGemmEpilogueGradOp
   let description = [{
     Yields (d input, d weight, d bias). With an activation, the
     pre-activation `aux` of the forward op is required and the activation
-    gradient is applied first.
+    gradient is applied first. `transpose_weight` as on the forward op.
 
     ```mlir
     %dx, %dw, %db = strata.fused_gemm_epilogue_grad %x, %w, %dy : (tensor<8x64xf32>, tensor<64x256xf32>, tensor<8x256xf32>) -> (tensor<8x64xf32>, tensor<64x256xf32>, tensor<256xf32>)
@@ -1064,7 +1066,8 @@ def Strata_FusedGemmEpilogueGradOp
                        Strata_FloatTensor:$result_grad,
                        Optional<Strata_FloatTensor>:$aux,
                        DefaultValuedAttr<Strata_ActivationAttr,
-                                         "Activation::None">:$activation);
+                                         "Activation::None">:$activation,
+                       UnitAttr:$transpose_weight);
   let results = (outs Strata_FloatTensor:$input_grad,
                       Strata_FloatTensor:$weight_grad,
                       Strata_FloatTensor:$bias_grad);

@@ -967,8 +967,9 @@ llvm::Error Evaluator::step(Operation *op) {
             return llvm::Error::success();
           })
       .Case([&](FusedGemmEpilogueOp o) -> llvm::Error {
-        Tensor pre = binary(matmul(in(0), in(1)), in(2), outShape(),
-                            std::plus<double>());
+        Tensor w = o.getTransposeWeight() ? swapLast2(in(1)) : in(1);
+        Tensor pre =
+            binary(matmul(in(0), w), in(2), outShape(), std::plus<double>());
         set(o.getResult(), activate(o.getActivation(), pre));
         if (o.getAux())
           set(o.getAux(), std::move(pre));
@@ -981,14 +982,17 @@ llvm::Error Evaluator::step(Operation *op) {
           for (int64_t i = 0; i < dz.numElements(); ++i)
             dz.data[i] *= activationGrad(o.getActivation(), pre.data[i]);
         }
-        const Tensor &x = in(0), &w = in(1);
+        bool t = o.getTransposeWeight();
+        const Tensor &x = in(0);
+        Tensor w = t ? swapLast2(in(1)) : in(1); // [K, N]
         set(o.getInputGrad(), matmul(dz, swapLast2(w)));
         // dW = sum over rows of x^T dz: flatten the leading dims.
         int64_t k = w.shape[0], n = w.shape[1], rows = x.numElements() / k;
         Tensor x2 = x, dz2 = dz;
         x2.shape = {rows, k};
         dz2.shape = {rows, n};
-        set(o.getWeightGrad(), matmul(swapLast2(x2), dz2));
+        Tensor dw = matmul(swapLast2(x2), dz2);
+        set(o.getWeightGrad(), t ? swapLast2(dw) : std::move(dw));
         set(o.getBiasGrad(), sumTo(dz, {n}));
         return llvm::Error::success();
       })

@@ -107,14 +107,15 @@ LogicalResult lowerMatmulGrad(MatmulGradOp op, RuntimeLowering &l) {
 
 LogicalResult lowerFusedGemm(FusedGemmEpilogueOp o, RuntimeLowering &l) {
   Value x = o.getInput(), w = o.getWeight();
+  bool t = o.getTransposeWeight();
   SmallVector<int64_t> ws = shapeOf(w);
-  int64_t k = ws[0], n = ws[1], rows = numel(x) / k;
+  int64_t k = ws[t ? 1 : 0], n = ws[t ? 0 : 1], rows = numel(x) / k;
   int64_t act = activationCode(o.getActivation());
   if (o.getAux()) {
     // The pre-activation is an output: GEMM + bias into it, then the
     // activation.
-    l.gemm(1, rows, n, k, l.ptr(x), 0, false, l.ptr(w), 0, false,
-           l.ptr(o.getAux()), l.ptr(o.getBias()), STRATA_RT_ACT_NONE);
+    l.gemm(1, rows, n, k, l.ptr(x), 0, false, l.ptr(w), 0, t, l.ptr(o.getAux()),
+           l.ptr(o.getBias()), STRATA_RT_ACT_NONE);
     if (act != STRATA_RT_ACT_NONE) {
       l.call("strata_rt_unary",
              {l.site(), l.i64(act), l.tensor(o.getResult()),
@@ -124,7 +125,7 @@ LogicalResult lowerFusedGemm(FusedGemmEpilogueOp o, RuntimeLowering &l) {
     l.copy(l.ptr(o.getResult()), l.ptr(o.getAux()), o.getResult());
     return success();
   }
-  l.gemm(1, rows, n, k, l.ptr(x), 0, false, l.ptr(w), 0, false,
+  l.gemm(1, rows, n, k, l.ptr(x), 0, false, l.ptr(w), 0, t,
          l.ptr(o.getResult()), l.ptr(o.getBias()), act);
   return success();
 }
@@ -132,8 +133,9 @@ LogicalResult lowerFusedGemm(FusedGemmEpilogueOp o, RuntimeLowering &l) {
 LogicalResult lowerFusedGemmGrad(FusedGemmEpilogueGradOp o,
                                  RuntimeLowering &l) {
   Value x = o.getInput(), w = o.getWeight(), dz = o.getResultGrad();
+  bool t = o.getTransposeWeight();
   SmallVector<int64_t> ws = shapeOf(w);
-  int64_t k = ws[0], n = ws[1], rows = numel(x) / k;
+  int64_t k = ws[t ? 1 : 0], n = ws[t ? 0 : 1], rows = numel(x) / k;
   Value dzPtr = l.ptr(dz);
   if (o.getActivation() != Activation::None) {
     // The activation's gradient overwrites the pre-activation, which this
@@ -153,10 +155,15 @@ LogicalResult lowerFusedGemmGrad(FusedGemmEpilogueGradOp o,
     dzPtr = l.ptr(aux);
   }
   if (!o.getInputGrad().use_empty())
-    l.gemm(1, rows, k, n, dzPtr, 0, false, l.ptr(w), 0, true,
+    l.gemm(1, rows, k, n, dzPtr, 0, false, l.ptr(w), 0, !t,
            l.ptr(o.getInputGrad()), Value(), STRATA_RT_ACT_NONE);
-  l.gemm(1, k, n, rows, l.ptr(x), 0, true, dzPtr, 0, false,
-         l.ptr(o.getWeightGrad()), Value(), STRATA_RT_ACT_NONE);
+  // dW = x^T dz [K, N], or dz^T x [N, K] for a transposed weight.
+  if (t)
+    l.gemm(1, n, k, rows, dzPtr, 0, true, l.ptr(x), 0, false,
+           l.ptr(o.getWeightGrad()), Value(), STRATA_RT_ACT_NONE);
+  else
+    l.gemm(1, k, n, rows, l.ptr(x), 0, true, dzPtr, 0, false,
+           l.ptr(o.getWeightGrad()), Value(), STRATA_RT_ACT_NONE);
   l.reduceTo(l.ptr(o.getBiasGrad()), dzPtr, {rows, n}, {0, 1}, 1.0);
   return success();
 }

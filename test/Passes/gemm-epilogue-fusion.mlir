@@ -61,14 +61,32 @@ func.func @linear(%x: tensor<4x8xf32>, %w: tensor<8x16xf32>, %b: tensor<16xf32>)
 
 // -----
 
+// A weight in PyTorch's [out, in] layout, read transposed (imported
+// nn.Linear): forward and backward fuse with transpose_weight.
+// CHECK-LABEL: func @transposed_weight
+func.func @transposed_weight(%x: tensor<4x8xf32>, %w: tensor<16x8xf32>, %b: tensor<16xf32>, %dy: tensor<4x16xf32>) -> (tensor<4x16xf32>, tensor<4x8xf32>, tensor<16x8xf32>, tensor<16xf32>) {
+  // CHECK: %[[Y:.*]], %[[AUX:.*]] = strata.fused_gemm_epilogue %arg0, %arg1, %arg2 {activation = #strata.activation<relu>, transpose_weight, with_aux} : (tensor<4x8xf32>, tensor<16x8xf32>, tensor<16xf32>) -> (tensor<4x16xf32>, tensor<4x16xf32>)
+  %0 = strata.matmul %x, %w {transpose_rhs} : (tensor<4x8xf32>, tensor<16x8xf32>) -> tensor<4x16xf32>
+  %1 = strata.bias_add %0, %b : (tensor<4x16xf32>, tensor<16xf32>) -> tensor<4x16xf32>
+  %2 = strata.relu %1 : (tensor<4x16xf32>) -> tensor<4x16xf32>
+  // CHECK: %[[DX:.*]], %[[DW:.*]], %[[DB:.*]] = strata.fused_gemm_epilogue_grad %arg0, %arg1, %arg3, %[[AUX]] {activation = #strata.activation<relu>, transpose_weight} : (tensor<4x8xf32>, tensor<16x8xf32>, tensor<4x16xf32>, tensor<4x16xf32>) -> (tensor<4x8xf32>, tensor<16x8xf32>, tensor<16xf32>)
+  %dz = strata.relu_grad %2, %dy : (tensor<4x16xf32>, tensor<4x16xf32>) -> tensor<4x16xf32>
+  %db = strata.bias_add_grad %dz : (tensor<4x16xf32>) -> tensor<16xf32>
+  %dx, %dw = strata.matmul_grad %x, %w, %dz {transpose_rhs} : (tensor<4x8xf32>, tensor<16x8xf32>, tensor<4x16xf32>) -> (tensor<4x8xf32>, tensor<16x8xf32>)
+  // CHECK: return %[[Y]], %[[DX]], %[[DW]], %[[DB]]
+  return %2, %dx, %dw, %db : tensor<4x16xf32>, tensor<4x8xf32>, tensor<16x8xf32>, tensor<16xf32>
+}
+
+// -----
+
 // What must not fuse, one guard each.
 // CHECK-LABEL: func @guards
-func.func @guards(%x: tensor<4x8xf32>, %w: tensor<8x16xf32>, %wt: tensor<16x8xf32>, %b: tensor<16xf32>,
+func.func @guards(%x: tensor<4x8xf32>, %w: tensor<8x16xf32>, %xt: tensor<8x4xf32>, %b: tensor<16xf32>,
                   %w3: tensor<2x8x16xf32>, %x64: tensor<4x8xf64>, %w64: tensor<8x16xf64>, %b64: tensor<16xf64>)
     -> (tensor<4x16xf32>, tensor<4x16xf32>, tensor<2x4x16xf32>, tensor<4x16xf64>, tensor<4x16xf32>, tensor<4x16xf32>) {
   // CHECK-NOT: strata.fused_gemm_epilogue
-  // A transposed weight.
-  %t0 = strata.matmul %x, %wt {transpose_rhs} : (tensor<4x8xf32>, tensor<16x8xf32>) -> tensor<4x16xf32>
+  // A transposed input.
+  %t0 = strata.matmul %xt, %w {transpose_lhs} : (tensor<8x4xf32>, tensor<8x16xf32>) -> tensor<4x16xf32>
   %t1 = strata.bias_add %t0, %b : (tensor<4x16xf32>, tensor<16xf32>) -> tensor<4x16xf32>
   // A batched (rank-3) weight.
   %r0 = strata.matmul %x, %w3 : (tensor<4x8xf32>, tensor<2x8x16xf32>) -> tensor<2x4x16xf32>
@@ -80,7 +98,7 @@ func.func @guards(%x: tensor<4x8xf32>, %w: tensor<8x16xf32>, %wt: tensor<16x8xf3
   %u0 = strata.matmul %x, %w : (tensor<4x8xf32>, tensor<8x16xf32>) -> tensor<4x16xf32>
   %u1 = strata.bias_add %u0, %b : (tensor<4x16xf32>, tensor<16xf32>) -> tensor<4x16xf32>
   // CHECK: return
-  return %t1, %u0, %r1, %d1, %u1, %t0 : tensor<4x16xf32>, tensor<4x16xf32>, tensor<2x4x16xf32>, tensor<4x16xf64>, tensor<4x16xf32>, tensor<4x16xf32>
+  return %t1, %u0, %r1, %d1, %u1, %u1 : tensor<4x16xf32>, tensor<4x16xf32>, tensor<2x4x16xf32>, tensor<4x16xf64>, tensor<4x16xf32>, tensor<4x16xf32>
 }
 
 // -----

@@ -335,6 +335,18 @@ std::vector<Case> cases() {
               "tensor<4x5xf64>, tensor<5xf64>) -> (tensor<3x5xf64>, "
               "tensor<3x5xf64>)",
               "tensor<3x5xf64>"));
+  add("fused_gemm_relu_transposed_weight",
+      program("strata.param @x : tensor<3x4xf64> init <normal, 1.0>\n"
+              "strata.param @w : tensor<5x4xf64> init <normal, 1.0>\n"
+              "strata.param @c : tensor<5xf64> init <normal, 1.0>",
+              "  %x = strata.get_param @x : tensor<3x4xf64>\n"
+              "  %w = strata.get_param @w : tensor<5x4xf64>\n"
+              "  %c = strata.get_param @c : tensor<5xf64>\n"
+              "  %y, %aux = strata.fused_gemm_epilogue %x, %w, %c {activation "
+              "= #strata.activation<gelu_erf>, with_aux, transpose_weight} : "
+              "(tensor<3x4xf64>, tensor<5x4xf64>, tensor<5xf64>) -> "
+              "(tensor<3x5xf64>, tensor<3x5xf64>)",
+              "tensor<3x5xf64>"));
   add("fused_dropout_add",
       program(ab + "strata.param @c : tensor<3x4xf64> init <normal, 1.0>",
               get_ab + "  %c = strata.get_param @c : tensor<3x4xf64>\n"
