@@ -743,6 +743,9 @@ class _Emitter:
     def product(self, node, lhs, rhs, shape):
         attrs, operands = [], []
         for side, x in (("lhs", lhs), ("rhs", rhs)):
+            if isinstance(x, _Tensor):
+                operands.append(x)
+                continue
             v = self.raw(x)
             if isinstance(v, _Transposed):
                 attrs.append("transpose_" + side)
@@ -757,7 +760,18 @@ class _Emitter:
                 self.fail(node, "beta and alpha other than 1")
         else:
             (lhs, rhs), bias = args[:2], None
-        out = self.product(node, lhs, rhs, self.shape(node))
+        shape = self.shape(node)
+        v = self.raw(lhs)
+        if node.target in _ops("addmm", "mm") and isinstance(v, _View) and \
+                len(v.shape) == 2 and len(v.base.shape) > 2 and \
+                v.base.shape[-1] == v.shape[1]:
+            # A Linear on [..., K] (x.view(-1, K) @ W + b): the product on
+            # [..., K] itself, viewed as the 2-D result where that is read,
+            # so the bias and an activation after it can fuse with the GEMM.
+            out = self.product(node, v.base, rhs,
+                               v.base.shape[:-1] + shape[-1:])
+            return _View(self.bias_add(node, out, bias), shape)
+        out = self.product(node, lhs, rhs, shape)
         return self.bias_add(node, out, bias)
 
     def bias_add(self, node, out, bias):
