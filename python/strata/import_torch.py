@@ -1041,7 +1041,7 @@ class _Emitter:
 
 # --- the command ---------------------------------------------------------
 
-_NUMPY_DTYPES = {"int64": torch.int64, "int32": torch.int32,
+_INPUT_DTYPES = {"int64": torch.int64, "int32": torch.int32,
                  "float32": torch.float32}
 
 
@@ -1085,10 +1085,10 @@ def _parse_input(spec: str):
         raise SystemExit("strata-import-torch: --input '%s' is not "
                          "NAME:SHAPE[:DTYPE] (e.g. tokens:8x64:int64)" % spec)
     dtype = parts[2] if len(parts) == 3 else "float32"
-    if dtype not in _NUMPY_DTYPES:
+    if dtype not in _INPUT_DTYPES:
         raise SystemExit("strata-import-torch: --input '%s': element type "
                          "'%s' is not one of %s"
-                         % (spec, dtype, ", ".join(_NUMPY_DTYPES)))
+                         % (spec, dtype, ", ".join(_INPUT_DTYPES)))
     try:
         shape = [int(d) for d in parts[1].split("x")] if parts[1] else []
     except ValueError:
@@ -1096,7 +1096,7 @@ def _parse_input(spec: str):
     if any(d < 1 for d in shape):
         raise SystemExit("strata-import-torch: --input '%s': the shape must "
                          "be sizes joined by 'x' (e.g. 8x64)" % spec)
-    return parts[0], torch.zeros(shape, dtype=_NUMPY_DTYPES[dtype])
+    return parts[0], torch.zeros(shape, dtype=_INPUT_DTYPES[dtype])
 
 
 def main(argv=None) -> int:
