@@ -1,5 +1,4 @@
-//===- PipelineClipping.cpp - Global-norm clipping across stages
-//-----------===//
+//===- PipelineClipping.cpp - Global-norm clipping across stages ---------===//
 
 #include "PipelinePlacement.h"
 #include "strata/Dialect/Strata.h"

@@ -11,8 +11,8 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-import strata
 import strata.import_torch as importer
+from compare import compare
 
 torch.manual_seed(0)
 
@@ -37,23 +37,6 @@ batches = [(torch.from_numpy(rng.standard_normal((8, 16), np.float32)),
 program = importer.import_module(model, batches[0], F.cross_entropy,
                                  input_names=["features", "labels"])
 program.save_weights(sys.argv[2])
-exe = strata.compile(program.text, strategy=sys.argv[1], name="mlp.mlir")
-exe.load(sys.argv[2])
-strata_losses = [exe.step(program.batch(x, y)) for x, y in batches]
-
-optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
-torch_losses = []
-for x, y in batches:
-    optimizer.zero_grad()
-    loss = F.cross_entropy(model(x), y)
-    loss.backward()
-    optimizer.step()
-    torch_losses.append(loss.item())
-
-for i, (a, b) in enumerate(zip(strata_losses, torch_losses)):
-    print("step %d strata %r torch %r" % (i, a, b))
-worst = max(abs(a - b) / abs(b) for a, b in zip(strata_losses, torch_losses))
-print("max relative difference %.1e" % worst)
+compare(program, model, F.cross_entropy, batches, sys.argv[1], sys.argv[2],
+        name="mlp.mlir")
 print("parameters:", ", ".join(program.weights))
-if worst > 1e-4:
-    sys.exit("the losses differ by more than 1e-4 relative")
