@@ -16,7 +16,6 @@ import transformers
 from transformers import (GPT2Config, GPT2LMHeadModel, LlamaConfig,
                           LlamaForCausalLM)
 
-import strata
 import strata.import_torch as importer
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "python"))
