@@ -203,6 +203,11 @@ LogicalResult Differentiator::backprop(Operation *op) {
                    make<ReshapeOp>(loc, o.getInput().getType(), adj()));
         return success();
       })
+      .Case([&](CastOp o) {
+        accumulate(loc, o.getInput(),
+                   make<CastOp>(loc, o.getInput().getType(), adj()));
+        return success();
+      })
       .Case([&](TransposeOp o) {
         ArrayRef<int64_t> perm = o.getPermutation();
         SmallVector<int64_t> inverse(perm.size());

@@ -37,6 +37,8 @@ FailureOr<SmallVector<Type>> strata::splitResultTypes(Operation *op,
   bool split = oldIn != newIn;
   if (!split || isa<EmbeddingGradOp>(op))
     return SmallVector<Type>{oldOut};
+  if (isa<CastOp>(op))
+    return SmallVector<Type>{newIn.clone(oldOut.getElementType())};
   if (isa<ReshapeOp>(op)) {
     if (oldOut.getRank() < 1 || oldOut.getDimSize(0) % k != 0)
       return failure();

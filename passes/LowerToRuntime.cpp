@@ -198,29 +198,30 @@ void RuntimeLowering::copy(Value out, Value in, Value like) {
 void RuntimeLowering::gemm(int64_t batch, int64_t m, int64_t n, int64_t k,
                            Value a, int64_t aStride, bool transA, Value bm,
                            int64_t bStride, bool transB, Value c, Value bias,
-                           int64_t act) {
-  Value f32 = i64(STRATA_RT_F32);
+                           int64_t act, Type element) {
+  Value t = i64(typeCode(element));
   call("strata_rt_gemm",
-       {site(), i64(batch), i64(m), i64(n), i64(k), a, f32, i64(aStride),
-        i64(transA), bm, f32, i64(bStride), i64(transB), c, f32,
-        bias ? bias : null(), f32, i64(act), i64(0)});
+       {site(), i64(batch), i64(m), i64(n), i64(k), a, t, i64(aStride),
+        i64(transA), bm, t, i64(bStride), i64(transB), c, t,
+        bias ? bias : null(), t, i64(act), i64(0)});
 }
 
 void RuntimeLowering::reduceTo(Value out, Value in, ArrayRef<int64_t> inShape,
-                               ArrayRef<int64_t> outStrides, double scale) {
+                               ArrayRef<int64_t> outStrides, double scale,
+                               Type element) {
   SmallVector<int64_t> desc(inShape);
   desc.append(outStrides.begin(), outStrides.end());
-  Value f32 = i64(STRATA_RT_F32);
-  call("strata_rt_reduce", {site(), out, f32, in, f32, i64(inShape.size()),
+  Value t = i64(typeCode(element));
+  call("strata_rt_reduce", {site(), out, t, in, t, i64(inShape.size()),
                             constantArray(desc), f64(scale)});
 }
 
 void RuntimeLowering::dropout(Operation *op, Value out, Value in,
                               Value residual, double prob, int64_t key,
-                              int64_t n) {
-  Value f32 = i64(STRATA_RT_F32);
+                              int64_t n, Type element) {
+  Value t = i64(typeCode(element));
   call("strata_rt_dropout",
-       {site(), out, f32, in, f32, residual ? residual : null(), f32, i64(n),
+       {site(), out, t, in, t, residual ? residual : null(), t, i64(n),
         i64(key), i64(microBatches), i64(getMicroBatch(op).value_or(0)),
         f64(prob)});
 }

@@ -556,6 +556,38 @@ static bool broadcastsTo(ArrayRef<int64_t> small, ArrayRef<int64_t> large) {
   return succeeded(shape) && ArrayRef<int64_t>(*shape) == large;
 }
 
+LogicalResult CastOp::verify() {
+  RankedTensorType in = getInput().getType(), out = getResult().getType();
+  if (in.getShape() != out.getShape())
+    return emitOpError() << "changes the shape: " << in << " vs " << out;
+  return success();
+}
+
+/// Whether every value of type `from` is a value of type `to` (a widening
+/// that loses nothing: bf16 or f16 to f32, any of them to f64).
+static bool isExactConversion(Type from, Type to) {
+  auto f = dyn_cast<FloatType>(from), t = dyn_cast<FloatType>(to);
+  if (!f || !t)
+    return false;
+  return f == t || (t.getFPMantissaWidth() >= f.getFPMantissaWidth() &&
+                    t.getWidth() > f.getWidth() &&
+                    (t.isF32() || t.isF64()));
+}
+
+OpFoldResult CastOp::fold(FoldAdaptor) {
+  Value input = getInput();
+  if (input.getType() == getType())
+    return input;
+  // A round trip through a wider type: x -> wide -> x's type.
+  if (auto inner = input.getDefiningOp<CastOp>())
+    if (inner.getInput().getType() == getType() &&
+        isExactConversion(getType().getElementType(),
+                          cast<RankedTensorType>(input.getType())
+                              .getElementType()))
+      return inner.getInput();
+  return {};
+}
+
 LogicalResult BroadcastToOp::verify() {
   RankedTensorType in = getInput().getType(), out = getResult().getType();
   if (in.getElementType() != out.getElementType())

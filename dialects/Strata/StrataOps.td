@@ -382,6 +382,28 @@ def Strata_TanhOp : Strata_ComputeOp<"tanh", [Strata_InPlace<"0">]> {
   let results = (outs Strata_FloatTensor:$result);
 }
 
+def Strata_CastOp : Strata_ShapeOp<"cast"> {
+  let summary = "Converts the elements to another floating-point type";
+  let description = [{
+    Rounds each element to the result's element type (round to nearest
+    even; values beyond the type's range become infinities). The shape is
+    unchanged. `strata-amp` inserts casts where mixed precision changes an
+    op's compute type; the gradient of a cast is the cast of the result's
+    gradient back to the input's type.
+
+    A cast to the input's own type folds away, and so does a round trip
+    through a wider type (bf16 -> f32 -> bf16 is exact); f32 -> bf16 -> f32
+    rounds, and stays.
+
+    ```mlir
+    %y = strata.cast %x : (tensor<8x64xf32>) -> tensor<8x64xbf16>
+    ```
+  }];
+  let arguments = (ins Strata_FloatTensor:$input);
+  let results = (outs Strata_FloatTensor:$result);
+  let hasFolder = 1;
+}
+
 def Strata_DropoutOp : Strata_ComputeOp<"dropout", [Strata_InPlace<"0">]> {
   let summary = "Inverted dropout with a counter-based mask";
   let description = [{

@@ -241,7 +241,21 @@ private:
                       : 0.0;
     return t;
   }
-  void set(Value v, Tensor t) { values[v] = std::move(t); }
+  /// Binds `v`; a bf16 or f16 value holds its elements rounded to that
+  /// type (round to nearest even), as a runtime stores them.
+  void set(Value v, Tensor t) {
+    auto type = dyn_cast<RankedTensorType>(v.getType());
+    auto element = type ? dyn_cast<FloatType>(type.getElementType()) : nullptr;
+    if (element && element.getWidth() < 32)
+      for (double &x : t.data) {
+        llvm::APFloat f(x);
+        bool lost;
+        f.convert(element.getFloatSemantics(),
+                  llvm::APFloat::rmNearestTiesToEven, &lost);
+        x = f.convertToDouble();
+      }
+    values[v] = std::move(t);
+  }
 
   StringMap<Tensor> &params;
   const EvalOptions &options;
@@ -638,6 +652,10 @@ llvm::Error Evaluator::step(Operation *op) {
             dt.data[id * h + j] += dy.data[i * h + j];
         }
         set(o, std::move(dt));
+        return llvm::Error::success();
+      })
+      .Case([&](CastOp o) -> llvm::Error {
+        set(o, in(0)); // rounded by set()
         return llvm::Error::success();
       })
       .Case([&](ReshapeOp o) -> llvm::Error {

@@ -1,6 +1,7 @@
 //===- RuntimeTarget.cpp - The CPU and CUDA targets -----------------------===//
 
 #include "strata/Target/RuntimeTarget.h"
+#include "strata/Dialect/Strata.h"
 #include "strata/Runtime/StrataRuntime.h"
 
 #include "mlir/IR/BuiltinTypes.h"
@@ -28,15 +29,25 @@ int64_t strata::runtimeElementType(Type element) {
 RuntimeTarget::~RuntimeTarget() = default;
 
 LogicalResult RuntimeTarget::checkElementTypes(Operation *op) const {
+  // The optimizer keeps f32 parameters and state (master weights under
+  // mixed precision): its updates and their helpers compute in f32 alone.
+  bool f32Only = isa<OptimizerUpdateOpInterface, LrScheduleOp, GlobalNormOp,
+                     ClipByGlobalNormOp>(op);
   for (Value v : llvm::concat<Value>(op->getOperands(), op->getResults())) {
     auto t = dyn_cast<RankedTensorType>(v.getType());
     if (!t)
       continue;
     Type element = t.getElementType();
     if (auto f = dyn_cast<FloatType>(element)) {
+      if (f32Only && !f.isF32())
+        return op->emitOpError("has a ")
+               << t << " value; optimizer updates compute in f32 (keep f32 "
+               << "parameters: mixed precision casts them where they are "
+               << "read)";
       if (!supportsFloatType(f))
         return op->emitOpError("has a ")
-               << t << " value; " << getDescription() << " computes in f32";
+               << t << " value; " << getDescription()
+               << " has no kernels for " << f;
       continue;
     }
     if (!element.isInteger(32) && !element.isInteger(64))
@@ -67,12 +78,14 @@ bool RuntimeTarget::supportsCollectiveSplit(ArrayRef<int64_t> shape,
 namespace {
 
 /// runtime/cpu: oneDNN matmul (post-ops apply to any N) and OpenMP kernels
-/// in f32.
+/// that store f32, bf16 and f16 and compute in f32.
 class CpuTarget final : public RuntimeTarget {
 public:
   StringRef getName() const override { return "cpu"; }
   StringRef getDescription() const override { return "the CPU runtime"; }
-  bool supportsFloatType(FloatType type) const override { return type.isF32(); }
+  bool supportsFloatType(FloatType type) const override {
+    return type.isF32() || type.isBF16() || type.isF16();
+  }
   bool epilogueSupports(Activation, int64_t) const override { return true; }
   /// A cache line (and oneDNN's preferred alignment).
   int64_t getBufferAlignment() const override { return 64; }

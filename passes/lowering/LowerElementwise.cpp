@@ -3,7 +3,7 @@
 // Elementwise: add / sub / mul / div / bias_add / arith.addi (broadcasting
 // strata_rt_binary), scale, relu, gelu, silu, rsqrt, tanh (strata_rt_unary) and
 // the gradients (strata_rt_act_grad). Data movement: constants (fill, or a
-// constant global copied in), reshape (copy), transpose, slice and
+// constant global copied in), reshape (copy), cast (strata_rt_cast), transpose, slice and
 // broadcast_to (strided copy), concat and pad (row blocks), pack / unpack
 // (copies into and out of a flat buffer, padding zero-filled), and the
 // reductions (reduce_sum, reduce_mean, sum_to, bias_add_grad). Dropout: one
@@ -128,7 +128,8 @@ template <typename OpTy> LogicalResult lowerReduce(OpTy o, RuntimeLowering &l) {
   for (int64_t d : o.getDims())
     strides[d] = 0;
   l.reduceTo(l.ptr(o), l.ptr(o.getInput()), in, strides,
-             std::is_same_v<OpTy, ReduceMeanOp> ? 1.0 / double(count) : 1.0);
+             std::is_same_v<OpTy, ReduceMeanOp> ? 1.0 / double(count) : 1.0,
+             elementType(o));
   return success();
 }
 
@@ -136,7 +137,8 @@ template <typename OpTy> LogicalResult lowerReduce(OpTy o, RuntimeLowering &l) {
 LogicalResult lowerSumTo(Operation *o, RuntimeLowering &l) {
   Value in = o->getOperand(0), out = o->getResult(0);
   l.reduceTo(l.ptr(out), l.ptr(in), shapeOf(in),
-             broadcastStrides(shapeOf(out), shapeOf(in)), 1.0);
+             broadcastStrides(shapeOf(out), shapeOf(in)), 1.0,
+             elementType(out));
   return success();
 }
 
@@ -202,6 +204,11 @@ void strata::lowering::populateDataMovementLoweringPatterns(
     l.copy(l.ptr(o), l.ptr(o.getInput()), o.getResult());
     return success();
   });
+  addLowering<CastOp>(patterns, l, [](CastOp o, RuntimeLowering &l) {
+    l.call("strata_rt_cast", {l.site(), l.tensor(o), l.tensor(o.getInput()),
+                              l.i64(numel(o))});
+    return success();
+  });
   addLowering<TransposeOp>(patterns, l, [](TransposeOp o, RuntimeLowering &l) {
     SmallVector<int64_t> in = contiguousStrides(shapeOf(o.getInput()));
     SmallVector<int64_t> desc = shapeOf(o);
@@ -256,27 +263,30 @@ void strata::lowering::populateDropoutLoweringPatterns(
     RewritePatternSet &patterns, RuntimeLowering &l) {
   addLowering<DropoutOp>(patterns, l, [](DropoutOp o, RuntimeLowering &l) {
     l.dropout(o, l.ptr(o), l.ptr(o.getInput()), Value(),
-              o.getProb().convertToDouble(), o.getKey(), numel(o));
+              o.getProb().convertToDouble(), o.getKey(), numel(o),
+                  elementType(o));
     return success();
   });
   // The gradient applies the same mask (and scale) to the result's gradient.
   addLowering<DropoutGradOp>(
       patterns, l, [](DropoutGradOp o, RuntimeLowering &l) {
         l.dropout(o, l.ptr(o), l.ptr(o.getResultGrad()), Value(),
-                  o.getProb().convertToDouble(), o.getKey(), numel(o));
+                  o.getProb().convertToDouble(), o.getKey(), numel(o),
+                  elementType(o));
         return success();
       });
   addLowering<FusedDropoutAddOp>(
       patterns, l, [](FusedDropoutAddOp o, RuntimeLowering &l) {
         l.dropout(o, l.ptr(o), l.ptr(o.getInput()), l.ptr(o.getResidual()),
-                  o.getProb().convertToDouble(), o.getKey(), numel(o));
+                  o.getProb().convertToDouble(), o.getKey(), numel(o),
+                  elementType(o));
         return success();
       });
   addLowering<FusedDropoutAddGradOp>(
       patterns, l, [](FusedDropoutAddGradOp o, RuntimeLowering &l) {
         l.dropout(o, l.ptr(o.getInputGrad()), l.ptr(o.getResultGrad()), Value(),
                   o.getProb().convertToDouble(), o.getKey(),
-                  numel(o.getResultGrad()));
+                  numel(o.getResultGrad()), elementType(o.getResultGrad()));
         l.copy(l.ptr(o.getResidualGrad()), l.ptr(o.getResultGrad()),
                o.getResidualGrad());
         return success();

@@ -37,11 +37,12 @@ LogicalResult lowerMatmul(Operation *op, Value lhs, Value rhs, Value out,
                           bool transA, bool transB, RuntimeLowering &l) {
   SmallVector<int64_t> a = shapeOf(lhs), bs = shapeOf(rhs), c = shapeOf(out);
   auto [m, n, k, batch, batchA, batchB] = productShape(lhs, rhs, out, transA);
+  Type elem = elementType(out);
   size_t rb = bs.size();
   // A 2-D weight under a batched activation: one GEMM over all rows.
   if (rb == 2 && !transA) {
     l.gemm(1, batchA * m, n, k, l.ptr(lhs), 0, false, l.ptr(rhs), 0, transB,
-           l.ptr(out), Value(), STRATA_RT_ACT_NONE);
+           l.ptr(out), Value(), STRATA_RT_ACT_NONE, elem);
     return success();
   }
   ArrayRef<int64_t> batchDims = ArrayRef(c).drop_back(2);
@@ -52,7 +53,7 @@ LogicalResult lowerMatmul(Operation *op, Value lhs, Value rhs, Value out,
            << l.target.getDescription() << " does not support";
   l.gemm(batch, m, n, k, l.ptr(lhs), batchA == 1 ? 0 : m * k, transA,
          l.ptr(rhs), batchB == 1 ? 0 : k * n, transB, l.ptr(out), Value(),
-         STRATA_RT_ACT_NONE);
+         STRATA_RT_ACT_NONE, elem);
   return success();
 }
 
@@ -61,6 +62,7 @@ LogicalResult lowerMatmulGrad(MatmulGradOp op, RuntimeLowering &l) {
   Value A = op.getLhs(), B = op.getRhs(), dy = op.getResultGrad();
   SmallVector<int64_t> a = shapeOf(A), bs = shapeOf(B), c = shapeOf(dy);
   auto [m, n, k, batch, batchA, batchB] = productShape(A, B, dy, transA);
+  Type elem = elementType(dy);
   size_t ra = a.size(), rb = bs.size();
   // A gradient nobody reads (e.g. of the input batch) is not computed.
   bool needA = !op.getLhsGrad().use_empty(),
@@ -73,13 +75,13 @@ LogicalResult lowerMatmulGrad(MatmulGradOp op, RuntimeLowering &l) {
     int64_t rows = batchA * m;
     if (needA)
       l.gemm(1, rows, k, n, l.ptr(dy), 0, false, l.ptr(B), 0, !transB, dA,
-             Value(), STRATA_RT_ACT_NONE);
+             Value(), STRATA_RT_ACT_NONE, elem);
     if (needB && !transB)
       l.gemm(1, k, n, rows, l.ptr(A), 0, true, l.ptr(dy), 0, false, dB, Value(),
-             STRATA_RT_ACT_NONE);
+             STRATA_RT_ACT_NONE, elem);
     else if (needB)
       l.gemm(1, n, k, rows, l.ptr(dy), 0, true, l.ptr(A), 0, false, dB, Value(),
-             STRATA_RT_ACT_NONE);
+             STRATA_RT_ACT_NONE, elem);
     return success();
   }
   if (batchA != batch || batchB != batch ||
@@ -92,16 +94,16 @@ LogicalResult lowerMatmulGrad(MatmulGradOp op, RuntimeLowering &l) {
           sy = batch == 1 ? 0 : m * n;
   if (needA && !transA)
     l.gemm(batch, m, k, n, l.ptr(dy), sy, false, l.ptr(B), sb, !transB, dA,
-           Value(), STRATA_RT_ACT_NONE);
+           Value(), STRATA_RT_ACT_NONE, elem);
   else if (needA)
     l.gemm(batch, k, m, n, l.ptr(B), sb, transB, l.ptr(dy), sy, true, dA,
-           Value(), STRATA_RT_ACT_NONE);
+           Value(), STRATA_RT_ACT_NONE, elem);
   if (needB && !transB)
     l.gemm(batch, k, n, m, l.ptr(A), sa, !transA, l.ptr(dy), sy, false, dB,
-           Value(), STRATA_RT_ACT_NONE);
+           Value(), STRATA_RT_ACT_NONE, elem);
   else if (needB)
     l.gemm(batch, n, k, m, l.ptr(dy), sy, true, l.ptr(A), sa, transA, dB,
-           Value(), STRATA_RT_ACT_NONE);
+           Value(), STRATA_RT_ACT_NONE, elem);
   return success();
 }
 
@@ -111,11 +113,12 @@ LogicalResult lowerFusedGemm(FusedGemmEpilogueOp o, RuntimeLowering &l) {
   SmallVector<int64_t> ws = shapeOf(w);
   int64_t k = ws[t ? 1 : 0], n = ws[t ? 0 : 1], rows = numel(x) / k;
   int64_t act = activationCode(o.getActivation());
+  Type elem = elementType(o.getResult());
   if (o.getAux()) {
     // The pre-activation is an output: GEMM + bias into it, then the
     // activation.
     l.gemm(1, rows, n, k, l.ptr(x), 0, false, l.ptr(w), 0, t, l.ptr(o.getAux()),
-           l.ptr(o.getBias()), STRATA_RT_ACT_NONE);
+           l.ptr(o.getBias()), STRATA_RT_ACT_NONE, elem);
     if (act != STRATA_RT_ACT_NONE) {
       l.call("strata_rt_unary",
              {l.site(), l.i64(act), l.tensor(o.getResult()),
@@ -126,7 +129,7 @@ LogicalResult lowerFusedGemm(FusedGemmEpilogueOp o, RuntimeLowering &l) {
     return success();
   }
   l.gemm(1, rows, n, k, l.ptr(x), 0, false, l.ptr(w), 0, t,
-         l.ptr(o.getResult()), l.ptr(o.getBias()), act);
+         l.ptr(o.getResult()), l.ptr(o.getBias()), act, elem);
   return success();
 }
 
@@ -137,6 +140,7 @@ LogicalResult lowerFusedGemmGrad(FusedGemmEpilogueGradOp o,
   SmallVector<int64_t> ws = shapeOf(w);
   int64_t k = ws[t ? 1 : 0], n = ws[t ? 0 : 1], rows = numel(x) / k;
   Value dzPtr = l.ptr(dz);
+  Type elem = elementType(dz);
   if (o.getActivation() != Activation::None) {
     // The activation's gradient overwrites the pre-activation, which this
     // op reads last.
@@ -156,15 +160,15 @@ LogicalResult lowerFusedGemmGrad(FusedGemmEpilogueGradOp o,
   }
   if (!o.getInputGrad().use_empty())
     l.gemm(1, rows, k, n, dzPtr, 0, false, l.ptr(w), 0, !t,
-           l.ptr(o.getInputGrad()), Value(), STRATA_RT_ACT_NONE);
+           l.ptr(o.getInputGrad()), Value(), STRATA_RT_ACT_NONE, elem);
   // dW = x^T dz [K, N], or dz^T x [N, K] for a transposed weight.
   if (t)
     l.gemm(1, n, k, rows, dzPtr, 0, true, l.ptr(x), 0, false,
-           l.ptr(o.getWeightGrad()), Value(), STRATA_RT_ACT_NONE);
+           l.ptr(o.getWeightGrad()), Value(), STRATA_RT_ACT_NONE, elem);
   else
     l.gemm(1, k, n, rows, l.ptr(x), 0, true, dzPtr, 0, false,
-           l.ptr(o.getWeightGrad()), Value(), STRATA_RT_ACT_NONE);
-  l.reduceTo(l.ptr(o.getBiasGrad()), dzPtr, {rows, n}, {0, 1}, 1.0);
+           l.ptr(o.getWeightGrad()), Value(), STRATA_RT_ACT_NONE, elem);
+  l.reduceTo(l.ptr(o.getBiasGrad()), dzPtr, {rows, n}, {0, 1}, 1.0, elem);
   return success();
 }
 

@@ -93,13 +93,15 @@ public:
   void copy(Value out, Value in, Value like);
   void gemm(int64_t batch, int64_t m, int64_t n, int64_t k, Value a,
             int64_t aStride, bool transA, Value bm, int64_t bStride,
-            bool transB, Value c, Value bias, int64_t act);
-  /// out = scale * sum of in (f32) over the dimensions whose output stride
-  /// is 0.
+            bool transB, Value c, Value bias, int64_t act,
+            mlir::Type element);
+  /// out = scale * sum of in over the dimensions whose output stride is 0;
+  /// both of type `element`.
   void reduceTo(Value out, Value in, llvm::ArrayRef<int64_t> inShape,
-                llvm::ArrayRef<int64_t> outStrides, double scale);
+                llvm::ArrayRef<int64_t> outStrides, double scale,
+                mlir::Type element);
   void dropout(mlir::Operation *op, Value out, Value in, Value residual,
-               double prob, int64_t key, int64_t n);
+               double prob, int64_t key, int64_t n, mlir::Type element);
   /// Starts a collective where `op` stands; it is completed right before
   /// the first op that reads its result.
   mlir::LogicalResult collective(mlir::Operation *op, int64_t kind, Value input,
@@ -198,6 +200,7 @@ inline llvm::SmallVector<int64_t> shapeOf(Value v) {
   return llvm::SmallVector<int64_t>(tensorType(v).getShape());
 }
 inline int64_t numel(Value v) { return tensorType(v).getNumElements(); }
+inline mlir::Type elementType(Value v) { return tensorType(v).getElementType(); }
 llvm::SmallVector<int64_t> contiguousStrides(llvm::ArrayRef<int64_t> shape);
 /// Strides of `from` (NumPy-broadcast to `to`) over the dimensions of `to`.
 llvm::SmallVector<int64_t> broadcastStrides(llvm::ArrayRef<int64_t> from,

@@ -132,7 +132,8 @@ const StrataRtTraceEvent *strata_rt_take_trace(StrataRtContext *ctx,
 }
 
 int64_t strata_rt_scratch_bytes(StrataRtContext *ctx) {
-  return int64_t((ctx->scratch.capacity() + ctx->gemmScratch_.capacity()) *
+  return int64_t((ctx->scratch.capacity() + ctx->gemmScratch_.capacity() +
+                  ctx->gemmWiden.capacity()) *
                  sizeof(float));
 }
 

@@ -9,6 +9,7 @@
 #ifndef STRATA_RUNTIME_CPU_CONTEXT_H
 #define STRATA_RUNTIME_CPU_CONTEXT_H
 
+#include "LowPrecision.h"
 #include "strata/Runtime/StrataRuntime.h"
 
 #include <atomic>
@@ -57,6 +58,8 @@ struct StrataRtContext {
   std::string error;
   int64_t errorSite = -1;
   std::vector<float> scratch, gemmScratch_;
+  /// bf16 / f16 GEMM operands widened to f32.
+  std::vector<float> gemmWiden;
   std::unique_ptr<strata::cpu::GemmCache> gemm;
 
   StrataRtContext();
@@ -95,8 +98,9 @@ inline void unsupportedType(StrataRtContext *ctx, int64_t site,
                 " are not implemented by the CPU runtime");
 }
 
-/// Whether every tensor of a floating-point kernel is f32 (the only float
-/// type the CPU kernels implement yet); records the failure otherwise.
+/// Whether every tensor of a kernel that implements f32 alone (the
+/// optimizer updates: master weights and moments are f32) is f32; records
+/// the failure otherwise.
 inline bool onlyF32(StrataRtContext *ctx, int64_t site, const char *kernel,
                     std::initializer_list<int64_t> types) {
   for (int64_t t : types)
@@ -118,6 +122,20 @@ inline bool sameTypes(StrataRtContext *ctx, int64_t site, const char *kernel,
       return false;
     }
   return true;
+}
+
+/// Calls `f(T{})` with the storage type T (float, BFloat16, Half) shared by
+/// every tensor of a floating-point kernel that computes in f32; records
+/// the failure otherwise (mixed types, or a type without kernels).
+template <typename F>
+bool withSameFloatType(StrataRtContext *ctx, int64_t site, const char *kernel,
+                       std::initializer_list<int64_t> types, F &&f) {
+  if (!sameTypes(ctx, site, kernel, types))
+    return false;
+  if (strata::cpu::withFloatType(*types.begin(), f))
+    return true;
+  unsupportedType(ctx, site, kernel, *types.begin());
+  return false;
 }
 
 /// Ids and labels are i32 or i64.

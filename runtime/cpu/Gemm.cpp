@@ -12,6 +12,8 @@
 #include <oneapi/dnnl/dnnl.hpp>
 
 #include <algorithm>
+#include <type_traits>
+#include <vector>
 #include <map>
 #include <tuple>
 
@@ -134,6 +136,43 @@ static void gemmF32(StrataRtContext *ctx, int64_t site, int64_t batch,
   }
 }
 
+/// A bf16 or f16 GEMM: the operands widened to f32 (exactly), the f32 GEMM,
+/// the result rounded once. On CPUs without native low-precision matrix
+/// instructions this is also the fastest path (oneDNN converts inside its
+/// kernels otherwise); the products and sums are those of an f32 GEMM on
+/// the same values, as cuBLASLt computes bf16 GEMMs (f32 accumulation).
+template <typename T>
+static void gemmLow(StrataRtContext *ctx, int64_t site, int64_t batch,
+                    int64_t m, int64_t n, int64_t k, const T *a,
+                    int64_t aBatchStride, int64_t transA, const T *b,
+                    int64_t bBatchStride, int64_t transB, T *c, const T *bias,
+                    int64_t act, int64_t accumulate) {
+  int64_t aCount = (aBatchStride ? batch : 1) * m * k;
+  int64_t bCount = (bBatchStride ? batch : 1) * k * n;
+  int64_t cCount = batch * m * n, biasCount = bias ? n : 0;
+  std::vector<float> &buffer = ctx->gemmWiden;
+  if (int64_t(buffer.size()) < aCount + bCount + cCount + biasCount)
+    buffer.resize(aCount + bCount + cCount + biasCount);
+  float *wa = buffer.data(), *wb = wa + aCount, *wc = wb + bCount,
+        *wbias = wc + cCount;
+  auto widen = [](float *to, const T *from, int64_t count) {
+#pragma omp parallel for simd schedule(static) if (count >= (1 << 16))
+    for (int64_t i = 0; i < count; ++i)
+      to[i] = float(from[i]);
+  };
+  widen(wa, a, aCount);
+  widen(wb, b, bCount);
+  if (bias)
+    widen(wbias, bias, biasCount);
+  if (accumulate)
+    widen(wc, c, cCount);
+  gemmF32(ctx, site, batch, m, n, k, wa, aBatchStride, transA, wb,
+          bBatchStride, transB, wc, bias ? wbias : nullptr, act, accumulate);
+#pragma omp parallel for simd schedule(static) if (cCount >= (1 << 16))
+  for (int64_t i = 0; i < cCount; ++i)
+    c[i] = T(wc[i]);
+}
+
 extern "C" void
 strata_rt_gemm(StrataRtContext *ctx, int64_t site, int64_t batch, int64_t m,
                int64_t n, int64_t k, const void *a, int64_t aType,
@@ -141,10 +180,18 @@ strata_rt_gemm(StrataRtContext *ctx, int64_t site, int64_t batch, int64_t m,
                int64_t bType, int64_t bBatchStride, int64_t transB, void *c,
                int64_t cType, const void *bias, int64_t biasType, int64_t act,
                int64_t accumulate) {
-  if (!onlyF32(ctx, site, "gemm", {aType, bType, cType, biasType}))
-    return;
-  gemmF32(ctx, site, batch, m, n, k, static_cast<const float *>(a),
-          aBatchStride, transA, static_cast<const float *>(b), bBatchStride,
-          transB, static_cast<float *>(c), static_cast<const float *>(bias),
-          act, accumulate);
+  withSameFloatType(
+      ctx, site, "gemm", {aType, bType, cType, biasType}, [&](auto tag) {
+        using T = decltype(tag);
+        if constexpr (std::is_same_v<T, float>)
+          gemmF32(ctx, site, batch, m, n, k, static_cast<const float *>(a),
+                  aBatchStride, transA, static_cast<const float *>(b),
+                  bBatchStride, transB, static_cast<float *>(c),
+                  static_cast<const float *>(bias), act, accumulate);
+        else
+          gemmLow(ctx, site, batch, m, n, k, static_cast<const T *>(a),
+                  aBatchStride, transA, static_cast<const T *>(b),
+                  bBatchStride, transB, static_cast<T *>(c),
+                  static_cast<const T *>(bias), act, accumulate);
+      });
 }

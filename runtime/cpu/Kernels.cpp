@@ -22,12 +22,19 @@
 #define STRATA_RT_KERNEL(name) STRATA_RT_CONCAT(name, STRATA_RT_VARIANT)
 
 #include "../common/StrataRandom.h"
+#include "LowPrecision.h"
 
 #include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <omp.h>
 #include <string>
+#include <type_traits>
+#include <vector>
+
+using strata::cpu::BFloat16;
+using strata::cpu::ComputeType;
+using strata::cpu::Half;
 
 namespace {
 
@@ -102,15 +109,18 @@ void rowOffsets(int64_t row, int64_t rank, const int64_t *shape,
   }
 }
 
-template <int Op, typename T> inline T applyOp(T x, T y) {
+/// x (op) y in the compute type of T (f32 for bf16 and f16), rounded to T.
+template <int Op, typename T> inline T applyOp(T tx, T ty) {
+  using C = ComputeType<T>;
+  C x = C(tx), y = C(ty);
   if constexpr (Op == STRATA_RT_ADD)
-    return x + y;
+    return T(x + y);
   else if constexpr (Op == STRATA_RT_SUB)
-    return x - y;
+    return T(x - y);
   else if constexpr (Op == STRATA_RT_MUL)
-    return x * y;
+    return T(x * y);
   else
-    return x / y;
+    return T(x / y);
 }
 
 /// One op, known at compile time, so that the inner loops vectorise.
@@ -175,6 +185,53 @@ void binaryLoop(StrataRtContext *ctx, int64_t site, int64_t op, T *out,
   }
 }
 
+template <typename T>
+void reduceLoop(T *out, const T *in, int64_t rank, const int64_t *desc,
+                double scale) {
+  const int64_t *shape = desc, *ostrides = desc + rank;
+  int64_t n = 1, outN = 1;
+  for (int64_t d = 0; d < rank; ++d) {
+    n *= shape[d];
+    if (ostrides[d] != 0)
+      outN *= shape[d];
+  }
+  // Rows of the last dimension, summed in input order (deterministic).
+  std::vector<double> acc(outN, 0.0);
+  if (rank == 0) {
+    out[0] = T(float(in[0]) * scale);
+    return;
+  }
+  int64_t inner = shape[rank - 1], rows = n / std::max<int64_t>(inner, 1);
+  int64_t step = ostrides[rank - 1];
+  const int64_t *const s[1] = {ostrides};
+  if (step == 0) {
+    // Reducing the last dimension: each row's sum, in parallel when every
+    // output takes one row, in row order when several rows share one.
+    bool unique = rows == outN;
+#pragma omp parallel for schedule(static) if (unique && n >= kParallelGrain)
+    for (int64_t r = 0; r < rows; ++r) {
+      int64_t off[1];
+      rowOffsets<1>(r, rank, shape, s, off);
+      double sum = 0;
+      const T *x = in + r * inner;
+      for (int64_t j = 0; j < inner; ++j)
+        sum += float(x[j]);
+      acc[off[0]] += sum;
+    }
+  } else {
+    for (int64_t r = 0; r < rows; ++r) {
+      int64_t off[1];
+      rowOffsets<1>(r, rank, shape, s, off);
+      const T *x = in + r * inner;
+      double *o = acc.data() + off[0];
+      for (int64_t j = 0; j < inner; ++j)
+        o[j * step] += float(x[j]);
+    }
+  }
+  for (int64_t i = 0; i < outN; ++i)
+    out[i] = T(float(acc[i] * scale));
+}
+
 } // namespace
 
 extern "C" {
@@ -199,6 +256,14 @@ void STRATA_RT_KERNEL(strata_rt_binary)(StrataRtContext *ctx, int64_t site,
     return binaryLoop(ctx, site, op, static_cast<int64_t *>(out),
                       static_cast<const int64_t *>(a),
                       static_cast<const int64_t *>(b), rank, desc);
+  case STRATA_RT_BF16:
+    return binaryLoop(ctx, site, op, static_cast<BFloat16 *>(out),
+                      static_cast<const BFloat16 *>(a),
+                      static_cast<const BFloat16 *>(b), rank, desc);
+  case STRATA_RT_F16:
+    return binaryLoop(ctx, site, op, static_cast<Half *>(out),
+                      static_cast<const Half *>(a),
+                      static_cast<const Half *>(b), rank, desc);
   default:
     unsupportedType(ctx, site, "binary", outType);
   }
@@ -209,54 +274,59 @@ void STRATA_RT_KERNEL(strata_rt_unary)(StrataRtContext *ctx, int64_t site,
                                        int64_t outType, const void *inData,
                                        int64_t inType, int64_t n,
                                        double alpha) {
-  if (!onlyF32(ctx, site, "unary", {outType, inType}))
-    return;
-  auto *out = static_cast<float *>(outData);
-  auto *in = static_cast<const float *>(inData);
-  float f = float(alpha);
-  switch (op) {
-  case STRATA_RT_UNARY_SCALE:
+  withSameFloatType(ctx, site, "unary", {outType, inType}, [&](auto tag) {
+    using T = decltype(tag);
+    auto *out = static_cast<T *>(outData);
+    auto *in = static_cast<const T *>(inData);
+    float f = float(alpha);
+    switch (op) {
+    case STRATA_RT_UNARY_SCALE:
 #pragma omp parallel for simd schedule(static) if (n >= kParallelGrain)
-    for (int64_t i = 0; i < n; ++i)
-      out[i] = in[i] * f;
-    break;
-  case STRATA_RT_ACT_RELU:
+      for (int64_t i = 0; i < n; ++i)
+        out[i] = T(float(in[i]) * f);
+      break;
+    case STRATA_RT_ACT_RELU:
 #pragma omp parallel for simd schedule(static) if (n >= kParallelGrain)
-    for (int64_t i = 0; i < n; ++i)
-      out[i] = in[i] > 0.0f ? in[i] : 0.0f;
-    break;
-  case STRATA_RT_ACT_GELU_TANH:
+      for (int64_t i = 0; i < n; ++i) {
+        float x = float(in[i]);
+        out[i] = T(x > 0.0f ? x : 0.0f);
+      }
+      break;
+    case STRATA_RT_ACT_GELU_TANH:
 #pragma omp parallel for simd schedule(static) if (n >= kParallelGrain)
-    for (int64_t i = 0; i < n; ++i)
-      out[i] = geluTanh(in[i]);
-    break;
-  case STRATA_RT_ACT_GELU_ERF:
+      for (int64_t i = 0; i < n; ++i)
+        out[i] = T(geluTanh(float(in[i])));
+      break;
+    case STRATA_RT_ACT_GELU_ERF:
 #pragma omp parallel for schedule(static) if (n >= kParallelGrain)
-    for (int64_t i = 0; i < n; ++i)
-      out[i] = geluErf(in[i]);
-    break;
-  case STRATA_RT_ACT_SILU:
+      for (int64_t i = 0; i < n; ++i)
+        out[i] = T(geluErf(float(in[i])));
+      break;
+    case STRATA_RT_ACT_SILU:
 #pragma omp parallel for simd schedule(static) if (n >= kParallelGrain)
-    for (int64_t i = 0; i < n; ++i)
-      out[i] = in[i] / (1.0f + std::exp(-in[i]));
-    break;
-  case STRATA_RT_UNARY_RSQRT:
+      for (int64_t i = 0; i < n; ++i) {
+        float x = float(in[i]);
+        out[i] = T(x / (1.0f + std::exp(-x)));
+      }
+      break;
+    case STRATA_RT_UNARY_RSQRT:
 #pragma omp parallel for simd schedule(static) if (n >= kParallelGrain)
-    for (int64_t i = 0; i < n; ++i)
-      out[i] = 1.0f / std::sqrt(in[i]);
-    break;
-  case STRATA_RT_UNARY_TANH:
+      for (int64_t i = 0; i < n; ++i)
+        out[i] = T(1.0f / std::sqrt(float(in[i])));
+      break;
+    case STRATA_RT_UNARY_TANH:
 #pragma omp parallel for schedule(static) if (n >= kParallelGrain)
-    for (int64_t i = 0; i < n; ++i)
-      out[i] = std::tanh(in[i]);
-    break;
-  case STRATA_RT_ACT_NONE:
-    if (out != in)
-      std::memcpy(out, in, n * sizeof(float));
-    break;
-  default:
-    ctx->fail(site, "unknown unary op code " + std::to_string(op));
-  }
+      for (int64_t i = 0; i < n; ++i)
+        out[i] = T(std::tanh(float(in[i])));
+      break;
+    case STRATA_RT_ACT_NONE:
+      if (static_cast<void *>(out) != static_cast<const void *>(in))
+        std::memcpy(out, in, n * sizeof(T));
+      break;
+    default:
+      ctx->fail(site, "unknown unary op code " + std::to_string(op));
+    }
+  });
 }
 
 void STRATA_RT_KERNEL(strata_rt_act_grad)(StrataRtContext *ctx, int64_t site,
@@ -264,41 +334,65 @@ void STRATA_RT_KERNEL(strata_rt_act_grad)(StrataRtContext *ctx, int64_t site,
                                           int64_t outType, const void *xData,
                                           int64_t xType, const void *dyData,
                                           int64_t dyType, int64_t n) {
-  if (!onlyF32(ctx, site, "act_grad", {outType, xType, dyType}))
-    return;
-  auto *out = static_cast<float *>(outData);
-  auto *x = static_cast<const float *>(xData);
-  auto *dy = static_cast<const float *>(dyData);
-  switch (act) {
-  case STRATA_RT_ACT_RELU:
+  withSameFloatType(
+      ctx, site, "act_grad", {outType, xType, dyType}, [&](auto tag) {
+        using T = decltype(tag);
+        auto *out = static_cast<T *>(outData);
+        auto *x = static_cast<const T *>(xData);
+        auto *dy = static_cast<const T *>(dyData);
+        switch (act) {
+        case STRATA_RT_ACT_RELU:
 #pragma omp parallel for simd schedule(static) if (n >= kParallelGrain)
-    for (int64_t i = 0; i < n; ++i)
-      out[i] = x[i] > 0.0f ? dy[i] : 0.0f;
-    break;
-  case STRATA_RT_ACT_GELU_TANH:
+          for (int64_t i = 0; i < n; ++i)
+            out[i] = T(float(x[i]) > 0.0f ? float(dy[i]) : 0.0f);
+          break;
+        case STRATA_RT_ACT_GELU_TANH:
 #pragma omp parallel for simd schedule(static) if (n >= kParallelGrain)
-    for (int64_t i = 0; i < n; ++i)
-      out[i] = dy[i] * geluTanhGrad(x[i]);
-    break;
-  case STRATA_RT_ACT_GELU_ERF:
+          for (int64_t i = 0; i < n; ++i)
+            out[i] = T(float(dy[i]) * geluTanhGrad(float(x[i])));
+          break;
+        case STRATA_RT_ACT_GELU_ERF:
 #pragma omp parallel for schedule(static) if (n >= kParallelGrain)
-    for (int64_t i = 0; i < n; ++i)
-      out[i] = dy[i] * geluErfGrad(x[i]);
-    break;
-  case STRATA_RT_ACT_SILU:
+          for (int64_t i = 0; i < n; ++i)
+            out[i] = T(float(dy[i]) * geluErfGrad(float(x[i])));
+          break;
+        case STRATA_RT_ACT_SILU:
 #pragma omp parallel for simd schedule(static) if (n >= kParallelGrain)
-    for (int64_t i = 0; i < n; ++i) {
-      float s = 1.0f / (1.0f + std::exp(-x[i]));
-      out[i] = dy[i] * s * (1.0f + x[i] * (1.0f - s));
-    }
-    break;
-  case STRATA_RT_ACT_NONE:
-    if (out != dy)
-      std::memcpy(out, dy, n * sizeof(float));
-    break;
-  default:
-    ctx->fail(site, "unknown activation code " + std::to_string(act));
-  }
+          for (int64_t i = 0; i < n; ++i) {
+            float xi = float(x[i]);
+            float sg = 1.0f / (1.0f + std::exp(-xi));
+            out[i] = T(float(dy[i]) * sg * (1.0f + xi * (1.0f - sg)));
+          }
+          break;
+        case STRATA_RT_ACT_NONE:
+          if (static_cast<void *>(out) != static_cast<const void *>(dy))
+            std::memcpy(out, dy, n * sizeof(T));
+          break;
+        default:
+          ctx->fail(site, "unknown activation code " + std::to_string(act));
+        }
+      });
+}
+
+/// out = in converted between f32, bf16 and f16 (rounded to nearest even).
+void STRATA_RT_KERNEL(strata_rt_cast)(StrataRtContext *ctx, int64_t site,
+                                      void *outData, int64_t outType,
+                                      const void *inData, int64_t inType,
+                                      int64_t n) {
+  bool known = strata::cpu::withFloatType(inType, [&](auto inTag) {
+    using In = decltype(inTag);
+    auto *in = static_cast<const In *>(inData);
+    if (!strata::cpu::withFloatType(outType, [&](auto outTag) {
+          using Out = decltype(outTag);
+          auto *out = static_cast<Out *>(outData);
+#pragma omp parallel for simd schedule(static) if (n >= kParallelGrain)
+          for (int64_t i = 0; i < n; ++i)
+            out[i] = Out(float(in[i]));
+        }))
+      unsupportedType(ctx, site, "cast", outType);
+  });
+  if (!known)
+    unsupportedType(ctx, site, "cast", inType);
 }
 
 void STRATA_RT_KERNEL(strata_rt_copy)(StrataRtContext *ctx, int64_t site,
@@ -317,7 +411,7 @@ void STRATA_RT_KERNEL(strata_rt_strided_copy)(StrataRtContext *ctx,
                                               int64_t rank,
                                               const int64_t *desc) {
   int64_t elementBytes = strata_rt_element_bytes(dtype);
-  if (elementBytes != 4 && elementBytes != 8)
+  if (elementBytes != 2 && elementBytes != 4 && elementBytes != 8)
     return unsupportedType(ctx, site, "strided_copy", dtype);
   const int64_t *shape = desc, *strides = desc + rank;
   int64_t base = desc[2 * rank];
@@ -348,8 +442,10 @@ void STRATA_RT_KERNEL(strata_rt_strided_copy)(StrataRtContext *ctx,
   };
   if (elementBytes == 8)
     run(static_cast<int64_t *>(out), static_cast<const int64_t *>(in));
-  else
+  else if (elementBytes == 4)
     run(static_cast<int32_t *>(out), static_cast<const int32_t *>(in));
+  else
+    run(static_cast<uint16_t *>(out), static_cast<const uint16_t *>(in));
 }
 
 void STRATA_RT_KERNEL(strata_rt_copy_rows)(StrataRtContext *ctx, int64_t site,
@@ -373,64 +469,26 @@ void STRATA_RT_KERNEL(strata_rt_reduce)(StrataRtContext *ctx, int64_t site,
                                         const void *inData, int64_t inType,
                                         int64_t rank, const int64_t *desc,
                                         double scale) {
-  if (!onlyF32(ctx, site, "reduce", {outType, inType}))
-    return;
-  auto *out = static_cast<float *>(outData);
-  auto *in = static_cast<const float *>(inData);
-  const int64_t *shape = desc, *ostrides = desc + rank;
-  int64_t n = 1, outN = 1;
-  for (int64_t d = 0; d < rank; ++d) {
-    n *= shape[d];
-    if (ostrides[d] != 0)
-      outN *= shape[d];
-  }
-  // Rows of the last dimension, summed in input order (deterministic).
-  std::vector<double> acc(outN, 0.0);
-  if (rank == 0) {
-    out[0] = float(in[0] * scale);
-    return;
-  }
-  int64_t inner = shape[rank - 1], rows = n / std::max<int64_t>(inner, 1);
-  int64_t step = ostrides[rank - 1];
-  const int64_t *const s[1] = {ostrides};
-  if (step == 0) {
-    // Reducing the last dimension: each row's sum, in parallel when every
-    // output takes one row, in row order when several rows share one.
-    bool unique = rows == outN;
-#pragma omp parallel for schedule(static) if (unique && n >= kParallelGrain)
-    for (int64_t r = 0; r < rows; ++r) {
-      int64_t off[1];
-      rowOffsets<1>(r, rank, shape, s, off);
-      double sum = 0;
-      const float *x = in + r * inner;
-      for (int64_t j = 0; j < inner; ++j)
-        sum += x[j];
-      acc[off[0]] += sum;
-    }
-  } else {
-    for (int64_t r = 0; r < rows; ++r) {
-      int64_t off[1];
-      rowOffsets<1>(r, rank, shape, s, off);
-      const float *x = in + r * inner;
-      double *o = acc.data() + off[0];
-      for (int64_t j = 0; j < inner; ++j)
-        o[j * step] += x[j];
-    }
-  }
-  for (int64_t i = 0; i < outN; ++i)
-    out[i] = float(acc[i] * scale);
+  withSameFloatType(ctx, site, "reduce", {outType, inType}, [&](auto tag) {
+    using T = decltype(tag);
+    reduceLoop(static_cast<T *>(outData), static_cast<const T *>(inData),
+               rank, desc, scale);
+  });
 }
+
+
 
 void STRATA_RT_KERNEL(strata_rt_fill)(StrataRtContext *ctx, int64_t site,
                                       void *out, int64_t outType, int64_t n,
                                       double value) {
-  if (outType == STRATA_RT_F32)
-    std::fill_n(static_cast<float *>(out), n, float(value));
-  else if (outType == STRATA_RT_I32)
+  if (outType == STRATA_RT_I32)
     std::fill_n(static_cast<int32_t *>(out), n, int32_t(value));
   else if (outType == STRATA_RT_I64)
     std::fill_n(static_cast<int64_t *>(out), n, int64_t(value));
-  else
+  else if (!strata::cpu::withFloatType(outType, [&](auto tag) {
+             using T = decltype(tag);
+             std::fill_n(static_cast<T *>(out), n, T(float(value)));
+           }))
     unsupportedType(ctx, site, "fill", outType);
 }
 
@@ -441,34 +499,38 @@ void STRATA_RT_KERNEL(strata_rt_dropout)(StrataRtContext *ctx, int64_t site,
                                          int64_t residualType, int64_t n,
                                          int64_t key, int64_t microBatches,
                                          int64_t microBatch, double prob) {
-  if (!onlyF32(ctx, site, "dropout", {outType, inType, residualType}))
-    return;
-  auto *out = static_cast<float *>(outData);
-  auto *in = static_cast<const float *>(inData);
-  auto *residual = static_cast<const float *>(residualData);
-  // This rank's shard comes before its micro-batch in the global batch.
-  int64_t offset = (ctx->shard * microBatches + microBatch) * n;
-  float keepScale = 1.0f / float(1.0 - prob);
-  uint64_t seed = ctx->seed;
-  // Chunks of whole Philox draws (4 elements each), in parallel.
-  constexpr int64_t kChunk = 1 << 12;
-  int64_t chunks = (n + kChunk - 1) / kChunk;
+  withSameFloatType(
+      ctx, site, "dropout", {outType, inType, residualType}, [&](auto tag) {
+        using T = decltype(tag);
+        auto *out = static_cast<T *>(outData);
+        auto *in = static_cast<const T *>(inData);
+        auto *residual = static_cast<const T *>(residualData);
+        // This rank's shard comes before its micro-batch in the global
+        // batch.
+        int64_t offset = (ctx->shard * microBatches + microBatch) * n;
+        float keepScale = 1.0f / float(1.0 - prob);
+        uint64_t seed = ctx->seed;
+        // Chunks of whole Philox draws (4 elements each), in parallel.
+        constexpr int64_t kChunk = 1 << 12;
+        int64_t chunks = (n + kChunk - 1) / kChunk;
 #pragma omp parallel for schedule(static) if (n >= kParallelGrain / 4)
-  for (int64_t c = 0; c < chunks; ++c) {
-    int64_t lastGroup = -1;
-    r123::Philox4x32::ctr_type words{};
-    for (int64_t i = c * kChunk, e = std::min(n, i + kChunk); i < e; ++i) {
-      int64_t index = offset + i;
-      if ((index >> 2) != lastGroup) {
-        lastGroup = index >> 2;
-        words = strata::rng::dropoutDraw(seed, key, index);
-      }
-      float v = strata::rng::dropoutKeepWord(words[index & 3], prob)
-                    ? in[i] * keepScale
-                    : 0.0f;
-      out[i] = residual ? v + residual[i] : v;
-    }
-  }
+        for (int64_t c = 0; c < chunks; ++c) {
+          int64_t lastGroup = -1;
+          r123::Philox4x32::ctr_type words{};
+          for (int64_t i = c * kChunk, e = std::min(n, i + kChunk); i < e;
+               ++i) {
+            int64_t index = offset + i;
+            if ((index >> 2) != lastGroup) {
+              lastGroup = index >> 2;
+              words = strata::rng::dropoutDraw(seed, key, index);
+            }
+            float v = strata::rng::dropoutKeepWord(words[index & 3], prob)
+                          ? float(in[i]) * keepScale
+                          : 0.0f;
+            out[i] = T(residual ? v + float(residual[i]) : v);
+          }
+        }
+      });
 }
 
 void STRATA_RT_KERNEL(strata_rt_softmax)(StrataRtContext *ctx, int64_t site,
@@ -476,28 +538,37 @@ void STRATA_RT_KERNEL(strata_rt_softmax)(StrataRtContext *ctx, int64_t site,
                                          const void *inData, int64_t inType,
                                          int64_t rows, int64_t n,
                                          int64_t causalRows) {
-  if (!onlyF32(ctx, site, "softmax", {outType, inType}))
-    return;
-  auto *out = static_cast<float *>(outData);
-  auto *in = static_cast<const float *>(inData);
+  withSameFloatType(ctx, site, "softmax", {outType, inType}, [&](auto tag) {
+    using T = decltype(tag);
+    auto *out = static_cast<T *>(outData);
+    auto *in = static_cast<const T *>(inData);
+    // Low-precision rows are computed in an f32 row of scratch per thread.
+    constexpr bool kF32 = std::is_same_v<T, float>;
+    float *scratch =
+        kF32 ? nullptr : ctx->scratchFloats(omp_get_max_threads() * n);
 #pragma omp parallel for schedule(static) if (rows * n >= kParallelGrain)
-  for (int64_t r = 0; r < rows; ++r) {
-    const float *x = in + r * n;
-    float *y = out + r * n;
-    int64_t limit = causalRows > 0 ? std::min(n, (r % causalRows) + 1) : n;
-    float mx = -INFINITY;
-    for (int64_t j = 0; j < limit; ++j)
-      mx = std::max(mx, x[j]);
-    float sum = 0;
+    for (int64_t r = 0; r < rows; ++r) {
+      const T *x = in + r * n;
+      float *y = kF32 ? reinterpret_cast<float *>(out + r * n)
+                      : scratch + omp_get_thread_num() * n;
+      int64_t limit = causalRows > 0 ? std::min(n, (r % causalRows) + 1) : n;
+      float mx = -INFINITY;
+      for (int64_t j = 0; j < limit; ++j)
+        mx = std::max(mx, float(x[j]));
+      float sum = 0;
 #pragma omp simd reduction(+ : sum)
-    for (int64_t j = 0; j < limit; ++j)
-      sum += (y[j] = fastExp(x[j] - mx));
-    float inv = 1.0f / sum;
-    for (int64_t j = 0; j < limit; ++j)
-      y[j] *= inv;
-    for (int64_t j = limit; j < n; ++j)
-      y[j] = 0.0f;
-  }
+      for (int64_t j = 0; j < limit; ++j)
+        sum += (y[j] = fastExp(float(x[j]) - mx));
+      float inv = 1.0f / sum;
+      for (int64_t j = 0; j < limit; ++j)
+        y[j] *= inv;
+      for (int64_t j = limit; j < n; ++j)
+        y[j] = 0.0f;
+      if constexpr (!kF32)
+        for (int64_t j = 0; j < n; ++j)
+          out[r * n + j] = T(y[j]);
+    }
+  });
 }
 
 void STRATA_RT_KERNEL(strata_rt_softmax_grad)(StrataRtContext *ctx,
@@ -506,21 +577,23 @@ void STRATA_RT_KERNEL(strata_rt_softmax_grad)(StrataRtContext *ctx,
                                               int64_t yType, const void *dyData,
                                               int64_t dyType, int64_t rows,
                                               int64_t n) {
-  if (!onlyF32(ctx, site, "softmax_grad", {dxType, yType, dyType}))
-    return;
-  auto *dx = static_cast<float *>(dxData);
-  auto *y = static_cast<const float *>(yData);
-  auto *dy = static_cast<const float *>(dyData);
+  withSameFloatType(
+      ctx, site, "softmax_grad", {dxType, yType, dyType}, [&](auto tag) {
+        using T = decltype(tag);
+        auto *dx = static_cast<T *>(dxData);
+        auto *y = static_cast<const T *>(yData);
+        auto *dy = static_cast<const T *>(dyData);
 #pragma omp parallel for schedule(static) if (rows * n >= kParallelGrain)
-  for (int64_t r = 0; r < rows; ++r) {
-    const float *yr = y + r * n, *dyr = dy + r * n;
-    float dot = 0;
-    for (int64_t j = 0; j < n; ++j)
-      dot += yr[j] * dyr[j];
-    float *o = dx + r * n;
-    for (int64_t j = 0; j < n; ++j)
-      o[j] = yr[j] * (dyr[j] - dot);
-  }
+        for (int64_t r = 0; r < rows; ++r) {
+          const T *yr = y + r * n, *dyr = dy + r * n;
+          float dot = 0;
+          for (int64_t j = 0; j < n; ++j)
+            dot += float(yr[j]) * float(dyr[j]);
+          T *o = dx + r * n;
+          for (int64_t j = 0; j < n; ++j)
+            o[j] = T(float(yr[j]) * (float(dyr[j]) - dot));
+        }
+      });
 }
 
 void STRATA_RT_KERNEL(strata_rt_layer_norm)(
@@ -528,27 +601,31 @@ void STRATA_RT_KERNEL(strata_rt_layer_norm)(
     const void *xData, int64_t xType, const void *gammaData, int64_t gammaType,
     const void *betaData, int64_t betaType, int64_t rows, int64_t n,
     double eps) {
-  if (!onlyF32(ctx, site, "layer_norm", {yType, xType, gammaType, betaType}))
-    return;
-  auto *y = static_cast<float *>(yData);
-  auto *x = static_cast<const float *>(xData);
-  auto *gamma = static_cast<const float *>(gammaData);
-  auto *beta = static_cast<const float *>(betaData);
+  withSameFloatType(
+      ctx, site, "layer_norm", {yType, xType, gammaType, betaType},
+      [&](auto tag) {
+        using T = decltype(tag);
+        auto *y = static_cast<T *>(yData);
+        auto *x = static_cast<const T *>(xData);
+        auto *gamma = static_cast<const T *>(gammaData);
+        auto *beta = static_cast<const T *>(betaData);
 #pragma omp parallel for schedule(static) if (rows * n >= kParallelGrain)
-  for (int64_t r = 0; r < rows; ++r) {
-    const float *xr = x + r * n;
-    double mean = 0, var = 0;
-    for (int64_t j = 0; j < n; ++j)
-      mean += xr[j];
-    mean /= double(n);
-    for (int64_t j = 0; j < n; ++j)
-      var += (xr[j] - mean) * (xr[j] - mean);
-    var /= double(n);
-    float m = float(mean), rstd = float(1.0 / std::sqrt(var + eps));
-    float *yr = y + r * n;
-    for (int64_t j = 0; j < n; ++j)
-      yr[j] = (xr[j] - m) * rstd * gamma[j] + beta[j];
-  }
+        for (int64_t r = 0; r < rows; ++r) {
+          const T *xr = x + r * n;
+          double mean = 0, var = 0;
+          for (int64_t j = 0; j < n; ++j)
+            mean += float(xr[j]);
+          mean /= double(n);
+          for (int64_t j = 0; j < n; ++j)
+            var += (float(xr[j]) - mean) * (float(xr[j]) - mean);
+          var /= double(n);
+          float m = float(mean), rstd = float(1.0 / std::sqrt(var + eps));
+          T *yr = y + r * n;
+          for (int64_t j = 0; j < n; ++j)
+            yr[j] = T((float(xr[j]) - m) * rstd * float(gamma[j]) +
+                      float(beta[j]));
+        }
+      });
 }
 
 void STRATA_RT_KERNEL(strata_rt_layer_norm_grad)(
@@ -556,58 +633,61 @@ void STRATA_RT_KERNEL(strata_rt_layer_norm_grad)(
     void *dgammaData, int64_t dgammaType, void *dbetaData, int64_t dbetaType,
     const void *xData, int64_t xType, const void *gammaData, int64_t gammaType,
     const void *dyData, int64_t dyType, int64_t rows, int64_t n, double eps) {
-  if (!onlyF32(ctx, site, "layer_norm_grad",
-               {dxType, dgammaType, dbetaType, xType, gammaType, dyType}))
-    return;
-  auto *dx = static_cast<float *>(dxData);
-  auto *dgamma = static_cast<float *>(dgammaData);
-  auto *dbeta = static_cast<float *>(dbetaData);
-  auto *x = static_cast<const float *>(xData);
-  auto *gamma = static_cast<const float *>(gammaData);
-  auto *dy = static_cast<const float *>(dyData);
-  // Per-row statistics and dx in parallel; dgamma/dbeta column sums in
-  // row order afterwards (deterministic).
-  float *stats = ctx->scratchFloats(2 * rows);
+  withSameFloatType(
+      ctx, site, "layer_norm_grad",
+      {dxType, dgammaType, dbetaType, xType, gammaType, dyType}, [&](auto tag) {
+        using T = decltype(tag);
+        auto *dx = static_cast<T *>(dxData);
+        auto *dgamma = static_cast<T *>(dgammaData);
+        auto *dbeta = static_cast<T *>(dbetaData);
+        auto *x = static_cast<const T *>(xData);
+        auto *gamma = static_cast<const T *>(gammaData);
+        auto *dy = static_cast<const T *>(dyData);
+        // Per-row statistics and dx in parallel; dgamma/dbeta column sums
+        // in row order afterwards (deterministic).
+        float *stats = ctx->scratchFloats(2 * rows);
 #pragma omp parallel for schedule(static) if (rows * n >= kParallelGrain)
-  for (int64_t r = 0; r < rows; ++r) {
-    const float *xr = x + r * n, *dyr = dy + r * n;
-    double mean = 0, var = 0;
-    for (int64_t j = 0; j < n; ++j)
-      mean += xr[j];
-    mean /= double(n);
-    for (int64_t j = 0; j < n; ++j)
-      var += (xr[j] - mean) * (xr[j] - mean);
-    var /= double(n);
-    float m = float(mean), rstd = float(1.0 / std::sqrt(var + eps));
-    stats[2 * r] = m;
-    stats[2 * r + 1] = rstd;
-    double sumDxhat = 0, sumDxhatXhat = 0;
-    for (int64_t j = 0; j < n; ++j) {
-      float xhat = (xr[j] - m) * rstd;
-      float dxhat = dyr[j] * gamma[j];
-      sumDxhat += dxhat;
-      sumDxhatXhat += dxhat * xhat;
-    }
-    float a = float(sumDxhat / double(n)), b = float(sumDxhatXhat / double(n));
-    float *o = dx + r * n;
-    for (int64_t j = 0; j < n; ++j) {
-      float xhat = (xr[j] - m) * rstd;
-      o[j] = rstd * (dyr[j] * gamma[j] - a - xhat * b);
-    }
-  }
-  std::vector<double> dg(n, 0.0), db(n, 0.0);
-  for (int64_t r = 0; r < rows; ++r) {
-    const float *xr = x + r * n, *dyr = dy + r * n;
-    float m = stats[2 * r], rstd = stats[2 * r + 1];
-    for (int64_t j = 0; j < n; ++j) {
-      dg[j] += dyr[j] * ((xr[j] - m) * rstd);
-      db[j] += dyr[j];
-    }
-  }
-  for (int64_t j = 0; j < n; ++j) {
-    dgamma[j] = float(dg[j]);
-    dbeta[j] = float(db[j]);
-  }
+        for (int64_t r = 0; r < rows; ++r) {
+          const T *xr = x + r * n, *dyr = dy + r * n;
+          double mean = 0, var = 0;
+          for (int64_t j = 0; j < n; ++j)
+            mean += float(xr[j]);
+          mean /= double(n);
+          for (int64_t j = 0; j < n; ++j)
+            var += (float(xr[j]) - mean) * (float(xr[j]) - mean);
+          var /= double(n);
+          float m = float(mean), rstd = float(1.0 / std::sqrt(var + eps));
+          stats[2 * r] = m;
+          stats[2 * r + 1] = rstd;
+          double sumDxhat = 0, sumDxhatXhat = 0;
+          for (int64_t j = 0; j < n; ++j) {
+            float xhat = (float(xr[j]) - m) * rstd;
+            float dxhat = float(dyr[j]) * float(gamma[j]);
+            sumDxhat += dxhat;
+            sumDxhatXhat += dxhat * xhat;
+          }
+          float a = float(sumDxhat / double(n)),
+                b = float(sumDxhatXhat / double(n));
+          T *o = dx + r * n;
+          for (int64_t j = 0; j < n; ++j) {
+            float xhat = (float(xr[j]) - m) * rstd;
+            o[j] = T(rstd * (float(dyr[j]) * float(gamma[j]) - a - xhat * b));
+          }
+        }
+        std::vector<double> dg(n, 0.0), db(n, 0.0);
+        for (int64_t r = 0; r < rows; ++r) {
+          const T *xr = x + r * n, *dyr = dy + r * n;
+          float m = stats[2 * r], rstd = stats[2 * r + 1];
+          for (int64_t j = 0; j < n; ++j) {
+            dg[j] += float(dyr[j]) * ((float(xr[j]) - m) * rstd);
+            db[j] += float(dyr[j]);
+          }
+        }
+        for (int64_t j = 0; j < n; ++j) {
+          dgamma[j] = T(float(dg[j]));
+          dbeta[j] = T(float(db[j]));
+        }
+      });
 }
 
 void STRATA_RT_KERNEL(strata_rt_embedding)(StrataRtContext *ctx, int64_t site,
@@ -616,85 +696,103 @@ void STRATA_RT_KERNEL(strata_rt_embedding)(StrataRtContext *ctx, int64_t site,
                                            int64_t tableType, const void *ids,
                                            int64_t idType, int64_t count,
                                            int64_t vocab, int64_t width) {
-  if (!onlyF32(ctx, site, "embedding", {outType, tableType}) ||
-      !integerIds(ctx, site, "embedding", idType))
+  if (!integerIds(ctx, site, "embedding", idType))
     return;
-  auto *out = static_cast<float *>(outData);
-  auto *table = static_cast<const float *>(tableData);
-  for (int64_t i = 0; i < count; ++i) {
-    int64_t id = readInt(ids, idType, i);
-    if (id < 0 || id >= vocab) {
-      ctx->fail(site, "id " + std::to_string(id) + " outside [0, " +
-                          std::to_string(vocab) + ")");
-      std::fill_n(out + i * width, width, 0.0f);
-      continue;
+  withSameFloatType(ctx, site, "embedding", {outType, tableType}, [&](auto tag) {
+    using T = decltype(tag);
+    auto *out = static_cast<T *>(outData);
+    auto *table = static_cast<const T *>(tableData);
+    for (int64_t i = 0; i < count; ++i) {
+      int64_t id = readInt(ids, idType, i);
+      if (id < 0 || id >= vocab) {
+        ctx->fail(site, "id " + std::to_string(id) + " outside [0, " +
+                            std::to_string(vocab) + ")");
+        std::fill_n(out + i * width, width, T(0.0f));
+        continue;
+      }
+      std::memcpy(out + i * width, table + id * width, width * sizeof(T));
     }
-    std::memcpy(out + i * width, table + id * width, width * sizeof(float));
-  }
+  });
 }
 
 void STRATA_RT_KERNEL(strata_rt_embedding_grad)(
     StrataRtContext *ctx, int64_t site, void *dtableData, int64_t dtableType,
     const void *ids, int64_t idType, const void *dyData, int64_t dyType,
     int64_t count, int64_t vocab, int64_t width) {
-  if (!onlyF32(ctx, site, "embedding_grad", {dtableType, dyType}) ||
-      !integerIds(ctx, site, "embedding_grad", idType))
+  if (!integerIds(ctx, site, "embedding_grad", idType))
     return;
-  auto *dtable = static_cast<float *>(dtableData);
-  auto *dy = static_cast<const float *>(dyData);
-  std::fill_n(dtable, vocab * width, 0.0f);
-  // In id order (deterministic); columns in parallel for wide tables.
-  for (int64_t i = 0; i < count; ++i) {
-    int64_t id = readInt(ids, idType, i);
-    if (id < 0 || id >= vocab)
-      continue; // reported by the forward
-    float *row = dtable + id * width;
-    const float *g = dy + i * width;
-    for (int64_t j = 0; j < width; ++j)
-      row[j] += g[j];
-  }
+  withSameFloatType(
+      ctx, site, "embedding_grad", {dtableType, dyType}, [&](auto tag) {
+        using T = decltype(tag);
+        auto *dtable = static_cast<T *>(dtableData);
+        auto *dy = static_cast<const T *>(dyData);
+        // Sums in f32 (for low-precision tables in scratch), in id order
+        // (deterministic).
+        constexpr bool kF32 = std::is_same_v<T, float>;
+        float *sum = kF32 ? reinterpret_cast<float *>(dtable)
+                          : ctx->scratchFloats(vocab * width);
+        std::fill_n(sum, vocab * width, 0.0f);
+        for (int64_t i = 0; i < count; ++i) {
+          int64_t id = readInt(ids, idType, i);
+          if (id < 0 || id >= vocab)
+            continue; // reported by the forward
+          float *row = sum + id * width;
+          const T *g = dy + i * width;
+          for (int64_t j = 0; j < width; ++j)
+            row[j] += float(g[j]);
+        }
+        if constexpr (!kF32)
+          for (int64_t i = 0; i < vocab * width; ++i)
+            dtable[i] = T(sum[i]);
+      });
 }
 
 void STRATA_RT_KERNEL(strata_rt_cross_entropy)(
     StrataRtContext *ctx, int64_t site, void *lossData, int64_t lossType,
     const void *logitsData, int64_t logitsType, const void *labels,
     int64_t labelType, int64_t rows, int64_t vocab) {
-  if (!onlyF32(ctx, site, "cross_entropy", {lossType, logitsType}) ||
-      !integerIds(ctx, site, "cross_entropy", labelType))
+  if (!integerIds(ctx, site, "cross_entropy", labelType))
     return;
-  auto *loss = static_cast<float *>(lossData);
-  auto *logits = static_cast<const float *>(logitsData);
-  std::vector<double> perRow(rows);
-  int bad = 0;
+  withSameFloatType(
+      ctx, site, "cross_entropy", {lossType, logitsType}, [&](auto tag) {
+        using T = decltype(tag);
+        auto *loss = static_cast<T *>(lossData);
+        auto *logits = static_cast<const T *>(logitsData);
+        std::vector<double> perRow(rows);
+        int bad = 0;
 #pragma omp parallel for schedule(static) reduction(|| : bad) if (rows * vocab >= kParallelGrain)
-  for (int64_t r = 0; r < rows; ++r) {
-    const float *x = logits + r * vocab;
-    int64_t label = readInt(labels, labelType, r);
-    if (label < 0 || label >= vocab) {
-      bad = 1;
-      perRow[r] = 0;
-      continue;
-    }
-    float mx = *std::max_element(x, x + vocab);
-    float sum = 0;
+        for (int64_t r = 0; r < rows; ++r) {
+          const T *x = logits + r * vocab;
+          int64_t label = readInt(labels, labelType, r);
+          if (label < 0 || label >= vocab) {
+            bad = 1;
+            perRow[r] = 0;
+            continue;
+          }
+          float mx = -INFINITY;
+          for (int64_t j = 0; j < vocab; ++j)
+            mx = std::max(mx, float(x[j]));
+          float sum = 0;
 #pragma omp simd reduction(+ : sum)
-    for (int64_t j = 0; j < vocab; ++j)
-      sum += fastExp(x[j] - mx);
-    perRow[r] = std::log(double(sum)) + mx - x[label];
-  }
-  if (bad)
-    for (int64_t r = 0; r < rows; ++r) {
-      int64_t label = readInt(labels, labelType, r);
-      if (label < 0 || label >= vocab) {
-        ctx->fail(site, "label " + std::to_string(label) + " outside [0, " +
-                            std::to_string(vocab) + ")");
-        break;
-      }
-    }
-  double total = 0;
-  for (double v : perRow)
-    total += v;
-  loss[0] = float(total / double(rows));
+          for (int64_t j = 0; j < vocab; ++j)
+            sum += fastExp(float(x[j]) - mx);
+          perRow[r] = std::log(double(sum)) + mx - float(x[label]);
+        }
+        if (bad)
+          for (int64_t r = 0; r < rows; ++r) {
+            int64_t label = readInt(labels, labelType, r);
+            if (label < 0 || label >= vocab) {
+              ctx->fail(site, "label " + std::to_string(label) +
+                                  " outside [0, " + std::to_string(vocab) +
+                                  ")");
+              break;
+            }
+          }
+        double total = 0;
+        for (double v : perRow)
+          total += v;
+        loss[0] = T(float(total / double(rows)));
+      });
 }
 
 void STRATA_RT_KERNEL(strata_rt_cross_entropy_grad)(
@@ -702,30 +800,43 @@ void STRATA_RT_KERNEL(strata_rt_cross_entropy_grad)(
     const void *logitsData, int64_t logitsType, const void *labels,
     int64_t labelType, const void *dlossData, int64_t dlossType, int64_t rows,
     int64_t vocab) {
-  if (!onlyF32(ctx, site, "cross_entropy_grad",
-               {dlogitsType, logitsType, dlossType}) ||
-      !integerIds(ctx, site, "cross_entropy_grad", labelType))
+  if (!integerIds(ctx, site, "cross_entropy_grad", labelType))
     return;
-  auto *dlogits = static_cast<float *>(dlogitsData);
-  auto *logits = static_cast<const float *>(logitsData);
-  auto *dloss = static_cast<const float *>(dlossData);
-  float scale = dloss[0] / float(rows);
+  withSameFloatType(
+      ctx, site, "cross_entropy_grad", {dlogitsType, logitsType, dlossType},
+      [&](auto tag) {
+        using T = decltype(tag);
+        auto *dlogits = static_cast<T *>(dlogitsData);
+        auto *logits = static_cast<const T *>(logitsData);
+        auto *dloss = static_cast<const T *>(dlossData);
+        float scale = float(dloss[0]) / float(rows);
+        constexpr bool kF32 = std::is_same_v<T, float>;
+        float *scratch = kF32 ? nullptr
+                              : ctx->scratchFloats(omp_get_max_threads() *
+                                                   vocab);
 #pragma omp parallel for schedule(static) if (rows * vocab >= kParallelGrain)
-  for (int64_t r = 0; r < rows; ++r) {
-    const float *x = logits + r * vocab;
-    float *o = dlogits + r * vocab;
-    float mx = *std::max_element(x, x + vocab);
-    float sum = 0;
+        for (int64_t r = 0; r < rows; ++r) {
+          const T *x = logits + r * vocab;
+          float *o = kF32 ? reinterpret_cast<float *>(dlogits + r * vocab)
+                          : scratch + omp_get_thread_num() * vocab;
+          float mx = -INFINITY;
+          for (int64_t j = 0; j < vocab; ++j)
+            mx = std::max(mx, float(x[j]));
+          float sum = 0;
 #pragma omp simd reduction(+ : sum)
-    for (int64_t j = 0; j < vocab; ++j)
-      sum += (o[j] = fastExp(x[j] - mx));
-    float f = scale / sum;
-    for (int64_t j = 0; j < vocab; ++j)
-      o[j] *= f;
-    int64_t label = readInt(labels, labelType, r);
-    if (label >= 0 && label < vocab)
-      o[label] -= scale;
-  }
+          for (int64_t j = 0; j < vocab; ++j)
+            sum += (o[j] = fastExp(float(x[j]) - mx));
+          float f = scale / sum;
+          for (int64_t j = 0; j < vocab; ++j)
+            o[j] *= f;
+          int64_t label = readInt(labels, labelType, r);
+          if (label >= 0 && label < vocab)
+            o[label] -= scale;
+          if constexpr (!kF32)
+            for (int64_t j = 0; j < vocab; ++j)
+              dlogits[r * vocab + j] = T(o[j]);
+        }
+      });
 }
 
 void STRATA_RT_KERNEL(strata_rt_lr_schedule)(StrataRtContext *ctx, int64_t site,

@@ -14,6 +14,7 @@
   X(strata_rt_binary)                                                          \
   X(strata_rt_unary)                                                           \
   X(strata_rt_act_grad)                                                        \
+  X(strata_rt_cast)                                                            \
   X(strata_rt_copy)                                                            \
   X(strata_rt_strided_copy)                                                    \
   X(strata_rt_copy_rows)                                                       \
@@ -70,7 +71,8 @@ static_assert(std::size(kBaseline) == std::size(kAvx2));
 
 extern "C" const StrataRtSymbol *strata_rt_symbols(size_t *count) {
   static const bool avx2 =
-      __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+      __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
+      __builtin_cpu_supports("f16c");
   *count = std::size(kBaseline);
   return avx2 ? kAvx2 : kBaseline;
 }

@@ -815,3 +815,19 @@ func.func @f(%a: tensor<2x3xf32>) {
   %0 = strata.pad %a {dim = 1 : i64, low = -1 : i64, high = 0 : i64} : (tensor<2x3xf32>) -> tensor<2x2xf32>
   return
 }
+
+// -----
+
+func.func @f(%a: tensor<2x3xf32>) {
+  // expected-error@+1 {{'strata.cast' op changes the shape: 'tensor<2x3xf32>' vs 'tensor<3x2xbf16>'}}
+  %0 = strata.cast %a : (tensor<2x3xf32>) -> tensor<3x2xbf16>
+  return
+}
+
+// -----
+
+func.func @f(%a: tensor<2x3xi32>) {
+  // expected-error@+1 {{'strata.cast' op operand #0 must be statically shaped tensor of 16-bit float or bfloat16 type or 32-bit float or 64-bit float values}}
+  %0 = strata.cast %a : (tensor<2x3xi32>) -> tensor<2x3xbf16>
+  return
+}

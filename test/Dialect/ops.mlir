@@ -205,6 +205,15 @@ func.func @silu_rsqrt(%x: tensor<4x8xf32>, %dy: tensor<4x8xf32>) -> (tensor<4x8x
   return %0, %1, %3 : tensor<4x8xf32>, tensor<4x8xf32>, tensor<4x8xf32>
 }
 
+// CHECK-LABEL: func @cast
+func.func @cast(%x: tensor<4x8xf32>) -> (tensor<4x8xbf16>, tensor<4x8xf16>) {
+  // CHECK: strata.cast %{{.*}} : (tensor<4x8xf32>) -> tensor<4x8xbf16>
+  %0 = strata.cast %x : (tensor<4x8xf32>) -> tensor<4x8xbf16>
+  // CHECK: strata.cast %{{.*}} : (tensor<4x8xbf16>) -> tensor<4x8xf16>
+  %1 = strata.cast %0 : (tensor<4x8xbf16>) -> tensor<4x8xf16>
+  return %0, %1 : tensor<4x8xbf16>, tensor<4x8xf16>
+}
+
 // CHECK-LABEL: func @pad
 func.func @pad(%a: tensor<2x3xf32>) -> tensor<2x6xf32> {
   // CHECK: strata.pad %{{.*}} {dim = 1 : i64, high = 2 : i64, low = 1 : i64} : (tensor<2x3xf32>) -> tensor<2x6xf32>

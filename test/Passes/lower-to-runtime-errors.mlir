@@ -4,22 +4,24 @@ strata.param @w : tensor<4xf64> init <zeros>
 
 func.func @train_step() -> tensor<4xf64> {
   %w = strata.get_param @w : tensor<4xf64>
-  // expected-error@+1 {{'strata.relu' op has a 'tensor<4xf64>' value; the CPU runtime computes in f32}}
+  // expected-error@+1 {{'strata.relu' op has a 'tensor<4xf64>' value; the CPU runtime has no kernels for 'f64'}}
   %r = strata.relu %w : (tensor<4xf64>) -> tensor<4xf64>
   return %r : tensor<4xf64>
 }
 
 // -----
 
-// bf16 and f16 kernels come with mixed precision: until then the CPU target
-// refuses them where they are computed.
+// Low-precision tensors compute, but optimizer updates take f32 parameters
+// and state.
 strata.param @w : tensor<4xbf16> init <zeros>
 
 func.func @train_step() -> tensor<4xbf16> {
   %w = strata.get_param @w : tensor<4xbf16>
-  // expected-error@+1 {{'strata.scale' op has a 'tensor<4xbf16>' value; the CPU runtime computes in f32}}
   %r = strata.scale %w {factor = 2.0 : f64} : (tensor<4xbf16>) -> tensor<4xbf16>
-  return %r : tensor<4xbf16>
+  %lr = arith.constant dense<0.1> : tensor<f32>
+  // expected-error@+1 {{'strata.sgd_update' op has a 'tensor<4xbf16>' value; optimizer updates compute in f32}}
+  %n = strata.sgd_update %w, %r, %lr {weight_decay = 0.0 : f64} : (tensor<4xbf16>, tensor<4xbf16>, tensor<f32>) -> tensor<4xbf16>
+  return %n : tensor<4xbf16>
 }
 
 // -----

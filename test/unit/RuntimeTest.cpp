@@ -306,16 +306,19 @@ TEST(RuntimeTest, UnknownCodesFailAtTheirSite) {
   strata_rt_gemm(ctx, 5, 1, 1, 2, 1, a, F32, 0, 0, b, F32, 0, 0, out, F32,
                  nullptr, F32, /*act=*/12, 0);
   expectFailure(5, "unknown GEMM epilogue activation code 12");
-  // Typed tensors: a type the CPU kernels do not implement yet, and mixed
+  // Typed tensors: a type the CPU kernels do not implement, and mixed
   // types where a kernel does not convert.
   strata_rt_gemm(ctx, 6, 1, 1, 2, 1, a, STRATA_RT_BF16, 0, 0, b, F32, 0, 0,
                  out, F32, nullptr, F32, STRATA_RT_ACT_NONE, 0);
-  expectFailure(6, "strata_rt_gemm: bf16 tensors are not implemented by the "
+  expectFailure(6, "strata_rt_gemm: mixes bf16 and f32 tensors");
+  strata_rt_unary(ctx, 7, STRATA_RT_ACT_RELU, out, STRATA_RT_I8, a,
+                  STRATA_RT_I8, 2, 0.0);
+  expectFailure(7, "strata_rt_unary: i8 tensors are not implemented by the "
                    "CPU runtime");
-  strata_rt_unary(ctx, 7, STRATA_RT_ACT_RELU, out, STRATA_RT_F16, a, F32, 2,
-                  0.0);
-  expectFailure(7, "strata_rt_unary: f16 tensors are not implemented by the "
-                   "CPU runtime");
+  strata_rt_sgd(ctx, 11, out, STRATA_RT_BF16, a, STRATA_RT_BF16, b,
+                STRATA_RT_BF16, a, F32, 2, 0.0);
+  expectFailure(11, "strata_rt_sgd: bf16 tensors are not implemented by the "
+                    "CPU runtime");
   strata_rt_binary(ctx, 8, STRATA_RT_ADD, out, F32, a, STRATA_RT_I32, b, F32,
                    1, desc);
   expectFailure(8, "strata_rt_binary: mixes f32 and i32 tensors");
@@ -585,10 +588,124 @@ TEST(RuntimeTest, SendAndRecvGoThroughTheHost) {
   EXPECT_EQ(site, 9);
 }
 
+uint16_t bits16(float f, int64_t dtype, StrataRtContext *ctx) {
+  uint16_t out;
+  strata_rt_cast(ctx, 0, &out, dtype, &f, F32, 1);
+  return out;
+}
+
+TEST(RuntimeTest, CastRoundsToNearestEven) {
+  Context ctx;
+  constexpr int64_t BF16 = STRATA_RT_BF16, F16 = STRATA_RT_F16;
+  // bf16 keeps the upper 16 bits of an f32: 1 + 2^-8 lies halfway between
+  // 1 and 1 + 2^-7 and rounds to the even 1; 1 + 3 * 2^-8 rounds up.
+  EXPECT_EQ(bits16(1.0f, BF16, ctx), 0x3f80);
+  EXPECT_EQ(bits16(1.0f + 0x1p-8f, BF16, ctx), 0x3f80);
+  EXPECT_EQ(bits16(1.0f + 3 * 0x1p-8f, BF16, ctx), 0x3f82);
+  EXPECT_EQ(bits16(-2.0f, BF16, ctx), 0xc000);
+  EXPECT_EQ(bits16(INFINITY, BF16, ctx), 0x7f80);
+  EXPECT_EQ(bits16(NAN, BF16, ctx) & 0x7f80, 0x7f80);
+  EXPECT_NE(bits16(NAN, BF16, ctx) & 0x007f, 0);
+  // The largest finite f32 rounds to infinity in bf16.
+  EXPECT_EQ(bits16(3.4028235e38f, BF16, ctx), 0x7f80);
+  // f16: 1, 1 + 2^-11 (a tie, to even), 65504 (the largest), 65520 and
+  // beyond overflow, 2^-24 (the smallest subnormal).
+  EXPECT_EQ(bits16(1.0f, F16, ctx), 0x3c00);
+  EXPECT_EQ(bits16(1.0f + 0x1p-11f, F16, ctx), 0x3c00);
+  EXPECT_EQ(bits16(65504.0f, F16, ctx), 0x7bff);
+  EXPECT_EQ(bits16(65520.0f, F16, ctx), 0x7c00);
+  EXPECT_EQ(bits16(0x1p-24f, F16, ctx), 0x0001);
+  // Back to f32 exactly, and bf16 <-> f16 through f32.
+  uint16_t h = 0x3c01; // 1 + 2^-10
+  float f = 0;
+  strata_rt_cast(ctx, 0, &f, F32, &h, F16, 1);
+  EXPECT_EQ(f, 1.0f + 0x1p-10f);
+  uint16_t b = 0;
+  strata_rt_cast(ctx, 0, &b, BF16, &h, F16, 1);
+  EXPECT_EQ(b, 0x3f80); // 1 + 2^-10 is not a bf16: rounds to 1
+  EXPECT_EQ(strata_rt_error(ctx, nullptr), nullptr);
+}
+
+/// Each low-precision kernel computes in f32: its result is the f32
+/// kernel's result on the same (rounded) inputs, rounded once.
+TEST(RuntimeTest, LowPrecisionKernelsRoundTheF32Result) {
+  Context ctx;
+  for (int64_t low : {int64_t(STRATA_RT_BF16), int64_t(STRATA_RT_F16)}) {
+    SCOPED_TRACE(strata_rt_element_name(low));
+    const int64_t m = 6, n = 10, k = 8;
+    std::vector<float> x = iota(m * k, 0.05f), w = iota(k * n, 0.03f, 0.1f),
+                       bias = iota(n, 0.2f), y = iota(m * n, 0.07f, -0.2f);
+    // Inputs rounded to the low type, and their exact f32 values.
+    auto lower = [&](std::vector<float> &v) {
+      std::vector<uint16_t> l(v.size());
+      strata_rt_cast(ctx, 0, l.data(), low, v.data(), F32, v.size());
+      strata_rt_cast(ctx, 0, v.data(), F32, l.data(), low, v.size());
+      return l;
+    };
+    std::vector<uint16_t> lx = lower(x), lw = lower(w), lb = lower(bias),
+                          ly = lower(y);
+    std::vector<float> f(m * n);
+    std::vector<uint16_t> l(m * n), want(m * n);
+    auto expectRounded = [&](const char *what) {
+      strata_rt_cast(ctx, 0, want.data(), low, f.data(), F32, f.size());
+      EXPECT_EQ(l, want) << what;
+      EXPECT_EQ(strata_rt_error(ctx, nullptr), nullptr) << what;
+    };
+    // GEMM + bias + GELU, and accumulation into C.
+    strata_rt_gemm(ctx, 1, 1, m, n, k, x.data(), F32, 0, 0, w.data(), F32, 0,
+                   0, f.data(), F32, bias.data(), F32,
+                   STRATA_RT_ACT_GELU_TANH, 0);
+    strata_rt_gemm(ctx, 1, 1, m, n, k, lx.data(), low, 0, 0, lw.data(), low,
+                   0, 0, l.data(), low, lb.data(), low,
+                   STRATA_RT_ACT_GELU_TANH, 0);
+    expectRounded("gemm");
+    // Elementwise: add with a broadcast bias row, GELU, its gradient.
+    int64_t desc[] = {m, n, n, 1, 0, 1};
+    strata_rt_binary(ctx, 2, STRATA_RT_ADD, f.data(), F32, y.data(), F32,
+                     bias.data(), F32, 2, desc);
+    strata_rt_binary(ctx, 2, STRATA_RT_ADD, l.data(), low, ly.data(), low,
+                     lb.data(), low, 2, desc);
+    expectRounded("binary");
+    strata_rt_unary(ctx, 3, STRATA_RT_ACT_GELU_TANH, f.data(), F32, y.data(),
+                    F32, m * n, 0);
+    strata_rt_unary(ctx, 3, STRATA_RT_ACT_GELU_TANH, l.data(), low, ly.data(),
+                    low, m * n, 0);
+    expectRounded("unary");
+    strata_rt_act_grad(ctx, 4, STRATA_RT_ACT_GELU_TANH, f.data(), F32,
+                       y.data(), F32, y.data(), F32, m * n);
+    strata_rt_act_grad(ctx, 4, STRATA_RT_ACT_GELU_TANH, l.data(), low,
+                       ly.data(), low, ly.data(), low, m * n);
+    expectRounded("act_grad");
+    // Row softmax (causal), dropout with a residual, layer norm.
+    strata_rt_softmax(ctx, 5, f.data(), F32, y.data(), F32, m, n, 0);
+    strata_rt_softmax(ctx, 5, l.data(), low, ly.data(), low, m, n, 0);
+    expectRounded("softmax");
+    strata_rt_dropout(ctx, 6, f.data(), F32, y.data(), F32, y.data(), F32,
+                      m * n, 3, 1, 0, 0.25);
+    strata_rt_dropout(ctx, 6, l.data(), low, ly.data(), low, ly.data(), low,
+                      m * n, 3, 1, 0, 0.25);
+    expectRounded("dropout");
+    std::vector<float> gamma = iota(n, 0.1f, 1.0f);
+    std::vector<uint16_t> lg = lower(gamma);
+    strata_rt_layer_norm(ctx, 7, f.data(), F32, y.data(), F32, gamma.data(),
+                         F32, bias.data(), F32, m, n, 1e-5);
+    strata_rt_layer_norm(ctx, 7, l.data(), low, ly.data(), low, lg.data(), low,
+                         lb.data(), low, m, n, 1e-5);
+    expectRounded("layer_norm");
+    // A column sum (the bias gradient).
+    int64_t rdesc[] = {m, n, 0, 1};
+    std::fill(f.begin(), f.end(), 0.0f);
+    std::fill(l.begin(), l.end(), 0);
+    strata_rt_reduce(ctx, 8, f.data(), F32, y.data(), F32, 2, rdesc, 0.5);
+    strata_rt_reduce(ctx, 8, l.data(), low, ly.data(), low, 2, rdesc, 0.5);
+    expectRounded("reduce");
+  }
+}
+
 TEST(RuntimeTest, SymbolsNameEveryKernel) {
   size_t count = 0;
   const StrataRtSymbol *symbols = strata_rt_symbols(&count);
-  EXPECT_EQ(count, 33u);
+  EXPECT_EQ(count, 34u);
   bool gemm = false;
   for (size_t i = 0; i < count; ++i) {
     EXPECT_NE(symbols[i].address, nullptr);

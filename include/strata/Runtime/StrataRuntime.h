@@ -10,6 +10,9 @@
 |*  - tensors are dense, row-major, and every tensor argument is followed by  *|
 |*    its element type (STRATA_RT_F32 ...); a kernel given a type it has no   *|
 |*    implementation for records an error naming the kernel and the type;    *|
+|*    floating-point kernels take f32, bf16 or f16 tensors (one type per      *|
+|*    call but for strata_rt_cast) and compute in f32; the optimizer updates *|
+|*    and their helpers take f32 (master weights and moments);               *|
 |*  - integers are int64_t and attributes double, so that the lowering needs  *|
 |*    one calling convention;                                                 *|
 |*  - an output may alias an input of the same shape where the memory plan    *|
@@ -292,6 +295,11 @@ void strata_rt_act_grad(StrataRtContext *ctx, int64_t site, int64_t act,
                         void *out, int64_t outType, const void *x,
                         int64_t xType, const void *dy, int64_t dyType,
                         int64_t n);
+/* out = in converted to out's element type (f32, bf16, f16; rounded to
+   nearest even). */
+void strata_rt_cast(StrataRtContext *ctx, int64_t site, void *out,
+                    int64_t outType, const void *in, int64_t inType,
+                    int64_t n);
 /* Copies `n` elements (no conversion: both have `dtype`). */
 void strata_rt_copy(StrataRtContext *ctx, int64_t site, void *out,
                     const void *in, int64_t dtype, int64_t n);
