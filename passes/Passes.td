@@ -33,6 +33,53 @@ def StrataProgramStats : Pass<"strata-program-stats", "mlir::ModuleOp"> {
   let dependentDialects = ["::strata::StrataDialect"];
 }
 
+def StrataAmp : Pass<"strata-amp", "mlir::ModuleOp"> {
+  let summary = "Mixed precision: ops compute in bf16 or f16 where that is safe";
+  let description = [{
+    Runs on the forward program, before autodiff (a step that already has
+    its backward is an error). Level `o1` (Paddle's default) keeps the
+    parameters in f32 and decides, op by op in program order, the type each
+    computes in:
+
+    - white-list ops (`matmul`, `fused_gemm_epilogue`) compute in `dtype`;
+    - black-list ops (`softmax`, `layer_norm`, `cross_entropy`,
+      `reduce_sum`, `reduce_mean`, `rsqrt`) compute in f32;
+    - every other op follows its inputs: in `dtype` when all its
+      floating-point inputs are, in f32 when any is f32 (the low ones are
+      widened). `bias_add` follows its input and casts the bias, as a
+      Linear layer's GEMM does.
+
+    Operands whose type differs from the op's compute type get an explicit
+    `strata.cast` (one per value and type, at the location of its first
+    reader, so pipeline stages and recompute segments keep it with its
+    reader); results take the compute type. The step's results keep their
+    declared types. Autodiff then differentiates through the casts, so the
+    backward runs in the same precision as the forward and every parameter
+    gradient arrives in f32.
+
+    `custom-white-list` and `custom-black-list` add op names (without the
+    `strata.` prefix) to the lists; a custom entry overrides the default
+    list that names the same op. An unknown name, or one in both custom
+    lists, is an error. Level `o2` (low-precision parameters with f32
+    master weights) is not implemented yet and is refused.
+
+    ```
+    strata-opt gpt.mlir --strata-amp='dtype=bfloat16'
+    ```
+  }];
+  let options = [
+    Option<"dtype", "dtype", "std::string", "\"float16\"",
+           "Low-precision type: float16 or bfloat16">,
+    Option<"level", "level", "std::string", "\"o1\"",
+           "o1 (per-op casts, f32 parameters) or o2">,
+    ListOption<"customWhiteList", "custom-white-list", "std::string",
+               "More ops that compute in the low type">,
+    ListOption<"customBlackList", "custom-black-list", "std::string",
+               "More ops that compute in f32">
+  ];
+  let dependentDialects = ["::strata::StrataDialect"];
+}
+
 def StrataAutodiff : Pass<"strata-autodiff", "mlir::ModuleOp"> {
   let summary = "Appends the backward of the loss (reverse-mode autodiff)";
   let description = [{

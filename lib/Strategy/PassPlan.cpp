@@ -51,9 +51,19 @@ std::vector<PlannedPass> strata::planPasses(const Strategy &s,
     plan.push_back({name.str(), reason.str(), std::move(create)});
   };
 
-  // Not implemented yet: selected, then refused by addPlannedPasses.
-  if (s.amp.enable)
-    add("strata-amp", "amp.enable", nullptr);
+  if (s.amp.enable) {
+    StrataAmpOptions o;
+    o.dtype = s.amp.dtype;
+    o.level = s.amp.level;
+    o.customWhiteList = toList(s.amp.custom_white_list);
+    o.customBlackList = toList(s.amp.custom_black_list);
+    add("strata-amp", "amp.enable", [o] { return createStrataAmp(o); });
+    plan.back().note =
+        s.amp.dtype == "bfloat16"
+            ? "bfloat16 has f32's exponent range: no loss scaling, the "
+              "loss-scaling keys are unused"
+            : "float16 without loss scaling (a static scale of 1)";
+  }
 
   // The rank grid, for the passes that distribute the program: pipeline
   // stages outermost, then data-parallel replicas, then sharding groups.

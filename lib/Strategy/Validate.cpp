@@ -9,6 +9,8 @@
 
 #include "Reader.h"
 
+#include "strata/Passes/Amp.h"
+
 #include "llvm/ADT/STLExtras.h"
 #include "llvm/ADT/StringExtras.h"
 #include "llvm/ADT/StringSet.h"
@@ -213,6 +215,44 @@ Error Reader::validate(const StrategyContext &context) {
                                         formatv("{0}", s.amp.decr_ratio).str());
   CHECK(onlyDefault("amp.use_master_grad", !s.amp.use_master_grad,
                     "master gradients are not implemented"));
+  if (s.amp.enable && s.amp.level == "o2")
+    return failAt(isSet("amp.level") ? "amp.level" : "amp.enable",
+                  "amp level o2 (low-precision parameters with f32 master "
+                  "weights) is not implemented yet: use level o1");
+  // float16 trains with loss scaling (Paddle's default: dynamic, from
+  // 32768); without it, small gradients flush to zero. Only the unscaled
+  // form (a static scale of 1) runs yet.
+  if (s.amp.enable && s.amp.dtype == "float16" &&
+      (s.amp.use_dynamic_loss_scaling || s.amp.init_loss_scaling != 1.0))
+    return failAt(isSet("amp.dtype") ? "amp.dtype" : "amp.enable",
+                  "amp with float16 scales the loss (use_dynamic_loss_scaling "
+                  "true, or init_loss_scaling other than 1), which is not "
+                  "implemented yet: use amp.dtype bfloat16 (f32's exponent "
+                  "range, no loss scaling), or float16 unscaled "
+                  "(use_dynamic_loss_scaling: false, init_loss_scaling: 1)");
+  for (auto [key, list, other] :
+       {std::tuple("amp.custom_white_list", &s.amp.custom_white_list,
+                   &s.amp.custom_black_list),
+        std::tuple("amp.custom_black_list", &s.amp.custom_black_list,
+                   &s.amp.custom_white_list)}) {
+    SmallVector<StringRef> ops(amp::listableOps().begin(),
+                               amp::listableOps().end());
+    for (const std::string &name : *list) {
+      if (!is_contained(ops, name)) {
+        auto hint = closest(name, ops);
+        return failAt(key, "'" + Twine(key) + "' names '" + name +
+                               "', which is not an op mixed precision "
+                               "decides (" +
+                               join(ops, ", ") + ")" +
+                               (hint ? "; did you mean '" + *hint + "'?"
+                                     : ""));
+      }
+      if (is_contained(*other, name))
+        return failAt(key, "'" + name +
+                               "' is in both amp.custom_white_list and "
+                               "amp.custom_black_list");
+    }
+  }
 
   // data parallel
   CHECK(positive("dp_optimization.comm_buffer_size",

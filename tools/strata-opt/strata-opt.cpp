@@ -123,6 +123,8 @@ int main(int argc, char **argv) {
         outs() << " (" << where << ")";
       if (!p.create)
         outs() << " [not implemented yet]";
+      if (!p.note.empty())
+        outs() << "; " << p.note;
       outs() << "\n";
     }
     return 0;

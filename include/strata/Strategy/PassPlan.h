@@ -35,6 +35,8 @@ struct PlannedPass {
   /// Makes the pass from its typed options; empty when the pass is not
   /// implemented yet.
   std::function<std::unique_ptr<mlir::Pass>()> create;
+  /// What the plan should tell about the choice, or empty.
+  std::string note;
 
   /// The pass's options in pass-pipeline syntax, e.g. "avg=true k-steps=4"
   /// (for display: the pass is made by `create`, never from this text).

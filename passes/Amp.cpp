@@ -1,0 +1,225 @@
+//===- Amp.cpp - Mixed precision: per-op compute types and casts ----------===//
+//
+// Level o1: one walk over the forward step in program order. Each op's
+// compute type follows from its list (white: the low type, black: f32) or,
+// for the rest, from its inputs; operands are cast to it and the results
+// retyped. Casts are shared per (value, type) and sit before their first
+// reader, with its location and layer.
+//
+//===----------------------------------------------------------------------===//
+
+#include "PassUtils.h"
+#include "strata/Passes/Amp.h"
+#include "strata/Passes/Passes.h"
+
+#include "mlir/Interfaces/InferTypeOpInterface.h"
+#include "llvm/ADT/DenseMap.h"
+#include "llvm/ADT/STLExtras.h"
+#include "llvm/ADT/StringSet.h"
+
+namespace strata {
+#define GEN_PASS_DEF_STRATAAMP
+#include "StrataPasses.h.inc"
+} // namespace strata
+
+using namespace mlir;
+using namespace strata;
+
+namespace {
+
+constexpr llvm::StringLiteral kListable[] = {
+    "matmul",      "add",        "sub",         "mul",
+    "div",         "scale",      "bias_add",    "relu",
+    "gelu",        "silu",       "rsqrt",       "tanh",
+    "dropout",     "softmax",    "layer_norm",  "embedding",
+    "reshape",     "transpose",  "reduce_sum",  "reduce_mean",
+    "broadcast_to", "sum_to",    "slice",       "pad",
+    "concat",      "cross_entropy", "fused_gemm_epilogue",
+    "fused_dropout_add"};
+// Paddle's white list (matmul, the fused GEMM epilogue) and black list
+// (softmax, layer norm, losses, sums and means), plus rsqrt: an RMSNorm's
+// statistics stay in f32 like layer norm's.
+constexpr llvm::StringLiteral kWhite[] = {"matmul", "fused_gemm_epilogue"};
+constexpr llvm::StringLiteral kBlack[] = {"softmax",    "layer_norm",
+                                          "cross_entropy", "reduce_sum",
+                                          "reduce_mean", "rsqrt"};
+
+bool isFloatTensor(Value v) {
+  auto t = dyn_cast<RankedTensorType>(v.getType());
+  return t && isa<FloatType>(t.getElementType());
+}
+
+Type elementOf(Value v) { return tensorType(v).getElementType(); }
+
+struct AmpPass : public strata::impl::StrataAmpBase<AmpPass> {
+  using StrataAmpBase::StrataAmpBase;
+
+  void runOnOperation() override;
+
+  /// `v` in element type `type`: itself, or a (shared) cast before `user`.
+  Value castTo(Value v, Type type, Operation *user) {
+    if (elementOf(v) == type)
+      return v;
+    Value &cached = casts[{v, type}];
+    if (!cached) {
+      OpBuilder b(user);
+      auto cast = CastOp::create(b, user->getLoc(),
+                                 tensorType(v).clone(type), v);
+      // The reader's layer (and stage), for recompute and the pipeline.
+      for (StringRef name : {StrataDialect::kLayerAttrName,
+                             StrataDialect::kStageAttrName,
+                             StrataDialect::kMicroBatchAttrName})
+        if (Attribute a = user->getAttr(name))
+          cast->setAttr(name, a);
+      cached = cast;
+    }
+    return cached;
+  }
+
+  DenseMap<std::pair<Value, Type>, Value> casts;
+};
+
+void AmpPass::runOnOperation() {
+  ModuleOp module = getOperation();
+  auto fail = [&](const Twine &message) {
+    emitError(module.getLoc()) << "strata-amp: " << message;
+    signalPassFailure();
+  };
+  if (level == "o2")
+    return fail("level o2 (low-precision parameters with f32 master "
+                "weights) is not implemented yet; use level o1");
+  if (level != "o1")
+    return fail("level must be o1 or o2, got '" + level + "'");
+  Type low;
+  if (dtype == "bfloat16")
+    low = BFloat16Type::get(&getContext());
+  else if (dtype == "float16")
+    low = Float16Type::get(&getContext());
+  else
+    return fail("dtype must be float16 or bfloat16, got '" + dtype + "'");
+  Type f32 = Float32Type::get(&getContext());
+
+  // The lists: defaults, then the custom entries, which override.
+  llvm::StringSet<> white, black;
+  for (StringRef n : kWhite)
+    white.insert(n);
+  for (StringRef n : kBlack)
+    black.insert(n);
+  for (auto [list, name, other] :
+       {std::tuple(&customWhiteList, "custom-white-list", &customBlackList),
+        std::tuple(&customBlackList, "custom-black-list", &customWhiteList)})
+    for (const std::string &n : *list) {
+      if (!llvm::is_contained(kListable, n)) {
+        std::string hint;
+        unsigned best = 3;
+        for (StringRef candidate : kListable)
+          if (unsigned d = candidate.edit_distance(n); d < best) {
+            best = d;
+            hint = ("; did you mean '" + candidate + "'?").str();
+          }
+        return fail(Twine(name) + " names '" + n +
+                    "', which is not an op mixed precision decides" + hint);
+      }
+      if (llvm::is_contained(*other, n))
+        return fail("'" + n +
+                    "' is in both custom-white-list and custom-black-list");
+    }
+  for (const std::string &n : customWhiteList) {
+    white.insert(n);
+    black.erase(n);
+  }
+  for (const std::string &n : customBlackList) {
+    black.insert(n);
+    white.erase(n);
+  }
+
+  FailureOr<func::FuncOp> step = getStepFunction(module, "strata-amp");
+  if (failed(step))
+    return signalPassFailure();
+  func::FuncOp func = *step;
+  if (returnsGradients(func))
+    return fail("'" + func.getSymName() +
+                "' already has its backward: mixed precision rewrites the "
+                "forward program and runs before strata-autodiff");
+
+  for (Operation &opRef : llvm::make_early_inc_range(func.getBody().front())) {
+    Operation *op = &opRef;
+    if (auto ret = dyn_cast<func::ReturnOp>(op)) {
+      // The step's results keep their declared types.
+      for (auto [i, type] :
+           llvm::enumerate(func.getFunctionType().getResults()))
+        if (auto t = dyn_cast<RankedTensorType>(type);
+            t && isFloatTensor(ret.getOperand(i)))
+          ret.setOperand(i, castTo(ret.getOperand(i), t.getElementType(), op));
+      continue;
+    }
+    if (op->getDialect() != module.getContext()->getLoadedDialect<
+                                StrataDialect>() ||
+        isa<CastOp>(op))
+      continue;
+    if (std::optional<Role> role = getRole(op); role && *role != Role::Forward)
+      return fail("'" + op->getName().getStringRef() +
+                  "' is not a forward op: mixed precision runs before "
+                  "strata-autodiff and the optimizer");
+    SmallVector<unsigned> floats;
+    for (OpOperand &operand : op->getOpOperands())
+      if (isFloatTensor(operand.get()))
+        floats.push_back(operand.getOperandNumber());
+    if (floats.empty())
+      continue;
+    StringRef name = op->getName().stripDialect();
+    Type compute;
+    if (white.contains(name)) {
+      compute = low;
+    } else if (black.contains(name)) {
+      compute = f32;
+    } else if (isa<BiasAddOp>(op)) {
+      compute = elementOf(op->getOperand(0));
+    } else {
+      bool allLow = llvm::all_of(floats, [&](unsigned i) {
+        return elementOf(op->getOperand(i)) == low;
+      });
+      compute = allLow ? low : f32;
+    }
+    bool changed = false;
+    for (unsigned i : floats) {
+      Value v = op->getOperand(i);
+      if (elementOf(v) != compute) {
+        op->setOperand(i, castTo(v, compute, op));
+        changed = true;
+      }
+    }
+    bool retype = llvm::any_of(op->getResults(), [&](Value r) {
+      return isFloatTensor(r) && elementOf(r) != compute;
+    });
+    if (!changed && !retype)
+      continue;
+    if (auto infer = dyn_cast<InferTypeOpInterface>(op)) {
+      SmallVector<Type> types;
+      if (failed(infer.inferReturnTypes(
+              op->getContext(), op->getLoc(), op->getOperands(),
+              op->getAttrDictionary(), op->getPropertiesStorage(),
+              op->getRegions(), types)))
+        return signalPassFailure();
+      for (auto [result, type] : llvm::zip(op->getResults(), types))
+        result.setType(type);
+      continue;
+    }
+    // Ops that spell out their result type (reshape, broadcast_to, ...).
+    for (Value result : op->getResults())
+      if (isFloatTensor(result))
+        result.setType(tensorType(result).clone(compute));
+  }
+}
+
+} // namespace
+
+llvm::ArrayRef<llvm::StringLiteral> strata::amp::listableOps() {
+  return kListable;
+}
+llvm::ArrayRef<llvm::StringLiteral> strata::amp::defaultWhiteList() {
+  return kWhite;
+}
+llvm::ArrayRef<llvm::StringLiteral> strata::amp::defaultBlackList() {
+  return kBlack;
+}
