@@ -2,6 +2,7 @@
 
 #include "strata/Model/Models.h"
 #include "strata/Model/ProgramBuilder.h"
+#include "strata/Passes/Amp.h"
 
 #include "mlir/IR/Diagnostics.h"
 #include "mlir/IR/Verifier.h"
@@ -169,6 +170,18 @@ func.func @f(%a: tensor<4xf32>, %b: tensor<4xf32>) -> tensor<4xf32> {
   // add: both operands; relu: its input; relu_grad: the incoming gradient;
   // matmul: none.
   EXPECT_EQ(seen, (SmallVector<SmallVector<unsigned>>{{0, 1}, {0}, {1}}));
+}
+
+/// The ops a mixed-precision list may name are ops of the dialect, and the
+/// default lists are among them.
+TEST_F(BuilderTest, AmpListsNameOpsOfTheDialect) {
+  for (llvm::StringRef name : amp::listableOps())
+    EXPECT_TRUE(RegisteredOperationName::lookup(("strata." + name).str(),
+                                                &context))
+        << name.str();
+  for (auto list : {amp::defaultWhiteList(), amp::defaultBlackList()})
+    for (llvm::StringRef name : list)
+      EXPECT_TRUE(llvm::is_contained(amp::listableOps(), name)) << name.str();
 }
 
 } // namespace

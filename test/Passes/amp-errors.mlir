@@ -1,0 +1,18 @@
+// RUN: not strata-opt %s --strata-amp='dtype=bfloat16 level=o2' 2>&1 | FileCheck %s --check-prefix=O2
+// RUN: not strata-opt %s --strata-amp='dtype=float32' 2>&1 | FileCheck %s --check-prefix=DTYPE
+// RUN: not strata-opt %s --strata-amp='dtype=bfloat16 custom-white-list=softmx' 2>&1 | FileCheck %s --check-prefix=NAME
+// RUN: not strata-opt %s --strata-amp='dtype=bfloat16 custom-white-list=gelu custom-black-list=gelu' 2>&1 | FileCheck %s --check-prefix=BOTH
+// RUN: not strata-opt %s --strata-autodiff --strata-amp='dtype=bfloat16' 2>&1 | FileCheck %s --check-prefix=ORDER
+// O2: error: strata-amp: level o2 (low-precision parameters with f32 master weights) is not implemented yet; use level o1
+// DTYPE: error: strata-amp: dtype must be float16 or bfloat16, got 'float32'
+// NAME: error: strata-amp: custom-white-list names 'softmx', which is not an op mixed precision decides; did you mean 'softmax'?
+// BOTH: error: strata-amp: 'gelu' is in both custom-white-list and custom-black-list
+// ORDER: error: strata-amp: 'train_step' already has its backward: mixed precision rewrites the forward program and runs before strata-autodiff
+
+strata.param @w : tensor<4x4xf32> init <normal, 1.0>
+func.func @train_step(%x: tensor<2x4xf32>) -> tensor<f32> {
+  %w = strata.get_param @w : tensor<4x4xf32>
+  %0 = strata.matmul %x, %w : (tensor<2x4xf32>, tensor<4x4xf32>) -> tensor<2x4xf32>
+  %1 = strata.reduce_sum %0 {dims = array<i64: 0, 1>} : (tensor<2x4xf32>) -> tensor<f32>
+  return %1 : tensor<f32>
+}
