@@ -17,6 +17,8 @@
 #include "llvm/ADT/STLExtras.h"
 #include "llvm/ADT/StringSet.h"
 
+#include <cmath>
+
 namespace strata {
 #define GEN_PASS_DEF_STRATAAMP
 #include "StrataPasses.h.inc"
@@ -76,8 +78,61 @@ struct AmpPass : public strata::impl::StrataAmpBase<AmpPass> {
     return cached;
   }
 
+  /// Declares @loss_scale and its counters (float16).
+  LogicalResult declareLossScale(ModuleOp module);
+
   DenseMap<std::pair<Value, Type>, Value> casts;
 };
+
+LogicalResult AmpPass::declareLossScale(ModuleOp module) {
+  auto fail = [&](const Twine &message) {
+    return emitError(module.getLoc()) << "strata-amp: " << message;
+  };
+  if (!(initLossScaling > 0.0) || !std::isfinite(double(initLossScaling)))
+    return fail("init-loss-scaling must be positive and finite");
+  if (incrEveryNSteps < 1 || decrEveryNNanOrInf < 1)
+    return fail("incr-every-n-steps and decr-every-n-nan-or-inf must be >= 1");
+  if (!(incrRatio > 1.0) || !(decrRatio > 0.0 && decrRatio < 1.0))
+    return fail("incr-ratio must be > 1 and decr-ratio in (0, 1)");
+  if (findLossScaleState(module))
+    return fail("the program already declares a loss scale");
+  OpBuilder b(module.getContext());
+  if (Operation *last = lastDeclaration(module))
+    b.setInsertionPointAfter(last);
+  else
+    b.setInsertionPointToStart(module.getBody());
+  SymbolTable symbols(module);
+  auto declare = [&](StringRef name, RankedTensorType type, InitAttr init) {
+    auto state = StateOp::create(b, module.getLoc(), name, type, init,
+                                 FlatSymbolRefAttr());
+    symbols.insert(state); // renames on a clash
+    b.setInsertionPointAfter(state);
+    return state;
+  };
+  auto f32 = RankedTensorType::get({}, b.getF32Type());
+  auto i64 = RankedTensorType::get({}, b.getI64Type());
+  StateOp scale = declare(
+      "loss_scale", f32,
+      InitAttr::get(b.getContext(), InitKind::Constant,
+                    b.getF64FloatAttr(initLossScaling)));
+  InitAttr zeros = InitAttr::get(b.getContext(), InitKind::Zeros, FloatAttr());
+  StateOp good = declare((scale.getSymName() + ".good").str(), i64, zeros);
+  StateOp bad = declare((scale.getSymName() + ".bad").str(), i64, zeros);
+  SmallVector<NamedAttribute> config = {
+      b.getNamedAttr("incr_every_n_steps",
+                     b.getI64IntegerAttr(incrEveryNSteps)),
+      b.getNamedAttr("decr_every_n_nan_or_inf",
+                     b.getI64IntegerAttr(decrEveryNNanOrInf)),
+      b.getNamedAttr("incr_ratio", b.getF64FloatAttr(incrRatio)),
+      b.getNamedAttr("decr_ratio", b.getF64FloatAttr(decrRatio)),
+      b.getNamedAttr("good", FlatSymbolRefAttr::get(good.getSymNameAttr())),
+      b.getNamedAttr("bad", FlatSymbolRefAttr::get(bad.getSymNameAttr()))};
+  if (useDynamicLossScaling)
+    config.push_back(b.getNamedAttr("dynamic", b.getUnitAttr()));
+  scale->setAttr(StrataDialect::kLossScalingAttrName,
+                 b.getDictionaryAttr(config));
+  return success();
+}
 
 void AmpPass::runOnOperation() {
   ModuleOp module = getOperation();
@@ -141,6 +196,11 @@ void AmpPass::runOnOperation() {
     return fail("'" + func.getSymName() +
                 "' already has its backward: mixed precision rewrites the "
                 "forward program and runs before strata-autodiff");
+
+  if (low.isF16() && (useDynamicLossScaling || initLossScaling != 1.0)) {
+    if (failed(declareLossScale(module)))
+      return signalPassFailure();
+  }
 
   for (Operation &opRef : llvm::make_early_inc_range(func.getBody().front())) {
     Operation *op = &opRef;

@@ -322,8 +322,22 @@ LogicalResult Differentiator::run() {
   for (Operation &op : body.without_terminator())
     forward.push_back(&op);
 
+  // The backward starts from 1, or from the loss scale of mixed precision
+  // (gradients too small for float16 are scaled up; it is divided out of
+  // the parameter gradients below).
   builder.setInsertionPoint(ret);
-  adjoints[loss] = constant(ret.getLoc(), tensorType(loss), 1.0);
+  RankedTensorType lossType = tensorType(loss);
+  Value lossScale;
+  if (StateOp state = findLossScaleState(module)) {
+    if (state.getTensorType() != lossType)
+      return state.emitOpError("is a loss scale of type ")
+             << state.getTensorType() << ", but the loss is " << lossType;
+    lossScale = make<GetStateOp>(ret.getLoc(), lossType,
+                                 FlatSymbolRefAttr::get(state.getSymNameAttr()));
+    adjoints[loss] = lossScale;
+  } else {
+    adjoints[loss] = constant(ret.getLoc(), lossType, 1.0);
+  }
   for (Operation *op : llvm::reverse(forward)) {
     if (llvm::none_of(op->getResults(),
                       [&](Value r) { return adjoints.count(r); }))
@@ -342,10 +356,23 @@ LogicalResult Differentiator::run() {
 
   SmallVector<Value> results = {loss};
   SmallVector<FlatSymbolRefAttr> gradOf;
+  Value inverseScale;
+  if (lossScale)
+    inverseScale = make<DivOp>(ret.getLoc(),
+                               constant(ret.getLoc(), lossType, 1.0),
+                               lossScale);
   for (ParamOp param : module.getOps<ParamOp>()) {
     if (param.getFrozen())
       continue;
     Value grad = paramGrads.lookup(param.getSymName());
+    if (grad && inverseScale) {
+      auto unscaled = make<MulOp>(param.getLoc(), grad, inverseScale);
+      if (Operation *def = grad.getDefiningOp())
+        if (std::optional<int64_t> stage = getStage(def))
+          unscaled->setAttr(StrataDialect::kStageAttrName,
+                            builder.getI64IntegerAttr(*stage));
+      grad = unscaled;
+    }
     if (!grad)
       grad = constant(param.getLoc(), param.getTensorType(), 0.0);
     results.push_back(grad);

@@ -9,6 +9,8 @@
 #include "mlir/IR/SymbolTable.h"
 #include "llvm/ADT/StringSwitch.h"
 
+#include <limits>
+
 namespace strata {
 #define GEN_PASS_DEF_STRATAOPTIMIZER
 #include "StrataPasses.h.inc"
@@ -72,13 +74,47 @@ LogicalResult OptimizerPass::rewrite(func::FuncOp func) {
   Location loc = ret.getLoc();
   MLIRContext *ctx = b.getContext();
 
-  // The step counter and the learning rate.
+
+  SmallVector<Value> grads;
+  SmallVector<FlatSymbolRefAttr> params;
+  for (unsigned i = 1; i < func.getNumResults(); ++i) {
+    auto ref = func.getResultAttrOfType<FlatSymbolRefAttr>(
+        i, StrataDialect::kGradOfAttrName);
+    if (!ref)
+      return mlir::emitError(func.getLoc()) << "result " << i
+                              << " is not a gradient (no strata.grad_of)";
+    grads.push_back(ret.getOperand(i));
+    params.push_back(ref);
+  }
+
+  // Under loss scaling, an update happens only when every gradient is
+  // finite: the global norm decides, which sharding and the pipeline reduce
+  // over every rank that holds gradients, so all ranks decide alike. It
+  // rides on the clipping op; without clipping that op's bound is the
+  // largest f32, which scales finite gradients by exactly 1.
+  StateOp lossScale = findLossScaleState(func->getParentOfType<ModuleOp>());
+  Value guard;
+  if ((gradClipNorm > 0.0 || lossScale) && !grads.empty()) {
+    Value norm = make<GlobalNormOp>(b, loc, grads);
+    double bound = gradClipNorm > 0.0 ? double(gradClipNorm)
+                                      : double(std::numeric_limits<float>::max());
+    auto clip = make<ClipByGlobalNormOp>(b, loc, grads, norm,
+                                         b.getF64FloatAttr(bound));
+    grads.assign(clip.getResults().begin(), clip.getResults().end());
+    if (lossScale)
+      guard = norm;
+  }
+
+  // The step counter (which a skipped step does not advance) and the
+  // learning rate.
   auto i64 = RankedTensorType::get({}, b.getI64Type());
   FlatSymbolRefAttr stepSym =
       declareState("step", i64, InitKind::Zeros, FlatSymbolRefAttr());
   Value oldStep = make<GetStateOp>(b, loc, i64, stepSym);
-  Value one = make<arith::ConstantOp>(
-      b, loc, DenseElementsAttr::get(i64, b.getI64IntegerAttr(1)));
+  Value one = guard ? Value(make<IsFiniteOp>(b, loc, guard))
+                    : Value(make<arith::ConstantOp>(
+                          b, loc,
+                          DenseElementsAttr::get(i64, b.getI64IntegerAttr(1))));
   Value step = make<arith::AddIOp>(b, loc, oldStep, one);
   make<AssignOp>(b, loc, stepSym, step);
   auto scheduleKind = llvm::StringSwitch<std::optional<LrScheduleKind>>(
@@ -100,25 +136,6 @@ LogicalResult OptimizerPass::rewrite(func::FuncOp func) {
       b.getF64FloatAttr(learningRate), b.getI64IntegerAttr(warmupSteps),
       b.getI64IntegerAttr(decaySteps), b.getF64FloatAttr(minLr));
 
-  SmallVector<Value> grads;
-  SmallVector<FlatSymbolRefAttr> params;
-  for (unsigned i = 1; i < func.getNumResults(); ++i) {
-    auto ref = func.getResultAttrOfType<FlatSymbolRefAttr>(
-        i, StrataDialect::kGradOfAttrName);
-    if (!ref)
-      return mlir::emitError(func.getLoc()) << "result " << i
-                              << " is not a gradient (no strata.grad_of)";
-    grads.push_back(ret.getOperand(i));
-    params.push_back(ref);
-  }
-
-  if (gradClipNorm > 0.0 && !grads.empty()) {
-    Value norm = make<GlobalNormOp>(b, loc, grads);
-    auto clip = make<ClipByGlobalNormOp>(b, loc, grads, norm,
-                                         b.getF64FloatAttr(gradClipNorm));
-    grads.assign(clip.getResults().begin(), clip.getResults().end());
-  }
-
   for (auto [ref, grad] : llvm::zip(params, grads)) {
     auto param = symbols->lookup<ParamOp>(ref.getValue());
     if (!param)
@@ -138,7 +155,7 @@ LogicalResult OptimizerPass::rewrite(func::FuncOp func) {
     Value newParam;
     switch (kind) {
     case Kind::Sgd:
-      newParam = make<SgdUpdateOp>(b, ploc, p, grad, lr, wd);
+      newParam = make<SgdUpdateOp>(b, ploc, p, grad, lr, guard, wd);
       break;
     case Kind::Momentum:
     case Kind::Lars: {
@@ -146,10 +163,10 @@ LogicalResult OptimizerPass::rewrite(func::FuncOp func) {
       Operation *update;
       if (kind == Kind::Momentum)
         update = make<MomentumUpdateOp>(
-            b, ploc, p, grad, v, lr, b.getF64FloatAttr(momentum),
+            b, ploc, p, grad, v, lr, guard, b.getF64FloatAttr(momentum),
             useNesterov ? b.getUnitAttr() : UnitAttr(), wd);
       else
-        update = make<LarsUpdateOp>(b, ploc, p, grad, v, lr,
+        update = make<LarsUpdateOp>(b, ploc, p, grad, v, lr, guard,
                                     b.getF64FloatAttr(momentum),
                                     b.getF64FloatAttr(larsCoeff), wd,
                                     b.getF64FloatAttr(eps));
@@ -166,14 +183,14 @@ LogicalResult OptimizerPass::rewrite(func::FuncOp func) {
       auto e = b.getF64FloatAttr(eps);
       Operation *update =
           kind == Kind::Adam
-              ? make<AdamUpdateOp>(b, ploc, p, grad, m, v, lr, step, b1, b2, e,
+              ? make<AdamUpdateOp>(b, ploc, p, grad, m, v, lr, step, guard, b1, b2, e,
                                    wd)
                     .getOperation()
           : kind == Kind::AdamW
-              ? make<AdamWUpdateOp>(b, ploc, p, grad, m, v, lr, step, b1, b2,
+              ? make<AdamWUpdateOp>(b, ploc, p, grad, m, v, lr, step, guard, b1, b2,
                                     e, wd)
                     .getOperation()
-              : make<LambUpdateOp>(b, ploc, p, grad, m, v, lr, step, b1, b2,
+              : make<LambUpdateOp>(b, ploc, p, grad, m, v, lr, step, guard, b1, b2,
                                    e, wd)
                     .getOperation();
       newParam = update->getResult(0);
@@ -183,6 +200,28 @@ LogicalResult OptimizerPass::rewrite(func::FuncOp func) {
     }
     }
     make<AssignOp>(b, ploc, ref, newParam);
+  }
+
+  // Paddle's dynamic rule moves the loss scale (a static scale stays).
+  if (guard) {
+    DictionaryAttr config = lossScale->getAttrOfType<DictionaryAttr>(
+        StrataDialect::kLossScalingAttrName);
+    auto good = config.getAs<FlatSymbolRefAttr>("good");
+    auto bad = config.getAs<FlatSymbolRefAttr>("bad");
+    if (config.get("dynamic") && good && bad) {
+      auto f32 = RankedTensorType::get({}, b.getF32Type());
+      auto scaleSym = FlatSymbolRefAttr::get(lossScale.getSymNameAttr());
+      auto update = make<UpdateLossScalingOp>(
+          b, loc, guard, make<GetStateOp>(b, loc, f32, scaleSym),
+          make<GetStateOp>(b, loc, i64, good), make<GetStateOp>(b, loc, i64, bad),
+          config.getAs<IntegerAttr>("incr_every_n_steps"),
+          config.getAs<IntegerAttr>("decr_every_n_nan_or_inf"),
+          config.getAs<FloatAttr>("incr_ratio"),
+          config.getAs<FloatAttr>("decr_ratio"));
+      make<AssignOp>(b, loc, scaleSym, update.getNewScale());
+      make<AssignOp>(b, loc, good, update.getNewGood());
+      make<AssignOp>(b, loc, bad, update.getNewBad());
+    }
   }
 
   Value loss = ret.getOperand(0);

@@ -63,6 +63,17 @@ def StrataAmp : Pass<"strata-amp", "mlir::ModuleOp"> {
     lists, is an error. Level `o2` (low-precision parameters with f32
     master weights) is not implemented yet and is refused.
 
+    With `float16` the pass also declares the loss scale, unless it is
+    static and 1: the state `@loss_scale` (f32, starting at
+    `init-loss-scaling`, with the dynamic rule's settings in its
+    `strata.loss_scaling` attribute) and its counters `@loss_scale.good` and
+    `@loss_scale.bad`. strata-autodiff then starts the backward from the
+    scale and divides it out of the parameter gradients; strata-optimizer
+    skips every update (parameters, state, step counter) of a step whose
+    gradients are not finite, and moves the scale by Paddle's dynamic rule
+    (see `strata.update_loss_scaling`). bfloat16 has f32's exponent range
+    and scales no loss.
+
     ```
     strata-opt gpt.mlir --strata-amp='dtype=bfloat16'
     ```
@@ -75,7 +86,19 @@ def StrataAmp : Pass<"strata-amp", "mlir::ModuleOp"> {
     ListOption<"customWhiteList", "custom-white-list", "std::string",
                "More ops that compute in the low type">,
     ListOption<"customBlackList", "custom-black-list", "std::string",
-               "More ops that compute in f32">
+               "More ops that compute in f32">,
+    Option<"useDynamicLossScaling", "use-dynamic-loss-scaling", "bool",
+           "true", "float16: move the loss scale by Paddle's rule">,
+    Option<"initLossScaling", "init-loss-scaling", "double", "32768.0",
+           "float16: the first loss scale (1 and static: none)">,
+    Option<"incrEveryNSteps", "incr-every-n-steps", "int64_t", "1000",
+           "float16: finite steps before the scale grows">,
+    Option<"decrEveryNNanOrInf", "decr-every-n-nan-or-inf", "int64_t", "2",
+           "float16: overflowed steps before the scale shrinks">,
+    Option<"incrRatio", "incr-ratio", "double", "2.0",
+           "float16: factor of growth (> 1)">,
+    Option<"decrRatio", "decr-ratio", "double", "0.8",
+           "float16: factor of shrinking (in (0, 1))">
   ];
   let dependentDialects = ["::strata::StrataDialect"];
 }

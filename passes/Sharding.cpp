@@ -736,7 +736,14 @@ struct ShardingPass : public strata::impl::StrataShardingBase<ShardingPass> {
         for (auto [old, now] : llvm::zip(results, owned.getResults()))
           old.replaceAllUsesWith(now);
       }
-      Operation *oldNorm = clip.getNorm().getDefiningOp();
+      // The other readers of the norm (the updates' guard and the loss
+      // scaling under mixed precision) take the global one, so that every
+      // rank decides alike.
+      Value oldNormValue = clip.getNorm();
+      oldNormValue.replaceUsesWithIf(norm, [&](OpOperand &use) {
+        return use.getOwner() != clip.getOperation();
+      });
+      Operation *oldNorm = oldNormValue.getDefiningOp();
       clip.erase();
       if (oldNorm && oldNorm->use_empty())
         oldNorm->erase();

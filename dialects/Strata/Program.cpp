@@ -72,6 +72,13 @@ FailureOr<strata::RankGridOp> strata::getRankGrid(ModuleOp module,
   return failure();
 }
 
+strata::StateOp strata::findLossScaleState(ModuleOp module) {
+  for (auto state : module.getOps<StateOp>())
+    if (state->hasAttr(StrataDialect::kLossScalingAttrName))
+      return state;
+  return {};
+}
+
 bool strata::returnsGradients(func::FuncOp func) {
   return func.getNumResults() > 1 &&
          func.getResultAttr(1, StrataDialect::kGradOfAttrName);

@@ -6,6 +6,8 @@
 #include "mlir/IR/DialectImplementation.h"
 #include "llvm/ADT/TypeSwitch.h"
 
+#include <cmath>
+
 using namespace mlir;
 using namespace strata;
 
@@ -49,7 +51,10 @@ LogicalResult InitAttr::verify(function_ref<InFlightDiagnostic()> emitError,
                        << "' needs a positive scale";
   if (scale && !scale.getType().isF64())
     return emitError() << "init scale must be an f64 value";
-  if (!needsScale && scale)
+  if (kind == InitKind::Constant &&
+      !(scale && std::isfinite(scale.getValueAsDouble())))
+    return emitError() << "init 'constant' needs its (finite) value";
+  if (!needsScale && kind != InitKind::Constant && scale)
     return emitError() << "init '" << stringifyInitKind(kind)
                        << "' takes no scale";
   return success();
@@ -102,6 +107,35 @@ LogicalResult StrataDialect::verifyOperationAttribute(Operation *op,
     if (!param || !isa<ParamOp>(param))
       return op->emitOpError() << "'" << name << "' names " << ref
                                << ", which is not a strata.param";
+    return success();
+  }
+  if (name == kLossScalingAttrName) {
+    auto state = dyn_cast<StateOp>(op);
+    auto config = dyn_cast<DictionaryAttr>(attr.getValue());
+    if (!state || !config ||
+        state.getTensorType() !=
+            RankedTensorType::get({}, Float32Type::get(op->getContext())))
+      return op->emitOpError()
+             << "'" << name
+             << "' must be a dictionary on an f32 scalar strata.state";
+    auto positive = [&](StringRef key) {
+      auto v = config.getAs<IntegerAttr>(key);
+      return v && v.getInt() >= 1;
+    };
+    auto ratio = [&](StringRef key) -> double {
+      auto v = config.getAs<FloatAttr>(key);
+      return v ? v.getValueAsDouble() : NAN;
+    };
+    if (!positive("incr_every_n_steps") ||
+        !positive("decr_every_n_nan_or_inf") || !(ratio("incr_ratio") > 1.0) ||
+        !(ratio("decr_ratio") > 0.0 && ratio("decr_ratio") < 1.0) ||
+        !config.getAs<FlatSymbolRefAttr>("good") ||
+        !config.getAs<FlatSymbolRefAttr>("bad"))
+      return op->emitOpError()
+             << "'" << name
+             << "' needs incr_every_n_steps and decr_every_n_nan_or_inf >= 1, "
+                "incr_ratio > 1, decr_ratio in (0, 1) and the counters good "
+                "and bad";
     return success();
   }
   // The job list of every pipeline stage (strata-pipeline).

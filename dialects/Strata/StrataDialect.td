@@ -54,6 +54,11 @@ def Strata_Dialect : Dialect {
         "strata.micro_batch";
     static constexpr llvm::StringLiteral kGradOfAttrName = "strata.grad_of";
     static constexpr llvm::StringLiteral kLayerAttrName = "strata.layer";
+    /// On the loss-scale state of mixed precision: how it is updated
+    /// (dynamic, incr_every_n_steps, decr_every_n_nan_or_inf, incr_ratio,
+    /// decr_ratio) and its counters of good and bad steps (good, bad).
+    static constexpr llvm::StringLiteral kLossScalingAttrName =
+        "strata.loss_scaling";
     static constexpr llvm::StringLiteral kJobAttrName = "strata.job";
     static constexpr llvm::StringLiteral kBucketAttrName = "strata.bucket";
     /// On a step function: the micro-batches per rank (gradient merge) and
@@ -134,7 +139,8 @@ def Strata_InitKind : I32EnumAttr<"InitKind", "parameter initialiser", [
     I32EnumAttrCase<"Zeros", 0, "zeros">,
     I32EnumAttrCase<"Ones", 1, "ones">,
     I32EnumAttrCase<"Normal", 2, "normal">,
-    I32EnumAttrCase<"Uniform", 3, "uniform">]> {
+    I32EnumAttrCase<"Uniform", 3, "uniform">,
+    I32EnumAttrCase<"Constant", 4, "constant">]> {
   let cppNamespace = "::strata";
   let genSpecializedAttr = 0;
 }
@@ -174,9 +180,12 @@ def Strata_InitAttr : Strata_Attr<"Init", "init"> {
   let description = [{
     `#strata.init<zeros>`, `#strata.init<ones>`, `#strata.init<normal, S>`
     (mean 0, standard deviation S) or `#strata.init<uniform, S>` (uniform in
-    [-S, S]), S an f64 value such as `2.000000e-02`. The runtime draws the values from the counter-based RNG keyed
-    by the run's seed and the parameter's name, so initial weights do not
-    depend on the number of ranks or the order of parameters.
+    [-S, S]), S an f64 value such as `2.000000e-02`, or
+    `#strata.init<constant, V>` (every element V: the loss scale of mixed
+    precision starts so). The runtime draws the random values from the
+    counter-based RNG keyed by the run's seed and the parameter's name, so
+    initial weights do not depend on the number of ranks or the order of
+    parameters.
   }];
   let parameters = (ins "InitKind":$kind,
                         OptionalParameter<"::mlir::FloatAttr">:$scale);

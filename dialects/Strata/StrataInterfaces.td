@@ -19,8 +19,8 @@ def Strata_OptimizerUpdateOpInterface
   let description = [{
     An optimizer's update of one parameter (SGD, Momentum, Adam, AdamW,
     LAMB, LARS): operand 0 is the parameter, operand 1 its gradient, result
-    0 the updated parameter; the other results are the updated optimizer
-    state. Sharding keeps the updates of a rank's own parameters, the memory
+    0 the updated parameter; result i > 0 is the update of operand i + 1
+    (optimizer state). Sharding keeps the updates of a rank's own parameters, the memory
     plan counts the gradients they read, and the lowering updates their
     parameters in place.
   }];
@@ -31,6 +31,15 @@ def Strata_OptimizerUpdateOpInterface
     InterfaceMethod<"The parameter's gradient.", "::mlir::Value",
                     "getGradient", (ins), [{}],
                     [{ return $_op->getOperand(1); }]>,
+    InterfaceMethod<[{The value result `i` replaces: the parameter for
+                      result 0, operand i + 1 (its state) for the others.}],
+                    "::mlir::Value", "getUpdated", (ins "unsigned":$i), [{}],
+                    [{ return $_op->getOperand(i == 0 ? 0 : i + 1); }]>,
+    InterfaceMethod<[{The guard (the gradients' global norm under loss
+                      scaling), or null: when it is not finite the update
+                      is skipped and each result equals getUpdated().}],
+                    "::mlir::Value", "getGuard", (ins), [{}],
+                    [{ return $_op.getGuard(); }]>,
   ];
 }
 

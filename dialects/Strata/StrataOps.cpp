@@ -862,6 +862,30 @@ STRATA_ADAM_INFER(AdamWUpdateOp)
 STRATA_ADAM_INFER(LambUpdateOp)
 #undef STRATA_ADAM_INFER
 
+LogicalResult IsFiniteOp::inferReturnTypes(MLIRContext *context,
+                                           std::optional<Location>, Adaptor,
+                                           SmallVectorImpl<Type> &types) {
+  types.push_back(RankedTensorType::get({}, IntegerType::get(context, 64)));
+  return success();
+}
+
+LogicalResult UpdateLossScalingOp::inferReturnTypes(
+    MLIRContext *context, std::optional<Location> loc, Adaptor adaptor,
+    SmallVectorImpl<Type> &types) {
+  if (adaptor.getIncrEveryNSteps() < 1 || adaptor.getDecrEveryNNanOrInf() < 1)
+    return inferError<UpdateLossScalingOp>(
+        loc, "incr_every_n_steps and decr_every_n_nan_or_inf must be >= 1");
+  if (!(adaptor.getIncrRatio().convertToDouble() > 1.0) ||
+      !(adaptor.getDecrRatio().convertToDouble() > 0.0 &&
+        adaptor.getDecrRatio().convertToDouble() < 1.0))
+    return inferError<UpdateLossScalingOp>(
+        loc, "incr_ratio must be > 1 and decr_ratio in (0, 1)");
+  types.push_back(adaptor.getScale().getType());
+  types.push_back(adaptor.getGood().getType());
+  types.push_back(adaptor.getBad().getType());
+  return success();
+}
+
 LogicalResult GlobalNormOp::inferReturnTypes(MLIRContext *context,
                                              std::optional<Location> loc,
                                              Adaptor adaptor,

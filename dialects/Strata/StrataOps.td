@@ -793,7 +793,9 @@ def Strata_CrossEntropyGradOp : Strata_ComputeOp<"cross_entropy_grad"> {
 //===----------------------------------------------------------------------===//
 
 // Optimizer state operands must have the parameter's type; the inferred
-// results do.
+// results do. An update with a `guard` operand (the gradients' global norm,
+// under loss scaling) changes nothing when the guard is not finite: the
+// results equal the parameter and state operands.
 class Strata_UpdateOp<string mnemonic>
     : Strata_ComputeOp<mnemonic, [Strata_OptimizerUpdateOpInterface]>;
 
@@ -808,6 +810,7 @@ def Strata_SgdUpdateOp : Strata_UpdateOp<"sgd_update"> {
   }];
   let arguments = (ins Strata_FloatTensor:$param, Strata_FloatTensor:$grad,
                        Strata_Scalar:$lr,
+                       Optional<0DTensorOf<[F32]>>:$guard,
                        DefaultValuedAttr<F64Attr, "0.0">:$weight_decay);
   let results = (outs Strata_FloatTensor:$new_param);
 }
@@ -824,6 +827,7 @@ def Strata_MomentumUpdateOp : Strata_UpdateOp<"momentum_update"> {
   }];
   let arguments = (ins Strata_FloatTensor:$param, Strata_FloatTensor:$grad,
                        Strata_FloatTensor:$velocity, Strata_Scalar:$lr,
+                       Optional<0DTensorOf<[F32]>>:$guard,
                        DefaultValuedAttr<F64Attr, "0.9">:$momentum,
                        UnitAttr:$use_nesterov,
                        DefaultValuedAttr<F64Attr, "0.0">:$weight_decay);
@@ -836,6 +840,7 @@ class Strata_AdamFamilyOp<string mnemonic, string defaultDecay>
   let arguments = (ins Strata_FloatTensor:$param, Strata_FloatTensor:$grad,
                        Strata_FloatTensor:$moment1, Strata_FloatTensor:$moment2,
                        Strata_Scalar:$lr, Strata_StepCounter:$step,
+                       Optional<0DTensorOf<[F32]>>:$guard,
                        DefaultValuedAttr<F64Attr, "0.9">:$beta1,
                        DefaultValuedAttr<F64Attr, "0.999">:$beta2,
                        DefaultValuedAttr<F64Attr, "1e-8">:$epsilon,
@@ -896,6 +901,7 @@ def Strata_LarsUpdateOp : Strata_UpdateOp<"lars_update"> {
   }];
   let arguments = (ins Strata_FloatTensor:$param, Strata_FloatTensor:$grad,
                        Strata_FloatTensor:$velocity, Strata_Scalar:$lr,
+                       Optional<0DTensorOf<[F32]>>:$guard,
                        DefaultValuedAttr<F64Attr, "0.9">:$momentum,
                        DefaultValuedAttr<F64Attr, "0.001">:$lars_coeff,
                        DefaultValuedAttr<F64Attr, "0.0005">:$weight_decay,
@@ -931,6 +937,45 @@ def Strata_ClipByGlobalNormOp : Strata_ComputeOp<"clip_by_global_norm"> {
   let arguments = (ins Variadic<Strata_FloatTensor>:$inputs,
                        0DTensorOf<[F32]>:$norm, F64Attr:$max_norm);
   let results = (outs Variadic<Strata_FloatTensor>:$results);
+}
+
+def Strata_IsFiniteOp : Strata_ComputeOp<"is_finite"> {
+  let summary = "1 when a scalar is finite, else 0";
+  let description = [{
+    Under loss scaling, the step counter advances by `is_finite` of the
+    gradients' global norm: a skipped step does not count.
+
+    ```mlir
+    %ok = strata.is_finite %norm : (tensor<f32>) -> tensor<i64>
+    ```
+  }];
+  let arguments = (ins 0DTensorOf<[F32]>:$input);
+  let results = (outs Strata_StepCounter:$result);
+}
+
+def Strata_UpdateLossScalingOp : Strata_ComputeOp<"update_loss_scaling"> {
+  let summary = "Paddle's dynamic loss-scaling rule";
+  let description = [{
+    From the gradients' global norm (not finite: the step overflowed) and
+    the loss scale with its counters of good and bad steps: on an overflow,
+    good = 0 and bad += 1, and when bad reaches `decr_every_n_nan_or_inf`
+    the scale is multiplied by `decr_ratio` (at least 1) and bad = 0; on a
+    finite step, bad = 0 and good += 1, and when good reaches
+    `incr_every_n_steps` the scale is multiplied by `incr_ratio` (when the
+    product is finite) and good = 0.
+
+    ```mlir
+    %s1, %g1, %b1 = strata.update_loss_scaling %norm, %s, %g, %b {decr_every_n_nan_or_inf = 2 : i64, decr_ratio = 5.000000e-01 : f64, incr_every_n_steps = 1000 : i64, incr_ratio = 2.000000e+00 : f64} : (tensor<f32>, tensor<f32>, tensor<i64>, tensor<i64>) -> (tensor<f32>, tensor<i64>, tensor<i64>)
+    ```
+  }];
+  let arguments = (ins 0DTensorOf<[F32]>:$norm, 0DTensorOf<[F32]>:$scale,
+                       Strata_StepCounter:$good, Strata_StepCounter:$bad,
+                       I64Attr:$incr_every_n_steps,
+                       I64Attr:$decr_every_n_nan_or_inf, F64Attr:$incr_ratio,
+                       F64Attr:$decr_ratio);
+  let results = (outs 0DTensorOf<[F32]>:$new_scale,
+                      Strata_StepCounter:$new_good,
+                      Strata_StepCounter:$new_bad);
 }
 
 //===----------------------------------------------------------------------===//

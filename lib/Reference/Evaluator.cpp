@@ -363,6 +363,16 @@ llvm::Error Evaluator::step(Operation *op) {
   auto in = [&](unsigned i) -> const Tensor & { return get(op->getOperand(i)); };
   auto outShape = [&](unsigned i = 0) { return shapeOf(op->getResult(i)); };
 
+  // A guarded update whose guard (the gradients' global norm under loss
+  // scaling) is not finite is skipped: parameter and state stay.
+  if (auto update = dyn_cast<OptimizerUpdateOpInterface>(op))
+    if (Value guard = update.getGuard();
+        guard && !std::isfinite(get(guard).data[0])) {
+      for (auto [i, result] : llvm::enumerate(op->getResults()))
+        set(result, get(update.getUpdated(i)));
+      return llvm::Error::success();
+    }
+
   return llvm::TypeSwitch<Operation *, llvm::Error>(op)
       .Case([&](InitTokenOp t) -> llvm::Error {
         set(t, Tensor());
@@ -854,10 +864,15 @@ llvm::Error Evaluator::step(Operation *op) {
         }
         auto state = SymbolTable::lookupNearestSymbolFrom<StateOp>(
             g, g.getNameAttr());
-        InitKind init = state.getInit().getKind();
-        if (init != InitKind::Zeros && init != InitKind::Ones)
+        InitAttr init = state.getInit();
+        double value = init.getKind() == InitKind::Ones     ? 1.0
+                       : init.getKind() == InitKind::Zeros ? 0.0
+                       : init.getKind() == InitKind::Constant
+                           ? init.getScale().getValueAsDouble()
+                           : NAN;
+        if (std::isnan(value))
           return fail(op, "no value for state '" + g.getName() + "'");
-        set(g, Tensor(outShape(), init == InitKind::Ones ? 1.0 : 0.0));
+        set(g, Tensor(outShape(), value));
         return llvm::Error::success();
       })
       .Case([&](AssignOp a) -> llvm::Error {
@@ -893,6 +908,35 @@ llvm::Error Evaluator::step(Operation *op) {
         double scale = maxNorm / std::max(norm, maxNorm);
         for (auto [in, out] : llvm::zip(o.getInputs(), o.getResults()))
           set(out, unary(get(in), [scale](double x) { return x * scale; }));
+        return llvm::Error::success();
+      })
+      .Case([&](IsFiniteOp o) -> llvm::Error {
+        set(o, Tensor({}, std::isfinite(in(0).data[0]) ? 1.0 : 0.0));
+        return llvm::Error::success();
+      })
+      .Case([&](UpdateLossScalingOp o) -> llvm::Error {
+        // The runtime's rule, in the scale's f32.
+        float scale = float(in(1).data[0]);
+        int64_t good = int64_t(in(2).data[0]), bad = int64_t(in(3).data[0]);
+        if (!std::isfinite(in(0).data[0])) {
+          good = 0;
+          if (++bad == int64_t(o.getDecrEveryNNanOrInf())) {
+            scale = std::max(
+                scale * float(o.getDecrRatio().convertToDouble()), 1.0f);
+            bad = 0;
+          }
+        } else {
+          bad = 0;
+          if (++good == int64_t(o.getIncrEveryNSteps())) {
+            float grown = scale * float(o.getIncrRatio().convertToDouble());
+            if (std::isfinite(grown))
+              scale = grown;
+            good = 0;
+          }
+        }
+        set(o.getNewScale(), Tensor({}, scale));
+        set(o.getNewGood(), Tensor({}, double(good)));
+        set(o.getNewBad(), Tensor({}, double(bad)));
         return llvm::Error::success();
       })
       .Case([&](SgdUpdateOp o) -> llvm::Error {

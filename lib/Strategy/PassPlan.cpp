@@ -57,12 +57,22 @@ std::vector<PlannedPass> strata::planPasses(const Strategy &s,
     o.level = s.amp.level;
     o.customWhiteList = toList(s.amp.custom_white_list);
     o.customBlackList = toList(s.amp.custom_black_list);
+    o.useDynamicLossScaling = s.amp.use_dynamic_loss_scaling;
+    o.initLossScaling = s.amp.init_loss_scaling;
+    o.incrEveryNSteps = s.amp.incr_every_n_steps;
+    o.decrEveryNNanOrInf = s.amp.decr_every_n_nan_or_inf;
+    o.incrRatio = s.amp.incr_ratio;
+    o.decrRatio = s.amp.decr_ratio;
     add("strata-amp", "amp.enable", [o] { return createStrataAmp(o); });
     plan.back().note =
         s.amp.dtype == "bfloat16"
             ? "bfloat16 has f32's exponent range: no loss scaling, the "
               "loss-scaling keys are unused"
-            : "float16 without loss scaling (a static scale of 1)";
+        : s.amp.use_dynamic_loss_scaling
+            ? "float16 with dynamic loss scaling"
+        : s.amp.init_loss_scaling == 1.0
+            ? "float16 without loss scaling (a static scale of 1)"
+            : "float16 with a static loss scale";
   }
 
   // The rank grid, for the passes that distribute the program: pipeline

@@ -219,17 +219,13 @@ Error Reader::validate(const StrategyContext &context) {
     return failAt(isSet("amp.level") ? "amp.level" : "amp.enable",
                   "amp level o2 (low-precision parameters with f32 master "
                   "weights) is not implemented yet: use level o1");
-  // float16 trains with loss scaling (Paddle's default: dynamic, from
-  // 32768); without it, small gradients flush to zero. Only the unscaled
-  // form (a static scale of 1) runs yet.
-  if (s.amp.enable && s.amp.dtype == "float16" &&
+  if (s.amp.enable && s.amp.dtype == "float16" && s.pipeline.enable &&
       (s.amp.use_dynamic_loss_scaling || s.amp.init_loss_scaling != 1.0))
     return failAt(isSet("amp.dtype") ? "amp.dtype" : "amp.enable",
-                  "amp with float16 scales the loss (use_dynamic_loss_scaling "
-                  "true, or init_loss_scaling other than 1), which is not "
-                  "implemented yet: use amp.dtype bfloat16 (f32's exponent "
-                  "range, no loss scaling), or float16 unscaled "
-                  "(use_dynamic_loss_scaling: false, init_loss_scaling: 1)");
+                  "amp with float16 scales the loss, which is not implemented "
+                  "with a pipeline yet: use amp.dtype bfloat16 (no loss "
+                  "scaling), or float16 unscaled (use_dynamic_loss_scaling: "
+                  "false, init_loss_scaling: 1)");
   for (auto [key, list, other] :
        {std::tuple("amp.custom_white_list", &s.amp.custom_white_list,
                    &s.amp.custom_black_list),

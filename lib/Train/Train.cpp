@@ -86,6 +86,9 @@ Tensor initTensor(RankedTensorType type, InitAttr init, StringRef name,
     case InitKind::Uniform:
       t.data[i] = scale * uniformSym(seed, key, kInitStream, i);
       break;
+    case InitKind::Constant:
+      t.data[i] = scale;
+      break;
     }
   }
   // Values are stored in the program's element type.

@@ -1,7 +1,8 @@
 //===- LowerOptimizer.cpp - Learning rate, clipping, updates --------------===//
 //
-// lr_schedule, global_norm, clip_by_global_norm and the six optimizer
-// updates (SGD, Momentum, Adam, AdamW, LAMB, LARS). An update whose result
+// lr_schedule, global_norm, clip_by_global_norm, the six optimizer
+// updates (SGD, Momentum, Adam, AdamW, LAMB, LARS) with their guard, and
+// loss scaling (is_finite, update_loss_scaling). An update whose result
 // the driver sends straight to the resident buffer writes it there (its
 // result's buffer is that buffer).
 //
@@ -14,6 +15,13 @@ using namespace strata;
 using namespace strata::lowering;
 
 namespace {
+
+/// An update's guard: the tensor, or NULL (an f32 code either way).
+RuntimeLowering::CallArg guard(Value g, RuntimeLowering &l) {
+  if (g)
+    return l.tensor(g);
+  return RuntimeLowering::CallArg(l.null(), l.i64(STRATA_RT_F32));
+}
 
 LogicalResult lowerLrSchedule(LrScheduleOp o, RuntimeLowering &l) {
   int64_t kind = o.getKind() == LrScheduleKind::Constant ? STRATA_RT_LR_CONSTANT
@@ -61,7 +69,7 @@ LogicalResult lowerSgd(SgdUpdateOp o, RuntimeLowering &l) {
   l.call("strata_rt_sgd",
          {l.site(), l.tensor(o), l.tensor(o.getParam()), l.tensor(o.getGrad()),
           l.tensor(o.getLr()), l.i64(numel(o)),
-          l.f64(o.getWeightDecay().convertToDouble())});
+          l.f64(o.getWeightDecay().convertToDouble()), guard(o.getGuard(), l)});
   return success();
 }
 
@@ -72,7 +80,7 @@ LogicalResult lowerMomentum(MomentumUpdateOp o, RuntimeLowering &l) {
           l.tensor(o.getVelocity()), l.tensor(o.getLr()),
           l.i64(numel(o.getParam())), l.f64(o.getMomentum().convertToDouble()),
           l.f64(o.getWeightDecay().convertToDouble()),
-          l.i64(o.getUseNesterov())});
+          l.i64(o.getUseNesterov()), guard(o.getGuard(), l)});
   return success();
 }
 
@@ -87,7 +95,7 @@ LogicalResult lowerAdam(OpTy o, RuntimeLowering &l) {
           l.i64(numel(o.getParam())), l.f64(o.getBeta1().convertToDouble()),
           l.f64(o.getBeta2().convertToDouble()),
           l.f64(o.getEpsilon().convertToDouble()),
-          l.f64(o.getWeightDecay().convertToDouble())});
+          l.f64(o.getWeightDecay().convertToDouble()), guard(o.getGuard(), l)});
   return success();
 }
 
@@ -99,7 +107,26 @@ LogicalResult lowerLars(LarsUpdateOp o, RuntimeLowering &l) {
           l.i64(numel(o.getParam())), l.f64(o.getMomentum().convertToDouble()),
           l.f64(o.getWeightDecay().convertToDouble()),
           l.f64(o.getLarsCoeff().convertToDouble()),
-          l.f64(o.getEpsilon().convertToDouble())});
+          l.f64(o.getEpsilon().convertToDouble()), guard(o.getGuard(), l)});
+  return success();
+}
+
+LogicalResult lowerIsFinite(IsFiniteOp o, RuntimeLowering &l) {
+  l.call("strata_rt_is_finite",
+         {l.site(), l.tensor(o), l.tensor(o.getInput())});
+  return success();
+}
+
+LogicalResult lowerUpdateLossScaling(UpdateLossScalingOp o,
+                                     RuntimeLowering &l) {
+  l.call("strata_rt_update_loss_scaling",
+         {l.site(), l.tensor(o.getNewScale()), l.tensor(o.getNewGood()),
+          l.tensor(o.getNewBad()), l.tensor(o.getNorm()),
+          l.tensor(o.getScale()), l.tensor(o.getGood()), l.tensor(o.getBad()),
+          l.i64(int64_t(o.getIncrEveryNSteps())),
+          l.i64(int64_t(o.getDecrEveryNNanOrInf())),
+          l.f64(o.getIncrRatio().convertToDouble()),
+          l.f64(o.getDecrRatio().convertToDouble())});
   return success();
 }
 
@@ -119,4 +146,6 @@ void strata::lowering::populateOptimizerLoweringPatterns(
   addLowering<LambUpdateOp>(patterns, l,
                             lowerAdam<LambUpdateOp, STRATA_RT_LAMB>);
   addLowering<LarsUpdateOp>(patterns, l, lowerLars);
+  addLowering<IsFiniteOp>(patterns, l, lowerIsFinite);
+  addLowering<UpdateLossScalingOp>(patterns, l, lowerUpdateLossScaling);
 }

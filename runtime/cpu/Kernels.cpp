@@ -185,6 +185,28 @@ void binaryLoop(StrataRtContext *ctx, int64_t site, int64_t op, T *out,
   }
 }
 
+/// Whether an update guarded by `guard` (the gradients' global norm under
+/// loss scaling; NULL when unguarded) is skipped: its gradients overflowed.
+/// A skipped update leaves its outputs equal to its inputs.
+bool skipUpdate(StrataRtContext *ctx, int64_t site, const char *kernel,
+                const void *guard, int64_t guardType, bool &failed) {
+  failed = false;
+  if (!guard)
+    return false;
+  if (guardType != STRATA_RT_F32) {
+    unsupportedType(ctx, site, kernel, guardType);
+    failed = true;
+    return true;
+  }
+  return !std::isfinite(*static_cast<const float *>(guard));
+}
+
+/// out = in for the `n` floats of a skipped update (nothing when in place).
+void keep(void *out, const void *in, int64_t n) {
+  if (out != in)
+    std::memcpy(out, in, size_t(n) * sizeof(float));
+}
+
 template <typename T>
 void reduceLoop(T *out, const T *in, int64_t rank, const int64_t *desc,
                 double scale) {
@@ -918,9 +940,16 @@ void STRATA_RT_KERNEL(strata_rt_sgd)(StrataRtContext *ctx, int64_t site,
                                      const void *paramData, int64_t paramType,
                                      const void *gradData, int64_t gradType,
                                      const void *lrData, int64_t lrType,
-                                     int64_t n, double weightDecay) {
+                                     int64_t n, double weightDecay,
+                                     const void *guard, int64_t guardType) {
   if (!onlyF32(ctx, site, "sgd", {newParamType, paramType, gradType, lrType}))
     return;
+  bool failed;
+  if (skipUpdate(ctx, site, "sgd", guard, guardType, failed)) {
+    if (!failed)
+      keep(newParamData, paramData, n);
+    return;
+  }
   auto *newParam = static_cast<float *>(newParamData);
   auto *param = static_cast<const float *>(paramData);
   auto *grad = static_cast<const float *>(gradData);
@@ -937,11 +966,20 @@ void STRATA_RT_KERNEL(strata_rt_momentum)(
     const void *paramData, int64_t paramType, const void *gradData,
     int64_t gradType, const void *velocityData, int64_t velocityType,
     const void *lrData, int64_t lrType, int64_t n, double momentum,
-    double weightDecay, int64_t nesterov) {
+    double weightDecay, int64_t nesterov, const void *guard,
+    int64_t guardType) {
   if (!onlyF32(ctx, site, "momentum",
                {newParamType, newVelocityType, paramType, gradType,
                 velocityType, lrType}))
     return;
+  bool failed;
+  if (skipUpdate(ctx, site, "momentum", guard, guardType, failed)) {
+    if (!failed) {
+      keep(newParamData, paramData, n);
+      keep(newVelocityData, velocityData, n);
+    }
+    return;
+  }
   auto *newParam = static_cast<float *>(newParamData);
   auto *newVelocity = static_cast<float *>(newVelocityData);
   auto *param = static_cast<const float *>(paramData);
@@ -965,12 +1003,22 @@ void STRATA_RT_KERNEL(strata_rt_adam)(
     const void *gradData, int64_t gradType, const void *mData, int64_t mType,
     const void *vData, int64_t vType, const void *lrData, int64_t lrType,
     const void *stepData, int64_t stepType, int64_t n, double beta1,
-    double beta2, double eps, double weightDecay) {
+    double beta2, double eps, double weightDecay, const void *guard,
+    int64_t guardType) {
   if (!onlyF32(ctx, site, "adam",
                {newParamType, newMType, newVType, paramType, gradType, mType,
                 vType, lrType}) ||
       !stepCounter(ctx, site, "adam", stepType))
     return;
+  bool failed;
+  if (skipUpdate(ctx, site, "adam", guard, guardType, failed)) {
+    if (!failed) {
+      keep(newParamData, paramData, n);
+      keep(newMData, mData, n);
+      keep(newVData, vData, n);
+    }
+    return;
+  }
   auto *step = static_cast<const int64_t *>(stepData);
   auto *newParam = static_cast<float *>(newParamData);
   auto *newM = static_cast<float *>(newMData);
@@ -1027,11 +1075,20 @@ void STRATA_RT_KERNEL(strata_rt_lars)(
     const void *paramData, int64_t paramType, const void *gradData,
     int64_t gradType, const void *velocityData, int64_t velocityType,
     const void *lrData, int64_t lrType, int64_t n, double momentum,
-    double weightDecay, double larsCoeff, double eps) {
+    double weightDecay, double larsCoeff, double eps, const void *guard,
+    int64_t guardType) {
   if (!onlyF32(ctx, site, "lars",
                {newParamType, newVelocityType, paramType, gradType,
                 velocityType, lrType}))
     return;
+  bool failed;
+  if (skipUpdate(ctx, site, "lars", guard, guardType, failed)) {
+    if (!failed) {
+      keep(newParamData, paramData, n);
+      keep(newVelocityData, velocityData, n);
+    }
+    return;
+  }
   auto *newParam = static_cast<float *>(newParamData);
   auto *newVelocity = static_cast<float *>(newVelocityData);
   auto *param = static_cast<const float *>(paramData);
@@ -1057,6 +1114,54 @@ void STRATA_RT_KERNEL(strata_rt_lars)(
     newVelocity[i] = v;
     newParam[i] = p - v;
   }
+}
+
+void STRATA_RT_KERNEL(strata_rt_is_finite)(StrataRtContext *ctx, int64_t site,
+                                           void *out, int64_t outType,
+                                           const void *in, int64_t inType) {
+  if (!stepCounter(ctx, site, "is_finite", outType) ||
+      !onlyF32(ctx, site, "is_finite", {inType}))
+    return;
+  *static_cast<int64_t *>(out) =
+      std::isfinite(*static_cast<const float *>(in)) ? 1 : 0;
+}
+
+void STRATA_RT_KERNEL(strata_rt_update_loss_scaling)(
+    StrataRtContext *ctx, int64_t site, void *newScaleData,
+    int64_t newScaleType, void *newGoodData, int64_t newGoodType,
+    void *newBadData, int64_t newBadType, const void *normData,
+    int64_t normType, const void *scaleData, int64_t scaleType,
+    const void *goodData, int64_t goodType, const void *badData,
+    int64_t badType, int64_t incrEveryNSteps, int64_t decrEveryNNanOrInf,
+    double incrRatio, double decrRatio) {
+  if (!onlyF32(ctx, site, "update_loss_scaling",
+               {newScaleType, normType, scaleType}) ||
+      !stepCounter(ctx, site, "update_loss_scaling", newGoodType) ||
+      !stepCounter(ctx, site, "update_loss_scaling", newBadType) ||
+      !stepCounter(ctx, site, "update_loss_scaling", goodType) ||
+      !stepCounter(ctx, site, "update_loss_scaling", badType))
+    return;
+  float scale = *static_cast<const float *>(scaleData);
+  int64_t good = *static_cast<const int64_t *>(goodData);
+  int64_t bad = *static_cast<const int64_t *>(badData);
+  if (!std::isfinite(*static_cast<const float *>(normData))) {
+    good = 0;
+    if (++bad == decrEveryNNanOrInf) {
+      scale = std::max(scale * float(decrRatio), 1.0f);
+      bad = 0;
+    }
+  } else {
+    bad = 0;
+    if (++good == incrEveryNSteps) {
+      float grown = scale * float(incrRatio);
+      if (std::isfinite(grown))
+        scale = grown;
+      good = 0;
+    }
+  }
+  *static_cast<float *>(newScaleData) = scale;
+  *static_cast<int64_t *>(newGoodData) = good;
+  *static_cast<int64_t *>(newBadData) = bad;
 }
 
 } // extern "C"

@@ -35,7 +35,9 @@
   X(strata_rt_sgd)                                                             \
   X(strata_rt_momentum)                                                        \
   X(strata_rt_adam)                                                            \
-  X(strata_rt_lars)
+  X(strata_rt_lars)                                                            \
+  X(strata_rt_is_finite)                                                       \
+  X(strata_rt_update_loss_scaling)
 
 // The rest: one build.
 #define STRATA_RT_COMMON_KERNELS(X)                                           \

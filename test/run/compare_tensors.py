@@ -5,6 +5,7 @@ values near zero), integers equal. Prints the worst relative difference;
 exits 1 with the first offending tensor otherwise.
 
     compare_tensors.py a.safetensors b.safetensors [--rtol 1e-5] [--atol 1e-7]
+                       [--exclude PREFIX ...]
 """
 
 import argparse
@@ -45,8 +46,13 @@ def main():
     ap.add_argument("b")
     ap.add_argument("--rtol", type=float, default=1e-5)
     ap.add_argument("--atol", type=float, default=1e-7)
+    ap.add_argument("--exclude", action="append", default=[],
+                    help="skip the tensors whose name starts so")
     args = ap.parse_args()
     a, b = load(args.a), load(args.b)
+    for t in (a, b):
+        for name in [n for n in t if n.startswith(tuple(args.exclude))]:
+            del t[name]
     if sorted(a) != sorted(b):
         sys.exit("different tensors: only in %s: %s; only in %s: %s" % (
             args.a, sorted(set(a) - set(b)), args.b, sorted(set(b) - set(a))))

@@ -316,7 +316,7 @@ TEST(RuntimeTest, UnknownCodesFailAtTheirSite) {
   expectFailure(7, "strata_rt_unary: i8 tensors are not implemented by the "
                    "CPU runtime");
   strata_rt_sgd(ctx, 11, out, STRATA_RT_BF16, a, STRATA_RT_BF16, b,
-                STRATA_RT_BF16, a, F32, 2, 0.0);
+                STRATA_RT_BF16, a, F32, 2, 0.0, nullptr, F32);
   expectFailure(11, "strata_rt_sgd: bf16 tensors are not implemented by the "
                     "CPU runtime");
   strata_rt_binary(ctx, 8, STRATA_RT_ADD, out, F32, a, STRATA_RT_I32, b, F32,
@@ -702,10 +702,95 @@ TEST(RuntimeTest, LowPrecisionKernelsRoundTheF32Result) {
   }
 }
 
+/// A guarded update with a non-finite guard leaves parameters and state
+/// as they were; a finite guard changes nothing about the update.
+TEST(RuntimeTest, GuardedUpdatesSkipOverflowedSteps) {
+  Context ctx;
+  std::vector<float> p = iota(8, 0.1f), g = iota(8, 0.05f, 0.01f),
+                     m = iota(8, 0.01f), v(8, 0.02f);
+  float lr = 0.1f;
+  int64_t step = 3;
+  for (float norm : {INFINITY, NAN, 2.0f}) {
+    SCOPED_TRACE(norm);
+    std::vector<float> np(8), nm(8), nv(8), wp(8), wm(8), wv(8);
+    strata_rt_adam(ctx, 1, STRATA_RT_ADAMW, np.data(), F32, nm.data(), F32,
+                   nv.data(), F32, p.data(), F32, g.data(), F32, m.data(), F32,
+                   v.data(), F32, &lr, F32, &step, STRATA_RT_I64, 8, 0.9, 0.999,
+                   1e-8, 0.01, &norm, F32);
+    strata_rt_adam(ctx, 1, STRATA_RT_ADAMW, wp.data(), F32, wm.data(), F32,
+                   wv.data(), F32, p.data(), F32, g.data(), F32, m.data(), F32,
+                   v.data(), F32, &lr, F32, &step, STRATA_RT_I64, 8, 0.9, 0.999,
+                   1e-8, 0.01, nullptr, F32);
+    if (std::isfinite(norm)) {
+      EXPECT_EQ(np, wp);
+      EXPECT_EQ(nm, wm);
+      EXPECT_EQ(nv, wv);
+    } else {
+      EXPECT_EQ(np, p);
+      EXPECT_EQ(nm, m);
+      EXPECT_EQ(nv, v);
+    }
+    // In place: nothing is written.
+    std::vector<float> q = p;
+    strata_rt_sgd(ctx, 2, q.data(), F32, q.data(), F32, g.data(), F32, &lr,
+                  F32, 8, 0.0, &norm, F32);
+    if (!std::isfinite(norm))
+      EXPECT_EQ(q, p);
+    else
+      EXPECT_NE(q, p);
+    int64_t ok = -1;
+    strata_rt_is_finite(ctx, 3, &ok, STRATA_RT_I64, &norm, F32);
+    EXPECT_EQ(ok, std::isfinite(norm) ? 1 : 0);
+  }
+  EXPECT_EQ(strata_rt_error(ctx, nullptr), nullptr);
+}
+
+/// Paddle's update_loss_scaling, step by step.
+TEST(RuntimeTest, DynamicLossScalingFollowsPaddlesRule) {
+  Context ctx;
+  float scale = 1024.0f;
+  int64_t good = 0, bad = 0;
+  auto step = [&](float norm) {
+    strata_rt_update_loss_scaling(ctx, 1, &scale, F32, &good, STRATA_RT_I64,
+                                  &bad, STRATA_RT_I64, &norm, F32, &scale, F32,
+                                  &good, STRATA_RT_I64, &bad, STRATA_RT_I64,
+                                  /*incr every*/ 3, /*decr every*/ 2, 2.0, 0.5);
+  };
+  step(INFINITY); // bad 1
+  EXPECT_EQ(scale, 1024.0f);
+  EXPECT_EQ(bad, 1);
+  step(NAN); // bad 2: halve, reset
+  EXPECT_EQ(scale, 512.0f);
+  EXPECT_EQ(bad, 0);
+  step(1.0f);
+  step(1.0f);
+  EXPECT_EQ(good, 2);
+  step(INFINITY); // an overflow resets the good count
+  EXPECT_EQ(good, 0);
+  EXPECT_EQ(bad, 1);
+  step(1.0f); // and a good step the bad count
+  EXPECT_EQ(bad, 0);
+  step(1.0f);
+  step(1.0f); // third good step in a row: double
+  EXPECT_EQ(scale, 1024.0f);
+  EXPECT_EQ(good, 0);
+  // Never below 1; never to infinity.
+  scale = 1.5f;
+  step(INFINITY);
+  step(INFINITY);
+  EXPECT_EQ(scale, 1.0f);
+  scale = 3e38f;
+  good = 2;
+  step(1.0f);
+  EXPECT_EQ(scale, 3e38f);
+  EXPECT_EQ(good, 0);
+  EXPECT_EQ(strata_rt_error(ctx, nullptr), nullptr);
+}
+
 TEST(RuntimeTest, SymbolsNameEveryKernel) {
   size_t count = 0;
   const StrataRtSymbol *symbols = strata_rt_symbols(&count);
-  EXPECT_EQ(count, 34u);
+  EXPECT_EQ(count, 36u);
   bool gemm = false;
   for (size_t i = 0; i < count; ++i) {
     EXPECT_NE(symbols[i].address, nullptr);

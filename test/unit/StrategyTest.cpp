@@ -140,7 +140,7 @@ TEST(PassPlan, OrderAndPipelineText) {
 pipeline: {enable: true, pp_degree: 2, accumulate_steps: 4}
 fused_passes: {enable: true, gemm_epilogue: true}
 recompute: {enable: true, checkpoints: [h0]}
-amp: {enable: true}
+amp: {enable: true, dtype: bfloat16}
 sharding: {enable: true, degree: 2}
 )",
                        StrategyContext{8});
@@ -172,11 +172,14 @@ sharding: {enable: true, degree: 2}
 class PassPlanRegistered : public StrataTestContext, public ::testing::Test {};
 
 TEST_F(PassPlanRegistered, AddsRegisteredPassesAndRejectsMissingOnes) {
-  // AMP is not implemented: its plan names the strategy key.
-  Strategy amp = parseOk("amp: {enable: true}");
+  // A planned pass without an implementation names the strategy key that
+  // selected it.
+  Strategy amp = parseOk("amp: {enable: true, dtype: bfloat16}");
+  std::vector<PlannedPass> ampPlan = planPasses(amp, std::nullopt);
+  ASSERT_EQ(ampPlan.front().name, "strata-amp");
+  ampPlan.front().create = nullptr;
   mlir::OpPassManager before("builtin.module");
-  llvm::Error missing =
-      addPlannedPasses(before, planPasses(amp, std::nullopt), amp);
+  llvm::Error missing = addPlannedPasses(before, ampPlan, amp);
   ASSERT_TRUE(static_cast<bool>(missing));
   EXPECT_NE(llvm::toString(std::move(missing))
                 .find("test.yaml:1:7: error: 'amp.enable' selects pass "

@@ -48,6 +48,13 @@ RankGridOp findRankGrid(mlir::ModuleOp module);
 mlir::FailureOr<RankGridOp> getRankGrid(mlir::ModuleOp module,
                                         llvm::StringRef pass);
 
+/// The loss scale of mixed precision: the `strata.state` that carries
+/// `strata.loss_scaling` (declared by strata-amp for float16); null when the
+/// program scales no loss. strata-autodiff seeds the backward with it and
+/// divides it out of the gradients; strata-optimizer skips updates whose
+/// gradients are not finite and moves it by Paddle's dynamic rule.
+StateOp findLossScaleState(mlir::ModuleOp module);
+
 /// Whether `func` is a differentiated step: it returns the loss, then
 /// gradients marked `strata.grad_of` (strata-autodiff's form).
 bool returnsGradients(mlir::func::FuncOp func);

@@ -53,8 +53,9 @@ typedef struct StrataRtContext StrataRtContext;
 /* The version of this ABI. A lowered step calls
    strata_rt_step_begin(ctx, STRATA_RT_ABI_VERSION of its compiler), which
    refuses to run it against a runtime of another version; hosts pass theirs
-   in StrataRtOptions. Version 1 was the untyped (fp32-only) ABI. */
-#define STRATA_RT_ABI_VERSION 2
+   in StrataRtOptions. Version 1 was the untyped (fp32-only) ABI; version 2
+   typed it; version 3 guards the optimizer updates (loss scaling). */
+#define STRATA_RT_ABI_VERSION 3
 
 /* Element types of tensor arguments. */
 enum {
@@ -372,7 +373,10 @@ void strata_rt_cross_entropy_grad(StrataRtContext *ctx, int64_t site,
                                   const void *dloss, int64_t dlossType,
                                   int64_t rows, int64_t vocab);
 
-/* Optimizer support. `step` is the step counter (a scalar tensor). */
+/* Optimizer support. `step` is the step counter (a scalar tensor). Every
+   update takes a `guard` last (NULL: none): the gradients' global norm
+   under loss scaling; when it is not finite the update is skipped, its
+   outputs equal to its inputs (nothing is written when they alias). */
 void strata_rt_lr_schedule(StrataRtContext *ctx, int64_t site, void *lr,
                            int64_t lrType, const void *step, int64_t stepType,
                            int64_t kind, double baseLr, int64_t warmupSteps,
@@ -388,14 +392,16 @@ void strata_rt_clip(StrataRtContext *ctx, int64_t site, void *out,
 void strata_rt_sgd(StrataRtContext *ctx, int64_t site, void *newParam,
                    int64_t newParamType, const void *param, int64_t paramType,
                    const void *grad, int64_t gradType, const void *lr,
-                   int64_t lrType, int64_t n, double weightDecay);
+                   int64_t lrType, int64_t n, double weightDecay,
+                   const void *guard, int64_t guardType);
 void strata_rt_momentum(StrataRtContext *ctx, int64_t site, void *newParam,
                         int64_t newParamType, void *newVelocity,
                         int64_t newVelocityType, const void *param,
                         int64_t paramType, const void *grad, int64_t gradType,
                         const void *velocity, int64_t velocityType,
                         const void *lr, int64_t lrType, int64_t n,
-                        double momentum, double weightDecay, int64_t nesterov);
+                        double momentum, double weightDecay, int64_t nesterov,
+                        const void *guard, int64_t guardType);
 void strata_rt_adam(StrataRtContext *ctx, int64_t site, int64_t kind,
                     void *newParam, int64_t newParamType, void *newM,
                     int64_t newMType, void *newV, int64_t newVType,
@@ -404,14 +410,28 @@ void strata_rt_adam(StrataRtContext *ctx, int64_t site, int64_t kind,
                     const void *v, int64_t vType, const void *lr,
                     int64_t lrType, const void *step, int64_t stepType,
                     int64_t n, double beta1, double beta2, double eps,
-                    double weightDecay);
+                    double weightDecay, const void *guard, int64_t guardType);
 void strata_rt_lars(StrataRtContext *ctx, int64_t site, void *newParam,
                     int64_t newParamType, void *newVelocity,
                     int64_t newVelocityType, const void *param,
                     int64_t paramType, const void *grad, int64_t gradType,
                     const void *velocity, int64_t velocityType, const void *lr,
                     int64_t lrType, int64_t n, double momentum,
-                    double weightDecay, double larsCoeff, double eps);
+                    double weightDecay, double larsCoeff, double eps,
+                    const void *guard, int64_t guardType);
+/* out (i64) = 1 when the f32 scalar `in` is finite, else 0. */
+void strata_rt_is_finite(StrataRtContext *ctx, int64_t site, void *out,
+                         int64_t outType, const void *in, int64_t inType);
+/* Paddle's dynamic loss-scaling rule (strata.update_loss_scaling): from
+   the gradients' global norm (not finite: an overflow), the f32 scale and
+   the i64 counters of good and bad steps, their new values. */
+void strata_rt_update_loss_scaling(
+    StrataRtContext *ctx, int64_t site, void *newScale, int64_t newScaleType,
+    void *newGood, int64_t newGoodType, void *newBad, int64_t newBadType,
+    const void *norm, int64_t normType, const void *scale, int64_t scaleType,
+    const void *good, int64_t goodType, const void *bad, int64_t badType,
+    int64_t incrEveryNSteps, int64_t decrEveryNNanOrInf, double incrRatio,
+    double decrRatio);
 
 /* Collectives. `group` holds the group's rank lists: their number, then for
    each its length and ranks; the list that holds this rank is used.
