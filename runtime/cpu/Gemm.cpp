@@ -12,6 +12,7 @@
 #include <oneapi/dnnl/dnnl.hpp>
 
 #include <algorithm>
+#include <immintrin.h>
 #include <type_traits>
 #include <vector>
 #include <map>
@@ -136,6 +137,64 @@ static void gemmF32(StrataRtContext *ctx, int64_t site, int64_t batch,
   }
 }
 
+/// Conversions of the GEMM's operands and result. This file is compiled for
+/// baseline x86-64, where an f16 conversion is a library call per element:
+/// the loops are built a second time with F16C (which every AVX2 processor
+/// has) and chosen by what the processor supports.
+template <typename T>
+static void widenLoop(float *to, const T *from, int64_t count) {
+#pragma omp parallel for simd schedule(static) if (count >= (1 << 16))
+  for (int64_t i = 0; i < count; ++i)
+    to[i] = float(from[i]);
+}
+template <typename T>
+static void narrowLoop(T *to, const float *from, int64_t count) {
+#pragma omp parallel for simd schedule(static) if (count >= (1 << 16))
+  for (int64_t i = 0; i < count; ++i)
+    to[i] = T(from[i]);
+}
+__attribute__((target("avx2,fma,f16c"))) static void
+widenF16C(float *to, const strata::cpu::Half *from, int64_t count) {
+  auto *bits = reinterpret_cast<const uint16_t *>(from);
+#pragma omp parallel for schedule(static) if (count >= (1 << 16))
+  for (int64_t i = 0; i < count / 8; ++i)
+    _mm256_storeu_ps(to + 8 * i,
+                     _mm256_cvtph_ps(_mm_loadu_si128(
+                         reinterpret_cast<const __m128i *>(bits + 8 * i))));
+  for (int64_t i = count / 8 * 8; i < count; ++i)
+    to[i] = float(from[i].value);
+}
+__attribute__((target("avx2,fma,f16c"))) static void
+narrowF16C(strata::cpu::Half *to, const float *from, int64_t count) {
+  auto *bits = reinterpret_cast<uint16_t *>(to);
+#pragma omp parallel for schedule(static) if (count >= (1 << 16))
+  for (int64_t i = 0; i < count / 8; ++i)
+    _mm_storeu_si128(reinterpret_cast<__m128i *>(bits + 8 * i),
+                     _mm256_cvtps_ph(_mm256_loadu_ps(from + 8 * i),
+                                     _MM_FROUND_TO_NEAREST_INT));
+  for (int64_t i = count / 8 * 8; i < count; ++i)
+    to[i].value = static_cast<_Float16>(from[i]);
+}
+static bool hasF16C() {
+  static const bool f16c = __builtin_cpu_supports("avx2") &&
+                           __builtin_cpu_supports("f16c");
+  return f16c;
+}
+template <typename T>
+static void widen(float *to, const T *from, int64_t count) {
+  if constexpr (std::is_same_v<T, strata::cpu::Half>)
+    if (hasF16C())
+      return widenF16C(to, from, count);
+  widenLoop(to, from, count);
+}
+template <typename T>
+static void narrow(T *to, const float *from, int64_t count) {
+  if constexpr (std::is_same_v<T, strata::cpu::Half>)
+    if (hasF16C())
+      return narrowF16C(to, from, count);
+  narrowLoop(to, from, count);
+}
+
 /// A bf16 or f16 GEMM: the operands widened to f32 (exactly), the f32 GEMM,
 /// the result rounded once. On CPUs without native low-precision matrix
 /// instructions this is also the fastest path (oneDNN converts inside its
@@ -155,11 +214,6 @@ static void gemmLow(StrataRtContext *ctx, int64_t site, int64_t batch,
     buffer.resize(aCount + bCount + cCount + biasCount);
   float *wa = buffer.data(), *wb = wa + aCount, *wc = wb + bCount,
         *wbias = wc + cCount;
-  auto widen = [](float *to, const T *from, int64_t count) {
-#pragma omp parallel for simd schedule(static) if (count >= (1 << 16))
-    for (int64_t i = 0; i < count; ++i)
-      to[i] = float(from[i]);
-  };
   widen(wa, a, aCount);
   widen(wb, b, bCount);
   if (bias)
@@ -168,9 +222,7 @@ static void gemmLow(StrataRtContext *ctx, int64_t site, int64_t batch,
     widen(wc, c, cCount);
   gemmF32(ctx, site, batch, m, n, k, wa, aBatchStride, transA, wb,
           bBatchStride, transB, wc, bias ? wbias : nullptr, act, accumulate);
-#pragma omp parallel for simd schedule(static) if (cCount >= (1 << 16))
-  for (int64_t i = 0; i < cCount; ++i)
-    c[i] = T(wc[i]);
+  narrow(c, wc, cCount);
 }
 
 extern "C" void

@@ -291,62 +291,147 @@ void STRATA_RT_KERNEL(strata_rt_binary)(StrataRtContext *ctx, int64_t site,
   }
 }
 
+} // extern "C"
+
+namespace {
+
+/// Low-precision elementwise kernels run their f32 loop on blocks widened
+/// into f32 buffers on the stack, so that the loop vectorises as for f32.
+constexpr int64_t kBlock = 512;
+
+template <typename T> void widenBlock(float *to, const T *from, int64_t n) {
+#pragma omp simd
+  for (int64_t i = 0; i < n; ++i)
+    to[i] = float(from[i]);
+}
+template <typename T> void narrowBlock(T *to, const float *from, int64_t n) {
+#pragma omp simd
+  for (int64_t i = 0; i < n; ++i)
+    to[i] = T(from[i]);
+}
+
+bool knownUnary(int64_t op) {
+  switch (op) {
+  case STRATA_RT_UNARY_SCALE:
+  case STRATA_RT_ACT_RELU:
+  case STRATA_RT_ACT_GELU_TANH:
+  case STRATA_RT_ACT_GELU_ERF:
+  case STRATA_RT_ACT_SILU:
+  case STRATA_RT_UNARY_RSQRT:
+  case STRATA_RT_UNARY_TANH:
+  case STRATA_RT_ACT_NONE:
+    return true;
+  }
+  return false;
+}
+
+/// out = f(in) on f32 arrays (a known `op`); one thread's block.
+void unaryF32(int64_t op, float *out, const float *in, int64_t n, float f) {
+  switch (op) {
+  case STRATA_RT_UNARY_SCALE:
+#pragma omp simd
+    for (int64_t i = 0; i < n; ++i)
+      out[i] = in[i] * f;
+    break;
+  case STRATA_RT_ACT_RELU:
+#pragma omp simd
+    for (int64_t i = 0; i < n; ++i)
+      out[i] = in[i] > 0.0f ? in[i] : 0.0f;
+    break;
+  case STRATA_RT_ACT_GELU_TANH:
+#pragma omp simd
+    for (int64_t i = 0; i < n; ++i)
+      out[i] = geluTanh(in[i]);
+    break;
+  case STRATA_RT_ACT_GELU_ERF:
+    for (int64_t i = 0; i < n; ++i)
+      out[i] = geluErf(in[i]);
+    break;
+  case STRATA_RT_ACT_SILU:
+#pragma omp simd
+    for (int64_t i = 0; i < n; ++i)
+      out[i] = in[i] / (1.0f + std::exp(-in[i]));
+    break;
+  case STRATA_RT_UNARY_RSQRT:
+#pragma omp simd
+    for (int64_t i = 0; i < n; ++i)
+      out[i] = 1.0f / std::sqrt(in[i]);
+    break;
+  case STRATA_RT_UNARY_TANH:
+    for (int64_t i = 0; i < n; ++i)
+      out[i] = std::tanh(in[i]);
+    break;
+  case STRATA_RT_ACT_NONE:
+    if (out != in)
+      std::memmove(out, in, n * sizeof(float));
+    break;
+  }
+}
+
+bool knownActGrad(int64_t act) {
+  return act == STRATA_RT_ACT_RELU || act == STRATA_RT_ACT_GELU_TANH ||
+         act == STRATA_RT_ACT_GELU_ERF || act == STRATA_RT_ACT_SILU ||
+         act == STRATA_RT_ACT_NONE;
+}
+
+/// out = dy * f'(x) on f32 arrays (a known `act`); one thread's block.
+void actGradF32(int64_t act, float *out, const float *x, const float *dy,
+                int64_t n) {
+  switch (act) {
+  case STRATA_RT_ACT_RELU:
+#pragma omp simd
+    for (int64_t i = 0; i < n; ++i)
+      out[i] = x[i] > 0.0f ? dy[i] : 0.0f;
+    break;
+  case STRATA_RT_ACT_GELU_TANH:
+#pragma omp simd
+    for (int64_t i = 0; i < n; ++i)
+      out[i] = dy[i] * geluTanhGrad(x[i]);
+    break;
+  case STRATA_RT_ACT_GELU_ERF:
+    for (int64_t i = 0; i < n; ++i)
+      out[i] = dy[i] * geluErfGrad(x[i]);
+    break;
+  case STRATA_RT_ACT_SILU:
+#pragma omp simd
+    for (int64_t i = 0; i < n; ++i) {
+      float s = 1.0f / (1.0f + std::exp(-x[i]));
+      out[i] = dy[i] * s * (1.0f + x[i] * (1.0f - s));
+    }
+    break;
+  case STRATA_RT_ACT_NONE:
+    if (out != dy)
+      std::memmove(out, dy, n * sizeof(float));
+    break;
+  }
+}
+
+} // namespace
+
+extern "C" {
+
 void STRATA_RT_KERNEL(strata_rt_unary)(StrataRtContext *ctx, int64_t site,
                                        int64_t op, void *outData,
                                        int64_t outType, const void *inData,
                                        int64_t inType, int64_t n,
                                        double alpha) {
+  if (!knownUnary(op))
+    return ctx->fail(site, "unknown unary op code " + std::to_string(op));
   withSameFloatType(ctx, site, "unary", {outType, inType}, [&](auto tag) {
     using T = decltype(tag);
     auto *out = static_cast<T *>(outData);
     auto *in = static_cast<const T *>(inData);
-    float f = float(alpha);
-    switch (op) {
-    case STRATA_RT_UNARY_SCALE:
-#pragma omp parallel for simd schedule(static) if (n >= kParallelGrain)
-      for (int64_t i = 0; i < n; ++i)
-        out[i] = T(float(in[i]) * f);
-      break;
-    case STRATA_RT_ACT_RELU:
-#pragma omp parallel for simd schedule(static) if (n >= kParallelGrain)
-      for (int64_t i = 0; i < n; ++i) {
-        float x = float(in[i]);
-        out[i] = T(x > 0.0f ? x : 0.0f);
-      }
-      break;
-    case STRATA_RT_ACT_GELU_TANH:
-#pragma omp parallel for simd schedule(static) if (n >= kParallelGrain)
-      for (int64_t i = 0; i < n; ++i)
-        out[i] = T(geluTanh(float(in[i])));
-      break;
-    case STRATA_RT_ACT_GELU_ERF:
 #pragma omp parallel for schedule(static) if (n >= kParallelGrain)
-      for (int64_t i = 0; i < n; ++i)
-        out[i] = T(geluErf(float(in[i])));
-      break;
-    case STRATA_RT_ACT_SILU:
-#pragma omp parallel for simd schedule(static) if (n >= kParallelGrain)
-      for (int64_t i = 0; i < n; ++i) {
-        float x = float(in[i]);
-        out[i] = T(x / (1.0f + std::exp(-x)));
+    for (int64_t b = 0; b < n; b += kBlock) {
+      int64_t m = std::min(kBlock, n - b);
+      if constexpr (std::is_same_v<T, float>) {
+        unaryF32(op, out + b, in + b, m, float(alpha));
+      } else {
+        float x[kBlock], y[kBlock];
+        widenBlock(x, in + b, m);
+        unaryF32(op, y, x, m, float(alpha));
+        narrowBlock(out + b, y, m);
       }
-      break;
-    case STRATA_RT_UNARY_RSQRT:
-#pragma omp parallel for simd schedule(static) if (n >= kParallelGrain)
-      for (int64_t i = 0; i < n; ++i)
-        out[i] = T(1.0f / std::sqrt(float(in[i])));
-      break;
-    case STRATA_RT_UNARY_TANH:
-#pragma omp parallel for schedule(static) if (n >= kParallelGrain)
-      for (int64_t i = 0; i < n; ++i)
-        out[i] = T(std::tanh(float(in[i])));
-      break;
-    case STRATA_RT_ACT_NONE:
-      if (static_cast<void *>(out) != static_cast<const void *>(in))
-        std::memcpy(out, in, n * sizeof(T));
-      break;
-    default:
-      ctx->fail(site, "unknown unary op code " + std::to_string(op));
     }
   });
 }
@@ -356,42 +441,26 @@ void STRATA_RT_KERNEL(strata_rt_act_grad)(StrataRtContext *ctx, int64_t site,
                                           int64_t outType, const void *xData,
                                           int64_t xType, const void *dyData,
                                           int64_t dyType, int64_t n) {
+  if (!knownActGrad(act))
+    return ctx->fail(site, "unknown activation code " + std::to_string(act));
   withSameFloatType(
       ctx, site, "act_grad", {outType, xType, dyType}, [&](auto tag) {
         using T = decltype(tag);
         auto *out = static_cast<T *>(outData);
         auto *x = static_cast<const T *>(xData);
         auto *dy = static_cast<const T *>(dyData);
-        switch (act) {
-        case STRATA_RT_ACT_RELU:
-#pragma omp parallel for simd schedule(static) if (n >= kParallelGrain)
-          for (int64_t i = 0; i < n; ++i)
-            out[i] = T(float(x[i]) > 0.0f ? float(dy[i]) : 0.0f);
-          break;
-        case STRATA_RT_ACT_GELU_TANH:
-#pragma omp parallel for simd schedule(static) if (n >= kParallelGrain)
-          for (int64_t i = 0; i < n; ++i)
-            out[i] = T(float(dy[i]) * geluTanhGrad(float(x[i])));
-          break;
-        case STRATA_RT_ACT_GELU_ERF:
 #pragma omp parallel for schedule(static) if (n >= kParallelGrain)
-          for (int64_t i = 0; i < n; ++i)
-            out[i] = T(float(dy[i]) * geluErfGrad(float(x[i])));
-          break;
-        case STRATA_RT_ACT_SILU:
-#pragma omp parallel for simd schedule(static) if (n >= kParallelGrain)
-          for (int64_t i = 0; i < n; ++i) {
-            float xi = float(x[i]);
-            float sg = 1.0f / (1.0f + std::exp(-xi));
-            out[i] = T(float(dy[i]) * sg * (1.0f + xi * (1.0f - sg)));
+        for (int64_t b = 0; b < n; b += kBlock) {
+          int64_t m = std::min(kBlock, n - b);
+          if constexpr (std::is_same_v<T, float>) {
+            actGradF32(act, out + b, x + b, dy + b, m);
+          } else {
+            float xs[kBlock], dys[kBlock], o[kBlock];
+            widenBlock(xs, x + b, m);
+            widenBlock(dys, dy + b, m);
+            actGradF32(act, o, xs, dys, m);
+            narrowBlock(out + b, o, m);
           }
-          break;
-        case STRATA_RT_ACT_NONE:
-          if (static_cast<void *>(out) != static_cast<const void *>(dy))
-            std::memcpy(out, dy, n * sizeof(T));
-          break;
-        default:
-          ctx->fail(site, "unknown activation code " + std::to_string(act));
         }
       });
 }
@@ -493,8 +562,25 @@ void STRATA_RT_KERNEL(strata_rt_reduce)(StrataRtContext *ctx, int64_t site,
                                         double scale) {
   withSameFloatType(ctx, site, "reduce", {outType, inType}, [&](auto tag) {
     using T = decltype(tag);
-    reduceLoop(static_cast<T *>(outData), static_cast<const T *>(inData),
-               rank, desc, scale);
+    if constexpr (std::is_same_v<T, float>) {
+      reduceLoop(static_cast<float *>(outData),
+                 static_cast<const float *>(inData), rank, desc, scale);
+    } else {
+      // The f32 reduction of the widened input (it vectorises), rounded.
+      int64_t n = 1, outN = 1;
+      for (int64_t d = 0; d < rank; ++d) {
+        n *= desc[d];
+        if (desc[rank + d] != 0)
+          outN *= desc[d];
+      }
+      float *wide = ctx->scratchFloats(n + outN);
+      auto *in = static_cast<const T *>(inData);
+#pragma omp parallel for schedule(static) if (n >= kParallelGrain)
+      for (int64_t b = 0; b < n; b += kBlock)
+        widenBlock(wide + b, in + b, std::min(kBlock, n - b));
+      reduceLoop(wide + n, wide, rank, desc, scale);
+      narrowBlock(static_cast<T *>(outData), wide + n, outN);
+    }
   });
 }
 
