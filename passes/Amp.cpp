@@ -136,6 +136,7 @@ LogicalResult AmpPass::declareLossScale(ModuleOp module) {
 
 void AmpPass::runOnOperation() {
   ModuleOp module = getOperation();
+  casts.clear();
   auto fail = [&](const Twine &message) {
     emitError(module.getLoc()) << "strata-amp: " << message;
     signalPassFailure();

@@ -327,7 +327,7 @@ LogicalResult Differentiator::run() {
   // the parameter gradients below).
   builder.setInsertionPoint(ret);
   RankedTensorType lossType = tensorType(loss);
-  Value lossScale;
+  Value lossScale, inverseScale;
   if (StateOp state = findLossScaleState(module)) {
     if (state.getTensorType() != lossType)
       return state.emitOpError("is a loss scale of type ")
@@ -335,6 +335,9 @@ LogicalResult Differentiator::run() {
     lossScale = make<GetStateOp>(ret.getLoc(), lossType,
                                  FlatSymbolRefAttr::get(state.getSymNameAttr()));
     adjoints[loss] = lossScale;
+    inverseScale = make<DivOp>(ret.getLoc(),
+                               constant(ret.getLoc(), lossType, 1.0),
+                               lossScale);
   } else {
     adjoints[loss] = constant(ret.getLoc(), lossType, 1.0);
   }
@@ -356,16 +359,16 @@ LogicalResult Differentiator::run() {
 
   SmallVector<Value> results = {loss};
   SmallVector<FlatSymbolRefAttr> gradOf;
-  Value inverseScale;
-  if (lossScale)
-    inverseScale = make<DivOp>(ret.getLoc(),
-                               constant(ret.getLoc(), lossType, 1.0),
-                               lossScale);
   for (ParamOp param : module.getOps<ParamOp>()) {
     if (param.getFrozen())
       continue;
     Value grad = paramGrads.lookup(param.getSymName());
     if (grad && inverseScale) {
+      // Right where the gradient is complete, so that data parallelism's
+      // buckets close as early as without loss scaling.
+      OpBuilder::InsertionGuard guard(builder);
+      if (Operation *def = grad.getDefiningOp())
+        builder.setInsertionPointAfter(def);
       auto unscaled = make<MulOp>(param.getLoc(), grad, inverseScale);
       if (Operation *def = grad.getDefiningOp())
         if (std::optional<int64_t> stage = getStage(def))

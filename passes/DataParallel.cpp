@@ -228,16 +228,34 @@ struct DataParallelPass
           {elements}, tensorType(grads.front()).getElementType());
       auto pack = PackOp::create(b, ret.getLoc(), flat, grads);
       setRole(pack, Role::Communication);
-      auto reduce = AllReduceOp::create(b, ret.getLoc(), flat,
-                                        TokenType::get(ctx), pack, chain,
-                                        group, mean);
+      // fp16_allreduce: half the bytes on the wire. Each rank's share is
+      // divided by the group size before it is narrowed, and the f16 buffer
+      // summed, so that the sum cannot overflow where the mean would not.
+      Value wire = pack;
+      bool narrow = fp16Allreduce && flat.getElementType().isF32();
+      if (narrow) {
+        auto share = ScaleOp::create(b, ret.getLoc(), pack,
+                                     b.getF64FloatAttr(1.0 / double(n)));
+        wire = CastOp::create(b, ret.getLoc(), flat.clone(b.getF16Type()),
+                              share);
+        setRole(share, Role::Communication);
+        setRole(wire.getDefiningOp(), Role::Communication);
+      }
+      auto reduce = AllReduceOp::create(
+          b, ret.getLoc(), wire.getType(), TokenType::get(ctx), wire, chain,
+          group,
+          narrow ? ReduceKindAttr::get(ctx, ReduceKind::Sum) : mean);
       setRole(reduce, Role::Communication);
       reduce->setAttr(StrataDialect::kBucketAttrName,
                       b.getI64IntegerAttr(index));
       chain = reduce.getOutToken();
       b.setInsertionPoint(ret);
-      auto unpack = UnpackOp::create(b, ret.getLoc(), types,
-                                     reduce.getResult(),
+      Value reduced = reduce.getResult();
+      if (narrow) {
+        reduced = CastOp::create(b, ret.getLoc(), flat, reduced);
+        setRole(reduced.getDefiningOp(), Role::Communication);
+      }
+      auto unpack = UnpackOp::create(b, ret.getLoc(), types, reduced,
                                      b.getI64IntegerAttr(0));
       setRole(unpack, Role::Communication);
       for (auto [i, v] : llvm::zip(bucket, unpack.getResults()))

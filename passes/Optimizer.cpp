@@ -74,7 +74,6 @@ LogicalResult OptimizerPass::rewrite(func::FuncOp func) {
   Location loc = ret.getLoc();
   MLIRContext *ctx = b.getContext();
 
-
   SmallVector<Value> grads;
   SmallVector<FlatSymbolRefAttr> params;
   for (unsigned i = 1; i < func.getNumResults(); ++i) {
@@ -88,10 +87,12 @@ LogicalResult OptimizerPass::rewrite(func::FuncOp func) {
   }
 
   // Under loss scaling, an update happens only when every gradient is
-  // finite: the global norm decides, which sharding and the pipeline reduce
-  // over every rank that holds gradients, so all ranks decide alike. It
-  // rides on the clipping op; without clipping that op's bound is the
-  // largest f32, which scales finite gradients by exactly 1.
+  // finite: the global norm decides, which data parallelism (gradients
+  // all-reduced first) and sharding (the norm summed over the group) make
+  // the same on every rank. It rides on the clipping op; without clipping
+  // that op's bound is the largest f32, which scales finite gradients by
+  // exactly 1. (strata-pipeline does not yet combine a norm that anything
+  // but clipping reads: loss scaling with a pipeline is refused.)
   StateOp lossScale = findLossScaleState(func->getParentOfType<ModuleOp>());
   Value guard;
   if ((gradClipNorm > 0.0 || lossScale) && !grads.empty()) {

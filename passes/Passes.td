@@ -364,6 +364,11 @@ def StrataDataParallel : Pass<"strata-data-parallel", "mlir::ModuleOp"> {
     without a gradient path has a zero gradient that is reduced like the
     others, so no rank waits for a collective another rank skips
     (`find-unused-parameters` changes nothing in a static program).
+
+    With `fp16-allreduce` (fleet's `fp16_allreduce`) each rank's f32 bucket
+    is divided by D and cast to f16 after packing, summed in f16 (half the
+    bytes on the wire; every sum rounds to f16, so values outside f16's
+    normal range lose precision), and cast back before unpacking.
   }];
   let options = [
     Option<"bucketMb", "bucket-mb", "double", "25.0",
@@ -371,7 +376,9 @@ def StrataDataParallel : Pass<"strata-data-parallel", "mlir::ModuleOp"> {
     Option<"lastBucketMb", "last-bucket-mb", "double", "1.0",
            "Cap of the bucket that closes last, in MB">,
     Option<"findUnusedParameters", "find-unused-parameters", "bool",
-           "false", "Accepted for Paddle compatibility (see above)">
+           "false", "Accepted for Paddle compatibility (see above)">,
+    Option<"fp16Allreduce", "fp16-allreduce", "bool", "false",
+           "All-reduce f32 gradient buckets in f16">
   ];
   let dependentDialects = ["::strata::StrataDialect"];
 }

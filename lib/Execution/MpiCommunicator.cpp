@@ -2,6 +2,8 @@
 
 #include "strata/Execution/MpiCommunicator.h"
 
+#include "../../runtime/common/LowPrecision.h"
+
 #include "llvm/ADT/Twine.h"
 
 #include <chrono>
@@ -16,8 +18,37 @@ static Error mpiError(const Twine &message) {
   return createStringError(inconvertibleErrorCode(), message);
 }
 
+/// Sums of bf16 and f16 words (MPI has none): each pair added in f32 and
+/// rounded to nearest even, as the runtime stores them.
+template <typename T>
+static void sumLowPrecision(void *in, void *inout, int *len, MPI_Datatype *) {
+  auto *a = static_cast<const T *>(in);
+  auto *b = static_cast<T *>(inout);
+  for (int i = 0; i < *len; ++i)
+    b[i] = T(float(a[i]) + float(b[i]));
+}
+/// MPI's sum for `dtype`: MPI_SUM, or the operation made once for bf16 and
+/// f16 (kept for the process's life).
+static MPI_Op sumOf(int64_t dtype) {
+  if (dtype == STRATA_RT_BF16 || dtype == STRATA_RT_F16) {
+    static MPI_Op bf16 = [] {
+      MPI_Op op;
+      MPI_Op_create(&sumLowPrecision<strata::cpu::BFloat16>, /*commute=*/1,
+                    &op);
+      return op;
+    }();
+    static MPI_Op f16 = [] {
+      MPI_Op op;
+      MPI_Op_create(&sumLowPrecision<strata::cpu::Half>, /*commute=*/1, &op);
+      return op;
+    }();
+    return dtype == STRATA_RT_BF16 ? bf16 : f16;
+  }
+  return MPI_SUM;
+}
+
 /// The MPI datatype of a runtime element type. bf16 and f16 move as 16-bit
-/// words (MPI has no sum for them: reductions refuse them).
+/// words (their sums are sumOf's operations).
 static MPI_Datatype mpiType(int64_t dtype) {
   switch (dtype) {
   case STRATA_RT_F32:
@@ -251,14 +282,11 @@ int MpiCommunicator::runtimeCollective(void *user, const StrataRtCollective *c,
   if (!sub)
     return runtimeError(error, errorSize, toString(sub.takeError()));
   MPI_Datatype type = mpiType(c->dtype);
-  bool sums =
-      c->op == STRATA_RT_ALL_REDUCE || c->op == STRATA_RT_REDUCE_SCATTER;
-  if (type == MPI_DATATYPE_NULL ||
-      (sums && (c->dtype == STRATA_RT_BF16 || c->dtype == STRATA_RT_F16)))
+  if (type == MPI_DATATYPE_NULL)
     return runtimeError(error, errorSize,
-                        Twine("the MPI communicator cannot ") +
-                            (sums ? "sum " : "move ") +
+                        Twine("the MPI communicator cannot move ") +
                             strata_rt_element_name(c->dtype) + " tensors");
+  MPI_Op sum = sumOf(c->dtype);
   int count = int(c->count);
   MPI_Request *r = request ? new MPI_Request : nullptr;
   int status = MPI_SUCCESS;
@@ -267,8 +295,8 @@ int MpiCommunicator::runtimeCollective(void *user, const StrataRtCollective *c,
   case STRATA_RT_ALL_REDUCE:
     call = r ? "MPI_Iallreduce" : "MPI_Allreduce";
     status =
-        r ? MPI_Iallreduce(MPI_IN_PLACE, c->recv, count, type, MPI_SUM, *sub, r)
-          : MPI_Allreduce(MPI_IN_PLACE, c->recv, count, type, MPI_SUM, *sub);
+        r ? MPI_Iallreduce(MPI_IN_PLACE, c->recv, count, type, sum, *sub, r)
+          : MPI_Allreduce(MPI_IN_PLACE, c->recv, count, type, sum, *sub);
     break;
   case STRATA_RT_BROADCAST:
     call = r ? "MPI_Ibcast" : "MPI_Bcast";
@@ -278,9 +306,9 @@ int MpiCommunicator::runtimeCollective(void *user, const StrataRtCollective *c,
   case STRATA_RT_REDUCE_SCATTER:
     call = r ? "MPI_Ireduce_scatter_block" : "MPI_Reduce_scatter_block";
     status = r ? MPI_Ireduce_scatter_block(c->send, c->recv, count, type,
-                                           MPI_SUM, *sub, r)
+                                           sum, *sub, r)
                : MPI_Reduce_scatter_block(c->send, c->recv, count, type,
-                                          MPI_SUM, *sub);
+                                          sum, *sub);
     break;
   case STRATA_RT_ALL_GATHER:
     call = r ? "MPI_Iallgather" : "MPI_Allgather";

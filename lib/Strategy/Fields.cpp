@@ -149,7 +149,8 @@ const std::vector<SectionInfo> &sections() {
                                 STRATA_FIELD(D, last_comm_buffer_size),
                                 STRATA_FIELD(D, overlap_comm_cacl),
                                 STRATA_FIELD(D, gradient_sync_after_accumulate),
-                                STRATA_FIELD(D, find_unused_parameters)}));
+                                STRATA_FIELD(D, find_unused_parameters),
+                                STRATA_FIELD(D, fp16_allreduce)}));
     using H = HybridSection;
     v.push_back(makeSection<H>(
         "hybrid", &Strategy::hybrid,

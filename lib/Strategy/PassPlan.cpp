@@ -138,6 +138,7 @@ std::vector<PlannedPass> strata::planPasses(const Strategy &s,
     o.bucketMb = s.dp_optimization.comm_buffer_size;
     o.lastBucketMb = s.dp_optimization.last_comm_buffer_size;
     o.findUnusedParameters = s.dp_optimization.find_unused_parameters;
+    o.fp16Allreduce = s.dp_optimization.fp16_allreduce;
     add("strata-data-parallel", "world size",
         [o] { return createStrataDataParallel(o); });
   }

@@ -524,12 +524,18 @@ Error Reader::read() {
 
   // fleet switches of features Strata does not implement.
   for (StringRef name :
-       {"localsgd", "adaptive_localsgd", "dgc", "fp16_allreduce", "auto"}) {
+       {"localsgd", "adaptive_localsgd", "dgc", "auto"}) {
     auto it = switches.find(name);
     if (it != switches.end() && it->second.first)
       return fail(it->second.second,
                   "'" + name + "' is not implemented in Strata");
   }
+  // fleet's fp16_allreduce is a setting of data parallelism.
+  if (auto it = switches.find("fp16_allreduce");
+      it != switches.end() && it->second.first)
+    if (Error err =
+            store("dp_optimization.fp16_allreduce", true, it->second.second))
+      return err;
   // lamb / lars choose the optimizer; their configs apply only then.
   bool lamb = switches.lookup("lamb").first;
   bool lars = switches.lookup("lars").first;

@@ -180,14 +180,17 @@ const char *collectiveName(int64_t op) {
   return "collective";
 }
 
-/// A mean is the sum divided by the group's size.
+/// A mean is the sum divided by the group's size (in f32, rounded once for
+/// bf16 and f16).
 void finishMean(const StrataRtContext::Pending &p) {
-  if (p.mean) {
-    float count = float(p.numRanks);
-    float *o = static_cast<float *>(p.out);
-    for (int64_t i = 0; i < p.n; ++i)
-      o[i] /= count;
-  }
+  if (p.mean)
+    strata::cpu::withFloatType(p.dtype, [&](auto tag) {
+      using T = decltype(tag);
+      float count = float(p.numRanks);
+      T *o = static_cast<T *>(p.out);
+      for (int64_t i = 0; i < p.n; ++i)
+        o[i] = T(float(o[i]) / count);
+    });
 }
 } // namespace
 
@@ -203,9 +206,10 @@ void strata_rt_collective(StrataRtContext *ctx, int64_t site, int64_t op,
     return;
   }
   const char *name = collectiveName(op);
-  // Sums are the host's (MPI, NCCL) on any type; the mean divides f32.
+  // Sums are the host's (MPI, NCCL) on any type; the mean divides floats.
   if (strata_rt_element_bytes(dtype) == 0 ||
-      (kind == 1 && dtype != STRATA_RT_F32))
+      (kind == 1 && dtype != STRATA_RT_F32 && dtype != STRATA_RT_BF16 &&
+       dtype != STRATA_RT_F16))
     return unsupportedType(ctx, site, name, dtype);
   if (!ctx->collective) {
     ctx->fail(site, std::string(name) + " needs several ranks");

@@ -9,7 +9,7 @@
 #ifndef STRATA_RUNTIME_CPU_CONTEXT_H
 #define STRATA_RUNTIME_CPU_CONTEXT_H
 
-#include "LowPrecision.h"
+#include "../common/LowPrecision.h"
 #include "strata/Runtime/StrataRuntime.h"
 
 #include <atomic>

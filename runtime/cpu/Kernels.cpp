@@ -22,7 +22,7 @@
 #define STRATA_RT_KERNEL(name) STRATA_RT_CONCAT(name, STRATA_RT_VARIANT)
 
 #include "../common/StrataRandom.h"
-#include "LowPrecision.h"
+#include "../common/LowPrecision.h"
 
 #include <algorithm>
 #include <cmath>
@@ -207,8 +207,9 @@ void keep(void *out, const void *in, int64_t n) {
     std::memcpy(out, in, size_t(n) * sizeof(float));
 }
 
-template <typename T>
-void reduceLoop(T *out, const T *in, int64_t rank, const int64_t *desc,
+/// out = scale * the sum of `in` over the dimensions whose output stride is
+/// 0 (strata_rt_reduce's `desc`), accumulated in double.
+void reduceLoop(float *out, const float *in, int64_t rank, const int64_t *desc,
                 double scale) {
   const int64_t *shape = desc, *ostrides = desc + rank;
   int64_t n = 1, outN = 1;
@@ -220,7 +221,7 @@ void reduceLoop(T *out, const T *in, int64_t rank, const int64_t *desc,
   // Rows of the last dimension, summed in input order (deterministic).
   std::vector<double> acc(outN, 0.0);
   if (rank == 0) {
-    out[0] = T(float(in[0]) * scale);
+    out[0] = float(in[0] * scale);
     return;
   }
   int64_t inner = shape[rank - 1], rows = n / std::max<int64_t>(inner, 1);
@@ -235,23 +236,23 @@ void reduceLoop(T *out, const T *in, int64_t rank, const int64_t *desc,
       int64_t off[1];
       rowOffsets<1>(r, rank, shape, s, off);
       double sum = 0;
-      const T *x = in + r * inner;
+      const float *x = in + r * inner;
       for (int64_t j = 0; j < inner; ++j)
-        sum += float(x[j]);
+        sum += x[j];
       acc[off[0]] += sum;
     }
   } else {
     for (int64_t r = 0; r < rows; ++r) {
       int64_t off[1];
       rowOffsets<1>(r, rank, shape, s, off);
-      const T *x = in + r * inner;
+      const float *x = in + r * inner;
       double *o = acc.data() + off[0];
       for (int64_t j = 0; j < inner; ++j)
-        o[j * step] += float(x[j]);
+        o[j * step] += x[j];
     }
   }
   for (int64_t i = 0; i < outN; ++i)
-    out[i] = T(float(acc[i] * scale));
+    out[i] = float(acc[i] * scale);
 }
 
 } // namespace
@@ -265,30 +266,17 @@ void STRATA_RT_KERNEL(strata_rt_binary)(StrataRtContext *ctx, int64_t site,
                                         int64_t rank, const int64_t *desc) {
   if (!sameTypes(ctx, site, "binary", {outType, aType, bType}))
     return;
-  switch (outType) {
-  case STRATA_RT_F32:
-    return binaryLoop(ctx, site, op, static_cast<float *>(out),
-                      static_cast<const float *>(a),
-                      static_cast<const float *>(b), rank, desc);
-  case STRATA_RT_I32:
-    return binaryLoop(ctx, site, op, static_cast<int32_t *>(out),
-                      static_cast<const int32_t *>(a),
-                      static_cast<const int32_t *>(b), rank, desc);
-  case STRATA_RT_I64:
-    return binaryLoop(ctx, site, op, static_cast<int64_t *>(out),
-                      static_cast<const int64_t *>(a),
-                      static_cast<const int64_t *>(b), rank, desc);
-  case STRATA_RT_BF16:
-    return binaryLoop(ctx, site, op, static_cast<BFloat16 *>(out),
-                      static_cast<const BFloat16 *>(a),
-                      static_cast<const BFloat16 *>(b), rank, desc);
-  case STRATA_RT_F16:
-    return binaryLoop(ctx, site, op, static_cast<Half *>(out),
-                      static_cast<const Half *>(a),
-                      static_cast<const Half *>(b), rank, desc);
-  default:
+  auto run = [&](auto tag) {
+    using T = decltype(tag);
+    binaryLoop(ctx, site, op, static_cast<T *>(out), static_cast<const T *>(a),
+               static_cast<const T *>(b), rank, desc);
+  };
+  if (outType == STRATA_RT_I32)
+    run(int32_t{});
+  else if (outType == STRATA_RT_I64)
+    run(int64_t{});
+  else if (!strata::cpu::withFloatType(outType, run))
     unsupportedType(ctx, site, "binary", outType);
-  }
 }
 
 } // extern "C"

@@ -119,6 +119,8 @@ struct DpOptimizationSection {
   /// Strata synchronises accumulated gradients once per optimizer step.
   bool gradient_sync_after_accumulate = true;
   bool find_unused_parameters = false;
+  /// fleet's fp16_allreduce: gradients cross the wire in float16.
+  bool fp16_allreduce = false;
   bool operator==(const DpOptimizationSection &) const = default;
 };
 

@@ -1,16 +1,20 @@
-//===- LowPrecision.h - bf16 and f16 storage types of the CPU kernels -----===//
+//===- LowPrecision.h - bf16 and f16 storage types ------------------------===//
 //
 // The CPU kernels store bf16 and f16 tensors and compute in f32: an element
 // is widened when it is read and rounded (to nearest, ties to even) when it
 // is written. BFloat16 and Half wrap the 16 bits with those two conversions
 // so that a kernel written for a storage type T reads `float(x[i])` and
-// writes `out[i] = T(v)`; for T = float both are no-ops. Private to
-// runtime/cpu.
+// writes `out[i] = T(v)`; for T = float both are no-ops. The MPI
+// communicator sums bf16 and f16 buffers with them too.
+//
+// Everything here has internal linkage: runtime/cpu/Kernels.cpp is compiled
+// twice, once with AVX2 + F16C, and the linker must never hand a baseline
+// caller the AVX2 copy of an inline function.
 //
 //===----------------------------------------------------------------------===//
 
-#ifndef STRATA_RUNTIME_CPU_LOWPRECISION_H
-#define STRATA_RUNTIME_CPU_LOWPRECISION_H
+#ifndef STRATA_RUNTIME_COMMON_LOWPRECISION_H
+#define STRATA_RUNTIME_COMMON_LOWPRECISION_H
 
 #include "strata/Runtime/StrataRuntime.h"
 
@@ -19,6 +23,7 @@
 #include <type_traits>
 
 namespace strata::cpu {
+namespace {
 
 /// bfloat16: the upper half of an f32 (8 exponent bits, 7 mantissa bits).
 struct BFloat16 {
@@ -75,6 +80,7 @@ template <typename F> bool withFloatType(int64_t dtype, F &&f) {
   return false;
 }
 
+} // namespace
 } // namespace strata::cpu
 
-#endif // STRATA_RUNTIME_CPU_LOWPRECISION_H
+#endif // STRATA_RUNTIME_COMMON_LOWPRECISION_H
