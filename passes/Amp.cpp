@@ -8,8 +8,8 @@
 //
 //===----------------------------------------------------------------------===//
 
-#include "PassUtils.h"
 #include "strata/Passes/Amp.h"
+#include "PassUtils.h"
 #include "strata/Passes/Passes.h"
 
 #include "mlir/Interfaces/InferTypeOpInterface.h"
@@ -29,22 +29,41 @@ using namespace strata;
 
 namespace {
 
-constexpr llvm::StringLiteral kListable[] = {
-    "matmul",      "add",        "sub",         "mul",
-    "div",         "scale",      "bias_add",    "relu",
-    "gelu",        "silu",       "rsqrt",       "tanh",
-    "dropout",     "softmax",    "layer_norm",  "embedding",
-    "reshape",     "transpose",  "reduce_sum",  "reduce_mean",
-    "broadcast_to", "sum_to",    "slice",       "pad",
-    "concat",      "cross_entropy", "fused_gemm_epilogue",
-    "fused_dropout_add"};
+constexpr llvm::StringLiteral kListable[] = {"matmul",
+                                             "add",
+                                             "sub",
+                                             "mul",
+                                             "div",
+                                             "scale",
+                                             "bias_add",
+                                             "relu",
+                                             "gelu",
+                                             "silu",
+                                             "rsqrt",
+                                             "tanh",
+                                             "dropout",
+                                             "softmax",
+                                             "layer_norm",
+                                             "embedding",
+                                             "reshape",
+                                             "transpose",
+                                             "reduce_sum",
+                                             "reduce_mean",
+                                             "broadcast_to",
+                                             "sum_to",
+                                             "slice",
+                                             "pad",
+                                             "concat",
+                                             "cross_entropy",
+                                             "fused_gemm_epilogue",
+                                             "fused_dropout_add"};
 // Paddle's white list (matmul, the fused GEMM epilogue) and black list
 // (softmax, layer norm, losses, sums and means), plus rsqrt: an RMSNorm's
 // statistics stay in f32 like layer norm's.
 constexpr llvm::StringLiteral kWhite[] = {"matmul", "fused_gemm_epilogue"};
-constexpr llvm::StringLiteral kBlack[] = {"softmax",    "layer_norm",
+constexpr llvm::StringLiteral kBlack[] = {"softmax",       "layer_norm",
                                           "cross_entropy", "reduce_sum",
-                                          "reduce_mean", "rsqrt"};
+                                          "reduce_mean",   "rsqrt"};
 
 bool isFloatTensor(Value v) {
   auto t = dyn_cast<RankedTensorType>(v.getType());
@@ -65,12 +84,12 @@ struct AmpPass : public strata::impl::StrataAmpBase<AmpPass> {
     Value &cached = casts[{v, type}];
     if (!cached) {
       OpBuilder b(user);
-      auto cast = CastOp::create(b, user->getLoc(),
-                                 tensorType(v).clone(type), v);
+      auto cast =
+          CastOp::create(b, user->getLoc(), tensorType(v).clone(type), v);
       // The reader's layer (and stage), for recompute and the pipeline.
-      for (StringRef name : {StrataDialect::kLayerAttrName,
-                             StrataDialect::kStageAttrName,
-                             StrataDialect::kMicroBatchAttrName})
+      for (StringRef name :
+           {StrataDialect::kLayerAttrName, StrataDialect::kStageAttrName,
+            StrataDialect::kMicroBatchAttrName})
         if (Attribute a = user->getAttr(name))
           cast->setAttr(name, a);
       cached = cast;
@@ -111,10 +130,9 @@ LogicalResult AmpPass::declareLossScale(ModuleOp module) {
   };
   auto f32 = RankedTensorType::get({}, b.getF32Type());
   auto i64 = RankedTensorType::get({}, b.getI64Type());
-  StateOp scale = declare(
-      "loss_scale", f32,
-      InitAttr::get(b.getContext(), InitKind::Constant,
-                    b.getF64FloatAttr(initLossScaling)));
+  StateOp scale = declare("loss_scale", f32,
+                          InitAttr::get(b.getContext(), InitKind::Constant,
+                                        b.getF64FloatAttr(initLossScaling)));
   InitAttr zeros = InitAttr::get(b.getContext(), InitKind::Zeros, FloatAttr());
   StateOp good = declare((scale.getSymName() + ".good").str(), i64, zeros);
   StateOp bad = declare((scale.getSymName() + ".bad").str(), i64, zeros);
@@ -214,8 +232,8 @@ void AmpPass::runOnOperation() {
           ret.setOperand(i, castTo(ret.getOperand(i), t.getElementType(), op));
       continue;
     }
-    if (op->getDialect() != module.getContext()->getLoadedDialect<
-                                StrataDialect>() ||
+    if (op->getDialect() !=
+            module.getContext()->getLoadedDialect<StrataDialect>() ||
         isa<CastOp>(op))
       continue;
     if (std::optional<Role> role = getRole(op); role && *role != Role::Forward)

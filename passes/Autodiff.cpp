@@ -332,12 +332,11 @@ LogicalResult Differentiator::run() {
     if (state.getTensorType() != lossType)
       return state.emitOpError("is a loss scale of type ")
              << state.getTensorType() << ", but the loss is " << lossType;
-    lossScale = make<GetStateOp>(ret.getLoc(), lossType,
-                                 FlatSymbolRefAttr::get(state.getSymNameAttr()));
+    lossScale = make<GetStateOp>(
+        ret.getLoc(), lossType, FlatSymbolRefAttr::get(state.getSymNameAttr()));
     adjoints[loss] = lossScale;
-    inverseScale = make<DivOp>(ret.getLoc(),
-                               constant(ret.getLoc(), lossType, 1.0),
-                               lossScale);
+    inverseScale = make<DivOp>(
+        ret.getLoc(), constant(ret.getLoc(), lossType, 1.0), lossScale);
   } else {
     adjoints[loss] = constant(ret.getLoc(), lossType, 1.0);
   }

@@ -236,15 +236,14 @@ struct DataParallelPass
       if (narrow) {
         auto share = ScaleOp::create(b, ret.getLoc(), pack,
                                      b.getF64FloatAttr(1.0 / double(n)));
-        wire = CastOp::create(b, ret.getLoc(), flat.clone(b.getF16Type()),
-                              share);
+        wire =
+            CastOp::create(b, ret.getLoc(), flat.clone(b.getF16Type()), share);
         setRole(share, Role::Communication);
         setRole(wire.getDefiningOp(), Role::Communication);
       }
       auto reduce = AllReduceOp::create(
           b, ret.getLoc(), wire.getType(), TokenType::get(ctx), wire, chain,
-          group,
-          narrow ? ReduceKindAttr::get(ctx, ReduceKind::Sum) : mean);
+          group, narrow ? ReduceKindAttr::get(ctx, ReduceKind::Sum) : mean);
       setRole(reduce, Role::Communication);
       reduce->setAttr(StrataDialect::kBucketAttrName,
                       b.getI64IntegerAttr(index));

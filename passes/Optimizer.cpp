@@ -80,8 +80,8 @@ LogicalResult OptimizerPass::rewrite(func::FuncOp func) {
     auto ref = func.getResultAttrOfType<FlatSymbolRefAttr>(
         i, StrataDialect::kGradOfAttrName);
     if (!ref)
-      return mlir::emitError(func.getLoc()) << "result " << i
-                              << " is not a gradient (no strata.grad_of)";
+      return mlir::emitError(func.getLoc())
+             << "result " << i << " is not a gradient (no strata.grad_of)";
     grads.push_back(ret.getOperand(i));
     params.push_back(ref);
   }
@@ -97,10 +97,11 @@ LogicalResult OptimizerPass::rewrite(func::FuncOp func) {
   Value guard;
   if ((gradClipNorm > 0.0 || lossScale) && !grads.empty()) {
     Value norm = make<GlobalNormOp>(b, loc, grads);
-    double bound = gradClipNorm > 0.0 ? double(gradClipNorm)
-                                      : double(std::numeric_limits<float>::max());
-    auto clip = make<ClipByGlobalNormOp>(b, loc, grads, norm,
-                                         b.getF64FloatAttr(bound));
+    double bound = gradClipNorm > 0.0
+                       ? double(gradClipNorm)
+                       : double(std::numeric_limits<float>::max());
+    auto clip =
+        make<ClipByGlobalNormOp>(b, loc, grads, norm, b.getF64FloatAttr(bound));
     grads.assign(clip.getResults().begin(), clip.getResults().end());
     if (lossScale)
       guard = norm;
@@ -112,10 +113,10 @@ LogicalResult OptimizerPass::rewrite(func::FuncOp func) {
   FlatSymbolRefAttr stepSym =
       declareState("step", i64, InitKind::Zeros, FlatSymbolRefAttr());
   Value oldStep = make<GetStateOp>(b, loc, i64, stepSym);
-  Value one = guard ? Value(make<IsFiniteOp>(b, loc, guard))
-                    : Value(make<arith::ConstantOp>(
-                          b, loc,
-                          DenseElementsAttr::get(i64, b.getI64IntegerAttr(1))));
+  Value one =
+      guard ? Value(make<IsFiniteOp>(b, loc, guard))
+            : Value(make<arith::ConstantOp>(
+                  b, loc, DenseElementsAttr::get(i64, b.getI64IntegerAttr(1))));
   Value step = make<arith::AddIOp>(b, loc, oldStep, one);
   make<AssignOp>(b, loc, stepSym, step);
   auto scheduleKind = llvm::StringSwitch<std::optional<LrScheduleKind>>(
@@ -167,10 +168,9 @@ LogicalResult OptimizerPass::rewrite(func::FuncOp func) {
             b, ploc, p, grad, v, lr, guard, b.getF64FloatAttr(momentum),
             useNesterov ? b.getUnitAttr() : UnitAttr(), wd);
       else
-        update = make<LarsUpdateOp>(b, ploc, p, grad, v, lr, guard,
-                                    b.getF64FloatAttr(momentum),
-                                    b.getF64FloatAttr(larsCoeff), wd,
-                                    b.getF64FloatAttr(eps));
+        update = make<LarsUpdateOp>(
+            b, ploc, p, grad, v, lr, guard, b.getF64FloatAttr(momentum),
+            b.getF64FloatAttr(larsCoeff), wd, b.getF64FloatAttr(eps));
       newParam = update->getResult(0);
       make<AssignOp>(b, ploc, vSym, update->getResult(1));
       break;
@@ -182,18 +182,17 @@ LogicalResult OptimizerPass::rewrite(func::FuncOp func) {
       auto [vSym, v] = stateOf("moment2");
       auto b1 = b.getF64FloatAttr(beta1), b2 = b.getF64FloatAttr(beta2);
       auto e = b.getF64FloatAttr(eps);
-      Operation *update =
-          kind == Kind::Adam
-              ? make<AdamUpdateOp>(b, ploc, p, grad, m, v, lr, step, guard, b1, b2, e,
-                                   wd)
-                    .getOperation()
-          : kind == Kind::AdamW
-              ? make<AdamWUpdateOp>(b, ploc, p, grad, m, v, lr, step, guard, b1, b2,
-                                    e, wd)
-                    .getOperation()
-              : make<LambUpdateOp>(b, ploc, p, grad, m, v, lr, step, guard, b1, b2,
-                                   e, wd)
-                    .getOperation();
+      Operation *update = kind == Kind::Adam
+                              ? make<AdamUpdateOp>(b, ploc, p, grad, m, v, lr,
+                                                   step, guard, b1, b2, e, wd)
+                                    .getOperation()
+                          : kind == Kind::AdamW
+                              ? make<AdamWUpdateOp>(b, ploc, p, grad, m, v, lr,
+                                                    step, guard, b1, b2, e, wd)
+                                    .getOperation()
+                              : make<LambUpdateOp>(b, ploc, p, grad, m, v, lr,
+                                                   step, guard, b1, b2, e, wd)
+                                    .getOperation();
       newParam = update->getResult(0);
       make<AssignOp>(b, ploc, mSym, update->getResult(1));
       make<AssignOp>(b, ploc, vSym, update->getResult(2));
@@ -214,7 +213,8 @@ LogicalResult OptimizerPass::rewrite(func::FuncOp func) {
       auto scaleSym = FlatSymbolRefAttr::get(lossScale.getSymNameAttr());
       auto update = make<UpdateLossScalingOp>(
           b, loc, guard, make<GetStateOp>(b, loc, f32, scaleSym),
-          make<GetStateOp>(b, loc, i64, good), make<GetStateOp>(b, loc, i64, bad),
+          make<GetStateOp>(b, loc, i64, good),
+          make<GetStateOp>(b, loc, i64, bad),
           config.getAs<IntegerAttr>("incr_every_n_steps"),
           config.getAs<IntegerAttr>("decr_every_n_nan_or_inf"),
           config.getAs<FloatAttr>("incr_ratio"),

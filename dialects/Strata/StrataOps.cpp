@@ -570,8 +570,7 @@ static bool isExactConversion(Type from, Type to) {
   if (!f || !t)
     return false;
   return f == t || (t.getFPMantissaWidth() >= f.getFPMantissaWidth() &&
-                    t.getWidth() > f.getWidth() &&
-                    (t.isF32() || t.isF64()));
+                    t.getWidth() > f.getWidth() && (t.isF32() || t.isF64()));
 }
 
 OpFoldResult CastOp::fold(FoldAdaptor) {
@@ -581,9 +580,9 @@ OpFoldResult CastOp::fold(FoldAdaptor) {
   // A round trip through a wider type: x -> wide -> x's type.
   if (auto inner = input.getDefiningOp<CastOp>())
     if (inner.getInput().getType() == getType() &&
-        isExactConversion(getType().getElementType(),
-                          cast<RankedTensorType>(input.getType())
-                              .getElementType()))
+        isExactConversion(
+            getType().getElementType(),
+            cast<RankedTensorType>(input.getType()).getElementType()))
       return inner.getInput();
   return {};
 }

@@ -305,10 +305,10 @@ int MpiCommunicator::runtimeCollective(void *user, const StrataRtCollective *c,
     break;
   case STRATA_RT_REDUCE_SCATTER:
     call = r ? "MPI_Ireduce_scatter_block" : "MPI_Reduce_scatter_block";
-    status = r ? MPI_Ireduce_scatter_block(c->send, c->recv, count, type,
-                                           sum, *sub, r)
-               : MPI_Reduce_scatter_block(c->send, c->recv, count, type,
-                                          sum, *sub);
+    status =
+        r ? MPI_Ireduce_scatter_block(c->send, c->recv, count, type, sum, *sub,
+                                      r)
+          : MPI_Reduce_scatter_block(c->send, c->recv, count, type, sum, *sub);
     break;
   case STRATA_RT_ALL_GATHER:
     call = r ? "MPI_Iallgather" : "MPI_Allgather";

@@ -865,7 +865,7 @@ llvm::Error Evaluator::step(Operation *op) {
         auto state = SymbolTable::lookupNearestSymbolFrom<StateOp>(
             g, g.getNameAttr());
         InitAttr init = state.getInit();
-        double value = init.getKind() == InitKind::Ones     ? 1.0
+        double value = init.getKind() == InitKind::Ones    ? 1.0
                        : init.getKind() == InitKind::Zeros ? 0.0
                        : init.getKind() == InitKind::Constant
                            ? init.getScale().getValueAsDouble()
@@ -921,8 +921,8 @@ llvm::Error Evaluator::step(Operation *op) {
         if (!std::isfinite(in(0).data[0])) {
           good = 0;
           if (++bad == int64_t(o.getDecrEveryNNanOrInf())) {
-            scale = std::max(
-                scale * float(o.getDecrRatio().convertToDouble()), 1.0f);
+            scale = std::max(scale * float(o.getDecrRatio().convertToDouble()),
+                             1.0f);
             bad = 0;
           }
         } else {

@@ -68,8 +68,7 @@ std::vector<PlannedPass> strata::planPasses(const Strategy &s,
         s.amp.dtype == "bfloat16"
             ? "bfloat16 has f32's exponent range: no loss scaling, the "
               "loss-scaling keys are unused"
-        : s.amp.use_dynamic_loss_scaling
-            ? "float16 with dynamic loss scaling"
+        : s.amp.use_dynamic_loss_scaling ? "float16 with dynamic loss scaling"
         : s.amp.init_loss_scaling == 1.0
             ? "float16 without loss scaling (a static scale of 1)"
             : "float16 with a static loss scale";

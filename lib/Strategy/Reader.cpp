@@ -523,8 +523,7 @@ Error Reader::read() {
     return fail(doc->getRoot(), "a strategy file holds one document");
 
   // fleet switches of features Strata does not implement.
-  for (StringRef name :
-       {"localsgd", "adaptive_localsgd", "dgc", "auto"}) {
+  for (StringRef name : {"localsgd", "adaptive_localsgd", "dgc", "auto"}) {
     auto it = switches.find(name);
     if (it != switches.end() && it->second.first)
       return fail(it->second.second,

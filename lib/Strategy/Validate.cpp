@@ -240,8 +240,7 @@ Error Reader::validate(const StrategyContext &context) {
                                "', which is not an op mixed precision "
                                "decides (" +
                                join(ops, ", ") + ")" +
-                               (hint ? "; did you mean '" + *hint + "'?"
-                                     : ""));
+                               (hint ? "; did you mean '" + *hint + "'?" : ""));
       }
       if (is_contained(*other, name))
         return failAt(key, "'" + name +

@@ -45,9 +45,8 @@ LogicalResult RuntimeTarget::checkElementTypes(Operation *op) const {
                << "parameters: mixed precision casts them where they are "
                << "read)";
       if (!supportsFloatType(f))
-        return op->emitOpError("has a ")
-               << t << " value; " << getDescription()
-               << " has no kernels for " << f;
+        return op->emitOpError("has a ") << t << " value; " << getDescription()
+                                         << " has no kernels for " << f;
       continue;
     }
     if (!element.isInteger(32) && !element.isInteger(64))

@@ -3,9 +3,9 @@
 // Elementwise: add / sub / mul / div / bias_add / arith.addi (broadcasting
 // strata_rt_binary), scale, relu, gelu, silu, rsqrt, tanh (strata_rt_unary) and
 // the gradients (strata_rt_act_grad). Data movement: constants (fill, or a
-// constant global copied in), reshape (copy), cast (strata_rt_cast), transpose, slice and
-// broadcast_to (strided copy), concat and pad (row blocks), pack / unpack
-// (copies into and out of a flat buffer, padding zero-filled), and the
+// constant global copied in), reshape (copy), cast (strata_rt_cast), transpose,
+// slice and broadcast_to (strided copy), concat and pad (row blocks), pack /
+// unpack (copies into and out of a flat buffer, padding zero-filled), and the
 // reductions (reduce_sum, reduce_mean, sum_to, bias_add_grad). Dropout: one
 // kernel for dropout, its gradient and the fused dropout + residual forms.
 //
@@ -205,8 +205,8 @@ void strata::lowering::populateDataMovementLoweringPatterns(
     return success();
   });
   addLowering<CastOp>(patterns, l, [](CastOp o, RuntimeLowering &l) {
-    l.call("strata_rt_cast", {l.site(), l.tensor(o), l.tensor(o.getInput()),
-                              l.i64(numel(o))});
+    l.call("strata_rt_cast",
+           {l.site(), l.tensor(o), l.tensor(o.getInput()), l.i64(numel(o))});
     return success();
   });
   addLowering<TransposeOp>(patterns, l, [](TransposeOp o, RuntimeLowering &l) {
@@ -264,17 +264,17 @@ void strata::lowering::populateDropoutLoweringPatterns(
   addLowering<DropoutOp>(patterns, l, [](DropoutOp o, RuntimeLowering &l) {
     l.dropout(o, l.ptr(o), l.ptr(o.getInput()), Value(),
               o.getProb().convertToDouble(), o.getKey(), numel(o),
-                  elementType(o));
+              elementType(o));
     return success();
   });
   // The gradient applies the same mask (and scale) to the result's gradient.
-  addLowering<DropoutGradOp>(
-      patterns, l, [](DropoutGradOp o, RuntimeLowering &l) {
-        l.dropout(o, l.ptr(o), l.ptr(o.getResultGrad()), Value(),
-                  o.getProb().convertToDouble(), o.getKey(), numel(o),
-                  elementType(o));
-        return success();
-      });
+  addLowering<DropoutGradOp>(patterns, l,
+                             [](DropoutGradOp o, RuntimeLowering &l) {
+                               l.dropout(o, l.ptr(o), l.ptr(o.getResultGrad()),
+                                         Value(), o.getProb().convertToDouble(),
+                                         o.getKey(), numel(o), elementType(o));
+                               return success();
+                             });
   addLowering<FusedDropoutAddOp>(
       patterns, l, [](FusedDropoutAddOp o, RuntimeLowering &l) {
         l.dropout(o, l.ptr(o), l.ptr(o.getInput()), l.ptr(o.getResidual()),

@@ -93,8 +93,7 @@ public:
   void copy(Value out, Value in, Value like);
   void gemm(int64_t batch, int64_t m, int64_t n, int64_t k, Value a,
             int64_t aStride, bool transA, Value bm, int64_t bStride,
-            bool transB, Value c, Value bias, int64_t act,
-            mlir::Type element);
+            bool transB, Value c, Value bias, int64_t act, mlir::Type element);
   /// out = scale * sum of in over the dimensions whose output stride is 0;
   /// both of type `element`.
   void reduceTo(Value out, Value in, llvm::ArrayRef<int64_t> inShape,
@@ -200,7 +199,9 @@ inline llvm::SmallVector<int64_t> shapeOf(Value v) {
   return llvm::SmallVector<int64_t>(tensorType(v).getShape());
 }
 inline int64_t numel(Value v) { return tensorType(v).getNumElements(); }
-inline mlir::Type elementType(Value v) { return tensorType(v).getElementType(); }
+inline mlir::Type elementType(Value v) {
+  return tensorType(v).getElementType();
+}
 llvm::SmallVector<int64_t> contiguousStrides(llvm::ArrayRef<int64_t> shape);
 /// Strides of `from` (NumPy-broadcast to `to`) over the dimensions of `to`.
 llvm::SmallVector<int64_t> broadcastStrides(llvm::ArrayRef<int64_t> from,

@@ -60,8 +60,7 @@ static_assert(sizeof(Half) == 2);
 
 /// Floating-point storage types compute in float, integers in themselves.
 template <typename T>
-using ComputeType =
-    std::conditional_t<std::is_integral_v<T>, T, float>;
+using ComputeType = std::conditional_t<std::is_integral_v<T>, T, float>;
 
 /// Calls `f(T{})` with the storage type of `dtype` (f32, bf16 or f16);
 /// false for another type.

@@ -13,10 +13,10 @@
 
 #include <algorithm>
 #include <immintrin.h>
-#include <type_traits>
-#include <vector>
 #include <map>
 #include <tuple>
+#include <type_traits>
+#include <vector>
 
 using dnnl::memory;
 
@@ -176,8 +176,8 @@ narrowF16C(strata::cpu::Half *to, const float *from, int64_t count) {
     to[i].value = static_cast<_Float16>(from[i]);
 }
 static bool hasF16C() {
-  static const bool f16c = __builtin_cpu_supports("avx2") &&
-                           __builtin_cpu_supports("f16c");
+  static const bool f16c =
+      __builtin_cpu_supports("avx2") && __builtin_cpu_supports("f16c");
   return f16c;
 }
 template <typename T>
@@ -220,8 +220,8 @@ static void gemmLow(StrataRtContext *ctx, int64_t site, int64_t batch,
     widen(wbias, bias, biasCount);
   if (accumulate)
     widen(wc, c, cCount);
-  gemmF32(ctx, site, batch, m, n, k, wa, aBatchStride, transA, wb,
-          bBatchStride, transB, wc, bias ? wbias : nullptr, act, accumulate);
+  gemmF32(ctx, site, batch, m, n, k, wa, aBatchStride, transA, wb, bBatchStride,
+          transB, wc, bias ? wbias : nullptr, act, accumulate);
   narrow(c, wc, cCount);
 }
 
@@ -242,8 +242,8 @@ strata_rt_gemm(StrataRtContext *ctx, int64_t site, int64_t batch, int64_t m,
                   static_cast<const float *>(bias), act, accumulate);
         else
           gemmLow(ctx, site, batch, m, n, k, static_cast<const T *>(a),
-                  aBatchStride, transA, static_cast<const T *>(b),
-                  bBatchStride, transB, static_cast<T *>(c),
-                  static_cast<const T *>(bias), act, accumulate);
+                  aBatchStride, transA, static_cast<const T *>(b), bBatchStride,
+                  transB, static_cast<T *>(c), static_cast<const T *>(bias),
+                  act, accumulate);
       });
 }

@@ -21,8 +21,8 @@
 #endif
 #define STRATA_RT_KERNEL(name) STRATA_RT_CONCAT(name, STRATA_RT_VARIANT)
 
-#include "../common/StrataRandom.h"
 #include "../common/LowPrecision.h"
+#include "../common/StrataRandom.h"
 
 #include <algorithm>
 #include <cmath>
@@ -431,26 +431,26 @@ void STRATA_RT_KERNEL(strata_rt_act_grad)(StrataRtContext *ctx, int64_t site,
                                           int64_t dyType, int64_t n) {
   if (!knownActGrad(act))
     return ctx->fail(site, "unknown activation code " + std::to_string(act));
-  withSameFloatType(
-      ctx, site, "act_grad", {outType, xType, dyType}, [&](auto tag) {
-        using T = decltype(tag);
-        auto *out = static_cast<T *>(outData);
-        auto *x = static_cast<const T *>(xData);
-        auto *dy = static_cast<const T *>(dyData);
+  withSameFloatType(ctx, site, "act_grad", {outType, xType, dyType},
+                    [&](auto tag) {
+                      using T = decltype(tag);
+                      auto *out = static_cast<T *>(outData);
+                      auto *x = static_cast<const T *>(xData);
+                      auto *dy = static_cast<const T *>(dyData);
 #pragma omp parallel for schedule(static) if (n >= kParallelGrain)
-        for (int64_t b = 0; b < n; b += kBlock) {
-          int64_t m = std::min(kBlock, n - b);
-          if constexpr (std::is_same_v<T, float>) {
-            actGradF32(act, out + b, x + b, dy + b, m);
-          } else {
-            float xs[kBlock], dys[kBlock], o[kBlock];
-            widenBlock(xs, x + b, m);
-            widenBlock(dys, dy + b, m);
-            actGradF32(act, o, xs, dys, m);
-            narrowBlock(out + b, o, m);
-          }
-        }
-      });
+                      for (int64_t b = 0; b < n; b += kBlock) {
+                        int64_t m = std::min(kBlock, n - b);
+                        if constexpr (std::is_same_v<T, float>) {
+                          actGradF32(act, out + b, x + b, dy + b, m);
+                        } else {
+                          float xs[kBlock], dys[kBlock], o[kBlock];
+                          widenBlock(xs, x + b, m);
+                          widenBlock(dys, dy + b, m);
+                          actGradF32(act, o, xs, dys, m);
+                          narrowBlock(out + b, o, m);
+                        }
+                      }
+                    });
 }
 
 /// out = in converted between f32, bf16 and f16 (rounded to nearest even).
@@ -572,8 +572,6 @@ void STRATA_RT_KERNEL(strata_rt_reduce)(StrataRtContext *ctx, int64_t site,
   });
 }
 
-
-
 void STRATA_RT_KERNEL(strata_rt_fill)(StrataRtContext *ctx, int64_t site,
                                       void *out, int64_t outType, int64_t n,
                                       double value) {
@@ -673,23 +671,23 @@ void STRATA_RT_KERNEL(strata_rt_softmax_grad)(StrataRtContext *ctx,
                                               int64_t yType, const void *dyData,
                                               int64_t dyType, int64_t rows,
                                               int64_t n) {
-  withSameFloatType(
-      ctx, site, "softmax_grad", {dxType, yType, dyType}, [&](auto tag) {
-        using T = decltype(tag);
-        auto *dx = static_cast<T *>(dxData);
-        auto *y = static_cast<const T *>(yData);
-        auto *dy = static_cast<const T *>(dyData);
+  withSameFloatType(ctx, site, "softmax_grad", {dxType, yType, dyType},
+                    [&](auto tag) {
+                      using T = decltype(tag);
+                      auto *dx = static_cast<T *>(dxData);
+                      auto *y = static_cast<const T *>(yData);
+                      auto *dy = static_cast<const T *>(dyData);
 #pragma omp parallel for schedule(static) if (rows * n >= kParallelGrain)
-        for (int64_t r = 0; r < rows; ++r) {
-          const T *yr = y + r * n, *dyr = dy + r * n;
-          float dot = 0;
-          for (int64_t j = 0; j < n; ++j)
-            dot += float(yr[j]) * float(dyr[j]);
-          T *o = dx + r * n;
-          for (int64_t j = 0; j < n; ++j)
-            o[j] = T(float(yr[j]) * (float(dyr[j]) - dot));
-        }
-      });
+                      for (int64_t r = 0; r < rows; ++r) {
+                        const T *yr = y + r * n, *dyr = dy + r * n;
+                        float dot = 0;
+                        for (int64_t j = 0; j < n; ++j)
+                          dot += float(yr[j]) * float(dyr[j]);
+                        T *o = dx + r * n;
+                        for (int64_t j = 0; j < n; ++j)
+                          o[j] = T(float(yr[j]) * (float(dyr[j]) - dot));
+                      }
+                    });
 }
 
 void STRATA_RT_KERNEL(strata_rt_layer_norm)(
@@ -718,8 +716,8 @@ void STRATA_RT_KERNEL(strata_rt_layer_norm)(
           float m = float(mean), rstd = float(1.0 / std::sqrt(var + eps));
           T *yr = y + r * n;
           for (int64_t j = 0; j < n; ++j)
-            yr[j] = T((float(xr[j]) - m) * rstd * float(gamma[j]) +
-                      float(beta[j]));
+            yr[j] =
+                T((float(xr[j]) - m) * rstd * float(gamma[j]) + float(beta[j]));
         }
       });
 }
@@ -794,21 +792,22 @@ void STRATA_RT_KERNEL(strata_rt_embedding)(StrataRtContext *ctx, int64_t site,
                                            int64_t vocab, int64_t width) {
   if (!integerIds(ctx, site, "embedding", idType))
     return;
-  withSameFloatType(ctx, site, "embedding", {outType, tableType}, [&](auto tag) {
-    using T = decltype(tag);
-    auto *out = static_cast<T *>(outData);
-    auto *table = static_cast<const T *>(tableData);
-    for (int64_t i = 0; i < count; ++i) {
-      int64_t id = readInt(ids, idType, i);
-      if (id < 0 || id >= vocab) {
-        ctx->fail(site, "id " + std::to_string(id) + " outside [0, " +
-                            std::to_string(vocab) + ")");
-        std::fill_n(out + i * width, width, T(0.0f));
-        continue;
-      }
-      std::memcpy(out + i * width, table + id * width, width * sizeof(T));
-    }
-  });
+  withSameFloatType(
+      ctx, site, "embedding", {outType, tableType}, [&](auto tag) {
+        using T = decltype(tag);
+        auto *out = static_cast<T *>(outData);
+        auto *table = static_cast<const T *>(tableData);
+        for (int64_t i = 0; i < count; ++i) {
+          int64_t id = readInt(ids, idType, i);
+          if (id < 0 || id >= vocab) {
+            ctx->fail(site, "id " + std::to_string(id) + " outside [0, " +
+                                std::to_string(vocab) + ")");
+            std::fill_n(out + i * width, width, T(0.0f));
+            continue;
+          }
+          std::memcpy(out + i * width, table + id * width, width * sizeof(T));
+        }
+      });
 }
 
 void STRATA_RT_KERNEL(strata_rt_embedding_grad)(
@@ -817,30 +816,30 @@ void STRATA_RT_KERNEL(strata_rt_embedding_grad)(
     int64_t count, int64_t vocab, int64_t width) {
   if (!integerIds(ctx, site, "embedding_grad", idType))
     return;
-  withSameFloatType(
-      ctx, site, "embedding_grad", {dtableType, dyType}, [&](auto tag) {
-        using T = decltype(tag);
-        auto *dtable = static_cast<T *>(dtableData);
-        auto *dy = static_cast<const T *>(dyData);
-        // Sums in f32 (for low-precision tables in scratch), in id order
-        // (deterministic).
-        constexpr bool kF32 = std::is_same_v<T, float>;
-        float *sum = kF32 ? reinterpret_cast<float *>(dtable)
-                          : ctx->scratchFloats(vocab * width);
-        std::fill_n(sum, vocab * width, 0.0f);
-        for (int64_t i = 0; i < count; ++i) {
-          int64_t id = readInt(ids, idType, i);
-          if (id < 0 || id >= vocab)
-            continue; // reported by the forward
-          float *row = sum + id * width;
-          const T *g = dy + i * width;
-          for (int64_t j = 0; j < width; ++j)
-            row[j] += float(g[j]);
-        }
-        if constexpr (!kF32)
-          for (int64_t i = 0; i < vocab * width; ++i)
-            dtable[i] = T(sum[i]);
-      });
+  withSameFloatType(ctx, site, "embedding_grad", {dtableType, dyType},
+                    [&](auto tag) {
+                      using T = decltype(tag);
+                      auto *dtable = static_cast<T *>(dtableData);
+                      auto *dy = static_cast<const T *>(dyData);
+                      // Sums in f32 (for low-precision tables in scratch), in
+                      // id order (deterministic).
+                      constexpr bool kF32 = std::is_same_v<T, float>;
+                      float *sum = kF32 ? reinterpret_cast<float *>(dtable)
+                                        : ctx->scratchFloats(vocab * width);
+                      std::fill_n(sum, vocab * width, 0.0f);
+                      for (int64_t i = 0; i < count; ++i) {
+                        int64_t id = readInt(ids, idType, i);
+                        if (id < 0 || id >= vocab)
+                          continue; // reported by the forward
+                        float *row = sum + id * width;
+                        const T *g = dy + i * width;
+                        for (int64_t j = 0; j < width; ++j)
+                          row[j] += float(g[j]);
+                      }
+                      if constexpr (!kF32)
+                        for (int64_t i = 0; i < vocab * width; ++i)
+                          dtable[i] = T(sum[i]);
+                    });
 }
 
 void STRATA_RT_KERNEL(strata_rt_cross_entropy)(
@@ -907,9 +906,8 @@ void STRATA_RT_KERNEL(strata_rt_cross_entropy_grad)(
         auto *dloss = static_cast<const T *>(dlossData);
         float scale = float(dloss[0]) / float(rows);
         constexpr bool kF32 = std::is_same_v<T, float>;
-        float *scratch = kF32 ? nullptr
-                              : ctx->scratchFloats(omp_get_max_threads() *
-                                                   vocab);
+        float *scratch =
+            kF32 ? nullptr : ctx->scratchFloats(omp_get_max_threads() * vocab);
 #pragma omp parallel for schedule(static) if (rows * vocab >= kParallelGrain)
         for (int64_t r = 0; r < rows; ++r) {
           const T *x = logits + r * vocab;

@@ -72,9 +72,9 @@ static const StrataRtSymbol kAvx2[] = {
 static_assert(std::size(kBaseline) == std::size(kAvx2));
 
 extern "C" const StrataRtSymbol *strata_rt_symbols(size_t *count) {
-  static const bool avx2 =
-      __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
-      __builtin_cpu_supports("f16c");
+  static const bool avx2 = __builtin_cpu_supports("avx2") &&
+                           __builtin_cpu_supports("fma") &&
+                           __builtin_cpu_supports("f16c");
   *count = std::size(kBaseline);
   return avx2 ? kAvx2 : kBaseline;
 }

@@ -176,8 +176,8 @@ func.func @f(%a: tensor<4xf32>, %b: tensor<4xf32>) -> tensor<4xf32> {
 /// default lists are among them.
 TEST_F(BuilderTest, AmpListsNameOpsOfTheDialect) {
   for (llvm::StringRef name : amp::listableOps())
-    EXPECT_TRUE(RegisteredOperationName::lookup(("strata." + name).str(),
-                                                &context))
+    EXPECT_TRUE(
+        RegisteredOperationName::lookup(("strata." + name).str(), &context))
         << name.str();
   for (auto list : {amp::defaultWhiteList(), amp::defaultBlackList()})
     for (llvm::StringRef name : list)

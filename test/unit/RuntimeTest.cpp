@@ -652,12 +652,11 @@ TEST(RuntimeTest, LowPrecisionKernelsRoundTheF32Result) {
       EXPECT_EQ(strata_rt_error(ctx, nullptr), nullptr) << what;
     };
     // GEMM + bias + GELU, and accumulation into C.
-    strata_rt_gemm(ctx, 1, 1, m, n, k, x.data(), F32, 0, 0, w.data(), F32, 0,
-                   0, f.data(), F32, bias.data(), F32,
-                   STRATA_RT_ACT_GELU_TANH, 0);
-    strata_rt_gemm(ctx, 1, 1, m, n, k, lx.data(), low, 0, 0, lw.data(), low,
-                   0, 0, l.data(), low, lb.data(), low,
-                   STRATA_RT_ACT_GELU_TANH, 0);
+    strata_rt_gemm(ctx, 1, 1, m, n, k, x.data(), F32, 0, 0, w.data(), F32, 0, 0,
+                   f.data(), F32, bias.data(), F32, STRATA_RT_ACT_GELU_TANH, 0);
+    strata_rt_gemm(ctx, 1, 1, m, n, k, lx.data(), low, 0, 0, lw.data(), low, 0,
+                   0, l.data(), low, lb.data(), low, STRATA_RT_ACT_GELU_TANH,
+                   0);
     expectRounded("gemm");
     // Elementwise: add with a broadcast bias row, GELU, its gradient.
     int64_t desc[] = {m, n, n, 1, 0, 1};
@@ -671,8 +670,8 @@ TEST(RuntimeTest, LowPrecisionKernelsRoundTheF32Result) {
     strata_rt_unary(ctx, 3, STRATA_RT_ACT_GELU_TANH, l.data(), low, ly.data(),
                     low, m * n, 0);
     expectRounded("unary");
-    strata_rt_act_grad(ctx, 4, STRATA_RT_ACT_GELU_TANH, f.data(), F32,
-                       y.data(), F32, y.data(), F32, m * n);
+    strata_rt_act_grad(ctx, 4, STRATA_RT_ACT_GELU_TANH, f.data(), F32, y.data(),
+                       F32, y.data(), F32, m * n);
     strata_rt_act_grad(ctx, 4, STRATA_RT_ACT_GELU_TANH, l.data(), low,
                        ly.data(), low, ly.data(), low, m * n);
     expectRounded("act_grad");
@@ -732,8 +731,8 @@ TEST(RuntimeTest, GuardedUpdatesSkipOverflowedSteps) {
     }
     // In place: nothing is written.
     std::vector<float> q = p;
-    strata_rt_sgd(ctx, 2, q.data(), F32, q.data(), F32, g.data(), F32, &lr,
-                  F32, 8, 0.0, &norm, F32);
+    strata_rt_sgd(ctx, 2, q.data(), F32, q.data(), F32, g.data(), F32, &lr, F32,
+                  8, 0.0, &norm, F32);
     if (!std::isfinite(norm))
       EXPECT_EQ(q, p);
     else

@@ -299,8 +299,7 @@ void strata_rt_act_grad(StrataRtContext *ctx, int64_t site, int64_t act,
 /* out = in converted to out's element type (f32, bf16, f16; rounded to
    nearest even). */
 void strata_rt_cast(StrataRtContext *ctx, int64_t site, void *out,
-                    int64_t outType, const void *in, int64_t inType,
-                    int64_t n);
+                    int64_t outType, const void *in, int64_t inType, int64_t n);
 /* Copies `n` elements (no conversion: both have `dtype`). */
 void strata_rt_copy(StrataRtContext *ctx, int64_t site, void *out,
                     const void *in, int64_t dtype, int64_t n);
