@@ -1,0 +1,158 @@
+#!/usr/bin/env python3
+"""Mixed precision: step time and planned memory of Strata in f32, bf16 and
+fp16 (level o1) against PyTorch 2.x eager with CPU autocast in the same type,
+same machine, same thread count, interleaved in one run.
+
+Run it with the Python of a virtual environment that has PyTorch 2.x from
+PyPI (test/torch2/setup-venv.sh makes one; Debian's PyTorch 1.13 has no
+float16 autocast on the CPU):
+
+    test/torch2/setup-venv.sh build/torch2-venv
+    build/torch2-venv/bin/python bench/amp_step_time.py --build build --threads 1
+
+For each model and precision it prints the median step time of both sides,
+the ratio Strata / PyTorch (below 1: Strata is faster), and Strata's planned
+peak bytes per rank against its f32 run's. Both sides start from the same
+weights (strata-run --steps 0 --save) and train with AdamW; PyTorch's
+float16 run uses its GradScaler (dynamic loss scaling, as Strata's).
+"""
+
+import argparse
+import json
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, "..", "test", "reference"))
+
+MODELS = {
+    "gpt": (["--layers", "4", "--hidden", "256", "--heads", "4", "--seq",
+             "128", "--vocab", "256", "--batch", "8"],
+            "GPT 4L h256 a4 s128 b8", 4, 4),
+    "gpt768": (["--layers", "2", "--hidden", "768", "--heads", "12", "--seq",
+                "256", "--vocab", "256", "--batch", "4"],
+               "GPT 2L h768 a12 s256 b4 (GEMM-bound)", 2, 12),
+}
+PRECISIONS = {
+    "f32": None,
+    "bf16": {"enable": True, "dtype": "bfloat16"},
+    "fp16": {"enable": True, "dtype": "float16"},
+}
+
+STRATA_ENV = dict(os.environ)
+
+
+def run(cmd):
+    return subprocess.run(cmd, check=True, capture_output=True, text=True,
+                          env=STRATA_ENV).stdout
+
+
+def cpu_model():
+    with open("/proc/cpuinfo") as f:
+        for line in f:
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    return platform.processor() or "unknown"
+
+
+def strata_step(build, program, strategy, threads, steps, warmup, report):
+    run([os.path.join(build, "bin", "strata-run"), program, "--strategy",
+         strategy, "--steps", str(warmup + steps), "--cpu-threads",
+         str(threads), "--report", report, "--quiet"])
+    with open(report) as f:
+        r = json.load(f)
+    return statistics.median(r["step_time_ms"][warmup:]), \
+        r["planned_peak_bytes"][0]
+
+
+def torch_step(torch, compare, init, rows, layers, heads, precision, steps,
+               warmup):
+    params = {n: t.float().requires_grad_() for n, t in init.items()
+              if "moment" not in n and n != "step"}
+    opt = torch.optim.AdamW(params.values(), lr=1e-3, eps=1e-8,
+                            weight_decay=0.01)
+    g = torch.Generator().manual_seed(0)
+    seq, vocab = init["wpe"].shape[0], init["wte"].shape[0]
+    tokens = torch.randint(0, vocab, (rows, seq + 1), generator=g)
+    batch = {"tokens": tokens[:, :-1], "targets": tokens[:, 1:]}
+    dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(precision)
+    scaler = (torch.amp.GradScaler("cpu") if precision == "fp16" else None)
+    times = []
+    for i in range(warmup + steps):
+        t = time.perf_counter()
+        opt.zero_grad()
+        if dtype is None:
+            loss = compare.gpt_loss(params, batch, layers, heads)
+        else:
+            with torch.autocast("cpu", dtype=dtype):
+                loss = compare.gpt_loss(params, batch, layers, heads).float()
+        if scaler:
+            scaler.scale(loss).backward()
+            scaler.step(opt)
+            scaler.update()
+        else:
+            loss.backward()
+            opt.step()
+        times.append((time.perf_counter() - t) * 1e3)
+    return statistics.median(times[warmup:])
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--build", default="build")
+    ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--steps", type=int, default=10)
+    ap.add_argument("--warmup", type=int, default=3)
+    ap.add_argument("--models", default="gpt,gpt768")
+    ap.add_argument("--workdir", default="/tmp/strata-amp-bench")
+    args = ap.parse_args()
+    os.environ["OMP_NUM_THREADS"] = str(args.threads)
+    import torch
+    import compare_torch as compare
+    torch.set_num_threads(args.threads)
+    os.makedirs(args.workdir, exist_ok=True)
+    print("cpu: %s; %d thread(s); PyTorch %s" % (cpu_model(), args.threads,
+                                                 torch.__version__))
+    print("%-38s %-5s %10s %10s %7s %14s" % (
+        "model", "type", "strata ms", "torch ms", "ratio", "planned peak"))
+    for name in args.models.split(","):
+        gen, desc, layers, heads = MODELS[name]
+        rows = int(gen[gen.index("--batch") + 1])
+        program = os.path.join(args.workdir, name + ".mlir")
+        with open(program, "w") as f:
+            f.write(run([os.path.join(args.build, "bin", "strata-gen"), "gpt"]
+                        + gen))
+        init_path = os.path.join(args.workdir, name + ".init.safetensors")
+        peak32 = None
+        for precision, amp in PRECISIONS.items():
+            strategy = os.path.join(args.workdir,
+                                    "%s-%s.json" % (name, precision))
+            s = {"optimizer": {"type": "adamw", "learning_rate": 0.001}}
+            if amp:
+                s["amp"] = amp
+            with open(strategy, "w") as f:
+                json.dump(s, f)
+            if precision == "f32":
+                run([os.path.join(args.build, "bin", "strata-run"), program,
+                     "--strategy", strategy, "--steps", "0", "--save",
+                     init_path, "--quiet"])
+            init = compare.read_safetensors(init_path)
+            ms, peak = strata_step(
+                args.build, program, strategy, args.threads, args.steps,
+                args.warmup, os.path.join(args.workdir, "%s-%s.report.json"
+                                          % (name, precision)))
+            peak32 = peak32 or peak
+            torch_ms = torch_step(torch, compare, init, rows, layers, heads,
+                                  precision, args.steps, args.warmup)
+            print("%-38s %-5s %10.1f %10.1f %7.2f %8.1f MB %4.0f%%" % (
+                desc, precision, ms, torch_ms, ms / torch_ms, peak / 1e6,
+                100.0 * peak / peak32))
+            sys.stdout.flush()
+
+
+if __name__ == "__main__":
+    main()
