@@ -12,6 +12,7 @@
 #include <oneapi/dnnl/dnnl.hpp>
 
 #include <algorithm>
+#include <cstring>
 #include <immintrin.h>
 #include <map>
 #include <tuple>
@@ -24,12 +25,14 @@ namespace strata::cpu {
 
 struct GemmCache {
   using Key = std::tuple<int64_t, int64_t, int64_t, int64_t, int64_t, int64_t,
-                         int64_t, int64_t, bool, int64_t, int64_t>;
+                         int64_t, int64_t, bool, int64_t, int64_t, int>;
   dnnl::engine engine{dnnl::engine::kind::cpu, 0};
   dnnl::stream stream{engine};
   struct Entry {
     dnnl::matmul::primitive_desc pd;
     dnnl::matmul primitive;
+    /// oneDNN offers only its reference implementation (slow loops).
+    bool reference;
   };
   std::map<Key, Entry> primitives;
 };
@@ -38,6 +41,91 @@ struct GemmCache {
 
 StrataRtContext::StrataRtContext() = default;
 StrataRtContext::~StrataRtContext() = default;
+
+/// One oneDNN matmul primitive of element type `dt` (operands, result and
+/// bias), created once per problem and reused. With `fastOnly`, returns
+/// false without running when oneDNN has only its reference implementation
+/// for it, or none (the caller then takes another path).
+static bool matmul(StrataRtContext *ctx, int64_t site, memory::data_type dt,
+                   int64_t batch, int64_t m, int64_t n, int64_t k,
+                   const void *a, int64_t aBatchStride, int64_t transA,
+                   const void *b, int64_t bBatchStride, int64_t transB,
+                   void *c, const void *bias, int64_t act, int64_t accumulate,
+                   bool fastOnly) {
+  if (act != STRATA_RT_ACT_NONE && act != STRATA_RT_ACT_RELU &&
+      act != STRATA_RT_ACT_GELU_TANH && act != STRATA_RT_ACT_GELU_ERF) {
+    ctx->fail(site,
+              "unknown GEMM epilogue activation code " + std::to_string(act));
+    return true;
+  }
+  try {
+    if (!ctx->gemm)
+      ctx->gemm = std::make_unique<strata::cpu::GemmCache>();
+    strata::cpu::GemmCache &cache = *ctx->gemm;
+    strata::cpu::GemmCache::Key key{batch,           m,   n,
+                                    k,               aBatchStride != 0,
+                                    transA,          bBatchStride != 0,
+                                    transB,          bias != nullptr,
+                                    act,             accumulate,
+                                    int(dt)};
+    auto it = cache.primitives.find(key);
+    if (it == cache.primitives.end()) {
+      int64_t ba = aBatchStride ? batch : 1, bb = bBatchStride ? batch : 1;
+      memory::desc aMd({ba, m, k}, dt,
+                       transA ? memory::dims{m * k, 1, m}
+                              : memory::dims{m * k, k, 1});
+      memory::desc bMd({bb, k, n}, dt,
+                       transB ? memory::dims{k * n, 1, k}
+                              : memory::dims{k * n, n, 1});
+      memory::desc cMd({batch, m, n}, dt, memory::dims{m * n, n, 1});
+      dnnl::post_ops ops;
+      if (accumulate)
+        ops.append_sum(1.0f);
+      dnnl::algorithm alg = dnnl::algorithm::undef;
+      if (act == STRATA_RT_ACT_RELU)
+        alg = dnnl::algorithm::eltwise_relu;
+      else if (act == STRATA_RT_ACT_GELU_TANH)
+        alg = dnnl::algorithm::eltwise_gelu_tanh;
+      else if (act == STRATA_RT_ACT_GELU_ERF)
+        alg = dnnl::algorithm::eltwise_gelu_erf;
+      if (alg != dnnl::algorithm::undef)
+        ops.append_eltwise(1.0f, alg, 0.0f, 0.0f);
+      dnnl::primitive_attr attr;
+      attr.set_post_ops(ops);
+      dnnl::matmul::desc desc =
+          bias ? dnnl::matmul::desc(
+                     aMd, bMd,
+                     memory::desc({1, 1, n}, dt, memory::dims{n, n, 1}), cMd)
+               : dnnl::matmul::desc(aMd, bMd, cMd);
+      dnnl::matmul::primitive_desc pd(desc, attr, cache.engine);
+      bool reference = std::strncmp(pd.impl_info_str(), "ref", 3) == 0;
+      it = cache.primitives
+               .emplace(key, strata::cpu::GemmCache::Entry{
+                                 pd, dnnl::matmul(pd), reference})
+               .first;
+    }
+    if (fastOnly && it->second.reference)
+      return false;
+    dnnl::matmul &primitive = it->second.primitive;
+    const dnnl::matmul::primitive_desc &pd = it->second.pd;
+    memory aMem(pd.src_desc(), cache.engine, const_cast<void *>(a));
+    memory bMem(pd.weights_desc(), cache.engine, const_cast<void *>(b));
+    memory cMem(pd.dst_desc(), cache.engine, c);
+    std::unordered_map<int, memory> args{{DNNL_ARG_SRC, aMem},
+                                         {DNNL_ARG_WEIGHTS, bMem},
+                                         {DNNL_ARG_DST, cMem}};
+    if (bias)
+      args.emplace(DNNL_ARG_BIAS, memory(pd.bias_desc(), cache.engine,
+                                         const_cast<void *>(bias)));
+    primitive.execute(cache.stream, args);
+    cache.stream.wait();
+  } catch (const dnnl::error &e) {
+    if (fastOnly)
+      return false; // a problem oneDNN has no kernel for: the caller widens
+    ctx->fail(site, std::string("oneDNN matmul failed: ") + e.what());
+  }
+  return true;
+}
 
 static void gemmF32(StrataRtContext *ctx, int64_t site, int64_t batch,
                     int64_t m, int64_t n, int64_t k, const float *a,
@@ -71,70 +159,9 @@ static void gemmF32(StrataRtContext *ctx, int64_t site, int64_t batch,
     a = t;
     transA = 0;
   }
-  if (act != STRATA_RT_ACT_NONE && act != STRATA_RT_ACT_RELU &&
-      act != STRATA_RT_ACT_GELU_TANH && act != STRATA_RT_ACT_GELU_ERF)
-    return ctx->fail(site, "unknown GEMM epilogue activation code " +
-                               std::to_string(act));
-  try {
-    if (!ctx->gemm)
-      ctx->gemm = std::make_unique<strata::cpu::GemmCache>();
-    strata::cpu::GemmCache &cache = *ctx->gemm;
-    strata::cpu::GemmCache::Key key{batch,        m,      n,
-                                    k,            aBatchStride != 0,
-                                    transA,       bBatchStride != 0,
-                                    transB,       bias != nullptr,
-                                    act,          accumulate};
-    auto it = cache.primitives.find(key);
-    if (it == cache.primitives.end()) {
-      int64_t ba = aBatchStride ? batch : 1, bb = bBatchStride ? batch : 1;
-      memory::desc aMd({ba, m, k}, memory::data_type::f32,
-                       transA ? memory::dims{m * k, 1, m}
-                              : memory::dims{m * k, k, 1});
-      memory::desc bMd({bb, k, n}, memory::data_type::f32,
-                       transB ? memory::dims{k * n, 1, k}
-                              : memory::dims{k * n, n, 1});
-      memory::desc cMd({batch, m, n}, memory::data_type::f32,
-                       memory::dims{m * n, n, 1});
-      dnnl::post_ops ops;
-      if (accumulate)
-        ops.append_sum(1.0f);
-      dnnl::algorithm alg = dnnl::algorithm::undef;
-      if (act == STRATA_RT_ACT_RELU)
-        alg = dnnl::algorithm::eltwise_relu;
-      else if (act == STRATA_RT_ACT_GELU_TANH)
-        alg = dnnl::algorithm::eltwise_gelu_tanh;
-      else if (act == STRATA_RT_ACT_GELU_ERF)
-        alg = dnnl::algorithm::eltwise_gelu_erf;
-      if (alg != dnnl::algorithm::undef)
-        ops.append_eltwise(1.0f, alg, 0.0f, 0.0f);
-      dnnl::primitive_attr attr;
-      attr.set_post_ops(ops);
-      dnnl::matmul::desc desc =
-          bias ? dnnl::matmul::desc(aMd, bMd,
-                                    memory::desc({1, 1, n},
-                                                 memory::data_type::f32,
-                                                 memory::dims{n, n, 1}),
-                                    cMd)
-               : dnnl::matmul::desc(aMd, bMd, cMd);
-      dnnl::matmul::primitive_desc pd(desc, attr, cache.engine);
-      it = cache.primitives.emplace(key, strata::cpu::GemmCache::Entry{pd, dnnl::matmul(pd)}).first;
-    }
-    dnnl::matmul &primitive = it->second.primitive;
-    const dnnl::matmul::primitive_desc &pd = it->second.pd;
-    memory aMem(pd.src_desc(), cache.engine, const_cast<float *>(a));
-    memory bMem(pd.weights_desc(), cache.engine, const_cast<float *>(b));
-    memory cMem(pd.dst_desc(), cache.engine, c);
-    std::unordered_map<int, memory> args{{DNNL_ARG_SRC, aMem},
-                                         {DNNL_ARG_WEIGHTS, bMem},
-                                         {DNNL_ARG_DST, cMem}};
-    if (bias)
-      args.emplace(DNNL_ARG_BIAS, memory(pd.bias_desc(), cache.engine,
-                                         const_cast<float *>(bias)));
-    primitive.execute(cache.stream, args);
-    cache.stream.wait();
-  } catch (const dnnl::error &e) {
-    ctx->fail(site, std::string("oneDNN matmul failed: ") + e.what());
-  }
+  matmul(ctx, site, memory::data_type::f32, batch, m, n, k, a, aBatchStride,
+         transA, b, bBatchStride, transB, c, bias, act, accumulate,
+         /*fastOnly=*/false);
 }
 
 /// Conversions of the GEMM's operands and result. This file is compiled for
@@ -235,15 +262,32 @@ strata_rt_gemm(StrataRtContext *ctx, int64_t site, int64_t batch, int64_t m,
   withSameFloatType(
       ctx, site, "gemm", {aType, bType, cType, biasType}, [&](auto tag) {
         using T = decltype(tag);
-        if constexpr (std::is_same_v<T, float>)
+        if constexpr (std::is_same_v<T, float>) {
           gemmF32(ctx, site, batch, m, n, k, static_cast<const float *>(a),
                   aBatchStride, transA, static_cast<const float *>(b),
                   bBatchStride, transB, static_cast<float *>(c),
                   static_cast<const float *>(bias), act, accumulate);
-        else
+        } else {
+          // bf16: oneDNN's own kernels where the processor has bf16 dot
+          // products (AVX512-BF16, AMX: f32 accumulation, the result
+          // rounded once, as the widened path up to summation order); one
+          // GEMM per batch where both operands are shared by every batch.
+          if constexpr (std::is_same_v<T, strata::cpu::BFloat16>) {
+            bool shared = batch > 1 && aBatchStride == 0 && bBatchStride == 0;
+            bool native = true;
+            for (int64_t bi = 0; native && bi < (shared ? batch : 1); ++bi)
+              native = matmul(ctx, site, memory::data_type::bf16,
+                              shared ? 1 : batch, m, n, k, a, aBatchStride,
+                              transA, b, bBatchStride, transB,
+                              static_cast<T *>(c) + bi * m * n, bias, act,
+                              accumulate, /*fastOnly=*/true);
+            if (native)
+              return;
+          }
           gemmLow(ctx, site, batch, m, n, k, static_cast<const T *>(a),
                   aBatchStride, transA, static_cast<const T *>(b), bBatchStride,
                   transB, static_cast<T *>(c), static_cast<const T *>(bias),
                   act, accumulate);
+        }
       });
 }
