@@ -30,6 +30,7 @@
 #include <omp.h>
 #include <string>
 #include <type_traits>
+#include <utility>
 #include <vector>
 
 using strata::cpu::BFloat16;
@@ -296,6 +297,20 @@ template <typename T> void narrowBlock(T *to, const float *from, int64_t n) {
 #pragma omp simd
   for (int64_t i = 0; i < n; ++i)
     to[i] = T(from[i]);
+}
+
+/// Layer norm's statistics of one row: the mean and 1 / sqrt(variance +
+/// eps), summed in double.
+template <typename T>
+std::pair<float, float> rowStatistics(const T *x, int64_t n, double eps) {
+  double mean = 0, var = 0;
+  for (int64_t j = 0; j < n; ++j)
+    mean += float(x[j]);
+  mean /= double(n);
+  for (int64_t j = 0; j < n; ++j)
+    var += (float(x[j]) - mean) * (float(x[j]) - mean);
+  var /= double(n);
+  return {float(mean), float(1.0 / std::sqrt(var + eps))};
 }
 
 bool knownUnary(int64_t op) {
@@ -706,14 +721,7 @@ void STRATA_RT_KERNEL(strata_rt_layer_norm)(
 #pragma omp parallel for schedule(static) if (rows * n >= kParallelGrain)
         for (int64_t r = 0; r < rows; ++r) {
           const T *xr = x + r * n;
-          double mean = 0, var = 0;
-          for (int64_t j = 0; j < n; ++j)
-            mean += float(xr[j]);
-          mean /= double(n);
-          for (int64_t j = 0; j < n; ++j)
-            var += (float(xr[j]) - mean) * (float(xr[j]) - mean);
-          var /= double(n);
-          float m = float(mean), rstd = float(1.0 / std::sqrt(var + eps));
+          auto [m, rstd] = rowStatistics(xr, n, eps);
           T *yr = y + r * n;
           for (int64_t j = 0; j < n; ++j)
             yr[j] =
@@ -743,14 +751,7 @@ void STRATA_RT_KERNEL(strata_rt_layer_norm_grad)(
 #pragma omp parallel for schedule(static) if (rows * n >= kParallelGrain)
         for (int64_t r = 0; r < rows; ++r) {
           const T *xr = x + r * n, *dyr = dy + r * n;
-          double mean = 0, var = 0;
-          for (int64_t j = 0; j < n; ++j)
-            mean += float(xr[j]);
-          mean /= double(n);
-          for (int64_t j = 0; j < n; ++j)
-            var += (float(xr[j]) - mean) * (float(xr[j]) - mean);
-          var /= double(n);
-          float m = float(mean), rstd = float(1.0 / std::sqrt(var + eps));
+          auto [m, rstd] = rowStatistics(xr, n, eps);
           stats[2 * r] = m;
           stats[2 * r + 1] = rstd;
           double sumDxhat = 0, sumDxhatXhat = 0;
