@@ -52,6 +52,16 @@ static bool matmul(StrataRtContext *ctx, int64_t site, memory::data_type dt,
                    const void *b, int64_t bBatchStride, int64_t transB,
                    void *c, const void *bias, int64_t act, int64_t accumulate,
                    bool fastOnly) {
+  // The same product for every batch (oneDNN broadcasts one side only).
+  if (batch > 1 && aBatchStride == 0 && bBatchStride == 0) {
+    int64_t bytes = m * n * (dt == memory::data_type::f32 ? 4 : 2);
+    for (int64_t bi = 0; bi < batch; ++bi)
+      if (!matmul(ctx, site, dt, 1, m, n, k, a, 0, transA, b, 0, transB,
+                  static_cast<char *>(c) + bi * bytes, bias, act, accumulate,
+                  fastOnly))
+        return false;
+    return true;
+  }
   if (act != STRATA_RT_ACT_NONE && act != STRATA_RT_ACT_RELU &&
       act != STRATA_RT_ACT_GELU_TANH && act != STRATA_RT_ACT_GELU_ERF) {
     ctx->fail(site,
@@ -132,13 +142,6 @@ static void gemmF32(StrataRtContext *ctx, int64_t site, int64_t batch,
                     int64_t aBatchStride, int64_t transA, const float *b,
                     int64_t bBatchStride, int64_t transB, float *c,
                     const float *bias, int64_t act, int64_t accumulate) {
-  // The same product for every batch (oneDNN broadcasts one side only).
-  if (batch > 1 && aBatchStride == 0 && bBatchStride == 0) {
-    for (int64_t bi = 0; bi < batch; ++bi)
-      gemmF32(ctx, site, 1, m, n, k, a, 0, transA, b, 0, transB, c + bi * m * n,
-              bias, act, accumulate);
-    return;
-  }
   // oneDNN's GEMM is about twice slower with a transposed source (the
   // weight-gradient products X^T dY) than a blocked transpose into scratch
   // followed by the plain product.
@@ -222,11 +225,10 @@ static void narrow(T *to, const float *from, int64_t count) {
   narrowLoop(to, from, count);
 }
 
-/// A bf16 or f16 GEMM: the operands widened to f32 (exactly), the f32 GEMM,
-/// the result rounded once. On CPUs without native low-precision matrix
-/// instructions this is also the fastest path (oneDNN converts inside its
-/// kernels otherwise); the products and sums are those of an f32 GEMM on
-/// the same values, as cuBLASLt computes bf16 GEMMs (f32 accumulation).
+/// A bf16 or f16 GEMM where the processor has no native kernels for it: the
+/// operands widened to f32 (exactly), the f32 GEMM, the result rounded
+/// once; the products and sums are those of an f32 GEMM on the same values
+/// (f32 accumulation, as oneDNN's and cuBLASLt's bf16 GEMMs).
 template <typename T>
 static void gemmLow(StrataRtContext *ctx, int64_t site, int64_t batch,
                     int64_t m, int64_t n, int64_t k, const T *a,
@@ -270,20 +272,12 @@ strata_rt_gemm(StrataRtContext *ctx, int64_t site, int64_t batch, int64_t m,
         } else {
           // bf16: oneDNN's own kernels where the processor has bf16 dot
           // products (AVX512-BF16, AMX: f32 accumulation, the result
-          // rounded once, as the widened path up to summation order); one
-          // GEMM per batch where both operands are shared by every batch.
-          if constexpr (std::is_same_v<T, strata::cpu::BFloat16>) {
-            bool shared = batch > 1 && aBatchStride == 0 && bBatchStride == 0;
-            bool native = true;
-            for (int64_t bi = 0; native && bi < (shared ? batch : 1); ++bi)
-              native = matmul(ctx, site, memory::data_type::bf16,
-                              shared ? 1 : batch, m, n, k, a, aBatchStride,
-                              transA, b, bBatchStride, transB,
-                              static_cast<T *>(c) + bi * m * n, bias, act,
-                              accumulate, /*fastOnly=*/true);
-            if (native)
+          // rounded once, as the widened path up to summation order).
+          if constexpr (std::is_same_v<T, strata::cpu::BFloat16>)
+            if (matmul(ctx, site, memory::data_type::bf16, batch, m, n, k, a,
+                       aBatchStride, transA, b, bBatchStride, transB, c, bias,
+                       act, accumulate, /*fastOnly=*/true))
               return;
-          }
           gemmLow(ctx, site, batch, m, n, k, static_cast<const T *>(a),
                   aBatchStride, transA, static_cast<const T *>(b), bBatchStride,
                   transB, static_cast<T *>(c), static_cast<const T *>(bias),
