@@ -187,25 +187,25 @@ void binaryLoop(StrataRtContext *ctx, int64_t site, int64_t op, T *out,
 }
 
 /// Whether an update guarded by `guard` (the gradients' global norm under
-/// loss scaling; NULL when unguarded) is skipped: its gradients overflowed.
-/// A skipped update leaves its outputs equal to its inputs.
+/// loss scaling; NULL when unguarded) does not run: its gradients overflowed
+/// (each output then keeps its input: `kept` pairs the `n`-float outputs
+/// with their inputs; nothing is copied where they alias), or the guard has
+/// another type than f32 (recorded as a failure).
 bool skipUpdate(StrataRtContext *ctx, int64_t site, const char *kernel,
-                const void *guard, int64_t guardType, bool &failed) {
-  failed = false;
+                const void *guard, int64_t guardType, int64_t n,
+                std::initializer_list<std::pair<void *, const void *>> kept) {
   if (!guard)
     return false;
   if (guardType != STRATA_RT_F32) {
     unsupportedType(ctx, site, kernel, guardType);
-    failed = true;
     return true;
   }
-  return !std::isfinite(*static_cast<const float *>(guard));
-}
-
-/// out = in for the `n` floats of a skipped update (nothing when in place).
-void keep(void *out, const void *in, int64_t n) {
-  if (out != in)
-    std::memcpy(out, in, size_t(n) * sizeof(float));
+  if (std::isfinite(*static_cast<const float *>(guard)))
+    return false;
+  for (auto [out, in] : kept)
+    if (out != in)
+      std::memcpy(out, in, size_t(n) * sizeof(float));
+  return true;
 }
 
 /// out = scale * the sum of `in` over the dimensions whose output stride is
@@ -1017,12 +1017,9 @@ void STRATA_RT_KERNEL(strata_rt_sgd)(StrataRtContext *ctx, int64_t site,
                                      const void *guard, int64_t guardType) {
   if (!onlyF32(ctx, site, "sgd", {newParamType, paramType, gradType, lrType}))
     return;
-  bool failed;
-  if (skipUpdate(ctx, site, "sgd", guard, guardType, failed)) {
-    if (!failed)
-      keep(newParamData, paramData, n);
+  if (skipUpdate(ctx, site, "sgd", guard, guardType, n,
+                 {{newParamData, paramData}}))
     return;
-  }
   auto *newParam = static_cast<float *>(newParamData);
   auto *param = static_cast<const float *>(paramData);
   auto *grad = static_cast<const float *>(gradData);
@@ -1045,14 +1042,9 @@ void STRATA_RT_KERNEL(strata_rt_momentum)(
                {newParamType, newVelocityType, paramType, gradType,
                 velocityType, lrType}))
     return;
-  bool failed;
-  if (skipUpdate(ctx, site, "momentum", guard, guardType, failed)) {
-    if (!failed) {
-      keep(newParamData, paramData, n);
-      keep(newVelocityData, velocityData, n);
-    }
+  if (skipUpdate(ctx, site, "momentum", guard, guardType, n,
+                 {{newParamData, paramData}, {newVelocityData, velocityData}}))
     return;
-  }
   auto *newParam = static_cast<float *>(newParamData);
   auto *newVelocity = static_cast<float *>(newVelocityData);
   auto *param = static_cast<const float *>(paramData);
@@ -1083,15 +1075,10 @@ void STRATA_RT_KERNEL(strata_rt_adam)(
                 vType, lrType}) ||
       !stepCounter(ctx, site, "adam", stepType))
     return;
-  bool failed;
-  if (skipUpdate(ctx, site, "adam", guard, guardType, failed)) {
-    if (!failed) {
-      keep(newParamData, paramData, n);
-      keep(newMData, mData, n);
-      keep(newVData, vData, n);
-    }
+  if (skipUpdate(
+          ctx, site, "adam", guard, guardType, n,
+          {{newParamData, paramData}, {newMData, mData}, {newVData, vData}}))
     return;
-  }
   auto *step = static_cast<const int64_t *>(stepData);
   auto *newParam = static_cast<float *>(newParamData);
   auto *newM = static_cast<float *>(newMData);
@@ -1154,14 +1141,9 @@ void STRATA_RT_KERNEL(strata_rt_lars)(
                {newParamType, newVelocityType, paramType, gradType,
                 velocityType, lrType}))
     return;
-  bool failed;
-  if (skipUpdate(ctx, site, "lars", guard, guardType, failed)) {
-    if (!failed) {
-      keep(newParamData, paramData, n);
-      keep(newVelocityData, velocityData, n);
-    }
+  if (skipUpdate(ctx, site, "lars", guard, guardType, n,
+                 {{newParamData, paramData}, {newVelocityData, velocityData}}))
     return;
-  }
   auto *newParam = static_cast<float *>(newParamData);
   auto *newVelocity = static_cast<float *>(newVelocityData);
   auto *param = static_cast<const float *>(paramData);
