@@ -1,10 +1,11 @@
 //===- Amp.cpp - Mixed precision: per-op compute types and casts ----------===//
 //
-// Level o1: one walk over the forward step in program order. Each op's
-// compute type follows from its list (white: the low type, black: f32) or,
-// for the rest, from its inputs; operands are cast to it and the results
-// retyped. Casts are shared per (value, type) and sit before their first
-// reader, with its location and layer.
+// One walk over the forward step in program order. Each op's compute type
+// follows from its list (white: the low type, black: f32) or, for the rest,
+// from its inputs (level o1) or the low type (level o2, whose parameters
+// are retyped first); operands are cast to it and the results retyped.
+// Casts are shared per (value, type) and sit before their first reader,
+// with its location and layer.
 //
 //===----------------------------------------------------------------------===//
 
@@ -159,10 +160,7 @@ void AmpPass::runOnOperation() {
     emitError(module.getLoc()) << "strata-amp: " << message;
     signalPassFailure();
   };
-  if (level == "o2")
-    return fail("level o2 (low-precision parameters with f32 master "
-                "weights) is not implemented yet; use level o1");
-  if (level != "o1")
+  if (level != "o1" && level != "o2")
     return fail("level must be o1 or o2, got '" + level + "'");
   Type low;
   if (dtype == "bfloat16")
@@ -221,6 +219,29 @@ void AmpPass::runOnOperation() {
       return signalPassFailure();
   }
 
+  // Level o2: parameters in the low type, but those a black-list op reads
+  // (layer norm's scale and shift: Paddle keeps them in f32 too).
+  const bool o2 = level == "o2";
+  if (o2) {
+    llvm::StringMap<SmallVector<GetParamOp>> reads;
+    llvm::StringSet<> keepF32;
+    func.walk([&](GetParamOp get) {
+      reads[get.getName()].push_back(get);
+      for (Operation *user : get->getUsers())
+        if (black.contains(user->getName().stripDialect()))
+          keepF32.insert(get.getName());
+    });
+    for (ParamOp param : module.getOps<ParamOp>()) {
+      RankedTensorType type = param.getTensorType();
+      if (!type.getElementType().isF32() ||
+          keepF32.contains(param.getSymName()))
+        continue;
+      param.setType(type.clone(low));
+      for (GetParamOp get : reads.lookup(param.getSymName()))
+        get.getResult().setType(type.clone(low));
+    }
+  }
+
   for (Operation &opRef : llvm::make_early_inc_range(func.getBody().front())) {
     Operation *op = &opRef;
     if (auto ret = dyn_cast<func::ReturnOp>(op)) {
@@ -252,6 +273,8 @@ void AmpPass::runOnOperation() {
       compute = low;
     } else if (black.contains(name)) {
       compute = f32;
+    } else if (o2 && llvm::is_contained(kListable, name)) {
+      compute = low;
     } else if (isa<BiasAddOp>(op)) {
       compute = elementOf(op->getOperand(0));
     } else {

@@ -55,15 +55,6 @@ struct GradientMergePass
                << " (" << type << ") has no leading batch dimension "
                << "divisible by k-steps = " << k;
     }
-    for (Value grad : ret.getOperands().drop_front()) {
-      Type elem = cast<RankedTensorType>(grad.getType()).getElementType();
-      if (!elem.isF32() && !elem.isF64())
-        return mlir::emitError(func.getLoc())
-               << "strata-gradient-merge: gradients of type " << elem
-               << " would be accumulated in low precision (needs AMP, not "
-                  "implemented)";
-    }
-
     // The ops that depend on the batch are cloned per micro-batch.
     DenseSet<Value> batchValues(body.getArguments().begin(),
                                 body.getArguments().end());
@@ -114,9 +105,21 @@ struct GradientMergePass
         clone->setAttr(StrataDialect::kMicroBatchAttrName, microBatchAttr(m));
         map.map(op->getResults(), clone->getResults());
       }
-      // Running sums of the loss and of every gradient.
+      // Running sums of the loss and of every gradient, in f32 whatever
+      // the gradient's type (a bf16 sum loses the small micro-batch
+      // gradients).
       for (auto [i, v] : llvm::enumerate(ret.getOperands())) {
         Value value = map.lookupOrDefault(v);
+        if (auto t = cast<RankedTensorType>(value.getType());
+            isa<FloatType>(t.getElementType()) &&
+            t.getElementType().getIntOrFloatBitWidth() < 32) {
+          auto widen = CastOp::create(b, ret.getLoc(),
+                                      t.clone(b.getF32Type()), value);
+          setRole(widen, i == 0 ? Role::Forward : Role::Backward);
+          widen->setAttr(StrataDialect::kMicroBatchAttrName,
+                         microBatchAttr(m));
+          value = widen;
+        }
         if (m == 0) {
           merged.push_back(value);
           continue;
@@ -135,6 +138,8 @@ struct GradientMergePass
       merged[i] = mean;
     }
     ret->setOperands(merged);
+    func.setType(FunctionType::get(ctx, func.getArgumentTypes(),
+                                   ValueRange(merged).getTypes()));
     func->setAttr(StrataDialect::kMicroBatchesAttrName,
                   b.getI64IntegerAttr(k));
     for (Operation *op : llvm::reverse(perMicroBatch))

@@ -82,7 +82,12 @@ LogicalResult OptimizerPass::rewrite(func::FuncOp func) {
     if (!ref)
       return mlir::emitError(func.getLoc())
              << "result " << i << " is not a gradient (no strata.grad_of)";
-    grads.push_back(ret.getOperand(i));
+    Value grad = ret.getOperand(i);
+    // Master gradients: a low-precision gradient goes to f32 before the
+    // norm, clipping and the update.
+    if (masterGrad && !tensorType(grad).getElementType().isF32())
+      grad = make<CastOp>(b, loc, tensorType(grad).clone(b.getF32Type()), grad);
+    grads.push_back(grad);
     params.push_back(ref);
   }
 
@@ -142,36 +147,44 @@ LogicalResult OptimizerPass::rewrite(func::FuncOp func) {
     auto param = symbols->lookup<ParamOp>(ref.getValue());
     if (!param)
       return mlir::emitError(func.getLoc()) << ref << " is not a strata.param";
-    RankedTensorType type = param.getTensorType();
+    RankedTensorType paramType = param.getTensorType();
     Location ploc = param.getLoc();
+    // A low-precision parameter (mixed precision level o2) is updated
+    // through its f32 master weight, which its state has the type of.
+    RankedTensorType type = paramType.clone(b.getF32Type());
+    FlatSymbolRefAttr masterSym;
+    Value master;
+    if (!paramType.getElementType().isF32()) {
+      masterSym = declareState((ref.getValue() + ".master").str(), type,
+                               InitKind::Master, ref);
+      master = make<GetStateOp>(b, ploc, type, masterSym);
+    }
     bool excluded = llvm::any_of(excludeFromWeightDecay, [&](StringRef s) {
       return ref.getValue().contains(s);
     });
     FloatAttr wd = b.getF64FloatAttr(excluded ? 0.0 : decay);
-    Value p = make<GetParamOp>(b, ploc, type, ref);
+    Value p = make<GetParamOp>(b, ploc, paramType, ref);
     auto stateOf = [&](StringRef suffix) {
       FlatSymbolRefAttr sym = declareState(
           (ref.getValue() + "." + suffix).str(), type, InitKind::Zeros, ref);
       return std::make_pair(sym, Value(make<GetStateOp>(b, ploc, type, sym)));
     };
-    Value newParam;
+    Operation *update = nullptr;
     switch (kind) {
     case Kind::Sgd:
-      newParam = make<SgdUpdateOp>(b, ploc, p, grad, lr, guard, wd);
+      update = make<SgdUpdateOp>(b, ploc, p, grad, lr, guard, master, wd);
       break;
     case Kind::Momentum:
     case Kind::Lars: {
       auto [vSym, v] = stateOf("velocity");
-      Operation *update;
       if (kind == Kind::Momentum)
         update = make<MomentumUpdateOp>(
-            b, ploc, p, grad, v, lr, guard, b.getF64FloatAttr(momentum),
+            b, ploc, p, grad, v, lr, guard, master, b.getF64FloatAttr(momentum),
             useNesterov ? b.getUnitAttr() : UnitAttr(), wd);
       else
         update = make<LarsUpdateOp>(
-            b, ploc, p, grad, v, lr, guard, b.getF64FloatAttr(momentum),
+            b, ploc, p, grad, v, lr, guard, master, b.getF64FloatAttr(momentum),
             b.getF64FloatAttr(larsCoeff), wd, b.getF64FloatAttr(eps));
-      newParam = update->getResult(0);
       make<AssignOp>(b, ploc, vSym, update->getResult(1));
       break;
     }
@@ -182,24 +195,26 @@ LogicalResult OptimizerPass::rewrite(func::FuncOp func) {
       auto [vSym, v] = stateOf("moment2");
       auto b1 = b.getF64FloatAttr(beta1), b2 = b.getF64FloatAttr(beta2);
       auto e = b.getF64FloatAttr(eps);
-      Operation *update = kind == Kind::Adam
-                              ? make<AdamUpdateOp>(b, ploc, p, grad, m, v, lr,
-                                                   step, guard, b1, b2, e, wd)
-                                    .getOperation()
-                          : kind == Kind::AdamW
-                              ? make<AdamWUpdateOp>(b, ploc, p, grad, m, v, lr,
-                                                    step, guard, b1, b2, e, wd)
-                                    .getOperation()
-                              : make<LambUpdateOp>(b, ploc, p, grad, m, v, lr,
-                                                   step, guard, b1, b2, e, wd)
-                                    .getOperation();
-      newParam = update->getResult(0);
+      update = kind == Kind::Adam
+                   ? make<AdamUpdateOp>(b, ploc, p, grad, m, v, lr, step, guard,
+                                        master, b1, b2, e, wd)
+                         .getOperation()
+               : kind == Kind::AdamW
+                   ? make<AdamWUpdateOp>(b, ploc, p, grad, m, v, lr, step,
+                                         guard, master, b1, b2, e, wd)
+                         .getOperation()
+                   : make<LambUpdateOp>(b, ploc, p, grad, m, v, lr, step, guard,
+                                        master, b1, b2, e, wd)
+                         .getOperation();
       make<AssignOp>(b, ploc, mSym, update->getResult(1));
       make<AssignOp>(b, ploc, vSym, update->getResult(2));
       break;
     }
     }
-    make<AssignOp>(b, ploc, ref, newParam);
+    make<AssignOp>(b, ploc, ref, update->getResult(0));
+    if (master)
+      make<AssignOp>(b, ploc, masterSym,
+                     update->getResult(update->getNumResults() - 1));
   }
 
   // Paddle's dynamic rule moves the loss scale (a static scale stays).

@@ -60,8 +60,14 @@ def StrataAmp : Pass<"strata-amp", "mlir::ModuleOp"> {
     `custom-white-list` and `custom-black-list` add op names (without the
     `strata.` prefix) to the lists; a custom entry overrides the default
     list that names the same op. An unknown name, or one in both custom
-    lists, is an error. Level `o2` (low-precision parameters with f32
-    master weights) is not implemented yet and is refused.
+    lists, is an error.
+
+    Level `o2` (Paddle's pure low precision) first retypes the parameters
+    to `dtype`, but those a black-list op reads directly (layer norm's
+    scale and shift), and then computes every op that the lists can name
+    in `dtype` unless it is on the black list; parameter gradients arrive
+    in `dtype`, and strata-optimizer keeps an f32 master weight for each
+    low-precision parameter.
 
     With `float16` the pass also declares the loss scale, unless it is
     static and 1: the state `@loss_scale` (f32, starting at
@@ -82,7 +88,8 @@ def StrataAmp : Pass<"strata-amp", "mlir::ModuleOp"> {
     Option<"dtype", "dtype", "std::string", "\"float16\"",
            "Low-precision type: float16 or bfloat16">,
     Option<"level", "level", "std::string", "\"o1\"",
-           "o1 (per-op casts, f32 parameters) or o2">,
+           "o1 (per-op casts, f32 parameters) or o2 (low-precision "
+           "parameters, f32 master weights)">,
     ListOption<"customWhiteList", "custom-white-list", "std::string",
                "More ops that compute in the low type">,
     ListOption<"customBlackList", "custom-black-list", "std::string",
@@ -148,7 +155,12 @@ def StrataOptimizer : Pass<"strata-optimizer", "mlir::ModuleOp"> {
     * per parameter, the update op of `type` (sgd, momentum, adam, adamw,
       lamb, lars) with its optimizer state as `strata.state @P.moment1`,
       `@P.moment2` or `@P.velocity` (`of @P`), and `strata.assign` of the
-      new parameter and state values.
+      new parameter and state values. A bf16 or f16 parameter (mixed
+      precision level o2) gets an f32 master weight, `strata.state
+      @P.master init <master> of @P`: the update computes from it, its state
+      is f32, and the parameter is assigned the new master rounded. With
+      `master-grad`, low-precision gradients are cast to f32 first, so
+      clipping and the update read f32 gradients.
 
     The function then returns only the loss. Hyper-parameters and defaults
     are Paddle's; `weight-decay` and `epsilon` below 0 mean the type's
@@ -187,7 +199,10 @@ def StrataOptimizer : Pass<"strata-optimizer", "mlir::ModuleOp"> {
     Option<"decaySteps", "decay-steps", "int64_t", "0",
            "Cosine decay steps after warm-up">,
     Option<"minLr", "min-lr", "double", "0.0",
-           "Final learning rate of the cosine schedule">
+           "Final learning rate of the cosine schedule">,
+    Option<"masterGrad", "master-grad", "bool", "false",
+           "Cast low-precision gradients to f32 before clipping and the "
+           "update (mixed precision's use_master_grad)">
   ];
   let dependentDialects = ["::strata::StrataDialect",
                            "::mlir::arith::ArithDialect"];
@@ -261,8 +276,9 @@ def StrataGradientMerge : Pass<"strata-gradient-merge", "mlir::ModuleOp"> {
     element index); with `avg=false` the gradient is k times larger, as in
     Paddle. Accumulation stays in SSA values within the step: there is no
     persistent `grad@MERGE` buffer to zero. Every argument's first
-    dimension must be divisible by `k-steps`; gradients must be f32 or f64
-    (low-precision gradients need AMP, not implemented).
+    dimension must be divisible by `k-steps`. Gradients are accumulated in
+    f32 whatever their type: a bf16 or f16 gradient (mixed precision level
+    o2) is cast to f32 before its sum, and the step returns it in f32.
   }];
   let options = [
     Option<"kSteps", "k-steps", "int64_t", "1",

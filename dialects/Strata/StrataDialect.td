@@ -140,7 +140,8 @@ def Strata_InitKind : I32EnumAttr<"InitKind", "parameter initialiser", [
     I32EnumAttrCase<"Ones", 1, "ones">,
     I32EnumAttrCase<"Normal", 2, "normal">,
     I32EnumAttrCase<"Uniform", 3, "uniform">,
-    I32EnumAttrCase<"Constant", 4, "constant">]> {
+    I32EnumAttrCase<"Constant", 4, "constant">,
+    I32EnumAttrCase<"Master", 5, "master">]> {
   let cppNamespace = "::strata";
   let genSpecializedAttr = 0;
 }
@@ -182,7 +183,11 @@ def Strata_InitAttr : Strata_Attr<"Init", "init"> {
     (mean 0, standard deviation S) or `#strata.init<uniform, S>` (uniform in
     [-S, S]), S an f64 value such as `2.000000e-02`, or
     `#strata.init<constant, V>` (every element V: the loss scale of mixed
-    precision starts so). The runtime draws the random values from the
+    precision starts so), or `#strata.init<master>`: an f32 state holding
+    the full-precision value of the low-precision parameter named by its
+    `of` (mixed precision's master weight), which starts as that parameter's
+    initial value before rounding and which checkpoints store under the
+    parameter's name. The runtime draws the random values from the
     counter-based RNG keyed by the run's seed and the parameter's name, so
     initial weights do not depend on the number of ranks or the order of
     parameters.

@@ -20,7 +20,8 @@ def Strata_OptimizerUpdateOpInterface
     An optimizer's update of one parameter (SGD, Momentum, Adam, AdamW,
     LAMB, LARS): operand 0 is the parameter, operand 1 its gradient, result
     0 the updated parameter; result i > 0 is the update of operand i + 1
-    (optimizer state). Sharding keeps the updates of a rank's own parameters, the memory
+    (optimizer state), but for the f32 master weight of a low-precision
+    parameter, whose update is the last result. Sharding keeps the updates of a rank's own parameters, the memory
     plan counts the gradients they read, and the lowering updates their
     parameters in place.
   }];
@@ -31,10 +32,23 @@ def Strata_OptimizerUpdateOpInterface
     InterfaceMethod<"The parameter's gradient.", "::mlir::Value",
                     "getGradient", (ins), [{}],
                     [{ return $_op->getOperand(1); }]>,
+    InterfaceMethod<[{The f32 master weight the update computes from
+                      (mixed precision level o2), or null. Its new value
+                      is the last result.}],
+                    "::mlir::Value", "getMaster", (ins), [{}],
+                    [{ return $_op.getMaster(); }]>,
     InterfaceMethod<[{The value result `i` replaces: the parameter for
-                      result 0, operand i + 1 (its state) for the others.}],
+                      result 0, the master for the master's result,
+                      operand i + 1 (its state) for the others.}],
                     "::mlir::Value", "getUpdated", (ins "unsigned":$i), [{}],
-                    [{ return $_op->getOperand(i == 0 ? 0 : i + 1); }]>,
+                    [{
+      if (i == 0)
+        return $_op->getOperand(0);
+      if (::mlir::Value master = $_op.getMaster();
+          master && i + 1 == $_op->getNumResults())
+        return master;
+      return $_op->getOperand(i + 1);
+    }]>,
     InterfaceMethod<[{The guard (the gradients' global norm under loss
                       scaling), or null: when it is not finite the update
                       is skipped and each result equals getUpdated().}],

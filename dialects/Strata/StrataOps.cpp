@@ -220,6 +220,17 @@ LogicalResult StateOp::verify() {
       getInit().getKind() != InitKind::Zeros &&
       getInit().getKind() != InitKind::Ones)
     return emitOpError() << "integer state may only start as zeros or ones";
+  if (getInit().getKind() == InitKind::Master &&
+      (!type.getElementType().isF32() || !getOfAttr()))
+    return emitOpError() << "a master weight (init <master>) is f32 and "
+                            "names its parameter with 'of'";
+  return success();
+}
+
+LogicalResult ParamOp::verify() {
+  if (getInit().getKind() == InitKind::Master)
+    return emitOpError() << "init <master> is for the f32 state that holds "
+                            "a low-precision parameter's master weight";
   return success();
 }
 
@@ -230,6 +241,13 @@ LogicalResult StateOp::verifySymbolUses(SymbolTableCollection &symbolTable) {
   if (!param)
     return emitOpError() << "'of' names " << getOfAttr()
                          << ", which is not a strata.param";
+  if (getInit().getKind() == InitKind::Master &&
+      (param.getTensorType().getElementType().isF32() ||
+       param.getTensorType().getShape() != getTensorType().getShape()))
+    return emitOpError() << "the master weight of " << getOfAttr()
+                         << " must have its shape, and the parameter a "
+                            "low-precision type (it is "
+                         << param.getType() << ")";
   return success();
 }
 
@@ -806,17 +824,42 @@ LogicalResult CrossEntropyGradOp::inferReturnTypes(
 // Optimizer
 //===----------------------------------------------------------------------===//
 
-/// Every state operand has the parameter's type; results: `numResults`
-/// copies of it.
+/// Without a master: the gradient and every state operand have the
+/// parameter's type, and so do the `numResults` results. With a master (an
+/// f32 tensor of the parameter's shape, the parameter bf16 or f16): state
+/// has the master's type, the gradient the parameter's or the master's;
+/// the results are the parameter's type, then the master's for the state,
+/// then the new master.
 template <typename OpTy>
 static LogicalResult inferUpdate(std::optional<Location> loc, Value param,
-                                 ValueRange states, unsigned numResults,
+                                 Value grad, ValueRange states, Value master,
+                                 unsigned numResults,
                                  SmallVectorImpl<Type> &types) {
-  for (Value state : states)
-    if (state.getType() != param.getType())
-      return inferError<OpTy>(loc, "gradient and optimizer state must have "
-                                   "the parameter's type");
-  types.append(numResults, param.getType());
+  if (!master) {
+    for (Value v : llvm::concat<Value>(ValueRange(grad), states))
+      if (v.getType() != param.getType())
+        return inferError<OpTy>(loc, "gradient and optimizer state must have "
+                                     "the parameter's type");
+    types.append(numResults, param.getType());
+    return success();
+  }
+  auto p = cast<RankedTensorType>(param.getType());
+  auto m = cast<RankedTensorType>(master.getType());
+  if (!m.getElementType().isF32() || m.getShape() != p.getShape())
+    return inferError<OpTy>(loc, "a master weight is an f32 tensor of the "
+                                 "parameter's shape");
+  if (p.getElementType().isF32())
+    return inferError<OpTy>(loc, "an f32 parameter is its own master weight");
+  if (grad.getType() != p && grad.getType() != m)
+    return inferError<OpTy>(loc, "the gradient must have the parameter's or "
+                                 "the master weight's type");
+  for (Value v : states)
+    if (v.getType() != m)
+      return inferError<OpTy>(loc, "optimizer state must have the master "
+                                   "weight's type");
+  types.push_back(p);
+  types.append(numResults - 1, m);
+  types.push_back(m);
   return success();
 }
 
@@ -824,8 +867,8 @@ LogicalResult SgdUpdateOp::inferReturnTypes(MLIRContext *,
                                             std::optional<Location> loc,
                                             Adaptor adaptor,
                                             SmallVectorImpl<Type> &types) {
-  return inferUpdate<SgdUpdateOp>(loc, adaptor.getParam(),
-                                  {adaptor.getGrad()}, 1, types);
+  return inferUpdate<SgdUpdateOp>(loc, adaptor.getParam(), adaptor.getGrad(),
+                                  {}, adaptor.getMaster(), 1, types);
 }
 
 LogicalResult MomentumUpdateOp::inferReturnTypes(MLIRContext *,
@@ -833,8 +876,8 @@ LogicalResult MomentumUpdateOp::inferReturnTypes(MLIRContext *,
                                                  Adaptor adaptor,
                                                  SmallVectorImpl<Type> &types) {
   return inferUpdate<MomentumUpdateOp>(
-      loc, adaptor.getParam(), {adaptor.getGrad(), adaptor.getVelocity()}, 2,
-      types);
+      loc, adaptor.getParam(), adaptor.getGrad(), {adaptor.getVelocity()},
+      adaptor.getMaster(), 2, types);
 }
 
 LogicalResult LarsUpdateOp::inferReturnTypes(MLIRContext *,
@@ -842,8 +885,8 @@ LogicalResult LarsUpdateOp::inferReturnTypes(MLIRContext *,
                                              Adaptor adaptor,
                                              SmallVectorImpl<Type> &types) {
   return inferUpdate<LarsUpdateOp>(
-      loc, adaptor.getParam(), {adaptor.getGrad(), adaptor.getVelocity()}, 2,
-      types);
+      loc, adaptor.getParam(), adaptor.getGrad(), {adaptor.getVelocity()},
+      adaptor.getMaster(), 2, types);
 }
 
 #define STRATA_ADAM_INFER(OP)                                                  \
@@ -851,10 +894,9 @@ LogicalResult LarsUpdateOp::inferReturnTypes(MLIRContext *,
                                      std::optional<Location> loc,              \
                                      Adaptor adaptor,                          \
                                      SmallVectorImpl<Type> &types) {           \
-    return inferUpdate<OP>(loc, adaptor.getParam(),                            \
-                           {adaptor.getGrad(), adaptor.getMoment1(),           \
-                            adaptor.getMoment2()},                             \
-                           3, types);                                          \
+    return inferUpdate<OP>(loc, adaptor.getParam(), adaptor.getGrad(),         \
+                           {adaptor.getMoment1(), adaptor.getMoment2()},       \
+                           adaptor.getMaster(), 3, types);                     \
   }
 STRATA_ADAM_INFER(AdamUpdateOp)
 STRATA_ADAM_INFER(AdamWUpdateOp)

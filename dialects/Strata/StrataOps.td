@@ -82,6 +82,7 @@ def Strata_ParamOp : Strata_Op<"param", [Symbol, HasParent<"mlir::ModuleOp">]> {
                        Strata_InitAttr:$init,
                        UnitAttr:$frozen);
   let assemblyFormat = "$sym_name `:` $type `init` $init attr-dict";
+  let hasVerifier = 1;
   let extraClassDeclaration = [{
     mlir::RankedTensorType getTensorType() {
       return mlir::cast<mlir::RankedTensorType>(getType());
@@ -795,11 +796,20 @@ def Strata_CrossEntropyGradOp : Strata_ComputeOp<"cross_entropy_grad"> {
 // Optimizer state operands must have the parameter's type; the inferred
 // results do. An update with a `guard` operand (the gradients' global norm,
 // under loss scaling) changes nothing when the guard is not finite: the
-// results equal the parameter and state operands.
-class Strata_UpdateOp<string mnemonic>
-    : Strata_ComputeOp<mnemonic, [Strata_OptimizerUpdateOpInterface]>;
+// results equal the parameter and state operands. An update with a
+// `master` operand (mixed precision level o2) updates that f32 master
+// weight, returned last, and yields the parameter (bf16 or f16) as the
+// master rounded; state then has the master's type and the gradient the
+// parameter's or the master's. `leading` spells the operands before them.
+class Strata_UpdateOp<string mnemonic, string leading>
+    : Strata_ComputeOp<mnemonic, [Strata_OptimizerUpdateOpInterface,
+                                  AttrSizedOperandSegments]> {
+  let assemblyFormat = leading # [{ (`guard` $guard^)? (`master` $master^)?
+    attr-dict `:` functional-type(operands, results)}];
+}
 
-def Strata_SgdUpdateOp : Strata_UpdateOp<"sgd_update"> {
+def Strata_SgdUpdateOp
+    : Strata_UpdateOp<"sgd_update", "$param `,` $grad `,` $lr"> {
   let summary = "Stochastic gradient descent step";
   let description = [{
     param - lr * (grad + weight_decay * param).
@@ -811,11 +821,15 @@ def Strata_SgdUpdateOp : Strata_UpdateOp<"sgd_update"> {
   let arguments = (ins Strata_FloatTensor:$param, Strata_FloatTensor:$grad,
                        Strata_Scalar:$lr,
                        Optional<0DTensorOf<[F32]>>:$guard,
+                       Optional<Strata_FloatTensor>:$master,
                        DefaultValuedAttr<F64Attr, "0.0">:$weight_decay);
-  let results = (outs Strata_FloatTensor:$new_param);
+  let results = (outs Strata_FloatTensor:$new_param,
+                      Optional<Strata_FloatTensor>:$new_master);
 }
 
-def Strata_MomentumUpdateOp : Strata_UpdateOp<"momentum_update"> {
+def Strata_MomentumUpdateOp
+    : Strata_UpdateOp<"momentum_update",
+                      "$param `,` $grad `,` $velocity `,` $lr"> {
   let summary = "Momentum step (Paddle's Momentum)";
   let description = [{
     v = momentum * v + (grad + weight_decay * param); param -= lr * v, or
@@ -828,26 +842,31 @@ def Strata_MomentumUpdateOp : Strata_UpdateOp<"momentum_update"> {
   let arguments = (ins Strata_FloatTensor:$param, Strata_FloatTensor:$grad,
                        Strata_FloatTensor:$velocity, Strata_Scalar:$lr,
                        Optional<0DTensorOf<[F32]>>:$guard,
+                       Optional<Strata_FloatTensor>:$master,
                        DefaultValuedAttr<F64Attr, "0.9">:$momentum,
                        UnitAttr:$use_nesterov,
                        DefaultValuedAttr<F64Attr, "0.0">:$weight_decay);
   let results = (outs Strata_FloatTensor:$new_param,
-                      Strata_FloatTensor:$new_velocity);
+                      Strata_FloatTensor:$new_velocity,
+                      Optional<Strata_FloatTensor>:$new_master);
 }
 
 class Strata_AdamFamilyOp<string mnemonic, string defaultDecay>
-    : Strata_UpdateOp<mnemonic> {
+    : Strata_UpdateOp<mnemonic, "$param `,` $grad `,` $moment1 `,` $moment2 "
+                                "`,` $lr `,` $step"> {
   let arguments = (ins Strata_FloatTensor:$param, Strata_FloatTensor:$grad,
                        Strata_FloatTensor:$moment1, Strata_FloatTensor:$moment2,
                        Strata_Scalar:$lr, Strata_StepCounter:$step,
                        Optional<0DTensorOf<[F32]>>:$guard,
+                       Optional<Strata_FloatTensor>:$master,
                        DefaultValuedAttr<F64Attr, "0.9">:$beta1,
                        DefaultValuedAttr<F64Attr, "0.999">:$beta2,
                        DefaultValuedAttr<F64Attr, "1e-8">:$epsilon,
                        DefaultValuedAttr<F64Attr, defaultDecay>:$weight_decay);
   let results = (outs Strata_FloatTensor:$new_param,
                       Strata_FloatTensor:$new_moment1,
-                      Strata_FloatTensor:$new_moment2);
+                      Strata_FloatTensor:$new_moment2,
+                      Optional<Strata_FloatTensor>:$new_master);
 }
 
 def Strata_AdamUpdateOp
@@ -888,7 +907,8 @@ def Strata_LambUpdateOp
   }];
 }
 
-def Strata_LarsUpdateOp : Strata_UpdateOp<"lars_update"> {
+def Strata_LarsUpdateOp
+    : Strata_UpdateOp<"lars_update", "$param `,` $grad `,` $velocity `,` $lr"> {
   let summary = "LARS momentum step (layer-wise adaptive rate)";
   let description = [{
     local_lr = lr * lars_coeff * ||param|| / (||grad|| + weight_decay *
@@ -902,12 +922,14 @@ def Strata_LarsUpdateOp : Strata_UpdateOp<"lars_update"> {
   let arguments = (ins Strata_FloatTensor:$param, Strata_FloatTensor:$grad,
                        Strata_FloatTensor:$velocity, Strata_Scalar:$lr,
                        Optional<0DTensorOf<[F32]>>:$guard,
+                       Optional<Strata_FloatTensor>:$master,
                        DefaultValuedAttr<F64Attr, "0.9">:$momentum,
                        DefaultValuedAttr<F64Attr, "0.001">:$lars_coeff,
                        DefaultValuedAttr<F64Attr, "0.0005">:$weight_decay,
                        DefaultValuedAttr<F64Attr, "0.0">:$epsilon);
   let results = (outs Strata_FloatTensor:$new_param,
-                      Strata_FloatTensor:$new_velocity);
+                      Strata_FloatTensor:$new_velocity,
+                      Optional<Strata_FloatTensor>:$new_master);
 }
 
 def Strata_GlobalNormOp : Strata_ComputeOp<"global_norm"> {

@@ -365,13 +365,25 @@ llvm::Error Evaluator::step(Operation *op) {
 
   // A guarded update whose guard (the gradients' global norm under loss
   // scaling) is not finite is skipped: parameter and state stay.
-  if (auto update = dyn_cast<OptimizerUpdateOpInterface>(op))
+  auto update = dyn_cast<OptimizerUpdateOpInterface>(op);
+  if (update)
     if (Value guard = update.getGuard();
         guard && !std::isfinite(get(guard).data[0])) {
       for (auto [i, result] : llvm::enumerate(op->getResults()))
         set(result, get(update.getUpdated(i)));
       return llvm::Error::success();
     }
+  // An update computes from the parameter, or from its f32 master weight;
+  // the new parameter (rounded to its type by set()) and the new master.
+  auto updatedParam = [&]() -> const Tensor & {
+    Value master = update.getMaster();
+    return master ? get(master) : in(0);
+  };
+  auto setParam = [&](Tensor value) {
+    if (update.getMaster())
+      set(op->getResults().back(), value);
+    set(op->getResult(0), std::move(value));
+  };
 
   return llvm::TypeSwitch<Operation *, llvm::Error>(op)
       .Case([&](InitTokenOp t) -> llvm::Error {
@@ -865,6 +877,15 @@ llvm::Error Evaluator::step(Operation *op) {
         auto state = SymbolTable::lookupNearestSymbolFrom<StateOp>(
             g, g.getNameAttr());
         InitAttr init = state.getInit();
+        if (init.getKind() == InitKind::Master) {
+          // Without a value of its own: its parameter's (already rounded).
+          auto param = params.find(state.getOfAttr().getValue());
+          if (param == params.end())
+            return fail(op, "no value for master weight '" + g.getName() +
+                                "'");
+          set(g, param->second);
+          return llvm::Error::success();
+        }
         double value = init.getKind() == InitKind::Ones    ? 1.0
                        : init.getKind() == InitKind::Zeros ? 0.0
                        : init.getKind() == InitKind::Constant
@@ -940,16 +961,16 @@ llvm::Error Evaluator::step(Operation *op) {
         return llvm::Error::success();
       })
       .Case([&](SgdUpdateOp o) -> llvm::Error {
-        const Tensor &p = in(0), &g = in(1);
+        const Tensor &p = updatedParam(), &g = in(1);
         double lr = in(2).data[0], wd = o.getWeightDecay().convertToDouble();
         Tensor out = p;
         for (int64_t i = 0; i < p.numElements(); ++i)
           out.data[i] = p.data[i] - lr * (g.data[i] + wd * p.data[i]);
-        set(o, std::move(out));
+        setParam(std::move(out));
         return llvm::Error::success();
       })
       .Case([&](MomentumUpdateOp o) -> llvm::Error {
-        const Tensor &p = in(0), &g = in(1), &v = in(2);
+        const Tensor &p = updatedParam(), &g = in(1), &v = in(2);
         double lr = in(3).data[0], mu = o.getMomentum().convertToDouble();
         double wd = o.getWeightDecay().convertToDouble();
         Tensor np = p, nv = v;
@@ -960,12 +981,12 @@ llvm::Error Evaluator::step(Operation *op) {
                                              ? gi + mu * nv.data[i]
                                              : nv.data[i]);
         }
-        set(o.getNewParam(), std::move(np));
+        setParam(std::move(np));
         set(o.getNewVelocity(), std::move(nv));
         return llvm::Error::success();
       })
       .Case([&](LarsUpdateOp o) -> llvm::Error {
-        const Tensor &p = in(0), &g = in(1), &v = in(2);
+        const Tensor &p = updatedParam(), &g = in(1), &v = in(2);
         double lr = in(3).data[0], mu = o.getMomentum().convertToDouble();
         double wd = o.getWeightDecay().convertToDouble();
         double coeff = o.getLarsCoeff().convertToDouble();
@@ -985,13 +1006,14 @@ llvm::Error Evaluator::step(Operation *op) {
           nv.data[i] = mu * v.data[i] + localLr * (g.data[i] + wd * p.data[i]);
           np.data[i] = p.data[i] - nv.data[i];
         }
-        set(o.getNewParam(), std::move(np));
+        setParam(std::move(np));
         set(o.getNewVelocity(), std::move(nv));
         return llvm::Error::success();
       })
       .Case<AdamUpdateOp, AdamWUpdateOp, LambUpdateOp>(
           [&](auto o) -> llvm::Error {
-            const Tensor &p = in(0), &g = in(1), &m = in(2), &v = in(3);
+            const Tensor &p = updatedParam(), &g = in(1), &m = in(2),
+                         &v = in(3);
             double lr = in(4).data[0], t = in(5).data[0];
             double b1 = o.getBeta1().convertToDouble();
             double b2 = o.getBeta2().convertToDouble();
@@ -1023,7 +1045,7 @@ llvm::Error Evaluator::step(Operation *op) {
               for (int64_t i = 0; i < p.numElements(); ++i)
                 np.data[i] = p.data[i] * keep - lr * r.data[i];
             }
-            set(o.getNewParam(), std::move(np));
+            setParam(std::move(np));
             set(o.getNewMoment1(), std::move(nm));
             set(o.getNewMoment2(), std::move(nv));
             return llvm::Error::success();

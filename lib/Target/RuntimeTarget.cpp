@@ -29,10 +29,11 @@ int64_t strata::runtimeElementType(Type element) {
 RuntimeTarget::~RuntimeTarget() = default;
 
 LogicalResult RuntimeTarget::checkElementTypes(Operation *op) const {
-  // The optimizer keeps f32 parameters and state (master weights under
-  // mixed precision): its updates and their helpers compute in f32 alone.
-  bool f32Only = isa<OptimizerUpdateOpInterface, LrScheduleOp, GlobalNormOp,
-                     ClipByGlobalNormOp>(op);
+  // The optimizer keeps f32 state: an update computes in f32, from an f32
+  // parameter or from the f32 master weight of a low-precision one (whose
+  // dialect verifier checks the types).
+  auto update = dyn_cast<OptimizerUpdateOpInterface>(op);
+  bool f32Only = (update && !update.getMaster()) || isa<LrScheduleOp>(op);
   for (Value v : llvm::concat<Value>(op->getOperands(), op->getResults())) {
     auto t = dyn_cast<RankedTensorType>(v.getType());
     if (!t)
@@ -41,9 +42,9 @@ LogicalResult RuntimeTarget::checkElementTypes(Operation *op) const {
     if (auto f = dyn_cast<FloatType>(element)) {
       if (f32Only && !f.isF32())
         return op->emitOpError("has a ")
-               << t << " value; optimizer updates compute in f32 (keep f32 "
-               << "parameters: mixed precision casts them where they are "
-               << "read)";
+               << t << " value; optimizer updates compute in f32 (a "
+               << "low-precision parameter is updated through its f32 "
+               << "master weight)";
       if (!supportsFloatType(f))
         return op->emitOpError("has a ") << t << " value; " << getDescription()
                                          << " has no kernels for " << f;

@@ -91,22 +91,50 @@ Tensor initTensor(RankedTensorType type, InitAttr init, StringRef name,
       break;
     }
   }
-  // Values are stored in the program's element type.
-  if (type.getElementType().isF32())
+  // Values are stored in the program's element type: f32, or bf16 and f16
+  // rounded from the f32 value (their master weight's, under mixed
+  // precision) when the runtime stores them.
+  if (auto f = dyn_cast<FloatType>(type.getElementType());
+      f && f.getWidth() <= 32)
     for (double &v : t.data)
       v = double(float(v));
   return t;
 }
 
-/// Every strata.param and strata.state: (name, type).
-std::vector<std::pair<std::string, RankedTensorType>>
-declarations(ModuleOp module) {
-  std::vector<std::pair<std::string, RankedTensorType>> result;
+bool isMaster(Operation *op) {
+  auto state = dyn_cast<StateOp>(op);
+  return state && state.getInit().getKind() == InitKind::Master;
+}
+
+/// One tensor of a checkpoint: a strata.param or strata.state by name, its
+/// type in the file (bf16 and f16 widened to f32) and the symbol whose value
+/// it holds: a low-precision parameter with a master weight is stored as
+/// its master (which has no entry of its own), so that checkpoints do not
+/// depend on the precision a run trained in.
+struct Entry {
+  std::string name;
+  RankedTensorType type;
+  std::string source;
+};
+
+std::vector<Entry> checkpointEntries(ModuleOp module) {
+  llvm::StringMap<std::string> masterOf;
+  for (StateOp s : module.getOps<StateOp>())
+    if (isMaster(s))
+      masterOf[s.getOfAttr().getValue()] = s.getSymName().str();
+  std::vector<Entry> result;
   for (Operation &op : *module.getBody()) {
-    if (auto p = dyn_cast<ParamOp>(op))
-      result.emplace_back(p.getSymName().str(), p.getTensorType());
-    else if (auto s = dyn_cast<StateOp>(op))
-      result.emplace_back(s.getSymName().str(), s.getTensorType());
+    if (!isa<ParamOp, StateOp>(op) || isMaster(&op))
+      continue;
+    std::string name =
+        op.getAttrOfType<StringAttr>(SymbolTable::getSymbolAttrName()).str();
+    auto type = cast<RankedTensorType>(
+        cast<TypeAttr>(op.getAttr("type")).getValue());
+    if (auto f = dyn_cast<FloatType>(type.getElementType());
+        f && f.getWidth() < 32)
+      type = type.clone(Float32Type::get(module.getContext()));
+    std::string source = masterOf.lookup(name);
+    result.push_back({name, type, source.empty() ? name : source});
   }
   return result;
 }
@@ -317,9 +345,16 @@ llvm::StringMap<Tensor> strata::initialState(ModuleOp module, uint64_t seed) {
     if (auto p = dyn_cast<ParamOp>(op))
       state[p.getSymName()] =
           initTensor(p.getTensorType(), p.getInit(), p.getSymName(), seed);
-    else if (auto s = dyn_cast<StateOp>(op))
+    else if (auto s = dyn_cast<StateOp>(op)) {
+      // A master weight starts as its parameter's initial value, in f32.
+      auto param = isMaster(s) ? module.lookupSymbol<ParamOp>(s.getOfAttr())
+                               : ParamOp();
       state[s.getSymName()] =
-          initTensor(s.getTensorType(), s.getInit(), s.getSymName(), seed);
+          param ? initTensor(s.getTensorType(), param.getInit(),
+                             param.getSymName(), seed)
+                : initTensor(s.getTensorType(), s.getInit(), s.getSymName(),
+                             seed);
+    }
   }
   return state;
 }
@@ -339,7 +374,7 @@ Expected<int64_t> strata::loadCheckpoint(ModuleOp module, StringRef path,
        stepsDone > (int64_t(1) << 53)))
     return makeError("checkpoint '" + path + "' has an invalid "
                      "strata.steps_done '" + steps->second + "'");
-  for (auto &[name, type] : declarations(module)) {
+  for (auto &[name, type, source] : checkpointEntries(module)) {
     bool isParam = isa_and_nonnull<ParamOp>(
         SymbolTable::lookupSymbolIn(module, name));
     const NamedTensor *t = byName.lookup(name);
@@ -371,7 +406,10 @@ Expected<int64_t> strata::loadCheckpoint(ModuleOp module, StringRef path,
                          "' holds " +
                          (std::isnan(t->tensor.data[i]) ? "NaN" : "infinity") +
                          " at element " + llvm::Twine(i));
+    // A low-precision parameter is its master rounded (by the runtime).
     state[name] = t->tensor;
+    if (source != name)
+      state[source] = t->tensor;
   }
   return stepsDone;
 }
@@ -380,13 +418,13 @@ Expected<std::vector<NamedTensor>>
 strata::checkpointTensors(ModuleOp module,
                           const llvm::StringMap<Tensor> &state) {
   std::vector<NamedTensor> tensors;
-  for (auto &[name, type] : declarations(module)) {
+  for (auto &[name, type, source] : checkpointEntries(module)) {
     auto dtype = dtypeOf(type.getElementType());
     if (!dtype)
       return dtype.takeError();
-    auto it = state.find(name);
+    auto it = state.find(source);
     if (it == state.end())
-      return makeError("no value for '" + name + "'");
+      return makeError("no value for '" + source + "'");
     tensors.push_back({name, *dtype, it->second});
   }
   return tensors;

@@ -1,7 +1,8 @@
 //===- LowerOptimizer.cpp - Learning rate, clipping, updates --------------===//
 //
 // lr_schedule, global_norm, clip_by_global_norm, the six optimizer
-// updates (SGD, Momentum, Adam, AdamW, LAMB, LARS) with their guard, and
+// updates (SGD, Momentum, Adam, AdamW, LAMB, LARS) with their guard and
+// master weight, and
 // loss scaling (is_finite, update_loss_scaling). An update whose result
 // the driver sends straight to the resident buffer writes it there (its
 // result's buffer is that buffer).
@@ -16,10 +17,11 @@ using namespace strata::lowering;
 
 namespace {
 
-/// An update's guard: the tensor, or NULL (an f32 code either way).
-RuntimeLowering::CallArg guard(Value g, RuntimeLowering &l) {
-  if (g)
-    return l.tensor(g);
+/// An update's optional tensor (its guard, its master weight and the
+/// master's new value): the tensor, or NULL (an f32 code either way).
+RuntimeLowering::CallArg optional(Value v, RuntimeLowering &l) {
+  if (v)
+    return l.tensor(v);
   return RuntimeLowering::CallArg(l.null(), l.i64(STRATA_RT_F32));
 }
 
@@ -67,9 +69,10 @@ LogicalResult lowerClip(ClipByGlobalNormOp o, RuntimeLowering &l) {
 
 LogicalResult lowerSgd(SgdUpdateOp o, RuntimeLowering &l) {
   l.call("strata_rt_sgd",
-         {l.site(), l.tensor(o), l.tensor(o.getParam()), l.tensor(o.getGrad()),
-          l.tensor(o.getLr()), l.i64(numel(o)),
-          l.f64(o.getWeightDecay().convertToDouble()), guard(o.getGuard(), l)});
+         {l.site(), l.tensor(o.getNewParam()), l.tensor(o.getParam()), l.tensor(o.getGrad()),
+          l.tensor(o.getLr()), l.i64(numel(o.getParam())),
+          l.f64(o.getWeightDecay().convertToDouble()), optional(o.getGuard(), l),
+          optional(o.getNewMaster(), l), optional(o.getMaster(), l)});
   return success();
 }
 
@@ -80,7 +83,8 @@ LogicalResult lowerMomentum(MomentumUpdateOp o, RuntimeLowering &l) {
           l.tensor(o.getVelocity()), l.tensor(o.getLr()),
           l.i64(numel(o.getParam())), l.f64(o.getMomentum().convertToDouble()),
           l.f64(o.getWeightDecay().convertToDouble()),
-          l.i64(o.getUseNesterov()), guard(o.getGuard(), l)});
+          l.i64(o.getUseNesterov()), optional(o.getGuard(), l),
+          optional(o.getNewMaster(), l), optional(o.getMaster(), l)});
   return success();
 }
 
@@ -95,7 +99,8 @@ LogicalResult lowerAdam(OpTy o, RuntimeLowering &l) {
           l.i64(numel(o.getParam())), l.f64(o.getBeta1().convertToDouble()),
           l.f64(o.getBeta2().convertToDouble()),
           l.f64(o.getEpsilon().convertToDouble()),
-          l.f64(o.getWeightDecay().convertToDouble()), guard(o.getGuard(), l)});
+          l.f64(o.getWeightDecay().convertToDouble()), optional(o.getGuard(), l),
+          optional(o.getNewMaster(), l), optional(o.getMaster(), l)});
   return success();
 }
 
@@ -107,7 +112,8 @@ LogicalResult lowerLars(LarsUpdateOp o, RuntimeLowering &l) {
           l.i64(numel(o.getParam())), l.f64(o.getMomentum().convertToDouble()),
           l.f64(o.getWeightDecay().convertToDouble()),
           l.f64(o.getLarsCoeff().convertToDouble()),
-          l.f64(o.getEpsilon().convertToDouble()), guard(o.getGuard(), l)});
+          l.f64(o.getEpsilon().convertToDouble()), optional(o.getGuard(), l),
+          optional(o.getNewMaster(), l), optional(o.getMaster(), l)});
   return success();
 }
 

@@ -36,6 +36,7 @@
 using strata::cpu::BFloat16;
 using strata::cpu::ComputeType;
 using strata::cpu::Half;
+using strata::cpu::withFloatType;
 
 namespace {
 
@@ -188,12 +189,13 @@ void binaryLoop(StrataRtContext *ctx, int64_t site, int64_t op, T *out,
 
 /// Whether an update guarded by `guard` (the gradients' global norm under
 /// loss scaling; NULL when unguarded) does not run: its gradients overflowed
-/// (each output then keeps its input: `kept` pairs the `n`-float outputs
-/// with their inputs; nothing is copied where they alias), or the guard has
-/// another type than f32 (recorded as a failure).
+/// (each output then keeps its input: `kept` lists the outputs with their
+/// inputs and sizes in bytes; nothing is copied where they alias), or the
+/// guard has another type than f32 (recorded as a failure).
 bool skipUpdate(StrataRtContext *ctx, int64_t site, const char *kernel,
-                const void *guard, int64_t guardType, int64_t n,
-                std::initializer_list<std::pair<void *, const void *>> kept) {
+                const void *guard, int64_t guardType,
+                std::initializer_list<std::tuple<void *, const void *, size_t>>
+                    kept) {
   if (!guard)
     return false;
   if (guardType != STRATA_RT_F32) {
@@ -202,11 +204,90 @@ bool skipUpdate(StrataRtContext *ctx, int64_t site, const char *kernel,
   }
   if (std::isfinite(*static_cast<const float *>(guard)))
     return false;
-  for (auto [out, in] : kept)
+  for (auto [out, in, bytes] : kept)
     if (out != in)
-      std::memcpy(out, in, size_t(n) * sizeof(float));
+      std::memcpy(out, in, bytes);
   return true;
 }
+
+/// The bytes of `n` elements of `dtype`.
+size_t bytesOf(int64_t n, int64_t dtype) {
+  return size_t(n) * size_t(strata_rt_element_bytes(dtype));
+}
+
+/// The f32 arrays an optimizer update computes on. Without a master weight:
+/// the parameter, its new value and the gradient, all f32. With one (a bf16
+/// or f16 parameter): the master and its new value, and the gradient
+/// widened when it is not f32; finish() then rounds the new master into the
+/// parameter. bind() is false, a failure recorded, for other types.
+struct UpdateOperands {
+  const float *param = nullptr, *grad = nullptr;
+  float *newParam = nullptr;
+  void *low = nullptr; ///< the low-precision parameter's new value
+  int64_t lowType = STRATA_RT_F32, n = 0;
+  std::vector<float> widened;
+
+  bool bind(StrataRtContext *ctx, int64_t site, const char *kernel, int64_t n,
+            void *newParamData, int64_t newParamType, const void *paramData,
+            int64_t paramType, const void *gradData, int64_t gradType,
+            void *newMaster, int64_t newMasterType, const void *master,
+            int64_t masterType) {
+    this->n = n;
+    if (!master && !newMaster) {
+      if (!onlyF32(ctx, site, kernel, {newParamType, paramType, gradType}))
+        return false;
+      param = static_cast<const float *>(paramData);
+      newParam = static_cast<float *>(newParamData);
+      grad = static_cast<const float *>(gradData);
+      return true;
+    }
+    if (!master || !newMaster ||
+        !onlyF32(ctx, site, kernel, {newMasterType, masterType}))
+      return false;
+    if ((paramType != STRATA_RT_BF16 && paramType != STRATA_RT_F16) ||
+        newParamType != paramType ||
+        (gradType != paramType && gradType != STRATA_RT_F32)) {
+      ctx->fail(site, std::string("strata_rt_") + kernel +
+                          ": a master weight updates a bf16 or f16 "
+                          "parameter, whose gradient has its type or f32");
+      return false;
+    }
+    param = static_cast<const float *>(master);
+    newParam = static_cast<float *>(newMaster);
+    low = newParamData;
+    lowType = paramType;
+    if (gradType == STRATA_RT_F32) {
+      grad = static_cast<const float *>(gradData);
+      return true;
+    }
+    widened.resize(size_t(n));
+    withFloatType(gradType, [&](auto type) {
+      using T = decltype(type);
+      const T *g = static_cast<const T *>(gradData);
+      float *w = widened.data();
+#pragma omp parallel for simd schedule(static) if (n >= kParallelGrain)
+      for (int64_t i = 0; i < n; ++i)
+        w[i] = float(g[i]);
+    });
+    grad = widened.data();
+    return true;
+  }
+
+  /// The parameter as the new master rounded (with a master weight).
+  void finish() {
+    if (!low)
+      return;
+    withFloatType(lowType, [&](auto type) {
+      using T = decltype(type);
+      T *out = static_cast<T *>(low);
+      const float *m = newParam;
+      const int64_t count = n;
+#pragma omp parallel for simd schedule(static) if (count >= kParallelGrain)
+      for (int64_t i = 0; i < count; ++i)
+        out[i] = T(m[i]);
+    });
+  }
+};
 
 /// out = scale * the sum of `in` over the dimensions whose output stride is
 /// 0 (strata_rt_reduce's `desc`), accumulated in double.
@@ -276,7 +357,7 @@ void STRATA_RT_KERNEL(strata_rt_binary)(StrataRtContext *ctx, int64_t site,
     run(int32_t{});
   else if (outType == STRATA_RT_I64)
     run(int64_t{});
-  else if (!strata::cpu::withFloatType(outType, run))
+  else if (!withFloatType(outType, run))
     unsupportedType(ctx, site, "binary", outType);
 }
 
@@ -473,10 +554,10 @@ void STRATA_RT_KERNEL(strata_rt_cast)(StrataRtContext *ctx, int64_t site,
                                       void *outData, int64_t outType,
                                       const void *inData, int64_t inType,
                                       int64_t n) {
-  bool known = strata::cpu::withFloatType(inType, [&](auto inTag) {
+  bool known = withFloatType(inType, [&](auto inTag) {
     using In = decltype(inTag);
     auto *in = static_cast<const In *>(inData);
-    if (!strata::cpu::withFloatType(outType, [&](auto outTag) {
+    if (!withFloatType(outType, [&](auto outTag) {
           using Out = decltype(outTag);
           auto *out = static_cast<Out *>(outData);
 #pragma omp parallel for simd schedule(static) if (n >= kParallelGrain)
@@ -594,7 +675,7 @@ void STRATA_RT_KERNEL(strata_rt_fill)(StrataRtContext *ctx, int64_t site,
     std::fill_n(static_cast<int32_t *>(out), n, int32_t(value));
   else if (outType == STRATA_RT_I64)
     std::fill_n(static_cast<int64_t *>(out), n, int64_t(value));
-  else if (!strata::cpu::withFloatType(outType, [&](auto tag) {
+  else if (!withFloatType(outType, [&](auto tag) {
              using T = decltype(tag);
              std::fill_n(static_cast<T *>(out), n, T(float(value)));
            }))
@@ -968,28 +1049,29 @@ void STRATA_RT_KERNEL(strata_rt_global_norm)(StrataRtContext *ctx, int64_t site,
                                              const int64_t *sizes) {
   if (!onlyF32(ctx, site, "global_norm", {outType}))
     return;
-  for (int64_t t = 0; t < count; ++t)
-    if (!onlyF32(ctx, site, "global_norm", {types[t]}))
-      return;
-  auto *out = static_cast<float *>(outData);
   // Fixed chunks summed in order: the same result on any thread count.
   constexpr int64_t kChunk = 1 << 13;
   double total = 0;
   for (int64_t t = 0; t < count; ++t) {
-    const float *x = static_cast<const float *>(tensors[t]);
     int64_t n = sizes[t], chunks = (n + kChunk - 1) / kChunk;
     std::vector<double> partial(chunks, 0.0);
+    bool known = withFloatType(types[t], [&](auto type) {
+      using T = decltype(type);
+      const T *x = static_cast<const T *>(tensors[t]);
 #pragma omp parallel for schedule(static) if (n >= kParallelGrain)
-    for (int64_t c = 0; c < chunks; ++c) {
-      double s = 0;
-      for (int64_t i = c * kChunk, e = std::min(n, i + kChunk); i < e; ++i)
-        s += double(x[i]) * x[i];
-      partial[c] = s;
-    }
+      for (int64_t c = 0; c < chunks; ++c) {
+        double s = 0;
+        for (int64_t i = c * kChunk, e = std::min(n, i + kChunk); i < e; ++i)
+          s += double(float(x[i])) * float(x[i]);
+        partial[c] = s;
+      }
+    });
+    if (!known)
+      return unsupportedType(ctx, site, "global_norm", types[t]);
     for (double p : partial)
       total += p;
   }
-  *out = float(std::sqrt(total));
+  *static_cast<float *>(outData) = float(std::sqrt(total));
 }
 
 void STRATA_RT_KERNEL(strata_rt_clip)(StrataRtContext *ctx, int64_t site,
@@ -997,37 +1079,46 @@ void STRATA_RT_KERNEL(strata_rt_clip)(StrataRtContext *ctx, int64_t site,
                                       const void *inData, int64_t inType,
                                       int64_t n, const void *normData,
                                       int64_t normType, double maxNorm) {
-  if (!onlyF32(ctx, site, "clip", {outType, inType, normType}))
+  if (!onlyF32(ctx, site, "clip", {normType}) ||
+      !sameTypes(ctx, site, "clip", {outType, inType}))
     return;
-  auto *out = static_cast<float *>(outData);
-  auto *in = static_cast<const float *>(inData);
   auto *norm = static_cast<const float *>(normData);
   float scale = float(maxNorm / std::max(double(*norm), maxNorm));
+  if (!withFloatType(inType, [&](auto type) {
+        using T = decltype(type);
+        T *out = static_cast<T *>(outData);
+        const T *in = static_cast<const T *>(inData);
 #pragma omp parallel for simd schedule(static) if (n >= kParallelGrain)
-  for (int64_t i = 0; i < n; ++i)
-    out[i] = in[i] * scale;
+        for (int64_t i = 0; i < n; ++i)
+          out[i] = T(float(in[i]) * scale);
+      }))
+    unsupportedType(ctx, site, "clip", inType);
 }
 
-void STRATA_RT_KERNEL(strata_rt_sgd)(StrataRtContext *ctx, int64_t site,
-                                     void *newParamData, int64_t newParamType,
-                                     const void *paramData, int64_t paramType,
-                                     const void *gradData, int64_t gradType,
-                                     const void *lrData, int64_t lrType,
-                                     int64_t n, double weightDecay,
-                                     const void *guard, int64_t guardType) {
-  if (!onlyF32(ctx, site, "sgd", {newParamType, paramType, gradType, lrType}))
+void STRATA_RT_KERNEL(strata_rt_sgd)(
+    StrataRtContext *ctx, int64_t site, void *newParamData,
+    int64_t newParamType, const void *paramData, int64_t paramType,
+    const void *gradData, int64_t gradType, const void *lrData, int64_t lrType,
+    int64_t n, double weightDecay, const void *guard, int64_t guardType,
+    void *newMaster, int64_t newMasterType, const void *master,
+    int64_t masterType) {
+  UpdateOperands u;
+  if (!onlyF32(ctx, site, "sgd", {lrType}) ||
+      !u.bind(ctx, site, "sgd", n, newParamData, newParamType, paramData,
+              paramType, gradData, gradType, newMaster, newMasterType, master,
+              masterType))
     return;
-  if (skipUpdate(ctx, site, "sgd", guard, guardType, n,
-                 {{newParamData, paramData}}))
+  if (skipUpdate(ctx, site, "sgd", guard, guardType,
+                 {{newParamData, paramData, bytesOf(n, paramType)},
+                  {newMaster, master, bytesOf(n, STRATA_RT_F32)}}))
     return;
-  auto *newParam = static_cast<float *>(newParamData);
-  auto *param = static_cast<const float *>(paramData);
-  auto *grad = static_cast<const float *>(gradData);
-  auto *lr = static_cast<const float *>(lrData);
-  float l = *lr, wd = float(weightDecay);
+  const float *param = u.param, *grad = u.grad;
+  float *newParam = u.newParam;
+  float l = *static_cast<const float *>(lrData), wd = float(weightDecay);
 #pragma omp parallel for simd schedule(static) if (n >= kParallelGrain)
   for (int64_t i = 0; i < n; ++i)
     newParam[i] = param[i] - l * (grad[i] + wd * param[i]);
+  u.finish();
 }
 
 void STRATA_RT_KERNEL(strata_rt_momentum)(
@@ -1037,21 +1128,26 @@ void STRATA_RT_KERNEL(strata_rt_momentum)(
     int64_t gradType, const void *velocityData, int64_t velocityType,
     const void *lrData, int64_t lrType, int64_t n, double momentum,
     double weightDecay, int64_t nesterov, const void *guard,
-    int64_t guardType) {
+    int64_t guardType, void *newMaster, int64_t newMasterType,
+    const void *master, int64_t masterType) {
+  UpdateOperands u;
   if (!onlyF32(ctx, site, "momentum",
-               {newParamType, newVelocityType, paramType, gradType,
-                velocityType, lrType}))
+               {newVelocityType, velocityType, lrType}) ||
+      !u.bind(ctx, site, "momentum", n, newParamData, newParamType,
+              paramData, paramType, gradData, gradType, newMaster,
+              newMasterType, master, masterType))
     return;
-  if (skipUpdate(ctx, site, "momentum", guard, guardType, n,
-                 {{newParamData, paramData}, {newVelocityData, velocityData}}))
+  if (skipUpdate(ctx, site, "momentum", guard, guardType,
+                 {{newParamData, paramData, bytesOf(n, paramType)},
+                  {newMaster, master, bytesOf(n, STRATA_RT_F32)},
+                  {newVelocityData, velocityData, bytesOf(n, STRATA_RT_F32)}}))
     return;
-  auto *newParam = static_cast<float *>(newParamData);
+  const float *param = u.param, *grad = u.grad;
+  float *newParam = u.newParam;
   auto *newVelocity = static_cast<float *>(newVelocityData);
-  auto *param = static_cast<const float *>(paramData);
-  auto *grad = static_cast<const float *>(gradData);
   auto *velocity = static_cast<const float *>(velocityData);
-  auto *lr = static_cast<const float *>(lrData);
-  float l = *lr, mu = float(momentum), wd = float(weightDecay);
+  float l = *static_cast<const float *>(lrData), mu = float(momentum),
+        wd = float(weightDecay);
 #pragma omp parallel for simd schedule(static) if (n >= kParallelGrain)
   for (int64_t i = 0; i < n; ++i) {
     float p = param[i], g = grad[i] + wd * p;
@@ -1059,6 +1155,7 @@ void STRATA_RT_KERNEL(strata_rt_momentum)(
     newVelocity[i] = v;
     newParam[i] = p - l * (nesterov ? g + mu * v : v);
   }
+  u.finish();
 }
 
 void STRATA_RT_KERNEL(strata_rt_adam)(
@@ -1069,33 +1166,36 @@ void STRATA_RT_KERNEL(strata_rt_adam)(
     const void *vData, int64_t vType, const void *lrData, int64_t lrType,
     const void *stepData, int64_t stepType, int64_t n, double beta1,
     double beta2, double eps, double weightDecay, const void *guard,
-    int64_t guardType) {
-  if (!onlyF32(ctx, site, "adam",
-               {newParamType, newMType, newVType, paramType, gradType, mType,
-                vType, lrType}) ||
-      !stepCounter(ctx, site, "adam", stepType))
+    int64_t guardType, void *newMaster, int64_t newMasterType,
+    const void *master, int64_t masterType) {
+  UpdateOperands u;
+  if (!onlyF32(ctx, site, "adam", {newMType, newVType, mType, vType, lrType}) ||
+      !stepCounter(ctx, site, "adam", stepType) ||
+      !u.bind(ctx, site, "adam", n, newParamData, newParamType, paramData,
+              paramType, gradData, gradType, newMaster, newMasterType, master,
+              masterType))
     return;
-  if (skipUpdate(
-          ctx, site, "adam", guard, guardType, n,
-          {{newParamData, paramData}, {newMData, mData}, {newVData, vData}}))
-    return;
-  auto *step = static_cast<const int64_t *>(stepData);
-  auto *newParam = static_cast<float *>(newParamData);
-  auto *newM = static_cast<float *>(newMData);
-  auto *newV = static_cast<float *>(newVData);
-  auto *param = static_cast<const float *>(paramData);
-  auto *grad = static_cast<const float *>(gradData);
-  auto *m = static_cast<const float *>(mData);
-  auto *v = static_cast<const float *>(vData);
-  auto *lr = static_cast<const float *>(lrData);
   if (kind != STRATA_RT_ADAM && kind != STRATA_RT_ADAMW &&
       kind != STRATA_RT_LAMB)
     return ctx->fail(site, "unknown Adam-family optimizer code " +
                                std::to_string(kind));
+  if (skipUpdate(ctx, site, "adam", guard, guardType,
+                 {{newParamData, paramData, bytesOf(n, paramType)},
+                  {newMaster, master, bytesOf(n, STRATA_RT_F32)},
+                  {newMData, mData, bytesOf(n, STRATA_RT_F32)},
+                  {newVData, vData, bytesOf(n, STRATA_RT_F32)}}))
+    return;
+  auto *step = static_cast<const int64_t *>(stepData);
+  const float *param = u.param, *grad = u.grad;
+  float *newParam = u.newParam;
+  auto *newM = static_cast<float *>(newMData);
+  auto *newV = static_cast<float *>(newVData);
+  auto *m = static_cast<const float *>(mData);
+  auto *v = static_cast<const float *>(vData);
   double t = double(*step);
   float b1 = float(beta1), b2 = float(beta2), e = float(eps);
   float c1 = float(1.0 - std::pow(beta1, t)), c2 = float(1.0 - std::pow(beta2, t));
-  float l = *lr, wd = float(weightDecay);
+  float l = *static_cast<const float *>(lrData), wd = float(weightDecay);
   bool adam = kind == STRATA_RT_ADAM;
   if (kind != STRATA_RT_LAMB) {
     float keep = adam ? 1.0f : 1.0f - l * wd;
@@ -1109,7 +1209,7 @@ void STRATA_RT_KERNEL(strata_rt_adam)(
       newV[i] = vi;
       newParam[i] = p * keep - l * ((mi / c1) / (std::sqrt(vi / c2) + e));
     }
-    return;
+    return u.finish();
   }
   // LAMB: the update direction, then the trust ratio of the whole tensor.
   float *r = ctx->scratchFloats(n);
@@ -1127,6 +1227,7 @@ void STRATA_RT_KERNEL(strata_rt_adam)(
   float trust = (pn > 0 && rn > 0) ? float(std::sqrt(pn) / std::sqrt(rn)) : 1.0f;
   for (int64_t i = 0; i < n; ++i)
     newParam[i] = param[i] - l * trust * r[i];
+  u.finish();
 }
 
 void STRATA_RT_KERNEL(strata_rt_lars)(
@@ -1136,20 +1237,23 @@ void STRATA_RT_KERNEL(strata_rt_lars)(
     int64_t gradType, const void *velocityData, int64_t velocityType,
     const void *lrData, int64_t lrType, int64_t n, double momentum,
     double weightDecay, double larsCoeff, double eps, const void *guard,
-    int64_t guardType) {
-  if (!onlyF32(ctx, site, "lars",
-               {newParamType, newVelocityType, paramType, gradType,
-                velocityType, lrType}))
+    int64_t guardType, void *newMaster, int64_t newMasterType,
+    const void *master, int64_t masterType) {
+  UpdateOperands u;
+  if (!onlyF32(ctx, site, "lars", {newVelocityType, velocityType, lrType}) ||
+      !u.bind(ctx, site, "lars", n, newParamData, newParamType, paramData,
+              paramType, gradData, gradType, newMaster, newMasterType, master,
+              masterType))
     return;
-  if (skipUpdate(ctx, site, "lars", guard, guardType, n,
-                 {{newParamData, paramData}, {newVelocityData, velocityData}}))
+  if (skipUpdate(ctx, site, "lars", guard, guardType,
+                 {{newParamData, paramData, bytesOf(n, paramType)},
+                  {newMaster, master, bytesOf(n, STRATA_RT_F32)},
+                  {newVelocityData, velocityData, bytesOf(n, STRATA_RT_F32)}}))
     return;
-  auto *newParam = static_cast<float *>(newParamData);
+  const float *param = u.param, *grad = u.grad;
+  float *newParam = u.newParam;
   auto *newVelocity = static_cast<float *>(newVelocityData);
-  auto *param = static_cast<const float *>(paramData);
-  auto *grad = static_cast<const float *>(gradData);
   auto *velocity = static_cast<const float *>(velocityData);
-  auto *lr = static_cast<const float *>(lrData);
   double pn = 0, gn = 0;
   for (int64_t i = 0; i < n; ++i) {
     pn += double(param[i]) * param[i];
@@ -1157,7 +1261,7 @@ void STRATA_RT_KERNEL(strata_rt_lars)(
   }
   pn = std::sqrt(pn);
   gn = std::sqrt(gn);
-  double l = *lr;
+  double l = *static_cast<const float *>(lrData);
   float localLr = float((pn > 0 && gn > 0)
                             ? l * larsCoeff * pn / (gn + weightDecay * pn + eps)
                             : l);
@@ -1169,6 +1273,7 @@ void STRATA_RT_KERNEL(strata_rt_lars)(
     newVelocity[i] = v;
     newParam[i] = p - v;
   }
+  u.finish();
 }
 
 void STRATA_RT_KERNEL(strata_rt_is_finite)(StrataRtContext *ctx, int64_t site,

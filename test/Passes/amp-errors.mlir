@@ -1,9 +1,9 @@
-// RUN: not strata-opt %s --strata-amp='dtype=bfloat16 level=o2' 2>&1 | FileCheck %s --check-prefix=O2
+// RUN: not strata-opt %s --strata-amp='dtype=bfloat16 level=o3' 2>&1 | FileCheck %s --check-prefix=LEVEL
 // RUN: not strata-opt %s --strata-amp='dtype=float32' 2>&1 | FileCheck %s --check-prefix=DTYPE
 // RUN: not strata-opt %s --strata-amp='dtype=bfloat16 custom-white-list=softmx' 2>&1 | FileCheck %s --check-prefix=NAME
 // RUN: not strata-opt %s --strata-amp='dtype=bfloat16 custom-white-list=gelu custom-black-list=gelu' 2>&1 | FileCheck %s --check-prefix=BOTH
 // RUN: not strata-opt %s --strata-autodiff --strata-amp='dtype=bfloat16' 2>&1 | FileCheck %s --check-prefix=ORDER
-// O2: error: strata-amp: level o2 (low-precision parameters with f32 master weights) is not implemented yet; use level o1
+// LEVEL: error: strata-amp: level must be o1 or o2, got 'o3'
 // DTYPE: error: strata-amp: dtype must be float16 or bfloat16, got 'float32'
 // NAME: error: strata-amp: custom-white-list names 'softmx', which is not an op mixed precision decides; did you mean 'softmax'?
 // BOTH: error: strata-amp: 'gelu' is in both custom-white-list and custom-black-list

@@ -316,7 +316,8 @@ TEST(RuntimeTest, UnknownCodesFailAtTheirSite) {
   expectFailure(7, "strata_rt_unary: i8 tensors are not implemented by the "
                    "CPU runtime");
   strata_rt_sgd(ctx, 11, out, STRATA_RT_BF16, a, STRATA_RT_BF16, b,
-                STRATA_RT_BF16, a, F32, 2, 0.0, nullptr, F32);
+                STRATA_RT_BF16, a, F32, 2, 0.0, nullptr, F32, nullptr, F32,
+                nullptr, F32);
   expectFailure(11, "strata_rt_sgd: bf16 tensors are not implemented by the "
                     "CPU runtime");
   strata_rt_binary(ctx, 8, STRATA_RT_ADD, out, F32, a, STRATA_RT_I32, b, F32,
@@ -725,11 +726,11 @@ TEST(RuntimeTest, GuardedUpdatesSkipOverflowedSteps) {
     strata_rt_adam(ctx, 1, STRATA_RT_ADAMW, np.data(), F32, nm.data(), F32,
                    nv.data(), F32, p.data(), F32, g.data(), F32, m.data(), F32,
                    v.data(), F32, &lr, F32, &step, STRATA_RT_I64, 8, 0.9, 0.999,
-                   1e-8, 0.01, &norm, F32);
+                   1e-8, 0.01, &norm, F32, nullptr, F32, nullptr, F32);
     strata_rt_adam(ctx, 1, STRATA_RT_ADAMW, wp.data(), F32, wm.data(), F32,
                    wv.data(), F32, p.data(), F32, g.data(), F32, m.data(), F32,
                    v.data(), F32, &lr, F32, &step, STRATA_RT_I64, 8, 0.9, 0.999,
-                   1e-8, 0.01, nullptr, F32);
+                   1e-8, 0.01, nullptr, F32, nullptr, F32, nullptr, F32);
     if (std::isfinite(norm)) {
       EXPECT_EQ(np, wp);
       EXPECT_EQ(nm, wm);
@@ -742,7 +743,7 @@ TEST(RuntimeTest, GuardedUpdatesSkipOverflowedSteps) {
     // In place: nothing is written.
     std::vector<float> q = p;
     strata_rt_sgd(ctx, 2, q.data(), F32, q.data(), F32, g.data(), F32, &lr, F32,
-                  8, 0.0, &norm, F32);
+                  8, 0.0, &norm, F32, nullptr, F32, nullptr, F32);
     if (!std::isfinite(norm))
       EXPECT_EQ(q, p);
     else
@@ -752,6 +753,79 @@ TEST(RuntimeTest, GuardedUpdatesSkipOverflowedSteps) {
     EXPECT_EQ(ok, std::isfinite(norm) ? 1 : 0);
   }
   EXPECT_EQ(strata_rt_error(ctx, nullptr), nullptr);
+}
+
+/// Level o2: an update through an f32 master weight computes exactly the
+/// f32 update of the master (from the gradient widened) and writes the
+/// parameter as the new master rounded; a skipped step keeps both.
+TEST(RuntimeTest, MasterWeightUpdatesRoundTheMasterIntoTheParameter) {
+  Context ctx;
+  const int64_t n = 37;
+  std::vector<float> master = iota(n, 0.3f, -0.017f), m = iota(n, 0.01f),
+                     v(n, 0.02f), gradF32 = iota(n, 0.05f, 0.013f);
+  for (int64_t low : {STRATA_RT_BF16, STRATA_RT_F16}) {
+    SCOPED_TRACE(strata_rt_element_name(low));
+    // The low-precision gradient and parameter, and the gradient widened.
+    std::vector<uint16_t> g(n), p(n), np(n);
+    std::vector<float> gw(n);
+    strata_rt_cast(ctx, 1, g.data(), low, gradF32.data(), F32, n);
+    strata_rt_cast(ctx, 1, gw.data(), F32, g.data(), low, n);
+    strata_rt_cast(ctx, 1, p.data(), low, master.data(), F32, n);
+    float lr = 0.1f;
+    int64_t step = 2;
+    std::vector<float> wantMaster(n), wantM(n), wantV(n), nm(n), nmm(n),
+        nv(n);
+    strata_rt_adam(ctx, 2, STRATA_RT_ADAMW, wantMaster.data(), F32,
+                   wantM.data(), F32, wantV.data(), F32, master.data(), F32,
+                   gw.data(), F32, m.data(), F32, v.data(), F32, &lr, F32,
+                   &step, STRATA_RT_I64, n, 0.9, 0.999, 1e-8, 0.01, nullptr,
+                   F32, nullptr, F32, nullptr, F32);
+    strata_rt_adam(ctx, 3, STRATA_RT_ADAMW, np.data(), low, nm.data(), F32,
+                   nv.data(), F32, p.data(), low, g.data(), low, m.data(), F32,
+                   v.data(), F32, &lr, F32, &step, STRATA_RT_I64, n, 0.9,
+                   0.999, 1e-8, 0.01, nullptr, F32, nmm.data(), F32,
+                   master.data(), F32);
+    EXPECT_EQ(nmm, wantMaster);
+    EXPECT_EQ(nm, wantM);
+    EXPECT_EQ(nv, wantV);
+    std::vector<uint16_t> rounded(n);
+    strata_rt_cast(ctx, 4, rounded.data(), low, wantMaster.data(), F32, n);
+    EXPECT_EQ(np, rounded);
+    // SGD in place with an f32 gradient (master gradients).
+    std::vector<float> mp = master, wantSgd(n);
+    std::vector<uint16_t> pp = p;
+    strata_rt_sgd(ctx, 5, wantSgd.data(), F32, master.data(), F32,
+                  gradF32.data(), F32, &lr, F32, n, 0.0, nullptr, F32, nullptr,
+                  F32, nullptr, F32);
+    strata_rt_sgd(ctx, 6, pp.data(), low, pp.data(), low, gradF32.data(), F32,
+                  &lr, F32, n, 0.0, nullptr, F32, mp.data(), F32, mp.data(),
+                  F32);
+    EXPECT_EQ(mp, wantSgd);
+    strata_rt_cast(ctx, 7, rounded.data(), low, wantSgd.data(), F32, n);
+    EXPECT_EQ(pp, rounded);
+    // An overflowed step keeps parameter and master, in place or not.
+    float inf = INFINITY;
+    std::vector<uint16_t> kept(n, 0);
+    std::vector<float> keptMaster(n, 0.0f);
+    strata_rt_sgd(ctx, 8, kept.data(), low, p.data(), low, g.data(), low, &lr,
+                  F32, n, 0.0, &inf, F32, keptMaster.data(), F32,
+                  master.data(), F32);
+    EXPECT_EQ(kept, p);
+    EXPECT_EQ(keptMaster, master);
+  }
+  EXPECT_EQ(strata_rt_error(ctx, nullptr), nullptr);
+  // A master weight for an f32 parameter, or a gradient of a third type.
+  std::vector<float> out(4), a(4, 1.0f), mm(4, 1.0f);
+  std::vector<uint16_t> lp(4), lg(4);
+  float lr = 0.1f;
+  strata_rt_sgd(ctx, 9, out.data(), F32, a.data(), F32, a.data(), F32, &lr,
+                F32, 4, 0.0, nullptr, F32, mm.data(), F32, mm.data(), F32);
+  const char *message = strata_rt_error(ctx, nullptr);
+  ASSERT_NE(message, nullptr);
+  EXPECT_NE(std::string(message).find(
+                "a master weight updates a bf16 or f16 parameter"),
+            std::string::npos)
+      << message;
 }
 
 /// Paddle's update_loss_scaling, step by step.

@@ -58,8 +58,9 @@ public:
 };
 
 /// Host buffers of the runtime's element types and tensors: whether a buffer
-/// of element type `dtype` (a runtime ABI code) converts, which f32, i32 and
-/// i64 do; the copies in both directions (of a type that converts).
+/// of element type `dtype` (a runtime ABI code) converts, which f32, bf16,
+/// f16 (rounded from f32 to nearest even), i32 and i64 do; the copies in
+/// both directions (of a type that converts).
 bool isHostBufferType(int64_t dtype);
 void writeHostBuffer(const reference::Tensor &t, int64_t dtype, void *data);
 reference::Tensor readHostBuffer(std::vector<int64_t> shape, int64_t dtype,

@@ -12,7 +12,8 @@
 |*    implementation for records an error naming the kernel and the type;    *|
 |*    floating-point kernels take f32, bf16 or f16 tensors (one type per      *|
 |*    call but for strata_rt_cast) and compute in f32; the optimizer updates *|
-|*    and their helpers take f32 (master weights and moments);               *|
+|*    keep f32 state and compute from an f32 parameter or from the f32      *|
+|*    master weight of a bf16/f16 one;                                      *|
 |*  - integers are int64_t and attributes double, so that the lowering needs  *|
 |*    one calling convention;                                                 *|
 |*  - an output may alias an input of the same shape where the memory plan    *|
@@ -54,8 +55,9 @@ typedef struct StrataRtContext StrataRtContext;
    strata_rt_step_begin(ctx, STRATA_RT_ABI_VERSION of its compiler), which
    refuses to run it against a runtime of another version; hosts pass theirs
    in StrataRtOptions. Version 1 was the untyped (fp32-only) ABI; version 2
-   typed it; version 3 guards the optimizer updates (loss scaling). */
-#define STRATA_RT_ABI_VERSION 3
+   typed it; version 3 guards the optimizer updates (loss scaling); version
+   4 gives them master weights (mixed precision level o2). */
+#define STRATA_RT_ABI_VERSION 4
 
 /* Element types of tensor arguments. */
 enum {
@@ -373,9 +375,15 @@ void strata_rt_cross_entropy_grad(StrataRtContext *ctx, int64_t site,
                                   int64_t rows, int64_t vocab);
 
 /* Optimizer support. `step` is the step counter (a scalar tensor). Every
-   update takes a `guard` last (NULL: none): the gradients' global norm
-   under loss scaling; when it is not finite the update is skipped, its
-   outputs equal to its inputs (nothing is written when they alias). */
+   update takes a `guard` (NULL: none): the gradients' global norm under
+   loss scaling; when it is not finite the update is skipped, its outputs
+   equal to its inputs (nothing is written when they alias). Then
+   `newMaster` and `master` (NULL: none): with them the parameter is bf16
+   or f16, the update computes from the f32 master weight (state f32, the
+   gradient the parameter's type or f32), writes the new master and the
+   parameter as the new master rounded to nearest even. Without them
+   every tensor is f32. The global norm and clipping take f32, bf16 or f16
+   gradients (the norm accumulates in double). */
 void strata_rt_lr_schedule(StrataRtContext *ctx, int64_t site, void *lr,
                            int64_t lrType, const void *step, int64_t stepType,
                            int64_t kind, double baseLr, int64_t warmupSteps,
@@ -392,7 +400,9 @@ void strata_rt_sgd(StrataRtContext *ctx, int64_t site, void *newParam,
                    int64_t newParamType, const void *param, int64_t paramType,
                    const void *grad, int64_t gradType, const void *lr,
                    int64_t lrType, int64_t n, double weightDecay,
-                   const void *guard, int64_t guardType);
+                   const void *guard, int64_t guardType, void *newMaster,
+                   int64_t newMasterType, const void *master,
+                   int64_t masterType);
 void strata_rt_momentum(StrataRtContext *ctx, int64_t site, void *newParam,
                         int64_t newParamType, void *newVelocity,
                         int64_t newVelocityType, const void *param,
@@ -400,7 +410,9 @@ void strata_rt_momentum(StrataRtContext *ctx, int64_t site, void *newParam,
                         const void *velocity, int64_t velocityType,
                         const void *lr, int64_t lrType, int64_t n,
                         double momentum, double weightDecay, int64_t nesterov,
-                        const void *guard, int64_t guardType);
+                        const void *guard, int64_t guardType, void *newMaster,
+                        int64_t newMasterType, const void *master,
+                        int64_t masterType);
 void strata_rt_adam(StrataRtContext *ctx, int64_t site, int64_t kind,
                     void *newParam, int64_t newParamType, void *newM,
                     int64_t newMType, void *newV, int64_t newVType,
@@ -409,7 +421,9 @@ void strata_rt_adam(StrataRtContext *ctx, int64_t site, int64_t kind,
                     const void *v, int64_t vType, const void *lr,
                     int64_t lrType, const void *step, int64_t stepType,
                     int64_t n, double beta1, double beta2, double eps,
-                    double weightDecay, const void *guard, int64_t guardType);
+                    double weightDecay, const void *guard, int64_t guardType,
+                    void *newMaster, int64_t newMasterType,
+                    const void *master, int64_t masterType);
 void strata_rt_lars(StrataRtContext *ctx, int64_t site, void *newParam,
                     int64_t newParamType, void *newVelocity,
                     int64_t newVelocityType, const void *param,
@@ -417,7 +431,9 @@ void strata_rt_lars(StrataRtContext *ctx, int64_t site, void *newParam,
                     const void *velocity, int64_t velocityType, const void *lr,
                     int64_t lrType, int64_t n, double momentum,
                     double weightDecay, double larsCoeff, double eps,
-                    const void *guard, int64_t guardType);
+                    const void *guard, int64_t guardType, void *newMaster,
+                    int64_t newMasterType, const void *master,
+                    int64_t masterType);
 /* out (i64) = 1 when the f32 scalar `in` is finite, else 0. */
 void strata_rt_is_finite(StrataRtContext *ctx, int64_t site, void *out,
                          int64_t outType, const void *in, int64_t inType);
