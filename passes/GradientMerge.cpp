@@ -113,11 +113,10 @@ struct GradientMergePass
         if (auto t = cast<RankedTensorType>(value.getType());
             isa<FloatType>(t.getElementType()) &&
             t.getElementType().getIntOrFloatBitWidth() < 32) {
-          auto widen = CastOp::create(b, ret.getLoc(),
-                                      t.clone(b.getF32Type()), value);
+          auto widen =
+              CastOp::create(b, ret.getLoc(), t.clone(b.getF32Type()), value);
           setRole(widen, i == 0 ? Role::Forward : Role::Backward);
-          widen->setAttr(StrataDialect::kMicroBatchAttrName,
-                         microBatchAttr(m));
+          widen->setAttr(StrataDialect::kMicroBatchAttrName, microBatchAttr(m));
           value = widen;
         }
         if (m == 0) {

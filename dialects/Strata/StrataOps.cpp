@@ -884,16 +884,15 @@ LogicalResult LarsUpdateOp::inferReturnTypes(MLIRContext *,
                                              std::optional<Location> loc,
                                              Adaptor adaptor,
                                              SmallVectorImpl<Type> &types) {
-  return inferUpdate<LarsUpdateOp>(
-      loc, adaptor.getParam(), adaptor.getGrad(), {adaptor.getVelocity()},
-      adaptor.getMaster(), 2, types);
+  return inferUpdate<LarsUpdateOp>(loc, adaptor.getParam(), adaptor.getGrad(),
+                                   {adaptor.getVelocity()}, adaptor.getMaster(),
+                                   2, types);
 }
 
 #define STRATA_ADAM_INFER(OP)                                                  \
-  LogicalResult OP::inferReturnTypes(MLIRContext *,                            \
-                                     std::optional<Location> loc,              \
-                                     Adaptor adaptor,                          \
-                                     SmallVectorImpl<Type> &types) {           \
+  LogicalResult OP::inferReturnTypes(                                          \
+      MLIRContext *, std::optional<Location> loc, Adaptor adaptor,             \
+      SmallVectorImpl<Type> &types) {                                          \
     return inferUpdate<OP>(loc, adaptor.getParam(), adaptor.getGrad(),         \
                            {adaptor.getMoment1(), adaptor.getMoment2()},       \
                            adaptor.getMaster(), 3, types);                     \

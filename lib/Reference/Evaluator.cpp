@@ -881,8 +881,7 @@ llvm::Error Evaluator::step(Operation *op) {
           // Without a value of its own: its parameter's (already rounded).
           auto param = params.find(state.getOfAttr().getValue());
           if (param == params.end())
-            return fail(op, "no value for master weight '" + g.getName() +
-                                "'");
+            return fail(op, "no value for master weight '" + g.getName() + "'");
           set(g, param->second);
           return llvm::Error::success();
         }

@@ -128,8 +128,8 @@ std::vector<Entry> checkpointEntries(ModuleOp module) {
       continue;
     std::string name =
         op.getAttrOfType<StringAttr>(SymbolTable::getSymbolAttrName()).str();
-    auto type = cast<RankedTensorType>(
-        cast<TypeAttr>(op.getAttr("type")).getValue());
+    auto type =
+        cast<RankedTensorType>(cast<TypeAttr>(op.getAttr("type")).getValue());
     if (auto f = dyn_cast<FloatType>(type.getElementType());
         f && f.getWidth() < 32)
       type = type.clone(Float32Type::get(module.getContext()));
@@ -347,8 +347,8 @@ llvm::StringMap<Tensor> strata::initialState(ModuleOp module, uint64_t seed) {
           initTensor(p.getTensorType(), p.getInit(), p.getSymName(), seed);
     else if (auto s = dyn_cast<StateOp>(op)) {
       // A master weight starts as its parameter's initial value, in f32.
-      auto param = isMaster(s) ? module.lookupSymbol<ParamOp>(s.getOfAttr())
-                               : ParamOp();
+      auto param =
+          isMaster(s) ? module.lookupSymbol<ParamOp>(s.getOfAttr()) : ParamOp();
       state[s.getSymName()] =
           param ? initTensor(s.getTensorType(), param.getInit(),
                              param.getSymName(), seed)

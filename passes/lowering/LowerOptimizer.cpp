@@ -68,11 +68,12 @@ LogicalResult lowerClip(ClipByGlobalNormOp o, RuntimeLowering &l) {
 }
 
 LogicalResult lowerSgd(SgdUpdateOp o, RuntimeLowering &l) {
-  l.call("strata_rt_sgd",
-         {l.site(), l.tensor(o.getNewParam()), l.tensor(o.getParam()), l.tensor(o.getGrad()),
-          l.tensor(o.getLr()), l.i64(numel(o.getParam())),
-          l.f64(o.getWeightDecay().convertToDouble()), optional(o.getGuard(), l),
-          optional(o.getNewMaster(), l), optional(o.getMaster(), l)});
+  l.call(
+      "strata_rt_sgd",
+      {l.site(), l.tensor(o.getNewParam()), l.tensor(o.getParam()),
+       l.tensor(o.getGrad()), l.tensor(o.getLr()), l.i64(numel(o.getParam())),
+       l.f64(o.getWeightDecay().convertToDouble()), optional(o.getGuard(), l),
+       optional(o.getNewMaster(), l), optional(o.getMaster(), l)});
   return success();
 }
 
@@ -90,17 +91,17 @@ LogicalResult lowerMomentum(MomentumUpdateOp o, RuntimeLowering &l) {
 
 template <typename OpTy, int64_t Kind>
 LogicalResult lowerAdam(OpTy o, RuntimeLowering &l) {
-  l.call("strata_rt_adam",
-         {l.site(), l.i64(Kind), l.tensor(o.getNewParam()),
-          l.tensor(o.getNewMoment1()), l.tensor(o.getNewMoment2()),
-          l.tensor(o.getParam()), l.tensor(o.getGrad()),
-          l.tensor(o.getMoment1()), l.tensor(o.getMoment2()),
-          l.tensor(o.getLr()), l.tensor(o.getStep()),
-          l.i64(numel(o.getParam())), l.f64(o.getBeta1().convertToDouble()),
-          l.f64(o.getBeta2().convertToDouble()),
-          l.f64(o.getEpsilon().convertToDouble()),
-          l.f64(o.getWeightDecay().convertToDouble()), optional(o.getGuard(), l),
-          optional(o.getNewMaster(), l), optional(o.getMaster(), l)});
+  l.call(
+      "strata_rt_adam",
+      {l.site(), l.i64(Kind), l.tensor(o.getNewParam()),
+       l.tensor(o.getNewMoment1()), l.tensor(o.getNewMoment2()),
+       l.tensor(o.getParam()), l.tensor(o.getGrad()), l.tensor(o.getMoment1()),
+       l.tensor(o.getMoment2()), l.tensor(o.getLr()), l.tensor(o.getStep()),
+       l.i64(numel(o.getParam())), l.f64(o.getBeta1().convertToDouble()),
+       l.f64(o.getBeta2().convertToDouble()),
+       l.f64(o.getEpsilon().convertToDouble()),
+       l.f64(o.getWeightDecay().convertToDouble()), optional(o.getGuard(), l),
+       optional(o.getNewMaster(), l), optional(o.getMaster(), l)});
   return success();
 }
 

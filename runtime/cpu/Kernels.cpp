@@ -192,10 +192,10 @@ void binaryLoop(StrataRtContext *ctx, int64_t site, int64_t op, T *out,
 /// (each output then keeps its input: `kept` lists the outputs with their
 /// inputs and sizes in bytes; nothing is copied where they alias), or the
 /// guard has another type than f32 (recorded as a failure).
-bool skipUpdate(StrataRtContext *ctx, int64_t site, const char *kernel,
-                const void *guard, int64_t guardType,
-                std::initializer_list<std::tuple<void *, const void *, size_t>>
-                    kept) {
+bool skipUpdate(
+    StrataRtContext *ctx, int64_t site, const char *kernel, const void *guard,
+    int64_t guardType,
+    std::initializer_list<std::tuple<void *, const void *, size_t>> kept) {
   if (!guard)
     return false;
   if (guardType != STRATA_RT_F32) {
@@ -1095,13 +1095,15 @@ void STRATA_RT_KERNEL(strata_rt_clip)(StrataRtContext *ctx, int64_t site,
     unsupportedType(ctx, site, "clip", inType);
 }
 
-void STRATA_RT_KERNEL(strata_rt_sgd)(
-    StrataRtContext *ctx, int64_t site, void *newParamData,
-    int64_t newParamType, const void *paramData, int64_t paramType,
-    const void *gradData, int64_t gradType, const void *lrData, int64_t lrType,
-    int64_t n, double weightDecay, const void *guard, int64_t guardType,
-    void *newMaster, int64_t newMasterType, const void *master,
-    int64_t masterType) {
+void STRATA_RT_KERNEL(strata_rt_sgd)(StrataRtContext *ctx, int64_t site,
+                                     void *newParamData, int64_t newParamType,
+                                     const void *paramData, int64_t paramType,
+                                     const void *gradData, int64_t gradType,
+                                     const void *lrData, int64_t lrType,
+                                     int64_t n, double weightDecay,
+                                     const void *guard, int64_t guardType,
+                                     void *newMaster, int64_t newMasterType,
+                                     const void *master, int64_t masterType) {
   UpdateOperands u;
   if (!onlyF32(ctx, site, "sgd", {lrType}) ||
       !u.bind(ctx, site, "sgd", n, newParamData, newParamType, paramData,
@@ -1127,15 +1129,15 @@ void STRATA_RT_KERNEL(strata_rt_momentum)(
     const void *paramData, int64_t paramType, const void *gradData,
     int64_t gradType, const void *velocityData, int64_t velocityType,
     const void *lrData, int64_t lrType, int64_t n, double momentum,
-    double weightDecay, int64_t nesterov, const void *guard,
-    int64_t guardType, void *newMaster, int64_t newMasterType,
-    const void *master, int64_t masterType) {
+    double weightDecay, int64_t nesterov, const void *guard, int64_t guardType,
+    void *newMaster, int64_t newMasterType, const void *master,
+    int64_t masterType) {
   UpdateOperands u;
   if (!onlyF32(ctx, site, "momentum",
                {newVelocityType, velocityType, lrType}) ||
-      !u.bind(ctx, site, "momentum", n, newParamData, newParamType,
-              paramData, paramType, gradData, gradType, newMaster,
-              newMasterType, master, masterType))
+      !u.bind(ctx, site, "momentum", n, newParamData, newParamType, paramData,
+              paramType, gradData, gradType, newMaster, newMasterType, master,
+              masterType))
     return;
   if (skipUpdate(ctx, site, "momentum", guard, guardType,
                  {{newParamData, paramData, bytesOf(n, paramType)},

@@ -773,8 +773,7 @@ TEST(RuntimeTest, MasterWeightUpdatesRoundTheMasterIntoTheParameter) {
     strata_rt_cast(ctx, 1, p.data(), low, master.data(), F32, n);
     float lr = 0.1f;
     int64_t step = 2;
-    std::vector<float> wantMaster(n), wantM(n), wantV(n), nm(n), nmm(n),
-        nv(n);
+    std::vector<float> wantMaster(n), wantM(n), wantV(n), nm(n), nmm(n), nv(n);
     strata_rt_adam(ctx, 2, STRATA_RT_ADAMW, wantMaster.data(), F32,
                    wantM.data(), F32, wantV.data(), F32, master.data(), F32,
                    gw.data(), F32, m.data(), F32, v.data(), F32, &lr, F32,
@@ -782,9 +781,9 @@ TEST(RuntimeTest, MasterWeightUpdatesRoundTheMasterIntoTheParameter) {
                    F32, nullptr, F32, nullptr, F32);
     strata_rt_adam(ctx, 3, STRATA_RT_ADAMW, np.data(), low, nm.data(), F32,
                    nv.data(), F32, p.data(), low, g.data(), low, m.data(), F32,
-                   v.data(), F32, &lr, F32, &step, STRATA_RT_I64, n, 0.9,
-                   0.999, 1e-8, 0.01, nullptr, F32, nmm.data(), F32,
-                   master.data(), F32);
+                   v.data(), F32, &lr, F32, &step, STRATA_RT_I64, n, 0.9, 0.999,
+                   1e-8, 0.01, nullptr, F32, nmm.data(), F32, master.data(),
+                   F32);
     EXPECT_EQ(nmm, wantMaster);
     EXPECT_EQ(nm, wantM);
     EXPECT_EQ(nv, wantV);
@@ -808,8 +807,8 @@ TEST(RuntimeTest, MasterWeightUpdatesRoundTheMasterIntoTheParameter) {
     std::vector<uint16_t> kept(n, 0);
     std::vector<float> keptMaster(n, 0.0f);
     strata_rt_sgd(ctx, 8, kept.data(), low, p.data(), low, g.data(), low, &lr,
-                  F32, n, 0.0, &inf, F32, keptMaster.data(), F32,
-                  master.data(), F32);
+                  F32, n, 0.0, &inf, F32, keptMaster.data(), F32, master.data(),
+                  F32);
     EXPECT_EQ(kept, p);
     EXPECT_EQ(keptMaster, master);
   }
@@ -818,8 +817,8 @@ TEST(RuntimeTest, MasterWeightUpdatesRoundTheMasterIntoTheParameter) {
   std::vector<float> out(4), a(4, 1.0f), mm(4, 1.0f);
   std::vector<uint16_t> lp(4), lg(4);
   float lr = 0.1f;
-  strata_rt_sgd(ctx, 9, out.data(), F32, a.data(), F32, a.data(), F32, &lr,
-                F32, 4, 0.0, nullptr, F32, mm.data(), F32, mm.data(), F32);
+  strata_rt_sgd(ctx, 9, out.data(), F32, a.data(), F32, a.data(), F32, &lr, F32,
+                4, 0.0, nullptr, F32, mm.data(), F32, mm.data(), F32);
   const char *message = strata_rt_error(ctx, nullptr);
   ASSERT_NE(message, nullptr);
   EXPECT_NE(std::string(message).find(

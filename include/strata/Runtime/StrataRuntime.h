@@ -422,8 +422,8 @@ void strata_rt_adam(StrataRtContext *ctx, int64_t site, int64_t kind,
                     int64_t lrType, const void *step, int64_t stepType,
                     int64_t n, double beta1, double beta2, double eps,
                     double weightDecay, const void *guard, int64_t guardType,
-                    void *newMaster, int64_t newMasterType,
-                    const void *master, int64_t masterType);
+                    void *newMaster, int64_t newMasterType, const void *master,
+                    int64_t masterType);
 void strata_rt_lars(StrataRtContext *ctx, int64_t site, void *newParam,
                     int64_t newParamType, void *newVelocity,
                     int64_t newVelocityType, const void *param,
