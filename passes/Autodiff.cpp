@@ -368,11 +368,28 @@ LogicalResult Differentiator::run() {
       OpBuilder::InsertionGuard guard(builder);
       if (Operation *def = grad.getDefiningOp())
         builder.setInsertionPointAfter(def);
-      auto unscaled = make<MulOp>(param.getLoc(), grad, inverseScale);
+      // A low-precision gradient (level o2) is unscaled in f32 and rounded
+      // once, as Paddle's check_finite_and_unscale does (the inverse of a
+      // scale such as 26214.4 is no float16 number).
+      RankedTensorType gradType = tensorType(grad);
+      SmallVector<Operation *> ops;
+      Value wide = grad;
+      if (!gradType.getElementType().isF32()) {
+        wide = make<CastOp>(param.getLoc(), gradType.clone(lossType.getElementType()),
+                            grad);
+        ops.push_back(wide.getDefiningOp());
+      }
+      Value unscaled = make<MulOp>(param.getLoc(), wide, inverseScale);
+      ops.push_back(unscaled.getDefiningOp());
+      if (unscaled.getType() != gradType) {
+        unscaled = make<CastOp>(param.getLoc(), gradType, unscaled);
+        ops.push_back(unscaled.getDefiningOp());
+      }
       if (Operation *def = grad.getDefiningOp())
         if (std::optional<int64_t> stage = getStage(def))
-          unscaled->setAttr(StrataDialect::kStageAttrName,
-                            builder.getI64IntegerAttr(*stage));
+          for (Operation *op : ops)
+            op->setAttr(StrataDialect::kStageAttrName,
+                        builder.getI64IntegerAttr(*stage));
       grad = unscaled;
     }
     if (!grad)

@@ -80,8 +80,6 @@ inline const InertKey kInertKeys[] = {
      "recompute offload is not implemented"},
     {"recompute_configs", "checkpoint_shape", "[]",
      "recompute offload is not implemented"},
-    {"amp_configs", "use_pure_fp16", "false",
-     "use amp.level: o2 (pure low-precision training is not implemented)"},
 };
 
 /// Configs of features Strata does not implement: the keys are checked,

@@ -72,6 +72,18 @@ std::vector<PlannedPass> strata::planPasses(const Strategy &s,
         : s.amp.init_loss_scaling == 1.0
             ? "float16 without loss scaling (a static scale of 1)"
             : "float16 with a static loss scale";
+    plan.back().note +=
+        s.amp.level == "o2"
+            ? (s.amp.use_master_grad
+                   ? "; level o2: low-precision parameters with f32 master "
+                     "weights, gradients cast to f32 for clipping and the "
+                     "update (use_master_grad)"
+                   : "; level o2: low-precision parameters and gradients, "
+                     "f32 master weights")
+        : s.amp.use_master_grad
+            ? "; level o1: parameter gradients are f32 already, "
+              "use_master_grad is unused"
+            : "";
   }
 
   // The rank grid, for the passes that distribute the program: pipeline
@@ -160,6 +172,7 @@ std::vector<PlannedPass> strata::planPasses(const Strategy &s,
     o.warmupSteps = opt.warmup_steps;
     o.decaySteps = opt.decay_steps;
     o.minLr = opt.min_lr;
+    o.masterGrad = s.amp.enable && s.amp.use_master_grad;
     add("strata-optimizer", "always",
         [o] { return createStrataOptimizer(o); });
   }

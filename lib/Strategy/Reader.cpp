@@ -284,6 +284,20 @@ Error Reader::readFleetConfigs(StringRef configs, yaml::MappingNode *map) {
     }
     if (handled)
       continue;
+    // fleet's use_pure_fp16 is amp level o2 (false leaves the level be).
+    if (configs == "amp_configs") {
+      candidates.push_back("use_pure_fp16");
+      if (*key == "use_pure_fp16") {
+        auto v = readValue(kv.getValue(), 0, what);
+        if (!v)
+          return v.takeError();
+        if (std::get<bool>(*v))
+          if (Error err = store("amp.level", std::string("o2"),
+                                kv.getKey()->getSourceRange().Start))
+            return err;
+        continue;
+      }
+    }
     // fleet's gradient_merge_acc_step: accumulation steps, 1 = off.
     if (configs == "sharding_configs") {
       candidates.push_back("gradient_merge_acc_step");

@@ -213,12 +213,6 @@ Error Reader::validate(const StrategyContext &context) {
   if (!(s.amp.decr_ratio > 0.0 && s.amp.decr_ratio < 1.0))
     return failAt("amp.decr_ratio", "'amp.decr_ratio' must be in (0, 1), got " +
                                         formatv("{0}", s.amp.decr_ratio).str());
-  CHECK(onlyDefault("amp.use_master_grad", !s.amp.use_master_grad,
-                    "master gradients are not implemented"));
-  if (s.amp.enable && s.amp.level == "o2")
-    return failAt(isSet("amp.level") ? "amp.level" : "amp.enable",
-                  "amp level o2 (low-precision parameters with f32 master "
-                  "weights) is not implemented yet: use level o1");
   if (s.amp.enable && s.amp.dtype == "float16" && s.pipeline.enable &&
       (s.amp.use_dynamic_loss_scaling || s.amp.init_loss_scaling != 1.0))
     return failAt(isSet("amp.dtype") ? "amp.dtype" : "amp.enable",
