@@ -72,18 +72,14 @@ std::vector<PlannedPass> strata::planPasses(const Strategy &s,
         : s.amp.init_loss_scaling == 1.0
             ? "float16 without loss scaling (a static scale of 1)"
             : "float16 with a static loss scale";
-    plan.back().note +=
-        s.amp.level == "o2"
-            ? (s.amp.use_master_grad
-                   ? "; level o2: low-precision parameters with f32 master "
-                     "weights, gradients cast to f32 for clipping and the "
-                     "update (use_master_grad)"
-                   : "; level o2: low-precision parameters and gradients, "
-                     "f32 master weights")
-        : s.amp.use_master_grad
-            ? "; level o1: parameter gradients are f32 already, "
-              "use_master_grad is unused"
-            : "";
+    if (s.amp.level == "o2")
+      plan.back().note +=
+          s.amp.use_master_grad
+              ? "; level o2: low-precision parameters with f32 master "
+                "weights, gradients cast to f32 for clipping and the update "
+                "(use_master_grad)"
+              : "; level o2: low-precision parameters and gradients, f32 "
+                "master weights";
   }
 
   // The rank grid, for the passes that distribute the program: pipeline

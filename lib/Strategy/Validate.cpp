@@ -380,6 +380,9 @@ Error Reader::validate(const StrategyContext &context) {
            s.dp_optimization.find_unused_parameters,
            "Strata sees which parameters have no gradient when it compiles "
            "the program, and synchronises zeros for them");
+  unusedIf("amp.use_master_grad", s.amp.enable && s.amp.level == "o1",
+           "at level o1 parameter gradients are f32 already (master "
+           "gradients are for level o2)");
   unusedIf("sharding.segment_size", s.sharding.enable && s.sharding.stage < 3,
            "only stage 3 shards parameters (segment_size is the smallest "
            "sharded one)");
