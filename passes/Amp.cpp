@@ -65,6 +65,12 @@ constexpr llvm::StringLiteral kWhite[] = {"matmul", "fused_gemm_epilogue"};
 constexpr llvm::StringLiteral kBlack[] = {"softmax",       "layer_norm",
                                           "cross_entropy", "reduce_sum",
                                           "reduce_mean",   "rsqrt"};
+// Level o2 computes layer norm in the low type, as Paddle's pure low
+// precision does (its statistics accumulate in f32 inside the kernel, and
+// its output feeds GEMMs that read the low type anyway).
+constexpr llvm::StringLiteral kBlackO2[] = {"softmax", "cross_entropy",
+                                            "reduce_sum", "reduce_mean",
+                                            "rsqrt"};
 
 bool isFloatTensor(Value v) {
   auto t = dyn_cast<RankedTensorType>(v.getType());
@@ -172,10 +178,11 @@ void AmpPass::runOnOperation() {
   Type f32 = Float32Type::get(&getContext());
 
   // The lists: defaults, then the custom entries, which override.
+  const bool o2 = level == "o2";
   llvm::StringSet<> white, black;
   for (StringRef n : kWhite)
     white.insert(n);
-  for (StringRef n : kBlack)
+  for (StringRef n : o2 ? ArrayRef(kBlackO2) : ArrayRef(kBlack))
     black.insert(n);
   for (auto [list, name, other] :
        {std::tuple(&customWhiteList, "custom-white-list", &customBlackList),
@@ -220,8 +227,7 @@ void AmpPass::runOnOperation() {
   }
 
   // Level o2: parameters in the low type, but those a black-list op reads
-  // (layer norm's scale and shift: Paddle keeps them in f32 too).
-  const bool o2 = level == "o2";
+  // directly (they stay f32 and are read as they are).
   if (o2) {
     llvm::StringMap<SmallVector<GetParamOp>> reads;
     llvm::StringSet<> keepF32;
@@ -322,6 +328,6 @@ llvm::ArrayRef<llvm::StringLiteral> strata::amp::listableOps() {
 llvm::ArrayRef<llvm::StringLiteral> strata::amp::defaultWhiteList() {
   return kWhite;
 }
-llvm::ArrayRef<llvm::StringLiteral> strata::amp::defaultBlackList() {
-  return kBlack;
+llvm::ArrayRef<llvm::StringLiteral> strata::amp::defaultBlackList(bool o2) {
+  return o2 ? ArrayRef(kBlackO2) : ArrayRef(kBlack);
 }

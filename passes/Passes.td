@@ -63,11 +63,13 @@ def StrataAmp : Pass<"strata-amp", "mlir::ModuleOp"> {
     lists, is an error.
 
     Level `o2` (Paddle's pure low precision) first retypes the parameters
-    to `dtype`, but those a black-list op reads directly (layer norm's
-    scale and shift), and then computes every op that the lists can name
-    in `dtype` unless it is on the black list; parameter gradients arrive
-    in `dtype`, and strata-optimizer keeps an f32 master weight for each
-    low-precision parameter.
+    to `dtype`, but those a black-list op reads directly, and then computes
+    every op that the lists can name in `dtype` unless it is on the black
+    list, whose default at o2 is Paddle's (`softmax`, `cross_entropy`,
+    `reduce_sum`, `reduce_mean`) plus `rsqrt`: layer norm computes in
+    `dtype` (its statistics accumulate in f32 inside the kernel).
+    Parameter gradients arrive in `dtype`, and strata-optimizer keeps an
+    f32 master weight for each low-precision parameter.
 
     With `float16` the pass also declares the loss scale, unless it is
     static and 1: the state `@loss_scale` (f32, starting at

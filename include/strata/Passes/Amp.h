@@ -19,8 +19,9 @@ namespace strata::amp {
 llvm::ArrayRef<llvm::StringLiteral> listableOps();
 /// Computed in the low type by default.
 llvm::ArrayRef<llvm::StringLiteral> defaultWhiteList();
-/// Kept in f32 by default.
-llvm::ArrayRef<llvm::StringLiteral> defaultBlackList();
+/// Kept in f32 by default at level o1, or at level o2 (which computes
+/// layer norm in the low type).
+llvm::ArrayRef<llvm::StringLiteral> defaultBlackList(bool o2 = false);
 
 } // namespace strata::amp
 
