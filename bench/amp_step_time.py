@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """Mixed precision: step time and planned memory of Strata in f32, bf16 and
-fp16 (level o1) against PyTorch 2.x eager with CPU autocast in the same type,
-same machine, same thread count, interleaved in one run.
+fp16 (levels o1 and o2) against PyTorch 2.x eager with CPU autocast in the
+same type (PyTorch has no level o2 of its own: autocast is its mixed
+precision), same machine, same thread count, interleaved in one run.
 
 Run it with the Python of a virtual environment that has PyTorch 2.x from
 PyPI (test/torch2/setup-venv.sh makes one; Debian's PyTorch 1.13 has no
@@ -12,7 +13,8 @@ float16 autocast on the CPU):
 
 For each model and precision it prints the median step time of both sides,
 the ratio Strata / PyTorch (below 1: Strata is faster), and Strata's planned
-peak bytes per rank against its f32 run's. Both sides start from the same
+peak bytes per rank, its activation peak and its parameters + gradients,
+each against its f32 run's. Both sides start from the same
 weights (strata-run --steps 0 --save) and train with AdamW; PyTorch's
 float16 run uses its GradScaler (dynamic loss scaling, as Strata's).
 """
@@ -41,6 +43,8 @@ PRECISIONS = {
     "f32": None,
     "bf16": {"enable": True, "dtype": "bfloat16"},
     "fp16": {"enable": True, "dtype": "float16"},
+    "bf16-o2": {"enable": True, "dtype": "bfloat16", "level": "o2"},
+    "fp16-o2": {"enable": True, "dtype": "float16", "level": "o2"},
 }
 
 STRATA_ENV = dict(os.environ)
@@ -65,8 +69,10 @@ def strata_step(build, program, strategy, threads, steps, warmup, report):
          str(threads), "--report", report, "--quiet"])
     with open(report) as f:
         r = json.load(f)
-    return statistics.median(r["step_time_ms"][warmup:]), \
-        r["planned_peak_bytes"][0]
+    return statistics.median(r["step_time_ms"][warmup:]), {
+        "peak": r["planned_peak_bytes"][0],
+        "activations": r["activation_peak_bytes"][0],
+        "params+grads": r["param_bytes"][0] + r["grad_bytes"][0]}
 
 
 def torch_step(torch, compare, init, rows, layers, heads, precision, steps,
@@ -79,8 +85,9 @@ def torch_step(torch, compare, init, rows, layers, heads, precision, steps,
     seq, vocab = init["wpe"].shape[0], init["wte"].shape[0]
     tokens = torch.randint(0, vocab, (rows, seq + 1), generator=g)
     batch = {"tokens": tokens[:, :-1], "targets": tokens[:, 1:]}
-    dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(precision)
-    scaler = (torch.amp.GradScaler("cpu") if precision == "fp16" else None)
+    dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(
+        precision.split("-")[0])
+    scaler = (torch.amp.GradScaler("cpu") if dtype == torch.float16 else None)
     times = []
     for i in range(warmup + steps):
         t = time.perf_counter()
@@ -117,8 +124,9 @@ def main():
     os.makedirs(args.workdir, exist_ok=True)
     print("cpu: %s; %d thread(s); PyTorch %s" % (cpu_model(), args.threads,
                                                  torch.__version__))
-    print("%-38s %-5s %10s %10s %7s %14s" % (
-        "model", "type", "strata ms", "torch ms", "ratio", "planned peak"))
+    print("%-38s %-7s %10s %10s %7s %16s %16s %16s" % (
+        "model", "type", "strata ms", "torch ms", "ratio", "planned peak",
+        "activations", "params+grads"))
     for name in args.models.split(","):
         gen, desc, layers, heads = MODELS[name]
         rows = int(gen[gen.index("--batch") + 1])
@@ -127,7 +135,8 @@ def main():
             f.write(run([os.path.join(args.build, "bin", "strata-gen"), "gpt"]
                         + gen))
         init_path = os.path.join(args.workdir, name + ".init.safetensors")
-        peak32 = None
+        f32 = None
+        torch_ms = {}
         for precision, amp in PRECISIONS.items():
             strategy = os.path.join(args.workdir,
                                     "%s-%s.json" % (name, precision))
@@ -141,16 +150,23 @@ def main():
                      "--strategy", strategy, "--steps", "0", "--save",
                      init_path, "--quiet"])
             init = compare.read_safetensors(init_path)
-            ms, peak = strata_step(
+            ms, memory = strata_step(
                 args.build, program, strategy, args.threads, args.steps,
                 args.warmup, os.path.join(args.workdir, "%s-%s.report.json"
                                           % (name, precision)))
-            peak32 = peak32 or peak
-            torch_ms = torch_step(torch, compare, init, rows, layers, heads,
-                                  precision, args.steps, args.warmup)
-            print("%-38s %-5s %10.1f %10.1f %7.2f %8.1f MB %4.0f%%" % (
-                desc, precision, ms, torch_ms, ms / torch_ms, peak / 1e6,
-                100.0 * peak / peak32))
+            f32 = f32 or memory
+            # PyTorch's run of the type, once per type (o1 and o2 compare
+            # with the same autocast run).
+            peer = precision.split("-")[0]
+            if peer not in torch_ms:
+                torch_ms[peer] = torch_step(torch, compare, init, rows,
+                                            layers, heads, peer, args.steps,
+                                            args.warmup)
+            print("%-38s %-7s %10.1f %10.1f %7.2f" % (
+                desc, precision, ms, torch_ms[peer], ms / torch_ms[peer])
+                + "".join(" %8.1f MB %4.0f%%" % (memory[k] / 1e6,
+                                                 100.0 * memory[k] / f32[k])
+                          for k in ("peak", "activations", "params+grads")))
             sys.stdout.flush()
 
 

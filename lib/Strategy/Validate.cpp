@@ -383,6 +383,9 @@ Error Reader::validate(const StrategyContext &context) {
   unusedIf("amp.use_master_grad", s.amp.enable && s.amp.level == "o1",
            "at level o1 parameter gradients are f32 already (master "
            "gradients are for level o2)");
+  unusedIf("dp_optimization.fp16_allreduce",
+           s.amp.enable && s.amp.level == "o2",
+           "at amp level o2 the gradients are 16-bit on the wire already");
   unusedIf("sharding.segment_size", s.sharding.enable && s.sharding.stage < 3,
            "only stage 3 shards parameters (segment_size is the smallest "
            "sharded one)");

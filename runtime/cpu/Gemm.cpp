@@ -192,7 +192,7 @@ widenF16C(float *to, const strata::cpu::Half *from, int64_t count) {
                      _mm256_cvtph_ps(_mm_loadu_si128(
                          reinterpret_cast<const __m128i *>(bits + 8 * i))));
   for (int64_t i = count / 8 * 8; i < count; ++i)
-    to[i] = float(from[i].value);
+    to[i] = _cvtsh_ss(bits[i]);
 }
 __attribute__((target("avx2,fma,f16c"))) static void
 narrowF16C(strata::cpu::Half *to, const float *from, int64_t count) {
@@ -203,7 +203,7 @@ narrowF16C(strata::cpu::Half *to, const float *from, int64_t count) {
                      _mm256_cvtps_ph(_mm256_loadu_ps(from + 8 * i),
                                      _MM_FROUND_TO_NEAREST_INT));
   for (int64_t i = count / 8 * 8; i < count; ++i)
-    to[i].value = static_cast<_Float16>(from[i]);
+    bits[i] = uint16_t(_cvtss_sh(from[i], _MM_FROUND_TO_NEAREST_INT));
 }
 static bool hasF16C() {
   static const bool f16c =
@@ -211,14 +211,14 @@ static bool hasF16C() {
   return f16c;
 }
 template <typename T>
-static void widen(float *to, const T *from, int64_t count) {
+static void widenAll(float *to, const T *from, int64_t count) {
   if constexpr (std::is_same_v<T, strata::cpu::Half>)
     if (hasF16C())
       return widenF16C(to, from, count);
   widenLoop(to, from, count);
 }
 template <typename T>
-static void narrow(T *to, const float *from, int64_t count) {
+static void narrowAll(T *to, const float *from, int64_t count) {
   if constexpr (std::is_same_v<T, strata::cpu::Half>)
     if (hasF16C())
       return narrowF16C(to, from, count);
@@ -243,15 +243,15 @@ static void gemmLow(StrataRtContext *ctx, int64_t site, int64_t batch,
     buffer.resize(aCount + bCount + cCount + biasCount);
   float *wa = buffer.data(), *wb = wa + aCount, *wc = wb + bCount,
         *wbias = wc + cCount;
-  widen(wa, a, aCount);
-  widen(wb, b, bCount);
+  widenAll(wa, a, aCount);
+  widenAll(wb, b, bCount);
   if (bias)
-    widen(wbias, bias, biasCount);
+    widenAll(wbias, bias, biasCount);
   if (accumulate)
-    widen(wc, c, cCount);
+    widenAll(wc, c, cCount);
   gemmF32(ctx, site, batch, m, n, k, wa, aBatchStride, transA, wb, bBatchStride,
           transB, wc, bias ? wbias : nullptr, act, accumulate);
-  narrow(c, wc, cCount);
+  narrowAll(c, wc, cCount);
 }
 
 extern "C" void

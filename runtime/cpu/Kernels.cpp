@@ -27,6 +27,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <memory>
 #include <omp.h>
 #include <string>
 #include <type_traits>
@@ -111,6 +112,10 @@ void rowOffsets(int64_t row, int64_t rank, const int64_t *shape,
   }
 }
 
+/// Low-precision elementwise kernels run their f32 loop on blocks widened
+/// into f32 buffers on the stack, so that the loop vectorises as for f32.
+constexpr int64_t kBlock = 512;
+
 /// x (op) y in the compute type of T (f32 for bf16 and f16), rounded to T.
 template <int Op, typename T> inline T applyOp(T tx, T ty) {
   using C = ComputeType<T>;
@@ -125,10 +130,35 @@ template <int Op, typename T> inline T applyOp(T tx, T ty) {
     return T(x / y);
 }
 
+/// out = a (op) b on `n` contiguous elements of a low-precision type T, `a`
+/// or `b` (stride 0) possibly one element: widened in blocks, computed in
+/// f32, rounded once.
+template <int Op, typename T>
+void binaryBlocks(T *out, const T *a, int64_t ia, const T *b, int64_t ib,
+                  int64_t n) {
+  float x[kBlock], y[kBlock], z[kBlock];
+  for (int64_t s = 0; s < n; s += kBlock) {
+    int64_t m = std::min(kBlock, n - s);
+    if (ia)
+      strata::cpu::widen(x, a + s, m);
+    else
+      std::fill(x, x + m, float(a[0]));
+    if (ib)
+      strata::cpu::widen(y, b + s, m);
+    else
+      std::fill(y, y + m, float(b[0]));
+#pragma omp simd
+    for (int64_t j = 0; j < m; ++j)
+      z[j] = applyOp<Op>(x[j], y[j]);
+    strata::cpu::narrow(out + s, z, m);
+  }
+}
+
 /// One op, known at compile time, so that the inner loops vectorise.
 template <int Op, typename T>
 void binaryLoop(T *out, const T *a, const T *b, int64_t rank,
                 const int64_t *desc) {
+  constexpr bool kLow = !std::is_same_v<ComputeType<T>, T>;
   const int64_t *shape = desc, *sa = desc + rank, *sb = desc + 2 * rank;
   int64_t n = 1;
   for (int64_t d = 0; d < rank; ++d)
@@ -140,6 +170,12 @@ void binaryLoop(T *out, const T *a, const T *b, int64_t rank,
     flatB &= sb[d] == s || shape[d] == 1;
   }
   if (rank == 0 || (flatA && flatB)) {
+    if constexpr (kLow) {
+#pragma omp parallel for schedule(static) if (n >= kParallelGrain)
+      for (int64_t s = 0; s < n; s += kBlock)
+        binaryBlocks<Op>(out + s, a + s, 1, b + s, 1, std::min(kBlock, n - s));
+      return;
+    }
 #pragma omp parallel for simd schedule(static) if (n >= kParallelGrain)
     for (int64_t i = 0; i < n; ++i)
       out[i] = applyOp<Op>(a[i], b[i]);
@@ -154,6 +190,12 @@ void binaryLoop(T *out, const T *a, const T *b, int64_t rank,
     rowOffsets<2>(r, rank, shape, strides, off);
     T *o = out + r * inner;
     const T *pa = a + off[0], *pb = b + off[1];
+    if constexpr (kLow) {
+      if ((ia == 0 || ia == 1) && (ib == 0 || ib == 1)) {
+        binaryBlocks<Op>(o, pa, ia, pb, ib, inner);
+        continue;
+      }
+    }
     if (ia == 1 && ib == 1) {
 #pragma omp simd
       for (int64_t j = 0; j < inner; ++j)
@@ -225,7 +267,7 @@ struct UpdateOperands {
   float *newParam = nullptr;
   void *low = nullptr; ///< the low-precision parameter's new value
   int64_t lowType = STRATA_RT_F32, n = 0;
-  std::vector<float> widened;
+  std::unique_ptr<float[]> widened;
 
   bool bind(StrataRtContext *ctx, int64_t site, const char *kernel, int64_t n,
             void *newParamData, int64_t newParamType, const void *paramData,
@@ -260,16 +302,16 @@ struct UpdateOperands {
       grad = static_cast<const float *>(gradData);
       return true;
     }
-    widened.resize(size_t(n));
+    widened.reset(new float[size_t(n)]);
     withFloatType(gradType, [&](auto type) {
       using T = decltype(type);
       const T *g = static_cast<const T *>(gradData);
-      float *w = widened.data();
-#pragma omp parallel for simd schedule(static) if (n >= kParallelGrain)
-      for (int64_t i = 0; i < n; ++i)
-        w[i] = float(g[i]);
+      float *w = widened.get();
+#pragma omp parallel for schedule(static) if (n >= kParallelGrain)
+      for (int64_t s = 0; s < n; s += kBlock)
+        strata::cpu::widen(w + s, g + s, std::min(kBlock, n - s));
     });
-    grad = widened.data();
+    grad = widened.get();
     return true;
   }
 
@@ -282,9 +324,9 @@ struct UpdateOperands {
       T *out = static_cast<T *>(low);
       const float *m = newParam;
       const int64_t count = n;
-#pragma omp parallel for simd schedule(static) if (count >= kParallelGrain)
-      for (int64_t i = 0; i < count; ++i)
-        out[i] = T(m[i]);
+#pragma omp parallel for schedule(static) if (count >= kParallelGrain)
+      for (int64_t s = 0; s < count; s += kBlock)
+        strata::cpu::narrow(out + s, m + s, std::min(kBlock, count - s));
     });
   }
 };
@@ -365,19 +407,11 @@ void STRATA_RT_KERNEL(strata_rt_binary)(StrataRtContext *ctx, int64_t site,
 
 namespace {
 
-/// Low-precision elementwise kernels run their f32 loop on blocks widened
-/// into f32 buffers on the stack, so that the loop vectorises as for f32.
-constexpr int64_t kBlock = 512;
-
 template <typename T> void widenBlock(float *to, const T *from, int64_t n) {
-#pragma omp simd
-  for (int64_t i = 0; i < n; ++i)
-    to[i] = float(from[i]);
+  strata::cpu::widen(to, from, n);
 }
 template <typename T> void narrowBlock(T *to, const float *from, int64_t n) {
-#pragma omp simd
-  for (int64_t i = 0; i < n; ++i)
-    to[i] = T(from[i]);
+  strata::cpu::narrow(to, from, n);
 }
 
 /// Layer norm's statistics of one row: the mean and 1 / sqrt(variance +
@@ -560,9 +594,17 @@ void STRATA_RT_KERNEL(strata_rt_cast)(StrataRtContext *ctx, int64_t site,
     if (!withFloatType(outType, [&](auto outTag) {
           using Out = decltype(outTag);
           auto *out = static_cast<Out *>(outData);
-#pragma omp parallel for simd schedule(static) if (n >= kParallelGrain)
-          for (int64_t i = 0; i < n; ++i)
-            out[i] = Out(float(in[i]));
+#pragma omp parallel for schedule(static) if (n >= kParallelGrain)
+          for (int64_t s = 0; s < n; s += kBlock) {
+            int64_t m = std::min(kBlock, n - s);
+            if constexpr (std::is_same_v<In, float>) {
+              narrowBlock(out + s, in + s, m);
+            } else {
+              float wide[kBlock];
+              widenBlock(wide, in + s, m);
+              narrowBlock(out + s, wide, m);
+            }
+          }
         }))
       unsupportedType(ctx, site, "cast", outType);
   });
@@ -1061,8 +1103,19 @@ void STRATA_RT_KERNEL(strata_rt_global_norm)(StrataRtContext *ctx, int64_t site,
 #pragma omp parallel for schedule(static) if (n >= kParallelGrain)
       for (int64_t c = 0; c < chunks; ++c) {
         double s = 0;
-        for (int64_t i = c * kChunk, e = std::min(n, i + kChunk); i < e; ++i)
-          s += double(float(x[i])) * float(x[i]);
+        int64_t e = std::min(n, (c + 1) * kChunk);
+        if constexpr (std::is_same_v<T, float>) {
+          for (int64_t i = c * kChunk; i < e; ++i)
+            s += double(x[i]) * x[i];
+        } else {
+          float wide[kBlock];
+          for (int64_t b = c * kChunk; b < e; b += kBlock) {
+            int64_t m = std::min(kBlock, e - b);
+            strata::cpu::widen(wide, x + b, m);
+            for (int64_t i = 0; i < m; ++i)
+              s += double(wide[i]) * wide[i];
+          }
+        }
         partial[c] = s;
       }
     });
