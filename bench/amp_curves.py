@@ -8,7 +8,7 @@ mixed-precision mode, and their gaps to f32's.
 The GPT is the main job's (4 layers, hidden 128, 4 heads, 64 tokens, batch
 32, dropout 0.1) trained with examples/gpt_zero2.yaml (AdamW, clipping,
 cosine decay, both fusions, ZeRO-2), its decay shortened to the run, on
---nproc ranks from seed 0. For each mode it prints the loss at a few steps,
+--nproc ranks from --seed (weights and batches). For each mode it prints the loss at a few steps,
 the mean of the last 50 steps and, from step 50 on, the largest gap to f32
 step by step and smoothed over 10 steps (relative to f32's). The curves are
 written to --workdir as MODE.txt (strata-run's `step N loss X` lines).
@@ -55,6 +55,7 @@ def main():
     ap.add_argument("--build", default="build")
     ap.add_argument("--steps", type=int, default=300)
     ap.add_argument("--nproc", type=int, default=2)
+    ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--modes", default="bf16-o1,bf16-o2,fp16-o1,fp16-o2")
     ap.add_argument("--workdir", default="/tmp/strata-amp-curves")
     args = ap.parse_args()
@@ -68,8 +69,8 @@ def main():
     with open(os.path.join(HERE, "..", "examples", "gpt_zero2.yaml")) as f:
         base = re.sub(r"decay_steps: \d+",
                       "decay_steps: %d" % max(1, args.steps - 20), f.read())
-    print("cpu: %s; %d ranks; %d steps" % (cpu_model(), args.nproc,
-                                           args.steps))
+    print("cpu: %s; %d ranks; %d steps; seed %d" % (
+        cpu_model(), args.nproc, args.steps, args.seed))
     curves = {}
     for mode in ["f32"] + args.modes.split(","):
         strategy = os.path.join(args.workdir, mode + ".yaml")
@@ -80,7 +81,8 @@ def main():
             subprocess.run([os.path.join(bin_dir, "strata-run"), program,
                             "--strategy", strategy, "--nproc",
                             str(args.nproc), "--steps", str(args.steps),
-                            "--seed", "0", "--quiet"], check=True, stdout=f)
+                            "--seed", str(args.seed), "--quiet"], check=True,
+                           stdout=f)
         curves[mode] = losses(out)
         if len(curves[mode]) != args.steps:
             raise SystemExit("%s: %d losses, expected %d" %

@@ -712,6 +712,53 @@ TEST(RuntimeTest, LowPrecisionKernelsRoundTheF32Result) {
   }
 }
 
+/// A long low-precision GEMM (K = 2048, a weight gradient's reduction over
+/// tokens) accumulates in f32 and rounds once, on whichever path the CPU
+/// takes (oneDNN's bf16 kernels or the widened f32 GEMM): its result is the
+/// exact sum rounded to the low type, but where the f32 sum's own error
+/// crosses a rounding boundary (rare).
+TEST(RuntimeTest, LowPrecisionGemmRoundsTheSumOnce) {
+  Context ctx;
+  const int64_t m = 32, n = 48, k = 2048;
+  for (int64_t low : {int64_t(STRATA_RT_BF16), int64_t(STRATA_RT_F16)}) {
+    SCOPED_TRACE(strata_rt_element_name(low));
+    std::vector<float> a(m * k), b(k * n);
+    for (int64_t i = 0; i < m * k; ++i)
+      a[i] = std::sin(0.37f * float(i)) * ((i % 7) ? 1.0f : 1e-3f);
+    for (int64_t i = 0; i < k * n; ++i)
+      b[i] = std::cos(0.11f * float(i));
+    std::vector<uint16_t> la(a.size()), lb(b.size()), c(m * n), want(m * n);
+    strata_rt_cast(ctx, 0, la.data(), low, a.data(), F32, a.size());
+    strata_rt_cast(ctx, 0, a.data(), F32, la.data(), low, a.size());
+    strata_rt_cast(ctx, 0, lb.data(), low, b.data(), F32, b.size());
+    strata_rt_cast(ctx, 0, b.data(), F32, lb.data(), low, b.size());
+    // A transposed (as in X^T dY).
+    std::vector<uint16_t> lat(a.size());
+    std::vector<float> at(a.size());
+    for (int64_t i = 0; i < m; ++i)
+      for (int64_t p = 0; p < k; ++p) {
+        lat[p * m + i] = la[i * k + p];
+        at[p * m + i] = a[i * k + p];
+      }
+    strata_rt_gemm(ctx, 1, 1, m, n, k, lat.data(), low, 0, 1, lb.data(), low,
+                   0, 0, c.data(), low, nullptr, low, STRATA_RT_ACT_NONE, 0);
+    std::vector<float> exact(m * n);
+    for (int64_t i = 0; i < m; ++i)
+      for (int64_t j = 0; j < n; ++j) {
+        double sum = 0;
+        for (int64_t p = 0; p < k; ++p)
+          sum += double(at[p * m + i]) * double(b[p * n + j]);
+        exact[i * n + j] = float(sum);
+      }
+    strata_rt_cast(ctx, 2, want.data(), low, exact.data(), F32, exact.size());
+    int64_t differ = 0;
+    for (int64_t i = 0; i < m * n; ++i)
+      differ += c[i] != want[i];
+    EXPECT_LE(differ, m * n / 100) << differ << " of " << m * n;
+  }
+  EXPECT_EQ(strata_rt_error(ctx, nullptr), nullptr);
+}
+
 /// A guarded update with a non-finite guard leaves parameters and state
 /// as they were; a finite guard changes nothing about the update.
 TEST(RuntimeTest, GuardedUpdatesSkipOverflowedSteps) {
