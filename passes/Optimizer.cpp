@@ -94,10 +94,10 @@ LogicalResult OptimizerPass::rewrite(func::FuncOp func) {
   // Under loss scaling, an update happens only when every gradient is
   // finite: the global norm decides, which data parallelism (gradients
   // all-reduced first) and sharding (the norm summed over the group) make
-  // the same on every rank. It rides on the clipping op; without clipping
+  // the same on every rank (strata-pipeline gives each stage the norm of
+  // all stages' gradients). It rides on the clipping op; without clipping
   // that op's bound is the largest f32, which scales finite gradients by
-  // exactly 1. (strata-pipeline does not yet combine a norm that anything
-  // but clipping reads: loss scaling with a pipeline is refused.)
+  // exactly 1.
   StateOp lossScale = findLossScaleState(func->getParentOfType<ModuleOp>());
   Value guard;
   if ((gradClipNorm > 0.0 || lossScale) && !grads.empty()) {

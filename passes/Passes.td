@@ -579,7 +579,12 @@ def StrataPipeline : Pass<"strata-pipeline", "mlir::ModuleOp"> {
     rate, constants) runs on every stage; a parameter lives on the first
     stage that reads it and other stages that read it (the GPT's tied
     embedding) receive it each step and send their part of its gradient
-    back, where it is summed.
+    back, where it is summed. A global norm over several stages' gradients
+    becomes one norm per stage, sent to every other stage and combined
+    there: each stage clips its own gradients with the combined norm, and
+    under loss scaling guards its updates with it and computes its own
+    copy of the step counter and the loss scale from it (the same values on
+    every stage).
 
     Schedules (S = stage, P = pipeline stages, M = micro-batches):
     - `FThenB`: all forwards, then all backwards.

@@ -187,7 +187,11 @@ LogicalResult PipelinePass::place(func::FuncOp func, bool final) {
           setStage(p, it->second);
           continue;
         }
-        if (readNames.contains(assign.getNameAttr().getAttr()))
+        // (A scalar state's reads are replicated and give it no home: its
+        // assignment follows its value, e.g. the step counter under loss
+        // scaling, which the combined gradient norm decides.)
+        if (readNames.contains(assign.getNameAttr().getAttr()) &&
+            !replicatedState(assign.getNameAttr()))
           continue;
       }
       int64_t stage = -1;

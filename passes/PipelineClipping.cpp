@@ -4,6 +4,8 @@
 #include "strata/Dialect/Strata.h"
 
 #include "mlir/IR/Builders.h"
+#include "mlir/IR/IRMapping.h"
+#include "llvm/ADT/SetVector.h"
 
 #include <map>
 
@@ -13,7 +15,13 @@ using namespace strata;
 /// Global-norm clipping over gradients of several stages: each stage takes
 /// the norm of its own gradients, receives the others' norms, combines them
 /// (the norm of the norms) and clips its own gradients, so that no gradient
-/// leaves its stage.
+/// leaves its stage. Under loss scaling the norm also guards the updates
+/// and drives the step counter and the loss scale: each stage's updates
+/// read their stage's combined norm, and the scalar bookkeeping computed
+/// from the norm (strata.is_finite, the step, the learning rate,
+/// strata.update_loss_scaling and the assignments of their states) runs on
+/// every stage from its own combined norm, the same value everywhere, so
+/// that every stage makes the same decision.
 LogicalResult PipelinePlacement::splitClipping(Block &body) {
   SmallVector<GlobalNormOp> norms;
   for (Operation &op : body.without_terminator())
@@ -30,15 +38,40 @@ LogicalResult PipelinePlacement::splitClipping(Block &body) {
     if (groups.size() < 2 || groups.count(-1))
       continue;
     SmallVector<ClipByGlobalNormOp> clips;
-    for (Operation *user : norm->getUsers()) {
-      auto clip = dyn_cast<ClipByGlobalNormOp>(user);
-      if (!clip)
-        return user->emitOpError()
-               << "reads a global norm over gradients of several pipeline "
-                  "stages; only strata.clip_by_global_norm can (each stage "
-                  "clips its own gradients with the combined norm)";
-      clips.push_back(clip);
+    // The scalar ops computed from the norm (in program order) and the
+    // updates that read the norm or them.
+    llvm::SetVector<Operation *> chain, updates;
+    SmallVector<Value> worklist = {norm.getNorm()};
+    while (!worklist.empty()) {
+      Value v = worklist.pop_back_val();
+      for (Operation *user : v.getUsers()) {
+        if (auto clip = dyn_cast<ClipByGlobalNormOp>(user)) {
+          if (v == norm.getNorm() && !llvm::is_contained(clips, clip))
+            clips.push_back(clip);
+          continue;
+        }
+        if (isa<OptimizerUpdateOpInterface>(user)) {
+          updates.insert(user);
+          continue;
+        }
+        bool scalar = llvm::all_of(user->getResults(), [](Value r) {
+          auto t = dyn_cast<RankedTensorType>(r.getType());
+          return t && t.getRank() == 0;
+        });
+        if (!scalar || isa<func::ReturnOp>(user) || user->getBlock() != &body)
+          return user->emitOpError()
+                 << "reads a global norm over gradients of several pipeline "
+                    "stages; only clipping, guarded updates and scalar "
+                    "bookkeeping can (each stage computes them from the "
+                    "combined norm)";
+        if (chain.insert(user))
+          for (Value r : user->getResults())
+            worklist.push_back(r);
+      }
     }
+    SmallVector<Operation *> ordered(chain.begin(), chain.end());
+    llvm::sort(ordered,
+               [&](Operation *a, Operation *b) { return order[a] < order[b]; });
     Place base = places[norm];
     auto placeOn = [&](Operation *op, int64_t stage) {
       Place p = base;
@@ -89,6 +122,44 @@ LogicalResult PipelinePlacement::splitClipping(Block &body) {
       }
       places.erase(clip);
       clip->erase();
+    }
+    // The bookkeeping, once per stage; each update reads its parameter's
+    // stage's copy.
+    DenseMap<int64_t, IRMapping> copies;
+    for (auto &[stage, inputs] : groups) {
+      IRMapping &map = copies[stage];
+      map.map(norm.getNorm(), total[stage]);
+      for (Operation *op : ordered) {
+        b.setInsertionPoint(op);
+        Operation *copy = b.clone(*op, map);
+        Place p = places[op];
+        p.stage = stage;
+        p.replicated = false;
+        places[copy] = p;
+        order[copy] = order[op];
+        copy->setAttr(
+            StrataDialect::kStageAttrName,
+            IntegerAttr::get(IntegerType::get(op->getContext(), 64), stage));
+      }
+    }
+    for (Operation *update : updates) {
+      Operation *param =
+          cast<OptimizerUpdateOpInterface>(update).getParameter().getDefiningOp();
+      int64_t stage = param ? rankStage(places[param].stage) : -1;
+      auto it = copies.find(stage);
+      if (it == copies.end())
+        return update->emitOpError()
+               << "is guarded by a global norm that does not include its "
+                  "stage's gradients";
+      for (OpOperand &operand : update->getOpOperands())
+        if (Value mapped = it->second.lookupOrNull(operand.get()))
+          operand.set(mapped);
+    }
+    for (Operation *op : llvm::reverse(ordered)) {
+      if (!op->use_empty())
+        return op->emitOpError() << "is read where no stage's copy reaches";
+      places.erase(op);
+      op->erase();
     }
     places.erase(norm);
     norm->erase();

@@ -213,13 +213,6 @@ Error Reader::validate(const StrategyContext &context) {
   if (!(s.amp.decr_ratio > 0.0 && s.amp.decr_ratio < 1.0))
     return failAt("amp.decr_ratio", "'amp.decr_ratio' must be in (0, 1), got " +
                                         formatv("{0}", s.amp.decr_ratio).str());
-  if (s.amp.enable && s.amp.dtype == "float16" && s.pipeline.enable &&
-      (s.amp.use_dynamic_loss_scaling || s.amp.init_loss_scaling != 1.0))
-    return failAt(isSet("amp.dtype") ? "amp.dtype" : "amp.enable",
-                  "amp with float16 scales the loss, which is not implemented "
-                  "with a pipeline yet: use amp.dtype bfloat16 (no loss "
-                  "scaling), or float16 unscaled (use_dynamic_loss_scaling: "
-                  "false, init_loss_scaling: 1)");
   for (auto [key, list, other] :
        {std::tuple("amp.custom_white_list", &s.amp.custom_white_list,
                    &s.amp.custom_black_list),
