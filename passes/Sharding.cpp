@@ -374,6 +374,36 @@ struct ShardingPass : public strata::impl::StrataShardingBase<ShardingPass> {
     unsigned position; ///< in the bucket
   };
 
+  /// The bucket's packed gradients and, for fp16_allreduce (pack -> scale
+  /// by 1/ranks -> cast to f16 -> all_reduce sum -> cast back), the scale
+  /// and the cast; null when `reduce` is not a bucket of
+  /// strata-data-parallel.
+  struct Bucket {
+    PackOp pack;
+    ScaleOp share;  ///< fp16_allreduce: each rank's share
+    CastOp narrow;  ///< fp16_allreduce: the share on the wire
+  };
+  static Bucket bucketOf(AllReduceOp reduce) {
+    if (!reduce->hasAttr(StrataDialect::kBucketAttrName))
+      return {};
+    if (reduce.getKind() == ReduceKind::Mean)
+      return {reduce.getInput().getDefiningOp<PackOp>(), {}, {}};
+    auto narrow = reduce.getInput().getDefiningOp<CastOp>();
+    auto share = narrow ? narrow.getInput().getDefiningOp<ScaleOp>() : ScaleOp();
+    auto pack = share ? share.getInput().getDefiningOp<PackOp>() : PackOp();
+    if (reduce.getKind() != ReduceKind::Sum || !pack)
+      return {};
+    return {pack, share, narrow};
+  }
+  /// The all-reduced bucket as the unpack reads it (through the cast back
+  /// to f32 under fp16_allreduce).
+  static AllReduceOp reduceOf(UnpackOp unpack) {
+    Value in = unpack.getInput();
+    if (auto widen = in.getDefiningOp<CastOp>())
+      in = widen.getInput();
+    return in.getDefiningOp<AllReduceOp>();
+  }
+
   /// The bucketed gradients whose mean is read by one parameter's update,
   /// directly or through global-norm clipping, and by nothing else; in
   /// program order.
@@ -397,11 +427,10 @@ struct ShardingPass : public strata::impl::StrataShardingBase<ShardingPass> {
       auto unpack = grad.getDefiningOp<UnpackOp>();
       if (!unpack || unpack.getOffset() != 0)
         continue;
-      auto reduce = unpack.getInput().getDefiningOp<AllReduceOp>();
-      if (!reduce || !reduce->hasAttr(StrataDialect::kBucketAttrName) ||
-          reduce.getKind() != ReduceKind::Mean)
+      auto reduce = reduceOf(unpack);
+      if (!reduce)
         continue;
-      auto pack = reduce.getInput().getDefiningOp<PackOp>();
+      PackOp pack = bucketOf(reduce).pack;
       if (!pack || pack.getInputs().size() != unpack.getNumResults())
         continue;
       bool only = llvm::all_of(grad.getUsers(), [&](Operation *u) {
@@ -438,7 +467,8 @@ struct ShardingPass : public strata::impl::StrataShardingBase<ShardingPass> {
     MLIRContext *ctx = &getContext();
     for (auto &[op, members] : buckets) {
       auto reduce = cast<AllReduceOp>(op);
-      auto pack = reduce.getInput().getDefiningOp<PackOp>();
+      Bucket bucket = bucketOf(reduce);
+      PackOp pack = bucket.pack;
       if (members.size() != pack.getInputs().size())
         continue;
       SmallVector<SmallVector<const BucketedGradient *>> byOwner(degree);
@@ -453,7 +483,7 @@ struct ShardingPass : public strata::impl::StrataShardingBase<ShardingPass> {
       }
       OpBuilder b(reduce);
       Location loc = reduce.getLoc();
-      Type element = tensorType(reduce.getInput()).getElementType();
+      Type element = tensorType(pack).getElementType();
       SmallVector<Value> inputs;
       for (auto &list : byOwner) {
         int64_t size = 0;
@@ -469,23 +499,40 @@ struct ShardingPass : public strata::impl::StrataShardingBase<ShardingPass> {
           inputs.push_back(zeros);
         }
       }
-      auto mean = ReduceKindAttr::get(ctx, ReduceKind::Mean);
-      auto byRank = PackOp::create(
+      // fp16_allreduce: the shares (each divided by the number of ranks)
+      // go on the wire in f16 and are summed, as strata-data-parallel's
+      // all-reduce did.
+      auto kind = ReduceKindAttr::get(
+          ctx, bucket.narrow ? ReduceKind::Sum : ReduceKind::Mean);
+      Value byRank = PackOp::create(
           b, loc, RankedTensorType::get({segment * degree}, element), inputs);
-      setRole(byRank, Role::Communication);
+      setRole(byRank.getDefiningOp(), Role::Communication);
+      if (bucket.narrow) {
+        byRank = ScaleOp::create(b, loc, byRank, bucket.share.getFactorAttr());
+        setRole(byRank.getDefiningOp(), Role::Communication);
+        byRank = CastOp::create(
+            b, loc, tensorType(byRank).clone(tensorType(bucket.narrow).getElementType()),
+            byRank);
+        setRole(byRank.getDefiningOp(), Role::Communication);
+      }
+      Type wire = tensorType(byRank).getElementType();
       auto scatter = ReduceScatterOp::create(
-          b, loc, RankedTensorType::get({segment}, element),
-          TokenType::get(ctx), byRank, reduce.getToken(), group, mean,
-          b.getI64IntegerAttr(0));
+          b, loc, RankedTensorType::get({segment}, wire), TokenType::get(ctx),
+          byRank, reduce.getToken(), group, kind, b.getI64IntegerAttr(0));
       setRole(scatter, Role::Communication);
       Value mine = scatter.getResult(), token = scatter.getOutToken();
       if (outer) {
         auto across = AllReduceOp::create(b, loc, mine.getType(),
                                           TokenType::get(ctx), mine, token,
-                                          outer, mean);
+                                          outer, kind);
         setRole(across, Role::Communication);
         mine = across.getResult();
         token = across.getOutToken();
+      }
+      if (bucket.narrow) {
+        mine = CastOp::create(b, loc, RankedTensorType::get({segment}, element),
+                              mine);
+        setRole(mine.getDefiningOp(), Role::Communication);
       }
       if (!byOwner[me].empty()) {
         SmallVector<Type> types;
@@ -517,8 +564,17 @@ struct ShardingPass : public strata::impl::StrataShardingBase<ShardingPass> {
           return g->averaged.getDefiningOp()->emitOpError(
                      "reads the gradient of '")
                  << g->param << "', which another rank owns under ZeRO stage 2";
-      for (Operation *user :
-           llvm::make_early_inc_range(reduce.getResult().getUsers())) {
+      // (Under fp16_allreduce: the unpack reads the cast back to f32.)
+      SmallVector<Operation *> readers(reduce.getResult().getUsers());
+      for (Operation *user : readers) {
+        if (isa<CastOp>(user) && bucket.narrow)
+          for (Operation *unpackOp :
+               llvm::make_early_inc_range(user->getUsers())) {
+            if (!unpackOp->use_empty())
+              return unpackOp->emitOpError("reads a gradient bucket that "
+                                           "ZeRO stage 2 reduce-scatters");
+            unpackOp->erase();
+          }
         if (!user->use_empty())
           return user->emitOpError("reads a gradient bucket that ZeRO "
                                    "stage 2 reduce-scatters");
@@ -526,8 +582,11 @@ struct ShardingPass : public strata::impl::StrataShardingBase<ShardingPass> {
       }
       reduce.getOutToken().replaceAllUsesWith(token);
       reduce.erase();
-      if (pack->use_empty())
-        pack.erase();
+      for (Operation *input : {bucket.narrow.getOperation(),
+                               bucket.share.getOperation(),
+                               pack.getOperation()})
+        if (input && input->use_empty())
+          input->erase();
     }
     return success();
   }

@@ -256,13 +256,6 @@ Error Reader::validate(const StrategyContext &context) {
                     "accumulated gradients are synchronised once per "
                     "optimizer step"));
 
-  if (s.dp_optimization.fp16_allreduce && s.sharding.enable &&
-      s.sharding.stage >= 2)
-    return failAt("dp_optimization.fp16_allreduce",
-                  "'dp_optimization.fp16_allreduce' with sharding stage 2 or "
-                  "3 (reduce-scattered gradients) is not implemented yet: "
-                  "use sharding stage 1, or plain data parallelism");
-
   // hybrid
   CHECK(range("hybrid.dp_degree", s.hybrid.dp_degree, 0));
   CHECK(range("hybrid.mp_degree", s.hybrid.mp_degree, 1));
