@@ -7,8 +7,8 @@ mixed-precision mode, and their gaps to f32's.
 
 The GPT is the main job's (4 layers, hidden 128, 4 heads, 64 tokens, batch
 32, dropout 0.1) trained with examples/gpt_zero2.yaml (AdamW, clipping,
-cosine decay, both fusions, ZeRO-2), its decay shortened to the run, on
---nproc ranks from --seed (weights and batches). For each mode it prints the loss at a few steps,
+cosine decay, both fusions, ZeRO-2 of degree 2), its decay shortened to the run, on
+--nproc ranks (at least 2) from --seed (weights and batches). For each mode it prints the loss at a few steps,
 the mean of the last 50 steps and, from step 50 on, the largest gap to f32
 step by step and smoothed over 10 steps (relative to f32's). The curves are
 written to --workdir as MODE.txt (strata-run's `step N loss X` lines).
@@ -16,11 +16,13 @@ written to --workdir as MODE.txt (strata-run's `step N loss X` lines).
 
 import argparse
 import os
-import platform
 import re
 import subprocess
+import sys
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+from amp_step_time import cpu_model  # noqa: E402
 
 MODES = {
     "f32": None,
@@ -29,14 +31,6 @@ MODES = {
     "fp16-o1": "{enable: true, dtype: float16}",
     "fp16-o2": "{enable: true, dtype: float16, level: o2}",
 }
-
-
-def cpu_model():
-    with open("/proc/cpuinfo") as f:
-        for line in f:
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    return platform.processor() or "unknown"
 
 
 def losses(path):
