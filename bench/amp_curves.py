@@ -7,11 +7,12 @@ mixed-precision mode, and their gaps to f32's.
 
 The GPT is the main job's (4 layers, hidden 128, 4 heads, 64 tokens, batch
 32, dropout 0.1) trained with examples/gpt_zero2.yaml (AdamW, clipping,
-cosine decay, both fusions, ZeRO-2 of degree 2), its decay shortened to the run, on
---nproc ranks (at least 2) from --seed (weights and batches). For each mode it prints the loss at a few steps,
-the mean of the last 50 steps and, from step 50 on, the largest gap to f32
-step by step and smoothed over 10 steps (relative to f32's). The curves are
-written to --workdir as MODE.txt (strata-run's `step N loss X` lines).
+cosine decay, both fusions, ZeRO-2 of degree 2), its decay shortened to the
+run, on --nproc ranks (at least 2) from --seed (weights and batches). For
+each mode it prints the loss at a few steps, the mean of the last 50 steps
+and, from step 50 on, the largest gap to f32 step by step and smoothed over
+10 steps (relative to f32's). The curves are written to --workdir as
+MODE.txt (strata-run's `step N loss X` lines).
 """
 
 import argparse
