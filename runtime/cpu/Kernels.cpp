@@ -841,14 +841,35 @@ void STRATA_RT_KERNEL(strata_rt_layer_norm)(
         auto *x = static_cast<const T *>(xData);
         auto *gamma = static_cast<const T *>(gammaData);
         auto *beta = static_cast<const T *>(betaData);
-#pragma omp parallel for schedule(static) if (rows * n >= kParallelGrain)
-        for (int64_t r = 0; r < rows; ++r) {
-          const T *xr = x + r * n;
+        // One row, for f32 or low-precision pointers alike.
+        auto normalize = [&](const auto *xr, const auto *g, const auto *b,
+                             auto *yr) {
+          using Out = std::remove_pointer_t<decltype(yr)>;
           auto [m, rstd] = rowStatistics(xr, n, eps);
-          T *yr = y + r * n;
           for (int64_t j = 0; j < n; ++j)
-            yr[j] =
-                T((float(xr[j]) - m) * rstd * float(gamma[j]) + float(beta[j]));
+            yr[j] = Out((float(xr[j]) - m) * rstd * float(g[j]) + float(b[j]));
+        };
+        if constexpr (std::is_same_v<T, float>) {
+#pragma omp parallel for schedule(static) if (rows * n >= kParallelGrain)
+          for (int64_t r = 0; r < rows; ++r)
+            normalize(x + r * n, gamma, beta, y + r * n);
+        } else {
+          // Low precision: rows widened into f32 once and the result
+          // rounded once, in vectorised passes; the arithmetic (and so
+          // every bit of the result) is the per-element path's.
+          std::vector<float> g(n), b(n);
+          strata::cpu::widen(g.data(), gamma, n);
+          strata::cpu::widen(b.data(), beta, n);
+#pragma omp parallel if (rows * n >= kParallelGrain)
+          {
+            std::vector<float> xs(n), ys(n);
+#pragma omp for schedule(static)
+            for (int64_t r = 0; r < rows; ++r) {
+              strata::cpu::widen(xs.data(), x + r * n, n);
+              normalize(xs.data(), g.data(), b.data(), ys.data());
+              strata::cpu::narrow(y + r * n, ys.data(), n);
+            }
+          }
         }
       });
 }
@@ -869,36 +890,66 @@ void STRATA_RT_KERNEL(strata_rt_layer_norm_grad)(
         auto *gamma = static_cast<const T *>(gammaData);
         auto *dy = static_cast<const T *>(dyData);
         // Per-row statistics and dx in parallel; dgamma/dbeta column sums
-        // in row order afterwards (deterministic).
+        // in row order afterwards (deterministic). Low-precision rows are
+        // widened into f32 once and dx rounded once, in vectorised passes;
+        // the arithmetic is the same for both.
+        constexpr bool kLow = !std::is_same_v<T, float>;
         float *stats = ctx->scratchFloats(2 * rows);
-#pragma omp parallel for schedule(static) if (rows * n >= kParallelGrain)
-        for (int64_t r = 0; r < rows; ++r) {
-          const T *xr = x + r * n, *dyr = dy + r * n;
+        std::vector<float> gammaWide(kLow ? n : 0);
+        if constexpr (kLow)
+          strata::cpu::widen(gammaWide.data(), gamma, n);
+        auto rowGrad = [&](const auto *xr, const auto *dyr, const auto *g,
+                           auto *o, int64_t r) {
+          using Out = std::remove_pointer_t<decltype(o)>;
           auto [m, rstd] = rowStatistics(xr, n, eps);
           stats[2 * r] = m;
           stats[2 * r + 1] = rstd;
           double sumDxhat = 0, sumDxhatXhat = 0;
           for (int64_t j = 0; j < n; ++j) {
             float xhat = (float(xr[j]) - m) * rstd;
-            float dxhat = float(dyr[j]) * float(gamma[j]);
+            float dxhat = float(dyr[j]) * float(g[j]);
             sumDxhat += dxhat;
             sumDxhatXhat += dxhat * xhat;
           }
           float a = float(sumDxhat / double(n)),
                 b = float(sumDxhatXhat / double(n));
-          T *o = dx + r * n;
           for (int64_t j = 0; j < n; ++j) {
             float xhat = (float(xr[j]) - m) * rstd;
-            o[j] = T(rstd * (float(dyr[j]) * float(gamma[j]) - a - xhat * b));
+            o[j] = Out(rstd * (float(dyr[j]) * float(g[j]) - a - xhat * b));
           }
-        }
-        std::vector<double> dg(n, 0.0), db(n, 0.0);
-        for (int64_t r = 0; r < rows; ++r) {
-          const T *xr = x + r * n, *dyr = dy + r * n;
+        };
+        auto columnSums = [&](const auto *xr, const auto *dyr, int64_t r,
+                              double *dg, double *db) {
           float m = stats[2 * r], rstd = stats[2 * r + 1];
           for (int64_t j = 0; j < n; ++j) {
             dg[j] += float(dyr[j]) * ((float(xr[j]) - m) * rstd);
             db[j] += float(dyr[j]);
+          }
+        };
+        std::vector<double> dg(n, 0.0), db(n, 0.0);
+        if constexpr (!kLow) {
+#pragma omp parallel for schedule(static) if (rows * n >= kParallelGrain)
+          for (int64_t r = 0; r < rows; ++r)
+            rowGrad(x + r * n, dy + r * n, gamma, dx + r * n, r);
+          for (int64_t r = 0; r < rows; ++r)
+            columnSums(x + r * n, dy + r * n, r, dg.data(), db.data());
+        } else {
+#pragma omp parallel if (rows * n >= kParallelGrain)
+          {
+            std::vector<float> xs(n), dys(n), o(n);
+#pragma omp for schedule(static)
+            for (int64_t r = 0; r < rows; ++r) {
+              strata::cpu::widen(xs.data(), x + r * n, n);
+              strata::cpu::widen(dys.data(), dy + r * n, n);
+              rowGrad(xs.data(), dys.data(), gammaWide.data(), o.data(), r);
+              strata::cpu::narrow(dx + r * n, o.data(), n);
+            }
+          }
+          std::vector<float> xs(n), dys(n);
+          for (int64_t r = 0; r < rows; ++r) {
+            strata::cpu::widen(xs.data(), x + r * n, n);
+            strata::cpu::widen(dys.data(), dy + r * n, n);
+            columnSums(xs.data(), dys.data(), r, dg.data(), db.data());
           }
         }
         for (int64_t j = 0; j < n; ++j) {
