@@ -68,9 +68,8 @@ constexpr llvm::StringLiteral kBlack[] = {"softmax",       "layer_norm",
 // Level o2 computes layer norm in the low type, as Paddle's pure low
 // precision does (its statistics accumulate in f32 inside the kernel, and
 // its output feeds GEMMs that read the low type anyway).
-constexpr llvm::StringLiteral kBlackO2[] = {"softmax", "cross_entropy",
-                                            "reduce_sum", "reduce_mean",
-                                            "rsqrt"};
+constexpr llvm::StringLiteral kBlackO2[] = {
+    "softmax", "cross_entropy", "reduce_sum", "reduce_mean", "rsqrt"};
 
 bool isFloatTensor(Value v) {
   auto t = dyn_cast<RankedTensorType>(v.getType());

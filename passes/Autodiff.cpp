@@ -375,8 +375,8 @@ LogicalResult Differentiator::run() {
       SmallVector<Operation *> ops;
       Value wide = grad;
       if (!gradType.getElementType().isF32()) {
-        wide = make<CastOp>(param.getLoc(), gradType.clone(lossType.getElementType()),
-                            grad);
+        wide = make<CastOp>(param.getLoc(),
+                            gradType.clone(lossType.getElementType()), grad);
         ops.push_back(wide.getDefiningOp());
       }
       Value unscaled = make<MulOp>(param.getLoc(), wide, inverseScale);

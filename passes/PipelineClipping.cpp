@@ -143,8 +143,9 @@ LogicalResult PipelinePlacement::splitClipping(Block &body) {
       }
     }
     for (Operation *update : updates) {
-      Operation *param =
-          cast<OptimizerUpdateOpInterface>(update).getParameter().getDefiningOp();
+      Operation *param = cast<OptimizerUpdateOpInterface>(update)
+                             .getParameter()
+                             .getDefiningOp();
       int64_t stage = param ? rankStage(places[param].stage) : -1;
       auto it = copies.find(stage);
       if (it == copies.end())

@@ -380,8 +380,8 @@ struct ShardingPass : public strata::impl::StrataShardingBase<ShardingPass> {
   /// strata-data-parallel.
   struct Bucket {
     PackOp pack;
-    ScaleOp share;  ///< fp16_allreduce: each rank's share
-    CastOp narrow;  ///< fp16_allreduce: the share on the wire
+    ScaleOp share; ///< fp16_allreduce: each rank's share
+    CastOp narrow; ///< fp16_allreduce: the share on the wire
   };
   static Bucket bucketOf(AllReduceOp reduce) {
     if (!reduce->hasAttr(StrataDialect::kBucketAttrName))
@@ -389,7 +389,8 @@ struct ShardingPass : public strata::impl::StrataShardingBase<ShardingPass> {
     if (reduce.getKind() == ReduceKind::Mean)
       return {reduce.getInput().getDefiningOp<PackOp>(), {}, {}};
     auto narrow = reduce.getInput().getDefiningOp<CastOp>();
-    auto share = narrow ? narrow.getInput().getDefiningOp<ScaleOp>() : ScaleOp();
+    auto share =
+        narrow ? narrow.getInput().getDefiningOp<ScaleOp>() : ScaleOp();
     auto pack = share ? share.getInput().getDefiningOp<PackOp>() : PackOp();
     if (reduce.getKind() != ReduceKind::Sum || !pack)
       return {};
@@ -502,17 +503,18 @@ struct ShardingPass : public strata::impl::StrataShardingBase<ShardingPass> {
       // fp16_allreduce: the shares (each divided by the number of ranks)
       // go on the wire in f16 and are summed, as strata-data-parallel's
       // all-reduce did.
-      auto kind = ReduceKindAttr::get(
-          ctx, bucket.narrow ? ReduceKind::Sum : ReduceKind::Mean);
+      auto kind = ReduceKindAttr::get(ctx, bucket.narrow ? ReduceKind::Sum
+                                                         : ReduceKind::Mean);
       Value byRank = PackOp::create(
           b, loc, RankedTensorType::get({segment * degree}, element), inputs);
       setRole(byRank.getDefiningOp(), Role::Communication);
       if (bucket.narrow) {
         byRank = ScaleOp::create(b, loc, byRank, bucket.share.getFactorAttr());
         setRole(byRank.getDefiningOp(), Role::Communication);
-        byRank = CastOp::create(
-            b, loc, tensorType(byRank).clone(tensorType(bucket.narrow).getElementType()),
-            byRank);
+        byRank = CastOp::create(b, loc,
+                                tensorType(byRank).clone(
+                                    tensorType(bucket.narrow).getElementType()),
+                                byRank);
         setRole(byRank.getDefiningOp(), Role::Communication);
       }
       Type wire = tensorType(byRank).getElementType();
@@ -522,9 +524,9 @@ struct ShardingPass : public strata::impl::StrataShardingBase<ShardingPass> {
       setRole(scatter, Role::Communication);
       Value mine = scatter.getResult(), token = scatter.getOutToken();
       if (outer) {
-        auto across = AllReduceOp::create(b, loc, mine.getType(),
-                                          TokenType::get(ctx), mine, token,
-                                          outer, kind);
+        auto across =
+            AllReduceOp::create(b, loc, mine.getType(), TokenType::get(ctx),
+                                mine, token, outer, kind);
         setRole(across, Role::Communication);
         mine = across.getResult();
         token = across.getOutToken();
@@ -582,9 +584,9 @@ struct ShardingPass : public strata::impl::StrataShardingBase<ShardingPass> {
       }
       reduce.getOutToken().replaceAllUsesWith(token);
       reduce.erase();
-      for (Operation *input : {bucket.narrow.getOperation(),
-                               bucket.share.getOperation(),
-                               pack.getOperation()})
+      for (Operation *input :
+           {bucket.narrow.getOperation(), bucket.share.getOperation(),
+            pack.getOperation()})
         if (input && input->use_empty())
           input->erase();
     }

@@ -740,8 +740,8 @@ TEST(RuntimeTest, LowPrecisionGemmRoundsTheSumOnce) {
         lat[p * m + i] = la[i * k + p];
         at[p * m + i] = a[i * k + p];
       }
-    strata_rt_gemm(ctx, 1, 1, m, n, k, lat.data(), low, 0, 1, lb.data(), low,
-                   0, 0, c.data(), low, nullptr, low, STRATA_RT_ACT_NONE, 0);
+    strata_rt_gemm(ctx, 1, 1, m, n, k, lat.data(), low, 0, 1, lb.data(), low, 0,
+                   0, c.data(), low, nullptr, low, STRATA_RT_ACT_NONE, 0);
     std::vector<float> exact(m * n);
     for (int64_t i = 0; i < m; ++i)
       for (int64_t j = 0; j < n; ++j) {
