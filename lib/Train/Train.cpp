@@ -425,7 +425,11 @@ strata::checkpointTensors(ModuleOp module,
     auto it = state.find(source);
     if (it == state.end())
       return makeError("no value for '" + source + "'");
-    tensors.push_back({name, *dtype, it->second});
+    auto param = module.lookupSymbol<ParamOp>(name);
+    bool rounded = source == name && param &&
+                   !param.getTensorType().getElementType().isF32() &&
+                   !param.getFrozen();
+    tensors.push_back({name, *dtype, it->second, rounded});
   }
   return tensors;
 }

@@ -15,7 +15,7 @@
 
 #include <cmath>
 #include <cstring>
-#include <set>
+#include <map>
 #include <sys/resource.h>
 
 using namespace llvm;
@@ -205,7 +205,9 @@ Trainer::listCheckpoints(StringRef dir) {
 }
 
 /// Gathers every rank's named tensors on rank 0 (in rank order; a name
-/// already present, such as a replicated parameter, is kept once).
+/// already present, such as a replicated parameter, is kept once, but a
+/// low-precision parameter's rounded value gives way to its master weight
+/// from the rank that holds it).
 static void gatherTensors(Communicator &communicator,
                           std::vector<NamedTensor> &tensors) {
   std::string mine;
@@ -220,6 +222,7 @@ static void gatherTensors(Communicator &communicator,
   for (const NamedTensor &t : tensors) {
     putString(t.name);
     putString(t.dtype);
+    put(&t.rounded, sizeof(t.rounded));
     int64_t rank = int64_t(t.tensor.shape.size());
     put(&rank, sizeof(rank));
     put(t.tensor.shape.data(), rank * sizeof(int64_t));
@@ -229,9 +232,9 @@ static void gatherTensors(Communicator &communicator,
       mine, "gathering a trace or checkpoint on rank 0");
   if (communicator.rank() != 0)
     return;
-  std::set<std::string> seen;
-  for (const NamedTensor &t : tensors)
-    seen.insert(t.name);
+  std::map<std::string, size_t> seen;
+  for (auto [i, t] : llvm::enumerate(tensors))
+    seen.emplace(t.name, i);
   // The other ranks' tensors (rank 0's are `tensors` already).
   std::string all;
   for (size_t r = 1; r < parts.size(); ++r)
@@ -253,14 +256,18 @@ static void gatherTensors(Communicator &communicator,
     NamedTensor t;
     t.name = getString();
     t.dtype = getString();
+    get(&t.rounded, sizeof(t.rounded));
     int64_t rank;
     get(&rank, sizeof(rank));
     t.tensor.shape.resize(rank);
     get(t.tensor.shape.data(), rank * sizeof(int64_t));
     t.tensor.data.resize(t.tensor.numElements());
     get(t.tensor.data.data(), t.tensor.data.size() * sizeof(double));
-    if (seen.insert(t.name).second)
+    auto [it, inserted] = seen.emplace(t.name, tensors.size());
+    if (inserted)
       tensors.push_back(std::move(t));
+    else if (tensors[it->second].rounded && !t.rounded)
+      tensors[it->second] = std::move(t);
   }
 }
 

@@ -31,6 +31,10 @@ struct NamedTensor {
   std::string name;
   std::string dtype;
   Tensor tensor;
+  /// A low-precision parameter's own (rounded) value, written by a rank that
+  /// does not hold its f32 master weight (ZeRO): a rank that does writes
+  /// the master under the same name, which supersedes it.
+  bool rounded = false;
 };
 
 /// A safetensors file: tensors and the string metadata of its header.
