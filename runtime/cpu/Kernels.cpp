@@ -37,6 +37,8 @@
 using strata::cpu::BFloat16;
 using strata::cpu::ComputeType;
 using strata::cpu::Half;
+using strata::cpu::narrow;
+using strata::cpu::widen;
 using strata::cpu::withFloatType;
 
 namespace {
@@ -140,17 +142,17 @@ void binaryBlocks(T *out, const T *a, int64_t ia, const T *b, int64_t ib,
   for (int64_t s = 0; s < n; s += kBlock) {
     int64_t m = std::min(kBlock, n - s);
     if (ia)
-      strata::cpu::widen(x, a + s, m);
+      widen(x, a + s, m);
     else
       std::fill(x, x + m, float(a[0]));
     if (ib)
-      strata::cpu::widen(y, b + s, m);
+      widen(y, b + s, m);
     else
       std::fill(y, y + m, float(b[0]));
 #pragma omp simd
     for (int64_t j = 0; j < m; ++j)
       z[j] = applyOp<Op>(x[j], y[j]);
-    strata::cpu::narrow(out + s, z, m);
+    narrow(out + s, z, m);
   }
 }
 
@@ -309,7 +311,7 @@ struct UpdateOperands {
       float *w = widened.get();
 #pragma omp parallel for schedule(static) if (n >= kParallelGrain)
       for (int64_t s = 0; s < n; s += kBlock)
-        strata::cpu::widen(w + s, g + s, std::min(kBlock, n - s));
+        widen(w + s, g + s, std::min(kBlock, n - s));
     });
     grad = widened.get();
     return true;
@@ -326,7 +328,7 @@ struct UpdateOperands {
       const int64_t count = n;
 #pragma omp parallel for schedule(static) if (count >= kParallelGrain)
       for (int64_t s = 0; s < count; s += kBlock)
-        strata::cpu::narrow(out + s, m + s, std::min(kBlock, count - s));
+        narrow(out + s, m + s, std::min(kBlock, count - s));
     });
   }
 };
@@ -407,41 +409,34 @@ void STRATA_RT_KERNEL(strata_rt_binary)(StrataRtContext *ctx, int64_t site,
 
 namespace {
 
-template <typename T> void widenBlock(float *to, const T *from, int64_t n) {
-  strata::cpu::widen(to, from, n);
-}
-template <typename T> void narrowBlock(T *to, const float *from, int64_t n) {
-  strata::cpu::narrow(to, from, n);
-}
 
-/// Layer norm's statistics of one row: the mean and 1 / sqrt(variance +
-/// eps). Each sum runs in f32 vector lanes (a lane sums n / 16 elements or
-/// fewer), whose partial sums are added in double: the loops vectorise,
-/// and the result does not depend on threads.
-template <typename T>
-std::pair<float, float> rowStatistics(const T *x, int64_t n, double eps) {
+/// The sum of term(j) over j < n in f32 vector lanes (a lane sums n / 16
+/// terms or fewer), whose partial sums are added in double: the loop
+/// vectorises, and the result does not depend on threads.
+template <typename Term> double laneSum(int64_t n, Term term) {
   constexpr int kLanes = 16;
   float lane[kLanes] = {};
   for (int64_t j0 = 0; j0 < n; j0 += kLanes)
 #pragma omp simd
     for (int k = 0; k < kLanes; ++k)
-      lane[k] += j0 + k < n ? float(x[j0 + k]) : 0.0f;
-  double mean = 0;
+      lane[k] += j0 + k < n ? term(j0 + k) : 0.0f;
+  double sum = 0;
   for (float v : lane)
-    mean += v;
-  mean /= double(n);
-  const float m = float(mean);
-  float sq[kLanes] = {};
-  for (int64_t j0 = 0; j0 < n; j0 += kLanes)
-#pragma omp simd
-    for (int k = 0; k < kLanes; ++k) {
-      float d = j0 + k < n ? float(x[j0 + k]) - m : 0.0f;
-      sq[k] += d * d;
-    }
-  double var = 0;
-  for (float v : sq)
-    var += v;
-  var /= double(n);
+    sum += v;
+  return sum;
+}
+
+/// Layer norm's statistics of one row: the mean and 1 / sqrt(variance +
+/// eps), each sum a laneSum.
+template <typename T>
+std::pair<float, float> rowStatistics(const T *x, int64_t n, double eps) {
+  const float m =
+      float(laneSum(n, [&](int64_t j) { return float(x[j]); }) / double(n));
+  double var = laneSum(n, [&](int64_t j) {
+                 float d = float(x[j]) - m;
+                 return d * d;
+               }) /
+               double(n);
   return {m, float(1.0 / std::sqrt(var + eps))};
 }
 
@@ -563,9 +558,9 @@ void STRATA_RT_KERNEL(strata_rt_unary)(StrataRtContext *ctx, int64_t site,
         unaryF32(op, out + b, in + b, m, float(alpha));
       } else {
         float x[kBlock], y[kBlock];
-        widenBlock(x, in + b, m);
+        widen(x, in + b, m);
         unaryF32(op, y, x, m, float(alpha));
-        narrowBlock(out + b, y, m);
+        narrow(out + b, y, m);
       }
     }
   });
@@ -591,10 +586,10 @@ void STRATA_RT_KERNEL(strata_rt_act_grad)(StrataRtContext *ctx, int64_t site,
                           actGradF32(act, out + b, x + b, dy + b, m);
                         } else {
                           float xs[kBlock], dys[kBlock], o[kBlock];
-                          widenBlock(xs, x + b, m);
-                          widenBlock(dys, dy + b, m);
+                          widen(xs, x + b, m);
+                          widen(dys, dy + b, m);
                           actGradF32(act, o, xs, dys, m);
-                          narrowBlock(out + b, o, m);
+                          narrow(out + b, o, m);
                         }
                       }
                     });
@@ -615,11 +610,11 @@ void STRATA_RT_KERNEL(strata_rt_cast)(StrataRtContext *ctx, int64_t site,
           for (int64_t s = 0; s < n; s += kBlock) {
             int64_t m = std::min(kBlock, n - s);
             if constexpr (std::is_same_v<In, float>) {
-              narrowBlock(out + s, in + s, m);
+              narrow(out + s, in + s, m);
             } else {
               float wide[kBlock];
-              widenBlock(wide, in + s, m);
-              narrowBlock(out + s, wide, m);
+              widen(wide, in + s, m);
+              narrow(out + s, wide, m);
             }
           }
         }))
@@ -720,9 +715,9 @@ void STRATA_RT_KERNEL(strata_rt_reduce)(StrataRtContext *ctx, int64_t site,
       auto *in = static_cast<const T *>(inData);
 #pragma omp parallel for schedule(static) if (n >= kParallelGrain)
       for (int64_t b = 0; b < n; b += kBlock)
-        widenBlock(wide + b, in + b, std::min(kBlock, n - b));
+        widen(wide + b, in + b, std::min(kBlock, n - b));
       reduceLoop(wide + n, wide, rank, desc, scale);
-      narrowBlock(static_cast<T *>(outData), wide + n, outN);
+      narrow(static_cast<T *>(outData), wide + n, outN);
     }
   });
 }
@@ -875,16 +870,16 @@ void STRATA_RT_KERNEL(strata_rt_layer_norm)(
           // rounded once, in vectorised passes; the arithmetic (and so
           // every bit of the result) is the per-element path's.
           std::vector<float> g(n), b(n);
-          strata::cpu::widen(g.data(), gamma, n);
-          strata::cpu::widen(b.data(), beta, n);
+          widen(g.data(), gamma, n);
+          widen(b.data(), beta, n);
 #pragma omp parallel if (rows * n >= kParallelGrain)
           {
             std::vector<float> xs(n), ys(n);
 #pragma omp for schedule(static)
             for (int64_t r = 0; r < rows; ++r) {
-              strata::cpu::widen(xs.data(), x + r * n, n);
+              widen(xs.data(), x + r * n, n);
               normalize(xs.data(), g.data(), b.data(), ys.data());
-              strata::cpu::narrow(y + r * n, ys.data(), n);
+              narrow(y + r * n, ys.data(), n);
             }
           }
         }
@@ -914,7 +909,7 @@ void STRATA_RT_KERNEL(strata_rt_layer_norm_grad)(
         float *stats = ctx->scratchFloats(2 * rows);
         std::vector<float> gammaWide(kLow ? n : 0);
         if constexpr (kLow)
-          strata::cpu::widen(gammaWide.data(), gamma, n);
+          widen(gammaWide.data(), gamma, n);
         auto rowGrad = [&](const auto *xr, const auto *dyr, const auto *g,
                            auto *o, int64_t r) {
           using Out = std::remove_pointer_t<decltype(o)>;
@@ -968,16 +963,16 @@ void STRATA_RT_KERNEL(strata_rt_layer_norm_grad)(
             std::vector<float> xs(n), dys(n), o(n);
 #pragma omp for schedule(static)
             for (int64_t r = 0; r < rows; ++r) {
-              strata::cpu::widen(xs.data(), x + r * n, n);
-              strata::cpu::widen(dys.data(), dy + r * n, n);
+              widen(xs.data(), x + r * n, n);
+              widen(dys.data(), dy + r * n, n);
               rowGrad(xs.data(), dys.data(), gammaWide.data(), o.data(), r);
-              strata::cpu::narrow(dx + r * n, o.data(), n);
+              narrow(dx + r * n, o.data(), n);
             }
           }
           std::vector<float> xs(n), dys(n);
           for (int64_t r = 0; r < rows; ++r) {
-            strata::cpu::widen(xs.data(), x + r * n, n);
-            strata::cpu::widen(dys.data(), dy + r * n, n);
+            widen(xs.data(), x + r * n, n);
+            widen(dys.data(), dy + r * n, n);
             columnSums(xs.data(), dys.data(), r, dg.data(), db.data());
           }
         }
@@ -1191,7 +1186,7 @@ void STRATA_RT_KERNEL(strata_rt_global_norm)(StrataRtContext *ctx, int64_t site,
           float wide[kBlock];
           for (int64_t b = c * kChunk; b < e; b += kBlock) {
             int64_t m = std::min(kBlock, e - b);
-            strata::cpu::widen(wide, x + b, m);
+            widen(wide, x + b, m);
             for (int64_t i = 0; i < m; ++i)
               s += double(wide[i]) * wide[i];
           }
