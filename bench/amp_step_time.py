@@ -85,8 +85,7 @@ def torch_step(torch, compare, init, rows, layers, heads, precision, steps,
     seq, vocab = init["wpe"].shape[0], init["wte"].shape[0]
     tokens = torch.randint(0, vocab, (rows, seq + 1), generator=g)
     batch = {"tokens": tokens[:, :-1], "targets": tokens[:, 1:]}
-    dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(
-        precision.split("-")[0])
+    dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(precision)
     scaler = (torch.amp.GradScaler("cpu") if dtype == torch.float16 else None)
     times = []
     for i in range(warmup + steps):

@@ -131,15 +131,7 @@ LogicalResult PipelinePlacement::splitClipping(Block &body) {
       map.map(norm.getNorm(), total[stage]);
       for (Operation *op : ordered) {
         b.setInsertionPoint(op);
-        Operation *copy = b.clone(*op, map);
-        Place p = places[op];
-        p.stage = stage;
-        p.replicated = false;
-        places[copy] = p;
-        order[copy] = order[op];
-        copy->setAttr(
-            StrataDialect::kStageAttrName,
-            IntegerAttr::get(IntegerType::get(op->getContext(), 64), stage));
+        placeOn(b.clone(*op, map), stage);
       }
     }
     for (Operation *update : updates) {
