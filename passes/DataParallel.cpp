@@ -196,6 +196,15 @@ struct DataParallelPass
       Operation *a = lastReadyOf(x), *b = lastReadyOf(y);
       return a != b && a->isBeforeInBlock(b);
     });
+    // Positions in the block before anything is inserted (inserting ops
+    // invalidates the block's order, and asking it again each bucket would
+    // renumber the whole step each time).
+    SmallVector<Operation *> closes;
+    for (ArrayRef<unsigned> bucket : buckets)
+      closes.push_back(lastReadyOf(bucket));
+    DenseMap<Operation *, int64_t> position;
+    for (auto [k, op] : llvm::enumerate(body))
+      position[&op] = k;
 
     // Each bucket is one flat buffer: its gradients are packed as soon as
     // the last of them is ready, all-reduced (mean) while the backward pass
@@ -210,11 +219,16 @@ struct DataParallelPass
     Value chain = token;
     auto mean = ReduceKindAttr::get(ctx, ReduceKind::Mean);
     SmallVector<Value> results(ret.getOperands());
+    // The original op the previous bucket's collective was placed after
+    // (-1: the token, before them all).
+    int64_t anchor = -1;
     for (auto [index, bucket] : llvm::enumerate(buckets)) {
       // After the previous bucket's collective and this bucket's producers.
       Operation *after = chain.getDefiningOp();
-      if (Operation *last = lastReadyOf(bucket); after->isBeforeInBlock(last))
-        after = last;
+      if (int64_t at = position.lookup(closes[index]); anchor < at) {
+        after = closes[index];
+        anchor = at;
+      }
       b.setInsertionPointAfter(after);
       SmallVector<Value> grads;
       SmallVector<Type> types;

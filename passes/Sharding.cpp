@@ -215,19 +215,19 @@ struct ShardingPass : public strata::impl::StrataShardingBase<ShardingPass> {
           }
       updated[name] = Value();
     }
+    // Only the updates' own state (moments, velocities) goes: what the
+    // step still reads or assigns stays.
+    llvm::StringSet<> stillUsed;
+    step.walk([&](Operation *op) {
+      if (auto g = dyn_cast<GetStateOp>(op))
+        stillUsed.insert(g.getName());
+      else if (auto a = dyn_cast<AssignOp>(op))
+        stillUsed.insert(a.getName());
+    });
     for (auto &entry : droppedState)
-      if (Operation *state = symbols.lookup(entry.getKey())) {
-        // Only the updates' own state (moments, velocities) goes.
-        bool used = false;
-        step.walk([&](Operation *op) {
-          if (auto g = dyn_cast<GetStateOp>(op); g && g.getName() == entry.getKey())
-            used = true;
-          if (auto a = dyn_cast<AssignOp>(op); a && a.getName() == entry.getKey())
-            used = true;
-        });
-        if (!used)
+      if (Operation *state = symbols.lookup(entry.getKey()))
+        if (!stillUsed.contains(entry.getKey()))
           state->erase();
-      }
 
     if (stage >= 2 && failed(shardClipping(step, groupRef, me, clippedStage)))
       return signalPassFailure();

@@ -279,15 +279,18 @@ LogicalResult AssignOp::verifySymbolUses(SymbolTableCollection &symbolTable) {
     return emitOpError() << "value type " << getValue().getType()
                          << " differs from the type of '" << getName()
                          << "': " << type;
-  // Reported on the second assignment.
-  for (Operation &other : *(*this)->getBlock()) {
-    if (&other == getOperation())
-      break;
-    auto assign = dyn_cast<AssignOp>(other);
-    if (assign && assign.getNameAttr() == getNameAttr())
-      return emitOpError() << "'" << getName()
-                           << "' is assigned more than once in a step";
-  }
+  // One assignment per name and step, checked once per block by its first
+  // assignment (an earlier assignment, found walking back, means this is
+  // not the first) and reported on the second assignment of a name.
+  for (Operation *prev = (*this)->getPrevNode(); prev;
+       prev = prev->getPrevNode())
+    if (isa<AssignOp>(prev))
+      return success();
+  llvm::DenseSet<Attribute> assigned;
+  for (auto assign : (*this)->getBlock()->getOps<AssignOp>())
+    if (!assigned.insert(assign.getNameAttr()).second)
+      return assign.emitOpError() << "'" << assign.getName()
+                                  << "' is assigned more than once in a step";
   return success();
 }
 
