@@ -1,62 +1,129 @@
-#!/usr/bin/python3
-"""Step time of strata-run (CPU runtime) against PyTorch eager, same machine,
-same thread count pinned on both sides.
+#!/usr/bin/env python3
+"""Training step time of strata-run (CPU runtime) against PyTorch 2.x, eager,
+tuned and compiled, same machine, same weights and batches, same threads,
+interleaved in one run.
 
-For each model it prints Strata's and PyTorch's median step time, the ratio
-Strata/PyTorch (below 1: Strata is faster), and the GEMM throughput each
-achieves as a fraction of this machine's fp32 GEMM rate (measured here with
-torch.mm on 1024^3, the same thread count). The FLOPs of a step are the
-matrix products' (strata-program-stats' matmul-flops, gradients included).
+    python3 bench/step_time.py --build build [--threads 1,2] [--models ...]
 
-    /usr/bin/python3 bench/step_time.py --build build --threads 1
-    /usr/bin/python3 bench/step_time.py --build build --threads 2 --models gpt
-
-Both sides start from the same weights (strata-run --steps 0 --save) and
-train with AdamW; PyTorch uses its fused GELU/softmax/layer-norm kernels and
-OpenBLAS (Debian's libopenblas0-pthread, set up by .ci/setup-debian.sh).
+It runs itself under the Python of build/torch2-venv (PyTorch 2.x from
+PyPI), which test/torch2/setup-venv.sh makes when it is missing (about 5
+GiB, once). For each model and thread count it prints the median step time
+of Strata and of three PyTorch runs: *eager* (the model as written, torch's
+default AdamW), *tuned* (fused AdamW; for the GPT, scaled_dot_product_attention
+with the causal mask and addmm for the biased products) and *compiled*
+(torch.compile of the tuned loss, fused AdamW), then Strata / best PyTorch
+(below 1: Strata is faster). Each side's GEMM ceiling is measured on the
+same threads, an fp32 1024^3 product through its own library (Strata:
+strata_rt_gemm of the CPU runtime, oneDNN; PyTorch: torch.mm, oneDNN/MKL),
+and each side's achieved fraction of it is the step's matrix-product FLOPs
+(strata-program-stats' matmul-flops, gradients included) over its step time.
+Rounds alternate the sides (--rounds) so that a slow spell of the machine
+hits both.
 """
 
 import argparse
+import ctypes
 import json
+import math
 import os
+import platform
 import statistics
 import subprocess
 import sys
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, os.path.join(HERE, "..", "test", "reference"))
+ROOT = os.path.dirname(HERE)
+sys.path.insert(0, os.path.join(ROOT, "test", "reference"))
 
 MODELS = {
     "mlp": {"gen": ["mlp", "--sizes", "784,1024,1024,10", "--batch", "256"],
-            "desc": "MLP 784-1024-1024-10, batch 256"},
+            "desc": "MLP 784-1024-1024-10 b256"},
     "gpt": {"gen": ["gpt", "--layers", "4", "--hidden", "256", "--heads", "4",
                     "--seq", "128", "--vocab", "256", "--batch", "8"],
-            "desc": "GPT 4 layers, hidden 256, 4 heads, seq 128, batch 8"},
+            "desc": "GPT 4L h256 a4 s128 b8", "layers": 4, "heads": 4},
+    "gpt768": {"gen": ["gpt", "--layers", "2", "--hidden", "768", "--heads",
+                       "12", "--seq", "256", "--vocab", "256", "--batch", "4"],
+               "desc": "GPT 2L h768 a12 s256 b4", "layers": 2, "heads": 12},
 }
 
-
-# strata-run gets the environment as it was, not the PyTorch pinning below
-# (it sets its own threads with --cpu-threads).
 STRATA_ENV = dict(os.environ)
 
 
-def run(cmd, **kw):
+def ensure_torch2(build):
+    """Re-executes this script under the venv's Python (making the venv
+    first when it is missing) unless PyTorch 2.x is already importable."""
+    try:
+        import torch
+        if int(torch.__version__.split(".")[0]) >= 2:
+            return
+    except ImportError:
+        pass
+    venv = os.path.join(build, "torch2-venv")
+    python = os.path.join(venv, "bin", "python")
+    if not os.path.exists(python):
+        subprocess.run([os.path.join(ROOT, "test", "torch2", "setup-venv.sh"),
+                        venv], check=True)
+    os.execv(python, [python] + sys.argv)
+
+
+def run(cmd):
     return subprocess.run(cmd, check=True, capture_output=True, text=True,
-                          env=STRATA_ENV, **kw).stdout
+                          env=STRATA_ENV).stdout
 
 
-def gemm_rate(torch):
-    a, b = torch.randn(1024, 1024), torch.randn(1024, 1024)
+def cpu_model():
+    with open("/proc/cpuinfo") as f:
+        for line in f:
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    return platform.processor() or "unknown"
+
+
+def best_rate(fn, flops, reps=5):
     for _ in range(3):
-        a @ b
+        fn()
     best = float("inf")
-    for _ in range(5):
+    for _ in range(reps):
         t = time.perf_counter()
-        for _ in range(5):
-            a @ b
-        best = min(best, (time.perf_counter() - t) / 5)
-    return 2 * 1024 ** 3 / best / 1e9
+        fn()
+        best = min(best, time.perf_counter() - t)
+    return flops / best / 1e9
+
+
+def strata_gemm_rate(build, threads, n=1024):
+    """GFLOP/s of the CPU runtime's fp32 GEMM, n^3, on `threads` threads."""
+    lib = ctypes.CDLL(os.path.join(build, "lib", "libstrata_runtime_cpu.so"))
+
+    class Options(ctypes.Structure):
+        _fields_ = [("abiVersion", ctypes.c_int64), ("size", ctypes.c_int64),
+                    ("seed", ctypes.c_uint64), ("rank", ctypes.c_int64),
+                    ("shard", ctypes.c_int64), ("threads", ctypes.c_int64),
+                    ("device", ctypes.c_int64)]
+    opts = Options()
+    lib.strata_rt_default_options(ctypes.byref(opts))
+    opts.threads = threads
+    err = ctypes.create_string_buffer(512)
+    lib.strata_rt_create.restype = ctypes.c_void_p
+    ctx = lib.strata_rt_create(ctypes.byref(opts), err, 512)
+    if not ctx:
+        raise RuntimeError(err.value.decode())
+    ctx = ctypes.c_void_p(ctx)
+    a, b, c = ((ctypes.c_float * (n * n))() for _ in range(3))
+    for i in range(n * n):
+        a[i] = b[i] = 1.0 / (1 + i % 7)
+    i64 = ctypes.c_int64
+    lib.strata_rt_gemm.argtypes = [ctypes.c_void_p] + [i64] * 5 + [
+        ctypes.c_void_p, i64, i64, i64, ctypes.c_void_p, i64, i64, i64,
+        ctypes.c_void_p, i64, ctypes.c_void_p, i64, i64, i64]
+    f32 = 0
+
+    def gemm():
+        lib.strata_rt_gemm(ctx, 0, 1, n, n, n, a, f32, 0, 0, b, f32, 0, 0, c,
+                           f32, None, f32, 0, 0)
+    rate = best_rate(gemm, 2 * n ** 3)
+    lib.strata_rt_destroy(ctx)
+    return rate
 
 
 def matmul_flops(build, program, strategy):
@@ -71,95 +138,155 @@ def matmul_flops(build, program, strategy):
     raise RuntimeError("no matmul-flops in\n" + stats)
 
 
-def strata_step_ms(build, program, strategy, threads, steps, warmup, workdir,
-                   name):
-    report = os.path.join(workdir, name + ".report.json")
+def strata_times(build, program, strategy, threads, steps, warmup, report):
     run([os.path.join(build, "bin", "strata-run"), program, "--strategy",
          strategy, "--steps", str(warmup + steps), "--cpu-threads",
          str(threads), "--report", report, "--quiet"])
     with open(report) as f:
-        times = json.load(f)["step_time_ms"][warmup:]
-    return statistics.median(times), json.load(open(report))
+        return json.load(f)["step_time_ms"][warmup:]
 
 
-def torch_step_ms(torch, compare, model, init, threads, steps, warmup):
-    params = {n: t.float().requires_grad_() for n, t in init.items()
-              if "moment" not in n and n != "step"}
-    opt = torch.optim.AdamW(params.values(), lr=1e-3, eps=1e-8,
-                            weight_decay=0.01)
-    g = torch.Generator().manual_seed(0)
-    if model == "mlp":
-        batch = {"features": torch.randn(256, 784, generator=g),
-                 "labels": torch.randint(0, 10, (256,), generator=g)}
-        loss_fn = lambda p, b: compare.mlp_loss(p, b, 3)  # noqa: E731
-    else:
-        tokens = torch.randint(0, 256, (8, 129), generator=g)
-        batch = {"tokens": tokens[:, :-1], "targets": tokens[:, 1:]}
-        loss_fn = lambda p, b: compare.gpt_loss(p, b, 4, 4)  # noqa: E731
-    times = []
-    for i in range(warmup + steps):
+def gpt_loss_tuned(torch, p, batch, layers, heads):
+    """The GPT of compare_torch.gpt_loss with PyTorch's fast paths: fused
+    attention (SDPA, causal) and addmm for the biased products."""
+    F = torch.nn.functional
+    tokens, targets = batch["tokens"], batch["targets"]
+    b, s = tokens.shape
+    h = p["wte"].shape[1]
+    d = h // heads
+
+    def linear(x, name):
+        return torch.addmm(p[name + ".bias"], x.reshape(-1, x.shape[-1]),
+                           p[name + ".weight"]).reshape(*x.shape[:-1], -1)
+
+    def ln(x, name):
+        return F.layer_norm(x, (h,), p[name + ".weight"], p[name + ".bias"],
+                            eps=1e-5)
+
+    def split(x):
+        return x.reshape(b, s, heads, d).transpose(1, 2)
+
+    x = p["wte"][tokens] + p["wpe"]
+    for l in range(layers):
+        pre = "h%d." % l
+        y = ln(x, pre + "ln_1")
+        q, k, v = (split(linear(y, pre + "attn." + n)) for n in "qkv")
+        ctx = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        x = x + linear(ctx.transpose(1, 2).reshape(b, s, h),
+                       pre + "attn.proj")
+        y = ln(x, pre + "ln_2")
+        y = F.gelu(linear(y, pre + "mlp.fc"), approximate="tanh")
+        x = x + linear(y, pre + "mlp.proj")
+    x = ln(x, "ln_f")
+    logits = x.reshape(-1, h) @ p["wte"].t()
+    return F.cross_entropy(logits, targets.reshape(-1))
+
+
+class TorchRun:
+    """One PyTorch variant of one model: its parameters, optimizer, batch
+    and loss function, ready to step."""
+
+    def __init__(self, torch, compare, model, init, variant):
+        m = MODELS[model]
+        self.torch = torch
+        self.params = {n: t.float().clone().requires_grad_()
+                       for n, t in init.items()
+                       if "moment" not in n and n != "step"}
+        fused = variant != "eager"
+        self.opt = torch.optim.AdamW(self.params.values(), lr=1e-3, eps=1e-8,
+                                     weight_decay=0.01,
+                                     **({"fused": True} if fused else {}))
+        g = torch.Generator().manual_seed(0)
+        if model == "mlp":
+            self.batch = {"features": torch.randn(256, 784, generator=g),
+                          "labels": torch.randint(0, 10, (256,), generator=g)}
+            loss = lambda p, b: compare.mlp_loss(p, b, 3)  # noqa: E731
+        else:
+            seq, vocab = init["wpe"].shape[0], init["wte"].shape[0]
+            rows = int(m["gen"][m["gen"].index("--batch") + 1])
+            tokens = torch.randint(0, vocab, (rows, seq + 1), generator=g)
+            self.batch = {"tokens": tokens[:, :-1], "targets": tokens[:, 1:]}
+            layers, heads = m["layers"], m["heads"]
+            if variant == "eager":
+                loss = lambda p, b: compare.gpt_loss(  # noqa: E731
+                    p, b, layers, heads)
+            else:
+                loss = lambda p, b: gpt_loss_tuned(  # noqa: E731
+                    torch, p, b, layers, heads)
+        self.loss = torch.compile(loss) if variant == "compiled" else loss
+
+    def step(self):
         t = time.perf_counter()
-        opt.zero_grad()
-        loss = loss_fn(params, batch)
-        loss.backward()
-        opt.step()
-        times.append((time.perf_counter() - t) * 1e3)
-    return statistics.median(times[warmup:])
+        self.opt.zero_grad()
+        self.loss(self.params, self.batch).backward()
+        self.opt.step()
+        return (time.perf_counter() - t) * 1e3
 
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--build", default="build")
-    ap.add_argument("--threads", type=int, default=1)
-    ap.add_argument("--steps", type=int, default=20)
-    ap.add_argument("--warmup", type=int, default=5)
-    ap.add_argument("--models", default="mlp,gpt")
-    ap.add_argument("--workdir", default="/tmp/strata-bench")
+    ap.add_argument("--threads", default="1,2")
+    ap.add_argument("--steps", type=int, default=10)
+    ap.add_argument("--warmup", type=int, default=3)
+    ap.add_argument("--rounds", type=int, default=2)
+    ap.add_argument("--models", default="mlp,gpt,gpt768")
+    ap.add_argument("--workdir", default="/tmp/strata-step-bench")
     args = ap.parse_args()
-    # Pin PyTorch's intra-op threads and its BLAS before importing it.
-    os.environ["OPENBLAS_NUM_THREADS"] = str(args.threads)
-    os.environ["OMP_NUM_THREADS"] = str(args.threads)
-    # Idle OpenMP workers must not spin against OpenBLAS's own threads.
-    os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+    build = os.path.abspath(args.build)
+    ensure_torch2(build)
     import torch
     import compare_torch as compare
-    torch.set_num_threads(args.threads)
     os.makedirs(args.workdir, exist_ok=True)
-
-    peak = gemm_rate(torch)
-    print("machine: fp32 GEMM 1024^3 (torch.mm) %.1f GFLOP/s on %d thread(s)"
-          % (peak, args.threads))
+    threads = [int(t) for t in args.threads.split(",")]
+    print("cpu: %s, %d logical cores; PyTorch %s" % (
+        cpu_model(), os.cpu_count(), torch.__version__))
+    ceilings = {}
+    for n in threads:
+        torch.set_num_threads(n)
+        x, y = torch.randn(1024, 1024), torch.randn(1024, 1024)
+        ceilings[n] = (strata_gemm_rate(build, n),
+                       best_rate(lambda: x @ y, 2 * 1024 ** 3))
+        print("fp32 GEMM 1024^3 on %d thread(s): Strata %.1f GFLOP/s, "
+              "PyTorch %.1f GFLOP/s" % (n, *ceilings[n]))
     strategy = os.path.join(args.workdir, "adamw.json")
     with open(strategy, "w") as f:
         json.dump({"optimizer": {"type": "adamw", "learning_rate": 0.001}}, f)
-    print("%-52s %10s %10s %7s %16s %16s" % (
-        "model", "strata ms", "torch ms", "ratio", "strata GFLOP/s",
-        "torch GFLOP/s"))
+    print()
+    print("| model | threads | Strata ms | eager ms | tuned ms | compiled ms"
+          " | Strata / best | Strata GEMM % | best PyTorch GEMM % |")
+    print("| --- | --- | --- | --- | --- | --- | --- | --- | --- |")
     for name in args.models.split(","):
         m = MODELS[name]
         program = os.path.join(args.workdir, name + ".mlir")
-        run([os.path.join(args.build, "bin", "strata-gen")] + m["gen"] +
+        run([os.path.join(build, "bin", "strata-gen")] + m["gen"] +
             ["-o", program])
-        init = os.path.join(args.workdir, name + ".init.safetensors")
-        run([os.path.join(args.build, "bin", "strata-run"), program,
-             "--strategy", strategy, "--steps", "0", "--save", init,
-             "--quiet"])
-        flops = matmul_flops(args.build, program, strategy)
-        ours, report = strata_step_ms(args.build, program, strategy,
-                                      args.threads, args.steps, args.warmup,
-                                      args.workdir, name)
-        theirs = torch_step_ms(torch, compare, name,
-                               compare.read_safetensors(init), args.threads,
-                               args.steps, args.warmup)
-        g_ours, g_theirs = flops / ours / 1e6, flops / theirs / 1e6
-        print("%-52s %10.2f %10.2f %7.2f %8.1f (%3.0f%%) %8.1f (%3.0f%%)" % (
-            m["desc"], ours, theirs, ours / theirs, g_ours,
-            100 * g_ours / peak, g_theirs, 100 * g_theirs / peak))
-        print("  strata: planned peak %.1f MB, kernel scratch %.1f MB, "
-              "process RSS %.1f MB" % (
-                  report["planned_peak_bytes"][0] / 2 ** 20,
-                  report["scratch_bytes"] / 2 ** 20,
-                  report["measured_peak_bytes"][0] / 2 ** 20))
+        init_path = os.path.join(args.workdir, name + ".init.safetensors")
+        run([os.path.join(build, "bin", "strata-run"), program, "--strategy",
+             strategy, "--steps", "0", "--save", init_path, "--quiet"])
+        init = compare.read_safetensors(init_path)
+        flops = matmul_flops(build, program, strategy)
+        for n in threads:
+            torch.set_num_threads(n)
+            variants = {v: TorchRun(torch, compare, name, init, v)
+                        for v in ("eager", "tuned", "compiled")}
+            times = {k: [] for k in ["strata"] + list(variants)}
+            for _ in range(args.rounds):
+                times["strata"] += strata_times(
+                    build, program, strategy, n, args.steps, args.warmup,
+                    os.path.join(args.workdir, name + ".report.json"))
+                for v, r in variants.items():
+                    ms = [r.step() for _ in range(args.warmup + args.steps)]
+                    times[v] += ms[args.warmup:]
+            med = {k: statistics.median(v) for k, v in times.items()}
+            best = min(med[v] for v in variants)
+            ours, theirs = ceilings[n]
+            print("| %s | %d | %.1f | %.1f | %.1f | %.1f | %.2f | %.0f%% of %.0f"
+                  " | %.0f%% of %.0f |" % (
+                      m["desc"], n, med["strata"], med["eager"], med["tuned"],
+                      med["compiled"], med["strata"] / best,
+                      100 * flops / med["strata"] / 1e6 / ours, ours,
+                      100 * flops / best / 1e6 / theirs, theirs), flush=True)
 
 
 if __name__ == "__main__":

@@ -33,6 +33,8 @@ struct GemmCache {
     dnnl::matmul primitive;
     /// oneDNN offers only its reference implementation (slow loops).
     bool reference;
+    /// oneDNN runs it with its brgemm kernels.
+    bool brgemm;
   };
   std::map<Key, Entry> primitives;
 };
@@ -41,6 +43,65 @@ struct GemmCache {
 
 StrataRtContext::StrataRtContext() = default;
 StrataRtContext::~StrataRtContext() = default;
+
+/// The problem of one GEMM call.
+struct Problem {
+  memory::data_type dt;
+  int64_t batch, m, n, k, aBatchStride, transA, bBatchStride, transB;
+  bool bias;
+  int64_t act, accumulate;
+};
+
+/// The oneDNN matmul primitive of a problem, created once and reused.
+static strata::cpu::GemmCache::Entry &primitiveFor(StrataRtContext *ctx,
+                                                   const Problem &p) {
+  if (!ctx->gemm)
+    ctx->gemm = std::make_unique<strata::cpu::GemmCache>();
+  strata::cpu::GemmCache &cache = *ctx->gemm;
+  strata::cpu::GemmCache::Key key{
+      p.batch,  p.m,          p.n,
+      p.k,      p.aBatchStride != 0, p.transA,
+      p.bBatchStride != 0, p.transB, p.bias,
+      p.act,    p.accumulate, int(p.dt)};
+  auto it = cache.primitives.find(key);
+  if (it != cache.primitives.end())
+    return it->second;
+  int64_t m = p.m, n = p.n, k = p.k;
+  int64_t ba = p.aBatchStride ? p.batch : 1, bb = p.bBatchStride ? p.batch : 1;
+  memory::desc aMd({ba, m, k}, p.dt,
+                   p.transA ? memory::dims{m * k, 1, m}
+                            : memory::dims{m * k, k, 1});
+  memory::desc bMd({bb, k, n}, p.dt,
+                   p.transB ? memory::dims{k * n, 1, k}
+                            : memory::dims{k * n, n, 1});
+  memory::desc cMd({p.batch, m, n}, p.dt, memory::dims{m * n, n, 1});
+  dnnl::post_ops ops;
+  if (p.accumulate)
+    ops.append_sum(1.0f);
+  dnnl::algorithm alg = dnnl::algorithm::undef;
+  if (p.act == STRATA_RT_ACT_RELU)
+    alg = dnnl::algorithm::eltwise_relu;
+  else if (p.act == STRATA_RT_ACT_GELU_TANH)
+    alg = dnnl::algorithm::eltwise_gelu_tanh;
+  else if (p.act == STRATA_RT_ACT_GELU_ERF)
+    alg = dnnl::algorithm::eltwise_gelu_erf;
+  if (alg != dnnl::algorithm::undef)
+    ops.append_eltwise(1.0f, alg, 0.0f, 0.0f);
+  dnnl::primitive_attr attr;
+  attr.set_post_ops(ops);
+  dnnl::matmul::desc desc =
+      p.bias ? dnnl::matmul::desc(
+                   aMd, bMd,
+                   memory::desc({1, 1, n}, p.dt, memory::dims{n, n, 1}), cMd)
+             : dnnl::matmul::desc(aMd, bMd, cMd);
+  dnnl::matmul::primitive_desc pd(desc, attr, cache.engine);
+  const char *impl = pd.impl_info_str();
+  return cache.primitives
+      .emplace(key, strata::cpu::GemmCache::Entry{
+                        pd, dnnl::matmul(pd), std::strncmp(impl, "ref", 3) == 0,
+                        std::strncmp(impl, "brg", 3) == 0})
+      .first->second;
+}
 
 /// One oneDNN matmul primitive of element type `dt` (operands, result and
 /// bias), created once per problem and reused. With `fastOnly`, returns
@@ -69,55 +130,14 @@ static bool matmul(StrataRtContext *ctx, int64_t site, memory::data_type dt,
     return true;
   }
   try {
-    if (!ctx->gemm)
-      ctx->gemm = std::make_unique<strata::cpu::GemmCache>();
-    strata::cpu::GemmCache &cache = *ctx->gemm;
-    strata::cpu::GemmCache::Key key{batch,           m,   n,
-                                    k,               aBatchStride != 0,
-                                    transA,          bBatchStride != 0,
-                                    transB,          bias != nullptr,
-                                    act,             accumulate,
-                                    int(dt)};
-    auto it = cache.primitives.find(key);
-    if (it == cache.primitives.end()) {
-      int64_t ba = aBatchStride ? batch : 1, bb = bBatchStride ? batch : 1;
-      memory::desc aMd({ba, m, k}, dt,
-                       transA ? memory::dims{m * k, 1, m}
-                              : memory::dims{m * k, k, 1});
-      memory::desc bMd({bb, k, n}, dt,
-                       transB ? memory::dims{k * n, 1, k}
-                              : memory::dims{k * n, n, 1});
-      memory::desc cMd({batch, m, n}, dt, memory::dims{m * n, n, 1});
-      dnnl::post_ops ops;
-      if (accumulate)
-        ops.append_sum(1.0f);
-      dnnl::algorithm alg = dnnl::algorithm::undef;
-      if (act == STRATA_RT_ACT_RELU)
-        alg = dnnl::algorithm::eltwise_relu;
-      else if (act == STRATA_RT_ACT_GELU_TANH)
-        alg = dnnl::algorithm::eltwise_gelu_tanh;
-      else if (act == STRATA_RT_ACT_GELU_ERF)
-        alg = dnnl::algorithm::eltwise_gelu_erf;
-      if (alg != dnnl::algorithm::undef)
-        ops.append_eltwise(1.0f, alg, 0.0f, 0.0f);
-      dnnl::primitive_attr attr;
-      attr.set_post_ops(ops);
-      dnnl::matmul::desc desc =
-          bias ? dnnl::matmul::desc(
-                     aMd, bMd,
-                     memory::desc({1, 1, n}, dt, memory::dims{n, n, 1}), cMd)
-               : dnnl::matmul::desc(aMd, bMd, cMd);
-      dnnl::matmul::primitive_desc pd(desc, attr, cache.engine);
-      bool reference = std::strncmp(pd.impl_info_str(), "ref", 3) == 0;
-      it = cache.primitives
-               .emplace(key, strata::cpu::GemmCache::Entry{
-                                 pd, dnnl::matmul(pd), reference})
-               .first;
-    }
-    if (fastOnly && it->second.reference)
+    strata::cpu::GemmCache::Entry &entry =
+        primitiveFor(ctx, {dt, batch, m, n, k, aBatchStride, transA,
+                           bBatchStride, transB, bias != nullptr, act,
+                           accumulate});
+    if (fastOnly && entry.reference)
       return false;
-    dnnl::matmul &primitive = it->second.primitive;
-    const dnnl::matmul::primitive_desc &pd = it->second.pd;
+    strata::cpu::GemmCache &cache = *ctx->gemm;
+    const dnnl::matmul::primitive_desc &pd = entry.pd;
     memory aMem(pd.src_desc(), cache.engine, const_cast<void *>(a));
     memory bMem(pd.weights_desc(), cache.engine, const_cast<void *>(b));
     memory cMem(pd.dst_desc(), cache.engine, c);
@@ -127,7 +147,7 @@ static bool matmul(StrataRtContext *ctx, int64_t site, memory::data_type dt,
     if (bias)
       args.emplace(DNNL_ARG_BIAS, memory(pd.bias_desc(), cache.engine,
                                          const_cast<void *>(bias)));
-    primitive.execute(cache.stream, args);
+    entry.primitive.execute(cache.stream, args);
     cache.stream.wait();
   } catch (const dnnl::error &e) {
     if (fastOnly)
@@ -137,15 +157,40 @@ static bool matmul(StrataRtContext *ctx, int64_t site, memory::data_type dt,
   return true;
 }
 
+/// Whether oneDNN reads the transposed first operand of this f32 problem at
+/// the speed of a plain one: its brgemm kernels (AVX-512, AMX) do, and
+/// compute the same sums either way; its older gemm:jit kernels (oneDNN
+/// 2.6's AVX2 path) run some transposed shapes at half speed (1024 x 256 x
+/// 1024: 43 against 71 GFLOP/s with the transpose into scratch). Decided
+/// once per problem, when its primitive is created, from the kernel oneDNN
+/// picks on this processor.
+static bool readsTransposedAFast(StrataRtContext *ctx, int64_t batch,
+                                 int64_t m, int64_t n, int64_t k,
+                                 int64_t aBatchStride, int64_t bBatchStride,
+                                 int64_t transB, bool bias, int64_t act) {
+  if (aBatchStride == 0 && bBatchStride == 0)
+    batch = 1; // run as `batch` products of one (see matmul)
+  try {
+    return primitiveFor(ctx, {memory::data_type::f32, batch, m, n, k,
+                              aBatchStride, 1, bBatchStride, transB, bias, act,
+                              0})
+        .brgemm;
+  } catch (const dnnl::error &) {
+    return false;
+  }
+}
+
 static void gemmF32(StrataRtContext *ctx, int64_t site, int64_t batch,
                     int64_t m, int64_t n, int64_t k, const float *a,
                     int64_t aBatchStride, int64_t transA, const float *b,
                     int64_t bBatchStride, int64_t transB, float *c,
                     const float *bias, int64_t act, int64_t accumulate) {
-  // oneDNN's GEMM is about twice slower with a transposed source (the
-  // weight-gradient products X^T dY) than a blocked transpose into scratch
+  // Where oneDNN's kernel is slow with a transposed first operand (the
+  // weight-gradient products X^T dY), a blocked transpose into scratch
   // followed by the plain product.
-  if (transA && !accumulate) {
+  if (transA && !accumulate &&
+      !readsTransposedAFast(ctx, batch, m, n, k, aBatchStride, bBatchStride,
+                            transB, bias != nullptr, act)) {
     int64_t count = aBatchStride ? batch : 1;
     float *t = ctx->gemmScratch(count * m * k);
     for (int64_t bi = 0; bi < count; ++bi) {
