@@ -293,6 +293,18 @@ LogicalResult Differentiator::backprop(Operation *op) {
         accumulate(loc, o.getBias(), grad.getBiasGrad());
         return success();
       })
+      .Case([&](AttentionOp o) -> LogicalResult {
+        if (adj(1))
+          return o.emitOpError("autodiff does not differentiate through the "
+                               "logsumexp result");
+        auto grad = make<AttentionGradOp>(
+            loc, o.getQuery(), o.getKey(), o.getValue(), o.getResult(),
+            o.getLogsumexp(), adj(0), o.getScaleAttr(), o.getCausalAttr());
+        accumulate(loc, o.getQuery(), grad.getQueryGrad());
+        accumulate(loc, o.getKey(), grad.getKeyGrad());
+        accumulate(loc, o.getValue(), grad.getValueGrad());
+        return success();
+      })
       .Case([&](FusedDropoutAddOp o) {
         auto grad = make<FusedDropoutAddGradOp>(loc, adj(), o.getProbAttr(),
                                                 o.getKeyAttr());

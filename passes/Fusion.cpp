@@ -1,4 +1,4 @@
-//===- Fusion.cpp - GEMM-epilogue and dropout-add fusion ------------------===//
+//===- Fusion.cpp - GEMM-epilogue, dropout-add and attention fusion -------===//
 
 #include "strata/Passes/Passes.h"
 #include "strata/Target/RuntimeTarget.h"
@@ -9,6 +9,7 @@
 namespace strata {
 #define GEN_PASS_DEF_STRATAGEMMEPILOGUEFUSION
 #define GEN_PASS_DEF_STRATADROPOUTADDFUSION
+#define GEN_PASS_DEF_STRATAATTENTIONFUSION
 #include "StrataPasses.h.inc"
 } // namespace strata
 
@@ -195,6 +196,62 @@ struct DropoutAddFusionPass
         break;
       }
     }
+  }
+};
+
+struct AttentionFusionPass
+    : public strata::impl::StrataAttentionFusionBase<AttentionFusionPass> {
+  void runOnOperation() override {
+    SmallVector<SoftmaxOp> softmaxes;
+    getOperation().walk([&](SoftmaxOp s) { softmaxes.push_back(s); });
+    for (SoftmaxOp softmax : softmaxes)
+      fuse(softmax);
+  }
+
+  void fuse(SoftmaxOp softmax) {
+    // The probabilities feed one product with the values.
+    Value probs = softmax.getResult();
+    if (!probs.hasOneUse())
+      return;
+    auto pv = dyn_cast<MatmulOp>(*probs.getUsers().begin());
+    if (!pv || pv.getLhs() != probs || pv.getTransposeLhs() ||
+        pv.getTransposeRhs())
+      return;
+    // The (optionally scaled) scores come from q k^T.
+    Value scores = softmax.getInput();
+    double factor = 1.0;
+    ScaleOp scale = scores.getDefiningOp<ScaleOp>();
+    if (scale) {
+      if (!scores.hasOneUse())
+        return;
+      factor = scale.getFactor().convertToDouble();
+      scores = scale.getInput();
+    }
+    auto qk = scores.getDefiningOp<MatmulOp>();
+    if (!qk || !scores.hasOneUse() || qk.getTransposeLhs() ||
+        !qk.getTransposeRhs())
+      return;
+    Value q = qk.getLhs(), k = qk.getRhs(), v = pv.getRhs();
+    auto qt = cast<RankedTensorType>(q.getType());
+    auto kt = cast<RankedTensorType>(k.getType());
+    auto vt = cast<RankedTensorType>(v.getType());
+    if (!qt.getElementType().isF32() || qt.getRank() < 2 ||
+        kt.getRank() != qt.getRank() || vt.getRank() != qt.getRank() ||
+        qt.getShape().drop_back(2) != kt.getShape().drop_back(2) ||
+        qt.getShape().drop_back(2) != vt.getShape().drop_back(2))
+      return;
+
+    OpBuilder b(pv);
+    auto fused =
+        AttentionOp::create(b, pv.getLoc(), q, k, v, b.getF64FloatAttr(factor),
+                            softmax.getCausalAttr());
+    copyMetadata(pv, fused);
+    pv.getResult().replaceAllUsesWith(fused.getResult());
+    pv.erase();
+    softmax.erase();
+    if (scale)
+      scale.erase();
+    qk.erase();
   }
 };
 

@@ -259,6 +259,38 @@ def StrataDropoutAddFusion
   let dependentDialects = ["::strata::StrataDialect"];
 }
 
+def StrataAttentionFusion
+    : Pass<"strata-attention-fusion", "mlir::ModuleOp"> {
+  let summary = "Fuses scaled dot-product attention into strata.attention";
+  let description = [{
+    Runs before `strata-autodiff`, on the forward program. The chain
+
+    ```mlir
+    %s = strata.matmul %q, %k {transpose_rhs}   // [..., S, T]
+    %z = strata.scale %s {factor = c}           // optional
+    %p = strata.softmax %z                      // {causal} optional
+    %o = strata.matmul %p, %v                   // [..., S, Dv]
+    ```
+
+    becomes `%o, %lse = strata.attention %q, %k, %v {scale = c[, causal]}`
+    when the scores, the scaled scores and the probabilities have no other
+    use, `q`, `k` and `v` have the same leading (batch, head) dimensions and
+    are f32. Autodiff then differentiates `strata.attention` with one
+    `strata.attention_grad`. The fused op never stores the [S, T]
+    probabilities: its kernel works on blocks of query rows (with `causal`,
+    only the keys a block can see) and keeps each row's log-sum-exp, from
+    which the gradient recomputes the probabilities. The activation memory
+    of attention becomes linear in the sequence, and causal attention does
+    about half the products.
+
+    Not fused: a chain whose probabilities go through dropout or are read
+    elsewhere, a transposed `v`, broadcast (shared) keys or values, and
+    bf16/f16 attention (mixed precision computes softmax in f32, with casts
+    in the chain).
+  }];
+  let dependentDialects = ["::strata::StrataDialect"];
+}
+
 def StrataGradientMerge : Pass<"strata-gradient-merge", "mlir::ModuleOp"> {
   let summary = "Splits the batch into k micro-batches and merges their gradients";
   let description = [{

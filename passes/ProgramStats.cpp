@@ -42,6 +42,19 @@ int64_t strata::matmulFlops(Operation *op) {
   if (auto grad = dyn_cast<FusedGemmEpilogueGradOp>(op))
     return 2 * productFlops(type(grad.getInput()), type(grad.getWeight()),
                             type(grad.getResultGrad()), false);
+  // Attention counts the products of the unfused ops it replaces, q k^T
+  // and p v (its kernel skips the keys causal attention masks, and its
+  // gradient recomputes the scores).
+  auto attention = [&](Value q, Value k, Value v) {
+    RankedTensorType qt = type(q), kt = type(k), vt = type(v);
+    int64_t r = qt.getRank();
+    return 2 * (qt.getNumElements() / qt.getDimSize(r - 1)) *
+           kt.getDimSize(r - 2) * (qt.getDimSize(r - 1) + vt.getDimSize(r - 1));
+  };
+  if (auto a = dyn_cast<AttentionOp>(op))
+    return attention(a.getQuery(), a.getKey(), a.getValue());
+  if (auto grad = dyn_cast<AttentionGradOp>(op))
+    return 2 * attention(grad.getQuery(), grad.getKey(), grad.getValue());
   return 0;
 }
 

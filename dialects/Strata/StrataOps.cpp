@@ -1161,6 +1161,90 @@ LogicalResult FusedDropoutAddGradOp::inferReturnTypes(
   return success();
 }
 
+/// The shapes of attention's operands: query [..., S, D], key [..., T, D],
+/// value [..., T, Dv], the leading dimensions equal. Returns the result type
+/// [..., S, Dv] and the log-sum-exp type [..., S] (f32).
+template <typename OpTy>
+static FailureOr<std::pair<RankedTensorType, RankedTensorType>>
+inferAttention(std::optional<Location> loc, Type queryType, Type keyType,
+               Type valueType, bool causal) {
+  auto q = cast<RankedTensorType>(queryType),
+       k = cast<RankedTensorType>(keyType),
+       v = cast<RankedTensorType>(valueType);
+  if (q.getRank() < 2 || k.getRank() != q.getRank() ||
+      v.getRank() != q.getRank())
+    return inferError<OpTy>(
+        loc, "query, key and value must have the same rank, at least 2");
+  int64_t r = q.getRank();
+  if (q.getShape().drop_back(2) != k.getShape().drop_back(2) ||
+      q.getShape().drop_back(2) != v.getShape().drop_back(2))
+    return inferError<OpTy>(loc, "query, key and value must have the same "
+                                 "leading (batch, head) dimensions, got " +
+                                     shapeStr(q.getShape()) + ", " +
+                                     shapeStr(k.getShape()) + " and " +
+                                     shapeStr(v.getShape()));
+  if (k.getDimSize(r - 1) != q.getDimSize(r - 1))
+    return inferError<OpTy>(loc, "key must have the query's last dimension " +
+                                     Twine(q.getDimSize(r - 1)) + ", got " +
+                                     Twine(k.getDimSize(r - 1)));
+  if (v.getDimSize(r - 2) != k.getDimSize(r - 2))
+    return inferError<OpTy>(loc, "value must have as many rows as key (" +
+                                     Twine(k.getDimSize(r - 2)) + "), got " +
+                                     Twine(v.getDimSize(r - 2)));
+  if (causal && q.getDimSize(r - 2) != k.getDimSize(r - 2))
+    return inferError<OpTy>(loc, "causal attention needs as many queries as "
+                                 "keys, got " +
+                                     Twine(q.getDimSize(r - 2)) + " and " +
+                                     Twine(k.getDimSize(r - 2)));
+  SmallVector<int64_t> out(q.getShape());
+  out.back() = v.getDimSize(r - 1);
+  return std::make_pair(
+      RankedTensorType::get(out, q.getElementType()),
+      RankedTensorType::get(q.getShape().drop_back(),
+                            Float32Type::get(q.getContext())));
+}
+
+LogicalResult AttentionOp::inferReturnTypes(MLIRContext *,
+                                            std::optional<Location> loc,
+                                            Adaptor adaptor,
+                                            SmallVectorImpl<Type> &types) {
+  auto inferred = inferAttention<AttentionOp>(
+      loc, adaptor.getQuery().getType(), adaptor.getKey().getType(),
+      adaptor.getValue().getType(), adaptor.getCausal());
+  if (failed(inferred))
+    return failure();
+  types.append({inferred->first, inferred->second});
+  return success();
+}
+
+LogicalResult AttentionGradOp::inferReturnTypes(MLIRContext *,
+                                                std::optional<Location> loc,
+                                                Adaptor adaptor,
+                                                SmallVectorImpl<Type> &types) {
+  auto inferred = inferAttention<AttentionGradOp>(
+      loc, adaptor.getQuery().getType(), adaptor.getKey().getType(),
+      adaptor.getValue().getType(), adaptor.getCausal());
+  if (failed(inferred))
+    return failure();
+  if (adaptor.getResult().getType() != inferred->first ||
+      adaptor.getResultGrad().getType() != inferred->first)
+    return inferError<AttentionGradOp>(
+        loc, "result and result_grad must have type " +
+                 llvm::formatv("{0}", inferred->first).str());
+  if (adaptor.getLogsumexp().getType() != inferred->second)
+    return inferError<AttentionGradOp>(
+        loc, "logsumexp must have type " +
+                 llvm::formatv("{0}", inferred->second).str());
+  Type element = tensorType(adaptor.getQuery()).getElementType();
+  if (tensorType(adaptor.getKey()).getElementType() != element ||
+      tensorType(adaptor.getValue()).getElementType() != element)
+    return inferError<AttentionGradOp>(
+        loc, "query, key and value must have the same element type");
+  types.append({adaptor.getQuery().getType(), adaptor.getKey().getType(),
+                adaptor.getValue().getType()});
+  return success();
+}
+
 #include "Strata/StrataInterfaces.cpp.inc"
 
 #define GET_OP_CLASSES

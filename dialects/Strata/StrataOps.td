@@ -1192,4 +1192,49 @@ def Strata_FusedDropoutAddGradOp : Strata_ComputeOp<"fused_dropout_add_grad"> {
                       Strata_FloatTensor:$residual_grad);
 }
 
+def Strata_AttentionOp : Strata_ComputeOp<"attention",
+    [SameOperandsElementType]> {
+  let summary = "Scaled dot-product attention in one op (flash-style)";
+  let description = [{
+    softmax(scale * query @ key^T) @ value over the last two dimensions,
+    with `query` [..., S, D], `key` [..., T, D] and `value` [..., T, Dv]
+    (the leading dimensions equal: batch and heads). With `causal`, S = T
+    and key j is masked for query i when j > i. The second result is the
+    log-sum-exp of each query's scaled scores (f32, [..., S]): the gradient
+    recomputes the probabilities from it, so the [S, T] matrix of
+    probabilities is never stored. `strata-attention-fusion` makes it from
+    the unfused chain of ops.
+
+    ```mlir
+    %o, %lse = strata.attention %q, %k, %v {causal, scale = 1.250000e-01 : f64} : (tensor<2x4x16x8xf32>, tensor<2x4x16x8xf32>, tensor<2x4x16x8xf32>) -> (tensor<2x4x16x8xf32>, tensor<2x4x16xf32>)
+    ```
+  }];
+  let arguments = (ins Strata_FloatTensor:$query, Strata_FloatTensor:$key,
+                       Strata_FloatTensor:$value, F64Attr:$scale,
+                       UnitAttr:$causal);
+  let results = (outs Strata_FloatTensor:$result,
+                      Strata_FloatTensor:$logsumexp);
+}
+
+def Strata_AttentionGradOp : Strata_ComputeOp<"attention_grad"> {
+  let summary = "Gradients of strata.attention";
+  let description = [{
+    Yields (d query, d key, d value) from the forward op's operands, its
+    result and log-sum-exp, and the result's gradient; `scale` and `causal`
+    as on the forward op.
+
+    ```mlir
+    %dq, %dk, %dv = strata.attention_grad %q, %k, %v, %o, %lse, %do {causal, scale = 1.250000e-01 : f64} : (tensor<2x4x16x8xf32>, tensor<2x4x16x8xf32>, tensor<2x4x16x8xf32>, tensor<2x4x16x8xf32>, tensor<2x4x16xf32>, tensor<2x4x16x8xf32>) -> (tensor<2x4x16x8xf32>, tensor<2x4x16x8xf32>, tensor<2x4x16x8xf32>)
+    ```
+  }];
+  let arguments = (ins Strata_FloatTensor:$query, Strata_FloatTensor:$key,
+                       Strata_FloatTensor:$value, Strata_FloatTensor:$result,
+                       Strata_FloatTensor:$logsumexp,
+                       Strata_FloatTensor:$result_grad, F64Attr:$scale,
+                       UnitAttr:$causal);
+  let results = (outs Strata_FloatTensor:$query_grad,
+                      Strata_FloatTensor:$key_grad,
+                      Strata_FloatTensor:$value_grad);
+}
+
 #endif // STRATA_OPS_TD

@@ -593,6 +593,88 @@ llvm::Error Evaluator::step(Operation *op) {
         set(o, std::move(dx));
         return llvm::Error::success();
       })
+      .Case([&](AttentionOp o) -> llvm::Error {
+        // The probabilities of each query row, as strata.softmax would
+        // compute them from scale * q k^T.
+        const Tensor &q = in(0), &k = in(1), &v = in(2);
+        int64_t r = q.shape.size(), s = q.shape[r - 2], d = q.shape[r - 1];
+        int64_t t = k.shape[r - 2], dv = v.shape[r - 1];
+        int64_t heads = q.numElements() / (s * d);
+        double scale = o.getScale().convertToDouble();
+        std::vector<int64_t> outShape = q.shape;
+        outShape.back() = dv;
+        Tensor out(outShape),
+            lse(std::vector<int64_t>(q.shape.begin(), q.shape.end() - 1));
+        std::vector<double> p(t);
+        for (int64_t h = 0; h < heads; ++h)
+          for (int64_t i = 0; i < s; ++i) {
+            const double *qi = &q.data[(h * s + i) * d];
+            int64_t limit = o.getCausal() ? i + 1 : t;
+            double mx = -INFINITY;
+            for (int64_t j = 0; j < limit; ++j) {
+              double dot = 0;
+              for (int64_t c = 0; c < d; ++c)
+                dot += qi[c] * k.data[(h * t + j) * d + c];
+              p[j] = dot * scale;
+              mx = std::max(mx, p[j]);
+            }
+            double sum = 0;
+            for (int64_t j = 0; j < limit; ++j)
+              sum += (p[j] = std::exp(p[j] - mx));
+            lse.data[h * s + i] = mx + std::log(sum);
+            for (int64_t c = 0; c < dv; ++c) {
+              double acc = 0;
+              for (int64_t j = 0; j < limit; ++j)
+                acc += p[j] / sum * v.data[(h * t + j) * dv + c];
+              out.data[(h * s + i) * dv + c] = acc;
+            }
+          }
+        set(o.getResult(), std::move(out));
+        set(o.getLogsumexp(), std::move(lse));
+        return llvm::Error::success();
+      })
+      .Case([&](AttentionGradOp o) -> llvm::Error {
+        // P from the log-sum-exp; dV = P^T dO, dP = dO V^T,
+        // dS = P (dP - rowsum(dO O)), dQ = scale dS K, dK = scale dS^T Q.
+        const Tensor &q = in(0), &k = in(1), &v = in(2), &out = in(3),
+                     &lse = in(4), &dout = in(5);
+        int64_t r = q.shape.size(), s = q.shape[r - 2], d = q.shape[r - 1];
+        int64_t t = k.shape[r - 2], dv = v.shape[r - 1];
+        int64_t heads = q.numElements() / (s * d);
+        double scale = o.getScale().convertToDouble();
+        Tensor dq(q.shape), dk(k.shape), dvt(v.shape);
+        std::vector<double> p(t);
+        for (int64_t h = 0; h < heads; ++h)
+          for (int64_t i = 0; i < s; ++i) {
+            const double *qi = &q.data[(h * s + i) * d];
+            const double *doi = &dout.data[(h * s + i) * dv];
+            int64_t limit = o.getCausal() ? i + 1 : t;
+            double rowDot = 0;
+            for (int64_t c = 0; c < dv; ++c)
+              rowDot += doi[c] * out.data[(h * s + i) * dv + c];
+            for (int64_t j = 0; j < limit; ++j) {
+              double dot = 0;
+              for (int64_t c = 0; c < d; ++c)
+                dot += qi[c] * k.data[(h * t + j) * d + c];
+              double pj = std::exp(dot * scale - lse.data[h * s + i]);
+              double dp = 0;
+              for (int64_t c = 0; c < dv; ++c) {
+                dp += doi[c] * v.data[(h * t + j) * dv + c];
+                dvt.data[(h * t + j) * dv + c] += pj * doi[c];
+              }
+              double ds = pj * (dp - rowDot) * scale;
+              for (int64_t c = 0; c < d; ++c) {
+                dq.data[(h * s + i) * d + c] +=
+                    ds * k.data[(h * t + j) * d + c];
+                dk.data[(h * t + j) * d + c] += ds * qi[c];
+              }
+            }
+          }
+        set(o.getQueryGrad(), std::move(dq));
+        set(o.getKeyGrad(), std::move(dk));
+        set(o.getValueGrad(), std::move(dvt));
+        return llvm::Error::success();
+      })
       .Case([&](LayerNormOp o) -> llvm::Error {
         const Tensor &x = in(0), &g = in(1), &b = in(2);
         double eps = o.getEpsilon().convertToDouble();

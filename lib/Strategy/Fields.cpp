@@ -109,10 +109,10 @@ const std::vector<SectionInfo> &sections() {
          STRATA_FIELD(Sh, sync_buffers), STRATA_FIELD(Sh, buffer_max_size),
          STRATA_FIELD(Sh, segment_size), STRATA_FIELD(Sh, sync_comm)}));
     using F = FusedPassesSection;
-    v.push_back(
-        makeSection<F>("fused_passes", &Strategy::fused_passes,
-                       {STRATA_FIELD(F, enable), STRATA_FIELD(F, gemm_epilogue),
-                        STRATA_FIELD(F, dropout_add)}));
+    v.push_back(makeSection<F>(
+        "fused_passes", &Strategy::fused_passes,
+        {STRATA_FIELD(F, enable), STRATA_FIELD(F, gemm_epilogue),
+         STRATA_FIELD(F, dropout_add), STRATA_FIELD(F, flash_attention)}));
     using G = GradientMergeSection;
     v.push_back(
         makeSection<G>("gradient_merge", &Strategy::gradient_merge,

@@ -105,6 +105,11 @@ std::vector<PlannedPass> strata::planPasses(const Strategy &s,
         [o] { return createStrataStageSplit(o); });
   }
 
+  // On the forward program: autodiff differentiates the fused op.
+  if (s.fused_passes.enable && s.fused_passes.flash_attention)
+    add("strata-attention-fusion", "fused_passes.flash_attention",
+        [] { return createStrataAttentionFusion(); });
+
   add("strata-autodiff", "always", [] { return createStrataAutodiff(); });
 
   if (s.fused_passes.enable && s.fused_passes.gemm_epilogue)

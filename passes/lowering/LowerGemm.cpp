@@ -172,6 +172,40 @@ LogicalResult lowerFusedGemmGrad(FusedGemmEpilogueGradOp o,
   return success();
 }
 
+/// The (batch x head) slices, query rows, key rows, and the query's and
+/// value's widths of an attention op's operands.
+struct AttentionShape {
+  int64_t heads, s, t, d, dv;
+};
+AttentionShape attentionShape(Value q, Value k, Value v) {
+  SmallVector<int64_t> qs = shapeOf(q), ks = shapeOf(k), vs = shapeOf(v);
+  int64_t s = qs[qs.size() - 2], d = qs.back();
+  return {numel(q) / std::max<int64_t>(s * d, 1), s, ks[ks.size() - 2], d,
+          vs.back()};
+}
+
+LogicalResult lowerAttention(AttentionOp o, RuntimeLowering &l) {
+  AttentionShape a = attentionShape(o.getQuery(), o.getKey(), o.getValue());
+  l.call("strata_rt_attention",
+         {l.site(), l.tensor(o.getResult()), l.tensor(o.getLogsumexp()),
+          l.tensor(o.getQuery()), l.tensor(o.getKey()), l.tensor(o.getValue()),
+          l.i64(a.heads), l.i64(a.s), l.i64(a.t), l.i64(a.d), l.i64(a.dv),
+          l.f64(o.getScale().convertToDouble()), l.i64(o.getCausal())});
+  return success();
+}
+
+LogicalResult lowerAttentionGrad(AttentionGradOp o, RuntimeLowering &l) {
+  AttentionShape a = attentionShape(o.getQuery(), o.getKey(), o.getValue());
+  l.call("strata_rt_attention_grad",
+         {l.site(), l.tensor(o.getQueryGrad()), l.tensor(o.getKeyGrad()),
+          l.tensor(o.getValueGrad()), l.tensor(o.getQuery()),
+          l.tensor(o.getKey()), l.tensor(o.getValue()), l.tensor(o.getResult()),
+          l.tensor(o.getLogsumexp()), l.tensor(o.getResultGrad()),
+          l.i64(a.heads), l.i64(a.s), l.i64(a.t), l.i64(a.d), l.i64(a.dv),
+          l.f64(o.getScale().convertToDouble()), l.i64(o.getCausal())});
+  return success();
+}
+
 } // namespace
 
 void strata::lowering::populateGemmLoweringPatterns(RewritePatternSet &patterns,
@@ -183,4 +217,6 @@ void strata::lowering::populateGemmLoweringPatterns(RewritePatternSet &patterns,
   addLowering<MatmulGradOp>(patterns, l, lowerMatmulGrad);
   addLowering<FusedGemmEpilogueOp>(patterns, l, lowerFusedGemm);
   addLowering<FusedGemmEpilogueGradOp>(patterns, l, lowerFusedGemmGrad);
+  addLowering<AttentionOp>(patterns, l, lowerAttention);
+  addLowering<AttentionGradOp>(patterns, l, lowerAttentionGrad);
 }

@@ -24,6 +24,8 @@
 #include "../common/LowPrecision.h"
 #include "../common/StrataRandom.h"
 
+#include <oneapi/dnnl/dnnl.h>
+
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -838,6 +840,163 @@ void STRATA_RT_KERNEL(strata_rt_softmax_grad)(StrataRtContext *ctx,
                           o[j] = T(float(yr[j]) * (float(dyr[j]) - dot));
                       }
                     });
+}
+
+namespace {
+
+/// Query rows per block of strata_rt_attention(_grad).
+constexpr int64_t kAttentionBlock = 64;
+
+/// Row i of a block of scores, in place: the masked softmax's numerators
+/// exp(x - max) over the first `limit` of `keys` columns (0 beyond), and
+/// their sum. With `lse`, the exponent is taken from it instead (the row's
+/// log-sum-exp of the forward pass) and the result is the probability.
+static inline float attentionRow(float *x, int64_t limit, int64_t keys,
+                                 const float *lse) {
+  float shift;
+  if (lse) {
+    shift = *lse;
+  } else {
+    shift = -INFINITY;
+    for (int64_t j = 0; j < limit; ++j)
+      shift = std::max(shift, x[j]);
+  }
+  float sum = 0;
+#pragma omp simd reduction(+ : sum)
+  for (int64_t j = 0; j < limit; ++j)
+    sum += (x[j] = fastExp(x[j] - shift));
+  for (int64_t j = limit; j < keys; ++j)
+    x[j] = 0.0f;
+  return sum;
+}
+
+static bool attentionTypes(StrataRtContext *ctx, int64_t site,
+                           std::initializer_list<int64_t> types) {
+  for (int64_t type : types)
+    if (type != STRATA_RT_F32) {
+      ctx->fail(site, std::string("strata_rt_attention: f32 tensors only, "
+                                  "not ") +
+                          strata_rt_element_name(type));
+      return false;
+    }
+  return true;
+}
+
+} // namespace
+
+/// FlashAttention's schedule with whole rows of keys per block: for each
+/// head and block of kAttentionBlock query rows, the scores against the
+/// keys the block sees (with `causal`, keys up to its last row), their
+/// softmax and log-sum-exp, and the product with the values. The
+/// probabilities exist one block at a time, in scratch; the products run
+/// through oneDNN's sgemm, single-threaded inside the parallel loop, so
+/// results do not depend on the thread count.
+void STRATA_RT_KERNEL(strata_rt_attention)(
+    StrataRtContext *ctx, int64_t site, void *outData, int64_t outType,
+    void *lseData, int64_t lseType, const void *qData, int64_t qType,
+    const void *kData, int64_t kType, const void *vData, int64_t vType,
+    int64_t heads, int64_t s, int64_t t, int64_t d, int64_t dv, double scale,
+    int64_t causal) {
+  if (!attentionTypes(ctx, site, {outType, lseType, qType, kType, vType}))
+    return;
+  auto *out = static_cast<float *>(outData);
+  auto *lse = static_cast<float *>(lseData);
+  auto *q = static_cast<const float *>(qData);
+  auto *k = static_cast<const float *>(kData);
+  auto *v = static_cast<const float *>(vData);
+  const int64_t block = kAttentionBlock;
+  int64_t blocks = (s + block - 1) / block;
+  float *scratch = ctx->scratchFloats(omp_get_max_threads() * block * t);
+#pragma omp parallel for collapse(2) schedule(dynamic)
+  for (int64_t h = 0; h < heads; ++h)
+    for (int64_t b = 0; b < blocks; ++b) {
+      float *p = scratch + omp_get_thread_num() * block * t;
+      int64_t i0 = b * block, rows = std::min(block, s - i0);
+      int64_t keys = causal ? i0 + rows : t;
+      dnnl_sgemm('N', 'T', rows, keys, d, float(scale), q + (h * s + i0) * d, d,
+                 k + h * t * d, d, 0.0f, p, keys);
+      for (int64_t r = 0; r < rows; ++r) {
+        float *x = p + r * keys;
+        int64_t limit = causal ? i0 + r + 1 : keys;
+        float mx = -INFINITY;
+        for (int64_t j = 0; j < limit; ++j)
+          mx = std::max(mx, x[j]);
+        float sum = attentionRow(x, limit, keys, nullptr);
+        lse[h * s + i0 + r] = mx + std::log(sum);
+        float inv = 1.0f / sum;
+        for (int64_t j = 0; j < limit; ++j)
+          x[j] *= inv;
+      }
+      dnnl_sgemm('N', 'N', rows, dv, keys, 1.0f, p, keys, v + h * t * dv, dv,
+                 0.0f, out + (h * s + i0) * dv, dv);
+    }
+}
+
+/// The gradients of strata_rt_attention, per head (dk and dv sum over the
+/// head's query blocks): the probabilities P of each block recomputed from
+/// the log-sum-exp, dV += P^T dO, dP = dO V^T, dS = P (dP - rowsum(dO O)),
+/// dQ = scale dS K, dK += scale dS^T Q.
+void STRATA_RT_KERNEL(strata_rt_attention_grad)(
+    StrataRtContext *ctx, int64_t site, void *dqData, int64_t dqType,
+    void *dkData, int64_t dkType, void *dvData, int64_t dvType,
+    const void *qData, int64_t qType, const void *kData, int64_t kType,
+    const void *vData, int64_t vType, const void *outData, int64_t outType,
+    const void *lseData, int64_t lseType, const void *doutData,
+    int64_t doutType, int64_t heads, int64_t s, int64_t t, int64_t d,
+    int64_t dv, double scale, int64_t causal) {
+  if (!attentionTypes(ctx, site,
+                      {dqType, dkType, dvType, qType, kType, vType, outType,
+                       lseType, doutType}))
+    return;
+  auto *dq = static_cast<float *>(dqData);
+  auto *dk = static_cast<float *>(dkData);
+  auto *dV = static_cast<float *>(dvData);
+  auto *q = static_cast<const float *>(qData);
+  auto *k = static_cast<const float *>(kData);
+  auto *v = static_cast<const float *>(vData);
+  auto *out = static_cast<const float *>(outData);
+  auto *lse = static_cast<const float *>(lseData);
+  auto *dout = static_cast<const float *>(doutData);
+  const int64_t block = kAttentionBlock;
+  float *scratch = ctx->scratchFloats(omp_get_max_threads() * 2 * block * t);
+  float fscale = float(scale);
+#pragma omp parallel for schedule(dynamic)
+  for (int64_t h = 0; h < heads; ++h) {
+    float *p = scratch + omp_get_thread_num() * 2 * block * t;
+    float *dp = p + block * t;
+    float *dkh = dk + h * t * d, *dvh = dV + h * t * dv;
+    std::fill(dkh, dkh + t * d, 0.0f);
+    std::fill(dvh, dvh + t * dv, 0.0f);
+    for (int64_t i0 = 0; i0 < s; i0 += block) {
+      int64_t rows = std::min(block, s - i0);
+      int64_t keys = causal ? i0 + rows : t;
+      const float *qb = q + (h * s + i0) * d;
+      const float *dob = dout + (h * s + i0) * dv;
+      dnnl_sgemm('N', 'T', rows, keys, d, fscale, qb, d, k + h * t * d, d, 0.0f,
+                 p, keys);
+      for (int64_t r = 0; r < rows; ++r)
+        attentionRow(p + r * keys, causal ? i0 + r + 1 : keys, keys,
+                     lse + h * s + i0 + r);
+      dnnl_sgemm('T', 'N', keys, dv, rows, 1.0f, p, keys, dob, dv, 1.0f, dvh,
+                 dv);
+      dnnl_sgemm('N', 'T', rows, keys, dv, 1.0f, dob, dv, v + h * t * dv, dv,
+                 0.0f, dp, keys);
+      for (int64_t r = 0; r < rows; ++r) {
+        const float *o = out + (h * s + i0 + r) * dv;
+        float dot = 0;
+        for (int64_t c = 0; c < dv; ++c)
+          dot += dob[r * dv + c] * o[c];
+        float *pr = p + r * keys, *dpr = dp + r * keys;
+#pragma omp simd
+        for (int64_t j = 0; j < keys; ++j)
+          dpr[j] = pr[j] * (dpr[j] - dot);
+      }
+      dnnl_sgemm('N', 'N', rows, d, keys, fscale, dp, keys, k + h * t * d, d,
+                 0.0f, dq + (h * s + i0) * d, d);
+      dnnl_sgemm('T', 'N', keys, d, rows, fscale, dp, keys, qb, d, 1.0f, dkh,
+                 d);
+    }
+  }
 }
 
 void STRATA_RT_KERNEL(strata_rt_layer_norm)(

@@ -23,6 +23,8 @@
   X(strata_rt_dropout)                                                         \
   X(strata_rt_softmax)                                                         \
   X(strata_rt_softmax_grad)                                                    \
+  X(strata_rt_attention)                                                       \
+  X(strata_rt_attention_grad)                                                  \
   X(strata_rt_layer_norm)                                                      \
   X(strata_rt_layer_norm_grad)                                                 \
   X(strata_rt_embedding)                                                       \

@@ -919,7 +919,7 @@ TEST(RuntimeTest, DynamicLossScalingFollowsPaddlesRule) {
 TEST(RuntimeTest, SymbolsNameEveryKernel) {
   size_t count = 0;
   const StrataRtSymbol *symbols = strata_rt_symbols(&count);
-  EXPECT_EQ(count, 36u);
+  EXPECT_EQ(count, 38u);
   bool gemm = false;
   for (size_t i = 0; i < count; ++i) {
     EXPECT_NE(symbols[i].address, nullptr);

@@ -56,8 +56,9 @@ typedef struct StrataRtContext StrataRtContext;
    refuses to run it against a runtime of another version; hosts pass theirs
    in StrataRtOptions. Version 1 was the untyped (fp32-only) ABI; version 2
    typed it; version 3 guards the optimizer updates (loss scaling); version
-   4 gives them master weights (mixed precision level o2). */
-#define STRATA_RT_ABI_VERSION 4
+   4 gives them master weights (mixed precision level o2); version 5 adds
+   fused attention (strata_rt_attention and its gradient). */
+#define STRATA_RT_ABI_VERSION 5
 
 /* Element types of tensor arguments. */
 enum {
@@ -341,6 +342,27 @@ void strata_rt_softmax_grad(StrataRtContext *ctx, int64_t site, void *dx,
                             int64_t dxType, const void *y, int64_t yType,
                             const void *dy, int64_t dyType, int64_t rows,
                             int64_t n);
+/* Scaled dot-product attention over `heads` independent (batch x head)
+   slices: q [heads, s, d], k [heads, t, d], v [heads, t, dv];
+   out = softmax(scale * q k^T) v [heads, s, dv] and lse, the log-sum-exp of
+   each query's scaled scores [heads, s]. With `causal` (s == t) key j is
+   masked for query i when j > i. f32 only. */
+void strata_rt_attention(StrataRtContext *ctx, int64_t site, void *out,
+                         int64_t outType, void *lse, int64_t lseType,
+                         const void *q, int64_t qType, const void *k,
+                         int64_t kType, const void *v, int64_t vType,
+                         int64_t heads, int64_t s, int64_t t, int64_t d,
+                         int64_t dv, double scale, int64_t causal);
+/* dq, dk, dv of strata_rt_attention from its inputs, out, lse and dout. */
+void strata_rt_attention_grad(StrataRtContext *ctx, int64_t site, void *dq,
+                              int64_t dqType, void *dk, int64_t dkType,
+                              void *dv, int64_t dvType, const void *q,
+                              int64_t qType, const void *k, int64_t kType,
+                              const void *v, int64_t vType, const void *out,
+                              int64_t outType, const void *lse, int64_t lseType,
+                              const void *dout, int64_t doutType, int64_t heads,
+                              int64_t s, int64_t t, int64_t d, int64_t dvDim,
+                              double scale, int64_t causal);
 void strata_rt_layer_norm(StrataRtContext *ctx, int64_t site, void *y,
                           int64_t yType, const void *x, int64_t xType,
                           const void *gamma, int64_t gammaType,

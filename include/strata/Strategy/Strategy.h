@@ -50,6 +50,8 @@ struct FusedPassesSection {
   bool enable = false;
   bool gemm_epilogue = false;
   bool dropout_add = false;
+  /// Strata's: scaled dot-product attention as one strata.attention.
+  bool flash_attention = false;
   bool operator==(const FusedPassesSection &) const = default;
 };
 
