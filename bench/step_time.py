@@ -12,7 +12,10 @@ of Strata and of three PyTorch runs: *eager* (the model as written, torch's
 default AdamW), *tuned* (fused AdamW; for the GPT, scaled_dot_product_attention
 with the causal mask and addmm for the biased products) and *compiled*
 (torch.compile of the tuned loss, fused AdamW), then Strata / best PyTorch
-(below 1: Strata is faster). Each side's GEMM ceiling is measured on the
+(below 1: Strata is faster), for Strata's program as written (AdamW) and
+with its fused passes (fused_passes: gemm_epilogue, dropout_add and
+flash_attention: Strata's counterpart of the tuned and compiled runs).
+Each side's GEMM ceiling is measured on the
 same threads, an fp32 1024^3 product through its own library (Strata:
 strata_rt_gemm of the CPU runtime, oneDNN; PyTorch: torch.mm, oneDNN/MKL),
 and each side's achieved fraction of it is the step's matrix-product FLOPs
@@ -250,12 +253,19 @@ def main():
         print("fp32 GEMM 1024^3 on %d thread(s): Strata %.1f GFLOP/s, "
               "PyTorch %.1f GFLOP/s" % (n, *ceilings[n]))
     strategy = os.path.join(args.workdir, "adamw.json")
+    adamw = {"optimizer": {"type": "adamw", "learning_rate": 0.001}}
     with open(strategy, "w") as f:
-        json.dump({"optimizer": {"type": "adamw", "learning_rate": 0.001}}, f)
+        json.dump(adamw, f)
+    fused = os.path.join(args.workdir, "fused.json")
+    with open(fused, "w") as f:
+        json.dump(dict(adamw, fused_passes={
+            "enable": True, "gemm_epilogue": True, "dropout_add": True,
+            "flash_attention": True}), f)
     print()
-    print("| model | threads | Strata ms | eager ms | tuned ms | compiled ms"
-          " | Strata / best | Strata GEMM % | best PyTorch GEMM % |")
-    print("| --- | --- | --- | --- | --- | --- | --- | --- | --- |")
+    print("| model | threads | Strata ms | Strata fused ms | eager ms | tuned ms"
+          " | compiled ms | Strata / best | fused / best | Strata GEMM %"
+          " | best PyTorch GEMM % |")
+    print("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
     for name in args.models.split(","):
         m = MODELS[name]
         program = os.path.join(args.workdir, name + ".mlir")
@@ -270,21 +280,23 @@ def main():
             torch.set_num_threads(n)
             variants = {v: TorchRun(torch, compare, name, init, v)
                         for v in ("eager", "tuned", "compiled")}
-            times = {k: [] for k in ["strata"] + list(variants)}
+            times = {k: [] for k in ["strata", "fused"] + list(variants)}
             for _ in range(args.rounds):
-                times["strata"] += strata_times(
-                    build, program, strategy, n, args.steps, args.warmup,
-                    os.path.join(args.workdir, name + ".report.json"))
+                for k, path in (("strata", strategy), ("fused", fused)):
+                    times[k] += strata_times(
+                        build, program, path, n, args.steps, args.warmup,
+                        os.path.join(args.workdir, name + ".report.json"))
                 for v, r in variants.items():
                     ms = [r.step() for _ in range(args.warmup + args.steps)]
                     times[v] += ms[args.warmup:]
             med = {k: statistics.median(v) for k, v in times.items()}
             best = min(med[v] for v in variants)
             ours, theirs = ceilings[n]
-            print("| %s | %d | %.1f | %.1f | %.1f | %.1f | %.2f | %.0f%% of %.0f"
-                  " | %.0f%% of %.0f |" % (
-                      m["desc"], n, med["strata"], med["eager"], med["tuned"],
-                      med["compiled"], med["strata"] / best,
+            print("| %s | %d | %.1f | %.1f | %.1f | %.1f | %.1f | %.2f | %.2f"
+                  " | %.0f%% of %.0f | %.0f%% of %.0f |" % (
+                      m["desc"], n, med["strata"], med["fused"], med["eager"],
+                      med["tuned"], med["compiled"], med["strata"] / best,
+                      med["fused"] / best,
                       100 * flops / med["strata"] / 1e6 / ours, ours,
                       100 * flops / best / 1e6 / theirs, theirs), flush=True)
 

@@ -1198,10 +1198,12 @@ inferAttention(std::optional<Location> loc, Type queryType, Type keyType,
                                      Twine(k.getDimSize(r - 2)));
   SmallVector<int64_t> out(q.getShape());
   out.back() = v.getDimSize(r - 1);
+  Type lseElement = q.getElementType().isF64()
+                       ? q.getElementType()
+                       : Float32Type::get(q.getContext());
   return std::make_pair(
       RankedTensorType::get(out, q.getElementType()),
-      RankedTensorType::get(q.getShape().drop_back(),
-                            Float32Type::get(q.getContext())));
+      RankedTensorType::get(q.getShape().drop_back(), lseElement));
 }
 
 LogicalResult AttentionOp::inferReturnTypes(MLIRContext *,

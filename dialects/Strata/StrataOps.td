@@ -1200,7 +1200,8 @@ def Strata_AttentionOp : Strata_ComputeOp<"attention",
     with `query` [..., S, D], `key` [..., T, D] and `value` [..., T, Dv]
     (the leading dimensions equal: batch and heads). With `causal`, S = T
     and key j is masked for query i when j > i. The second result is the
-    log-sum-exp of each query's scaled scores (f32, [..., S]): the gradient
+    log-sum-exp of each query's scaled scores ([..., S], f32, or f64 for
+    f64 attention): the gradient
     recomputes the probabilities from it, so the [S, T] matrix of
     probabilities is never stored. `strata-attention-fusion` makes it from
     the unfused chain of ops.
