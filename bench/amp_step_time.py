@@ -22,11 +22,12 @@ float16 run uses its GradScaler (dynamic loss scaling, as Strata's).
 import argparse
 import json
 import os
-import platform
 import statistics
-import subprocess
 import sys
 import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from benchlib import cpu_model, run  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "test", "reference"))
@@ -47,20 +48,8 @@ PRECISIONS = {
     "fp16-o2": {"enable": True, "dtype": "float16", "level": "o2"},
 }
 
-STRATA_ENV = dict(os.environ)
 
 
-def run(cmd):
-    return subprocess.run(cmd, check=True, capture_output=True, text=True,
-                          env=STRATA_ENV).stdout
-
-
-def cpu_model():
-    with open("/proc/cpuinfo") as f:
-        for line in f:
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    return platform.processor() or "unknown"
 
 
 def strata_step(build, program, strategy, threads, steps, warmup, report):

@@ -17,22 +17,15 @@ stage's programs (rank 0 and rank 28 of 32). Median of --runs runs.
 
 import argparse
 import os
-import platform
 import statistics
 import subprocess
+import sys
 import tempfile
 import time
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from benchlib import cpu_model  # noqa: E402
 
-def cpu_model():
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "unknown"
 
 
 def timed(cmd, runs):

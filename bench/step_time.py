@@ -27,13 +27,14 @@ hits both.
 import argparse
 import ctypes
 import json
-import math
 import os
-import platform
 import statistics
 import subprocess
 import sys
 import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from benchlib import cpu_model, run  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
@@ -50,7 +51,6 @@ MODELS = {
                "desc": "GPT 2L h768 a12 s256 b4", "layers": 2, "heads": 12},
 }
 
-STRATA_ENV = dict(os.environ)
 
 
 def ensure_torch2(build):
@@ -70,17 +70,6 @@ def ensure_torch2(build):
     os.execv(python, [python] + sys.argv)
 
 
-def run(cmd):
-    return subprocess.run(cmd, check=True, capture_output=True, text=True,
-                          env=STRATA_ENV).stdout
-
-
-def cpu_model():
-    with open("/proc/cpuinfo") as f:
-        for line in f:
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    return platform.processor() or "unknown"
 
 
 def best_rate(fn, flops, reps=5):
