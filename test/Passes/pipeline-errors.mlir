@@ -22,6 +22,13 @@
 // NOSTAGE: error: strata-pipeline: no op carries strata.stage (run strata-stage-split before strata-autodiff)
 // RUN: not strata-opt mlp.mlir --strata-rank-grid="pp=2 dp=2" --strata-stage-split --strata-autodiff --strata-gradient-merge=k-steps=4 --strata-optimizer --strata-pipeline="accumulate-steps=4 rank=4" 2>&1 | FileCheck %s --check-prefix=RANK
 // RANK: error: strata-pipeline: rank 4 is outside the rank grid of 4 ranks
+// Each stage computes the clipping of its own gradients from the combined
+// global norm; any other reader of the norm (here a broadcast added to the
+// optimizer's output) cannot be split over the stages.
+// RUN: strata-opt mlp.mlir --strata-rank-grid=pp=2 --strata-stage-split --strata-autodiff --strata-gradient-merge=k-steps=2 --strata-optimizer=grad-clip-norm=1.0 -o clip.mlir
+// RUN: sed 's/^\( *\)\(%%[0-9]*\) = strata.global_norm\(.*\)$/&\n\1%%extra = strata.broadcast_to \2 {strata.role = #strata.role<optimizer>} : (tensor<f32>) -> tensor<4xf32>/' clip.mlir > clip-read.mlir
+// RUN: not strata-opt clip-read.mlir --strata-pipeline="accumulate-steps=2 schedule=1F1B" 2>&1 | FileCheck %s --check-prefix=NORM
+// NORM: error: 'strata.broadcast_to' op reads a global norm over gradients of several pipeline stages; only clipping, guarded updates and scalar bookkeeping can (each stage computes them from the combined norm)
 // A stage annotation beyond the pipeline.
 // RUN: not strata-opt pingpong.mlir --strata-rank-grid --strata-stage-split 2>&1 | FileCheck %s --check-prefix=RANGE
 // RANGE: pingpong.mlir:9:10: error: 'strata.matmul' op is placed on stage 1, but the pipeline has 1 (the rank grid's pp 1 x vpp-degree 1)
