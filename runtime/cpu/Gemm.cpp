@@ -44,6 +44,7 @@ struct GemmCache {
 StrataRtContext::StrataRtContext() = default;
 StrataRtContext::~StrataRtContext() = default;
 
+namespace {
 /// The problem of one GEMM call.
 struct Problem {
   memory::data_type dt;
@@ -51,6 +52,7 @@ struct Problem {
   bool bias;
   int64_t act, accumulate;
 };
+} // namespace
 
 /// The oneDNN matmul primitive of a problem, created once and reused.
 static strata::cpu::GemmCache::Entry &primitiveFor(StrataRtContext *ctx,
