@@ -847,20 +847,12 @@ namespace {
 /// Query rows per block of strata_rt_attention(_grad).
 constexpr int64_t kAttentionBlock = 64;
 
-/// Row i of a block of scores, in place: the masked softmax's numerators
-/// exp(x - max) over the first `limit` of `keys` columns (0 beyond), and
-/// their sum. With `lse`, the exponent is taken from it instead (the row's
-/// log-sum-exp of the forward pass) and the result is the probability.
+/// A row of a block of scores, in place: exp(x - shift) over its first
+/// `limit` of `keys` columns, 0 beyond; returns their sum. The forward pass
+/// shifts by the row's maximum (the softmax's numerators), the gradient by
+/// the forward's log-sum-exp (the probabilities themselves).
 static inline float attentionRow(float *x, int64_t limit, int64_t keys,
-                                 const float *lse) {
-  float shift;
-  if (lse) {
-    shift = *lse;
-  } else {
-    shift = -INFINITY;
-    for (int64_t j = 0; j < limit; ++j)
-      shift = std::max(shift, x[j]);
-  }
+                                 float shift) {
   float sum = 0;
 #pragma omp simd reduction(+ : sum)
   for (int64_t j = 0; j < limit; ++j)
@@ -907,29 +899,32 @@ void STRATA_RT_KERNEL(strata_rt_attention)(
   const int64_t block = kAttentionBlock;
   int64_t blocks = (s + block - 1) / block;
   float *scratch = ctx->scratchFloats(omp_get_max_threads() * block * t);
-#pragma omp parallel for collapse(2) schedule(dynamic)
+  int bad = 0;
+#pragma omp parallel for collapse(2) schedule(dynamic) reduction(| : bad)
   for (int64_t h = 0; h < heads; ++h)
     for (int64_t b = 0; b < blocks; ++b) {
       float *p = scratch + omp_get_thread_num() * block * t;
       int64_t i0 = b * block, rows = std::min(block, s - i0);
       int64_t keys = causal ? i0 + rows : t;
-      dnnl_sgemm('N', 'T', rows, keys, d, float(scale), q + (h * s + i0) * d, d,
-                 k + h * t * d, d, 0.0f, p, keys);
+      bad |= dnnl_sgemm('N', 'T', rows, keys, d, float(scale), q + (h * s + i0) * d, d,
+                 k + h * t * d, d, 0.0f, p, keys) != dnnl_success;
       for (int64_t r = 0; r < rows; ++r) {
         float *x = p + r * keys;
         int64_t limit = causal ? i0 + r + 1 : keys;
         float mx = -INFINITY;
         for (int64_t j = 0; j < limit; ++j)
           mx = std::max(mx, x[j]);
-        float sum = attentionRow(x, limit, keys, nullptr);
+        float sum = attentionRow(x, limit, keys, mx);
         lse[h * s + i0 + r] = mx + std::log(sum);
         float inv = 1.0f / sum;
         for (int64_t j = 0; j < limit; ++j)
           x[j] *= inv;
       }
-      dnnl_sgemm('N', 'N', rows, dv, keys, 1.0f, p, keys, v + h * t * dv, dv,
-                 0.0f, out + (h * s + i0) * dv, dv);
+      bad |= dnnl_sgemm('N', 'N', rows, dv, keys, 1.0f, p, keys, v + h * t * dv, dv,
+                 0.0f, out + (h * s + i0) * dv, dv) != dnnl_success;
     }
+  if (bad)
+    ctx->fail(site, "strata_rt_attention: oneDNN's sgemm refused a block");
 }
 
 /// The gradients of strata_rt_attention, per head (dk and dv sum over the
@@ -960,7 +955,8 @@ void STRATA_RT_KERNEL(strata_rt_attention_grad)(
   const int64_t block = kAttentionBlock;
   float *scratch = ctx->scratchFloats(omp_get_max_threads() * 2 * block * t);
   float fscale = float(scale);
-#pragma omp parallel for schedule(dynamic)
+  int bad = 0;
+#pragma omp parallel for schedule(dynamic) reduction(| : bad)
   for (int64_t h = 0; h < heads; ++h) {
     float *p = scratch + omp_get_thread_num() * 2 * block * t;
     float *dp = p + block * t;
@@ -972,15 +968,15 @@ void STRATA_RT_KERNEL(strata_rt_attention_grad)(
       int64_t keys = causal ? i0 + rows : t;
       const float *qb = q + (h * s + i0) * d;
       const float *dob = dout + (h * s + i0) * dv;
-      dnnl_sgemm('N', 'T', rows, keys, d, fscale, qb, d, k + h * t * d, d, 0.0f,
-                 p, keys);
+      bad |= dnnl_sgemm('N', 'T', rows, keys, d, fscale, qb, d, k + h * t * d, d, 0.0f,
+                 p, keys) != dnnl_success;
       for (int64_t r = 0; r < rows; ++r)
         attentionRow(p + r * keys, causal ? i0 + r + 1 : keys, keys,
-                     lse + h * s + i0 + r);
-      dnnl_sgemm('T', 'N', keys, dv, rows, 1.0f, p, keys, dob, dv, 1.0f, dvh,
-                 dv);
-      dnnl_sgemm('N', 'T', rows, keys, dv, 1.0f, dob, dv, v + h * t * dv, dv,
-                 0.0f, dp, keys);
+                     lse[h * s + i0 + r]);
+      bad |= dnnl_sgemm('T', 'N', keys, dv, rows, 1.0f, p, keys, dob, dv, 1.0f, dvh,
+                 dv) != dnnl_success;
+      bad |= dnnl_sgemm('N', 'T', rows, keys, dv, 1.0f, dob, dv, v + h * t * dv, dv,
+                 0.0f, dp, keys) != dnnl_success;
       for (int64_t r = 0; r < rows; ++r) {
         const float *o = out + (h * s + i0 + r) * dv;
         float dot = 0;
@@ -991,12 +987,14 @@ void STRATA_RT_KERNEL(strata_rt_attention_grad)(
         for (int64_t j = 0; j < keys; ++j)
           dpr[j] = pr[j] * (dpr[j] - dot);
       }
-      dnnl_sgemm('N', 'N', rows, d, keys, fscale, dp, keys, k + h * t * d, d,
-                 0.0f, dq + (h * s + i0) * d, d);
-      dnnl_sgemm('T', 'N', keys, d, rows, fscale, dp, keys, qb, d, 1.0f, dkh,
-                 d);
+      bad |= dnnl_sgemm('N', 'N', rows, d, keys, fscale, dp, keys, k + h * t * d, d,
+                 0.0f, dq + (h * s + i0) * d, d) != dnnl_success;
+      bad |= dnnl_sgemm('T', 'N', keys, d, rows, fscale, dp, keys, qb, d, 1.0f, dkh,
+                 d) != dnnl_success;
     }
   }
+  if (bad)
+    ctx->fail(site, "strata_rt_attention: oneDNN's sgemm refused a block");
 }
 
 void STRATA_RT_KERNEL(strata_rt_layer_norm)(
