@@ -1163,7 +1163,7 @@ LogicalResult FusedDropoutAddGradOp::inferReturnTypes(
 
 /// The shapes of attention's operands: query [..., S, D], key [..., T, D],
 /// value [..., T, Dv], the leading dimensions equal. Returns the result type
-/// [..., S, Dv] and the log-sum-exp type [..., S] (f32).
+/// [..., S, Dv] and the log-sum-exp type [..., S] (f32; f64 for f64).
 template <typename OpTy>
 static FailureOr<std::pair<RankedTensorType, RankedTensorType>>
 inferAttention(std::optional<Location> loc, Type queryType, Type keyType,
