@@ -862,18 +862,6 @@ static inline float attentionRow(float *x, int64_t limit, int64_t keys,
   return sum;
 }
 
-static bool attentionTypes(StrataRtContext *ctx, int64_t site,
-                           std::initializer_list<int64_t> types) {
-  for (int64_t type : types)
-    if (type != STRATA_RT_F32) {
-      ctx->fail(site, std::string("strata_rt_attention: f32 tensors only, "
-                                  "not ") +
-                          strata_rt_element_name(type));
-      return false;
-    }
-  return true;
-}
-
 } // namespace
 
 /// FlashAttention's schedule with whole rows of keys per block: for each
@@ -889,7 +877,7 @@ void STRATA_RT_KERNEL(strata_rt_attention)(
     const void *kData, int64_t kType, const void *vData, int64_t vType,
     int64_t heads, int64_t s, int64_t t, int64_t d, int64_t dv, double scale,
     int64_t causal) {
-  if (!attentionTypes(ctx, site, {outType, lseType, qType, kType, vType}))
+  if (!onlyF32(ctx, site, "attention", {outType, lseType, qType, kType, vType}))
     return;
   auto *out = static_cast<float *>(outData);
   auto *lse = static_cast<float *>(lseData);
@@ -939,7 +927,7 @@ void STRATA_RT_KERNEL(strata_rt_attention_grad)(
     const void *lseData, int64_t lseType, const void *doutData,
     int64_t doutType, int64_t heads, int64_t s, int64_t t, int64_t d,
     int64_t dv, double scale, int64_t causal) {
-  if (!attentionTypes(ctx, site,
+  if (!onlyF32(ctx, site, "attention_grad",
                       {dqType, dkType, dvType, qType, kType, vType, outType,
                        lseType, doutType}))
     return;
