@@ -183,28 +183,26 @@ struct DataParallelPass
       if (!tail.empty())
         buckets.push_back(tail);
     }
-    // Where each bucket is complete: after its last gradient.
-    auto lastReadyOf = [&](ArrayRef<unsigned> bucket) {
-      Operation *last = readyAt(ret.getOperand(bucket.front()));
-      for (unsigned i : bucket)
-        if (Operation *ready = readyAt(ret.getOperand(i));
-            last->isBeforeInBlock(ready))
-          last = ready;
-      return last;
-    };
-    llvm::stable_sort(buckets, [&](ArrayRef<unsigned> x, ArrayRef<unsigned> y) {
-      Operation *a = lastReadyOf(x), *b = lastReadyOf(y);
-      return a != b && a->isBeforeInBlock(b);
-    });
     // Positions in the block before anything is inserted (inserting ops
     // invalidates the block's order, and asking it again each bucket would
     // renumber the whole step each time).
-    SmallVector<Operation *> closes;
-    for (ArrayRef<unsigned> bucket : buckets)
-      closes.push_back(lastReadyOf(bucket));
     DenseMap<Operation *, int64_t> position;
     for (auto [k, op] : llvm::enumerate(body))
       position[&op] = k;
+    // Each bucket with where it is complete (after its last gradient), in
+    // that order.
+    SmallVector<std::pair<Operation *, SmallVector<unsigned>>> closing;
+    for (SmallVector<unsigned> &bucket : buckets) {
+      Operation *last = readyAt(ret.getOperand(bucket.front()));
+      for (unsigned i : bucket)
+        if (Operation *ready = readyAt(ret.getOperand(i));
+            position.lookup(last) < position.lookup(ready))
+          last = ready;
+      closing.push_back({last, std::move(bucket)});
+    }
+    llvm::stable_sort(closing, [&](const auto &x, const auto &y) {
+      return position.lookup(x.first) < position.lookup(y.first);
+    });
 
     // Each bucket is one flat buffer: its gradients are packed as soon as
     // the last of them is ready, all-reduced (mean) while the backward pass
@@ -222,11 +220,12 @@ struct DataParallelPass
     // The original op the previous bucket's collective was placed after
     // (-1: the token, before them all).
     int64_t anchor = -1;
-    for (auto [index, bucket] : llvm::enumerate(buckets)) {
+    for (auto [index, entry] : llvm::enumerate(closing)) {
+      auto &[close, bucket] = entry;
       // After the previous bucket's collective and this bucket's producers.
       Operation *after = chain.getDefiningOp();
-      if (int64_t at = position.lookup(closes[index]); anchor < at) {
-        after = closes[index];
+      if (int64_t at = position.lookup(close); anchor < at) {
+        after = close;
         anchor = at;
       }
       b.setInsertionPointAfter(after);
