@@ -436,11 +436,21 @@ MemoryPlan strata::planMemory(func::FuncOp func, int64_t alignment) {
   if (best.packedInPlace == 0)
     return best;
 
-  // The bucket ops, each with the most bytes alive during its tensors'
-  // lives outside the bucket.
+  // The numbers of leading tensors to try copying out of `n`.
+  auto splits = [&](unsigned n) {
+    SmallVector<unsigned> skips;
+    for (unsigned t = 1; t <= kTries; ++t) {
+      unsigned skip = (n * t + kTries - 1) / kTries;
+      if (skip && (skips.empty() || skip != skips.back()))
+        skips.push_back(skip);
+    }
+    return skips;
+  };
+  // The bucket ops, each with its splits and the most bytes alive during
+  // its tensors' lives outside the bucket.
   struct Site {
     Operation *op;
-    unsigned tensors;
+    SmallVector<unsigned> skips;
     int64_t heat;
   };
   SmallVector<Site> sites;
@@ -464,21 +474,12 @@ MemoryPlan strata::planMemory(func::FuncOp func, int64_t alignment) {
       continue;
     }
     sites.push_back(
-        {&op, tensors,
+        {&op, splits(tensors),
          *std::max_element(lt.live.begin() + from, lt.live.begin() + to + 1)});
   }
-  auto splits = [&](unsigned n) {
-    SmallVector<unsigned> skips;
-    for (unsigned t = 1; t <= kTries; ++t) {
-      unsigned skip = (n * t + kTries - 1) / kTries;
-      if (skip && (skips.empty() || skip != skips.back()))
-        skips.push_back(skip);
-    }
-    return skips;
-  };
   unsigned work = 0;
   for (const Site &site : sites)
-    work += splits(site.tensors).size();
+    work += site.skips.size();
   if (work > search) {
     // The hottest sites that fit the budget, searched in program order.
     SmallVector<Site> byHeat = sites;
@@ -487,7 +488,7 @@ MemoryPlan strata::planMemory(func::FuncOp func, int64_t alignment) {
     llvm::DenseSet<Operation *> kept;
     unsigned spent = 0;
     for (const Site &site : byHeat) {
-      unsigned cost = splits(site.tensors).size();
+      unsigned cost = site.skips.size();
       if (spent + cost > search)
         break;
       spent += cost;
@@ -498,7 +499,7 @@ MemoryPlan strata::planMemory(func::FuncOp func, int64_t alignment) {
   }
   for (const Site &site : sites) {
     unsigned chosen = 0;
-    for (unsigned skip : splits(site.tensors)) {
+    for (unsigned skip : site.skips) {
       copied[site.op] = skip;
       MemoryPlan candidate = place(func, lt, alignment, copied);
       if (candidate.arenaBytes < best.arenaBytes) {
