@@ -54,14 +54,18 @@ struct Problem {
 };
 } // namespace
 
-/// The oneDNN matmul primitive of a problem, created once and reused.
+/// The oneDNN matmul primitive of a problem, created once and reused. A
+/// batch whose products all read the same two matrices runs as that many
+/// products of one (oneDNN broadcasts one side only): its primitive is the
+/// single product's.
 static strata::cpu::GemmCache::Entry &primitiveFor(StrataRtContext *ctx,
                                                    const Problem &p) {
   if (!ctx->gemm)
     ctx->gemm = std::make_unique<strata::cpu::GemmCache>();
   strata::cpu::GemmCache &cache = *ctx->gemm;
+  int64_t batch = p.aBatchStride || p.bBatchStride ? p.batch : 1;
   strata::cpu::GemmCache::Key key{
-      p.batch,  p.m,          p.n,
+      batch,    p.m,          p.n,
       p.k,      p.aBatchStride != 0, p.transA,
       p.bBatchStride != 0, p.transB, p.bias,
       p.act,    p.accumulate, int(p.dt)};
@@ -69,14 +73,14 @@ static strata::cpu::GemmCache::Entry &primitiveFor(StrataRtContext *ctx,
   if (it != cache.primitives.end())
     return it->second;
   int64_t m = p.m, n = p.n, k = p.k;
-  int64_t ba = p.aBatchStride ? p.batch : 1, bb = p.bBatchStride ? p.batch : 1;
+  int64_t ba = p.aBatchStride ? batch : 1, bb = p.bBatchStride ? batch : 1;
   memory::desc aMd({ba, m, k}, p.dt,
                    p.transA ? memory::dims{m * k, 1, m}
                             : memory::dims{m * k, k, 1});
   memory::desc bMd({bb, k, n}, p.dt,
                    p.transB ? memory::dims{k * n, 1, k}
                             : memory::dims{k * n, n, 1});
-  memory::desc cMd({p.batch, m, n}, p.dt, memory::dims{m * n, n, 1});
+  memory::desc cMd({batch, m, n}, p.dt, memory::dims{m * n, n, 1});
   dnnl::post_ops ops;
   if (p.accumulate)
     ops.append_sum(1.0f);
@@ -170,8 +174,6 @@ static bool readsTransposedAFast(StrataRtContext *ctx, int64_t batch,
                                  int64_t m, int64_t n, int64_t k,
                                  int64_t aBatchStride, int64_t bBatchStride,
                                  int64_t transB, bool bias, int64_t act) {
-  if (aBatchStride == 0 && bBatchStride == 0)
-    batch = 1; // run as `batch` products of one (see matmul)
   try {
     return primitiveFor(ctx, {memory::data_type::f32, batch, m, n, k,
                               aBatchStride, 1, bBatchStride, transB, bias, act,
