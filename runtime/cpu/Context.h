@@ -1,21 +1,20 @@
 //===- Context.h - State of the CPU runtime ---------------------*- C++ -*-===//
 //
-// What the kernels keep between calls: the RNG seed and this rank's shard,
-// the thread count, the first error, scratch memory, cached oneDNN
-// primitives and the host's collectives. Private to runtime/cpu.
+// What the CPU kernels keep between calls beyond the host state every
+// runtime shares (common/HostContext.h): the thread count, scratch memory,
+// cached oneDNN primitives, the collectives in flight. Private to
+// runtime/cpu.
 //
 //===----------------------------------------------------------------------===//
 
 #ifndef STRATA_RUNTIME_CPU_CONTEXT_H
 #define STRATA_RUNTIME_CPU_CONTEXT_H
 
+#include "../common/HostContext.h"
 #include "../common/LowPrecision.h"
 #include "strata/Runtime/StrataRuntime.h"
 
-#include <atomic>
-#include <chrono>
 #include <cstdint>
-#include <initializer_list>
 #include <map>
 #include <memory>
 #include <string>
@@ -25,17 +24,8 @@ namespace strata::cpu {
 struct GemmCache;
 } // namespace strata::cpu
 
-struct StrataRtContext {
-  uint64_t seed = 0;
-  int64_t rank = 0;
-  int64_t shard = 0;
+struct StrataRtContext : strata::rt::HostContext {
   int64_t threads = 1;
-  StrataRtCollectiveFn collective = nullptr;
-  StrataRtWaitFn wait = nullptr;
-  void *collectiveUser = nullptr;
-  StrataRtSendFn send = nullptr;
-  StrataRtRecvFn recv = nullptr;
-  void *p2pUser = nullptr;
   /// Collectives in flight, by call site.
   struct Pending {
     void *request;
@@ -46,17 +36,8 @@ struct StrataRtContext {
     const char *name;
   };
   std::map<int64_t, Pending> pending;
-  /// The site of the host call (collective, send, receive, wait) in
-  /// progress, or -1: what a signal handler reports when the job is stopped.
-  std::atomic<int64_t> activeSite{-1};
-
-  bool tracing = false;
-  std::chrono::steady_clock::time_point start = std::chrono::steady_clock::now();
-  std::vector<StrataRtTraceEvent> trace, taken;
   double openBegin = 0;
 
-  std::string error;
-  int64_t errorSite = -1;
   std::vector<float> scratch, gemmScratch_;
   /// bf16 / f16 GEMM operands widened to f32.
   std::vector<float> gemmWiden;
@@ -65,13 +46,6 @@ struct StrataRtContext {
   StrataRtContext();
   ~StrataRtContext();
 
-  /// Records the first failure of a step.
-  void fail(int64_t site, std::string message) {
-    if (errorSite < 0 && error.empty()) {
-      error = std::move(message);
-      errorSite = site;
-    }
-  }
   /// Scratch of the GEMM (operand transposes).
   float *gemmScratch(int64_t n) {
     if (int64_t(gemmScratch_.size()) < n)
@@ -86,43 +60,11 @@ struct StrataRtContext {
   }
 };
 
-/// Records that kernel `kernel` has no implementation for `dtype`.
-inline void unsupportedType(StrataRtContext *ctx, int64_t site,
-                            const char *kernel, int64_t dtype) {
-  const char *name = strata_rt_element_name(dtype);
-  ctx->fail(site,
-            std::string("strata_rt_") + kernel + ": " +
-                (std::string(name) == "unknown"
-                     ? "unknown element type code " + std::to_string(dtype)
-                     : std::string(name) + " tensors") +
-                " are not implemented by the CPU runtime");
-}
-
-/// Whether every tensor of a kernel that implements f32 alone (the
-/// optimizer updates: master weights and moments are f32) is f32; records
-/// the failure otherwise.
-inline bool onlyF32(StrataRtContext *ctx, int64_t site, const char *kernel,
-                    std::initializer_list<int64_t> types) {
-  for (int64_t t : types)
-    if (t != STRATA_RT_F32) {
-      unsupportedType(ctx, site, kernel, t);
-      return false;
-    }
-  return true;
-}
-
-/// Whether all `types` are equal (elementwise kernels do not convert).
-inline bool sameTypes(StrataRtContext *ctx, int64_t site, const char *kernel,
-                      std::initializer_list<int64_t> types) {
-  for (int64_t t : types)
-    if (t != *types.begin()) {
-      ctx->fail(site, std::string("strata_rt_") + kernel + ": mixes " +
-                          strata_rt_element_name(*types.begin()) + " and " +
-                          strata_rt_element_name(t) + " tensors");
-      return false;
-    }
-  return true;
-}
+using strata::rt::integerIds;
+using strata::rt::onlyF32;
+using strata::rt::sameTypes;
+using strata::rt::stepCounter;
+using strata::rt::unsupportedType;
 
 /// Calls `f(T{})` with the storage type T (float, BFloat16, Half) shared by
 /// every tensor of a floating-point kernel that computes in f32; records

@@ -41,7 +41,7 @@ struct GemmCache {
 
 } // namespace strata::cpu
 
-StrataRtContext::StrataRtContext() = default;
+StrataRtContext::StrataRtContext() : HostContext("CPU runtime") {}
 StrataRtContext::~StrataRtContext() = default;
 
 namespace {

@@ -1,0 +1,159 @@
+//===- Host.cpp - The host functions every runtime shares -----------------===//
+//
+// Compiled into each runtime with that runtime's directory first on the
+// include path: "Context.h" is its StrataRtContext, which derives from
+// strata::rt::HostContext. What differs between backends (creating a
+// context, the kernels, collectives, tracing) is in the backend's files.
+//
+//===----------------------------------------------------------------------===//
+
+#include "Context.h"
+
+#include <algorithm>
+#include <cstddef>
+#include <cstdio>
+
+namespace strata::rt {
+
+std::string checkOptions(const StrataRtOptions *options,
+                         const char *backendName, int64_t devices) {
+  if (!options)
+    return "no options (fill them with strata_rt_default_options)";
+  if (options->abiVersion != STRATA_RT_ABI_VERSION)
+    return "the caller was built for runtime ABI " +
+           std::to_string(options->abiVersion) + "; this runtime implements "
+           "ABI " + std::to_string(STRATA_RT_ABI_VERSION);
+  // Every field up to `device` exists in every version of the struct.
+  if (options->size <
+      int64_t(offsetof(StrataRtOptions, device) + sizeof(options->device)))
+    return "options of " + std::to_string(options->size) +
+           " bytes are too short (fill them with strata_rt_default_options)";
+  if (options->device < -1 || options->device >= devices)
+    return std::string("the ") + backendName + " has " +
+           (devices == 1 ? "one device (0)"
+                         : std::to_string(devices) + " devices") +
+           "; device " + std::to_string(options->device) + " was asked for";
+  if (options->rank < 0 || options->shard < 0)
+    return "rank and shard must not be negative";
+  return "";
+}
+
+StrataRtContext *refuse(const std::string &message, char *error,
+                        size_t errorSize) {
+  if (error && errorSize)
+    std::snprintf(error, errorSize, "%s", message.c_str());
+  return nullptr;
+}
+
+const char *collectiveName(int64_t op) {
+  switch (op) {
+  case STRATA_RT_ALL_REDUCE:
+    return "all_reduce";
+  case STRATA_RT_BROADCAST:
+    return "broadcast";
+  case STRATA_RT_REDUCE_SCATTER:
+    return "reduce_scatter";
+  case STRATA_RT_ALL_GATHER:
+    return "all_gather";
+  }
+  return "collective";
+}
+
+bool findGroup(HostContext &ctx, int64_t site, const int64_t *group,
+               const int64_t *&ranks, int64_t &numRanks) {
+  const int64_t *p = group + 1;
+  for (int64_t l = 0; l < group[0]; ++l) {
+    int64_t len = *p++;
+    if (std::find(p, p + len, ctx.rank) != p + len) {
+      ranks = p;
+      numRanks = len;
+      return true;
+    }
+    p += len;
+  }
+  ctx.fail(site, "rank " + std::to_string(ctx.rank) +
+                     " is in no list of the collective's group");
+  return false;
+}
+
+bool pointToPointGroup(HostContext &ctx, int64_t site, const void *fn,
+                       const int64_t *group, int64_t peer,
+                       const int64_t *&ranks, int64_t &numRanks) {
+  if (!fn) {
+    ctx.fail(site, "send and recv need several ranks");
+    return false;
+  }
+  if (!findGroup(ctx, site, group, ranks, numRanks))
+    return false;
+  if (peer < 0 || peer >= numRanks || ranks[peer] == ctx.rank) {
+    ctx.fail(site, "peer " + std::to_string(peer) +
+                       " is not another rank of a group of " +
+                       std::to_string(numRanks));
+    return false;
+  }
+  return true;
+}
+
+} // namespace strata::rt
+
+extern "C" {
+
+void strata_rt_default_options(StrataRtOptions *options) {
+  *options = StrataRtOptions{};
+  options->abiVersion = STRATA_RT_ABI_VERSION;
+  options->size = sizeof(StrataRtOptions);
+  options->threads = 1;
+  options->device = -1;
+}
+
+int64_t strata_rt_abi_version(void) { return STRATA_RT_ABI_VERSION; }
+
+int64_t strata_rt_step_begin(StrataRtContext *ctx, int64_t abiVersion) {
+  if (abiVersion == STRATA_RT_ABI_VERSION)
+    return 0;
+  ctx->fail(-1, "the step was lowered for runtime ABI " +
+                    std::to_string(abiVersion) +
+                    "; this runtime implements ABI " +
+                    std::to_string(STRATA_RT_ABI_VERSION) +
+                    ": lower the program again with this release");
+  return 1;
+}
+
+void strata_rt_set_collectives(StrataRtContext *ctx, StrataRtCollectiveFn run,
+                               StrataRtWaitFn wait, void *user) {
+  ctx->collective = run;
+  ctx->wait = wait;
+  ctx->collectiveUser = user;
+}
+
+void strata_rt_set_point_to_point(StrataRtContext *ctx, StrataRtSendFn send,
+                                  StrataRtRecvFn recv, void *user) {
+  ctx->send = send;
+  ctx->recv = recv;
+  ctx->p2pUser = user;
+}
+
+const char *strata_rt_error(StrataRtContext *ctx, int64_t *site) {
+  if (ctx->error.empty())
+    return nullptr;
+  if (site)
+    *site = ctx->errorSite;
+  return ctx->error.c_str();
+}
+
+void strata_rt_clear_error(StrataRtContext *ctx) {
+  ctx->error.clear();
+  ctx->errorSite = -1;
+}
+
+int64_t strata_rt_active_site(const StrataRtContext *ctx) {
+  return ctx->activeSite.load(std::memory_order_relaxed);
+}
+
+double strata_rt_now_us(StrataRtContext *ctx) { return ctx->nowUs(); }
+
+void strata_rt_enable_trace(StrataRtContext *ctx, int64_t enable) {
+  ctx->tracing = enable != 0;
+}
+
+} // extern "C"

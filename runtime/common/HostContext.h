@@ -1,0 +1,172 @@
+//===- HostContext.h - The host side every runtime shares -------*- C++ -*-===//
+//
+// What every backend's context holds on the host: the RNG seed and this
+// rank's shard, the host's collectives and point-to-point functions, the
+// first error of a step, and the call site of the host call in progress.
+// Each runtime's StrataRtContext derives from HostContext; Host.cpp,
+// compiled into each runtime, implements the ABI's host functions on it,
+// and the argument checks below word every backend's refusals alike.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef STRATA_RUNTIME_COMMON_HOSTCONTEXT_H
+#define STRATA_RUNTIME_COMMON_HOSTCONTEXT_H
+
+#include "strata/Runtime/StrataRuntime.h"
+
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <initializer_list>
+#include <string>
+#include <vector>
+
+namespace strata::rt {
+
+struct HostContext {
+  /// "CPU runtime", "CUDA runtime": how errors name the backend.
+  const char *backendName;
+
+  uint64_t seed = 0;
+  int64_t rank = 0;
+  int64_t shard = 0;
+
+  StrataRtCollectiveFn collective = nullptr;
+  StrataRtWaitFn wait = nullptr;
+  void *collectiveUser = nullptr;
+  StrataRtSendFn send = nullptr;
+  StrataRtRecvFn recv = nullptr;
+  void *p2pUser = nullptr;
+  /// The site of the host call (collective, send, receive, wait) in
+  /// progress, or -1: what a signal handler reports when the job is stopped.
+  std::atomic<int64_t> activeSite{-1};
+
+  bool tracing = false;
+  std::chrono::steady_clock::time_point start =
+      std::chrono::steady_clock::now();
+  std::vector<StrataRtTraceEvent> trace, taken;
+
+  std::string error;
+  int64_t errorSite = -1;
+
+  explicit HostContext(const char *backendName) : backendName(backendName) {}
+
+  /// Records the first failure of a step.
+  void fail(int64_t site, std::string message) {
+    if (errorSite < 0 && error.empty()) {
+      error = std::move(message);
+      errorSite = site;
+    }
+  }
+  /// Microseconds since the context was created.
+  double nowUs() const {
+    return std::chrono::duration<double, std::micro>(
+               std::chrono::steady_clock::now() - start)
+        .count();
+  }
+};
+
+/// Why `options` cannot make a context of a backend with `devices` devices
+/// (the empty string when they can).
+std::string checkOptions(const StrataRtOptions *options,
+                         const char *backendName, int64_t devices);
+/// Copies `message` into the caller's error buffer; returns null.
+StrataRtContext *refuse(const std::string &message, char *error,
+                        size_t errorSize);
+
+/// "all_reduce", "broadcast", ...
+const char *collectiveName(int64_t op);
+/// The list of `group` (count, then length + ranks per list) that holds
+/// this rank; records the failure when none does.
+bool findGroup(HostContext &ctx, int64_t site, const int64_t *group,
+               const int64_t *&ranks, int64_t &numRanks);
+/// This rank's list of `group` and a valid other `peer` in it, for send and
+/// receive through `fn` (records why not).
+bool pointToPointGroup(HostContext &ctx, int64_t site, const void *fn,
+                       const int64_t *group, int64_t peer,
+                       const int64_t *&ranks, int64_t &numRanks);
+
+/// Marks `site` as the host call in progress for as long as it lives.
+struct HostCall {
+  HostCall(HostContext &ctx, int64_t site) : ctx(ctx) {
+    ctx.activeSite.store(site, std::memory_order_relaxed);
+  }
+  ~HostCall() { ctx.activeSite.store(-1, std::memory_order_relaxed); }
+  HostContext &ctx;
+};
+
+/// Records that kernel `kernel` has no implementation for `dtype`.
+inline void unsupportedType(HostContext *ctx, int64_t site, const char *kernel,
+                            int64_t dtype) {
+  const char *name = strata_rt_element_name(dtype);
+  ctx->fail(site,
+            std::string("strata_rt_") + kernel + ": " +
+                (std::string(name) == "unknown"
+                     ? "unknown element type code " + std::to_string(dtype)
+                     : std::string(name) + " tensors") +
+                " are not implemented by the " + ctx->backendName);
+}
+
+/// Whether every tensor of a kernel that implements f32 alone (the
+/// optimizer updates: master weights and moments are f32) is f32; records
+/// the failure otherwise.
+inline bool onlyF32(HostContext *ctx, int64_t site, const char *kernel,
+                    std::initializer_list<int64_t> types) {
+  for (int64_t t : types)
+    if (t != STRATA_RT_F32) {
+      unsupportedType(ctx, site, kernel, t);
+      return false;
+    }
+  return true;
+}
+
+/// Whether all `types` are equal (elementwise kernels do not convert).
+inline bool sameTypes(HostContext *ctx, int64_t site, const char *kernel,
+                      std::initializer_list<int64_t> types) {
+  for (int64_t t : types)
+    if (t != *types.begin()) {
+      ctx->fail(site, std::string("strata_rt_") + kernel + ": mixes " +
+                          strata_rt_element_name(*types.begin()) + " and " +
+                          strata_rt_element_name(t) + " tensors");
+      return false;
+    }
+  return true;
+}
+
+/// Ids and labels are i32 or i64.
+inline bool integerIds(HostContext *ctx, int64_t site, const char *kernel,
+                       int64_t dtype) {
+  if (dtype == STRATA_RT_I32 || dtype == STRATA_RT_I64)
+    return true;
+  ctx->fail(site, std::string("strata_rt_") + kernel + ": ids are i32 or " +
+                      "i64, not " + strata_rt_element_name(dtype));
+  return false;
+}
+
+/// The step counter is an i64 scalar.
+inline bool stepCounter(HostContext *ctx, int64_t site, const char *kernel,
+                        int64_t dtype) {
+  if (dtype == STRATA_RT_I64)
+    return true;
+  ctx->fail(site, std::string("strata_rt_") + kernel +
+                      ": the step counter is i64, not " +
+                      strata_rt_element_name(dtype));
+  return false;
+}
+
+/// Whether a mean over ranks (kind 1) of `dtype` is defined and the type is
+/// known; records the failure otherwise.
+inline bool collectiveType(HostContext *ctx, int64_t site, const char *name,
+                           int64_t dtype, int64_t kind) {
+  if (strata_rt_element_bytes(dtype) == 0 ||
+      (kind == 1 && dtype != STRATA_RT_F32 && dtype != STRATA_RT_BF16 &&
+       dtype != STRATA_RT_F16)) {
+    unsupportedType(ctx, site, name, dtype);
+    return false;
+  }
+  return true;
+}
+
+} // namespace strata::rt
+
+#endif // STRATA_RUNTIME_COMMON_HOSTCONTEXT_H
