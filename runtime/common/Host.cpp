@@ -21,8 +21,10 @@ std::string checkOptions(const StrataRtOptions *options,
     return "no options (fill them with strata_rt_default_options)";
   if (options->abiVersion != STRATA_RT_ABI_VERSION)
     return "the caller was built for runtime ABI " +
-           std::to_string(options->abiVersion) + "; this runtime implements "
-           "ABI " + std::to_string(STRATA_RT_ABI_VERSION);
+           std::to_string(options->abiVersion) +
+           "; this runtime implements "
+           "ABI " +
+           std::to_string(STRATA_RT_ABI_VERSION);
   // Every field up to `device` exists in every version of the struct.
   if (options->size <
       int64_t(offsetof(StrataRtOptions, device) + sizeof(options->device)))

@@ -162,8 +162,8 @@ void strata_rt_send(StrataRtContext *ctx, int64_t site, const void *in,
                     const int64_t *group) {
   const int64_t *ranks = nullptr;
   int64_t numRanks = 0;
-  if (!strata::rt::pointToPointGroup(*ctx, site, (const void *)ctx->send, group, peer,
-                            ranks, numRanks))
+  if (!strata::rt::pointToPointGroup(*ctx, site, (const void *)ctx->send, group,
+                                     peer, ranks, numRanks))
     return;
   char error[256] = {0};
   strata::rt::HostCall inHost(*ctx, site);
@@ -177,8 +177,8 @@ void strata_rt_recv(StrataRtContext *ctx, int64_t site, void *out,
                     const int64_t *group) {
   const int64_t *ranks = nullptr;
   int64_t numRanks = 0;
-  if (!strata::rt::pointToPointGroup(*ctx, site, (const void *)ctx->recv, group, peer,
-                            ranks, numRanks))
+  if (!strata::rt::pointToPointGroup(*ctx, site, (const void *)ctx->recv, group,
+                                     peer, ranks, numRanks))
     return;
   char error[256] = {0};
   strata::rt::HostCall inHost(*ctx, site);
