@@ -26,6 +26,19 @@ config.substitutions.append(
 if config.strata_sanitize:
     config.available_features.add("sanitize")
 
+# The CUDA runtime is built (cuda-runtime), and a GPU can run it
+# (cuda-device: the driver reports one).
+if config.strata_cuda:
+    config.available_features.add("cuda-runtime")
+    import subprocess
+    try:
+        listed = subprocess.run(["nvidia-smi", "-L"], capture_output=True,
+                                text=True, timeout=30)
+        if listed.returncode == 0 and "GPU" in listed.stdout:
+            config.available_features.add("cuda-device")
+    except (OSError, subprocess.SubprocessError):
+        pass
+
 llvm_config.use_default_substitutions()
 llvm_config.with_environment("PATH", config.llvm_tools_dir, append_path=True)
 

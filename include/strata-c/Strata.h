@@ -114,8 +114,9 @@ typedef struct {
   /* The job: `worldSize` ranks, this is `rank`. */
   int64_t worldSize;
   int64_t rank;
-  /* "cpu" (the CPU runtime, JIT-compiled) or "reference" (the
-   * double-precision evaluator). */
+  /* "cpu" (the CPU runtime, JIT-compiled), "cuda" (the CUDA runtime,
+   * JIT-compiled; one GPU per rank, chosen by the rank's place on its
+   * machine) or "reference" (the double-precision evaluator). */
   const char *backend;
   /* Seed of the initial weights, dropout and the built-in data. */
   uint64_t seed;

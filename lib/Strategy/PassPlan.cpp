@@ -42,7 +42,7 @@ std::string strata::PlannedPass::options() const {
 
 std::vector<PlannedPass> strata::planPasses(const Strategy &s,
                                             std::optional<int64_t> worldSize,
-                                            int64_t rank) {
+                                            int64_t rank, StringRef target) {
   std::vector<PlannedPass> plan;
   // Each pass is made from its typed options (never from option text, where
   // a value with a space or a comma would be cut apart).
@@ -114,7 +114,9 @@ std::vector<PlannedPass> strata::planPasses(const Strategy &s,
 
   if (s.fused_passes.enable && s.fused_passes.gemm_epilogue)
     add("strata-gemm-epilogue-fusion", "fused_passes.gemm_epilogue",
-        [] { return createStrataGemmEpilogueFusion(); });
+        [o = StrataGemmEpilogueFusionOptions{target.str()}] {
+          return createStrataGemmEpilogueFusion(o);
+        });
   if (s.fused_passes.enable && s.fused_passes.dropout_add)
     add("strata-dropout-add-fusion", "fused_passes.dropout_add",
         [] { return createStrataDropoutAddFusion(); });

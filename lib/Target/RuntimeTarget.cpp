@@ -91,14 +91,17 @@ public:
   int64_t getBufferAlignment() const override { return 64; }
 };
 
-/// cuBLASLt epilogues and NCCL. The aux output of an epilogue that keeps the
+/// runtime/cuda: cuBLASLt epilogues, kernels that store f32, bf16 and f16
+/// and compute in f32, NCCL. The aux output of an epilogue that keeps the
 /// pre-activation needs N % 8 == 0 for GELU and a bit-mask whose leading
 /// dimension is a multiple of 128 for ReLU.
 class CudaTarget final : public RuntimeTarget {
 public:
   StringRef getName() const override { return "cuda"; }
   StringRef getDescription() const override { return "the CUDA runtime"; }
-  bool supportsFloatType(FloatType type) const override { return type.isF32(); }
+  bool supportsFloatType(FloatType type) const override {
+    return type.isF32() || type.isBF16() || type.isF16();
+  }
   bool epilogueSupports(Activation act, int64_t n) const override {
     if (act == Activation::Relu)
       return n % 128 == 0;

@@ -2,7 +2,7 @@
 
 #include "strata/Train/Trainer.h"
 
-#include "strata/Execution/CpuExecutable.h"
+#include "strata/Execution/JitExecutable.h"
 #include "strata/Model/ProgramBuilder.h"
 #include "strata/Passes/Passes.h"
 #include "strata/Passes/PipelineSchedule.h"
@@ -32,14 +32,21 @@ Expected<Backend> parseBackend(StringRef name) {
   if (name == "reference")
     return Backend::Reference;
   if (name == "cuda")
-    return trainerError("backend cuda is not implemented yet (the CUDA "
-                        "runtime is future work); use cpu");
+    return Backend::Cuda;
   return trainerError("unknown backend '" + name +
-                      "' (expected cpu or reference)");
+                      "' (expected cpu, cuda or reference)");
 }
 
 StringRef backendName(Backend backend) {
-  return backend == Backend::Cpu ? "cpu" : "reference";
+  switch (backend) {
+  case Backend::Cpu:
+    return "cpu";
+  case Backend::Cuda:
+    return "cuda";
+  case Backend::Reference:
+    break;
+  }
+  return "reference";
 }
 
 static int64_t peakRssBytes() {
@@ -91,7 +98,8 @@ Trainer::create(mlir::OwningOpRef<mlir::ModuleOp> program, Strategy strategy,
       std::make_unique<mlir::PassManager>(trainer->program->getContext());
   if (Error err = addPlannedPasses(
           *trainer->passes,
-          planPasses(trainer->plan, options.worldSize, options.rank),
+          planPasses(trainer->plan, options.worldSize, options.rank,
+                     options.backend == Backend::Cuda ? "cuda" : "cpu"),
           trainer->plan))
     return std::move(err);
   return std::move(trainer);
@@ -117,34 +125,46 @@ Error Trainer::compile() {
 
 Error Trainer::emitLowered(raw_ostream &os) {
   mlir::PassManager lower(program->getContext());
-  lower.addPass(createStrataLowerToRuntime());
+  StrataLowerToRuntimeOptions options;
+  options.target = opts.backend == Backend::Cuda ? "cuda" : "cpu";
+  lower.addPass(createStrataLowerToRuntime(options));
   if (mlir::failed(lower.run(*program)))
-    return trainerError("cannot lower the program to the CPU runtime");
+    return trainerError("cannot lower the program to the " + options.target +
+                        " runtime");
   program->print(os);
   return Error::success();
 }
 
 Error Trainer::emitObject(StringRef path) {
-  return CpuExecutable::emitObject(*program, path);
+  return JitExecutable::emitObject(
+      *program, path, opts.backend == Backend::Cuda ? "cuda" : "cpu");
 }
 
 Error Trainer::createExecutable() {
-  if (opts.backend == Backend::Cpu) {
-    CpuOptions cpu;
-    cpu.seed = opts.seed;
-    cpu.rank = opts.rank;
-    cpu.threads = opts.threads;
-    cpu.trace = opts.trace;
+  if (opts.backend == Backend::Cpu || opts.backend == Backend::Cuda) {
+    JitOptions jit;
+    if (opts.backend == Backend::Cuda) {
+      auto cuda = RuntimeLibrary::cuda();
+      if (!cuda)
+        return cuda.takeError();
+      jit.runtime = *cuda;
+    }
+    jit.seed = opts.seed;
+    jit.rank = opts.rank;
+    jit.threads = opts.threads;
+    jit.device = opts.device;
+    jit.tf32 = opts.tf32;
+    jit.trace = opts.trace;
     if (opts.communicator)
-      cpu.communication =
+      jit.communication =
           opts.communicator->runtimeCallbacks(!opts.blockingCollectives);
-    auto compiled = CpuExecutable::compile(*program, cpu);
+    auto compiled = JitExecutable::compile(*program, jit);
     if (!compiled)
       return compiled.takeError();
     exe = std::move(*compiled);
   } else {
     if (opts.trace)
-      return trainerError("tracing needs the cpu backend");
+      return trainerError("tracing needs a compiled backend (cpu or cuda)");
     reference::EvalOptions eval;
     eval.seed = opts.seed;
     eval.communicator = opts.communicator;

@@ -11,6 +11,7 @@
 #include <algorithm>
 #include <cstddef>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <omp.h>
 #include <string>
@@ -58,6 +59,30 @@ const StrataRtTraceEvent *strata_rt_take_trace(StrataRtContext *ctx,
   ctx->trace.clear();
   *count = ctx->taken.size();
   return ctx->taken.data();
+}
+
+void *strata_rt_alloc(StrataRtContext *ctx, int64_t bytes) {
+  // Never zero-sized; a multiple of the alignment, as aligned_alloc wants.
+  size_t size = (size_t(std::max<int64_t>(bytes, 1)) + 255) / 256 * 256;
+  void *memory = std::aligned_alloc(256, size);
+  if (!memory) {
+    ctx->fail(-1, "cannot allocate " + std::to_string(bytes) + " bytes");
+    return nullptr;
+  }
+  std::memset(memory, 0, size);
+  return memory;
+}
+
+void strata_rt_free(StrataRtContext *, void *memory) { std::free(memory); }
+
+void strata_rt_write(StrataRtContext *, void *to, const void *from,
+                     int64_t bytes) {
+  std::memcpy(to, from, size_t(bytes));
+}
+
+void strata_rt_read(StrataRtContext *, void *to, const void *from,
+                    int64_t bytes) {
+  std::memcpy(to, from, size_t(bytes));
 }
 
 int64_t strata_rt_scratch_bytes(StrataRtContext *ctx) {

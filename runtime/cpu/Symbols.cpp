@@ -5,53 +5,9 @@
 //
 //===----------------------------------------------------------------------===//
 
-#include "strata/Runtime/StrataRuntime.h"
+#include "../common/KernelList.h"
 
 #include <iterator>
-
-// The kernels of Kernels.cpp, built twice.
-#define STRATA_RT_VECTOR_KERNELS(X)                                            \
-  X(strata_rt_binary)                                                          \
-  X(strata_rt_unary)                                                           \
-  X(strata_rt_act_grad)                                                        \
-  X(strata_rt_cast)                                                            \
-  X(strata_rt_copy)                                                            \
-  X(strata_rt_strided_copy)                                                    \
-  X(strata_rt_copy_rows)                                                       \
-  X(strata_rt_reduce)                                                          \
-  X(strata_rt_fill)                                                            \
-  X(strata_rt_dropout)                                                         \
-  X(strata_rt_softmax)                                                         \
-  X(strata_rt_softmax_grad)                                                    \
-  X(strata_rt_attention)                                                       \
-  X(strata_rt_attention_grad)                                                  \
-  X(strata_rt_layer_norm)                                                      \
-  X(strata_rt_layer_norm_grad)                                                 \
-  X(strata_rt_embedding)                                                       \
-  X(strata_rt_embedding_grad)                                                  \
-  X(strata_rt_cross_entropy)                                                   \
-  X(strata_rt_cross_entropy_grad)                                              \
-  X(strata_rt_lr_schedule)                                                     \
-  X(strata_rt_global_norm)                                                     \
-  X(strata_rt_clip)                                                            \
-  X(strata_rt_sgd)                                                             \
-  X(strata_rt_momentum)                                                        \
-  X(strata_rt_adam)                                                            \
-  X(strata_rt_lars)                                                            \
-  X(strata_rt_is_finite)                                                       \
-  X(strata_rt_update_loss_scaling)
-
-// The rest: one build.
-#define STRATA_RT_COMMON_KERNELS(X)                                           \
-  X(strata_rt_gemm)                                                           \
-  X(strata_rt_collective)                                                     \
-  X(strata_rt_wait)                                                           \
-  X(strata_rt_send)                                                           \
-  X(strata_rt_recv)                                                           \
-  X(strata_rt_trace_begin)                                                    \
-  X(strata_rt_trace_end)                                                      \
-  X(strata_rt_step_begin)                                                     \
-  X(strata_rt_step_end)
 
 // The AVX2 variants (Kernels.cpp compiled with STRATA_RT_VARIANT=_avx2).
 #define STRATA_RT_DECLARE_AVX2(name) decltype(name) name##_avx2;

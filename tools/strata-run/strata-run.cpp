@@ -3,7 +3,8 @@
 //   strata-run PROGRAM.mlir [--strategy FILE] [--steps N] [--seed N]
 //              [--data FILE] [--init FILE.safetensors]
 //              [--save FILE.safetensors] [--report FILE.json]
-//              [--backend cpu|reference] [--cpu-threads N] [--nproc N]
+//              [--backend cpu|cuda|reference] [--cpu-threads N] [--tf32]
+//              [--nproc N]
 //              [--emit=obj -o FILE]
 //
 // prints `step <i> loss <value>` for every step. A thin command line over
@@ -122,9 +123,16 @@ static cl::opt<std::string> dumpBatches(
     cl::value_desc("file"), cl::init(""), cl::cat(dataCategory));
 static cl::opt<std::string> backend(
     "backend",
-    cl::desc("Execution backend: cpu (JIT against the CPU runtime, fp32) or "
-             "reference (the double-precision evaluator) (default: cpu)"),
+    cl::desc("Execution backend: cpu (JIT against the CPU runtime), cuda "
+             "(JIT against the CUDA runtime, one GPU per rank, chosen by "
+             "the rank's place on its machine) or reference (the "
+             "double-precision evaluator) (default: cpu)"),
     cl::init("cpu"), cl::cat(launchCategory));
+static cl::opt<bool>
+    tf32("tf32",
+         cl::desc("Let f32 GEMMs of the cuda backend round their operands to "
+                  "TF32 on tensor cores (faster, not true f32; default: off)"),
+         cl::init(false), cl::cat(launchCategory));
 // (LLVM owns a --threads option.)
 static cl::opt<int64_t> threads(
     "cpu-threads",
@@ -359,12 +367,11 @@ static std::string formatBytes(int64_t bytes) {
 static int checkArguments() {
   if (auto chosen = strata::parseBackend(backend); !chosen) {
     consumeError(chosen.takeError());
-    if (backend == "cuda")
-      return fail("--backend cuda is not implemented yet (the CUDA runtime "
-                  "is future work); use --backend cpu");
     return fail("unknown --backend '" + backend +
-                "' (expected cpu or reference)");
+                "' (expected cpu, cuda or reference)");
   }
+  if (tf32 && backend != "cuda")
+    return fail("--tf32 needs --backend cuda (the CPU has no TF32)");
   if (!emit.empty() && emit != "obj" && emit != "mlir")
     return fail("unknown --emit '" + emit + "' (expected obj or mlir)");
   if (!emit.empty() && outputFile.empty())
@@ -468,8 +475,8 @@ int main(int argc, char **argv) {
     communicator->onEnd = strata_run::communicationEnds;
   }
   bool rank0 = worldRank == 0;
-  if (!traceFile.empty() && backend != "cpu")
-    return fail("--trace needs --backend cpu");
+  if (!traceFile.empty() && backend == "reference")
+    return fail("--trace needs a compiled backend (--backend cpu or cuda)");
   strata::StrategyContext context;
   context.worldSize = worldSize;
   auto strategy = strategyFile.empty()
@@ -520,6 +527,7 @@ int main(int argc, char **argv) {
   options.seed = seed;
   options.threads = threadsPerRank();
   options.trace = !traceFile.empty();
+  options.tf32 = tf32;
   options.blockingCollectives = blockingCollectives;
   options.communicator = communicator.get();
   // The batch split and the strategy's passes: every rank fails alike.

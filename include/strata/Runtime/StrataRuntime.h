@@ -187,6 +187,9 @@ typedef struct {
   int64_t threads;    /* worker threads of the kernels (>= 1) */
   int64_t device;     /* the device to run on; -1: the backend's choice (the
                          CPU runtime has one device, 0) */
+  int64_t tf32;       /* nonzero: f32 GEMMs may round their operands to
+                         TF32 (CUDA tensor cores; off by default for true
+                         f32 results; the CPU runtime has no TF32) */
 } StrataRtOptions;
 void strata_rt_default_options(StrataRtOptions *options);
 /* The ABI version this runtime implements. */
@@ -234,6 +237,21 @@ double strata_rt_now_us(StrataRtContext *ctx);
    the error state are valid on the host (see "Ordering" above). */
 int64_t strata_rt_step_begin(StrataRtContext *ctx, int64_t abiVersion);
 void strata_rt_step_end(StrataRtContext *ctx);
+
+/* The backend's memory, where a step's buffers live (its arena, the
+   persistent buffers, inputs and outputs): host memory for the CPU runtime,
+   device memory for CUDA. strata_rt_alloc returns `bytes` zeroed bytes
+   aligned to 256, or NULL with the failure in the error state;
+   strata_rt_write copies host memory in and strata_rt_read copies out, each
+   after every call issued before it has completed. These host functions
+   came with version 5 and change nothing for lowered steps, which never
+   call them. */
+void *strata_rt_alloc(StrataRtContext *ctx, int64_t bytes);
+void strata_rt_free(StrataRtContext *ctx, void *memory);
+void strata_rt_write(StrataRtContext *ctx, void *to, const void *from,
+                     int64_t bytes);
+void strata_rt_read(StrataRtContext *ctx, void *to, const void *from,
+                    int64_t bytes);
 
 /* Bytes of scratch memory the kernels hold beyond the planned arena. */
 int64_t strata_rt_scratch_bytes(StrataRtContext *ctx);

@@ -45,10 +45,13 @@ struct PlannedPass {
 
 /// The passes `strategy` selects, in pipeline order. `worldSize`, when
 /// known, decides whether data parallelism is needed; `rank` is the rank
-/// whose program is made (sharding makes one program per rank).
+/// whose program is made (sharding makes one program per rank); the passes
+/// whose rewrites depend on the backend follow runtime target `target`
+/// ("cpu", "cuda").
 std::vector<PlannedPass> planPasses(const Strategy &strategy,
                                     std::optional<int64_t> worldSize,
-                                    int64_t rank = 0);
+                                    int64_t rank = 0,
+                                    llvm::StringRef target = "cpu");
 
 /// Appends the planned passes to `pm`. A pass that is not registered (its
 /// feature is not implemented yet) is an error naming the strategy key

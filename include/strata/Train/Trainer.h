@@ -45,9 +45,12 @@ enum class Backend {
   Reference,
   /// The lowered step JIT-compiled against the CPU runtime.
   Cpu,
+  /// The lowered step JIT-compiled against the CUDA runtime (loaded when
+  /// the executable is created).
+  Cuda,
 };
 
-/// "cpu" / "reference"; an error names the choices ("cuda" is not built).
+/// "cpu" / "cuda" / "reference"; an error names the choices.
 llvm::Expected<Backend> parseBackend(llvm::StringRef name);
 llvm::StringRef backendName(Backend backend);
 
@@ -59,8 +62,12 @@ struct TrainerOptions {
   uint64_t seed = 0;
   /// Kernel threads of this rank (CPU backend).
   int64_t threads = 1;
-  /// Record every op of every step (CPU backend; writeTrace).
+  /// Record every op of every step (compiled backends; writeTrace).
   bool trace = false;
+  /// The CUDA backend's device (-1: by the local rank on the machine) and
+  /// whether its f32 GEMMs may use TF32.
+  int64_t device = -1;
+  bool tf32 = false;
   /// Complete every collective where it starts (no overlap).
   bool blockingCollectives = false;
   /// The job's ranks; required when worldSize > 1, and its size must be

@@ -1,10 +1,10 @@
-//===- CpuExecutable.cpp - JIT of a lowered step on the CPU runtime -------===//
+//===- JitExecutable.cpp - JIT of a lowered step against a runtime --------===//
 
-#include "strata/Execution/CpuExecutable.h"
-#include "strata/Target/RuntimeTarget.h"
+#include "strata/Execution/JitExecutable.h"
 #include "strata/Dialect/Strata.h"
 #include "strata/Model/ProgramBuilder.h"
 #include "strata/Passes/Passes.h"
+#include "strata/Target/RuntimeTarget.h"
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/Dialect/LLVMIR/LLVMDialect.h"
@@ -33,7 +33,8 @@ llvm::Error error(const llvm::Twine &message) {
 }
 
 /// Lowers a clone of `module`; the clone holds the LLVM-dialect step.
-FailureOr<OwningOpRef<ModuleOp>> lowerClone(ModuleOp module, bool trace) {
+FailureOr<OwningOpRef<ModuleOp>> lowerClone(ModuleOp module, bool trace,
+                                            StringRef target) {
   DialectRegistry registry;
   registerBuiltinDialectTranslation(registry);
   registerLLVMDialectTranslation(registry);
@@ -42,6 +43,7 @@ FailureOr<OwningOpRef<ModuleOp>> lowerClone(ModuleOp module, bool trace) {
   PassManager pm(module->getContext());
   StrataLowerToRuntimeOptions options;
   options.trace = trace;
+  options.target = target.str();
   pm.addPass(createStrataLowerToRuntime(options));
   if (failed(pm.run(*lowered)))
     return failure();
@@ -65,13 +67,11 @@ struct Layout {
 
 Layout takeLayout(ModuleOp lowered) {
   Layout layout;
-  for (Attribute a :
-       lowered->getAttrOfType<ArrayAttr>("strata.rt.persistent"))
+  for (Attribute a : lowered->getAttrOfType<ArrayAttr>("strata.rt.persistent"))
     layout.persistent.push_back(cast<StringAttr>(a).str());
   for (Attribute a : lowered->getAttrOfType<ArrayAttr>("strata.rt.sites"))
     layout.sites.push_back(cast<StringAttr>(a).str());
-  for (Attribute a :
-       lowered->getAttrOfType<ArrayAttr>("strata.rt.site_roles"))
+  for (Attribute a : lowered->getAttrOfType<ArrayAttr>("strata.rt.site_roles"))
     layout.siteRoles.push_back(cast<StringAttr>(a).str());
   layout.arenaBytes =
       lowered->getAttrOfType<IntegerAttr>("strata.rt.arena_bytes").getInt();
@@ -87,7 +87,8 @@ Layout takeLayout(ModuleOp lowered) {
 /// Translates and compiles a lowered module; the runtime's kernels are
 /// absolute symbols of the JIT.
 llvm::Expected<std::unique_ptr<ExecutionEngine>>
-createEngine(ModuleOp lowered, unsigned optLevel, bool objectDump) {
+createEngine(ModuleOp lowered, unsigned optLevel, bool objectDump,
+             const RuntimeLibrary &runtime) {
   initNativeTarget();
   ExecutionEngineOptions engineOptions;
   // `transformer` is a function_ref: the callable must outlive create().
@@ -101,10 +102,10 @@ createEngine(ModuleOp lowered, unsigned optLevel, bool objectDump) {
   if (!engine)
     return error("code generation failed: " +
                  llvm::toString(engine.takeError()));
-  (*engine)->registerSymbols([](llvm::orc::MangleAndInterner interner) {
+  (*engine)->registerSymbols([&](llvm::orc::MangleAndInterner interner) {
     llvm::orc::SymbolMap map;
     size_t count = 0;
-    const StrataRtSymbol *symbols = strata_rt_symbols(&count);
+    const StrataRtSymbol *symbols = runtime.symbols(&count);
     for (size_t i = 0; i < count; ++i)
       map[interner(symbols[i].name)] = {
           llvm::orc::ExecutorAddr::fromPtr(symbols[i].address),
@@ -116,16 +117,28 @@ createEngine(ModuleOp lowered, unsigned optLevel, bool objectDump) {
 
 } // namespace
 
-CpuExecutable::~CpuExecutable() {
+JitExecutable::~JitExecutable() {
+  if (!context)
+    return;
   for (auto *list : {&persistent, &inputs, &outputs})
     for (Buffer &b : *list)
-      std::free(b.data);
-  std::free(arena);
-  if (context)
-    strata_rt_destroy(context);
+      runtime->free(context, b.data);
+  runtime->free(context, arena);
+  runtime->destroy(context);
 }
 
-CpuExecutable::Buffer CpuExecutable::makeBuffer(std::string name, Type type) {
+llvm::Error JitExecutable::runtimeError(StringRef what) const {
+  int64_t site = -1;
+  const char *message = runtime->error(context, &site);
+  if (!message)
+    return llvm::Error::success();
+  std::string where =
+      site >= 0 && site < int64_t(sites.size()) ? sites[site] : what.str();
+  return error(where + ": " + message);
+}
+
+llvm::Expected<JitExecutable::Buffer>
+JitExecutable::makeBuffer(std::string name, Type type) {
   auto tensor = cast<RankedTensorType>(type);
   Buffer b;
   b.name = std::move(name);
@@ -134,42 +147,43 @@ CpuExecutable::Buffer CpuExecutable::makeBuffer(std::string name, Type type) {
   b.dtype = runtimeElementType(tensor.getElementType());
   assert(b.dtype >= 0 && "a type the lowering refuses");
   b.bytes = tensor.getNumElements() * strata_rt_element_bytes(b.dtype);
-  // 64-byte aligned, as the arena; never zero-sized.
-  b.data = std::aligned_alloc(64, (std::max<int64_t>(b.bytes, 1) + 63) / 64 * 64);
-  std::memset(b.data, 0, b.bytes);
+  b.data = runtime->alloc(context, b.bytes);
+  if (!b.data)
+    return runtimeError(b.name);
   return b;
 }
 
-llvm::Expected<std::unique_ptr<CpuExecutable>>
-CpuExecutable::compile(ModuleOp module, const CpuOptions &options) {
+llvm::Error JitExecutable::write(const Buffer &b, const reference::Tensor &t) {
+  std::vector<char> host(b.bytes);
+  writeHostBuffer(t, b.dtype, host.data());
+  runtime->write(context, b.data, host.data(), b.bytes);
+  return runtimeError(b.name);
+}
+
+reference::Tensor JitExecutable::read(const Buffer &b) const {
+  std::vector<char> host(b.bytes);
+  runtime->read(context, host.data(), b.data, b.bytes);
+  return readHostBuffer(b.shape, b.dtype, host.data());
+}
+
+llvm::Expected<std::unique_ptr<JitExecutable>>
+JitExecutable::compile(ModuleOp module, const JitOptions &options) {
+  const RuntimeLibrary &runtime =
+      options.runtime ? *options.runtime : RuntimeLibrary::cpu();
   llvm::Expected<func::FuncOp> step = findStepFunction(module);
   if (!step)
     return step.takeError();
-  auto lowered = lowerClone(module, options.trace);
+  auto lowered = lowerClone(module, options.trace, runtime.target);
   if (failed(lowered))
-    return error("cannot lower the program to the CPU runtime");
+    return error("cannot lower the program to " + runtime.description);
   Layout layout = takeLayout(**lowered);
 
-  std::unique_ptr<CpuExecutable> exe(new CpuExecutable);
+  std::unique_ptr<JitExecutable> exe(new JitExecutable);
+  exe->runtime = &runtime;
   exe->sites = layout.sites;
   exe->siteRoles = layout.siteRoles;
   exe->arenaSize = layout.arenaBytes;
-  exe->arena =
-      std::aligned_alloc(64, (std::max<int64_t>(layout.arenaBytes, 1) + 63) / 64 * 64);
-  for (const std::string &name : layout.persistent) {
-    Operation *symbol = module.lookupSymbol(name);
-    Type type = isa<ParamOp>(symbol) ? cast<ParamOp>(symbol).getType()
-                                     : cast<StateOp>(symbol).getType();
-    exe->persistent.push_back(makeBuffer(name, type));
-  }
-  for (BlockArgument arg : step->getArguments())
-    exe->inputs.push_back(
-        makeBuffer("argument " + std::to_string(arg.getArgNumber()),
-                   arg.getType()));
-  for (auto [i, type] : llvm::enumerate(step->getResultTypes()))
-    exe->outputs.push_back(makeBuffer("result " + std::to_string(i), type));
-
-  auto engine = createEngine(**lowered, options.optLevel, false);
+  auto engine = createEngine(**lowered, options.optLevel, false, runtime);
   if (!engine)
     return engine.takeError();
   auto address = (*engine)->lookup("strata_step");
@@ -182,40 +196,72 @@ CpuExecutable::compile(ModuleOp module, const CpuOptions &options) {
   // runtime does not have: refuse it before the first step.
   if (auto version = exe->engine->lookup("strata_step_abi_version");
       !version ||
-      *reinterpret_cast<const int64_t *>(*version) != strata_rt_abi_version()) {
+      *reinterpret_cast<const int64_t *>(*version) != runtime.abi_version()) {
     if (!version)
       llvm::consumeError(version.takeError());
     return error("the lowered module was built for another runtime ABI "
-                 "than this runtime's (" +
-                 std::to_string(strata_rt_abi_version()) + ")");
+                 "than " +
+                 runtime.description + "'s (" +
+                 std::to_string(runtime.abi_version()) + ")");
   }
   StrataRtOptions rtOptions;
-  strata_rt_default_options(&rtOptions);
+  runtime.default_options(&rtOptions);
   rtOptions.seed = options.seed;
   rtOptions.rank = options.rank;
   rtOptions.shard = options.rank % layout.shards;
   rtOptions.threads = options.threads;
+  rtOptions.device = options.device;
+  rtOptions.tf32 = options.tf32;
   char message[256] = {0};
-  exe->context = strata_rt_create(&rtOptions, message, sizeof(message));
+  exe->context = runtime.create(&rtOptions, message, sizeof(message));
   if (!exe->context)
-    return error(std::string("cannot create the CPU runtime: ") + message);
-  strata_rt_enable_trace(exe->context, options.trace);
+    return error("cannot create " + runtime.description + ": " + message);
+  runtime.enable_trace(exe->context, options.trace);
   const RuntimeCallbacks &comm = options.communication;
   if (comm.collective)
-    strata_rt_set_collectives(exe->context, comm.collective, comm.wait,
-                              comm.collectiveUser);
+    runtime.set_collectives(exe->context, comm.collective, comm.wait,
+                            comm.collectiveUser);
   if (comm.send && comm.recv)
-    strata_rt_set_point_to_point(exe->context, comm.send, comm.recv,
-                                 comm.pointToPointUser);
+    runtime.set_point_to_point(exe->context, comm.send, comm.recv,
+                               comm.pointToPointUser);
+
+  exe->arena = runtime.alloc(exe->context, layout.arenaBytes);
+  if (!exe->arena)
+    return exe->runtimeError("the arena");
+  for (const std::string &name : layout.persistent) {
+    Operation *symbol = module.lookupSymbol(name);
+    Type type = isa<ParamOp>(symbol) ? cast<ParamOp>(symbol).getType()
+                                     : cast<StateOp>(symbol).getType();
+    auto b = exe->makeBuffer(name, type);
+    if (!b)
+      return b.takeError();
+    exe->persistent.push_back(std::move(*b));
+  }
+  for (BlockArgument arg : step->getArguments()) {
+    auto b = exe->makeBuffer("argument " + std::to_string(arg.getArgNumber()),
+                             arg.getType());
+    if (!b)
+      return b.takeError();
+    exe->inputs.push_back(std::move(*b));
+  }
+  for (auto [i, type] : llvm::enumerate(step->getResultTypes())) {
+    auto b = exe->makeBuffer("result " + std::to_string(i), type);
+    if (!b)
+      return b.takeError();
+    exe->outputs.push_back(std::move(*b));
+  }
   return exe;
 }
 
-llvm::Error CpuExecutable::emitObject(ModuleOp module, llvm::StringRef path) {
-  auto lowered = lowerClone(module, /*trace=*/false);
+llvm::Error JitExecutable::emitObject(ModuleOp module, llvm::StringRef path,
+                                      llvm::StringRef target) {
+  auto lowered = lowerClone(module, /*trace=*/false, target);
   if (failed(lowered))
-    return error("cannot lower the program to the CPU runtime");
+    return error("cannot lower the program to the " + target + " runtime");
   takeLayout(**lowered);
-  auto engine = createEngine(**lowered, 2, /*objectDump=*/true);
+  // The symbols are resolved when the object is linked.
+  auto engine =
+      createEngine(**lowered, 2, /*objectDump=*/true, RuntimeLibrary::cpu());
   if (!engine)
     return engine.takeError();
   // Materialise the code, then write the object.
@@ -228,7 +274,7 @@ llvm::Error CpuExecutable::emitObject(ModuleOp module, llvm::StringRef path) {
 }
 
 llvm::Error
-CpuExecutable::setState(const llvm::StringMap<reference::Tensor> &state) {
+JitExecutable::setState(const llvm::StringMap<reference::Tensor> &state) {
   for (Buffer &b : persistent) {
     auto it = state.find(b.name);
     if (it == state.end())
@@ -236,25 +282,26 @@ CpuExecutable::setState(const llvm::StringMap<reference::Tensor> &state) {
     const reference::Tensor &t = it->second;
     if (t.shape != b.shape)
       return error("'" + b.name + "' has the wrong shape");
-    writeHostBuffer(t, b.dtype, b.data);
+    if (llvm::Error err = write(b, t))
+      return err;
   }
   return llvm::Error::success();
 }
 
-void CpuExecutable::getState(llvm::StringMap<reference::Tensor> &state) const {
+void JitExecutable::getState(llvm::StringMap<reference::Tensor> &state) const {
   for (const Buffer &b : persistent)
-    state[b.name] = readHostBuffer(b.shape, b.dtype, b.data);
+    state[b.name] = read(b);
 }
 
-const char *CpuExecutable::activeHostCall() const {
-  int64_t site = strata_rt_active_site(context);
+const char *JitExecutable::activeHostCall() const {
+  int64_t site = runtime->active_site(context);
   return site >= 0 && site < int64_t(sites.size()) ? sites[site].c_str()
                                                    : nullptr;
 }
 
-std::vector<TraceEvent> CpuExecutable::takeTrace() {
+std::vector<TraceEvent> JitExecutable::takeTrace() {
   size_t count = 0;
-  const StrataRtTraceEvent *events = strata_rt_take_trace(context, &count);
+  const StrataRtTraceEvent *events = runtime->take_trace(context, &count);
   std::vector<TraceEvent> result;
   result.reserve(count);
   for (size_t i = 0; i < count; ++i) {
@@ -267,39 +314,35 @@ std::vector<TraceEvent> CpuExecutable::takeTrace() {
   return result;
 }
 
-double CpuExecutable::nowUs() const { return strata_rt_now_us(context); }
+double JitExecutable::nowUs() const { return runtime->now_us(context); }
 
-int64_t CpuExecutable::scratchBytes() const {
-  return strata_rt_scratch_bytes(context);
+int64_t JitExecutable::scratchBytes() const {
+  return runtime->scratch_bytes(context);
 }
 
 llvm::Expected<std::vector<reference::Tensor>>
-CpuExecutable::step(llvm::ArrayRef<reference::Tensor> args) {
+JitExecutable::step(llvm::ArrayRef<reference::Tensor> args) {
   if (args.size() != inputs.size())
-    return error("expected " + llvm::Twine(inputs.size()) +
-                 " arguments, got " + llvm::Twine(args.size()));
+    return error("expected " + llvm::Twine(inputs.size()) + " arguments, got " +
+                 llvm::Twine(args.size()));
+  runtime->clear_error(context);
   std::vector<void *> in, out, resident;
   for (auto [b, t] : llvm::zip(inputs, args)) {
     if (t.shape != b.shape)
       return error(b.name + " has the wrong shape");
-    writeHostBuffer(t, b.dtype, b.data);
+    if (llvm::Error err = write(b, t))
+      return std::move(err);
     in.push_back(b.data);
   }
   for (Buffer &b : outputs)
     out.push_back(b.data);
   for (Buffer &b : persistent)
     resident.push_back(b.data);
-  strata_rt_clear_error(context);
   function(context, arena, resident.data(), in.data(), out.data());
-  int64_t site = -1;
-  if (const char *message = strata_rt_error(context, &site)) {
-    std::string where = site >= 0 && site < int64_t(sites.size())
-                            ? sites[site]
-                            : "<unknown op>";
-    return error(where + ": " + message);
-  }
+  if (llvm::Error err = runtimeError("<unknown op>"))
+    return std::move(err);
   std::vector<reference::Tensor> results;
   for (const Buffer &b : outputs)
-    results.push_back(readHostBuffer(b.shape, b.dtype, b.data));
+    results.push_back(read(b));
   return results;
 }

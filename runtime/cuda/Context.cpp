@@ -1,0 +1,281 @@
+//===- Context.cpp - Host side of the CUDA runtime ------------------------===//
+//
+// The context's life cycle on its device (streams, cuBLASLt, NCCL), the
+// step's end (where asynchronous failures surface: faults of kernels,
+// collectives' errors, bad ids the kernels found), tracing by CUDA events,
+// and device scratch.
+//
+//===----------------------------------------------------------------------===//
+
+#include "Context.h"
+#include "Collectives.h"
+#include "Gemm.h"
+
+#include <algorithm>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+
+StrataRtContext::StrataRtContext() : HostContext("CUDA runtime") {}
+
+StrataRtContext::~StrataRtContext() {
+  comms.reset(); // before the streams its collectives run on
+  gemm.reset();
+  if (compute)
+    cudaStreamSynchronize(compute);
+  if (comm)
+    cudaStreamSynchronize(comm);
+  for (auto &e : traceEvents) {
+    cudaEventDestroy(e.begin);
+    cudaEventDestroy(e.end);
+  }
+  if (epoch)
+    cudaEventDestroy(epoch);
+  for (int *chunk : errorWordChunks)
+    cudaFree(chunk);
+  if (scratch)
+    cudaFree(scratch);
+  if (compute)
+    cudaStreamDestroy(compute);
+  if (comm)
+    cudaStreamDestroy(comm);
+}
+
+namespace {
+/// Error words per chunk.
+constexpr size_t kErrorWordsPerChunk = 1024;
+} // namespace
+
+void *StrataRtContext::scratchBytes(int64_t site, size_t bytes) {
+  if (bytes <= scratchSize)
+    return scratch;
+  // Earlier kernels may still read the old scratch.
+  if (!check(site, cudaStreamSynchronize(compute), "device scratch"))
+    return nullptr;
+  if (scratch)
+    cudaFree(scratch);
+  scratch = nullptr;
+  scratchSize = 0;
+  size_t grown = std::max(bytes, size_t(1) << 20);
+  if (!check(site, cudaMalloc(&scratch, grown), "device scratch"))
+    return nullptr;
+  scratchSize = grown;
+  return scratch;
+}
+
+namespace strata::cuda {
+
+int *deviceErrorWord(StrataRtContext *ctx, int64_t site, const char *what) {
+  size_t index = ctx->errorWordUses.size();
+  if (index / kErrorWordsPerChunk == ctx->errorWordChunks.size()) {
+    int *chunk = nullptr;
+    if (!ctx->check(site, cudaMalloc(&chunk, kErrorWordsPerChunk * sizeof(int)),
+                    "an error word"))
+      return nullptr;
+    ctx->errorWordChunks.push_back(chunk);
+    if (!ctx->check(site,
+                    cudaMemsetAsync(chunk, 0x7f,
+                                    kErrorWordsPerChunk * sizeof(int),
+                                    ctx->compute),
+                    "an error word"))
+      return nullptr;
+  }
+  ctx->errorWordUses.push_back({site, what});
+  return ctx->errorWordChunks[index / kErrorWordsPerChunk] +
+         index % kErrorWordsPerChunk;
+}
+
+} // namespace strata::cuda
+
+/// Reads the error words the step's kernels used, records the first that
+/// was set, and sets them back to "none".
+static void collectErrorWords(StrataRtContext *ctx) {
+  size_t used = ctx->errorWordUses.size();
+  for (size_t c = 0; c * kErrorWordsPerChunk < used; ++c) {
+    size_t count =
+        std::min(kErrorWordsPerChunk, used - c * kErrorWordsPerChunk);
+    std::vector<int> words(count);
+    if (!ctx->check(-1,
+                    cudaMemcpy(words.data(), ctx->errorWordChunks[c],
+                               count * sizeof(int), cudaMemcpyDeviceToHost),
+                    "reading the kernels' error words"))
+      break;
+    for (size_t i = 0; i < count; ++i)
+      if (words[i] != strata::cuda::kNoError) {
+        const auto &use = ctx->errorWordUses[c * kErrorWordsPerChunk + i];
+        ctx->fail(use.site, use.what + " (position " +
+                                std::to_string(words[i] - 1) + ")");
+        break;
+      }
+    ctx->check(-1,
+               cudaMemset(ctx->errorWordChunks[c], 0x7f, count * sizeof(int)),
+               "resetting the kernels' error words");
+  }
+  ctx->errorWordUses.clear();
+}
+
+/// The device of a process that asked for none: its rank among the ranks of
+/// its machine, as the MPI launchers and Slurm tell it, modulo the devices.
+static int localDevice(int devices) {
+  for (const char *name : {"OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID",
+                           "SLURM_LOCALID", "LOCAL_RANK"})
+    if (const char *value = std::getenv(name))
+      return std::max(0, std::atoi(value)) % devices;
+  return 0;
+}
+
+extern "C" {
+
+StrataRtContext *strata_rt_create(const StrataRtOptions *options, char *error,
+                                  size_t errorSize) {
+  int devices = 0;
+  if (cudaError_t e = cudaGetDeviceCount(&devices); e != cudaSuccess)
+    return strata::rt::refuse(std::string("no CUDA device: ") +
+                                  cudaGetErrorString(e),
+                              error, errorSize);
+  std::string refused =
+      strata::rt::checkOptions(options, "CUDA runtime", devices);
+  if (!refused.empty())
+    return strata::rt::refuse(refused, error, errorSize);
+  auto ctx = std::make_unique<StrataRtContext>();
+  ctx->seed = options->seed;
+  ctx->rank = options->rank;
+  ctx->shard = options->shard;
+  ctx->device =
+      options->device < 0 ? localDevice(devices) : int(options->device);
+  bool tf32 = options->size >= int64_t(offsetof(StrataRtOptions, tf32) +
+                                       sizeof(options->tf32)) &&
+              options->tf32 != 0;
+  auto cudaFailed = [&](cudaError_t e, const char *what) {
+    return strata::rt::refuse(std::string(what) + " on device " +
+                                  std::to_string(ctx->device) + ": " +
+                                  cudaGetErrorString(e),
+                              error, errorSize);
+  };
+  if (cudaError_t e = cudaSetDevice(ctx->device); e != cudaSuccess)
+    return cudaFailed(e, "selecting the device");
+  cudaDeviceProp props;
+  if (cudaError_t e = cudaGetDeviceProperties(&props, ctx->device);
+      e != cudaSuccess)
+    return cudaFailed(e, "reading the device's properties");
+  for (cudaStream_t *s : {&ctx->compute, &ctx->comm})
+    if (cudaError_t e = cudaStreamCreateWithFlags(s, cudaStreamNonBlocking);
+        e != cudaSuccess)
+      return cudaFailed(e, "creating a stream");
+  if (cudaError_t e = cudaEventCreate(&ctx->epoch); e != cudaSuccess)
+    return cudaFailed(e, "creating an event");
+  ctx->gemm = std::make_unique<strata::cuda::GemmCache>();
+  if (std::string failed = ctx->gemm->init(props.major, tf32); !failed.empty())
+    return strata::rt::refuse(failed, error, errorSize);
+  ctx->comms = std::make_unique<strata::cuda::Communicators>();
+  return ctx.release();
+}
+
+void strata_rt_destroy(StrataRtContext *ctx) { delete ctx; }
+
+void strata_rt_step_end(StrataRtContext *ctx) {
+  if (!ctx->comms->pending.empty() && ctx->error.empty())
+    ctx->fail(ctx->comms->pending.begin()->first,
+              std::string(ctx->comms->pending.begin()->second.name) +
+                  " was started but never waited for");
+  // Every call of the step has been issued; wait for the device, watching
+  // the collectives for failures of other ranks.
+  strata::cuda::finishStreams(ctx);
+  if (ctx->error.empty())
+    ctx->check(-1, cudaGetLastError(), "the step's kernels");
+  collectErrorWords(ctx);
+}
+
+void strata_rt_trace_begin(StrataRtContext *ctx, int64_t site) {
+  if (!ctx->tracing)
+    return;
+  // The first op since the trace was last taken sets the epoch that its
+  // events are measured from.
+  if (ctx->traceEvents.empty()) {
+    ctx->check(site, cudaEventRecord(ctx->epoch, ctx->compute), "tracing");
+    ctx->epochUs = ctx->nowUs();
+  }
+  StrataRtContext::OpenEvent e{site, nullptr, nullptr};
+  if (ctx->check(site, cudaEventCreate(&e.begin), "tracing") &&
+      ctx->check(site, cudaEventCreate(&e.end), "tracing")) {
+    cudaEventRecord(e.begin, ctx->compute);
+    ctx->traceEvents.push_back(e);
+  }
+}
+
+void strata_rt_trace_end(StrataRtContext *ctx, int64_t site) {
+  if (ctx->tracing && !ctx->traceEvents.empty() &&
+      ctx->traceEvents.back().site == site)
+    cudaEventRecord(ctx->traceEvents.back().end, ctx->compute);
+}
+
+const StrataRtTraceEvent *strata_rt_take_trace(StrataRtContext *ctx,
+                                               size_t *count) {
+  // Device times relative to the first traced op of the batch, placed on
+  // the host clock where that op was issued.
+  ctx->taken.clear();
+  if (!ctx->traceEvents.empty())
+    cudaEventSynchronize(ctx->traceEvents.back().end);
+  for (auto &e : ctx->traceEvents) {
+    float begin = 0, end = 0;
+    cudaEventElapsedTime(&begin, ctx->epoch, e.begin);
+    cudaEventElapsedTime(&end, ctx->epoch, e.end);
+    ctx->taken.push_back(
+        {e.site, ctx->epochUs + 1000.0 * begin, ctx->epochUs + 1000.0 * end});
+    cudaEventDestroy(e.begin);
+    cudaEventDestroy(e.end);
+  }
+  ctx->traceEvents.clear();
+  *count = ctx->taken.size();
+  return ctx->taken.data();
+}
+
+void *strata_rt_alloc(StrataRtContext *ctx, int64_t bytes) {
+  // cudaMalloc aligns to 256 bytes at least.
+  void *memory = nullptr;
+  size_t size = size_t(std::max<int64_t>(bytes, 1));
+  if (!ctx->check(-1, cudaMalloc(&memory, size),
+                  ("allocating " + std::to_string(bytes) +
+                   " bytes of device "
+                   "memory")
+                      .c_str()))
+    return nullptr;
+  if (!ctx->check(-1, cudaMemset(memory, 0, size), "clearing device memory")) {
+    cudaFree(memory);
+    return nullptr;
+  }
+  return memory;
+}
+
+void strata_rt_free(StrataRtContext *ctx, void *memory) {
+  if (memory) {
+    cudaStreamSynchronize(ctx->compute);
+    cudaFree(memory);
+  }
+}
+
+// The streams do not synchronise with the legacy default stream of
+// cudaMemcpy: wait for the compute stream first.
+void strata_rt_write(StrataRtContext *ctx, void *to, const void *from,
+                     int64_t bytes) {
+  if (ctx->check(-1, cudaStreamSynchronize(ctx->compute),
+                 "copying to the device"))
+    ctx->check(-1, cudaMemcpy(to, from, size_t(bytes), cudaMemcpyHostToDevice),
+               "copying to the device");
+}
+
+void strata_rt_read(StrataRtContext *ctx, void *to, const void *from,
+                    int64_t bytes) {
+  if (ctx->check(-1, cudaStreamSynchronize(ctx->compute),
+                 "copying from the device"))
+    ctx->check(-1, cudaMemcpy(to, from, size_t(bytes), cudaMemcpyDeviceToHost),
+               "copying from the device");
+}
+
+int64_t strata_rt_scratch_bytes(StrataRtContext *ctx) {
+  return int64_t(ctx->scratchSize + (ctx->gemm ? ctx->gemm->workspaceSize : 0) +
+                 ctx->errorWordChunks.size() * kErrorWordsPerChunk *
+                     sizeof(int));
+}
+
+} // extern "C"

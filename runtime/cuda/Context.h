@@ -1,0 +1,91 @@
+//===- Context.h - State of the CUDA runtime --------------------*- C++ -*-===//
+//
+// What the CUDA runtime keeps between calls beyond the host state every
+// runtime shares (common/HostContext.h): the device and its streams, the
+// cuBLASLt handle and its per-site plans, the NCCL communicators (which the
+// host's collectives bootstrap over MPI), device scratch, trace events.
+// Private to runtime/cuda; compiled by the host compiler and by nvcc.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef STRATA_RUNTIME_CUDA_CONTEXT_H
+#define STRATA_RUNTIME_CUDA_CONTEXT_H
+
+#include "../common/HostContext.h"
+
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace strata::cuda {
+struct GemmCache;
+struct Communicators;
+} // namespace strata::cuda
+
+struct StrataRtContext : strata::rt::HostContext {
+  int device = 0;
+  /// Kernels run in program order on `compute`; collectives on `comm`,
+  /// ordered after their producers and before their readers by events.
+  cudaStream_t compute = nullptr, comm = nullptr;
+  /// With tracing: an event pair per traced op, resolved when the trace is
+  /// taken (the ops run asynchronously).
+  struct OpenEvent {
+    int64_t site;
+    cudaEvent_t begin, end;
+  };
+  std::vector<OpenEvent> traceEvents;
+  cudaEvent_t epoch = nullptr;
+  double epochUs = 0;
+
+  /// Device scratch of the kernels (reduction partials, descriptors),
+  /// grown on demand and kept; its use is ordered on `compute`.
+  void *scratch = nullptr;
+  size_t scratchSize = 0;
+  /// Device error words (deviceErrorWord below) in chunks that never
+  /// move; `errorWordUses` the calls that took one this step, in order.
+  std::vector<int *> errorWordChunks;
+  struct ErrorWordUse {
+    int64_t site;
+    std::string what;
+  };
+  std::vector<ErrorWordUse> errorWordUses;
+  std::unique_ptr<strata::cuda::GemmCache> gemm;
+  std::unique_ptr<strata::cuda::Communicators> comms;
+
+  StrataRtContext();
+  ~StrataRtContext();
+
+  /// Records a failed CUDA call of kernel `what`; returns whether `status`
+  /// is success.
+  bool check(int64_t site, cudaError_t status, const char *what) {
+    if (status == cudaSuccess)
+      return true;
+    fail(site, std::string(what) + ": " + cudaGetErrorString(status));
+    return false;
+  }
+  /// Device scratch of at least `bytes`, or null (the failure recorded).
+  void *scratchBytes(int64_t site, size_t bytes);
+};
+
+namespace strata::cuda {
+/// Where a kernel reports bad data it finds on the device (an id or a label
+/// outside its range) without the host waiting for it: a device int, set
+/// to "none" (kNoError) before the kernel runs; the kernel lowers it with
+/// atomicMin to the 1-based position of the first bad element. The context
+/// reads every word at the step's end and records, for the first call in
+/// program order whose word was set, the failure "<what> (position P)" at
+/// `site`. Returns null (the failure recorded) when it cannot allocate.
+constexpr int kNoError = 0x7f7f7f7f;
+int *deviceErrorWord(StrataRtContext *ctx, int64_t site, const char *what);
+} // namespace strata::cuda
+
+using strata::rt::integerIds;
+using strata::rt::onlyF32;
+using strata::rt::sameTypes;
+using strata::rt::stepCounter;
+using strata::rt::unsupportedType;
+
+#endif // STRATA_RUNTIME_CUDA_CONTEXT_H

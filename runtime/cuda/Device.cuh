@@ -1,0 +1,144 @@
+//===- Device.cuh - What the CUDA kernels share -----------------*- CUDA
+//-*-===//
+//
+// Element types on the device (f32, bf16, f16 stored, f32 computed), the
+// host-side dispatch on the ABI's type codes, launch shapes, block
+// reductions in a fixed order (results do not depend on timing: no float
+// atomics anywhere in the runtime), and the launch check.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef STRATA_RUNTIME_CUDA_DEVICE_CUH
+#define STRATA_RUNTIME_CUDA_DEVICE_CUH
+
+#include "Context.h"
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <initializer_list>
+
+namespace strata::cuda {
+
+using BFloat16 = __nv_bfloat16;
+using Half = __half;
+
+__device__ __forceinline__ float toFloat(float x) { return x; }
+__device__ __forceinline__ float toFloat(BFloat16 x) {
+  return __bfloat162float(x);
+}
+__device__ __forceinline__ float toFloat(Half x) { return __half2float(x); }
+
+/// f32 to the storage type, rounded to nearest even (as the CPU runtime).
+template <typename T> __device__ __forceinline__ T fromFloat(float x);
+template <> __device__ __forceinline__ float fromFloat<float>(float x) {
+  return x;
+}
+template <> __device__ __forceinline__ BFloat16 fromFloat<BFloat16>(float x) {
+  return __float2bfloat16_rn(x);
+}
+template <> __device__ __forceinline__ Half fromFloat<Half>(float x) {
+  return __float2half_rn(x);
+}
+
+/// Calls `f(T{})` with the storage type of a floating-point ABI type code;
+/// returns false for other codes.
+template <typename F> bool withFloatType(int64_t dtype, F &&f) {
+  switch (dtype) {
+  case STRATA_RT_F32:
+    f(float{});
+    return true;
+  case STRATA_RT_BF16:
+    f(BFloat16{});
+    return true;
+  case STRATA_RT_F16:
+    f(Half{});
+    return true;
+  }
+  return false;
+}
+
+/// withFloatType for a kernel whose tensors all share one type; records the
+/// failure otherwise (mixed types, or a type without kernels).
+template <typename F>
+bool withSameFloatType(StrataRtContext *ctx, int64_t site, const char *kernel,
+                       std::initializer_list<int64_t> types, F &&f) {
+  if (!sameTypes(ctx, site, kernel, types))
+    return false;
+  if (withFloatType(*types.begin(), f))
+    return true;
+  unsupportedType(ctx, site, kernel, *types.begin());
+  return false;
+}
+
+/// Threads per block of the elementwise kernels.
+constexpr int kThreads = 256;
+/// Blocks of a grid-stride loop over `n` elements.
+inline unsigned gridFor(int64_t n, int threads = kThreads) {
+  int64_t blocks = (n + threads - 1) / threads;
+  return unsigned(std::max<int64_t>(1, std::min<int64_t>(blocks, 1 << 16)));
+}
+
+/// Whether the launch just issued on the compute stream succeeded (a
+/// configuration error); records the failure otherwise. Faults inside a
+/// kernel surface at the step's end (strata_rt_step_end synchronises).
+inline bool launched(StrataRtContext *ctx, int64_t site, const char *kernel) {
+  return ctx->check(site, cudaGetLastError(), kernel);
+}
+
+/// The first index of this thread in a grid-stride loop, and the stride.
+__device__ __forceinline__ int64_t gridStart() {
+  return int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+}
+__device__ __forceinline__ int64_t gridStride() {
+  return int64_t(gridDim.x) * blockDim.x;
+}
+
+/// Sum of `v` (float or double) over the block, in a fixed order (warp
+/// shuffles, then the warps' partials in order); every thread gets the
+/// result. `shared` holds at least 32 values; blockDim.x is a multiple of
+/// 32.
+template <typename T> __device__ __forceinline__ T blockSum(T v, T *shared) {
+  for (int o = 16; o > 0; o >>= 1)
+    v += __shfl_xor_sync(0xffffffffu, v, o);
+  int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  __syncthreads();
+  if (lane == 0)
+    shared[warp] = v;
+  __syncthreads();
+  int warps = blockDim.x >> 5;
+  v = lane < warps ? shared[lane] : T(0);
+  for (int o = 16; o > 0; o >>= 1)
+    v += __shfl_xor_sync(0xffffffffu, v, o);
+  return v;
+}
+
+/// Maximum of `v` over the block, as blockSum.
+__device__ __forceinline__ float blockMax(float v, float *shared) {
+  for (int o = 16; o > 0; o >>= 1)
+    v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+  int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  __syncthreads();
+  if (lane == 0)
+    shared[warp] = v;
+  __syncthreads();
+  int warps = blockDim.x >> 5;
+  v = lane < warps ? shared[lane] : -INFINITY;
+  for (int o = 16; o > 0; o >>= 1)
+    v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+  return v;
+}
+
+/// Shape and strides of strata_rt_binary / strided_copy / reduce passed by
+/// value (the ABI's `desc` is host memory).
+constexpr int kMaxRank = 8;
+struct Desc {
+  int64_t v[3 * kMaxRank + 1];
+};
+
+} // namespace strata::cuda
+
+#endif // STRATA_RUNTIME_CUDA_DEVICE_CUH

@@ -1,0 +1,191 @@
+//===- Gemm.cpp - GEMMs of the CUDA runtime through cuBLASLt --------------===//
+//
+// strata_rt_gemm as one cuBLASLt matmul with the bias and the activation in
+// its epilogue (GemmPlan.h says how a call maps onto cuBLASLt). Each call
+// site keeps its plans, descriptors and the heuristic's algorithm for the
+// operands' alignment, so a step after the first only sets the bias
+// pointer and launches.
+//
+//===----------------------------------------------------------------------===//
+
+#include "Gemm.h"
+
+#include <algorithm>
+#include <tuple>
+#include <vector>
+
+namespace strata::cuda {
+
+namespace {
+bool sameCall(const GemmCall &x, const GemmCall &y) {
+  auto key = [](const GemmCall &c) {
+    return std::tie(c.batch, c.m, c.n, c.k, c.aBatchStride, c.bBatchStride,
+                    c.transA, c.transB, c.dtype, c.bias, c.act, c.accumulate);
+  };
+  return key(x) == key(y);
+}
+} // namespace
+
+struct GemmCache::Entry {
+  int64_t site;
+  GemmCall call;
+  GemmPlan plan;
+  GemmDescriptors descriptors;
+  /// The heuristic's choice for the operands' alignments (A, B, C, bias).
+  struct Algo {
+    uint32_t alignments[4];
+    cublasLtMatmulAlgo_t algo;
+  };
+  std::vector<Algo> algos;
+};
+
+GemmCache::GemmCache() = default;
+
+GemmCache::~GemmCache() {
+  if (workspace)
+    cudaFree(workspace);
+  if (handle)
+    cublasLtDestroy(handle);
+}
+
+std::string GemmCache::init(int major, bool tf32) {
+  this->tf32 = tf32;
+  if (cublasStatus_t s = cublasLtCreate(&handle); s != CUBLAS_STATUS_SUCCESS)
+    return std::string("cublasLtCreate: ") + cublasLtGetStatusString(s);
+  workspaceSize = gemmWorkspaceBytes(major);
+  if (cudaError_t e = cudaMalloc(&workspace, workspaceSize); e != cudaSuccess)
+    return std::string("the cuBLASLt workspace: ") + cudaGetErrorString(e);
+  return "";
+}
+
+GemmCache::Entry *GemmCache::entry(StrataRtContext *ctx, int64_t site,
+                                   const GemmCall &call) {
+  for (auto &e : entries)
+    if (e->site == site && sameCall(e->call, call))
+      return e.get();
+  auto e = std::make_unique<Entry>();
+  e->site = site;
+  e->call = call;
+  e->plan = planGemm(call, tf32);
+  if (!e->plan.error.empty()) {
+    ctx->fail(site, "strata_rt_gemm: " + e->plan.error +
+                        " is not implemented by the CUDA runtime");
+    return nullptr;
+  }
+  if (std::string error = createDescriptors(e->plan, e->descriptors);
+      !error.empty()) {
+    ctx->fail(site, "strata_rt_gemm: " + error);
+    return nullptr;
+  }
+  entries.push_back(std::move(e));
+  return entries.back().get();
+}
+
+const cublasLtMatmulAlgo_t *GemmCache::algorithm(StrataRtContext *ctx,
+                                                 int64_t site, Entry &e,
+                                                 const void *a, const void *b,
+                                                 const void *c,
+                                                 const void *bias) {
+  uint32_t alignments[4] = {pointerAlignment(a), pointerAlignment(b),
+                            pointerAlignment(c),
+                            bias ? pointerAlignment(bias) : 256u};
+  for (auto &known : e.algos)
+    if (std::equal(alignments, alignments + 4, known.alignments))
+      return &known.algo;
+  cublasLtMatmulPreference_t preference = nullptr;
+  cublasStatus_t s = cublasLtMatmulPreferenceCreate(&preference);
+  auto setPreference = [&](cublasLtMatmulPreferenceAttributes_t attribute,
+                           const auto &value) {
+    if (s == CUBLAS_STATUS_SUCCESS)
+      s = cublasLtMatmulPreferenceSetAttribute(preference, attribute, &value,
+                                               sizeof(value));
+  };
+  setPreference(CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, workspaceSize);
+  // cuBLASLt's A is the ABI's B (GemmPlan.h).
+  setPreference(CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, alignments[1]);
+  setPreference(CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, alignments[0]);
+  setPreference(CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, alignments[2]);
+  setPreference(CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, alignments[2]);
+  cublasLtMatmulHeuristicResult_t result{};
+  int found = 0;
+  if (s == CUBLAS_STATUS_SUCCESS)
+    s = cublasLtMatmulAlgoGetHeuristic(
+        handle, e.descriptors.op, e.descriptors.a, e.descriptors.b,
+        e.descriptors.c, e.descriptors.c, preference, 1, &result, &found);
+  if (preference)
+    cublasLtMatmulPreferenceDestroy(preference);
+  if (s != CUBLAS_STATUS_SUCCESS || found == 0) {
+    ctx->fail(site,
+              std::string("strata_rt_gemm: cuBLASLt has no algorithm "
+                          "for this GEMM") +
+                  (s != CUBLAS_STATUS_SUCCESS
+                       ? std::string(" (") + cublasLtGetStatusString(s) + ")"
+                       : std::string()));
+    return nullptr;
+  }
+  e.algos.push_back(
+      {{alignments[0], alignments[1], alignments[2], alignments[3]},
+       result.algo});
+  return &e.algos.back().algo;
+}
+
+} // namespace strata::cuda
+
+using strata::cuda::GemmCall;
+
+extern "C" void
+strata_rt_gemm(StrataRtContext *ctx, int64_t site, int64_t batch, int64_t m,
+               int64_t n, int64_t k, const void *a, int64_t aType,
+               int64_t aBatchStride, int64_t transA, const void *b,
+               int64_t bType, int64_t bBatchStride, int64_t transB, void *c,
+               int64_t cType, const void *bias, int64_t biasType, int64_t act,
+               int64_t accumulate) {
+  if (!sameTypes(ctx, site, "gemm", {aType, bType, cType, biasType}))
+    return;
+  if (batch == 0 || m == 0 || n == 0)
+    return;
+  GemmCall call;
+  call.batch = batch;
+  call.m = m;
+  call.n = n;
+  call.k = k;
+  call.aBatchStride = aBatchStride;
+  call.bBatchStride = bBatchStride;
+  call.transA = transA != 0;
+  call.transB = transB != 0;
+  call.dtype = cType;
+  call.bias = bias != nullptr;
+  call.act = act;
+  call.accumulate = accumulate != 0;
+  strata::cuda::GemmCache &cache = *ctx->gemm;
+  auto *e = cache.entry(ctx, site, call);
+  if (!e)
+    return;
+  const cublasLtMatmulAlgo_t *algo =
+      cache.algorithm(ctx, site, *e, a, b, c, bias);
+  if (!algo)
+    return;
+  if (bias) {
+    cublasStatus_t s = cublasLtMatmulDescSetAttribute(
+        e->descriptors.op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias,
+        sizeof(bias));
+    if (s != CUBLAS_STATUS_SUCCESS) {
+      ctx->fail(site, std::string("strata_rt_gemm: the bias pointer: ") +
+                          cublasLtGetStatusString(s));
+      return;
+    }
+  }
+  float alpha = 1, beta = e->plan.beta;
+  cublasStatus_t s = cublasLtMatmul(
+      cache.handle, e->descriptors.op, &alpha, b, e->descriptors.a, a,
+      e->descriptors.b, &beta, c, e->descriptors.c, c, e->descriptors.c, algo,
+      cache.workspace, cache.workspaceSize, ctx->compute);
+  if (s != CUBLAS_STATUS_SUCCESS) {
+    ctx->fail(site,
+              std::string("strata_rt_gemm: ") + cublasLtGetStatusString(s));
+    return;
+  }
+  if (e->plan.separateAct)
+    strata_rt_unary(ctx, site, e->plan.separateAct, c, cType, c, cType,
+                    batch * m * n, 0.0);
+}

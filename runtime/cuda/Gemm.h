@@ -1,0 +1,48 @@
+//===- Gemm.h - The CUDA runtime's cuBLASLt state ---------------*- C++ -*-===//
+//
+// The cuBLASLt handle, workspace and per-call-site plans a context keeps.
+// Private to runtime/cuda.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef STRATA_RUNTIME_CUDA_GEMM_H
+#define STRATA_RUNTIME_CUDA_GEMM_H
+
+#include "Context.h"
+#include "GemmPlan.h"
+
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace strata::cuda {
+
+struct GemmCache {
+  struct Entry;
+  cublasLtHandle_t handle = nullptr;
+  void *workspace = nullptr;
+  size_t workspaceSize = 0;
+  bool tf32 = false;
+  std::vector<std::unique_ptr<Entry>> entries;
+
+  GemmCache();
+  GemmCache(const GemmCache &) = delete;
+  GemmCache &operator=(const GemmCache &) = delete;
+  ~GemmCache();
+
+  /// Creates the handle and the workspace for a device of compute
+  /// capability `major`; the failure's message, or the empty string.
+  std::string init(int major, bool tf32);
+  /// The plan of `call` at `site` (made on first use), or null with the
+  /// failure recorded.
+  Entry *entry(StrataRtContext *ctx, int64_t site, const GemmCall &call);
+  /// The heuristic's algorithm for these operands' alignments (asked once
+  /// per alignment), or null with the failure recorded.
+  const cublasLtMatmulAlgo_t *algorithm(StrataRtContext *ctx, int64_t site,
+                                        Entry &e, const void *a, const void *b,
+                                        const void *c, const void *bias);
+};
+
+} // namespace strata::cuda
+
+#endif // STRATA_RUNTIME_CUDA_GEMM_H

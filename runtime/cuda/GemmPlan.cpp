@@ -1,0 +1,160 @@
+//===- GemmPlan.cpp - How a runtime GEMM maps onto cuBLASLt ---------------===//
+
+#include "GemmPlan.h"
+
+#include "strata/Runtime/StrataRuntime.h"
+
+#include <limits>
+
+namespace strata::cuda {
+
+GemmPlan planGemm(const GemmCall &call, bool tf32) {
+  GemmPlan p;
+  if (call.batch < 1 || call.m < 1 || call.n < 1 || call.k < 1) {
+    p.error = "a GEMM of batch " + std::to_string(call.batch) +
+              " and m, n, "
+              "k = " +
+              std::to_string(call.m) + ", " + std::to_string(call.n) + ", " +
+              std::to_string(call.k) + " (each must be at least 1)";
+    return p;
+  }
+  if (call.batch > std::numeric_limits<int32_t>::max()) {
+    p.error = "a batch of " + std::to_string(call.batch) + " GEMMs";
+    return p;
+  }
+  switch (call.dtype) {
+  case STRATA_RT_F32:
+    p.dataType = CUDA_R_32F;
+    p.compute = tf32 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
+    break;
+  case STRATA_RT_BF16:
+    p.dataType = CUDA_R_16BF;
+    break;
+  case STRATA_RT_F16:
+    p.dataType = CUDA_R_16F;
+    break;
+  default:
+    p.error = std::string(strata_rt_element_name(call.dtype)) + " GEMMs";
+    return p;
+  }
+  if (call.accumulate) {
+    if (call.bias || call.act != STRATA_RT_ACT_NONE) {
+      p.error = "an accumulating GEMM takes no bias or activation";
+      return p;
+    }
+    p.beta = 1;
+  }
+  switch (call.act) {
+  case STRATA_RT_ACT_NONE:
+    p.epilogue = call.bias ? CUBLASLT_EPILOGUE_BIAS : CUBLASLT_EPILOGUE_DEFAULT;
+    break;
+  case STRATA_RT_ACT_RELU:
+    p.epilogue =
+        call.bias ? CUBLASLT_EPILOGUE_RELU_BIAS : CUBLASLT_EPILOGUE_RELU;
+    break;
+  case STRATA_RT_ACT_GELU_TANH:
+    // cuBLASLt's GELU is the tanh approximation.
+    p.epilogue =
+        call.bias ? CUBLASLT_EPILOGUE_GELU_BIAS : CUBLASLT_EPILOGUE_GELU;
+    break;
+  case STRATA_RT_ACT_GELU_ERF:
+    p.epilogue = call.bias ? CUBLASLT_EPILOGUE_BIAS : CUBLASLT_EPILOGUE_DEFAULT;
+    p.separateAct = STRATA_RT_ACT_GELU_ERF;
+    break;
+  default:
+    p.error =
+        "unknown GEMM epilogue activation code " + std::to_string(call.act);
+    return p;
+  }
+
+  // Row-major C [m, n] is column-major C^T [n, m] = op(B)^T op(A)^T.
+  auto batched = [&](Layout l, int64_t stride) {
+    l.batchCount = int32_t(call.batch);
+    l.batchStride = stride;
+    return l;
+  };
+  // cuBLASLt's A: the ABI's B, stored [k, n] (or [n, k] transposed).
+  p.opA = call.transB ? CUBLAS_OP_T : CUBLAS_OP_N;
+  p.a = call.transB ? Layout{uint64_t(call.k), uint64_t(call.n), call.k}
+                    : Layout{uint64_t(call.n), uint64_t(call.k), call.n};
+  p.a = batched(p.a, call.bBatchStride);
+  // cuBLASLt's B: the ABI's A, stored [m, k] (or [k, m] transposed).
+  p.opB = call.transA ? CUBLAS_OP_T : CUBLAS_OP_N;
+  p.b = call.transA ? Layout{uint64_t(call.m), uint64_t(call.k), call.m}
+                    : Layout{uint64_t(call.k), uint64_t(call.m), call.k};
+  p.b = batched(p.b, call.aBatchStride);
+  p.c = batched(Layout{uint64_t(call.n), uint64_t(call.m), call.n},
+                call.m * call.n);
+  return p;
+}
+
+size_t gemmWorkspaceBytes(int major) {
+  return major >= 9 ? size_t(32) << 20 : size_t(4) << 20;
+}
+
+uint32_t pointerAlignment(const void *address) {
+  auto bits = reinterpret_cast<uintptr_t>(address);
+  uint32_t alignment = 256;
+  while (alignment > 1 && bits % alignment != 0)
+    alignment /= 2;
+  return alignment;
+}
+
+GemmDescriptors::~GemmDescriptors() {
+  if (op)
+    cublasLtMatmulDescDestroy(op);
+  for (cublasLtMatrixLayout_t l : {a, b, c})
+    if (l)
+      cublasLtMatrixLayoutDestroy(l);
+}
+
+std::string createDescriptors(const GemmPlan &plan, GemmDescriptors &d) {
+  auto failed = [](cublasStatus_t status, const char *what) {
+    return std::string(what) + ": " + cublasLtGetStatusString(status);
+  };
+  cublasStatus_t s = cublasLtMatmulDescCreate(&d.op, plan.compute, CUDA_R_32F);
+  if (s != CUBLAS_STATUS_SUCCESS)
+    return failed(s, "cublasLtMatmulDescCreate");
+  auto set = [&](cublasLtMatmulDescAttributes_t attribute, const auto &value,
+                 const char *what) {
+    if (s == CUBLAS_STATUS_SUCCESS)
+      s = cublasLtMatmulDescSetAttribute(d.op, attribute, &value,
+                                         sizeof(value));
+    return s == CUBLAS_STATUS_SUCCESS ? std::string() : failed(s, what);
+  };
+  std::string error =
+      set(CUBLASLT_MATMUL_DESC_TRANSA, plan.opA, "the transpose of A");
+  if (error.empty())
+    error = set(CUBLASLT_MATMUL_DESC_TRANSB, plan.opB, "the transpose of B");
+  if (error.empty())
+    error = set(CUBLASLT_MATMUL_DESC_EPILOGUE, plan.epilogue, "the epilogue");
+  if (error.empty() && plan.epilogue != CUBLASLT_EPILOGUE_DEFAULT &&
+      plan.epilogue != CUBLASLT_EPILOGUE_RELU &&
+      plan.epilogue != CUBLASLT_EPILOGUE_GELU)
+    error = set(CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, plan.dataType,
+                "the bias type");
+  if (!error.empty())
+    return error;
+  auto layout = [&](cublasLtMatrixLayout_t &l, const Layout &shape) {
+    cublasStatus_t ls = cublasLtMatrixLayoutCreate(
+        &l, plan.dataType, shape.rows, shape.cols, shape.ld);
+    if (ls == CUBLAS_STATUS_SUCCESS && shape.batchCount > 1) {
+      ls = cublasLtMatrixLayoutSetAttribute(
+          l, CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT, &shape.batchCount,
+          sizeof(shape.batchCount));
+      if (ls == CUBLAS_STATUS_SUCCESS)
+        ls = cublasLtMatrixLayoutSetAttribute(
+            l, CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET, &shape.batchStride,
+            sizeof(shape.batchStride));
+    }
+    return ls == CUBLAS_STATUS_SUCCESS ? std::string()
+                                       : failed(ls, "a matrix layout");
+  };
+  for (auto [l, shape] : {std::pair{&d.a, &plan.a}, std::pair{&d.b, &plan.b},
+                          std::pair{&d.c, &plan.c}})
+    if (error = layout(*l, *shape); !error.empty())
+      return error;
+  return "";
+}
+
+} // namespace strata::cuda

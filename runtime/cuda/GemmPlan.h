@@ -1,0 +1,84 @@
+//===- GemmPlan.h - How a runtime GEMM maps onto cuBLASLt -------*- C++ -*-===//
+//
+// The host-side decisions of strata_rt_gemm, apart from any device so that
+// they are unit-tested on machines without a GPU: the row-major ABI call as
+// a column-major cuBLASLt problem (C^T = op(B)^T op(A)^T: cuBLASLt's first
+// operand is the ABI's B), the epilogue for the bias and the activation,
+// the element and compute types, the workspace, pointer alignment, and the
+// cuBLASLt descriptors (whose creation needs no device).
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef STRATA_RUNTIME_CUDA_GEMMPLAN_H
+#define STRATA_RUNTIME_CUDA_GEMMPLAN_H
+
+#include <cublasLt.h>
+
+#include <cstdint>
+#include <string>
+
+namespace strata::cuda {
+
+/// The arguments of one strata_rt_gemm call that decide its plan.
+struct GemmCall {
+  int64_t batch = 1, m = 0, n = 0, k = 0;
+  int64_t aBatchStride = 0, bBatchStride = 0;
+  bool transA = false, transB = false;
+  /// One ABI element type for A, B, C and the bias (STRATA_RT_F32 ...).
+  int64_t dtype = 0;
+  bool bias = false;
+  int64_t act = 0;
+  bool accumulate = false;
+};
+
+/// A column-major matrix as cuBLASLt reads it.
+struct Layout {
+  uint64_t rows = 0, cols = 0;
+  int64_t ld = 0;
+  int32_t batchCount = 1;
+  int64_t batchStride = 0;
+};
+
+struct GemmPlan {
+  /// Why the call cannot run (empty when it can).
+  std::string error;
+  cublasLtEpilogue_t epilogue = CUBLASLT_EPILOGUE_DEFAULT;
+  /// An activation the epilogue cannot apply (GELU with erf): run as
+  /// strata_rt_unary on the result after the GEMM (0: none).
+  int64_t separateAct = 0;
+  /// cuBLASLt's A is the ABI's B and its B the ABI's A.
+  cublasOperation_t opA = CUBLAS_OP_N, opB = CUBLAS_OP_N;
+  Layout a, b, c;
+  cudaDataType_t dataType = CUDA_R_32F;
+  cublasComputeType_t compute = CUBLAS_COMPUTE_32F;
+  float beta = 0;
+};
+
+/// The plan of `call`; `tf32` lets f32 GEMMs use TF32 tensor cores (off
+/// by default: true f32 results, as the CPU runtime's).
+GemmPlan planGemm(const GemmCall &call, bool tf32);
+
+/// cuBLASLt's workspace for a device of compute capability `major`: 32 MiB
+/// on Hopper and later, 4 MiB before.
+size_t gemmWorkspaceBytes(int major);
+
+/// The largest power of two, up to 256, that divides `address` (what the
+/// heuristic is told of each operand's alignment).
+uint32_t pointerAlignment(const void *address);
+
+/// The descriptors of a plan (created without a device).
+struct GemmDescriptors {
+  cublasLtMatmulDesc_t op = nullptr;
+  cublasLtMatrixLayout_t a = nullptr, b = nullptr, c = nullptr;
+  GemmDescriptors() = default;
+  GemmDescriptors(const GemmDescriptors &) = delete;
+  GemmDescriptors &operator=(const GemmDescriptors &) = delete;
+  ~GemmDescriptors();
+};
+/// Fills `d` for `plan`; the message of the first cuBLASLt call that fails,
+/// or the empty string. The bias pointer is set per call.
+std::string createDescriptors(const GemmPlan &plan, GemmDescriptors &d);
+
+} // namespace strata::cuda
+
+#endif // STRATA_RUNTIME_CUDA_GEMMPLAN_H

@@ -1,0 +1,926 @@
+//===- Rows.cu - Row-wise CUDA kernels of the runtime C ABI ---------------===//
+//
+// Softmax, layer norm, embedding, cross-entropy and fused attention, with
+// their gradients. The row-wise kernels run one block per row (a grid-
+// stride loop over rows): each thread reduces its strided share of the
+// row, blockMax / blockSum combine the shares in a fixed order, and a
+// last pass writes the row. Every element is read again before it is
+// written by the thread that reads it, after the reductions' barriers, so
+// an output may alias its input. exp is the CPU runtime's fastExp (same
+// polynomial, same clamp, NaN kept), so that probabilities match the CPU
+// to rounding; sums the CPU accumulates in double are accumulated in
+// double here too.
+//
+// Column sums (layer norm's dgamma and dbeta) and the mean of the
+// cross-entropy's rows are reduced in two kernels: partials over fixed
+// chunks, then the chunks in order. The embedding's gradient sorts the
+// positions by id (CUB's radix sort, which is stable) and sums each id's
+// rows in position order, as the CPU does, so its result is the CPU's to
+// the bit. Ids and labels outside their range are reported through a
+// device error word (Device.cuh) that holds the 1-based position of the
+// first bad one; the host reads it at the step's end, never per call.
+//
+// Attention is a direct kernel, not yet a tiled flash kernel: one block
+// per (head, query) streams the keys in tiles of kAttentionTile with an
+// online softmax (shared memory O(d + dv), whatever t), a warp per score.
+// Its gradient recomputes the probabilities from the log-sum-exp: one
+// block per (head, query) for dq, then one per (head, key) for dk and dv,
+// each looping over the other side, so nothing is summed by atomics. Work
+// is O(heads * s * t * (d + dv)) per pass (three passes in all), and each
+// block reads its head's K and V (or Q and dO) through L2.
+//
+//===----------------------------------------------------------------------===//
+
+#include "Device.cuh"
+
+#include <cub/device/device_radix_sort.cuh>
+
+#include <algorithm>
+#include <cmath>
+#include <string>
+
+namespace strata::cuda {
+namespace {
+
+/// The CPU runtime's fastExp (cpu/Kernels.cpp): x = n ln2 + r, e^r by its
+/// degree-6 Taylor polynomial, 2^n through the exponent bits; inputs
+/// clamped to [-87, 88] by comparisons that keep a NaN, as std::min/max.
+__device__ __forceinline__ float fastExp(float x) {
+  x = x < -87.0f ? -87.0f : x;
+  x = 88.0f < x ? 88.0f : x;
+  const float shifter = 12582912.0f;
+  float t = x * 1.44269504088896341f + shifter;
+  float n = t - shifter;
+  float r = x - n * 0.693145751953125f - n * 1.428606765330187e-06f;
+  float p =
+      1.0f +
+      r * (1.0f +
+           r * (0.5f + r * (0.166666672f +
+                            r * (0.0416666679f +
+                                 r * (0.00833333377f + r * 0.00138888892f)))));
+  int exponent = (__float_as_int(t) - 0x4B400000 + 127) << 23;
+  return p * __int_as_float(exponent);
+}
+
+/// Sum of `v` over the warp in a fixed order; every lane gets it.
+__device__ __forceinline__ float warpSum(float v) {
+  for (int o = 16; o > 0; o >>= 1)
+    v += __shfl_xor_sync(0xffffffffu, v, o);
+  return v;
+}
+
+/// Lowers the error word to the 1-based position `i + 1` of a bad id.
+__device__ __forceinline__ void reportBadId(int *word, int64_t i) {
+  atomicMin(word, int(i + 1 < kNoError ? i + 1 : kNoError - 1));
+}
+
+/// Threads per block of a kernel that reduces rows of `n` elements.
+inline int rowThreads(int64_t n) {
+  return n <= 256 ? 128 : n < 8192 ? 256 : 1024;
+}
+
+/// Calls `f(I{})` with the index type of an id type code (i32 or i64,
+/// checked by integerIds).
+template <typename F> void withIdType(int64_t dtype, F &&f) {
+  if (dtype == STRATA_RT_I32)
+    f(int32_t{});
+  else
+    f(int64_t{});
+}
+
+/// `bytes` rounded up to a multiple of 256 (offsets into scratch).
+inline size_t aligned(size_t bytes) { return (bytes + 255) / 256 * 256; }
+
+//===----------------------------------------------------------------------===//
+// Softmax
+//===----------------------------------------------------------------------===//
+
+template <typename T>
+__global__ void softmaxKernel(T *out, const T *in, int64_t rows, int64_t n,
+                              int64_t causalRows) {
+  __shared__ float shared[32];
+  for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
+    const T *x = in + r * n;
+    T *y = out + r * n;
+    int64_t limit = causalRows > 0 ? min(n, r % causalRows + 1) : n;
+    float mx = -INFINITY;
+    for (int64_t j = threadIdx.x; j < limit; j += blockDim.x)
+      mx = fmaxf(mx, toFloat(x[j]));
+    mx = blockMax(mx, shared);
+    float sum = 0.0f;
+    for (int64_t j = threadIdx.x; j < limit; j += blockDim.x)
+      sum += fastExp(toFloat(x[j]) - mx);
+    float inv = 1.0f / blockSum(sum, shared);
+    for (int64_t j = threadIdx.x; j < n; j += blockDim.x)
+      y[j] = fromFloat<T>(j < limit ? fastExp(toFloat(x[j]) - mx) * inv : 0.0f);
+  }
+}
+
+template <typename T>
+__global__ void softmaxGradKernel(T *dx, const T *y, const T *dy, int64_t rows,
+                                  int64_t n) {
+  __shared__ float shared[32];
+  for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
+    const T *yr = y + r * n, *dyr = dy + r * n;
+    float dot = 0.0f;
+    for (int64_t j = threadIdx.x; j < n; j += blockDim.x)
+      dot += toFloat(yr[j]) * toFloat(dyr[j]);
+    dot = blockSum(dot, shared);
+    for (int64_t j = threadIdx.x; j < n; j += blockDim.x) {
+      float yj = toFloat(yr[j]), dyj = toFloat(dyr[j]);
+      dx[r * n + j] = fromFloat<T>(yj * (dyj - dot));
+    }
+  }
+}
+
+//===----------------------------------------------------------------------===//
+// Layer norm
+//===----------------------------------------------------------------------===//
+
+/// The mean and 1 / sqrt(variance + eps) of a row, each sum of the
+/// threads' f32 shares added in double (the CPU's rowStatistics).
+template <typename T>
+__device__ __forceinline__ float2 rowStatistics(const T *x, int64_t n,
+                                                double eps, double *shared) {
+  float part = 0.0f;
+  for (int64_t j = threadIdx.x; j < n; j += blockDim.x)
+    part += toFloat(x[j]);
+  const float m = float(blockSum(double(part), shared) / double(n));
+  part = 0.0f;
+  for (int64_t j = threadIdx.x; j < n; j += blockDim.x) {
+    float d = toFloat(x[j]) - m;
+    part += d * d;
+  }
+  double var = blockSum(double(part), shared) / double(n);
+  return make_float2(m, float(1.0 / sqrt(var + eps)));
+}
+
+template <typename T>
+__global__ void layerNormKernel(T *y, const T *x, const T *gamma, const T *beta,
+                                int64_t rows, int64_t n, double eps) {
+  __shared__ double shared[32];
+  for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
+    const T *xr = x + r * n;
+    float2 st = rowStatistics(xr, n, eps, shared);
+    for (int64_t j = threadIdx.x; j < n; j += blockDim.x)
+      y[r * n + j] =
+          fromFloat<T>((toFloat(xr[j]) - st.x) * st.y * toFloat(gamma[j]) +
+                       toFloat(beta[j]));
+  }
+}
+
+/// dx of each row, and the row's statistics into `stats` (mean, rstd) for
+/// the column sums.
+template <typename T>
+__global__ void layerNormGradRows(T *dx, float *stats, const T *x,
+                                  const T *gamma, const T *dy, int64_t rows,
+                                  int64_t n, double eps) {
+  __shared__ double shared[32];
+  for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
+    const T *xr = x + r * n, *dyr = dy + r * n;
+    float2 st = rowStatistics(xr, n, eps, shared);
+    const float m = st.x, rstd = st.y;
+    if (threadIdx.x == 0) {
+      stats[2 * r] = m;
+      stats[2 * r + 1] = rstd;
+    }
+    float s1 = 0.0f, s2 = 0.0f;
+    for (int64_t j = threadIdx.x; j < n; j += blockDim.x) {
+      float xhat = (toFloat(xr[j]) - m) * rstd;
+      float dxhat = toFloat(dyr[j]) * toFloat(gamma[j]);
+      s1 += dxhat;
+      s2 += dxhat * xhat;
+    }
+    const float a = float(blockSum(double(s1), shared) / double(n));
+    const float b = float(blockSum(double(s2), shared) / double(n));
+    for (int64_t j = threadIdx.x; j < n; j += blockDim.x) {
+      float xhat = (toFloat(xr[j]) - m) * rstd;
+      dx[r * n + j] = fromFloat<T>(
+          rstd * (toFloat(dyr[j]) * toFloat(gamma[j]) - a - xhat * b));
+    }
+  }
+}
+
+/// Column sums of dy * xhat and dy over the rows of chunk blockIdx.y, in
+/// row order and in double: partial[2 * chunk] and partial[2 * chunk + 1]
+/// (rows of n).
+template <typename T>
+__global__ void layerNormGradColumns(double *partial, const float *stats,
+                                     const T *x, const T *dy, int64_t rows,
+                                     int64_t n, int64_t chunkRows) {
+  int64_t chunk = blockIdx.y;
+  int64_t r0 = chunk * chunkRows, r1 = min(rows, r0 + chunkRows);
+  for (int64_t j = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; j < n;
+       j += int64_t(gridDim.x) * blockDim.x) {
+    double dg = 0.0, db = 0.0;
+    for (int64_t r = r0; r < r1; ++r) {
+      float m = stats[2 * r], rstd = stats[2 * r + 1];
+      float g = toFloat(dy[r * n + j]);
+      float xhat = (toFloat(x[r * n + j]) - m) * rstd;
+      dg += g * xhat;
+      db += g;
+    }
+    partial[2 * chunk * n + j] = dg;
+    partial[(2 * chunk + 1) * n + j] = db;
+  }
+}
+
+/// dgamma and dbeta: the chunks' partial sums added in chunk order.
+template <typename T>
+__global__ void layerNormGradFinish(T *dgamma, T *dbeta, const double *partial,
+                                    int64_t chunks, int64_t n) {
+  for (int64_t j = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; j < n;
+       j += int64_t(gridDim.x) * blockDim.x) {
+    double dg = 0.0, db = 0.0;
+    for (int64_t c = 0; c < chunks; ++c) {
+      dg += partial[2 * c * n + j];
+      db += partial[(2 * c + 1) * n + j];
+    }
+    dgamma[j] = fromFloat<T>(float(dg));
+    dbeta[j] = fromFloat<T>(float(db));
+  }
+}
+
+//===----------------------------------------------------------------------===//
+// Embedding
+//===----------------------------------------------------------------------===//
+
+/// out[i] = table[ids[i]], zeros (and the error word set) for an id outside
+/// [0, vocab).
+template <typename T, typename I>
+__global__ void embeddingKernel(T *out, const T *table, const I *ids,
+                                int *error, int64_t count, int64_t vocab,
+                                int64_t width) {
+  int64_t total = count * width;
+  for (int64_t e = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; e < total;
+       e += int64_t(gridDim.x) * blockDim.x) {
+    int64_t i = e / width, j = e - i * width;
+    int64_t id = ids[i];
+    if (id < 0 || id >= vocab) {
+      out[e] = fromFloat<T>(0.0f);
+      if (j == 0)
+        reportBadId(error, i);
+      continue;
+    }
+    out[e] = table[id * width + j];
+  }
+}
+
+/// The sort's input: each position's id (vocab for an id out of range,
+/// which sorts last and is skipped) and the position itself.
+template <typename I>
+__global__ void embeddingGradKeys(uint64_t *keys, int64_t *positions,
+                                  const I *ids, int64_t count, int64_t vocab) {
+  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < count;
+       i += int64_t(gridDim.x) * blockDim.x) {
+    int64_t id = ids[i];
+    keys[i] = id < 0 || id >= vocab ? uint64_t(vocab) : uint64_t(id);
+    positions[i] = i;
+  }
+}
+
+/// One block per run of equal ids in the sorted keys (found at its first
+/// element): the row of dtable is the sum of the run's rows of dy in f32,
+/// in position order (the sort is stable).
+template <typename T>
+__global__ void embeddingGradRows(T *dtable, const T *dy, const uint64_t *keys,
+                                  const int64_t *positions, int64_t count,
+                                  int64_t vocab, int64_t width) {
+  for (int64_t p = blockIdx.x; p < count; p += gridDim.x) {
+    uint64_t id = keys[p];
+    if (id >= uint64_t(vocab) || (p > 0 && keys[p - 1] == id))
+      continue;
+    for (int64_t j = threadIdx.x; j < width; j += blockDim.x) {
+      float sum = 0.0f;
+      for (int64_t q = p; q < count && keys[q] == id; ++q)
+        sum += toFloat(dy[positions[q] * width + j]);
+      dtable[int64_t(id) * width + j] = fromFloat<T>(sum);
+    }
+  }
+}
+
+//===----------------------------------------------------------------------===//
+// Cross-entropy
+//===----------------------------------------------------------------------===//
+
+/// Each row's -log softmax(logits)[label] in double (0, and the error word
+/// set, for a label outside [0, vocab)).
+template <typename T, typename I>
+__global__ void crossEntropyRows(double *perRow, int *error, const T *logits,
+                                 const I *labels, int64_t rows, int64_t vocab) {
+  __shared__ float shared[32];
+  for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
+    const T *x = logits + r * vocab;
+    int64_t label = labels[r];
+    if (label < 0 || label >= vocab) {
+      if (threadIdx.x == 0) {
+        perRow[r] = 0.0;
+        reportBadId(error, r);
+      }
+      continue;
+    }
+    float mx = -INFINITY;
+    for (int64_t j = threadIdx.x; j < vocab; j += blockDim.x)
+      mx = fmaxf(mx, toFloat(x[j]));
+    mx = blockMax(mx, shared);
+    float sum = 0.0f;
+    for (int64_t j = threadIdx.x; j < vocab; j += blockDim.x)
+      sum += fastExp(toFloat(x[j]) - mx);
+    sum = blockSum(sum, shared);
+    if (threadIdx.x == 0)
+      perRow[r] = log(double(sum)) + double(mx) - double(toFloat(x[label]));
+  }
+}
+
+/// loss = the mean of the rows' losses, summed in double in a fixed order
+/// (one block).
+template <typename T>
+__global__ void crossEntropyMean(T *loss, const double *perRow, int64_t rows) {
+  __shared__ double shared[32];
+  double part = 0.0;
+  for (int64_t r = threadIdx.x; r < rows; r += blockDim.x)
+    part += perRow[r];
+  double total = blockSum(part, shared);
+  if (threadIdx.x == 0)
+    loss[0] = fromFloat<T>(float(total / double(rows)));
+}
+
+/// dlogits = dloss / rows * (softmax(logits) - onehot(label)); a label out
+/// of range (reported by the forward) subtracts nothing.
+template <typename T, typename I>
+__global__ void crossEntropyGradKernel(T *dlogits, const T *logits,
+                                       const I *labels, const T *dloss,
+                                       int64_t rows, int64_t vocab) {
+  __shared__ float shared[32];
+  const float scale = toFloat(dloss[0]) / float(rows);
+  for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
+    const T *x = logits + r * vocab;
+    float mx = -INFINITY;
+    for (int64_t j = threadIdx.x; j < vocab; j += blockDim.x)
+      mx = fmaxf(mx, toFloat(x[j]));
+    mx = blockMax(mx, shared);
+    float sum = 0.0f;
+    for (int64_t j = threadIdx.x; j < vocab; j += blockDim.x)
+      sum += fastExp(toFloat(x[j]) - mx);
+    const float f = scale / blockSum(sum, shared);
+    const int64_t label = labels[r];
+    for (int64_t j = threadIdx.x; j < vocab; j += blockDim.x) {
+      float o = fastExp(toFloat(x[j]) - mx) * f;
+      if (j == label)
+        o -= scale;
+      dlogits[r * vocab + j] = fromFloat<T>(o);
+    }
+  }
+}
+
+//===----------------------------------------------------------------------===//
+// Attention
+//===----------------------------------------------------------------------===//
+
+/// Threads of the attention kernels, and keys (or queries) per tile: one
+/// tile entry per thread.
+constexpr int kAttentionThreads = 128;
+constexpr int kAttentionTile = kAttentionThreads;
+
+/// Bytes of `floats` floats of dynamic shared memory.
+inline size_t sharedFloats(int64_t floats) {
+  return size_t(floats) * sizeof(float);
+}
+
+/// Lets `kernel` take `bytes` of dynamic shared memory (beyond the default
+/// 48 KiB for very wide heads); false, the failure recorded, if it cannot.
+template <typename K>
+bool allowShared(StrataRtContext *ctx, int64_t site, K kernel, size_t bytes,
+                 const char *name) {
+  if (bytes <= 48 * 1024)
+    return true;
+  return ctx->check(
+      site,
+      cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                           int(bytes)),
+      name);
+}
+
+/// One block per (head, query i): the scores of a tile of keys (a warp per
+/// score), the online softmax's running maximum m and sum, and the running
+/// output acc (one column per thread) rescaled by exp(m_old - m_new); then
+/// out = acc / sum and lse = m + log(sum).
+__global__ void attentionKernel(float *out, float *lse, const float *q,
+                                const float *k, const float *v, int64_t heads,
+                                int64_t s, int64_t t, int64_t d, int64_t dv,
+                                float scale, bool causal) {
+  extern __shared__ float smem[];
+  float *reduce = smem, *qi = reduce + 32, *acc = qi + d,
+        *e = acc + dv; // e: kAttentionTile
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5,
+            warps = blockDim.x >> 5;
+  for (int64_t row = blockIdx.x; row < heads * s; row += gridDim.x) {
+    const int64_t h = row / s, i = row - h * s;
+    const float *kh = k + h * t * d, *vh = v + h * t * dv;
+    __syncthreads(); // the previous row is done with shared memory
+    for (int64_t c = threadIdx.x; c < d; c += blockDim.x)
+      qi[c] = q[row * d + c];
+    for (int64_t c = threadIdx.x; c < dv; c += blockDim.x)
+      acc[c] = 0.0f;
+    __syncthreads();
+    const int64_t limit = causal ? min(i + 1, t) : t;
+    float m = -INFINITY, sum = 0.0f;
+    for (int64_t j0 = 0; j0 < limit; j0 += kAttentionTile) {
+      const int n = int(min(int64_t(kAttentionTile), limit - j0));
+      for (int jj = warp; jj < n; jj += warps) {
+        const float *kj = kh + (j0 + jj) * d;
+        float dot = 0.0f;
+        for (int64_t c = lane; c < d; c += 32)
+          dot += qi[c] * kj[c];
+        dot = warpSum(dot);
+        if (lane == 0)
+          e[jj] = scale * dot;
+      }
+      __syncthreads();
+      const float x = threadIdx.x < n ? e[threadIdx.x] : -INFINITY;
+      const float mNew = fmaxf(m, blockMax(x, reduce));
+      const float alpha = m == -INFINITY ? 0.0f : fastExp(m - mNew);
+      const float p = threadIdx.x < n ? fastExp(x - mNew) : 0.0f;
+      e[threadIdx.x] = p;
+      sum = sum * alpha + blockSum(p, reduce); // its barriers publish e
+      for (int64_t c = threadIdx.x; c < dv; c += blockDim.x) {
+        float a = acc[c] * alpha;
+        for (int jj = 0; jj < n; ++jj)
+          a += e[jj] * vh[(j0 + jj) * dv + c];
+        acc[c] = a;
+      }
+      m = mNew;
+      __syncthreads(); // before the next tile's scores overwrite e
+    }
+    if (threadIdx.x == 0)
+      lse[row] = m + logf(sum);
+    const float inv = 1.0f / sum;
+    for (int64_t c = threadIdx.x; c < dv; c += blockDim.x)
+      out[row * dv + c] = limit > 0 ? acc[c] * inv : 0.0f;
+  }
+}
+
+/// One block per (head, query i): delta_i = dO_i . O_i (kept for the key
+/// pass), then over the keys j the query sees: P_ij = exp(scale q_i . k_j -
+/// lse_i), dS_ij = P_ij (dO_i . v_j - delta_i), dq_i = scale sum_j dS_ij
+/// k_j.
+__global__ void attentionGradQueries(float *dq, float *delta, const float *q,
+                                     const float *k, const float *v,
+                                     const float *out, const float *lse,
+                                     const float *dout, int64_t heads,
+                                     int64_t s, int64_t t, int64_t d,
+                                     int64_t dv, float scale, bool causal) {
+  extern __shared__ float smem[];
+  float *reduce = smem, *qi = reduce + 32, *doi = qi + d, *acc = doi + dv,
+        *ds = acc + d; // ds: kAttentionTile
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5,
+            warps = blockDim.x >> 5;
+  for (int64_t row = blockIdx.x; row < heads * s; row += gridDim.x) {
+    const int64_t h = row / s, i = row - h * s;
+    const float *kh = k + h * t * d, *vh = v + h * t * dv;
+    __syncthreads(); // the previous row is done with shared memory
+    float part = 0.0f;
+    for (int64_t c = threadIdx.x; c < d; c += blockDim.x) {
+      qi[c] = q[row * d + c];
+      acc[c] = 0.0f;
+    }
+    for (int64_t c = threadIdx.x; c < dv; c += blockDim.x) {
+      float g = dout[row * dv + c];
+      doi[c] = g;
+      part += g * out[row * dv + c];
+    }
+    const float di = blockSum(part, reduce); // its barriers publish qi, doi
+    if (threadIdx.x == 0)
+      delta[row] = di;
+    const float li = lse[row];
+    const int64_t limit = causal ? min(i + 1, t) : t;
+    for (int64_t j0 = 0; j0 < limit; j0 += kAttentionTile) {
+      const int n = int(min(int64_t(kAttentionTile), limit - j0));
+      for (int jj = warp; jj < n; jj += warps) {
+        const float *kj = kh + (j0 + jj) * d, *vj = vh + (j0 + jj) * dv;
+        float x = 0.0f, dp = 0.0f;
+        for (int64_t c = lane; c < d; c += 32)
+          x += qi[c] * kj[c];
+        for (int64_t c = lane; c < dv; c += 32)
+          dp += doi[c] * vj[c];
+        x = warpSum(x);
+        dp = warpSum(dp);
+        if (lane == 0) {
+          float p = fastExp(scale * x - li);
+          ds[jj] = p * (dp - di);
+        }
+      }
+      __syncthreads();
+      for (int64_t c = threadIdx.x; c < d; c += blockDim.x) {
+        float a = acc[c];
+        for (int jj = 0; jj < n; ++jj)
+          a += ds[jj] * kh[(j0 + jj) * d + c];
+        acc[c] = a;
+      }
+      __syncthreads(); // before the next tile overwrites ds
+    }
+    for (int64_t c = threadIdx.x; c < d; c += blockDim.x)
+      dq[row * d + c] = scale * acc[c];
+  }
+}
+
+/// One block per (head, key j), over the queries i that see it: dv_j =
+/// sum_i P_ij dO_i and dk_j = scale sum_i dS_ij q_i, with delta from
+/// attentionGradQueries.
+__global__ void attentionGradKeys(float *dk, float *dvOut, const float *q,
+                                  const float *k, const float *v,
+                                  const float *lse, const float *delta,
+                                  const float *dout, int64_t heads, int64_t s,
+                                  int64_t t, int64_t d, int64_t dv, float scale,
+                                  bool causal) {
+  extern __shared__ float smem[];
+  float *kj = smem, *vj = kj + d, *accK = vj + dv, *accV = accK + d,
+        *pt = accV + dv, *ds = pt + kAttentionTile; // pt, ds: kAttentionTile
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5,
+            warps = blockDim.x >> 5;
+  for (int64_t row = blockIdx.x; row < heads * t; row += gridDim.x) {
+    const int64_t h = row / t, j = row - h * t;
+    const float *qh = q + h * s * d, *doh = dout + h * s * dv;
+    const float *lseh = lse + h * s, *deltah = delta + h * s;
+    __syncthreads(); // the previous row is done with shared memory
+    for (int64_t c = threadIdx.x; c < d; c += blockDim.x) {
+      kj[c] = k[row * d + c];
+      accK[c] = 0.0f;
+    }
+    for (int64_t c = threadIdx.x; c < dv; c += blockDim.x) {
+      vj[c] = v[row * dv + c];
+      accV[c] = 0.0f;
+    }
+    __syncthreads();
+    for (int64_t i0 = causal ? j : 0; i0 < s; i0 += kAttentionTile) {
+      const int n = int(min(int64_t(kAttentionTile), s - i0));
+      for (int ii = warp; ii < n; ii += warps) {
+        const int64_t i = i0 + ii;
+        const float *qi = qh + i * d, *doi = doh + i * dv;
+        float x = 0.0f, dp = 0.0f;
+        for (int64_t c = lane; c < d; c += 32)
+          x += qi[c] * kj[c];
+        for (int64_t c = lane; c < dv; c += 32)
+          dp += doi[c] * vj[c];
+        x = warpSum(x);
+        dp = warpSum(dp);
+        if (lane == 0) {
+          float p = fastExp(scale * x - lseh[i]);
+          pt[ii] = p;
+          ds[ii] = p * (dp - deltah[i]);
+        }
+      }
+      __syncthreads();
+      for (int64_t c = threadIdx.x; c < dv; c += blockDim.x) {
+        float a = accV[c];
+        for (int ii = 0; ii < n; ++ii)
+          a += pt[ii] * doh[(i0 + ii) * dv + c];
+        accV[c] = a;
+      }
+      for (int64_t c = threadIdx.x; c < d; c += blockDim.x) {
+        float a = accK[c];
+        for (int ii = 0; ii < n; ++ii)
+          a += ds[ii] * qh[(i0 + ii) * d + c];
+        accK[c] = a;
+      }
+      __syncthreads(); // before the next tile overwrites pt and ds
+    }
+    for (int64_t c = threadIdx.x; c < d; c += blockDim.x)
+      dk[row * d + c] = scale * accK[c];
+    for (int64_t c = threadIdx.x; c < dv; c += blockDim.x)
+      dvOut[row * dv + c] = accV[c];
+  }
+}
+
+} // namespace
+} // namespace strata::cuda
+
+using namespace strata::cuda;
+
+extern "C" {
+
+void strata_rt_softmax(StrataRtContext *ctx, int64_t site, void *out,
+                       int64_t outType, const void *in, int64_t inType,
+                       int64_t rows, int64_t n, int64_t causalRows) {
+  withSameFloatType(ctx, site, "softmax", {outType, inType}, [&](auto tag) {
+    using T = decltype(tag);
+    if (rows == 0 || n == 0)
+      return;
+    softmaxKernel<T><<<gridFor(rows, 1), rowThreads(n), 0, ctx->compute>>>(
+        static_cast<T *>(out), static_cast<const T *>(in), rows, n, causalRows);
+    launched(ctx, site, "softmax");
+  });
+}
+
+void strata_rt_softmax_grad(StrataRtContext *ctx, int64_t site, void *dx,
+                            int64_t dxType, const void *y, int64_t yType,
+                            const void *dy, int64_t dyType, int64_t rows,
+                            int64_t n) {
+  withSameFloatType(
+      ctx, site, "softmax_grad", {dxType, yType, dyType}, [&](auto tag) {
+        using T = decltype(tag);
+        if (rows == 0 || n == 0)
+          return;
+        softmaxGradKernel<T>
+            <<<gridFor(rows, 1), rowThreads(n), 0, ctx->compute>>>(
+                static_cast<T *>(dx), static_cast<const T *>(y),
+                static_cast<const T *>(dy), rows, n);
+        launched(ctx, site, "softmax_grad");
+      });
+}
+
+void strata_rt_attention(StrataRtContext *ctx, int64_t site, void *out,
+                         int64_t outType, void *lse, int64_t lseType,
+                         const void *q, int64_t qType, const void *k,
+                         int64_t kType, const void *v, int64_t vType,
+                         int64_t heads, int64_t s, int64_t t, int64_t d,
+                         int64_t dv, double scale, int64_t causal) {
+  if (!onlyF32(ctx, site, "attention", {outType, lseType, qType, kType, vType}))
+    return;
+  if (heads == 0 || s == 0)
+    return;
+  size_t shared = sharedFloats(32 + d + dv + kAttentionTile);
+  if (!allowShared(ctx, site, attentionKernel, shared, "attention"))
+    return;
+  attentionKernel<<<gridFor(heads * s, 1), kAttentionThreads, shared,
+                    ctx->compute>>>(
+      static_cast<float *>(out), static_cast<float *>(lse),
+      static_cast<const float *>(q), static_cast<const float *>(k),
+      static_cast<const float *>(v), heads, s, t, d, dv, float(scale),
+      causal != 0);
+  launched(ctx, site, "attention");
+}
+
+void strata_rt_attention_grad(StrataRtContext *ctx, int64_t site, void *dq,
+                              int64_t dqType, void *dk, int64_t dkType,
+                              void *dv, int64_t dvType, const void *q,
+                              int64_t qType, const void *k, int64_t kType,
+                              const void *v, int64_t vType, const void *out,
+                              int64_t outType, const void *lse, int64_t lseType,
+                              const void *dout, int64_t doutType, int64_t heads,
+                              int64_t s, int64_t t, int64_t d, int64_t dvDim,
+                              double scale, int64_t causal) {
+  if (!onlyF32(ctx, site, "attention_grad",
+               {dqType, dkType, dvType, qType, kType, vType, outType, lseType,
+                doutType}))
+    return;
+  if (heads == 0)
+    return;
+  auto *qf = static_cast<const float *>(q);
+  auto *kf = static_cast<const float *>(k);
+  auto *vf = static_cast<const float *>(v);
+  auto *doutf = static_cast<const float *>(dout);
+  auto *lsef = static_cast<const float *>(lse);
+  float *delta = nullptr;
+  if (s > 0) {
+    delta = static_cast<float *>(
+        ctx->scratchBytes(site, size_t(heads * s) * sizeof(float)));
+    if (!delta)
+      return;
+    size_t shared = sharedFloats(32 + 2 * d + dvDim + kAttentionTile);
+    if (!allowShared(ctx, site, attentionGradQueries, shared, "attention_grad"))
+      return;
+    attentionGradQueries<<<gridFor(heads * s, 1), kAttentionThreads, shared,
+                           ctx->compute>>>(
+        static_cast<float *>(dq), delta, qf, kf, vf,
+        static_cast<const float *>(out), lsef, doutf, heads, s, t, d, dvDim,
+        float(scale), causal != 0);
+    if (!launched(ctx, site, "attention_grad"))
+      return;
+  }
+  // With s == 0 this writes dk = dv = 0, as the CPU.
+  if (t == 0)
+    return;
+  size_t shared = sharedFloats(2 * (d + dvDim + kAttentionTile));
+  if (!allowShared(ctx, site, attentionGradKeys, shared, "attention_grad"))
+    return;
+  attentionGradKeys<<<gridFor(heads * t, 1), kAttentionThreads, shared,
+                      ctx->compute>>>(
+      static_cast<float *>(dk), static_cast<float *>(dv), qf, kf, vf, lsef,
+      delta, doutf, heads, s, t, d, dvDim, float(scale), causal != 0);
+  launched(ctx, site, "attention_grad");
+}
+
+void strata_rt_layer_norm(StrataRtContext *ctx, int64_t site, void *y,
+                          int64_t yType, const void *x, int64_t xType,
+                          const void *gamma, int64_t gammaType,
+                          const void *beta, int64_t betaType, int64_t rows,
+                          int64_t n, double eps) {
+  withSameFloatType(
+      ctx, site, "layer_norm", {yType, xType, gammaType, betaType},
+      [&](auto tag) {
+        using T = decltype(tag);
+        if (rows == 0 || n == 0)
+          return;
+        layerNormKernel<T>
+            <<<gridFor(rows, 1), rowThreads(n), 0, ctx->compute>>>(
+                static_cast<T *>(y), static_cast<const T *>(x),
+                static_cast<const T *>(gamma), static_cast<const T *>(beta),
+                rows, n, eps);
+        launched(ctx, site, "layer_norm");
+      });
+}
+
+void strata_rt_layer_norm_grad(StrataRtContext *ctx, int64_t site, void *dx,
+                               int64_t dxType, void *dgamma, int64_t dgammaType,
+                               void *dbeta, int64_t dbetaType, const void *x,
+                               int64_t xType, const void *gamma,
+                               int64_t gammaType, const void *dy,
+                               int64_t dyType, int64_t rows, int64_t n,
+                               double eps) {
+  withSameFloatType(
+      ctx, site, "layer_norm_grad",
+      {dxType, dgammaType, dbetaType, xType, gammaType, dyType}, [&](auto tag) {
+        using T = decltype(tag);
+        if (n == 0)
+          return;
+        double *partial = nullptr;
+        int64_t chunks = 0;
+        if (rows > 0) {
+          // Chunks of rows for the column sums: enough of them to fill the
+          // device, their partials (2 n doubles each) at most 64 MiB.
+          chunks =
+              std::min<int64_t>({(rows + 31) / 32, 512,
+                                 std::max<int64_t>(1, (int64_t(1) << 22) / n)});
+          int64_t chunkRows = (rows + chunks - 1) / chunks;
+          chunks = (rows + chunkRows - 1) / chunkRows;
+          size_t statsBytes = aligned(size_t(2 * rows) * sizeof(float));
+          char *scratch = static_cast<char *>(ctx->scratchBytes(
+              site, statsBytes + size_t(2 * chunks * n) * sizeof(double)));
+          if (!scratch)
+            return;
+          auto *stats = reinterpret_cast<float *>(scratch);
+          partial = reinterpret_cast<double *>(scratch + statsBytes);
+          auto *xt = static_cast<const T *>(x);
+          auto *dyt = static_cast<const T *>(dy);
+          layerNormGradRows<T>
+              <<<gridFor(rows, 1), rowThreads(n), 0, ctx->compute>>>(
+                  static_cast<T *>(dx), stats, xt,
+                  static_cast<const T *>(gamma), dyt, rows, n, eps);
+          if (!launched(ctx, site, "layer_norm_grad"))
+            return;
+          dim3 grid(gridFor(n), unsigned(chunks));
+          layerNormGradColumns<T><<<grid, kThreads, 0, ctx->compute>>>(
+              partial, stats, xt, dyt, rows, n, chunkRows);
+          if (!launched(ctx, site, "layer_norm_grad"))
+            return;
+        }
+        // Without rows this writes dgamma = dbeta = 0, as the CPU.
+        layerNormGradFinish<T><<<gridFor(n), kThreads, 0, ctx->compute>>>(
+            static_cast<T *>(dgamma), static_cast<T *>(dbeta), partial, chunks,
+            n);
+        launched(ctx, site, "layer_norm_grad");
+      });
+}
+
+void strata_rt_embedding(StrataRtContext *ctx, int64_t site, void *out,
+                         int64_t outType, const void *table, int64_t tableType,
+                         const void *ids, int64_t idsType, int64_t count,
+                         int64_t vocab, int64_t width) {
+  if (!integerIds(ctx, site, "embedding", idsType))
+    return;
+  withSameFloatType(
+      ctx, site, "embedding", {outType, tableType}, [&](auto tag) {
+        using T = decltype(tag);
+        if (count == 0 || width == 0)
+          return;
+        std::string what = "an id outside [0, " + std::to_string(vocab) + ")";
+        int *error = deviceErrorWord(ctx, site, what.c_str());
+        if (!error)
+          return;
+        withIdType(idsType, [&](auto idTag) {
+          using I = decltype(idTag);
+          embeddingKernel<T, I>
+              <<<gridFor(count * width), kThreads, 0, ctx->compute>>>(
+                  static_cast<T *>(out), static_cast<const T *>(table),
+                  static_cast<const I *>(ids), error, count, vocab, width);
+        });
+        launched(ctx, site, "embedding");
+      });
+}
+
+void strata_rt_embedding_grad(StrataRtContext *ctx, int64_t site, void *dtable,
+                              int64_t dtableType, const void *ids,
+                              int64_t idsType, const void *dy, int64_t dyType,
+                              int64_t count, int64_t vocab, int64_t width) {
+  if (!integerIds(ctx, site, "embedding_grad", idsType))
+    return;
+  withSameFloatType(
+      ctx, site, "embedding_grad", {dtableType, dyType}, [&](auto tag) {
+        using T = decltype(tag);
+        if (vocab <= 0 || width == 0)
+          return;
+        // Rows no id refers to are zero.
+        if (!ctx->check(site,
+                        cudaMemsetAsync(dtable, 0,
+                                        size_t(vocab * width) * sizeof(T),
+                                        ctx->compute),
+                        "embedding_grad") ||
+            count == 0)
+          return;
+        // Key bits to sort: enough for vocab (ids out of range).
+        int bits = 1;
+        while (bits < 64 && (uint64_t(vocab) >> bits) != 0)
+          ++bits;
+        size_t sortBytes = 0;
+        if (!ctx->check(site,
+                        cub::DeviceRadixSort::SortPairs(
+                            nullptr, sortBytes, (const uint64_t *)nullptr,
+                            (uint64_t *)nullptr, (const int64_t *)nullptr,
+                            (int64_t *)nullptr, count, 0, bits, ctx->compute),
+                        "embedding_grad"))
+          return;
+        size_t array = aligned(size_t(count) * sizeof(uint64_t));
+        char *scratch =
+            static_cast<char *>(ctx->scratchBytes(site, 4 * array + sortBytes));
+        if (!scratch)
+          return;
+        auto *keys = reinterpret_cast<uint64_t *>(scratch);
+        auto *sortedKeys = reinterpret_cast<uint64_t *>(scratch + array);
+        auto *positions = reinterpret_cast<int64_t *>(scratch + 2 * array);
+        auto *sortedPositions =
+            reinterpret_cast<int64_t *>(scratch + 3 * array);
+        withIdType(idsType, [&](auto idTag) {
+          using I = decltype(idTag);
+          embeddingGradKeys<I><<<gridFor(count), kThreads, 0, ctx->compute>>>(
+              keys, positions, static_cast<const I *>(ids), count, vocab);
+        });
+        if (!launched(ctx, site, "embedding_grad") ||
+            !ctx->check(site,
+                        cub::DeviceRadixSort::SortPairs(
+                            scratch + 4 * array, sortBytes, keys, sortedKeys,
+                            positions, sortedPositions, count, 0, bits,
+                            ctx->compute),
+                        "embedding_grad"))
+          return;
+        embeddingGradRows<T>
+            <<<gridFor(count, 1), rowThreads(width), 0, ctx->compute>>>(
+                static_cast<T *>(dtable), static_cast<const T *>(dy),
+                sortedKeys, sortedPositions, count, vocab, width);
+        launched(ctx, site, "embedding_grad");
+      });
+}
+
+void strata_rt_cross_entropy(StrataRtContext *ctx, int64_t site, void *loss,
+                             int64_t lossType, const void *logits,
+                             int64_t logitsType, const void *labels,
+                             int64_t labelsType, int64_t rows, int64_t vocab) {
+  if (!integerIds(ctx, site, "cross_entropy", labelsType))
+    return;
+  withSameFloatType(
+      ctx, site, "cross_entropy", {lossType, logitsType}, [&](auto tag) {
+        using T = decltype(tag);
+        double *perRow = nullptr;
+        if (rows > 0) {
+          perRow = static_cast<double *>(
+              ctx->scratchBytes(site, size_t(rows) * sizeof(double)));
+          std::string what =
+              "a label outside [0, " + std::to_string(vocab) + ")";
+          int *error =
+              perRow ? deviceErrorWord(ctx, site, what.c_str()) : nullptr;
+          if (!error)
+            return;
+          withIdType(labelsType, [&](auto idTag) {
+            using I = decltype(idTag);
+            crossEntropyRows<T, I>
+                <<<gridFor(rows, 1), rowThreads(vocab), 0, ctx->compute>>>(
+                    perRow, error, static_cast<const T *>(logits),
+                    static_cast<const I *>(labels), rows, vocab);
+          });
+          if (!launched(ctx, site, "cross_entropy"))
+            return;
+        }
+        // Without rows the loss is 0 / 0, as the CPU's.
+        crossEntropyMean<T><<<1, 1024, 0, ctx->compute>>>(
+            static_cast<T *>(loss), perRow, rows);
+        launched(ctx, site, "cross_entropy");
+      });
+}
+
+void strata_rt_cross_entropy_grad(StrataRtContext *ctx, int64_t site,
+                                  void *dlogits, int64_t dlogitsType,
+                                  const void *logits, int64_t logitsType,
+                                  const void *labels, int64_t labelsType,
+                                  const void *dloss, int64_t dlossType,
+                                  int64_t rows, int64_t vocab) {
+  if (!integerIds(ctx, site, "cross_entropy_grad", labelsType))
+    return;
+  withSameFloatType(
+      ctx, site, "cross_entropy_grad", {dlogitsType, logitsType, dlossType},
+      [&](auto tag) {
+        using T = decltype(tag);
+        if (rows == 0 || vocab == 0)
+          return;
+        withIdType(labelsType, [&](auto idTag) {
+          using I = decltype(idTag);
+          crossEntropyGradKernel<T, I>
+              <<<gridFor(rows, 1), rowThreads(vocab), 0, ctx->compute>>>(
+                  static_cast<T *>(dlogits), static_cast<const T *>(logits),
+                  static_cast<const I *>(labels), static_cast<const T *>(dloss),
+                  rows, vocab);
+        });
+        launched(ctx, site, "cross_entropy_grad");
+      });
+}
+
+} // extern "C"

@@ -1,0 +1,340 @@
+//===- CudaRuntimeTest.cpp - The CUDA runtime's host side -----------------===//
+//
+// What can be checked without a GPU: how every strata_rt_gemm call maps
+// onto cuBLASLt (the plan's column-major problem evaluated on the host
+// equals the row-major product, for every transpose, batch stride and
+// epilogue), the cuBLASLt descriptors (created without a device), the RNG
+// as nvcc builds it, the library's symbol table, and a context that
+// refuses to start without a device (or starts with one).
+//
+//===----------------------------------------------------------------------===//
+
+#include "GemmPlan.h"
+
+#include "strata/Runtime/StrataRuntime.h"
+
+#include "../../runtime/common/StrataRandom.h"
+
+#include "gtest/gtest.h"
+
+#include <cuda_runtime_api.h>
+#include <dlfcn.h>
+
+#include <cmath>
+#include <set>
+#include <string>
+#include <vector>
+
+extern "C" void strataPhiloxFromNvcc(uint64_t seed, int64_t key,
+                                     int64_t microBatch, int64_t index,
+                                     uint32_t out[4]);
+extern "C" int strataDropoutKeepFromNvcc(uint64_t seed, int64_t key,
+                                         int64_t index, double prob);
+
+using namespace strata::cuda;
+
+namespace {
+
+std::vector<float> values(int64_t n, int salt) {
+  std::vector<float> v(n);
+  for (int64_t i = 0; i < n; ++i)
+    v[i] = float((i * 37 + salt * 11) % 29 - 14) / 8.0f;
+  return v;
+}
+
+/// op(M) of a column-major matrix `layout` at `data` (batch `b`).
+float element(const float *data, const Layout &layout, cublasOperation_t op,
+              int64_t b, int64_t i, int64_t j) {
+  const float *base = data + b * layout.batchStride;
+  return op == CUBLAS_OP_N ? base[i + j * layout.ld] : base[j + i * layout.ld];
+}
+
+/// D = epilogue(alpha op(A) op(B) + beta C) as cuBLASLt defines it, on the
+/// host, with the plan's operands: cuBLASLt's A is the ABI's B.
+std::vector<float> runPlan(const GemmPlan &p, const std::vector<float> &abiA,
+                           const std::vector<float> &abiB, std::vector<float> c,
+                           const std::vector<float> &bias) {
+  uint64_t rows = p.c.rows, cols = p.c.cols;
+  uint64_t inner = p.opA == CUBLAS_OP_N ? p.a.cols : p.a.rows;
+  for (int64_t b = 0; b < p.c.batchCount; ++b)
+    for (uint64_t i = 0; i < rows; ++i)
+      for (uint64_t j = 0; j < cols; ++j) {
+        double s = 0;
+        for (uint64_t q = 0; q < inner; ++q)
+          s += double(element(abiB.data(), p.a, p.opA, b, i, q)) *
+               element(abiA.data(), p.b, p.opB, b, q, j);
+        float &d = c[b * p.c.batchStride + i + j * p.c.ld];
+        float v = float(s) + p.beta * d;
+        bool withBias = p.epilogue == CUBLASLT_EPILOGUE_BIAS ||
+                        p.epilogue == CUBLASLT_EPILOGUE_RELU_BIAS ||
+                        p.epilogue == CUBLASLT_EPILOGUE_GELU_BIAS;
+        if (withBias)
+          v += bias[i]; // one per row of D: a column of the ABI's C
+        if (p.epilogue == CUBLASLT_EPILOGUE_RELU ||
+            p.epilogue == CUBLASLT_EPILOGUE_RELU_BIAS)
+          v = std::max(v, 0.0f);
+        d = v;
+      }
+  return c;
+}
+
+/// The ABI's definition: C[b] (row-major m x n) = op(A[b]) op(B[b]) + bias.
+std::vector<float> rowMajor(const GemmCall &g, const std::vector<float> &a,
+                            const std::vector<float> &b, std::vector<float> c,
+                            const std::vector<float> &bias) {
+  for (int64_t bi = 0; bi < g.batch; ++bi)
+    for (int64_t i = 0; i < g.m; ++i)
+      for (int64_t j = 0; j < g.n; ++j) {
+        double s = 0;
+        for (int64_t q = 0; q < g.k; ++q) {
+          const float *pa = a.data() + bi * g.aBatchStride;
+          const float *pb = b.data() + bi * g.bBatchStride;
+          float x = g.transA ? pa[q * g.m + i] : pa[i * g.k + q];
+          float y = g.transB ? pb[j * g.k + q] : pb[q * g.n + j];
+          s += double(x) * y;
+        }
+        float &out = c[bi * g.m * g.n + i * g.n + j];
+        float v = float(s) + (g.accumulate ? out : 0.0f);
+        if (g.bias)
+          v += bias[j];
+        if (g.act == STRATA_RT_ACT_RELU)
+          v = std::max(v, 0.0f);
+        out = v;
+      }
+  return c;
+}
+
+TEST(CudaGemmPlan, ColumnMajorProblemEqualsTheRowMajorProduct) {
+  for (int64_t batch : {1, 3})
+    for (bool sharedA : {false, true})
+      for (bool transA : {false, true})
+        for (bool transB : {false, true})
+          for (int variant = 0; variant < 4; ++variant) {
+            GemmCall g;
+            g.batch = batch;
+            g.m = 5;
+            g.n = 7;
+            g.k = 3;
+            g.transA = transA;
+            g.transB = transB;
+            g.aBatchStride = sharedA ? 0 : g.m * g.k;
+            g.bBatchStride = g.k * g.n;
+            g.dtype = STRATA_RT_F32;
+            g.bias = variant == 1 || variant == 2;
+            g.act = variant == 2 ? STRATA_RT_ACT_RELU : STRATA_RT_ACT_NONE;
+            g.accumulate = variant == 3;
+            GemmPlan p = planGemm(g, /*tf32=*/false);
+            ASSERT_TRUE(p.error.empty()) << p.error;
+            auto a = values((sharedA ? 1 : batch) * g.m * g.k, 1);
+            auto b = values(batch * g.k * g.n, 2);
+            auto c = values(batch * g.m * g.n, 3);
+            auto bias = values(g.n, 4);
+            EXPECT_EQ(runPlan(p, a, b, c, bias), rowMajor(g, a, b, c, bias))
+                << "batch " << batch << " sharedA " << sharedA << " transA "
+                << transA << " transB " << transB << " variant " << variant;
+          }
+}
+
+TEST(CudaGemmPlan, EpilogueForEveryBiasAndActivation) {
+  struct Case {
+    bool bias;
+    int64_t act;
+    cublasLtEpilogue_t epilogue;
+    int64_t separate;
+  } cases[] = {
+      {false, STRATA_RT_ACT_NONE, CUBLASLT_EPILOGUE_DEFAULT, 0},
+      {true, STRATA_RT_ACT_NONE, CUBLASLT_EPILOGUE_BIAS, 0},
+      {false, STRATA_RT_ACT_RELU, CUBLASLT_EPILOGUE_RELU, 0},
+      {true, STRATA_RT_ACT_RELU, CUBLASLT_EPILOGUE_RELU_BIAS, 0},
+      {false, STRATA_RT_ACT_GELU_TANH, CUBLASLT_EPILOGUE_GELU, 0},
+      {true, STRATA_RT_ACT_GELU_TANH, CUBLASLT_EPILOGUE_GELU_BIAS, 0},
+      // cuBLASLt's GELU is the tanh form: erf runs after the GEMM.
+      {false, STRATA_RT_ACT_GELU_ERF, CUBLASLT_EPILOGUE_DEFAULT,
+       STRATA_RT_ACT_GELU_ERF},
+      {true, STRATA_RT_ACT_GELU_ERF, CUBLASLT_EPILOGUE_BIAS,
+       STRATA_RT_ACT_GELU_ERF},
+  };
+  for (const Case &c : cases) {
+    GemmCall g;
+    g.m = g.n = g.k = 8;
+    g.dtype = STRATA_RT_BF16;
+    g.bias = c.bias;
+    g.act = c.act;
+    GemmPlan p = planGemm(g, false);
+    ASSERT_TRUE(p.error.empty()) << p.error;
+    EXPECT_EQ(p.epilogue, c.epilogue) << "act " << c.act << " bias " << c.bias;
+    EXPECT_EQ(p.separateAct, c.separate);
+    EXPECT_EQ(p.dataType, CUDA_R_16BF);
+    EXPECT_EQ(p.compute, CUBLAS_COMPUTE_32F);
+  }
+}
+
+TEST(CudaGemmPlan, TypesComputeAndRefusals) {
+  GemmCall g;
+  g.m = g.n = g.k = 4;
+  g.dtype = STRATA_RT_F32;
+  EXPECT_EQ(planGemm(g, false).compute, CUBLAS_COMPUTE_32F);
+  EXPECT_EQ(planGemm(g, true).compute, CUBLAS_COMPUTE_32F_FAST_TF32);
+  g.dtype = STRATA_RT_F16;
+  EXPECT_EQ(planGemm(g, true).dataType, CUDA_R_16F);
+  EXPECT_EQ(planGemm(g, true).compute, CUBLAS_COMPUTE_32F);
+
+  g.dtype = STRATA_RT_I32;
+  EXPECT_EQ(planGemm(g, false).error, "i32 GEMMs");
+  g.dtype = STRATA_RT_F32;
+  g.act = 42;
+  EXPECT_EQ(planGemm(g, false).error,
+            "unknown GEMM epilogue activation code 42");
+  g.act = STRATA_RT_ACT_NONE;
+  g.accumulate = true;
+  g.bias = true;
+  EXPECT_EQ(planGemm(g, false).error,
+            "an accumulating GEMM takes no bias or activation");
+  g.bias = false;
+  g.k = 0;
+  EXPECT_NE(planGemm(g, false).error.find("each must be at least 1"),
+            std::string::npos);
+}
+
+TEST(CudaGemmPlan, WorkspaceAndAlignment) {
+  EXPECT_EQ(gemmWorkspaceBytes(8), size_t(4) << 20);
+  EXPECT_EQ(gemmWorkspaceBytes(9), size_t(32) << 20);
+  EXPECT_EQ(gemmWorkspaceBytes(10), size_t(32) << 20);
+  EXPECT_EQ(pointerAlignment(reinterpret_cast<void *>(0x1000)), 256u);
+  EXPECT_EQ(pointerAlignment(reinterpret_cast<void *>(0x1010)), 16u);
+  EXPECT_EQ(pointerAlignment(reinterpret_cast<void *>(0x1006)), 2u);
+  EXPECT_EQ(pointerAlignment(reinterpret_cast<void *>(0x1003)), 1u);
+}
+
+TEST(CudaGemmPlan, DescriptorsNeedNoDevice) {
+  for (int64_t act : {STRATA_RT_ACT_NONE, STRATA_RT_ACT_GELU_TANH})
+    for (int64_t batch : {1, 4}) {
+      GemmCall g;
+      g.batch = batch;
+      g.m = 64;
+      g.n = 128;
+      g.k = 32;
+      g.aBatchStride = g.m * g.k;
+      g.transB = true;
+      g.dtype = STRATA_RT_BF16;
+      g.bias = true;
+      g.act = act;
+      GemmPlan p = planGemm(g, false);
+      GemmDescriptors d;
+      ASSERT_EQ(createDescriptors(p, d), "");
+      cublasLtEpilogue_t epilogue;
+      size_t written = 0;
+      ASSERT_EQ(
+          cublasLtMatmulDescGetAttribute(d.op, CUBLASLT_MATMUL_DESC_EPILOGUE,
+                                         &epilogue, sizeof(epilogue), &written),
+          CUBLAS_STATUS_SUCCESS);
+      EXPECT_EQ(epilogue, p.epilogue);
+      int32_t count = 0;
+      ASSERT_EQ(cublasLtMatrixLayoutGetAttribute(
+                    d.b, CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT, &count,
+                    sizeof(count), &written),
+                CUBLAS_STATUS_SUCCESS);
+      EXPECT_EQ(count, batch);
+      // cuBLASLt's B is the ABI's A, batched by m * k; its A the shared
+      // (stride 0) weight.
+      int64_t strideA = -1, strideB = -1;
+      ASSERT_EQ(cublasLtMatrixLayoutGetAttribute(
+                    d.a, CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET, &strideA,
+                    sizeof(strideA), &written),
+                CUBLAS_STATUS_SUCCESS);
+      ASSERT_EQ(cublasLtMatrixLayoutGetAttribute(
+                    d.b, CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET, &strideB,
+                    sizeof(strideB), &written),
+                CUBLAS_STATUS_SUCCESS);
+      EXPECT_EQ(strideA, 0);
+      EXPECT_EQ(strideB, batch > 1 ? g.m * g.k : 0);
+    }
+}
+
+TEST(CudaRng, NvccBuildEqualsTheHostBuild) {
+  for (int64_t index :
+       {int64_t(0), int64_t(1), int64_t(12345), (int64_t(1) << 33) + 7})
+    for (int64_t key : {0, 3, 1 << 20}) {
+      uint32_t nv[4];
+      strataPhiloxFromNvcc(0x1234567890abcdefull, key, 2, index, nv);
+      auto host = strata::rng::draw(0x1234567890abcdefull, key, 2, index);
+      for (int i = 0; i < 4; ++i)
+        EXPECT_EQ(nv[i], host[i]) << "index " << index << " key " << key;
+    }
+  int differ = 0;
+  for (int64_t i = 0; i < 4096; ++i) {
+    bool host = strata::rng::dropoutKeep(99, 5, i, 0.3);
+    EXPECT_EQ(bool(strataDropoutKeepFromNvcc(99, 5, i, 0.3)), host);
+    differ += host ? 0 : 1;
+  }
+  // About 30% dropped: the mask is not constant.
+  EXPECT_GT(differ, 1000);
+  EXPECT_LT(differ, 1500);
+}
+
+/// The CUDA runtime as strata-run loads it: its own handle, its symbols.
+struct Library {
+  void *handle = dlopen(STRATA_CUDA_RUNTIME_PATH, RTLD_NOW | RTLD_LOCAL);
+  ~Library() {
+    if (handle)
+      dlclose(handle);
+  }
+  template <typename F> F get(const char *name) {
+    return reinterpret_cast<F>(dlsym(handle, name));
+  }
+};
+
+TEST(CudaRuntime, SymbolTableHasEveryFunctionOfTheLoweredStep) {
+  Library lib;
+  ASSERT_NE(lib.handle, nullptr) << dlerror();
+  auto symbols =
+      lib.get<const StrataRtSymbol *(*)(size_t *)>("strata_rt_symbols");
+  ASSERT_NE(symbols, nullptr);
+  size_t count = 0;
+  const StrataRtSymbol *table = symbols(&count);
+  std::set<std::string> names;
+  for (size_t i = 0; i < count; ++i) {
+    EXPECT_NE(table[i].address, nullptr) << table[i].name;
+    // The table's address is the library's own definition.
+    EXPECT_EQ(table[i].address, dlsym(lib.handle, table[i].name))
+        << table[i].name;
+    names.insert(table[i].name);
+  }
+  for (const char *name :
+       {"strata_rt_gemm", "strata_rt_attention_grad", "strata_rt_adam",
+        "strata_rt_collective", "strata_rt_step_begin", "strata_rt_step_end"})
+    EXPECT_TRUE(names.count(name)) << name;
+  EXPECT_EQ(names.size(), count);
+  auto isa = lib.get<const char *(*)()>("strata_rt_isa");
+  ASSERT_NE(isa, nullptr);
+  EXPECT_STREQ(isa(), "cuda");
+}
+
+TEST(CudaRuntime, ContextStartsOnADeviceAndRefusesWithout) {
+  Library lib;
+  ASSERT_NE(lib.handle, nullptr) << dlerror();
+  auto defaults =
+      lib.get<void (*)(StrataRtOptions *)>("strata_rt_default_options");
+  auto create =
+      lib.get<StrataRtContext *(*)(const StrataRtOptions *, char *, size_t)>(
+          "strata_rt_create");
+  auto destroy = lib.get<void (*)(StrataRtContext *)>("strata_rt_destroy");
+  StrataRtOptions options;
+  defaults(&options);
+  char error[256] = {0};
+  int devices = 0;
+  if (cudaGetDeviceCount(&devices) != cudaSuccess || devices == 0) {
+    EXPECT_EQ(create(&options, error, sizeof(error)), nullptr);
+    EXPECT_EQ(std::string(error).rfind("no CUDA device: ", 0), 0u) << error;
+    return;
+  }
+  StrataRtContext *ctx = create(&options, error, sizeof(error));
+  ASSERT_NE(ctx, nullptr) << error;
+  destroy(ctx);
+  options.device = devices;
+  EXPECT_EQ(create(&options, error, sizeof(error)), nullptr);
+  EXPECT_NE(std::string(error).find("was asked for"), std::string::npos)
+      << error;
+}
+
+} // namespace
