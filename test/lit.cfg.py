@@ -44,6 +44,8 @@ llvm_config.with_environment("PATH", config.llvm_tools_dir, append_path=True)
 
 tool_dirs = [config.strata_tools_dir, config.llvm_tools_dir]
 tools = ["strata-opt", "strata-gen", "strata-run", "strata-capi-train"]
+if config.strata_cuda:
+    tools.append("strata-cuda-nccl-bootstrap")
 # The fuzzers (a build with STRATA_FUZZ=ON), run for a bounded time each.
 if config.strata_fuzz:
     config.available_features.add("strata-fuzz")
