@@ -9,7 +9,8 @@ config.test_format = lit.formats.ShTest(not llvm_config.use_lit_shell)
 config.suffixes = [".mlir", ".test"]
 config.test_source_root = os.path.dirname(__file__)
 config.test_exec_root = os.path.join(config.strata_obj_root, "test")
-config.excludes = ["CMakeLists.txt", "lit.cfg.py", "lit.site.cfg.py.in", "unit"]
+config.excludes = ["CMakeLists.txt", "lit.cfg.py", "lit.site.cfg.py.in", "unit",
+                   "gpu"]
 
 config.substitutions.append(("%strata_src_root", config.strata_src_root))
 # Debian's interpreter, which has python3-torch.
@@ -43,7 +44,8 @@ llvm_config.use_default_substitutions()
 llvm_config.with_environment("PATH", config.llvm_tools_dir, append_path=True)
 
 tool_dirs = [config.strata_tools_dir, config.llvm_tools_dir]
-tools = ["strata-opt", "strata-gen", "strata-run", "strata-capi-train"]
+tools = ["strata-opt", "strata-gen", "strata-run", "strata-capi-train",
+         "strata-kernel-check"]
 if config.strata_cuda:
     tools.append("strata-cuda-nccl-bootstrap")
 # The fuzzers (a build with STRATA_FUZZ=ON), run for a bounded time each.

@@ -22,24 +22,32 @@
 namespace strata::cuda {
 
 Communicators::~Communicators() {
-  for (ncclComm_t c : all())
-    ncclCommDestroy(c);
+  for (auto &[link, l] : links)
+    if (l.stream)
+      cudaStreamDestroy(l.stream);
   for (cudaEvent_t e : freeEvents)
     cudaEventDestroy(e);
   for (auto &[site, p] : pending)
     cudaEventDestroy(p.done);
-  for (cudaStream_t s : {sendStream, recvStream})
-    if (s)
-      cudaStreamDestroy(s);
 }
 
 std::vector<ncclComm_t> Communicators::all() const {
   std::vector<ncclComm_t> result;
   for (auto &[ranks, c] : groups)
     result.push_back(c);
-  for (auto &[link, c] : links)
-    result.push_back(c);
+  for (auto &[link, l] : links)
+    result.push_back(l.comm);
   return result;
+}
+
+void Communicators::release(bool abort) {
+  // Destroying flushes what was issued, which after a failure (operations
+  // without their peers) would never end: abort then.
+  for (ncclComm_t c : all())
+    abort ? ncclCommAbort(c) : ncclCommDestroy(c);
+  groups.clear();
+  for (auto &[link, l] : links)
+    l.comm = nullptr;
 }
 
 bool ncclType(int64_t dtype, ncclDataType_t &type) {
@@ -73,7 +81,8 @@ namespace {
 
 bool ncclOk(StrataRtContext *ctx, int64_t site, ncclResult_t r,
             const char *what) {
-  if (r == ncclSuccess || r == ncclInProgress)
+  // (Communicators are blocking: an operation is enqueued on return.)
+  if (r == ncclSuccess)
     return true;
   ctx->fail(site, std::string(what) + ": " + ncclGetErrorString(r) + " (" +
                       ncclGetLastError(nullptr) + ")");
@@ -126,15 +135,15 @@ ncclComm_t groupCommunicator(StrataRtContext *ctx, int64_t site,
   return comm;
 }
 
-/// The communicator of the link from world rank `from` to `to`, created on
-/// its first message: the sender makes the id and the host's send carries
-/// it (the first message of that direction).
-ncclComm_t linkCommunicator(StrataRtContext *ctx, int64_t site, int64_t from,
-                            int64_t to, const int64_t *ranks, int64_t numRanks,
-                            int64_t peer) {
+/// The link from world rank `from` to `to`, created on its first message:
+/// the sender makes the id and the host's send carries it (the first
+/// message of that direction).
+Communicators::Link *link(StrataRtContext *ctx, int64_t site, int64_t from,
+                          int64_t to, const int64_t *ranks, int64_t numRanks,
+                          int64_t peer) {
   auto &links = ctx->comms->links;
-  if (auto it = links.find({from, to}); it != links.end())
-    return it->second;
+  if (auto it = links.find({from, to}); it != links.end() && it->second.comm)
+    return &it->second;
   bool sender = from == ctx->rank;
   ncclUniqueId id;
   std::memset(&id, 0, sizeof(id));
@@ -157,22 +166,17 @@ ncclComm_t linkCommunicator(StrataRtContext *ctx, int64_t site, int64_t from,
       return nullptr;
     }
   }
-  ncclComm_t comm = nullptr;
-  if (!ncclOk(ctx, site, ncclCommInitRank(&comm, 2, id, sender ? 0 : 1),
-              "ncclCommInitRank"))
+  Communicators::Link l;
+  if (!ctx->check(site,
+                  cudaStreamCreateWithFlags(&l.stream, cudaStreamNonBlocking),
+                  "creating a stream") ||
+      !ncclOk(ctx, site, ncclCommInitRank(&l.comm, 2, id, sender ? 0 : 1),
+              "ncclCommInitRank")) {
+    if (l.stream)
+      cudaStreamDestroy(l.stream);
     return nullptr;
-  links[{from, to}] = comm;
-  return comm;
-}
-
-bool p2pStreams(StrataRtContext *ctx, int64_t site) {
-  auto &c = *ctx->comms;
-  for (cudaStream_t *s : {&c.sendStream, &c.recvStream})
-    if (!*s &&
-        !ctx->check(site, cudaStreamCreateWithFlags(s, cudaStreamNonBlocking),
-                    "creating a stream"))
-      return false;
-  return true;
+  }
+  return &(links[{from, to}] = l);
 }
 
 } // namespace
@@ -199,19 +203,22 @@ bool shareGroupId(StrataRtContext *ctx, int64_t site, const int64_t *ranks,
 
 void finishStreams(StrataRtContext *ctx) {
   auto &c = *ctx->comms;
-  std::vector<cudaEvent_t> idle;
-  for (cudaStream_t s : {ctx->compute, ctx->comm, c.sendStream, c.recvStream}) {
-    if (!s)
-      continue;
-    cudaEvent_t e = takeEvent(ctx, -1);
-    if (!e || !ctx->check(-1, cudaEventRecord(e, s), "ending the step"))
-      break;
-    idle.push_back(e);
-  }
+  std::vector<cudaStream_t> streams = {ctx->compute, ctx->comm};
+  for (auto &[ends, l] : c.links)
+    streams.push_back(l.stream);
   std::vector<ncclComm_t> comms = c.all();
-  for (cudaEvent_t e : idle) {
+  for (cudaStream_t s : streams) {
+    if (comms.empty()) {
+      ctx->check(-1, cudaStreamSynchronize(s), "the step's kernels");
+      continue;
+    }
+    // Poll, so that a collective that cannot finish (a rank that stopped)
+    // ends the step with an error instead of a hang.
+    cudaEvent_t idle = takeEvent(ctx, -1);
+    if (!idle || !ctx->check(-1, cudaEventRecord(idle, s), "ending the step"))
+      return;
     while (true) {
-      cudaError_t state = cudaEventQuery(e);
+      cudaError_t state = cudaEventQuery(idle);
       if (state == cudaSuccess)
         break;
       if (state != cudaErrorNotReady) {
@@ -225,18 +232,17 @@ void finishStreams(StrataRtContext *ctx) {
           ctx->fail(-1, std::string("a collective failed: ") +
                             ncclGetErrorString(async) +
                             " (another rank stopped or a link broke)");
-          for (ncclComm_t abort : comms)
-            ncclCommAbort(abort);
-          c.groups.clear();
-          c.links.clear();
+          c.release(/*abort=*/true);
+          // The aborted collectives end; so does the rest of the step.
+          cudaStreamSynchronize(ctx->compute);
+          c.freeEvents.push_back(idle);
           return;
         }
       }
       std::this_thread::sleep_for(std::chrono::microseconds(50));
     }
+    c.freeEvents.push_back(idle);
   }
-  for (cudaEvent_t e : idle)
-    c.freeEvents.push_back(e);
 }
 
 } // namespace strata::cuda
@@ -248,6 +254,7 @@ extern "C" {
 void strata_rt_collective(StrataRtContext *ctx, int64_t site, int64_t op,
                           void *out, const void *in, int64_t dtype, int64_t n,
                           int64_t kind, int64_t root, const int64_t *group) {
+  cudaSetDevice(ctx->device);
   if (op < STRATA_RT_ALL_REDUCE || op > STRATA_RT_ALL_GATHER) {
     ctx->fail(site, "unknown collective " + std::to_string(op));
     return;
@@ -279,7 +286,11 @@ void strata_rt_collective(StrataRtContext *ctx, int64_t site, int64_t op,
   ncclComm_t comm = groupCommunicator(ctx, site, ranks, numRanks);
   if (!comm || !order(ctx, site, ctx->compute, ctx->comm))
     return;
-  ncclRedOp_t reduce = kind == 1 ? ncclAvg : ncclSum;
+  // A mean is the sum divided by the group's size once, in f32, as the CPU
+  // runtime computes it (NCCL's average scales each input first).
+  bool mean = kind == 1 &&
+              (op == STRATA_RT_ALL_REDUCE || op == STRATA_RT_REDUCE_SCATTER);
+  ncclRedOp_t reduce = ncclSum;
   ncclResult_t r = ncclSuccess;
   switch (op) {
   case STRATA_RT_ALL_REDUCE:
@@ -297,10 +308,20 @@ void strata_rt_collective(StrataRtContext *ctx, int64_t site, int64_t op,
   }
   if (!ncclOk(ctx, site, r, name))
     return;
+  if (mean &&
+      !divideOnStream(ctx, site, out, n, dtype, numRanks, ctx->comm, name))
+    return;
   cudaEvent_t done = takeEvent(ctx, site);
   if (!done || !ctx->check(site, cudaEventRecord(done, ctx->comm), name))
     return;
-  ctx->comms->pending[site] = {done, name};
+  auto &pending = ctx->comms->pending;
+  if (auto it = pending.find(site); it != pending.end()) {
+    // Started again before its wait: the later readers wait for both.
+    ctx->check(site, cudaStreamWaitEvent(ctx->compute, it->second.done, 0),
+               name);
+    ctx->comms->freeEvents.push_back(it->second.done);
+  }
+  pending[site] = {done, name};
 }
 
 void strata_rt_wait(StrataRtContext *ctx, int64_t site) {
@@ -317,6 +338,7 @@ void strata_rt_wait(StrataRtContext *ctx, int64_t site) {
 void strata_rt_send(StrataRtContext *ctx, int64_t site, const void *in,
                     int64_t dtype, int64_t n, int64_t peer,
                     const int64_t *group) {
+  cudaSetDevice(ctx->device);
   const int64_t *ranks = nullptr;
   int64_t numRanks = 0;
   ncclDataType_t type;
@@ -325,23 +347,37 @@ void strata_rt_send(StrataRtContext *ctx, int64_t site, const void *in,
     return;
   if (!ncclType(dtype, type))
     return unsupportedType(ctx, site, "send", dtype);
-  ncclComm_t comm = linkCommunicator(ctx, site, ctx->rank, ranks[peer], ranks,
-                                     numRanks, peer);
-  if (!comm || !p2pStreams(ctx, site))
+  Communicators::Link *l =
+      link(ctx, site, ctx->rank, ranks[peer], ranks, numRanks, peer);
+  if (!l)
     return;
-  cudaStream_t stream = ctx->comms->sendStream;
-  // The send reads `in` after its producers; its later writers run after
-  // the send.
-  if (!order(ctx, site, ctx->compute, stream) ||
-      !ncclOk(ctx, site,
-              ncclSend(in, size_t(n), type, /*peer=*/1, comm, stream), "send"))
+  // Buffered, as the ABI's send: the message is copied on the compute
+  // stream and sent from the copy, so nothing on the compute stream waits
+  // for the peer to receive (a pipeline stage sends its activations, then
+  // receives a gradient from the same peer). The copy lives in the
+  // stream-ordered pool until the send is done.
+  size_t bytes = size_t(n) * size_t(strata_rt_element_bytes(dtype));
+  void *copy = nullptr;
+  if (!ctx->check(
+          site,
+          cudaMallocAsync(&copy, std::max<size_t>(bytes, 1), ctx->compute),
+          "send") ||
+      !ctx->check(site,
+                  cudaMemcpyAsync(copy, in, bytes, cudaMemcpyDeviceToDevice,
+                                  ctx->compute),
+                  "send") ||
+      !order(ctx, site, ctx->compute, l->stream))
     return;
-  order(ctx, site, stream, ctx->compute);
+  ncclOk(ctx, site,
+         ncclSend(copy, size_t(n), type, /*peer=*/1, l->comm, l->stream),
+         "send");
+  ctx->check(site, cudaFreeAsync(copy, l->stream), "send");
 }
 
 void strata_rt_recv(StrataRtContext *ctx, int64_t site, void *out,
                     int64_t dtype, int64_t n, int64_t peer,
                     const int64_t *group) {
+  cudaSetDevice(ctx->device);
   const int64_t *ranks = nullptr;
   int64_t numRanks = 0;
   ncclDataType_t type;
@@ -350,18 +386,18 @@ void strata_rt_recv(StrataRtContext *ctx, int64_t site, void *out,
     return;
   if (!ncclType(dtype, type))
     return unsupportedType(ctx, site, "recv", dtype);
-  ncclComm_t comm = linkCommunicator(ctx, site, ranks[peer], ctx->rank, ranks,
-                                     numRanks, peer);
-  if (!comm || !p2pStreams(ctx, site))
+  Communicators::Link *l =
+      link(ctx, site, ranks[peer], ctx->rank, ranks, numRanks, peer);
+  if (!l)
     return;
-  cudaStream_t stream = ctx->comms->recvStream;
   // Earlier readers of `out` finish before it is overwritten; its readers
-  // run after the transfer.
-  if (!order(ctx, site, ctx->compute, stream) ||
+  // run after the transfer (a receive completes where it is called).
+  if (!order(ctx, site, ctx->compute, l->stream) ||
       !ncclOk(ctx, site,
-              ncclRecv(out, size_t(n), type, /*peer=*/0, comm, stream), "recv"))
+              ncclRecv(out, size_t(n), type, /*peer=*/0, l->comm, l->stream),
+              "recv"))
     return;
-  order(ctx, site, stream, ctx->compute);
+  order(ctx, site, l->stream, ctx->compute);
 }
 
 } // extern "C"

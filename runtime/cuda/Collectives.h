@@ -31,12 +31,15 @@ struct Communicators {
   std::map<int64_t, Pending> pending;
   /// By the group's rank list (world ranks, in the group's order).
   std::map<std::vector<int64_t>, ncclComm_t> groups;
-  /// By (sender, receiver) world ranks: sends of one direction never wait
-  /// behind receives of the other.
-  std::map<std::pair<int64_t, int64_t>, ncclComm_t> links;
-  /// Sends and receives run on streams of their own (not behind the
-  /// collectives, nor one another).
-  cudaStream_t sendStream = nullptr, recvStream = nullptr;
+  /// A point-to-point link, one per direction between two ranks: its own
+  /// communicator and stream, so sends of one direction never wait behind
+  /// receives of the other, nor behind another peer's transfers.
+  struct Link {
+    ncclComm_t comm = nullptr;
+    cudaStream_t stream = nullptr;
+  };
+  /// By (sender, receiver) world ranks.
+  std::map<std::pair<int64_t, int64_t>, Link> links;
   std::vector<cudaEvent_t> freeEvents;
 
   Communicators() = default;
@@ -46,6 +49,9 @@ struct Communicators {
 
   /// Every communicator, to poll and to abort.
   std::vector<ncclComm_t> all() const;
+  /// Destroys every communicator, or aborts them (after a failure, when
+  /// operations may be left without their peers).
+  void release(bool abort);
 };
 
 /// NCCL's type of ABI element type `dtype`, or false.

@@ -19,12 +19,17 @@
 StrataRtContext::StrataRtContext() : HostContext("CUDA runtime") {}
 
 StrataRtContext::~StrataRtContext() {
-  comms.reset(); // before the streams its collectives run on
-  gemm.reset();
+  cudaSetDevice(device);
   if (compute)
     cudaStreamSynchronize(compute);
   if (comm)
     cudaStreamSynchronize(comm);
+  if (comms) {
+    // After a failure, operations may wait for peers that are gone.
+    comms->release(/*abort=*/!error.empty());
+    comms.reset(); // before the streams its collectives ran on
+  }
+  gemm.reset();
   for (auto &e : traceEvents) {
     cudaEventDestroy(e.begin);
     cudaEventDestroy(e.end);
@@ -107,8 +112,10 @@ static void collectErrorWords(StrataRtContext *ctx) {
                                 std::to_string(words[i] - 1) + ")");
         break;
       }
+    // On the compute stream, which does not wait for the legacy stream.
     ctx->check(-1,
-               cudaMemset(ctx->errorWordChunks[c], 0x7f, count * sizeof(int)),
+               cudaMemsetAsync(ctx->errorWordChunks[c], 0x7f,
+                               count * sizeof(int), ctx->compute),
                "resetting the kernels' error words");
   }
   ctx->errorWordUses.clear();
@@ -174,10 +181,16 @@ StrataRtContext *strata_rt_create(const StrataRtOptions *options, char *error,
 void strata_rt_destroy(StrataRtContext *ctx) { delete ctx; }
 
 void strata_rt_step_end(StrataRtContext *ctx) {
-  if (!ctx->comms->pending.empty() && ctx->error.empty())
-    ctx->fail(ctx->comms->pending.begin()->first,
-              std::string(ctx->comms->pending.begin()->second.name) +
+  cudaSetDevice(ctx->device);
+  auto &pending = ctx->comms->pending;
+  if (!pending.empty()) {
+    ctx->fail(pending.begin()->first,
+              std::string(pending.begin()->second.name) +
                   " was started but never waited for");
+    for (auto &[site, p] : pending)
+      ctx->comms->freeEvents.push_back(p.done);
+    pending.clear();
+  }
   // Every call of the step has been issued; wait for the device, watching
   // the collectives for failures of other ranks.
   strata::cuda::finishStreams(ctx);
@@ -230,7 +243,11 @@ const StrataRtTraceEvent *strata_rt_take_trace(StrataRtContext *ctx,
   return ctx->taken.data();
 }
 
+// The host functions below select the context's device first: a host may
+// call them from another thread than the one that made the context.
+
 void *strata_rt_alloc(StrataRtContext *ctx, int64_t bytes) {
+  cudaSetDevice(ctx->device);
   // cudaMalloc aligns to 256 bytes at least.
   void *memory = nullptr;
   size_t size = size_t(std::max<int64_t>(bytes, 1));
@@ -240,7 +257,9 @@ void *strata_rt_alloc(StrataRtContext *ctx, int64_t bytes) {
                    "memory")
                       .c_str()))
     return nullptr;
-  if (!ctx->check(-1, cudaMemset(memory, 0, size), "clearing device memory")) {
+  // Zeroed before any later call of the compute stream reads it.
+  if (!ctx->check(-1, cudaMemsetAsync(memory, 0, size, ctx->compute),
+                  "clearing device memory")) {
     cudaFree(memory);
     return nullptr;
   }
@@ -249,27 +268,35 @@ void *strata_rt_alloc(StrataRtContext *ctx, int64_t bytes) {
 
 void strata_rt_free(StrataRtContext *ctx, void *memory) {
   if (memory) {
+    cudaSetDevice(ctx->device);
     cudaStreamSynchronize(ctx->compute);
     cudaFree(memory);
   }
 }
 
-// The streams do not synchronise with the legacy default stream of
-// cudaMemcpy: wait for the compute stream first.
+// Copies on the compute stream (which does not synchronise with the legacy
+// default stream), after every call issued before; both return once the
+// copy is complete.
+static void copyOnCompute(StrataRtContext *ctx, void *to, const void *from,
+                          int64_t bytes, cudaMemcpyKind kind,
+                          const char *what) {
+  cudaSetDevice(ctx->device);
+  if (ctx->check(-1,
+                 cudaMemcpyAsync(to, from, size_t(bytes), kind, ctx->compute),
+                 what))
+    ctx->check(-1, cudaStreamSynchronize(ctx->compute), what);
+}
+
 void strata_rt_write(StrataRtContext *ctx, void *to, const void *from,
                      int64_t bytes) {
-  if (ctx->check(-1, cudaStreamSynchronize(ctx->compute),
-                 "copying to the device"))
-    ctx->check(-1, cudaMemcpy(to, from, size_t(bytes), cudaMemcpyHostToDevice),
-               "copying to the device");
+  copyOnCompute(ctx, to, from, bytes, cudaMemcpyHostToDevice,
+                "copying to the device");
 }
 
 void strata_rt_read(StrataRtContext *ctx, void *to, const void *from,
                     int64_t bytes) {
-  if (ctx->check(-1, cudaStreamSynchronize(ctx->compute),
-                 "copying from the device"))
-    ctx->check(-1, cudaMemcpy(to, from, size_t(bytes), cudaMemcpyDeviceToHost),
-               "copying from the device");
+  copyOnCompute(ctx, to, from, bytes, cudaMemcpyDeviceToHost,
+                "copying from the device");
 }
 
 int64_t strata_rt_scratch_bytes(StrataRtContext *ctx) {

@@ -80,6 +80,12 @@ namespace strata::cuda {
 /// `site`. Returns null (the failure recorded) when it cannot allocate.
 constexpr int kNoError = 0x7f7f7f7f;
 int *deviceErrorWord(StrataRtContext *ctx, int64_t site, const char *what);
+
+/// Divides the `n` elements of `data` (f32, bf16, f16) by `count` in f32,
+/// rounding once, on `stream` (Elementwise.cu): the mean of a collective.
+bool divideOnStream(StrataRtContext *ctx, int64_t site, void *data, int64_t n,
+                    int64_t dtype, int64_t count, cudaStream_t stream,
+                    const char *what);
 } // namespace strata::cuda
 
 using strata::rt::integerIds;

@@ -484,7 +484,31 @@ void reduce(StrataRtContext *ctx, int64_t site, T *out, const T *in,
   launched(ctx, site, "strata_rt_reduce");
 }
 
+template <typename T>
+__global__ void divideKernel(T *data, int64_t n, float count) {
+  for (int64_t i = gridStart(); i < n; i += gridStride())
+    data[i] = fromFloat<T>(toFloat(data[i]) / count);
+}
+
 } // namespace
+
+bool divideOnStream(StrataRtContext *ctx, int64_t site, void *data, int64_t n,
+                    int64_t dtype, int64_t count, cudaStream_t stream,
+                    const char *what) {
+  if (n == 0)
+    return true;
+  bool known = withFloatType(dtype, [&](auto tag) {
+    using T = decltype(tag);
+    divideKernel<<<gridFor(n), kThreads, 0, stream>>>(static_cast<T *>(data), n,
+                                                      float(count));
+  });
+  if (!known) {
+    unsupportedType(ctx, site, what, dtype);
+    return false;
+  }
+  return ctx->check(site, cudaGetLastError(), what);
+}
+
 } // namespace strata::cuda
 
 using namespace strata::cuda;

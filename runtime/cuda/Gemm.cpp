@@ -27,7 +27,6 @@ bool sameCall(const GemmCall &x, const GemmCall &y) {
 } // namespace
 
 struct GemmCache::Entry {
-  int64_t site;
   GemmCall call;
   GemmPlan plan;
   GemmDescriptors descriptors;
@@ -60,11 +59,11 @@ std::string GemmCache::init(int major, bool tf32) {
 
 GemmCache::Entry *GemmCache::entry(StrataRtContext *ctx, int64_t site,
                                    const GemmCall &call) {
-  for (auto &e : entries)
-    if (e->site == site && sameCall(e->call, call))
+  std::vector<std::unique_ptr<Entry>> &atSite = entries[site];
+  for (auto &e : atSite)
+    if (sameCall(e->call, call))
       return e.get();
   auto e = std::make_unique<Entry>();
-  e->site = site;
   e->call = call;
   e->plan = planGemm(call, tf32);
   if (!e->plan.error.empty()) {
@@ -77,8 +76,8 @@ GemmCache::Entry *GemmCache::entry(StrataRtContext *ctx, int64_t site,
     ctx->fail(site, "strata_rt_gemm: " + error);
     return nullptr;
   }
-  entries.push_back(std::move(e));
-  return entries.back().get();
+  atSite.push_back(std::move(e));
+  return atSite.back().get();
 }
 
 const cublasLtMatmulAlgo_t *GemmCache::algorithm(StrataRtContext *ctx,
@@ -161,10 +160,7 @@ strata_rt_gemm(StrataRtContext *ctx, int64_t site, int64_t batch, int64_t m,
   auto *e = cache.entry(ctx, site, call);
   if (!e)
     return;
-  const cublasLtMatmulAlgo_t *algo =
-      cache.algorithm(ctx, site, *e, a, b, c, bias);
-  if (!algo)
-    return;
+  // The heuristic reads the bias pointer's alignment: set it first.
   if (bias) {
     cublasStatus_t s = cublasLtMatmulDescSetAttribute(
         e->descriptors.op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias,
@@ -175,6 +171,10 @@ strata_rt_gemm(StrataRtContext *ctx, int64_t site, int64_t batch, int64_t m,
       return;
     }
   }
+  const cublasLtMatmulAlgo_t *algo =
+      cache.algorithm(ctx, site, *e, a, b, c, bias);
+  if (!algo)
+    return;
   float alpha = 1, beta = e->plan.beta;
   cublasStatus_t s = cublasLtMatmul(
       cache.handle, e->descriptors.op, &alpha, b, e->descriptors.a, a,

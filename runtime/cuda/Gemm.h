@@ -13,6 +13,7 @@
 
 #include <memory>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 namespace strata::cuda {
@@ -23,7 +24,8 @@ struct GemmCache {
   void *workspace = nullptr;
   size_t workspaceSize = 0;
   bool tf32 = false;
-  std::vector<std::unique_ptr<Entry>> entries;
+  /// Plans by call site (a site may issue several GEMMs).
+  std::unordered_map<int64_t, std::vector<std::unique_ptr<Entry>>> entries;
 
   GemmCache();
   GemmCache(const GemmCache &) = delete;

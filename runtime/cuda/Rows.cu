@@ -608,7 +608,7 @@ void strata_rt_softmax(StrataRtContext *ctx, int64_t site, void *out,
       return;
     softmaxKernel<T><<<gridFor(rows, 1), rowThreads(n), 0, ctx->compute>>>(
         static_cast<T *>(out), static_cast<const T *>(in), rows, n, causalRows);
-    launched(ctx, site, "softmax");
+    launched(ctx, site, "strata_rt_softmax");
   });
 }
 
@@ -625,7 +625,7 @@ void strata_rt_softmax_grad(StrataRtContext *ctx, int64_t site, void *dx,
             <<<gridFor(rows, 1), rowThreads(n), 0, ctx->compute>>>(
                 static_cast<T *>(dx), static_cast<const T *>(y),
                 static_cast<const T *>(dy), rows, n);
-        launched(ctx, site, "softmax_grad");
+        launched(ctx, site, "strata_rt_softmax_grad");
       });
 }
 
@@ -648,7 +648,7 @@ void strata_rt_attention(StrataRtContext *ctx, int64_t site, void *out,
       static_cast<const float *>(q), static_cast<const float *>(k),
       static_cast<const float *>(v), heads, s, t, d, dv, float(scale),
       causal != 0);
-  launched(ctx, site, "attention");
+  launched(ctx, site, "strata_rt_attention");
 }
 
 void strata_rt_attention_grad(StrataRtContext *ctx, int64_t site, void *dq,
@@ -685,7 +685,7 @@ void strata_rt_attention_grad(StrataRtContext *ctx, int64_t site, void *dq,
         static_cast<float *>(dq), delta, qf, kf, vf,
         static_cast<const float *>(out), lsef, doutf, heads, s, t, d, dvDim,
         float(scale), causal != 0);
-    if (!launched(ctx, site, "attention_grad"))
+    if (!launched(ctx, site, "strata_rt_attention_grad"))
       return;
   }
   // With s == 0 this writes dk = dv = 0, as the CPU.
@@ -698,7 +698,7 @@ void strata_rt_attention_grad(StrataRtContext *ctx, int64_t site, void *dq,
                       ctx->compute>>>(
       static_cast<float *>(dk), static_cast<float *>(dv), qf, kf, vf, lsef,
       delta, doutf, heads, s, t, d, dvDim, float(scale), causal != 0);
-  launched(ctx, site, "attention_grad");
+  launched(ctx, site, "strata_rt_attention_grad");
 }
 
 void strata_rt_layer_norm(StrataRtContext *ctx, int64_t site, void *y,
@@ -717,7 +717,7 @@ void strata_rt_layer_norm(StrataRtContext *ctx, int64_t site, void *y,
                 static_cast<T *>(y), static_cast<const T *>(x),
                 static_cast<const T *>(gamma), static_cast<const T *>(beta),
                 rows, n, eps);
-        launched(ctx, site, "layer_norm");
+        launched(ctx, site, "strata_rt_layer_norm");
       });
 }
 
@@ -757,19 +757,19 @@ void strata_rt_layer_norm_grad(StrataRtContext *ctx, int64_t site, void *dx,
               <<<gridFor(rows, 1), rowThreads(n), 0, ctx->compute>>>(
                   static_cast<T *>(dx), stats, xt,
                   static_cast<const T *>(gamma), dyt, rows, n, eps);
-          if (!launched(ctx, site, "layer_norm_grad"))
+          if (!launched(ctx, site, "strata_rt_layer_norm_grad"))
             return;
           dim3 grid(gridFor(n), unsigned(chunks));
           layerNormGradColumns<T><<<grid, kThreads, 0, ctx->compute>>>(
               partial, stats, xt, dyt, rows, n, chunkRows);
-          if (!launched(ctx, site, "layer_norm_grad"))
+          if (!launched(ctx, site, "strata_rt_layer_norm_grad"))
             return;
         }
         // Without rows this writes dgamma = dbeta = 0, as the CPU.
         layerNormGradFinish<T><<<gridFor(n), kThreads, 0, ctx->compute>>>(
             static_cast<T *>(dgamma), static_cast<T *>(dbeta), partial, chunks,
             n);
-        launched(ctx, site, "layer_norm_grad");
+        launched(ctx, site, "strata_rt_layer_norm_grad");
       });
 }
 
@@ -795,7 +795,7 @@ void strata_rt_embedding(StrataRtContext *ctx, int64_t site, void *out,
                   static_cast<T *>(out), static_cast<const T *>(table),
                   static_cast<const I *>(ids), error, count, vocab, width);
         });
-        launched(ctx, site, "embedding");
+        launched(ctx, site, "strata_rt_embedding");
       });
 }
 
@@ -845,7 +845,7 @@ void strata_rt_embedding_grad(StrataRtContext *ctx, int64_t site, void *dtable,
           embeddingGradKeys<I><<<gridFor(count), kThreads, 0, ctx->compute>>>(
               keys, positions, static_cast<const I *>(ids), count, vocab);
         });
-        if (!launched(ctx, site, "embedding_grad") ||
+        if (!launched(ctx, site, "strata_rt_embedding_grad") ||
             !ctx->check(site,
                         cub::DeviceRadixSort::SortPairs(
                             scratch + 4 * array, sortBytes, keys, sortedKeys,
@@ -857,7 +857,7 @@ void strata_rt_embedding_grad(StrataRtContext *ctx, int64_t site, void *dtable,
             <<<gridFor(count, 1), rowThreads(width), 0, ctx->compute>>>(
                 static_cast<T *>(dtable), static_cast<const T *>(dy),
                 sortedKeys, sortedPositions, count, vocab, width);
-        launched(ctx, site, "embedding_grad");
+        launched(ctx, site, "strata_rt_embedding_grad");
       });
 }
 
@@ -887,13 +887,13 @@ void strata_rt_cross_entropy(StrataRtContext *ctx, int64_t site, void *loss,
                     perRow, error, static_cast<const T *>(logits),
                     static_cast<const I *>(labels), rows, vocab);
           });
-          if (!launched(ctx, site, "cross_entropy"))
+          if (!launched(ctx, site, "strata_rt_cross_entropy"))
             return;
         }
         // Without rows the loss is 0 / 0, as the CPU's.
         crossEntropyMean<T><<<1, 1024, 0, ctx->compute>>>(
             static_cast<T *>(loss), perRow, rows);
-        launched(ctx, site, "cross_entropy");
+        launched(ctx, site, "strata_rt_cross_entropy");
       });
 }
 
@@ -919,7 +919,7 @@ void strata_rt_cross_entropy_grad(StrataRtContext *ctx, int64_t site,
                   static_cast<const I *>(labels), static_cast<const T *>(dloss),
                   rows, vocab);
         });
-        launched(ctx, site, "cross_entropy_grad");
+        launched(ctx, site, "strata_rt_cross_entropy_grad");
       });
 }
 

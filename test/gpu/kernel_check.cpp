@@ -1,0 +1,899 @@
+//===- kernel_check.cpp - Every kernel of a runtime against stored outputs ===//
+//
+// The kernel half of the GPU check of the CUDA runtime, which implements the
+// runtime ABI (strata/Runtime/StrataRuntime.h) with the CPU runtime's
+// semantics. The machine that builds Strata has no GPU and the one with a
+// GPU has no MLIR, so this program needs only the ABI header and dlopen: it
+// runs a fixed table of cases (every kernel but the collectives, send/recv,
+// wait and tracing; f32, bf16 and f16; shapes that are no nice multiples)
+// on the runtime it is given, and stores or compares their outputs.
+//
+//   kernel_check write --runtime build/lib/libstrata_runtime_cpu.so
+//       --dir DIR [--filter SUBSTR]
+// (where MLIR is) writes DIR/<case>.bin, the case's outputs' raw bytes one
+// after the other, and DIR/<case>.txt, a line "output dtype count" each.
+//
+//   kernel_check compare --runtime libstrata_runtime_cuda.so
+//       --dir DIR [--filter SUBSTR]
+// (where the GPU is) runs the same cases and compares each element with the
+// stored one as doubles: equal when |got - want| <= atol + rtol * |want| or
+// both are NaN; rtol / atol default per dtype (f32 1e-5 / 1e-6, f16 2e-3 /
+// 1e-3, bf16 1.6e-2 / 1e-2), exact for integers, copies, casts, dropout
+// and skipped updates, looser for f32 sums whose order may differ. Prints
+// "PASS case" or "FAIL case: why" each, then "N passed, M failed".
+//
+// Both exit 1 when a case fails or its runtime reports an error, or when
+// the runtime gives no context (e.g. "no CUDA device"). --filter runs the
+// cases whose name contains SUBSTR. A case draws its inputs from a
+// generator seeded by its name: every run sees the same bytes. Build (it
+// finds runtime/common/LowPrecision.h relative to itself or on -I):
+//
+//   g++ -std=c++17 -O2 -Iinclude test/gpu/kernel_check.cpp -ldl
+//       -o kernel_check
+//
+//===----------------------------------------------------------------------===//
+
+#include "strata/Runtime/StrataRuntime.h"
+// bf16 and f16 on the host. Its OpenMP pragmas draw -Wunknown-pragmas
+// without -fopenmp (GCC < 13 ignores this push in C++).
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wunknown-pragmas"
+#if __has_include("LowPrecision.h")
+#include "LowPrecision.h"
+#else
+#include "../../runtime/common/LowPrecision.h"
+#endif
+#pragma GCC diagnostic pop
+
+#include <dlfcn.h>
+#include <sys/stat.h>
+
+#include <algorithm>
+#include <array>
+#include <cerrno>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <functional>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+namespace {
+
+using strata::cpu::BFloat16;
+using strata::cpu::Half;
+
+constexpr int64_t F32 = STRATA_RT_F32, BF16 = STRATA_RT_BF16,
+                  F16 = STRATA_RT_F16, I32 = STRATA_RT_I32, I64 = STRATA_RT_I64;
+
+/// The seed of the context's RNG streams (dropout).
+constexpr uint64_t kContextSeed = 20240611;
+
+//===----------------------------------------------------------------------===//
+// The runtime
+//===----------------------------------------------------------------------===//
+
+// clang-format off
+#define KERNEL_CHECK_HOST(X)                                                   \
+  X(default_options) X(create) X(destroy) X(error) X(clear_error) X(alloc)     \
+  X(free) X(write) X(read) X(step_begin) X(step_end) X(symbols)
+#define KERNEL_CHECK_KERNELS(X)                                                \
+  X(gemm) X(binary) X(unary) X(act_grad) X(cast) X(copy) X(strided_copy)       \
+  X(copy_rows) X(reduce) X(fill) X(dropout) X(softmax) X(softmax_grad)         \
+  X(attention) X(attention_grad) X(layer_norm) X(layer_norm_grad)              \
+  X(embedding) X(embedding_grad) X(cross_entropy) X(cross_entropy_grad)        \
+  X(lr_schedule) X(global_norm) X(clip) X(sgd) X(momentum) X(adam) X(lars)     \
+  X(is_finite) X(update_loss_scaling)
+// clang-format on
+
+/// The loaded runtime: its host functions and kernels with the ABI's types,
+/// and the context every case runs in.
+struct Runtime {
+#define KERNEL_CHECK_DECLARE(name) decltype(&strata_rt_##name) name = nullptr;
+  KERNEL_CHECK_HOST(KERNEL_CHECK_DECLARE)
+  KERNEL_CHECK_KERNELS(KERNEL_CHECK_DECLARE)
+#undef KERNEL_CHECK_DECLARE
+  void *library = nullptr;
+  StrataRtContext *ctx = nullptr;
+};
+Runtime RT;
+
+/// Loads the runtime at `path` and creates its context; a message on
+/// failure.
+std::string loadRuntime(const std::string &path) {
+  RT.library = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
+  if (!RT.library)
+    return "cannot load " + path + ": " + dlerror();
+#define KERNEL_CHECK_RESOLVE(name)                                             \
+  RT.name = reinterpret_cast<decltype(RT.name)>(                               \
+      dlsym(RT.library, "strata_rt_" #name));                                  \
+  if (!RT.name)                                                                \
+    return path + " lacks strata_rt_" #name;
+  KERNEL_CHECK_HOST(KERNEL_CHECK_RESOLVE)
+#undef KERNEL_CHECK_RESOLVE
+  size_t count = 0;
+  const StrataRtSymbol *symbols = RT.symbols(&count);
+  auto find = [&](const char *name) -> void * {
+    for (size_t i = 0; i < count; ++i)
+      if (std::strcmp(symbols[i].name, name) == 0)
+        return symbols[i].address;
+    return nullptr;
+  };
+#define KERNEL_CHECK_RESOLVE(name)                                             \
+  RT.name = reinterpret_cast<decltype(RT.name)>(find("strata_rt_" #name));     \
+  if (!RT.name)                                                                \
+    return path + ": strata_rt_symbols() lacks strata_rt_" #name;
+  KERNEL_CHECK_KERNELS(KERNEL_CHECK_RESOLVE)
+#undef KERNEL_CHECK_RESOLVE
+  StrataRtOptions options;
+  RT.default_options(&options);
+  options.seed = kContextSeed;
+  char error[1024] = "";
+  RT.ctx = RT.create(&options, error, sizeof(error));
+  if (!RT.ctx)
+    return "cannot create a context on " + path + ": " + error;
+  return "";
+}
+
+//===----------------------------------------------------------------------===//
+// Elements on the host
+//===----------------------------------------------------------------------===//
+
+bool isInteger(int64_t dtype) { return dtype == I32 || dtype == I64; }
+
+/// Element `i` of `bytes` (of `dtype`) set to `v`, rounded to nearest even.
+void storeElement(int64_t dtype, char *bytes, int64_t i, double v) {
+  char *p = bytes + i * strata_rt_element_bytes(dtype);
+  auto put = [&](auto x) { std::memcpy(p, &x, sizeof(x)); };
+  switch (dtype) {
+  case F32:
+    return put(float(v));
+  case BF16:
+    return put(BFloat16(float(v)).bits);
+  case F16:
+    return put(Half(float(v)).bits);
+  case I32:
+    return put(int32_t(v));
+  case I64:
+    return put(int64_t(v));
+  }
+  throw std::runtime_error(std::string("no host conversion to ") +
+                           strata_rt_element_name(dtype));
+}
+
+/// The bf16 or f16 value of these bits.
+template <typename T> float fromBits(uint16_t bits) {
+  T h;
+  h.bits = bits;
+  return float(h);
+}
+
+/// Element `i` of `bytes` (of `dtype`) as a double.
+double loadElement(int64_t dtype, const char *bytes, int64_t i) {
+  const char *p = bytes + i * strata_rt_element_bytes(dtype);
+  auto get = [&](auto x) {
+    std::memcpy(&x, p, sizeof(x));
+    return x;
+  };
+  switch (dtype) {
+  case F32:
+    return get(float());
+  case BF16:
+    return fromBits<BFloat16>(get(uint16_t()));
+  case F16:
+    return fromBits<Half>(get(uint16_t()));
+  case I32:
+    return get(int32_t());
+  case I64:
+    return double(get(int64_t()));
+  }
+  return NAN;
+}
+
+//===----------------------------------------------------------------------===//
+// Cases
+//===----------------------------------------------------------------------===//
+
+/// Elements are equal when |got - want| <= atol + rtol * |want|.
+struct Tol {
+  double rtol, atol;
+};
+/// The output's dtype's default.
+constexpr Tol kDefault{-1, -1};
+constexpr Tol kExact{0, 0};
+/// f32 results of long sums whose order a backend may choose.
+constexpr Tol kSum{1e-4, 1e-5};
+
+Tol defaultTol(int64_t dtype) {
+  return dtype == F32    ? Tol{1e-5, 1e-6}
+         : dtype == F16  ? Tol{2e-3, 1e-3}
+         : dtype == BF16 ? Tol{1.6e-2, 1e-2}
+                         : kExact;
+}
+
+struct Output {
+  std::string name;
+  int64_t dtype, count;
+  const void *data; ///< in the runtime's memory
+  Tol tol;
+  int64_t bytes() const { return count * strata_rt_element_bytes(dtype); }
+};
+
+/// What a case's body declares its buffers with: inputs drawn from the
+/// case's generator and written into the runtime's memory, outputs zeroed.
+/// Every buffer is freed with the case.
+class Case {
+public:
+  explicit Case(const std::string &name) {
+    for (char c : name) // FNV-1a
+      state = (state ^ uint8_t(c)) * 1099511628211ull;
+  }
+  ~Case() {
+    for (void *p : buffers)
+      RT.free(RT.ctx, p);
+  }
+
+  StrataRtContext *const ctx = RT.ctx;
+  std::vector<Output> outputs;
+
+  /// `n` elements uniform in [lo, hi) (integers for integer types).
+  void *rand(int64_t dtype, int64_t n, double lo, double hi) {
+    std::vector<double> v(static_cast<size_t>(n));
+    for (double &x : v)
+      x = isInteger(dtype) ? lo + double(next() % uint64_t(hi - lo))
+                           : lo + (hi - lo) * double(next() >> 11) * 0x1.0p-53;
+    return vals(dtype, v);
+  }
+  /// These elements.
+  void *vals(int64_t dtype, const std::vector<double> &v) {
+    std::vector<char> bytes(v.size() * strata_rt_element_bytes(dtype));
+    for (size_t i = 0; i < v.size(); ++i)
+      storeElement(dtype, bytes.data(), int64_t(i), v[i]);
+    void *p = alloc(int64_t(bytes.size()));
+    RT.write(ctx, p, bytes.data(), int64_t(bytes.size()));
+    return p;
+  }
+  /// An output, zeroed.
+  void *out(const std::string &name, int64_t dtype, int64_t n,
+            Tol tol = kDefault) {
+    return keep(name, alloc(n * strata_rt_element_bytes(dtype)), dtype, n, tol);
+  }
+  /// A buffer (an input updated in place) read back as an output.
+  void *keep(const std::string &name, void *p, int64_t dtype, int64_t n,
+             Tol tol = kDefault) {
+    outputs.push_back({name, dtype, n, p, tol});
+    return p;
+  }
+
+private:
+  uint64_t next() { // splitmix64
+    uint64_t z = (state += 0x9e3779b97f4a7c15ull);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+  }
+  void *alloc(int64_t bytes) {
+    void *p = RT.alloc(ctx, std::max<int64_t>(bytes, 1));
+    if (!p)
+      throw std::runtime_error("strata_rt_alloc(" + std::to_string(bytes) +
+                               ") failed");
+    buffers.push_back(p);
+    return p;
+  }
+
+  uint64_t state = 14695981039346656037ull;
+  std::vector<void *> buffers;
+};
+
+struct CaseDef {
+  std::string name;
+  std::function<void(Case &)> body;
+};
+
+std::vector<CaseDef> makeCases() {
+  std::vector<CaseDef> cases;
+  auto add = [&](const std::string &name, std::function<void(Case &)> body) {
+    cases.push_back({name, std::move(body)});
+  };
+  const char *dtypeName[] = {"f32", "i32", "i64", "bf16", "f16"};
+
+  // GEMM: op(A) [m, k] @ op(B) [k, n] for each of `batch` matrices.
+  struct GemmCase {
+    const char *name;
+    int64_t dt, batch, m, n, k, transA, transB, sharedB, bias, act, accumulate;
+  };
+  const int64_t kRelu = STRATA_RT_ACT_RELU, kTanh = STRATA_RT_ACT_GELU_TANH,
+                kErf = STRATA_RT_ACT_GELU_ERF;
+  const GemmCase gemms[] = {
+      {"f32", F32, 1, 33, 47, 29, 0, 0, 0, 0, 0, 0},
+      {"f32_trans_a", F32, 1, 33, 47, 29, 1, 0, 0, 0, 0, 0},
+      {"f32_trans_b", F32, 1, 33, 47, 29, 0, 1, 0, 0, 0, 0},
+      {"f32_trans_ab", F32, 1, 33, 47, 29, 1, 1, 0, 0, 0, 0},
+      {"f32_batch3_shared_b", F32, 3, 33, 47, 29, 0, 0, 1, 0, 0, 0},
+      {"f32_batch2_trans_ab", F32, 2, 17, 31, 45, 1, 1, 0, 0, 0, 0},
+      {"f32_bias", F32, 1, 33, 47, 29, 0, 0, 0, 1, 0, 0},
+      {"f32_bias_relu", F32, 1, 33, 47, 29, 0, 0, 0, 1, kRelu, 0},
+      {"f32_bias_gelu_tanh", F32, 1, 33, 47, 29, 0, 1, 0, 1, kTanh, 0},
+      {"f32_bias_gelu_erf", F32, 1, 33, 47, 29, 0, 0, 0, 1, kErf, 0},
+      {"f32_accumulate", F32, 1, 33, 47, 29, 1, 0, 0, 0, 0, 1},
+      {"f32_large", F32, 1, 130, 67, 300, 0, 1, 0, 1, 0, 0},
+      {"bf16_bias_gelu_tanh", BF16, 1, 33, 47, 29, 0, 0, 0, 1, kTanh, 0},
+      {"bf16_batch3_shared_b_trans_b", BF16, 3, 33, 47, 29, 0, 1, 1, 0, 0, 0},
+      {"f16", F16, 1, 33, 47, 29, 0, 0, 0, 0, 0, 0}};
+  for (const GemmCase &g : gemms)
+    add(std::string("gemm_") + g.name, [g](Case &t) {
+      // f32 sums in another order: within kSum, looser for long ones.
+      Tol tol = g.dt != F32 ? kDefault : g.k > 100 ? Tol{1e-4, 1e-4} : kSum;
+      int64_t count = g.batch * g.m * g.n;
+      void *a = t.rand(g.dt, g.batch * g.m * g.k, -1, 1);
+      void *b = t.rand(g.dt, (g.sharedB ? 1 : g.batch) * g.k * g.n, -1, 1);
+      void *bias = g.bias ? t.rand(g.dt, g.n, -1, 1) : nullptr;
+      void *c = g.accumulate
+                    ? t.keep("c", t.rand(g.dt, count, -1, 1), g.dt, count, tol)
+                    : t.out("c", g.dt, count, tol);
+      RT.gemm(t.ctx, 1, g.batch, g.m, g.n, g.k, a, g.dt, g.m * g.k, g.transA, b,
+              g.dt, g.sharedB ? 0 : g.k * g.n, g.transB, c, g.dt, bias, g.dt,
+              g.act, g.accumulate);
+    });
+
+  // Binary ops over an output of [5, 37, 41]: a's and b's strides over it.
+  auto binary = [&](const std::string &name, int64_t op, int64_t dt,
+                    int64_t aCount, std::array<int64_t, 3> sa, int64_t bCount,
+                    std::array<int64_t, 3> sb, double bLo, double bHi) {
+    add("binary_" + name, [=](Case &t) {
+      const int64_t desc[9] = {5,     37,    41,    sa[0], sa[1],
+                               sa[2], sb[0], sb[1], sb[2]};
+      void *a = isInteger(dt) ? t.rand(dt, aCount, -100, 100)
+                              : t.rand(dt, aCount, -1, 1);
+      void *b = t.rand(dt, bCount, bLo, bHi);
+      void *o = t.out("out", dt, 5 * 37 * 41);
+      RT.binary(t.ctx, 1, op, o, dt, a, dt, b, dt, 3, desc);
+    });
+  };
+  const int64_t kFull = 5 * 37 * 41;
+  binary("add_f32_row_broadcast", STRATA_RT_ADD, F32, kFull, {1517, 41, 1}, 37,
+         {0, 1, 0}, -1, 1);
+  binary("sub_f32_transposed", STRATA_RT_SUB, F32, kFull, {1517, 1, 37}, 41,
+         {0, 0, 1}, -1, 1);
+  binary("mul_f32_flat", STRATA_RT_MUL, F32, kFull, {1517, 41, 1}, kFull,
+         {1517, 41, 1}, -1, 1);
+  binary("div_f32_broadcast", STRATA_RT_DIV, F32, kFull, {1517, 41, 1}, 185,
+         {37, 1, 0}, 0.5, 2);
+  binary("add_bf16_broadcast", STRATA_RT_ADD, BF16, 205, {41, 0, 1}, kFull,
+         {1517, 41, 1}, -1, 1);
+  binary("mul_i32_broadcast", STRATA_RT_MUL, I32, kFull, {1517, 41, 1}, 37,
+         {0, 1, 0}, -100, 100);
+
+  // Unary ops and activation gradients.
+  const std::pair<int64_t, const char *> unaryOps[] = {
+      {STRATA_RT_ACT_NONE, "none"},
+      {STRATA_RT_ACT_RELU, "relu"},
+      {STRATA_RT_ACT_GELU_TANH, "gelu_tanh"},
+      {STRATA_RT_ACT_GELU_ERF, "gelu_erf"},
+      {STRATA_RT_UNARY_SCALE, "scale"},
+      {STRATA_RT_ACT_SILU, "silu"},
+      {STRATA_RT_UNARY_RSQRT, "rsqrt"},
+      {STRATA_RT_UNARY_TANH, "tanh"}};
+  auto unary = [&](int64_t op, const char *opName, int64_t dt, int64_t n) {
+    add(std::string("unary_") + opName + "_" + dtypeName[dt], [=](Case &t) {
+      bool positive = op == STRATA_RT_UNARY_RSQRT;
+      void *in = t.rand(dt, n, positive ? 0.05 : -5, 5);
+      void *o = t.out("out", dt, n);
+      RT.unary(t.ctx, 1, op, o, dt, in, dt, n, 0.75);
+    });
+  };
+  for (auto [op, opName] : unaryOps)
+    unary(op, opName, F32, 3001);
+  unary(STRATA_RT_ACT_GELU_TANH, "gelu_tanh", BF16, 1025);
+  unary(STRATA_RT_ACT_SILU, "silu", F16, 777);
+  unary(STRATA_RT_UNARY_SCALE, "scale", F16, 513);
+  // The CPU runtime has no gradient of tanh (it refuses the code).
+  auto actGrad = [&](int64_t act, const char *actName, int64_t dt, int64_t n) {
+    add(std::string("act_grad_") + actName + "_" + dtypeName[dt], [=](Case &t) {
+      void *x = t.rand(dt, n, -5, 5), *dy = t.rand(dt, n, -1, 1);
+      void *o = t.out("out", dt, n);
+      RT.act_grad(t.ctx, 1, act, o, dt, x, dt, dy, dt, n);
+    });
+  };
+  for (auto [op, opName] : unaryOps)
+    if (op != STRATA_RT_UNARY_SCALE && op != STRATA_RT_UNARY_RSQRT &&
+        op != STRATA_RT_UNARY_TANH)
+      actGrad(op, opName, F32, 2049);
+  actGrad(STRATA_RT_ACT_GELU_TANH, "gelu_tanh", BF16, 1000);
+  actGrad(STRATA_RT_ACT_RELU, "relu", F16, 300);
+
+  // Casts (exact: one rounding to nearest even) and copies.
+  auto cast = [&](int64_t from, int64_t to, double range) {
+    add(std::string("cast_") + dtypeName[from] + "_to_" + dtypeName[to],
+        [=](Case &t) {
+          void *in = t.rand(from, 1001, -range, range);
+          void *o = t.out("out", to, 1001, kExact);
+          RT.cast(t.ctx, 1, o, to, in, from, 1001);
+        });
+  };
+  cast(F32, BF16, 100);
+  cast(F32, F16, 1000);
+  cast(BF16, F32, 100);
+  cast(F16, BF16, 1000);
+  cast(BF16, F16, 10);
+  for (int64_t dt : {F32, I64, BF16})
+    add(std::string("copy_") + dtypeName[dt], [=](Case &t) {
+      void *in = t.rand(dt, 1001, -1000, 1000);
+      void *o = t.out("out", dt, 1001, kExact);
+      RT.copy(t.ctx, 1, o, in, dt, 1001);
+    });
+  // Strided copies: desc = the output shape, the input strides, the base.
+  auto strided = [&](const std::string &name, int64_t dt, int64_t inCount,
+                     std::array<int64_t, 7> desc) {
+    add("strided_copy_" + name, [=](Case &t) {
+      void *in = t.rand(dt, inCount, -1000, 1000);
+      void *o = t.out("out", dt, desc[0] * desc[1] * desc[2], kExact);
+      RT.strided_copy(t.ctx, 1, o, in, dt, 3, desc.data());
+    });
+  };
+  // [4, 37, 29] -> [29, 4, 37].
+  strided("transpose_f32", F32, 4 * 37 * 29, {29, 4, 37, 1, 1073, 29, 0});
+  // [1:7:2, 5:25, 1:33:2] of [6, 40, 33].
+  strided("slice_step_bf16", BF16, 6 * 40 * 33,
+          {3, 20, 16, 2640, 33, 2, 1320 + 5 * 33 + 1});
+  // [2:4, 2:9, 3:48] of [4, 10, 50].
+  strided("slice_i64", I64, 2000, {2, 7, 45, 1000, 50, 1, 103});
+  // [5, 40] broadcast to [3, 5, 40].
+  strided("broadcast_f16", F16, 200, {3, 5, 40, 0, 40, 1, 0});
+  // Two inputs of 37 rows (13 and 20 wide) concatenated into rows of 33.
+  for (int64_t dt : {F32, F16})
+    add(std::string("copy_rows_") + dtypeName[dt], [=](Case &t) {
+      void *a = t.rand(dt, 37 * 13, -1, 1), *b = t.rand(dt, 37 * 20, -1, 1);
+      void *o = t.out("out", dt, 37 * 33, kExact);
+      RT.copy_rows(t.ctx, 1, o, a, dt, 37, 13, 33, 0);
+      RT.copy_rows(t.ctx, 2, o, b, dt, 37, 20, 33, 13);
+    });
+
+  // Reductions: desc = the input shape, then the output strides over it.
+  auto reduce = [&](const std::string &name, int64_t dt,
+                    std::array<int64_t, 6> desc, int64_t outCount,
+                    double scale) {
+    add("reduce_" + name, [=](Case &t) {
+      void *in = t.rand(dt, desc[0] * desc[1] * desc[2], -1, 1);
+      void *o = t.out("out", dt, outCount);
+      RT.reduce(t.ctx, 1, o, dt, in, dt, 3, desc.data(), scale);
+    });
+  };
+  reduce("dims02_f32", F32, {7, 33, 45, 0, 1, 0}, 33, 0.5);
+  reduce("last_f32", F32, {7, 33, 1030, 33, 1, 0}, 7 * 33, 1.0);
+  reduce("dim0_bf16", BF16, {9, 5, 70, 0, 70, 1}, 350, 0.5);
+  auto fill = [&](int64_t dt, int64_t n, double value) {
+    add(std::string("fill_") + dtypeName[dt], [=](Case &t) {
+      RT.fill(t.ctx, 1, t.out("out", dt, n, kExact), dt, n, value);
+    });
+  };
+  fill(F32, 1001, 0.3);
+  fill(I64, 77, -5);
+  fill(BF16, 100, 1.7);
+  fill(I32, 50, 123);
+
+  // Dropout: the masks must match bit for bit.
+  auto dropout = [&](const std::string &name, int64_t dt, int64_t n,
+                     bool residual, int64_t key, int64_t microBatches,
+                     int64_t microBatch) {
+    add("dropout_" + name, [=](Case &t) {
+      void *in = t.rand(dt, n, -1, 1);
+      void *r = residual ? t.rand(dt, n, -1, 1) : nullptr;
+      void *o = t.out("out", dt, n, kExact);
+      RT.dropout(t.ctx, 1, o, dt, in, dt, r, dt, n, key, microBatches,
+                 microBatch, 0.1);
+    });
+  };
+  dropout("f32_residual", F32, 1027, true, 7, 2, 1);
+  dropout("bf16", BF16, 4103, false, 11, 1, 0);
+  dropout("f32_large", F32, 70001, false, 3, 3, 2);
+
+  // Softmax and its gradient.
+  auto softmax = [&](const std::string &name, int64_t dt, int64_t rows,
+                     int64_t n, int64_t causalRows) {
+    add("softmax_" + name, [=](Case &t) {
+      void *in = t.rand(dt, rows * n, -5, 5);
+      void *o = t.out("out", dt, rows * n);
+      RT.softmax(t.ctx, 1, o, dt, in, dt, rows, n, causalRows);
+    });
+  };
+  softmax("f32", F32, 37, 1500, 0);
+  softmax("f32_causal", F32, 74, 37, 37);
+  softmax("bf16", BF16, 19, 100, 0);
+  softmax("f16_causal", F16, 40, 40, 40);
+  auto softmaxGrad = [&](int64_t dt, int64_t rows, int64_t n) {
+    add(std::string("softmax_grad_") + dtypeName[dt], [=](Case &t) {
+      void *y = t.rand(dt, rows * n, 0, 1), *dy = t.rand(dt, rows * n, -1, 1);
+      void *o = t.out("dx", dt, rows * n);
+      RT.softmax_grad(t.ctx, 1, o, dt, y, dt, dy, dt, rows, n);
+    });
+  };
+  softmaxGrad(F32, 37, 1100);
+  softmaxGrad(BF16, 19, 100);
+
+  // Attention (f32 only); the gradient after the forward pass it needs.
+  auto attention = [&](const std::string &name, int64_t heads, int64_t s,
+                       int64_t t, int64_t d, int64_t dv, bool causal) {
+    const double scale = 1 / std::sqrt(double(d));
+    for (bool grad : {false, true})
+      add((grad ? "attention_grad_" : "attention_") + name, [=](Case &c) {
+        void *q = c.rand(F32, heads * s * d, -1, 1);
+        void *k = c.rand(F32, heads * t * d, -1, 1);
+        void *v = c.rand(F32, heads * t * dv, -1, 1);
+        void *o = c.out("out", F32, heads * s * dv, kSum);
+        void *lse = c.out("lse", F32, heads * s, kSum);
+        RT.attention(c.ctx, 1, o, F32, lse, F32, q, F32, k, F32, v, F32, heads,
+                     s, t, d, dv, scale, causal);
+        if (!grad)
+          return;
+        void *dout = c.rand(F32, heads * s * dv, -1, 1);
+        void *dq = c.out("dq", F32, heads * s * d, kSum);
+        void *dk = c.out("dk", F32, heads * t * d, kSum);
+        void *dV = c.out("dv", F32, heads * t * dv, kSum);
+        RT.attention_grad(c.ctx, 2, dq, F32, dk, F32, dV, F32, q, F32, k, F32,
+                          v, F32, o, F32, lse, F32, dout, F32, heads, s, t, d,
+                          dv, scale, causal);
+      });
+  };
+  attention("f32", 3, 37, 37, 16, 16, false);
+  attention("f32_causal", 3, 37, 37, 16, 16, true);
+  attention("f32_cross", 3, 29, 45, 16, 24, false);
+  attention("f32_causal_long", 2, 130, 130, 32, 32, true);
+
+  // Layer norm and its gradient.
+  auto layerNorm = [&](const std::string &name, int64_t dt, int64_t rows,
+                       int64_t n) {
+    Tol tol = dt == F32 ? kSum : kDefault;
+    add("layer_norm_" + name, [=](Case &t) {
+      void *x = t.rand(dt, rows * n, -1, 3);
+      void *g = t.rand(dt, n, 0.5, 1.5), *b = t.rand(dt, n, -0.5, 0.5);
+      void *y = t.out("y", dt, rows * n, tol);
+      RT.layer_norm(t.ctx, 1, y, dt, x, dt, g, dt, b, dt, rows, n, 1e-5);
+    });
+    add("layer_norm_grad_" + name, [=](Case &t) {
+      void *x = t.rand(dt, rows * n, -1, 3), *g = t.rand(dt, n, 0.5, 1.5);
+      void *dy = t.rand(dt, rows * n, -1, 1);
+      void *dx = t.out("dx", dt, rows * n, tol);
+      void *dg = t.out("dgamma", dt, n, tol), *db = t.out("dbeta", dt, n, tol);
+      RT.layer_norm_grad(t.ctx, 1, dx, dt, dg, dt, db, dt, x, dt, g, dt, dy, dt,
+                         rows, n, 1e-5);
+    });
+  };
+  layerNorm("f32_wide", F32, 37, 1500);
+  layerNorm("f32", F32, 67, 64);
+  layerNorm("bf16", BF16, 33, 257);
+  layerNorm("f16", F16, 10, 1030);
+
+  // Embeddings (the forward copies rows: exact; the gradient sums repeated
+  // ids).
+  auto embedding = [&](int64_t dt, int64_t idType, int64_t vocab, int64_t width,
+                       int64_t count) {
+    std::string suffix = std::string(dtypeName[dt]) + "_" + dtypeName[idType];
+    add("embedding_" + suffix, [=](Case &t) {
+      void *table = t.rand(dt, vocab * width, -1, 1);
+      void *ids = t.rand(idType, count, 0, vocab);
+      void *o = t.out("out", dt, count * width, kExact);
+      RT.embedding(t.ctx, 1, o, dt, table, dt, ids, idType, count, vocab,
+                   width);
+    });
+    add("embedding_grad_" + suffix, [=](Case &t) {
+      void *ids = t.rand(idType, count, 0, vocab / 4 + 1);
+      void *dy = t.rand(dt, count * width, -1, 1);
+      void *o = t.out("dtable", dt, vocab * width);
+      RT.embedding_grad(t.ctx, 1, o, dt, ids, idType, dy, dt, count, vocab,
+                        width);
+    });
+  };
+  embedding(F32, I64, 50, 70, 150);
+  embedding(BF16, I32, 1000, 33, 77);
+
+  // Cross entropy, its loss and gradient.
+  auto crossEntropy = [&](int64_t dt, int64_t labelType, int64_t rows,
+                          int64_t vocab) {
+    add(std::string("cross_entropy_") + dtypeName[dt] + "_" +
+            dtypeName[labelType],
+        [=](Case &t) {
+          void *logits = t.rand(dt, rows * vocab, -4, 4);
+          void *labels = t.rand(labelType, rows, 0, vocab);
+          void *dloss = t.vals(dt, {2.5});
+          void *loss = t.out("loss", dt, 1);
+          void *dlogits = t.out("dlogits", dt, rows * vocab);
+          RT.cross_entropy(t.ctx, 1, loss, dt, logits, dt, labels, labelType,
+                           rows, vocab);
+          RT.cross_entropy_grad(t.ctx, 2, dlogits, dt, logits, dt, labels,
+                                labelType, dloss, dt, rows, vocab);
+        });
+  };
+  crossEntropy(F32, I64, 37, 1000);
+  crossEntropy(F32, I32, 37, 333);
+  crossEntropy(BF16, I64, 16, 500);
+
+  // Optimizer support.
+  add("lr_schedule", [](Case &t) {
+    // Constant, linear warmup (10 steps), cosine (10 + 100 steps).
+    const int64_t kinds[] = {0, 1, 1, 1, 2, 2, 2, 2, 2};
+    const std::vector<double> steps = {5, 3, 10, 20, 0, 5, 10, 60, 200};
+    auto *step = static_cast<int64_t *>(t.vals(I64, steps));
+    auto *lr = static_cast<float *>(t.out("lr", F32, int64_t(steps.size())));
+    for (size_t i = 0; i < steps.size(); ++i)
+      RT.lr_schedule(t.ctx, int64_t(i), lr + i, F32, step + i, I64, kinds[i],
+                     0.1, 10, 100, 0.001);
+  });
+  auto globalNorm = [&](const std::string &name, std::array<int64_t, 3> types,
+                        std::array<int64_t, 3> sizes) {
+    add("global_norm_" + name, [=](Case &t) {
+      const void *tensors[3];
+      for (int i = 0; i < 3; ++i)
+        tensors[i] = t.rand(types[i], sizes[i], -1, 1);
+      void *o = t.out("norm", F32, 1);
+      RT.global_norm(t.ctx, 1, o, F32, 3, tensors, types.data(), sizes.data());
+    });
+  };
+  globalNorm("f32_bf16", {F32, BF16, F32}, {1000, 37, 20000});
+  globalNorm("large", {F32, F16, BF16}, {70001, 333, 9000});
+  auto clip = [&](int64_t dt, double norm) {
+    add(std::string("clip_") + dtypeName[dt], [=](Case &t) {
+      void *in = t.rand(dt, 1001, -1, 1), *nm = t.vals(F32, {norm});
+      void *o = t.out("out", dt, 1001);
+      RT.clip(t.ctx, 1, o, dt, in, dt, 1001, nm, F32, 1.0);
+    });
+  };
+  clip(F32, 5.0);
+  clip(BF16, 0.5);
+
+  const int64_t kN = 1001;
+  // SGD of an f32 parameter, and of an f16 one with an f32 master weight.
+  for (int64_t low : {F32, F16})
+    add(low == F32 ? "sgd_f32" : "sgd_f16_master", [=](Case &t) {
+      bool master = low != F32;
+      void *p = t.rand(low, kN, -1, 1), *g = t.rand(F32, kN, -1, 1);
+      void *mw = master ? t.rand(F32, kN, -1, 1) : nullptr;
+      void *lr = t.vals(F32, {0.05}), *np = t.out("param", low, kN);
+      void *nmw = master ? t.out("master", F32, kN) : nullptr;
+      RT.sgd(t.ctx, 1, np, low, p, low, g, F32, lr, F32, kN, 0.01, nullptr, F32,
+             nmw, F32, mw, F32);
+    });
+  for (int64_t nesterov : {0, 1})
+    add(nesterov ? "momentum_nesterov" : "momentum", [=](Case &t) {
+      void *p = t.rand(F32, kN, -1, 1), *g = t.rand(F32, kN, -1, 1);
+      void *v = t.rand(F32, kN, -0.1, 0.1), *lr = t.vals(F32, {0.05});
+      void *np = t.out("param", F32, kN), *nv = t.out("velocity", F32, kN);
+      RT.momentum(t.ctx, 1, np, F32, nv, F32, p, F32, g, F32, v, F32, lr, F32,
+                  kN, 0.9, 1e-4, nesterov, nullptr, F32, nullptr, F32, nullptr,
+                  F32);
+    });
+  // Adam's family; `guard` < 0: none; `lowType` F32: no master weight.
+  auto adam = [&](const std::string &name, int64_t kind, double guard,
+                  int64_t lowType) {
+    add("adam_" + name, [=](Case &t) {
+      bool master = lowType != F32;
+      Tol tol = std::isinf(guard) ? kExact : kDefault;
+      void *p = t.rand(lowType, kN, -1, 1), *g = t.rand(lowType, kN, -1, 1);
+      void *m = t.rand(F32, kN, -0.1, 0.1), *v = t.rand(F32, kN, 0, 0.01);
+      void *mw = master ? t.rand(F32, kN, -1, 1) : nullptr;
+      void *lr = t.vals(F32, {0.01}), *step = t.vals(I64, {3});
+      void *gd = guard >= 0 ? t.vals(F32, {guard}) : nullptr;
+      void *np = t.out("param", lowType, kN, tol);
+      void *nm = t.out("m", F32, kN, tol), *nv = t.out("v", F32, kN, tol);
+      void *nmw = master ? t.out("master", F32, kN, tol) : nullptr;
+      RT.adam(t.ctx, 1, kind, np, lowType, nm, F32, nv, F32, p, lowType, g,
+              lowType, m, F32, v, F32, lr, F32, step, I64, kN, 0.9, 0.999, 1e-8,
+              0.01, gd, F32, nmw, F32, mw, F32);
+    });
+  };
+  adam("adam", STRATA_RT_ADAM, -1, F32);
+  adam("adamw", STRATA_RT_ADAMW, -1, F32);
+  adam("lamb", STRATA_RT_LAMB, -1, F32);
+  adam("guard_inf_skips", STRATA_RT_ADAM, INFINITY, F32);
+  adam("guard_finite_adamw", STRATA_RT_ADAMW, 7.5, F32);
+  adam("bf16_master_adamw", STRATA_RT_ADAMW, -1, BF16);
+  adam("lamb_guard_inf_bf16_master", STRATA_RT_LAMB, INFINITY, BF16);
+  add("lars", [=](Case &t) {
+    void *p = t.rand(F32, kN, -1, 1), *g = t.rand(F32, kN, -1, 1);
+    void *v = t.rand(F32, kN, -0.1, 0.1), *lr = t.vals(F32, {0.1});
+    void *np = t.out("param", F32, kN), *nv = t.out("velocity", F32, kN);
+    RT.lars(t.ctx, 1, np, F32, nv, F32, p, F32, g, F32, v, F32, lr, F32, kN,
+            0.9, 1e-4, 0.02, 1e-9, nullptr, F32, nullptr, F32, nullptr, F32);
+  });
+  add("is_finite", [](Case &t) {
+    const std::vector<double> in = {1.5, NAN, INFINITY, -0.0, -INFINITY};
+    auto *x = static_cast<float *>(t.vals(F32, in));
+    auto *o = static_cast<int64_t *>(t.out("finite", I64, 5));
+    for (int64_t i = 0; i < 5; ++i)
+      RT.is_finite(t.ctx, i, o + i, I64, x + i, F32);
+  });
+  // Loss scaling: (norm, scale, good, bad) -> (scale, good, bad), growing
+  // every 1000 good steps, shrinking every 2 overflows.
+  auto lossScaling = [&](const std::string &name, double norm, double scale,
+                         int64_t good, int64_t bad) {
+    add("update_loss_scaling_" + name, [=](Case &t) {
+      void *nm = t.vals(F32, {norm}), *s = t.vals(F32, {scale});
+      void *g = t.vals(I64, {double(good)}), *b = t.vals(I64, {double(bad)});
+      void *ns = t.out("scale", F32, 1, kExact);
+      void *ng = t.out("good", I64, 1), *nb = t.out("bad", I64, 1);
+      RT.update_loss_scaling(t.ctx, 1, ns, F32, ng, I64, nb, I64, nm, F32, s,
+                             F32, g, I64, b, I64, 1000, 2, 2.0, 0.5);
+    });
+  };
+  lossScaling("overflow", INFINITY, 1024, 5, 1);
+  lossScaling("overflow_first", NAN, 1024, 5, 0);
+  lossScaling("good", 3.0, 1024, 999, 0);
+  return cases;
+}
+
+//===----------------------------------------------------------------------===//
+// Running, writing, comparing
+//===----------------------------------------------------------------------===//
+
+/// Runs `def` in one step; fills `layout` and `got` (each output's bytes),
+/// or returns the failure.
+std::string runCase(const CaseDef &def, std::vector<Output> &layout,
+                    std::vector<std::vector<char>> &got) {
+  std::string error;
+  Case t(def.name);
+  RT.clear_error(RT.ctx);
+  if (RT.step_begin(RT.ctx, STRATA_RT_ABI_VERSION) == 0) {
+    try {
+      def.body(t);
+    } catch (const std::exception &e) {
+      error = e.what();
+    }
+    RT.step_end(RT.ctx);
+  }
+  for (const Output &o : t.outputs) {
+    got.emplace_back(size_t(o.bytes()));
+    RT.read(RT.ctx, got.back().data(), o.data, o.bytes());
+  }
+  int64_t site = -1;
+  if (const char *message = RT.error(RT.ctx, &site))
+    error = "runtime error at site " + std::to_string(site) + ": " + message;
+  RT.clear_error(RT.ctx);
+  layout = t.outputs;
+  return error;
+}
+
+std::string writeCase(const std::string &dir, const std::string &name,
+                      const std::vector<Output> &layout,
+                      const std::vector<std::vector<char>> &got) {
+  std::ofstream text(dir + "/" + name + ".txt");
+  std::ofstream bin(dir + "/" + name + ".bin", std::ios::binary);
+  for (size_t i = 0; i < layout.size(); ++i) {
+    text << layout[i].name << " " << strata_rt_element_name(layout[i].dtype)
+         << " " << layout[i].count << "\n";
+    bin.write(got[i].data(), std::streamsize(got[i].size()));
+  }
+  return text && bin ? "" : "cannot write " + dir + "/" + name + ".{txt,bin}";
+}
+
+/// The first element of `o` outside its tolerance, or "".
+std::string compareOutput(const Output &o, const char *got, const char *want) {
+  Tol tol = o.tol.rtol < 0 ? defaultTol(o.dtype) : o.tol;
+  double maxErr = 0;
+  int64_t first = -1;
+  for (int64_t i = 0; i < o.count; ++i) {
+    double g = loadElement(o.dtype, got, i), w = loadElement(o.dtype, want, i);
+    bool same = (std::isnan(g) && std::isnan(w)) || g == w;
+    double err = same ? 0 : std::fabs(g - w);
+    if (std::isnan(err))
+      err = INFINITY;
+    maxErr = std::max(maxErr, err);
+    if (!same && !(err <= tol.atol + tol.rtol * std::fabs(w)) && first < 0)
+      first = i;
+  }
+  if (first < 0)
+    return "";
+  char message[512];
+  std::snprintf(message, sizeof(message),
+                "output %s element %lld got %.9g want %.9g (max abs err %.3g)",
+                o.name.c_str(), (long long)first,
+                loadElement(o.dtype, got, first),
+                loadElement(o.dtype, want, first), maxErr);
+  return message;
+}
+
+/// Compares a run's outputs with the stored ones; the first failure or "".
+std::string compareCase(const std::string &dir, const std::string &name,
+                        const std::vector<Output> &layout,
+                        const std::vector<std::vector<char>> &got) {
+  std::ifstream text(dir + "/" + name + ".txt");
+  std::ifstream bin(dir + "/" + name + ".bin", std::ios::binary);
+  if (!text || !bin)
+    return "no stored outputs (" + dir + "/" + name + ".{txt,bin})";
+  std::vector<std::string> stored;
+  for (std::string line; std::getline(text, line);)
+    if (!line.empty())
+      stored.push_back(line);
+  if (stored.size() != layout.size())
+    return "stored outputs have another layout: " +
+           std::to_string(stored.size()) + " outputs, this run " +
+           std::to_string(layout.size());
+  for (size_t i = 0; i < layout.size(); ++i) {
+    const Output &o = layout[i];
+    std::string expected = o.name + " " + strata_rt_element_name(o.dtype) +
+                           " " + std::to_string(o.count);
+    if (stored[i] != expected)
+      return "stored output " + std::to_string(i) + " is \"" + stored[i] +
+             "\", this run's \"" + expected + "\"";
+    std::vector<char> want(got[i].size());
+    if (!bin.read(want.data(), std::streamsize(want.size())))
+      return "stored outputs are truncated at output " + o.name;
+    if (std::string failed = compareOutput(o, got[i].data(), want.data());
+        !failed.empty())
+      return failed;
+  }
+  if (bin.peek() != std::char_traits<char>::eof())
+    return "stored outputs are longer than this run's";
+  return "";
+}
+
+int usage() {
+  std::fprintf(stderr, "usage: kernel_check write|compare --runtime LIB.so "
+                       "--dir DIR [--filter SUBSTR]\n");
+  return 2;
+}
+
+} // namespace
+
+int main(int argc, char **argv) {
+  if (argc < 2)
+    return usage();
+  std::string mode = argv[1], runtime, dir, filter;
+  if (mode != "write" && mode != "compare")
+    return usage();
+  for (int i = 2; i + 1 < argc; i += 2) {
+    std::string arg = argv[i];
+    std::string *value = arg == "--runtime"  ? &runtime
+                         : arg == "--dir"    ? &dir
+                         : arg == "--filter" ? &filter
+                                             : nullptr;
+    if (!value)
+      return usage();
+    *value = argv[i + 1];
+  }
+  if (argc % 2 != 0 || runtime.empty() || dir.empty())
+    return usage();
+  if (std::string failed = loadRuntime(runtime); !failed.empty()) {
+    std::printf("kernel_check: %s\n", failed.c_str());
+    return 1;
+  }
+  bool write = mode == "write";
+  if (write && mkdir(dir.c_str(), 0755) != 0 && errno != EEXIST) {
+    std::printf("kernel_check: cannot create %s: %s\n", dir.c_str(),
+                std::strerror(errno));
+    return 1;
+  }
+  int passed = 0, failed = 0;
+  for (const CaseDef &def : makeCases()) {
+    if (def.name.find(filter) == std::string::npos)
+      continue;
+    std::vector<Output> layout;
+    std::vector<std::vector<char>> got;
+    std::string error = runCase(def, layout, got);
+    if (error.empty())
+      error = write ? writeCase(dir, def.name, layout, got)
+                    : compareCase(dir, def.name, layout, got);
+    if (!error.empty()) {
+      std::printf("FAIL %s: %s\n", def.name.c_str(), error.c_str());
+      ++failed;
+    } else {
+      if (!write)
+        std::printf("PASS %s\n", def.name.c_str());
+      ++passed;
+    }
+    std::fflush(stdout);
+  }
+  RT.destroy(RT.ctx);
+  if (passed + failed == 0) {
+    std::printf("kernel_check: no case matches \"%s\"\n", filter.c_str());
+    return 1;
+  }
+  if (write && failed)
+    std::printf("wrote %d cases, %d failed\n", passed, failed);
+  else if (write)
+    std::printf("wrote %d cases\n", passed);
+  else
+    std::printf("%d passed, %d failed\n", passed, failed);
+  return failed ? 1 : 0;
+}

@@ -1,0 +1,154 @@
+#!/usr/bin/env python3
+"""Prepares the GPU check of the CUDA runtime on a machine with MLIR.
+
+A machine with a GPU may have no MLIR and no Strata build, so this script
+writes a self-contained directory (the bundle) that needs only CMake, a C++
+compiler and the CUDA toolkit there:
+
+  src/        the CUDA runtime's sources, the ABI header, Random123's headers
+  kernels/    every kernel's outputs on the CPU runtime (kernel_check write)
+  programs/   per test program: the step as an object file lowered for the
+              CUDA target, its initial parameters and state (p<i>.bin in the
+              order of the lowered module's strata.rt.persistent), each
+              step's inputs (s<step>.in<j>.bin) and the CPU runtime's losses
+  CMakeLists.txt, run.sh, kernel_check.cpp, step_driver.c, compare_losses.py
+
+Copy the bundle to the GPU machine and run `bash run.sh` there.
+
+  python3 test/gpu/prepare.py --build build --out build/gpu-check
+"""
+import argparse
+import json
+import os
+import re
+import shutil
+import struct
+import subprocess
+import sys
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(os.path.dirname(HERE))
+
+# name: (strata-gen arguments, strategy YAML, steps, seed)
+GPT = ["gpt", "--layers", "2", "--hidden", "64", "--heads", "4", "--seq", "32",
+       "--vocab", "256", "--batch", "4", "--dropout", "0.1"]
+PROGRAMS = {
+    "gpt": (GPT, "optimizer: {type: adamw, learning_rate: 0.001}\n", 20, 3),
+    "gpt-fused-recompute-merge": (
+        GPT,
+        "optimizer: {type: adamw, learning_rate: 0.001}\n"
+        "recompute: {enable: true, checkpoints: [h0, h1]}\n"
+        "gradient_merge: {enable: true, k_steps: 2}\n"
+        "fused_passes: {enable: true, gemm_epilogue: true, dropout_add: true,"
+        " flash_attention: true}\n", 20, 3),
+    "mlp-lamb-clip": (
+        ["mlp", "--sizes", "32,64,64,10", "--batch", "16"],
+        "optimizer: {type: lamb, learning_rate: 0.01, grad_clip_norm: 0.5}\n",
+        20, 5),
+}
+
+
+def run(*cmd, **kw):
+    return subprocess.run(cmd, check=True, text=True, capture_output=True,
+                          **kw).stdout
+
+
+def safetensors(path):
+    with open(path, "rb") as f:
+        data = f.read()
+    n = struct.unpack("<Q", data[:8])[0]
+    header = json.loads(data[8:8 + n])
+    body = data[8 + n:]
+    tensors = {}
+    for name, info in header.items():
+        if name == "__metadata__":
+            continue
+        begin, end = info["data_offsets"]
+        tensors[name] = body[begin:end]
+    return tensors
+
+
+def prepare_program(name, spec, build, out):
+    gen, strategy, steps, seed = spec
+    bindir = os.path.join(build, "bin")
+    work = os.path.join(out, "programs", name)
+    os.makedirs(work)
+    program = os.path.join(work, "program.mlir")
+    with open(program, "w") as f:
+        f.write(run(os.path.join(bindir, "strata-gen"), *gen))
+    with open(os.path.join(work, "strategy.yaml"), "w") as f:
+        f.write(strategy)
+    strata_run = [os.path.join(bindir, "strata-run"), program, "--strategy",
+                  os.path.join(work, "strategy.yaml"), "--seed", str(seed),
+                  "--quiet"]
+    run(*strata_run, "--backend", "cuda", "--emit=obj", "-o",
+        os.path.join(work, "step.o"))
+    lowered = run(*strata_run, "--backend", "cuda", "--emit=mlir", "-o", "-")
+    persistent = json.loads(re.search(r"strata\.rt\.persistent = (\[[^]]*\])",
+                                      lowered).group(1))
+    run(*strata_run, "--steps", "0", "--save", os.path.join(work, "init.st"))
+    expected = run(*strata_run, "--steps", str(steps), "--dump-batches",
+                   os.path.join(work, "batches.st"))
+    with open(os.path.join(work, "cpu.txt"), "w") as f:
+        f.write(expected)
+    init = safetensors(os.path.join(work, "init.st"))
+    missing = []
+    for i, p in enumerate(persistent):
+        if p in init:
+            with open(os.path.join(work, "p%d.bin" % i), "wb") as f:
+                f.write(init[p])
+        else:
+            missing.append(p)
+    # The step's inputs, in the order of @train_step's arguments.
+    signature = re.search(r"func\.func @train_step\(([^)]*)\)",
+                          open(program).read()).group(1)
+    inputs = re.findall(r'strata\.name = "([^"]+)"', signature)
+    batches = safetensors(os.path.join(work, "batches.st"))
+    for s in range(steps):
+        for j, input_name in enumerate(inputs):
+            with open(os.path.join(work, "s%d.in%d.bin" % (s, j)), "wb") as f:
+                f.write(batches["step%d.%s" % (s, input_name)])
+    with open(os.path.join(work, "run.txt"), "w") as f:
+        f.write("%d %d\n" % (steps, seed))
+    for f in ("init.st", "batches.st"):
+        os.remove(os.path.join(work, f))
+    print("%s: %d persistent buffers (%s start at zero), %d steps" %
+          (name, len(persistent),
+           ", ".join(missing) if missing else "none", steps))
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--build", default=os.path.join(ROOT, "build"))
+    ap.add_argument("--out", default=None)
+    args = ap.parse_args()
+    build = os.path.abspath(args.build)
+    out = os.path.abspath(args.out or os.path.join(build, "gpu-check"))
+    if os.path.exists(out):
+        shutil.rmtree(out)
+    src = os.path.join(out, "src")
+    shutil.copytree(os.path.join(ROOT, "runtime", "common"),
+                    os.path.join(src, "runtime", "common"))
+    shutil.copytree(os.path.join(ROOT, "runtime", "cuda"),
+                    os.path.join(src, "runtime", "cuda"))
+    os.makedirs(os.path.join(src, "include", "strata", "Runtime"))
+    shutil.copy(os.path.join(ROOT, "include", "strata", "Runtime",
+                             "StrataRuntime.h"),
+                os.path.join(src, "include", "strata", "Runtime"))
+    shutil.copytree("/usr/include/Random123",
+                    os.path.join(src, "include", "Random123"))
+    for f in ("CMakeLists.txt", "run.sh", "kernel_check.cpp", "step_driver.c"):
+        shutil.copy(os.path.join(HERE, f), out)
+    shutil.copy(os.path.join(ROOT, "test", "run", "compare_losses.py"), out)
+
+    kernel_check = os.path.join(build, "bin", "strata-kernel-check")
+    print(run(kernel_check, "write", "--runtime",
+              os.path.join(build, "lib", "libstrata_runtime_cpu.so"), "--dir",
+              os.path.join(out, "kernels")).strip())
+    for name, spec in PROGRAMS.items():
+        prepare_program(name, spec, build, out)
+    print("bundle: %s (copy it to the GPU machine, run `bash run.sh`)" % out)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,121 @@
+/* Runs a training step that `strata-run --backend cuda --emit=obj` wrote,
+   linked with a runtime, for the GPU check (test/gpu/README.md): the
+   initial parameters and state and each step's inputs come from raw files
+   that test/gpu/prepare.py wrote on a machine with MLIR, and the losses are
+   printed as strata-run prints them, for compare_losses.py.
+
+     step_driver DIR STEPS SEED
+
+   DIR holds p<i>.bin for persistent buffer i (missing: zeros) and
+   s<step>.in<j>.bin for input j of each step, each exactly the size of the
+   object's layout tables. */
+#include "strata/Runtime/StrataRuntime.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+
+extern const int64_t strata_step_abi_version[1];
+extern const int64_t strata_step_layout[4];
+extern const int64_t strata_step_persistent_bytes[];
+extern const int64_t strata_step_input_bytes[];
+extern const int64_t strata_step_output_bytes[];
+void strata_step(StrataRtContext *ctx, void *arena, void **persistent,
+                 void **inputs, void **outputs);
+
+/* Reads file `path` (exactly `bytes` long, or missing when `optional`)
+   into runtime memory `to`. Returns 0 on success. */
+static int load(StrataRtContext *ctx, const char *path, void *to, int64_t bytes,
+                int optional) {
+  FILE *f = fopen(path, "rb");
+  if (!f) {
+    if (optional)
+      return 0;
+    fprintf(stderr, "cannot open %s\n", path);
+    return 1;
+  }
+  char *host = malloc((size_t)bytes + 1);
+  size_t got = fread(host, 1, (size_t)bytes + 1, f);
+  fclose(f);
+  if ((int64_t)got != bytes) {
+    fprintf(stderr, "%s holds %zu bytes, the step wants %lld\n", path, got,
+            (long long)bytes);
+    free(host);
+    return 1;
+  }
+  strata_rt_write(ctx, to, host, bytes);
+  free(host);
+  return 0;
+}
+
+int main(int argc, char **argv) {
+  if (argc != 4) {
+    fprintf(stderr, "usage: %s DIR STEPS SEED\n", argv[0]);
+    return 2;
+  }
+  const char *dir = argv[1];
+  int steps = atoi(argv[2]);
+  if (strata_step_abi_version[0] != strata_rt_abi_version()) {
+    fprintf(stderr, "lowered for runtime ABI %lld, runtime has %lld\n",
+            (long long)strata_step_abi_version[0],
+            (long long)strata_rt_abi_version());
+    return 1;
+  }
+  StrataRtOptions options;
+  strata_rt_default_options(&options);
+  options.seed = strtoull(argv[3], NULL, 10);
+  char message[256];
+  StrataRtContext *ctx = strata_rt_create(&options, message, sizeof(message));
+  if (!ctx) {
+    fprintf(stderr, "%s\n", message);
+    return 1;
+  }
+  int64_t np = strata_step_layout[1], ni = strata_step_layout[2],
+          no = strata_step_layout[3];
+  void **persistent = malloc(sizeof(void *) * (size_t)(np + 1));
+  void **inputs = malloc(sizeof(void *) * (size_t)(ni + 1));
+  void **outputs = malloc(sizeof(void *) * (size_t)(no + 1));
+  void *arena = strata_rt_alloc(ctx, strata_step_layout[0]);
+  char path[4096];
+  int failed = arena == NULL;
+  for (int64_t i = 0; i < np && !failed; ++i) {
+    persistent[i] = strata_rt_alloc(ctx, strata_step_persistent_bytes[i]);
+    snprintf(path, sizeof(path), "%s/p%lld.bin", dir, (long long)i);
+    failed = !persistent[i] ||
+             load(ctx, path, persistent[i], strata_step_persistent_bytes[i], 1);
+  }
+  for (int64_t i = 0; i < ni && !failed; ++i)
+    failed = !(inputs[i] = strata_rt_alloc(ctx, strata_step_input_bytes[i]));
+  for (int64_t i = 0; i < no && !failed; ++i)
+    failed = !(outputs[i] = strata_rt_alloc(ctx, strata_step_output_bytes[i]));
+  for (int s = 0; s < steps && !failed; ++s) {
+    for (int64_t i = 0; i < ni && !failed; ++i) {
+      snprintf(path, sizeof(path), "%s/s%d.in%lld.bin", dir, s, (long long)i);
+      failed = load(ctx, path, inputs[i], strata_step_input_bytes[i], 0);
+    }
+    if (failed)
+      break;
+    strata_rt_clear_error(ctx);
+    strata_step(ctx, arena, persistent, inputs, outputs);
+    int64_t site = -1;
+    const char *error = strata_rt_error(ctx, &site);
+    if (error) {
+      fprintf(stderr, "step %d, site %lld: %s\n", s, (long long)site, error);
+      failed = 1;
+      break;
+    }
+    float loss = 0;
+    strata_rt_read(ctx, &loss, outputs[0], sizeof(loss));
+    printf("step %d loss %.9g\n", s, loss);
+  }
+  int64_t site = -1;
+  const char *error = strata_rt_error(ctx, &site);
+  if (error && !failed) {
+    fprintf(stderr, "site %lld: %s\n", (long long)site, error);
+    failed = 1;
+  }
+  strata_rt_destroy(ctx);
+  free(persistent);
+  free(inputs);
+  free(outputs);
+  return failed;
+}
