@@ -27,16 +27,20 @@ config.substitutions.append(
 if config.strata_sanitize:
     config.available_features.add("sanitize")
 
-# The CUDA runtime is built (cuda-runtime), and a GPU can run it
-# (cuda-device: the driver reports one).
+# The CUDA runtime is built (cuda-runtime), and GPUs can run it
+# (cuda-device: the driver reports one; cuda-multi-device: two or more).
 if config.strata_cuda:
     config.available_features.add("cuda-runtime")
     import subprocess
     try:
         listed = subprocess.run(["nvidia-smi", "-L"], capture_output=True,
                                 text=True, timeout=30)
-        if listed.returncode == 0 and "GPU" in listed.stdout:
+        gpus = listed.stdout.count("GPU ") if listed.returncode == 0 else 0
+        if gpus >= 1:
             config.available_features.add("cuda-device")
+        # NCCL refuses two ranks on one GPU.
+        if gpus >= 2:
+            config.available_features.add("cuda-multi-device")
     except (OSError, subprocess.SubprocessError):
         pass
 
