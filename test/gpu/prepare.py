@@ -11,6 +11,10 @@ compiler and the CUDA toolkit there:
               CUDA target, its initial parameters and state (p<i>.bin in the
               order of the lowered module's strata.rt.persistent), each
               step's inputs (s<step>.in<j>.bin) and the CPU runtime's losses
+  benches/    GPT-2 124M (bf16 o2) steps for the CUDA target at batch 4 and
+              16 with one batch of random tokens, for the tokens/s benchmark
+              against PyTorch (torch_gpt.py); their parameters start at zero
+              (a GPU's GEMMs take as long whatever the values)
   CMakeLists.txt, run.sh, kernel_check.cpp, step_driver.c, compare_losses.py
 
 Copy the bundle to the GPU machine and run `bash run.sh` there.
@@ -46,6 +50,14 @@ PROGRAMS = {
         "optimizer: {type: lamb, learning_rate: 0.01, grad_clip_norm: 0.5}\n",
         20, 5),
 }
+
+
+# GPT-2 124M (llm.c's benchmark shape), bf16 o2, AdamW, no dropout.
+BENCH_STRATEGY = ("optimizer: {type: adamw, learning_rate: 0.0006, "
+                  "weight_decay: 0.1}\n"
+                  "amp: {enable: true, dtype: bfloat16, level: o2}\n"
+                  "fused_passes: {enable: true, gemm_epilogue: true}\n")
+BENCHES = {"gpt2-124m-b%d" % b: b for b in (4, 16)}
 
 
 def run(*cmd, **kw):
@@ -117,6 +129,38 @@ def prepare_program(name, spec, build, out):
            ", ".join(missing) if missing else "none", steps))
 
 
+def prepare_bench(name, batch, build, out):
+    bindir = os.path.join(build, "bin")
+    work = os.path.join(out, "benches", name)
+    os.makedirs(work)
+    seq, vocab = 1024, 50257
+    program = os.path.join(work, "program.mlir")
+    with open(program, "w") as f:
+        f.write(run(os.path.join(bindir, "strata-gen"), "gpt", "--layers",
+                    "12", "--hidden", "768", "--heads", "12", "--seq",
+                    str(seq), "--vocab", str(vocab), "--batch", str(batch),
+                    "--dropout", "0"))
+    strategy = os.path.join(work, "strategy.yaml")
+    with open(strategy, "w") as f:
+        f.write(BENCH_STRATEGY)
+    run(os.path.join(bindir, "strata-run"), program, "--strategy", strategy,
+        "--backend", "cuda", "--emit=obj", "-o", os.path.join(work, "step.o"))
+    # One batch of tokens and next tokens (int32), seeded.
+    state = 12345
+    tokens = []
+    for _ in range(batch * (seq + 1)):
+        state = (state * 6364136223846793005 + 1442695040888963407) % 2**64
+        tokens.append((state >> 33) % vocab)
+    rows = [tokens[r * (seq + 1):(r + 1) * (seq + 1)] for r in range(batch)]
+    for j, part in enumerate((lambda r: r[:-1], lambda r: r[1:])):
+        with open(os.path.join(work, "s0.in%d.bin" % j), "wb") as f:
+            for r in rows:
+                f.write(struct.pack("<%di" % seq, *part(r)))
+    with open(os.path.join(work, "run.txt"), "w") as f:
+        f.write("%d %d %d\n" % (batch, seq, vocab))
+    print("%s: batch %d x %d tokens" % (name, batch, seq))
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--build", default=os.path.join(ROOT, "build"))
@@ -137,7 +181,8 @@ def main():
                 os.path.join(src, "include", "strata", "Runtime"))
     shutil.copytree("/usr/include/Random123",
                     os.path.join(src, "include", "Random123"))
-    for f in ("CMakeLists.txt", "run.sh", "kernel_check.cpp", "step_driver.c"):
+    for f in ("CMakeLists.txt", "run.sh", "kernel_check.cpp", "step_driver.c",
+              "torch_gpt.py"):
         shutil.copy(os.path.join(HERE, f), out)
     shutil.copy(os.path.join(ROOT, "test", "run", "compare_losses.py"), out)
 
@@ -147,6 +192,8 @@ def main():
               os.path.join(out, "kernels")).strip())
     for name, spec in PROGRAMS.items():
         prepare_program(name, spec, build, out)
+    for name, batch in BENCHES.items():
+        prepare_bench(name, batch, build, out)
     print("bundle: %s (copy it to the GPU machine, run `bash run.sh`)" % out)
 
 

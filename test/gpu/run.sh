@@ -3,8 +3,9 @@
 # prepare.py, which wrote this bundle on a machine with MLIR): builds the
 # runtime with CMake and nvcc, checks every kernel against the CPU runtime's
 # outputs, trains each prepared program and compares its losses with the
-# CPU runtime's (rtol 1e-4), then runs one program and the kernel check
-# under compute-sanitizer. Exits non-zero when anything fails.
+# CPU runtime's (rtol 1e-4), runs one program and the kernel check under
+# compute-sanitizer, then times GPT-2 124M against PyTorch (torch_gpt.py).
+# Exits non-zero when a check fails.
 set -u
 cd "$(dirname "$0")"
 nvidia-smi -L || { echo "no GPU: nvidia-smi failed"; exit 1; }
@@ -43,5 +44,24 @@ if [ -x "$sanitizer" ]; then
 else
   echo "compute-sanitizer not found: skipped"
 fi
+# The benchmark: GPT-2 124M, bf16 o2, tokens/s against PyTorch's compiled
+# step on this GPU (not a pass/fail check). llm.c publishes ~145K tokens/s
+# on one H100 at batch 4.
+for dir in benches/*/; do
+  name=$(basename "$dir")
+  read -r batch seq vocab < "$dir/run.txt"
+  echo "== benchmark $name"
+  ours=$(build/step_"$name" "$dir" 23 0 --time | awk '/^time/ {print $2}')
+  theirs=$(python3 torch_gpt.py --batch "$batch" | awk '/^time/ {print $2}')
+  python3 - "$name" "$batch" "$seq" "${ours:-nan}" "${theirs:-nan}" <<'PY'
+import sys
+name, batch, seq, ours, theirs = sys.argv[1], int(sys.argv[2]), \
+    int(sys.argv[3]), float(sys.argv[4]), float(sys.argv[5])
+tok = batch * seq
+print("%s: strata %.1f ms/step (%.0f tokens/s), torch.compile %.1f ms/step "
+      "(%.0f tokens/s), strata / torch time %.2f" %
+      (name, ours, tok / ours * 1e3, theirs, tok / theirs * 1e3, ours / theirs))
+PY
+done
 [ $status -eq 0 ] && echo "GPU check passed" || echo "GPU check FAILED"
 exit $status

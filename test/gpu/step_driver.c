@@ -4,15 +4,19 @@
    that test/gpu/prepare.py wrote on a machine with MLIR, and the losses are
    printed as strata-run prints them, for compare_losses.py.
 
-     step_driver DIR STEPS SEED
+     step_driver DIR STEPS SEED [--time]
 
    DIR holds p<i>.bin for persistent buffer i (missing: zeros) and
    s<step>.in<j>.bin for input j of each step, each exactly the size of the
-   object's layout tables. */
+   object's layout tables. With --time (the benchmark) the steps cycle over
+   the inputs there are, and the mean time of the steps after the first
+   three is printed as "time <ms> ms/step". */
 #include "strata/Runtime/StrataRuntime.h"
 
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
+#include <time.h>
 
 extern const int64_t strata_step_abi_version[1];
 extern const int64_t strata_step_layout[4];
@@ -48,8 +52,9 @@ static int load(StrataRtContext *ctx, const char *path, void *to, int64_t bytes,
 }
 
 int main(int argc, char **argv) {
-  if (argc != 4) {
-    fprintf(stderr, "usage: %s DIR STEPS SEED\n", argv[0]);
+  int timing = argc == 5 && strcmp(argv[4], "--time") == 0;
+  if (argc != 4 && !timing) {
+    fprintf(stderr, "usage: %s DIR STEPS SEED [--time]\n", argv[0]);
     return 2;
   }
   const char *dir = argv[1];
@@ -87,15 +92,40 @@ int main(int argc, char **argv) {
     failed = !(inputs[i] = strata_rt_alloc(ctx, strata_step_input_bytes[i]));
   for (int64_t i = 0; i < no && !failed; ++i)
     failed = !(outputs[i] = strata_rt_alloc(ctx, strata_step_output_bytes[i]));
+  /* The steps whose inputs are there (--time cycles over them). */
+  int available = 0;
+  for (FILE *f; ni > 0; ++available) {
+    snprintf(path, sizeof(path), "%s/s%d.in0.bin", dir, available);
+    if (!(f = fopen(path, "rb")))
+      break;
+    fclose(f);
+  }
+  if (timing && available == 0 && ni > 0) {
+    fprintf(stderr, "no inputs in %s\n", dir);
+    failed = 1;
+  }
+  double total = 0;
+  int timed = 0;
   for (int s = 0; s < steps && !failed; ++s) {
+    int from = timing && available ? s % available : s;
     for (int64_t i = 0; i < ni && !failed; ++i) {
-      snprintf(path, sizeof(path), "%s/s%d.in%lld.bin", dir, s, (long long)i);
+      snprintf(path, sizeof(path), "%s/s%d.in%lld.bin", dir, from,
+               (long long)i);
       failed = load(ctx, path, inputs[i], strata_step_input_bytes[i], 0);
     }
     if (failed)
       break;
     strata_rt_clear_error(ctx);
+    struct timespec begin, end;
+    clock_gettime(CLOCK_MONOTONIC, &begin);
+    /* The step ends with strata_rt_step_end: its work is complete. */
     strata_step(ctx, arena, persistent, inputs, outputs);
+    clock_gettime(CLOCK_MONOTONIC, &end);
+    if (s >= 3) {
+      total += (double)(end.tv_sec - begin.tv_sec) * 1e3 +
+               (double)(end.tv_nsec - begin.tv_nsec) / 1e6;
+      ++timed;
+    }
     int64_t site = -1;
     const char *error = strata_rt_error(ctx, &site);
     if (error) {
@@ -105,8 +135,11 @@ int main(int argc, char **argv) {
     }
     float loss = 0;
     strata_rt_read(ctx, &loss, outputs[0], sizeof(loss));
-    printf("step %d loss %.9g\n", s, loss);
+    if (!timing)
+      printf("step %d loss %.9g\n", s, loss);
   }
+  if (timing && !failed && timed > 0)
+    printf("time %.3f ms/step\n", total / timed);
   int64_t site = -1;
   const char *error = strata_rt_error(ctx, &site);
   if (error && !failed) {
