@@ -39,6 +39,9 @@ from benchlib import cpu_model, run  # noqa: E402
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 sys.path.insert(0, os.path.join(ROOT, "test", "reference"))
+# The tuned PyTorch GPT, shared with the GPU benchmark.
+sys.path.insert(0, os.path.join(ROOT, "test", "gpu"))
+from torch_gpt import gpt_loss_tuned  # noqa: E402
 
 MODELS = {
     "mlp": {"gen": ["mlp", "--sizes", "784,1024,1024,10", "--batch", "256"],
@@ -136,42 +139,6 @@ def strata_times(build, program, strategy, threads, steps, warmup, report):
          str(threads), "--report", report, "--quiet"])
     with open(report) as f:
         return json.load(f)["step_time_ms"][warmup:]
-
-
-def gpt_loss_tuned(torch, p, batch, layers, heads):
-    """The GPT of compare_torch.gpt_loss with PyTorch's fast paths: fused
-    attention (SDPA, causal) and addmm for the biased products."""
-    F = torch.nn.functional
-    tokens, targets = batch["tokens"], batch["targets"]
-    b, s = tokens.shape
-    h = p["wte"].shape[1]
-    d = h // heads
-
-    def linear(x, name):
-        return torch.addmm(p[name + ".bias"], x.reshape(-1, x.shape[-1]),
-                           p[name + ".weight"]).reshape(*x.shape[:-1], -1)
-
-    def ln(x, name):
-        return F.layer_norm(x, (h,), p[name + ".weight"], p[name + ".bias"],
-                            eps=1e-5)
-
-    def split(x):
-        return x.reshape(b, s, heads, d).transpose(1, 2)
-
-    x = p["wte"][tokens] + p["wpe"]
-    for l in range(layers):
-        pre = "h%d." % l
-        y = ln(x, pre + "ln_1")
-        q, k, v = (split(linear(y, pre + "attn." + n)) for n in "qkv")
-        ctx = F.scaled_dot_product_attention(q, k, v, is_causal=True)
-        x = x + linear(ctx.transpose(1, 2).reshape(b, s, h),
-                       pre + "attn.proj")
-        y = ln(x, pre + "ln_2")
-        y = F.gelu(linear(y, pre + "mlp.fc"), approximate="tanh")
-        x = x + linear(y, pre + "mlp.proj")
-    x = ln(x, "ln_f")
-    logits = x.reshape(-1, h) @ p["wte"].t()
-    return F.cross_entropy(logits, targets.reshape(-1))
 
 
 class TorchRun:

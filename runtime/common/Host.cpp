@@ -78,6 +78,37 @@ bool findGroup(HostContext &ctx, int64_t site, const int64_t *group,
   return false;
 }
 
+bool collectivePrologue(HostContext &ctx, int64_t site, int64_t op,
+                        int64_t dtype, int64_t n, int64_t kind, int64_t root,
+                        const int64_t *group, const char *&name,
+                        const int64_t *&ranks, int64_t &numRanks) {
+  if (op < STRATA_RT_ALL_REDUCE || op > STRATA_RT_ALL_GATHER) {
+    ctx.fail(site, "unknown collective " + std::to_string(op));
+    return false;
+  }
+  name = collectiveName(op);
+  // Sums are the host's (MPI, NCCL) on any type; the mean divides floats.
+  if (!collectiveType(&ctx, site, name, dtype, kind))
+    return false;
+  if (!ctx.collective) {
+    ctx.fail(site, std::string(name) + " needs several ranks");
+    return false;
+  }
+  if (!findGroup(ctx, site, group, ranks, numRanks))
+    return false;
+  if (op == STRATA_RT_BROADCAST && (root < 0 || root >= numRanks)) {
+    ctx.fail(site, "broadcast root " + std::to_string(root) +
+                       " outside a group of " + std::to_string(numRanks));
+    return false;
+  }
+  if (op == STRATA_RT_ALL_GATHER && n % numRanks != 0) {
+    ctx.fail(site, "all_gather of " + std::to_string(n) + " elements over " +
+                       std::to_string(numRanks) + " ranks");
+    return false;
+  }
+  return true;
+}
+
 bool pointToPointGroup(HostContext &ctx, int64_t site, const void *fn,
                        const int64_t *group, int64_t peer,
                        const int64_t *&ranks, int64_t &numRanks) {

@@ -80,6 +80,14 @@ const char *collectiveName(int64_t op);
 /// this rank; records the failure when none does.
 bool findGroup(HostContext &ctx, int64_t site, const int64_t *group,
                const int64_t *&ranks, int64_t &numRanks);
+/// The checks every backend makes before collective `op`: a known op and
+/// element type, the host's functions, this rank's list of `group`, a root
+/// in it (broadcast), a count that splits over it (all_gather). Sets the
+/// op's `name` and the list; records why not.
+bool collectivePrologue(HostContext &ctx, int64_t site, int64_t op,
+                        int64_t dtype, int64_t n, int64_t kind, int64_t root,
+                        const int64_t *group, const char *&name,
+                        const int64_t *&ranks, int64_t &numRanks);
 /// This rank's list of `group` and a valid other `peer` in it, for send and
 /// receive through `fn` (records why not).
 bool pointToPointGroup(HostContext &ctx, int64_t site, const void *fn,
@@ -152,6 +160,39 @@ inline bool stepCounter(HostContext *ctx, int64_t site, const char *kernel,
                       ": the step counter is i64, not " +
                       strata_rt_element_name(dtype));
   return false;
+}
+
+/// What an optimizer update computes from: every tensor f32 (`Plain`), or
+/// a bf16 / f16 parameter updated from its f32 master weight, whose
+/// gradient has the parameter's type or f32 (`Master`); `Refused` when the
+/// types are neither (the failure recorded).
+enum class UpdateKind { Refused, Plain, Master };
+inline UpdateKind updateKind(HostContext *ctx, int64_t site, const char *kernel,
+                             int64_t newParamType, int64_t paramType,
+                             int64_t gradType, const void *newMaster,
+                             int64_t newMasterType, const void *master,
+                             int64_t masterType) {
+  if (!master && !newMaster)
+    return onlyF32(ctx, site, kernel, {newParamType, paramType, gradType})
+               ? UpdateKind::Plain
+               : UpdateKind::Refused;
+  if (!master || !newMaster) {
+    ctx->fail(site, std::string("strata_rt_") + kernel +
+                        ": a master weight needs both its value and its new "
+                        "value");
+    return UpdateKind::Refused;
+  }
+  if (!onlyF32(ctx, site, kernel, {newMasterType, masterType}))
+    return UpdateKind::Refused;
+  if ((paramType != STRATA_RT_BF16 && paramType != STRATA_RT_F16) ||
+      newParamType != paramType ||
+      (gradType != paramType && gradType != STRATA_RT_F32)) {
+    ctx->fail(site, std::string("strata_rt_") + kernel +
+                        ": a master weight updates a bf16 or f16 "
+                        "parameter, whose gradient has its type or f32");
+    return UpdateKind::Refused;
+  }
+  return UpdateKind::Master;
 }
 
 /// Whether a mean over ranks (kind 1) of `dtype` is defined and the type is

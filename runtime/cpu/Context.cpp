@@ -109,46 +109,20 @@ void finishMean(const StrataRtContext::Pending &p) {
 void strata_rt_collective(StrataRtContext *ctx, int64_t site, int64_t op,
                           void *out, const void *in, int64_t dtype, int64_t n,
                           int64_t kind, int64_t root, const int64_t *group) {
-  if (op < STRATA_RT_ALL_REDUCE || op > STRATA_RT_ALL_GATHER) {
-    ctx->fail(site, "unknown collective " + std::to_string(op));
-    return;
-  }
-  const char *name = strata::rt::collectiveName(op);
-  // Sums are the host's (MPI, NCCL) on any type; the mean divides floats.
-  if (!strata::rt::collectiveType(ctx, site, name, dtype, kind))
-    return;
-  if (!ctx->collective) {
-    ctx->fail(site, std::string(name) + " needs several ranks");
-    return;
-  }
+  const char *name = nullptr;
   const int64_t *ranks = nullptr;
   int64_t numRanks = 0;
-  if (!strata::rt::findGroup(*ctx, site, group, ranks, numRanks))
+  if (!strata::rt::collectivePrologue(*ctx, site, op, dtype, n, kind, root,
+                                      group, name, ranks, numRanks))
     return;
   StrataRtCollective c{op, in, out, n, dtype, ranks, numRanks, root};
-  switch (op) {
-  case STRATA_RT_BROADCAST:
-    if (root < 0 || root >= numRanks) {
-      ctx->fail(site, "broadcast root " + std::to_string(root) +
-                          " outside a group of " + std::to_string(numRanks));
-      return;
-    }
-    [[fallthrough]];
-  case STRATA_RT_ALL_REDUCE:
+  if (op == STRATA_RT_BROADCAST || op == STRATA_RT_ALL_REDUCE) {
     // In place on the output.
     if (out != in)
       std::memcpy(out, in, n * strata_rt_element_bytes(dtype));
     c.send = out;
-    break;
-  case STRATA_RT_ALL_GATHER:
-    if (n % numRanks != 0) {
-      ctx->fail(site, "all_gather of " + std::to_string(n) +
-                          " elements over " + std::to_string(numRanks) +
-                          " ranks");
-      return;
-    }
+  } else if (op == STRATA_RT_ALL_GATHER) {
     c.count = n / numRanks;
-    break;
   }
   StrataRtContext::Pending p{nullptr, out, n, dtype,
                              kind == 1 && (op == STRATA_RT_ALL_REDUCE ||

@@ -80,25 +80,4 @@ bool withSameFloatType(StrataRtContext *ctx, int64_t site, const char *kernel,
   return false;
 }
 
-/// Ids and labels are i32 or i64.
-inline bool integerIds(StrataRtContext *ctx, int64_t site, const char *kernel,
-                       int64_t dtype) {
-  if (dtype == STRATA_RT_I32 || dtype == STRATA_RT_I64)
-    return true;
-  ctx->fail(site, std::string("strata_rt_") + kernel + ": ids are i32 or " +
-                      "i64, not " + strata_rt_element_name(dtype));
-  return false;
-}
-
-/// The step counter is an i64 scalar.
-inline bool stepCounter(StrataRtContext *ctx, int64_t site, const char *kernel,
-                        int64_t dtype) {
-  if (dtype == STRATA_RT_I64)
-    return true;
-  ctx->fail(site, std::string("strata_rt_") + kernel +
-                      ": the step counter is i64, not " +
-                      strata_rt_element_name(dtype));
-  return false;
-}
-
 #endif // STRATA_RUNTIME_CPU_CONTEXT_H

@@ -279,24 +279,16 @@ struct UpdateOperands {
             void *newMaster, int64_t newMasterType, const void *master,
             int64_t masterType) {
     this->n = n;
-    if (!master && !newMaster) {
-      if (!onlyF32(ctx, site, kernel, {newParamType, paramType, gradType}))
-        return false;
+    strata::rt::UpdateKind kind = strata::rt::updateKind(
+        ctx, site, kernel, newParamType, paramType, gradType, newMaster,
+        newMasterType, master, masterType);
+    if (kind == strata::rt::UpdateKind::Refused)
+      return false;
+    if (kind == strata::rt::UpdateKind::Plain) {
       param = static_cast<const float *>(paramData);
       newParam = static_cast<float *>(newParamData);
       grad = static_cast<const float *>(gradData);
       return true;
-    }
-    if (!master || !newMaster ||
-        !onlyF32(ctx, site, kernel, {newMasterType, masterType}))
-      return false;
-    if ((paramType != STRATA_RT_BF16 && paramType != STRATA_RT_F16) ||
-        newParamType != paramType ||
-        (gradType != paramType && gradType != STRATA_RT_F32)) {
-      ctx->fail(site, std::string("strata_rt_") + kernel +
-                          ": a master weight updates a bf16 or f16 "
-                          "parameter, whose gradient has its type or f32");
-      return false;
     }
     param = static_cast<const float *>(master);
     newParam = static_cast<float *>(newMaster);

@@ -179,6 +179,28 @@ Communicators::Link *link(StrataRtContext *ctx, int64_t site, int64_t from,
   return &(links[{from, to}] = l);
 }
 
+/// The checks of a send (or receive) and the link it takes to (from) `peer`
+/// of this rank's list of `group`, with NCCL's type of `dtype`; null with
+/// the failure recorded.
+Communicators::Link *pointToPoint(StrataRtContext *ctx, int64_t site,
+                                  bool sending, int64_t dtype, int64_t peer,
+                                  const int64_t *group, ncclDataType_t &type) {
+  const int64_t *ranks = nullptr;
+  int64_t numRanks = 0;
+  const void *host =
+      sending ? (const void *)ctx->send : (const void *)ctx->recv;
+  if (!strata::rt::pointToPointGroup(*ctx, site, host, group, peer, ranks,
+                                     numRanks))
+    return nullptr;
+  if (!ncclType(dtype, type)) {
+    unsupportedType(ctx, site, sending ? "send" : "recv", dtype);
+    return nullptr;
+  }
+  return sending
+             ? link(ctx, site, ctx->rank, ranks[peer], ranks, numRanks, peer)
+             : link(ctx, site, ranks[peer], ctx->rank, ranks, numRanks, peer);
+}
+
 } // namespace
 
 bool shareGroupId(StrataRtContext *ctx, int64_t site, const int64_t *ranks,
@@ -255,34 +277,15 @@ void strata_rt_collective(StrataRtContext *ctx, int64_t site, int64_t op,
                           void *out, const void *in, int64_t dtype, int64_t n,
                           int64_t kind, int64_t root, const int64_t *group) {
   cudaSetDevice(ctx->device);
-  if (op < STRATA_RT_ALL_REDUCE || op > STRATA_RT_ALL_GATHER) {
-    ctx->fail(site, "unknown collective " + std::to_string(op));
-    return;
-  }
-  const char *name = strata::rt::collectiveName(op);
+  const char *name = nullptr;
+  const int64_t *ranks = nullptr;
+  int64_t numRanks = 0;
   ncclDataType_t type;
-  if (!strata::rt::collectiveType(ctx, site, name, dtype, kind))
+  if (!strata::rt::collectivePrologue(*ctx, site, op, dtype, n, kind, root,
+                                      group, name, ranks, numRanks))
     return;
   if (!ncclType(dtype, type))
     return unsupportedType(ctx, site, name, dtype);
-  if (!ctx->collective) {
-    ctx->fail(site, std::string(name) + " needs several ranks");
-    return;
-  }
-  const int64_t *ranks = nullptr;
-  int64_t numRanks = 0;
-  if (!strata::rt::findGroup(*ctx, site, group, ranks, numRanks))
-    return;
-  if (op == STRATA_RT_BROADCAST && (root < 0 || root >= numRanks)) {
-    ctx->fail(site, "broadcast root " + std::to_string(root) +
-                        " outside a group of " + std::to_string(numRanks));
-    return;
-  }
-  if (op == STRATA_RT_ALL_GATHER && n % numRanks != 0) {
-    ctx->fail(site, "all_gather of " + std::to_string(n) + " elements over " +
-                        std::to_string(numRanks) + " ranks");
-    return;
-  }
   ncclComm_t comm = groupCommunicator(ctx, site, ranks, numRanks);
   if (!comm || !order(ctx, site, ctx->compute, ctx->comm))
     return;
@@ -339,16 +342,9 @@ void strata_rt_send(StrataRtContext *ctx, int64_t site, const void *in,
                     int64_t dtype, int64_t n, int64_t peer,
                     const int64_t *group) {
   cudaSetDevice(ctx->device);
-  const int64_t *ranks = nullptr;
-  int64_t numRanks = 0;
   ncclDataType_t type;
-  if (!strata::rt::pointToPointGroup(*ctx, site, (const void *)ctx->send, group,
-                                     peer, ranks, numRanks))
-    return;
-  if (!ncclType(dtype, type))
-    return unsupportedType(ctx, site, "send", dtype);
   Communicators::Link *l =
-      link(ctx, site, ctx->rank, ranks[peer], ranks, numRanks, peer);
+      pointToPoint(ctx, site, /*sending=*/true, dtype, peer, group, type);
   if (!l)
     return;
   // Buffered, as the ABI's send: the message is copied on the compute
@@ -378,16 +374,9 @@ void strata_rt_recv(StrataRtContext *ctx, int64_t site, void *out,
                     int64_t dtype, int64_t n, int64_t peer,
                     const int64_t *group) {
   cudaSetDevice(ctx->device);
-  const int64_t *ranks = nullptr;
-  int64_t numRanks = 0;
   ncclDataType_t type;
-  if (!strata::rt::pointToPointGroup(*ctx, site, (const void *)ctx->recv, group,
-                                     peer, ranks, numRanks))
-    return;
-  if (!ncclType(dtype, type))
-    return unsupportedType(ctx, site, "recv", dtype);
   Communicators::Link *l =
-      link(ctx, site, ranks[peer], ctx->rank, ranks, numRanks, peer);
+      pointToPoint(ctx, site, /*sending=*/false, dtype, peer, group, type);
   if (!l)
     return;
   // Earlier readers of `out` finish before it is overwritten; its readers

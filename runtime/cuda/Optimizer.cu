@@ -121,9 +121,8 @@ template <typename P, typename G> struct Operands {
   }
 };
 
-/// Checks the parameter, gradient and master types as the CPU's
-/// UpdateOperands::bind (same refusals, same silence when only one of the
-/// master and its new value is given) and fills `u`.
+/// Checks the parameter, gradient and master types (updateKind, as the CPU
+/// runtime) and fills `u`.
 bool bindUpdate(StrataRtContext *ctx, int64_t site, const char *kernel,
                 void *newParamData, int64_t newParamType, const void *paramData,
                 int64_t paramType, const void *gradData, int64_t gradType,
@@ -131,23 +130,15 @@ bool bindUpdate(StrataRtContext *ctx, int64_t site, const char *kernel,
                 int64_t masterType, UpdateBinding &u) {
   u.grad = gradData;
   u.gradType = gradType;
-  if (!master && !newMaster) {
-    if (!onlyF32(ctx, site, kernel, {newParamType, paramType, gradType}))
-      return false;
+  strata::rt::UpdateKind kind = strata::rt::updateKind(
+      ctx, site, kernel, newParamType, paramType, gradType, newMaster,
+      newMasterType, master, masterType);
+  if (kind == strata::rt::UpdateKind::Refused)
+    return false;
+  if (kind == strata::rt::UpdateKind::Plain) {
     u.param = static_cast<const float *>(paramData);
     u.newParam = static_cast<float *>(newParamData);
     return true;
-  }
-  if (!master || !newMaster ||
-      !onlyF32(ctx, site, kernel, {newMasterType, masterType}))
-    return false;
-  if ((paramType != STRATA_RT_BF16 && paramType != STRATA_RT_F16) ||
-      newParamType != paramType ||
-      (gradType != paramType && gradType != STRATA_RT_F32)) {
-    ctx->fail(site, std::string("strata_rt_") + kernel +
-                        ": a master weight updates a bf16 or f16 "
-                        "parameter, whose gradient has its type or f32");
-    return false;
   }
   u.param = static_cast<const float *>(master);
   u.newParam = static_cast<float *>(newMaster);

@@ -1,8 +1,10 @@
-/* Runs a training step that `strata-run --backend cuda --emit=obj` wrote,
-   linked with a runtime, for the GPU check (test/gpu/README.md): the
-   initial parameters and state and each step's inputs come from raw files
-   that test/gpu/prepare.py wrote on a machine with MLIR, and the losses are
-   printed as strata-run prints them, for compare_losses.py.
+/* Runs the training step of an object file that `strata-run --emit=obj`
+   wrote, linked with a runtime (CPU or CUDA: buffers live in the runtime's
+   memory), as a framework would: the buffer sizes come from the object's
+   own layout tables (printed first), the initial parameters and state and
+   each step's inputs from raw files (test/gpu/prepare.py writes them for
+   the GPU check), and the losses are printed as strata-run prints them,
+   for compare_losses.py.
 
      step_driver DIR STEPS SEED [--time]
 
@@ -76,6 +78,9 @@ int main(int argc, char **argv) {
   }
   int64_t np = strata_step_layout[1], ni = strata_step_layout[2],
           no = strata_step_layout[3];
+  printf("arena %lld persistent %lld inputs %lld outputs %lld\n",
+         (long long)strata_step_layout[0], (long long)np, (long long)ni,
+         (long long)no);
   void **persistent = malloc(sizeof(void *) * (size_t)(np + 1));
   void **inputs = malloc(sizeof(void *) * (size_t)(ni + 1));
   void **outputs = malloc(sizeof(void *) * (size_t)(no + 1));

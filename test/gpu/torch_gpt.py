@@ -10,13 +10,47 @@ on the same device; prints "time <ms> ms/step" like step_driver --time.
 import argparse
 import time
 
-import torch
-import torch.nn.functional as F
-
 LAYERS, HIDDEN, HEADS, SEQ, VOCAB = 12, 768, 12, 1024, 50257
 
 
-def make_params(device):
+def gpt_loss_tuned(torch, p, batch, layers, heads):
+    """strata-gen's GPT with PyTorch's fast paths: fused attention (SDPA,
+    causal) and addmm for the biased products (bench/step_time.py's CPU
+    peer uses it too)."""
+    F = torch.nn.functional
+    tokens, targets = batch["tokens"], batch["targets"]
+    b, s = tokens.shape
+    h = p["wte"].shape[1]
+    d = h // heads
+
+    def linear(x, name):
+        return torch.addmm(p[name + ".bias"], x.reshape(-1, x.shape[-1]),
+                           p[name + ".weight"]).reshape(*x.shape[:-1], -1)
+
+    def ln(x, name):
+        return F.layer_norm(x, (h,), p[name + ".weight"], p[name + ".bias"],
+                            eps=1e-5)
+
+    def split(x):
+        return x.reshape(b, s, heads, d).transpose(1, 2)
+
+    x = p["wte"][tokens] + p["wpe"]
+    for l in range(layers):
+        pre = "h%d." % l
+        y = ln(x, pre + "ln_1")
+        q, k, v = (split(linear(y, pre + "attn." + n)) for n in "qkv")
+        ctx = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        x = x + linear(ctx.transpose(1, 2).reshape(b, s, h),
+                       pre + "attn.proj")
+        y = ln(x, pre + "ln_2")
+        y = F.gelu(linear(y, pre + "mlp.fc"), approximate="tanh")
+        x = x + linear(y, pre + "mlp.proj")
+    x = ln(x, "ln_f")
+    logits = x.reshape(-1, h) @ p["wte"].t()
+    return F.cross_entropy(logits, targets.reshape(-1))
+
+
+def make_params(torch, device):
     g = torch.Generator(device="cpu").manual_seed(0)
 
     def w(*shape, std=0.02):
@@ -41,37 +75,6 @@ def make_params(device):
     return {n: t.requires_grad_() for n, t in p.items()}
 
 
-def gpt_loss(p, tokens, targets):
-    b, s = tokens.shape
-    d = HIDDEN // HEADS
-
-    def linear(x, name):
-        return torch.addmm(p[name + ".bias"], x.reshape(-1, x.shape[-1]),
-                           p[name + ".weight"]).reshape(*x.shape[:-1], -1)
-
-    def ln(x, name):
-        return F.layer_norm(x, (HIDDEN,), p[name + ".weight"],
-                            p[name + ".bias"], eps=1e-5)
-
-    def split(x):
-        return x.reshape(b, s, HEADS, d).transpose(1, 2)
-
-    x = p["wte"][tokens] + p["wpe"]
-    for l in range(LAYERS):
-        pre = "h%d." % l
-        y = ln(x, pre + "ln_1")
-        q, k, v = (split(linear(y, pre + "attn." + n)) for n in "qkv")
-        ctx = F.scaled_dot_product_attention(q, k, v, is_causal=True)
-        x = x + linear(ctx.transpose(1, 2).reshape(b, s, HIDDEN),
-                       pre + "attn.proj")
-        y = ln(x, pre + "ln_2")
-        y = F.gelu(linear(y, pre + "mlp.fc"), approximate="tanh")
-        x = x + linear(y, pre + "mlp.proj")
-    x = ln(x, "ln_f")
-    logits = x.reshape(-1, HIDDEN) @ p["wte"].t()
-    return F.cross_entropy(logits.float(), targets.reshape(-1))
-
-
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--batch", type=int, required=True)
@@ -81,21 +84,27 @@ def main():
     ap.add_argument("--device", default="cuda",
                     help="cuda (the benchmark), or cpu to try the script")
     args = ap.parse_args()
+    import torch
     device = args.device
     torch.backends.cuda.matmul.allow_tf32 = True
-    params = make_params(device)
+    params = make_params(torch, device)
     opt = torch.optim.AdamW(params.values(), lr=6e-4, weight_decay=0.1,
                             fused=True)
     g = torch.Generator(device="cpu").manual_seed(1)
     tokens = torch.randint(0, VOCAB, (args.batch, SEQ + 1), generator=g)
     tokens = tokens.to(device)
-    x, y = tokens[:, :-1].contiguous(), tokens[:, 1:].contiguous()
-    loss_fn = gpt_loss if args.eager else torch.compile(gpt_loss)
+    batch = {"tokens": tokens[:, :-1].contiguous(),
+             "targets": tokens[:, 1:].contiguous()}
+
+    def loss(p, b):
+        return gpt_loss_tuned(torch, p, b, LAYERS, HEADS)
+
+    loss_fn = loss if args.eager else torch.compile(loss)
 
     def step():
         opt.zero_grad(set_to_none=True)
         with torch.autocast(device, dtype=torch.bfloat16):
-            loss = loss_fn(params, x, y)
+            loss = loss_fn(params, batch)
         loss.backward()
         opt.step()
         return loss
