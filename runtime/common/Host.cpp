@@ -137,6 +137,7 @@ void strata_rt_default_options(StrataRtOptions *options) {
   options->size = sizeof(StrataRtOptions);
   options->threads = 1;
   options->device = -1;
+  options->collectiveTimeout = 1800;
 }
 
 int64_t strata_rt_abi_version(void) { return STRATA_RT_ABI_VERSION; }

@@ -229,6 +229,13 @@ void finishStreams(StrataRtContext *ctx) {
   for (auto &[ends, l] : c.links)
     streams.push_back(l.stream);
   std::vector<ncclComm_t> comms = c.all();
+  auto started = std::chrono::steady_clock::now();
+  auto abortAll = [&](std::string why) {
+    ctx->fail(-1, std::move(why));
+    c.release(/*abort=*/true);
+    // The aborted collectives end; so does the rest of the step.
+    cudaStreamSynchronize(ctx->compute);
+  };
   for (cudaStream_t s : streams) {
     if (comms.empty()) {
       ctx->check(-1, cudaStreamSynchronize(s), "the step's kernels");
@@ -251,15 +258,22 @@ void finishStreams(StrataRtContext *ctx) {
         ncclResult_t async = ncclSuccess;
         ncclCommGetAsyncError(comm, &async);
         if (async != ncclSuccess && async != ncclInProgress) {
-          ctx->fail(-1, std::string("a collective failed: ") +
-                            ncclGetErrorString(async) +
-                            " (another rank stopped or a link broke)");
-          c.release(/*abort=*/true);
-          // The aborted collectives end; so does the rest of the step.
-          cudaStreamSynchronize(ctx->compute);
+          abortAll(std::string("a collective failed: ") +
+                   ncclGetErrorString(async) +
+                   " (another rank stopped or a link broke)");
           c.freeEvents.push_back(idle);
           return;
         }
+      }
+      double waited = std::chrono::duration<double>(
+                          std::chrono::steady_clock::now() - started)
+                          .count();
+      if (ctx->collectiveTimeout > 0 && waited > ctx->collectiveTimeout) {
+        abortAll("the step's collectives did not finish within " +
+                 std::to_string(ctx->collectiveTimeout) +
+                 " s (a rank that does not reach them); aborted");
+        c.freeEvents.push_back(idle);
+        return;
       }
       std::this_thread::sleep_for(std::chrono::microseconds(50));
     }

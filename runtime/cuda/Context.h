@@ -27,6 +27,8 @@ struct Communicators;
 
 struct StrataRtContext : strata::rt::HostContext {
   int device = 0;
+  /// Seconds strata_rt_step_end waits for collectives (0: no limit).
+  int64_t collectiveTimeout = 1800;
   /// Kernels run in program order on `compute`; collectives on `comm`,
   /// ordered after their producers and before their readers by events.
   cudaStream_t compute = nullptr, comm = nullptr;

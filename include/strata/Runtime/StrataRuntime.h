@@ -190,6 +190,12 @@ typedef struct {
   int64_t tf32;       /* nonzero: f32 GEMMs may round their operands to
                          TF32 (CUDA tensor cores; off by default for true
                          f32 results; the CPU runtime has no TF32) */
+  int64_t collectiveTimeout; /* seconds a step's end may wait for its
+                         collectives and transfers before it fails and
+                         aborts them (a rank that hangs); 0: no limit;
+                         default 1800. The CUDA runtime's (the CPU runtime's
+                         MPI calls block until the launcher ends a job
+                         whose rank died) */
 } StrataRtOptions;
 void strata_rt_default_options(StrataRtOptions *options);
 /* The ABI version this runtime implements. */
