@@ -115,16 +115,17 @@ LogicalResult lowerFusedGemm(FusedGemmEpilogueOp o, RuntimeLowering &l) {
   int64_t act = activationCode(o.getActivation());
   Type elem = elementType(o.getResult());
   if (o.getAux()) {
-    // The pre-activation is an output: GEMM + bias into it, then the
-    // activation.
-    l.gemm(1, rows, n, k, l.ptr(x), 0, false, l.ptr(w), 0, t, l.ptr(o.getAux()),
-           l.ptr(o.getBias()), STRATA_RT_ACT_NONE, elem);
+    // The pre-activation is an output too: one epilogue writes both.
     if (act != STRATA_RT_ACT_NONE) {
-      l.call("strata_rt_unary",
-             {l.site(), l.i64(act), l.tensor(o.getResult()),
-              l.tensor(o.getAux()), l.i64(numel(o.getResult())), l.f64(0)});
+      Value code = l.i64(RuntimeLowering::typeCode(elem));
+      l.call("strata_rt_gemm_aux",
+             {l.site(), l.i64(rows), l.i64(n), l.i64(k), l.ptr(x), code,
+              l.i64(0), l.ptr(w), code, l.i64(t), l.tensor(o.getResult()),
+              l.tensor(o.getAux()), l.ptr(o.getBias()), code, l.i64(act)});
       return success();
     }
+    l.gemm(1, rows, n, k, l.ptr(x), 0, false, l.ptr(w), 0, t, l.ptr(o.getAux()),
+           l.ptr(o.getBias()), STRATA_RT_ACT_NONE, elem);
     l.copy(l.ptr(o.getResult()), l.ptr(o.getAux()), o.getResult());
     return success();
   }

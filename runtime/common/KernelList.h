@@ -13,6 +13,7 @@
 // The kernels the CPU runtime builds for several instruction sets
 // (runtime/cpu/Kernels.cpp).
 #define STRATA_RT_VECTOR_KERNELS(X)                                            \
+  X(strata_rt_gemm_aux)                                                        \
   X(strata_rt_binary)                                                          \
   X(strata_rt_unary)                                                           \
   X(strata_rt_act_grad)                                                        \

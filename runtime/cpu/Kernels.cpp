@@ -560,6 +560,22 @@ void STRATA_RT_KERNEL(strata_rt_unary)(StrataRtContext *ctx, int64_t site,
   });
 }
 
+/// oneDNN writes the GEMM with its bias into aux, then the activation reads
+/// it once (one pass, as the unfused lowering).
+void STRATA_RT_KERNEL(strata_rt_gemm_aux)(
+    StrataRtContext *ctx, int64_t site, int64_t m, int64_t n, int64_t k,
+    const void *a, int64_t aType, int64_t transA, const void *b, int64_t bType,
+    int64_t transB, void *c, int64_t cType, void *aux, int64_t auxType,
+    const void *bias, int64_t biasType, int64_t act) {
+  if (!sameTypes(ctx, site, "gemm_aux", {cType, auxType}))
+    return;
+  strata_rt_gemm(ctx, site, 1, m, n, k, a, aType, 0, transA, b, bType, 0,
+                 transB, aux, auxType, bias, biasType, STRATA_RT_ACT_NONE, 0);
+  if (ctx->error.empty())
+    STRATA_RT_KERNEL(strata_rt_unary)
+    (ctx, site, act, c, cType, aux, auxType, m * n, 0.0);
+}
+
 void STRATA_RT_KERNEL(strata_rt_act_grad)(StrataRtContext *ctx, int64_t site,
                                           int64_t act, void *outData,
                                           int64_t outType, const void *xData,

@@ -20,7 +20,8 @@ namespace {
 bool sameCall(const GemmCall &x, const GemmCall &y) {
   auto key = [](const GemmCall &c) {
     return std::tie(c.batch, c.m, c.n, c.k, c.aBatchStride, c.bBatchStride,
-                    c.transA, c.transB, c.dtype, c.bias, c.act, c.accumulate);
+                    c.transA, c.transB, c.dtype, c.bias, c.act, c.accumulate,
+                    c.aux);
   };
   return key(x) == key(y);
 }
@@ -30,9 +31,10 @@ struct GemmCache::Entry {
   GemmCall call;
   GemmPlan plan;
   GemmDescriptors descriptors;
-  /// The heuristic's choice for the operands' alignments (A, B, C, bias).
+  /// The heuristic's choice for the operands' alignments (A, B, C, bias,
+  /// aux).
   struct Algo {
-    uint32_t alignments[4];
+    uint32_t alignments[5];
     cublasLtMatmulAlgo_t algo;
   };
   std::vector<Algo> algos;
@@ -80,16 +82,15 @@ GemmCache::Entry *GemmCache::entry(StrataRtContext *ctx, int64_t site,
   return atSite.back().get();
 }
 
-const cublasLtMatmulAlgo_t *GemmCache::algorithm(StrataRtContext *ctx,
-                                                 int64_t site, Entry &e,
-                                                 const void *a, const void *b,
-                                                 const void *c,
-                                                 const void *bias) {
-  uint32_t alignments[4] = {pointerAlignment(a), pointerAlignment(b),
-                            pointerAlignment(c),
-                            bias ? pointerAlignment(bias) : 256u};
+const cublasLtMatmulAlgo_t *
+GemmCache::algorithm(StrataRtContext *ctx, int64_t site, Entry &e,
+                     const void *a, const void *b, const void *c,
+                     const void *bias, const void *aux) {
+  uint32_t alignments[5] = {
+      pointerAlignment(a), pointerAlignment(b), pointerAlignment(c),
+      bias ? pointerAlignment(bias) : 256u, pointerAlignment(aux)};
   for (auto &known : e.algos)
-    if (std::equal(alignments, alignments + 4, known.alignments))
+    if (std::equal(alignments, alignments + 5, known.alignments))
       return &known.algo;
   cublasLtMatmulPreference_t preference = nullptr;
   cublasStatus_t s = cublasLtMatmulPreferenceCreate(&preference);
@@ -128,6 +129,55 @@ const cublasLtMatmulAlgo_t *GemmCache::algorithm(StrataRtContext *ctx,
   return &e.algos.back().algo;
 }
 
+namespace {
+
+/// One planned GEMM: its result D (c, or aux when the plan writes only the
+/// pre-activation there) with the epilogue, then any activation the
+/// epilogue cannot apply, from D into c.
+void runGemm(StrataRtContext *ctx, int64_t site, const GemmCall &call,
+             const void *a, const void *b, void *c, void *aux,
+             const void *bias) {
+  GemmCache &cache = *ctx->gemm;
+  auto *e = cache.entry(ctx, site, call);
+  if (!e)
+    return;
+  void *d = e->plan.auxOnly ? aux : c;
+  // The heuristic reads the bias and aux pointers' alignment: set first.
+  auto setPointer = [&](cublasLtMatmulDescAttributes_t attribute,
+                        const void *pointer, const char *what) {
+    cublasStatus_t s = cublasLtMatmulDescSetAttribute(
+        e->descriptors.op, attribute, &pointer, sizeof(pointer));
+    if (s != CUBLAS_STATUS_SUCCESS)
+      ctx->fail(site, std::string("strata_rt_gemm: ") + what + ": " +
+                          cublasLtGetStatusString(s));
+    return s == CUBLAS_STATUS_SUCCESS;
+  };
+  if (bias &&
+      !setPointer(CUBLASLT_MATMUL_DESC_BIAS_POINTER, bias, "the bias pointer"))
+    return;
+  if (e->plan.auxLd && !setPointer(CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER,
+                                   aux, "the aux pointer"))
+    return;
+  const cublasLtMatmulAlgo_t *algo =
+      cache.algorithm(ctx, site, *e, a, b, d, bias, e->plan.auxLd ? aux : d);
+  if (!algo)
+    return;
+  float alpha = 1, beta = e->plan.beta;
+  cublasStatus_t s = cublasLtMatmul(
+      cache.handle, e->descriptors.op, &alpha, b, e->descriptors.a, a,
+      e->descriptors.b, &beta, d, e->descriptors.c, d, e->descriptors.c, algo,
+      cache.workspace, cache.workspaceSize, ctx->compute);
+  if (s != CUBLAS_STATUS_SUCCESS) {
+    ctx->fail(site,
+              std::string("strata_rt_gemm: ") + cublasLtGetStatusString(s));
+    return;
+  }
+  if (e->plan.separateAct)
+    strata_rt_unary(ctx, site, e->plan.separateAct, c, call.dtype, d,
+                    call.dtype, call.batch * call.m * call.n, 0.0);
+}
+
+} // namespace
 } // namespace strata::cuda
 
 using strata::cuda::GemmCall;
@@ -156,36 +206,30 @@ strata_rt_gemm(StrataRtContext *ctx, int64_t site, int64_t batch, int64_t m,
   call.bias = bias != nullptr;
   call.act = act;
   call.accumulate = accumulate != 0;
-  strata::cuda::GemmCache &cache = *ctx->gemm;
-  auto *e = cache.entry(ctx, site, call);
-  if (!e)
+  strata::cuda::runGemm(ctx, site, call, a, b, c, nullptr, bias);
+}
+
+extern "C" void strata_rt_gemm_aux(StrataRtContext *ctx, int64_t site,
+                                   int64_t m, int64_t n, int64_t k,
+                                   const void *a, int64_t aType, int64_t transA,
+                                   const void *b, int64_t bType, int64_t transB,
+                                   void *c, int64_t cType, void *aux,
+                                   int64_t auxType, const void *bias,
+                                   int64_t biasType, int64_t act) {
+  if (!sameTypes(ctx, site, "gemm_aux",
+                 {aType, bType, cType, auxType, biasType}))
     return;
-  // The heuristic reads the bias pointer's alignment: set it first.
-  if (bias) {
-    cublasStatus_t s = cublasLtMatmulDescSetAttribute(
-        e->descriptors.op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias,
-        sizeof(bias));
-    if (s != CUBLAS_STATUS_SUCCESS) {
-      ctx->fail(site, std::string("strata_rt_gemm: the bias pointer: ") +
-                          cublasLtGetStatusString(s));
-      return;
-    }
-  }
-  const cublasLtMatmulAlgo_t *algo =
-      cache.algorithm(ctx, site, *e, a, b, c, bias);
-  if (!algo)
+  if (m == 0 || n == 0)
     return;
-  float alpha = 1, beta = e->plan.beta;
-  cublasStatus_t s = cublasLtMatmul(
-      cache.handle, e->descriptors.op, &alpha, b, e->descriptors.a, a,
-      e->descriptors.b, &beta, c, e->descriptors.c, c, e->descriptors.c, algo,
-      cache.workspace, cache.workspaceSize, ctx->compute);
-  if (s != CUBLAS_STATUS_SUCCESS) {
-    ctx->fail(site,
-              std::string("strata_rt_gemm: ") + cublasLtGetStatusString(s));
-    return;
-  }
-  if (e->plan.separateAct)
-    strata_rt_unary(ctx, site, e->plan.separateAct, c, cType, c, cType,
-                    batch * m * n, 0.0);
+  GemmCall call;
+  call.m = m;
+  call.n = n;
+  call.k = k;
+  call.transA = transA != 0;
+  call.transB = transB != 0;
+  call.dtype = cType;
+  call.bias = bias != nullptr;
+  call.act = act;
+  call.aux = true;
+  strata::cuda::runGemm(ctx, site, call, a, b, c, aux, bias);
 }

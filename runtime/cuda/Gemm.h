@@ -39,10 +39,12 @@ struct GemmCache {
   /// failure recorded.
   Entry *entry(StrataRtContext *ctx, int64_t site, const GemmCall &call);
   /// The heuristic's algorithm for these operands' alignments (asked once
-  /// per alignment), or null with the failure recorded.
+  /// per alignment; `aux` is the epilogue's aux matrix, or C), or null with
+  /// the failure recorded.
   const cublasLtMatmulAlgo_t *algorithm(StrataRtContext *ctx, int64_t site,
                                         Entry &e, const void *a, const void *b,
-                                        const void *c, const void *bias);
+                                        const void *c, const void *bias,
+                                        const void *aux);
 };
 
 } // namespace strata::cuda

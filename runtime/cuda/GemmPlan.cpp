@@ -38,7 +38,7 @@ GemmPlan planGemm(const GemmCall &call, bool tf32) {
     return p;
   }
   if (call.accumulate) {
-    if (call.bias || call.act != STRATA_RT_ACT_NONE) {
+    if (call.bias || call.act != STRATA_RT_ACT_NONE || call.aux) {
       p.error = "an accumulating GEMM takes no bias or activation";
       return p;
     }
@@ -65,6 +65,27 @@ GemmPlan planGemm(const GemmCall &call, bool tf32) {
     p.error =
         "unknown GEMM epilogue activation code " + std::to_string(call.act);
     return p;
+  }
+  if (call.aux) {
+    if (call.batch != 1) {
+      p.error = "a batch of GEMMs that keep their pre-activation";
+      return p;
+    }
+    if (call.act == STRATA_RT_ACT_GELU_TANH) {
+      // GELU_AUX(_BIAS) writes the pre-activation (bias added), of the
+      // result's type, beside the result with the result's leading
+      // dimension (a multiple of 8, which the CUDA target's fusion rule
+      // asks of N).
+      p.epilogue = call.bias ? CUBLASLT_EPILOGUE_GELU_AUX_BIAS
+                             : CUBLASLT_EPILOGUE_GELU_AUX;
+      p.auxLd = call.n;
+    } else {
+      // The GEMM writes the pre-activation into aux; the activation reads it.
+      p.epilogue =
+          call.bias ? CUBLASLT_EPILOGUE_BIAS : CUBLASLT_EPILOGUE_DEFAULT;
+      p.separateAct = call.act;
+      p.auxOnly = true;
+    }
   }
 
   // Row-major C [m, n] is column-major C^T [n, m] = op(B)^T op(A)^T.
@@ -130,9 +151,13 @@ std::string createDescriptors(const GemmPlan &plan, GemmDescriptors &d) {
     error = set(CUBLASLT_MATMUL_DESC_EPILOGUE, plan.epilogue, "the epilogue");
   if (error.empty() && plan.epilogue != CUBLASLT_EPILOGUE_DEFAULT &&
       plan.epilogue != CUBLASLT_EPILOGUE_RELU &&
-      plan.epilogue != CUBLASLT_EPILOGUE_GELU)
+      plan.epilogue != CUBLASLT_EPILOGUE_GELU &&
+      plan.epilogue != CUBLASLT_EPILOGUE_GELU_AUX)
     error = set(CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, plan.dataType,
                 "the bias type");
+  if (error.empty() && plan.auxLd)
+    error = set(CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, plan.auxLd,
+                "the aux leading dimension");
   if (!error.empty())
     return error;
   auto layout = [&](cublasLtMatrixLayout_t &l, const Layout &shape) {

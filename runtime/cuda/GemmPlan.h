@@ -29,6 +29,9 @@ struct GemmCall {
   bool bias = false;
   int64_t act = 0;
   bool accumulate = false;
+  /// The pre-activation is written too (strata_rt_gemm_aux): to an aux
+  /// matrix with the result's leading dimension.
+  bool aux = false;
 };
 
 /// A column-major matrix as cuBLASLt reads it.
@@ -43,9 +46,13 @@ struct GemmPlan {
   /// Why the call cannot run (empty when it can).
   std::string error;
   cublasLtEpilogue_t epilogue = CUBLASLT_EPILOGUE_DEFAULT;
-  /// An activation the epilogue cannot apply (GELU with erf): run as
-  /// strata_rt_unary on the result after the GEMM (0: none).
+  /// An activation the epilogue cannot apply (GELU with erf; any but GELU
+  /// tanh when the pre-activation is kept): run as strata_rt_unary after
+  /// the GEMM (0: none), which then writes the aux matrix (`auxOnly`).
   int64_t separateAct = 0;
+  bool auxOnly = false;
+  /// The aux matrix's leading dimension (GELU_AUX epilogues), else 0.
+  int64_t auxLd = 0;
   /// cuBLASLt's A is the ABI's B and its B the ABI's A.
   cublasOperation_t opA = CUBLAS_OP_N, opB = CUBLAS_OP_N;
   Layout a, b, c;

@@ -80,7 +80,8 @@ constexpr uint64_t kContextSeed = 20240611;
   X(default_options) X(create) X(destroy) X(error) X(clear_error) X(alloc)     \
   X(free) X(write) X(read) X(step_begin) X(step_end) X(symbols)
 #define KERNEL_CHECK_KERNELS(X)                                                \
-  X(gemm) X(binary) X(unary) X(act_grad) X(cast) X(copy) X(strided_copy)       \
+  X(gemm) X(gemm_aux) X(binary) X(unary) X(act_grad) X(cast) X(copy)          \
+  X(strided_copy)                                                              \
   X(copy_rows) X(reduce) X(fill) X(dropout) X(softmax) X(softmax_grad)         \
   X(attention) X(attention_grad) X(layer_norm) X(layer_norm_grad)              \
   X(embedding) X(embedding_grad) X(cross_entropy) X(cross_entropy_grad)        \
@@ -336,6 +337,30 @@ std::vector<CaseDef> makeCases() {
       RT.gemm(t.ctx, 1, g.batch, g.m, g.n, g.k, a, g.dt, g.m * g.k, g.transA, b,
               g.dt, g.sharedB ? 0 : g.k * g.n, g.transB, c, g.dt, bias, g.dt,
               g.act, g.accumulate);
+    });
+
+  // The GEMM that keeps its pre-activation: c = act(aux), aux = A B + bias.
+  // N is a multiple of 8 (the CUDA target's rule for GELU's aux).
+  struct GemmAuxCase {
+    const char *name;
+    int64_t dt, transB, bias, act;
+  };
+  const GemmAuxCase gemmAux[] = {{"f32_bias_gelu_tanh", F32, 0, 1, kTanh},
+                                 {"f32_gelu_tanh_trans_b", F32, 1, 0, kTanh},
+                                 {"f32_bias_relu", F32, 0, 1, kRelu},
+                                 {"f32_bias_gelu_erf", F32, 1, 1, kErf},
+                                 {"bf16_bias_gelu_tanh", BF16, 0, 1, kTanh}};
+  for (const GemmAuxCase &g : gemmAux)
+    add(std::string("gemm_aux_") + g.name, [g](Case &t) {
+      const int64_t m = 33, n = 48, k = 29;
+      Tol tol = g.dt != F32 ? kDefault : kSum;
+      void *a = t.rand(g.dt, m * k, -1, 1);
+      void *b = t.rand(g.dt, k * n, -1, 1);
+      void *bias = g.bias ? t.rand(g.dt, n, -1, 1) : nullptr;
+      void *c = t.out("c", g.dt, m * n, tol);
+      void *aux = t.out("aux", g.dt, m * n, tol);
+      RT.gemm_aux(t.ctx, 1, m, n, k, a, g.dt, 0, b, g.dt, g.transB, c, g.dt,
+                  aux, g.dt, bias, g.dt, g.act);
     });
 
   // Binary ops over an output of [5, 37, 41]: a's and b's strides over it.

@@ -169,6 +169,49 @@ TEST(CudaGemmPlan, EpilogueForEveryBiasAndActivation) {
   }
 }
 
+TEST(CudaGemmPlan, PreActivationKeptByTheEpilogueOrBeside) {
+  GemmCall g;
+  g.m = 32;
+  g.n = 64;
+  g.k = 16;
+  g.dtype = STRATA_RT_BF16;
+  g.bias = true;
+  g.aux = true;
+  g.act = STRATA_RT_ACT_GELU_TANH;
+  GemmPlan p = planGemm(g, false);
+  ASSERT_TRUE(p.error.empty()) << p.error;
+  EXPECT_EQ(p.epilogue, CUBLASLT_EPILOGUE_GELU_AUX_BIAS);
+  EXPECT_EQ(p.auxLd, 64);
+  EXPECT_FALSE(p.auxOnly);
+  EXPECT_EQ(p.separateAct, 0);
+  GemmDescriptors d;
+  ASSERT_EQ(createDescriptors(p, d), "");
+  int64_t ld = 0;
+  size_t written = 0;
+  ASSERT_EQ(cublasLtMatmulDescGetAttribute(d.op,
+                                           CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD,
+                                           &ld, sizeof(ld), &written),
+            CUBLAS_STATUS_SUCCESS);
+  EXPECT_EQ(ld, 64);
+  g.bias = false;
+  EXPECT_EQ(planGemm(g, false).epilogue, CUBLASLT_EPILOGUE_GELU_AUX);
+
+  // ReLU's aux would be a bit mask and erf has no epilogue: the GEMM writes
+  // the pre-activation into aux and the activation reads it.
+  for (int64_t act : {STRATA_RT_ACT_RELU, STRATA_RT_ACT_GELU_ERF}) {
+    g.bias = true;
+    g.act = act;
+    GemmPlan q = planGemm(g, false);
+    EXPECT_EQ(q.epilogue, CUBLASLT_EPILOGUE_BIAS);
+    EXPECT_TRUE(q.auxOnly);
+    EXPECT_EQ(q.separateAct, act);
+    EXPECT_EQ(q.auxLd, 0);
+  }
+  g.batch = 2;
+  EXPECT_EQ(planGemm(g, false).error,
+            "a batch of GEMMs that keep their pre-activation");
+}
+
 TEST(CudaGemmPlan, TypesComputeAndRefusals) {
   GemmCall g;
   g.m = g.n = g.k = 4;

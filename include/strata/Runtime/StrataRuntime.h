@@ -57,8 +57,9 @@ typedef struct StrataRtContext StrataRtContext;
    in StrataRtOptions. Version 1 was the untyped (fp32-only) ABI; version 2
    typed it; version 3 guards the optimizer updates (loss scaling); version
    4 gives them master weights (mixed precision level o2); version 5 adds
-   fused attention (strata_rt_attention and its gradient). */
-#define STRATA_RT_ABI_VERSION 5
+   fused attention (strata_rt_attention and its gradient); version 6 the
+   GEMM that keeps its pre-activation (strata_rt_gemm_aux). */
+#define STRATA_RT_ABI_VERSION 6
 
 /* Element types of tensor arguments. */
 enum {
@@ -306,6 +307,17 @@ void strata_rt_gemm(StrataRtContext *ctx, int64_t site, int64_t batch,
                     const void *b, int64_t bType, int64_t bBatchStride,
                     int64_t transB, void *c, int64_t cType, const void *bias,
                     int64_t biasType, int64_t act, int64_t accumulate);
+
+/* The epilogue that keeps its pre-activation for the gradient (training's
+   fused GEMM + bias + activation): aux = op(A) @ op(B) + bias (bias of N
+   elements, or NULL) and c = act(aux), for one M x N product; c and aux
+   have the same type and do not alias. (cuBLASLt's GELU_AUX_BIAS.) */
+void strata_rt_gemm_aux(StrataRtContext *ctx, int64_t site, int64_t m,
+                        int64_t n, int64_t k, const void *a, int64_t aType,
+                        int64_t transA, const void *b, int64_t bType,
+                        int64_t transB, void *c, int64_t cType, void *aux,
+                        int64_t auxType, const void *bias, int64_t biasType,
+                        int64_t act);
 
 /* out = a (op) b with broadcasting: `desc` holds the output shape, then the
    element strides of a and b over it (0 on broadcast dimensions). */
