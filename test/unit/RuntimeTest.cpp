@@ -919,13 +919,15 @@ TEST(RuntimeTest, DynamicLossScalingFollowsPaddlesRule) {
 TEST(RuntimeTest, SymbolsNameEveryKernel) {
   size_t count = 0;
   const StrataRtSymbol *symbols = strata_rt_symbols(&count);
-  EXPECT_EQ(count, 38u);
-  bool gemm = false;
+  EXPECT_EQ(count, 39u);
+  bool gemm = false, gemmAux = false;
   for (size_t i = 0; i < count; ++i) {
     EXPECT_NE(symbols[i].address, nullptr);
     gemm |= std::string(symbols[i].name) == "strata_rt_gemm";
+    gemmAux |= std::string(symbols[i].name) == "strata_rt_gemm_aux";
   }
   EXPECT_TRUE(gemm);
+  EXPECT_TRUE(gemmAux);
 }
 
 } // namespace
