@@ -376,8 +376,11 @@ void strata_rt_send(StrataRtContext *ctx, int64_t site, const void *in,
                   cudaMemcpyAsync(copy, in, bytes, cudaMemcpyDeviceToDevice,
                                   ctx->compute),
                   "send") ||
-      !order(ctx, site, ctx->compute, l->stream))
+      !order(ctx, site, ctx->compute, l->stream)) {
+    if (copy)
+      cudaFreeAsync(copy, ctx->compute);
     return;
+  }
   ncclOk(ctx, site,
          ncclSend(copy, size_t(n), type, /*peer=*/1, l->comm, l->stream),
          "send");

@@ -123,9 +123,10 @@ GemmCache::algorithm(StrataRtContext *ctx, int64_t site, Entry &e,
                        : std::string()));
     return nullptr;
   }
-  e.algos.push_back(
-      {{alignments[0], alignments[1], alignments[2], alignments[3]},
-       result.algo});
+  Entry::Algo chosen;
+  std::copy(alignments, alignments + 5, chosen.alignments);
+  chosen.algo = result.algo;
+  e.algos.push_back(chosen);
   return &e.algos.back().algo;
 }
 
@@ -172,7 +173,7 @@ void runGemm(StrataRtContext *ctx, int64_t site, const GemmCall &call,
               std::string("strata_rt_gemm: ") + cublasLtGetStatusString(s));
     return;
   }
-  if (e->plan.separateAct)
+  if (e->plan.separateAct || e->plan.auxOnly)
     strata_rt_unary(ctx, site, e->plan.separateAct, c, call.dtype, d,
                     call.dtype, call.batch * call.m * call.n, 0.0);
 }

@@ -44,47 +44,50 @@ GemmPlan planGemm(const GemmCall &call, bool tf32) {
     }
     p.beta = 1;
   }
-  switch (call.act) {
-  case STRATA_RT_ACT_NONE:
-    p.epilogue = call.bias ? CUBLASLT_EPILOGUE_BIAS : CUBLASLT_EPILOGUE_DEFAULT;
-    break;
-  case STRATA_RT_ACT_RELU:
-    p.epilogue =
-        call.bias ? CUBLASLT_EPILOGUE_RELU_BIAS : CUBLASLT_EPILOGUE_RELU;
-    break;
-  case STRATA_RT_ACT_GELU_TANH:
-    // cuBLASLt's GELU is the tanh approximation.
-    p.epilogue =
-        call.bias ? CUBLASLT_EPILOGUE_GELU_BIAS : CUBLASLT_EPILOGUE_GELU;
-    break;
-  case STRATA_RT_ACT_GELU_ERF:
-    p.epilogue = call.bias ? CUBLASLT_EPILOGUE_BIAS : CUBLASLT_EPILOGUE_DEFAULT;
-    p.separateAct = STRATA_RT_ACT_GELU_ERF;
-    break;
-  default:
-    p.error =
-        "unknown GEMM epilogue activation code " + std::to_string(call.act);
-    return p;
-  }
   if (call.aux) {
     if (call.batch != 1) {
       p.error = "a batch of GEMMs that keep their pre-activation";
       return p;
     }
-    if (call.act == STRATA_RT_ACT_GELU_TANH) {
+    if (call.act == STRATA_RT_ACT_GELU_TANH && call.n % 8 == 0) {
       // GELU_AUX(_BIAS) writes the pre-activation (bias added), of the
       // result's type, beside the result with the result's leading
-      // dimension (a multiple of 8, which the CUDA target's fusion rule
-      // asks of N).
+      // dimension, which cuBLASLt wants a multiple of 8.
       p.epilogue = call.bias ? CUBLASLT_EPILOGUE_GELU_AUX_BIAS
                              : CUBLASLT_EPILOGUE_GELU_AUX;
       p.auxLd = call.n;
     } else {
-      // The GEMM writes the pre-activation into aux; the activation reads it.
+      // The GEMM writes the pre-activation into aux; the activation (any
+      // strata_rt_unary code, NONE a copy) reads it into the result.
       p.epilogue =
           call.bias ? CUBLASLT_EPILOGUE_BIAS : CUBLASLT_EPILOGUE_DEFAULT;
       p.separateAct = call.act;
       p.auxOnly = true;
+    }
+  } else {
+    switch (call.act) {
+    case STRATA_RT_ACT_NONE:
+      p.epilogue =
+          call.bias ? CUBLASLT_EPILOGUE_BIAS : CUBLASLT_EPILOGUE_DEFAULT;
+      break;
+    case STRATA_RT_ACT_RELU:
+      p.epilogue =
+          call.bias ? CUBLASLT_EPILOGUE_RELU_BIAS : CUBLASLT_EPILOGUE_RELU;
+      break;
+    case STRATA_RT_ACT_GELU_TANH:
+      // cuBLASLt's GELU is the tanh approximation.
+      p.epilogue =
+          call.bias ? CUBLASLT_EPILOGUE_GELU_BIAS : CUBLASLT_EPILOGUE_GELU;
+      break;
+    case STRATA_RT_ACT_GELU_ERF:
+      p.epilogue =
+          call.bias ? CUBLASLT_EPILOGUE_BIAS : CUBLASLT_EPILOGUE_DEFAULT;
+      p.separateAct = STRATA_RT_ACT_GELU_ERF;
+      break;
+    default:
+      p.error =
+          "unknown GEMM epilogue activation code " + std::to_string(call.act);
+      return p;
     }
   }
 

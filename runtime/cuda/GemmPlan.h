@@ -48,7 +48,8 @@ struct GemmPlan {
   cublasLtEpilogue_t epilogue = CUBLASLT_EPILOGUE_DEFAULT;
   /// An activation the epilogue cannot apply (GELU with erf; any but GELU
   /// tanh when the pre-activation is kept): run as strata_rt_unary after
-  /// the GEMM (0: none), which then writes the aux matrix (`auxOnly`).
+  /// the GEMM (0: none); with `auxOnly` the GEMM writes the aux matrix and
+  /// the activation (any code, NONE a copy) always runs.
   int64_t separateAct = 0;
   bool auxOnly = false;
   /// The aux matrix's leading dimension (GELU_AUX epilogues), else 0.

@@ -207,6 +207,17 @@ TEST(CudaGemmPlan, PreActivationKeptByTheEpilogueOrBeside) {
     EXPECT_EQ(q.separateAct, act);
     EXPECT_EQ(q.auxLd, 0);
   }
+  // N not a multiple of 8 (cuBLASLt's aux rule), no activation, SiLU: the
+  // activation runs after the GEMM.
+  g.n = 60;
+  for (int64_t act :
+       {STRATA_RT_ACT_GELU_TANH, STRATA_RT_ACT_NONE, STRATA_RT_ACT_SILU}) {
+    g.act = act;
+    GemmPlan q = planGemm(g, false);
+    ASSERT_TRUE(q.error.empty()) << q.error;
+    EXPECT_TRUE(q.auxOnly);
+    EXPECT_EQ(q.separateAct, act);
+  }
   g.batch = 2;
   EXPECT_EQ(planGemm(g, false).error,
             "a batch of GEMMs that keep their pre-activation");
