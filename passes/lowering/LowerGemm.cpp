@@ -134,6 +134,28 @@ LogicalResult lowerFusedGemm(FusedGemmEpilogueOp o, RuntimeLowering &l) {
   return success();
 }
 
+/// The fused gradient whose activation gradient `producer`'s input-gradient
+/// GEMM applies in its epilogue (cuBLASLt's DGELU), or null: the one reader
+/// of that gradient, with an activation whose pre-activation is computed
+/// before `producer` (a recomputed one may come later).
+FusedGemmEpilogueGradOp activationFusedInto(FusedGemmEpilogueGradOp producer,
+                                            const RuntimeLowering &l) {
+  Value dx = producer.getInputGrad();
+  if (!dx.hasOneUse())
+    return {};
+  auto consumer = dyn_cast<FusedGemmEpilogueGradOp>(*dx.getUsers().begin());
+  if (!consumer || consumer.getResultGrad() != dx ||
+      consumer.getActivation() == Activation::None || !consumer.getAux())
+    return {};
+  Value aux = consumer.getAux();
+  if (!l.hasBuffer(aux) || aux.getParentBlock() != producer->getBlock())
+    return {};
+  if (Operation *def = aux.getDefiningOp();
+      def && !def->isBeforeInBlock(producer))
+    return {};
+  return consumer;
+}
+
 LogicalResult lowerFusedGemmGrad(FusedGemmEpilogueGradOp o,
                                  RuntimeLowering &l) {
   Value x = o.getInput(), w = o.getWeight(), dz = o.getResultGrad();
@@ -142,7 +164,10 @@ LogicalResult lowerFusedGemmGrad(FusedGemmEpilogueGradOp o,
   int64_t k = ws[t ? 1 : 0], n = ws[t ? 0 : 1], rows = numel(x) / k;
   Value dzPtr = l.ptr(dz);
   Type elem = elementType(dz);
-  if (o.getActivation() != Activation::None) {
+  Value code = l.i64(RuntimeLowering::typeCode(elem));
+  auto producer = dz.getDefiningOp<FusedGemmEpilogueGradOp>();
+  bool appliedByProducer = producer && activationFusedInto(producer, l) == o;
+  if (o.getActivation() != Activation::None && !appliedByProducer) {
     // The activation's gradient overwrites the pre-activation, which this
     // op reads last.
     Value aux = o.getAux();
@@ -159,17 +184,49 @@ LogicalResult lowerFusedGemmGrad(FusedGemmEpilogueGradOp o,
             l.tensor(aux), l.tensor(dz), l.i64(numel(dz))});
     dzPtr = l.ptr(aux);
   }
-  if (!o.getInputGrad().use_empty())
+  // dx = dz W^T; when its one reader is the gradient of an activation, the
+  // GEMM's epilogue applies that gradient (and the reader skips it).
+  if (auto consumer = activationFusedInto(o, l))
+    l.call("strata_rt_gemm_dact",
+           {l.site(), l.i64(rows), l.i64(k), l.i64(n), dzPtr, code, l.i64(0),
+            l.ptr(w), code, l.i64(!t), l.tensor(o.getInputGrad()),
+            l.tensor(consumer.getAux()),
+            l.i64(activationCode(consumer.getActivation()))});
+  else if (!o.getInputGrad().use_empty())
     l.gemm(1, rows, k, n, dzPtr, 0, false, l.ptr(w), 0, !t,
            l.ptr(o.getInputGrad()), Value(), STRATA_RT_ACT_NONE, elem);
-  // dW = x^T dz [K, N], or dz^T x [N, K] for a transposed weight.
+  // dW = x^T dz [K, N], or dz^T x [N, K] for a transposed weight, with the
+  // bias gradient (dz's column sums) in the epilogue.
+  Value dw = l.ptr(o.getWeightGrad());
+  RuntimeLowering::CallArg db = l.tensor(o.getBiasGrad());
   if (t)
-    l.gemm(1, n, k, rows, dzPtr, 0, true, l.ptr(x), 0, false,
-           l.ptr(o.getWeightGrad()), Value(), STRATA_RT_ACT_NONE, elem);
+    l.call("strata_rt_gemm_bgrad", {l.site(),
+                                    l.i64(n),
+                                    l.i64(k),
+                                    l.i64(rows),
+                                    dzPtr,
+                                    code,
+                                    l.i64(1),
+                                    l.ptr(x),
+                                    code,
+                                    l.i64(0),
+                                    {dw, code},
+                                    db,
+                                    l.i64(0)});
   else
-    l.gemm(1, k, n, rows, l.ptr(x), 0, true, dzPtr, 0, false,
-           l.ptr(o.getWeightGrad()), Value(), STRATA_RT_ACT_NONE, elem);
-  l.reduceTo(l.ptr(o.getBiasGrad()), dzPtr, {rows, n}, {0, 1}, 1.0, elem);
+    l.call("strata_rt_gemm_bgrad", {l.site(),
+                                    l.i64(k),
+                                    l.i64(n),
+                                    l.i64(rows),
+                                    l.ptr(x),
+                                    code,
+                                    l.i64(1),
+                                    dzPtr,
+                                    code,
+                                    l.i64(0),
+                                    {dw, code},
+                                    db,
+                                    l.i64(1)});
   return success();
 }
 

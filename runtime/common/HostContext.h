@@ -208,6 +208,20 @@ inline bool collectiveType(HostContext *ctx, int64_t site, const char *name,
   return true;
 }
 
+/// strata_rt_reduce's `desc` (rank 2) for strata_rt_gemm_bgrad's bias
+/// gradient: op(A) [m, k] (`operand` 0) or op(B) [k, n] (1) summed over k,
+/// as the operand is stored (transposed or not).
+inline void bgradReduction(int64_t m, int64_t n, int64_t k, bool transA,
+                           bool transB, int64_t operand, int64_t desc[4]) {
+  // Stored [k, len]: sum over rows; stored [len, k]: over columns.
+  bool kRows = operand == 0 ? transA : !transB;
+  int64_t len = operand == 0 ? m : n;
+  desc[0] = kRows ? k : len;
+  desc[1] = kRows ? len : k;
+  desc[2] = kRows ? 0 : 1;
+  desc[3] = kRows ? 1 : 0;
+}
+
 } // namespace strata::rt
 
 #endif // STRATA_RUNTIME_COMMON_HOSTCONTEXT_H

@@ -14,6 +14,8 @@
 // (runtime/cpu/Kernels.cpp).
 #define STRATA_RT_VECTOR_KERNELS(X)                                            \
   X(strata_rt_gemm_aux)                                                        \
+  X(strata_rt_gemm_dact)                                                       \
+  X(strata_rt_gemm_bgrad)                                                      \
   X(strata_rt_binary)                                                          \
   X(strata_rt_unary)                                                           \
   X(strata_rt_act_grad)                                                        \

@@ -60,6 +60,7 @@ struct StrataRtContext : strata::rt::HostContext {
   }
 };
 
+using strata::rt::bgradReduction;
 using strata::rt::integerIds;
 using strata::rt::onlyF32;
 using strata::rt::sameTypes;

@@ -732,6 +732,42 @@ void STRATA_RT_KERNEL(strata_rt_reduce)(StrataRtContext *ctx, int64_t site,
   });
 }
 
+/// The GEMM, then the activation gradient in place on its result (the
+/// kernels the unfused lowering calls, so the same values).
+void STRATA_RT_KERNEL(strata_rt_gemm_dact)(
+    StrataRtContext *ctx, int64_t site, int64_t m, int64_t n, int64_t k,
+    const void *a, int64_t aType, int64_t transA, const void *b, int64_t bType,
+    int64_t transB, void *c, int64_t cType, const void *aux, int64_t auxType,
+    int64_t act) {
+  if (!sameTypes(ctx, site, "gemm_dact", {cType, auxType}))
+    return;
+  strata_rt_gemm(ctx, site, 1, m, n, k, a, aType, 0, transA, b, bType, 0,
+                 transB, c, cType, nullptr, cType, STRATA_RT_ACT_NONE, 0);
+  if (ctx->error.empty())
+    STRATA_RT_KERNEL(strata_rt_act_grad)
+  (ctx, site, act, c, cType, aux, auxType, c, cType, m * n);
+}
+
+/// The GEMM, then the bias gradient as strata_rt_reduce sums it.
+void STRATA_RT_KERNEL(strata_rt_gemm_bgrad)(
+    StrataRtContext *ctx, int64_t site, int64_t m, int64_t n, int64_t k,
+    const void *a, int64_t aType, int64_t transA, const void *b, int64_t bType,
+    int64_t transB, void *c, int64_t cType, void *bgrad, int64_t bgradType,
+    int64_t operand) {
+  if (operand != 0 && operand != 1)
+    return ctx->fail(site, "gemm_bgrad: operand " + std::to_string(operand) +
+                               " (0 for A, 1 for B)");
+  strata_rt_gemm(ctx, site, 1, m, n, k, a, aType, 0, transA, b, bType, 0,
+                 transB, c, cType, nullptr, cType, STRATA_RT_ACT_NONE, 0);
+  if (!ctx->error.empty())
+    return;
+  int64_t desc[4];
+  bgradReduction(m, n, k, transA != 0, transB != 0, operand, desc);
+  STRATA_RT_KERNEL(strata_rt_reduce)
+  (ctx, site, bgrad, bgradType, operand == 0 ? a : b,
+   operand == 0 ? aType : bType, 2, desc, 1.0);
+}
+
 void STRATA_RT_KERNEL(strata_rt_fill)(StrataRtContext *ctx, int64_t site,
                                       void *out, int64_t outType, int64_t n,
                                       double value) {

@@ -21,7 +21,7 @@ bool sameCall(const GemmCall &x, const GemmCall &y) {
   auto key = [](const GemmCall &c) {
     return std::tie(c.batch, c.m, c.n, c.k, c.aBatchStride, c.bBatchStride,
                     c.transA, c.transB, c.dtype, c.bias, c.act, c.accumulate,
-                    c.aux);
+                    c.aux, c.dact, c.bgrad, c.unfused);
   };
   return key(x) == key(y);
 }
@@ -36,6 +36,9 @@ struct GemmCache::Entry {
   struct Algo {
     uint32_t alignments[5];
     cublasLtMatmulAlgo_t algo;
+    /// False: the heuristic had none (asked quietly, for an epilogue with a
+    /// fallback), so later calls fall back without asking again.
+    bool found;
   };
   std::vector<Algo> algos;
 };
@@ -85,13 +88,13 @@ GemmCache::Entry *GemmCache::entry(StrataRtContext *ctx, int64_t site,
 const cublasLtMatmulAlgo_t *
 GemmCache::algorithm(StrataRtContext *ctx, int64_t site, Entry &e,
                      const void *a, const void *b, const void *c,
-                     const void *bias, const void *aux) {
+                     const void *bias, const void *aux, bool quiet) {
   uint32_t alignments[5] = {
       pointerAlignment(a), pointerAlignment(b), pointerAlignment(c),
       bias ? pointerAlignment(bias) : 256u, pointerAlignment(aux)};
   for (auto &known : e.algos)
     if (std::equal(alignments, alignments + 5, known.alignments))
-      return &known.algo;
+      return known.found ? &known.algo : nullptr;
   cublasLtMatmulPreference_t preference = nullptr;
   cublasStatus_t s = cublasLtMatmulPreferenceCreate(&preference);
   auto setPreference = [&](cublasLtMatmulPreferenceAttributes_t attribute,
@@ -114,7 +117,15 @@ GemmCache::algorithm(StrataRtContext *ctx, int64_t site, Entry &e,
         e.descriptors.c, e.descriptors.c, preference, 1, &result, &found);
   if (preference)
     cublasLtMatmulPreferenceDestroy(preference);
-  if (s != CUBLAS_STATUS_SUCCESS || found == 0) {
+  Entry::Algo chosen;
+  std::copy(alignments, alignments + 5, chosen.alignments);
+  chosen.algo = result.algo;
+  chosen.found = s == CUBLAS_STATUS_SUCCESS && found != 0;
+  if (!chosen.found && quiet) {
+    e.algos.push_back(chosen);
+    return nullptr;
+  }
+  if (!chosen.found) {
     ctx->fail(site,
               std::string("strata_rt_gemm: cuBLASLt has no algorithm "
                           "for this GEMM") +
@@ -123,26 +134,35 @@ GemmCache::algorithm(StrataRtContext *ctx, int64_t site, Entry &e,
                        : std::string()));
     return nullptr;
   }
-  Entry::Algo chosen;
-  std::copy(alignments, alignments + 5, chosen.alignments);
-  chosen.algo = result.algo;
   e.algos.push_back(chosen);
   return &e.algos.back().algo;
 }
 
 namespace {
 
+/// The pointers of one GEMM call beside A, B and C.
+struct GemmExtras {
+  /// The pre-activation: written (strata_rt_gemm_aux) or read
+  /// (strata_rt_gemm_dact).
+  void *aux = nullptr;
+  const void *bias = nullptr;
+  /// The bias gradient (strata_rt_gemm_bgrad).
+  void *bgrad = nullptr;
+};
+
 /// One planned GEMM: its result D (c, or aux when the plan writes only the
-/// pre-activation there) with the epilogue, then any activation the
-/// epilogue cannot apply, from D into c.
-void runGemm(StrataRtContext *ctx, int64_t site, const GemmCall &call,
-             const void *a, const void *b, void *c, void *aux,
-             const void *bias) {
+/// pre-activation there) with the epilogue, then what the epilogue does not
+/// apply: an activation from D into c, an activation gradient in place on
+/// c, a bias gradient. A backward epilogue cuBLASLt has no algorithm for
+/// falls back to the GEMM and separate kernels.
+void runGemm(StrataRtContext *ctx, int64_t site, GemmCall call, const void *a,
+             const void *b, void *c, const GemmExtras &x) {
   GemmCache &cache = *ctx->gemm;
   auto *e = cache.entry(ctx, site, call);
   if (!e)
     return;
-  void *d = e->plan.auxOnly ? aux : c;
+  bool backward = call.dact || call.bgrad >= 0;
+  void *d = e->plan.auxOnly ? x.aux : c;
   // The heuristic reads the bias and aux pointers' alignment: set first.
   auto setPointer = [&](cublasLtMatmulDescAttributes_t attribute,
                         const void *pointer, const char *what) {
@@ -153,14 +173,23 @@ void runGemm(StrataRtContext *ctx, int64_t site, const GemmCall &call,
                           cublasLtGetStatusString(s));
     return s == CUBLAS_STATUS_SUCCESS;
   };
+  bool fusedBgrad = call.bgrad >= 0 && !e->plan.separateBgrad;
+  const void *bias = fusedBgrad ? x.bgrad : x.bias;
   if (bias &&
       !setPointer(CUBLASLT_MATMUL_DESC_BIAS_POINTER, bias, "the bias pointer"))
     return;
   if (e->plan.auxLd && !setPointer(CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER,
-                                   aux, "the aux pointer"))
+                                   x.aux, "the aux pointer"))
     return;
+  bool fusedBackward = backward && !call.unfused &&
+                       (e->plan.epilogue != CUBLASLT_EPILOGUE_DEFAULT);
   const cublasLtMatmulAlgo_t *algo =
-      cache.algorithm(ctx, site, *e, a, b, d, bias, e->plan.auxLd ? aux : d);
+      cache.algorithm(ctx, site, *e, a, b, d, bias, e->plan.auxLd ? x.aux : d,
+                      /*quiet=*/fusedBackward);
+  if (!algo && fusedBackward) {
+    call.unfused = true;
+    return runGemm(ctx, site, call, a, b, c, x);
+  }
   if (!algo)
     return;
   float alpha = 1, beta = e->plan.beta;
@@ -173,9 +202,20 @@ void runGemm(StrataRtContext *ctx, int64_t site, const GemmCall &call,
               std::string("strata_rt_gemm: ") + cublasLtGetStatusString(s));
     return;
   }
+  int64_t n = call.batch * call.m * call.n;
   if (e->plan.separateAct || e->plan.auxOnly)
     strata_rt_unary(ctx, site, e->plan.separateAct, c, call.dtype, d,
-                    call.dtype, call.batch * call.m * call.n, 0.0);
+                    call.dtype, n, 0.0);
+  if (e->plan.separateActGrad)
+    strata_rt_act_grad(ctx, site, e->plan.separateActGrad, c, call.dtype, x.aux,
+                       call.dtype, c, call.dtype, n);
+  if (e->plan.separateBgrad) {
+    int64_t desc[4];
+    strata::rt::bgradReduction(call.m, call.n, call.k, call.transA, call.transB,
+                               call.bgrad, desc);
+    strata_rt_reduce(ctx, site, x.bgrad, call.dtype, call.bgrad == 0 ? a : b,
+                     call.dtype, 2, desc, 1.0);
+  }
 }
 
 } // namespace
@@ -207,7 +247,7 @@ strata_rt_gemm(StrataRtContext *ctx, int64_t site, int64_t batch, int64_t m,
   call.bias = bias != nullptr;
   call.act = act;
   call.accumulate = accumulate != 0;
-  strata::cuda::runGemm(ctx, site, call, a, b, c, nullptr, bias);
+  strata::cuda::runGemm(ctx, site, call, a, b, c, {nullptr, bias, nullptr});
 }
 
 extern "C" void strata_rt_gemm_aux(StrataRtContext *ctx, int64_t site,
@@ -232,5 +272,54 @@ extern "C" void strata_rt_gemm_aux(StrataRtContext *ctx, int64_t site,
   call.bias = bias != nullptr;
   call.act = act;
   call.aux = true;
-  strata::cuda::runGemm(ctx, site, call, a, b, c, aux, bias);
+  strata::cuda::runGemm(ctx, site, call, a, b, c, {aux, bias, nullptr});
+}
+
+extern "C" void strata_rt_gemm_dact(StrataRtContext *ctx, int64_t site,
+                                    int64_t m, int64_t n, int64_t k,
+                                    const void *a, int64_t aType,
+                                    int64_t transA, const void *b,
+                                    int64_t bType, int64_t transB, void *c,
+                                    int64_t cType, const void *aux,
+                                    int64_t auxType, int64_t act) {
+  if (!sameTypes(ctx, site, "gemm_dact", {aType, bType, cType, auxType}))
+    return;
+  if (m == 0 || n == 0)
+    return;
+  GemmCall call;
+  call.m = m;
+  call.n = n;
+  call.k = k;
+  call.transA = transA != 0;
+  call.transB = transB != 0;
+  call.dtype = cType;
+  call.act = act;
+  call.dact = true;
+  strata::cuda::runGemm(ctx, site, call, a, b, c,
+                        {const_cast<void *>(aux), nullptr, nullptr});
+}
+
+extern "C" void strata_rt_gemm_bgrad(StrataRtContext *ctx, int64_t site,
+                                     int64_t m, int64_t n, int64_t k,
+                                     const void *a, int64_t aType,
+                                     int64_t transA, const void *b,
+                                     int64_t bType, int64_t transB, void *c,
+                                     int64_t cType, void *bgrad,
+                                     int64_t bgradType, int64_t operand) {
+  if (!sameTypes(ctx, site, "gemm_bgrad", {aType, bType, cType, bgradType}))
+    return;
+  if (operand != 0 && operand != 1)
+    return ctx->fail(site, "strata_rt_gemm_bgrad: operand " +
+                               std::to_string(operand) + " (0 for A, 1 for B)");
+  if (m == 0 || n == 0)
+    return;
+  GemmCall call;
+  call.m = m;
+  call.n = n;
+  call.k = k;
+  call.transA = transA != 0;
+  call.transB = transB != 0;
+  call.dtype = cType;
+  call.bgrad = operand;
+  strata::cuda::runGemm(ctx, site, call, a, b, c, {nullptr, nullptr, bgrad});
 }

@@ -40,11 +40,11 @@ struct GemmCache {
   Entry *entry(StrataRtContext *ctx, int64_t site, const GemmCall &call);
   /// The heuristic's algorithm for these operands' alignments (asked once
   /// per alignment; `aux` is the epilogue's aux matrix, or C), or null with
-  /// the failure recorded.
+  /// the failure recorded (unless `quiet`).
   const cublasLtMatmulAlgo_t *algorithm(StrataRtContext *ctx, int64_t site,
                                         Entry &e, const void *a, const void *b,
                                         const void *c, const void *bias,
-                                        const void *aux);
+                                        const void *aux, bool quiet);
 };
 
 } // namespace strata::cuda

@@ -44,7 +44,33 @@ GemmPlan planGemm(const GemmCall &call, bool tf32) {
     }
     p.beta = 1;
   }
-  if (call.aux) {
+  if (call.dact || call.bgrad >= 0) {
+    if (call.batch != 1 || call.bias || call.accumulate || call.aux ||
+        (call.dact && call.bgrad >= 0) || call.bgrad > 1) {
+      p.error = "a backward GEMM epilogue with this combination of "
+                "arguments";
+      return p;
+    }
+    if (call.dact) {
+      // DGELU reads the GELU input with the result's leading dimension (a
+      // multiple of 8) and is the tanh form's gradient; any other
+      // activation's gradient runs after the GEMM.
+      if (!call.unfused && call.act == STRATA_RT_ACT_GELU_TANH &&
+          call.n % 8 == 0) {
+        p.epilogue = CUBLASLT_EPILOGUE_DGELU;
+        p.auxLd = call.n;
+      } else {
+        p.separateActGrad = call.act;
+      }
+    } else if (call.unfused) {
+      p.separateBgrad = true;
+    } else {
+      // The ABI's A is cuBLASLt's B (the columns of column-major D are the
+      // ABI's rows), the ABI's B cuBLASLt's A.
+      p.epilogue =
+          call.bgrad == 0 ? CUBLASLT_EPILOGUE_BGRADB : CUBLASLT_EPILOGUE_BGRADA;
+    }
+  } else if (call.aux) {
     if (call.batch != 1) {
       p.error = "a batch of GEMMs that keep their pre-activation";
       return p;
@@ -155,7 +181,8 @@ std::string createDescriptors(const GemmPlan &plan, GemmDescriptors &d) {
   if (error.empty() && plan.epilogue != CUBLASLT_EPILOGUE_DEFAULT &&
       plan.epilogue != CUBLASLT_EPILOGUE_RELU &&
       plan.epilogue != CUBLASLT_EPILOGUE_GELU &&
-      plan.epilogue != CUBLASLT_EPILOGUE_GELU_AUX)
+      plan.epilogue != CUBLASLT_EPILOGUE_GELU_AUX &&
+      plan.epilogue != CUBLASLT_EPILOGUE_DGELU)
     error = set(CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, plan.dataType,
                 "the bias type");
   if (error.empty() && plan.auxLd)

@@ -32,6 +32,15 @@ struct GemmCall {
   /// The pre-activation is written too (strata_rt_gemm_aux): to an aux
   /// matrix with the result's leading dimension.
   bool aux = false;
+  /// The backward epilogues. `dact`: the result is multiplied by the
+  /// gradient of activation `act` at the aux matrix (strata_rt_gemm_dact).
+  /// `bgrad`: the bias gradient of the ABI's A (0) or B (1) is written too
+  /// (strata_rt_gemm_bgrad); -1: none.
+  bool dact = false;
+  int64_t bgrad = -1;
+  /// Without the backward epilogues (their kernels run after the GEMM):
+  /// when cuBLASLt has no algorithm for them.
+  bool unfused = false;
 };
 
 /// A column-major matrix as cuBLASLt reads it.
@@ -52,7 +61,13 @@ struct GemmPlan {
   /// the activation (any code, NONE a copy) always runs.
   int64_t separateAct = 0;
   bool auxOnly = false;
-  /// The aux matrix's leading dimension (GELU_AUX epilogues), else 0.
+  /// A backward epilogue the GEMM does not apply: strata_rt_act_grad of
+  /// this activation in place on the result (0: none), and the bias
+  /// gradient by strata_rt_reduce.
+  int64_t separateActGrad = 0;
+  bool separateBgrad = false;
+  /// The aux matrix's leading dimension (GELU_AUX and DGELU epilogues),
+  /// else 0.
   int64_t auxLd = 0;
   /// cuBLASLt's A is the ABI's B and its B the ABI's A.
   cublasOperation_t opA = CUBLAS_OP_N, opB = CUBLAS_OP_N;

@@ -1,14 +1,14 @@
-// RUN: strata-opt %s -split-input-file --strata-lower-to-runtime | FileCheck %s --check-prefixes=CHECK,AUX,CONST,DEFER,P2P
+// RUN: strata-opt %s -split-input-file --strata-lower-to-runtime | FileCheck %s --check-prefixes=CHECK,AUX,BWD,BWDNEG,CONST,DEFER,P2P
 // RUN: strata-opt %s -split-input-file --strata-lower-to-runtime | FileCheck %s --check-prefix=COLL
 // RUN: strata-opt %s -split-input-file --strata-lower-to-runtime | FileCheck %s --check-prefix=PACK
 // The target sets the buffer alignment (256 bytes for cuda, 64 for cpu):
 // the same plan's buffers at 0, 256, 512, ... instead of 0, 64, 128, ...
 // RUN: strata-opt %s -split-input-file --strata-lower-to-runtime=target=cuda | FileCheck %s --check-prefix=CUDA
-// CUDA: module attributes {strata.rt.abi_version = 6 : i64, strata.rt.arena_bytes = 1280 : i64
+// CUDA: module attributes {strata.rt.abi_version = 7 : i64, strata.rt.arena_bytes = 1280 : i64
 // CUDA: llvm.getelementptr %arg1[256]
 // An explicit alignment wins over the target's.
 // RUN: strata-opt %s -split-input-file "--strata-lower-to-runtime=target=cuda alignment=64" | FileCheck %s --check-prefix=ALIGN64
-// ALIGN64: module attributes {strata.rt.abi_version = 6 : i64, strata.rt.arena_bytes = 320 : i64
+// ALIGN64: module attributes {strata.rt.abi_version = 7 : i64, strata.rt.arena_bytes = 320 : i64
 // RUN: not strata-opt %s -split-input-file --strata-lower-to-runtime=target=tpu 2>&1 | FileCheck %s --check-prefix=UNKNOWN
 // UNKNOWN: error: strata-lower-to-runtime: unknown target 'tpu' (cpu, cuda)
 
@@ -20,15 +20,15 @@
 // attribute and as data for a host that links the object file; the step
 // asks the runtime to accept it before anything else and returns at once
 // if refused.
-// CHECK: module attributes {strata.rt.abi_version = 6 : i64, strata.rt.arena_bytes = 320 : i64, strata.rt.persistent = ["w", "b", "v"], strata.rt.site_roles = [{{.*}}], strata.rt.sites = ["{{.*}}lower-to-runtime.mlir:{{[0-9]+}}:{{[0-9]+}}: strata.get_param",
+// CHECK: module attributes {strata.rt.abi_version = 7 : i64, strata.rt.arena_bytes = 320 : i64, strata.rt.persistent = ["w", "b", "v"], strata.rt.site_roles = [{{.*}}], strata.rt.sites = ["{{.*}}lower-to-runtime.mlir:{{[0-9]+}}:{{[0-9]+}}: strata.get_param",
 // CHECK-DAG: llvm.mlir.global internal constant @{{.*}}(dense<[3, 2, 1, 3, 0]> : tensor<5xi64>)
 // CHECK-DAG: llvm.mlir.global internal constant @{{.*}}(dense<[3, 2, 1, 0]> : tensor<4xi64>)
-// CHECK-DAG: llvm.mlir.global external constant @strata_step_abi_version(dense<6> : tensor<1xi64>)
+// CHECK-DAG: llvm.mlir.global external constant @strata_step_abi_version(dense<7> : tensor<1xi64>)
 // Every tensor is a pointer followed by its element type (0: f32).
 // CHECK-DAG: llvm.func @strata_rt_gemm(!llvm.ptr, i64, i64, i64, i64, i64, !llvm.ptr, i64, i64, i64, !llvm.ptr, i64, i64, i64, !llvm.ptr, i64, !llvm.ptr, i64, i64, i64)
 // CHECK-LABEL: llvm.func @strata_step(
 // CHECK-SAME: %[[CTX:[a-z0-9]+]]: !llvm.ptr, %[[ARENA:[a-z0-9]+]]: !llvm.ptr, %[[RES:[a-z0-9]+]]: !llvm.ptr, %[[IN:[a-z0-9]+]]: !llvm.ptr, %[[OUT:[a-z0-9]+]]: !llvm.ptr)
-// CHECK-NEXT: %[[V:.*]] = llvm.mlir.constant(6 : i64)
+// CHECK-NEXT: %[[V:.*]] = llvm.mlir.constant(7 : i64)
 // CHECK-NEXT: %[[REFUSED:.*]] = llvm.call @strata_rt_step_begin(%[[CTX]], %[[V]])
 // CHECK-NEXT: %[[ZERO:.*]] = llvm.mlir.constant(0 : i64)
 // CHECK-NEXT: %[[OK:.*]] = llvm.icmp "eq" %[[REFUSED]], %[[ZERO]]
@@ -118,6 +118,60 @@ func.func @train_step(%x: tensor<4x8xf32>, %w: tensor<8x16xf32>, %b: tensor<16xf
   %y, %aux = strata.fused_gemm_epilogue %x, %w, %b {activation = #strata.activation<gelu_tanh>, with_aux} : (tensor<4x8xf32>, tensor<8x16xf32>, tensor<16xf32>) -> (tensor<4x16xf32>, tensor<4x16xf32>)
   %s = strata.add %y, %aux : (tensor<4x16xf32>, tensor<4x16xf32>) -> tensor<4x16xf32>
   return %s : tensor<4x16xf32>
+}
+
+// -----
+// The backward epilogues. Layer 2's gradient (no activation) feeds layer 1's
+// activation gradient: layer 2's input-gradient GEMM applies it
+// (strata_rt_gemm_dact with GELU's code 2 and layer 1's pre-activation;
+// cuBLASLt's DGELU on the CUDA runtime) and layer 1 reads the result as it
+// is. Each weight gradient's GEMM writes the bias gradient too
+// (strata_rt_gemm_bgrad: of B = dz for x^T dz, operand 1; BGRADA), so no
+// activation-gradient or reduction kernel is left.
+// BWD-LABEL: module attributes
+// BWD: llvm.func @strata_step(
+// BWD: llvm.call @strata_rt_gemm_aux(%arg0, %{{[0-9]+}}, %{{[0-9]+}}, %{{[0-9]+}}, %{{[0-9]+}}, %{{[0-9]+}}, %{{[0-9]+}}, %{{[0-9]+}}, %{{[0-9]+}}, %{{[0-9]+}}, %{{[0-9]+}}, %{{[0-9]+}}, %{{[0-9]+}}, %[[AUX:[0-9]+]],
+// BWD-NOT: @strata_rt_act_grad(
+// BWD: %[[GELU:[0-9]+]] = llvm.mlir.constant(2 : i64)
+// BWD-NEXT: llvm.call @strata_rt_gemm_dact(%arg0, %{{[0-9]+}}, %{{[0-9]+}}, %{{[0-9]+}}, %{{[0-9]+}}, %{{[0-9]+}}, %{{[0-9]+}}, %{{[0-9]+}}, %{{[0-9]+}}, %{{[0-9]+}}, %{{[0-9]+}}, %[[DH:[0-9]+]], %{{[0-9]+}}, %[[AUX]], %{{[0-9]+}}, %[[GELU]])
+// BWD-NOT: @strata_rt_act_grad(
+// BWD-NOT: @strata_rt_reduce(
+// BWD: llvm.call @strata_rt_gemm_bgrad(
+// BWD-NOT: @strata_rt_act_grad(
+// BWD-NOT: @strata_rt_reduce(
+// BWD: llvm.call @strata_rt_gemm(%arg0, %{{[0-9]+}}, %{{[0-9]+}}, %{{[0-9]+}}, %{{[0-9]+}}, %{{[0-9]+}}, %[[DH]],
+// BWD-NOT: @strata_rt_act_grad(
+// BWD-NOT: @strata_rt_reduce(
+// BWD: llvm.call @strata_rt_gemm_bgrad(%arg0, %{{[0-9]+}}, %{{[0-9]+}}, %{{[0-9]+}}, %{{[0-9]+}}, %{{[0-9]+}}, %{{[0-9]+}}, %{{[0-9]+}}, %[[DH]],
+// BWD-NOT: @strata_rt_act_grad(
+// BWD-NOT: @strata_rt_reduce(
+func.func @train_step(%x: tensor<4x8xf32>, %w1: tensor<8x16xf32>, %b1: tensor<16xf32>, %w2: tensor<16x8xf32>, %dy: tensor<4x8xf32>) -> (tensor<4x8xf32>, tensor<8x16xf32>, tensor<16xf32>, tensor<16x8xf32>, tensor<8xf32>) {
+  %h, %aux = strata.fused_gemm_epilogue %x, %w1, %b1 {activation = #strata.activation<gelu_tanh>, with_aux} : (tensor<4x8xf32>, tensor<8x16xf32>, tensor<16xf32>) -> (tensor<4x16xf32>, tensor<4x16xf32>)
+  %dh, %dw2, %db2 = strata.fused_gemm_epilogue_grad %h, %w2, %dy : (tensor<4x16xf32>, tensor<16x8xf32>, tensor<4x8xf32>) -> (tensor<4x16xf32>, tensor<16x8xf32>, tensor<8xf32>)
+  %dx, %dw1, %db1 = strata.fused_gemm_epilogue_grad %x, %w1, %dh, %aux {activation = #strata.activation<gelu_tanh>} : (tensor<4x8xf32>, tensor<8x16xf32>, tensor<4x16xf32>, tensor<4x16xf32>) -> (tensor<4x8xf32>, tensor<8x16xf32>, tensor<16xf32>)
+  return %dx, %dw1, %db1, %dw2, %db2 : tensor<4x8xf32>, tensor<8x16xf32>, tensor<16xf32>, tensor<16x8xf32>, tensor<8xf32>
+}
+
+// -----
+// Not fused into the GEMM: the input gradient has another reader, so layer 1
+// applies its activation gradient itself, in place of its pre-activation.
+// BWDNEG-LABEL: module attributes
+// BWDNEG: llvm.func @strata_step(
+// BWDNEG-NOT: @strata_rt_gemm_dact(
+// BWDNEG: llvm.call @strata_rt_gemm(
+// BWDNEG-NOT: @strata_rt_gemm_dact(
+// BWDNEG: llvm.call @strata_rt_gemm_bgrad(
+// BWDNEG-NOT: @strata_rt_gemm_dact(
+// BWDNEG: llvm.call @strata_rt_act_grad(
+// BWDNEG-NOT: @strata_rt_gemm_dact(
+// BWDNEG: llvm.call @strata_rt_gemm(
+// BWDNEG-NOT: @strata_rt_gemm_dact(
+// BWDNEG: llvm.call @strata_rt_gemm_bgrad(
+func.func @train_step(%x: tensor<4x8xf32>, %w1: tensor<8x16xf32>, %b1: tensor<16xf32>, %w2: tensor<8x16xf32>, %dy: tensor<4x8xf32>) -> (tensor<4x8xf32>, tensor<8x16xf32>, tensor<16xf32>, tensor<8x16xf32>, tensor<8xf32>, tensor<4x16xf32>) {
+  %h, %aux = strata.fused_gemm_epilogue %x, %w1, %b1 {activation = #strata.activation<gelu_tanh>, with_aux} : (tensor<4x8xf32>, tensor<8x16xf32>, tensor<16xf32>) -> (tensor<4x16xf32>, tensor<4x16xf32>)
+  %dh, %dw2, %db2 = strata.fused_gemm_epilogue_grad %h, %w2, %dy {transpose_weight} : (tensor<4x16xf32>, tensor<8x16xf32>, tensor<4x8xf32>) -> (tensor<4x16xf32>, tensor<8x16xf32>, tensor<8xf32>)
+  %dx, %dw1, %db1 = strata.fused_gemm_epilogue_grad %x, %w1, %dh, %aux {activation = #strata.activation<gelu_tanh>} : (tensor<4x8xf32>, tensor<8x16xf32>, tensor<4x16xf32>, tensor<4x16xf32>) -> (tensor<4x8xf32>, tensor<8x16xf32>, tensor<16xf32>)
+  return %dx, %dw1, %db1, %dw2, %db2, %dh : tensor<4x8xf32>, tensor<8x16xf32>, tensor<16xf32>, tensor<8x16xf32>, tensor<8xf32>, tensor<4x16xf32>
 }
 
 // -----

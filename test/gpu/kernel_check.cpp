@@ -80,7 +80,7 @@ constexpr uint64_t kContextSeed = 20240611;
   X(default_options) X(create) X(destroy) X(error) X(clear_error) X(alloc)     \
   X(free) X(write) X(read) X(step_begin) X(step_end) X(symbols)
 #define KERNEL_CHECK_KERNELS(X)                                                \
-  X(gemm) X(gemm_aux) X(binary) X(unary) X(act_grad) X(cast) X(copy)          \
+  X(gemm) X(gemm_aux) X(gemm_dact) X(gemm_bgrad) X(binary) X(unary) X(act_grad) X(cast) X(copy)          \
   X(strided_copy)                                                              \
   X(copy_rows) X(reduce) X(fill) X(dropout) X(softmax) X(softmax_grad)         \
   X(attention) X(attention_grad) X(layer_norm) X(layer_norm_grad)              \
@@ -361,6 +361,51 @@ std::vector<CaseDef> makeCases() {
       void *aux = t.out("aux", g.dt, m * n, tol);
       RT.gemm_aux(t.ctx, 1, m, n, k, a, g.dt, 0, b, g.dt, g.transB, c, g.dt,
                   aux, g.dt, bias, g.dt, g.act);
+    });
+
+  // The backward epilogues. dact: c = (A B) * act'(aux), N a multiple of 8
+  // (DGELU's aux rule) or not (the gradient after the GEMM). bgrad: c = A B
+  // and the sums of op(A) (operand 0) or op(B) (1) over k, as the weight
+  // gradients x^T dz and dz^T x call it.
+  struct GemmDactCase {
+    const char *name;
+    int64_t dt, n, transB, act;
+  };
+  const GemmDactCase gemmDact[] = {{"f32_gelu_tanh", F32, 48, 1, kTanh},
+                                   {"f32_gelu_tanh_n_odd", F32, 45, 1, kTanh},
+                                   {"f32_relu", F32, 48, 1, kRelu},
+                                   {"f32_gelu_erf", F32, 48, 0, kErf},
+                                   {"bf16_gelu_tanh", BF16, 48, 1, kTanh}};
+  for (const GemmDactCase &g : gemmDact)
+    add(std::string("gemm_dact_") + g.name, [g](Case &t) {
+      const int64_t m = 33, k = 29;
+      Tol tol = g.dt != F32 ? kDefault : kSum;
+      void *a = t.rand(g.dt, m * k, -1, 1);
+      void *b = t.rand(g.dt, k * g.n, -1, 1);
+      void *aux = t.rand(g.dt, m * g.n, -3, 3);
+      void *c = t.out("c", g.dt, m * g.n, tol);
+      RT.gemm_dact(t.ctx, 1, m, g.n, k, a, g.dt, 0, b, g.dt, g.transB, c, g.dt,
+                   aux, g.dt, g.act);
+    });
+  struct GemmBgradCase {
+    const char *name;
+    int64_t dt, transA, transB, operand;
+  };
+  const GemmBgradCase gemmBgrad[] = {{"f32_xt_dz", F32, 1, 0, 1},
+                                     {"f32_dzt_x", F32, 1, 0, 0},
+                                     {"f32_a_rows", F32, 0, 0, 0},
+                                     {"f32_b_trans", F32, 0, 1, 1},
+                                     {"bf16_xt_dz", BF16, 1, 0, 1}};
+  for (const GemmBgradCase &g : gemmBgrad)
+    add(std::string("gemm_bgrad_") + g.name, [g](Case &t) {
+      const int64_t m = 40, n = 24, k = 67;
+      Tol tol = g.dt != F32 ? kDefault : kSum;
+      void *a = t.rand(g.dt, m * k, -1, 1);
+      void *b = t.rand(g.dt, k * n, -1, 1);
+      void *c = t.out("c", g.dt, m * n, tol);
+      void *bgrad = t.out("bgrad", g.dt, g.operand == 0 ? m : n, tol);
+      RT.gemm_bgrad(t.ctx, 1, m, n, k, a, g.dt, g.transA, b, g.dt, g.transB, c,
+                    g.dt, bgrad, g.dt, g.operand);
     });
 
   // Binary ops over an output of [5, 37, 41]: a's and b's strides over it.

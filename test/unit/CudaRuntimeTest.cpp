@@ -13,6 +13,7 @@
 
 #include "strata/Runtime/StrataRuntime.h"
 
+#include "../../runtime/common/HostContext.h"
 #include "../../runtime/common/StrataRandom.h"
 
 #include "gtest/gtest.h"
@@ -23,6 +24,7 @@
 #include <cmath>
 #include <set>
 #include <string>
+#include <tuple>
 #include <vector>
 
 extern "C" void strataPhiloxFromNvcc(uint64_t seed, int64_t key,
@@ -221,6 +223,106 @@ TEST(CudaGemmPlan, PreActivationKeptByTheEpilogueOrBeside) {
   g.batch = 2;
   EXPECT_EQ(planGemm(g, false).error,
             "a batch of GEMMs that keep their pre-activation");
+}
+
+/// The backward epilogues: DGELU for the tanh GELU's gradient with N a
+/// multiple of 8 (the aux rule), the gradient after the GEMM otherwise;
+/// BGRADA/BGRADB for the ABI's B/A, whose sums (evaluated on the host as
+/// cuBLASLt defines them) equal the ABI's bias gradient; the fallback
+/// without either epilogue.
+TEST(CudaGemmPlan, BackwardEpiloguesAndTheirFallback) {
+  GemmCall g;
+  g.m = 32;
+  g.n = 64;
+  g.k = 16;
+  g.dtype = STRATA_RT_F32;
+  g.dact = true;
+  g.act = STRATA_RT_ACT_GELU_TANH;
+  GemmPlan p = planGemm(g, false);
+  ASSERT_TRUE(p.error.empty()) << p.error;
+  EXPECT_EQ(p.epilogue, CUBLASLT_EPILOGUE_DGELU);
+  EXPECT_EQ(p.auxLd, 64);
+  EXPECT_EQ(p.separateActGrad, 0);
+  GemmDescriptors d;
+  ASSERT_EQ(createDescriptors(p, d), "");
+  for (auto [n, act, unfused] :
+       {std::tuple{int64_t(60), STRATA_RT_ACT_GELU_TANH, false},
+        std::tuple{int64_t(64), STRATA_RT_ACT_RELU, false},
+        std::tuple{int64_t(64), STRATA_RT_ACT_GELU_ERF, false},
+        std::tuple{int64_t(64), STRATA_RT_ACT_GELU_TANH, true}}) {
+    g.n = n;
+    g.act = act;
+    g.unfused = unfused;
+    GemmPlan q = planGemm(g, false);
+    ASSERT_TRUE(q.error.empty()) << q.error;
+    EXPECT_EQ(q.epilogue, CUBLASLT_EPILOGUE_DEFAULT);
+    EXPECT_EQ(q.separateActGrad, act);
+    EXPECT_EQ(q.auxLd, 0);
+  }
+  g.unfused = false;
+  g.bias = true;
+  EXPECT_NE(planGemm(g, false).error, "");
+  g.bias = false;
+  g.batch = 2;
+  EXPECT_NE(planGemm(g, false).error, "");
+
+  // Bias gradients of every operand and transpose.
+  for (int64_t operand : {0, 1})
+    for (bool transA : {false, true})
+      for (bool transB : {false, true}) {
+        GemmCall h;
+        h.m = 5;
+        h.n = 7;
+        h.k = 6;
+        h.transA = transA;
+        h.transB = transB;
+        h.dtype = STRATA_RT_F32;
+        h.bgrad = operand;
+        GemmPlan q = planGemm(h, false);
+        ASSERT_TRUE(q.error.empty()) << q.error;
+        EXPECT_EQ(q.epilogue, operand == 0 ? CUBLASLT_EPILOGUE_BGRADB
+                                           : CUBLASLT_EPILOGUE_BGRADA);
+        GemmDescriptors dq;
+        ASSERT_EQ(createDescriptors(q, dq), "");
+        std::vector<float> a = values(h.m * h.k, 1), b = values(h.k * h.n, 2);
+        // cuBLASLt: BGRADA sums its A (the ABI's B) over k, one per row of
+        // D; BGRADB its B (the ABI's A), one per column of D.
+        std::vector<double> epilogue, abi;
+        if (operand == 1) {
+          for (uint64_t i = 0; i < q.c.rows; ++i) {
+            double s = 0;
+            for (int64_t t = 0; t < h.k; ++t)
+              s += element(b.data(), q.a, q.opA, 0, i, t);
+            epilogue.push_back(s);
+          }
+        } else {
+          for (uint64_t j = 0; j < q.c.cols; ++j) {
+            double s = 0;
+            for (int64_t t = 0; t < h.k; ++t)
+              s += element(a.data(), q.b, q.opB, 0, t, j);
+            epilogue.push_back(s);
+          }
+        }
+        // The ABI: op(A) [m, k] or op(B) [k, n] summed over k, by the
+        // reduction both runtimes' fallback uses.
+        int64_t desc[4];
+        strata::rt::bgradReduction(h.m, h.n, h.k, transA, transB, operand,
+                                   desc);
+        const std::vector<float> &x = operand == 0 ? a : b;
+        abi.assign(desc[2] == 0 ? desc[1] : desc[0], 0.0);
+        for (int64_t r = 0; r < desc[0]; ++r)
+          for (int64_t c = 0; c < desc[1]; ++c)
+            abi[r * desc[2] + c * desc[3]] += x[r * desc[1] + c];
+        ASSERT_EQ(epilogue.size(), size_t(operand == 0 ? h.m : h.n));
+        for (size_t i = 0; i < abi.size(); ++i)
+          EXPECT_NEAR(epilogue[i], abi[i], 1e-9)
+              << "operand " << operand << " transA " << transA << " transB "
+              << transB << " element " << i;
+        h.unfused = true;
+        GemmPlan r = planGemm(h, false);
+        EXPECT_EQ(r.epilogue, CUBLASLT_EPILOGUE_DEFAULT);
+        EXPECT_TRUE(r.separateBgrad);
+      }
 }
 
 TEST(CudaGemmPlan, TypesComputeAndRefusals) {

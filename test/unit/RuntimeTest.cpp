@@ -129,6 +129,53 @@ TEST(RuntimeTest, GemmEpilogues) {
     EXPECT_NEAR(c[i], plain[i] + 1.0f, 1e-5f);
 }
 
+TEST(RuntimeTest, GemmBackwardEpilogues) {
+  Context ctx;
+  const int64_t m = 5, n = 7, k = 6;
+  for (bool transA : {false, true})
+    for (bool transB : {false, true}) {
+      SCOPED_TRACE(::testing::Message()
+                   << "transA " << transA << " transB " << transB);
+      auto a = iota(m * k), b = iota(k * n, 0.02f, 0.1f), aux = iota(m * n);
+      auto plain = naiveGemm(1, m, n, k, a, false, transA, b, false, transB);
+      // dact: the product times the activation's gradient at aux, as
+      // strata_rt_act_grad computes it.
+      for (int64_t act : {STRATA_RT_ACT_RELU, STRATA_RT_ACT_GELU_TANH}) {
+        std::vector<float> c(m * n), want(m * n);
+        strata_rt_act_grad(ctx, 0, act, want.data(), F32, aux.data(), F32,
+                           plain.data(), F32, m * n);
+        strata_rt_gemm_dact(ctx, 0, m, n, k, a.data(), F32, transA, b.data(),
+                            F32, transB, c.data(), F32, aux.data(), F32, act);
+        expectNear(c, want, 1e-5f);
+      }
+      // bgrad: the product, and op(A)'s row sums or op(B)'s column sums.
+      for (int64_t operand : {0, 1}) {
+        std::vector<float> c(m * n), bgrad(operand == 0 ? m : n, -1.0f);
+        std::vector<float> want(bgrad.size(), 0.0f);
+        for (int64_t i = 0; i < m; ++i)
+          for (int64_t j = 0; j < n; ++j)
+            for (int64_t p = 0; p < k; ++p) {
+              if (operand == 0 && j == 0)
+                want[i] += transA ? a[p * m + i] : a[i * k + p];
+              if (operand == 1 && i == 0)
+                want[j] += transB ? b[j * k + p] : b[p * n + j];
+            }
+        strata_rt_gemm_bgrad(ctx, 0, m, n, k, a.data(), F32, transA, b.data(),
+                             F32, transB, c.data(), F32, bgrad.data(), F32,
+                             operand);
+        expectNear(c, plain, 1e-5f);
+        expectNear(bgrad, want, 1e-5f);
+      }
+    }
+  EXPECT_EQ(strata_rt_error(ctx, nullptr), nullptr);
+  float x = 0;
+  strata_rt_gemm_bgrad(ctx, 3, 1, 1, 1, &x, F32, 0, &x, F32, 0, &x, F32, &x,
+                       F32, 2);
+  ASSERT_NE(strata_rt_error(ctx, nullptr), nullptr);
+  EXPECT_NE(std::string(strata_rt_error(ctx, nullptr)).find("operand 2"),
+            std::string::npos);
+}
+
 TEST(RuntimeTest, BinaryBroadcasts) {
   Context ctx;
   // [2,3,4] - [3,1]: strides of b over the output are {0, 1, 0}.
@@ -919,7 +966,7 @@ TEST(RuntimeTest, DynamicLossScalingFollowsPaddlesRule) {
 TEST(RuntimeTest, SymbolsNameEveryKernel) {
   size_t count = 0;
   const StrataRtSymbol *symbols = strata_rt_symbols(&count);
-  EXPECT_EQ(count, 39u);
+  EXPECT_EQ(count, 41u);
   bool gemm = false, gemmAux = false;
   for (size_t i = 0; i < count; ++i) {
     EXPECT_NE(symbols[i].address, nullptr);

@@ -58,8 +58,10 @@ typedef struct StrataRtContext StrataRtContext;
    typed it; version 3 guards the optimizer updates (loss scaling); version
    4 gives them master weights (mixed precision level o2); version 5 adds
    fused attention (strata_rt_attention and its gradient); version 6 the
-   GEMM that keeps its pre-activation (strata_rt_gemm_aux). */
-#define STRATA_RT_ABI_VERSION 6
+   GEMM that keeps its pre-activation (strata_rt_gemm_aux); version 7 the
+   backward pass's GEMM epilogues (strata_rt_gemm_dact, strata_rt_gemm_bgrad).
+ */
+#define STRATA_RT_ABI_VERSION 7
 
 /* Element types of tensor arguments. */
 enum {
@@ -318,6 +320,24 @@ void strata_rt_gemm_aux(StrataRtContext *ctx, int64_t site, int64_t m,
                         int64_t transB, void *c, int64_t cType, void *aux,
                         int64_t auxType, const void *bias, int64_t biasType,
                         int64_t act);
+
+/* The backward pass's epilogue of an activation: c = (op(A) @ op(B)) *
+   act'(aux), for one M x N product, `aux` (M x N) the activation's input as
+   strata_rt_act_grad takes it. (cuBLASLt's DGELU.) */
+void strata_rt_gemm_dact(StrataRtContext *ctx, int64_t site, int64_t m,
+                         int64_t n, int64_t k, const void *a, int64_t aType,
+                         int64_t transA, const void *b, int64_t bType,
+                         int64_t transB, void *c, int64_t cType,
+                         const void *aux, int64_t auxType, int64_t act);
+/* The backward pass's bias-gradient epilogue: c = op(A) @ op(B) for one
+   M x N product and `bgrad` = the sums of op(A) over k (M elements;
+   `operand` 0) or of op(B) over k (N elements; 1), as strata_rt_reduce sums
+   them. (cuBLASLt's BGRADB / BGRADA.) */
+void strata_rt_gemm_bgrad(StrataRtContext *ctx, int64_t site, int64_t m,
+                          int64_t n, int64_t k, const void *a, int64_t aType,
+                          int64_t transA, const void *b, int64_t bType,
+                          int64_t transB, void *c, int64_t cType, void *bgrad,
+                          int64_t bgradType, int64_t operand);
 
 /* out = a (op) b with broadcasting: `desc` holds the output shape, then the
    element strides of a and b over it (0 on broadcast dimensions). */
