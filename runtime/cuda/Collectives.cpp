@@ -34,9 +34,11 @@ Communicators::~Communicators() {
 std::vector<ncclComm_t> Communicators::all() const {
   std::vector<ncclComm_t> result;
   for (auto &[ranks, c] : groups)
-    result.push_back(c);
+    if (c)
+      result.push_back(c);
   for (auto &[link, l] : links)
-    result.push_back(l.comm);
+    if (l.comm)
+      result.push_back(l.comm);
   return result;
 }
 
@@ -46,8 +48,15 @@ void Communicators::release(bool abort) {
   for (ncclComm_t c : all())
     abort ? ncclCommAbort(c) : ncclCommDestroy(c);
   groups.clear();
+  // The links' operations have ended (aborted or flushed); what else their
+  // streams hold (waits for the compute stream, frees of send copies) ends
+  // too, so waiting leaves no work in flight on a stream that is gone.
   for (auto &[link, l] : links)
-    l.comm = nullptr;
+    if (l.stream) {
+      cudaStreamSynchronize(l.stream);
+      cudaStreamDestroy(l.stream);
+    }
+  links.clear();
 }
 
 bool ncclType(int64_t dtype, ncclDataType_t &type) {
@@ -77,7 +86,35 @@ bool ncclType(int64_t dtype, ncclDataType_t &type) {
   return false;
 }
 
+void abortCommunicators(StrataRtContext *ctx, int64_t site, std::string why) {
+  auto &c = *ctx->comms;
+  ctx->fail(site, why);
+  c.release(/*abort=*/true);
+  c.aborted = true;
+  c.abortReason = std::move(why);
+  c.abortSite = site;
+  // The aborted collectives end; so does the rest of the step.
+  cudaStreamSynchronize(ctx->comm);
+  cudaStreamSynchronize(ctx->compute);
+}
+
 namespace {
+
+/// After an abort, records why collective, send or receive `name` cannot
+/// run and returns true.
+bool refusedAfterAbort(StrataRtContext *ctx, int64_t site, const char *name) {
+  const Communicators &c = *ctx->comms;
+  if (!c.aborted)
+    return false;
+  ctx->fail(site,
+            std::string(name) +
+                ": the NCCL communicators were aborted after an "
+                "earlier error at " +
+                (c.abortSite < 0 ? std::string("the step's end")
+                                 : "site " + std::to_string(c.abortSite)) +
+                " (" + c.abortReason + ")");
+  return true;
+}
 
 bool ncclOk(StrataRtContext *ctx, int64_t site, ncclResult_t r,
             const char *what) {
@@ -128,55 +165,80 @@ ncclComm_t groupCommunicator(StrataRtContext *ctx, int64_t site,
     return nullptr;
   int64_t me = std::find(ranks, ranks + numRanks, ctx->rank) - ranks;
   ncclComm_t comm = nullptr;
-  if (!ncclOk(ctx, site, ncclCommInitRank(&comm, int(numRanks), id, int(me)),
-              "ncclCommInitRank"))
-    return nullptr;
+  {
+    // Blocks until every rank of the group arrives.
+    strata::rt::HostCall inHost(*ctx, site);
+    if (!ncclOk(ctx, site, ncclCommInitRank(&comm, int(numRanks), id, int(me)),
+                "ncclCommInitRank"))
+      return nullptr;
+  }
   groups[key] = comm;
   return comm;
 }
 
-/// The link from world rank `from` to `to`, created on its first message:
-/// the sender makes the id and the host's send carries it (the first
-/// message of that direction).
+/// The link from world rank `from` to `to`. ncclCommInitRank blocks until
+/// the peer makes the same communicator, so a link made on the first
+/// message of its direction would deadlock two ranks whose first messages
+/// to each other go opposite ways (both send, then both receive): each
+/// would wait in a different communicator. So the first message either way
+/// between two ranks makes both links, in an order both agree on: the
+/// lower rank makes both ids and the host's send carries them to the
+/// higher (whichever way the message goes), then both create the lower
+/// rank's sending link, then the higher rank's.
 Communicators::Link *link(StrataRtContext *ctx, int64_t site, int64_t from,
                           int64_t to, const int64_t *ranks, int64_t numRanks,
                           int64_t peer) {
   auto &links = ctx->comms->links;
-  if (auto it = links.find({from, to}); it != links.end() && it->second.comm)
+  if (auto it = links.find({from, to}); it != links.end())
     return &it->second;
-  bool sender = from == ctx->rank;
-  ncclUniqueId id;
-  std::memset(&id, 0, sizeof(id));
+  int64_t other = from == ctx->rank ? to : from;
+  bool lower = ctx->rank < other;
+  int64_t low = lower ? ctx->rank : other, high = lower ? other : ctx->rank;
+  // [0]: low to high, [1]: high to low.
+  ncclUniqueId ids[2];
+  std::memset(ids, 0, sizeof(ids));
+  Communicators::Link made[2];
   char error[256] = {0};
-  {
-    strata::rt::HostCall inHost(*ctx, site);
-    if (sender) {
+  // Host calls that wait for the peer, until both links exist.
+  strata::rt::HostCall inHost(*ctx, site);
+  if (lower) {
+    for (ncclUniqueId &id : ids)
       if (!ncclOk(ctx, site, ncclGetUniqueId(&id), "ncclGetUniqueId"))
         return nullptr;
-      if (ctx->send(ctx->p2pUser, &id, sizeof(id), STRATA_RT_U8, ranks,
-                    numRanks, peer, error, sizeof(error)) != 0) {
-        ctx->fail(site, std::string("sharing the NCCL id: ") +
-                            (error[0] ? error : "the host's send failed"));
-        return nullptr;
-      }
-    } else if (ctx->recv(ctx->p2pUser, &id, sizeof(id), STRATA_RT_U8, ranks,
-                         numRanks, peer, error, sizeof(error)) != 0) {
-      ctx->fail(site, std::string("sharing the NCCL id: ") +
-                          (error[0] ? error : "the host's receive failed"));
+    if (ctx->send(ctx->p2pUser, ids, sizeof(ids), STRATA_RT_U8, ranks, numRanks,
+                  peer, error, sizeof(error)) != 0) {
+      ctx->fail(site, std::string("sharing the NCCL ids: ") +
+                          (error[0] ? error : "the host's send failed"));
       return nullptr;
     }
-  }
-  Communicators::Link l;
-  if (!ctx->check(site,
-                  cudaStreamCreateWithFlags(&l.stream, cudaStreamNonBlocking),
-                  "creating a stream") ||
-      !ncclOk(ctx, site, ncclCommInitRank(&l.comm, 2, id, sender ? 0 : 1),
-              "ncclCommInitRank")) {
-    if (l.stream)
-      cudaStreamDestroy(l.stream);
+  } else if (ctx->recv(ctx->p2pUser, ids, sizeof(ids), STRATA_RT_U8, ranks,
+                       numRanks, peer, error, sizeof(error)) != 0) {
+    ctx->fail(site, std::string("sharing the NCCL ids: ") +
+                        (error[0] ? error : "the host's receive failed"));
     return nullptr;
   }
-  return &(links[{from, to}] = l);
+  for (int d = 0; d < 2; ++d) {
+    // Rank 0 of a link's communicator is its sender.
+    int me = (d == 0) == lower ? 0 : 1;
+    Communicators::Link &l = made[d];
+    if (ctx->check(site,
+                   cudaStreamCreateWithFlags(&l.stream, cudaStreamNonBlocking),
+                   "creating a stream") &&
+        ncclOk(ctx, site, ncclCommInitRank(&l.comm, 2, ids[d], me),
+               "ncclCommInitRank"))
+      continue;
+    // Nothing was issued on what was made: undo it.
+    for (int k = 0; k <= d; ++k) {
+      if (k < d && made[k].comm)
+        ncclCommAbort(made[k].comm);
+      if (made[k].stream)
+        cudaStreamDestroy(made[k].stream);
+    }
+    return nullptr;
+  }
+  links[{low, high}] = made[0];
+  links[{high, low}] = made[1];
+  return &links[{from, to}];
 }
 
 /// The checks of a send (or receive) and the link it takes to (from) `peer`
@@ -229,55 +291,55 @@ void finishStreams(StrataRtContext *ctx) {
   for (auto &[ends, l] : c.links)
     streams.push_back(l.stream);
   std::vector<ncclComm_t> comms = c.all();
-  auto started = std::chrono::steady_clock::now();
-  auto abortAll = [&](std::string why) {
-    ctx->fail(-1, std::move(why));
-    c.release(/*abort=*/true);
-    // The aborted collectives end; so does the rest of the step.
-    cudaStreamSynchronize(ctx->compute);
-  };
-  for (cudaStream_t s : streams) {
-    if (comms.empty()) {
+  if (comms.empty()) {
+    for (cudaStream_t s : streams)
       ctx->check(-1, cudaStreamSynchronize(s), "the step's kernels");
-      continue;
-    }
+    return;
+  }
+  auto started = std::chrono::steady_clock::now();
+  for (cudaStream_t s : streams) {
     // Poll, so that a collective that cannot finish (a rank that stopped)
-    // ends the step with an error instead of a hang.
-    cudaEvent_t idle = takeEvent(ctx, -1);
-    if (!idle || !ctx->check(-1, cudaEventRecord(idle, s), "ending the step"))
-      return;
+    // ends the step with an error instead of a hang. The stream is queried
+    // itself: nothing is created or recorded that could fail and leave the
+    // wait undone.
     while (true) {
-      cudaError_t state = cudaEventQuery(idle);
+      cudaError_t state = cudaStreamQuery(s);
       if (state == cudaSuccess)
         break;
       if (state != cudaErrorNotReady) {
+        // The device failed (a kernel's fault): the collectives and
+        // transfers still in flight cannot be counted on to end, and the
+        // peers must not wait for them.
         ctx->check(-1, state, "the step's kernels");
-        break;
+        return abortCommunicators(
+            ctx, -1,
+            std::string("the device failed while collectives were in "
+                        "flight: ") +
+                cudaGetErrorString(state));
       }
       for (ncclComm_t comm : comms) {
         ncclResult_t async = ncclSuccess;
         ncclCommGetAsyncError(comm, &async);
-        if (async != ncclSuccess && async != ncclInProgress) {
-          abortAll(std::string("a collective failed: ") +
-                   ncclGetErrorString(async) +
-                   " (another rank stopped or a link broke)");
-          c.freeEvents.push_back(idle);
-          return;
-        }
+        if (async != ncclSuccess && async != ncclInProgress)
+          return abortCommunicators(
+              ctx, -1,
+              std::string("a collective failed: ") + ncclGetErrorString(async) +
+                  " (another rank stopped or a link broke)");
       }
       double waited = std::chrono::duration<double>(
                           std::chrono::steady_clock::now() - started)
                           .count();
-      if (ctx->collectiveTimeout > 0 && waited > ctx->collectiveTimeout) {
-        abortAll("the step's collectives did not finish within " +
-                 std::to_string(ctx->collectiveTimeout) +
-                 " s (a rank that does not reach them); aborted");
-        c.freeEvents.push_back(idle);
-        return;
-      }
+      if (ctx->collectiveTimeout > 0 && waited > ctx->collectiveTimeout)
+        return abortCommunicators(
+            ctx, -1,
+            "the step's collectives did not finish within " +
+                std::to_string(ctx->collectiveTimeout) +
+                " s (a rank that does not reach them); aborted");
       std::this_thread::sleep_for(std::chrono::microseconds(50));
     }
-    c.freeEvents.push_back(idle);
+    // Idle, so this returns at once; the pool reuses the send copies freed
+    // on a link's stream once the host has synchronized with it.
+    ctx->check(-1, cudaStreamSynchronize(s), "the step's kernels");
   }
 }
 
@@ -295,7 +357,8 @@ void strata_rt_collective(StrataRtContext *ctx, int64_t site, int64_t op,
   const int64_t *ranks = nullptr;
   int64_t numRanks = 0;
   ncclDataType_t type;
-  if (!strata::rt::collectivePrologue(*ctx, site, op, dtype, n, kind, root,
+  if (refusedAfterAbort(ctx, site, strata::rt::collectiveName(op)) ||
+      !strata::rt::collectivePrologue(*ctx, site, op, dtype, n, kind, root,
                                       group, name, ranks, numRanks))
     return;
   if (!ncclType(dtype, type))
@@ -356,6 +419,8 @@ void strata_rt_send(StrataRtContext *ctx, int64_t site, const void *in,
                     int64_t dtype, int64_t n, int64_t peer,
                     const int64_t *group) {
   cudaSetDevice(ctx->device);
+  if (refusedAfterAbort(ctx, site, "send"))
+    return;
   ncclDataType_t type;
   Communicators::Link *l =
       pointToPoint(ctx, site, /*sending=*/true, dtype, peer, group, type);
@@ -364,14 +429,16 @@ void strata_rt_send(StrataRtContext *ctx, int64_t site, const void *in,
   // Buffered, as the ABI's send: the message is copied on the compute
   // stream and sent from the copy, so nothing on the compute stream waits
   // for the peer to receive (a pipeline stage sends its activations, then
-  // receives a gradient from the same peer). The copy lives in the
-  // stream-ordered pool until the send is done.
+  // receives a gradient from the same peer). The copy comes from the
+  // context's pool, whose reuse rules never make the compute stream wait
+  // for the link's stream, and is freed on the link's stream behind the
+  // send.
   size_t bytes = size_t(n) * size_t(strata_rt_element_bytes(dtype));
   void *copy = nullptr;
-  if (!ctx->check(
-          site,
-          cudaMallocAsync(&copy, std::max<size_t>(bytes, 1), ctx->compute),
-          "send") ||
+  if (!ctx->check(site,
+                  cudaMallocFromPoolAsync(&copy, std::max<size_t>(bytes, 1),
+                                          ctx->pool, ctx->compute),
+                  "send") ||
       !ctx->check(site,
                   cudaMemcpyAsync(copy, in, bytes, cudaMemcpyDeviceToDevice,
                                   ctx->compute),
@@ -391,6 +458,8 @@ void strata_rt_recv(StrataRtContext *ctx, int64_t site, void *out,
                     int64_t dtype, int64_t n, int64_t peer,
                     const int64_t *group) {
   cudaSetDevice(ctx->device);
+  if (refusedAfterAbort(ctx, site, "recv"))
+    return;
   ncclDataType_t type;
   Communicators::Link *l =
       pointToPoint(ctx, site, /*sending=*/false, dtype, peer, group, type);

@@ -20,15 +20,22 @@ StrataRtContext::StrataRtContext() : HostContext("CUDA runtime") {}
 
 StrataRtContext::~StrataRtContext() {
   cudaSetDevice(device);
+  // Every stream this context owns is idle before what it used is freed.
+  if (comms) {
+    // Without an earlier failure, wait as a step's end does, so a peer
+    // that stopped (or the timeout) aborts the communicators instead of
+    // hanging here. After one, operations may wait for peers that are gone:
+    // abort them first, which ends them. Either way the links' streams are
+    // waited for and destroyed with their communicators.
+    if (error.empty())
+      strata::cuda::finishStreams(this);
+    comms->release(/*abort=*/!error.empty());
+  }
   if (compute)
     cudaStreamSynchronize(compute);
   if (comm)
     cudaStreamSynchronize(comm);
-  if (comms) {
-    // After a failure, operations may wait for peers that are gone.
-    comms->release(/*abort=*/!error.empty());
-    comms.reset(); // before the streams its collectives ran on
-  }
+  comms.reset(); // before the streams its collectives ran on
   gemm.reset();
   for (auto &e : traceEvents) {
     cudaEventDestroy(e.begin);
@@ -36,10 +43,15 @@ StrataRtContext::~StrataRtContext() {
   }
   if (epoch)
     cudaEventDestroy(epoch);
-  for (int *chunk : errorWordChunks)
-    cudaFree(chunk);
-  if (scratch)
-    cudaFree(scratch);
+  if (compute) {
+    for (int *chunk : errorWordChunks)
+      cudaFreeAsync(chunk, compute);
+    if (scratch)
+      cudaFreeAsync(scratch, compute);
+    cudaStreamSynchronize(compute);
+  }
+  if (pool)
+    cudaMemPoolDestroy(pool);
   if (compute)
     cudaStreamDestroy(compute);
   if (comm)
@@ -54,16 +66,20 @@ constexpr size_t kErrorWordsPerChunk = 1024;
 void *StrataRtContext::scratchBytes(int64_t site, size_t bytes) {
   if (bytes <= scratchSize)
     return scratch;
-  // Earlier kernels may still read the old scratch.
-  if (!check(site, cudaStreamSynchronize(compute), "device scratch"))
-    return nullptr;
+  // Stream-ordered: the old block is freed once the compute stream's
+  // kernels issued before have run (they may still read it), the new one
+  // allocated behind them; the host waits for neither, so collectives and
+  // transfers in flight on other streams cannot hold it up.
   if (scratch)
-    cudaFree(scratch);
+    check(site, cudaFreeAsync(scratch, compute), "device scratch");
   scratch = nullptr;
   scratchSize = 0;
   size_t grown = std::max(bytes, size_t(1) << 20);
-  if (!check(site, cudaMalloc(&scratch, grown), "device scratch"))
+  void *memory = nullptr;
+  if (!check(site, cudaMallocFromPoolAsync(&memory, grown, pool, compute),
+             "device scratch"))
     return nullptr;
+  scratch = memory;
   scratchSize = grown;
   return scratch;
 }
@@ -73,10 +89,16 @@ namespace strata::cuda {
 int *deviceErrorWord(StrataRtContext *ctx, int64_t site, const char *what) {
   size_t index = ctx->errorWordUses.size();
   if (index / kErrorWordsPerChunk == ctx->errorWordChunks.size()) {
-    int *chunk = nullptr;
-    if (!ctx->check(site, cudaMalloc(&chunk, kErrorWordsPerChunk * sizeof(int)),
+    // From the pool, on the compute stream: a chunk may be added mid-step,
+    // where cudaMalloc could synchronize the device.
+    void *memory = nullptr;
+    if (!ctx->check(site,
+                    cudaMallocFromPoolAsync(&memory,
+                                            kErrorWordsPerChunk * sizeof(int),
+                                            ctx->pool, ctx->compute),
                     "an error word"))
       return nullptr;
+    int *chunk = static_cast<int *>(memory);
     ctx->errorWordChunks.push_back(chunk);
     if (!ctx->check(site,
                     cudaMemsetAsync(chunk, 0x7f,
@@ -119,6 +141,30 @@ static void collectErrorWords(StrataRtContext *ctx) {
                "resetting the kernels' error words");
   }
   ctx->errorWordUses.clear();
+}
+
+/// The context's pool on `device` (see StrataRtContext::pool).
+static cudaError_t makePool(int device, cudaMemPool_t &pool) {
+  cudaMemPoolProps props;
+  std::memset(&props, 0, sizeof(props));
+  props.allocType = cudaMemAllocationTypePinned;
+  props.handleTypes = cudaMemHandleTypeNone;
+  props.location.type = cudaMemLocationTypeDevice;
+  props.location.id = device;
+  if (cudaError_t e = cudaMemPoolCreate(&pool, &props); e != cudaSuccess) {
+    pool = nullptr;
+    return e;
+  }
+  uint64_t keepAll = UINT64_MAX; // the attribute is a cuuint64_t
+  int no = 0;
+  cudaError_t e =
+      cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReleaseThreshold, &keepAll);
+  if (e == cudaSuccess)
+    e = cudaMemPoolSetAttribute(pool, cudaMemPoolReuseAllowOpportunistic, &no);
+  if (e == cudaSuccess)
+    e = cudaMemPoolSetAttribute(pool, cudaMemPoolReuseAllowInternalDependencies,
+                                &no);
+  return e;
 }
 
 /// The device of a process that asked for none: its rank among the ranks of
@@ -174,6 +220,14 @@ StrataRtContext *strata_rt_create(const StrataRtOptions *options, char *error,
     if (cudaError_t e = cudaStreamCreateWithFlags(s, cudaStreamNonBlocking);
         e != cudaSuccess)
       return cudaFailed(e, "creating a stream");
+  int pools = 0;
+  if (cudaError_t e = cudaDeviceGetAttribute(
+          &pools, cudaDevAttrMemoryPoolsSupported, ctx->device);
+      e != cudaSuccess || !pools)
+    return cudaFailed(e != cudaSuccess ? e : cudaErrorNotSupported,
+                      "stream-ordered memory pools");
+  if (cudaError_t e = makePool(ctx->device, ctx->pool); e != cudaSuccess)
+    return cudaFailed(e, "creating a memory pool");
   if (cudaError_t e = cudaEventCreate(&ctx->epoch); e != cudaSuccess)
     return cudaFailed(e, "creating an event");
   ctx->gemm = std::make_unique<strata::cuda::GemmCache>();

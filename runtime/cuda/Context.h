@@ -42,6 +42,20 @@ struct StrataRtContext : strata::rt::HostContext {
   cudaEvent_t epoch = nullptr;
   double epochUs = 0;
 
+  /// The runtime's stream-ordered device memory: scratch and error words
+  /// (allocated and freed on `compute`) and the copies of buffered sends
+  /// (allocated on `compute`, freed on a link's stream). cudaMalloc and
+  /// cudaFree may synchronize the device, which mid-step would wait for
+  /// collectives and transfers that wait for a peer; a pool's allocations
+  /// and frees are ordered on a stream instead. It keeps what it reserved
+  /// (its release threshold is the maximum, so no synchronization returns
+  /// memory to the OS) and reuses a block freed on another stream only
+  /// after an event ordered the allocating stream behind the free, or after
+  /// the host synchronized with that stream (the step's end): never
+  /// opportunistically, never by making the allocating stream wait itself,
+  /// which would make the compute stream wait for a send, that is for the
+  /// peer to receive.
+  cudaMemPool_t pool = nullptr;
   /// Device scratch of the kernels (reduction partials, descriptors),
   /// grown on demand and kept; its use is ordered on `compute`.
   void *scratch = nullptr;
@@ -68,7 +82,9 @@ struct StrataRtContext : strata::rt::HostContext {
     fail(site, std::string(what) + ": " + cudaGetErrorString(status));
     return false;
   }
-  /// Device scratch of at least `bytes`, or null (the failure recorded).
+  /// Device scratch of at least `bytes` for the compute stream's next
+  /// kernels, or null (the failure recorded). Growing it frees the old
+  /// block in stream order, after the kernels issued before that use it.
   void *scratchBytes(int64_t site, size_t bytes);
 };
 
