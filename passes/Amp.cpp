@@ -57,11 +57,15 @@ constexpr llvm::StringLiteral kListable[] = {"matmul",
                                              "concat",
                                              "cross_entropy",
                                              "fused_gemm_epilogue",
-                                             "fused_dropout_add"};
+                                             "fused_dropout_add",
+                                             "attention"};
 // Paddle's white list (matmul, the fused GEMM epilogue) and black list
 // (softmax, layer norm, losses, sums and means), plus rsqrt: an RMSNorm's
-// statistics stay in f32 like layer norm's.
-constexpr llvm::StringLiteral kWhite[] = {"matmul", "fused_gemm_epilogue"};
+// statistics stay in f32 like layer norm's. Fused attention is white, as
+// Paddle's flash attention (16-bit only): its products read the low type,
+// its softmax and log-sum-exp are f32 inside the kernel.
+constexpr llvm::StringLiteral kWhite[] = {"matmul", "fused_gemm_epilogue",
+                                          "attention"};
 constexpr llvm::StringLiteral kBlack[] = {"softmax",       "layer_norm",
                                           "cross_entropy", "reduce_sum",
                                           "reduce_mean",   "rsqrt"};

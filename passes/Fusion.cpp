@@ -235,8 +235,10 @@ struct AttentionFusionPass
     auto qt = cast<RankedTensorType>(q.getType());
     auto kt = cast<RankedTensorType>(k.getType());
     auto vt = cast<RankedTensorType>(v.getType());
-    if (!qt.getElementType().isF32() || qt.getRank() < 2 ||
-        kt.getRank() != qt.getRank() || vt.getRank() != qt.getRank() ||
+    Type element = qt.getElementType();
+    if (!(element.isF32() || element.isBF16() || element.isF16()) ||
+        qt.getRank() < 2 || kt.getRank() != qt.getRank() ||
+        vt.getRank() != qt.getRank() ||
         qt.getShape().drop_back(2) != kt.getShape().drop_back(2) ||
         qt.getShape().drop_back(2) != vt.getShape().drop_back(2))
       return;

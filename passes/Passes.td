@@ -41,7 +41,8 @@ def StrataAmp : Pass<"strata-amp", "mlir::ModuleOp"> {
     parameters in f32 and decides, op by op in program order, the type each
     computes in:
 
-    - white-list ops (`matmul`, `fused_gemm_epilogue`) compute in `dtype`;
+    - white-list ops (`matmul`, `fused_gemm_epilogue`, `attention`) compute
+      in `dtype`;
     - black-list ops (`softmax`, `layer_norm`, `cross_entropy`,
       `reduce_sum`, `reduce_mean`, `rsqrt`) compute in f32;
     - every other op follows its inputs: in `dtype` when all its
@@ -274,8 +275,9 @@ def StrataAttentionFusion
 
     becomes `%o, %lse = strata.attention %q, %k, %v {scale = c[, causal]}`
     when the scores, the scaled scores and the probabilities have no other
-    use, `q`, `k` and `v` have the same leading (batch, head) dimensions and
-    are f32. Autodiff then differentiates `strata.attention` with one
+    use and `q`, `k` and `v` have the same leading (batch, head) dimensions
+    (f32, bf16 or f16; the kernels compute in f32 and keep the log-sum-exp
+    in f32). Autodiff then differentiates `strata.attention` with one
     `strata.attention_grad`. The fused op never stores the [S, T]
     probabilities: its kernel works on blocks of query rows (with `causal`,
     only the keys a block can see) and keeps each row's log-sum-exp, from
@@ -284,9 +286,9 @@ def StrataAttentionFusion
     about half the products.
 
     Not fused: a chain whose probabilities go through dropout or are read
-    elsewhere, a transposed `v`, broadcast (shared) keys or values, and
-    bf16/f16 attention (mixed precision computes softmax in f32, with casts
-    in the chain).
+    elsewhere, a transposed `v`, broadcast (shared) keys or values, and a
+    chain with casts in it. A strategy runs this pass before `strata-amp`,
+    which treats the fused op as a white-list op.
   }];
   let dependentDialects = ["::strata::StrataDialect"];
 }

@@ -51,6 +51,13 @@ std::vector<PlannedPass> strata::planPasses(const Strategy &s,
     plan.push_back({name.str(), reason.str(), std::move(create)});
   };
 
+  // On the forward program as written (before mixed precision's casts,
+  // which then treat the fused op as one white-list op): autodiff
+  // differentiates the fused op.
+  if (s.fused_passes.enable && s.fused_passes.flash_attention)
+    add("strata-attention-fusion", "fused_passes.flash_attention",
+        [] { return createStrataAttentionFusion(); });
+
   if (s.amp.enable) {
     StrataAmpOptions o;
     o.dtype = s.amp.dtype;
@@ -104,11 +111,6 @@ std::vector<PlannedPass> strata::planPasses(const Strategy &s,
     add("strata-stage-split", "pipeline.enable",
         [o] { return createStrataStageSplit(o); });
   }
-
-  // On the forward program: autodiff differentiates the fused op.
-  if (s.fused_passes.enable && s.fused_passes.flash_attention)
-    add("strata-attention-fusion", "fused_passes.flash_attention",
-        [] { return createStrataAttentionFusion(); });
 
   add("strata-autodiff", "always", [] { return createStrataAutodiff(); });
 

@@ -372,10 +372,6 @@ Error Reader::validate(const StrategyContext &context) {
   unusedIf("dp_optimization.fp16_allreduce",
            s.amp.enable && s.amp.level == "o2",
            "at amp level o2 the gradients are 16-bit on the wire already");
-  unusedIf("fused_passes.flash_attention", s.amp.enable,
-           "attention fusion fuses f32 attention, and under amp attention's "
-           "products compute in " +
-               s.amp.dtype + " and its softmax in f32, with casts between");
   unusedIf("sharding.segment_size", s.sharding.enable && s.sharding.stage < 3,
            "only stage 3 shards parameters (segment_size is the smallest "
            "sharded one)");

@@ -908,29 +908,22 @@ static inline float attentionRow(float *x, int64_t limit, int64_t keys,
 
 } // namespace
 
+namespace {
+
 /// FlashAttention's schedule with whole rows of keys per block: for each
 /// head and block of kAttentionBlock query rows, the scores against the
 /// keys the block sees (with `causal`, keys up to its last row), their
 /// softmax and log-sum-exp, and the product with the values. The
-/// probabilities exist one block at a time, in scratch; the products run
-/// through oneDNN's sgemm, single-threaded inside the parallel loop, so
-/// results do not depend on the thread count.
-void STRATA_RT_KERNEL(strata_rt_attention)(
-    StrataRtContext *ctx, int64_t site, void *outData, int64_t outType,
-    void *lseData, int64_t lseType, const void *qData, int64_t qType,
-    const void *kData, int64_t kType, const void *vData, int64_t vType,
-    int64_t heads, int64_t s, int64_t t, int64_t d, int64_t dv, double scale,
-    int64_t causal) {
-  if (!onlyF32(ctx, site, "attention", {outType, lseType, qType, kType, vType}))
-    return;
-  auto *out = static_cast<float *>(outData);
-  auto *lse = static_cast<float *>(lseData);
-  auto *q = static_cast<const float *>(qData);
-  auto *k = static_cast<const float *>(kData);
-  auto *v = static_cast<const float *>(vData);
+/// probabilities exist one block at a time, in `scratch` (block * t floats
+/// per thread); the products run through oneDNN's sgemm, single-threaded
+/// inside the parallel loop, so results do not depend on the thread count.
+/// Whether sgemm refused a block.
+static bool attentionF32(float *out, float *lse, const float *q, const float *k,
+                         const float *v, int64_t heads, int64_t s, int64_t t,
+                         int64_t d, int64_t dv, float scale, bool causal,
+                         float *scratch) {
   const int64_t block = kAttentionBlock;
   int64_t blocks = (s + block - 1) / block;
-  float *scratch = ctx->scratchFloats(omp_get_max_threads() * block * t);
   int bad = 0;
 #pragma omp parallel for collapse(2) schedule(dynamic) reduction(| : bad)
   for (int64_t h = 0; h < heads; ++h)
@@ -938,8 +931,8 @@ void STRATA_RT_KERNEL(strata_rt_attention)(
       float *p = scratch + omp_get_thread_num() * block * t;
       int64_t i0 = b * block, rows = std::min(block, s - i0);
       int64_t keys = causal ? i0 + rows : t;
-      bad |= dnnl_sgemm('N', 'T', rows, keys, d, float(scale), q + (h * s + i0) * d, d,
-                 k + h * t * d, d, 0.0f, p, keys) != dnnl_success;
+      bad |= dnnl_sgemm('N', 'T', rows, keys, d, scale, q + (h * s + i0) * d, d,
+                        k + h * t * d, d, 0.0f, p, keys) != dnnl_success;
       for (int64_t r = 0; r < rows; ++r) {
         float *x = p + r * keys;
         int64_t limit = causal ? i0 + r + 1 : keys;
@@ -952,41 +945,23 @@ void STRATA_RT_KERNEL(strata_rt_attention)(
         for (int64_t j = 0; j < limit; ++j)
           x[j] *= inv;
       }
-      bad |= dnnl_sgemm('N', 'N', rows, dv, keys, 1.0f, p, keys, v + h * t * dv, dv,
-                 0.0f, out + (h * s + i0) * dv, dv) != dnnl_success;
+      bad |= dnnl_sgemm('N', 'N', rows, dv, keys, 1.0f, p, keys, v + h * t * dv,
+                        dv, 0.0f, out + (h * s + i0) * dv, dv) != dnnl_success;
     }
-  if (bad)
-    ctx->fail(site, "strata_rt_attention: oneDNN's sgemm refused a block");
+  return bad != 0;
 }
 
-/// The gradients of strata_rt_attention, per head (dk and dv sum over the
-/// head's query blocks): the probabilities P of each block recomputed from
-/// the log-sum-exp, dV += P^T dO, dP = dO V^T, dS = P (dP - rowsum(dO O)),
-/// dQ = scale dS K, dK += scale dS^T Q.
-void STRATA_RT_KERNEL(strata_rt_attention_grad)(
-    StrataRtContext *ctx, int64_t site, void *dqData, int64_t dqType,
-    void *dkData, int64_t dkType, void *dvData, int64_t dvType,
-    const void *qData, int64_t qType, const void *kData, int64_t kType,
-    const void *vData, int64_t vType, const void *outData, int64_t outType,
-    const void *lseData, int64_t lseType, const void *doutData,
-    int64_t doutType, int64_t heads, int64_t s, int64_t t, int64_t d,
-    int64_t dv, double scale, int64_t causal) {
-  if (!onlyF32(ctx, site, "attention_grad",
-                      {dqType, dkType, dvType, qType, kType, vType, outType,
-                       lseType, doutType}))
-    return;
-  auto *dq = static_cast<float *>(dqData);
-  auto *dk = static_cast<float *>(dkData);
-  auto *dV = static_cast<float *>(dvData);
-  auto *q = static_cast<const float *>(qData);
-  auto *k = static_cast<const float *>(kData);
-  auto *v = static_cast<const float *>(vData);
-  auto *out = static_cast<const float *>(outData);
-  auto *lse = static_cast<const float *>(lseData);
-  auto *dout = static_cast<const float *>(doutData);
+/// The gradients of attentionF32, per head (dk and dv sum over the head's
+/// query blocks): the probabilities P of each block recomputed from the
+/// log-sum-exp, dV += P^T dO, dP = dO V^T, dS = P (dP - rowsum(dO O)),
+/// dQ = scale dS K, dK += scale dS^T Q. `scratch`: 2 * block * t floats per
+/// thread.
+static bool attentionGradF32(float *dq, float *dk, float *dV, const float *q,
+                             const float *k, const float *v, const float *out,
+                             const float *lse, const float *dout, int64_t heads,
+                             int64_t s, int64_t t, int64_t d, int64_t dv,
+                             float scale, bool causal, float *scratch) {
   const int64_t block = kAttentionBlock;
-  float *scratch = ctx->scratchFloats(omp_get_max_threads() * 2 * block * t);
-  float fscale = float(scale);
   int bad = 0;
 #pragma omp parallel for schedule(dynamic) reduction(| : bad)
   for (int64_t h = 0; h < heads; ++h) {
@@ -1000,15 +975,15 @@ void STRATA_RT_KERNEL(strata_rt_attention_grad)(
       int64_t keys = causal ? i0 + rows : t;
       const float *qb = q + (h * s + i0) * d;
       const float *dob = dout + (h * s + i0) * dv;
-      bad |= dnnl_sgemm('N', 'T', rows, keys, d, fscale, qb, d, k + h * t * d, d, 0.0f,
-                 p, keys) != dnnl_success;
+      bad |= dnnl_sgemm('N', 'T', rows, keys, d, scale, qb, d, k + h * t * d, d,
+                        0.0f, p, keys) != dnnl_success;
       for (int64_t r = 0; r < rows; ++r)
         attentionRow(p + r * keys, causal ? i0 + r + 1 : keys, keys,
                      lse[h * s + i0 + r]);
-      bad |= dnnl_sgemm('T', 'N', keys, dv, rows, 1.0f, p, keys, dob, dv, 1.0f, dvh,
-                 dv) != dnnl_success;
-      bad |= dnnl_sgemm('N', 'T', rows, keys, dv, 1.0f, dob, dv, v + h * t * dv, dv,
-                 0.0f, dp, keys) != dnnl_success;
+      bad |= dnnl_sgemm('T', 'N', keys, dv, rows, 1.0f, p, keys, dob, dv, 1.0f,
+                        dvh, dv) != dnnl_success;
+      bad |= dnnl_sgemm('N', 'T', rows, keys, dv, 1.0f, dob, dv, v + h * t * dv,
+                        dv, 0.0f, dp, keys) != dnnl_success;
       for (int64_t r = 0; r < rows; ++r) {
         const float *o = out + (h * s + i0 + r) * dv;
         float dot = 0;
@@ -1019,12 +994,139 @@ void STRATA_RT_KERNEL(strata_rt_attention_grad)(
         for (int64_t j = 0; j < keys; ++j)
           dpr[j] = pr[j] * (dpr[j] - dot);
       }
-      bad |= dnnl_sgemm('N', 'N', rows, d, keys, fscale, dp, keys, k + h * t * d, d,
-                 0.0f, dq + (h * s + i0) * d, d) != dnnl_success;
-      bad |= dnnl_sgemm('T', 'N', keys, d, rows, fscale, dp, keys, qb, d, 1.0f, dkh,
-                 d) != dnnl_success;
+      bad |= dnnl_sgemm('N', 'N', rows, d, keys, scale, dp, keys, k + h * t * d,
+                        d, 0.0f, dq + (h * s + i0) * d, d) != dnnl_success;
+      bad |= dnnl_sgemm('T', 'N', keys, d, rows, scale, dp, keys, qb, d, 1.0f,
+                        dkh, d) != dnnl_success;
     }
   }
+  return bad != 0;
+}
+
+// (C++ linkage: the kernels around are extern "C".)
+extern "C++" {
+/// bf16 / f16 tensors through the f32 kernels: `inputs` widened into
+/// scratch, `outputs` computed there and narrowed; `perThread` floats of
+/// each thread's own scratch follow. Calls `run(wideInputs, wideOutputs,
+/// threadScratch)`.
+template <typename T, typename Run>
+void throughF32(StrataRtContext *ctx,
+                std::initializer_list<std::pair<const T *, int64_t>> inputs,
+                std::initializer_list<std::pair<T *, int64_t>> outputs,
+                int64_t perThread, Run &&run) {
+  int64_t total = omp_get_max_threads() * perThread;
+  for (auto [_, n] : inputs)
+    total += n;
+  for (auto [_, n] : outputs)
+    total += n;
+  float *next = ctx->scratchFloats(total);
+  std::vector<float *> wideIn, wideOut;
+  for (auto [from, n] : inputs) {
+    widen(next, from, n);
+    wideIn.push_back(next);
+    next += n;
+  }
+  for (auto [_, n] : outputs) {
+    wideOut.push_back(next);
+    next += n;
+  }
+  run(wideIn, wideOut, next);
+  size_t i = 0;
+  for (auto [to, n] : outputs)
+    narrow(to, wideOut[i++], n);
+}
+}
+
+} // namespace
+
+/// The attention of f32 tensors, or of bf16 / f16 ones computed in f32
+/// (the log-sum-exp is f32 either way).
+void STRATA_RT_KERNEL(strata_rt_attention)(
+    StrataRtContext *ctx, int64_t site, void *outData, int64_t outType,
+    void *lseData, int64_t lseType, const void *qData, int64_t qType,
+    const void *kData, int64_t kType, const void *vData, int64_t vType,
+    int64_t heads, int64_t s, int64_t t, int64_t d, int64_t dv, double scale,
+    int64_t causal) {
+  if (!onlyF32(ctx, site, "attention", {lseType}))
+    return;
+  const int64_t perThread = kAttentionBlock * t;
+  auto *lse = static_cast<float *>(lseData);
+  bool bad = false;
+  withSameFloatType(
+      ctx, site, "attention", {outType, qType, kType, vType}, [&](auto tag) {
+        using T = decltype(tag);
+        auto *out = static_cast<T *>(outData);
+        auto *q = static_cast<const T *>(qData);
+        auto *k = static_cast<const T *>(kData);
+        auto *v = static_cast<const T *>(vData);
+        if constexpr (std::is_same_v<T, float>) {
+          bad = attentionF32(
+              out, lse, q, k, v, heads, s, t, d, dv, float(scale), causal != 0,
+              ctx->scratchFloats(omp_get_max_threads() * perThread));
+        } else {
+          throughF32<T>(
+              ctx,
+              {{q, heads * s * d}, {k, heads * t * d}, {v, heads * t * dv}},
+              {{out, heads * s * dv}}, perThread,
+              [&](auto &in, auto &o, float *scratch) {
+                bad = attentionF32(o[0], lse, in[0], in[1], in[2], heads, s, t,
+                                   d, dv, float(scale), causal != 0, scratch);
+              });
+        }
+      });
+  if (bad)
+    ctx->fail(site, "strata_rt_attention: oneDNN's sgemm refused a block");
+}
+
+/// The gradients of strata_rt_attention (attentionGradF32), in the
+/// tensors' type.
+void STRATA_RT_KERNEL(strata_rt_attention_grad)(
+    StrataRtContext *ctx, int64_t site, void *dqData, int64_t dqType,
+    void *dkData, int64_t dkType, void *dvData, int64_t dvType,
+    const void *qData, int64_t qType, const void *kData, int64_t kType,
+    const void *vData, int64_t vType, const void *outData, int64_t outType,
+    const void *lseData, int64_t lseType, const void *doutData,
+    int64_t doutType, int64_t heads, int64_t s, int64_t t, int64_t d,
+    int64_t dv, double scale, int64_t causal) {
+  if (!onlyF32(ctx, site, "attention_grad", {lseType}))
+    return;
+  const int64_t perThread = 2 * kAttentionBlock * t;
+  auto *lse = static_cast<const float *>(lseData);
+  bool bad = false;
+  withSameFloatType(
+      ctx, site, "attention_grad",
+      {dqType, dkType, dvType, qType, kType, vType, outType, doutType},
+      [&](auto tag) {
+        using T = decltype(tag);
+        auto *dq = static_cast<T *>(dqData);
+        auto *dk = static_cast<T *>(dkData);
+        auto *dV = static_cast<T *>(dvData);
+        auto *q = static_cast<const T *>(qData);
+        auto *k = static_cast<const T *>(kData);
+        auto *v = static_cast<const T *>(vData);
+        auto *out = static_cast<const T *>(outData);
+        auto *dout = static_cast<const T *>(doutData);
+        if constexpr (std::is_same_v<T, float>) {
+          bad = attentionGradF32(
+              dq, dk, dV, q, k, v, out, lse, dout, heads, s, t, d, dv,
+              float(scale), causal != 0,
+              ctx->scratchFloats(omp_get_max_threads() * perThread));
+        } else {
+          throughF32<T>(
+              ctx,
+              {{q, heads * s * d},
+               {k, heads * t * d},
+               {v, heads * t * dv},
+               {out, heads * s * dv},
+               {dout, heads * s * dv}},
+              {{dq, heads * s * d}, {dk, heads * t * d}, {dV, heads * t * dv}},
+              perThread, [&](auto &in, auto &o, float *scratch) {
+                bad = attentionGradF32(o[0], o[1], o[2], in[0], in[1], in[2],
+                                       in[3], lse, in[4], heads, s, t, d, dv,
+                                       float(scale), causal != 0, scratch);
+              });
+        }
+      });
   if (bad)
     ctx->fail(site, "strata_rt_attention: oneDNN's sgemm refused a block");
 }

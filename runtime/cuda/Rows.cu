@@ -27,7 +27,9 @@
 // block per (head, query) for dq, then one per (head, key) for dk and dv,
 // each looping over the other side, so nothing is summed by atomics. Work
 // is O(heads * s * t * (d + dv)) per pass (three passes in all), and each
-// block reads its head's K and V (or Q and dO) through L2.
+// block reads its head's K and V (or Q and dO) through L2. Its tensors are
+// f32, bf16 or f16 (one type), loaded to f32 and computed in f32 (shared
+// memory holds f32), the outputs rounded once; the log-sum-exp is f32.
 //
 //===----------------------------------------------------------------------===//
 
@@ -405,10 +407,11 @@ bool allowShared(StrataRtContext *ctx, int64_t site, K kernel, size_t bytes,
 /// score), the online softmax's running maximum m and sum, and the running
 /// output acc (one column per thread) rescaled by exp(m_old - m_new); then
 /// out = acc / sum and lse = m + log(sum).
-__global__ void attentionKernel(float *out, float *lse, const float *q,
-                                const float *k, const float *v, int64_t heads,
-                                int64_t s, int64_t t, int64_t d, int64_t dv,
-                                float scale, bool causal) {
+template <typename T>
+__global__ void attentionKernel(T *out, float *lse, const T *q, const T *k,
+                                const T *v, int64_t heads, int64_t s, int64_t t,
+                                int64_t d, int64_t dv, float scale,
+                                bool causal) {
   extern __shared__ float smem[];
   float *reduce = smem, *qi = reduce + 32, *acc = qi + d,
         *e = acc + dv; // e: kAttentionTile
@@ -416,10 +419,10 @@ __global__ void attentionKernel(float *out, float *lse, const float *q,
             warps = blockDim.x >> 5;
   for (int64_t row = blockIdx.x; row < heads * s; row += gridDim.x) {
     const int64_t h = row / s, i = row - h * s;
-    const float *kh = k + h * t * d, *vh = v + h * t * dv;
+    const T *kh = k + h * t * d, *vh = v + h * t * dv;
     __syncthreads(); // the previous row is done with shared memory
     for (int64_t c = threadIdx.x; c < d; c += blockDim.x)
-      qi[c] = q[row * d + c];
+      qi[c] = toFloat(q[row * d + c]);
     for (int64_t c = threadIdx.x; c < dv; c += blockDim.x)
       acc[c] = 0.0f;
     __syncthreads();
@@ -428,10 +431,10 @@ __global__ void attentionKernel(float *out, float *lse, const float *q,
     for (int64_t j0 = 0; j0 < limit; j0 += kAttentionTile) {
       const int n = int(min(int64_t(kAttentionTile), limit - j0));
       for (int jj = warp; jj < n; jj += warps) {
-        const float *kj = kh + (j0 + jj) * d;
+        const T *kj = kh + (j0 + jj) * d;
         float dot = 0.0f;
         for (int64_t c = lane; c < d; c += 32)
-          dot += qi[c] * kj[c];
+          dot += qi[c] * toFloat(kj[c]);
         dot = warpSum(dot);
         if (lane == 0)
           e[jj] = scale * dot;
@@ -446,7 +449,7 @@ __global__ void attentionKernel(float *out, float *lse, const float *q,
       for (int64_t c = threadIdx.x; c < dv; c += blockDim.x) {
         float a = acc[c] * alpha;
         for (int jj = 0; jj < n; ++jj)
-          a += e[jj] * vh[(j0 + jj) * dv + c];
+          a += e[jj] * toFloat(vh[(j0 + jj) * dv + c]);
         acc[c] = a;
       }
       m = mNew;
@@ -456,7 +459,7 @@ __global__ void attentionKernel(float *out, float *lse, const float *q,
       lse[row] = m + logf(sum);
     const float inv = 1.0f / sum;
     for (int64_t c = threadIdx.x; c < dv; c += blockDim.x)
-      out[row * dv + c] = limit > 0 ? acc[c] * inv : 0.0f;
+      out[row * dv + c] = fromFloat<T>(limit > 0 ? acc[c] * inv : 0.0f);
   }
 }
 
@@ -464,12 +467,12 @@ __global__ void attentionKernel(float *out, float *lse, const float *q,
 /// pass), then over the keys j the query sees: P_ij = exp(scale q_i . k_j -
 /// lse_i), dS_ij = P_ij (dO_i . v_j - delta_i), dq_i = scale sum_j dS_ij
 /// k_j.
-__global__ void attentionGradQueries(float *dq, float *delta, const float *q,
-                                     const float *k, const float *v,
-                                     const float *out, const float *lse,
-                                     const float *dout, int64_t heads,
-                                     int64_t s, int64_t t, int64_t d,
-                                     int64_t dv, float scale, bool causal) {
+template <typename T>
+__global__ void
+attentionGradQueries(T *dq, float *delta, const T *q, const T *k, const T *v,
+                     const T *out, const float *lse, const T *dout,
+                     int64_t heads, int64_t s, int64_t t, int64_t d, int64_t dv,
+                     float scale, bool causal) {
   extern __shared__ float smem[];
   float *reduce = smem, *qi = reduce + 32, *doi = qi + d, *acc = doi + dv,
         *ds = acc + d; // ds: kAttentionTile
@@ -477,17 +480,17 @@ __global__ void attentionGradQueries(float *dq, float *delta, const float *q,
             warps = blockDim.x >> 5;
   for (int64_t row = blockIdx.x; row < heads * s; row += gridDim.x) {
     const int64_t h = row / s, i = row - h * s;
-    const float *kh = k + h * t * d, *vh = v + h * t * dv;
+    const T *kh = k + h * t * d, *vh = v + h * t * dv;
     __syncthreads(); // the previous row is done with shared memory
     float part = 0.0f;
     for (int64_t c = threadIdx.x; c < d; c += blockDim.x) {
-      qi[c] = q[row * d + c];
+      qi[c] = toFloat(q[row * d + c]);
       acc[c] = 0.0f;
     }
     for (int64_t c = threadIdx.x; c < dv; c += blockDim.x) {
-      float g = dout[row * dv + c];
+      float g = toFloat(dout[row * dv + c]);
       doi[c] = g;
-      part += g * out[row * dv + c];
+      part += g * toFloat(out[row * dv + c]);
     }
     const float di = blockSum(part, reduce); // its barriers publish qi, doi
     if (threadIdx.x == 0)
@@ -497,12 +500,12 @@ __global__ void attentionGradQueries(float *dq, float *delta, const float *q,
     for (int64_t j0 = 0; j0 < limit; j0 += kAttentionTile) {
       const int n = int(min(int64_t(kAttentionTile), limit - j0));
       for (int jj = warp; jj < n; jj += warps) {
-        const float *kj = kh + (j0 + jj) * d, *vj = vh + (j0 + jj) * dv;
+        const T *kj = kh + (j0 + jj) * d, *vj = vh + (j0 + jj) * dv;
         float x = 0.0f, dp = 0.0f;
         for (int64_t c = lane; c < d; c += 32)
-          x += qi[c] * kj[c];
+          x += qi[c] * toFloat(kj[c]);
         for (int64_t c = lane; c < dv; c += 32)
-          dp += doi[c] * vj[c];
+          dp += doi[c] * toFloat(vj[c]);
         x = warpSum(x);
         dp = warpSum(dp);
         if (lane == 0) {
@@ -514,25 +517,25 @@ __global__ void attentionGradQueries(float *dq, float *delta, const float *q,
       for (int64_t c = threadIdx.x; c < d; c += blockDim.x) {
         float a = acc[c];
         for (int jj = 0; jj < n; ++jj)
-          a += ds[jj] * kh[(j0 + jj) * d + c];
+          a += ds[jj] * toFloat(kh[(j0 + jj) * d + c]);
         acc[c] = a;
       }
       __syncthreads(); // before the next tile overwrites ds
     }
     for (int64_t c = threadIdx.x; c < d; c += blockDim.x)
-      dq[row * d + c] = scale * acc[c];
+      dq[row * d + c] = fromFloat<T>(scale * acc[c]);
   }
 }
 
 /// One block per (head, key j), over the queries i that see it: dv_j =
 /// sum_i P_ij dO_i and dk_j = scale sum_i dS_ij q_i, with delta from
 /// attentionGradQueries.
-__global__ void attentionGradKeys(float *dk, float *dvOut, const float *q,
-                                  const float *k, const float *v,
-                                  const float *lse, const float *delta,
-                                  const float *dout, int64_t heads, int64_t s,
-                                  int64_t t, int64_t d, int64_t dv, float scale,
-                                  bool causal) {
+template <typename T>
+__global__ void
+attentionGradKeys(T *dk, T *dvOut, const T *q, const T *k, const T *v,
+                  const float *lse, const float *delta, const T *dout,
+                  int64_t heads, int64_t s, int64_t t, int64_t d, int64_t dv,
+                  float scale, bool causal) {
   extern __shared__ float smem[];
   float *kj = smem, *vj = kj + d, *accK = vj + dv, *accV = accK + d,
         *pt = accV + dv, *ds = pt + kAttentionTile; // pt, ds: kAttentionTile
@@ -540,15 +543,15 @@ __global__ void attentionGradKeys(float *dk, float *dvOut, const float *q,
             warps = blockDim.x >> 5;
   for (int64_t row = blockIdx.x; row < heads * t; row += gridDim.x) {
     const int64_t h = row / t, j = row - h * t;
-    const float *qh = q + h * s * d, *doh = dout + h * s * dv;
+    const T *qh = q + h * s * d, *doh = dout + h * s * dv;
     const float *lseh = lse + h * s, *deltah = delta + h * s;
     __syncthreads(); // the previous row is done with shared memory
     for (int64_t c = threadIdx.x; c < d; c += blockDim.x) {
-      kj[c] = k[row * d + c];
+      kj[c] = toFloat(k[row * d + c]);
       accK[c] = 0.0f;
     }
     for (int64_t c = threadIdx.x; c < dv; c += blockDim.x) {
-      vj[c] = v[row * dv + c];
+      vj[c] = toFloat(v[row * dv + c]);
       accV[c] = 0.0f;
     }
     __syncthreads();
@@ -556,12 +559,12 @@ __global__ void attentionGradKeys(float *dk, float *dvOut, const float *q,
       const int n = int(min(int64_t(kAttentionTile), s - i0));
       for (int ii = warp; ii < n; ii += warps) {
         const int64_t i = i0 + ii;
-        const float *qi = qh + i * d, *doi = doh + i * dv;
+        const T *qi = qh + i * d, *doi = doh + i * dv;
         float x = 0.0f, dp = 0.0f;
         for (int64_t c = lane; c < d; c += 32)
-          x += qi[c] * kj[c];
+          x += toFloat(qi[c]) * kj[c];
         for (int64_t c = lane; c < dv; c += 32)
-          dp += doi[c] * vj[c];
+          dp += toFloat(doi[c]) * vj[c];
         x = warpSum(x);
         dp = warpSum(dp);
         if (lane == 0) {
@@ -574,21 +577,21 @@ __global__ void attentionGradKeys(float *dk, float *dvOut, const float *q,
       for (int64_t c = threadIdx.x; c < dv; c += blockDim.x) {
         float a = accV[c];
         for (int ii = 0; ii < n; ++ii)
-          a += pt[ii] * doh[(i0 + ii) * dv + c];
+          a += pt[ii] * toFloat(doh[(i0 + ii) * dv + c]);
         accV[c] = a;
       }
       for (int64_t c = threadIdx.x; c < d; c += blockDim.x) {
         float a = accK[c];
         for (int ii = 0; ii < n; ++ii)
-          a += ds[ii] * qh[(i0 + ii) * d + c];
+          a += ds[ii] * toFloat(qh[(i0 + ii) * d + c]);
         accK[c] = a;
       }
       __syncthreads(); // before the next tile overwrites pt and ds
     }
     for (int64_t c = threadIdx.x; c < d; c += blockDim.x)
-      dk[row * d + c] = scale * accK[c];
+      dk[row * d + c] = fromFloat<T>(scale * accK[c]);
     for (int64_t c = threadIdx.x; c < dv; c += blockDim.x)
-      dvOut[row * dv + c] = accV[c];
+      dvOut[row * dv + c] = fromFloat<T>(accV[c]);
   }
 }
 
@@ -635,20 +638,24 @@ void strata_rt_attention(StrataRtContext *ctx, int64_t site, void *out,
                          int64_t kType, const void *v, int64_t vType,
                          int64_t heads, int64_t s, int64_t t, int64_t d,
                          int64_t dv, double scale, int64_t causal) {
-  if (!onlyF32(ctx, site, "attention", {outType, lseType, qType, kType, vType}))
+  if (!onlyF32(ctx, site, "attention", {lseType}))
     return;
-  if (heads == 0 || s == 0)
-    return;
-  size_t shared = sharedFloats(32 + d + dv + kAttentionTile);
-  if (!allowShared(ctx, site, attentionKernel, shared, "attention"))
-    return;
-  attentionKernel<<<gridFor(heads * s, 1), kAttentionThreads, shared,
-                    ctx->compute>>>(
-      static_cast<float *>(out), static_cast<float *>(lse),
-      static_cast<const float *>(q), static_cast<const float *>(k),
-      static_cast<const float *>(v), heads, s, t, d, dv, float(scale),
-      causal != 0);
-  launched(ctx, site, "strata_rt_attention");
+  withSameFloatType(
+      ctx, site, "attention", {outType, qType, kType, vType}, [&](auto tag) {
+        using T = decltype(tag);
+        if (heads == 0 || s == 0)
+          return;
+        size_t shared = sharedFloats(32 + d + dv + kAttentionTile);
+        if (!allowShared(ctx, site, attentionKernel<T>, shared, "attention"))
+          return;
+        attentionKernel<T><<<gridFor(heads * s, 1), kAttentionThreads, shared,
+                             ctx->compute>>>(
+            static_cast<T *>(out), static_cast<float *>(lse),
+            static_cast<const T *>(q), static_cast<const T *>(k),
+            static_cast<const T *>(v), heads, s, t, d, dv, float(scale),
+            causal != 0);
+        launched(ctx, site, "strata_rt_attention");
+      });
 }
 
 void strata_rt_attention_grad(StrataRtContext *ctx, int64_t site, void *dq,
@@ -660,45 +667,51 @@ void strata_rt_attention_grad(StrataRtContext *ctx, int64_t site, void *dq,
                               const void *dout, int64_t doutType, int64_t heads,
                               int64_t s, int64_t t, int64_t d, int64_t dvDim,
                               double scale, int64_t causal) {
-  if (!onlyF32(ctx, site, "attention_grad",
-               {dqType, dkType, dvType, qType, kType, vType, outType, lseType,
-                doutType}))
+  if (!onlyF32(ctx, site, "attention_grad", {lseType}))
     return;
-  if (heads == 0)
-    return;
-  auto *qf = static_cast<const float *>(q);
-  auto *kf = static_cast<const float *>(k);
-  auto *vf = static_cast<const float *>(v);
-  auto *doutf = static_cast<const float *>(dout);
-  auto *lsef = static_cast<const float *>(lse);
-  float *delta = nullptr;
-  if (s > 0) {
-    delta = static_cast<float *>(
-        ctx->scratchBytes(site, size_t(heads * s) * sizeof(float)));
-    if (!delta)
-      return;
-    size_t shared = sharedFloats(32 + 2 * d + dvDim + kAttentionTile);
-    if (!allowShared(ctx, site, attentionGradQueries, shared, "attention_grad"))
-      return;
-    attentionGradQueries<<<gridFor(heads * s, 1), kAttentionThreads, shared,
-                           ctx->compute>>>(
-        static_cast<float *>(dq), delta, qf, kf, vf,
-        static_cast<const float *>(out), lsef, doutf, heads, s, t, d, dvDim,
-        float(scale), causal != 0);
-    if (!launched(ctx, site, "strata_rt_attention_grad"))
-      return;
-  }
-  // With s == 0 this writes dk = dv = 0, as the CPU.
-  if (t == 0)
-    return;
-  size_t shared = sharedFloats(2 * (d + dvDim + kAttentionTile));
-  if (!allowShared(ctx, site, attentionGradKeys, shared, "attention_grad"))
-    return;
-  attentionGradKeys<<<gridFor(heads * t, 1), kAttentionThreads, shared,
-                      ctx->compute>>>(
-      static_cast<float *>(dk), static_cast<float *>(dv), qf, kf, vf, lsef,
-      delta, doutf, heads, s, t, d, dvDim, float(scale), causal != 0);
-  launched(ctx, site, "strata_rt_attention_grad");
+  withSameFloatType(
+      ctx, site, "attention_grad",
+      {dqType, dkType, dvType, qType, kType, vType, outType, doutType},
+      [&](auto tag) {
+        using T = decltype(tag);
+        if (heads == 0)
+          return;
+        auto *qT = static_cast<const T *>(q);
+        auto *kT = static_cast<const T *>(k);
+        auto *vT = static_cast<const T *>(v);
+        auto *doutT = static_cast<const T *>(dout);
+        auto *lsef = static_cast<const float *>(lse);
+        float *delta = nullptr;
+        if (s > 0) {
+          delta = static_cast<float *>(
+              ctx->scratchBytes(site, size_t(heads * s) * sizeof(float)));
+          if (!delta)
+            return;
+          size_t shared = sharedFloats(32 + 2 * d + dvDim + kAttentionTile);
+          if (!allowShared(ctx, site, attentionGradQueries<T>, shared,
+                           "attention_grad"))
+            return;
+          attentionGradQueries<T><<<gridFor(heads * s, 1), kAttentionThreads,
+                                    shared, ctx->compute>>>(
+              static_cast<T *>(dq), delta, qT, kT, vT,
+              static_cast<const T *>(out), lsef, doutT, heads, s, t, d, dvDim,
+              float(scale), causal != 0);
+          if (!launched(ctx, site, "strata_rt_attention_grad"))
+            return;
+        }
+        // With s == 0 this writes dk = dv = 0, as the CPU.
+        if (t == 0)
+          return;
+        size_t shared = sharedFloats(2 * (d + dvDim + kAttentionTile));
+        if (!allowShared(ctx, site, attentionGradKeys<T>, shared,
+                         "attention_grad"))
+          return;
+        attentionGradKeys<T><<<gridFor(heads * t, 1), kAttentionThreads, shared,
+                               ctx->compute>>>(
+            static_cast<T *>(dk), static_cast<T *>(dv), qT, kT, vT, lsef, delta,
+            doutT, heads, s, t, d, dvDim, float(scale), causal != 0);
+        launched(ctx, site, "strata_rt_attention_grad");
+      });
 }
 
 void strata_rt_layer_norm(StrataRtContext *ctx, int64_t site, void *y,

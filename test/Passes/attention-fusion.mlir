@@ -27,6 +27,19 @@ func.func @cross(%q: tensor<3x5x8xf32>, %k: tensor<3x7x8xf32>, %v: tensor<3x7x6x
 
 // -----
 
+// bf16 attention as written (a program imported in bf16): fused, the
+// log-sum-exp in f32.
+// CHECK-LABEL: func @bf16
+func.func @bf16(%q: tensor<2x16x8xbf16>, %k: tensor<2x16x8xbf16>, %v: tensor<2x16x8xbf16>) -> tensor<2x16x8xbf16> {
+  // CHECK-NEXT: strata.attention %arg0, %arg1, %arg2 {causal, scale = 1.000000e+00 : f64} : (tensor<2x16x8xbf16>, tensor<2x16x8xbf16>, tensor<2x16x8xbf16>) -> (tensor<2x16x8xbf16>, tensor<2x16xf32>)
+  %s = strata.matmul %q, %k {transpose_rhs} : (tensor<2x16x8xbf16>, tensor<2x16x8xbf16>) -> tensor<2x16x16xbf16>
+  %p = strata.softmax %s {causal} : (tensor<2x16x16xbf16>) -> tensor<2x16x16xbf16>
+  %o = strata.matmul %p, %v : (tensor<2x16x16xbf16>, tensor<2x16x8xbf16>) -> tensor<2x16x8xbf16>
+  return %o : tensor<2x16x8xbf16>
+}
+
+// -----
+
 // CHECK-LABEL: func @keep
 func.func @keep(%q: tensor<2x16x8xf32>, %k: tensor<2x16x8xf32>, %v: tensor<2x16x8xf32>, %w: tensor<16x8xf32>, %qh: tensor<2x16x8xbf16>) -> (tensor<2x16x8xf32>, tensor<2x16x16xf32>, tensor<2x16x8xf32>, tensor<2x16x8xf32>, tensor<2x16x8xbf16>) {
   // CHECK-NOT: strata.attention
@@ -44,9 +57,12 @@ func.func @keep(%q: tensor<2x16x8xf32>, %k: tensor<2x16x8xf32>, %v: tensor<2x16x
   %s3 = strata.matmul %q, %w {transpose_rhs} : (tensor<2x16x8xf32>, tensor<16x8xf32>) -> tensor<2x16x16xf32>
   %p3 = strata.softmax %s3 : (tensor<2x16x16xf32>) -> tensor<2x16x16xf32>
   %o3 = strata.matmul %p3, %v : (tensor<2x16x16xf32>, tensor<2x16x8xf32>) -> tensor<2x16x8xf32>
-  // bf16 attention.
+  // Casts in the chain (mixed precision's softmax in f32 between bf16
+  // products): the pass runs before strata-amp, not after.
   %s4 = strata.matmul %qh, %qh {transpose_rhs} : (tensor<2x16x8xbf16>, tensor<2x16x8xbf16>) -> tensor<2x16x16xbf16>
-  %p4 = strata.softmax %s4 {causal} : (tensor<2x16x16xbf16>) -> tensor<2x16x16xbf16>
-  %o4 = strata.matmul %p4, %qh : (tensor<2x16x16xbf16>, tensor<2x16x8xbf16>) -> tensor<2x16x8xbf16>
+  %c4 = strata.cast %s4 : (tensor<2x16x16xbf16>) -> tensor<2x16x16xf32>
+  %p4 = strata.softmax %c4 {causal} : (tensor<2x16x16xf32>) -> tensor<2x16x16xf32>
+  %b4 = strata.cast %p4 : (tensor<2x16x16xf32>) -> tensor<2x16x16xbf16>
+  %o4 = strata.matmul %b4, %qh : (tensor<2x16x16xbf16>, tensor<2x16x8xbf16>) -> tensor<2x16x8xbf16>
   return %o0, %d2, %o2, %o3, %o4 : tensor<2x16x8xf32>, tensor<2x16x16xf32>, tensor<2x16x8xf32>, tensor<2x16x8xf32>, tensor<2x16x8xbf16>
 }
