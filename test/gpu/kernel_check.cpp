@@ -583,34 +583,39 @@ std::vector<CaseDef> makeCases() {
   softmaxGrad(F32, 37, 1100);
   softmaxGrad(BF16, 19, 100);
 
-  // Attention (f32 only); the gradient after the forward pass it needs.
-  auto attention = [&](const std::string &name, int64_t heads, int64_t s,
-                       int64_t t, int64_t d, int64_t dv, bool causal) {
+  // Attention (q, k, v and the gradients in `dt`, the log-sum-exp f32); the
+  // gradient after the forward pass it needs.
+  auto attention = [&](const std::string &name, int64_t dt, int64_t heads,
+                       int64_t s, int64_t t, int64_t d, int64_t dv,
+                       bool causal) {
     const double scale = 1 / std::sqrt(double(d));
+    Tol tol = dt == F32 ? kSum : kDefault;
     for (bool grad : {false, true})
       add((grad ? "attention_grad_" : "attention_") + name, [=](Case &c) {
-        void *q = c.rand(F32, heads * s * d, -1, 1);
-        void *k = c.rand(F32, heads * t * d, -1, 1);
-        void *v = c.rand(F32, heads * t * dv, -1, 1);
-        void *o = c.out("out", F32, heads * s * dv, kSum);
+        void *q = c.rand(dt, heads * s * d, -1, 1);
+        void *k = c.rand(dt, heads * t * d, -1, 1);
+        void *v = c.rand(dt, heads * t * dv, -1, 1);
+        void *o = c.out("out", dt, heads * s * dv, tol);
         void *lse = c.out("lse", F32, heads * s, kSum);
-        RT.attention(c.ctx, 1, o, F32, lse, F32, q, F32, k, F32, v, F32, heads,
-                     s, t, d, dv, scale, causal);
+        RT.attention(c.ctx, 1, o, dt, lse, F32, q, dt, k, dt, v, dt, heads, s,
+                     t, d, dv, scale, causal);
         if (!grad)
           return;
-        void *dout = c.rand(F32, heads * s * dv, -1, 1);
-        void *dq = c.out("dq", F32, heads * s * d, kSum);
-        void *dk = c.out("dk", F32, heads * t * d, kSum);
-        void *dV = c.out("dv", F32, heads * t * dv, kSum);
-        RT.attention_grad(c.ctx, 2, dq, F32, dk, F32, dV, F32, q, F32, k, F32,
-                          v, F32, o, F32, lse, F32, dout, F32, heads, s, t, d,
-                          dv, scale, causal);
+        void *dout = c.rand(dt, heads * s * dv, -1, 1);
+        void *dq = c.out("dq", dt, heads * s * d, tol);
+        void *dk = c.out("dk", dt, heads * t * d, tol);
+        void *dV = c.out("dv", dt, heads * t * dv, tol);
+        RT.attention_grad(c.ctx, 2, dq, dt, dk, dt, dV, dt, q, dt, k, dt, v, dt,
+                          o, dt, lse, F32, dout, dt, heads, s, t, d, dv, scale,
+                          causal);
       });
   };
-  attention("f32", 3, 37, 37, 16, 16, false);
-  attention("f32_causal", 3, 37, 37, 16, 16, true);
-  attention("f32_cross", 3, 29, 45, 16, 24, false);
-  attention("f32_causal_long", 2, 130, 130, 32, 32, true);
+  attention("f32", F32, 3, 37, 37, 16, 16, false);
+  attention("f32_causal", F32, 3, 37, 37, 16, 16, true);
+  attention("f32_cross", F32, 3, 29, 45, 16, 24, false);
+  attention("f32_causal_long", F32, 2, 130, 130, 32, 32, true);
+  attention("bf16_causal", BF16, 3, 37, 37, 16, 16, true);
+  attention("f16_cross", F16, 3, 29, 45, 16, 24, false);
 
   // Layer norm and its gradient.
   auto layerNorm = [&](const std::string &name, int64_t dt, int64_t rows,
