@@ -21,6 +21,7 @@
 #endif
 #define STRATA_RT_KERNEL(name) STRATA_RT_CONCAT(name, STRATA_RT_VARIANT)
 
+#include "../common/Activations.h"
 #include "../common/LowPrecision.h"
 #include "../common/StrataRandom.h"
 
@@ -48,52 +49,13 @@ namespace {
 /// Parallelise loops of at least this many elements.
 constexpr int64_t kParallelGrain = 1 << 14;
 
-/// exp in plain arithmetic, so that loops over it vectorise (glibc's vector
-/// exp needs -ffast-math): x = n ln2 + r, |r| <= ln2/2, e^r by its degree-6
-/// Taylor polynomial (relative error < 2e-7), 2^n through the exponent
-/// bits. Inputs are clamped to [-87, 88] (the float range).
-inline float fastExp(float x) {
-  x = std::min(std::max(x, -87.0f), 88.0f);
-  // Round x / ln2 to the nearest integer with the 1.5 * 2^23 trick.
-  const float shifter = 12582912.0f;
-  float t = x * 1.44269504088896341f + shifter;
-  float n = t - shifter;
-  float r = x - n * 0.693145751953125f - n * 1.428606765330187e-06f;
-  float p = 1.0f + r * (1.0f + r * (0.5f + r * (0.166666672f +
-                       r * (0.0416666679f + r * (0.00833333377f +
-                       r * 0.00138888892f)))));
-  int32_t bits;
-  std::memcpy(&bits, &t, sizeof(bits));
-  int32_t exponent = (bits - 0x4B400000 + 127) << 23;
-  float scale;
-  std::memcpy(&scale, &exponent, sizeof(scale));
-  return p * scale;
-}
-
-/// tanh through one exp; exact at the ends (1 and -1).
-inline float fastTanh(float u) {
-  return 1.0f - 2.0f / (fastExp(2.0f * u) + 1.0f);
-}
-
-inline float geluTanh(float x) {
-  const float c = 0.7978845608028654f; // sqrt(2 / pi)
-  return 0.5f * x * (1.0f + fastTanh(c * (x + 0.044715f * x * x * x)));
-}
-inline float geluErf(float x) {
-  return 0.5f * x * (1.0f + std::erf(x * 0.7071067811865476f));
-}
-inline float geluTanhGrad(float x) {
-  const float c = 0.7978845608028654f;
-  float u = c * (x + 0.044715f * x * x * x);
-  float t = fastTanh(u);
-  float du = c * (1.0f + 3.0f * 0.044715f * x * x);
-  return 0.5f * (1.0f + t) + 0.5f * x * (1.0f - t * t) * du;
-}
-inline float geluErfGrad(float x) {
-  float cdf = 0.5f * (1.0f + std::erf(x * 0.7071067811865476f));
-  float pdf = std::exp(-0.5f * x * x) * 0.3989422804014327f;
-  return cdf + x * pdf;
-}
+using strata::act::fastExp;
+using strata::act::geluErf;
+using strata::act::geluErfGrad;
+using strata::act::geluTanh;
+using strata::act::geluTanhGrad;
+using strata::act::silu;
+using strata::act::siluGrad;
 
 int64_t readInt(const void *p, int64_t dtype, int64_t i) {
   if (dtype == STRATA_RT_I32)
@@ -474,7 +436,7 @@ void unaryF32(int64_t op, float *out, const float *in, int64_t n, float f) {
   case STRATA_RT_ACT_SILU:
 #pragma omp simd
     for (int64_t i = 0; i < n; ++i)
-      out[i] = in[i] / (1.0f + std::exp(-in[i]));
+      out[i] = silu(in[i]);
     break;
   case STRATA_RT_UNARY_RSQRT:
 #pragma omp simd
@@ -518,10 +480,8 @@ void actGradF32(int64_t act, float *out, const float *x, const float *dy,
     break;
   case STRATA_RT_ACT_SILU:
 #pragma omp simd
-    for (int64_t i = 0; i < n; ++i) {
-      float s = 1.0f / (1.0f + std::exp(-x[i]));
-      out[i] = dy[i] * s * (1.0f + x[i] * (1.0f - s));
-    }
+    for (int64_t i = 0; i < n; ++i)
+      out[i] = siluGrad(x[i], dy[i]);
     break;
   case STRATA_RT_ACT_NONE:
     if (out != dy)

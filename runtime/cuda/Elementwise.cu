@@ -16,9 +16,9 @@
 // fewer than 2^32 elements. The copies are cudaMemcpyAsync /
 // cudaMemcpy2DAsync on the compute stream.
 //
-// The activations use the CPU's formulas but accurate expf / tanhf / erff
-// where the CPU uses its fastExp / fastTanh approximations (relative error
-// < 2e-7): results agree with the CPU's within f32 rounding. Dropout's
+// The activations are the CPU's formulas (runtime/common/Activations.h,
+// compiled for the device): results agree with the CPU's within f32
+// rounding (nvcc may contract a product and a sum into one FMA). Dropout's
 // product is rounded before the residual is added (__fmul_rn, no FMA
 // contraction), as on the CPU, so dropout matches it bit for bit.
 //
@@ -34,6 +34,7 @@
 
 #include "Device.cuh"
 
+#include "../common/Activations.h"
 #include "../common/StrataRandom.h"
 
 #include <algorithm>
@@ -145,29 +146,12 @@ __device__ __forceinline__ T binaryOp(int64_t op, T x, T y) {
     return fromFloat<T>(applyOp(op, toFloat(x), toFloat(y)));
 }
 
-// The CPU's activations (runtime/cpu/Kernels.cpp), with expf and tanhf in
-// place of its fastExp and fastTanh.
-constexpr float kSqrt2OverPi = 0.7978845608028654f;
-constexpr float kSqrtHalf = 0.7071067811865476f;
-constexpr float kInvSqrt2Pi = 0.3989422804014327f;
-
-__device__ __forceinline__ float geluTanh(float x) {
-  return 0.5f * x * (1.0f + tanhf(kSqrt2OverPi * (x + 0.044715f * x * x * x)));
-}
-__device__ __forceinline__ float geluErf(float x) {
-  return 0.5f * x * (1.0f + erff(x * kSqrtHalf));
-}
-__device__ __forceinline__ float geluTanhGrad(float x) {
-  float u = kSqrt2OverPi * (x + 0.044715f * x * x * x);
-  float t = tanhf(u);
-  float du = kSqrt2OverPi * (1.0f + 3.0f * 0.044715f * x * x);
-  return 0.5f * (1.0f + t) + 0.5f * x * (1.0f - t * t) * du;
-}
-__device__ __forceinline__ float geluErfGrad(float x) {
-  float cdf = 0.5f * (1.0f + erff(x * kSqrtHalf));
-  float pdf = expf(-0.5f * x * x) * kInvSqrt2Pi;
-  return cdf + x * pdf;
-}
+using strata::act::geluErf;
+using strata::act::geluErfGrad;
+using strata::act::geluTanh;
+using strata::act::geluTanhGrad;
+using strata::act::silu;
+using strata::act::siluGrad;
 
 /// f(x) of strata_rt_unary (a code knownUnary accepts).
 __device__ __forceinline__ float unaryOp(int64_t op, float x, float alpha) {
@@ -181,7 +165,7 @@ __device__ __forceinline__ float unaryOp(int64_t op, float x, float alpha) {
   case STRATA_RT_ACT_GELU_ERF:
     return geluErf(x);
   case STRATA_RT_ACT_SILU:
-    return x / (1.0f + expf(-x));
+    return silu(x);
   case STRATA_RT_UNARY_RSQRT:
     return 1.0f / sqrtf(x);
   case STRATA_RT_UNARY_TANH:
@@ -200,10 +184,8 @@ __device__ __forceinline__ float actGradOp(int64_t act, float x, float dy) {
     return dy * geluTanhGrad(x);
   case STRATA_RT_ACT_GELU_ERF:
     return dy * geluErfGrad(x);
-  case STRATA_RT_ACT_SILU: {
-    float s = 1.0f / (1.0f + expf(-x));
-    return dy * s * (1.0f + x * (1.0f - s));
-  }
+  case STRATA_RT_ACT_SILU:
+    return siluGrad(x, dy);
   }
   return dy; // STRATA_RT_ACT_NONE
 }

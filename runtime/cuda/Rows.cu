@@ -6,8 +6,8 @@
 // row, blockMax / blockSum combine the shares in a fixed order, and a
 // last pass writes the row. Every element is read again before it is
 // written by the thread that reads it, after the reductions' barriers, so
-// an output may alias its input. exp is the CPU runtime's fastExp (same
-// polynomial, same clamp, NaN kept), so that probabilities match the CPU
+// an output may alias its input. exp is the CPU runtime's fastExp (the
+// one of runtime/common/Activations.h), so that probabilities match the CPU
 // to rounding; sums the CPU accumulates in double are accumulated in
 // double here too.
 //
@@ -35,6 +35,8 @@
 
 #include "Device.cuh"
 
+#include "../common/Activations.h"
+
 #include <cub/device/device_radix_sort.cuh>
 
 #include <algorithm>
@@ -44,25 +46,7 @@
 namespace strata::cuda {
 namespace {
 
-/// The CPU runtime's fastExp (cpu/Kernels.cpp): x = n ln2 + r, e^r by its
-/// degree-6 Taylor polynomial, 2^n through the exponent bits; inputs
-/// clamped to [-87, 88] by comparisons that keep a NaN, as std::min/max.
-__device__ __forceinline__ float fastExp(float x) {
-  x = x < -87.0f ? -87.0f : x;
-  x = 88.0f < x ? 88.0f : x;
-  const float shifter = 12582912.0f;
-  float t = x * 1.44269504088896341f + shifter;
-  float n = t - shifter;
-  float r = x - n * 0.693145751953125f - n * 1.428606765330187e-06f;
-  float p =
-      1.0f +
-      r * (1.0f +
-           r * (0.5f + r * (0.166666672f +
-                            r * (0.0416666679f +
-                                 r * (0.00833333377f + r * 0.00138888892f)))));
-  int exponent = (__float_as_int(t) - 0x4B400000 + 127) << 23;
-  return p * __int_as_float(exponent);
-}
+using strata::act::fastExp;
 
 /// Sum of `v` over the warp in a fixed order; every lane gets it.
 __device__ __forceinline__ float warpSum(float v) {

@@ -1,0 +1,107 @@
+/*===- Activations.h - The activation formulas of every runtime ----------===*
+ *
+ * The scalar formulas of the activations, their gradients and the exp
+ * approximation of the softmax-like kernels, shared by the CPU runtime
+ * (compiled once per instruction set, so every function has internal
+ * linkage: each build keeps its own copy) and the CUDA runtime (nvcc,
+ * __host__ __device__): both compute the same function, operation for
+ * operation. Header-only C++.
+ *
+ *===---------------------------------------------------------------------===*/
+
+#ifndef STRATA_RUNTIME_COMMON_ACTIVATIONS_H
+#define STRATA_RUNTIME_COMMON_ACTIVATIONS_H
+
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+
+#if defined(__CUDACC__)
+#define STRATA_ACT_FN __host__ __device__ static inline
+#else
+#define STRATA_ACT_FN static inline
+#endif
+
+namespace strata::act {
+
+STRATA_ACT_FN int32_t floatBits(float f) {
+#if defined(__CUDA_ARCH__)
+  return __float_as_int(f);
+#else
+  int32_t bits;
+  std::memcpy(&bits, &f, sizeof(bits));
+  return bits;
+#endif
+}
+
+STRATA_ACT_FN float bitsFloat(int32_t bits) {
+#if defined(__CUDA_ARCH__)
+  return __int_as_float(bits);
+#else
+  float f;
+  std::memcpy(&f, &bits, sizeof(f));
+  return f;
+#endif
+}
+
+/// exp in plain arithmetic, so that loops over it vectorise (glibc's vector
+/// exp needs -ffast-math): x = n ln2 + r, |r| <= ln2/2, e^r by its degree-6
+/// Taylor polynomial (relative error < 2e-7), 2^n through the exponent
+/// bits. Inputs are clamped to [-87, 88] (the float range) by comparisons
+/// that keep a NaN, as std::max / std::min do.
+STRATA_ACT_FN float fastExp(float x) {
+  x = x < -87.0f ? -87.0f : x;
+  x = 88.0f < x ? 88.0f : x;
+  // Round x / ln2 to the nearest integer with the 1.5 * 2^23 trick.
+  const float shifter = 12582912.0f;
+  float t = x * 1.44269504088896341f + shifter;
+  float n = t - shifter;
+  float r = x - n * 0.693145751953125f - n * 1.428606765330187e-06f;
+  float p =
+      1.0f +
+      r * (1.0f +
+           r * (0.5f + r * (0.166666672f +
+                            r * (0.0416666679f +
+                                 r * (0.00833333377f + r * 0.00138888892f)))));
+  return p * bitsFloat((floatBits(t) - 0x4B400000 + 127) << 23);
+}
+
+/// tanh through one exp; exact at the ends (1 and -1).
+STRATA_ACT_FN float fastTanh(float u) {
+  return 1.0f - 2.0f / (fastExp(2.0f * u) + 1.0f);
+}
+
+constexpr float kSqrt2OverPi = 0.7978845608028654f;
+constexpr float kSqrtHalf = 0.7071067811865476f;
+constexpr float kInvSqrt2Pi = 0.3989422804014327f;
+
+STRATA_ACT_FN float geluTanh(float x) {
+  return 0.5f * x *
+         (1.0f + fastTanh(kSqrt2OverPi * (x + 0.044715f * x * x * x)));
+}
+STRATA_ACT_FN float geluErf(float x) {
+  return 0.5f * x * (1.0f + erff(x * kSqrtHalf));
+}
+STRATA_ACT_FN float geluTanhGrad(float x) {
+  float u = kSqrt2OverPi * (x + 0.044715f * x * x * x);
+  float t = fastTanh(u);
+  float du = kSqrt2OverPi * (1.0f + 3.0f * 0.044715f * x * x);
+  return 0.5f * (1.0f + t) + 0.5f * x * (1.0f - t * t) * du;
+}
+STRATA_ACT_FN float geluErfGrad(float x) {
+  float cdf = 0.5f * (1.0f + erff(x * kSqrtHalf));
+  float pdf = expf(-0.5f * x * x) * kInvSqrt2Pi;
+  return cdf + x * pdf;
+}
+STRATA_ACT_FN float silu(float x) { return x / (1.0f + expf(-x)); }
+/// dy * silu'(x).
+STRATA_ACT_FN float siluGrad(float x, float dy) {
+  float s = 1.0f / (1.0f + expf(-x));
+  return dy * s * (1.0f + x * (1.0f - s));
+}
+
+} // namespace strata::act
+
+#undef STRATA_ACT_FN
+
+#endif // STRATA_RUNTIME_COMMON_ACTIVATIONS_H
