@@ -223,6 +223,21 @@ void runGemm(StrataRtContext *ctx, int64_t site, GemmCall call, const void *a,
 
 using strata::cuda::GemmCall;
 
+namespace {
+/// The call of one (unbatched) M x N product.
+GemmCall productCall(int64_t m, int64_t n, int64_t k, int64_t transA,
+                     int64_t transB, int64_t dtype) {
+  GemmCall call;
+  call.m = m;
+  call.n = n;
+  call.k = k;
+  call.transA = transA != 0;
+  call.transB = transB != 0;
+  call.dtype = dtype;
+  return call;
+}
+} // namespace
+
 extern "C" void
 strata_rt_gemm(StrataRtContext *ctx, int64_t site, int64_t batch, int64_t m,
                int64_t n, int64_t k, const void *a, int64_t aType,
@@ -234,16 +249,10 @@ strata_rt_gemm(StrataRtContext *ctx, int64_t site, int64_t batch, int64_t m,
     return;
   if (batch == 0 || m == 0 || n == 0)
     return;
-  GemmCall call;
+  GemmCall call = productCall(m, n, k, transA, transB, cType);
   call.batch = batch;
-  call.m = m;
-  call.n = n;
-  call.k = k;
   call.aBatchStride = aBatchStride;
   call.bBatchStride = bBatchStride;
-  call.transA = transA != 0;
-  call.transB = transB != 0;
-  call.dtype = cType;
   call.bias = bias != nullptr;
   call.act = act;
   call.accumulate = accumulate != 0;
@@ -262,13 +271,7 @@ extern "C" void strata_rt_gemm_aux(StrataRtContext *ctx, int64_t site,
     return;
   if (m == 0 || n == 0)
     return;
-  GemmCall call;
-  call.m = m;
-  call.n = n;
-  call.k = k;
-  call.transA = transA != 0;
-  call.transB = transB != 0;
-  call.dtype = cType;
+  GemmCall call = productCall(m, n, k, transA, transB, cType);
   call.bias = bias != nullptr;
   call.act = act;
   call.aux = true;
@@ -286,13 +289,7 @@ extern "C" void strata_rt_gemm_dact(StrataRtContext *ctx, int64_t site,
     return;
   if (m == 0 || n == 0)
     return;
-  GemmCall call;
-  call.m = m;
-  call.n = n;
-  call.k = k;
-  call.transA = transA != 0;
-  call.transB = transB != 0;
-  call.dtype = cType;
+  GemmCall call = productCall(m, n, k, transA, transB, cType);
   call.act = act;
   call.dact = true;
   strata::cuda::runGemm(ctx, site, call, a, b, c,
@@ -313,13 +310,7 @@ extern "C" void strata_rt_gemm_bgrad(StrataRtContext *ctx, int64_t site,
                                std::to_string(operand) + " (0 for A, 1 for B)");
   if (m == 0 || n == 0)
     return;
-  GemmCall call;
-  call.m = m;
-  call.n = n;
-  call.k = k;
-  call.transA = transA != 0;
-  call.transB = transB != 0;
-  call.dtype = cType;
+  GemmCall call = productCall(m, n, k, transA, transB, cType);
   call.bgrad = operand;
   strata::cuda::runGemm(ctx, site, call, a, b, c, {nullptr, nullptr, bgrad});
 }
