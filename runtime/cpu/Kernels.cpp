@@ -49,13 +49,7 @@ namespace {
 /// Parallelise loops of at least this many elements.
 constexpr int64_t kParallelGrain = 1 << 14;
 
-using strata::act::fastExp;
-using strata::act::geluErf;
-using strata::act::geluErfGrad;
-using strata::act::geluTanh;
-using strata::act::geluTanhGrad;
-using strata::act::silu;
-using strata::act::siluGrad;
+using namespace strata::act;
 
 int64_t readInt(const void *p, int64_t dtype, int64_t i) {
   if (dtype == STRATA_RT_I32)

@@ -146,12 +146,7 @@ __device__ __forceinline__ T binaryOp(int64_t op, T x, T y) {
     return fromFloat<T>(applyOp(op, toFloat(x), toFloat(y)));
 }
 
-using strata::act::geluErf;
-using strata::act::geluErfGrad;
-using strata::act::geluTanh;
-using strata::act::geluTanhGrad;
-using strata::act::silu;
-using strata::act::siluGrad;
+using namespace strata::act;
 
 /// f(x) of strata_rt_unary (a code knownUnary accepts).
 __device__ __forceinline__ float unaryOp(int64_t op, float x, float alpha) {
