@@ -97,39 +97,35 @@ __device__ __forceinline__ int64_t gridStride() {
   return int64_t(gridDim.x) * blockDim.x;
 }
 
-/// Sum of `v` (float or double) over the block, in a fixed order (warp
-/// shuffles, then the warps' partials in order); every thread gets the
-/// result. `shared` holds at least 32 values; blockDim.x is a multiple of
-/// 32.
-template <typename T> __device__ __forceinline__ T blockSum(T v, T *shared) {
+/// `v` combined by `op` over the block, in a fixed order (warp shuffles,
+/// then the warps' partials in order); every thread gets the result.
+/// `shared` holds at least 32 values; blockDim.x is a multiple of 32;
+/// `identity` stands for the warps beyond the block.
+template <typename T, typename Op>
+__device__ __forceinline__ T blockReduce(T v, T *shared, T identity, Op op) {
   for (int o = 16; o > 0; o >>= 1)
-    v += __shfl_xor_sync(0xffffffffu, v, o);
+    v = op(v, __shfl_xor_sync(0xffffffffu, v, o));
   int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   __syncthreads();
   if (lane == 0)
     shared[warp] = v;
   __syncthreads();
   int warps = blockDim.x >> 5;
-  v = lane < warps ? shared[lane] : T(0);
+  v = lane < warps ? shared[lane] : identity;
   for (int o = 16; o > 0; o >>= 1)
-    v += __shfl_xor_sync(0xffffffffu, v, o);
+    v = op(v, __shfl_xor_sync(0xffffffffu, v, o));
   return v;
+}
+
+/// Sum of `v` (float or double) over the block.
+template <typename T> __device__ __forceinline__ T blockSum(T v, T *shared) {
+  return blockReduce(v, shared, T(0), [](T x, T y) { return x + y; });
 }
 
 /// Maximum of `v` over the block, as blockSum.
 __device__ __forceinline__ float blockMax(float v, float *shared) {
-  for (int o = 16; o > 0; o >>= 1)
-    v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
-  int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  __syncthreads();
-  if (lane == 0)
-    shared[warp] = v;
-  __syncthreads();
-  int warps = blockDim.x >> 5;
-  v = lane < warps ? shared[lane] : -INFINITY;
-  for (int o = 16; o > 0; o >>= 1)
-    v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
-  return v;
+  return blockReduce(v, shared, -INFINITY,
+                     [](float x, float y) { return fmaxf(x, y); });
 }
 
 /// Shape and strides of strata_rt_binary / strided_copy / reduce passed by

@@ -447,6 +447,24 @@ __global__ void attentionKernel(T *out, float *lse, const T *q, const T *k,
   }
 }
 
+/// The attention gradient's two dot products of a (query i, key j) pair,
+/// q_i . k_j over `d` and dO_i . v_j over `dv`, each summed by the warp in a
+/// fixed order (every lane gets both); each operand is in shared memory
+/// (float) or global memory (the storage type).
+template <typename Q, typename K, typename G, typename V>
+__device__ __forceinline__ void scoreDots(const Q *qi, const K *kj, int64_t d,
+                                          const G *doi, const V *vj, int64_t dv,
+                                          int lane, float &x, float &dp) {
+  x = 0.0f;
+  dp = 0.0f;
+  for (int64_t c = lane; c < d; c += 32)
+    x += toFloat(qi[c]) * toFloat(kj[c]);
+  for (int64_t c = lane; c < dv; c += 32)
+    dp += toFloat(doi[c]) * toFloat(vj[c]);
+  x = warpSum(x);
+  dp = warpSum(dp);
+}
+
 /// One block per (head, query i): delta_i = dO_i . O_i (kept for the key
 /// pass), then over the keys j the query sees: P_ij = exp(scale q_i . k_j -
 /// lse_i), dS_ij = P_ij (dO_i . v_j - delta_i), dq_i = scale sum_j dS_ij
@@ -485,13 +503,8 @@ attentionGradQueries(T *dq, float *delta, const T *q, const T *k, const T *v,
       const int n = int(min(int64_t(kAttentionTile), limit - j0));
       for (int jj = warp; jj < n; jj += warps) {
         const T *kj = kh + (j0 + jj) * d, *vj = vh + (j0 + jj) * dv;
-        float x = 0.0f, dp = 0.0f;
-        for (int64_t c = lane; c < d; c += 32)
-          x += qi[c] * toFloat(kj[c]);
-        for (int64_t c = lane; c < dv; c += 32)
-          dp += doi[c] * toFloat(vj[c]);
-        x = warpSum(x);
-        dp = warpSum(dp);
+        float x, dp;
+        scoreDots(qi, kj, d, doi, vj, dv, lane, x, dp);
         if (lane == 0) {
           float p = fastExp(scale * x - li);
           ds[jj] = p * (dp - di);
@@ -544,13 +557,8 @@ attentionGradKeys(T *dk, T *dvOut, const T *q, const T *k, const T *v,
       for (int ii = warp; ii < n; ii += warps) {
         const int64_t i = i0 + ii;
         const T *qi = qh + i * d, *doi = doh + i * dv;
-        float x = 0.0f, dp = 0.0f;
-        for (int64_t c = lane; c < d; c += 32)
-          x += toFloat(qi[c]) * kj[c];
-        for (int64_t c = lane; c < dv; c += 32)
-          dp += toFloat(doi[c]) * vj[c];
-        x = warpSum(x);
-        dp = warpSum(dp);
+        float x, dp;
+        scoreDots(qi, kj, d, doi, vj, dv, lane, x, dp);
         if (lane == 0) {
           float p = fastExp(scale * x - lseh[i]);
           pt[ii] = p;
