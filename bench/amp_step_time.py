@@ -46,7 +46,12 @@ PRECISIONS = {
     "fp16": {"enable": True, "dtype": "float16"},
     "bf16-o2": {"enable": True, "dtype": "bfloat16", "level": "o2"},
     "fp16-o2": {"enable": True, "dtype": "float16", "level": "o2"},
+    # bf16 o2 with Strata's fused passes (GEMM epilogues, dropout + add,
+    # fused attention), against the same autocast run.
+    "bf16-o2-fused": {"enable": True, "dtype": "bfloat16", "level": "o2"},
 }
+FUSED = {"enable": True, "gemm_epilogue": True, "dropout_add": True,
+         "flash_attention": True}
 
 
 
@@ -112,7 +117,7 @@ def main():
     os.makedirs(args.workdir, exist_ok=True)
     print("cpu: %s; %d thread(s); PyTorch %s" % (cpu_model(), args.threads,
                                                  torch.__version__))
-    print("%-38s %-7s %10s %10s %7s %16s %16s %16s" % (
+    print("%-38s %-13s %10s %10s %7s %16s %16s %16s" % (
         "model", "type", "strata ms", "torch ms", "ratio", "planned peak",
         "activations", "params+grads"))
     for name in args.models.split(","):
@@ -131,6 +136,8 @@ def main():
             s = {"optimizer": {"type": "adamw", "learning_rate": 0.001}}
             if amp:
                 s["amp"] = amp
+            if precision.endswith("-fused"):
+                s["fused_passes"] = FUSED
             with open(strategy, "w") as f:
                 json.dump(s, f)
             if precision == "f32":
@@ -150,7 +157,7 @@ def main():
                 torch_ms[peer] = torch_step(torch, compare, init, rows,
                                             layers, heads, peer, args.steps,
                                             args.warmup)
-            print("%-38s %-7s %10.1f %10.1f %7.2f" % (
+            print("%-38s %-13s %10.1f %10.1f %7.2f" % (
                 desc, precision, ms, torch_ms[peer], ms / torch_ms[peer])
                 + "".join(" %8.1f MB %4.0f%%" % (memory[k] / 1e6,
                                                  100.0 * memory[k] / f32[k])
