@@ -44,7 +44,7 @@ StrataRtContext::~StrataRtContext() {
   if (epoch)
     cudaEventDestroy(epoch);
   if (compute) {
-    for (int *chunk : errorWordChunks)
+    for (unsigned long long *chunk : errorWordChunks)
       cudaFreeAsync(chunk, compute);
     if (scratch)
       cudaFreeAsync(scratch, compute);
@@ -86,7 +86,8 @@ void *StrataRtContext::scratchBytes(int64_t site, size_t bytes) {
 
 namespace strata::cuda {
 
-int *deviceErrorWord(StrataRtContext *ctx, int64_t site, const char *what) {
+unsigned long long *deviceErrorWord(StrataRtContext *ctx, int64_t site,
+                                    const char *noun, int64_t limit) {
   size_t index = ctx->errorWordUses.size();
   if (index / kErrorWordsPerChunk == ctx->errorWordChunks.size()) {
     // From the pool, on the compute stream: a chunk may be added mid-step,
@@ -94,20 +95,22 @@ int *deviceErrorWord(StrataRtContext *ctx, int64_t site, const char *what) {
     void *memory = nullptr;
     if (!ctx->check(site,
                     cudaMallocFromPoolAsync(&memory,
-                                            kErrorWordsPerChunk * sizeof(int),
+                                            kErrorWordsPerChunk *
+                                                sizeof(unsigned long long),
                                             ctx->pool, ctx->compute),
                     "an error word"))
       return nullptr;
-    int *chunk = static_cast<int *>(memory);
+    auto *chunk = static_cast<unsigned long long *>(memory);
     ctx->errorWordChunks.push_back(chunk);
-    if (!ctx->check(site,
-                    cudaMemsetAsync(chunk, 0x7f,
-                                    kErrorWordsPerChunk * sizeof(int),
-                                    ctx->compute),
-                    "an error word"))
+    if (!ctx->check(
+            site,
+            cudaMemsetAsync(chunk, 0x7f,
+                            kErrorWordsPerChunk * sizeof(unsigned long long),
+                            ctx->compute),
+            "an error word"))
       return nullptr;
   }
-  ctx->errorWordUses.push_back({site, what});
+  ctx->errorWordUses.push_back({site, noun, limit});
   return ctx->errorWordChunks[index / kErrorWordsPerChunk] +
          index % kErrorWordsPerChunk;
 }
@@ -121,23 +124,31 @@ static void collectErrorWords(StrataRtContext *ctx) {
   for (size_t c = 0; c * kErrorWordsPerChunk < used; ++c) {
     size_t count =
         std::min(kErrorWordsPerChunk, used - c * kErrorWordsPerChunk);
-    std::vector<int> words(count);
+    std::vector<unsigned long long> words(count);
     if (!ctx->check(-1,
                     cudaMemcpy(words.data(), ctx->errorWordChunks[c],
-                               count * sizeof(int), cudaMemcpyDeviceToHost),
+                               count * sizeof(unsigned long long),
+                               cudaMemcpyDeviceToHost),
                     "reading the kernels' error words"))
       break;
     for (size_t i = 0; i < count; ++i)
       if (words[i] != strata::cuda::kNoError) {
         const auto &use = ctx->errorWordUses[c * kErrorWordsPerChunk + i];
-        ctx->fail(use.site, use.what + " (position " +
-                                std::to_string(words[i] - 1) + ")");
+        int64_t position = int64_t(words[i] >> 32) - 1;
+        int32_t value = int32_t(uint32_t(words[i]));
+        std::string shown = value == INT32_MAX   ? ">= 2147483647"
+                            : value == INT32_MIN ? "<= -2147483648"
+                                                 : std::to_string(value);
+        ctx->fail(use.site, use.noun + " " + shown + " outside [0, " +
+                                std::to_string(use.limit) + ") (position " +
+                                std::to_string(position) + ")");
         break;
       }
     // On the compute stream, which does not wait for the legacy stream.
     ctx->check(-1,
                cudaMemsetAsync(ctx->errorWordChunks[c], 0x7f,
-                               count * sizeof(int), ctx->compute),
+                               count * sizeof(unsigned long long),
+                               ctx->compute),
                "resetting the kernels' error words");
   }
   ctx->errorWordUses.clear();
@@ -361,7 +372,7 @@ void strata_rt_read(StrataRtContext *ctx, void *to, const void *from,
 int64_t strata_rt_scratch_bytes(StrataRtContext *ctx) {
   return int64_t(ctx->scratchSize + (ctx->gemm ? ctx->gemm->workspaceSize : 0) +
                  ctx->errorWordChunks.size() * kErrorWordsPerChunk *
-                     sizeof(int));
+                     sizeof(unsigned long long));
 }
 
 } // extern "C"

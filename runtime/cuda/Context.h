@@ -62,10 +62,12 @@ struct StrataRtContext : strata::rt::HostContext {
   size_t scratchSize = 0;
   /// Device error words (deviceErrorWord below) in chunks that never
   /// move; `errorWordUses` the calls that took one this step, in order.
-  std::vector<int *> errorWordChunks;
+  std::vector<unsigned long long *> errorWordChunks;
   struct ErrorWordUse {
     int64_t site;
-    std::string what;
+    /// "id" or "label", and the end of its range.
+    std::string noun;
+    int64_t limit;
   };
   std::vector<ErrorWordUse> errorWordUses;
   std::unique_ptr<strata::cuda::GemmCache> gemm;
@@ -90,14 +92,28 @@ struct StrataRtContext : strata::rt::HostContext {
 
 namespace strata::cuda {
 /// Where a kernel reports bad data it finds on the device (an id or a label
-/// outside its range) without the host waiting for it: a device int, set
+/// outside [0, limit)) without the host waiting for it: a device word, set
 /// to "none" (kNoError) before the kernel runs; the kernel lowers it with
-/// atomicMin to the 1-based position of the first bad element. The context
-/// reads every word at the step's end and records, for the first call in
-/// program order whose word was set, the failure "<what> (position P)" at
-/// `site`. Returns null (the failure recorded) when it cannot allocate.
-constexpr int kNoError = 0x7f7f7f7f;
-int *deviceErrorWord(StrataRtContext *ctx, int64_t site, const char *what);
+/// atomicMin to badIdWord(position, value) of a bad element, so it ends
+/// holding the first one. The context reads every word at the step's end
+/// and records, for the first call in program order whose word was set,
+/// the failure "<noun> <value> outside [0, <limit>) (position P)" at
+/// `site`, as the CPU runtime words it. Returns null (the failure recorded)
+/// when it cannot allocate.
+constexpr unsigned long long kNoError = 0x7f7f7f7f7f7f7f7fULL;
+unsigned long long *deviceErrorWord(StrataRtContext *ctx, int64_t site,
+                                    const char *noun, int64_t limit);
+/// The 1-based position in the high half (positions past 2^31 - 2 share the
+/// last one), the value saturated to 32 bits in the low half.
+__host__ __device__ inline unsigned long long badIdWord(int64_t position,
+                                                        int64_t value) {
+  int64_t p = position + 1 < 0x7f7f7f7e ? position + 1 : 0x7f7f7f7e;
+  int64_t v = value > INT32_MAX   ? INT32_MAX
+              : value < INT32_MIN ? INT32_MIN
+                                  : value;
+  return (static_cast<unsigned long long>(p) << 32) |
+         static_cast<uint32_t>(static_cast<int32_t>(v));
+}
 
 /// Divides the `n` elements of `data` (f32, bf16, f16) by `count` in f32,
 /// rounding once, on `stream` (Elementwise.cu): the mean of a collective.

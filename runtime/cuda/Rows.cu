@@ -17,8 +17,8 @@
 // positions by id (CUB's radix sort, which is stable) and sums each id's
 // rows in position order, as the CPU does, so its result is the CPU's to
 // the bit. Ids and labels outside their range are reported through a
-// device error word (Device.cuh) that holds the 1-based position of the
-// first bad one; the host reads it at the step's end, never per call.
+// device error word (Context.h) that holds the position and the value of
+// the first bad one; the host reads it at the step's end, never per call.
 //
 // Attention is a direct kernel, not yet a tiled flash kernel: one block
 // per (head, query) streams the keys in tiles of kAttentionTile with an
@@ -55,9 +55,11 @@ __device__ __forceinline__ float warpSum(float v) {
   return v;
 }
 
-/// Lowers the error word to the 1-based position `i + 1` of a bad id.
-__device__ __forceinline__ void reportBadId(int *word, int64_t i) {
-  atomicMin(word, int(i + 1 < kNoError ? i + 1 : kNoError - 1));
+/// Lowers the error word to bad id `value` at position `i` (the first
+/// position wins).
+__device__ __forceinline__ void reportBadId(unsigned long long *word, int64_t i,
+                                            int64_t value) {
+  atomicMin(word, badIdWord(i, value));
 }
 
 /// Threads per block of a kernel that reduces rows of `n` elements.
@@ -235,8 +237,8 @@ __global__ void layerNormGradFinish(T *dgamma, T *dbeta, const double *partial,
 /// [0, vocab).
 template <typename T, typename I>
 __global__ void embeddingKernel(T *out, const T *table, const I *ids,
-                                int *error, int64_t count, int64_t vocab,
-                                int64_t width) {
+                                unsigned long long *error, int64_t count,
+                                int64_t vocab, int64_t width) {
   int64_t total = count * width;
   for (int64_t e = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; e < total;
        e += int64_t(gridDim.x) * blockDim.x) {
@@ -245,7 +247,7 @@ __global__ void embeddingKernel(T *out, const T *table, const I *ids,
     if (id < 0 || id >= vocab) {
       out[e] = fromFloat<T>(0.0f);
       if (j == 0)
-        reportBadId(error, i);
+        reportBadId(error, i, id);
       continue;
     }
     out[e] = table[id * width + j];
@@ -292,8 +294,9 @@ __global__ void embeddingGradRows(T *dtable, const T *dy, const uint64_t *keys,
 /// Each row's -log softmax(logits)[label] in double (0, and the error word
 /// set, for a label outside [0, vocab)).
 template <typename T, typename I>
-__global__ void crossEntropyRows(double *perRow, int *error, const T *logits,
-                                 const I *labels, int64_t rows, int64_t vocab) {
+__global__ void crossEntropyRows(double *perRow, unsigned long long *error,
+                                 const T *logits, const I *labels, int64_t rows,
+                                 int64_t vocab) {
   __shared__ float shared[32];
   for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
     const T *x = logits + r * vocab;
@@ -301,7 +304,7 @@ __global__ void crossEntropyRows(double *perRow, int *error, const T *logits,
     if (label < 0 || label >= vocab) {
       if (threadIdx.x == 0) {
         perRow[r] = 0.0;
-        reportBadId(error, r);
+        reportBadId(error, r, label);
       }
       continue;
     }
@@ -789,8 +792,7 @@ void strata_rt_embedding(StrataRtContext *ctx, int64_t site, void *out,
         using T = decltype(tag);
         if (count == 0 || width == 0)
           return;
-        std::string what = "an id outside [0, " + std::to_string(vocab) + ")";
-        int *error = deviceErrorWord(ctx, site, what.c_str());
+        unsigned long long *error = deviceErrorWord(ctx, site, "id", vocab);
         if (!error)
           return;
         withIdType(idsType, [&](auto idTag) {
@@ -879,10 +881,8 @@ void strata_rt_cross_entropy(StrataRtContext *ctx, int64_t site, void *loss,
         if (rows > 0) {
           perRow = static_cast<double *>(
               ctx->scratchBytes(site, size_t(rows) * sizeof(double)));
-          std::string what =
-              "a label outside [0, " + std::to_string(vocab) + ")";
-          int *error =
-              perRow ? deviceErrorWord(ctx, site, what.c_str()) : nullptr;
+          unsigned long long *error =
+              perRow ? deviceErrorWord(ctx, site, "label", vocab) : nullptr;
           if (!error)
             return;
           withIdType(labelsType, [&](auto idTag) {

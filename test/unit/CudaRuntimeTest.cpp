@@ -9,6 +9,7 @@
 //
 //===----------------------------------------------------------------------===//
 
+#include "Context.h"
 #include "GemmPlan.h"
 
 #include "strata/Runtime/StrataRuntime.h"
@@ -405,6 +406,20 @@ TEST(CudaGemmPlan, DescriptorsNeedNoDevice) {
       EXPECT_EQ(strideA, 0);
       EXPECT_EQ(strideB, batch > 1 ? g.m * g.k : 0);
     }
+}
+
+/// The device error word of a bad id: the first position wins whatever
+/// the values (atomicMin), the value survives (saturated to 32 bits), and
+/// no report stays "none".
+TEST(CudaRuntime, BadIdWordsKeepTheFirstPositionAndItsValue) {
+  using strata::cuda::badIdWord;
+  EXPECT_LT(badIdWord(3, 1000), badIdWord(4, -5));
+  EXPECT_LT(badIdWord(0, INT64_MAX), badIdWord(1, 0));
+  EXPECT_LT(badIdWord(int64_t(1) << 40, 7), strata::cuda::kNoError);
+  EXPECT_EQ(badIdWord(5, -3) >> 32, 6u);
+  EXPECT_EQ(int32_t(uint32_t(badIdWord(5, -3))), -3);
+  EXPECT_EQ(int32_t(uint32_t(badIdWord(0, int64_t(1) << 40))), INT32_MAX);
+  EXPECT_EQ(int32_t(uint32_t(badIdWord(0, -(int64_t(1) << 40)))), INT32_MIN);
 }
 
 TEST(CudaRng, NvccBuildEqualsTheHostBuild) {
