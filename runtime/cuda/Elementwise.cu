@@ -41,22 +41,19 @@
 #include <cstdint>
 #include <string>
 #include <type_traits>
+#include <vector>
 
 namespace strata::cuda {
 namespace {
 
 int64_t ceilDiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
-/// Refuses (records) a rank beyond what a kernel parameter holds.
-bool rankSupported(StrataRtContext *ctx, int64_t site, const char *kernel,
-                   int64_t rank) {
-  if (rank <= kMaxRank)
-    return true;
-  ctx->fail(site, std::string("strata_rt_") + kernel + ": tensors of rank " +
-                      std::to_string(rank) + " are not implemented by the " +
-                      ctx->backendName + " (at most " +
-                      std::to_string(kMaxRank) + ")");
-  return false;
+/// The number of elements of a row-major `shape`.
+int64_t elements(int64_t rank, const int64_t *shape) {
+  int64_t n = 1;
+  for (int64_t d = 0; d < rank; ++d)
+    n *= shape[d];
+  return n;
 }
 
 //===--- Shapes and strides -----------------------------------------------===//
@@ -68,29 +65,50 @@ template <int N> struct Layout {
   int64_t strides[N][kMaxRank];
 };
 
-/// `shape` and `strides` (rank <= kMaxRank) with the dimensions of size 1
-/// dropped and each dimension merged into the one before it when every
-/// stride set walks the pair as one dimension (outer stride = inner stride
-/// x inner size): every element keeps its offsets and its position in
-/// row-major order, and fewer dimensions mean fewer divisions.
+/// `shape` and `strides` (any rank) with the dimensions of size 1 dropped
+/// and each dimension merged into the one before it when every stride set
+/// walks the pair as one dimension (outer stride = inner stride x inner
+/// size): every element keeps its offsets and its position in row-major
+/// order, and fewer dimensions mean fewer divisions. False (the failure
+/// recorded) when more than kMaxRank dimensions remain, what a kernel
+/// parameter holds.
 template <int N>
-Layout<N> collapse(int64_t rank, const int64_t *shape,
-                   const int64_t *const (&strides)[N]) {
-  Layout<N> l;
+bool collapse(StrataRtContext *ctx, int64_t site, const char *kernel,
+              int64_t rank, const int64_t *shape,
+              const int64_t *const (&strides)[N], Layout<N> &l) {
+  std::vector<int64_t> dims, stride[N];
   for (int64_t d = 0; d < rank; ++d) {
     if (shape[d] == 1)
       continue;
-    bool merge = l.rank > 0;
+    bool merge = !dims.empty();
     for (int j = 0; j < N && merge; ++j)
-      merge = l.strides[j][l.rank - 1] == strides[j][d] * shape[d];
-    if (merge)
-      l.shape[l.rank - 1] *= shape[d];
-    else
-      l.shape[l.rank++] = shape[d];
+      merge = stride[j].back() == strides[j][d] * shape[d];
+    if (merge) {
+      dims.back() *= shape[d];
+      for (int j = 0; j < N; ++j)
+        stride[j].back() = strides[j][d];
+      continue;
+    }
+    dims.push_back(shape[d]);
     for (int j = 0; j < N; ++j)
-      l.strides[j][l.rank - 1] = strides[j][d];
+      stride[j].push_back(strides[j][d]);
   }
-  return l;
+  if (dims.size() > size_t(kMaxRank)) {
+    ctx->fail(site, std::string("strata_rt_") + kernel + ": a layout of " +
+                        std::to_string(dims.size()) +
+                        " dimensions that cannot be merged (of rank " +
+                        std::to_string(rank) + ") is not implemented by the " +
+                        ctx->backendName + " (at most " +
+                        std::to_string(kMaxRank) + ")");
+    return false;
+  }
+  l.rank = int(dims.size());
+  for (int d = 0; d < l.rank; ++d) {
+    l.shape[d] = dims[d];
+    for (int j = 0; j < N; ++j)
+      l.strides[j][d] = stride[j][d];
+  }
+  return true;
 }
 
 /// The offsets in each stride set of element `i` (row-major over l.shape),
@@ -408,7 +426,8 @@ void reduce(StrataRtContext *ctx, int64_t site, T *out, const T *in,
             int64_t rank, const int64_t *desc, double scale) {
   const int64_t *shape = desc, *outStrides = desc + rank;
   // Outputs as the CPU counts them; the input is dense.
-  int64_t outN = 1, inStrides[kMaxRank];
+  int64_t outN = 1;
+  std::vector<int64_t> inStrides(rank);
   for (int64_t d = rank - 1, size = 1; d >= 0; size *= shape[d], --d) {
     inStrides[d] = size;
     if (outStrides[d] != 0)
@@ -416,8 +435,10 @@ void reduce(StrataRtContext *ctx, int64_t site, T *out, const T *in,
   }
   if (outN == 0)
     return;
-  const int64_t *const strides[2] = {inStrides, outStrides};
-  Layout<2> all = collapse(rank, shape, strides);
+  const int64_t *const strides[2] = {inStrides.data(), outStrides};
+  Layout<2> all;
+  if (!collapse(ctx, site, "reduce", rank, shape, strides, all))
+    return;
   ReduceLayout l;
   int64_t count = 1; // elements per output (0 when a reduced size is 0)
   for (int d = 0; d < all.rank; ++d) {
@@ -503,19 +524,17 @@ void strata_rt_binary(StrataRtContext *ctx, int64_t site, int64_t op, void *out,
     if (op != STRATA_RT_ADD && op != STRATA_RT_SUB && op != STRATA_RT_MUL &&
         op != STRATA_RT_DIV)
       return ctx->fail(site, "unknown binary op code " + std::to_string(op));
-    if (!rankSupported(ctx, site, "binary", rank))
-      return;
     const int64_t *shape = desc;
-    int64_t n = 1;
-    for (int64_t d = 0; d < rank; ++d)
-      n *= shape[d];
+    int64_t n = elements(rank, shape);
     if (n <= 0)
       return;
     auto *o = static_cast<T *>(out);
     auto *x = static_cast<const T *>(a);
     auto *y = static_cast<const T *>(b);
     const int64_t *const strides[2] = {desc + rank, desc + 2 * rank};
-    Layout<2> l = collapse(rank, shape, strides);
+    Layout<2> l;
+    if (!collapse(ctx, site, "binary", rank, shape, strides, l))
+      return;
     if (l.rank == 0 ||
         (l.rank == 1 && l.strides[0][0] == 1 && l.strides[1][0] == 1))
       binaryFlatKernel<<<gridFor(n), kThreads, 0, ctx->compute>>>(op, o, x, y,
@@ -623,17 +642,15 @@ void strata_rt_strided_copy(StrataRtContext *ctx, int64_t site, void *out,
   int64_t elementBytes = strata_rt_element_bytes(dtype);
   if (elementBytes != 2 && elementBytes != 4 && elementBytes != 8)
     return unsupportedType(ctx, site, "strided_copy", dtype);
-  if (!rankSupported(ctx, site, "strided_copy", rank))
-    return;
   const int64_t *shape = desc;
-  int64_t n = 1;
-  for (int64_t d = 0; d < rank; ++d)
-    n *= shape[d];
+  int64_t n = elements(rank, shape);
   if (n <= 0)
     return;
   int64_t base = desc[2 * rank];
   const int64_t *const strides[1] = {desc + rank};
-  Layout<1> l = collapse(rank, shape, strides);
+  Layout<1> l;
+  if (!collapse(ctx, site, "strided_copy", rank, shape, strides, l))
+    return;
   auto run = [&](auto element) {
     using E = decltype(element);
     auto *o = static_cast<E *>(out);
@@ -703,9 +720,8 @@ void strata_rt_reduce(StrataRtContext *ctx, int64_t site, void *out,
                       int64_t rank, const int64_t *desc, double scale) {
   withSameFloatType(ctx, site, "reduce", {outType, inType}, [&](auto tag) {
     using T = decltype(tag);
-    if (rankSupported(ctx, site, "reduce", rank))
-      reduce(ctx, site, static_cast<T *>(out), static_cast<const T *>(in), rank,
-             desc, scale);
+    reduce(ctx, site, static_cast<T *>(out), static_cast<const T *>(in), rank,
+           desc, scale);
   });
 }
 

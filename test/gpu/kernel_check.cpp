@@ -534,6 +534,25 @@ std::vector<CaseDef> makeCases() {
   reduce("dims02_f32", F32, {7, 33, 45, 0, 1, 0}, 33, 0.5);
   reduce("last_f32", F32, {7, 33, 1030, 33, 1, 0}, 7 * 33, 1.0);
   reduce("dim0_bf16", BF16, {9, 5, 70, 0, 70, 1}, 350, 0.5);
+  // Rank 10 with dimensions of size 1 and mergeable ones: at most three
+  // remain after collapsing (a kernel parameter holds eight).
+  add("strided_copy_rank10_transpose_f32", [](Case &t) {
+    // [4, 3, 2] read as [2, 1, 3, 1, 1, 1, 1, 1, 1, 4] (its transpose).
+    const std::vector<int64_t> desc = {2, 1, 3, 1, 1, 1, 1, 1, 1, 4, 1,
+                                       0, 2, 0, 0, 0, 0, 0, 0, 6, 0};
+    void *in = t.rand(F32, 24, -1000, 1000);
+    void *o = t.out("out", F32, 24, kExact);
+    RT.strided_copy(t.ctx, 1, o, in, F32, 10, desc.data());
+  });
+  add("reduce_rank10_f32", [](Case &t) {
+    // [2, 1, 3, 1, 1, 1, 1, 1, 4, 5] summed over dimensions 0 and 8.
+    const std::vector<int64_t> desc = {2, 1,  3, 1, 1, 1, 1, 1, 4, 5,
+                                       0, 15, 5, 5, 5, 5, 5, 5, 0, 1};
+    void *in = t.rand(F32, 120, -1, 1);
+    void *o = t.out("out", F32, 15);
+    RT.reduce(t.ctx, 1, o, F32, in, F32, 10, desc.data(), 1.0);
+  });
+
   auto fill = [&](int64_t dt, int64_t n, double value) {
     add(std::string("fill_") + dtypeName[dt], [=](Case &t) {
       RT.fill(t.ctx, 1, t.out("out", dt, n, kExact), dt, n, value);
