@@ -214,6 +214,9 @@ void AmpPass::runOnOperation() {
     black.insert(n);
     white.erase(n);
   }
+  if (fp16Guard && !o2)
+    return fail("fp16-guard applies to level o2 (level o1 decides per op by "
+                "the lists)");
 
   FailureOr<func::FuncOp> step = getStepFunction(module, "strata-amp");
   if (failed(step))
@@ -224,20 +227,34 @@ void AmpPass::runOnOperation() {
                 "' already has its backward: mixed precision rewrites the "
                 "forward program and runs before strata-autodiff");
 
+  // Under fp16-guard, level o2 applies to the guarded ops only.
+  auto guarded = [&](Operation *op) {
+    return !fp16Guard || op->hasAttr(StrataDialect::kAmpGuardAttrName);
+  };
+  if (fp16Guard && func.walk([](Operation *op) {
+                         return op->hasAttr(StrataDialect::kAmpGuardAttrName)
+                                    ? WalkResult::interrupt()
+                                    : WalkResult::advance();
+                       }).wasInterrupted() == false)
+    return fail("fp16-guard: no op of '" + func.getSymName() +
+                "' carries strata.amp_guard, so nothing would compute in " +
+                dtype);
+
   if (low.isF16() && (useDynamicLossScaling || initLossScaling != 1.0)) {
     if (failed(declareLossScale(module)))
       return signalPassFailure();
   }
 
   // Level o2: parameters in the low type, but those a black-list op reads
-  // directly (they stay f32 and are read as they are).
+  // directly and, under fp16-guard, those an unguarded op reads (they stay
+  // f32 and are read as they are).
   if (o2) {
     llvm::StringMap<SmallVector<GetParamOp>> reads;
     llvm::StringSet<> keepF32;
     func.walk([&](GetParamOp get) {
       reads[get.getName()].push_back(get);
       for (Operation *user : get->getUsers())
-        if (black.contains(user->getName().stripDialect()))
+        if (black.contains(user->getName().stripDialect()) || !guarded(user))
           keepF32.insert(get.getName());
     });
     for (ParamOp param : module.getOps<ParamOp>()) {
@@ -278,7 +295,9 @@ void AmpPass::runOnOperation() {
       continue;
     StringRef name = op->getName().stripDialect();
     Type compute;
-    if (white.contains(name)) {
+    if (!guarded(op)) {
+      compute = f32;
+    } else if (white.contains(name)) {
       compute = low;
     } else if (black.contains(name)) {
       compute = f32;

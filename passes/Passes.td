@@ -72,6 +72,13 @@ def StrataAmp : Pass<"strata-amp", "mlir::ModuleOp"> {
     Parameter gradients arrive in `dtype`, and strata-optimizer keeps an
     f32 master weight for each low-precision parameter.
 
+    With `fp16-guard` (level `o2` only; Paddle's `use_fp16_guard`), level
+    `o2` applies to the ops that carry the unit attribute `strata.amp_guard`
+    (Paddle's `fp16_guard()` region; `strata-gen --amp-guard` marks a
+    model's blocks): the others compute in f32, and a parameter becomes
+    low precision only when every op that reads it is guarded (and none is
+    on the black list). A step without a guarded op is an error.
+
     With `float16` the pass also declares the loss scale, unless it is
     static and 1: the state `@loss_scale` (f32, starting at
     `init-loss-scaling`, with the dynamic rule's settings in its
@@ -97,6 +104,9 @@ def StrataAmp : Pass<"strata-amp", "mlir::ModuleOp"> {
                "More ops that compute in the low type">,
     ListOption<"customBlackList", "custom-black-list", "std::string",
                "More ops that compute in f32">,
+    Option<"fp16Guard", "fp16-guard", "bool", "false",
+           "Level o2 only for ops marked strata.amp_guard (Paddle's "
+           "use_fp16_guard); the others compute in f32">,
     Option<"useDynamicLossScaling", "use-dynamic-loss-scaling", "bool",
            "true", "float16: move the loss scale by Paddle's rule">,
     Option<"initLossScaling", "init-loss-scaling", "double", "32768.0",

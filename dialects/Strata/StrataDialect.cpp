@@ -90,6 +90,11 @@ LogicalResult StrataDialect::verifyOperationAttribute(Operation *op,
       return op->emitOpError() << "'" << name << "' must be a positive integer";
     return success();
   }
+  if (name == kAmpGuardAttrName) {
+    if (!isa<UnitAttr>(attr.getValue()))
+      return op->emitOpError() << "'" << name << "' must be a unit attribute";
+    return success();
+  }
   if (name == kLayerAttrName || name == kJobAttrName) {
     auto layer = dyn_cast<StringAttr>(attr.getValue());
     if (!layer || layer.getValue().empty())

@@ -37,6 +37,9 @@ def Strata_Dialect : Dialect {
     * `strata.layer = "h3"` — the model layer an op belongs to, as written
       by the program's author; recompute segments and pipeline placement
       refer to layers by this name
+    * `strata.amp_guard` — a unit attribute: the op is under a mixed
+      precision guard (Paddle's `fp16_guard()`), which `strata-amp`'s
+      `fp16-guard` limits level o2 to
     * `strata.bucket = N : i64` — the gradient bucket of a collective
       (N >= 0); a runtime may fuse the collectives of one bucket
     * `strata.job = "F3"` — the pipeline job an op runs in (`strata-pipeline`:
@@ -54,6 +57,7 @@ def Strata_Dialect : Dialect {
         "strata.micro_batch";
     static constexpr llvm::StringLiteral kGradOfAttrName = "strata.grad_of";
     static constexpr llvm::StringLiteral kLayerAttrName = "strata.layer";
+    static constexpr llvm::StringLiteral kAmpGuardAttrName = "strata.amp_guard";
     /// On the loss-scale state of mixed precision: how it is updated
     /// (dynamic, incr_every_n_steps, decr_every_n_nan_or_inf, incr_ratio,
     /// decr_ratio) and its counters of good and bad steps (good, bad).

@@ -101,6 +101,7 @@ OwningOpRef<ModuleOp> strata::buildGpt(MLIRContext &context,
 
   for (int64_t l = 0; l < c.layers; ++l) {
     b.setScope(("h" + llvm::Twine(l)).str());
+    b.setAmpGuard(c.ampGuard);
     Value h = layerNorm(x, "ln_1");
     Value q = splitHeads(linear(h, "attn.q", H, H, std));
     Value k = splitHeads(linear(h, "attn.k", H, H, std));
@@ -120,6 +121,7 @@ OwningOpRef<ModuleOp> strata::buildGpt(MLIRContext &context,
     x = b.add(x, b.dropout(proj, c.dropout));
   }
   b.setScope("");
+  b.setAmpGuard(false);
   x = layerNorm(x, "ln_f");
   // LM head tied to the token embedding: logits = x @ wte^T.
   Value logits = b.matmul(x, wte, false, /*transposeRhs=*/true);

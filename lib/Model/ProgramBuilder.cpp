@@ -23,6 +23,9 @@ Value ProgramBuilder::tag(Value value) {
   if (!scope.empty())
     value.getDefiningOp()->setAttr(StrataDialect::kLayerAttrName,
                                    builder.getStringAttr(scope));
+  if (ampGuard)
+    value.getDefiningOp()->setAttr(StrataDialect::kAmpGuardAttrName,
+                                   builder.getUnitAttr());
   return value;
 }
 

@@ -141,7 +141,7 @@ const std::vector<SectionInfo> &sections() {
          STRATA_FIELD(A, decr_every_n_nan_or_inf), STRATA_FIELD(A, incr_ratio),
          STRATA_FIELD(A, decr_ratio), STRATA_FIELD(A, use_dynamic_loss_scaling),
          STRATA_FIELD(A, custom_white_list), STRATA_FIELD(A, custom_black_list),
-         STRATA_FIELD(A, use_master_grad)}));
+         STRATA_FIELD(A, use_master_grad), STRATA_FIELD(A, use_fp16_guard)}));
     using D = DpOptimizationSection;
     v.push_back(makeSection<D>("dp_optimization", &Strategy::dp_optimization,
                                {STRATA_FIELD(D, fuse_all_reduce_ops),

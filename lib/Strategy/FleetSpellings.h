@@ -49,6 +49,7 @@ inline const FleetKey kFleetKeys[] = {
     {"amp_configs", "decr_ratio", "amp.decr_ratio"},
     {"amp_configs", "custom_white_list", "amp.custom_white_list"},
     {"amp_configs", "custom_black_list", "amp.custom_black_list"},
+    {"amp_configs", "use_fp16_guard", "amp.use_fp16_guard"},
     {"lamb_configs", "lamb_weight_decay", "optimizer.weight_decay"},
     {"lamb_configs", "exclude_from_weight_decay",
      "optimizer.exclude_from_weight_decay"},

@@ -64,6 +64,7 @@ std::vector<PlannedPass> strata::planPasses(const Strategy &s,
     o.level = s.amp.level;
     o.customWhiteList = toList(s.amp.custom_white_list);
     o.customBlackList = toList(s.amp.custom_black_list);
+    o.fp16Guard = s.amp.level == "o2" && s.amp.use_fp16_guard;
     o.useDynamicLossScaling = s.amp.use_dynamic_loss_scaling;
     o.initLossScaling = s.amp.init_loss_scaling;
     o.incrEveryNSteps = s.amp.incr_every_n_steps;
@@ -87,6 +88,8 @@ std::vector<PlannedPass> strata::planPasses(const Strategy &s,
                 "(use_master_grad)"
               : "; level o2: low-precision parameters and gradients, f32 "
                 "master weights";
+    if (s.amp.level == "o2" && s.amp.use_fp16_guard)
+      plan.back().note += "; only ops under strata.amp_guard (use_fp16_guard)";
   }
 
   // The rank grid, for the passes that distribute the program: pipeline

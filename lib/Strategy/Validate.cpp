@@ -366,6 +366,9 @@ Error Reader::validate(const StrategyContext &context) {
            s.dp_optimization.find_unused_parameters,
            "Strata sees which parameters have no gradient when it compiles "
            "the program, and synchronises zeros for them");
+  unusedIf("amp.use_fp16_guard", s.amp.enable && s.amp.level == "o1",
+           "the guard limits level o2's low-precision parameters and ops to "
+           "the guarded ops (level o1 decides per op by the lists)");
   unusedIf("amp.use_master_grad", s.amp.enable && s.amp.level == "o1",
            "at level o1 parameter gradients are f32 already (master "
            "gradients are for level o2)");

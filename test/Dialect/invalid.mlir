@@ -858,3 +858,11 @@ func.func @f(%q: tensor<2x5x8xf32>, %k: tensor<2x7x8xf32>, %lse: tensor<2x5xf32>
   %g:3 = strata.attention_grad %q, %k, %k, %k, %lse, %q {scale = 1.0 : f64} : (tensor<2x5x8xf32>, tensor<2x7x8xf32>, tensor<2x7x8xf32>, tensor<2x7x8xf32>, tensor<2x5xf32>, tensor<2x5x8xf32>) -> (tensor<2x5x8xf32>, tensor<2x7x8xf32>, tensor<2x7x8xf32>)
   return
 }
+
+// -----
+
+func.func @f(%a: tensor<2x2xf32>) -> tensor<2x2xf32> {
+  // expected-error@+1 {{'strata.add' op 'strata.amp_guard' must be a unit attribute}}
+  %0 = strata.add %a, %a {strata.amp_guard = 1 : i64} : (tensor<2x2xf32>, tensor<2x2xf32>) -> tensor<2x2xf32>
+  return %0 : tensor<2x2xf32>
+}

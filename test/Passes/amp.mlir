@@ -105,3 +105,4 @@ func.func @train_step(%q: tensor<2x4x8xf32>, %v: tensor<2x4x8xf32>) -> tensor<f3
   %s = strata.reduce_sum %o {dims = array<i64: 0, 1, 2>} : (tensor<2x4x8xf32>) -> tensor<f32>
   return %s : tensor<f32>
 }
+

@@ -73,6 +73,13 @@ static cl::opt<double> dropout("dropout",
                                cl::init(0.0), cl::sub(gptCommand),
                                cl::cat(genCategory));
 
+static cl::opt<bool>
+    ampGuard("amp-guard",
+             cl::desc("Mark the transformer blocks as under a mixed-precision "
+                      "guard (strata.amp_guard, Paddle's fp16_guard), for "
+                      "amp.use_fp16_guard"),
+             cl::init(false), cl::sub(gptCommand), cl::cat(genCategory));
+
 static int fail(const Twine &message) {
   WithColor::error(errs(), "strata-gen") << message << "\n";
   return 1;
@@ -97,8 +104,8 @@ int main(int argc, char **argv) {
       return fail(toString(std::move(err)));
     module = strata::buildMlp(context, config);
   } else if (gptCommand) {
-    strata::GptConfig config{layers, hidden, heads, seqLen, vocab, gptBatch,
-                             dropout};
+    strata::GptConfig config{layers, hidden,   heads,   seqLen,
+                             vocab,  gptBatch, dropout, ampGuard};
     if (Error err = strata::validate(config))
       return fail(toString(std::move(err)));
     module = strata::buildGpt(context, config);

@@ -31,6 +31,9 @@ struct GptConfig {
   int64_t vocab = 256;
   int64_t batch = 8;
   double dropout = 0.0;
+  /// The transformer blocks under a mixed-precision guard (strata.amp_guard,
+  /// Paddle's fp16_guard); the embeddings, final layer norm and head not.
+  bool ampGuard = false;
 };
 
 llvm::Error validate(const MlpConfig &config);

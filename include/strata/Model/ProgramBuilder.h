@@ -38,6 +38,9 @@ public:
   /// `strata.layer` attribute, and `scope.name` locations) so that passes
   /// and diagnostics can refer to layers. "" leaves the layer.
   void setScope(llvm::StringRef scope) { this->scope = scope.str(); }
+  /// Marks the ops built from now on as under a mixed-precision guard
+  /// (`strata.amp_guard`, Paddle's fp16_guard region), or stops.
+  void setAmpGuard(bool guard) { ampGuard = guard; }
 
   /// Declares parameter `scope.name` and reads it in the step function.
   mlir::Value param(llvm::StringRef name, llvm::ArrayRef<int64_t> shape,
@@ -67,13 +70,14 @@ public:
 
 private:
   mlir::Location loc(llvm::StringRef name);
-  /// Tags `value`'s op with the current layer; returns `value`.
+  /// Tags `value`'s op with the current layer and guard; returns `value`.
   mlir::Value tag(mlir::Value value);
 
   mlir::OpBuilder builder;
   mlir::OwningOpRef<mlir::ModuleOp> module;
   mlir::func::FuncOp step;
   std::string scope;
+  bool ampGuard = false;
   int64_t nextDropoutKey = 0;
 };
 

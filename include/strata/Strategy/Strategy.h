@@ -107,6 +107,9 @@ struct AmpSection {
   std::vector<std::string> custom_white_list;
   std::vector<std::string> custom_black_list;
   bool use_master_grad = false;
+  /// Level o2 only for ops under a guard (strata.amp_guard), as Paddle's
+  /// fp16_guard; the rest compute in f32.
+  bool use_fp16_guard = false;
   bool operator==(const AmpSection &) const = default;
 };
 
