@@ -89,6 +89,10 @@ Tensor initTensor(RankedTensorType type, InitAttr init, StringRef name,
     case InitKind::Constant:
       t.data[i] = scale;
       break;
+    case InitKind::Master:
+      // The caller passes a master weight its parameter's init (the
+      // verifier makes sure the parameter exists).
+      llvm_unreachable("a master weight is initialised as its parameter");
     }
   }
   // Values are stored in the program's element type: f32, or bf16 and f16
