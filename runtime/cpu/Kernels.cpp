@@ -523,11 +523,12 @@ void STRATA_RT_KERNEL(strata_rt_gemm_aux)(
     const void *bias, int64_t biasType, int64_t act) {
   if (!sameTypes(ctx, site, "gemm_aux", {cType, auxType}))
     return;
+  // The activation runs whatever the step's earlier errors (the first one
+  // is the step's), as the unfused GEMM + unary would.
   strata_rt_gemm(ctx, site, 1, m, n, k, a, aType, 0, transA, b, bType, 0,
                  transB, aux, auxType, bias, biasType, STRATA_RT_ACT_NONE, 0);
-  if (ctx->error.empty())
-    STRATA_RT_KERNEL(strata_rt_unary)
-    (ctx, site, act, c, cType, aux, auxType, m * n, 0.0);
+  STRATA_RT_KERNEL(strata_rt_unary)
+  (ctx, site, act, c, cType, aux, auxType, m * n, 0.0);
 }
 
 void STRATA_RT_KERNEL(strata_rt_act_grad)(StrataRtContext *ctx, int64_t site,
@@ -697,8 +698,7 @@ void STRATA_RT_KERNEL(strata_rt_gemm_dact)(
     return;
   strata_rt_gemm(ctx, site, 1, m, n, k, a, aType, 0, transA, b, bType, 0,
                  transB, c, cType, nullptr, cType, STRATA_RT_ACT_NONE, 0);
-  if (ctx->error.empty())
-    STRATA_RT_KERNEL(strata_rt_act_grad)
+  STRATA_RT_KERNEL(strata_rt_act_grad)
   (ctx, site, act, c, cType, aux, auxType, c, cType, m * n);
 }
 
@@ -713,8 +713,6 @@ void STRATA_RT_KERNEL(strata_rt_gemm_bgrad)(
                                " (0 for A, 1 for B)");
   strata_rt_gemm(ctx, site, 1, m, n, k, a, aType, 0, transA, b, bType, 0,
                  transB, c, cType, nullptr, cType, STRATA_RT_ACT_NONE, 0);
-  if (!ctx->error.empty())
-    return;
   int64_t desc[4];
   bgradReduction(m, n, k, transA != 0, transB != 0, operand, desc);
   STRATA_RT_KERNEL(strata_rt_reduce)

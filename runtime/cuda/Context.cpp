@@ -74,7 +74,8 @@ void *StrataRtContext::scratchBytes(int64_t site, size_t bytes) {
     check(site, cudaFreeAsync(scratch, compute), "device scratch");
   scratch = nullptr;
   scratchSize = 0;
-  size_t grown = std::max(bytes, size_t(1) << 20);
+  // Geometric growth: few blocks left behind in the pool.
+  size_t grown = std::max({bytes, 2 * scratchSize, size_t(1) << 20});
   void *memory = nullptr;
   if (!check(site, cudaMallocFromPoolAsync(&memory, grown, pool, compute),
              "device scratch"))
@@ -167,11 +168,11 @@ static cudaError_t makePool(int device, cudaMemPool_t &pool) {
     return e;
   }
   uint64_t keepAll = UINT64_MAX; // the attribute is a cuuint64_t
-  int no = 0;
+  int yes = 1, no = 0;
   cudaError_t e =
       cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReleaseThreshold, &keepAll);
   if (e == cudaSuccess)
-    e = cudaMemPoolSetAttribute(pool, cudaMemPoolReuseAllowOpportunistic, &no);
+    e = cudaMemPoolSetAttribute(pool, cudaMemPoolReuseAllowOpportunistic, &yes);
   if (e == cudaSuccess)
     e = cudaMemPoolSetAttribute(pool, cudaMemPoolReuseAllowInternalDependencies,
                                 &no);

@@ -49,12 +49,12 @@ struct StrataRtContext : strata::rt::HostContext {
   /// collectives and transfers that wait for a peer; a pool's allocations
   /// and frees are ordered on a stream instead. It keeps what it reserved
   /// (its release threshold is the maximum, so no synchronization returns
-  /// memory to the OS) and reuses a block freed on another stream only
-  /// after an event ordered the allocating stream behind the free, or after
-  /// the host synchronized with that stream (the step's end): never
-  /// opportunistically, never by making the allocating stream wait itself,
-  /// which would make the compute stream wait for a send, that is for the
-  /// peer to receive.
+  /// memory to the OS) and reuses a block freed on another stream once the
+  /// free has completed (opportunistic reuse: a send copy is reused after
+  /// its send finished, within the step) or after the host synchronized
+  /// with that stream (the step's end), but never by making the allocating
+  /// stream wait itself (no internal dependencies), which would make the
+  /// compute stream wait for a send, that is for the peer to receive.
   cudaMemPool_t pool = nullptr;
   /// Device scratch of the kernels (reduction partials, descriptors),
   /// grown on demand and kept; its use is ordered on `compute`.
@@ -103,8 +103,9 @@ namespace strata::cuda {
 constexpr unsigned long long kNoError = 0x7f7f7f7f7f7f7f7fULL;
 unsigned long long *deviceErrorWord(StrataRtContext *ctx, int64_t site,
                                     const char *noun, int64_t limit);
-/// The 1-based position in the high half (positions past 2^31 - 2 share the
-/// last one), the value saturated to 32 bits in the low half.
+/// The 1-based position in the high half (positions from 0x7f7f7f7d on
+/// share the last one, below kNoError's), the value saturated to 32 bits in
+/// the low half.
 __host__ __device__ inline unsigned long long badIdWord(int64_t position,
                                                         int64_t value) {
   int64_t p = position + 1 < 0x7f7f7f7e ? position + 1 : 0x7f7f7f7e;

@@ -197,6 +197,16 @@ void runGemm(StrataRtContext *ctx, int64_t site, GemmCall call, const void *a,
       cache.handle, e->descriptors.op, &alpha, b, e->descriptors.a, a,
       e->descriptors.b, &beta, d, e->descriptors.c, d, e->descriptors.c, algo,
       cache.workspace, cache.workspaceSize, ctx->compute);
+  if (s != CUBLAS_STATUS_SUCCESS && fusedBackward &&
+      (s == CUBLAS_STATUS_NOT_SUPPORTED || s == CUBLAS_STATUS_INVALID_VALUE)) {
+    // The heuristic offered an algorithm that refuses the epilogue after
+    // all: these alignments take the fallback from now on.
+    for (auto &known : e->algos)
+      if (&known.algo == algo)
+        known.found = false;
+    call.unfused = true;
+    return runGemm(ctx, site, call, a, b, c, x);
+  }
   if (s != CUBLAS_STATUS_SUCCESS) {
     ctx->fail(site,
               std::string("strata_rt_gemm: ") + cublasLtGetStatusString(s));

@@ -138,12 +138,22 @@ TEST(RuntimeTest, GemmBackwardEpilogues) {
                    << "transA " << transA << " transB " << transB);
       auto a = iota(m * k), b = iota(k * n, 0.02f, 0.1f), aux = iota(m * n);
       auto plain = naiveGemm(1, m, n, k, a, false, transA, b, false, transB);
-      // dact: the product times the activation's gradient at aux, as
-      // strata_rt_act_grad computes it.
+      // dact: the product times the activation's gradient at aux (ReLU's
+      // step; GELU-tanh's derivative by its definition, in double).
       for (int64_t act : {STRATA_RT_ACT_RELU, STRATA_RT_ACT_GELU_TANH}) {
         std::vector<float> c(m * n), want(m * n);
-        strata_rt_act_grad(ctx, 0, act, want.data(), F32, aux.data(), F32,
-                           plain.data(), F32, m * n);
+        for (int64_t i = 0; i < m * n; ++i) {
+          double x = aux[i], d;
+          if (act == STRATA_RT_ACT_RELU) {
+            d = x > 0 ? 1.0 : 0.0;
+          } else {
+            const double s = std::sqrt(2.0 / M_PI);
+            double t = std::tanh(s * (x + 0.044715 * x * x * x));
+            d = 0.5 * (1 + t) +
+                0.5 * x * (1 - t * t) * s * (1 + 3 * 0.044715 * x * x);
+          }
+          want[i] = float(plain[i] * d);
+        }
         strata_rt_gemm_dact(ctx, 0, m, n, k, a.data(), F32, transA, b.data(),
                             F32, transB, c.data(), F32, aux.data(), F32, act);
         expectNear(c, want, 1e-5f);
