@@ -231,11 +231,13 @@ void AmpPass::runOnOperation() {
   auto guarded = [&](Operation *op) {
     return !fp16Guard || op->hasAttr(StrataDialect::kAmpGuardAttrName);
   };
-  if (fp16Guard && func.walk([](Operation *op) {
-                         return op->hasAttr(StrataDialect::kAmpGuardAttrName)
-                                    ? WalkResult::interrupt()
-                                    : WalkResult::advance();
-                       }).wasInterrupted() == false)
+  bool anyGuarded = func.walk([](Operation *op) {
+                          return op->hasAttr(StrataDialect::kAmpGuardAttrName)
+                                     ? WalkResult::interrupt()
+                                     : WalkResult::advance();
+                        })
+                        .wasInterrupted();
+  if (fp16Guard && !anyGuarded)
     return fail("fp16-guard: no op of '" + func.getSymName() +
                 "' carries strata.amp_guard, so nothing would compute in " +
                 dtype);
