@@ -208,6 +208,38 @@ inline bool collectiveType(HostContext *ctx, int64_t site, const char *name,
   return true;
 }
 
+/// Calls `f(T{})` with a runtime's storage type of a floating-point ABI type
+/// code (float for f32, BF16 for bf16, F16 for f16); false for other codes.
+template <typename BF16, typename F16, typename F>
+bool withStorageType(int64_t dtype, F &&f) {
+  switch (dtype) {
+  case STRATA_RT_F32:
+    f(float{});
+    return true;
+  case STRATA_RT_BF16:
+    f(BF16{});
+    return true;
+  case STRATA_RT_F16:
+    f(F16{});
+    return true;
+  }
+  return false;
+}
+
+/// withStorageType for a kernel whose tensors all share one type (it
+/// computes in f32); records the failure otherwise (mixed types, or a type
+/// without kernels).
+template <typename BF16, typename F16, typename F>
+bool withSameStorageType(HostContext *ctx, int64_t site, const char *kernel,
+                         std::initializer_list<int64_t> types, F &&f) {
+  if (!sameTypes(ctx, site, kernel, types))
+    return false;
+  if (withStorageType<BF16, F16>(*types.begin(), f))
+    return true;
+  unsupportedType(ctx, site, kernel, *types.begin());
+  return false;
+}
+
 /// strata_rt_reduce's `desc` (rank 2) for strata_rt_gemm_bgrad's bias
 /// gradient: op(A) [m, k] (`operand` 0) or op(B) [k, n] (1) summed over k,
 /// as the operand is stored (transposed or not).

@@ -16,6 +16,7 @@
 #ifndef STRATA_RUNTIME_COMMON_LOWPRECISION_H
 #define STRATA_RUNTIME_COMMON_LOWPRECISION_H
 
+#include "HostContext.h"
 #include "strata/Runtime/StrataRuntime.h"
 
 #include <cstdint>
@@ -119,18 +120,7 @@ using ComputeType = std::conditional_t<std::is_integral_v<T>, T, float>;
 /// Calls `f(T{})` with the storage type of `dtype` (f32, bf16 or f16);
 /// false for another type.
 template <typename F> bool withFloatType(int64_t dtype, F &&f) {
-  switch (dtype) {
-  case STRATA_RT_F32:
-    f(float{});
-    return true;
-  case STRATA_RT_BF16:
-    f(BFloat16{});
-    return true;
-  case STRATA_RT_F16:
-    f(Half{});
-    return true;
-  }
-  return false;
+  return strata::rt::withStorageType<BFloat16, Half>(dtype, f);
 }
 
 } // namespace

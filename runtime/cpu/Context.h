@@ -73,12 +73,9 @@ using strata::rt::unsupportedType;
 template <typename F>
 bool withSameFloatType(StrataRtContext *ctx, int64_t site, const char *kernel,
                        std::initializer_list<int64_t> types, F &&f) {
-  if (!sameTypes(ctx, site, kernel, types))
-    return false;
-  if (strata::cpu::withFloatType(*types.begin(), f))
-    return true;
-  unsupportedType(ctx, site, kernel, *types.begin());
-  return false;
+  return strata::rt::withSameStorageType<strata::cpu::BFloat16,
+                                         strata::cpu::Half>(ctx, site, kernel,
+                                                            types, f);
 }
 
 #endif // STRATA_RUNTIME_CPU_CONTEXT_H

@@ -47,18 +47,7 @@ template <> __device__ __forceinline__ Half fromFloat<Half>(float x) {
 /// Calls `f(T{})` with the storage type of a floating-point ABI type code;
 /// returns false for other codes.
 template <typename F> bool withFloatType(int64_t dtype, F &&f) {
-  switch (dtype) {
-  case STRATA_RT_F32:
-    f(float{});
-    return true;
-  case STRATA_RT_BF16:
-    f(BFloat16{});
-    return true;
-  case STRATA_RT_F16:
-    f(Half{});
-    return true;
-  }
-  return false;
+  return strata::rt::withStorageType<BFloat16, Half>(dtype, f);
 }
 
 /// withFloatType for a kernel whose tensors all share one type; records the
@@ -66,12 +55,8 @@ template <typename F> bool withFloatType(int64_t dtype, F &&f) {
 template <typename F>
 bool withSameFloatType(StrataRtContext *ctx, int64_t site, const char *kernel,
                        std::initializer_list<int64_t> types, F &&f) {
-  if (!sameTypes(ctx, site, kernel, types))
-    return false;
-  if (withFloatType(*types.begin(), f))
-    return true;
-  unsupportedType(ctx, site, kernel, *types.begin());
-  return false;
+  return strata::rt::withSameStorageType<BFloat16, Half>(ctx, site, kernel,
+                                                         types, f);
 }
 
 /// Threads per block of the elementwise kernels.
