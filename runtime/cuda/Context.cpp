@@ -70,12 +70,12 @@ void *StrataRtContext::scratchBytes(int64_t site, size_t bytes) {
   // kernels issued before have run (they may still read it), the new one
   // allocated behind them; the host waits for neither, so collectives and
   // transfers in flight on other streams cannot hold it up.
+  // Geometric growth: few blocks left behind in the pool.
+  size_t grown = std::max({bytes, 2 * scratchSize, size_t(1) << 20});
   if (scratch)
     check(site, cudaFreeAsync(scratch, compute), "device scratch");
   scratch = nullptr;
   scratchSize = 0;
-  // Geometric growth: few blocks left behind in the pool.
-  size_t grown = std::max({bytes, 2 * scratchSize, size_t(1) << 20});
   void *memory = nullptr;
   if (!check(site, cudaMallocFromPoolAsync(&memory, grown, pool, compute),
              "device scratch"))
