@@ -195,38 +195,23 @@ LogicalResult lowerFusedGemmGrad(FusedGemmEpilogueGradOp o,
   else if (!o.getInputGrad().use_empty())
     l.gemm(1, rows, k, n, dzPtr, 0, false, l.ptr(w), 0, !t,
            l.ptr(o.getInputGrad()), Value(), STRATA_RT_ACT_NONE, elem);
-  // dW = x^T dz [K, N], or dz^T x [N, K] for a transposed weight, with the
-  // bias gradient (dz's column sums) in the epilogue.
-  Value dw = l.ptr(o.getWeightGrad());
-  RuntimeLowering::CallArg db = l.tensor(o.getBiasGrad());
-  if (t)
-    l.call("strata_rt_gemm_bgrad", {l.site(),
-                                    l.i64(n),
-                                    l.i64(k),
-                                    l.i64(rows),
-                                    dzPtr,
-                                    code,
-                                    l.i64(1),
-                                    l.ptr(x),
-                                    code,
-                                    l.i64(0),
-                                    {dw, code},
-                                    db,
-                                    l.i64(0)});
-  else
-    l.call("strata_rt_gemm_bgrad", {l.site(),
-                                    l.i64(k),
-                                    l.i64(n),
-                                    l.i64(rows),
-                                    l.ptr(x),
-                                    code,
-                                    l.i64(1),
-                                    dzPtr,
-                                    code,
-                                    l.i64(0),
-                                    {dw, code},
-                                    db,
-                                    l.i64(1)});
+  // dW = x^T dz [K, N] (dz the B operand), or dz^T x [N, K] for a
+  // transposed weight (dz the A operand), with the bias gradient (dz's
+  // column sums) in the epilogue.
+  Value xPtr = l.ptr(x);
+  l.call("strata_rt_gemm_bgrad", {l.site(),
+                                  l.i64(t ? n : k),
+                                  l.i64(t ? k : n),
+                                  l.i64(rows),
+                                  t ? dzPtr : xPtr,
+                                  code,
+                                  l.i64(1),
+                                  t ? xPtr : dzPtr,
+                                  code,
+                                  l.i64(0),
+                                  {l.ptr(o.getWeightGrad()), code},
+                                  l.tensor(o.getBiasGrad()),
+                                  l.i64(t ? 0 : 1)});
   return success();
 }
 

@@ -858,10 +858,6 @@ static inline float attentionRow(float *x, int64_t limit, int64_t keys,
   return sum;
 }
 
-} // namespace
-
-namespace {
-
 /// FlashAttention's schedule with whole rows of keys per block: for each
 /// head and block of kAttentionBlock query rows, the scores against the
 /// keys the block sees (with `causal`, keys up to its last row), their

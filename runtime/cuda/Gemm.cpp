@@ -161,7 +161,6 @@ void runGemm(StrataRtContext *ctx, int64_t site, GemmCall call, const void *a,
   auto *e = cache.entry(ctx, site, call);
   if (!e)
     return;
-  bool backward = call.dact || call.bgrad >= 0;
   void *d = e->plan.auxOnly ? x.aux : c;
   // The heuristic reads the bias and aux pointers' alignment: set first.
   auto setPointer = [&](cublasLtMatmulDescAttributes_t attribute,
@@ -181,8 +180,9 @@ void runGemm(StrataRtContext *ctx, int64_t site, GemmCall call, const void *a,
   if (e->plan.auxLd && !setPointer(CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER,
                                    x.aux, "the aux pointer"))
     return;
-  bool fusedBackward = backward && !call.unfused &&
-                       (e->plan.epilogue != CUBLASLT_EPILOGUE_DEFAULT);
+  // (An unfused plan's epilogue is DEFAULT.)
+  bool fusedBackward = (call.dact || call.bgrad >= 0) &&
+                       e->plan.epilogue != CUBLASLT_EPILOGUE_DEFAULT;
   const cublasLtMatmulAlgo_t *algo =
       cache.algorithm(ctx, site, *e, a, b, d, bias, e->plan.auxLd ? x.aux : d,
                       /*quiet=*/fusedBackward);
