@@ -30,6 +30,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <immintrin.h>
 #include <memory>
 #include <omp.h>
 #include <string>
@@ -329,6 +330,77 @@ void reduceLoop(float *out, const float *in, int64_t rank, const int64_t *desc,
   }
   for (int64_t i = 0; i < outN; ++i)
     out[i] = float(acc[i] * scale);
+}
+
+/// Draws per block of the dropout kernel: 16 Philox draws, 64 elements.
+constexpr int kDraws = 16;
+
+/// The dropout stream's words for the 16 consecutive draws from `g`, in
+/// element order: words[4 j + w] == rng::dropoutDraw(seed, key, 4 (g + j))[w].
+/// The AVX2 variant runs the ten Philox-4x32-10 rounds of
+/// `strata::rng::draw` on eight draws per vector (32 x 32 -> 64-bit products
+/// of the even and odd lanes); the baseline calls it per draw.
+void dropoutWords(uint64_t seed, int64_t key, int64_t g,
+                  uint32_t (&words)[4 * kDraws]) {
+#ifdef __AVX2__
+  const __m256i m0 = _mm256_set1_epi32(int(PHILOX_M4x32_0));
+  const __m256i m1 = _mm256_set1_epi32(int(PHILOX_M4x32_1));
+  // Low and high halves of the 32 x 32-bit products of x's lanes with m's.
+  auto mulhilo = [](__m256i x, __m256i m, __m256i &hi) {
+    __m256i even = _mm256_mul_epu32(x, m);
+    __m256i odd = _mm256_mul_epu32(_mm256_srli_epi64(x, 32), m);
+    hi = _mm256_blend_epi32(_mm256_srli_epi64(even, 32), odd, 0xAA);
+    return _mm256_blend_epi32(even, _mm256_slli_epi64(odd, 32), 0xAA);
+  };
+  for (int half = 0; half < kDraws / 8; ++half) {
+    alignas(32) uint32_t lo32[8], hi32[8];
+    for (int j = 0; j < 8; ++j) {
+      uint64_t index = uint64_t(g) + uint64_t(8 * half + j);
+      lo32[j] = uint32_t(index);
+      hi32[j] = uint32_t(index >> 32);
+    }
+    __m256i c0 = _mm256_load_si256(reinterpret_cast<const __m256i *>(lo32));
+    __m256i c1 = _mm256_load_si256(reinterpret_cast<const __m256i *>(hi32));
+    __m256i c2 = _mm256_set1_epi32(int(uint32_t(key)));
+    __m256i c3 = _mm256_set1_epi32(int(uint32_t(strata::rng::kDropoutStream)));
+    uint32_t k0 = uint32_t(seed), k1 = uint32_t(seed >> 32);
+    for (int round = 0; round < 10; ++round) {
+      if (round > 0) {
+        k0 += PHILOX_W32_0;
+        k1 += PHILOX_W32_1;
+      }
+      __m256i hi0, hi1;
+      __m256i lo0 = mulhilo(c0, m0, hi0);
+      __m256i lo1 = mulhilo(c2, m1, hi1);
+      c0 = _mm256_xor_si256(_mm256_xor_si256(hi1, c1),
+                            _mm256_set1_epi32(int(k0)));
+      c1 = lo1;
+      c2 = _mm256_xor_si256(_mm256_xor_si256(hi0, c3),
+                            _mm256_set1_epi32(int(k1)));
+      c3 = lo0;
+    }
+    // Interleave the four words of each draw into element order.
+    __m256i a = _mm256_unpacklo_epi32(c0, c1); // w0 w1 of draws 0 1 | 4 5
+    __m256i b = _mm256_unpackhi_epi32(c0, c1); // draws 2 3 | 6 7
+    __m256i c = _mm256_unpacklo_epi32(c2, c3);
+    __m256i d = _mm256_unpackhi_epi32(c2, c3);
+    __m256i d0 = _mm256_unpacklo_epi64(a, c); // draws 0 | 4
+    __m256i d1 = _mm256_unpackhi_epi64(a, c); // draws 1 | 5
+    __m256i d2 = _mm256_unpacklo_epi64(b, d); // draws 2 | 6
+    __m256i d3 = _mm256_unpackhi_epi64(b, d); // draws 3 | 7
+    auto *out = reinterpret_cast<__m256i *>(words + 32 * half);
+    _mm256_storeu_si256(out + 0, _mm256_permute2x128_si256(d0, d1, 0x20));
+    _mm256_storeu_si256(out + 1, _mm256_permute2x128_si256(d2, d3, 0x20));
+    _mm256_storeu_si256(out + 2, _mm256_permute2x128_si256(d0, d1, 0x31));
+    _mm256_storeu_si256(out + 3, _mm256_permute2x128_si256(d2, d3, 0x31));
+  }
+#else
+  for (int j = 0; j < kDraws; ++j) {
+    auto draw = strata::rng::dropoutDraw(seed, key, 4 * (g + j));
+    for (int w = 0; w < 4; ++w)
+      words[4 * j + w] = draw[w];
+  }
+#endif
 }
 
 } // namespace
@@ -752,24 +824,29 @@ void STRATA_RT_KERNEL(strata_rt_dropout)(StrataRtContext *ctx, int64_t site,
         int64_t offset = (ctx->shard * microBatches + microBatch) * n;
         float keepScale = 1.0f / float(1.0 - prob);
         uint64_t seed = ctx->seed;
-        // Chunks of whole Philox draws (4 elements each), in parallel.
+        // Chunks of elements in parallel; in each, blocks of kDraws Philox
+        // draws (4 elements each; dropoutWords). A draw that straddles two
+        // chunks is computed by both.
         constexpr int64_t kChunk = 1 << 12;
         int64_t chunks = (n + kChunk - 1) / kChunk;
 #pragma omp parallel for schedule(static) if (n >= kParallelGrain / 4)
         for (int64_t c = 0; c < chunks; ++c) {
-          int64_t lastGroup = -1;
-          r123::Philox4x32::ctr_type words{};
-          for (int64_t i = c * kChunk, e = std::min(n, i + kChunk); i < e;
-               ++i) {
-            int64_t index = offset + i;
-            if ((index >> 2) != lastGroup) {
-              lastGroup = index >> 2;
-              words = strata::rng::dropoutDraw(seed, key, index);
+          int64_t begin = c * kChunk, end = std::min(n, begin + kChunk);
+          for (int64_t g = (offset + begin) >> 2; 4 * g < offset + end;
+               g += kDraws) {
+            uint32_t flat[4 * kDraws];
+            dropoutWords(seed, key, g, flat);
+            // Elements [lo, hi) of this call take flat[offset + i - 4g].
+            int64_t lo = std::max(begin, 4 * g - offset);
+            int64_t hi = std::min(end, 4 * (g + kDraws) - offset);
+            int64_t shift = offset - 4 * g;
+#pragma omp simd
+            for (int64_t i = lo; i < hi; ++i) {
+              float v = strata::rng::dropoutKeepWord(flat[shift + i], prob)
+                            ? float(in[i]) * keepScale
+                            : 0.0f;
+              out[i] = T(residual ? v + float(residual[i]) : v);
             }
-            float v = strata::rng::dropoutKeepWord(words[index & 3], prob)
-                          ? float(in[i]) * keepScale
-                          : 0.0f;
-            out[i] = T(residual ? v + float(residual[i]) : v);
           }
         }
       });
