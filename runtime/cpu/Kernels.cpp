@@ -431,21 +431,42 @@ void STRATA_RT_KERNEL(strata_rt_binary)(StrataRtContext *ctx, int64_t site,
 
 namespace {
 
-
-/// The sum of term(j) over j < n in f32 vector lanes (a lane sums n / 16
-/// terms or fewer), whose partial sums are added in double: the loop
-/// vectorises, and the result does not depend on threads.
-template <typename Term> double laneSum(int64_t n, Term term) {
+/// The K sums of term(j, v) (which sets v[0 .. K)) over j < n, each in f32
+/// vector lanes (a lane sums n / 16 terms or fewer) whose partial sums are
+/// added in double: the loop over whole lane blocks vectorises without
+/// masks, and the result does not depend on threads.
+template <int K, typename Term>
+void laneSums(int64_t n, Term term, double (&sums)[K]) {
   constexpr int kLanes = 16;
-  float lane[kLanes] = {};
-  for (int64_t j0 = 0; j0 < n; j0 += kLanes)
+  float lane[K][kLanes] = {};
+  int64_t j0 = 0;
+  for (; j0 + kLanes <= n; j0 += kLanes)
 #pragma omp simd
-    for (int k = 0; k < kLanes; ++k)
-      lane[k] += j0 + k < n ? term(j0 + k) : 0.0f;
-  double sum = 0;
-  for (float v : lane)
-    sum += v;
-  return sum;
+    for (int k = 0; k < kLanes; ++k) {
+      float v[K];
+      term(j0 + k, v);
+      for (int s = 0; s < K; ++s)
+        lane[s][k] += v[s];
+    }
+  for (int k = 0; j0 + k < n; ++k) {
+    float v[K];
+    term(j0 + k, v);
+    for (int s = 0; s < K; ++s)
+      lane[s][k] += v[s];
+  }
+  for (int s = 0; s < K; ++s) {
+    sums[s] = 0;
+    for (float v : lane[s])
+      sums[s] += v;
+  }
+}
+
+/// One laneSums sum.
+template <typename Term> double laneSum(int64_t n, Term term) {
+  double sum[1];
+  laneSums<1>(
+      n, [&](int64_t j, float(&v)[1]) { v[0] = term(j); }, sum);
+  return sum[0];
 }
 
 /// Layer norm's statistics of one row: the mean and 1 / sqrt(variance +
@@ -1217,81 +1238,71 @@ void STRATA_RT_KERNEL(strata_rt_layer_norm_grad)(
         auto *x = static_cast<const T *>(xData);
         auto *gamma = static_cast<const T *>(gammaData);
         auto *dy = static_cast<const T *>(dyData);
-        // Per-row statistics and dx in parallel; dgamma/dbeta column sums
-        // in row order afterwards (deterministic). Low-precision rows are
-        // widened into f32 once and dx rounded once, in vectorised passes;
-        // the arithmetic is the same for both.
+        // Blocks of kRowBlock rows in parallel: per row its statistics and
+        // dx; per block the dgamma/dbeta column sums of its rows in double,
+        // and the blocks' sums added in block order afterwards (the result
+        // does not depend on threads). Low-precision rows are widened into
+        // f32 once and dx rounded once, in vectorised passes; the arithmetic
+        // is the same for both.
         constexpr bool kLow = !std::is_same_v<T, float>;
-        float *stats = ctx->scratchFloats(2 * rows);
+        constexpr int64_t kRowBlock = 64;
+        int64_t blocks = (rows + kRowBlock - 1) / kRowBlock;
+        std::vector<double> partial(blocks * 2 * n, 0.0);
         std::vector<float> gammaWide(kLow ? n : 0);
         if constexpr (kLow)
           widen(gammaWide.data(), gamma, n);
         auto rowGrad = [&](const auto *xr, const auto *dyr, const auto *g,
-                           auto *o, int64_t r) {
+                           auto *o, double *dg, double *db) {
           using Out = std::remove_pointer_t<decltype(o)>;
           auto [m, rstd] = rowStatistics(xr, n, eps);
-          stats[2 * r] = m;
-          stats[2 * r + 1] = rstd;
           // The two sums in f32 lanes, added in double (as the
           // statistics).
-          constexpr int kLanes = 16;
-          float s1[kLanes] = {}, s2[kLanes] = {};
-          for (int64_t j0 = 0; j0 < n; j0 += kLanes)
-#pragma omp simd
-            for (int k = 0; k < kLanes; ++k) {
-              int64_t j = j0 + k < n ? j0 + k : j0;
-              float keep = j0 + k < n ? 1.0f : 0.0f;
-              float xhat = (float(xr[j]) - m) * rstd;
-              float dxhat = float(dyr[j]) * float(g[j]) * keep;
-              s1[k] += dxhat;
-              s2[k] += dxhat * xhat;
-            }
-          double sumDxhat = 0, sumDxhatXhat = 0;
-          for (int k = 0; k < kLanes; ++k) {
-            sumDxhat += s1[k];
-            sumDxhatXhat += s2[k];
-          }
-          float a = float(sumDxhat / double(n)),
-                b = float(sumDxhatXhat / double(n));
+          double sums[2];
+          laneSums<2>(
+              n,
+              [&](int64_t j, float(&v)[2]) {
+                float xhat = (float(xr[j]) - m) * rstd;
+                float dxhat = float(dyr[j]) * float(g[j]);
+                v[0] = dxhat;
+                v[1] = dxhat * xhat;
+              },
+              sums);
+          float a = float(sums[0] / double(n)), b = float(sums[1] / double(n));
           for (int64_t j = 0; j < n; ++j) {
             float xhat = (float(xr[j]) - m) * rstd;
-            o[j] = Out(rstd * (float(dyr[j]) * float(g[j]) - a - xhat * b));
+            float dyj = float(dyr[j]);
+            o[j] = Out(rstd * (dyj * float(g[j]) - a - xhat * b));
+            dg[j] += dyj * xhat;
+            db[j] += dyj;
           }
         };
-        auto columnSums = [&](const auto *xr, const auto *dyr, int64_t r,
-                              double *dg, double *db) {
-          float m = stats[2 * r], rstd = stats[2 * r + 1];
-          for (int64_t j = 0; j < n; ++j) {
-            dg[j] += float(dyr[j]) * ((float(xr[j]) - m) * rstd);
-            db[j] += float(dyr[j]);
-          }
-        };
-        std::vector<double> dg(n, 0.0), db(n, 0.0);
-        if constexpr (!kLow) {
-#pragma omp parallel for schedule(static) if (rows * n >= kParallelGrain)
-          for (int64_t r = 0; r < rows; ++r)
-            rowGrad(x + r * n, dy + r * n, gamma, dx + r * n, r);
-          for (int64_t r = 0; r < rows; ++r)
-            columnSums(x + r * n, dy + r * n, r, dg.data(), db.data());
-        } else {
 #pragma omp parallel if (rows * n >= kParallelGrain)
-          {
-            std::vector<float> xs(n), dys(n), o(n);
+        {
+          std::vector<float> xs(kLow ? n : 0), dys(kLow ? n : 0),
+              o(kLow ? n : 0);
 #pragma omp for schedule(static)
-            for (int64_t r = 0; r < rows; ++r) {
-              widen(xs.data(), x + r * n, n);
-              widen(dys.data(), dy + r * n, n);
-              rowGrad(xs.data(), dys.data(), gammaWide.data(), o.data(), r);
-              narrow(dx + r * n, o.data(), n);
+          for (int64_t blk = 0; blk < blocks; ++blk) {
+            double *dg = partial.data() + blk * 2 * n, *db = dg + n;
+            for (int64_t r = blk * kRowBlock, e = std::min(rows, r + kRowBlock);
+                 r < e; ++r) {
+              if constexpr (!kLow) {
+                rowGrad(x + r * n, dy + r * n, gamma, dx + r * n, dg, db);
+              } else {
+                widen(xs.data(), x + r * n, n);
+                widen(dys.data(), dy + r * n, n);
+                rowGrad(xs.data(), dys.data(), gammaWide.data(), o.data(), dg,
+                        db);
+                narrow(dx + r * n, o.data(), n);
+              }
             }
           }
-          std::vector<float> xs(n), dys(n);
-          for (int64_t r = 0; r < rows; ++r) {
-            widen(xs.data(), x + r * n, n);
-            widen(dys.data(), dy + r * n, n);
-            columnSums(xs.data(), dys.data(), r, dg.data(), db.data());
-          }
         }
+        std::vector<double> dg(n, 0.0), db(n, 0.0);
+        for (int64_t blk = 0; blk < blocks; ++blk)
+          for (int64_t j = 0; j < n; ++j) {
+            dg[j] += partial[blk * 2 * n + j];
+            db[j] += partial[blk * 2 * n + n + j];
+          }
         for (int64_t j = 0; j < n; ++j) {
           dgamma[j] = T(float(dg[j]));
           dbeta[j] = T(float(db[j]));
