@@ -22,7 +22,7 @@
 #include <cstdint>
 #include <cstring>
 #include <type_traits>
-#if defined(__F16C__)
+#if defined(__F16C__) || defined(__AVX2__)
 #include <immintrin.h>
 #endif
 
@@ -101,6 +101,31 @@ template <typename T> void narrow(T *to, const float *from, int64_t n) {
                                        _MM_FROUND_TO_NEAREST_INT));
 #endif
   if constexpr (std::is_same_v<T, BFloat16>) {
+#if defined(__AVX2__)
+    // BFloat16::round on eight lanes: round to nearest even on the bits,
+    // NaNs made quiet; the 16-bit results packed in order.
+    const __m256i bias = _mm256_set1_epi32(0x7fff);
+    const __m256i one = _mm256_set1_epi32(1);
+    const __m256i absMask = _mm256_set1_epi32(0x7fffffff);
+    const __m256i inf = _mm256_set1_epi32(0x7f800000);
+    const __m256i quiet = _mm256_set1_epi32(0x40);
+    for (; i + 16 <= n; i += 16) {
+      __m256i half[2];
+      for (int h = 0; h < 2; ++h) {
+        __m256i u = _mm256_castps_si256(_mm256_loadu_ps(from + i + 8 * h));
+        __m256i odd = _mm256_and_si256(_mm256_srli_epi32(u, 16), one);
+        __m256i rounded = _mm256_srli_epi32(
+            _mm256_add_epi32(_mm256_add_epi32(u, bias), odd), 16);
+        __m256i nan = _mm256_cmpgt_epi32(_mm256_and_si256(u, absMask), inf);
+        __m256i quietNan = _mm256_or_si256(_mm256_srli_epi32(u, 16), quiet);
+        half[h] = _mm256_blendv_epi8(rounded, quietNan, nan);
+      }
+      // packus works within 128-bit lanes: restore the element order.
+      __m256i packed =
+          _mm256_permute4x64_epi64(_mm256_packus_epi32(half[0], half[1]), 0xD8);
+      _mm256_storeu_si256(reinterpret_cast<__m256i *>(to + i), packed);
+    }
+#endif
     // The bits directly: a loop that constructs T does not vectorise.
     auto *bits = reinterpret_cast<uint16_t *>(to);
 #pragma omp simd

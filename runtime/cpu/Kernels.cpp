@@ -285,8 +285,10 @@ struct UpdateOperands {
 };
 
 /// out = scale * the sum of `in` over the dimensions whose output stride is
-/// 0 (strata_rt_reduce's `desc`), accumulated in double.
-void reduceLoop(float *out, const float *in, int64_t rank, const int64_t *desc,
+/// 0 (strata_rt_reduce's `desc`), accumulated in double. Low-precision rows
+/// are widened into f32 a block at a time, on the stack.
+template <typename T>
+void reduceLoop(T *out, const T *in, int64_t rank, const int64_t *desc,
                 double scale) {
   const int64_t *shape = desc, *ostrides = desc + rank;
   int64_t n = 1, outN = 1;
@@ -298,38 +300,66 @@ void reduceLoop(float *out, const float *in, int64_t rank, const int64_t *desc,
   // Rows of the last dimension, summed in input order (deterministic).
   std::vector<double> acc(outN, 0.0);
   if (rank == 0) {
-    out[0] = float(in[0] * scale);
+    out[0] = T(float(double(float(in[0])) * scale));
     return;
   }
   int64_t inner = shape[rank - 1], rows = n / std::max<int64_t>(inner, 1);
   int64_t step = ostrides[rank - 1];
   const int64_t *const s[1] = {ostrides};
+  // f(j0, x, m): the row's elements [j0, j0 + m) as f32, m <= kBlock.
+  auto forBlocks = [&](const T *row, auto f) {
+    for (int64_t j0 = 0; j0 < inner; j0 += kBlock) {
+      int64_t m = std::min(kBlock, inner - j0);
+      if constexpr (std::is_same_v<T, float>) {
+        f(j0, row + j0, m);
+      } else {
+        float x[kBlock];
+        widen(x, row + j0, m);
+        f(j0, static_cast<const float *>(x), m);
+      }
+    }
+  };
   if (step == 0) {
-    // Reducing the last dimension: each row's sum, in parallel when every
-    // output takes one row, in row order when several rows share one.
+    // Reducing the last dimension: each row's sum in four double lanes
+    // (element j in lane j % 4, lanes added in order), in parallel when
+    // every output takes one row, in row order when several rows share one.
     bool unique = rows == outN;
 #pragma omp parallel for schedule(static) if (unique && n >= kParallelGrain)
     for (int64_t r = 0; r < rows; ++r) {
       int64_t off[1];
       rowOffsets<1>(r, rank, shape, s, off);
-      double sum = 0;
-      const float *x = in + r * inner;
-      for (int64_t j = 0; j < inner; ++j)
-        sum += x[j];
-      acc[off[0]] += sum;
+      double lane[4] = {};
+      // Blocks start at multiples of kBlock, so x[j] is element j0 + j of
+      // lane j % 4.
+      forBlocks(in + r * inner, [&](int64_t, const float *x, int64_t m) {
+        int64_t j = 0;
+        for (; j + 4 <= m; j += 4)
+          for (int k = 0; k < 4; ++k)
+            lane[k] += x[j + k];
+        for (; j < m; ++j)
+          lane[j & 3] += x[j];
+      });
+      acc[off[0]] += (lane[0] + lane[1]) + (lane[2] + lane[3]);
     }
   } else {
     for (int64_t r = 0; r < rows; ++r) {
       int64_t off[1];
       rowOffsets<1>(r, rank, shape, s, off);
-      const float *x = in + r * inner;
       double *o = acc.data() + off[0];
-      for (int64_t j = 0; j < inner; ++j)
-        o[j * step] += x[j];
+      forBlocks(in + r * inner, [&](int64_t j0, const float *x, int64_t m) {
+        if (step == 1) {
+#pragma omp simd
+          for (int64_t j = 0; j < m; ++j)
+            o[j0 + j] += x[j];
+        } else {
+          for (int64_t j = 0; j < m; ++j)
+            o[(j0 + j) * step] += x[j];
+        }
+      });
     }
   }
   for (int64_t i = 0; i < outN; ++i)
-    out[i] = float(acc[i] * scale);
+    out[i] = T(float(acc[i] * scale));
 }
 
 /// Draws per block of the dropout kernel: 16 Philox draws, 64 elements.
@@ -758,25 +788,8 @@ void STRATA_RT_KERNEL(strata_rt_reduce)(StrataRtContext *ctx, int64_t site,
                                         double scale) {
   withSameFloatType(ctx, site, "reduce", {outType, inType}, [&](auto tag) {
     using T = decltype(tag);
-    if constexpr (std::is_same_v<T, float>) {
-      reduceLoop(static_cast<float *>(outData),
-                 static_cast<const float *>(inData), rank, desc, scale);
-    } else {
-      // The f32 reduction of the widened input (it vectorises), rounded.
-      int64_t n = 1, outN = 1;
-      for (int64_t d = 0; d < rank; ++d) {
-        n *= desc[d];
-        if (desc[rank + d] != 0)
-          outN *= desc[d];
-      }
-      float *wide = ctx->scratchFloats(n + outN);
-      auto *in = static_cast<const T *>(inData);
-#pragma omp parallel for schedule(static) if (n >= kParallelGrain)
-      for (int64_t b = 0; b < n; b += kBlock)
-        widen(wide + b, in + b, std::min(kBlock, n - b));
-      reduceLoop(wide + n, wide, rank, desc, scale);
-      narrow(static_cast<T *>(outData), wide + n, outN);
-    }
+    reduceLoop(static_cast<T *>(outData), static_cast<const T *>(inData), rank,
+               desc, scale);
   });
 }
 

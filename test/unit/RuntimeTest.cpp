@@ -269,6 +269,18 @@ TEST(RuntimeTest, SiluRsqrtTanh) {
     EXPECT_NEAR(y[i], 1 / std::sqrt(double(p[i])), 1e-6 / std::sqrt(p[i]));
 }
 
+/// The variant of kernel `name` that strata_rt_symbols() hands the JIT on
+/// this processor (the AVX2 build where the processor has it); the tests
+/// call the baseline build by name.
+template <typename Fn> Fn dispatchedKernel(const char *name) {
+  size_t count = 0;
+  const StrataRtSymbol *symbols = strata_rt_symbols(&count);
+  for (size_t i = 0; i < count; ++i)
+    if (std::string(symbols[i].name) == name)
+      return reinterpret_cast<Fn>(symbols[i].address);
+  return nullptr;
+}
+
 TEST(RuntimeTest, DropoutUsesTheGlobalMask) {
   // Both kernel variants: the baseline one linked here by name, and the one
   // strata_rt_symbols() hands the JIT on this processor (the AVX2 kernels
@@ -276,12 +288,7 @@ TEST(RuntimeTest, DropoutUsesTheGlobalMask) {
   // elements start at (1*2+1)*n, which is not a multiple of 4 for odd n; the
   // longest n spans several of the kernel's parallel chunks.
   using DropoutFn = decltype(&strata_rt_dropout);
-  DropoutFn dispatched = nullptr;
-  size_t count = 0;
-  const StrataRtSymbol *symbols = strata_rt_symbols(&count);
-  for (size_t i = 0; i < count; ++i)
-    if (std::string(symbols[i].name) == "strata_rt_dropout")
-      dispatched = reinterpret_cast<DropoutFn>(symbols[i].address);
+  DropoutFn dispatched = dispatchedKernel<DropoutFn>("strata_rt_dropout");
   ASSERT_NE(dispatched, nullptr);
   for (DropoutFn dropout : {&strata_rt_dropout, dispatched}) {
     for (int64_t n : {1, 7, 1000, 1001, 20003}) {
@@ -699,6 +706,33 @@ TEST(RuntimeTest, CastRoundsToNearestEven) {
   uint16_t b = 0;
   strata_rt_cast(ctx, 0, &b, BF16, &h, F16, 1);
   EXPECT_EQ(b, 0x3f80); // 1 + 2^-10 is not a bf16: rounds to 1
+  EXPECT_EQ(strata_rt_error(ctx, nullptr), nullptr);
+}
+
+/// The vectorised bf16 rounding of the dispatched kernels (16 elements at a
+/// time) rounds every value as the scalar one does: ties, NaNs (made
+/// quiet), infinities, overflow, subnormals, signed zeros.
+TEST(RuntimeTest, VectorisedCastsRoundAsTheScalarOnes) {
+  Context ctx;
+  auto cast = dispatchedKernel<decltype(&strata_rt_cast)>("strata_rt_cast");
+  ASSERT_NE(cast, nullptr);
+  std::vector<float> specials = {
+      1.0f,     1.0f + 0x1p-8f, 1.0f + 3 * 0x1p-8f, -1.0f - 0x1p-8f, -2.0f,
+      0.0f,     -0.0f,          INFINITY,           -INFINITY,       NAN,
+      -NAN,     3.4028235e38f,  0x1p-140f,          -0x1p-133f,      65520.0f,
+      0x1p-24f, 0.1f,           -123.456f};
+  // Three copies and a tail: whole vectors and the scalar remainder.
+  std::vector<float> in;
+  for (int copy = 0; copy < 3; ++copy)
+    in.insert(in.end(), specials.begin(), specials.end());
+  for (int64_t type : {STRATA_RT_BF16, STRATA_RT_F16}) {
+    std::vector<uint16_t> vec(in.size()), one(in.size());
+    cast(ctx, 0, vec.data(), type, in.data(), F32, int64_t(in.size()));
+    for (size_t i = 0; i < in.size(); ++i)
+      strata_rt_cast(ctx, 0, &one[i], type, &in[i], F32, 1);
+    for (size_t i = 0; i < in.size(); ++i)
+      EXPECT_EQ(vec[i], one[i]) << "type " << type << " value " << in[i];
+  }
   EXPECT_EQ(strata_rt_error(ctx, nullptr), nullptr);
 }
 
