@@ -86,9 +86,10 @@ def Strata_InPlaceOpInterface : OpInterface<"InPlaceOpInterface"> {
   let description = [{
     An op whose one result may be written over one of its operands: each
     element of the result depends only on the elements at the same position
-    of the operands, which are read before it is written. The memory plan
-    gives the result such an operand's buffer when their types match and
-    the operand is not read after the op. Declared through
+    (in row-major order) of the operands, which are read before it is
+    written. The memory plan gives the result such an operand's buffer when
+    they have the same element type and number of elements (a reshape keeps
+    the element order) and the operand is not read after the op. Declared through
     `Strata_InPlace<"i, j">` with the indices of those operands.
   }];
   let methods = [

@@ -470,7 +470,7 @@ def Strata_EmbeddingOp : Strata_ComputeOp<"embedding"> {
   let results = (outs Strata_FloatTensor:$result);
 }
 
-def Strata_ReshapeOp : Strata_ShapeOp<"reshape"> {
+def Strata_ReshapeOp : Strata_ShapeOp<"reshape", [Strata_InPlace<"0">]> {
   let summary = "Reinterprets the shape, keeping the element order";
   let description = [{
     ```mlir

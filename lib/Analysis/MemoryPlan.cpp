@@ -28,15 +28,21 @@ int64_t alignTo(int64_t bytes, int64_t alignment) {
   return (bytes + alignment - 1) / alignment * alignment;
 }
 
-/// Operands an op may overwrite with its result: elementwise ops whose
-/// result has the operand's type, element i read before it is written.
+/// Operands an op may overwrite with its result: elementwise ops and
+/// reshapes whose result has the operand's element type and number of
+/// elements, element i read before it is written.
 SmallVector<Value> inPlaceCandidates(Operation *op) {
   if (op->getNumResults() != 1)
     return {};
-  Type result = op->getResult(0).getType();
+  auto result = dyn_cast<RankedTensorType>(op->getResult(0).getType());
+  if (!result)
+    return {};
   SmallVector<Value> candidates;
   auto add = [&](Value v) {
-    if (v.getType() == result)
+    auto type = dyn_cast<RankedTensorType>(v.getType());
+    if (type && type.getElementType() == result.getElementType() &&
+        type.hasStaticShape() && result.hasStaticShape() &&
+        type.getNumElements() == result.getNumElements())
       candidates.push_back(v);
   };
   if (auto inPlace = dyn_cast<InPlaceOpInterface>(op))

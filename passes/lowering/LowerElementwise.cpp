@@ -200,8 +200,10 @@ void strata::lowering::populateElementwiseLoweringPatterns(
 void strata::lowering::populateDataMovementLoweringPatterns(
     RewritePatternSet &patterns, RuntimeLowering &l) {
   addLowering<arith::ConstantOp>(patterns, l, lowerConstant);
+  // A reshape the memory plan put in its input's buffer is free.
   addLowering<ReshapeOp>(patterns, l, [](ReshapeOp o, RuntimeLowering &l) {
-    l.copy(l.ptr(o), l.ptr(o.getInput()), o.getResult());
+    if (!l.inArenaAt(o.getResult(), o.getInput(), 0))
+      l.copy(l.ptr(o), l.ptr(o.getInput()), o.getResult());
     return success();
   });
   addLowering<CastOp>(patterns, l, [](CastOp o, RuntimeLowering &l) {

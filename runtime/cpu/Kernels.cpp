@@ -499,6 +499,25 @@ template <typename Term> double laneSum(int64_t n, Term term) {
   return sum[0];
 }
 
+/// The largest of x[0 .. n) as f32 (-inf for none; NaNs are passed over, as
+/// by std::max), in vector lanes.
+template <typename T> float rowMax(const T *x, int64_t n) {
+  constexpr int kLanes = 16;
+  float lane[kLanes];
+  std::fill_n(lane, kLanes, -INFINITY);
+  int64_t j0 = 0;
+  for (; j0 + kLanes <= n; j0 += kLanes)
+#pragma omp simd
+    for (int k = 0; k < kLanes; ++k)
+      lane[k] = std::max(lane[k], float(x[j0 + k]));
+  for (int k = 0; j0 + k < n; ++k)
+    lane[k] = std::max(lane[k], float(x[j0 + k]));
+  float mx = -INFINITY;
+  for (float v : lane)
+    mx = std::max(mx, v);
+  return mx;
+}
+
 /// Layer norm's statistics of one row: the mean and 1 / sqrt(variance +
 /// eps), each sum a laneSum.
 template <typename T>
@@ -905,9 +924,7 @@ void STRATA_RT_KERNEL(strata_rt_softmax)(StrataRtContext *ctx, int64_t site,
       float *y = kF32 ? reinterpret_cast<float *>(out + r * n)
                       : scratch + omp_get_thread_num() * n;
       int64_t limit = causalRows > 0 ? std::min(n, (r % causalRows) + 1) : n;
-      float mx = -INFINITY;
-      for (int64_t j = 0; j < limit; ++j)
-        mx = std::max(mx, float(x[j]));
+      float mx = rowMax(x, limit);
       float sum = 0;
 #pragma omp simd reduction(+ : sum)
       for (int64_t j = 0; j < limit; ++j)
@@ -939,9 +956,9 @@ void STRATA_RT_KERNEL(strata_rt_softmax_grad)(StrataRtContext *ctx,
 #pragma omp parallel for schedule(static) if (rows * n >= kParallelGrain)
                       for (int64_t r = 0; r < rows; ++r) {
                         const T *yr = y + r * n, *dyr = dy + r * n;
-                        float dot = 0;
-                        for (int64_t j = 0; j < n; ++j)
-                          dot += float(yr[j]) * float(dyr[j]);
+                        float dot = float(laneSum(n, [&](int64_t j) {
+                          return float(yr[j]) * float(dyr[j]);
+                        }));
                         T *o = dx + r * n;
                         for (int64_t j = 0; j < n; ++j)
                           o[j] = T(float(yr[j]) * (float(dyr[j]) - dot));
@@ -995,9 +1012,7 @@ static bool attentionF32(float *out, float *lse, const float *q, const float *k,
       for (int64_t r = 0; r < rows; ++r) {
         float *x = p + r * keys;
         int64_t limit = causal ? i0 + r + 1 : keys;
-        float mx = -INFINITY;
-        for (int64_t j = 0; j < limit; ++j)
-          mx = std::max(mx, x[j]);
+        float mx = rowMax(x, limit);
         float sum = attentionRow(x, limit, keys, mx);
         lse[h * s + i0 + r] = mx + std::log(sum);
         float inv = 1.0f / sum;
@@ -1403,9 +1418,7 @@ void STRATA_RT_KERNEL(strata_rt_cross_entropy)(
             perRow[r] = 0;
             continue;
           }
-          float mx = -INFINITY;
-          for (int64_t j = 0; j < vocab; ++j)
-            mx = std::max(mx, float(x[j]));
+          float mx = rowMax(x, vocab);
           float sum = 0;
 #pragma omp simd reduction(+ : sum)
           for (int64_t j = 0; j < vocab; ++j)
@@ -1452,9 +1465,7 @@ void STRATA_RT_KERNEL(strata_rt_cross_entropy_grad)(
           const T *x = logits + r * vocab;
           float *o = kF32 ? reinterpret_cast<float *>(dlogits + r * vocab)
                           : scratch + omp_get_thread_num() * vocab;
-          float mx = -INFINITY;
-          for (int64_t j = 0; j < vocab; ++j)
-            mx = std::max(mx, float(x[j]));
+          float mx = rowMax(x, vocab);
           float sum = 0;
 #pragma omp simd reduction(+ : sum)
           for (int64_t j = 0; j < vocab; ++j)
