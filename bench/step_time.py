@@ -90,11 +90,14 @@ def strata_gemm_rate(build, threads, n=1024):
     """GFLOP/s of the CPU runtime's fp32 GEMM, n^3, on `threads` threads."""
     lib = ctypes.CDLL(os.path.join(build, "lib", "libstrata_runtime_cpu.so"))
 
+    # StrataRtOptions, every field (strata_rt_default_options writes them
+    # all: a shorter struct here is a buffer overrun).
     class Options(ctypes.Structure):
         _fields_ = [("abiVersion", ctypes.c_int64), ("size", ctypes.c_int64),
                     ("seed", ctypes.c_uint64), ("rank", ctypes.c_int64),
                     ("shard", ctypes.c_int64), ("threads", ctypes.c_int64),
-                    ("device", ctypes.c_int64)]
+                    ("device", ctypes.c_int64), ("tf32", ctypes.c_int64),
+                    ("collectiveTimeout", ctypes.c_int64)]
     opts = Options()
     lib.strata_rt_default_options(ctypes.byref(opts))
     opts.threads = threads
