@@ -24,6 +24,10 @@
 #include "mlir/Rewrite/FrozenRewritePatternSet.h"
 #include "mlir/Rewrite/PatternApplicator.h"
 
+#include <optional>
+#include <set>
+#include <vector>
+
 namespace strata {
 #define GEN_PASS_DEF_STRATALOWERTORUNTIME
 #include "StrataPasses.h.inc"
@@ -331,6 +335,47 @@ LogicalResult RuntimeLowering::run() {
     b.setInsertionPointToStart(exit);
     LLVM::ReturnOp::create(b, loc, ValueRange());
     b.setInsertionPointToStart(run);
+  }
+
+  // The step's communicators, made before its first collective or transfer
+  // (strata_rt_connect): per distinct group and peer, the peer's index (-1
+  // for a collective) and the group descriptor; the site is the first
+  // communication op's.
+  {
+    std::set<std::vector<int64_t>> entries;
+    std::optional<int64_t> firstSite;
+    int64_t index = 0;
+    for (Operation &op : body) {
+      int64_t here = index++;
+      FlatSymbolRefAttr group;
+      int64_t peer = -1;
+      if (auto send = dyn_cast<SendOp>(op)) {
+        group = send.getGroupAttr();
+        peer = send.getPeer();
+      } else if (auto recv = dyn_cast<RecvOp>(op)) {
+        group = recv.getGroupAttr();
+        peer = recv.getPeer();
+      } else if (isa<AllReduceOp, BroadcastOp, ReduceScatterOp, AllGatherOp>(
+                     op)) {
+        group = op.getAttrOfType<FlatSymbolRefAttr>("group");
+      }
+      if (!group)
+        continue;
+      std::vector<int64_t> entry = {peer};
+      SmallVector<int64_t> desc = groupDescriptor(&op, group);
+      entry.insert(entry.end(), desc.begin(), desc.end());
+      entries.insert(std::move(entry));
+      if (!firstSite)
+        firstSite = here;
+    }
+    if (firstSite) {
+      SmallVector<int64_t> plan = {int64_t(entries.size())};
+      for (const std::vector<int64_t> &entry : entries)
+        plan.append(entry.begin(), entry.end());
+      currentSite = *firstSite;
+      call("strata_rt_connect", {site(), constantArray(plan)});
+      currentSite = 0;
+    }
   }
 
   for (Value v : body.getTerminator()->getOperands())

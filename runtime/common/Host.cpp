@@ -127,6 +127,63 @@ bool pointToPointGroup(HostContext &ctx, int64_t site, const void *fn,
   return true;
 }
 
+bool connectionsOf(HostContext &ctx, int64_t site, const int64_t *plan,
+                   std::vector<Connection> &connections) {
+  connections.clear();
+  const int64_t *p = plan + 1;
+  for (int64_t c = 0; c < plan[0]; ++c) {
+    Connection connection;
+    connection.peer = *p++;
+    const int64_t *group = p, *ranks = nullptr;
+    int64_t numRanks = 0;
+    // Past the group: its number of lists, then each list's length + ranks.
+    p = group + 1;
+    for (int64_t l = 0; l < group[0]; ++l)
+      p += 1 + *p;
+    if (connection.peer < 0) {
+      if (!findGroup(ctx, site, group, ranks, numRanks))
+        return false;
+    } else {
+      // Without the host's point-to-point functions the send or receive
+      // itself reports it.
+      if (!ctx.send)
+        continue;
+      if (!pointToPointGroup(ctx, site, (const void *)ctx.send, group,
+                             connection.peer, ranks, numRanks))
+        return false;
+      connection.low = std::min(ctx.rank, ranks[connection.peer]);
+      connection.high = std::max(ctx.rank, ranks[connection.peer]);
+    }
+    connection.ranks.assign(ranks, ranks + numRanks);
+    connections.push_back(std::move(connection));
+  }
+  return true;
+}
+
+bool connectHost(HostContext &ctx, int64_t site,
+                 const std::vector<Connection> &connections) {
+  std::set<std::vector<int64_t>> lists;
+  for (const Connection &c : connections)
+    if (!ctx.connectedLists.count(c.ranks))
+      lists.insert(c.ranks);
+  for (const std::vector<int64_t> &ranks : lists) {
+    uint8_t byte = 0;
+    StrataRtCollective c{
+        STRATA_RT_BROADCAST,   &byte, &byte, 1, STRATA_RT_U8, ranks.data(),
+        int64_t(ranks.size()), 0};
+    char error[256] = {0};
+    HostCall inHost(ctx, site);
+    if (ctx.collective(ctx.collectiveUser, &c, nullptr, error, sizeof(error)) !=
+        0) {
+      ctx.fail(site, std::string("making the communicators: ") +
+                         (error[0] ? error : "the host's broadcast failed"));
+      return false;
+    }
+    ctx.connectedLists.insert(ranks);
+  }
+  return true;
+}
+
 } // namespace strata::rt
 
 extern "C" {

@@ -18,6 +18,7 @@
 #include <chrono>
 #include <cstdint>
 #include <initializer_list>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -48,6 +49,9 @@ struct HostContext {
 
   std::string error;
   int64_t errorSite = -1;
+
+  /// The rank lists whose host communicators strata_rt_connect has made.
+  std::set<std::vector<int64_t>> connectedLists;
 
   explicit HostContext(const char *backendName) : backendName(backendName) {}
 
@@ -93,6 +97,30 @@ bool collectivePrologue(HostContext &ctx, int64_t site, int64_t op,
 bool pointToPointGroup(HostContext &ctx, int64_t site, const void *fn,
                        const int64_t *group, int64_t peer,
                        const int64_t *&ranks, int64_t &numRanks);
+
+/// A communicator strata_rt_connect makes: this rank's list of a group and,
+/// for a point-to-point link, the peer's index in it (-1 for a collective
+/// group).
+struct Connection {
+  std::vector<int64_t> ranks;
+  int64_t peer = -1;
+  /// A link's two world ranks, the lower first.
+  int64_t low = -1, high = -1;
+};
+/// The connections of strata_rt_connect's `plan` (their number, then per
+/// connection the peer index or -1 and the group: its number of lists,
+/// then each list's length and ranks), this rank's lists taken from each
+/// group and checked as a collective or send does; records why not.
+bool connectionsOf(HostContext &ctx, int64_t site, const int64_t *plan,
+                   std::vector<Connection> &connections);
+/// Makes the host's communicator of every list of `connections` not yet
+/// made, in one order every rank agrees on (sorted lists): a one-byte
+/// broadcast over each, which a host that makes its communicators on first
+/// use (MPI) makes then. Every rank making its communicators in the same
+/// global order cannot deadlock: the first list still missing is every one
+/// of its members' next.
+bool connectHost(HostContext &ctx, int64_t site,
+                 const std::vector<Connection> &connections);
 
 /// Marks `site` as the host call in progress for as long as it lives.
 struct HostCall {

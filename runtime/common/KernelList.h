@@ -51,6 +51,7 @@
   X(strata_rt_gemm)                                                            \
   X(strata_rt_collective)                                                      \
   X(strata_rt_wait)                                                            \
+  X(strata_rt_connect)                                                         \
   X(strata_rt_send)                                                            \
   X(strata_rt_recv)                                                            \
   X(strata_rt_trace_begin)                                                     \

@@ -156,6 +156,14 @@ void strata_rt_wait(StrataRtContext *ctx, int64_t site) {
   finishMean(p);
 }
 
+void strata_rt_connect(StrataRtContext *ctx, int64_t site,
+                       const int64_t *plan) {
+  std::vector<strata::rt::Connection> connections;
+  if (ctx->collective &&
+      strata::rt::connectionsOf(*ctx, site, plan, connections))
+    strata::rt::connectHost(*ctx, site, connections);
+}
+
 void strata_rt_send(StrataRtContext *ctx, int64_t site, const void *in,
                     int64_t dtype, int64_t n, int64_t peer,
                     const int64_t *group) {

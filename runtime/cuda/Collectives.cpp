@@ -16,6 +16,8 @@
 #include <algorithm>
 #include <chrono>
 #include <cstring>
+#include <map>
+#include <set>
 #include <string>
 #include <thread>
 
@@ -402,6 +404,35 @@ void strata_rt_collective(StrataRtContext *ctx, int64_t site, int64_t op,
     ctx->comms->freeEvents.push_back(it->second.done);
   }
   pending[site] = {done, name};
+}
+
+void strata_rt_connect(StrataRtContext *ctx, int64_t site,
+                       const int64_t *plan) {
+  cudaSetDevice(ctx->device);
+  std::vector<strata::rt::Connection> connections;
+  if (!ctx->collective || refusedAfterAbort(ctx, site, "connect") ||
+      !strata::rt::connectionsOf(*ctx, site, plan, connections) ||
+      !strata::rt::connectHost(*ctx, site, connections))
+    return;
+  // The NCCL communicators of the collectives' lists, in sorted order, then
+  // the links of the rank pairs, in sorted order: every rank makes them in
+  // one global order, so the first one still missing is each of its
+  // members' next (none waits for a rank that waits for it).
+  std::set<std::vector<int64_t>> lists;
+  std::map<std::pair<int64_t, int64_t>, const strata::rt::Connection *> pairs;
+  for (const strata::rt::Connection &c : connections) {
+    if (c.peer < 0)
+      lists.insert(c.ranks);
+    else
+      pairs.emplace(std::make_pair(c.low, c.high), &c);
+  }
+  for (const std::vector<int64_t> &ranks : lists)
+    if (!groupCommunicator(ctx, site, ranks.data(), int64_t(ranks.size())))
+      return;
+  for (const auto &[pair, c] : pairs)
+    if (!link(ctx, site, ctx->rank, c->ranks[c->peer], c->ranks.data(),
+              int64_t(c->ranks.size()), c->peer))
+      return;
 }
 
 void strata_rt_wait(StrataRtContext *ctx, int64_t site) {

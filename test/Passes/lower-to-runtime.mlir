@@ -4,11 +4,11 @@
 // The target sets the buffer alignment (256 bytes for cuda, 64 for cpu):
 // the same plan's buffers at 0, 256, 512, ... instead of 0, 64, 128, ...
 // RUN: strata-opt %s -split-input-file --strata-lower-to-runtime=target=cuda | FileCheck %s --check-prefix=CUDA
-// CUDA: module attributes {strata.rt.abi_version = 7 : i64, strata.rt.arena_bytes = 1280 : i64
+// CUDA: module attributes {strata.rt.abi_version = 8 : i64, strata.rt.arena_bytes = 1280 : i64
 // CUDA: llvm.getelementptr %arg1[256]
 // An explicit alignment wins over the target's.
 // RUN: strata-opt %s -split-input-file "--strata-lower-to-runtime=target=cuda alignment=64" | FileCheck %s --check-prefix=ALIGN64
-// ALIGN64: module attributes {strata.rt.abi_version = 7 : i64, strata.rt.arena_bytes = 320 : i64
+// ALIGN64: module attributes {strata.rt.abi_version = 8 : i64, strata.rt.arena_bytes = 320 : i64
 // RUN: not strata-opt %s -split-input-file --strata-lower-to-runtime=target=tpu 2>&1 | FileCheck %s --check-prefix=UNKNOWN
 // UNKNOWN: error: strata-lower-to-runtime: unknown target 'tpu' (cpu, cuda)
 
@@ -20,15 +20,15 @@
 // attribute and as data for a host that links the object file; the step
 // asks the runtime to accept it before anything else and returns at once
 // if refused.
-// CHECK: module attributes {strata.rt.abi_version = 7 : i64, strata.rt.arena_bytes = 320 : i64, strata.rt.persistent = ["w", "b", "v"], strata.rt.site_roles = [{{.*}}], strata.rt.sites = ["{{.*}}lower-to-runtime.mlir:{{[0-9]+}}:{{[0-9]+}}: strata.get_param",
+// CHECK: module attributes {strata.rt.abi_version = 8 : i64, strata.rt.arena_bytes = 320 : i64, strata.rt.persistent = ["w", "b", "v"], strata.rt.site_roles = [{{.*}}], strata.rt.sites = ["{{.*}}lower-to-runtime.mlir:{{[0-9]+}}:{{[0-9]+}}: strata.get_param",
 // CHECK-DAG: llvm.mlir.global internal constant @{{.*}}(dense<[3, 2, 1, 3, 0]> : tensor<5xi64>)
 // CHECK-DAG: llvm.mlir.global internal constant @{{.*}}(dense<[3, 2, 1, 0]> : tensor<4xi64>)
-// CHECK-DAG: llvm.mlir.global external constant @strata_step_abi_version(dense<7> : tensor<1xi64>)
+// CHECK-DAG: llvm.mlir.global external constant @strata_step_abi_version(dense<8> : tensor<1xi64>)
 // Every tensor is a pointer followed by its element type (0: f32).
 // CHECK-DAG: llvm.func @strata_rt_gemm(!llvm.ptr, i64, i64, i64, i64, i64, !llvm.ptr, i64, i64, i64, !llvm.ptr, i64, i64, i64, !llvm.ptr, i64, !llvm.ptr, i64, i64, i64)
 // CHECK-LABEL: llvm.func @strata_step(
 // CHECK-SAME: %[[CTX:[a-z0-9]+]]: !llvm.ptr, %[[ARENA:[a-z0-9]+]]: !llvm.ptr, %[[RES:[a-z0-9]+]]: !llvm.ptr, %[[IN:[a-z0-9]+]]: !llvm.ptr, %[[OUT:[a-z0-9]+]]: !llvm.ptr)
-// CHECK-NEXT: %[[V:.*]] = llvm.mlir.constant(7 : i64)
+// CHECK-NEXT: %[[V:.*]] = llvm.mlir.constant(8 : i64)
 // CHECK-NEXT: %[[REFUSED:.*]] = llvm.call @strata_rt_step_begin(%[[CTX]], %[[V]])
 // CHECK-NEXT: %[[ZERO:.*]] = llvm.mlir.constant(0 : i64)
 // CHECK-NEXT: %[[OK:.*]] = llvm.icmp "eq" %[[REFUSED]], %[[ZERO]]
@@ -211,7 +211,12 @@ func.func @train_step() -> tensor<3xf32> {
 // its length, the peer's index in the group and the group's rank lists.
 // P2P-LABEL: module attributes
 // P2P: llvm.mlir.global internal constant @[[GROUP:.*]](dense<[2, 2, 0, 2, 2, 1, 3]> : tensor<7xi64>)
+// The step first makes its communicators: one entry (peer 1 of @pp).
+// P2P: llvm.mlir.global internal constant @[[PLAN:.*]](dense<[1, 1, 2, 2, 0, 2, 2, 1, 3]> : tensor<9xi64>)
 // P2P: llvm.func @strata_step(
+// P2P: llvm.call @strata_rt_step_begin
+// P2P: %[[P:.*]] = llvm.mlir.addressof @[[PLAN]]
+// P2P-NEXT: llvm.call @strata_rt_connect(%arg0, %{{.*}}, %[[P]])
 // P2P: %[[G1:.*]] = llvm.mlir.addressof @[[GROUP]]
 // P2P: llvm.call @strata_rt_send(%{{.*}}, %{{.*}}, %{{.*}}, %{{.*}}, %{{.*}}, %{{.*}}, %[[G1]]) : (!llvm.ptr, i64, !llvm.ptr, i64, i64, i64, !llvm.ptr) -> ()
 // P2P: llvm.call @strata_rt_recv(%{{.*}}, %{{.*}}, %{{.*}}, %{{.*}}, %{{.*}}, %{{.*}}, %{{.*}}) : (!llvm.ptr, i64, !llvm.ptr, i64, i64, i64, !llvm.ptr) -> ()
@@ -228,7 +233,13 @@ func.func @train_step(%x: tensor<4xf32>) -> tensor<4xf32> {
 // 3: all_gather), started where the op stands and completed right before
 // the first op that reads the result.
 // COLL-LABEL: llvm.mlir.global internal constant @{{.*}}(dense<[1, 2, 0, 1]>
+// The communicators first: both collectives use @dp, one entry (peer -1: a
+// collective), at the first collective's site (1).
+// COLL: llvm.mlir.global internal constant @[[CPLAN:.*]](dense<[1, -1, 1, 2, 0, 1]>
 // COLL: llvm.call @strata_rt_step_begin
+// COLL: %[[CSITE:.*]] = llvm.mlir.constant(1 : i64) : i64
+// COLL-NEXT: %[[CP:.*]] = llvm.mlir.addressof @[[CPLAN]]
+// COLL-NEXT: llvm.call @strata_rt_connect(%arg0, %[[CSITE]], %[[CP]])
 // COLL: %[[RS:.*]] = llvm.mlir.constant(2 : i64) : i64
 // COLL: llvm.call @strata_rt_collective(%arg0, %{{.*}}, %[[RS]], %{{.*}}, %{{.*}}, %{{.*}}, %{{.*}}, %{{.*}}, %{{.*}}, %{{.*}}) : (!llvm.ptr, i64, i64, !llvm.ptr, !llvm.ptr, i64, i64, i64, i64, !llvm.ptr) -> ()
 // COLL-NOT: llvm.call

@@ -168,8 +168,8 @@ func.func @f(%a: tensor<4xf32>, %b: tensor<4xf32>) -> tensor<4xf32> {
     }
   });
   // add: both operands; relu: its input; relu_grad: the incoming gradient;
-  // matmul: none.
-  EXPECT_EQ(seen, (SmallVector<SmallVector<unsigned>>{{0, 1}, {0}, {1}}));
+  // reshape: its input; matmul: none.
+  EXPECT_EQ(seen, (SmallVector<SmallVector<unsigned>>{{0, 1}, {0}, {1}, {0}}));
 }
 
 /// The ops a mixed-precision list may name are ops of the dialect, and the

@@ -628,6 +628,68 @@ int fakeRecv(void *user, void *data, int64_t count, int64_t dtype,
   return 0;
 }
 
+/// The rank lists of the host broadcasts strata_rt_connect makes.
+int recordList(void *user, const StrataRtCollective *c, void **request,
+               char *error, size_t errorSize) {
+  EXPECT_EQ(c->op, STRATA_RT_BROADCAST);
+  EXPECT_EQ(c->count, 1);
+  EXPECT_EQ(request, nullptr); // completed where it starts
+  static_cast<std::vector<std::vector<int64_t>> *>(user)->emplace_back(
+      c->ranks, c->ranks + c->numRanks);
+  return 0;
+}
+int noSend(void *, const void *, int64_t, int64_t, const int64_t *, int64_t,
+           int64_t, char *, size_t) {
+  ADD_FAILURE() << "strata_rt_connect sent a message";
+  return 1;
+}
+int noRecv(void *, void *, int64_t, int64_t, const int64_t *, int64_t, int64_t,
+           char *, size_t) {
+  ADD_FAILURE() << "strata_rt_connect received a message";
+  return 1;
+}
+
+TEST(RuntimeTest, ConnectMakesTheCommunicatorsInOneSortedOrder) {
+  StrataRtOptions options;
+  strata_rt_default_options(&options);
+  options.rank = 1;
+  StrataRtContext *ctx = strata_rt_create(&options, nullptr, 0);
+  ASSERT_NE(ctx, nullptr);
+  std::vector<std::vector<int64_t>> made;
+  strata_rt_set_collectives(ctx, recordList, fakeWait, &made);
+  strata_rt_set_point_to_point(ctx, noSend, noRecv, nullptr);
+  // A collective over [[0, 2], [1, 3]], a send to peer 0 of [[3, 1, 0]]
+  // and a collective over the world: rank 1's lists [1, 3], [3, 1, 0] and
+  // [0, 1, 2, 3], made in sorted order whatever the plan's order.
+  int64_t plan[] = {3,  -1, 2, 2, 0, 2, 2, 1, 3, // collective
+                    0,  1,  3, 3, 1, 0,          // send to peer 0
+                    -1, 1,  4, 0, 1, 2, 3};      // collective
+  strata_rt_connect(ctx, 7, plan);
+  EXPECT_EQ(strata_rt_error(ctx, nullptr), nullptr);
+  std::vector<std::vector<int64_t>> sorted = {{0, 1, 2, 3}, {1, 3}, {3, 1, 0}};
+  EXPECT_EQ(made, sorted);
+  // Made once: the next step's call makes nothing.
+  strata_rt_connect(ctx, 7, plan);
+  EXPECT_EQ(made.size(), 3u);
+  // A group without this rank, a peer that is this rank: refused at the site.
+  int64_t missing[] = {1, -1, 1, 2, 0, 2};
+  strata_rt_connect(ctx, 9, missing);
+  int64_t site = -1;
+  const char *error = strata_rt_error(ctx, &site);
+  ASSERT_NE(error, nullptr);
+  EXPECT_EQ(std::string(error),
+            "rank 1 is in no list of the collective's group");
+  EXPECT_EQ(site, 9);
+  strata_rt_clear_error(ctx);
+  int64_t self[] = {1, 1, 1, 2, 0, 1};
+  strata_rt_connect(ctx, 4, self);
+  error = strata_rt_error(ctx, &site);
+  ASSERT_NE(error, nullptr);
+  EXPECT_EQ(std::string(error), "peer 1 is not another rank of a group of 2");
+  EXPECT_EQ(made.size(), 3u);
+  strata_rt_destroy(ctx);
+}
+
 TEST(RuntimeTest, SendAndRecvGoThroughTheHost) {
   Context ctx;
   int64_t group[] = {2, 2, 0, 2, 2, 1, 3}; // lists [0, 2] and [1, 3]
@@ -1028,7 +1090,7 @@ TEST(RuntimeTest, DynamicLossScalingFollowsPaddlesRule) {
 TEST(RuntimeTest, SymbolsNameEveryKernel) {
   size_t count = 0;
   const StrataRtSymbol *symbols = strata_rt_symbols(&count);
-  EXPECT_EQ(count, 41u);
+  EXPECT_EQ(count, 42u);
   bool gemm = false, gemmAux = false;
   for (size_t i = 0; i < count; ++i) {
     EXPECT_NE(symbols[i].address, nullptr);

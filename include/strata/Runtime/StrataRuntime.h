@@ -59,9 +59,10 @@ typedef struct StrataRtContext StrataRtContext;
    4 gives them master weights (mixed precision level o2); version 5 adds
    fused attention (strata_rt_attention and its gradient); version 6 the
    GEMM that keeps its pre-activation (strata_rt_gemm_aux); version 7 the
-   backward pass's GEMM epilogues (strata_rt_gemm_dact, strata_rt_gemm_bgrad).
+   backward pass's GEMM epilogues (strata_rt_gemm_dact, strata_rt_gemm_bgrad);
+   version 8 makes the step's communicators at its start (strata_rt_connect).
  */
-#define STRATA_RT_ABI_VERSION 7
+#define STRATA_RT_ABI_VERSION 8
 
 /* Element types of tensor arguments. */
 enum {
@@ -541,6 +542,19 @@ void strata_rt_collective(StrataRtContext *ctx, int64_t site, int64_t op,
                           void *out, const void *in, int64_t dtype, int64_t n,
                           int64_t kind, int64_t root, const int64_t *group);
 void strata_rt_wait(StrataRtContext *ctx, int64_t site);
+/* Makes the communicators of the step's collectives and point-to-point
+   transfers before any of them runs, in one order every rank agrees on, so
+   that ranks whose first collectives or messages come in different orders
+   cannot wait on each other while making them (MPI and NCCL make a
+   communicator collectively, blocking until every member arrives). `plan`:
+   the number of entries, then per entry the peer's index for a send or
+   receive (-1 for a collective) and its group as strata_rt_collective takes
+   it. The host's communicators first (a one-byte broadcast over each of
+   this rank's lists, in sorted order), then the CUDA runtime's NCCL
+   communicators (sorted lists) and links (sorted rank pairs). Lists already
+   made are skipped, so the lowered step calls it at every step's start;
+   without the host's collectives it does nothing. */
+void strata_rt_connect(StrataRtContext *ctx, int64_t site, const int64_t *plan);
 /* Sends `n` elements of `in` to rank `peer` of this rank's list (an index
    into it); strata_rt_recv receives them there into `out`. */
 void strata_rt_send(StrataRtContext *ctx, int64_t site, const void *in,
