@@ -321,7 +321,7 @@ void reduceLoop(T *out, const T *in, int64_t rank, const int64_t *desc,
   };
   if (step == 0) {
     // Reducing the last dimension: each row's sum in four double lanes
-    // (element j in lane j % 4, lanes added in order), in parallel when
+    // (element j in lane j % 4, the lanes added pairwise), in parallel when
     // every output takes one row, in row order when several rows share one.
     bool unique = rows == outN;
 #pragma omp parallel for schedule(static) if (unique && n >= kParallelGrain)
