@@ -18,6 +18,7 @@
 #include <chrono>
 #include <cstdint>
 #include <initializer_list>
+#include <map>
 #include <set>
 #include <string>
 #include <vector>
@@ -113,6 +114,27 @@ struct Connection {
 /// group and checked as a collective or send does; records why not.
 bool connectionsOf(HostContext &ctx, int64_t site, const int64_t *plan,
                    std::vector<Connection> &connections);
+/// The links of `connections`' sends and receives in the order every rank
+/// makes them: by rank pair (lower rank first), sorted; for each, the
+/// connection whose list carries the link's bootstrap, the first in sorted
+/// order of the lists that hold both ranks (the two ranks pick the same
+/// one: each one's sends are the other's receives, through the same
+/// groups).
+inline std::vector<const Connection *>
+linksOf(const std::vector<Connection> &connections) {
+  std::map<std::pair<int64_t, int64_t>, const Connection *> pairs;
+  for (const Connection &c : connections) {
+    if (c.peer < 0)
+      continue;
+    auto [it, made] = pairs.emplace(std::make_pair(c.low, c.high), &c);
+    if (!made && c.ranks < it->second->ranks)
+      it->second = &c;
+  }
+  std::vector<const Connection *> links;
+  for (const auto &entry : pairs)
+    links.push_back(entry.second);
+  return links;
+}
 /// Makes the host's communicator of every list of `connections` not yet
 /// made, in one order every rank agrees on (sorted lists): a one-byte
 /// broadcast over each, which a host that makes its communicators on first

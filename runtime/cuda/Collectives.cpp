@@ -16,7 +16,6 @@
 #include <algorithm>
 #include <chrono>
 #include <cstring>
-#include <map>
 #include <set>
 #include <string>
 #include <thread>
@@ -419,17 +418,13 @@ void strata_rt_connect(StrataRtContext *ctx, int64_t site,
   // one global order, so the first one still missing is each of its
   // members' next (none waits for a rank that waits for it).
   std::set<std::vector<int64_t>> lists;
-  std::map<std::pair<int64_t, int64_t>, const strata::rt::Connection *> pairs;
-  for (const strata::rt::Connection &c : connections) {
+  for (const strata::rt::Connection &c : connections)
     if (c.peer < 0)
       lists.insert(c.ranks);
-    else
-      pairs.emplace(std::make_pair(c.low, c.high), &c);
-  }
   for (const std::vector<int64_t> &ranks : lists)
     if (!groupCommunicator(ctx, site, ranks.data(), int64_t(ranks.size())))
       return;
-  for (const auto &[pair, c] : pairs)
+  for (const strata::rt::Connection *c : strata::rt::linksOf(connections))
     if (!link(ctx, site, ctx->rank, c->ranks[c->peer], c->ranks.data(),
               int64_t(c->ranks.size()), c->peer))
       return;

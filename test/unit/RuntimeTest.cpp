@@ -8,6 +8,7 @@
 
 #include "strata/Runtime/StrataRuntime.h"
 
+#include "../../runtime/common/HostContext.h"
 #include "../../runtime/common/StrataRandom.h"
 
 #include "gtest/gtest.h"
@@ -688,6 +689,27 @@ TEST(RuntimeTest, ConnectMakesTheCommunicatorsInOneSortedOrder) {
   EXPECT_EQ(std::string(error), "peer 1 is not another rank of a group of 2");
   EXPECT_EQ(made.size(), 3u);
   strata_rt_destroy(ctx);
+}
+
+TEST(RuntimeTest, LinksAreMadeInPairOrderOverTheSmallestList) {
+  // Rank 2's transfers: to rank 0 through a 4-rank list and a 2-rank one,
+  // from rank 3, and to rank 1 (the pipeline's list [1, 2]).
+  using strata::rt::Connection;
+  std::vector<Connection> connections = {{{0, 1, 2, 3}, 0, 0, 2},
+                                         {{3, 2}, 0, 2, 3},
+                                         {{0, 2}, 0, 0, 2},
+                                         {{1, 2}, 0, 1, 2},
+                                         {{5, 6}, -1}};
+  std::vector<const Connection *> links = strata::rt::linksOf(connections);
+  ASSERT_EQ(links.size(), 3u);
+  // Pairs (0, 2), (1, 2), (2, 3) in order; (0, 2) over [0, 1, 2, 3], the
+  // first of its two lists in sorted order, whichever came first.
+  EXPECT_EQ(links[0]->ranks, (std::vector<int64_t>{0, 1, 2, 3}));
+  EXPECT_EQ(links[1]->ranks, (std::vector<int64_t>{1, 2}));
+  EXPECT_EQ(links[2]->ranks, (std::vector<int64_t>{3, 2}));
+  std::swap(connections[0], connections[2]);
+  EXPECT_EQ(strata::rt::linksOf(connections)[0]->ranks,
+            (std::vector<int64_t>{0, 1, 2, 3}));
 }
 
 TEST(RuntimeTest, SendAndRecvGoThroughTheHost) {
