@@ -41,6 +41,9 @@ struct StrataRtContext : strata::rt::HostContext {
   std::vector<float> scratch, gemmScratch_;
   /// bf16 / f16 GEMM operands widened to f32.
   std::vector<float> gemmWiden;
+  /// bf16 / f16 gradients of an optimizer update widened to f32 (kept
+  /// across calls: a fresh allocation per update cost its page faults).
+  std::vector<float> gradWiden;
   std::unique_ptr<strata::cpu::GemmCache> gemm;
 
   StrataRtContext();

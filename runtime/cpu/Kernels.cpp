@@ -228,7 +228,6 @@ struct UpdateOperands {
   float *newParam = nullptr;
   void *low = nullptr; ///< the low-precision parameter's new value
   int64_t lowType = STRATA_RT_F32, n = 0;
-  std::unique_ptr<float[]> widened;
 
   bool bind(StrataRtContext *ctx, int64_t site, const char *kernel, int64_t n,
             void *newParamData, int64_t newParamType, const void *paramData,
@@ -255,16 +254,17 @@ struct UpdateOperands {
       grad = static_cast<const float *>(gradData);
       return true;
     }
-    widened.reset(new float[size_t(n)]);
+    if (int64_t(ctx->gradWiden.size()) < n)
+      ctx->gradWiden.resize(n);
+    float *w = ctx->gradWiden.data();
     withFloatType(gradType, [&](auto type) {
       using T = decltype(type);
       const T *g = static_cast<const T *>(gradData);
-      float *w = widened.get();
 #pragma omp parallel for schedule(static) if (n >= kParallelGrain)
       for (int64_t s = 0; s < n; s += kBlock)
         widen(w + s, g + s, std::min(kBlock, n - s));
     });
-    grad = widened.get();
+    grad = w;
     return true;
   }
 
