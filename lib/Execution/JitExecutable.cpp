@@ -320,6 +320,8 @@ int64_t JitExecutable::scratchBytes() const {
   return runtime->scratch_bytes(context);
 }
 
+std::string JitExecutable::kernelIsa() const { return runtime->isa(); }
+
 llvm::Expected<std::vector<reference::Tensor>>
 JitExecutable::step(llvm::ArrayRef<reference::Tensor> args) {
   if (args.size() != inputs.size())

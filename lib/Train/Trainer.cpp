@@ -521,6 +521,7 @@ json::Object Trainer::report(const RunSummary &s) const {
       {"planned_peak_bytes", json::Array(s.plannedPeakBytes)},
       {"arena_bytes", memory ? memory->arenaBytes : 0},
       {"scratch_bytes", exe ? exe->scratchBytes() : 0},
+      {"kernels", exe ? exe->kernelIsa() : std::string()},
       {"threads", opts.backend == Backend::Cpu ? opts.threads : 1},
       {"measured_peak_bytes", json::Array(s.measuredPeakBytes)},
       // ZeRO's accounting per rank: parameters, the gradients its optimizer

@@ -8,8 +8,8 @@
 // communicator sums bf16 and f16 buffers with them too.
 //
 // Everything here has internal linkage: runtime/cpu/Kernels.cpp is compiled
-// twice, once with AVX2 + F16C, and the linker must never hand a baseline
-// caller the AVX2 copy of an inline function.
+// three times (baseline, AVX2 + F16C, AVX-512), and the linker must never
+// hand a baseline caller a vector build's copy of an inline function.
 //
 //===----------------------------------------------------------------------===//
 

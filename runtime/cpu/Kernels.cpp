@@ -5,10 +5,12 @@
 // (or over fixed-size chunks summed in order), so results do not depend on
 // the thread count. Long sums accumulate in double.
 //
-// This file is compiled twice: for baseline x86-64 under the ABI's names,
-// and with AVX2 + FMA under the same names suffixed `_avx2`
-// (STRATA_RT_VARIANT); strata_rt_symbols() hands the JIT the AVX2 set when
-// the processor has it. An object file linked by name gets the baseline.
+// This file is compiled three times: for baseline x86-64 under the ABI's
+// names, and with AVX2 + FMA and with AVX-512 under the same names suffixed
+// `_avx2` and `_avx512` (STRATA_RT_VARIANT); strata_rt_symbols() hands the
+// JIT the widest set the processor has. An object file linked by name gets
+// the baseline. Code written with AVX2 intrinsics (#ifdef __AVX2__) serves
+// both vector builds.
 //
 //===----------------------------------------------------------------------===//
 

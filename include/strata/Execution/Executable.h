@@ -55,6 +55,9 @@ public:
   virtual const char *activeHostCall() const { return nullptr; }
   /// Memory the kernels hold beyond the memory plan.
   virtual int64_t scratchBytes() const { return 0; }
+  /// The build of the kernels that runs ("avx512", "avx2", "baseline",
+  /// "cuda"; strata_rt_isa), or "" for the reference evaluator.
+  virtual std::string kernelIsa() const { return ""; }
 };
 
 /// Host buffers of the runtime's element types and tensors: whether a buffer

@@ -82,6 +82,7 @@ public:
   /// The planned arena of intermediate values.
   int64_t arenaBytes() const { return arenaSize; }
   int64_t scratchBytes() const override;
+  std::string kernelIsa() const override;
 
 private:
   JitExecutable() = default;

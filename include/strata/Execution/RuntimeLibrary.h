@@ -39,7 +39,8 @@ namespace strata {
   X(write)                                                                     \
   X(read)                                                                      \
   X(scratch_bytes)                                                             \
-  X(symbols)
+  X(symbols)                                                                   \
+  X(isa)
 
 struct RuntimeLibrary {
   /// "the CPU runtime", "the CUDA runtime" (for messages).

@@ -291,8 +291,10 @@ typedef struct {
   void *address;
 } StrataRtSymbol;
 const StrataRtSymbol *strata_rt_symbols(size_t *count);
-/* Which build of the kernels strata_rt_symbols() returns: "avx2" (AVX2 +
-   FMA, when the processor has them) or "baseline" (x86-64). */
+/* Which build of the kernels strata_rt_symbols() returns: "avx512" (AVX-512
+   F/BW/VL/DQ), "avx2" (AVX2 + FMA + F16C) or "baseline" (x86-64), the widest
+   the processor has; the environment variable STRATA_CPU_ISA=avx2 or
+   baseline asks for a narrower one. The CUDA runtime's is "cuda". */
 const char *strata_rt_isa(void);
 
 /*===--- Kernels ----------------------------------------------------------===*/
