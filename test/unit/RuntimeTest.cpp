@@ -13,9 +13,10 @@
 
 #include "gtest/gtest.h"
 
-#include <cmath>
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <string>
 #include <vector>
@@ -271,7 +272,7 @@ TEST(RuntimeTest, SiluRsqrtTanh) {
 }
 
 /// The variant of kernel `name` that strata_rt_symbols() hands the JIT on
-/// this processor (the AVX2 build where the processor has it); the tests
+/// this processor (the widest build it runs: AVX-512 or AVX2); the tests
 /// call the baseline build by name.
 template <typename Fn> Fn dispatchedKernel(const char *name) {
   size_t count = 0;
@@ -282,11 +283,23 @@ template <typename Fn> Fn dispatchedKernel(const char *name) {
   return nullptr;
 }
 
+TEST(RuntimeTest, IsaNamesTheDispatchedBuild) {
+  std::string isa = strata_rt_isa();
+  const char *asked = std::getenv("STRATA_CPU_ISA");
+  if (asked && std::string(asked) == "baseline")
+    EXPECT_EQ(isa, "baseline");
+  else if (asked && std::string(asked) == "avx2" &&
+           __builtin_cpu_supports("avx2"))
+    EXPECT_EQ(isa, "avx2");
+  else
+    EXPECT_TRUE(isa == "avx512" || isa == "avx2" || isa == "baseline") << isa;
+}
+
 TEST(RuntimeTest, DropoutUsesTheGlobalMask) {
   // Both kernel variants: the baseline one linked here by name, and the one
-  // strata_rt_symbols() hands the JIT on this processor (the AVX2 kernels
-  // draw eight Philox counters per vector). Shard 1 of 2, micro-batch 1 of 2:
-  // elements start at (1*2+1)*n, which is not a multiple of 4 for odd n; the
+  // strata_rt_symbols() hands the JIT on this processor (the vector builds
+  // draw eight Philox counters per AVX2 vector). Shard 1 of 2, micro-batch 1 of
+  // 2: elements start at (1*2+1)*n, which is not a multiple of 4 for odd n; the
   // longest n spans several of the kernel's parallel chunks.
   using DropoutFn = decltype(&strata_rt_dropout);
   DropoutFn dispatched = dispatchedKernel<DropoutFn>("strata_rt_dropout");
