@@ -347,22 +347,17 @@ LogicalResult RuntimeLowering::run() {
     int64_t index = 0;
     for (Operation &op : body) {
       int64_t here = index++;
-      FlatSymbolRefAttr group;
-      int64_t peer = -1;
-      if (auto send = dyn_cast<SendOp>(op)) {
-        group = send.getGroupAttr();
-        peer = send.getPeer();
-      } else if (auto recv = dyn_cast<RecvOp>(op)) {
-        group = recv.getGroupAttr();
-        peer = recv.getPeer();
-      } else if (isa<AllReduceOp, BroadcastOp, ReduceScatterOp, AllGatherOp>(
-                     op)) {
-        group = op.getAttrOfType<FlatSymbolRefAttr>("group");
-      }
-      if (!group)
+      auto communication = dyn_cast<CollectiveOpInterface>(op);
+      if (!communication)
         continue;
+      int64_t peer = -1;
+      if (auto send = dyn_cast<SendOp>(op))
+        peer = send.getPeer();
+      else if (auto recv = dyn_cast<RecvOp>(op))
+        peer = recv.getPeer();
       std::vector<int64_t> entry = {peer};
-      SmallVector<int64_t> desc = groupDescriptor(&op, group);
+      SmallVector<int64_t> desc =
+          groupDescriptor(&op, communication.getGroupAttr());
       entry.insert(entry.end(), desc.begin(), desc.end());
       entries.insert(std::move(entry));
       if (!firstSite)
