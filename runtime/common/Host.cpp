@@ -168,20 +168,26 @@ bool connectHost(HostContext &ctx, int64_t site,
       lists.insert(c.ranks);
   for (const std::vector<int64_t> &ranks : lists) {
     uint8_t byte = 0;
-    StrataRtCollective c{
-        STRATA_RT_BROADCAST,   &byte, &byte, 1, STRATA_RT_U8, ranks.data(),
-        int64_t(ranks.size()), 0};
-    char error[256] = {0};
-    HostCall inHost(ctx, site);
-    if (ctx.collective(ctx.collectiveUser, &c, nullptr, error, sizeof(error)) !=
-        0) {
-      ctx.fail(site, std::string("making the communicators: ") +
-                         (error[0] ? error : "the host's broadcast failed"));
+    if (!hostBroadcast(ctx, site, &byte, 1, ranks.data(), int64_t(ranks.size()),
+                       "making the communicators"))
       return false;
-    }
     ctx.connectedLists.insert(ranks);
   }
   return true;
+}
+
+bool hostBroadcast(HostContext &ctx, int64_t site, void *data, int64_t bytes,
+                   const int64_t *ranks, int64_t numRanks, const char *what) {
+  StrataRtCollective c{STRATA_RT_BROADCAST, data,  data,     bytes,
+                       STRATA_RT_U8,        ranks, numRanks, 0};
+  char error[256] = {0};
+  HostCall inHost(ctx, site);
+  if (ctx.collective(ctx.collectiveUser, &c, nullptr, error, sizeof(error)) ==
+      0)
+    return true;
+  ctx.fail(site, std::string(what) + ": " +
+                     (error[0] ? error : "the host's broadcast failed"));
+  return false;
 }
 
 } // namespace strata::rt

@@ -114,6 +114,11 @@ struct Connection {
 /// group and checked as a collective or send does; records why not.
 bool connectionsOf(HostContext &ctx, int64_t site, const int64_t *plan,
                    std::vector<Connection> &connections);
+/// Broadcasts `bytes` bytes at `data` from the first rank of `ranks` to the
+/// others through the host's collective, completed before it returns;
+/// records "<what>: <the host's error>" at `site` when it fails.
+bool hostBroadcast(HostContext &ctx, int64_t site, void *data, int64_t bytes,
+                   const int64_t *ranks, int64_t numRanks, const char *what);
 /// The links of `connections`' sends and receives in the order every rank
 /// makes them: by rank pair (lower rank first), sorted; for each, the
 /// connection whose list carries the link's bootstrap, the first in sorted

@@ -272,18 +272,8 @@ bool shareGroupId(StrataRtContext *ctx, int64_t site, const int64_t *ranks,
   if (ranks[0] == ctx->rank &&
       !ncclOk(ctx, site, ncclGetUniqueId(&id), "ncclGetUniqueId"))
     return false;
-  StrataRtCollective c{
-      STRATA_RT_BROADCAST, &id,   &id,      int64_t(sizeof(id)),
-      STRATA_RT_U8,        ranks, numRanks, 0};
-  char error[256] = {0};
-  strata::rt::HostCall inHost(*ctx, site);
-  if (ctx->collective(ctx->collectiveUser, &c, nullptr, error, sizeof(error)) !=
-      0) {
-    ctx->fail(site, std::string("sharing the NCCL id: ") +
-                        (error[0] ? error : "the host's broadcast failed"));
-    return false;
-  }
-  return true;
+  return strata::rt::hostBroadcast(*ctx, site, &id, int64_t(sizeof(id)), ranks,
+                                   numRanks, "sharing the NCCL id");
 }
 
 void finishStreams(StrataRtContext *ctx) {
