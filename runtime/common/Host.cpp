@@ -127,6 +127,8 @@ bool pointToPointGroup(HostContext &ctx, int64_t site, const void *fn,
   return true;
 }
 
+namespace {
+/// connectHost's parsing of the plan.
 bool connectionsOf(HostContext &ctx, int64_t site, const int64_t *plan,
                    std::vector<Connection> &connections) {
   connections.clear();
@@ -160,8 +162,12 @@ bool connectionsOf(HostContext &ctx, int64_t site, const int64_t *plan,
   return true;
 }
 
-bool connectHost(HostContext &ctx, int64_t site,
-                 const std::vector<Connection> &connections) {
+} // namespace
+
+bool connectHost(HostContext &ctx, int64_t site, const int64_t *plan,
+                 std::vector<Connection> &connections) {
+  if (!ctx.collective || !connectionsOf(ctx, site, plan, connections))
+    return false;
   std::set<std::vector<int64_t>> lists;
   for (const Connection &c : connections)
     if (!ctx.connectedLists.count(c.ranks))

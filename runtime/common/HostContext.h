@@ -108,12 +108,6 @@ struct Connection {
   /// A link's two world ranks, the lower first.
   int64_t low = -1, high = -1;
 };
-/// The connections of strata_rt_connect's `plan` (their number, then per
-/// connection the peer index or -1 and the group: its number of lists,
-/// then each list's length and ranks), this rank's lists taken from each
-/// group and checked as a collective or send does; records why not.
-bool connectionsOf(HostContext &ctx, int64_t site, const int64_t *plan,
-                   std::vector<Connection> &connections);
 /// Broadcasts `bytes` bytes at `data` from the first rank of `ranks` to the
 /// others through the host's collective, completed before it returns;
 /// records "<what>: <the host's error>" at `site` when it fails.
@@ -140,14 +134,19 @@ linksOf(const std::vector<Connection> &connections) {
     links.push_back(entry.second);
   return links;
 }
-/// Makes the host's communicator of every list of `connections` not yet
-/// made, in one order every rank agrees on (sorted lists): a one-byte
-/// broadcast over each, which a host that makes its communicators on first
-/// use (MPI) makes then. Every rank making its communicators in the same
-/// global order cannot deadlock: the first list still missing is every one
-/// of its members' next.
-bool connectHost(HostContext &ctx, int64_t site,
-                 const std::vector<Connection> &connections);
+/// strata_rt_connect's part on the host, every runtime's: sets
+/// `connections` from `plan` (their number, then per connection the peer
+/// index or -1 and the group: its number of lists, then each list's length
+/// and ranks), this rank's lists taken from each group and checked as a
+/// collective or send does; then makes the host's communicator of every
+/// list not yet made, in one order every rank agrees on (sorted lists): a
+/// one-byte broadcast over each, which a host that makes its communicators
+/// on first use (MPI) makes then. Every rank making its communicators in the
+/// same global order cannot deadlock: the first list still missing is every
+/// one of its members' next. False (nothing to make) without the host's
+/// collectives, and with the failure recorded.
+bool connectHost(HostContext &ctx, int64_t site, const int64_t *plan,
+                 std::vector<Connection> &connections);
 
 /// Marks `site` as the host call in progress for as long as it lives.
 struct HostCall {

@@ -159,9 +159,7 @@ void strata_rt_wait(StrataRtContext *ctx, int64_t site) {
 void strata_rt_connect(StrataRtContext *ctx, int64_t site,
                        const int64_t *plan) {
   std::vector<strata::rt::Connection> connections;
-  if (ctx->collective &&
-      strata::rt::connectionsOf(*ctx, site, plan, connections))
-    strata::rt::connectHost(*ctx, site, connections);
+  strata::rt::connectHost(*ctx, site, plan, connections);
 }
 
 void strata_rt_send(StrataRtContext *ctx, int64_t site, const void *in,

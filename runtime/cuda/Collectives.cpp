@@ -399,9 +399,8 @@ void strata_rt_connect(StrataRtContext *ctx, int64_t site,
                        const int64_t *plan) {
   cudaSetDevice(ctx->device);
   std::vector<strata::rt::Connection> connections;
-  if (!ctx->collective || refusedAfterAbort(ctx, site, "connect") ||
-      !strata::rt::connectionsOf(*ctx, site, plan, connections) ||
-      !strata::rt::connectHost(*ctx, site, connections))
+  if (refusedAfterAbort(ctx, site, "connect") ||
+      !strata::rt::connectHost(*ctx, site, plan, connections))
     return;
   // The NCCL communicators of the collectives' lists, in sorted order, then
   // the links of the rank pairs, in sorted order: every rank makes them in
