@@ -8,6 +8,7 @@
 
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 
 using namespace llvm;
@@ -69,7 +70,60 @@ static MPI_Datatype mpiType(int64_t dtype) {
   }
 }
 
-MpiCommunicator::MpiCommunicator(MPI_Comm comm) : comm(comm) {
+/// Open MPI runs MPI_Iallreduce through libnbc, whose default for fewer
+/// than four ranks, or for an in-place sum (Strata's are), is a binomial
+/// tree: every rank's vector is summed on one rank and sent back, so one
+/// rank does all the additions while the other waits. Rabenseifner's
+/// algorithm (reduce-scatter, then all-gather; what Open MPI's blocking
+/// MPI_Allreduce picks for large vectors) shares them. This selects it for
+/// Strata's own non-blocking all-reduces only: the setting (the MPI_T control
+/// variable `coll_libnbc_iallreduce_algorithm`) is restored after each call,
+/// so a framework that embeds Strata keeps its own. A user's choice
+/// (OMPI_MCA_coll_libnbc_iallreduce_algorithm, or an mpirun --mca option) is
+/// left alone, and so is an MPI without this variable.
+class MpiCommunicator::IallreduceAlgorithm {
+public:
+  static std::unique_ptr<IallreduceAlgorithm> ifDefault() {
+    if (std::getenv("OMPI_MCA_coll_libnbc_iallreduce_algorithm"))
+      return nullptr;
+    int provided = 0, index = 0, count = 0;
+    if (MPI_T_init_thread(MPI_THREAD_SINGLE, &provided) != MPI_SUCCESS)
+      return nullptr;
+    std::unique_ptr<IallreduceAlgorithm> self(new IallreduceAlgorithm);
+    if (MPI_T_cvar_get_index("coll_libnbc_iallreduce_algorithm", &index) !=
+            MPI_SUCCESS ||
+        MPI_T_cvar_handle_alloc(index, nullptr, &self->handle, &count) !=
+            MPI_SUCCESS ||
+        count != 1)
+      return nullptr;
+    // 0 is "ignore" (libnbc's own choice): anything else was chosen.
+    if (MPI_T_cvar_read(self->handle, &self->previous) != MPI_SUCCESS ||
+        self->previous != 0)
+      return nullptr;
+    return self;
+  }
+  ~IallreduceAlgorithm() {
+    if (handle != MPI_T_CVAR_HANDLE_NULL)
+      MPI_T_cvar_handle_free(&handle);
+    MPI_T_finalize();
+  }
+  /// Runs `call` with Rabenseifner's algorithm selected.
+  template <typename Fn> int with(Fn call) {
+    int rabenseifner = 3;
+    MPI_T_cvar_write(handle, &rabenseifner);
+    int status = call();
+    MPI_T_cvar_write(handle, &previous);
+    return status;
+  }
+
+private:
+  IallreduceAlgorithm() = default;
+  MPI_T_cvar_handle handle = MPI_T_CVAR_HANDLE_NULL;
+  int previous = 0;
+};
+
+MpiCommunicator::MpiCommunicator(MPI_Comm comm)
+    : iallreduceAlgorithm(IallreduceAlgorithm::ifDefault()), comm(comm) {
   MPI_Comm_rank(comm, &myRank);
   MPI_Comm_size(comm, &worldSize);
 }
@@ -294,9 +348,14 @@ int MpiCommunicator::runtimeCollective(void *user, const StrataRtCollective *c,
   switch (c->op) {
   case STRATA_RT_ALL_REDUCE:
     call = r ? "MPI_Iallreduce" : "MPI_Allreduce";
-    status =
-        r ? MPI_Iallreduce(MPI_IN_PLACE, c->recv, count, type, sum, *sub, r)
-          : MPI_Allreduce(MPI_IN_PLACE, c->recv, count, type, sum, *sub);
+    if (!r)
+      status = MPI_Allreduce(MPI_IN_PLACE, c->recv, count, type, sum, *sub);
+    else if (self->iallreduceAlgorithm)
+      status = self->iallreduceAlgorithm->with([&] {
+        return MPI_Iallreduce(MPI_IN_PLACE, c->recv, count, type, sum, *sub, r);
+      });
+    else
+      status = MPI_Iallreduce(MPI_IN_PLACE, c->recv, count, type, sum, *sub, r);
     break;
   case STRATA_RT_BROADCAST:
     call = r ? "MPI_Ibcast" : "MPI_Bcast";

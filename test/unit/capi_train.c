@@ -6,7 +6,9 @@
  *
  * prints `step <i> loss <value>` on rank 0, and the planned memory. With
  * SPLIT, it saves a checkpoint to FILE after SPLIT steps, destroys the
- * executable, creates another and resumes from the checkpoint. */
+ * executable, creates another and resumes from the checkpoint. Under mpirun
+ * it also checks that training left Open MPI's settings as the framework had
+ * them (Strata selects an MPI_Iallreduce algorithm for its own calls only). */
 
 #include "strata-c/Strata.h"
 
@@ -86,6 +88,24 @@ static size_t elementBytes(StrataElementType type) {
   }
 }
 
+/* Open MPI's MPI_Iallreduce algorithm setting (libnbc), or -1 where this
+ * MPI has none. */
+static int iallreduceAlgorithm(void) {
+  int provided, index, count, value = -1;
+  MPI_T_cvar_handle handle;
+  if (MPI_T_init_thread(MPI_THREAD_SINGLE, &provided) != MPI_SUCCESS)
+    return -1;
+  if (MPI_T_cvar_get_index("coll_libnbc_iallreduce_algorithm", &index) ==
+          MPI_SUCCESS &&
+      MPI_T_cvar_handle_alloc(index, NULL, &handle, &count) == MPI_SUCCESS) {
+    if (count != 1 || MPI_T_cvar_read(handle, &value) != MPI_SUCCESS)
+      value = -1;
+    MPI_T_cvar_handle_free(&handle);
+  }
+  MPI_T_finalize();
+  return value;
+}
+
 int main(int argc, char **argv) {
   if (argc != 6 && argc != 8) {
     fprintf(stderr,
@@ -108,6 +128,7 @@ int main(int argc, char **argv) {
     MPI_Comm_rank(comm, &rank);
     MPI_Comm_size(comm, &size);
   }
+  int algorithmBefore = useMpi ? iallreduceAlgorithm() : -1;
   long long steps = atoll(argv[2]);
   uint64_t seed = strtoull(argv[3], NULL, 10);
   const char *strategy = strcmp(argv[4], "-") == 0 ? NULL : argv[4];
@@ -179,7 +200,16 @@ int main(int argc, char **argv) {
   free(inputs);
   strataExecutableDestroy(exe);
   strataSessionDestroy(s);
-  if (useMpi)
+  if (useMpi) {
+    int algorithmAfter = iallreduceAlgorithm();
+    if (algorithmAfter != algorithmBefore) {
+      fprintf(stderr,
+              "rank %d: coll_libnbc_iallreduce_algorithm was %d, is %d after "
+              "training\n",
+              rank, algorithmBefore, algorithmAfter);
+      return 1;
+    }
     MPI_Finalize();
+  }
   return 0;
 }

@@ -71,6 +71,11 @@ private:
                          const int64_t *ranks, int64_t numRanks, int64_t peer,
                          char *error, size_t errorSize);
 
+  /// Open MPI's choice of algorithm for MPI_Iallreduce (an MPI_T control
+  /// variable), or null where MPI has none or the user chose one.
+  class IallreduceAlgorithm;
+  std::unique_ptr<IallreduceAlgorithm> iallreduceAlgorithm;
+
   MPI_Comm comm;
   int myRank = 0, worldSize = 1;
   double recvWaitMs = 0;
