@@ -220,14 +220,22 @@ size_t bytesOf(int64_t n, int64_t dtype) {
   return size_t(n) * size_t(strata_rt_element_bytes(dtype));
 }
 
-/// The f32 arrays an optimizer update computes on. Without a master weight:
-/// the parameter, its new value and the gradient, all f32. With one (a bf16
-/// or f16 parameter): the master and its new value, and the gradient
-/// widened when it is not f32; finish() then rounds the new master into the
-/// parameter. bind() is false, a failure recorded, for other types.
+/// The arrays an optimizer update computes on. Without a master weight: the
+/// parameter, its new value and the gradient, all f32. With one (a bf16 or
+/// f16 parameter): the f32 master and its new value, a gradient of any float
+/// type, and the low-precision parameter that receives the new master
+/// rounded. bind() is false, a failure recorded, for other types.
+///
+/// Element-wise updates run through blocks(): a block of the gradient is
+/// widened on the stack, updated, and the block's new master rounded into the
+/// parameter at once, so a low-precision step reads and writes each array
+/// once. Updates that need the whole tensor first (LAMB's and LARS's norms)
+/// take wholeGrad() and call finish() after.
 struct UpdateOperands {
-  const float *param = nullptr, *grad = nullptr;
+  const float *param = nullptr;
   float *newParam = nullptr;
+  const void *gradData = nullptr;
+  int64_t gradType = STRATA_RT_F32;
   void *low = nullptr; ///< the low-precision parameter's new value
   int64_t lowType = STRATA_RT_F32, n = 0;
 
@@ -237,6 +245,8 @@ struct UpdateOperands {
             void *newMaster, int64_t newMasterType, const void *master,
             int64_t masterType) {
     this->n = n;
+    this->gradData = gradData;
+    this->gradType = gradType;
     strata::rt::UpdateKind kind = strata::rt::updateKind(
         ctx, site, kernel, newParamType, paramType, gradType, newMaster,
         newMasterType, master, masterType);
@@ -245,33 +255,69 @@ struct UpdateOperands {
     if (kind == strata::rt::UpdateKind::Plain) {
       param = static_cast<const float *>(paramData);
       newParam = static_cast<float *>(newParamData);
-      grad = static_cast<const float *>(gradData);
       return true;
     }
     param = static_cast<const float *>(master);
     newParam = static_cast<float *>(newMaster);
     low = newParamData;
     lowType = paramType;
-    if (gradType == STRATA_RT_F32) {
-      grad = static_cast<const float *>(gradData);
-      return true;
-    }
+    return true;
+  }
+
+  /// Runs body(begin, count, grad) over blocks of the tensor in parallel,
+  /// `grad` the block's gradient in f32, then rounds the block's new master
+  /// into the low-precision parameter (with a master weight).
+  template <typename Body> void blocks(Body body) const {
+    withFloatType(gradType, [&](auto gradTag) {
+      using G = decltype(gradTag);
+      const G *g = static_cast<const G *>(gradData);
+      auto run = [&](auto lowTag) {
+        using L = decltype(lowTag);
+        L *out = static_cast<L *>(low);
+        const int64_t count = n;
+#pragma omp parallel for schedule(static) if (count >= kParallelGrain)
+        for (int64_t s = 0; s < count; s += kBlock) {
+          int64_t m = std::min(kBlock, count - s);
+          if constexpr (std::is_same_v<G, float>) {
+            body(s, m, g + s);
+          } else {
+            float w[kBlock];
+            widen(w, g + s, m);
+            body(s, m, static_cast<const float *>(w));
+          }
+          if constexpr (!std::is_same_v<L, float>)
+            narrow(out + s, newParam + s, m);
+        }
+      };
+      if (low)
+        withFloatType(lowType, run);
+      else
+        run(float());
+    });
+  }
+
+  /// The whole gradient in f32: the gradient itself, or widened into the
+  /// context's scratch.
+  const float *wholeGrad(StrataRtContext *ctx) const {
+    if (gradType == STRATA_RT_F32)
+      return static_cast<const float *>(gradData);
     if (int64_t(ctx->gradWiden.size()) < n)
       ctx->gradWiden.resize(n);
     float *w = ctx->gradWiden.data();
     withFloatType(gradType, [&](auto type) {
       using T = decltype(type);
       const T *g = static_cast<const T *>(gradData);
-#pragma omp parallel for schedule(static) if (n >= kParallelGrain)
-      for (int64_t s = 0; s < n; s += kBlock)
-        widen(w + s, g + s, std::min(kBlock, n - s));
+      const int64_t count = n;
+#pragma omp parallel for schedule(static) if (count >= kParallelGrain)
+      for (int64_t s = 0; s < count; s += kBlock)
+        widen(w + s, g + s, std::min(kBlock, count - s));
     });
-    grad = w;
-    return true;
+    return w;
   }
 
-  /// The parameter as the new master rounded (with a master weight).
-  void finish() {
+  /// The parameter as the new master rounded (with a master weight), after
+  /// an update that did not run through blocks().
+  void finish() const {
     if (!low)
       return;
     withFloatType(lowType, [&](auto type) {
@@ -1604,13 +1650,14 @@ void STRATA_RT_KERNEL(strata_rt_sgd)(StrataRtContext *ctx, int64_t site,
                  {{newParamData, paramData, bytesOf(n, paramType)},
                   {newMaster, master, bytesOf(n, STRATA_RT_F32)}}))
     return;
-  const float *param = u.param, *grad = u.grad;
-  float *newParam = u.newParam;
   float l = *static_cast<const float *>(lrData), wd = float(weightDecay);
-#pragma omp parallel for simd schedule(static) if (n >= kParallelGrain)
-  for (int64_t i = 0; i < n; ++i)
-    newParam[i] = param[i] - l * (grad[i] + wd * param[i]);
-  u.finish();
+  u.blocks([&](int64_t s, int64_t m, const float *grad) {
+    const float *param = u.param + s;
+    float *newParam = u.newParam + s;
+#pragma omp simd
+    for (int64_t i = 0; i < m; ++i)
+      newParam[i] = param[i] - l * (grad[i] + wd * param[i]);
+  });
 }
 
 void STRATA_RT_KERNEL(strata_rt_momentum)(
@@ -1634,20 +1681,21 @@ void STRATA_RT_KERNEL(strata_rt_momentum)(
                   {newMaster, master, bytesOf(n, STRATA_RT_F32)},
                   {newVelocityData, velocityData, bytesOf(n, STRATA_RT_F32)}}))
     return;
-  const float *param = u.param, *grad = u.grad;
-  float *newParam = u.newParam;
-  auto *newVelocity = static_cast<float *>(newVelocityData);
-  auto *velocity = static_cast<const float *>(velocityData);
   float l = *static_cast<const float *>(lrData), mu = float(momentum),
         wd = float(weightDecay);
-#pragma omp parallel for simd schedule(static) if (n >= kParallelGrain)
-  for (int64_t i = 0; i < n; ++i) {
-    float p = param[i], g = grad[i] + wd * p;
-    float v = mu * velocity[i] + g;
-    newVelocity[i] = v;
-    newParam[i] = p - l * (nesterov ? g + mu * v : v);
-  }
-  u.finish();
+  u.blocks([&](int64_t s, int64_t m, const float *grad) {
+    const float *param = u.param + s;
+    float *newParam = u.newParam + s;
+    auto *newVelocity = static_cast<float *>(newVelocityData) + s;
+    auto *velocity = static_cast<const float *>(velocityData) + s;
+#pragma omp simd
+    for (int64_t i = 0; i < m; ++i) {
+      float p = param[i], g = grad[i] + wd * p;
+      float v = mu * velocity[i] + g;
+      newVelocity[i] = v;
+      newParam[i] = p - l * (nesterov ? g + mu * v : v);
+    }
+  });
 }
 
 void STRATA_RT_KERNEL(strata_rt_adam)(
@@ -1678,8 +1726,6 @@ void STRATA_RT_KERNEL(strata_rt_adam)(
                   {newVData, vData, bytesOf(n, STRATA_RT_F32)}}))
     return;
   auto *step = static_cast<const int64_t *>(stepData);
-  const float *param = u.param, *grad = u.grad;
-  float *newParam = u.newParam;
   auto *newM = static_cast<float *>(newMData);
   auto *newV = static_cast<float *>(newVData);
   auto *m = static_cast<const float *>(mData);
@@ -1692,18 +1738,24 @@ void STRATA_RT_KERNEL(strata_rt_adam)(
   if (kind != STRATA_RT_LAMB) {
     float keep = adam ? 1.0f : 1.0f - l * wd;
     float l2 = adam ? wd : 0.0f;
-#pragma omp parallel for simd schedule(static) if (n >= kParallelGrain)
-    for (int64_t i = 0; i < n; ++i) {
-      float p = param[i], g = grad[i] + l2 * p;
-      float mi = b1 * m[i] + (1 - b1) * g;
-      float vi = b2 * v[i] + (1 - b2) * g * g;
-      newM[i] = mi;
-      newV[i] = vi;
-      newParam[i] = p * keep - l * ((mi / c1) / (std::sqrt(vi / c2) + e));
-    }
-    return u.finish();
+    u.blocks([&](int64_t s, int64_t count, const float *grad) {
+      const float *param = u.param + s, *ms = m + s, *vs = v + s;
+      float *newParam = u.newParam + s, *newMs = newM + s, *newVs = newV + s;
+#pragma omp simd
+      for (int64_t i = 0; i < count; ++i) {
+        float p = param[i], g = grad[i] + l2 * p;
+        float mi = b1 * ms[i] + (1 - b1) * g;
+        float vi = b2 * vs[i] + (1 - b2) * g * g;
+        newMs[i] = mi;
+        newVs[i] = vi;
+        newParam[i] = p * keep - l * ((mi / c1) / (std::sqrt(vi / c2) + e));
+      }
+    });
+    return;
   }
   // LAMB: the update direction, then the trust ratio of the whole tensor.
+  const float *param = u.param, *grad = u.wholeGrad(ctx);
+  float *newParam = u.newParam;
   float *r = ctx->scratchFloats(n);
   double pn = 0, rn = 0;
   for (int64_t i = 0; i < n; ++i) {
@@ -1742,7 +1794,7 @@ void STRATA_RT_KERNEL(strata_rt_lars)(
                   {newMaster, master, bytesOf(n, STRATA_RT_F32)},
                   {newVelocityData, velocityData, bytesOf(n, STRATA_RT_F32)}}))
     return;
-  const float *param = u.param, *grad = u.grad;
+  const float *param = u.param, *grad = u.wholeGrad(ctx);
   float *newParam = u.newParam;
   auto *newVelocity = static_cast<float *>(newVelocityData);
   auto *velocity = static_cast<const float *>(velocityData);
