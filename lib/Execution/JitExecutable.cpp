@@ -14,6 +14,7 @@
 #include "mlir/Pass/PassManager.h"
 #include "mlir/Target/LLVMIR/Dialect/Builtin/BuiltinToLLVMIRTranslation.h"
 #include "mlir/Target/LLVMIR/Dialect/LLVMIR/LLVMToLLVMIRTranslation.h"
+#include "llvm/ADT/DenseSet.h"
 #include "llvm/ExecutionEngine/Orc/Mangling.h"
 #include "llvm/Support/TargetSelect.h"
 
@@ -304,12 +305,14 @@ std::vector<TraceEvent> JitExecutable::takeTrace() {
   const StrataRtTraceEvent *events = runtime->take_trace(context, &count);
   std::vector<TraceEvent> result;
   result.reserve(count);
+  // Every op runs once a step: a site's second event is its wait.
+  llvm::DenseSet<int64_t> seen;
   for (size_t i = 0; i < count; ++i) {
     int64_t site = events[i].site;
     bool known = site >= 0 && site < int64_t(sites.size());
     result.push_back({known ? sites[site] : "<unknown op>",
                       known ? siteRoles[site] : "", events[i].begin,
-                      events[i].end});
+                      events[i].end, !seen.insert(site).second});
   }
   return result;
 }

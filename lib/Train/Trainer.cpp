@@ -377,7 +377,7 @@ Expected<double> Trainer::step(int64_t index,
       if (name.empty())
         name = site;
       traceEvents.push_back(json::Object{
-          {"name", name.str()}, // (a json::Value keeps a StringRef)
+          {"name", (name + (e.wait ? " wait" : "")).str()},
           {"cat", e.role.empty() ? std::string("op") : e.role},
           {"ph", "X"},
           {"ts", e.begin},

@@ -148,12 +148,19 @@ void strata_rt_wait(StrataRtContext *ctx, int64_t site) {
   StrataRtContext::Pending p = it->second;
   ctx->pending.erase(it);
   char error[256] = {0};
-  strata::rt::HostCall inHost(*ctx, site);
-  if (ctx->wait(ctx->collectiveUser, p.request, error, sizeof(error)) != 0) {
-    ctx->fail(site, error[0] ? error : std::string(p.name) + " failed");
-    return;
+  // With tracing, the time spent completing it is an event of its site (its
+  // second of the step, after the one of its start).
+  strata_rt_trace_begin(ctx, site);
+  {
+    strata::rt::HostCall inHost(*ctx, site);
+    if (ctx->wait(ctx->collectiveUser, p.request, error, sizeof(error)) != 0) {
+      ctx->fail(site, error[0] ? error : std::string(p.name) + " failed");
+      strata_rt_trace_end(ctx, site);
+      return;
+    }
+    finishMean(p);
   }
-  finishMean(p);
+  strata_rt_trace_end(ctx, site);
 }
 
 void strata_rt_connect(StrataRtContext *ctx, int64_t site,

@@ -426,7 +426,11 @@ void strata_rt_wait(StrataRtContext *ctx, int64_t site) {
     return;
   Communicators::Pending p = it->second;
   pending.erase(it);
+  // With tracing, the compute stream's stall is an event of the site (its
+  // second of the step, after the one of its start), as on the CPU runtime.
+  strata_rt_trace_begin(ctx, site);
   ctx->check(site, cudaStreamWaitEvent(ctx->compute, p.done, 0), p.name);
+  strata_rt_trace_end(ctx, site);
   ctx->comms->freeEvents.push_back(p.done);
 }
 

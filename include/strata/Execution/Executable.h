@@ -28,6 +28,9 @@ struct TraceEvent {
   std::string site, role;
   /// Microseconds since the executable was created.
   double begin = 0, end = 0;
+  /// The completion of a collective the op started earlier in the step
+  /// (the runtime traces a non-blocking collective's wait under its site).
+  bool wait = false;
 };
 
 class Executable {
@@ -48,7 +51,8 @@ public:
 
   /// Microseconds since the executable was created (the trace's clock).
   virtual double nowUs() const = 0;
-  /// The ops run since the last call, when tracing was asked for.
+  /// The ops run since the last call (one step's), when tracing was asked
+  /// for.
   virtual std::vector<TraceEvent> takeTrace() { return {}; }
   /// The op whose host call (collective, send, receive, wait) is in
   /// progress, as "file:line:col: op", or null. Safe in a signal handler.
