@@ -135,14 +135,18 @@ def main():
                     help="scratch directory (default: a new temporary one)")
     args = ap.parse_args()
     build = os.path.abspath(args.build)
+    n = args.nproc
+    m = MODELS[args.model]
+    rows = int(m["gen"][m["gen"].index("--batch") + 1])
+    if n < 2 or rows % n:
+        sys.exit("--nproc must be at least 2 and divide the batch of %d rows"
+                 % rows)
     ensure_torch2(build)
     import torch
     workdir = args.workdir or tempfile.mkdtemp(prefix="strata-dp-bench-")
     os.makedirs(workdir, exist_ok=True)
-    n = args.nproc
     print("cpu: %s, %d logical cores; PyTorch %s; %d ranks x 1 thread" % (
         cpu_model(), os.cpu_count(), torch.__version__, n), flush=True)
-    m = MODELS[args.model]
     program = os.path.join(workdir, args.model + ".mlir")
     run([os.path.join(build, "bin", "strata-gen")] + m["gen"] +
         ["-o", program])
