@@ -287,7 +287,7 @@ static void gemmLow(StrataRtContext *ctx, int64_t site, int64_t batch,
   int64_t aCount = (aBatchStride ? batch : 1) * m * k;
   int64_t bCount = (bBatchStride ? batch : 1) * k * n;
   int64_t cCount = batch * m * n, biasCount = bias ? n : 0;
-  std::vector<float> &buffer = ctx->gemmWiden;
+  strata::cpu::Scratch &buffer = ctx->gemmWiden;
   if (int64_t(buffer.size()) < aCount + bCount + cCount + biasCount)
     buffer.resize(aCount + bCount + cCount + biasCount);
   float *wa = buffer.data(), *wb = wa + aCount, *wc = wb + bCount,
