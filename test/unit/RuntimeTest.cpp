@@ -284,7 +284,7 @@ template <typename Fn> Fn dispatchedKernel(const char *name) {
   return nullptr;
 }
 
-// The CPU runtime's scratch (widened bf16/f16 GEMM operands, transposes,
+// The CPU runtime's scratch (widened bf16/f16 GEMM operands and gradients,
 // attention blocks) starts on a cache line: a large std::vector's data sits
 // 16 bytes past a page boundary, where oneDNN ran products 30% slower.
 TEST(RuntimeTest, ScratchIsCacheLineAligned) {
