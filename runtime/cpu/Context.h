@@ -67,7 +67,7 @@ struct StrataRtContext : strata::rt::HostContext {
   /// The transposed first operand of a GEMM whose oneDNN kernel reads it
   /// slowly (gemm:jit, its AVX2 path). Malloc's alignment, not a cache line:
   /// with the transpose on a cache line, those kernels ran the GPT h768
-  /// step's weight gradients 3% slower (626 against 647 ms a step,
+  /// step's weight gradients 3% slower (647 against 626 ms a step,
   /// ONEDNN_MAX_CPU_ISA=AVX2 on an AVX-512 machine).
   std::vector<float> gemmScratch_;
   /// bf16 / f16 GEMM operands widened to f32.
