@@ -151,15 +151,11 @@ void strata_rt_wait(StrataRtContext *ctx, int64_t site) {
   // With tracing, the time spent completing it is an event of its site (its
   // second of the step, after the one of its start).
   strata_rt_trace_begin(ctx, site);
-  {
-    strata::rt::HostCall inHost(*ctx, site);
-    if (ctx->wait(ctx->collectiveUser, p.request, error, sizeof(error)) != 0) {
-      ctx->fail(site, error[0] ? error : std::string(p.name) + " failed");
-      strata_rt_trace_end(ctx, site);
-      return;
-    }
+  strata::rt::HostCall inHost(*ctx, site);
+  if (ctx->wait(ctx->collectiveUser, p.request, error, sizeof(error)) == 0)
     finishMean(p);
-  }
+  else
+    ctx->fail(site, error[0] ? error : std::string(p.name) + " failed");
   strata_rt_trace_end(ctx, site);
 }
 
