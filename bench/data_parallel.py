@@ -29,25 +29,11 @@ import sys
 import tempfile
 import time
 
+# step_time also puts test/reference (compare_torch) and test/gpu
+# (torch_gpt) on the path, here and in the spawned PyTorch processes.
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from benchlib import cpu_model, run  # noqa: E402
-from step_time import MODELS, ensure_torch2  # noqa: E402
-
-HERE = os.path.dirname(os.path.abspath(__file__))
-ROOT = os.path.dirname(HERE)
-sys.path.insert(0, os.path.join(ROOT, "test", "reference"))
-sys.path.insert(0, os.path.join(ROOT, "test", "gpu"))
-
-
-def strata_times(args, build, program, strategy, nproc, extra, report):
-    cmd = [os.path.join(build, "bin", "strata-run"), program, "--strategy",
-           strategy, "--steps", str(args.warmup + args.steps),
-           "--cpu-threads", "1", "--report", report, "--quiet"] + extra
-    if nproc > 1:
-        cmd += ["--nproc", str(nproc)]
-    run(cmd)
-    with open(report) as f:
-        return json.load(f)["step_time_ms"][args.warmup:]
+from step_time import MODELS, ensure_torch2, strata_times  # noqa: E402
 
 
 def free_port():
@@ -111,10 +97,8 @@ def torch_worker(rank, world, port, init_path, layers, heads, rows, steps,
             json.dump(times, f)
 
 
-def torch_times(args, world, init_path, model, workdir):
+def torch_times(args, world, init_path, m, rows, workdir):
     import torch.multiprocessing as mp
-    m = MODELS[model]
-    rows = int(m["gen"][m["gen"].index("--batch") + 1])
     out = os.path.join(workdir, "torch-%d.json" % world)
     mp.spawn(torch_worker, nprocs=world,
              args=(world, free_port(), init_path, m["layers"], m["heads"],
@@ -157,18 +141,22 @@ def main():
     run([os.path.join(build, "bin", "strata-run"), program, "--strategy",
          strategy, "--steps", "0", "--save", init_path, "--quiet"])
     report = os.path.join(workdir, "report.json")
+
+    def strata(nproc, *extra):
+        return lambda: strata_times(
+            build, program, strategy, 1, args.steps, args.warmup, report,
+            (["--nproc", str(nproc)] if nproc > 1 else []) + list(extra))
+
+    def pytorch(world):
+        return lambda: torch_times(args, world, init_path, m, rows, workdir)
+
     runs = [
-        ("Strata, 1 rank", lambda: strata_times(
-            args, build, program, strategy, 1, [], report)),
-        ("Strata, %d ranks" % n, lambda: strata_times(
-            args, build, program, strategy, n, [], report)),
+        ("Strata, 1 rank", strata(1)),
+        ("Strata, %d ranks" % n, strata(n)),
         ("Strata, %d ranks, blocking collectives" % n,
-         lambda: strata_times(args, build, program, strategy, n,
-                              ["--blocking-collectives"], report)),
-        ("PyTorch, 1 process", lambda: torch_times(
-            args, 1, init_path, args.model, workdir)),
-        ("PyTorch DDP, %d processes" % n, lambda: torch_times(
-            args, n, init_path, args.model, workdir)),
+         strata(n, "--blocking-collectives")),
+        ("PyTorch, 1 process", pytorch(1)),
+        ("PyTorch DDP, %d processes" % n, pytorch(n)),
     ]
     times = {name: [] for name, _ in runs}
     medians = {name: [] for name, _ in runs}

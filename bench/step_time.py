@@ -136,10 +136,13 @@ def matmul_flops(build, program, strategy):
     raise RuntimeError("no matmul-flops in\n" + stats)
 
 
-def strata_times(build, program, strategy, threads, steps, warmup, report):
+def strata_times(build, program, strategy, threads, steps, warmup, report,
+                 extra=()):
+    """Rank 0's step times (ms) of a strata-run after `warmup` steps;
+    `extra`: more strata-run options (--nproc N, ...)."""
     run([os.path.join(build, "bin", "strata-run"), program, "--strategy",
          strategy, "--steps", str(warmup + steps), "--cpu-threads",
-         str(threads), "--report", report, "--quiet"])
+         str(threads), "--report", report, "--quiet"] + list(extra))
     with open(report) as f:
         return json.load(f)["step_time_ms"][warmup:]
 
