@@ -26,6 +26,7 @@
 #include "../common/Activations.h"
 #include "../common/LowPrecision.h"
 #include "../common/StrataRandom.h"
+#include "DotBf16.h"
 
 #include <oneapi/dnnl/dnnl.h>
 
@@ -1034,29 +1035,86 @@ static inline float attentionRow(float *x, int64_t limit, int64_t keys,
   return sum;
 }
 
+// (C++ linkage: the kernels around are extern "C".)
+extern "C++" {
+/// The products of the attention kernels, C = alpha op(A) op(B) + beta C
+/// with BLAS's conventions (beta 0 or 1): oneDNN's sgemm on f32 operands.
+struct SgemmProducts {
+  bool operator()(char ta, char tb, int64_t m, int64_t n, int64_t k,
+                  float alpha, const float *a, int64_t lda, const float *b,
+                  int64_t ldb, float beta, float *c, int64_t ldc,
+                  float * /*work*/) const {
+    return dnnl_sgemm(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc) ==
+           dnnl_success;
+  }
+  static int64_t workFloats(int64_t, int64_t, int64_t) { return 0; }
+};
+
+#if defined(__AVX512F__)
+/// The same products with bf16 B (and bf16 or f32 A, rounded to bf16)
+/// through AVX512-BF16's dot products: f32 sums at twice sgemm's rate.
+struct DotBf16Products {
+  static const uint16_t *bits(const BFloat16 *x) {
+    return reinterpret_cast<const uint16_t *>(x);
+  }
+  static const float *bits(const float *x) { return x; }
+  template <typename TA>
+  bool operator()(char ta, char tb, int64_t m, int64_t n, int64_t k,
+                  float alpha, const TA *a, int64_t lda, const BFloat16 *b,
+                  int64_t ldb, float beta, float *c, int64_t ldc,
+                  float *work) const {
+    strata::cpu::dotBf16(m, n, k, alpha, bits(a), ta == 'N' ? lda : 1,
+                         ta == 'N' ? 1 : lda, bits(b), tb == 'N' ? ldb : 1,
+                         tb == 'N' ? 1 : ldb, c, ldc, beta != 0.0f, work);
+    return true;
+  }
+  static int64_t workFloats(int64_t m, int64_t n, int64_t k) {
+    return strata::cpu::dotBf16WorkFloats(m, n, k);
+  }
+};
+#endif
+
+/// Floats of one thread's scratch, rounded to a cache line.
+int64_t threadFloats(int64_t n) { return (n + 15) / 16 * 16; }
+
+/// Per-thread scratch of attentionBlocks: the block's probabilities, the
+/// output rows in f32 (when T is not f32) and the products' work memory.
+template <typename T, typename Products>
+int64_t attentionScratch(int64_t t, int64_t d, int64_t dv) {
+  const int64_t block = kAttentionBlock;
+  int64_t staged = std::is_same_v<T, float> ? 0 : block * dv;
+  return threadFloats(block * t + staged +
+                      std::max(Products::workFloats(block, t, d),
+                               Products::workFloats(block, dv, t)));
+}
+
 /// FlashAttention's schedule with whole rows of keys per block: for each
 /// head and block of kAttentionBlock query rows, the scores against the
 /// keys the block sees (with `causal`, keys up to its last row), their
 /// softmax and log-sum-exp, and the product with the values. The
-/// probabilities exist one block at a time, in `scratch` (block * t floats
-/// per thread); the products run through oneDNN's sgemm, single-threaded
+/// probabilities exist one block at a time, in `scratch`
+/// (attentionScratch floats per thread); the products run single-threaded
 /// inside the parallel loop, so results do not depend on the thread count.
-/// Whether sgemm refused a block.
-static bool attentionF32(float *out, float *lse, const float *q, const float *k,
-                         const float *v, int64_t heads, int64_t s, int64_t t,
-                         int64_t d, int64_t dv, float scale, bool causal,
-                         float *scratch) {
+/// Whether a product failed.
+template <typename T, typename Products>
+bool attentionBlocks(T *out, float *lse, const T *q, const T *k, const T *v,
+                     int64_t heads, int64_t s, int64_t t, int64_t d, int64_t dv,
+                     float scale, bool causal, float *scratch,
+                     Products product) {
   const int64_t block = kAttentionBlock;
+  const int64_t perThread = attentionScratch<T, Products>(t, d, dv);
   int64_t blocks = (s + block - 1) / block;
   int bad = 0;
 #pragma omp parallel for collapse(2) schedule(dynamic) reduction(| : bad)
   for (int64_t h = 0; h < heads; ++h)
     for (int64_t b = 0; b < blocks; ++b) {
-      float *p = scratch + omp_get_thread_num() * block * t;
+      float *p = scratch + omp_get_thread_num() * perThread;
+      float *staged = p + block * t;
+      float *work = staged + (std::is_same_v<T, float> ? 0 : block * dv);
       int64_t i0 = b * block, rows = std::min(block, s - i0);
       int64_t keys = causal ? i0 + rows : t;
-      bad |= dnnl_sgemm('N', 'T', rows, keys, d, scale, q + (h * s + i0) * d, d,
-                        k + h * t * d, d, 0.0f, p, keys) != dnnl_success;
+      bad |= !product('N', 'T', rows, keys, d, scale, q + (h * s + i0) * d, d,
+                      k + h * t * d, d, 0.0f, p, keys, work);
       for (int64_t r = 0; r < rows; ++r) {
         float *x = p + r * keys;
         int64_t limit = causal ? i0 + r + 1 : keys;
@@ -1067,66 +1125,109 @@ static bool attentionF32(float *out, float *lse, const float *q, const float *k,
         for (int64_t j = 0; j < limit; ++j)
           x[j] *= inv;
       }
-      bad |= dnnl_sgemm('N', 'N', rows, dv, keys, 1.0f, p, keys, v + h * t * dv,
-                        dv, 0.0f, out + (h * s + i0) * dv, dv) != dnnl_success;
+      T *o = out + (h * s + i0) * dv;
+      if constexpr (std::is_same_v<T, float>) {
+        bad |= !product('N', 'N', rows, dv, keys, 1.0f, p, keys, v + h * t * dv,
+                        dv, 0.0f, o, dv, work);
+      } else {
+        bad |= !product('N', 'N', rows, dv, keys, 1.0f, p, keys, v + h * t * dv,
+                        dv, 0.0f, staged, dv, work);
+        narrow(o, staged, rows * dv);
+      }
     }
   return bad != 0;
 }
 
-/// The gradients of attentionF32, per head (dk and dv sum over the head's
-/// query blocks): the probabilities P of each block recomputed from the
-/// log-sum-exp, dV += P^T dO, dP = dO V^T, dS = P (dP - rowsum(dO O)),
-/// dQ = scale dS K, dK += scale dS^T Q. `scratch`: 2 * block * t floats per
-/// thread.
-static bool attentionGradF32(float *dq, float *dk, float *dV, const float *q,
-                             const float *k, const float *v, const float *out,
-                             const float *lse, const float *dout, int64_t heads,
-                             int64_t s, int64_t t, int64_t d, int64_t dv,
-                             float scale, bool causal, float *scratch) {
+/// Per-thread scratch of attentionGradBlocks: the block's probabilities and
+/// their gradient; when T is not f32, the block's dq rows and the head's dk
+/// and dv in f32; the products' work memory.
+template <typename T, typename Products>
+int64_t attentionGradScratch(int64_t t, int64_t d, int64_t dv) {
   const int64_t block = kAttentionBlock;
+  int64_t staged = std::is_same_v<T, float> ? 0 : block * d + t * d + t * dv;
+  int64_t work = std::max(
+      {Products::workFloats(block, t, d), Products::workFloats(t, dv, block),
+       Products::workFloats(block, t, dv), Products::workFloats(block, d, t),
+       Products::workFloats(t, d, block)});
+  return threadFloats(2 * block * t + staged + work);
+}
+
+/// The gradients of attentionBlocks, per head (dk and dv sum over the
+/// head's query blocks): the probabilities P of each block recomputed from
+/// the log-sum-exp, dV += P^T dO, dP = dO V^T, dS = P (dP - rowsum(dO O)),
+/// dQ = scale dS K, dK += scale dS^T Q. `scratch`: attentionGradScratch
+/// floats per thread.
+template <typename T, typename Products>
+bool attentionGradBlocks(T *dq, T *dk, T *dV, const T *q, const T *k,
+                         const T *v, const T *out, const float *lse,
+                         const T *dout, int64_t heads, int64_t s, int64_t t,
+                         int64_t d, int64_t dv, float scale, bool causal,
+                         float *scratch, Products product) {
+  constexpr bool f32 = std::is_same_v<T, float>;
+  const int64_t block = kAttentionBlock;
+  const int64_t perThread = attentionGradScratch<T, Products>(t, d, dv);
   int bad = 0;
 #pragma omp parallel for schedule(dynamic) reduction(| : bad)
   for (int64_t h = 0; h < heads; ++h) {
-    float *p = scratch + omp_get_thread_num() * 2 * block * t;
+    float *p = scratch + omp_get_thread_num() * perThread;
     float *dp = p + block * t;
-    float *dkh = dk + h * t * d, *dvh = dV + h * t * dv;
+    // The head's dk and dv, summed over its blocks: in place for f32, in
+    // f32 beside the block's dq rows otherwise.
+    float *dqRows = dp + block * t;
+    float *dkh, *dvh;
+    if constexpr (f32) {
+      dkh = dk + h * t * d;
+      dvh = dV + h * t * dv;
+    } else {
+      dkh = dqRows + block * d;
+      dvh = dkh + t * d;
+    }
+    float *work = f32 ? dqRows : dvh + t * dv;
     std::fill(dkh, dkh + t * d, 0.0f);
     std::fill(dvh, dvh + t * dv, 0.0f);
     for (int64_t i0 = 0; i0 < s; i0 += block) {
       int64_t rows = std::min(block, s - i0);
       int64_t keys = causal ? i0 + rows : t;
-      const float *qb = q + (h * s + i0) * d;
-      const float *dob = dout + (h * s + i0) * dv;
-      bad |= dnnl_sgemm('N', 'T', rows, keys, d, scale, qb, d, k + h * t * d, d,
-                        0.0f, p, keys) != dnnl_success;
+      const T *qb = q + (h * s + i0) * d;
+      const T *dob = dout + (h * s + i0) * dv;
+      bad |= !product('N', 'T', rows, keys, d, scale, qb, d, k + h * t * d, d,
+                      0.0f, p, keys, work);
       for (int64_t r = 0; r < rows; ++r)
         attentionRow(p + r * keys, causal ? i0 + r + 1 : keys, keys,
                      lse[h * s + i0 + r]);
-      bad |= dnnl_sgemm('T', 'N', keys, dv, rows, 1.0f, p, keys, dob, dv, 1.0f,
-                        dvh, dv) != dnnl_success;
-      bad |= dnnl_sgemm('N', 'T', rows, keys, dv, 1.0f, dob, dv, v + h * t * dv,
-                        dv, 0.0f, dp, keys) != dnnl_success;
+      bad |= !product('T', 'N', keys, dv, rows, 1.0f, p, keys, dob, dv, 1.0f,
+                      dvh, dv, work);
+      bad |= !product('N', 'T', rows, keys, dv, 1.0f, dob, dv, v + h * t * dv,
+                      dv, 0.0f, dp, keys, work);
       for (int64_t r = 0; r < rows; ++r) {
-        const float *o = out + (h * s + i0 + r) * dv;
+        const T *o = out + (h * s + i0 + r) * dv;
         float dot = 0;
         for (int64_t c = 0; c < dv; ++c)
-          dot += dob[r * dv + c] * o[c];
+          dot += float(dob[r * dv + c]) * float(o[c]);
         float *pr = p + r * keys, *dpr = dp + r * keys;
 #pragma omp simd
         for (int64_t j = 0; j < keys; ++j)
           dpr[j] = pr[j] * (dpr[j] - dot);
       }
-      bad |= dnnl_sgemm('N', 'N', rows, d, keys, scale, dp, keys, k + h * t * d,
-                        d, 0.0f, dq + (h * s + i0) * d, d) != dnnl_success;
-      bad |= dnnl_sgemm('T', 'N', keys, d, rows, scale, dp, keys, qb, d, 1.0f,
-                        dkh, d) != dnnl_success;
+      if constexpr (f32) {
+        bad |= !product('N', 'N', rows, d, keys, scale, dp, keys, k + h * t * d,
+                        d, 0.0f, dq + (h * s + i0) * d, d, work);
+      } else {
+        bad |= !product('N', 'N', rows, d, keys, scale, dp, keys, k + h * t * d,
+                        d, 0.0f, dqRows, d, work);
+        narrow(dq + (h * s + i0) * d, dqRows, rows * d);
+      }
+      bad |= !product('T', 'N', keys, d, rows, scale, dp, keys, qb, d, 1.0f,
+                      dkh, d, work);
+    }
+    if constexpr (!f32) {
+      narrow(dk + h * t * d, dkh, t * d);
+      narrow(dV + h * t * dv, dvh, t * dv);
     }
   }
   return bad != 0;
 }
 
-// (C++ linkage: the kernels around are extern "C".)
-extern "C++" {
 /// bf16 / f16 tensors through the f32 kernels: `inputs` widened into
 /// scratch, `outputs` computed there and narrowed; `perThread` floats of
 /// each thread's own scratch follow. Calls `run(wideInputs, wideOutputs,
@@ -1161,8 +1262,11 @@ void throughF32(StrataRtContext *ctx,
 
 } // namespace
 
-/// The attention of f32 tensors, or of bf16 / f16 ones computed in f32
-/// (the log-sum-exp is f32 either way).
+/// The attention of f32 tensors, of bf16 ones with bf16 products (f32
+/// sums; the scores, softmax and log-sum-exp in f32, the probabilities
+/// rounded to bf16 for their product with the values) where the processor
+/// has bf16 dot products (AVX512-BF16, in the AVX-512 build), or else
+/// computed in f32 from widened operands. The log-sum-exp is f32 either way.
 void STRATA_RT_KERNEL(strata_rt_attention)(
     StrataRtContext *ctx, int64_t site, void *outData, int64_t outType,
     void *lseData, int64_t lseType, const void *qData, int64_t qType,
@@ -1171,8 +1275,8 @@ void STRATA_RT_KERNEL(strata_rt_attention)(
     int64_t causal) {
   if (!onlyF32(ctx, site, "attention", {lseType}))
     return;
-  const int64_t perThread = kAttentionBlock * t;
   auto *lse = static_cast<float *>(lseData);
+  const int threads = omp_get_max_threads();
   bool bad = false;
   withSameFloatType(
       ctx, site, "attention", {outType, qType, kType, vType}, [&](auto tag) {
@@ -1181,18 +1285,33 @@ void STRATA_RT_KERNEL(strata_rt_attention)(
         auto *q = static_cast<const T *>(qData);
         auto *k = static_cast<const T *>(kData);
         auto *v = static_cast<const T *>(vData);
+#if defined(__AVX512F__)
+        if constexpr (std::is_same_v<T, BFloat16>)
+          if (strata::cpu::hasBf16DotProducts()) {
+            bad = attentionBlocks(
+                out, lse, q, k, v, heads, s, t, d, dv, float(scale),
+                causal != 0,
+                ctx->scratchFloats(
+                    threads * attentionScratch<T, DotBf16Products>(t, d, dv)),
+                DotBf16Products{});
+            return;
+          }
+#endif
+        const int64_t perThread =
+            attentionScratch<float, SgemmProducts>(t, d, dv);
         if constexpr (std::is_same_v<T, float>) {
-          bad = attentionF32(
+          bad = attentionBlocks(
               out, lse, q, k, v, heads, s, t, d, dv, float(scale), causal != 0,
-              ctx->scratchFloats(omp_get_max_threads() * perThread));
+              ctx->scratchFloats(threads * perThread), SgemmProducts{});
         } else {
           throughF32<T>(
               ctx,
               {{q, heads * s * d}, {k, heads * t * d}, {v, heads * t * dv}},
               {{out, heads * s * dv}}, perThread,
               [&](auto &in, auto &o, float *scratch) {
-                bad = attentionF32(o[0], lse, in[0], in[1], in[2], heads, s, t,
-                                   d, dv, float(scale), causal != 0, scratch);
+                bad = attentionBlocks(o[0], lse, in[0], in[1], in[2], heads, s,
+                                      t, d, dv, float(scale), causal != 0,
+                                      scratch, SgemmProducts{});
               });
         }
       });
@@ -1200,8 +1319,8 @@ void STRATA_RT_KERNEL(strata_rt_attention)(
     ctx->fail(site, "strata_rt_attention: oneDNN's sgemm refused a block");
 }
 
-/// The gradients of strata_rt_attention (attentionGradF32), in the
-/// tensors' type.
+/// The gradients of strata_rt_attention (attentionGradBlocks), in the
+/// tensors' type, with the forward's choice of products.
 void STRATA_RT_KERNEL(strata_rt_attention_grad)(
     StrataRtContext *ctx, int64_t site, void *dqData, int64_t dqType,
     void *dkData, int64_t dkType, void *dvData, int64_t dvType,
@@ -1212,8 +1331,8 @@ void STRATA_RT_KERNEL(strata_rt_attention_grad)(
     int64_t dv, double scale, int64_t causal) {
   if (!onlyF32(ctx, site, "attention_grad", {lseType}))
     return;
-  const int64_t perThread = 2 * kAttentionBlock * t;
   auto *lse = static_cast<const float *>(lseData);
+  const int threads = omp_get_max_threads();
   bool bad = false;
   withSameFloatType(
       ctx, site, "attention_grad",
@@ -1228,11 +1347,26 @@ void STRATA_RT_KERNEL(strata_rt_attention_grad)(
         auto *v = static_cast<const T *>(vData);
         auto *out = static_cast<const T *>(outData);
         auto *dout = static_cast<const T *>(doutData);
+#if defined(__AVX512F__)
+        if constexpr (std::is_same_v<T, BFloat16>)
+          if (strata::cpu::hasBf16DotProducts()) {
+            bad = attentionGradBlocks(
+                dq, dk, dV, q, k, v, out, lse, dout, heads, s, t, d, dv,
+                float(scale), causal != 0,
+                ctx->scratchFloats(
+                    threads *
+                    attentionGradScratch<T, DotBf16Products>(t, d, dv)),
+                DotBf16Products{});
+            return;
+          }
+#endif
+        const int64_t perThread =
+            attentionGradScratch<float, SgemmProducts>(t, d, dv);
         if constexpr (std::is_same_v<T, float>) {
-          bad = attentionGradF32(
-              dq, dk, dV, q, k, v, out, lse, dout, heads, s, t, d, dv,
-              float(scale), causal != 0,
-              ctx->scratchFloats(omp_get_max_threads() * perThread));
+          bad = attentionGradBlocks(dq, dk, dV, q, k, v, out, lse, dout, heads,
+                                    s, t, d, dv, float(scale), causal != 0,
+                                    ctx->scratchFloats(threads * perThread),
+                                    SgemmProducts{});
         } else {
           throughF32<T>(
               ctx,
@@ -1243,9 +1377,10 @@ void STRATA_RT_KERNEL(strata_rt_attention_grad)(
                {dout, heads * s * dv}},
               {{dq, heads * s * d}, {dk, heads * t * d}, {dV, heads * t * dv}},
               perThread, [&](auto &in, auto &o, float *scratch) {
-                bad = attentionGradF32(o[0], o[1], o[2], in[0], in[1], in[2],
-                                       in[3], lse, in[4], heads, s, t, d, dv,
-                                       float(scale), causal != 0, scratch);
+                bad = attentionGradBlocks(o[0], o[1], o[2], in[0], in[1], in[2],
+                                          in[3], lse, in[4], heads, s, t, d, dv,
+                                          float(scale), causal != 0, scratch,
+                                          SgemmProducts{});
               });
         }
       });

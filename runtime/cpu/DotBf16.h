@@ -1,0 +1,46 @@
+//===- DotBf16.h - Small bf16 GEMMs with AVX512-BF16 ------------*- C++ -*-===//
+//
+// The products inside fused attention's blocks (an inner dimension of the
+// head size or of one block of keys) in bf16 with f32 sums, through
+// AVX512-BF16's VDPBF16PS: twice the f32 FMA rate on processors that have
+// it. oneDNN 2.6 has no public bf16 BLAS call for such per-block products
+// (its sgemm is f32 only, and a matmul primitive per block costs more to
+// call than to run), so these are the runtime's own.
+//
+// Compiled once, with the instructions enabled per function; callers check
+// hasBf16DotProducts() first (the AVX-512 build of Kernels.cpp does).
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef STRATA_RUNTIME_CPU_DOTBF16_H
+#define STRATA_RUNTIME_CPU_DOTBF16_H
+
+#include <cstdint>
+
+namespace strata::cpu {
+
+/// Whether this processor has AVX512-BF16's dot products (and AVX-512 F and
+/// BW, which the kernels also use).
+bool hasBf16DotProducts();
+
+/// Floats of work memory dotBf16 needs for an m x n x k product (its
+/// operands repacked in bf16 pairs).
+int64_t dotBf16WorkFloats(int64_t m, int64_t n, int64_t k);
+
+/// C[m x n] (row stride ldc) = alpha * A B + (accumulate ? C : 0), where
+/// A(i, p) = a[i * ars + p * acs] and B(p, j) = b[p * brs + j * bcs] are
+/// bf16 (given as their bits) or, for A, f32 values rounded to bf16 first
+/// (to nearest even): the products of bf16 values summed in f32 over p (a
+/// pair of p at a time, in order), then scaled by alpha. `work`:
+/// dotBf16WorkFloats(m, n, k) floats on a 64-byte boundary.
+/// Single-threaded (callers parallelise around it).
+void dotBf16(int64_t m, int64_t n, int64_t k, float alpha, const float *a,
+             int64_t ars, int64_t acs, const uint16_t *b, int64_t brs,
+             int64_t bcs, float *c, int64_t ldc, bool accumulate, float *work);
+void dotBf16(int64_t m, int64_t n, int64_t k, float alpha, const uint16_t *a,
+             int64_t ars, int64_t acs, const uint16_t *b, int64_t brs,
+             int64_t bcs, float *c, int64_t ldc, bool accumulate, float *work);
+
+} // namespace strata::cpu
+
+#endif // STRATA_RUNTIME_CPU_DOTBF16_H
