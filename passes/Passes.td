@@ -286,8 +286,10 @@ def StrataAttentionFusion
     becomes `%o, %lse = strata.attention %q, %k, %v {scale = c[, causal]}`
     when the scores, the scaled scores and the probabilities have no other
     use and `q`, `k` and `v` have the same leading (batch, head) dimensions
-    (f32, bf16 or f16; the kernels compute in f32 and keep the log-sum-exp
-    in f32). Autodiff then differentiates `strata.attention` with one
+    (f32, bf16 or f16; the kernels sum in f32 and keep the softmax and the
+    log-sum-exp in f32; in bf16 on CPUs with AVX512-BF16 the products are
+    bf16 dot products, the probabilities and their gradient rounded to bf16
+    as the unfused program's matmuls read them). Autodiff then differentiates `strata.attention` with one
     `strata.attention_grad`. The fused op never stores the [S, T]
     probabilities: its kernel works on blocks of query rows (with `causal`,
     only the keys a block can see) and keeps each row's log-sum-exp, from
