@@ -14,7 +14,10 @@ with the causal mask and addmm for the biased products) and *compiled*
 (torch.compile of the tuned loss, fused AdamW), then Strata / best PyTorch
 (below 1: Strata is faster), for Strata's program as written (AdamW) and
 with its fused passes (fused_passes: gemm_epilogue, dropout_add and
-flash_attention: Strata's counterpart of the tuned and compiled runs).
+flash_attention: Strata's counterpart of the tuned and compiled runs), and
+*Strata tuned*: the fused passes with --gemm-autotune (each distinct f32
+product timed once through oneDNN's matmul primitive and its sgemm, the
+faster kept).
 Each side's GEMM ceiling is measured on the
 same threads, an fp32 1024^3 product through its own library (Strata:
 strata_rt_gemm of the CPU runtime, oneDNN; PyTorch: torch.mm, oneDNN/MKL),
@@ -97,7 +100,8 @@ def strata_gemm_rate(build, threads, n=1024):
                     ("seed", ctypes.c_uint64), ("rank", ctypes.c_int64),
                     ("shard", ctypes.c_int64), ("threads", ctypes.c_int64),
                     ("device", ctypes.c_int64), ("tf32", ctypes.c_int64),
-                    ("collectiveTimeout", ctypes.c_int64)]
+                    ("collectiveTimeout", ctypes.c_int64),
+                    ("gemmAutotune", ctypes.c_int64)]
     opts = Options()
     lib.strata_rt_default_options(ctypes.byref(opts))
     opts.threads = threads
@@ -226,10 +230,10 @@ def main():
             "enable": True, "gemm_epilogue": True, "dropout_add": True,
             "flash_attention": True}), f)
     print()
-    print("| model | threads | Strata ms | Strata fused ms | eager ms | tuned ms"
-          " | compiled ms | Strata / best | fused / best | Strata GEMM %"
-          " | best PyTorch GEMM % |")
-    print("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
+    print("| model | threads | Strata ms | Strata fused ms | Strata tuned ms"
+          " | eager ms | tuned ms | compiled ms | Strata / best | fused / best"
+          " | Strata tuned / best | Strata GEMM % | best PyTorch GEMM % |")
+    print("| --- " * 13 + "|")
     for name in args.models.split(","):
         m = MODELS[name]
         program = os.path.join(args.workdir, name + ".mlir")
@@ -244,23 +248,28 @@ def main():
             measure_ceiling(n)
             variants = {v: TorchRun(torch, compare, name, init, v)
                         for v in ("eager", "tuned", "compiled")}
-            times = {k: [] for k in ["strata", "fused"] + list(variants)}
+            times = {k: [] for k in ["strata", "fused", "autotuned"] +
+                     list(variants)}
             for _ in range(args.rounds):
-                for k, path in (("strata", strategy), ("fused", fused)):
+                for k, path, extra in (
+                        ("strata", strategy, ()), ("fused", fused, ()),
+                        ("autotuned", fused, ("--gemm-autotune",))):
                     times[k] += strata_times(
                         build, program, path, n, args.steps, args.warmup,
-                        os.path.join(args.workdir, name + ".report.json"))
+                        os.path.join(args.workdir, name + ".report.json"),
+                        extra)
                 for v, r in variants.items():
                     ms = [r.step() for _ in range(args.warmup + args.steps)]
                     times[v] += ms[args.warmup:]
             med = {k: statistics.median(v) for k, v in times.items()}
             best = min(med[v] for v in variants)
             ours, theirs = ceilings[n]
-            print("| %s | %d | %.1f | %.1f | %.1f | %.1f | %.1f | %.2f | %.2f"
-                  " | %.0f%% of %.0f | %.0f%% of %.0f |" % (
-                      m["desc"], n, med["strata"], med["fused"], med["eager"],
-                      med["tuned"], med["compiled"], med["strata"] / best,
-                      med["fused"] / best,
+            print("| %s | %d | %.1f | %.1f | %.1f | %.1f | %.1f | %.1f | %.2f"
+                  " | %.2f | %.2f | %.0f%% of %.0f | %.0f%% of %.0f |" % (
+                      m["desc"], n, med["strata"], med["fused"],
+                      med["autotuned"], med["eager"], med["tuned"],
+                      med["compiled"], med["strata"] / best,
+                      med["fused"] / best, med["autotuned"] / best,
                       100 * flops / med["strata"] / 1e6 / ours, ours,
                       100 * flops / best / 1e6 / theirs, theirs), flush=True)
     for n in threads:

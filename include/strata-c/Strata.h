@@ -128,6 +128,10 @@ typedef struct {
   const void *mpiComm;
   /* Non-zero: complete every collective where it is issued (no overlap). */
   int blockingCollectives;
+  /* Non-zero, "cpu" backend: time each distinct f32 GEMM once through
+   * oneDNN's matmul primitive and its sgemm, and run the faster (results
+   * then move at rounding level between runs and thread counts). */
+  int gemmAutotune;
 } StrataExecutableOptions;
 
 /* Defaults: no strategy, one rank, "cpu", seed 0, one thread. */

@@ -306,6 +306,7 @@ static bool createTrainer(StrataExecutableImpl &exe,
   trainerOptions.seed = options.seed;
   trainerOptions.threads = options.threads;
   trainerOptions.blockingCollectives = options.blockingCollectives != 0;
+  trainerOptions.gemmAutotune = options.gemmAutotune != 0;
   trainerOptions.communicator = exe.communicator.get();
   auto trainer =
       strata::Trainer::create(OwningOpRef<ModuleOp>(session.module->clone()),

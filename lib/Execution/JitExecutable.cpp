@@ -213,6 +213,7 @@ JitExecutable::compile(ModuleOp module, const JitOptions &options) {
   rtOptions.threads = options.threads;
   rtOptions.device = options.device;
   rtOptions.tf32 = options.tf32;
+  rtOptions.gemmAutotune = options.gemmAutotune;
   char message[256] = {0};
   exe->context = runtime.create(&rtOptions, message, sizeof(message));
   if (!exe->context)

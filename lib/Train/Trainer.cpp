@@ -154,6 +154,7 @@ Error Trainer::createExecutable() {
     jit.threads = opts.threads;
     jit.device = opts.device;
     jit.tf32 = opts.tf32;
+    jit.gemmAutotune = opts.gemmAutotune;
     jit.trace = opts.trace;
     if (opts.communicator)
       jit.communication =

@@ -58,7 +58,8 @@ class _ExecutableOptions(ctypes.Structure):
                 ("seed", ctypes.c_uint64),
                 ("threads", ctypes.c_int64),
                 ("mpiComm", ctypes.c_void_p),
-                ("blockingCollectives", ctypes.c_int)]
+                ("blockingCollectives", ctypes.c_int),
+                ("gemmAutotune", ctypes.c_int)]
 
 
 class _TensorInfo(ctypes.Structure):
@@ -326,11 +327,13 @@ def compile(program: Union[str, bytes, os.PathLike], *,
             strategy: Optional[Union[str, os.PathLike]] = None,
             comm=None, world_size: Optional[int] = None,
             rank: Optional[int] = None, backend: str = "cpu", seed: int = 0,
-            threads: int = 1, name: Optional[str] = None) -> Executable:
+            threads: int = 1, gemm_autotune: bool = False,
+            name: Optional[str] = None) -> Executable:
     """Compiles a training program (MLIR text of the strata dialect, or the
     path of a .mlir file) with a strategy file for one rank of a job, and
     creates the backend's executable ("cpu" or "reference") with the initial
-    weights of `seed`.
+    weights of `seed`. `gemm_autotune` ("cpu"): time each distinct f32 GEMM
+    once through oneDNN's two paths and run the faster.
 
     The job: `comm`, an mpi4py communicator whose ranks are the job's; under
     mpirun without `comm`, mpi4py's COMM_WORLD; otherwise one rank. Every
@@ -384,6 +387,7 @@ def compile(program: Union[str, bytes, os.PathLike], *,
     options.backend = backend_bytes
     options.seed = seed
     options.threads = threads
+    options.gemmAutotune = int(gemm_autotune)
     options.mpiComm = comm_address
     handle = _ExecutableHandle()
     session.check(_create(session.handle, ctypes.byref(options),

@@ -51,6 +51,12 @@ using Scratch = std::vector<float, CacheAligned<float>>;
 
 struct StrataRtContext : strata::rt::HostContext {
   int64_t threads = 1;
+  /// Time each distinct f32 GEMM without an activation through the matmul
+  /// primitive and sgemm once, and run the faster (StrataRtOptions).
+  bool gemmAutotune = false;
+  /// For tests: autotuning's choice made without timing (1: the primitive,
+  /// 2: sgemm; 0: timed).
+  int gemmAutotuneChoice = 0;
   /// Collectives in flight, by call site.
   struct Pending {
     void *request;
@@ -76,6 +82,10 @@ struct StrataRtContext : strata::rt::HostContext {
   /// across calls: a fresh allocation per update cost its page faults).
   strata::cpu::Scratch gradWiden;
   std::unique_ptr<strata::cpu::GemmCache> gemm;
+  /// Products autotuning has timed so far, and of those the ones that run
+  /// through sgemm (Gemm.cpp).
+  int64_t gemmProductsTimed() const;
+  int64_t gemmProductsOnSgemm() const;
 
   StrataRtContext();
   ~StrataRtContext();

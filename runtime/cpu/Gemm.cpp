@@ -3,15 +3,20 @@
 // strata_rt_gemm is one oneDNN matmul primitive: transposes are strides,
 // the bias and the activation are post-ops (the CPU twin of cuBLASLt's
 // epilogues), accumulation is a sum post-op. Primitives are created once
-// per distinct problem and reused across steps.
+// per distinct problem and reused across steps. With autotuning
+// (StrataRtOptions::gemmAutotune), an f32 problem without an activation is
+// timed once through the primitive and through oneDNN's sgemm, and runs
+// through the faster from then on.
 //
 //===----------------------------------------------------------------------===//
 
 #include "Context.h"
 
+#include <oneapi/dnnl/dnnl.h>
 #include <oneapi/dnnl/dnnl.hpp>
 
 #include <algorithm>
+#include <chrono>
 #include <cstring>
 #include <immintrin.h>
 #include <map>
@@ -35,14 +40,32 @@ struct GemmCache {
     bool reference;
     /// oneDNN runs it with its brgemm kernels.
     bool brgemm;
+    /// Autotuning timed it, and sgemm was the faster.
+    bool timed = false, sgemm = false;
   };
   std::map<Key, Entry> primitives;
+  /// Where autotuning's timed runs write.
+  Scratch timingOutput;
 };
 
 } // namespace strata::cpu
 
 StrataRtContext::StrataRtContext() : HostContext("CPU runtime") {}
 StrataRtContext::~StrataRtContext() = default;
+
+int64_t StrataRtContext::gemmProductsTimed() const {
+  if (!gemm)
+    return 0;
+  return std::count_if(gemm->primitives.begin(), gemm->primitives.end(),
+                       [](const auto &entry) { return entry.second.timed; });
+}
+
+int64_t StrataRtContext::gemmProductsOnSgemm() const {
+  if (!gemm)
+    return 0;
+  return std::count_if(gemm->primitives.begin(), gemm->primitives.end(),
+                       [](const auto &entry) { return entry.second.sgemm; });
+}
 
 namespace {
 /// The problem of one GEMM call.
@@ -184,6 +207,91 @@ static bool readsTransposedAFast(StrataRtContext *ctx, int64_t batch,
   }
 }
 
+/// The product through oneDNN's sgemm, one call per batch: the bias as C's
+/// initial rows (or added to C before accumulating), then C = A B + C.
+/// False if sgemm refused it.
+static bool sgemmProduct(int64_t batch, int64_t m, int64_t n, int64_t k,
+                         const float *a, int64_t aBatchStride, int64_t transA,
+                         const float *b, int64_t bBatchStride, int64_t transB,
+                         float *c, const float *bias, bool accumulate) {
+  for (int64_t bi = 0; bi < batch; ++bi) {
+    const float *ab = a + (aBatchStride ? bi * m * k : 0);
+    const float *bb = b + (bBatchStride ? bi * k * n : 0);
+    float *cb = c + bi * m * n;
+    if (bias && !accumulate)
+      for (int64_t i = 0; i < m; ++i)
+        std::memcpy(cb + i * n, bias, n * sizeof(float));
+    else if (bias)
+      for (int64_t i = 0; i < m; ++i)
+        for (int64_t j = 0; j < n; ++j)
+          cb[i * n + j] += bias[j];
+    if (dnnl_sgemm(transA ? 'T' : 'N', transB ? 'T' : 'N', m, n, k, 1.0f, ab,
+                   transA ? m : k, bb, transB ? k : n,
+                   bias || accumulate ? 1.0f : 0.0f, cb, n) != dnnl_success)
+      return false;
+  }
+  return true;
+}
+
+/// Autotuning of an f32 product without an activation: the first call of
+/// each distinct problem runs it three times through the matmul primitive
+/// and through sgemm, alternating, into scratch, and keeps sgemm if its
+/// faster time (of the last two) beats the primitive's by 3%; calls
+/// through sgemm run it here and return true, the others return false (the
+/// caller runs the primitive). oneDNN's two paths sum in different orders:
+/// results move at rounding level with the choice.
+static bool autotunedSgemm(StrataRtContext *ctx, int64_t site, int64_t batch,
+                           int64_t m, int64_t n, int64_t k, const float *a,
+                           int64_t aBatchStride, int64_t transA, const float *b,
+                           int64_t bBatchStride, int64_t transB, float *c,
+                           const float *bias, int64_t accumulate) {
+  strata::cpu::GemmCache::Entry *entry;
+  try {
+    entry =
+        &primitiveFor(ctx, {memory::data_type::f32, batch, m, n, k,
+                            aBatchStride, transA, bBatchStride, transB,
+                            bias != nullptr, STRATA_RT_ACT_NONE, accumulate});
+  } catch (const dnnl::error &) {
+    return false; // the primitive reports it
+  }
+  if (!entry->timed && ctx->gemmAutotuneChoice) {
+    entry->timed = true;
+    entry->sgemm = ctx->gemmAutotuneChoice == 2;
+  }
+  if (!entry->timed) {
+    entry->timed = true;
+    strata::cpu::Scratch &out = ctx->gemm->timingOutput;
+    if (int64_t(out.size()) < batch * m * n)
+      out.resize(batch * m * n);
+    using Clock = std::chrono::steady_clock;
+    double primitive = 1e300, sgemm = 1e300;
+    for (int round = 0; round < 3; ++round) {
+      Clock::time_point t0 = Clock::now();
+      matmul(ctx, site, memory::data_type::f32, batch, m, n, k, a, aBatchStride,
+             transA, b, bBatchStride, transB, out.data(), bias,
+             STRATA_RT_ACT_NONE, 0, /*fastOnly=*/false);
+      Clock::time_point t1 = Clock::now();
+      bool ran = sgemmProduct(batch, m, n, k, a, aBatchStride, transA, b,
+                              bBatchStride, transB, out.data(), bias, false);
+      Clock::time_point t2 = Clock::now();
+      if (!ran)
+        return false;
+      if (round > 0) { // the first round warms both up
+        primitive =
+            std::min(primitive, std::chrono::duration<double>(t1 - t0).count());
+        sgemm = std::min(sgemm, std::chrono::duration<double>(t2 - t1).count());
+      }
+    }
+    entry->sgemm = sgemm < 0.97 * primitive;
+  }
+  if (!entry->sgemm)
+    return false;
+  if (!sgemmProduct(batch, m, n, k, a, aBatchStride, transA, b, bBatchStride,
+                    transB, c, bias, accumulate != 0))
+    ctx->fail(site, "oneDNN's sgemm refused a product");
+  return true;
+}
+
 static void gemmF32(StrataRtContext *ctx, int64_t site, int64_t batch,
                     int64_t m, int64_t n, int64_t k, const float *a,
                     int64_t aBatchStride, int64_t transA, const float *b,
@@ -211,6 +319,10 @@ static void gemmF32(StrataRtContext *ctx, int64_t site, int64_t batch,
     a = t;
     transA = 0;
   }
+  if (ctx->gemmAutotune && act == STRATA_RT_ACT_NONE &&
+      autotunedSgemm(ctx, site, batch, m, n, k, a, aBatchStride, transA, b,
+                     bBatchStride, transB, c, bias, accumulate))
+    return;
   matmul(ctx, site, memory::data_type::f32, batch, m, n, k, a, aBatchStride,
          transA, b, bBatchStride, transB, c, bias, act, accumulate,
          /*fastOnly=*/false);

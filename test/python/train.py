@@ -1,6 +1,7 @@
 """Trains a program through the Python package and prints strata-run's lines.
 
 usage: train.py PROGRAM STEPS SEED [--strategy FILE] [--resume-at N FILE]
+                [--gemm-autotune]
 
 Prints `step <i> loss <value>` per step (as strata-run does), so that the
 losses compare bit for bit. Under mpirun every rank trains (mpi4py's
@@ -18,9 +19,11 @@ parser.add_argument("steps", type=int)
 parser.add_argument("seed", type=int)
 parser.add_argument("--strategy")
 parser.add_argument("--resume-at", nargs=2, metavar=("N", "FILE"))
+parser.add_argument("--gemm-autotune", action="store_true")
 args = parser.parse_args()
 
-exe = strata.compile(args.program, strategy=args.strategy, seed=args.seed)
+exe = strata.compile(args.program, strategy=args.strategy, seed=args.seed,
+                     gemm_autotune=args.gemm_autotune)
 # Under mpirun every rank trains; rank 0 prints.
 out = print if exe.rank == 0 else (lambda *a, **k: None)
 out("ranks: %d" % exe.world_size)

@@ -16,6 +16,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstddef>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -104,6 +105,79 @@ TEST(RuntimeTest, GemmTransposesAndBatches) {
                        1e-5f);
           }
   EXPECT_EQ(strata_rt_error(ctx, nullptr), nullptr);
+}
+
+/// With gemmAutotune, each distinct f32 problem without an activation is
+/// timed once (through the matmul primitive and sgemm) and then runs
+/// through the faster: every layout, batching, the bias and accumulation
+/// give the product on either path (forced, then timed). Problems with an
+/// activation, and contexts without the option (or whose caller's options
+/// end before it), time nothing.
+TEST(RuntimeTest, GemmAutotuneTimesEachProblemOnceAndComputesIt) {
+  auto create = [](int64_t autotune, int64_t size) {
+    StrataRtOptions options;
+    strata_rt_default_options(&options);
+    options.gemmAutotune = autotune;
+    options.size = size;
+    return strata_rt_create(&options, nullptr, 0);
+  };
+  const int64_t m = 37, n = 70, k = 45;
+  for (int choice : {1, 2, 0}) {
+    SCOPED_TRACE(choice == 1 ? "primitive" : choice == 2 ? "sgemm" : "timed");
+    StrataRtContext *ctx = create(1, sizeof(StrataRtOptions));
+    ASSERT_NE(ctx, nullptr);
+    ctx->gemmAutotuneChoice = choice;
+    int64_t problems = 0;
+    for (int64_t batch : {1, 3})
+      for (bool transA : {false, true})
+        for (bool transB : {false, true})
+          for (bool bias : {false, true})
+            for (int64_t accumulate : {0, 1}) {
+              SCOPED_TRACE(::testing::Message()
+                           << "batch " << batch << " transA " << transA
+                           << " transB " << transB << " bias " << bias
+                           << " accumulate " << accumulate);
+              auto a = iota(batch * m * k), b = iota(k * n, 0.02f, 0.1f),
+                   biasRow = iota(n, 0.3f);
+              auto want =
+                  naiveGemm(batch, m, n, k, a, true, transA, b, false, transB);
+              for (int64_t i = 0; i < batch * m * n; ++i)
+                want[i] +=
+                    (bias ? biasRow[i % n] : 0.0f) + (accumulate ? 2.0f : 0.0f);
+              ++problems;
+              for (int call = 0; call < 2; ++call) { // decided, then reused
+                std::vector<float> c(batch * m * n, accumulate ? 2.0f : -1.0f);
+                strata_rt_gemm(ctx, 0, batch, m, n, k, a.data(), F32, m * k,
+                               transA, b.data(), F32, 0, transB, c.data(), F32,
+                               bias ? biasRow.data() : nullptr, F32,
+                               STRATA_RT_ACT_NONE, accumulate);
+                expectNear(c, want, 1e-5f);
+                EXPECT_EQ(ctx->gemmProductsTimed(), problems);
+              }
+            }
+    if (choice == 1)
+      EXPECT_EQ(ctx->gemmProductsOnSgemm(), 0);
+    else if (choice == 2)
+      EXPECT_EQ(ctx->gemmProductsOnSgemm(), problems);
+    auto a = iota(m * k), b = iota(k * n);
+    std::vector<float> c(m * n);
+    strata_rt_gemm(ctx, 0, 1, m, n, k, a.data(), F32, 0, 0, b.data(), F32, 0, 0,
+                   c.data(), F32, nullptr, F32, STRATA_RT_ACT_RELU, 0);
+    EXPECT_EQ(ctx->gemmProductsTimed(), problems);
+    EXPECT_EQ(strata_rt_error(ctx, nullptr), nullptr);
+    strata_rt_destroy(ctx);
+  }
+  auto a = iota(m * k), b = iota(k * n);
+  std::vector<float> c(m * n);
+  for (StrataRtContext *off :
+       {create(0, sizeof(StrataRtOptions)),
+        create(1, offsetof(StrataRtOptions, gemmAutotune))}) {
+    ASSERT_NE(off, nullptr);
+    strata_rt_gemm(off, 0, 1, m, n, k, a.data(), F32, 0, 0, b.data(), F32, 0, 0,
+                   c.data(), F32, nullptr, F32, STRATA_RT_ACT_NONE, 0);
+    EXPECT_EQ(off->gemmProductsTimed(), 0);
+    strata_rt_destroy(off);
+  }
 }
 
 TEST(RuntimeTest, GemmEpilogues) {

@@ -4,6 +4,7 @@
 //              [--data FILE] [--init FILE.safetensors]
 //              [--save FILE.safetensors] [--report FILE.json]
 //              [--backend cpu|cuda|reference] [--cpu-threads N] [--tf32]
+//              [--gemm-autotune]
 //              [--nproc N]
 //              [--emit=obj -o FILE]
 //
@@ -133,6 +134,13 @@ static cl::opt<bool>
          cl::desc("Let f32 GEMMs of the cuda backend round their operands to "
                   "TF32 on tensor cores (faster, not true f32; default: off)"),
          cl::init(false), cl::cat(launchCategory));
+static cl::opt<bool> gemmAutotune(
+    "gemm-autotune",
+    cl::desc("Time each distinct f32 GEMM of the cpu backend once through "
+             "oneDNN's matmul primitive and its sgemm, and run the faster "
+             "(results then move at rounding level between runs and thread "
+             "counts; default: off, the primitive)"),
+    cl::init(false), cl::cat(launchCategory));
 // (LLVM owns a --threads option.)
 static cl::opt<int64_t> threads(
     "cpu-threads",
@@ -372,6 +380,9 @@ static int checkArguments() {
   }
   if (tf32 && backend != "cuda")
     return fail("--tf32 needs --backend cuda (the CPU has no TF32)");
+  if (gemmAutotune && backend != "cpu")
+    return fail("--gemm-autotune needs --backend cpu (it chooses between "
+                "oneDNN's GEMM paths; cuBLASLt's heuristics choose on cuda)");
   if (!emit.empty() && emit != "obj" && emit != "mlir")
     return fail("unknown --emit '" + emit + "' (expected obj or mlir)");
   if (!emit.empty() && outputFile.empty())
@@ -528,6 +539,7 @@ int main(int argc, char **argv) {
   options.threads = threadsPerRank();
   options.trace = !traceFile.empty();
   options.tf32 = tf32;
+  options.gemmAutotune = gemmAutotune;
   options.blockingCollectives = blockingCollectives;
   options.communicator = communicator.get();
   // The batch split and the strategy's passes: every rank fails alike.

@@ -45,6 +45,9 @@ struct JitOptions {
   int64_t device = -1;
   /// f32 GEMMs may use TF32 (CUDA).
   bool tf32 = false;
+  /// Time each distinct f32 GEMM through oneDNN's two paths once and run
+  /// the faster (CPU; StrataRtOptions::gemmAutotune).
+  bool gemmAutotune = false;
   /// Collectives (required when the program has any) and point to point
   /// (pipeline stages). Without `wait`, every collective completes where it
   /// starts.

@@ -200,6 +200,13 @@ typedef struct {
                          default 1800. The CUDA runtime's (the CPU runtime's
                          MPI calls block until the launcher ends a job
                          whose rank died) */
+  int64_t gemmAutotune;      /* nonzero: the CPU runtime times each distinct f32
+                              GEMM without an activation epilogue once, through
+                              oneDNN's matmul primitive and its sgemm, and runs
+                              the faster from then on (results may then differ
+                              at rounding level between runs and thread counts);
+                              0 (the default): the matmul primitive. The CUDA
+                              runtime ignores it (cuBLASLt's heuristics choose) */
 } StrataRtOptions;
 void strata_rt_default_options(StrataRtOptions *options);
 /* The ABI version this runtime implements. */

@@ -68,6 +68,9 @@ struct TrainerOptions {
   /// whether its f32 GEMMs may use TF32.
   int64_t device = -1;
   bool tf32 = false;
+  /// The CPU backend times each distinct f32 GEMM through oneDNN's matmul
+  /// primitive and its sgemm once and runs the faster.
+  bool gemmAutotune = false;
   /// Complete every collective where it starts (no overlap).
   bool blockingCollectives = false;
   /// The job's ranks; required when worldSize > 1, and its size must be
