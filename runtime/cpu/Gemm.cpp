@@ -44,7 +44,7 @@ struct GemmCache {
     bool timed = false, sgemm = false;
   };
   std::map<Key, Entry> primitives;
-  /// Where autotuning's timed runs write.
+  /// Where autotuning's timed runs of an accumulating product write.
   Scratch timingOutput;
 };
 
@@ -235,11 +235,16 @@ static bool sgemmProduct(int64_t batch, int64_t m, int64_t n, int64_t k,
 
 /// Autotuning of an f32 product without an activation: the first call of
 /// each distinct problem runs it three times through the matmul primitive
-/// and through sgemm, alternating, into scratch, and keeps sgemm if its
-/// faster time (of the last two) beats the primitive's by 3%; calls
-/// through sgemm run it here and return true, the others return false (the
-/// caller runs the primitive). oneDNN's two paths sum in different orders:
-/// results move at rounding level with the choice.
+/// and through sgemm, alternating, and keeps sgemm if its faster time (of
+/// the last two) beats the primitive's by 3%; calls through sgemm run it
+/// here and return true, the others return false (the caller runs the
+/// primitive). The timed runs write the output itself (the call then
+/// writes it again), or, when the call accumulates into it, scratch: at
+/// most kMaxTimingFloats, beyond which the product keeps the primitive
+/// untimed. oneDNN's two paths sum in different orders: results move at
+/// rounding level with the choice.
+constexpr int64_t kMaxTimingFloats = int64_t(1) << 24; // 64 MiB
+
 static bool autotunedSgemm(StrataRtContext *ctx, int64_t site, int64_t batch,
                            int64_t m, int64_t n, int64_t k, const float *a,
                            int64_t aBatchStride, int64_t transA, const float *b,
@@ -258,21 +263,27 @@ static bool autotunedSgemm(StrataRtContext *ctx, int64_t site, int64_t batch,
     entry->timed = true;
     entry->sgemm = ctx->gemmAutotuneChoice == 2;
   }
+  if (!entry->timed && accumulate && batch * m * n > kMaxTimingFloats)
+    entry->timed = true; // (and runs the primitive)
   if (!entry->timed) {
     entry->timed = true;
-    strata::cpu::Scratch &out = ctx->gemm->timingOutput;
-    if (int64_t(out.size()) < batch * m * n)
-      out.resize(batch * m * n);
+    float *out = c;
+    if (accumulate) {
+      strata::cpu::Scratch &scratch = ctx->gemm->timingOutput;
+      if (int64_t(scratch.size()) < batch * m * n)
+        scratch.resize(batch * m * n);
+      out = scratch.data();
+    }
     using Clock = std::chrono::steady_clock;
     double primitive = 1e300, sgemm = 1e300;
     for (int round = 0; round < 3; ++round) {
       Clock::time_point t0 = Clock::now();
       matmul(ctx, site, memory::data_type::f32, batch, m, n, k, a, aBatchStride,
-             transA, b, bBatchStride, transB, out.data(), bias,
-             STRATA_RT_ACT_NONE, 0, /*fastOnly=*/false);
+             transA, b, bBatchStride, transB, out, bias, STRATA_RT_ACT_NONE, 0,
+             /*fastOnly=*/false);
       Clock::time_point t1 = Clock::now();
       bool ran = sgemmProduct(batch, m, n, k, a, aBatchStride, transA, b,
-                              bBatchStride, transB, out.data(), bias, false);
+                              bBatchStride, transB, out, bias, false);
       Clock::time_point t2 = Clock::now();
       if (!ran)
         return false;
