@@ -326,6 +326,12 @@ int64_t JitExecutable::scratchBytes() const {
 
 std::string JitExecutable::kernelIsa() const { return runtime->isa(); }
 
+std::pair<int64_t, int64_t> JitExecutable::gemmAutotuned() const {
+  int64_t timed = 0, onSgemm = 0;
+  runtime->gemm_autotuned(context, &timed, &onSgemm);
+  return {timed, onSgemm};
+}
+
 llvm::Expected<std::vector<reference::Tensor>>
 JitExecutable::step(llvm::ArrayRef<reference::Tensor> args) {
   if (args.size() != inputs.size())

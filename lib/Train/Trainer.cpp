@@ -534,6 +534,11 @@ json::Object Trainer::report(const RunSummary &s) const {
       // per rank.
       {"activation_peak_bytes", json::Array(s.activationPeakBytes)},
   };
+  if (opts.gemmAutotune && exe) {
+    auto [timed, onSgemm] = exe->gemmAutotuned();
+    report["gemm_autotune"] =
+        json::Object{{"timed", timed}, {"sgemm", onSgemm}};
+  }
   if (plan.pipeline.enable) {
     const PipelineSection &p = plan.pipeline;
     json::Array measured;

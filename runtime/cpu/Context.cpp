@@ -92,8 +92,15 @@ void strata_rt_read(StrataRtContext *, void *to, const void *from,
 
 int64_t strata_rt_scratch_bytes(StrataRtContext *ctx) {
   return int64_t((ctx->scratch.capacity() + ctx->gemmScratch_.capacity() +
-                  ctx->gemmWiden.capacity() + ctx->gradWiden.capacity()) *
+                  ctx->gemmWiden.capacity() + ctx->gradWiden.capacity() +
+                  ctx->gemmTiming.capacity()) *
                  sizeof(float));
+}
+
+void strata_rt_gemm_autotuned(StrataRtContext *ctx, int64_t *timed,
+                              int64_t *onSgemm) {
+  *timed = ctx->gemmProductsTimed();
+  *onSgemm = ctx->gemmProductsOnSgemm();
 }
 
 namespace {

@@ -78,6 +78,8 @@ struct StrataRtContext : strata::rt::HostContext {
   std::vector<float> gemmScratch_;
   /// bf16 / f16 GEMM operands widened to f32.
   strata::cpu::Scratch gemmWiden;
+  /// Where GEMM autotuning's timed runs of an accumulating product write.
+  strata::cpu::Scratch gemmTiming;
   /// bf16 / f16 gradients of an optimizer update widened to f32 (kept
   /// across calls: a fresh allocation per update cost its page faults).
   strata::cpu::Scratch gradWiden;

@@ -44,8 +44,6 @@ struct GemmCache {
     bool timed = false, sgemm = false;
   };
   std::map<Key, Entry> primitives;
-  /// Where autotuning's timed runs of an accumulating product write.
-  Scratch timingOutput;
 };
 
 } // namespace strata::cpu
@@ -269,7 +267,7 @@ static bool autotunedSgemm(StrataRtContext *ctx, int64_t site, int64_t batch,
     entry->timed = true;
     float *out = c;
     if (accumulate) {
-      strata::cpu::Scratch &scratch = ctx->gemm->timingOutput;
+      strata::cpu::Scratch &scratch = ctx->gemmTiming;
       if (int64_t(scratch.size()) < batch * m * n)
         scratch.resize(batch * m * n);
       out = scratch.data();

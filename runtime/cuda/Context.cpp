@@ -370,6 +370,11 @@ void strata_rt_read(StrataRtContext *ctx, void *to, const void *from,
                 "copying from the device");
 }
 
+void strata_rt_gemm_autotuned(StrataRtContext *, int64_t *timed,
+                              int64_t *onSgemm) {
+  *timed = *onSgemm = 0; // cuBLASLt's heuristics choose
+}
+
 int64_t strata_rt_scratch_bytes(StrataRtContext *ctx) {
   return int64_t(ctx->scratchSize + (ctx->gemm ? ctx->gemm->workspaceSize : 0) +
                  ctx->errorWordChunks.size() * kErrorWordsPerChunk *

@@ -734,6 +734,12 @@ int main(int argc, char **argv) {
       errs() << formatv("  rank {0}: planned peak {1}, measured peak {2}\n", r,
                         formatBytes(summary.plannedPeakBytes[r]),
                         formatBytes(summary.measuredPeakBytes[r]));
+    if (gemmAutotune && trainer.executable()) {
+      auto [timed, onSgemm] = trainer.executable()->gemmAutotuned();
+      errs() << formatv("  gemm autotune{0}: {1} products timed, {2} through "
+                        "sgemm, the rest through the matmul primitive\n",
+                        worldSize > 1 ? " (rank 0)" : "", timed, onSgemm);
+    }
     errs().flush();
   }
   if (!reportFile.empty() && rank0)

@@ -18,6 +18,7 @@
 
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace strata {
@@ -62,6 +63,9 @@ public:
   /// The build of the kernels that runs ("avx512", "avx2", "baseline",
   /// "cuda"; strata_rt_isa), or "" for the reference evaluator.
   virtual std::string kernelIsa() const { return ""; }
+  /// GEMM autotuning so far: products timed, and of those the ones on
+  /// sgemm (strata_rt_gemm_autotuned).
+  virtual std::pair<int64_t, int64_t> gemmAutotuned() const { return {0, 0}; }
 };
 
 /// Host buffers of the runtime's element types and tensors: whether a buffer

@@ -39,6 +39,7 @@ namespace strata {
   X(write)                                                                     \
   X(read)                                                                      \
   X(scratch_bytes)                                                             \
+  X(gemm_autotuned)                                                            \
   X(symbols)                                                                   \
   X(isa)
 

@@ -272,6 +272,11 @@ void strata_rt_read(StrataRtContext *ctx, void *to, const void *from,
 
 /* Bytes of scratch memory the kernels hold beyond the planned arena. */
 int64_t strata_rt_scratch_bytes(StrataRtContext *ctx);
+/* GEMM autotuning (StrataRtOptions::gemmAutotune) so far: the distinct
+   products timed, and of those the ones that run through sgemm (0 and 0
+   without it, and on the CUDA runtime). */
+void strata_rt_gemm_autotuned(StrataRtContext *ctx, int64_t *timed,
+                              int64_t *onSgemm);
 
 /* The signature of a lowered step: `persistent` holds one pointer per
    parameter and state (in the order of the lowered module's
