@@ -3,9 +3,8 @@
 // The products inside fused attention's blocks (an inner dimension of the
 // head size or of one block of keys) in bf16 with f32 sums, through
 // AVX512-BF16's VDPBF16PS: twice the f32 FMA rate on processors that have
-// it. oneDNN 2.6 has no public bf16 BLAS call for such per-block products
-// (its sgemm is f32 only, and a matmul primitive per block costs more to
-// call than to run), so these are the runtime's own.
+// it. oneDNN 2.6's public BLAS calls are sgemm (f32) and integer GEMMs, so
+// these are the runtime's own.
 //
 // Compiled once, with the instructions enabled per function; callers check
 // hasBf16DotProducts() first (the AVX-512 build of Kernels.cpp does).
