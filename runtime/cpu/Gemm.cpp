@@ -233,9 +233,8 @@ static bool sgemmProduct(int64_t batch, int64_t m, int64_t n, int64_t k,
 
 /// Autotuning of an f32 product without an activation: the first call of
 /// each distinct problem runs it three times through the matmul primitive
-/// and through sgemm, alternating (once each above kLongTimingFlops), and
-/// keeps sgemm if its faster time (of the last two) beats the primitive's
-/// by 3%; calls through sgemm run it
+/// and through sgemm, alternating, and keeps sgemm if its faster time (of
+/// the last two) beats the primitive's by 3%; calls through sgemm run it
 /// here and return true, the others return false (the caller runs the
 /// primitive). The timed runs write the output itself (the call then
 /// writes it again), or, when the call accumulates into it, scratch: at
@@ -243,7 +242,6 @@ static bool sgemmProduct(int64_t batch, int64_t m, int64_t n, int64_t k,
 /// untimed. oneDNN's two paths sum in different orders: results move at
 /// rounding level with the choice.
 constexpr int64_t kMaxTimingFloats = int64_t(1) << 24; // 64 MiB
-constexpr double kLongTimingFlops = 4e9;
 
 static bool autotunedSgemm(StrataRtContext *ctx, int64_t site, int64_t batch,
                            int64_t m, int64_t n, int64_t k, const float *a,
@@ -276,13 +274,7 @@ static bool autotunedSgemm(StrataRtContext *ctx, int64_t site, int64_t batch,
     }
     using Clock = std::chrono::steady_clock;
     double primitive = 1e300, sgemm = 1e300;
-    // A long product (over kLongTimingFlops) is timed once per path: its
-    // own length averages the noise, and a warm-up would cost seconds.
-    const bool longProduct =
-        2.0 * double(batch) * double(m) * double(n) * double(k) >
-        kLongTimingFlops;
-    const int rounds = longProduct ? 1 : 3;
-    for (int round = 0; round < rounds; ++round) {
+    for (int round = 0; round < 3; ++round) {
       Clock::time_point t0 = Clock::now();
       matmul(ctx, site, memory::data_type::f32, batch, m, n, k, a, aBatchStride,
              transA, b, bBatchStride, transB, out, bias, STRATA_RT_ACT_NONE, 0,
@@ -293,7 +285,7 @@ static bool autotunedSgemm(StrataRtContext *ctx, int64_t site, int64_t batch,
       Clock::time_point t2 = Clock::now();
       if (!ran)
         return false;
-      if (round > 0 || longProduct) { // short ones: the first round warms up
+      if (round > 0) { // the first round warms both up
         primitive =
             std::min(primitive, std::chrono::duration<double>(t1 - t0).count());
         sgemm = std::min(sgemm, std::chrono::duration<double>(t2 - t1).count());
