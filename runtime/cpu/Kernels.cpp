@@ -1074,7 +1074,7 @@ struct DotBf16Products {
 };
 #endif
 
-/// Floats of one thread's scratch, rounded to a cache line.
+/// n floats rounded up to whole cache lines (of 16 floats).
 int64_t threadFloats(int64_t n) { return (n + 15) / 16 * 16; }
 
 /// Per-thread scratch of attentionBlocks: the block's probabilities, the
@@ -1082,8 +1082,9 @@ int64_t threadFloats(int64_t n) { return (n + 15) / 16 * 16; }
 template <typename T, typename Products>
 int64_t attentionScratch(int64_t t, int64_t d, int64_t dv) {
   const int64_t block = kAttentionBlock;
-  int64_t staged = std::is_same_v<T, float> ? 0 : block * dv;
-  return threadFloats(block * t + staged +
+  // (Each part starts on a cache line, where the products' work must.)
+  int64_t staged = std::is_same_v<T, float> ? 0 : threadFloats(block * dv);
+  return threadFloats(threadFloats(block * t) + staged +
                       std::max(Products::workFloats(block, t, d),
                                Products::workFloats(block, dv, t)));
 }
@@ -1109,8 +1110,9 @@ bool attentionBlocks(T *out, float *lse, const T *q, const T *k, const T *v,
   for (int64_t h = 0; h < heads; ++h)
     for (int64_t b = 0; b < blocks; ++b) {
       float *p = scratch + omp_get_thread_num() * perThread;
-      float *staged = p + block * t;
-      float *work = staged + (std::is_same_v<T, float> ? 0 : block * dv);
+      float *staged = p + threadFloats(block * t);
+      float *work =
+          staged + (std::is_same_v<T, float> ? 0 : threadFloats(block * dv));
       int64_t i0 = b * block, rows = std::min(block, s - i0);
       int64_t keys = causal ? i0 + rows : t;
       bad |= !product('N', 'T', rows, keys, d, scale, q + (h * s + i0) * d, d,
@@ -1144,12 +1146,16 @@ bool attentionBlocks(T *out, float *lse, const T *q, const T *k, const T *v,
 template <typename T, typename Products>
 int64_t attentionGradScratch(int64_t t, int64_t d, int64_t dv) {
   const int64_t block = kAttentionBlock;
-  int64_t staged = std::is_same_v<T, float> ? 0 : block * d + t * d + t * dv;
+  // (Each part starts on a cache line, where the products' work must.)
+  int64_t staged = std::is_same_v<T, float>
+                       ? 0
+                       : threadFloats(block * d) + threadFloats(t * d) +
+                             threadFloats(t * dv);
   int64_t work = std::max(
       {Products::workFloats(block, t, d), Products::workFloats(t, dv, block),
        Products::workFloats(block, t, dv), Products::workFloats(block, d, t),
        Products::workFloats(t, d, block)});
-  return threadFloats(2 * block * t + staged + work);
+  return threadFloats(2 * threadFloats(block * t) + staged + work);
 }
 
 /// The gradients of attentionBlocks, per head (dk and dv sum over the
@@ -1170,19 +1176,19 @@ bool attentionGradBlocks(T *dq, T *dk, T *dV, const T *q, const T *k,
 #pragma omp parallel for schedule(dynamic) reduction(| : bad)
   for (int64_t h = 0; h < heads; ++h) {
     float *p = scratch + omp_get_thread_num() * perThread;
-    float *dp = p + block * t;
+    float *dp = p + threadFloats(block * t);
     // The head's dk and dv, summed over its blocks: in place for f32, in
     // f32 beside the block's dq rows otherwise.
-    float *dqRows = dp + block * t;
+    float *dqRows = dp + threadFloats(block * t);
     float *dkh, *dvh;
     if constexpr (f32) {
       dkh = dk + h * t * d;
       dvh = dV + h * t * dv;
     } else {
-      dkh = dqRows + block * d;
-      dvh = dkh + t * d;
+      dkh = dqRows + threadFloats(block * d);
+      dvh = dkh + threadFloats(t * d);
     }
-    float *work = f32 ? dqRows : dvh + t * dv;
+    float *work = f32 ? dqRows : dvh + threadFloats(t * dv);
     std::fill(dkh, dkh + t * d, 0.0f);
     std::fill(dvh, dvh + t * dv, 0.0f);
     for (int64_t i0 = 0; i0 < s; i0 += block) {
