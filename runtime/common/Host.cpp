@@ -26,8 +26,7 @@ std::string checkOptions(const StrataRtOptions *options,
            "ABI " +
            std::to_string(STRATA_RT_ABI_VERSION);
   // Every field up to `device` exists in every version of the struct.
-  if (options->size <
-      int64_t(offsetof(StrataRtOptions, device) + sizeof(options->device)))
+  if (!STRATA_RT_OPTION_GIVEN(options, device))
     return "options of " + std::to_string(options->size) +
            " bytes are too short (fill them with strata_rt_default_options)";
   if (options->device < -1 || options->device >= devices)

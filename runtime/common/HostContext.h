@@ -16,6 +16,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <cstddef>
 #include <cstdint>
 #include <initializer_list>
 #include <map>
@@ -70,6 +71,13 @@ struct HostContext {
         .count();
   }
 };
+
+/// Whether the caller's StrataRtOptions (`options->size` bytes) include
+/// `field`: fields are only appended, so an older caller's struct ends
+/// before the newer ones, which then keep their defaults.
+#define STRATA_RT_OPTION_GIVEN(options, field)                                 \
+  ((options)->size >=                                                          \
+   int64_t(offsetof(StrataRtOptions, field) + sizeof((options)->field)))
 
 /// Why `options` cannot make a context of a backend with `devices` devices
 /// (the empty string when they can).

@@ -28,11 +28,8 @@ StrataRtContext *strata_rt_create(const StrataRtOptions *options, char *error,
   ctx->rank = options->rank;
   ctx->shard = options->shard;
   ctx->threads = std::max<int64_t>(options->threads, 1);
-  // Appended fields count where the caller's struct has them.
-  ctx->gemmAutotune =
-      options->size >= int64_t(offsetof(StrataRtOptions, gemmAutotune) +
-                               sizeof(options->gemmAutotune)) &&
-      options->gemmAutotune != 0;
+  ctx->gemmAutotune = STRATA_RT_OPTION_GIVEN(options, gemmAutotune) &&
+                      options->gemmAutotune != 0;
   omp_set_num_threads(int(ctx->threads));
   return ctx;
 }

@@ -208,13 +208,8 @@ StrataRtContext *strata_rt_create(const StrataRtOptions *options, char *error,
   ctx->shard = options->shard;
   ctx->device =
       options->device < 0 ? localDevice(devices) : int(options->device);
-  auto given = [&](size_t offset, size_t size) {
-    return options->size >= int64_t(offset + size);
-  };
-  bool tf32 = given(offsetof(StrataRtOptions, tf32), sizeof(options->tf32)) &&
-              options->tf32 != 0;
-  if (given(offsetof(StrataRtOptions, collectiveTimeout),
-            sizeof(options->collectiveTimeout)))
+  bool tf32 = STRATA_RT_OPTION_GIVEN(options, tf32) && options->tf32 != 0;
+  if (STRATA_RT_OPTION_GIVEN(options, collectiveTimeout))
     ctx->collectiveTimeout = std::max<int64_t>(options->collectiveTimeout, 0);
   auto cudaFailed = [&](cudaError_t e, const char *what) {
     return strata::rt::refuse(std::string(what) + " on device " +
