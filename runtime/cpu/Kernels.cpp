@@ -1127,15 +1127,17 @@ bool attentionBlocks(T *out, float *lse, const T *q, const T *k, const T *v,
         for (int64_t j = 0; j < limit; ++j)
           x[j] *= inv;
       }
+      // f32 rows go straight to the output, others through `staged`.
       T *o = out + (h * s + i0) * dv;
-      if constexpr (std::is_same_v<T, float>) {
-        bad |= !product('N', 'N', rows, dv, keys, 1.0f, p, keys, v + h * t * dv,
-                        dv, 0.0f, o, dv, work);
-      } else {
-        bad |= !product('N', 'N', rows, dv, keys, 1.0f, p, keys, v + h * t * dv,
-                        dv, 0.0f, staged, dv, work);
+      float *rowsOut;
+      if constexpr (std::is_same_v<T, float>)
+        rowsOut = o;
+      else
+        rowsOut = staged;
+      bad |= !product('N', 'N', rows, dv, keys, 1.0f, p, keys, v + h * t * dv,
+                      dv, 0.0f, rowsOut, dv, work);
+      if constexpr (!std::is_same_v<T, float>)
         narrow(o, staged, rows * dv);
-      }
     }
   return bad != 0;
 }
@@ -1215,14 +1217,17 @@ bool attentionGradBlocks(T *dq, T *dk, T *dV, const T *q, const T *k,
         for (int64_t j = 0; j < keys; ++j)
           dpr[j] = pr[j] * (dpr[j] - dot);
       }
-      if constexpr (f32) {
-        bad |= !product('N', 'N', rows, d, keys, scale, dp, keys, k + h * t * d,
-                        d, 0.0f, dq + (h * s + i0) * d, d, work);
-      } else {
-        bad |= !product('N', 'N', rows, d, keys, scale, dp, keys, k + h * t * d,
-                        d, 0.0f, dqRows, d, work);
-        narrow(dq + (h * s + i0) * d, dqRows, rows * d);
-      }
+      // f32 rows go straight to dq, others through `dqRows`.
+      T *dqb = dq + (h * s + i0) * d;
+      float *dqOut;
+      if constexpr (f32)
+        dqOut = dqb;
+      else
+        dqOut = dqRows;
+      bad |= !product('N', 'N', rows, d, keys, scale, dp, keys, k + h * t * d,
+                      d, 0.0f, dqOut, d, work);
+      if constexpr (!f32)
+        narrow(dqb, dqRows, rows * d);
       bad |= !product('T', 'N', keys, d, rows, scale, dp, keys, qb, d, 1.0f,
                       dkh, d, work);
     }
