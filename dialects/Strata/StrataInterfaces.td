@@ -84,17 +84,21 @@ def Strata_CollectiveOpInterface : OpInterface<"CollectiveOpInterface"> {
 def Strata_InPlaceOpInterface : OpInterface<"InPlaceOpInterface"> {
   let cppNamespace = "::strata";
   let description = [{
-    An op whose one result may be written over one of its operands: each
-    element of the result depends only on the elements at the same position
-    (in row-major order) of the operands, which are read before it is
-    written. The memory plan gives the result such an operand's buffer when
-    they have the same element type and number of elements (a reshape keeps
-    the element order) and the operand is not read after the op. Declared through
-    `Strata_InPlace<"i, j">` with the indices of those operands.
+    An op whose results may be written over some of its operands: each
+    element of such a result depends only on the elements at the same
+    position (in row-major order) of those operands, which are read before
+    it is written. The memory plan gives the result such an operand's buffer
+    when they have the same element type and number of elements (a reshape
+    keeps the element order) and the operand is not read after the op.
+    Declared through `Strata_InPlace<"i, j">` (the one result over the
+    operands at those indices) or `Strata_InPlaceEach` (result i over
+    operand i, for ops that transform each of their inputs alike).
   }];
   let methods = [
-    InterfaceMethod<"The indices of the operands the result may overwrite.",
-                    "::llvm::ArrayRef<unsigned>", "getInPlaceOperands">,
+    InterfaceMethod<"The indices of the operands result `result` may "
+                    "overwrite.",
+                    "::llvm::SmallVector<unsigned, 2>", "getInPlaceOperands",
+                    (ins "unsigned":$result)>,
   ];
 }
 
@@ -106,5 +110,12 @@ class Strata_InPlaceOperands<string indices>
 }
 class Strata_InPlace<string indices>
     : TraitList<[Strata_InPlaceOpInterface, Strata_InPlaceOperands<indices>]>;
+
+// Declares InPlaceOpInterface with result i over operand i.
+def Strata_InPlaceEachOperand : NativeOpTrait<"InPlaceEachOperand"> {
+  let cppNamespace = "::strata";
+}
+def Strata_InPlaceEach
+    : TraitList<[Strata_InPlaceOpInterface, Strata_InPlaceEachOperand]>;
 
 #endif // STRATA_INTERFACES

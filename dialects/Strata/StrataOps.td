@@ -945,12 +945,15 @@ def Strata_GlobalNormOp : Strata_ComputeOp<"global_norm"> {
   let results = (outs 0DTensorOf<[F32]>:$norm);
 }
 
-def Strata_ClipByGlobalNormOp : Strata_ComputeOp<"clip_by_global_norm"> {
+def Strata_ClipByGlobalNormOp : Strata_ComputeOp<"clip_by_global_norm",
+    [Strata_InPlaceEach]> {
   let summary = "Scales gradients so that their global norm is at most max_norm";
   let description = [{
     Each input times max_norm / max(norm, max_norm), where `norm` is their
     global norm (computed by `strata.global_norm`, possibly all-reduced over
-    shards first).
+    shards first). A result may take its input's buffer (the memory plan
+    does so when the input is not read later); within the bound such a
+    gradient is left as it is.
 
     ```mlir
     %c0, %c1 = strata.clip_by_global_norm %g0, %g1, %n {max_norm = 1.0 : f64} : (tensor<64x64xf32>, tensor<64xf32>, tensor<f32>) -> (tensor<64x64xf32>, tensor<64xf32>)

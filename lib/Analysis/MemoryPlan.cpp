@@ -28,26 +28,23 @@ int64_t alignTo(int64_t bytes, int64_t alignment) {
   return (bytes + alignment - 1) / alignment * alignment;
 }
 
-/// Operands an op may overwrite with its result: elementwise ops and
-/// reshapes whose result has the operand's element type and number of
+/// Operands an op may overwrite with its result `index`: elementwise ops
+/// and reshapes whose result has the operand's element type and number of
 /// elements, element i read before it is written.
-SmallVector<Value> inPlaceCandidates(Operation *op) {
-  if (op->getNumResults() != 1)
-    return {};
-  auto result = dyn_cast<RankedTensorType>(op->getResult(0).getType());
-  if (!result)
+SmallVector<Value> inPlaceCandidates(Operation *op, unsigned index) {
+  auto inPlace = dyn_cast<InPlaceOpInterface>(op);
+  auto result = dyn_cast<RankedTensorType>(op->getResult(index).getType());
+  if (!inPlace || !result || !result.hasStaticShape())
     return {};
   SmallVector<Value> candidates;
-  auto add = [&](Value v) {
+  for (unsigned i : inPlace.getInPlaceOperands(index)) {
+    Value v = op->getOperand(i);
     auto type = dyn_cast<RankedTensorType>(v.getType());
     if (type && type.getElementType() == result.getElementType() &&
-        type.hasStaticShape() && result.hasStaticShape() &&
+        type.hasStaticShape() &&
         type.getNumElements() == result.getNumElements())
       candidates.push_back(v);
-  };
-  if (auto inPlace = dyn_cast<InPlaceOpInterface>(op))
-    for (unsigned i : inPlace.getInPlaceOperands())
-      add(op->getOperand(i));
+  }
   return candidates;
 }
 
@@ -182,12 +179,12 @@ Lifetimes lifetimes(func::FuncOp func, int64_t alignment) {
     if (isa<GetParamOp, GetStateOp>(op))
       continue;
     int64_t i = lt.index[&op];
-    for (Value result : op.getResults()) {
+    for (OpResult result : op.getResults()) {
       int64_t bytes = alignTo(tensorBytes(result.getType()), alignment);
       if (bytes == 0)
         continue;
       std::optional<size_t> reuse;
-      for (Value operand : inPlaceCandidates(&op)) {
+      for (Value operand : inPlaceCandidates(&op, result.getResultNumber())) {
         auto it = lt.bufferOf.find(operand);
         if (it != lt.bufferOf.end() && lastUse(operand) == i &&
             plan.buffers[it->second].end == i) {

@@ -1770,6 +1770,10 @@ void STRATA_RT_KERNEL(strata_rt_clip)(StrataRtContext *ctx, int64_t site,
     return;
   auto *norm = static_cast<const float *>(normData);
   float scale = float(maxNorm / std::max(double(*norm), maxNorm));
+  // Gradients within the bound, in place (as the memory plan puts a
+  // gradient that dies here), stay as they are: nothing to write.
+  if (scale == 1.0f && outData == inData)
+    return;
   // The scale kernel: float(in) * scale rounded to the type, in widened
   // blocks for bf16 and f16.
   STRATA_RT_KERNEL(strata_rt_unary)

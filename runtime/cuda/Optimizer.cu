@@ -266,6 +266,8 @@ template <typename T>
 __global__ void clipKernel(T *out, const T *in, int64_t n, const float *norm,
                            double maxNorm) {
   float scale = float(maxNorm / stdMax(double(*norm), maxNorm));
+  if (scale == 1.0f && out == in) // in place and within the bound
+    return;
   for (int64_t i = gridStart(); i < n; i += gridStride())
     out[i] = fromFloat<T>(toFloat(in[i]) * scale);
 }

@@ -157,19 +157,26 @@ func.func @f(%a: tensor<4xf32>, %b: tensor<4xf32>) -> tensor<4xf32> {
   %2 = strata.relu_grad %1, %b : (tensor<4xf32>, tensor<4xf32>) -> tensor<4xf32>
   %3 = strata.reshape %2 : (tensor<4xf32>) -> tensor<2x2xf32>
   %4 = strata.matmul %3, %3 : (tensor<2x2xf32>, tensor<2x2xf32>) -> tensor<2x2xf32>
+  %n = strata.global_norm %a, %b : (tensor<4xf32>, tensor<4xf32>) -> tensor<f32>
+  %c:2 = strata.clip_by_global_norm %a, %b, %n {max_norm = 1.0 : f64} : (tensor<4xf32>, tensor<4xf32>, tensor<f32>) -> (tensor<4xf32>, tensor<4xf32>)
   return %2 : tensor<4xf32>
 })");
   ASSERT_TRUE(module);
-  SmallVector<SmallVector<unsigned>> seen;
+  SmallVector<SmallVector<SmallVector<unsigned>>> seen;
   module->walk([&](Operation *op) {
     if (auto inPlace = dyn_cast<InPlaceOpInterface>(op)) {
-      ArrayRef<unsigned> operands = inPlace.getInPlaceOperands();
-      seen.emplace_back(operands.begin(), operands.end());
+      SmallVector<SmallVector<unsigned>> perResult;
+      for (unsigned r = 0; r < op->getNumResults(); ++r)
+        perResult.push_back(inPlace.getInPlaceOperands(r));
+      seen.push_back(perResult);
     }
   });
   // add: both operands; relu: its input; relu_grad: the incoming gradient;
-  // reshape: its input; matmul: none.
-  EXPECT_EQ(seen, (SmallVector<SmallVector<unsigned>>{{0, 1}, {0}, {1}, {0}}));
+  // reshape: its input; matmul, global_norm: none; clip_by_global_norm:
+  // each result its own input (not the norm).
+  using Operands = SmallVector<SmallVector<unsigned>>;
+  EXPECT_EQ(seen,
+            (SmallVector<Operands>{{{0, 1}}, {{0}}, {{1}}, {{0}}, {{0}, {1}}}));
 }
 
 /// The ops a mixed-precision list may name are ops of the dialect, and the

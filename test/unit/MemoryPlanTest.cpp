@@ -7,6 +7,7 @@
 
 #include "StrataTestContext.h"
 
+#include "mlir/Parser/Parser.h"
 #include "mlir/Pass/PassManager.h"
 #include "mlir/Pass/PassRegistry.h"
 
@@ -88,6 +89,40 @@ TEST_P(MemoryPlanTest, LiveBuffersNeverShareBytes) {
   if (buckets) {
     EXPECT_GT(plan.packedInPlace, 0);
   }
+}
+
+class InPlacePlanTest : public StrataTestContext, public ::testing::Test {};
+
+/// Clipping writes each gradient over its input when the input dies there
+/// (result i over operand i, never over the norm), and only then.
+TEST_F(InPlacePlanTest, ClippingOverwritesTheGradientsThatDieThere) {
+  OwningOpRef<ModuleOp> module = parseSourceString<ModuleOp>(R"(
+func.func @train_step(%a: tensor<64xf32>, %b: tensor<32xf32>) -> (tensor<64xf32>, tensor<32xf32>, tensor<32xf32>) {
+  %ga = strata.scale %a {factor = 2.0 : f64} : (tensor<64xf32>) -> tensor<64xf32>
+  %gb = strata.scale %b {factor = 2.0 : f64} : (tensor<32xf32>) -> tensor<32xf32>
+  %n = strata.global_norm %ga, %gb : (tensor<64xf32>, tensor<32xf32>) -> tensor<f32>
+  %c:2 = strata.clip_by_global_norm %ga, %gb, %n {max_norm = 1.0 : f64} : (tensor<64xf32>, tensor<32xf32>, tensor<f32>) -> (tensor<64xf32>, tensor<32xf32>)
+  %later = strata.relu %gb : (tensor<32xf32>) -> tensor<32xf32>
+  return %c#0, %c#1, %later : tensor<64xf32>, tensor<32xf32>, tensor<32xf32>
+})",
+                                                             &context);
+  ASSERT_TRUE(module);
+  auto step = module->lookupSymbol<func::FuncOp>("train_step");
+  MemoryPlan plan = planMemory(step, 64);
+  auto bufferOf = [&](Value v) -> std::optional<size_t> {
+    for (auto [i, b] : llvm::enumerate(plan.buffers))
+      if (llvm::is_contained(b.values, v))
+        return i;
+    return std::nullopt;
+  };
+  ClipByGlobalNormOp clip = *step.getOps<ClipByGlobalNormOp>().begin();
+  // %ga dies at the clip: its result shares the buffer. %gb is read
+  // later: its result has a buffer of its own.
+  EXPECT_EQ(bufferOf(clip.getResult(0)), bufferOf(clip.getInputs()[0]));
+  EXPECT_NE(bufferOf(clip.getResult(1)), bufferOf(clip.getInputs()[1]));
+  EXPECT_NE(bufferOf(clip.getResult(1)), bufferOf(clip.getNorm()));
+  // relu writes over %gb, which dies there.
+  EXPECT_EQ(plan.inPlaceOps, 2);
 }
 
 INSTANTIATE_TEST_SUITE_P(

@@ -29,16 +29,30 @@
 
 namespace strata {
 /// Implements InPlaceOpInterface for an op declared `Strata_InPlace<"...">`:
-/// the result may overwrite the operands at `Indices`.
+/// its one result may overwrite the operands at `Indices`.
 template <unsigned... Indices> struct InPlaceOperands {
   template <typename ConcreteOp>
   class Impl : public mlir::OpTrait::TraitBase<ConcreteOp, Impl> {
   public:
-    llvm::ArrayRef<unsigned> getInPlaceOperands() {
-      static constexpr unsigned indices[] = {Indices...};
-      return indices;
+    llvm::SmallVector<unsigned, 2> getInPlaceOperands(unsigned result) {
+      if (result != 0)
+        return {};
+      return {Indices...};
     }
   };
+};
+
+/// Implements InPlaceOpInterface for an op declared `Strata_InPlaceEach`:
+/// result i may overwrite operand i.
+template <typename ConcreteOp>
+class InPlaceEachOperand
+    : public mlir::OpTrait::TraitBase<ConcreteOp, InPlaceEachOperand> {
+public:
+  llvm::SmallVector<unsigned, 2> getInPlaceOperands(unsigned result) {
+    if (result >= this->getOperation()->getNumOperands())
+      return {};
+    return {result};
+  }
 };
 } // namespace strata
 
