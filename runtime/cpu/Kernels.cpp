@@ -1461,11 +1461,11 @@ void STRATA_RT_KERNEL(strata_rt_layer_norm_grad)(
         auto *gamma = static_cast<const T *>(gammaData);
         auto *dy = static_cast<const T *>(dyData);
         // Blocks of kRowBlock rows in parallel: per row its statistics and
-        // dx; per block the dgamma/dbeta column sums of its rows in double,
-        // and the blocks' sums added in block order afterwards (the result
-        // does not depend on threads). Low-precision rows are widened into
-        // f32 once and dx rounded once, in vectorised passes; the arithmetic
-        // is the same for both.
+        // dx; per block the dgamma/dbeta column sums of its rows in f32,
+        // and the blocks' sums added in double in block order afterwards
+        // (the result does not depend on threads). Low-precision rows are
+        // widened into f32 once and dx rounded once, in vectorised passes; the
+        // arithmetic is the same for both.
         constexpr bool kLow = !std::is_same_v<T, float>;
         constexpr int64_t kRowBlock = 64;
         int64_t blocks = (rows + kRowBlock - 1) / kRowBlock;
@@ -1474,7 +1474,7 @@ void STRATA_RT_KERNEL(strata_rt_layer_norm_grad)(
         if constexpr (kLow)
           widen(gammaWide.data(), gamma, n);
         auto rowGrad = [&](const auto *xr, const auto *dyr, const auto *g,
-                           auto *o, double *dg, double *db) {
+                           auto *o, float *dg, float *db) {
           using Out = std::remove_pointer_t<decltype(o)>;
           auto [m, rstd] = rowStatistics(xr, n, eps);
           // The two sums in f32 lanes, added in double (as the
@@ -1501,10 +1501,11 @@ void STRATA_RT_KERNEL(strata_rt_layer_norm_grad)(
 #pragma omp parallel if (rows * n >= kParallelGrain)
         {
           std::vector<float> xs(kLow ? n : 0), dys(kLow ? n : 0),
-              o(kLow ? n : 0);
+              o(kLow ? n : 0), sums(2 * n);
 #pragma omp for schedule(static)
           for (int64_t blk = 0; blk < blocks; ++blk) {
-            double *dg = partial.data() + blk * 2 * n, *db = dg + n;
+            float *dg = sums.data(), *db = dg + n;
+            std::fill(sums.begin(), sums.end(), 0.0f);
             for (int64_t r = blk * kRowBlock, e = std::min(rows, r + kRowBlock);
                  r < e; ++r) {
               if constexpr (!kLow) {
@@ -1517,6 +1518,7 @@ void STRATA_RT_KERNEL(strata_rt_layer_norm_grad)(
                 narrow(dx + r * n, o.data(), n);
               }
             }
+            std::copy(sums.begin(), sums.end(), partial.data() + blk * 2 * n);
           }
         }
         std::vector<double> dg(n, 0.0), db(n, 0.0);
