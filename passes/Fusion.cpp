@@ -5,6 +5,7 @@
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/IR/Builders.h"
+#include "llvm/ADT/SmallPtrSet.h"
 
 namespace strata {
 #define GEN_PASS_DEF_STRATAGEMMEPILOGUEFUSION
@@ -243,17 +244,78 @@ struct AttentionFusionPass
         qt.getShape().drop_back(2) != vt.getShape().drop_back(2))
       return;
 
+    // The fused op reads [..., S, H, D]. Heads split off by a transpose of
+    // the sequence and head dimensions (a projection's output [..., S, H,
+    // D] made [..., H, S, D]) are read where they are, the transposes left
+    // to die; otherwise the leading dimensions stay the batch and H is 1
+    // (a reshape, no copy).
+    int64_t r = qt.getRank();
+    SmallVector<int64_t> swap = llvm::to_vector(llvm::seq<int64_t>(0, r));
+    auto headsSplit = [&](Value x) -> TransposeOp {
+      auto transpose = x.getDefiningOp<TransposeOp>();
+      if (!transpose || r < 3)
+        return {};
+      return ArrayRef(transpose.getPermutation()) == ArrayRef(swap)
+                 ? transpose
+                 : TransposeOp();
+    };
+    if (r >= 3)
+      std::swap(swap[r - 3], swap[r - 2]);
+    TransposeOp tq = headsSplit(q), tk = headsSplit(k), tv = headsSplit(v);
+    bool inPlace = tq && tk && tv;
     OpBuilder b(pv);
-    auto fused =
-        AttentionOp::create(b, pv.getLoc(), q, k, v, b.getF64FloatAttr(factor),
-                            softmax.getCausalAttr());
+    Location loc = pv.getLoc();
+    auto withUnitHeads = [&](Value x) -> Value {
+      auto type = cast<RankedTensorType>(x.getType());
+      SmallVector<int64_t> shape(type.getShape());
+      shape.insert(shape.end() - 1, 1);
+      auto reshape = ReshapeOp::create(
+          b, loc, RankedTensorType::get(shape, type.getElementType()), x);
+      copyMetadata(pv, reshape);
+      return reshape;
+    };
+    Value fq = inPlace ? tq.getInput() : withUnitHeads(q);
+    Value fk = inPlace ? tk.getInput() : withUnitHeads(k);
+    Value fv = inPlace ? tv.getInput() : withUnitHeads(v);
+    auto fused = AttentionOp::create(
+        b, loc, fq, fk, fv, b.getF64FloatAttr(factor), softmax.getCausalAttr());
     copyMetadata(pv, fused);
-    pv.getResult().replaceAllUsesWith(fused.getResult());
+    // Back to the product's [..., H, S, Dv]: a transpose that turned it
+    // into [..., S, H, Dv] reads the fused result instead; any other reader
+    // gets it transposed back (or reshaped, for one head).
+    Value result = fused.getResult();
+    Value product = pv.getResult();
+    SmallVector<TransposeOp> merged;
+    if (inPlace)
+      for (Operation *user : product.getUsers())
+        if (auto t = dyn_cast<TransposeOp>(user);
+            t && ArrayRef(t.getPermutation()) == ArrayRef(swap))
+          merged.push_back(t);
+    for (TransposeOp t : merged) {
+      t.getResult().replaceAllUsesWith(result);
+      t.erase();
+    }
+    if (!product.use_empty()) {
+      Operation *back =
+          inPlace ? TransposeOp::create(b, loc, result,
+                                        b.getDenseI64ArrayAttr(swap))
+                        .getOperation()
+                  : ReshapeOp::create(b, loc, product.getType(), result)
+                        .getOperation();
+      copyMetadata(pv, back);
+      product.replaceAllUsesWith(back->getResult(0));
+    }
     pv.erase();
     softmax.erase();
     if (scale)
       scale.erase();
     qk.erase();
+    if (inPlace) {
+      llvm::SmallPtrSet<Operation *, 3> splits = {tq, tk, tv};
+      for (Operation *t : splits)
+        if (t->use_empty())
+          t->erase();
+    }
   }
 };
 

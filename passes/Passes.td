@@ -283,10 +283,17 @@ def StrataAttentionFusion
     %o = strata.matmul %p, %v                   // [..., S, Dv]
     ```
 
-    becomes `%o, %lse = strata.attention %q, %k, %v {scale = c[, causal]}`
-    when the scores, the scaled scores and the probabilities have no other
-    use and `q`, `k` and `v` have the same leading (batch, head) dimensions
-    (f32, bf16 or f16; the kernels sum in f32 and keep the softmax and the
+    becomes one `strata.attention {scale = c[, causal]}` when the scores,
+    the scaled scores and the probabilities have no other use and `q`, `k`
+    and `v` have the same leading (batch, head) dimensions. The fused op
+    reads [..., S, H, D] (heads side by side in a row, as a projection writes
+    them): when `q`, `k` and `v` are each a transpose of the sequence and
+    head dimensions of such a tensor (the GPT's split into heads), it reads
+    those tensors in place, and a transpose of its product back to [..., S,
+    H, Dv] reads its result instead; the transposes die, and the program
+    copies no head. Otherwise the leading dimensions stay the batch with one
+    head (reshapes, no copies). (f32, bf16 or f16; the kernels sum in f32
+    and keep the softmax and the
     log-sum-exp in f32; in bf16 on CPUs with AVX512-BF16 the products are
     bf16 dot products, the probabilities and their gradient rounded to bf16
     as the unfused program's matmuls read them). Autodiff then differentiates `strata.attention` with one

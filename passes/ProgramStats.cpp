@@ -49,7 +49,7 @@ int64_t strata::matmulFlops(Operation *op) {
     RankedTensorType qt = type(q), kt = type(k), vt = type(v);
     int64_t r = qt.getRank();
     return 2 * (qt.getNumElements() / qt.getDimSize(r - 1)) *
-           kt.getDimSize(r - 2) * (qt.getDimSize(r - 1) + vt.getDimSize(r - 1));
+           kt.getDimSize(r - 3) * (qt.getDimSize(r - 1) + vt.getDimSize(r - 1));
   };
   if (auto a = dyn_cast<AttentionOp>(op))
     return attention(a.getQuery(), a.getKey(), a.getValue());

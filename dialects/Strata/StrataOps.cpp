@@ -1161,9 +1161,10 @@ LogicalResult FusedDropoutAddGradOp::inferReturnTypes(
   return success();
 }
 
-/// The shapes of attention's operands: query [..., S, D], key [..., T, D],
-/// value [..., T, Dv], the leading dimensions equal. Returns the result type
-/// [..., S, Dv] and the log-sum-exp type [..., S] (f32; f64 for f64).
+/// The shapes of attention's operands: query [..., S, H, D], key [..., T, H,
+/// D], value [..., T, H, Dv], the leading (batch) dimensions and the heads H
+/// equal. Returns the result type [..., S, H, Dv] and the log-sum-exp type
+/// [..., H, S] (f32; f64 for f64).
 template <typename OpTy>
 static FailureOr<std::pair<RankedTensorType, RankedTensorType>>
 inferAttention(std::optional<Location> loc, Type queryType, Type keyType,
@@ -1171,39 +1172,43 @@ inferAttention(std::optional<Location> loc, Type queryType, Type keyType,
   auto q = cast<RankedTensorType>(queryType),
        k = cast<RankedTensorType>(keyType),
        v = cast<RankedTensorType>(valueType);
-  if (q.getRank() < 2 || k.getRank() != q.getRank() ||
+  if (q.getRank() < 3 || k.getRank() != q.getRank() ||
       v.getRank() != q.getRank())
-    return inferError<OpTy>(
-        loc, "query, key and value must have the same rank, at least 2");
-  int64_t r = q.getRank();
-  if (q.getShape().drop_back(2) != k.getShape().drop_back(2) ||
-      q.getShape().drop_back(2) != v.getShape().drop_back(2))
     return inferError<OpTy>(loc, "query, key and value must have the same "
-                                 "leading (batch, head) dimensions, got " +
+                                 "rank, at least 3 ([..., sequence, heads, "
+                                 "head size])");
+  int64_t r = q.getRank();
+  if (q.getShape().drop_back(3) != k.getShape().drop_back(3) ||
+      q.getShape().drop_back(3) != v.getShape().drop_back(3) ||
+      k.getDimSize(r - 2) != q.getDimSize(r - 2) ||
+      v.getDimSize(r - 2) != q.getDimSize(r - 2))
+    return inferError<OpTy>(loc, "query, key and value must have the same "
+                                 "batch dimensions and heads, got " +
                                      shapeStr(q.getShape()) + ", " +
                                      shapeStr(k.getShape()) + " and " +
                                      shapeStr(v.getShape()));
   if (k.getDimSize(r - 1) != q.getDimSize(r - 1))
-    return inferError<OpTy>(loc, "key must have the query's last dimension " +
+    return inferError<OpTy>(loc, "key must have the query's head size " +
                                      Twine(q.getDimSize(r - 1)) + ", got " +
                                      Twine(k.getDimSize(r - 1)));
-  if (v.getDimSize(r - 2) != k.getDimSize(r - 2))
-    return inferError<OpTy>(loc, "value must have as many rows as key (" +
-                                     Twine(k.getDimSize(r - 2)) + "), got " +
-                                     Twine(v.getDimSize(r - 2)));
-  if (causal && q.getDimSize(r - 2) != k.getDimSize(r - 2))
+  if (v.getDimSize(r - 3) != k.getDimSize(r - 3))
+    return inferError<OpTy>(loc, "value must have as many positions as key (" +
+                                     Twine(k.getDimSize(r - 3)) + "), got " +
+                                     Twine(v.getDimSize(r - 3)));
+  if (causal && q.getDimSize(r - 3) != k.getDimSize(r - 3))
     return inferError<OpTy>(loc, "causal attention needs as many queries as "
                                  "keys, got " +
-                                     Twine(q.getDimSize(r - 2)) + " and " +
-                                     Twine(k.getDimSize(r - 2)));
+                                     Twine(q.getDimSize(r - 3)) + " and " +
+                                     Twine(k.getDimSize(r - 3)));
   SmallVector<int64_t> out(q.getShape());
   out.back() = v.getDimSize(r - 1);
+  SmallVector<int64_t> lse(q.getShape().drop_back(3));
+  lse.append({q.getDimSize(r - 2), q.getDimSize(r - 3)});
   Type lseElement = q.getElementType().isF64()
-                       ? q.getElementType()
-                       : Float32Type::get(q.getContext());
-  return std::make_pair(
-      RankedTensorType::get(out, q.getElementType()),
-      RankedTensorType::get(q.getShape().drop_back(), lseElement));
+                        ? q.getElementType()
+                        : Float32Type::get(q.getContext());
+  return std::make_pair(RankedTensorType::get(out, q.getElementType()),
+                        RankedTensorType::get(lse, lseElement));
 }
 
 LogicalResult AttentionOp::inferReturnTypes(MLIRContext *,

@@ -1199,18 +1199,20 @@ def Strata_AttentionOp : Strata_ComputeOp<"attention",
     [SameOperandsElementType]> {
   let summary = "Scaled dot-product attention in one op (flash-style)";
   let description = [{
-    softmax(scale * query @ key^T) @ value over the last two dimensions,
-    with `query` [..., S, D], `key` [..., T, D] and `value` [..., T, Dv]
-    (the leading dimensions equal: batch and heads). With `causal`, S = T
-    and key j is masked for query i when j > i. The second result is the
-    log-sum-exp of each query's scaled scores ([..., S], f32, or f64 for
-    f64 attention): the gradient
+    For each head: softmax(scale * query @ key^T) @ value, with `query`
+    [..., S, H, D], `key` [..., T, H, D] and `value` [..., T, H, Dv] (the
+    leading, batch, dimensions equal; H heads of size D): the layout of
+    Paddle's flash_attention, a projection's output reshaped, so that no
+    transpose to [..., H, S, D] is needed before or after it. The result is
+    [..., S, H, Dv]. With `causal`, S = T and key j is masked for query i
+    when j > i. The second result is the log-sum-exp of each query's scaled
+    scores ([..., H, S], f32, or f64 for f64 attention): the gradient
     recomputes the probabilities from it, so the [S, T] matrix of
     probabilities is never stored. `strata-attention-fusion` makes it from
     the unfused chain of ops.
 
     ```mlir
-    %o, %lse = strata.attention %q, %k, %v {causal, scale = 1.250000e-01 : f64} : (tensor<2x4x16x8xf32>, tensor<2x4x16x8xf32>, tensor<2x4x16x8xf32>) -> (tensor<2x4x16x8xf32>, tensor<2x4x16xf32>)
+    %o, %lse = strata.attention %q, %k, %v {causal, scale = 1.250000e-01 : f64} : (tensor<2x16x4x8xf32>, tensor<2x16x4x8xf32>, tensor<2x16x4x8xf32>) -> (tensor<2x16x4x8xf32>, tensor<2x4x16xf32>)
     ```
   }];
   let arguments = (ins Strata_FloatTensor:$query, Strata_FloatTensor:$key,
@@ -1228,7 +1230,7 @@ def Strata_AttentionGradOp : Strata_ComputeOp<"attention_grad"> {
     as on the forward op.
 
     ```mlir
-    %dq, %dk, %dv = strata.attention_grad %q, %k, %v, %o, %lse, %do {causal, scale = 1.250000e-01 : f64} : (tensor<2x4x16x8xf32>, tensor<2x4x16x8xf32>, tensor<2x4x16x8xf32>, tensor<2x4x16x8xf32>, tensor<2x4x16xf32>, tensor<2x4x16x8xf32>) -> (tensor<2x4x16x8xf32>, tensor<2x4x16x8xf32>, tensor<2x4x16x8xf32>)
+    %dq, %dk, %dv = strata.attention_grad %q, %k, %v, %o, %lse, %do {causal, scale = 1.250000e-01 : f64} : (tensor<2x16x4x8xf32>, tensor<2x16x4x8xf32>, tensor<2x16x4x8xf32>, tensor<2x16x4x8xf32>, tensor<2x4x16xf32>, tensor<2x16x4x8xf32>) -> (tensor<2x16x4x8xf32>, tensor<2x16x4x8xf32>, tensor<2x16x4x8xf32>)
     ```
   }];
   let arguments = (ins Strata_FloatTensor:$query, Strata_FloatTensor:$key,

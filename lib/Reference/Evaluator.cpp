@@ -7,6 +7,7 @@
 #include "strata/Reference/Evaluator.h"
 #include "strata/Dialect/Strata.h"
 
+#include "../../runtime/common/AttentionLayout.h"
 #include "../../runtime/common/StrataRandom.h"
 
 #include "mlir/Dialect/Arith/IR/Arith.h"
@@ -184,6 +185,19 @@ double activationGrad(Activation act, double pre) {
     return geluGrad(pre, false);
   }
   llvm_unreachable("unknown activation");
+}
+
+/// Fused attention's layout (runtime/common/AttentionLayout.h) for tensors
+/// of these shapes, and the number of (batch, head) slices.
+std::pair<AttentionLayout, int64_t>
+attentionLayout(const std::vector<int64_t> &q, const std::vector<int64_t> &k,
+                const std::vector<int64_t> &v) {
+  size_t r = q.size();
+  AttentionLayout at{q[r - 2], q[r - 3], k[r - 3], q[r - 1], v[r - 1]};
+  int64_t slices = q[r - 2];
+  for (size_t i = 0; i + 3 < r; ++i)
+    slices *= q[i];
+  return {at, slices};
 }
 
 class Evaluator {
@@ -595,38 +609,37 @@ llvm::Error Evaluator::step(Operation *op) {
       })
       .Case([&](AttentionOp o) -> llvm::Error {
         // The probabilities of each query row, as strata.softmax would
-        // compute them from scale * q k^T.
+        // compute them from scale * q k^T, per batch and head.
         const Tensor &q = in(0), &k = in(1), &v = in(2);
-        int64_t r = q.shape.size(), s = q.shape[r - 2], d = q.shape[r - 1];
-        int64_t t = k.shape[r - 2], dv = v.shape[r - 1];
-        int64_t heads = q.numElements() / (s * d);
+        auto [at, slices] = attentionLayout(q.shape, k.shape, v.shape);
         double scale = o.getScale().convertToDouble();
         std::vector<int64_t> outShape = q.shape;
-        outShape.back() = dv;
-        Tensor out(outShape),
-            lse(std::vector<int64_t>(q.shape.begin(), q.shape.end() - 1));
-        std::vector<double> p(t);
-        for (int64_t h = 0; h < heads; ++h)
-          for (int64_t i = 0; i < s; ++i) {
-            const double *qi = &q.data[(h * s + i) * d];
-            int64_t limit = o.getCausal() ? i + 1 : t;
+        outShape.back() = at.dv;
+        std::vector<int64_t> lseShape(q.shape.begin(), q.shape.end() - 3);
+        lseShape.insert(lseShape.end(), {at.heads, at.s});
+        Tensor out(outShape), lse(lseShape);
+        std::vector<double> p(at.t);
+        for (int64_t h = 0; h < slices; ++h)
+          for (int64_t i = 0; i < at.s; ++i) {
+            const double *qi = &q.data[at.query(h, i)];
+            int64_t limit = o.getCausal() ? i + 1 : at.t;
             double mx = -INFINITY;
             for (int64_t j = 0; j < limit; ++j) {
               double dot = 0;
-              for (int64_t c = 0; c < d; ++c)
-                dot += qi[c] * k.data[(h * t + j) * d + c];
+              for (int64_t c = 0; c < at.d; ++c)
+                dot += qi[c] * k.data[at.key(h, j) + c];
               p[j] = dot * scale;
               mx = std::max(mx, p[j]);
             }
             double sum = 0;
             for (int64_t j = 0; j < limit; ++j)
               sum += (p[j] = std::exp(p[j] - mx));
-            lse.data[h * s + i] = mx + std::log(sum);
-            for (int64_t c = 0; c < dv; ++c) {
+            lse.data[at.lse(h, i)] = mx + std::log(sum);
+            for (int64_t c = 0; c < at.dv; ++c) {
               double acc = 0;
               for (int64_t j = 0; j < limit; ++j)
-                acc += p[j] / sum * v.data[(h * t + j) * dv + c];
-              out.data[(h * s + i) * dv + c] = acc;
+                acc += p[j] / sum * v.data[at.value(h, j) + c];
+              out.data[at.output(h, i) + c] = acc;
             }
           }
         set(o.getResult(), std::move(out));
@@ -638,35 +651,34 @@ llvm::Error Evaluator::step(Operation *op) {
         // dS = P (dP - rowsum(dO O)), dQ = scale dS K, dK = scale dS^T Q.
         const Tensor &q = in(0), &k = in(1), &v = in(2), &out = in(3),
                      &lse = in(4), &dout = in(5);
-        int64_t r = q.shape.size(), s = q.shape[r - 2], d = q.shape[r - 1];
-        int64_t t = k.shape[r - 2], dv = v.shape[r - 1];
-        int64_t heads = q.numElements() / (s * d);
+        auto [at, slices] = attentionLayout(q.shape, k.shape, v.shape);
         double scale = o.getScale().convertToDouble();
         Tensor dq(q.shape), dk(k.shape), dvt(v.shape);
-        std::vector<double> p(t);
-        for (int64_t h = 0; h < heads; ++h)
-          for (int64_t i = 0; i < s; ++i) {
-            const double *qi = &q.data[(h * s + i) * d];
-            const double *doi = &dout.data[(h * s + i) * dv];
-            int64_t limit = o.getCausal() ? i + 1 : t;
+        for (int64_t h = 0; h < slices; ++h)
+          for (int64_t i = 0; i < at.s; ++i) {
+            const double *qi = &q.data[at.query(h, i)];
+            const double *doi = &dout.data[at.output(h, i)];
+            const double *oi = &out.data[at.output(h, i)];
+            int64_t limit = o.getCausal() ? i + 1 : at.t;
             double rowDot = 0;
-            for (int64_t c = 0; c < dv; ++c)
-              rowDot += doi[c] * out.data[(h * s + i) * dv + c];
+            for (int64_t c = 0; c < at.dv; ++c)
+              rowDot += doi[c] * oi[c];
             for (int64_t j = 0; j < limit; ++j) {
+              const double *kj = &k.data[at.key(h, j)];
+              const double *vj = &v.data[at.value(h, j)];
               double dot = 0;
-              for (int64_t c = 0; c < d; ++c)
-                dot += qi[c] * k.data[(h * t + j) * d + c];
-              double pj = std::exp(dot * scale - lse.data[h * s + i]);
+              for (int64_t c = 0; c < at.d; ++c)
+                dot += qi[c] * kj[c];
+              double pj = std::exp(dot * scale - lse.data[at.lse(h, i)]);
               double dp = 0;
-              for (int64_t c = 0; c < dv; ++c) {
-                dp += doi[c] * v.data[(h * t + j) * dv + c];
-                dvt.data[(h * t + j) * dv + c] += pj * doi[c];
+              for (int64_t c = 0; c < at.dv; ++c) {
+                dp += doi[c] * vj[c];
+                dvt.data[at.value(h, j) + c] += pj * doi[c];
               }
               double ds = pj * (dp - rowDot) * scale;
-              for (int64_t c = 0; c < d; ++c) {
-                dq.data[(h * s + i) * d + c] +=
-                    ds * k.data[(h * t + j) * d + c];
-                dk.data[(h * t + j) * d + c] += ds * qi[c];
+              for (int64_t c = 0; c < at.d; ++c) {
+                dq.data[at.query(h, i) + c] += ds * kj[c];
+                dk.data[at.key(h, j) + c] += ds * qi[c];
               }
             }
           }

@@ -217,14 +217,21 @@ LogicalResult lowerFusedGemmGrad(FusedGemmEpilogueGradOp o,
 
 /// The (batch x head) slices, query rows, key rows, and the query's and
 /// value's widths of an attention op's operands.
+/// Fused attention's dimensions: query [..., S, H, D], key [..., T, H, D],
+/// value [..., T, H, Dv], `batch` the leading dimensions' product.
 struct AttentionShape {
-  int64_t heads, s, t, d, dv;
+  int64_t batch, heads, s, t, d, dv;
 };
 AttentionShape attentionShape(Value q, Value k, Value v) {
   SmallVector<int64_t> qs = shapeOf(q), ks = shapeOf(k), vs = shapeOf(v);
-  int64_t s = qs[qs.size() - 2], d = qs.back();
-  return {numel(q) / std::max<int64_t>(s * d, 1), s, ks[ks.size() - 2], d,
-          vs.back()};
+  size_t r = qs.size();
+  int64_t s = qs[r - 3], heads = qs[r - 2], d = qs[r - 1];
+  return {numel(q) / std::max<int64_t>(s * heads * d, 1),
+          heads,
+          s,
+          ks[r - 3],
+          d,
+          vs[r - 1]};
 }
 
 LogicalResult lowerAttention(AttentionOp o, RuntimeLowering &l) {
@@ -232,8 +239,9 @@ LogicalResult lowerAttention(AttentionOp o, RuntimeLowering &l) {
   l.call("strata_rt_attention",
          {l.site(), l.tensor(o.getResult()), l.tensor(o.getLogsumexp()),
           l.tensor(o.getQuery()), l.tensor(o.getKey()), l.tensor(o.getValue()),
-          l.i64(a.heads), l.i64(a.s), l.i64(a.t), l.i64(a.d), l.i64(a.dv),
-          l.f64(o.getScale().convertToDouble()), l.i64(o.getCausal())});
+          l.i64(a.batch), l.i64(a.heads), l.i64(a.s), l.i64(a.t), l.i64(a.d),
+          l.i64(a.dv), l.f64(o.getScale().convertToDouble()),
+          l.i64(o.getCausal())});
   return success();
 }
 
@@ -244,8 +252,9 @@ LogicalResult lowerAttentionGrad(AttentionGradOp o, RuntimeLowering &l) {
           l.tensor(o.getValueGrad()), l.tensor(o.getQuery()),
           l.tensor(o.getKey()), l.tensor(o.getValue()), l.tensor(o.getResult()),
           l.tensor(o.getLogsumexp()), l.tensor(o.getResultGrad()),
-          l.i64(a.heads), l.i64(a.s), l.i64(a.t), l.i64(a.d), l.i64(a.dv),
-          l.f64(o.getScale().convertToDouble()), l.i64(o.getCausal())});
+          l.i64(a.batch), l.i64(a.heads), l.i64(a.s), l.i64(a.t), l.i64(a.d),
+          l.i64(a.dv), l.f64(o.getScale().convertToDouble()),
+          l.i64(o.getCausal())});
   return success();
 }
 

@@ -24,6 +24,7 @@
 #define STRATA_RT_KERNEL(name) STRATA_RT_CONCAT(name, STRATA_RT_VARIANT)
 
 #include "../common/Activations.h"
+#include "../common/AttentionLayout.h"
 #include "../common/LowPrecision.h"
 #include "../common/StrataRandom.h"
 #include "DotBf16.h"
@@ -1089,25 +1090,35 @@ int64_t attentionScratch(int64_t t, int64_t d, int64_t dv) {
                                Products::workFloats(block, dv, t)));
 }
 
+/// `rows` rows of n floats (contiguous) to rows `stride` elements apart.
+template <typename T>
+void narrowRows(T *to, int64_t stride, const float *from, int64_t rows,
+                int64_t n) {
+  for (int64_t r = 0; r < rows; ++r)
+    narrow(to + r * stride, from + r * n, n);
+}
+
 /// FlashAttention's schedule with whole rows of keys per block: for each
-/// head and block of kAttentionBlock query rows, the scores against the
-/// keys the block sees (with `causal`, keys up to its last row), their
-/// softmax and log-sum-exp, and the product with the values. The
-/// probabilities exist one block at a time, in `scratch`
-/// (attentionScratch floats per thread); the products run single-threaded
-/// inside the parallel loop, so results do not depend on the thread count.
-/// Whether a product failed.
+/// batch, head and block of kAttentionBlock query rows, the scores against
+/// the keys the block sees (with `causal`, keys up to its last row), their
+/// softmax and log-sum-exp, and the product with the values; the operands
+/// read in place, in the layout of AttentionLayout. The probabilities exist
+/// one block at a time, in `scratch` (attentionScratch floats per thread);
+/// the products run single-threaded inside the parallel loop, so results do
+/// not depend on the thread count. Whether a product failed.
 template <typename T, typename Products>
 bool attentionBlocks(T *out, float *lse, const T *q, const T *k, const T *v,
-                     int64_t heads, int64_t s, int64_t t, int64_t d, int64_t dv,
+                     int64_t slices, const strata::AttentionLayout &at,
                      float scale, bool causal, float *scratch,
                      Products product) {
   const int64_t block = kAttentionBlock;
+  const int64_t s = at.s, t = at.t, d = at.d, dv = at.dv;
   const int64_t perThread = attentionScratch<T, Products>(t, d, dv);
+  const int64_t ldq = at.rowStride(), ldv = at.valueRowStride();
   int64_t blocks = (s + block - 1) / block;
   int bad = 0;
 #pragma omp parallel for collapse(2) schedule(dynamic) reduction(| : bad)
-  for (int64_t h = 0; h < heads; ++h)
+  for (int64_t h = 0; h < slices; ++h)
     for (int64_t b = 0; b < blocks; ++b) {
       float *p = scratch + omp_get_thread_num() * perThread;
       float *staged = p + threadFloats(block * t);
@@ -1115,29 +1126,28 @@ bool attentionBlocks(T *out, float *lse, const T *q, const T *k, const T *v,
           staged + (std::is_same_v<T, float> ? 0 : threadFloats(block * dv));
       int64_t i0 = b * block, rows = std::min(block, s - i0);
       int64_t keys = causal ? i0 + rows : t;
-      bad |= !product('N', 'T', rows, keys, d, scale, q + (h * s + i0) * d, d,
-                      k + h * t * d, d, 0.0f, p, keys, work);
+      bad |= !product('N', 'T', rows, keys, d, scale, q + at.query(h, i0), ldq,
+                      k + at.key(h, 0), ldq, 0.0f, p, keys, work);
       for (int64_t r = 0; r < rows; ++r) {
         float *x = p + r * keys;
         int64_t limit = causal ? i0 + r + 1 : keys;
         float mx = rowMax(x, limit);
         float sum = attentionRow(x, limit, keys, mx);
-        lse[h * s + i0 + r] = mx + std::log(sum);
+        lse[at.lse(h, i0 + r)] = mx + std::log(sum);
         float inv = 1.0f / sum;
         for (int64_t j = 0; j < limit; ++j)
           x[j] *= inv;
       }
       // f32 rows go straight to the output, others through `staged`.
-      T *o = out + (h * s + i0) * dv;
-      float *rowsOut;
-      if constexpr (std::is_same_v<T, float>)
-        rowsOut = o;
-      else
-        rowsOut = staged;
-      bad |= !product('N', 'N', rows, dv, keys, 1.0f, p, keys, v + h * t * dv,
-                      dv, 0.0f, rowsOut, dv, work);
-      if constexpr (!std::is_same_v<T, float>)
-        narrow(o, staged, rows * dv);
+      T *o = out + at.output(h, i0);
+      if constexpr (std::is_same_v<T, float>) {
+        bad |= !product('N', 'N', rows, dv, keys, 1.0f, p, keys,
+                        v + at.value(h, 0), ldv, 0.0f, o, ldv, work);
+      } else {
+        bad |= !product('N', 'N', rows, dv, keys, 1.0f, p, keys,
+                        v + at.value(h, 0), ldv, 0.0f, staged, dv, work);
+        narrowRows(o, ldv, staged, rows, dv);
+      }
     }
   return bad != 0;
 }
@@ -1160,80 +1170,88 @@ int64_t attentionGradScratch(int64_t t, int64_t d, int64_t dv) {
   return threadFloats(2 * threadFloats(block * t) + staged + work);
 }
 
-/// The gradients of attentionBlocks, per head (dk and dv sum over the
-/// head's query blocks): the probabilities P of each block recomputed from
-/// the log-sum-exp, dV += P^T dO, dP = dO V^T, dS = P (dP - rowsum(dO O)),
-/// dQ = scale dS K, dK += scale dS^T Q. `scratch`: attentionGradScratch
-/// floats per thread.
+/// The gradients of attentionBlocks, per batch and head (dk and dv sum over
+/// the head's query blocks): the probabilities P of each block recomputed
+/// from the log-sum-exp, dV += P^T dO, dP = dO V^T, dS = P (dP - rowsum(dO
+/// O)), dQ = scale dS K, dK += scale dS^T Q. `scratch`:
+/// attentionGradScratch floats per thread.
 template <typename T, typename Products>
 bool attentionGradBlocks(T *dq, T *dk, T *dV, const T *q, const T *k,
                          const T *v, const T *out, const float *lse,
-                         const T *dout, int64_t heads, int64_t s, int64_t t,
-                         int64_t d, int64_t dv, float scale, bool causal,
-                         float *scratch, Products product) {
+                         const T *dout, int64_t slices,
+                         const strata::AttentionLayout &at, float scale,
+                         bool causal, float *scratch, Products product) {
   constexpr bool f32 = std::is_same_v<T, float>;
   const int64_t block = kAttentionBlock;
+  const int64_t s = at.s, t = at.t, d = at.d, dv = at.dv;
   const int64_t perThread = attentionGradScratch<T, Products>(t, d, dv);
+  const int64_t ldq = at.rowStride(), ldv = at.valueRowStride();
   int bad = 0;
 #pragma omp parallel for schedule(dynamic) reduction(| : bad)
-  for (int64_t h = 0; h < heads; ++h) {
+  for (int64_t h = 0; h < slices; ++h) {
     float *p = scratch + omp_get_thread_num() * perThread;
     float *dp = p + threadFloats(block * t);
-    // The head's dk and dv, summed over its blocks: in place for f32, in
-    // f32 beside the block's dq rows otherwise.
+    // The head's dk and dv, summed over its blocks: in place for f32 (rows
+    // ldq and ldv apart), in f32 beside the block's dq rows otherwise.
     float *dqRows = dp + threadFloats(block * t);
     float *dkh, *dvh;
+    int64_t ldk = d, lddv = dv;
     if constexpr (f32) {
-      dkh = dk + h * t * d;
-      dvh = dV + h * t * dv;
+      dkh = dk + at.key(h, 0);
+      dvh = dV + at.value(h, 0);
+      ldk = ldq;
+      lddv = ldv;
     } else {
       dkh = dqRows + threadFloats(block * d);
       dvh = dkh + threadFloats(t * d);
     }
     float *work = f32 ? dqRows : dvh + threadFloats(t * dv);
-    std::fill(dkh, dkh + t * d, 0.0f);
-    std::fill(dvh, dvh + t * dv, 0.0f);
+    for (int64_t j = 0; j < t; ++j) {
+      std::fill_n(dkh + j * ldk, d, 0.0f);
+      std::fill_n(dvh + j * lddv, dv, 0.0f);
+    }
+    const T *kh = k + at.key(h, 0), *vh = v + at.value(h, 0);
     for (int64_t i0 = 0; i0 < s; i0 += block) {
       int64_t rows = std::min(block, s - i0);
       int64_t keys = causal ? i0 + rows : t;
-      const T *qb = q + (h * s + i0) * d;
-      const T *dob = dout + (h * s + i0) * dv;
-      bad |= !product('N', 'T', rows, keys, d, scale, qb, d, k + h * t * d, d,
-                      0.0f, p, keys, work);
+      const T *qb = q + at.query(h, i0);
+      const T *dob = dout + at.output(h, i0);
+      const T *ob = out + at.output(h, i0);
+      bad |= !product('N', 'T', rows, keys, d, scale, qb, ldq, kh, ldq, 0.0f, p,
+                      keys, work);
       for (int64_t r = 0; r < rows; ++r)
         attentionRow(p + r * keys, causal ? i0 + r + 1 : keys, keys,
-                     lse[h * s + i0 + r]);
-      bad |= !product('T', 'N', keys, dv, rows, 1.0f, p, keys, dob, dv, 1.0f,
-                      dvh, dv, work);
-      bad |= !product('N', 'T', rows, keys, dv, 1.0f, dob, dv, v + h * t * dv,
-                      dv, 0.0f, dp, keys, work);
+                     lse[at.lse(h, i0 + r)]);
+      bad |= !product('T', 'N', keys, dv, rows, 1.0f, p, keys, dob, ldv, 1.0f,
+                      dvh, lddv, work);
+      bad |= !product('N', 'T', rows, keys, dv, 1.0f, dob, ldv, vh, ldv, 0.0f,
+                      dp, keys, work);
       for (int64_t r = 0; r < rows; ++r) {
-        const T *o = out + (h * s + i0 + r) * dv;
+        const T *dor = dob + r * ldv, *o = ob + r * ldv;
         float dot = 0;
         for (int64_t c = 0; c < dv; ++c)
-          dot += float(dob[r * dv + c]) * float(o[c]);
+          dot += float(dor[c]) * float(o[c]);
         float *pr = p + r * keys, *dpr = dp + r * keys;
 #pragma omp simd
         for (int64_t j = 0; j < keys; ++j)
           dpr[j] = pr[j] * (dpr[j] - dot);
       }
       // f32 rows go straight to dq, others through `dqRows`.
-      T *dqb = dq + (h * s + i0) * d;
-      float *dqOut;
-      if constexpr (f32)
-        dqOut = dqb;
-      else
-        dqOut = dqRows;
-      bad |= !product('N', 'N', rows, d, keys, scale, dp, keys, k + h * t * d,
-                      d, 0.0f, dqOut, d, work);
-      if constexpr (!f32)
-        narrow(dqb, dqRows, rows * d);
-      bad |= !product('T', 'N', keys, d, rows, scale, dp, keys, qb, d, 1.0f,
-                      dkh, d, work);
+      T *dqb = dq + at.query(h, i0);
+      if constexpr (f32) {
+        bad |= !product('N', 'N', rows, d, keys, scale, dp, keys, kh, ldq, 0.0f,
+                        dqb, ldq, work);
+      } else {
+        bad |= !product('N', 'N', rows, d, keys, scale, dp, keys, kh, ldq, 0.0f,
+                        dqRows, d, work);
+        narrowRows(dqb, ldq, dqRows, rows, d);
+      }
+      bad |= !product('T', 'N', keys, d, rows, scale, dp, keys, qb, ldq, 1.0f,
+                      dkh, ldk, work);
     }
     if constexpr (!f32) {
-      narrow(dk + h * t * d, dkh, t * d);
-      narrow(dV + h * t * dv, dvh, t * dv);
+      narrowRows(dk + at.key(h, 0), ldq, dkh, t, d);
+      narrowRows(dV + at.value(h, 0), ldv, dvh, t, dv);
     }
   }
   return bad != 0;
@@ -1282,12 +1300,14 @@ void STRATA_RT_KERNEL(strata_rt_attention)(
     StrataRtContext *ctx, int64_t site, void *outData, int64_t outType,
     void *lseData, int64_t lseType, const void *qData, int64_t qType,
     const void *kData, int64_t kType, const void *vData, int64_t vType,
-    int64_t heads, int64_t s, int64_t t, int64_t d, int64_t dv, double scale,
-    int64_t causal) {
+    int64_t batch, int64_t heads, int64_t s, int64_t t, int64_t d, int64_t dv,
+    double scale, int64_t causal) {
   if (!onlyF32(ctx, site, "attention", {lseType}))
     return;
   auto *lse = static_cast<float *>(lseData);
   const int threads = omp_get_max_threads();
+  const strata::AttentionLayout at{heads, s, t, d, dv};
+  const int64_t slices = batch * heads;
   bool bad = false;
   withSameFloatType(
       ctx, site, "attention", {outType, qType, kType, vType}, [&](auto tag) {
@@ -1300,8 +1320,7 @@ void STRATA_RT_KERNEL(strata_rt_attention)(
         if constexpr (std::is_same_v<T, BFloat16>)
           if (strata::cpu::hasBf16DotProducts()) {
             bad = attentionBlocks(
-                out, lse, q, k, v, heads, s, t, d, dv, float(scale),
-                causal != 0,
+                out, lse, q, k, v, slices, at, float(scale), causal != 0,
                 ctx->scratchFloats(
                     threads * attentionScratch<T, DotBf16Products>(t, d, dv)),
                 DotBf16Products{});
@@ -1312,17 +1331,17 @@ void STRATA_RT_KERNEL(strata_rt_attention)(
             attentionScratch<float, SgemmProducts>(t, d, dv);
         if constexpr (std::is_same_v<T, float>) {
           bad = attentionBlocks(
-              out, lse, q, k, v, heads, s, t, d, dv, float(scale), causal != 0,
+              out, lse, q, k, v, slices, at, float(scale), causal != 0,
               ctx->scratchFloats(threads * perThread), SgemmProducts{});
         } else {
           throughF32<T>(
               ctx,
-              {{q, heads * s * d}, {k, heads * t * d}, {v, heads * t * dv}},
-              {{out, heads * s * dv}}, perThread,
+              {{q, slices * s * d}, {k, slices * t * d}, {v, slices * t * dv}},
+              {{out, slices * s * dv}}, perThread,
               [&](auto &in, auto &o, float *scratch) {
-                bad = attentionBlocks(o[0], lse, in[0], in[1], in[2], heads, s,
-                                      t, d, dv, float(scale), causal != 0,
-                                      scratch, SgemmProducts{});
+                bad = attentionBlocks(o[0], lse, in[0], in[1], in[2], slices,
+                                      at, float(scale), causal != 0, scratch,
+                                      SgemmProducts{});
               });
         }
       });
@@ -1338,12 +1357,14 @@ void STRATA_RT_KERNEL(strata_rt_attention_grad)(
     const void *qData, int64_t qType, const void *kData, int64_t kType,
     const void *vData, int64_t vType, const void *outData, int64_t outType,
     const void *lseData, int64_t lseType, const void *doutData,
-    int64_t doutType, int64_t heads, int64_t s, int64_t t, int64_t d,
-    int64_t dv, double scale, int64_t causal) {
+    int64_t doutType, int64_t batch, int64_t heads, int64_t s, int64_t t,
+    int64_t d, int64_t dv, double scale, int64_t causal) {
   if (!onlyF32(ctx, site, "attention_grad", {lseType}))
     return;
   auto *lse = static_cast<const float *>(lseData);
   const int threads = omp_get_max_threads();
+  const strata::AttentionLayout at{heads, s, t, d, dv};
+  const int64_t slices = batch * heads;
   bool bad = false;
   withSameFloatType(
       ctx, site, "attention_grad",
@@ -1362,8 +1383,8 @@ void STRATA_RT_KERNEL(strata_rt_attention_grad)(
         if constexpr (std::is_same_v<T, BFloat16>)
           if (strata::cpu::hasBf16DotProducts()) {
             bad = attentionGradBlocks(
-                dq, dk, dV, q, k, v, out, lse, dout, heads, s, t, d, dv,
-                float(scale), causal != 0,
+                dq, dk, dV, q, k, v, out, lse, dout, slices, at, float(scale),
+                causal != 0,
                 ctx->scratchFloats(
                     threads *
                     attentionGradScratch<T, DotBf16Products>(t, d, dv)),
@@ -1374,25 +1395,26 @@ void STRATA_RT_KERNEL(strata_rt_attention_grad)(
         const int64_t perThread =
             attentionGradScratch<float, SgemmProducts>(t, d, dv);
         if constexpr (std::is_same_v<T, float>) {
-          bad = attentionGradBlocks(dq, dk, dV, q, k, v, out, lse, dout, heads,
-                                    s, t, d, dv, float(scale), causal != 0,
+          bad = attentionGradBlocks(dq, dk, dV, q, k, v, out, lse, dout, slices,
+                                    at, float(scale), causal != 0,
                                     ctx->scratchFloats(threads * perThread),
                                     SgemmProducts{});
         } else {
-          throughF32<T>(
-              ctx,
-              {{q, heads * s * d},
-               {k, heads * t * d},
-               {v, heads * t * dv},
-               {out, heads * s * dv},
-               {dout, heads * s * dv}},
-              {{dq, heads * s * d}, {dk, heads * t * d}, {dV, heads * t * dv}},
-              perThread, [&](auto &in, auto &o, float *scratch) {
-                bad = attentionGradBlocks(o[0], o[1], o[2], in[0], in[1], in[2],
-                                          in[3], lse, in[4], heads, s, t, d, dv,
-                                          float(scale), causal != 0, scratch,
-                                          SgemmProducts{});
-              });
+          throughF32<T>(ctx,
+                        {{q, slices * s * d},
+                         {k, slices * t * d},
+                         {v, slices * t * dv},
+                         {out, slices * s * dv},
+                         {dout, slices * s * dv}},
+                        {{dq, slices * s * d},
+                         {dk, slices * t * d},
+                         {dV, slices * t * dv}},
+                        perThread, [&](auto &in, auto &o, float *scratch) {
+                          bad = attentionGradBlocks(
+                              o[0], o[1], o[2], in[0], in[1], in[2], in[3], lse,
+                              in[4], slices, at, float(scale), causal != 0,
+                              scratch, SgemmProducts{});
+                        });
         }
       });
   if (bad)

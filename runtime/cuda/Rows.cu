@@ -36,6 +36,7 @@
 #include "Device.cuh"
 
 #include "../common/Activations.h"
+#include "../common/AttentionLayout.h"
 
 #include <cub/device/device_radix_sort.cuh>
 
@@ -390,26 +391,28 @@ bool allowShared(StrataRtContext *ctx, int64_t site, K kernel, size_t bytes,
       name);
 }
 
-/// One block per (head, query i): the scores of a tile of keys (a warp per
-/// score), the online softmax's running maximum m and sum, and the running
-/// output acc (one column per thread) rescaled by exp(m_old - m_new); then
-/// out = acc / sum and lse = m + log(sum).
+/// One block per (batch and head, query i), in AttentionLayout: the scores
+/// of a tile of keys (a warp per score), the online softmax's running
+/// maximum m and sum, and the running output acc (one column per thread)
+/// rescaled by exp(m_old - m_new); then out = acc / sum and lse = m +
+/// log(sum).
 template <typename T>
 __global__ void attentionKernel(T *out, float *lse, const T *q, const T *k,
-                                const T *v, int64_t heads, int64_t s, int64_t t,
-                                int64_t d, int64_t dv, float scale,
-                                bool causal) {
+                                const T *v, AttentionLayout at, int64_t slices,
+                                float scale, bool causal) {
+  const int64_t s = at.s, t = at.t, d = at.d, dv = at.dv;
+  const int64_t ldk = at.rowStride(), ldv = at.valueRowStride();
   extern __shared__ float smem[];
   float *reduce = smem, *qi = reduce + 32, *acc = qi + d,
         *e = acc + dv; // e: kAttentionTile
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5,
             warps = blockDim.x >> 5;
-  for (int64_t row = blockIdx.x; row < heads * s; row += gridDim.x) {
+  for (int64_t row = blockIdx.x; row < slices * s; row += gridDim.x) {
     const int64_t h = row / s, i = row - h * s;
-    const T *kh = k + h * t * d, *vh = v + h * t * dv;
+    const T *kh = k + at.key(h, 0), *vh = v + at.value(h, 0);
     __syncthreads(); // the previous row is done with shared memory
     for (int64_t c = threadIdx.x; c < d; c += blockDim.x)
-      qi[c] = toFloat(q[row * d + c]);
+      qi[c] = toFloat(q[at.query(h, i) + c]);
     for (int64_t c = threadIdx.x; c < dv; c += blockDim.x)
       acc[c] = 0.0f;
     __syncthreads();
@@ -418,7 +421,7 @@ __global__ void attentionKernel(T *out, float *lse, const T *q, const T *k,
     for (int64_t j0 = 0; j0 < limit; j0 += kAttentionTile) {
       const int n = int(min(int64_t(kAttentionTile), limit - j0));
       for (int jj = warp; jj < n; jj += warps) {
-        const T *kj = kh + (j0 + jj) * d;
+        const T *kj = kh + (j0 + jj) * ldk;
         float dot = 0.0f;
         for (int64_t c = lane; c < d; c += 32)
           dot += qi[c] * toFloat(kj[c]);
@@ -436,17 +439,17 @@ __global__ void attentionKernel(T *out, float *lse, const T *q, const T *k,
       for (int64_t c = threadIdx.x; c < dv; c += blockDim.x) {
         float a = acc[c] * alpha;
         for (int jj = 0; jj < n; ++jj)
-          a += e[jj] * toFloat(vh[(j0 + jj) * dv + c]);
+          a += e[jj] * toFloat(vh[(j0 + jj) * ldv + c]);
         acc[c] = a;
       }
       m = mNew;
       __syncthreads(); // before the next tile's scores overwrite e
     }
     if (threadIdx.x == 0)
-      lse[row] = m + logf(sum);
+      lse[at.lse(h, i)] = m + logf(sum);
     const float inv = 1.0f / sum;
     for (int64_t c = threadIdx.x; c < dv; c += blockDim.x)
-      out[row * dv + c] = fromFloat<T>(limit > 0 ? acc[c] * inv : 0.0f);
+      out[at.output(h, i) + c] = fromFloat<T>(limit > 0 ? acc[c] * inv : 0.0f);
   }
 }
 
@@ -468,44 +471,46 @@ __device__ __forceinline__ void scoreDots(const Q *qi, const K *kj, int64_t d,
   dp = warpSum(dp);
 }
 
-/// One block per (head, query i): delta_i = dO_i . O_i (kept for the key
-/// pass), then over the keys j the query sees: P_ij = exp(scale q_i . k_j -
-/// lse_i), dS_ij = P_ij (dO_i . v_j - delta_i), dq_i = scale sum_j dS_ij
-/// k_j.
+/// One block per (batch and head, query i): delta_i = dO_i . O_i (kept for
+/// the key pass, [slices, s]), then over the keys j the query sees: P_ij =
+/// exp(scale q_i . k_j - lse_i), dS_ij = P_ij (dO_i . v_j - delta_i), dq_i =
+/// scale sum_j dS_ij k_j.
 template <typename T>
-__global__ void
-attentionGradQueries(T *dq, float *delta, const T *q, const T *k, const T *v,
-                     const T *out, const float *lse, const T *dout,
-                     int64_t heads, int64_t s, int64_t t, int64_t d, int64_t dv,
-                     float scale, bool causal) {
+__global__ void attentionGradQueries(T *dq, float *delta, const T *q,
+                                     const T *k, const T *v, const T *out,
+                                     const float *lse, const T *dout,
+                                     AttentionLayout at, int64_t slices,
+                                     float scale, bool causal) {
+  const int64_t s = at.s, t = at.t, d = at.d, dv = at.dv;
+  const int64_t ldk = at.rowStride(), ldv = at.valueRowStride();
   extern __shared__ float smem[];
   float *reduce = smem, *qi = reduce + 32, *doi = qi + d, *acc = doi + dv,
         *ds = acc + d; // ds: kAttentionTile
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5,
             warps = blockDim.x >> 5;
-  for (int64_t row = blockIdx.x; row < heads * s; row += gridDim.x) {
+  for (int64_t row = blockIdx.x; row < slices * s; row += gridDim.x) {
     const int64_t h = row / s, i = row - h * s;
-    const T *kh = k + h * t * d, *vh = v + h * t * dv;
+    const T *kh = k + at.key(h, 0), *vh = v + at.value(h, 0);
     __syncthreads(); // the previous row is done with shared memory
     float part = 0.0f;
     for (int64_t c = threadIdx.x; c < d; c += blockDim.x) {
-      qi[c] = toFloat(q[row * d + c]);
+      qi[c] = toFloat(q[at.query(h, i) + c]);
       acc[c] = 0.0f;
     }
     for (int64_t c = threadIdx.x; c < dv; c += blockDim.x) {
-      float g = toFloat(dout[row * dv + c]);
+      float g = toFloat(dout[at.output(h, i) + c]);
       doi[c] = g;
-      part += g * toFloat(out[row * dv + c]);
+      part += g * toFloat(out[at.output(h, i) + c]);
     }
     const float di = blockSum(part, reduce); // its barriers publish qi, doi
     if (threadIdx.x == 0)
-      delta[row] = di;
-    const float li = lse[row];
+      delta[at.lse(h, i)] = di;
+    const float li = lse[at.lse(h, i)];
     const int64_t limit = causal ? min(i + 1, t) : t;
     for (int64_t j0 = 0; j0 < limit; j0 += kAttentionTile) {
       const int n = int(min(int64_t(kAttentionTile), limit - j0));
       for (int jj = warp; jj < n; jj += warps) {
-        const T *kj = kh + (j0 + jj) * d, *vj = vh + (j0 + jj) * dv;
+        const T *kj = kh + (j0 + jj) * ldk, *vj = vh + (j0 + jj) * ldv;
         float x, dp;
         scoreDots(qi, kj, d, doi, vj, dv, lane, x, dp);
         if (lane == 0) {
@@ -517,41 +522,43 @@ attentionGradQueries(T *dq, float *delta, const T *q, const T *k, const T *v,
       for (int64_t c = threadIdx.x; c < d; c += blockDim.x) {
         float a = acc[c];
         for (int jj = 0; jj < n; ++jj)
-          a += ds[jj] * toFloat(kh[(j0 + jj) * d + c]);
+          a += ds[jj] * toFloat(kh[(j0 + jj) * ldk + c]);
         acc[c] = a;
       }
       __syncthreads(); // before the next tile overwrites ds
     }
     for (int64_t c = threadIdx.x; c < d; c += blockDim.x)
-      dq[row * d + c] = fromFloat<T>(scale * acc[c]);
+      dq[at.query(h, i) + c] = fromFloat<T>(scale * acc[c]);
   }
 }
 
-/// One block per (head, key j), over the queries i that see it: dv_j =
-/// sum_i P_ij dO_i and dk_j = scale sum_i dS_ij q_i, with delta from
+/// One block per (batch and head, key j), over the queries i that see it:
+/// dv_j = sum_i P_ij dO_i and dk_j = scale sum_i dS_ij q_i, with delta from
 /// attentionGradQueries.
 template <typename T>
-__global__ void
-attentionGradKeys(T *dk, T *dvOut, const T *q, const T *k, const T *v,
-                  const float *lse, const float *delta, const T *dout,
-                  int64_t heads, int64_t s, int64_t t, int64_t d, int64_t dv,
-                  float scale, bool causal) {
+__global__ void attentionGradKeys(T *dk, T *dvOut, const T *q, const T *k,
+                                  const T *v, const float *lse,
+                                  const float *delta, const T *dout,
+                                  AttentionLayout at, int64_t slices,
+                                  float scale, bool causal) {
+  const int64_t s = at.s, t = at.t, d = at.d, dv = at.dv;
+  const int64_t ldq = at.rowStride(), ldo = at.valueRowStride();
   extern __shared__ float smem[];
   float *kj = smem, *vj = kj + d, *accK = vj + dv, *accV = accK + d,
         *pt = accV + dv, *ds = pt + kAttentionTile; // pt, ds: kAttentionTile
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5,
             warps = blockDim.x >> 5;
-  for (int64_t row = blockIdx.x; row < heads * t; row += gridDim.x) {
+  for (int64_t row = blockIdx.x; row < slices * t; row += gridDim.x) {
     const int64_t h = row / t, j = row - h * t;
-    const T *qh = q + h * s * d, *doh = dout + h * s * dv;
-    const float *lseh = lse + h * s, *deltah = delta + h * s;
+    const T *qh = q + at.query(h, 0), *doh = dout + at.output(h, 0);
+    const float *lseh = lse + at.lse(h, 0), *deltah = delta + at.lse(h, 0);
     __syncthreads(); // the previous row is done with shared memory
     for (int64_t c = threadIdx.x; c < d; c += blockDim.x) {
-      kj[c] = toFloat(k[row * d + c]);
+      kj[c] = toFloat(k[at.key(h, j) + c]);
       accK[c] = 0.0f;
     }
     for (int64_t c = threadIdx.x; c < dv; c += blockDim.x) {
-      vj[c] = toFloat(v[row * dv + c]);
+      vj[c] = toFloat(v[at.value(h, j) + c]);
       accV[c] = 0.0f;
     }
     __syncthreads();
@@ -559,7 +566,7 @@ attentionGradKeys(T *dk, T *dvOut, const T *q, const T *k, const T *v,
       const int n = int(min(int64_t(kAttentionTile), s - i0));
       for (int ii = warp; ii < n; ii += warps) {
         const int64_t i = i0 + ii;
-        const T *qi = qh + i * d, *doi = doh + i * dv;
+        const T *qi = qh + i * ldq, *doi = doh + i * ldo;
         float x, dp;
         scoreDots(qi, kj, d, doi, vj, dv, lane, x, dp);
         if (lane == 0) {
@@ -572,21 +579,21 @@ attentionGradKeys(T *dk, T *dvOut, const T *q, const T *k, const T *v,
       for (int64_t c = threadIdx.x; c < dv; c += blockDim.x) {
         float a = accV[c];
         for (int ii = 0; ii < n; ++ii)
-          a += pt[ii] * toFloat(doh[(i0 + ii) * dv + c]);
+          a += pt[ii] * toFloat(doh[(i0 + ii) * ldo + c]);
         accV[c] = a;
       }
       for (int64_t c = threadIdx.x; c < d; c += blockDim.x) {
         float a = accK[c];
         for (int ii = 0; ii < n; ++ii)
-          a += ds[ii] * toFloat(qh[(i0 + ii) * d + c]);
+          a += ds[ii] * toFloat(qh[(i0 + ii) * ldq + c]);
         accK[c] = a;
       }
       __syncthreads(); // before the next tile overwrites pt and ds
     }
     for (int64_t c = threadIdx.x; c < d; c += blockDim.x)
-      dk[row * d + c] = fromFloat<T>(scale * accK[c]);
+      dk[at.key(h, j) + c] = fromFloat<T>(scale * accK[c]);
     for (int64_t c = threadIdx.x; c < dv; c += blockDim.x)
-      dvOut[row * dv + c] = fromFloat<T>(accV[c]);
+      dvOut[at.value(h, j) + c] = fromFloat<T>(accV[c]);
   }
 }
 
@@ -631,24 +638,25 @@ void strata_rt_attention(StrataRtContext *ctx, int64_t site, void *out,
                          int64_t outType, void *lse, int64_t lseType,
                          const void *q, int64_t qType, const void *k,
                          int64_t kType, const void *v, int64_t vType,
-                         int64_t heads, int64_t s, int64_t t, int64_t d,
-                         int64_t dv, double scale, int64_t causal) {
+                         int64_t batch, int64_t heads, int64_t s, int64_t t,
+                         int64_t d, int64_t dv, double scale, int64_t causal) {
   if (!onlyF32(ctx, site, "attention", {lseType}))
     return;
+  const strata::AttentionLayout at{heads, s, t, d, dv};
+  const int64_t slices = batch * heads;
   withSameFloatType(
       ctx, site, "attention", {outType, qType, kType, vType}, [&](auto tag) {
         using T = decltype(tag);
-        if (heads == 0 || s == 0)
+        if (slices == 0 || s == 0)
           return;
         size_t shared = sharedFloats(32 + d + dv + kAttentionTile);
         if (!allowShared(ctx, site, attentionKernel<T>, shared, "attention"))
           return;
-        attentionKernel<T><<<gridFor(heads * s, 1), kAttentionThreads, shared,
+        attentionKernel<T><<<gridFor(slices * s, 1), kAttentionThreads, shared,
                              ctx->compute>>>(
             static_cast<T *>(out), static_cast<float *>(lse),
             static_cast<const T *>(q), static_cast<const T *>(k),
-            static_cast<const T *>(v), heads, s, t, d, dv, float(scale),
-            causal != 0);
+            static_cast<const T *>(v), at, slices, float(scale), causal != 0);
         launched(ctx, site, "strata_rt_attention");
       });
 }
@@ -659,17 +667,19 @@ void strata_rt_attention_grad(StrataRtContext *ctx, int64_t site, void *dq,
                               int64_t qType, const void *k, int64_t kType,
                               const void *v, int64_t vType, const void *out,
                               int64_t outType, const void *lse, int64_t lseType,
-                              const void *dout, int64_t doutType, int64_t heads,
-                              int64_t s, int64_t t, int64_t d, int64_t dvDim,
-                              double scale, int64_t causal) {
+                              const void *dout, int64_t doutType, int64_t batch,
+                              int64_t heads, int64_t s, int64_t t, int64_t d,
+                              int64_t dvDim, double scale, int64_t causal) {
   if (!onlyF32(ctx, site, "attention_grad", {lseType}))
     return;
+  const strata::AttentionLayout at{heads, s, t, d, dvDim};
+  const int64_t slices = batch * heads;
   withSameFloatType(
       ctx, site, "attention_grad",
       {dqType, dkType, dvType, qType, kType, vType, outType, doutType},
       [&](auto tag) {
         using T = decltype(tag);
-        if (heads == 0)
+        if (slices == 0)
           return;
         auto *qT = static_cast<const T *>(q);
         auto *kT = static_cast<const T *>(k);
@@ -679,18 +689,18 @@ void strata_rt_attention_grad(StrataRtContext *ctx, int64_t site, void *dq,
         float *delta = nullptr;
         if (s > 0) {
           delta = static_cast<float *>(
-              ctx->scratchBytes(site, size_t(heads * s) * sizeof(float)));
+              ctx->scratchBytes(site, size_t(slices * s) * sizeof(float)));
           if (!delta)
             return;
           size_t shared = sharedFloats(32 + 2 * d + dvDim + kAttentionTile);
           if (!allowShared(ctx, site, attentionGradQueries<T>, shared,
                            "attention_grad"))
             return;
-          attentionGradQueries<T><<<gridFor(heads * s, 1), kAttentionThreads,
-                                    shared, ctx->compute>>>(
-              static_cast<T *>(dq), delta, qT, kT, vT,
-              static_cast<const T *>(out), lsef, doutT, heads, s, t, d, dvDim,
-              float(scale), causal != 0);
+          attentionGradQueries<T>
+              <<<gridFor(slices * s, 1), kAttentionThreads, shared,
+                 ctx->compute>>>(static_cast<T *>(dq), delta, qT, kT, vT,
+                                 static_cast<const T *>(out), lsef, doutT, at,
+                                 slices, float(scale), causal != 0);
           if (!launched(ctx, site, "strata_rt_attention_grad"))
             return;
         }
@@ -701,10 +711,10 @@ void strata_rt_attention_grad(StrataRtContext *ctx, int64_t site, void *dq,
         if (!allowShared(ctx, site, attentionGradKeys<T>, shared,
                          "attention_grad"))
           return;
-        attentionGradKeys<T><<<gridFor(heads * t, 1), kAttentionThreads, shared,
-                               ctx->compute>>>(
+        attentionGradKeys<T><<<gridFor(slices * t, 1), kAttentionThreads,
+                               shared, ctx->compute>>>(
             static_cast<T *>(dk), static_cast<T *>(dv), qT, kT, vT, lsef, delta,
-            doutT, heads, s, t, d, dvDim, float(scale), causal != 0);
+            doutT, at, slices, float(scale), causal != 0);
         launched(ctx, site, "strata_rt_attention_grad");
       });
 }

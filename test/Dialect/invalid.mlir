@@ -834,28 +834,46 @@ func.func @f(%a: tensor<2x3xi32>) {
 
 // -----
 
-func.func @f(%q: tensor<2x5x8xf32>, %k: tensor<2x7x8xf32>) {
+func.func @f(%q: tensor<5x2x8xf32>, %k: tensor<7x2x8xf32>) {
   // expected-error@+2 {{'strata.attention' op causal attention needs as many queries as keys, got 5 and 7}}
   // expected-error@+1 {{failed to infer returned types}}
-  %o, %l = strata.attention %q, %k, %k {causal, scale = 1.0 : f64} : (tensor<2x5x8xf32>, tensor<2x7x8xf32>, tensor<2x7x8xf32>) -> (tensor<2x5x8xf32>, tensor<2x5xf32>)
+  %o, %l = strata.attention %q, %k, %k {causal, scale = 1.0 : f64} : (tensor<5x2x8xf32>, tensor<7x2x8xf32>, tensor<7x2x8xf32>) -> (tensor<5x2x8xf32>, tensor<2x5xf32>)
   return
 }
 
 // -----
 
-func.func @f(%q: tensor<2x5x8xf32>, %k: tensor<3x7x8xf32>) {
-  // expected-error@+2 {{'strata.attention' op query, key and value must have the same leading (batch, head) dimensions, got [2, 5, 8], [3, 7, 8] and [3, 7, 8]}}
+func.func @f(%q: tensor<2x5x2x8xf32>, %k: tensor<3x7x2x8xf32>) {
+  // expected-error@+2 {{'strata.attention' op query, key and value must have the same batch dimensions and heads, got [2, 5, 2, 8], [3, 7, 2, 8] and [3, 7, 2, 8]}}
   // expected-error@+1 {{failed to infer returned types}}
-  %o, %l = strata.attention %q, %k, %k {scale = 1.0 : f64} : (tensor<2x5x8xf32>, tensor<3x7x8xf32>, tensor<3x7x8xf32>) -> (tensor<2x5x8xf32>, tensor<2x5xf32>)
+  %o, %l = strata.attention %q, %k, %k {scale = 1.0 : f64} : (tensor<2x5x2x8xf32>, tensor<3x7x2x8xf32>, tensor<3x7x2x8xf32>) -> (tensor<2x5x2x8xf32>, tensor<2x2x5xf32>)
   return
 }
 
 // -----
 
-func.func @f(%q: tensor<2x5x8xf32>, %k: tensor<2x7x8xf32>, %lse: tensor<2x5xf32>) {
-  // expected-error@+2 {{'strata.attention_grad' op result and result_grad must have type tensor<2x5x8xf32>}}
+func.func @f(%q: tensor<5x2x8xf32>, %k: tensor<7x3x8xf32>) {
+  // expected-error@+2 {{'strata.attention' op query, key and value must have the same batch dimensions and heads, got [5, 2, 8], [7, 3, 8] and [7, 3, 8]}}
   // expected-error@+1 {{failed to infer returned types}}
-  %g:3 = strata.attention_grad %q, %k, %k, %k, %lse, %q {scale = 1.0 : f64} : (tensor<2x5x8xf32>, tensor<2x7x8xf32>, tensor<2x7x8xf32>, tensor<2x7x8xf32>, tensor<2x5xf32>, tensor<2x5x8xf32>) -> (tensor<2x5x8xf32>, tensor<2x7x8xf32>, tensor<2x7x8xf32>)
+  %o, %l = strata.attention %q, %k, %k {scale = 1.0 : f64} : (tensor<5x2x8xf32>, tensor<7x3x8xf32>, tensor<7x3x8xf32>) -> (tensor<5x2x8xf32>, tensor<2x5xf32>)
+  return
+}
+
+// -----
+
+func.func @f(%q: tensor<5x8xf32>) {
+  // expected-error@+2 {{'strata.attention' op query, key and value must have the same rank, at least 3 ([..., sequence, heads, head size])}}
+  // expected-error@+1 {{failed to infer returned types}}
+  %o, %l = strata.attention %q, %q, %q {scale = 1.0 : f64} : (tensor<5x8xf32>, tensor<5x8xf32>, tensor<5x8xf32>) -> (tensor<5x8xf32>, tensor<5xf32>)
+  return
+}
+
+// -----
+
+func.func @f(%q: tensor<5x2x8xf32>, %k: tensor<7x2x8xf32>, %lse: tensor<2x5xf32>) {
+  // expected-error@+2 {{'strata.attention_grad' op result and result_grad must have type tensor<5x2x8xf32>}}
+  // expected-error@+1 {{failed to infer returned types}}
+  %g:3 = strata.attention_grad %q, %k, %k, %k, %lse, %q {scale = 1.0 : f64} : (tensor<5x2x8xf32>, tensor<7x2x8xf32>, tensor<7x2x8xf32>, tensor<7x2x8xf32>, tensor<2x5xf32>, tensor<5x2x8xf32>) -> (tensor<5x2x8xf32>, tensor<7x2x8xf32>, tensor<7x2x8xf32>)
   return
 }
 

@@ -159,11 +159,13 @@ func.func @fused(%x: tensor<4x8xf32>, %w: tensor<8x16xf32>, %b: tensor<16xf32>, 
 }
 
 // CHECK-LABEL: func @attention
-func.func @attention(%q: tensor<2x4x16x8xf32>, %v: tensor<2x4x16x6xf32>, %do: tensor<2x4x16x6xf32>) {
-  // CHECK: strata.attention {{.*}} {causal, scale = 1.250000e-01 : f64} : {{.*}} -> (tensor<2x4x16x6xf32>, tensor<2x4x16xf32>)
-  %o, %lse = strata.attention %q, %q, %v {causal, scale = 0.125 : f64} : (tensor<2x4x16x8xf32>, tensor<2x4x16x8xf32>, tensor<2x4x16x6xf32>) -> (tensor<2x4x16x6xf32>, tensor<2x4x16xf32>)
-  // CHECK: strata.attention_grad {{.*}} -> (tensor<2x4x16x8xf32>, tensor<2x4x16x8xf32>, tensor<2x4x16x6xf32>)
-  %g:3 = strata.attention_grad %q, %q, %v, %o, %lse, %do {causal, scale = 0.125 : f64} : (tensor<2x4x16x8xf32>, tensor<2x4x16x8xf32>, tensor<2x4x16x6xf32>, tensor<2x4x16x6xf32>, tensor<2x4x16xf32>, tensor<2x4x16x6xf32>) -> (tensor<2x4x16x8xf32>, tensor<2x4x16x8xf32>, tensor<2x4x16x6xf32>)
+// [batch 2, sequence 16, heads 4, head size 8 (values 6)]; the log-sum-exp
+// [batch, heads, sequence].
+func.func @attention(%q: tensor<2x16x4x8xf32>, %v: tensor<2x16x4x6xf32>, %do: tensor<2x16x4x6xf32>) {
+  // CHECK: strata.attention {{.*}} {causal, scale = 1.250000e-01 : f64} : {{.*}} -> (tensor<2x16x4x6xf32>, tensor<2x4x16xf32>)
+  %o, %lse = strata.attention %q, %q, %v {causal, scale = 0.125 : f64} : (tensor<2x16x4x8xf32>, tensor<2x16x4x8xf32>, tensor<2x16x4x6xf32>) -> (tensor<2x16x4x6xf32>, tensor<2x4x16xf32>)
+  // CHECK: strata.attention_grad {{.*}} -> (tensor<2x16x4x8xf32>, tensor<2x16x4x8xf32>, tensor<2x16x4x6xf32>)
+  %g:3 = strata.attention_grad %q, %q, %v, %o, %lse, %do {causal, scale = 0.125 : f64} : (tensor<2x16x4x8xf32>, tensor<2x16x4x8xf32>, tensor<2x16x4x6xf32>, tensor<2x16x4x6xf32>, tensor<2x4x16xf32>, tensor<2x16x4x6xf32>) -> (tensor<2x16x4x8xf32>, tensor<2x16x4x8xf32>, tensor<2x16x4x6xf32>)
   return
 }
 

@@ -87,21 +87,22 @@ func.func @train_step(%x: tensor<1x2xf32>) -> tensor<f32> {
 
 // -----
 
-// Fused attention is a white-list op: q, k and v cast to the low type, the
-// output in it, the log-sum-exp in f32 (the kernel's softmax is f32 inside).
+// Fused attention is a white-list op ([S, H, D] = [2, 4, 8]): q, k and v
+// cast to the low type, the output in it, the log-sum-exp ([H, S]) in f32
+// (the kernel's softmax is f32 inside).
 // CHECK-LABEL: func @train_step
 // CHECK: %[[KP:.*]] = strata.get_param @k
 // CHECK: %[[Q:.*]] = strata.cast %arg0 : (tensor<2x4x8xf32>) -> tensor<2x4x8xbf16>
 // CHECK: %[[K:.*]] = strata.cast %[[KP]] : (tensor<2x4x8xf32>) -> tensor<2x4x8xbf16>
 // CHECK: %[[V:.*]] = strata.cast %arg1 : (tensor<2x4x8xf32>) -> tensor<2x4x8xbf16>
-// CHECK: %[[O:.*]], %{{.*}} = strata.attention %[[Q]], %[[K]], %[[V]] {causal, scale = 5.000000e-01 : f64} : (tensor<2x4x8xbf16>, tensor<2x4x8xbf16>, tensor<2x4x8xbf16>) -> (tensor<2x4x8xbf16>, tensor<2x4xf32>)
+// CHECK: %[[O:.*]], %{{.*}} = strata.attention %[[Q]], %[[K]], %[[V]] {causal, scale = 5.000000e-01 : f64} : (tensor<2x4x8xbf16>, tensor<2x4x8xbf16>, tensor<2x4x8xbf16>) -> (tensor<2x4x8xbf16>, tensor<4x2xf32>)
 // CHECK: strata.reduce_sum
 // GRAD-LABEL: func @train_step
-// GRAD: strata.attention_grad {{.*}} : (tensor<2x4x8xbf16>, tensor<2x4x8xbf16>, tensor<2x4x8xbf16>, tensor<2x4x8xbf16>, tensor<2x4xf32>, tensor<2x4x8xbf16>) -> (tensor<2x4x8xbf16>, tensor<2x4x8xbf16>, tensor<2x4x8xbf16>)
+// GRAD: strata.attention_grad {{.*}} : (tensor<2x4x8xbf16>, tensor<2x4x8xbf16>, tensor<2x4x8xbf16>, tensor<2x4x8xbf16>, tensor<4x2xf32>, tensor<2x4x8xbf16>) -> (tensor<2x4x8xbf16>, tensor<2x4x8xbf16>, tensor<2x4x8xbf16>)
 strata.param @k : tensor<2x4x8xf32> init <normal, 1.0>
 func.func @train_step(%q: tensor<2x4x8xf32>, %v: tensor<2x4x8xf32>) -> tensor<f32> {
   %k = strata.get_param @k : tensor<2x4x8xf32>
-  %o, %lse = strata.attention %q, %k, %v {causal, scale = 0.5 : f64} : (tensor<2x4x8xf32>, tensor<2x4x8xf32>, tensor<2x4x8xf32>) -> (tensor<2x4x8xf32>, tensor<2x4xf32>)
+  %o, %lse = strata.attention %q, %k, %v {causal, scale = 0.5 : f64} : (tensor<2x4x8xf32>, tensor<2x4x8xf32>, tensor<2x4x8xf32>) -> (tensor<2x4x8xf32>, tensor<4x2xf32>)
   %s = strata.reduce_sum %o {dims = array<i64: 0, 1, 2>} : (tensor<2x4x8xf32>) -> tensor<f32>
   return %s : tensor<f32>
 }

@@ -1,10 +1,60 @@
 // RUN: strata-opt %s -split-input-file --strata-attention-fusion | FileCheck %s
 
-// The GPT's causal attention: q k^T, scale, causal softmax, times v.
-// CHECK-LABEL: func @causal
-func.func @causal(%q: tensor<2x4x16x8xf32>, %k: tensor<2x4x16x8xf32>, %v: tensor<2x4x16x8xf32>) -> tensor<2x4x16x8xf32> {
-  // CHECK-NEXT: %[[O:.*]], %{{.*}} = strata.attention %arg0, %arg1, %arg2 {causal, scale = 0.35355339059327373 : f64, strata.layer = "h0"} : (tensor<2x4x16x8xf32>, tensor<2x4x16x8xf32>, tensor<2x4x16x8xf32>) -> (tensor<2x4x16x8xf32>, tensor<2x4x16xf32>)
+// The GPT's causal attention: the projections' [batch, seq, heads, head]
+// split into heads by transposes, q k^T, scale, causal softmax, times v, and
+// the heads put back side by side. The fused op reads the projections where
+// they are and writes the layout the last transpose made: no transpose is
+// left.
+// CHECK-LABEL: func @heads
+func.func @heads(%xq: tensor<2x16x4x8xf32>, %xk: tensor<2x16x4x8xf32>, %xv: tensor<2x16x4x8xf32>) -> tensor<2x16x4x8xf32> {
+  // CHECK-NEXT: %[[O:.*]], %{{.*}} = strata.attention %arg0, %arg1, %arg2 {causal, scale = 0.35355339059327373 : f64, strata.layer = "h0"} : (tensor<2x16x4x8xf32>, tensor<2x16x4x8xf32>, tensor<2x16x4x8xf32>) -> (tensor<2x16x4x8xf32>, tensor<2x4x16xf32>)
   // CHECK-NEXT: return %[[O]]
+  %q = strata.transpose %xq {permutation = array<i64: 0, 2, 1, 3>} : (tensor<2x16x4x8xf32>) -> tensor<2x4x16x8xf32>
+  %k = strata.transpose %xk {permutation = array<i64: 0, 2, 1, 3>} : (tensor<2x16x4x8xf32>) -> tensor<2x4x16x8xf32>
+  %v = strata.transpose %xv {permutation = array<i64: 0, 2, 1, 3>} : (tensor<2x16x4x8xf32>) -> tensor<2x4x16x8xf32>
+  %s = strata.matmul %q, %k {transpose_rhs, strata.layer = "h0"} : (tensor<2x4x16x8xf32>, tensor<2x4x16x8xf32>) -> tensor<2x4x16x16xf32>
+  %z = strata.scale %s {factor = 0.35355339059327373 : f64, strata.layer = "h0"} : (tensor<2x4x16x16xf32>) -> tensor<2x4x16x16xf32>
+  %p = strata.softmax %z {causal, strata.layer = "h0"} : (tensor<2x4x16x16xf32>) -> tensor<2x4x16x16xf32>
+  %o = strata.matmul %p, %v {strata.layer = "h0"} : (tensor<2x4x16x16xf32>, tensor<2x4x16x8xf32>) -> tensor<2x4x16x8xf32>
+  %t = strata.transpose %o {permutation = array<i64: 0, 2, 1, 3>} : (tensor<2x4x16x8xf32>) -> tensor<2x16x4x8xf32>
+  return %t : tensor<2x16x4x8xf32>
+}
+
+// -----
+
+// The split heads read elsewhere too (q returned), and the product read as
+// it is: the transpose of q stays for its other reader, and the product is
+// the fused result transposed back.
+// CHECK-LABEL: func @shared
+func.func @shared(%xq: tensor<2x16x4x8xf32>, %xk: tensor<2x16x4x8xf32>, %xv: tensor<2x16x4x8xf32>) -> (tensor<2x4x16x8xf32>, tensor<2x4x16x8xf32>) {
+  // CHECK-NEXT: %[[Q:.*]] = strata.transpose %arg0
+  // CHECK-NEXT: %[[O:.*]], %{{.*}} = strata.attention %arg0, %arg1, %arg2 {scale = 1.000000e+00 : f64} : (tensor<2x16x4x8xf32>, tensor<2x16x4x8xf32>, tensor<2x16x4x8xf32>) -> (tensor<2x16x4x8xf32>, tensor<2x4x16xf32>)
+  // CHECK-NEXT: %[[B:.*]] = strata.transpose %[[O]] {permutation = array<i64: 0, 2, 1, 3>} : (tensor<2x16x4x8xf32>) -> tensor<2x4x16x8xf32>
+  // CHECK-NEXT: return %[[B]], %[[Q]]
+  %q = strata.transpose %xq {permutation = array<i64: 0, 2, 1, 3>} : (tensor<2x16x4x8xf32>) -> tensor<2x4x16x8xf32>
+  %k = strata.transpose %xk {permutation = array<i64: 0, 2, 1, 3>} : (tensor<2x16x4x8xf32>) -> tensor<2x4x16x8xf32>
+  %v = strata.transpose %xv {permutation = array<i64: 0, 2, 1, 3>} : (tensor<2x16x4x8xf32>) -> tensor<2x4x16x8xf32>
+  %s = strata.matmul %q, %k {transpose_rhs} : (tensor<2x4x16x8xf32>, tensor<2x4x16x8xf32>) -> tensor<2x4x16x16xf32>
+  %p = strata.softmax %s : (tensor<2x4x16x16xf32>) -> tensor<2x4x16x16xf32>
+  %o = strata.matmul %p, %v : (tensor<2x4x16x16xf32>, tensor<2x4x16x8xf32>) -> tensor<2x4x16x8xf32>
+  return %o, %q : tensor<2x4x16x8xf32>, tensor<2x4x16x8xf32>
+}
+
+// -----
+
+// Heads already apart ([batch, heads, seq, head] arguments; one value not
+// from a transpose): the leading dimensions are the batch, one head each
+// (reshapes, no copies), and the result reshaped back.
+// CHECK-LABEL: func @causal
+func.func @causal(%q: tensor<2x4x16x8xf32>, %k: tensor<2x4x16x8xf32>, %xv: tensor<2x16x4x8xf32>) -> tensor<2x4x16x8xf32> {
+  // CHECK-NEXT: %[[V:.*]] = strata.transpose %arg2
+  // CHECK-NEXT: %[[RQ:.*]] = strata.reshape %arg0 {strata.layer = "h0"} : (tensor<2x4x16x8xf32>) -> tensor<2x4x16x1x8xf32>
+  // CHECK-NEXT: %[[RK:.*]] = strata.reshape %arg1 {strata.layer = "h0"} : (tensor<2x4x16x8xf32>) -> tensor<2x4x16x1x8xf32>
+  // CHECK-NEXT: %[[RV:.*]] = strata.reshape %[[V]] {strata.layer = "h0"} : (tensor<2x4x16x8xf32>) -> tensor<2x4x16x1x8xf32>
+  // CHECK-NEXT: %[[O:.*]], %{{.*}} = strata.attention %[[RQ]], %[[RK]], %[[RV]] {causal, scale = 0.35355339059327373 : f64, strata.layer = "h0"} : (tensor<2x4x16x1x8xf32>, tensor<2x4x16x1x8xf32>, tensor<2x4x16x1x8xf32>) -> (tensor<2x4x16x1x8xf32>, tensor<2x4x1x16xf32>)
+  // CHECK-NEXT: %[[R:.*]] = strata.reshape %[[O]] {strata.layer = "h0"} : (tensor<2x4x16x1x8xf32>) -> tensor<2x4x16x8xf32>
+  // CHECK-NEXT: return %[[R]]
+  %v = strata.transpose %xv {permutation = array<i64: 0, 2, 1, 3>} : (tensor<2x16x4x8xf32>) -> tensor<2x4x16x8xf32>
   %s = strata.matmul %q, %k {transpose_rhs, strata.layer = "h0"} : (tensor<2x4x16x8xf32>, tensor<2x4x16x8xf32>) -> tensor<2x4x16x16xf32>
   %z = strata.scale %s {factor = 0.35355339059327373 : f64, strata.layer = "h0"} : (tensor<2x4x16x16xf32>) -> tensor<2x4x16x16xf32>
   %p = strata.softmax %z {causal, strata.layer = "h0"} : (tensor<2x4x16x16xf32>) -> tensor<2x4x16x16xf32>
@@ -18,7 +68,7 @@ func.func @causal(%q: tensor<2x4x16x8xf32>, %k: tensor<2x4x16x8xf32>, %v: tensor
 // width of its own.
 // CHECK-LABEL: func @cross
 func.func @cross(%q: tensor<3x5x8xf32>, %k: tensor<3x7x8xf32>, %v: tensor<3x7x6xf32>) -> tensor<3x5x6xf32> {
-  // CHECK-NEXT: strata.attention %arg0, %arg1, %arg2 {scale = 1.000000e+00 : f64} : (tensor<3x5x8xf32>, tensor<3x7x8xf32>, tensor<3x7x6xf32>) -> (tensor<3x5x6xf32>, tensor<3x5xf32>)
+  // CHECK: strata.attention %{{.*}}, %{{.*}}, %{{.*}} {scale = 1.000000e+00 : f64} : (tensor<3x5x1x8xf32>, tensor<3x7x1x8xf32>, tensor<3x7x1x6xf32>) -> (tensor<3x5x1x6xf32>, tensor<3x1x5xf32>)
   %s = strata.matmul %q, %k {transpose_rhs} : (tensor<3x5x8xf32>, tensor<3x7x8xf32>) -> tensor<3x5x7xf32>
   %p = strata.softmax %s : (tensor<3x5x7xf32>) -> tensor<3x5x7xf32>
   %o = strata.matmul %p, %v : (tensor<3x5x7xf32>, tensor<3x7x6xf32>) -> tensor<3x5x6xf32>
@@ -28,14 +78,14 @@ func.func @cross(%q: tensor<3x5x8xf32>, %k: tensor<3x7x8xf32>, %v: tensor<3x7x6x
 // -----
 
 // bf16 attention as written (a program imported in bf16): fused, the
-// log-sum-exp in f32.
+// log-sum-exp in f32. One head of rank 2 ([seq, head]).
 // CHECK-LABEL: func @bf16
-func.func @bf16(%q: tensor<2x16x8xbf16>, %k: tensor<2x16x8xbf16>, %v: tensor<2x16x8xbf16>) -> tensor<2x16x8xbf16> {
-  // CHECK-NEXT: strata.attention %arg0, %arg1, %arg2 {causal, scale = 1.000000e+00 : f64} : (tensor<2x16x8xbf16>, tensor<2x16x8xbf16>, tensor<2x16x8xbf16>) -> (tensor<2x16x8xbf16>, tensor<2x16xf32>)
-  %s = strata.matmul %q, %k {transpose_rhs} : (tensor<2x16x8xbf16>, tensor<2x16x8xbf16>) -> tensor<2x16x16xbf16>
-  %p = strata.softmax %s {causal} : (tensor<2x16x16xbf16>) -> tensor<2x16x16xbf16>
-  %o = strata.matmul %p, %v : (tensor<2x16x16xbf16>, tensor<2x16x8xbf16>) -> tensor<2x16x8xbf16>
-  return %o : tensor<2x16x8xbf16>
+func.func @bf16(%q: tensor<16x8xbf16>, %k: tensor<16x8xbf16>, %v: tensor<16x8xbf16>) -> tensor<16x8xbf16> {
+  // CHECK: strata.attention %{{.*}}, %{{.*}}, %{{.*}} {causal, scale = 1.000000e+00 : f64} : (tensor<16x1x8xbf16>, tensor<16x1x8xbf16>, tensor<16x1x8xbf16>) -> (tensor<16x1x8xbf16>, tensor<1x16xf32>)
+  %s = strata.matmul %q, %k {transpose_rhs} : (tensor<16x8xbf16>, tensor<16x8xbf16>) -> tensor<16x16xbf16>
+  %p = strata.softmax %s {causal} : (tensor<16x16xbf16>) -> tensor<16x16xbf16>
+  %o = strata.matmul %p, %v : (tensor<16x16xbf16>, tensor<16x8xbf16>) -> tensor<16x8xbf16>
+  return %o : tensor<16x8xbf16>
 }
 
 // -----

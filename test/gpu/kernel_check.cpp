@@ -602,39 +602,41 @@ std::vector<CaseDef> makeCases() {
   softmaxGrad(F32, 37, 1100);
   softmaxGrad(BF16, 19, 100);
 
-  // Attention (q, k, v and the gradients in `dt`, the log-sum-exp f32); the
-  // gradient after the forward pass it needs.
-  auto attention = [&](const std::string &name, int64_t dt, int64_t heads,
-                       int64_t s, int64_t t, int64_t d, int64_t dv,
-                       bool causal) {
+  // Attention (q, k, v and the gradients in `dt`, the log-sum-exp f32;
+  // [batch, sequence, heads, head size]); the gradient after the forward
+  // pass it needs.
+  auto attention = [&](const std::string &name, int64_t dt, int64_t batch,
+                       int64_t heads, int64_t s, int64_t t, int64_t d,
+                       int64_t dv, bool causal) {
     const double scale = 1 / std::sqrt(double(d));
+    const int64_t bh = batch * heads;
     Tol tol = dt == F32 ? kSum : kDefault;
     for (bool grad : {false, true})
       add((grad ? "attention_grad_" : "attention_") + name, [=](Case &c) {
-        void *q = c.rand(dt, heads * s * d, -1, 1);
-        void *k = c.rand(dt, heads * t * d, -1, 1);
-        void *v = c.rand(dt, heads * t * dv, -1, 1);
-        void *o = c.out("out", dt, heads * s * dv, tol);
-        void *lse = c.out("lse", F32, heads * s, kSum);
-        RT.attention(c.ctx, 1, o, dt, lse, F32, q, dt, k, dt, v, dt, heads, s,
-                     t, d, dv, scale, causal);
+        void *q = c.rand(dt, bh * s * d, -1, 1);
+        void *k = c.rand(dt, bh * t * d, -1, 1);
+        void *v = c.rand(dt, bh * t * dv, -1, 1);
+        void *o = c.out("out", dt, bh * s * dv, tol);
+        void *lse = c.out("lse", F32, bh * s, kSum);
+        RT.attention(c.ctx, 1, o, dt, lse, F32, q, dt, k, dt, v, dt, batch,
+                     heads, s, t, d, dv, scale, causal);
         if (!grad)
           return;
-        void *dout = c.rand(dt, heads * s * dv, -1, 1);
-        void *dq = c.out("dq", dt, heads * s * d, tol);
-        void *dk = c.out("dk", dt, heads * t * d, tol);
-        void *dV = c.out("dv", dt, heads * t * dv, tol);
+        void *dout = c.rand(dt, bh * s * dv, -1, 1);
+        void *dq = c.out("dq", dt, bh * s * d, tol);
+        void *dk = c.out("dk", dt, bh * t * d, tol);
+        void *dV = c.out("dv", dt, bh * t * dv, tol);
         RT.attention_grad(c.ctx, 2, dq, dt, dk, dt, dV, dt, q, dt, k, dt, v, dt,
-                          o, dt, lse, F32, dout, dt, heads, s, t, d, dv, scale,
-                          causal);
+                          o, dt, lse, F32, dout, dt, batch, heads, s, t, d, dv,
+                          scale, causal);
       });
   };
-  attention("f32", F32, 3, 37, 37, 16, 16, false);
-  attention("f32_causal", F32, 3, 37, 37, 16, 16, true);
-  attention("f32_cross", F32, 3, 29, 45, 16, 24, false);
-  attention("f32_causal_long", F32, 2, 130, 130, 32, 32, true);
-  attention("bf16_causal", BF16, 3, 37, 37, 16, 16, true);
-  attention("f16_cross", F16, 3, 29, 45, 16, 24, false);
+  attention("f32", F32, 1, 3, 37, 37, 16, 16, false);
+  attention("f32_causal", F32, 2, 3, 37, 37, 16, 16, true);
+  attention("f32_cross", F32, 3, 2, 29, 45, 16, 24, false);
+  attention("f32_causal_long", F32, 2, 1, 130, 130, 32, 32, true);
+  attention("bf16_causal", BF16, 2, 3, 37, 37, 16, 16, true);
+  attention("f16_cross", F16, 1, 3, 29, 45, 16, 24, false);
 
   // Layer norm and its gradient.
   auto layerNorm = [&](const std::string &name, int64_t dt, int64_t rows,

@@ -354,28 +354,31 @@ std::vector<Case> cases() {
                        "prob = 0.25 : f64} : (tensor<3x4xf64>, "
                        "tensor<3x4xf64>) -> tensor<3x4xf64>",
               "tensor<3x4xf64>"));
+  // [batch, sequence, heads, head size]; the log-sum-exp [batch, heads,
+  // sequence].
   add("attention_causal",
-      program("strata.param @q : tensor<2x4x3xf64> init <normal, 1.0>\n"
-              "strata.param @k : tensor<2x4x3xf64> init <normal, 1.0>\n"
-              "strata.param @v : tensor<2x4x2xf64> init <normal, 1.0>",
-              "  %q = strata.get_param @q : tensor<2x4x3xf64>\n"
-              "  %k = strata.get_param @k : tensor<2x4x3xf64>\n"
-              "  %v = strata.get_param @v : tensor<2x4x2xf64>\n"
+      program("strata.param @q : tensor<1x4x2x3xf64> init <normal, 1.0>\n"
+              "strata.param @k : tensor<1x4x2x3xf64> init <normal, 1.0>\n"
+              "strata.param @v : tensor<1x4x2x2xf64> init <normal, 1.0>",
+              "  %q = strata.get_param @q : tensor<1x4x2x3xf64>\n"
+              "  %k = strata.get_param @k : tensor<1x4x2x3xf64>\n"
+              "  %v = strata.get_param @v : tensor<1x4x2x2xf64>\n"
               "  %y, %lse = strata.attention %q, %k, %v {causal, scale = 0.5 "
-              ": f64} : (tensor<2x4x3xf64>, tensor<2x4x3xf64>, "
-              "tensor<2x4x2xf64>) -> (tensor<2x4x2xf64>, tensor<2x4xf64>)",
-              "tensor<2x4x2xf64>", "", 3));
+              ": f64} : (tensor<1x4x2x3xf64>, tensor<1x4x2x3xf64>, "
+              "tensor<1x4x2x2xf64>) -> (tensor<1x4x2x2xf64>, "
+              "tensor<1x2x4xf64>)",
+              "tensor<1x4x2x2xf64>", "", 4));
   add("attention_cross",
-      program("strata.param @q : tensor<2x3x4xf64> init <normal, 1.0>\n"
-              "strata.param @k : tensor<2x5x4xf64> init <normal, 1.0>\n"
-              "strata.param @v : tensor<2x5x3xf64> init <normal, 1.0>",
-              "  %q = strata.get_param @q : tensor<2x3x4xf64>\n"
-              "  %k = strata.get_param @k : tensor<2x5x4xf64>\n"
-              "  %v = strata.get_param @v : tensor<2x5x3xf64>\n"
+      program("strata.param @q : tensor<2x3x2x4xf64> init <normal, 1.0>\n"
+              "strata.param @k : tensor<2x5x2x4xf64> init <normal, 1.0>\n"
+              "strata.param @v : tensor<2x5x2x3xf64> init <normal, 1.0>",
+              "  %q = strata.get_param @q : tensor<2x3x2x4xf64>\n"
+              "  %k = strata.get_param @k : tensor<2x5x2x4xf64>\n"
+              "  %v = strata.get_param @v : tensor<2x5x2x3xf64>\n"
               "  %y, %lse = strata.attention %q, %k, %v {scale = 1.0 : f64} : "
-              "(tensor<2x3x4xf64>, tensor<2x5x4xf64>, tensor<2x5x3xf64>) -> "
-              "(tensor<2x3x3xf64>, tensor<2x3xf64>)",
-              "tensor<2x3x3xf64>", "", 3));
+              "(tensor<2x3x2x4xf64>, tensor<2x5x2x4xf64>, tensor<2x5x2x3xf64>) "
+              "-> (tensor<2x3x2x3xf64>, tensor<2x2x3xf64>)",
+              "tensor<2x3x2x3xf64>", "", 4));
   add("shared_param_summed",
       program(ab, get_ab + "  %p = strata.mul %a, %a : (tensor<3x4xf64>, "
                            "tensor<3x4xf64>) -> tensor<3x4xf64>\n"

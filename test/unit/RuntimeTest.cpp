@@ -1069,18 +1069,21 @@ TEST(RuntimeTest, Bf16AttentionMatchesF32) {
   ASSERT_NE(attentionGrad, nullptr);
   const int64_t B = STRATA_RT_BF16;
   struct Shape {
-    int64_t heads, s, t, d, dv;
+    int64_t batch, heads, s, t, d, dv;
     bool causal;
   };
   for (Shape sh :
-       {Shape{3, 150, 150, 64, 64, true}, Shape{2, 5, 9, 7, 5, false},
-        Shape{2, 70, 70, 32, 48, true}, Shape{1, 40, 67, 18, 33, false}}) {
-    SCOPED_TRACE(testing::Message() << "heads " << sh.heads << " s " << sh.s
-                                    << " t " << sh.t << " d " << sh.d << " dv "
-                                    << sh.dv << (sh.causal ? " causal" : ""));
-    const int64_t nq = sh.heads * sh.s * sh.d, nk = sh.heads * sh.t * sh.d,
-                  nv = sh.heads * sh.t * sh.dv, no = sh.heads * sh.s * sh.dv,
-                  nl = sh.heads * sh.s;
+       {Shape{3, 1, 150, 150, 64, 64, true}, Shape{2, 2, 5, 9, 7, 5, false},
+        Shape{2, 2, 70, 70, 32, 48, true},
+        Shape{1, 2, 40, 67, 18, 33, false}}) {
+    SCOPED_TRACE(testing::Message()
+                 << "batch " << sh.batch << " heads " << sh.heads << " s "
+                 << sh.s << " t " << sh.t << " d " << sh.d << " dv " << sh.dv
+                 << (sh.causal ? " causal" : ""));
+    const int64_t bh = sh.batch * sh.heads;
+    const int64_t nq = bh * sh.s * sh.d, nk = bh * sh.t * sh.d,
+                  nv = bh * sh.t * sh.dv, no = bh * sh.s * sh.dv,
+                  nl = bh * sh.s;
     const double scale = 1.0 / std::sqrt(double(sh.d));
     auto random = [](int64_t n, float seed) {
       std::vector<float> v(n);
@@ -1103,24 +1106,24 @@ TEST(RuntimeTest, Bf16AttentionMatchesF32) {
     Context ctx;
     std::vector<float> out(no), lse(nl), dq(nq), dk(nk), dv(nv);
     attention(ctx, 1, out.data(), F32, lse.data(), F32, q.data(), F32, k.data(),
-              F32, v.data(), F32, sh.heads, sh.s, sh.t, sh.d, sh.dv, scale,
-              sh.causal);
+              F32, v.data(), F32, sh.batch, sh.heads, sh.s, sh.t, sh.d, sh.dv,
+              scale, sh.causal);
     attentionGrad(ctx, 2, dq.data(), F32, dk.data(), F32, dv.data(), F32,
                   q.data(), F32, k.data(), F32, v.data(), F32, out.data(), F32,
-                  lse.data(), F32, dout.data(), F32, sh.heads, sh.s, sh.t, sh.d,
-                  sh.dv, scale, sh.causal);
+                  lse.data(), F32, dout.data(), F32, sh.batch, sh.heads, sh.s,
+                  sh.t, sh.d, sh.dv, scale, sh.causal);
     std::vector<uint16_t> runs[2];
     for (int threads : {1, 2}) {
       Context low(threads);
       std::vector<uint16_t> lout(no), ldq(nq), ldk(nk), ldv(nv);
       std::vector<float> llse(nl);
       attention(low, 1, lout.data(), B, llse.data(), F32, lq.data(), B,
-                lk.data(), B, lv.data(), B, sh.heads, sh.s, sh.t, sh.d, sh.dv,
-                scale, sh.causal);
+                lk.data(), B, lv.data(), B, sh.batch, sh.heads, sh.s, sh.t,
+                sh.d, sh.dv, scale, sh.causal);
       attentionGrad(low, 2, ldq.data(), B, ldk.data(), B, ldv.data(), B,
                     lq.data(), B, lk.data(), B, lv.data(), B, lout.data(), B,
-                    llse.data(), F32, ldout.data(), B, sh.heads, sh.s, sh.t,
-                    sh.d, sh.dv, scale, sh.causal);
+                    llse.data(), F32, ldout.data(), B, sh.batch, sh.heads, sh.s,
+                    sh.t, sh.d, sh.dv, scale, sh.causal);
       ASSERT_EQ(strata_rt_error(low, nullptr), nullptr);
       // Norm-wise relative error, and no element off by more than a few
       // bf16 steps of the tensor's largest magnitude.
@@ -1151,6 +1154,97 @@ TEST(RuntimeTest, Bf16AttentionMatchesF32) {
     }
     EXPECT_EQ(runs[0], runs[1]);
   }
+}
+
+/// Fused attention's layout: q, k, v, the output and the gradients are
+/// [batch, sequence, heads, head size] (heads side by side in a row), the
+/// log-sum-exp [batch, heads, sequence]. Each (batch, head) slice of a
+/// batched call equals a call on that slice alone (copied out contiguous),
+/// in f32 and in bf16 (on CPUs with AVX512-BF16 its own dot products, which
+/// repack the strided rows).
+TEST(RuntimeTest, AttentionReadsHeadsSideBySide) {
+  using AttentionFn = decltype(&strata_rt_attention);
+  using AttentionGradFn = decltype(&strata_rt_attention_grad);
+  auto attention = dispatchedKernel<AttentionFn>("strata_rt_attention");
+  auto attentionGrad =
+      dispatchedKernel<AttentionGradFn>("strata_rt_attention_grad");
+  ASSERT_NE(attention, nullptr);
+  ASSERT_NE(attentionGrad, nullptr);
+  const int64_t batch = 2, heads = 3, s = 70, t = 70, d = 16, dv = 24;
+  const int64_t bh = batch * heads;
+  const double scale = 0.25;
+  auto check = [&](auto zero, int64_t type) {
+    using T = decltype(zero);
+    SCOPED_TRACE(type == F32 ? "f32" : "bf16");
+    Context ctx;
+    auto random = [&](int64_t n, float seed) {
+      std::vector<float> f(n);
+      for (int64_t i = 0; i < n; ++i)
+        f[i] = std::sin(seed * float(i + 1));
+      std::vector<T> x(n);
+      strata_rt_cast(ctx, 0, x.data(), type, f.data(), F32, n);
+      return x;
+    };
+    std::vector<T> q = random(bh * s * d, 0.7f), k = random(bh * t * d, 1.3f),
+                   v = random(bh * t * dv, 0.5f),
+                   dout = random(bh * s * dv, 0.3f);
+    std::vector<T> out(bh * s * dv), dq(q.size()), dk(k.size()), dV(v.size());
+    std::vector<float> lse(bh * s);
+    attention(ctx, 1, out.data(), type, lse.data(), F32, q.data(), type,
+              k.data(), type, v.data(), type, batch, heads, s, t, d, dv, scale,
+              true);
+    attentionGrad(ctx, 2, dq.data(), type, dk.data(), type, dV.data(), type,
+                  q.data(), type, k.data(), type, v.data(), type, out.data(),
+                  type, lse.data(), F32, dout.data(), type, batch, heads, s, t,
+                  d, dv, scale, true);
+    ASSERT_EQ(strata_rt_error(ctx, nullptr), nullptr);
+    // Rows `rows` x `width` of slice (b, h) of a [batch, rows, heads, width]
+    // tensor, contiguous.
+    auto slice = [&](const std::vector<T> &x, int64_t b, int64_t h,
+                     int64_t rows, int64_t width) {
+      std::vector<T> y(rows * width);
+      for (int64_t r = 0; r < rows; ++r)
+        for (int64_t c = 0; c < width; ++c)
+          y[r * width + c] = x[((b * rows + r) * heads + h) * width + c];
+      return y;
+    };
+    auto expectNear = [&](const auto &got, const auto &want, const char *what) {
+      ASSERT_EQ(got.size(), want.size());
+      std::vector<float> g(got.size()), w(want.size());
+      int64_t gt = sizeof(got[0]) == 4 ? F32 : type;
+      strata_rt_cast(ctx, 0, g.data(), F32, got.data(), gt, g.size());
+      strata_rt_cast(ctx, 0, w.data(), F32, want.data(), gt, w.size());
+      for (size_t i = 0; i < g.size(); ++i)
+        ASSERT_NEAR(g[i], w[i], 1e-5 * (1 + std::fabs(w[i])))
+            << what << " " << i;
+    };
+    for (int64_t b = 0; b < batch; ++b)
+      for (int64_t h = 0; h < heads; ++h) {
+        SCOPED_TRACE(testing::Message() << "batch " << b << " head " << h);
+        std::vector<T> q1 = slice(q, b, h, s, d), k1 = slice(k, b, h, t, d),
+                       v1 = slice(v, b, h, t, dv),
+                       do1 = slice(dout, b, h, s, dv);
+        std::vector<T> o1(s * dv), dq1(s * d), dk1(t * d), dv1(t * dv);
+        std::vector<float> l1(s);
+        attention(ctx, 1, o1.data(), type, l1.data(), F32, q1.data(), type,
+                  k1.data(), type, v1.data(), type, 1, 1, s, t, d, dv, scale,
+                  true);
+        attentionGrad(ctx, 2, dq1.data(), type, dk1.data(), type, dv1.data(),
+                      type, q1.data(), type, k1.data(), type, v1.data(), type,
+                      o1.data(), type, l1.data(), F32, do1.data(), type, 1, 1,
+                      s, t, d, dv, scale, true);
+        expectNear(o1, slice(out, b, h, s, dv), "out");
+        expectNear(l1,
+                   std::vector<float>(lse.begin() + (b * heads + h) * s,
+                                      lse.begin() + (b * heads + h + 1) * s),
+                   "lse");
+        expectNear(dq1, slice(dq, b, h, s, d), "dq");
+        expectNear(dk1, slice(dk, b, h, t, d), "dk");
+        expectNear(dv1, slice(dV, b, h, t, dv), "dv");
+      }
+  };
+  check(float(), F32);
+  check(uint16_t(), STRATA_RT_BF16);
 }
 
 /// A guarded update with a non-finite guard leaves parameters and state

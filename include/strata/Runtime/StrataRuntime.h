@@ -60,9 +60,11 @@ typedef struct StrataRtContext StrataRtContext;
    fused attention (strata_rt_attention and its gradient); version 6 the
    GEMM that keeps its pre-activation (strata_rt_gemm_aux); version 7 the
    backward pass's GEMM epilogues (strata_rt_gemm_dact, strata_rt_gemm_bgrad);
-   version 8 makes the step's communicators at its start (strata_rt_connect).
+   version 8 makes the step's communicators at its start (strata_rt_connect);
+   version 9 lays fused attention's tensors out as [batch, sequence, heads,
+   head size].
  */
-#define STRATA_RT_ABI_VERSION 8
+#define STRATA_RT_ABI_VERSION 9
 
 /* Element types of tensor arguments. */
 enum {
@@ -413,27 +415,29 @@ void strata_rt_softmax_grad(StrataRtContext *ctx, int64_t site, void *dx,
                             int64_t dxType, const void *y, int64_t yType,
                             const void *dy, int64_t dyType, int64_t rows,
                             int64_t n);
-/* Scaled dot-product attention over `heads` independent (batch x head)
-   slices: q [heads, s, d], k [heads, t, d], v [heads, t, dv];
-   out = softmax(scale * q k^T) v [heads, s, dv] and lse, the log-sum-exp of
-   each query's scaled scores [heads, s]. With `causal` (s == t) key j is
-   masked for query i when j > i. f32 only. */
+/* Scaled dot-product attention of `batch` x `heads` independent slices:
+   q [batch, s, heads, d], k [batch, t, heads, d], v [batch, t, heads, dv]
+   (a projection's output, heads side by side in each row); out =
+   softmax(scale * q k^T) v per batch and head, [batch, s, heads, dv], and
+   lse, the log-sum-exp of each query's scaled scores, [batch, heads, s].
+   With `causal` (s == t) key j is masked for query i when j > i. */
 void strata_rt_attention(StrataRtContext *ctx, int64_t site, void *out,
                          int64_t outType, void *lse, int64_t lseType,
                          const void *q, int64_t qType, const void *k,
                          int64_t kType, const void *v, int64_t vType,
-                         int64_t heads, int64_t s, int64_t t, int64_t d,
-                         int64_t dv, double scale, int64_t causal);
-/* dq, dk, dv of strata_rt_attention from its inputs, out, lse and dout. */
+                         int64_t batch, int64_t heads, int64_t s, int64_t t,
+                         int64_t d, int64_t dv, double scale, int64_t causal);
+/* dq, dk, dv of strata_rt_attention from its inputs, out, lse and dout (each
+   gradient in its operand's layout). */
 void strata_rt_attention_grad(StrataRtContext *ctx, int64_t site, void *dq,
                               int64_t dqType, void *dk, int64_t dkType,
                               void *dv, int64_t dvType, const void *q,
                               int64_t qType, const void *k, int64_t kType,
                               const void *v, int64_t vType, const void *out,
                               int64_t outType, const void *lse, int64_t lseType,
-                              const void *dout, int64_t doutType, int64_t heads,
-                              int64_t s, int64_t t, int64_t d, int64_t dvDim,
-                              double scale, int64_t causal);
+                              const void *dout, int64_t doutType, int64_t batch,
+                              int64_t heads, int64_t s, int64_t t, int64_t d,
+                              int64_t dvDim, double scale, int64_t causal);
 void strata_rt_layer_norm(StrataRtContext *ctx, int64_t site, void *y,
                           int64_t yType, const void *x, int64_t xType,
                           const void *gamma, int64_t gammaType,
