@@ -1140,14 +1140,16 @@ bool attentionBlocks(T *out, float *lse, const T *q, const T *k, const T *v,
       }
       // f32 rows go straight to the output, others through `staged`.
       T *o = out + at.output(h, i0);
-      if constexpr (std::is_same_v<T, float>) {
-        bad |= !product('N', 'N', rows, dv, keys, 1.0f, p, keys,
-                        v + at.value(h, 0), ldv, 0.0f, o, ldv, work);
-      } else {
-        bad |= !product('N', 'N', rows, dv, keys, 1.0f, p, keys,
-                        v + at.value(h, 0), ldv, 0.0f, staged, dv, work);
+      float *rowsOut;
+      int64_t ldOut;
+      if constexpr (std::is_same_v<T, float>)
+        rowsOut = o, ldOut = ldv;
+      else
+        rowsOut = staged, ldOut = dv;
+      bad |= !product('N', 'N', rows, dv, keys, 1.0f, p, keys,
+                      v + at.value(h, 0), ldv, 0.0f, rowsOut, ldOut, work);
+      if constexpr (!std::is_same_v<T, float>)
         narrowRows(o, ldv, staged, rows, dv);
-      }
     }
   return bad != 0;
 }
@@ -1238,14 +1240,16 @@ bool attentionGradBlocks(T *dq, T *dk, T *dV, const T *q, const T *k,
       }
       // f32 rows go straight to dq, others through `dqRows`.
       T *dqb = dq + at.query(h, i0);
-      if constexpr (f32) {
-        bad |= !product('N', 'N', rows, d, keys, scale, dp, keys, kh, ldq, 0.0f,
-                        dqb, ldq, work);
-      } else {
-        bad |= !product('N', 'N', rows, d, keys, scale, dp, keys, kh, ldq, 0.0f,
-                        dqRows, d, work);
+      float *dqOut;
+      int64_t ldDq;
+      if constexpr (f32)
+        dqOut = dqb, ldDq = ldq;
+      else
+        dqOut = dqRows, ldDq = d;
+      bad |= !product('N', 'N', rows, d, keys, scale, dp, keys, kh, ldq, 0.0f,
+                      dqOut, ldDq, work);
+      if constexpr (!f32)
         narrowRows(dqb, ldq, dqRows, rows, d);
-      }
       bad |= !product('T', 'N', keys, d, rows, scale, dp, keys, qb, ldq, 1.0f,
                       dkh, ldk, work);
     }

@@ -1052,6 +1052,15 @@ TEST(RuntimeTest, LowPrecisionGemmRoundsTheSumOnce) {
   EXPECT_EQ(strata_rt_error(ctx, nullptr), nullptr);
 }
 
+/// The fused attention kernels of the build this processor runs.
+std::pair<decltype(&strata_rt_attention), decltype(&strata_rt_attention_grad)>
+attentionKernels() {
+  return {
+      dispatchedKernel<decltype(&strata_rt_attention)>("strata_rt_attention"),
+      dispatchedKernel<decltype(&strata_rt_attention_grad)>(
+          "strata_rt_attention_grad")};
+}
+
 /// Fused attention in bf16 (the build this processor runs: on CPUs with
 /// AVX512-BF16 its products are bf16 dot products with f32 sums and the
 /// probabilities rounded to bf16; elsewhere the f32 kernel on widened
@@ -1060,11 +1069,7 @@ TEST(RuntimeTest, LowPrecisionGemmRoundsTheSumOnce) {
 /// odd head sizes and key counts, fewer rows than a tile, causal and not,
 /// several blocks of queries; results the same on 1 and 2 threads.
 TEST(RuntimeTest, Bf16AttentionMatchesF32) {
-  using AttentionFn = decltype(&strata_rt_attention);
-  using AttentionGradFn = decltype(&strata_rt_attention_grad);
-  auto attention = dispatchedKernel<AttentionFn>("strata_rt_attention");
-  auto attentionGrad =
-      dispatchedKernel<AttentionGradFn>("strata_rt_attention_grad");
+  auto [attention, attentionGrad] = attentionKernels();
   ASSERT_NE(attention, nullptr);
   ASSERT_NE(attentionGrad, nullptr);
   const int64_t B = STRATA_RT_BF16;
@@ -1163,11 +1168,7 @@ TEST(RuntimeTest, Bf16AttentionMatchesF32) {
 /// in f32 and in bf16 (on CPUs with AVX512-BF16 its own dot products, which
 /// repack the strided rows).
 TEST(RuntimeTest, AttentionReadsHeadsSideBySide) {
-  using AttentionFn = decltype(&strata_rt_attention);
-  using AttentionGradFn = decltype(&strata_rt_attention_grad);
-  auto attention = dispatchedKernel<AttentionFn>("strata_rt_attention");
-  auto attentionGrad =
-      dispatchedKernel<AttentionGradFn>("strata_rt_attention_grad");
+  auto [attention, attentionGrad] = attentionKernels();
   ASSERT_NE(attention, nullptr);
   ASSERT_NE(attentionGrad, nullptr);
   const int64_t batch = 2, heads = 3, s = 70, t = 70, d = 16, dv = 24;
