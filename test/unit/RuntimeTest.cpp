@@ -155,10 +155,11 @@ TEST(RuntimeTest, GemmAutotuneTimesEachProblemOnceAndComputesIt) {
                 EXPECT_EQ(ctx->gemmProductsTimed(), problems);
               }
             }
-    if (choice == 1)
+    if (choice == 1) {
       EXPECT_EQ(ctx->gemmProductsOnSgemm(), 0);
-    else if (choice == 2)
+    } else if (choice == 2) {
       EXPECT_EQ(ctx->gemmProductsOnSgemm(), problems);
+    }
     auto a = iota(m * k), b = iota(k * n);
     std::vector<float> c(m * n);
     strata_rt_gemm(ctx, 0, 1, m, n, k, a.data(), F32, 0, 0, b.data(), F32, 0, 0,
