@@ -205,44 +205,67 @@ struct AttentionFusionPass
   void runOnOperation() override {
     SmallVector<SoftmaxOp> softmaxes;
     getOperation().walk([&](SoftmaxOp s) { softmaxes.push_back(s); });
-    for (SoftmaxOp softmax : softmaxes)
-      fuse(softmax);
+    // A softmax left unfused is said once (the first, with the reason and
+    // how many): the strategy asked for fused attention and the user
+    // should know where the program does not have it.
+    std::optional<std::pair<Location, std::string>> first;
+    int64_t unfused = 0;
+    for (SoftmaxOp softmax : softmaxes) {
+      Location loc = softmax.getLoc();
+      if (std::string why = fuse(softmax); !why.empty()) {
+        if (!first)
+          first.emplace(loc, std::move(why));
+        ++unfused;
+      }
+    }
+    if (first)
+      emitWarning(first->first)
+          << "strata-attention-fusion left " << unfused << " of "
+          << softmaxes.size()
+          << " softmax ops unfused; this one: " << first->second;
   }
 
-  void fuse(SoftmaxOp softmax) {
+  /// Fuses the attention around `softmax`; the reason it cannot otherwise.
+  std::string fuse(SoftmaxOp softmax) {
     // The probabilities feed one product with the values.
     Value probs = softmax.getResult();
     if (!probs.hasOneUse())
-      return;
+      return "the probabilities have other readers (or none)";
     auto pv = dyn_cast<MatmulOp>(*probs.getUsers().begin());
     if (!pv || pv.getLhs() != probs || pv.getTransposeLhs() ||
         pv.getTransposeRhs())
-      return;
+      return "the probabilities are not the left operand of a strata.matmul "
+             "with the values (dropout, a reshape or a transposed operand "
+             "between)";
     // The (optionally scaled) scores come from q k^T.
     Value scores = softmax.getInput();
     double factor = 1.0;
     ScaleOp scale = scores.getDefiningOp<ScaleOp>();
     if (scale) {
       if (!scores.hasOneUse())
-        return;
+        return "the scaled scores have other readers";
       factor = scale.getFactor().convertToDouble();
       scores = scale.getInput();
     }
     auto qk = scores.getDefiningOp<MatmulOp>();
     if (!qk || !scores.hasOneUse() || qk.getTransposeLhs() ||
         !qk.getTransposeRhs())
-      return;
+      return "the scores are not one strata.matmul of q and k "
+             "{transpose_rhs} read only here (a cast, a reshape or an "
+             "explicit transpose of k between)";
     Value q = qk.getLhs(), k = qk.getRhs(), v = pv.getRhs();
     auto qt = cast<RankedTensorType>(q.getType());
     auto kt = cast<RankedTensorType>(k.getType());
     auto vt = cast<RankedTensorType>(v.getType());
     Type element = qt.getElementType();
-    if (!(element.isF32() || element.isBF16() || element.isF16()) ||
-        qt.getRank() < 2 || kt.getRank() != qt.getRank() ||
+    if (!(element.isF32() || element.isBF16() || element.isF16()))
+      return "its element type is not f32, bf16 or f16";
+    if (qt.getRank() < 2 || kt.getRank() != qt.getRank() ||
         vt.getRank() != qt.getRank() ||
         qt.getShape().drop_back(2) != kt.getShape().drop_back(2) ||
         qt.getShape().drop_back(2) != vt.getShape().drop_back(2))
-      return;
+      return "q, k and v do not share their leading (batch, head) "
+             "dimensions (shared keys or values broadcast)";
 
     // The fused op reads [..., S, H, D]. Heads split off by a transpose of
     // the sequence and head dimensions (a projection's output [..., S, H,
@@ -316,6 +339,7 @@ struct AttentionFusionPass
         if (t->use_empty())
           t->erase();
     }
+    return "";
   }
 };
 

@@ -306,8 +306,13 @@ def StrataAttentionFusion
 
     Not fused: a chain whose probabilities go through dropout or are read
     elsewhere, a transposed `v`, broadcast (shared) keys or values, and a
-    chain with casts in it. A strategy runs this pass before `strata-amp`,
-    which treats the fused op as a white-list op.
+    chain with casts in it. A softmax left unfused is reported once, as a
+    warning at the first one with its reason and the count, so that a
+    strategy asking for fused attention says where the program does not get
+    it. Programs from the PyTorch importer are such programs today: their
+    attention multiplies through reshapes to 3-D batches and transposes k
+    explicitly, which the pass does not match. A strategy runs this pass
+    before `strata-amp`, which treats the fused op as a white-list op.
   }];
   let dependentDialects = ["::strata::StrataDialect"];
 }

@@ -1,4 +1,9 @@
 // RUN: strata-opt %s -split-input-file --strata-attention-fusion | FileCheck %s
+// A softmax left unfused is said once, with the reason and the count:
+// RUN: strata-opt %s -split-input-file --strata-attention-fusion -o /dev/null 2>&1 | FileCheck %s --check-prefix=WARN
+// WARN-NOT: warning
+// WARN: attention-fusion.mlir:[[@LINE+98]]:9: warning: strata-attention-fusion left 4 of 4 softmax ops unfused; this one: the probabilities have other readers (or none)
+// WARN-NOT: warning
 
 // The GPT's causal attention: the projections' [batch, seq, heads, head]
 // split into heads by transposes, q k^T, scale, causal softmax, times v, and
