@@ -94,12 +94,6 @@ int64_t strata_rt_scratch_bytes(StrataRtContext *ctx) {
                  sizeof(float));
 }
 
-void strata_rt_gemm_autotuned(StrataRtContext *ctx, int64_t *timed,
-                              int64_t *onSgemm) {
-  *timed = ctx->gemmProductsTimed();
-  *onSgemm = ctx->gemmProductsOnSgemm();
-}
-
 namespace {
 /// A mean is the sum divided by the group's size (in f32, rounded once for
 /// bf16 and f16).

@@ -83,11 +83,9 @@ struct StrataRtContext : strata::rt::HostContext {
   /// bf16 / f16 gradients of an optimizer update widened to f32 (kept
   /// across calls: a fresh allocation per update cost its page faults).
   strata::cpu::Scratch gradWiden;
+  /// oneDNN primitives by problem, with autotuning's choices
+  /// (strata_rt_gemm_autotuned counts them).
   std::unique_ptr<strata::cpu::GemmCache> gemm;
-  /// Products autotuning has timed so far, and of those the ones that run
-  /// through sgemm (Gemm.cpp).
-  int64_t gemmProductsTimed() const;
-  int64_t gemmProductsOnSgemm() const;
 
   StrataRtContext();
   ~StrataRtContext();

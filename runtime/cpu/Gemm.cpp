@@ -51,18 +51,14 @@ struct GemmCache {
 StrataRtContext::StrataRtContext() : HostContext("CPU runtime") {}
 StrataRtContext::~StrataRtContext() = default;
 
-int64_t StrataRtContext::gemmProductsTimed() const {
-  if (!gemm)
-    return 0;
-  return std::count_if(gemm->primitives.begin(), gemm->primitives.end(),
-                       [](const auto &entry) { return entry.second.timed; });
-}
-
-int64_t StrataRtContext::gemmProductsOnSgemm() const {
-  if (!gemm)
-    return 0;
-  return std::count_if(gemm->primitives.begin(), gemm->primitives.end(),
-                       [](const auto &entry) { return entry.second.sgemm; });
+extern "C" void strata_rt_gemm_autotuned(StrataRtContext *ctx, int64_t *timed,
+                                         int64_t *onSgemm) {
+  *timed = *onSgemm = 0;
+  if (ctx->gemm)
+    for (const auto &[key, entry] : ctx->gemm->primitives) {
+      *timed += entry.timed;
+      *onSgemm += entry.sgemm;
+    }
 }
 
 namespace {
