@@ -299,7 +299,13 @@ LogicalResult Differentiator::backprop(Operation *op) {
                                "logsumexp result");
         auto grad = make<AttentionGradOp>(
             loc, o.getQuery(), o.getKey(), o.getValue(), o.getResult(),
-            o.getLogsumexp(), adj(0), o.getScaleAttr(), o.getCausalAttr());
+            o.getLogsumexp(), adj(0), o.getScaleAttr(), o.getCausalAttr(),
+            o.getDropoutAttr(), o.getDropoutKeyAttr());
+        // The dropout mask is keyed by the micro-batch too: keep the
+        // forward's.
+        if (auto mb = getMicroBatch(o))
+          grad->setAttr(StrataDialect::kMicroBatchAttrName,
+                        builder.getI64IntegerAttr(*mb));
         accumulate(loc, o.getQuery(), grad.getQueryGrad());
         accumulate(loc, o.getKey(), grad.getKeyGrad());
         accumulate(loc, o.getValue(), grad.getValueGrad());

@@ -227,16 +227,24 @@ struct AttentionFusionPass
 
   /// Fuses the attention around `softmax`; the reason it cannot otherwise.
   std::string fuse(SoftmaxOp softmax) {
-    // The probabilities feed one product with the values.
+    // The probabilities feed one product with the values, through a
+    // dropout or not.
     Value probs = softmax.getResult();
     if (!probs.hasOneUse())
       return "the probabilities have other readers (or none)";
+    auto dropout = dyn_cast<DropoutOp>(*probs.getUsers().begin());
+    if (dropout) {
+      probs = dropout.getResult();
+      if (!probs.hasOneUse())
+        return "the dropped probabilities have other readers (or none)";
+      if (getMicroBatch(dropout) != getMicroBatch(softmax))
+        return "the dropout is of another micro-batch than the softmax";
+    }
     auto pv = dyn_cast<MatmulOp>(*probs.getUsers().begin());
     if (!pv || pv.getLhs() != probs || pv.getTransposeLhs() ||
         pv.getTransposeRhs())
       return "the probabilities are not the left operand of a strata.matmul "
-             "with the values (dropout, a reshape or a transposed operand "
-             "between)";
+             "with the values (a reshape or a transposed operand between)";
     // The (optionally scaled) scores come from q k^T.
     Value scores = softmax.getInput();
     double factor = 1.0;
@@ -301,7 +309,9 @@ struct AttentionFusionPass
     Value fk = inPlace ? tk.getInput() : withUnitHeads(k);
     Value fv = inPlace ? tv.getInput() : withUnitHeads(v);
     auto fused = AttentionOp::create(
-        b, loc, fq, fk, fv, b.getF64FloatAttr(factor), softmax.getCausalAttr());
+        b, loc, fq, fk, fv, b.getF64FloatAttr(factor), softmax.getCausalAttr(),
+        dropout ? dropout.getProbAttr() : b.getF64FloatAttr(0.0),
+        dropout ? dropout.getKeyAttr() : b.getI64IntegerAttr(0));
     copyMetadata(pv, fused);
     // Back to the product's [..., H, S, Dv]: a transpose that turned it
     // into [..., S, H, Dv] reads the fused result instead; any other reader
@@ -329,6 +339,8 @@ struct AttentionFusionPass
       product.replaceAllUsesWith(back->getResult(0));
     }
     pv.erase();
+    if (dropout)
+      dropout.erase();
     softmax.erase();
     if (scale)
       scale.erase();

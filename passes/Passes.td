@@ -304,7 +304,14 @@ def StrataAttentionFusion
     of attention becomes linear in the sequence, and causal attention does
     about half the products.
 
-    Not fused: a chain whose probabilities go through dropout or are read
+    A `strata.dropout` between the softmax and the product with `v` (GPT-2's
+    attention dropout) is fused too: the op takes its probability and key
+    (`dropout`, `dropout_key`) and its kernels draw the dropout's own mask
+    for each (batch, head, query, key) of the [..., H, S, T] probabilities,
+    keyed by micro-batch and rank as the unfused op's, so the losses stay
+    the unfused program's.
+
+    Not fused: a chain whose probabilities (dropped or not) are read
     elsewhere, a transposed `v`, broadcast (shared) keys or values, and a
     chain with casts in it. A softmax left unfused is reported once, as a
     warning at the first one with its reason and the count, so that a

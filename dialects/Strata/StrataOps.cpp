@@ -1168,7 +1168,10 @@ LogicalResult FusedDropoutAddGradOp::inferReturnTypes(
 template <typename OpTy>
 static FailureOr<std::pair<RankedTensorType, RankedTensorType>>
 inferAttention(std::optional<Location> loc, Type queryType, Type keyType,
-               Type valueType, bool causal) {
+               Type valueType, bool causal, double dropout) {
+  if (!(dropout >= 0.0 && dropout < 1.0))
+    return inferError<OpTy>(loc, "dropout must be in [0, 1), got " +
+                                     llvm::formatv("{0}", dropout).str());
   auto q = cast<RankedTensorType>(queryType),
        k = cast<RankedTensorType>(keyType),
        v = cast<RankedTensorType>(valueType);
@@ -1217,7 +1220,8 @@ LogicalResult AttentionOp::inferReturnTypes(MLIRContext *,
                                             SmallVectorImpl<Type> &types) {
   auto inferred = inferAttention<AttentionOp>(
       loc, adaptor.getQuery().getType(), adaptor.getKey().getType(),
-      adaptor.getValue().getType(), adaptor.getCausal());
+      adaptor.getValue().getType(), adaptor.getCausal(),
+      adaptor.getDropout().convertToDouble());
   if (failed(inferred))
     return failure();
   types.append({inferred->first, inferred->second});
@@ -1230,7 +1234,8 @@ LogicalResult AttentionGradOp::inferReturnTypes(MLIRContext *,
                                                 SmallVectorImpl<Type> &types) {
   auto inferred = inferAttention<AttentionGradOp>(
       loc, adaptor.getQuery().getType(), adaptor.getKey().getType(),
-      adaptor.getValue().getType(), adaptor.getCausal());
+      adaptor.getValue().getType(), adaptor.getCausal(),
+      adaptor.getDropout().convertToDouble());
   if (failed(inferred))
     return failure();
   if (adaptor.getResult().getType() != inferred->first ||

@@ -1208,8 +1208,13 @@ def Strata_AttentionOp : Strata_ComputeOp<"attention",
     when j > i. The second result is the log-sum-exp of each query's scaled
     scores ([..., H, S], f32, or f64 for f64 attention): the gradient
     recomputes the probabilities from it, so the [S, T] matrix of
-    probabilities is never stored. `strata-attention-fusion` makes it from
-    the unfused chain of ops.
+    probabilities is never stored. With `dropout` p > 0, the probabilities
+    go through inverted dropout before their product with the values,
+    with the mask strata.dropout {key = dropout_key, prob = p} draws for
+    the [..., H, S, T] tensor of probabilities (element ((b H + h) S + i)
+    T + j of micro-batch m at m n + that index, n the elements of the
+    tensor), so the fused op trains the unfused chain's losses.
+    `strata-attention-fusion` makes it from the unfused chain of ops.
 
     ```mlir
     %o, %lse = strata.attention %q, %k, %v {causal, scale = 1.250000e-01 : f64} : (tensor<2x16x4x8xf32>, tensor<2x16x4x8xf32>, tensor<2x16x4x8xf32>) -> (tensor<2x16x4x8xf32>, tensor<2x4x16xf32>)
@@ -1217,7 +1222,9 @@ def Strata_AttentionOp : Strata_ComputeOp<"attention",
   }];
   let arguments = (ins Strata_FloatTensor:$query, Strata_FloatTensor:$key,
                        Strata_FloatTensor:$value, F64Attr:$scale,
-                       UnitAttr:$causal);
+                       UnitAttr:$causal,
+                       DefaultValuedAttr<F64Attr, "0.0">:$dropout,
+                       DefaultValuedAttr<I64Attr, "0">:$dropout_key);
   let results = (outs Strata_FloatTensor:$result,
                       Strata_FloatTensor:$logsumexp);
 }
@@ -1226,8 +1233,8 @@ def Strata_AttentionGradOp : Strata_ComputeOp<"attention_grad"> {
   let summary = "Gradients of strata.attention";
   let description = [{
     Yields (d query, d key, d value) from the forward op's operands, its
-    result and log-sum-exp, and the result's gradient; `scale` and `causal`
-    as on the forward op.
+    result and log-sum-exp, and the result's gradient; `scale`, `causal`,
+    `dropout` and `dropout_key` as on the forward op (the same mask).
 
     ```mlir
     %dq, %dk, %dv = strata.attention_grad %q, %k, %v, %o, %lse, %do {causal, scale = 1.250000e-01 : f64} : (tensor<2x16x4x8xf32>, tensor<2x16x4x8xf32>, tensor<2x16x4x8xf32>, tensor<2x16x4x8xf32>, tensor<2x4x16xf32>, tensor<2x16x4x8xf32>) -> (tensor<2x16x4x8xf32>, tensor<2x16x4x8xf32>, tensor<2x16x4x8xf32>)
@@ -1237,7 +1244,9 @@ def Strata_AttentionGradOp : Strata_ComputeOp<"attention_grad"> {
                        Strata_FloatTensor:$value, Strata_FloatTensor:$result,
                        Strata_FloatTensor:$logsumexp,
                        Strata_FloatTensor:$result_grad, F64Attr:$scale,
-                       UnitAttr:$causal);
+                       UnitAttr:$causal,
+                       DefaultValuedAttr<F64Attr, "0.0">:$dropout,
+                       DefaultValuedAttr<I64Attr, "0">:$dropout_key);
   let results = (outs Strata_FloatTensor:$query_grad,
                       Strata_FloatTensor:$key_grad,
                       Strata_FloatTensor:$value_grad);

@@ -37,6 +37,9 @@ llvm::Error strata::validate(const GptConfig &config) {
   if (!(config.dropout >= 0.0 && config.dropout < 1.0))
     return invalid("--dropout must be in [0, 1), got " +
                    llvm::formatv("{0}", config.dropout).str());
+  if (!(config.attentionDropout >= 0.0 && config.attentionDropout < 1.0))
+    return invalid("--attention-dropout must be in [0, 1), got " +
+                   llvm::formatv("{0}", config.attentionDropout).str());
   return llvm::Error::success();
 }
 
@@ -108,7 +111,8 @@ OwningOpRef<ModuleOp> strata::buildGpt(MLIRContext &context,
     Value v = splitHeads(linear(h, "attn.v", H, H, std));
     Value scores = b.scale(b.matmul(q, k, false, /*transposeRhs=*/true),
                            1.0 / std::sqrt(static_cast<double>(D)));
-    Value probs = b.softmax(scores, /*causal=*/true);
+    Value probs =
+        b.dropout(b.softmax(scores, /*causal=*/true), c.attentionDropout);
     Value ctx = b.reshape(b.transpose(b.matmul(probs, v), {0, 2, 1, 3}),
                           {B, S, H});
     Value attn = linear(ctx, "attn.proj", H, H, projStd);

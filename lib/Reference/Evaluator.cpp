@@ -242,6 +242,31 @@ private:
                         ref.getValue());
   }
   const Tensor &get(Value v) { return values.find(v)->second; }
+  /// Fused attention's dropout: (slice, i, j) -> 0 or 1 / (1 - p), the
+  /// mask of strata.dropout over its [..., heads, s, t] probabilities.
+  struct AttentionMask {
+    uint64_t seed;
+    int64_t key, offset, s, t;
+    double p;
+    double operator()(int64_t slice, int64_t i, int64_t j) const {
+      if (p == 0)
+        return 1.0;
+      return rng::dropoutKeep(seed, key, offset + (slice * s + i) * t + j, p)
+                 ? 1.0 / (1.0 - p)
+                 : 0.0;
+    }
+  };
+  template <typename OpTy>
+  AttentionMask attentionMask(OpTy o, int64_t microBatch, int64_t slices,
+                              const AttentionLayout &at) {
+    int64_t n = slices * at.s * at.t;
+    return {options.seed,
+            int64_t(o.getDropoutKey()),
+            (shard * microBatches + microBatch) * n,
+            at.s,
+            at.t,
+            o.getDropout().convertToDouble()};
+  }
   /// The forward mask of dropout op `key`, scaled by 1 / (1 - p): dropout
   /// and every gradient or fused form of it share it. Micro-batch m covers
   /// global elements [m * n, (m + 1) * n).
@@ -613,6 +638,7 @@ llvm::Error Evaluator::step(Operation *op) {
         const Tensor &q = in(0), &k = in(1), &v = in(2);
         auto [at, slices] = attentionLayout(q.shape, k.shape, v.shape);
         double scale = o.getScale().convertToDouble();
+        AttentionMask mask = attentionMask(o, microBatch, slices, at);
         std::vector<int64_t> outShape = q.shape;
         outShape.back() = at.dv;
         std::vector<int64_t> lseShape(q.shape.begin(), q.shape.end() - 3);
@@ -635,10 +661,12 @@ llvm::Error Evaluator::step(Operation *op) {
             for (int64_t j = 0; j < limit; ++j)
               sum += (p[j] = std::exp(p[j] - mx));
             lse.data[at.lse(h, i)] = mx + std::log(sum);
+            for (int64_t j = 0; j < limit; ++j)
+              p[j] = mask(h, i, j) * p[j] / sum;
             for (int64_t c = 0; c < at.dv; ++c) {
               double acc = 0;
               for (int64_t j = 0; j < limit; ++j)
-                acc += p[j] / sum * v.data[at.value(h, j) + c];
+                acc += p[j] * v.data[at.value(h, j) + c];
               out.data[at.output(h, i) + c] = acc;
             }
           }
@@ -653,6 +681,7 @@ llvm::Error Evaluator::step(Operation *op) {
                      &lse = in(4), &dout = in(5);
         auto [at, slices] = attentionLayout(q.shape, k.shape, v.shape);
         double scale = o.getScale().convertToDouble();
+        AttentionMask mask = attentionMask(o, microBatch, slices, at);
         Tensor dq(q.shape), dk(k.shape), dvt(v.shape);
         for (int64_t h = 0; h < slices; ++h)
           for (int64_t i = 0; i < at.s; ++i) {
@@ -670,12 +699,12 @@ llvm::Error Evaluator::step(Operation *op) {
               for (int64_t c = 0; c < at.d; ++c)
                 dot += qi[c] * kj[c];
               double pj = std::exp(dot * scale - lse.data[at.lse(h, i)]);
-              double dp = 0;
+              double m = mask(h, i, j), dp = 0;
               for (int64_t c = 0; c < at.dv; ++c) {
                 dp += doi[c] * vj[c];
-                dvt.data[at.value(h, j) + c] += pj * doi[c];
+                dvt.data[at.value(h, j) + c] += m * pj * doi[c];
               }
-              double ds = pj * (dp - rowDot) * scale;
+              double ds = pj * (m * dp - rowDot) * scale;
               for (int64_t c = 0; c < at.d; ++c) {
                 dq.data[at.query(h, i) + c] += ds * kj[c];
                 dk.data[at.key(h, j) + c] += ds * qi[c];

@@ -1036,6 +1036,46 @@ static inline float attentionRow(float *x, int64_t limit, int64_t keys,
   return sum;
 }
 
+/// Fused attention's dropout on its probabilities: the mask
+/// strata_rt_dropout draws for key `key` over the [batch, heads, s, t]
+/// tensor of probabilities, whose element `index` is element `offset` +
+/// `index` of the global stream (this rank's shard and micro-batch before
+/// it). `prob` 0: none.
+struct AttentionDropout {
+  double prob = 0;
+  float keepScale = 1;
+  uint64_t seed = 0;
+  int64_t key = 0, offset = 0;
+
+  AttentionDropout() = default;
+  AttentionDropout(StrataRtContext *ctx, double prob, int64_t key,
+                   int64_t microBatches, int64_t microBatch, int64_t slices,
+                   int64_t s, int64_t t)
+      : prob(prob), keepScale(1.0f / float(1.0 - prob)), seed(ctx->seed),
+        key(key),
+        offset((ctx->shard * microBatches + microBatch) * slices * s * t) {}
+
+  explicit operator bool() const { return prob > 0; }
+
+  /// to[j] = from[j] dropped (0) or scaled by 1 / (1 - prob), for j < n:
+  /// elements `index` + j of the probabilities (to may be from).
+  void apply(float *to, const float *from, int64_t n, int64_t index) const {
+    int64_t first = offset + index;
+    for (int64_t g = first >> 2; 4 * g < first + n; g += kDraws) {
+      uint32_t words[4 * kDraws];
+      dropoutWords(seed, key, g, words);
+      int64_t lo = std::max<int64_t>(0, 4 * g - first);
+      int64_t hi = std::min(n, 4 * (g + kDraws) - first);
+      int64_t shift = first - 4 * g;
+#pragma omp simd
+      for (int64_t j = lo; j < hi; ++j)
+        to[j] = strata::rng::dropoutKeepWord(words[shift + j], prob)
+                    ? from[j] * keepScale
+                    : 0.0f;
+    }
+  }
+};
+
 // (C++ linkage: the kernels around are extern "C".)
 extern "C++" {
 /// The products of the attention kernels, C = alpha op(A) op(B) + beta C
@@ -1105,12 +1145,13 @@ void narrowRows(T *to, int64_t stride, const float *from, int64_t rows,
 /// read in place, in the layout of AttentionLayout. The probabilities exist
 /// one block at a time, in `scratch` (attentionScratch floats per thread);
 /// the products run single-threaded inside the parallel loop, so results do
-/// not depend on the thread count. Whether a product failed.
+/// not depend on the thread count. With `drop`, the probabilities are
+/// dropped after the log-sum-exp is taken. Whether a product failed.
 template <typename T, typename Products>
 bool attentionBlocks(T *out, float *lse, const T *q, const T *k, const T *v,
                      int64_t slices, const strata::AttentionLayout &at,
-                     float scale, bool causal, float *scratch,
-                     Products product) {
+                     float scale, bool causal, const AttentionDropout &drop,
+                     float *scratch, Products product) {
   const int64_t block = kAttentionBlock;
   const int64_t s = at.s, t = at.t, d = at.d, dv = at.dv;
   const int64_t perThread = attentionScratch<T, Products>(t, d, dv);
@@ -1137,6 +1178,8 @@ bool attentionBlocks(T *out, float *lse, const T *q, const T *k, const T *v,
         float inv = 1.0f / sum;
         for (int64_t j = 0; j < limit; ++j)
           x[j] *= inv;
+        if (drop)
+          drop.apply(x, x, limit, (h * s + i0 + r) * t);
       }
       // f32 rows go straight to the output, others through `staged`.
       T *o = out + at.output(h, i0);
@@ -1175,14 +1218,17 @@ int64_t attentionGradScratch(int64_t t, int64_t d, int64_t dv) {
 /// The gradients of attentionBlocks, per batch and head (dk and dv sum over
 /// the head's query blocks): the probabilities P of each block recomputed
 /// from the log-sum-exp, dV += P^T dO, dP = dO V^T, dS = P (dP - rowsum(dO
-/// O)), dQ = scale dS K, dK += scale dS^T Q. `scratch`:
+/// O)), dQ = scale dS K, dK += scale dS^T Q. With `drop` (mask M, keep
+/// scale c): dV += (c M P)^T dO and dP = c M (dO V^T); rowsum(dO O) is
+/// still the row's sum of the dropped probabilities times dP. `scratch`:
 /// attentionGradScratch floats per thread.
 template <typename T, typename Products>
 bool attentionGradBlocks(T *dq, T *dk, T *dV, const T *q, const T *k,
                          const T *v, const T *out, const float *lse,
                          const T *dout, int64_t slices,
                          const strata::AttentionLayout &at, float scale,
-                         bool causal, float *scratch, Products product) {
+                         bool causal, const AttentionDropout &drop,
+                         float *scratch, Products product) {
   constexpr bool f32 = std::is_same_v<T, float>;
   const int64_t block = kAttentionBlock;
   const int64_t s = at.s, t = at.t, d = at.d, dv = at.dv;
@@ -1224,11 +1270,20 @@ bool attentionGradBlocks(T *dq, T *dk, T *dV, const T *q, const T *k,
       for (int64_t r = 0; r < rows; ++r)
         attentionRow(p + r * keys, causal ? i0 + r + 1 : keys, keys,
                      lse[at.lse(h, i0 + r)]);
-      bad |= !product('T', 'N', keys, dv, rows, 1.0f, p, keys, dob, ldv, 1.0f,
+      // dV from the dropped probabilities (in dp until dO V^T takes it).
+      const float *pv = p;
+      if (drop) {
+        for (int64_t r = 0; r < rows; ++r)
+          drop.apply(dp + r * keys, p + r * keys, keys, (h * s + i0 + r) * t);
+        pv = dp;
+      }
+      bad |= !product('T', 'N', keys, dv, rows, 1.0f, pv, keys, dob, ldv, 1.0f,
                       dvh, lddv, work);
       bad |= !product('N', 'T', rows, keys, dv, 1.0f, dob, ldv, vh, ldv, 0.0f,
                       dp, keys, work);
       for (int64_t r = 0; r < rows; ++r) {
+        if (drop)
+          drop.apply(dp + r * keys, dp + r * keys, keys, (h * s + i0 + r) * t);
         const T *dor = dob + r * ldv, *o = ob + r * ldv;
         float dot = 0;
         for (int64_t c = 0; c < dv; ++c)
@@ -1305,13 +1360,18 @@ void STRATA_RT_KERNEL(strata_rt_attention)(
     void *lseData, int64_t lseType, const void *qData, int64_t qType,
     const void *kData, int64_t kType, const void *vData, int64_t vType,
     int64_t batch, int64_t heads, int64_t s, int64_t t, int64_t d, int64_t dv,
-    double scale, int64_t causal) {
+    double scale, int64_t causal, double dropout, int64_t dropoutKey,
+    int64_t microBatches, int64_t microBatch) {
   if (!onlyF32(ctx, site, "attention", {lseType}))
     return;
   auto *lse = static_cast<float *>(lseData);
   const int threads = omp_get_max_threads();
   const strata::AttentionLayout at{heads, s, t, d, dv};
   const int64_t slices = batch * heads;
+  const AttentionDropout drop =
+      dropout > 0 ? AttentionDropout(ctx, dropout, dropoutKey, microBatches,
+                                     microBatch, slices, s, t)
+                  : AttentionDropout();
   bool bad = false;
   withSameFloatType(
       ctx, site, "attention", {outType, qType, kType, vType}, [&](auto tag) {
@@ -1324,7 +1384,7 @@ void STRATA_RT_KERNEL(strata_rt_attention)(
         if constexpr (std::is_same_v<T, BFloat16>)
           if (strata::cpu::hasBf16DotProducts()) {
             bad = attentionBlocks(
-                out, lse, q, k, v, slices, at, float(scale), causal != 0,
+                out, lse, q, k, v, slices, at, float(scale), causal != 0, drop,
                 ctx->scratchFloats(
                     threads * attentionScratch<T, DotBf16Products>(t, d, dv)),
                 DotBf16Products{});
@@ -1335,7 +1395,7 @@ void STRATA_RT_KERNEL(strata_rt_attention)(
             attentionScratch<float, SgemmProducts>(t, d, dv);
         if constexpr (std::is_same_v<T, float>) {
           bad = attentionBlocks(
-              out, lse, q, k, v, slices, at, float(scale), causal != 0,
+              out, lse, q, k, v, slices, at, float(scale), causal != 0, drop,
               ctx->scratchFloats(threads * perThread), SgemmProducts{});
         } else {
           throughF32<T>(
@@ -1344,8 +1404,8 @@ void STRATA_RT_KERNEL(strata_rt_attention)(
               {{out, slices * s * dv}}, perThread,
               [&](auto &in, auto &o, float *scratch) {
                 bad = attentionBlocks(o[0], lse, in[0], in[1], in[2], slices,
-                                      at, float(scale), causal != 0, scratch,
-                                      SgemmProducts{});
+                                      at, float(scale), causal != 0, drop,
+                                      scratch, SgemmProducts{});
               });
         }
       });
@@ -1362,13 +1422,18 @@ void STRATA_RT_KERNEL(strata_rt_attention_grad)(
     const void *vData, int64_t vType, const void *outData, int64_t outType,
     const void *lseData, int64_t lseType, const void *doutData,
     int64_t doutType, int64_t batch, int64_t heads, int64_t s, int64_t t,
-    int64_t d, int64_t dv, double scale, int64_t causal) {
+    int64_t d, int64_t dv, double scale, int64_t causal, double dropout,
+    int64_t dropoutKey, int64_t microBatches, int64_t microBatch) {
   if (!onlyF32(ctx, site, "attention_grad", {lseType}))
     return;
   auto *lse = static_cast<const float *>(lseData);
   const int threads = omp_get_max_threads();
   const strata::AttentionLayout at{heads, s, t, d, dv};
   const int64_t slices = batch * heads;
+  const AttentionDropout drop =
+      dropout > 0 ? AttentionDropout(ctx, dropout, dropoutKey, microBatches,
+                                     microBatch, slices, s, t)
+                  : AttentionDropout();
   bool bad = false;
   withSameFloatType(
       ctx, site, "attention_grad",
@@ -1388,7 +1453,7 @@ void STRATA_RT_KERNEL(strata_rt_attention_grad)(
           if (strata::cpu::hasBf16DotProducts()) {
             bad = attentionGradBlocks(
                 dq, dk, dV, q, k, v, out, lse, dout, slices, at, float(scale),
-                causal != 0,
+                causal != 0, drop,
                 ctx->scratchFloats(
                     threads *
                     attentionGradScratch<T, DotBf16Products>(t, d, dv)),
@@ -1400,7 +1465,7 @@ void STRATA_RT_KERNEL(strata_rt_attention_grad)(
             attentionGradScratch<float, SgemmProducts>(t, d, dv);
         if constexpr (std::is_same_v<T, float>) {
           bad = attentionGradBlocks(dq, dk, dV, q, k, v, out, lse, dout, slices,
-                                    at, float(scale), causal != 0,
+                                    at, float(scale), causal != 0, drop,
                                     ctx->scratchFloats(threads * perThread),
                                     SgemmProducts{});
         } else {
@@ -1417,7 +1482,7 @@ void STRATA_RT_KERNEL(strata_rt_attention_grad)(
                           bad = attentionGradBlocks(
                               o[0], o[1], o[2], in[0], in[1], in[2], in[3], lse,
                               in[4], slices, at, float(scale), causal != 0,
-                              scratch, SgemmProducts{});
+                              drop, scratch, SgemmProducts{});
                         });
         }
       });

@@ -37,6 +37,7 @@
 
 #include "../common/Activations.h"
 #include "../common/AttentionLayout.h"
+#include "../common/StrataRandom.h"
 
 #include <cub/device/device_radix_sort.cuh>
 
@@ -391,15 +392,35 @@ bool allowShared(StrataRtContext *ctx, int64_t site, K kernel, size_t bytes,
       name);
 }
 
+/// Fused attention's dropout: the factor (0 or 1 / (1 - prob)) of the
+/// probability of (slice, query i, key j), strata_rt_dropout's mask of
+/// `key` over the [batch, heads, s, t] probabilities at `offset` in the
+/// global stream; 1 with prob 0.
+struct AttentionDropout {
+  double prob;
+  float keepScale;
+  uint64_t seed;
+  int64_t key, offset, s, t;
+
+  __device__ float operator()(int64_t slice, int64_t i, int64_t j) const {
+    if (prob <= 0)
+      return 1.0f;
+    return rng::dropoutKeep(seed, key, offset + (slice * s + i) * t + j, prob)
+               ? keepScale
+               : 0.0f;
+  }
+};
+
 /// One block per (batch and head, query i), in AttentionLayout: the scores
 /// of a tile of keys (a warp per score), the online softmax's running
 /// maximum m and sum, and the running output acc (one column per thread)
 /// rescaled by exp(m_old - m_new); then out = acc / sum and lse = m +
-/// log(sum).
+/// log(sum). Dropout scales the probabilities in acc, not in sum.
 template <typename T>
 __global__ void attentionKernel(T *out, float *lse, const T *q, const T *k,
                                 const T *v, AttentionLayout at, int64_t slices,
-                                float scale, bool causal) {
+                                float scale, bool causal,
+                                AttentionDropout drop) {
   const int64_t s = at.s, t = at.t, d = at.d, dv = at.dv;
   const int64_t ldk = at.rowStride(), ldv = at.valueRowStride();
   extern __shared__ float smem[];
@@ -434,7 +455,7 @@ __global__ void attentionKernel(T *out, float *lse, const T *q, const T *k,
       const float mNew = fmaxf(m, blockMax(x, reduce));
       const float alpha = m == -INFINITY ? 0.0f : fastExp(m - mNew);
       const float p = threadIdx.x < n ? fastExp(x - mNew) : 0.0f;
-      e[threadIdx.x] = p;
+      e[threadIdx.x] = threadIdx.x < n ? p * drop(h, i, j0 + threadIdx.x) : p;
       sum = sum * alpha + blockSum(p, reduce); // its barriers publish e
       for (int64_t c = threadIdx.x; c < dv; c += blockDim.x) {
         float a = acc[c] * alpha;
@@ -474,13 +495,14 @@ __device__ __forceinline__ void scoreDots(const Q *qi, const K *kj, int64_t d,
 /// One block per (batch and head, query i): delta_i = dO_i . O_i (kept for
 /// the key pass, [slices, s]), then over the keys j the query sees: P_ij =
 /// exp(scale q_i . k_j - lse_i), dS_ij = P_ij (dO_i . v_j - delta_i), dq_i =
-/// scale sum_j dS_ij k_j.
+/// scale sum_j dS_ij k_j; with dropout (factor m_ij), dS_ij = P_ij (m_ij
+/// dO_i . v_j - delta_i).
 template <typename T>
-__global__ void attentionGradQueries(T *dq, float *delta, const T *q,
-                                     const T *k, const T *v, const T *out,
-                                     const float *lse, const T *dout,
-                                     AttentionLayout at, int64_t slices,
-                                     float scale, bool causal) {
+__global__ void
+attentionGradQueries(T *dq, float *delta, const T *q, const T *k, const T *v,
+                     const T *out, const float *lse, const T *dout,
+                     AttentionLayout at, int64_t slices, float scale,
+                     bool causal, AttentionDropout drop) {
   const int64_t s = at.s, t = at.t, d = at.d, dv = at.dv;
   const int64_t ldk = at.rowStride(), ldv = at.valueRowStride();
   extern __shared__ float smem[];
@@ -515,7 +537,7 @@ __global__ void attentionGradQueries(T *dq, float *delta, const T *q,
         scoreDots(qi, kj, d, doi, vj, dv, lane, x, dp);
         if (lane == 0) {
           float p = fastExp(scale * x - li);
-          ds[jj] = p * (dp - di);
+          ds[jj] = p * (drop(h, i, j0 + jj) * dp - di);
         }
       }
       __syncthreads();
@@ -534,13 +556,13 @@ __global__ void attentionGradQueries(T *dq, float *delta, const T *q,
 
 /// One block per (batch and head, key j), over the queries i that see it:
 /// dv_j = sum_i P_ij dO_i and dk_j = scale sum_i dS_ij q_i, with delta from
-/// attentionGradQueries.
+/// attentionGradQueries (dropout: m_ij P_ij in dv_j, dS_ij as there).
 template <typename T>
-__global__ void attentionGradKeys(T *dk, T *dvOut, const T *q, const T *k,
-                                  const T *v, const float *lse,
-                                  const float *delta, const T *dout,
-                                  AttentionLayout at, int64_t slices,
-                                  float scale, bool causal) {
+__global__ void
+attentionGradKeys(T *dk, T *dvOut, const T *q, const T *k, const T *v,
+                  const float *lse, const float *delta, const T *dout,
+                  AttentionLayout at, int64_t slices, float scale, bool causal,
+                  AttentionDropout drop) {
   const int64_t s = at.s, t = at.t, d = at.d, dv = at.dv;
   const int64_t ldq = at.rowStride(), ldo = at.valueRowStride();
   extern __shared__ float smem[];
@@ -571,8 +593,9 @@ __global__ void attentionGradKeys(T *dk, T *dvOut, const T *q, const T *k,
         scoreDots(qi, kj, d, doi, vj, dv, lane, x, dp);
         if (lane == 0) {
           float p = fastExp(scale * x - lseh[i]);
-          pt[ii] = p;
-          ds[ii] = p * (dp - deltah[i]);
+          float m = drop(h, i, j);
+          pt[ii] = p * m;
+          ds[ii] = p * (m * dp - deltah[i]);
         }
       }
       __syncthreads();
@@ -595,6 +618,21 @@ __global__ void attentionGradKeys(T *dk, T *dvOut, const T *q, const T *k,
     for (int64_t c = threadIdx.x; c < dv; c += blockDim.x)
       dvOut[at.value(h, j) + c] = fromFloat<T>(accV[c]);
   }
+}
+
+/// The dropout of an attention call (this rank's shard and micro-batch
+/// before it in the global stream).
+AttentionDropout attentionDropout(StrataRtContext *ctx, double prob,
+                                  int64_t key, int64_t microBatches,
+                                  int64_t microBatch, int64_t slices, int64_t s,
+                                  int64_t t) {
+  return {prob,
+          prob > 0 ? 1.0f / float(1.0 - prob) : 1.0f,
+          ctx->seed,
+          key,
+          (ctx->shard * microBatches + microBatch) * slices * s * t,
+          s,
+          t};
 }
 
 } // namespace
@@ -639,11 +677,15 @@ void strata_rt_attention(StrataRtContext *ctx, int64_t site, void *out,
                          const void *q, int64_t qType, const void *k,
                          int64_t kType, const void *v, int64_t vType,
                          int64_t batch, int64_t heads, int64_t s, int64_t t,
-                         int64_t d, int64_t dv, double scale, int64_t causal) {
+                         int64_t d, int64_t dv, double scale, int64_t causal,
+                         double dropout, int64_t dropoutKey,
+                         int64_t microBatches, int64_t microBatch) {
   if (!onlyF32(ctx, site, "attention", {lseType}))
     return;
   const strata::AttentionLayout at{heads, s, t, d, dv};
   const int64_t slices = batch * heads;
+  const AttentionDropout drop = attentionDropout(
+      ctx, dropout, dropoutKey, microBatches, microBatch, slices, s, t);
   withSameFloatType(
       ctx, site, "attention", {outType, qType, kType, vType}, [&](auto tag) {
         using T = decltype(tag);
@@ -656,24 +698,26 @@ void strata_rt_attention(StrataRtContext *ctx, int64_t site, void *out,
                              ctx->compute>>>(
             static_cast<T *>(out), static_cast<float *>(lse),
             static_cast<const T *>(q), static_cast<const T *>(k),
-            static_cast<const T *>(v), at, slices, float(scale), causal != 0);
+            static_cast<const T *>(v), at, slices, float(scale), causal != 0,
+            drop);
         launched(ctx, site, "strata_rt_attention");
       });
 }
 
-void strata_rt_attention_grad(StrataRtContext *ctx, int64_t site, void *dq,
-                              int64_t dqType, void *dk, int64_t dkType,
-                              void *dv, int64_t dvType, const void *q,
-                              int64_t qType, const void *k, int64_t kType,
-                              const void *v, int64_t vType, const void *out,
-                              int64_t outType, const void *lse, int64_t lseType,
-                              const void *dout, int64_t doutType, int64_t batch,
-                              int64_t heads, int64_t s, int64_t t, int64_t d,
-                              int64_t dvDim, double scale, int64_t causal) {
+void strata_rt_attention_grad(
+    StrataRtContext *ctx, int64_t site, void *dq, int64_t dqType, void *dk,
+    int64_t dkType, void *dv, int64_t dvType, const void *q, int64_t qType,
+    const void *k, int64_t kType, const void *v, int64_t vType, const void *out,
+    int64_t outType, const void *lse, int64_t lseType, const void *dout,
+    int64_t doutType, int64_t batch, int64_t heads, int64_t s, int64_t t,
+    int64_t d, int64_t dvDim, double scale, int64_t causal, double dropout,
+    int64_t dropoutKey, int64_t microBatches, int64_t microBatch) {
   if (!onlyF32(ctx, site, "attention_grad", {lseType}))
     return;
   const strata::AttentionLayout at{heads, s, t, d, dvDim};
   const int64_t slices = batch * heads;
+  const AttentionDropout drop = attentionDropout(
+      ctx, dropout, dropoutKey, microBatches, microBatch, slices, s, t);
   withSameFloatType(
       ctx, site, "attention_grad",
       {dqType, dkType, dvType, qType, kType, vType, outType, doutType},
@@ -700,7 +744,7 @@ void strata_rt_attention_grad(StrataRtContext *ctx, int64_t site, void *dq,
               <<<gridFor(slices * s, 1), kAttentionThreads, shared,
                  ctx->compute>>>(static_cast<T *>(dq), delta, qT, kT, vT,
                                  static_cast<const T *>(out), lsef, doutT, at,
-                                 slices, float(scale), causal != 0);
+                                 slices, float(scale), causal != 0, drop);
           if (!launched(ctx, site, "strata_rt_attention_grad"))
             return;
         }
@@ -714,7 +758,7 @@ void strata_rt_attention_grad(StrataRtContext *ctx, int64_t site, void *dq,
         attentionGradKeys<T><<<gridFor(slices * t, 1), kAttentionThreads,
                                shared, ctx->compute>>>(
             static_cast<T *>(dk), static_cast<T *>(dv), qT, kT, vT, lsef, delta,
-            doutT, at, slices, float(scale), causal != 0);
+            doutT, at, slices, float(scale), causal != 0, drop);
         launched(ctx, site, "strata_rt_attention_grad");
       });
 }

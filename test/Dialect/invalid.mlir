@@ -852,6 +852,15 @@ func.func @f(%q: tensor<2x5x2x8xf32>, %k: tensor<3x7x2x8xf32>) {
 
 // -----
 
+func.func @f(%q: tensor<5x2x8xf32>) {
+  // expected-error@+2 {{'strata.attention' op dropout must be in [0, 1), got 1}}
+  // expected-error@+1 {{failed to infer returned types}}
+  %o, %l = strata.attention %q, %q, %q {dropout = 1.0 : f64, dropout_key = 2 : i64, scale = 1.0 : f64} : (tensor<5x2x8xf32>, tensor<5x2x8xf32>, tensor<5x2x8xf32>) -> (tensor<5x2x8xf32>, tensor<2x5xf32>)
+  return
+}
+
+// -----
+
 func.func @f(%q: tensor<5x2x8xf32>, %k: tensor<7x3x8xf32>) {
   // expected-error@+2 {{'strata.attention' op query, key and value must have the same batch dimensions and heads, got [5, 2, 8], [7, 3, 8] and [7, 3, 8]}}
   // expected-error@+1 {{failed to infer returned types}}

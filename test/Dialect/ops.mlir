@@ -166,6 +166,13 @@ func.func @attention(%q: tensor<2x16x4x8xf32>, %v: tensor<2x16x4x6xf32>, %do: te
   %o, %lse = strata.attention %q, %q, %v {causal, scale = 0.125 : f64} : (tensor<2x16x4x8xf32>, tensor<2x16x4x8xf32>, tensor<2x16x4x6xf32>) -> (tensor<2x16x4x6xf32>, tensor<2x4x16xf32>)
   // CHECK: strata.attention_grad {{.*}} -> (tensor<2x16x4x8xf32>, tensor<2x16x4x8xf32>, tensor<2x16x4x6xf32>)
   %g:3 = strata.attention_grad %q, %q, %v, %o, %lse, %do {causal, scale = 0.125 : f64} : (tensor<2x16x4x8xf32>, tensor<2x16x4x8xf32>, tensor<2x16x4x6xf32>, tensor<2x16x4x6xf32>, tensor<2x4x16xf32>, tensor<2x16x4x6xf32>) -> (tensor<2x16x4x8xf32>, tensor<2x16x4x8xf32>, tensor<2x16x4x6xf32>)
+  // Dropout on the probabilities (0, the default, is not printed).
+  // CHECK: strata.attention {{.*}} {dropout = 1.000000e-01 : f64, dropout_key = 4 : i64, scale = 1.250000e-01 : f64}
+  %od, %lsed = strata.attention %q, %q, %v {dropout = 0.1 : f64, dropout_key = 4 : i64, scale = 0.125 : f64} : (tensor<2x16x4x8xf32>, tensor<2x16x4x8xf32>, tensor<2x16x4x6xf32>) -> (tensor<2x16x4x6xf32>, tensor<2x4x16xf32>)
+  // CHECK: strata.attention_grad {{.*}} {dropout = 1.000000e-01 : f64, dropout_key = 4 : i64, scale = 1.250000e-01 : f64}
+  %gd:3 = strata.attention_grad %q, %q, %v, %od, %lsed, %do {dropout = 0.1 : f64, dropout_key = 4 : i64, scale = 0.125 : f64} : (tensor<2x16x4x8xf32>, tensor<2x16x4x8xf32>, tensor<2x16x4x6xf32>, tensor<2x16x4x6xf32>, tensor<2x4x16xf32>, tensor<2x16x4x6xf32>) -> (tensor<2x16x4x8xf32>, tensor<2x16x4x8xf32>, tensor<2x16x4x6xf32>)
+  // CHECK: strata.attention {{.*}} {scale = 1.250000e-01 : f64}
+  %o0, %l0 = strata.attention %q, %q, %v {dropout = 0.0 : f64, scale = 0.125 : f64} : (tensor<2x16x4x8xf32>, tensor<2x16x4x8xf32>, tensor<2x16x4x6xf32>) -> (tensor<2x16x4x6xf32>, tensor<2x4x16xf32>)
   return
 }
 

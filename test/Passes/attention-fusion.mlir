@@ -2,7 +2,7 @@
 // A softmax left unfused is said once, with the reason and the count:
 // RUN: strata-opt %s -split-input-file --strata-attention-fusion -o /dev/null 2>&1 | FileCheck %s --check-prefix=WARN
 // WARN-NOT: warning
-// WARN: attention-fusion.mlir:[[@LINE+98]]:9: warning: strata-attention-fusion left 4 of 4 softmax ops unfused; this one: the probabilities have other readers (or none)
+// WARN: attention-fusion.mlir:[[@LINE+119]]:9: warning: strata-attention-fusion left 4 of 4 softmax ops unfused; this one: the probabilities have other readers (or none)
 // WARN-NOT: warning
 
 // The GPT's causal attention: the projections' [batch, seq, heads, head]
@@ -69,6 +69,27 @@ func.func @causal(%q: tensor<2x4x16x8xf32>, %k: tensor<2x4x16x8xf32>, %xv: tenso
 
 // -----
 
+// Dropout on the probabilities (GPT-2's attn_pdrop): the fused op drops
+// them with the dropout's key and probability (the same mask), and keeps
+// the micro-batch the mask is keyed by.
+// CHECK-LABEL: func @dropout
+func.func @dropout(%xq: tensor<2x16x4x8xf32>, %xk: tensor<2x16x4x8xf32>, %xv: tensor<2x16x4x8xf32>) -> tensor<2x16x4x8xf32> {
+  // CHECK-NEXT: %[[O:.*]], %{{.*}} = strata.attention %arg0, %arg1, %arg2 {causal, dropout = 1.000000e-01 : f64, dropout_key = 3 : i64, scale = 0.35355339059327373 : f64, strata.micro_batch = 1 : i64} : (tensor<2x16x4x8xf32>, tensor<2x16x4x8xf32>, tensor<2x16x4x8xf32>) -> (tensor<2x16x4x8xf32>, tensor<2x4x16xf32>)
+  // CHECK-NEXT: return %[[O]]
+  %q = strata.transpose %xq {permutation = array<i64: 0, 2, 1, 3>, strata.micro_batch = 1 : i64} : (tensor<2x16x4x8xf32>) -> tensor<2x4x16x8xf32>
+  %k = strata.transpose %xk {permutation = array<i64: 0, 2, 1, 3>, strata.micro_batch = 1 : i64} : (tensor<2x16x4x8xf32>) -> tensor<2x4x16x8xf32>
+  %v = strata.transpose %xv {permutation = array<i64: 0, 2, 1, 3>, strata.micro_batch = 1 : i64} : (tensor<2x16x4x8xf32>) -> tensor<2x4x16x8xf32>
+  %s = strata.matmul %q, %k {transpose_rhs, strata.micro_batch = 1 : i64} : (tensor<2x4x16x8xf32>, tensor<2x4x16x8xf32>) -> tensor<2x4x16x16xf32>
+  %z = strata.scale %s {factor = 0.35355339059327373 : f64, strata.micro_batch = 1 : i64} : (tensor<2x4x16x16xf32>) -> tensor<2x4x16x16xf32>
+  %p = strata.softmax %z {causal, strata.micro_batch = 1 : i64} : (tensor<2x4x16x16xf32>) -> tensor<2x4x16x16xf32>
+  %d = strata.dropout %p {key = 3 : i64, prob = 0.1 : f64, strata.micro_batch = 1 : i64} : (tensor<2x4x16x16xf32>) -> tensor<2x4x16x16xf32>
+  %o = strata.matmul %d, %v {strata.micro_batch = 1 : i64} : (tensor<2x4x16x16xf32>, tensor<2x4x16x8xf32>) -> tensor<2x4x16x8xf32>
+  %t = strata.transpose %o {permutation = array<i64: 0, 2, 1, 3>, strata.micro_batch = 1 : i64} : (tensor<2x4x16x8xf32>) -> tensor<2x16x4x8xf32>
+  return %t : tensor<2x16x4x8xf32>
+}
+
+// -----
+
 // Without the scale (1.0), not causal, keys longer than queries, a value
 // width of its own.
 // CHECK-LABEL: func @cross
@@ -103,7 +124,7 @@ func.func @keep(%q: tensor<2x16x8xf32>, %k: tensor<2x16x8xf32>, %v: tensor<2x16x
   %p0 = strata.softmax %s0 {causal} : (tensor<2x16x16xf32>) -> tensor<2x16x16xf32>
   %o0 = strata.matmul %p0, %v : (tensor<2x16x16xf32>, tensor<2x16x8xf32>) -> tensor<2x16x8xf32>
   %o1 = strata.matmul %p0, %v : (tensor<2x16x16xf32>, tensor<2x16x8xf32>) -> tensor<2x16x8xf32>
-  // Dropout on the probabilities.
+  // The dropped probabilities are read elsewhere (returned).
   %s2 = strata.matmul %q, %k {transpose_rhs} : (tensor<2x16x8xf32>, tensor<2x16x8xf32>) -> tensor<2x16x16xf32>
   %p2 = strata.softmax %s2 {causal} : (tensor<2x16x16xf32>) -> tensor<2x16x16xf32>
   %d2 = strata.dropout %p2 {key = 1 : i64, prob = 0.1 : f64} : (tensor<2x16x16xf32>) -> tensor<2x16x16xf32>

@@ -604,10 +604,11 @@ std::vector<CaseDef> makeCases() {
 
   // Attention (q, k, v and the gradients in `dt`, the log-sum-exp f32;
   // [batch, sequence, heads, head size]); the gradient after the forward
-  // pass it needs.
+  // pass it needs. `dropout`: the probabilities' dropout, micro-batch 1 of
+  // 2 (the same mask on both runtimes).
   auto attention = [&](const std::string &name, int64_t dt, int64_t batch,
                        int64_t heads, int64_t s, int64_t t, int64_t d,
-                       int64_t dv, bool causal) {
+                       int64_t dv, bool causal, double dropout = 0) {
     const double scale = 1 / std::sqrt(double(d));
     const int64_t bh = batch * heads;
     Tol tol = dt == F32 ? kSum : kDefault;
@@ -619,7 +620,7 @@ std::vector<CaseDef> makeCases() {
         void *o = c.out("out", dt, bh * s * dv, tol);
         void *lse = c.out("lse", F32, bh * s, kSum);
         RT.attention(c.ctx, 1, o, dt, lse, F32, q, dt, k, dt, v, dt, batch,
-                     heads, s, t, d, dv, scale, causal);
+                     heads, s, t, d, dv, scale, causal, dropout, 7, 2, 1);
         if (!grad)
           return;
         void *dout = c.rand(dt, bh * s * dv, -1, 1);
@@ -628,7 +629,7 @@ std::vector<CaseDef> makeCases() {
         void *dV = c.out("dv", dt, bh * t * dv, tol);
         RT.attention_grad(c.ctx, 2, dq, dt, dk, dt, dV, dt, q, dt, k, dt, v, dt,
                           o, dt, lse, F32, dout, dt, batch, heads, s, t, d, dv,
-                          scale, causal);
+                          scale, causal, dropout, 7, 2, 1);
       });
   };
   attention("f32", F32, 1, 3, 37, 37, 16, 16, false);
@@ -637,6 +638,8 @@ std::vector<CaseDef> makeCases() {
   attention("f32_causal_long", F32, 2, 1, 130, 130, 32, 32, true);
   attention("bf16_causal", BF16, 2, 3, 37, 37, 16, 16, true);
   attention("f16_cross", F16, 1, 3, 29, 45, 16, 24, false);
+  attention("f32_causal_dropout", F32, 2, 3, 37, 37, 16, 16, true, 0.2);
+  attention("bf16_cross_dropout", BF16, 1, 3, 29, 45, 16, 24, false, 0.1);
 
   // Layer norm and its gradient.
   auto layerNorm = [&](const std::string &name, int64_t dt, int64_t rows,

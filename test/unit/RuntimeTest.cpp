@@ -8,6 +8,7 @@
 
 #include "strata/Runtime/StrataRuntime.h"
 
+#include "../../runtime/common/AttentionLayout.h"
 #include "../../runtime/common/HostContext.h"
 #include "../../runtime/common/StrataRandom.h"
 #include "../../runtime/cpu/Context.h"
@@ -1119,11 +1120,11 @@ TEST(RuntimeTest, Bf16AttentionMatchesF32) {
     std::vector<float> out(no), lse(nl), dq(nq), dk(nk), dv(nv);
     attention(ctx, 1, out.data(), F32, lse.data(), F32, q.data(), F32, k.data(),
               F32, v.data(), F32, sh.batch, sh.heads, sh.s, sh.t, sh.d, sh.dv,
-              scale, sh.causal);
+              scale, sh.causal, 0.0, 0, 1, 0);
     attentionGrad(ctx, 2, dq.data(), F32, dk.data(), F32, dv.data(), F32,
                   q.data(), F32, k.data(), F32, v.data(), F32, out.data(), F32,
                   lse.data(), F32, dout.data(), F32, sh.batch, sh.heads, sh.s,
-                  sh.t, sh.d, sh.dv, scale, sh.causal);
+                  sh.t, sh.d, sh.dv, scale, sh.causal, 0.0, 0, 1, 0);
     std::vector<uint16_t> runs[2];
     for (int threads : {1, 2}) {
       Context low(threads);
@@ -1131,11 +1132,11 @@ TEST(RuntimeTest, Bf16AttentionMatchesF32) {
       std::vector<float> llse(nl);
       attention(low, 1, lout.data(), B, llse.data(), F32, lq.data(), B,
                 lk.data(), B, lv.data(), B, sh.batch, sh.heads, sh.s, sh.t,
-                sh.d, sh.dv, scale, sh.causal);
+                sh.d, sh.dv, scale, sh.causal, 0.0, 0, 1, 0);
       attentionGrad(low, 2, ldq.data(), B, ldk.data(), B, ldv.data(), B,
                     lq.data(), B, lk.data(), B, lv.data(), B, lout.data(), B,
                     llse.data(), F32, ldout.data(), B, sh.batch, sh.heads, sh.s,
-                    sh.t, sh.d, sh.dv, scale, sh.causal);
+                    sh.t, sh.d, sh.dv, scale, sh.causal, 0.0, 0, 1, 0);
       ASSERT_EQ(strata_rt_error(low, nullptr), nullptr);
       // Norm-wise relative error, and no element off by more than a few
       // bf16 steps of the tensor's largest magnitude.
@@ -1200,11 +1201,11 @@ TEST(RuntimeTest, AttentionReadsHeadsSideBySide) {
     std::vector<float> lse(bh * s);
     attention(ctx, 1, out.data(), type, lse.data(), F32, q.data(), type,
               k.data(), type, v.data(), type, batch, heads, s, t, d, dv, scale,
-              true);
+              true, 0.0, 0, 1, 0);
     attentionGrad(ctx, 2, dq.data(), type, dk.data(), type, dV.data(), type,
                   q.data(), type, k.data(), type, v.data(), type, out.data(),
                   type, lse.data(), F32, dout.data(), type, batch, heads, s, t,
-                  d, dv, scale, true);
+                  d, dv, scale, true, 0.0, 0, 1, 0);
     ASSERT_EQ(strata_rt_error(ctx, nullptr), nullptr);
     // Rows `rows` x `width` of slice (b, h) of a [batch, rows, heads, width]
     // tensor, contiguous.
@@ -1236,11 +1237,11 @@ TEST(RuntimeTest, AttentionReadsHeadsSideBySide) {
         std::vector<float> l1(s);
         attention(ctx, 1, o1.data(), type, l1.data(), F32, q1.data(), type,
                   k1.data(), type, v1.data(), type, 1, 1, s, t, d, dv, scale,
-                  true);
+                  true, 0.0, 0, 1, 0);
         attentionGrad(ctx, 2, dq1.data(), type, dk1.data(), type, dv1.data(),
                       type, q1.data(), type, k1.data(), type, v1.data(), type,
                       o1.data(), type, l1.data(), F32, do1.data(), type, 1, 1,
-                      s, t, d, dv, scale, true);
+                      s, t, d, dv, scale, true, 0.0, 0, 1, 0);
         expectNear(o1, slice(out, b, h, s, dv), "out");
         expectNear(l1,
                    std::vector<float>(lse.begin() + (b * heads + h) * s,
@@ -1253,6 +1254,120 @@ TEST(RuntimeTest, AttentionReadsHeadsSideBySide) {
   };
   check(float(), F32);
   check(uint16_t(), STRATA_RT_BF16);
+}
+
+/// Fused attention with dropout on its probabilities equals the unfused
+/// chain of the runtime's own kernels: scores, strata_rt_softmax, then
+/// strata_rt_dropout of the [batch, heads, s, t] probabilities with the
+/// same key and micro-batch (on a rank other than the first), times v; and
+/// its gradients equal that chain's (strata_rt_dropout of dP,
+/// strata_rt_softmax_grad). Causal and not, on 1 and 2 threads.
+TEST(RuntimeTest, AttentionDropoutIsTheUnfusedDropout) {
+  auto [attention, attentionGrad] = attentionKernels();
+  ASSERT_NE(attention, nullptr);
+  ASSERT_NE(attentionGrad, nullptr);
+  const int64_t batch = 2, heads = 3, s = 70, d = 16, dv = 8;
+  const int64_t bh = batch * heads, key = 5, microBatches = 2, mb = 1;
+  const double prob = 0.25, scale = 0.25;
+  for (bool causal : {true, false})
+    for (int threads : {1, 2}) {
+      SCOPED_TRACE(testing::Message()
+                   << (causal ? "causal " : "") << threads << " threads");
+      const int64_t t = causal ? s : 45;
+      Context ctx(threads, /*shard=*/1);
+      auto random = [](int64_t n, float seed) {
+        std::vector<float> f(n);
+        for (int64_t i = 0; i < n; ++i)
+          f[i] = std::sin(seed * float(i + 1));
+        return f;
+      };
+      std::vector<float> q = random(bh * s * d, 0.7f),
+                         k = random(bh * t * d, 1.3f),
+                         v = random(bh * t * dv, 0.5f),
+                         dout = random(bh * s * dv, 0.3f);
+      strata::AttentionLayout at{heads, s, t, d, dv};
+      // The unfused chain, per slice in [batch, heads, s, t].
+      std::vector<float> scores(bh * s * t), p(scores.size()),
+          pd(scores.size());
+      for (int64_t h = 0; h < bh; ++h)
+        for (int64_t i = 0; i < s; ++i)
+          for (int64_t j = 0; j < t; ++j) {
+            double dot = 0;
+            for (int64_t c = 0; c < d; ++c)
+              dot += double(q[at.query(h, i) + c]) * k[at.key(h, j) + c];
+            scores[(h * s + i) * t + j] = float(scale * dot);
+          }
+      strata_rt_softmax(ctx, 1, p.data(), F32, scores.data(), F32, bh * s, t,
+                        causal ? s : 0);
+      strata_rt_dropout(ctx, 2, pd.data(), F32, p.data(), F32, nullptr, F32,
+                        bh * s * t, key, microBatches, mb, prob);
+      std::vector<float> want(bh * s * dv), dpd(scores.size()),
+          dp(scores.size()), ds(scores.size());
+      for (int64_t h = 0; h < bh; ++h)
+        for (int64_t i = 0; i < s; ++i)
+          for (int64_t c = 0; c < dv; ++c) {
+            double acc = 0;
+            for (int64_t j = 0; j < t; ++j)
+              acc += double(pd[(h * s + i) * t + j]) * v[at.value(h, j) + c];
+            want[at.output(h, i) + c] = float(acc);
+          }
+      for (int64_t h = 0; h < bh; ++h)
+        for (int64_t i = 0; i < s; ++i)
+          for (int64_t j = 0; j < t; ++j) {
+            double dot = 0;
+            for (int64_t c = 0; c < dv; ++c)
+              dot += double(dout[at.output(h, i) + c]) * v[at.value(h, j) + c];
+            dpd[(h * s + i) * t + j] = float(dot);
+          }
+      strata_rt_dropout(ctx, 3, dp.data(), F32, dpd.data(), F32, nullptr, F32,
+                        bh * s * t, key, microBatches, mb, prob);
+      strata_rt_softmax_grad(ctx, 4, ds.data(), F32, p.data(), F32, dp.data(),
+                             F32, bh * s, t);
+      std::vector<double> wdq(q.size()), wdk(k.size()), wdv(v.size());
+      for (int64_t h = 0; h < bh; ++h)
+        for (int64_t i = 0; i < s; ++i)
+          for (int64_t j = 0; j < t; ++j) {
+            double g = scale * ds[(h * s + i) * t + j];
+            double w = pd[(h * s + i) * t + j];
+            for (int64_t c = 0; c < d; ++c) {
+              wdq[at.query(h, i) + c] += g * k[at.key(h, j) + c];
+              wdk[at.key(h, j) + c] += g * q[at.query(h, i) + c];
+            }
+            for (int64_t c = 0; c < dv; ++c)
+              wdv[at.value(h, j) + c] += w * dout[at.output(h, i) + c];
+          }
+      ASSERT_EQ(strata_rt_error(ctx, nullptr), nullptr);
+
+      std::vector<float> out(want.size()), lse(bh * s), dq(q.size()),
+          dk(k.size()), dV(v.size());
+      attention(ctx, 5, out.data(), F32, lse.data(), F32, q.data(), F32,
+                k.data(), F32, v.data(), F32, batch, heads, s, t, d, dv, scale,
+                causal, prob, key, microBatches, mb);
+      attentionGrad(ctx, 6, dq.data(), F32, dk.data(), F32, dV.data(), F32,
+                    q.data(), F32, k.data(), F32, v.data(), F32, out.data(),
+                    F32, lse.data(), F32, dout.data(), F32, batch, heads, s, t,
+                    d, dv, scale, causal, prob, key, microBatches, mb);
+      ASSERT_EQ(strata_rt_error(ctx, nullptr), nullptr);
+      auto expectNear = [](const auto &got, const auto &want,
+                           const char *what) {
+        for (size_t i = 0; i < got.size(); ++i)
+          ASSERT_NEAR(got[i], want[i], 2e-5 * (1 + std::fabs(want[i])))
+              << what << " " << i;
+      };
+      expectNear(out, want, "out");
+      expectNear(dq, wdq, "dq");
+      expectNear(dk, wdk, "dk");
+      expectNear(dV, wdv, "dv");
+      // The mask matters: without dropout the output is another.
+      std::vector<float> plain(out.size());
+      attention(ctx, 5, plain.data(), F32, lse.data(), F32, q.data(), F32,
+                k.data(), F32, v.data(), F32, batch, heads, s, t, d, dv, scale,
+                causal, 0.0, key, microBatches, mb);
+      double moved = 0;
+      for (size_t i = 0; i < out.size(); ++i)
+        moved = std::max(moved, double(std::fabs(plain[i] - out[i])));
+      EXPECT_GT(moved, 1e-2);
+    }
 }
 
 /// A guarded update with a non-finite guard leaves parameters and state

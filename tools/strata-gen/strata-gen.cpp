@@ -2,7 +2,7 @@
 //
 //   strata-gen mlp --sizes 784,1024,1024,10 --batch 256
 //   strata-gen gpt --layers L --hidden H --heads A --seq S --vocab V
-//                  --batch B [--dropout P]
+//                  --batch B [--dropout P] [--attention-dropout P]
 //
 // prints the forward + loss program of the model, verified.
 //
@@ -73,6 +73,12 @@ static cl::opt<double> dropout("dropout",
                                cl::init(0.0), cl::sub(gptCommand),
                                cl::cat(genCategory));
 
+static cl::opt<double> attentionDropout(
+    "attention-dropout",
+    cl::desc("Dropout probability of the attention probabilities (GPT-2's "
+             "attn_pdrop; default: 0)"),
+    cl::init(0.0), cl::sub(gptCommand), cl::cat(genCategory));
+
 static cl::opt<bool>
     ampGuard("amp-guard",
              cl::desc("Mark the transformer blocks as under a mixed-precision "
@@ -104,8 +110,9 @@ int main(int argc, char **argv) {
       return fail(toString(std::move(err)));
     module = strata::buildMlp(context, config);
   } else if (gptCommand) {
-    strata::GptConfig config{layers, hidden,   heads,   seqLen,
-                             vocab,  gptBatch, dropout, ampGuard};
+    strata::GptConfig config{layers,  hidden,   heads,
+                             seqLen,  vocab,    gptBatch,
+                             dropout, ampGuard, attentionDropout};
     if (Error err = strata::validate(config))
       return fail(toString(std::move(err)));
     module = strata::buildGpt(context, config);

@@ -22,7 +22,8 @@ struct MlpConfig {
 /// A GPT-2 style decoder: learned position embeddings,
 /// pre-LayerNorm blocks, causal self-attention, tanh-GELU MLP of 4h, final
 /// LayerNorm, LM head tied to the token embedding, dropout after the
-/// embeddings and the attention / MLP projections.
+/// embeddings and the attention / MLP projections (`dropout`) and on the
+/// attention probabilities (`attentionDropout`, GPT-2's attn_pdrop).
 struct GptConfig {
   int64_t layers = 2;
   int64_t hidden = 64;
@@ -34,6 +35,7 @@ struct GptConfig {
   /// The transformer blocks under a mixed-precision guard (strata.amp_guard,
   /// Paddle's fp16_guard); the embeddings, final layer norm and head not.
   bool ampGuard = false;
+  double attentionDropout = 0.0;
 };
 
 llvm::Error validate(const MlpConfig &config);

@@ -62,9 +62,9 @@ typedef struct StrataRtContext StrataRtContext;
    backward pass's GEMM epilogues (strata_rt_gemm_dact, strata_rt_gemm_bgrad);
    version 8 makes the step's communicators at its start (strata_rt_connect);
    version 9 lays fused attention's tensors out as [batch, sequence, heads,
-   head size].
+   head size]; version 10 adds dropout on fused attention's probabilities.
  */
-#define STRATA_RT_ABI_VERSION 9
+#define STRATA_RT_ABI_VERSION 10
 
 /* Element types of tensor arguments. */
 enum {
@@ -420,24 +420,30 @@ void strata_rt_softmax_grad(StrataRtContext *ctx, int64_t site, void *dx,
    (a projection's output, heads side by side in each row); out =
    softmax(scale * q k^T) v per batch and head, [batch, s, heads, dv], and
    lse, the log-sum-exp of each query's scaled scores, [batch, heads, s].
-   With `causal` (s == t) key j is masked for query i when j > i. */
+   With `causal` (s == t) key j is masked for query i when j > i. With
+   `dropout` > 0 the probabilities go through strata_rt_dropout's mask of
+   `dropoutKey` for the [batch, heads, s, t] tensor of probabilities
+   (micro-batch `microBatch` of `microBatches`) before their product with
+   v; lse is that of the probabilities before it. */
 void strata_rt_attention(StrataRtContext *ctx, int64_t site, void *out,
                          int64_t outType, void *lse, int64_t lseType,
                          const void *q, int64_t qType, const void *k,
                          int64_t kType, const void *v, int64_t vType,
                          int64_t batch, int64_t heads, int64_t s, int64_t t,
-                         int64_t d, int64_t dv, double scale, int64_t causal);
+                         int64_t d, int64_t dv, double scale, int64_t causal,
+                         double dropout, int64_t dropoutKey,
+                         int64_t microBatches, int64_t microBatch);
 /* dq, dk, dv of strata_rt_attention from its inputs, out, lse and dout (each
-   gradient in its operand's layout). */
-void strata_rt_attention_grad(StrataRtContext *ctx, int64_t site, void *dq,
-                              int64_t dqType, void *dk, int64_t dkType,
-                              void *dv, int64_t dvType, const void *q,
-                              int64_t qType, const void *k, int64_t kType,
-                              const void *v, int64_t vType, const void *out,
-                              int64_t outType, const void *lse, int64_t lseType,
-                              const void *dout, int64_t doutType, int64_t batch,
-                              int64_t heads, int64_t s, int64_t t, int64_t d,
-                              int64_t dvDim, double scale, int64_t causal);
+   gradient in its operand's layout); the other arguments as the forward
+   call's. */
+void strata_rt_attention_grad(
+    StrataRtContext *ctx, int64_t site, void *dq, int64_t dqType, void *dk,
+    int64_t dkType, void *dv, int64_t dvType, const void *q, int64_t qType,
+    const void *k, int64_t kType, const void *v, int64_t vType, const void *out,
+    int64_t outType, const void *lse, int64_t lseType, const void *dout,
+    int64_t doutType, int64_t batch, int64_t heads, int64_t s, int64_t t,
+    int64_t d, int64_t dvDim, double scale, int64_t causal, double dropout,
+    int64_t dropoutKey, int64_t microBatches, int64_t microBatch);
 void strata_rt_layer_norm(StrataRtContext *ctx, int64_t site, void *y,
                           int64_t yType, const void *x, int64_t xType,
                           const void *gamma, int64_t gammaType,
