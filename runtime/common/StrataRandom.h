@@ -22,6 +22,7 @@
 #endif
 #include <Random123/philox.h>
 
+#include <cmath>
 #include <cstdint>
 
 #if defined(__CUDACC__)
@@ -64,6 +65,13 @@ constexpr int64_t kDropoutStream = 0x44524F50; // "DROP"
 STRATA_HOST_DEVICE inline bool dropoutKeepWord(uint32_t word, double prob) {
   float u = static_cast<float>(word >> 8) * (1.0f / 16777216.0f);
   return u >= static_cast<float>(prob);
+}
+/// The same test as an integer compare, for vector loops:
+/// dropoutKeepWord(word, prob) == (word >> 8) >= dropoutKeepThreshold(prob)
+/// (word >> 8 is below 2^24, so the float product above is exact).
+STRATA_HOST_DEVICE inline uint32_t dropoutKeepThreshold(double prob) {
+  return static_cast<uint32_t>(
+      ceil(static_cast<double>(static_cast<float>(prob)) * 16777216.0));
 }
 STRATA_HOST_DEVICE inline r123::Philox4x32::ctr_type
 dropoutDraw(uint64_t seed, int64_t key, int64_t index) {

@@ -417,12 +417,66 @@ constexpr int kDraws = 16;
 
 /// The dropout stream's words for the 16 consecutive draws from `g`, in
 /// element order: words[4 j + w] == rng::dropoutDraw(seed, key, 4 (g + j))[w].
-/// The AVX2 variant runs the ten Philox-4x32-10 rounds of
-/// `strata::rng::draw` on eight draws per vector (32 x 32 -> 64-bit products
-/// of the even and odd lanes); the baseline calls it per draw.
+/// The vector variants run the ten Philox-4x32-10 rounds of
+/// `strata::rng::draw` on sixteen (AVX-512) or eight (AVX2) draws per
+/// vector (32 x 32 -> 64-bit products of the even and odd lanes); the
+/// baseline calls it per draw.
 void dropoutWords(uint64_t seed, int64_t key, int64_t g,
                   uint32_t (&words)[4 * kDraws]) {
-#ifdef __AVX2__
+#if defined(__AVX512F__)
+  static_assert(kDraws == 16, "one vector of draws");
+  const __m512i m0 = _mm512_set1_epi32(int(PHILOX_M4x32_0));
+  const __m512i m1 = _mm512_set1_epi32(int(PHILOX_M4x32_1));
+  // Low and high halves of the 32 x 32-bit products of x's lanes with m's.
+  auto mulhilo = [](__m512i x, __m512i m, __m512i &hi) {
+    __m512i even = _mm512_mul_epu32(x, m);
+    __m512i odd = _mm512_mul_epu32(_mm512_srli_epi64(x, 32), m);
+    hi = _mm512_mask_blend_epi32(__mmask16(0xAAAA), _mm512_srli_epi64(even, 32),
+                                 odd);
+    return _mm512_mask_blend_epi32(__mmask16(0xAAAA), even,
+                                   _mm512_slli_epi64(odd, 32));
+  };
+  alignas(64) uint32_t lo32[16], hi32[16];
+  for (int j = 0; j < 16; ++j) {
+    uint64_t index = uint64_t(g) + uint64_t(j);
+    lo32[j] = uint32_t(index);
+    hi32[j] = uint32_t(index >> 32);
+  }
+  __m512i c0 = _mm512_load_si512(lo32), c1 = _mm512_load_si512(hi32);
+  __m512i c2 = _mm512_set1_epi32(int(uint32_t(key)));
+  __m512i c3 = _mm512_set1_epi32(int(uint32_t(strata::rng::kDropoutStream)));
+  uint32_t k0 = uint32_t(seed), k1 = uint32_t(seed >> 32);
+  for (int round = 0; round < 10; ++round) {
+    if (round > 0) {
+      k0 += PHILOX_W32_0;
+      k1 += PHILOX_W32_1;
+    }
+    __m512i hi0, hi1;
+    __m512i lo0 = mulhilo(c0, m0, hi0);
+    __m512i lo1 = mulhilo(c2, m1, hi1);
+    c0 =
+        _mm512_xor_si512(_mm512_xor_si512(hi1, c1), _mm512_set1_epi32(int(k0)));
+    c1 = lo1;
+    c2 =
+        _mm512_xor_si512(_mm512_xor_si512(hi0, c3), _mm512_set1_epi32(int(k1)));
+    c3 = lo0;
+  }
+  // Interleave the four words of each draw into element order: within
+  // 128-bit lanes first (lane l of dN holds draw 4 l + N), then a 4 x 4
+  // transpose of the lanes.
+  __m512i a = _mm512_unpacklo_epi32(c0, c1), b = _mm512_unpackhi_epi32(c0, c1);
+  __m512i c = _mm512_unpacklo_epi32(c2, c3), d = _mm512_unpackhi_epi32(c2, c3);
+  __m512i d0 = _mm512_unpacklo_epi64(a, c), d1 = _mm512_unpackhi_epi64(a, c);
+  __m512i d2 = _mm512_unpacklo_epi64(b, d), d3 = _mm512_unpackhi_epi64(b, d);
+  __m512i t0 = _mm512_shuffle_i32x4(d0, d1, 0x44);
+  __m512i t1 = _mm512_shuffle_i32x4(d2, d3, 0x44);
+  __m512i t2 = _mm512_shuffle_i32x4(d0, d1, 0xEE);
+  __m512i t3 = _mm512_shuffle_i32x4(d2, d3, 0xEE);
+  _mm512_storeu_si512(words, _mm512_shuffle_i32x4(t0, t1, 0x88));
+  _mm512_storeu_si512(words + 16, _mm512_shuffle_i32x4(t0, t1, 0xDD));
+  _mm512_storeu_si512(words + 32, _mm512_shuffle_i32x4(t2, t3, 0x88));
+  _mm512_storeu_si512(words + 48, _mm512_shuffle_i32x4(t2, t3, 0xDD));
+#elif defined(__AVX2__)
   const __m256i m0 = _mm256_set1_epi32(int(PHILOX_M4x32_0));
   const __m256i m1 = _mm256_set1_epi32(int(PHILOX_M4x32_1));
   // Low and high halves of the 32 x 32-bit products of x's lanes with m's.
@@ -1036,6 +1090,8 @@ static inline float attentionRow(float *x, int64_t limit, int64_t keys,
   return sum;
 }
 
+// (C++ linkage: the kernels around are extern "C".)
+extern "C++" {
 /// Fused attention's dropout on its probabilities: the mask
 /// strata_rt_dropout draws for key `key` over the [batch, heads, s, t]
 /// tensor of probabilities, whose element `index` is element `offset` +
@@ -1044,6 +1100,7 @@ static inline float attentionRow(float *x, int64_t limit, int64_t keys,
 struct AttentionDropout {
   double prob = 0;
   float keepScale = 1;
+  uint32_t threshold = 0; // kept: (word >> 8) >= threshold
   uint64_t seed = 0;
   int64_t key = 0, offset = 0;
 
@@ -1051,33 +1108,54 @@ struct AttentionDropout {
   AttentionDropout(StrataRtContext *ctx, double prob, int64_t key,
                    int64_t microBatches, int64_t microBatch, int64_t slices,
                    int64_t s, int64_t t)
-      : prob(prob), keepScale(1.0f / float(1.0 - prob)), seed(ctx->seed),
+      : prob(prob), keepScale(1.0f / float(1.0 - prob)),
+        threshold(strata::rng::dropoutKeepThreshold(prob)), seed(ctx->seed),
         key(key),
         offset((ctx->shard * microBatches + microBatch) * slices * s * t) {}
 
   explicit operator bool() const { return prob > 0; }
 
-  /// to[j] = from[j] dropped (0) or scaled by 1 / (1 - prob), for j < n:
-  /// elements `index` + j of the probabilities (to may be from).
-  void apply(float *to, const float *from, int64_t n, int64_t index) const {
+  /// Calls f(j, w) for each block of draws of elements `index` + j, j <
+  /// n, of the probabilities: j in [lo, hi), element j's word w[j].
+  template <typename F> void blocks(int64_t n, int64_t index, F &&f) const {
     int64_t first = offset + index;
     for (int64_t g = first >> 2; 4 * g < first + n; g += kDraws) {
       uint32_t words[4 * kDraws];
       dropoutWords(seed, key, g, words);
-      int64_t lo = std::max<int64_t>(0, 4 * g - first);
-      int64_t hi = std::min(n, 4 * (g + kDraws) - first);
-      int64_t shift = first - 4 * g;
+      f(std::max<int64_t>(0, 4 * g - first),
+        std::min(n, 4 * (g + kDraws) - first),
+        static_cast<const uint32_t *>(words) + (first - 4 * g));
+    }
+  }
+  /// to[j] = from[j] dropped (0) or scaled by 1 / (1 - prob), for j < n:
+  /// elements `index` + j of the probabilities (to may be from).
+  void apply(float *to, const float *from, int64_t n, int64_t index) const {
+    const uint32_t t = threshold;
+    const float c = keepScale;
+    blocks(n, index, [=](int64_t lo, int64_t hi, const uint32_t *w) {
 #pragma omp simd
       for (int64_t j = lo; j < hi; ++j)
-        to[j] = strata::rng::dropoutKeepWord(words[shift + j], prob)
-                    ? from[j] * keepScale
-                    : 0.0f;
-    }
+        to[j] = (w[j] >> 8) >= t ? from[j] * c : 0.0f;
+    });
+  }
+  /// The mask of those elements, 1 where kept, for apply(to, from, mask, n)
+  /// (drawn once, used twice).
+  void mask(uint8_t *m, int64_t n, int64_t index) const {
+    const uint32_t t = threshold;
+    blocks(n, index, [=](int64_t lo, int64_t hi, const uint32_t *w) {
+#pragma omp simd
+      for (int64_t j = lo; j < hi; ++j)
+        m[j] = (w[j] >> 8) >= t;
+    });
+  }
+  void apply(float *to, const float *from, const uint8_t *m, int64_t n) const {
+    const float c = keepScale;
+#pragma omp simd
+    for (int64_t j = 0; j < n; ++j)
+      to[j] = m[j] ? from[j] * c : 0.0f;
   }
 };
 
-// (C++ linkage: the kernels around are extern "C".)
-extern "C++" {
 /// The products of the attention kernels, C = alpha op(A) op(B) + beta C
 /// with BLAS's conventions (beta 0 or 1): oneDNN's sgemm on f32 operands.
 struct SgemmProducts {
@@ -1212,7 +1290,9 @@ int64_t attentionGradScratch(int64_t t, int64_t d, int64_t dv) {
       {Products::workFloats(block, t, d), Products::workFloats(t, dv, block),
        Products::workFloats(block, t, dv), Products::workFloats(block, d, t),
        Products::workFloats(t, d, block)});
-  return threadFloats(2 * threadFloats(block * t) + staged + work);
+  // Last, the block's dropout mask: a byte per probability.
+  return threadFloats(2 * threadFloats(block * t) + staged + work +
+                      threadFloats((block * t + 3) / 4));
 }
 
 /// The gradients of attentionBlocks, per batch and head (dk and dv sum over
@@ -1254,6 +1334,8 @@ bool attentionGradBlocks(T *dq, T *dk, T *dV, const T *q, const T *k,
       dvh = dkh + threadFloats(t * d);
     }
     float *work = f32 ? dqRows : dvh + threadFloats(t * dv);
+    auto *keep = reinterpret_cast<uint8_t *>(p + perThread -
+                                             threadFloats((block * t + 3) / 4));
     for (int64_t j = 0; j < t; ++j) {
       std::fill_n(dkh + j * ldk, d, 0.0f);
       std::fill_n(dvh + j * lddv, dv, 0.0f);
@@ -1273,8 +1355,10 @@ bool attentionGradBlocks(T *dq, T *dk, T *dV, const T *q, const T *k,
       // dV from the dropped probabilities (in dp until dO V^T takes it).
       const float *pv = p;
       if (drop) {
-        for (int64_t r = 0; r < rows; ++r)
-          drop.apply(dp + r * keys, p + r * keys, keys, (h * s + i0 + r) * t);
+        for (int64_t r = 0; r < rows; ++r) {
+          drop.mask(keep + r * keys, keys, (h * s + i0 + r) * t);
+          drop.apply(dp + r * keys, p + r * keys, keep + r * keys, keys);
+        }
         pv = dp;
       }
       bad |= !product('T', 'N', keys, dv, rows, 1.0f, pv, keys, dob, ldv, 1.0f,
@@ -1283,7 +1367,7 @@ bool attentionGradBlocks(T *dq, T *dk, T *dV, const T *q, const T *k,
                       dp, keys, work);
       for (int64_t r = 0; r < rows; ++r) {
         if (drop)
-          drop.apply(dp + r * keys, dp + r * keys, keys, (h * s + i0 + r) * t);
+          drop.apply(dp + r * keys, dp + r * keys, keep + r * keys, keys);
         const T *dor = dob + r * ldv, *o = ob + r * ldv;
         float dot = 0;
         for (int64_t c = 0; c < dv; ++c)

@@ -390,6 +390,28 @@ TEST(RuntimeTest, IsaNamesTheDispatchedBuild) {
     EXPECT_TRUE(isa == "avx512" || isa == "avx2" || isa == "baseline") << isa;
 }
 
+/// The integer form of the dropout test (vector loops) agrees with the
+/// float one on every word near each probability's threshold, and on
+/// words spread over the whole range.
+TEST(RuntimeTest, DropoutThresholdIsTheFloatTest) {
+  for (double prob :
+       {0.0, 1e-9, 0.1, 0.2, 0.25, 1.0 / 3.0, 0.5, 0.9, 0.999, 0.99999999}) {
+    SCOPED_TRACE(prob);
+    uint32_t t = strata::rng::dropoutKeepThreshold(prob);
+    auto check = [&](uint32_t word) {
+      ASSERT_EQ(strata::rng::dropoutKeepWord(word, prob), (word >> 8) >= t)
+          << word;
+    };
+    for (int64_t top = int64_t(t) - 3; top <= int64_t(t) + 3; ++top)
+      if (top >= 0 && top < (1 << 24))
+        for (uint32_t low : {0u, 1u, 255u})
+          check(uint32_t(top) << 8 | low);
+    for (uint32_t word = 0; word < 0xffffff00u; word += 0x01000193u)
+      check(word);
+    check(0xffffffffu);
+  }
+}
+
 TEST(RuntimeTest, DropoutUsesTheGlobalMask) {
   // Both kernel variants: the baseline one linked here by name, and the one
   // strata_rt_symbols() hands the JIT on this processor (the vector builds
