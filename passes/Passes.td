@@ -316,9 +316,8 @@ def StrataAttentionFusion
     chain with casts in it. A softmax left unfused is reported once, as a
     warning at the first one with its reason and the count, so that a
     strategy asking for fused attention says where the program does not get
-    it. Programs from the PyTorch importer are such programs today: their
-    attention multiplies through reshapes to 3-D batches and transposes k
-    explicitly, which the pass does not match. A strategy runs this pass
+    it (the PyTorch importer's attention, written with `@` or
+    scaled_dot_product_attention, is fused). A strategy runs this pass
     before `strata-amp`, which treats the fused op as a white-list op.
   }];
   let dependentDialects = ["::strata::StrataDialect"];

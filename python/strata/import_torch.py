@@ -329,8 +329,10 @@ class _Const:
 
 @dataclass
 class _Transposed:
-    """A matrix transposed by aten.t: folded into the product that reads
-    it, a strata.transpose for any other reader."""
+    """`source` with its last two dimensions swapped (aten.t, a transpose
+    of the last two dimensions): folded into the product that reads it, a
+    strata.transpose for any other reader. `source`: a node, or a tensor or
+    view of one (a transposed batch viewed with other batch dimensions)."""
     source: object
 
 
@@ -472,12 +474,17 @@ class _Emitter:
             if node not in self.constants:
                 self.constants[node] = self.constant(v.value)
             v = self.constants[node]
-        elif isinstance(v, _View):
-            v = self.op("reshape", [v.base], v.shape, element=v.base.element)
-            self.values[node] = v
-        elif isinstance(v, _Transposed):
-            v = self.permute(node, v.source, [1, 0])
-            self.values[node] = v
+        elif isinstance(v, (_View, _Transposed)):
+            if isinstance(v, _View):
+                v = self.op("reshape", [v.base], v.shape,
+                            element=v.base.element)
+            else:
+                rank = len(self.shape(node)) if isinstance(
+                    node, torch.fx.Node) else len(v.source.shape)
+                v = self.op_transpose(self.tensor(v.source, user or node),
+                                      _swap_last(rank))
+            if isinstance(node, torch.fx.Node):
+                self.values[node] = v
         if isinstance(v, _Tensor):
             return v
         if isinstance(v, _Unavailable):
@@ -674,33 +681,85 @@ class _Emitter:
         # Emitted where it is read, from the first tensor of a chain of
         # views (view(view(x)) is one reshape of x).
         v = self.raw(x)
-        base = v.base if isinstance(v, _View) else self.tensor(x, node)
         shape = self.shape(node)
+        if isinstance(v, _Transposed) and len(shape) >= 2 and \
+                shape[-2:] == self.shape(x)[-2:]:
+            # A transposed batch of matrices with other batch dimensions
+            # (attention's k^T made 3-D for bmm): the view of the source,
+            # transposed, so that the product still reads it transposed.
+            source = self.raw(v.source) if isinstance(
+                v.source, torch.fx.Node) else v.source
+            base = source.base if isinstance(source, _View) else \
+                self.tensor(v.source, node)
+            inner = tuple(shape[:-2]) + (shape[-1], shape[-2])
+            return _Transposed(base if inner == base.shape
+                               else _View(base, inner))
+        base = v.base if isinstance(v, _View) else self.tensor(x, node)
         return base if shape == base.shape else _View(base, shape)
 
     def expand(self, node, x, sizes, **kwargs):
-        v = self.tensor(x, node)
         shape = self.shape(node)
-        if shape == v.shape:
-            return v
+        if shape == self.shape(x):
+            return self.raw(x)
+        v = self.tensor(x, node)
         return self.op("broadcast_to", [v], shape)
 
     def t(self, node, x):
         # Folded into the product that reads it (Linear's weight).
         return _Transposed(x) if len(self.shape(node)) == 2 else self.raw(x)
 
+    def batched(self, x):
+        """(tensor, transposed) when `x` is a view of the tensor that only
+        merges its leading (batch) dimensions, or such a view transposed:
+        a product can read the tensor itself. None otherwise."""
+        v = self.raw(x)
+        transposed = isinstance(v, _Transposed)
+        if transposed:
+            v = self.raw(v.source) if isinstance(v.source, torch.fx.Node) \
+                else v.source
+        if not isinstance(v, _View):
+            return None
+        base, shape = v.base, tuple(v.shape)
+        if len(base.shape) <= len(shape) or len(shape) < 3 or \
+                base.shape[-2:] != shape[-2:] or \
+                math.prod(base.shape[:-2]) != math.prod(shape[:-2]):
+            return None
+        return base, transposed
+
+    def batched_product(self, node, lhs, rhs, shape):
+        """A batched product of views that merge the leading dimensions of
+        two tensors with the same ones (PyTorch's matmul of [B, H, S, D]
+        tensors through 3-D bmm): the product of the tensors themselves,
+        viewed as the 3-D result where that is read. None otherwise."""
+        a, b = self.batched(lhs), self.batched(rhs)
+        if a is None or b is None or a[0].shape[:-2] != b[0].shape[:-2]:
+            return None
+        (x, tx), (y, ty) = a, b
+        m = x.shape[-1] if tx else x.shape[-2]
+        n = y.shape[-2] if ty else y.shape[-1]
+        attrs = (["transpose_lhs"] if tx else []) + \
+            (["transpose_rhs"] if ty else [])
+        out = self.op("matmul", [x, y], x.shape[:-2] + (m, n), attrs)
+        return _View(out, tuple(shape))
+
     def permute(self, node, x, dims):
-        v = self.tensor(x, node)
-        rank = len(v.shape)
+        rank = len(self.shape(x))
         perm = [d % rank for d in dims]
         if perm == list(range(rank)):
-            return v
-        return self.op("transpose", [v], self.shape(node), [
+            return self.raw(x)
+        if rank >= 2 and perm == _swap_last(rank):
+            # Folded into a product that reads it (attention's k^T).
+            return _Transposed(x)
+        return self.op_transpose(self.tensor(x, node), perm)
+
+    def op_transpose(self, v: _Tensor, perm) -> _Tensor:
+        shape = tuple(v.shape[p] for p in perm)
+        return self.op("transpose", [v], shape, [
             "permutation = array<i64: %s>" % ", ".join(map(str, perm))],
             element=v.element)
 
     def transpose(self, node, x, a, b):
-        rank = len(self.tensor(x, node).shape)
+        rank = len(self.shape(x))
         perm = list(range(rank))
         perm[a % rank], perm[b % rank] = perm[b % rank], perm[a % rank]
         return self.permute(node, x, perm)
@@ -771,6 +830,10 @@ class _Emitter:
             out = self.product(node, v.base, rhs,
                                v.base.shape[:-1] + shape[-1:])
             return _View(self.bias_add(node, out, bias), shape)
+        if bias is None:
+            batched = self.batched_product(node, lhs, rhs, shape)
+            if batched is not None:
+                return batched
         out = self.product(node, lhs, rhs, shape)
         return self.bias_add(node, out, bias)
 
@@ -1037,6 +1100,11 @@ class _Emitter:
         p = self.op("softmax", [s], scores_shape,
                     ["causal"] if is_causal else [])
         return self.op("matmul", [p, vt], self.shape(node))
+
+
+def _swap_last(rank: int) -> List[int]:
+    """The permutation that swaps the last two of `rank` dimensions."""
+    return list(range(rank - 2)) + [rank - 1, rank - 2]
 
 
 # --- the command ---------------------------------------------------------

@@ -2,7 +2,7 @@
 # Hugging Face GPT-2 and LLaMA (small configurations) through torch.export
 # on PyTorch 2.x: imported, trained by Strata and by PyTorch eager, losses
 # compared; then the imported programs under ZeRO-3 and a 1F1B pipeline on 2
-# ranks against their single-rank run.
+# ranks, and with fused attention, against their single-rank run.
 #   test/torch2/run.sh [BUILD_DIR] [VENV]
 set -euo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
@@ -27,15 +27,28 @@ cat > "$out/pp2.yaml" <<'YAML'
 optimizer: {type: adamw, learning_rate: 0.01}
 pipeline: {enable: true, pp_degree: 2, accumulate_steps: 4, schedule_mode: 1F1B}
 YAML
+cat > "$out/flash.yaml" <<'YAML'
+optimizer: {type: adamw, learning_rate: 0.01}
+fused_passes: {enable: true, flash_attention: true}
+YAML
 for model in gpt2 llama; do
-  for strategy in base z3 pp2; do
+  # Fused attention takes every attention of the imported model (no
+  # softmax left unfused, no warning).
+  "$build/bin/strata-opt" --strategy="$out/flash.yaml" "$out/$model.mlir" \
+    -o "$out/$model-flash.mlir" 2> "$out/$model-flash.err"
+  if [ -s "$out/$model-flash.err" ] || grep -q strata.softmax "$out/$model-flash.mlir"; then
+    cat "$out/$model-flash.err"
+    echo "$model: attention left unfused" >&2
+    exit 1
+  fi
+  for strategy in base z3 pp2 flash; do
     nproc=2
-    [ "$strategy" = base ] && nproc=1
+    [ "$strategy" = base ] || [ "$strategy" = flash ] && nproc=1
     "$build/bin/strata-run" "$out/$model.mlir" --init "$out/$model.safetensors" \
       --data "$out/tokens.bin" --data-format uint16 --steps 8 --seed 3 \
       --strategy "$out/$strategy.yaml" --nproc $nproc --quiet > "$out/$model-$strategy.txt"
   done
-  for strategy in z3 pp2; do
+  for strategy in z3 pp2 flash; do
     echo -n "$model $strategy against one rank: "
     /usr/bin/python3 "$root/test/run/compare_losses.py" "$out/$model-base.txt" \
       "$out/$model-$strategy.txt" --rtol 1e-5
