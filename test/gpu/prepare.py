@@ -40,11 +40,14 @@ ROOT = os.path.dirname(os.path.dirname(HERE))
 # its own order.
 GPT = ["gpt", "--layers", "2", "--hidden", "64", "--heads", "4", "--seq", "32",
        "--vocab", "256", "--batch", "4", "--dropout", "0.1"]
+# With dropout on the attention probabilities too: fused attention draws
+# the dropout's mask in its kernels.
+GPT_ATTENTION_DROPOUT = GPT + ["--attention-dropout", "0.1"]
 PROGRAMS = {
     "gpt": (GPT, "optimizer: {type: adamw, learning_rate: 0.001}\n", 20, 3,
             1e-4),
     "gpt-fused-recompute-merge": (
-        GPT,
+        GPT_ATTENTION_DROPOUT,
         "optimizer: {type: adamw, learning_rate: 0.001}\n"
         "recompute: {enable: true, checkpoints: [h0, h1]}\n"
         "gradient_merge: {enable: true, k_steps: 2}\n"
@@ -57,7 +60,7 @@ PROGRAMS = {
     # bf16 o2 with every fusion: bf16 GEMMs with the forward and backward
     # epilogues, bf16 fused attention, master weights.
     "gpt-bf16-o2-fused": (
-        GPT,
+        GPT_ATTENTION_DROPOUT,
         "optimizer: {type: adamw, learning_rate: 0.001}\n"
         "amp: {enable: true, dtype: bfloat16, level: o2}\n"
         "fused_passes: {enable: true, gemm_epilogue: true, dropout_add: true,"
