@@ -1369,9 +1369,8 @@ bool attentionGradBlocks(T *dq, T *dk, T *dV, const T *q, const T *k,
         if (drop)
           drop.apply(dp + r * keys, dp + r * keys, keep + r * keys, keys);
         const T *dor = dob + r * ldv, *o = ob + r * ldv;
-        float dot = 0;
-        for (int64_t c = 0; c < dv; ++c)
-          dot += float(dor[c]) * float(o[c]);
+        float dot = float(laneSum(
+            dv, [&](int64_t c) { return float(dor[c]) * float(o[c]); }));
         float *pr = p + r * keys, *dpr = dp + r * keys;
 #pragma omp simd
         for (int64_t j = 0; j < keys; ++j)
