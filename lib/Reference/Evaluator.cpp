@@ -246,12 +246,14 @@ private:
   /// mask of strata.dropout over its [..., heads, s, t] probabilities.
   struct AttentionMask {
     uint64_t seed;
-    int64_t key, offset, s, t;
+    int64_t key, offset;
+    AttentionLayout at;
     double p;
     double operator()(int64_t slice, int64_t i, int64_t j) const {
       if (p == 0)
         return 1.0;
-      return rng::dropoutKeep(seed, key, offset + (slice * s + i) * t + j, p)
+      return rng::dropoutKeep(seed, key, offset + at.probability(slice, i, j),
+                              p)
                  ? 1.0 / (1.0 - p)
                  : 0.0;
     }
@@ -260,11 +262,8 @@ private:
   AttentionMask attentionMask(OpTy o, int64_t microBatch, int64_t slices,
                               const AttentionLayout &at) {
     int64_t n = slices * at.s * at.t;
-    return {options.seed,
-            int64_t(o.getDropoutKey()),
-            (shard * microBatches + microBatch) * n,
-            at.s,
-            at.t,
+    return {options.seed, int64_t(o.getDropoutKey()),
+            (shard * microBatches + microBatch) * n, at,
             o.getDropout().convertToDouble()};
   }
   /// The forward mask of dropout op `key`, scaled by 1 / (1 - p): dropout

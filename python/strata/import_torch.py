@@ -479,10 +479,8 @@ class _Emitter:
                 v = self.op("reshape", [v.base], v.shape,
                             element=v.base.element)
             else:
-                rank = len(self.shape(node)) if isinstance(
-                    node, torch.fx.Node) else len(v.source.shape)
-                v = self.op_transpose(self.tensor(v.source, user or node),
-                                      _swap_last(rank))
+                source = self.tensor(v.source, user or node)
+                v = self.op_transpose(source, _swap_last(len(source.shape)))
             if isinstance(node, torch.fx.Node):
                 self.values[node] = v
         if isinstance(v, _Tensor):

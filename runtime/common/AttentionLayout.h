@@ -44,6 +44,12 @@ struct AttentionLayout {
   STRATA_LAYOUT_FN int64_t lse(int64_t bh, int64_t i) const {
     return bh * s + i;
   }
+  /// The probability of query i and key j of slice bh in the [batch,
+  /// heads, s, t] tensor the unfused program has (never stored; its index
+  /// keys the dropout mask).
+  STRATA_LAYOUT_FN int64_t probability(int64_t bh, int64_t i, int64_t j) const {
+    return (bh * s + i) * t + j;
+  }
   /// Elements between a slice's consecutive query or key rows, and value
   /// or output rows.
   STRATA_LAYOUT_FN int64_t rowStride() const { return heads * d; }

@@ -1257,7 +1257,7 @@ bool attentionBlocks(T *out, float *lse, const T *q, const T *k, const T *v,
         for (int64_t j = 0; j < limit; ++j)
           x[j] *= inv;
         if (drop)
-          drop.apply(x, x, limit, (h * s + i0 + r) * t);
+          drop.apply(x, x, limit, at.probability(h, i0 + r, 0));
       }
       // f32 rows go straight to the output, others through `staged`.
       T *o = out + at.output(h, i0);
@@ -1356,7 +1356,7 @@ bool attentionGradBlocks(T *dq, T *dk, T *dV, const T *q, const T *k,
       const float *pv = p;
       if (drop) {
         for (int64_t r = 0; r < rows; ++r) {
-          drop.mask(keep + r * keys, keys, (h * s + i0 + r) * t);
+          drop.mask(keep + r * keys, keys, at.probability(h, i0 + r, 0));
           drop.apply(dp + r * keys, p + r * keys, keep + r * keys, keys);
         }
         pv = dp;

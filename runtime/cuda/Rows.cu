@@ -400,12 +400,14 @@ struct AttentionDropout {
   double prob;
   float keepScale;
   uint64_t seed;
-  int64_t key, offset, s, t;
+  int64_t key, offset;
+  AttentionLayout at;
 
   __device__ float operator()(int64_t slice, int64_t i, int64_t j) const {
     if (prob <= 0)
       return 1.0f;
-    return rng::dropoutKeep(seed, key, offset + (slice * s + i) * t + j, prob)
+    return rng::dropoutKeep(seed, key, offset + at.probability(slice, i, j),
+                            prob)
                ? keepScale
                : 0.0f;
   }
@@ -624,15 +626,14 @@ attentionGradKeys(T *dk, T *dvOut, const T *q, const T *k, const T *v,
 /// before it in the global stream).
 AttentionDropout attentionDropout(StrataRtContext *ctx, double prob,
                                   int64_t key, int64_t microBatches,
-                                  int64_t microBatch, int64_t slices, int64_t s,
-                                  int64_t t) {
+                                  int64_t microBatch, int64_t slices,
+                                  const AttentionLayout &at) {
   return {prob,
           prob > 0 ? 1.0f / float(1.0 - prob) : 1.0f,
           ctx->seed,
           key,
-          (ctx->shard * microBatches + microBatch) * slices * s * t,
-          s,
-          t};
+          (ctx->shard * microBatches + microBatch) * slices * at.s * at.t,
+          at};
 }
 
 } // namespace
@@ -685,7 +686,7 @@ void strata_rt_attention(StrataRtContext *ctx, int64_t site, void *out,
   const strata::AttentionLayout at{heads, s, t, d, dv};
   const int64_t slices = batch * heads;
   const AttentionDropout drop = attentionDropout(
-      ctx, dropout, dropoutKey, microBatches, microBatch, slices, s, t);
+      ctx, dropout, dropoutKey, microBatches, microBatch, slices, at);
   withSameFloatType(
       ctx, site, "attention", {outType, qType, kType, vType}, [&](auto tag) {
         using T = decltype(tag);
@@ -717,7 +718,7 @@ void strata_rt_attention_grad(
   const strata::AttentionLayout at{heads, s, t, d, dvDim};
   const int64_t slices = batch * heads;
   const AttentionDropout drop = attentionDropout(
-      ctx, dropout, dropoutKey, microBatches, microBatch, slices, s, t);
+      ctx, dropout, dropoutKey, microBatches, microBatch, slices, at);
   withSameFloatType(
       ctx, site, "attention_grad",
       {dqType, dkType, dvType, qType, kType, vType, outType, doutType},
