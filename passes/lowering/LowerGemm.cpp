@@ -234,43 +234,51 @@ AttentionShape attentionShape(Value q, Value k, Value v) {
           vs[r - 1]};
 }
 
-LogicalResult lowerAttention(AttentionOp o, RuntimeLowering &l) {
+/// The trailing arguments of strata_rt_attention(_grad): the shape (of the
+/// forward operands), scale, causal and the dropout with its micro-batch.
+template <typename OpTy>
+SmallVector<RuntimeLowering::CallArg> attentionArgs(OpTy o,
+                                                    RuntimeLowering &l) {
   AttentionShape a = attentionShape(o.getQuery(), o.getKey(), o.getValue());
-  l.call("strata_rt_attention",
-         {l.site(), l.tensor(o.getResult()), l.tensor(o.getLogsumexp()),
-          l.tensor(o.getQuery()), l.tensor(o.getKey()), l.tensor(o.getValue()),
-          l.i64(a.batch), l.i64(a.heads), l.i64(a.s), l.i64(a.t), l.i64(a.d),
-          l.i64(a.dv), l.f64(o.getScale().convertToDouble()),
-          l.i64(o.getCausal()), l.f64(o.getDropout().convertToDouble()),
-          l.i64(o.getDropoutKey()), l.i64(l.microBatches),
-          l.i64(getMicroBatch(o).value_or(0))});
+  return {l.i64(a.batch),
+          l.i64(a.heads),
+          l.i64(a.s),
+          l.i64(a.t),
+          l.i64(a.d),
+          l.i64(a.dv),
+          l.f64(o.getScale().convertToDouble()),
+          l.i64(o.getCausal()),
+          l.f64(o.getDropout().convertToDouble()),
+          l.i64(o.getDropoutKey()),
+          l.i64(l.microBatches),
+          l.i64(getMicroBatch(o).value_or(0))};
+}
+
+LogicalResult lowerAttention(AttentionOp o, RuntimeLowering &l) {
+  SmallVector<RuntimeLowering::CallArg> args = {l.site(),
+                                                l.tensor(o.getResult()),
+                                                l.tensor(o.getLogsumexp()),
+                                                l.tensor(o.getQuery()),
+                                                l.tensor(o.getKey()),
+                                                l.tensor(o.getValue())};
+  args.append(attentionArgs(o, l));
+  l.call("strata_rt_attention", args);
   return success();
 }
 
 LogicalResult lowerAttentionGrad(AttentionGradOp o, RuntimeLowering &l) {
-  AttentionShape a = attentionShape(o.getQuery(), o.getKey(), o.getValue());
-  l.call("strata_rt_attention_grad", {l.site(),
-                                      l.tensor(o.getQueryGrad()),
-                                      l.tensor(o.getKeyGrad()),
-                                      l.tensor(o.getValueGrad()),
-                                      l.tensor(o.getQuery()),
-                                      l.tensor(o.getKey()),
-                                      l.tensor(o.getValue()),
-                                      l.tensor(o.getResult()),
-                                      l.tensor(o.getLogsumexp()),
-                                      l.tensor(o.getResultGrad()),
-                                      l.i64(a.batch),
-                                      l.i64(a.heads),
-                                      l.i64(a.s),
-                                      l.i64(a.t),
-                                      l.i64(a.d),
-                                      l.i64(a.dv),
-                                      l.f64(o.getScale().convertToDouble()),
-                                      l.i64(o.getCausal()),
-                                      l.f64(o.getDropout().convertToDouble()),
-                                      l.i64(o.getDropoutKey()),
-                                      l.i64(l.microBatches),
-                                      l.i64(getMicroBatch(o).value_or(0))});
+  SmallVector<RuntimeLowering::CallArg> args = {l.site(),
+                                                l.tensor(o.getQueryGrad()),
+                                                l.tensor(o.getKeyGrad()),
+                                                l.tensor(o.getValueGrad()),
+                                                l.tensor(o.getQuery()),
+                                                l.tensor(o.getKey()),
+                                                l.tensor(o.getValue()),
+                                                l.tensor(o.getResult()),
+                                                l.tensor(o.getLogsumexp()),
+                                                l.tensor(o.getResultGrad())};
+  args.append(attentionArgs(o, l));
+  l.call("strata_rt_attention_grad", args);
   return success();
 }
 
