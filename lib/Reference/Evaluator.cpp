@@ -263,7 +263,7 @@ private:
                               const AttentionLayout &at) {
     int64_t n = slices * at.s * at.t;
     return {options.seed, int64_t(o.getDropoutKey()),
-            (shard * microBatches + microBatch) * n, at,
+            rng::dropoutOffset(shard, microBatches, microBatch, n), at,
             o.getDropout().convertToDouble()};
   }
   /// The forward mask of dropout op `key`, scaled by 1 / (1 - p): dropout
@@ -271,8 +271,8 @@ private:
   /// global elements [m * n, (m + 1) * n).
   Tensor dropout(const Tensor &x, int64_t key, int64_t microBatch, double p) {
     Tensor t = x;
-    // This rank's shard comes before its micro-batch within the global batch.
-    int64_t offset = (shard * microBatches + microBatch) * t.numElements();
+    int64_t offset =
+        rng::dropoutOffset(shard, microBatches, microBatch, t.numElements());
     for (int64_t i = 0; i < t.numElements(); ++i)
       t.data[i] = rng::dropoutKeep(options.seed, key, offset + i, p)
                       ? t.data[i] / (1.0 - p)

@@ -77,6 +77,14 @@ STRATA_HOST_DEVICE inline r123::Philox4x32::ctr_type
 dropoutDraw(uint64_t seed, int64_t key, int64_t index) {
   return draw(seed, key, kDropoutStream, index >> 2);
 }
+/// Where a dropout op of `n` elements on micro-batch `microBatch` of
+/// `microBatches`, on data-parallel shard `shard`, starts in the global
+/// stream: the rank's shard comes before its micro-batch.
+STRATA_HOST_DEVICE inline int64_t dropoutOffset(int64_t shard,
+                                                int64_t microBatches,
+                                                int64_t microBatch, int64_t n) {
+  return (shard * microBatches + microBatch) * n;
+}
 STRATA_HOST_DEVICE inline bool dropoutKeep(uint64_t seed, int64_t key,
                                            int64_t index, double prob) {
   return dropoutKeepWord(dropoutDraw(seed, key, index)[index & 3], prob);

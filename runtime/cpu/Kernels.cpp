@@ -976,9 +976,8 @@ void STRATA_RT_KERNEL(strata_rt_dropout)(StrataRtContext *ctx, int64_t site,
         auto *out = static_cast<T *>(outData);
         auto *in = static_cast<const T *>(inData);
         auto *residual = static_cast<const T *>(residualData);
-        // This rank's shard comes before its micro-batch in the global
-        // batch.
-        int64_t offset = (ctx->shard * microBatches + microBatch) * n;
+        int64_t offset =
+            strata::rng::dropoutOffset(ctx->shard, microBatches, microBatch, n);
         float keepScale = 1.0f / float(1.0 - prob);
         uint64_t seed = ctx->seed;
         // Chunks of elements in parallel; in each, blocks of kDraws Philox
@@ -1110,8 +1109,8 @@ struct AttentionDropout {
                    int64_t s, int64_t t)
       : prob(prob), keepScale(1.0f / float(1.0 - prob)),
         threshold(strata::rng::dropoutKeepThreshold(prob)), seed(ctx->seed),
-        key(key),
-        offset((ctx->shard * microBatches + microBatch) * slices * s * t) {}
+        key(key), offset(strata::rng::dropoutOffset(
+                      ctx->shard, microBatches, microBatch, slices * s * t)) {}
 
   explicit operator bool() const { return prob > 0; }
 

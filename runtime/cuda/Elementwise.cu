@@ -754,9 +754,8 @@ void strata_rt_dropout(StrataRtContext *ctx, int64_t site, void *out,
         using T = decltype(tag);
         if (n <= 0)
           return;
-        // This rank's shard comes before its micro-batch in the global
-        // batch.
-        int64_t offset = (ctx->shard * microBatches + microBatch) * n;
+        int64_t offset =
+            strata::rng::dropoutOffset(ctx->shard, microBatches, microBatch, n);
         float keepScale = 1.0f / float(1.0 - prob);
         int64_t groups = ((offset + n - 1) >> 2) - (offset >> 2) + 1;
         dropoutKernel<<<gridFor(groups), kThreads, 0, ctx->compute>>>(

@@ -632,7 +632,8 @@ AttentionDropout attentionDropout(StrataRtContext *ctx, double prob,
           prob > 0 ? 1.0f / float(1.0 - prob) : 1.0f,
           ctx->seed,
           key,
-          (ctx->shard * microBatches + microBatch) * slices * at.s * at.t,
+          rng::dropoutOffset(ctx->shard, microBatches, microBatch,
+                             slices * at.s * at.t),
           at};
 }
 
