@@ -1097,13 +1097,12 @@ extern "C++" {
 /// `index` of the global stream (this rank's shard and micro-batch before
 /// it). `prob` 0: none.
 struct AttentionDropout {
-  double prob = 0;
-  float keepScale = 1;
-  uint32_t threshold = 0; // kept: (word >> 8) >= threshold
-  uint64_t seed = 0;
-  int64_t key = 0, offset = 0;
+  double prob;
+  float keepScale;
+  uint32_t threshold; // kept: (word >> 8) >= threshold
+  uint64_t seed;
+  int64_t key, offset;
 
-  AttentionDropout() = default;
   AttentionDropout(StrataRtContext *ctx, double prob, int64_t key,
                    int64_t microBatches, int64_t microBatch, int64_t slices,
                    int64_t s, int64_t t)
@@ -1450,10 +1449,8 @@ void STRATA_RT_KERNEL(strata_rt_attention)(
   const int threads = omp_get_max_threads();
   const strata::AttentionLayout at{heads, s, t, d, dv};
   const int64_t slices = batch * heads;
-  const AttentionDropout drop =
-      dropout > 0 ? AttentionDropout(ctx, dropout, dropoutKey, microBatches,
-                                     microBatch, slices, s, t)
-                  : AttentionDropout();
+  const AttentionDropout drop(ctx, dropout, dropoutKey, microBatches,
+                              microBatch, slices, s, t);
   bool bad = false;
   withSameFloatType(
       ctx, site, "attention", {outType, qType, kType, vType}, [&](auto tag) {
@@ -1512,10 +1509,8 @@ void STRATA_RT_KERNEL(strata_rt_attention_grad)(
   const int threads = omp_get_max_threads();
   const strata::AttentionLayout at{heads, s, t, d, dv};
   const int64_t slices = batch * heads;
-  const AttentionDropout drop =
-      dropout > 0 ? AttentionDropout(ctx, dropout, dropoutKey, microBatches,
-                                     microBatch, slices, s, t)
-                  : AttentionDropout();
+  const AttentionDropout drop(ctx, dropout, dropoutKey, microBatches,
+                              microBatch, slices, s, t);
   bool bad = false;
   withSameFloatType(
       ctx, site, "attention_grad",
