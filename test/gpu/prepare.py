@@ -96,6 +96,30 @@ def safetensors(path):
     return tensors
 
 
+def low_precision_type(strategy):
+    """The amp dtype of a strategy ("bfloat16" or "float16"; Paddle's
+    default is float16), or None without amp."""
+    if "amp:" not in strategy:
+        return None
+    m = re.search(r"dtype:\s*(\w+)", strategy)
+    return m.group(1) if m else "float16"
+
+
+def round_f32(data, dtype):
+    """f32 bytes rounded to nearest, ties to even, to bf16 or f16 bytes, as
+    the runtimes round."""
+    n = len(data) // 4
+    if dtype == "float16":
+        return struct.pack("<%de" % n, *struct.unpack("<%df" % n, data))
+    out = []
+    for u in struct.unpack("<%dI" % n, data):
+        if (u & 0x7fffffff) > 0x7f800000:
+            out.append(0x7fc0)
+        else:
+            out.append((u + 0x7fff + ((u >> 16) & 1)) >> 16)
+    return struct.pack("<%dH" % n, *out)
+
+
 def prepare_program(name, spec, build, out):
     gen, strategy, steps, seed, rtol = spec
     bindir = os.path.join(build, "bin")
@@ -120,13 +144,23 @@ def prepare_program(name, spec, build, out):
     with open(os.path.join(work, "cpu.txt"), "w") as f:
         f.write(expected)
     init = safetensors(os.path.join(work, "init.st"))
+    # A checkpoint stores a low-precision parameter as its f32 master weight
+    # (which has no entry of its own): the master takes those bytes, the
+    # parameter the same values rounded to its type.
+    low = low_precision_type(strategy)
     missing = []
     for i, p in enumerate(persistent):
-        if p in init:
-            with open(os.path.join(work, "p%d.bin" % i), "wb") as f:
-                f.write(init[p])
+        if p.endswith(".master") and p[:-len(".master")] in init:
+            data = init[p[:-len(".master")]]
+        elif p in init and p + ".master" in persistent:
+            data = round_f32(init[p], low)
+        elif p in init:
+            data = init[p]
         else:
             missing.append(p)
+            continue
+        with open(os.path.join(work, "p%d.bin" % i), "wb") as f:
+            f.write(data)
     # The step's inputs, in the order of @train_step's arguments.
     signature = re.search(r"func\.func @train_step\(([^)]*)\)",
                           open(program).read()).group(1)

@@ -4,13 +4,15 @@
 # runtime with CMake and nvcc, checks every kernel against the CPU runtime's
 # outputs, trains each prepared program and compares its losses with the
 # CPU runtime's (rtol 1e-4 in f32, 1e-2 in bf16: the program's run.txt),
-# runs one program and the kernel check under
-# compute-sanitizer, then times GPT-2 124M against PyTorch (torch_gpt.py).
-# Exits non-zero when a check fails.
+# times GPT-2 124M against PyTorch (torch_gpt.py), then runs one program and
+# the kernel check under compute-sanitizer. Exits non-zero when a check
+# fails.
 set -u
 cd "$(dirname "$0")"
 nvidia-smi -L || { echo "no GPU: nvidia-smi failed"; exit 1; }
+command -v nvcc > /dev/null || export PATH="$PATH:/usr/local/cuda/bin"
 nvcc --version | tail -1
+# Every stage has a time limit: a kernel that hangs fails the check.
 if ! { cmake -S . -B build > build.log 2>&1 &&
        cmake --build build -j "$(nproc)" >> build.log 2>&1; }; then
   tail -40 build.log
@@ -19,13 +21,14 @@ if ! { cmake -S . -B build > build.log 2>&1 &&
 fi
 status=0
 echo "== kernels"
-build/kernel_check compare --runtime build/libstrata_runtime_cuda.so \
+timeout 300 build/kernel_check compare --runtime build/libstrata_runtime_cuda.so \
   --dir kernels || status=1
 for dir in programs/*/; do
   name=$(basename "$dir")
   read -r steps seed rtol < "$dir/run.txt"
   echo "== $name ($steps steps)"
-  if build/step_"$name" "$dir" "$steps" "$seed" > "$dir/cuda.txt"; then
+  if timeout 300 build/step_"$name" "$dir" "$steps" "$seed" \
+      > "$dir/cuda.txt"; then
     python3 compare_losses.py "$dir/cpu.txt" "$dir/cuda.txt" --rtol "$rtol" ||
       status=1
   else
@@ -33,18 +36,6 @@ for dir in programs/*/; do
     status=1
   fi
 done
-sanitizer=$(command -v compute-sanitizer ||
-            echo /usr/local/cuda/bin/compute-sanitizer)
-if [ -x "$sanitizer" ]; then
-  echo "== compute-sanitizer (memcheck)"
-  "$sanitizer" --error-exitcode 3 build/step_gpt programs/gpt 2 3 \
-    > /dev/null || { echo "FAIL: compute-sanitizer step_gpt"; status=1; }
-  "$sanitizer" --error-exitcode 3 build/kernel_check compare \
-    --runtime build/libstrata_runtime_cuda.so --dir kernels > /dev/null ||
-    { echo "FAIL: compute-sanitizer kernel_check"; status=1; }
-else
-  echo "compute-sanitizer not found: skipped"
-fi
 # The benchmark: GPT-2 124M, bf16 o2, tokens/s against PyTorch's compiled
 # step on this GPU (not a pass/fail check). llm.c publishes ~145K tokens/s
 # on one H100 at batch 4.
@@ -52,8 +43,8 @@ for dir in benches/*/; do
   name=$(basename "$dir")
   read -r batch seq vocab < "$dir/run.txt"
   echo "== benchmark $name"
-  ours=$(build/step_"$name" "$dir" 23 0 --time | awk '/^time/ {print $2}')
-  theirs=$(python3 torch_gpt.py --batch "$batch" | awk '/^time/ {print $2}')
+  ours=$(timeout 300 build/step_"$name" "$dir" 23 0 --time | awk '/^time/ {print $2}')
+  theirs=$(timeout 600 python3 torch_gpt.py --batch "$batch" | awk '/^time/ {print $2}')
   python3 - "$name" "$batch" "$seq" "${ours:-nan}" "${theirs:-nan}" <<'PY'
 import sys
 name, batch, seq, ours, theirs = sys.argv[1], int(sys.argv[2]), \
@@ -64,5 +55,17 @@ print("%s: strata %.1f ms/step (%.0f tokens/s), torch.compile %.1f ms/step "
       (name, ours, tok / ours * 1e3, theirs, tok / theirs * 1e3, ours / theirs))
 PY
 done
+sanitizer=$(command -v compute-sanitizer ||
+            echo /usr/local/cuda/bin/compute-sanitizer)
+if [ -x "$sanitizer" ]; then
+  echo "== compute-sanitizer (memcheck)"
+  timeout 300 "$sanitizer" --error-exitcode 3 build/step_gpt programs/gpt 2 3 \
+    > /dev/null || { echo "FAIL: compute-sanitizer step_gpt"; status=1; }
+  timeout 600 "$sanitizer" --error-exitcode 3 build/kernel_check compare \
+    --runtime build/libstrata_runtime_cuda.so --dir kernels > /dev/null ||
+    { echo "FAIL: compute-sanitizer kernel_check"; status=1; }
+else
+  echo "compute-sanitizer not found: skipped"
+fi
 [ $status -eq 0 ] && echo "GPU check passed" || echo "GPU check FAILED"
 exit $status
