@@ -173,8 +173,17 @@ Value RuntimeLowering::loadPointer(Value table, int64_t index) {
 }
 
 Value RuntimeLowering::byteOffset(Value base, int64_t offset) {
+  // A GEP's constant index holds 29 bits (LLVM::kGEPConstantBitWidth) and
+  // silently wraps beyond: an offset past 256 MiB (any large model's arena
+  // has them) is an i64 value.
+  LLVM::GEPArg index =
+      llvm::isInt<LLVM::kGEPConstantBitWidth>(offset)
+          ? LLVM::GEPArg(int32_t(offset))
+          : LLVM::GEPArg(LLVM::ConstantOp::create(b, loc, b.getI64Type(),
+                                                  b.getI64IntegerAttr(offset))
+                             .getResult());
   return LLVM::GEPOp::create(b, loc, ptrType, b.getI8Type(), base,
-                             ArrayRef<LLVM::GEPArg>{int32_t(offset)});
+                             ArrayRef<LLVM::GEPArg>{index});
 }
 
 bool RuntimeLowering::inArenaAt(Value part, Value whole, int64_t bytes) const {

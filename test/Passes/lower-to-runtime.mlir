@@ -1,6 +1,7 @@
 // RUN: strata-opt %s -split-input-file --strata-lower-to-runtime | FileCheck %s --check-prefixes=CHECK,AUX,BWD,BWDNEG,CONST,DEFER,P2P
 // RUN: strata-opt %s -split-input-file --strata-lower-to-runtime | FileCheck %s --check-prefix=COLL
 // RUN: strata-opt %s -split-input-file --strata-lower-to-runtime | FileCheck %s --check-prefix=PACK
+// RUN: strata-opt %s -split-input-file --strata-lower-to-runtime | FileCheck %s --check-prefix=BIG
 // The target sets the buffer alignment (256 bytes for cuda, 64 for cpu):
 // the same plan's buffers at 0, 256, 512, ... instead of 0, 64, 128, ...
 // RUN: strata-opt %s -split-input-file --strata-lower-to-runtime=target=cuda | FileCheck %s --check-prefix=CUDA
@@ -344,4 +345,19 @@ func.func @train_step(%x: tensor<4xf32>) -> tensor<4xf32> {
   %c, %d = strata.unpack %r {offset = 0 : i64} : (tensor<12xf32>) -> (tensor<4xf32>, tensor<4xf32>)
   %s = strata.add %c, %d : (tensor<4xf32>, tensor<4xf32>) -> tensor<4xf32>
   return %s : tensor<4xf32>
+}
+
+// -----
+// An arena offset past 256 MiB is an i64 value: a GEP's constant index
+// holds 29 bits and would wrap it onto another buffer (or before the arena).
+// BIG: strata.rt.arena_bytes = 536870912
+// (PACK's last check ends where this case begins.)
+// PACK: strata.rt.arena_bytes = 536870912
+// BIG: %[[AT:.*]] = llvm.mlir.constant(268435456 : i64) : i64
+// BIG-NEXT: llvm.getelementptr %arg1[%[[AT]]] : (!llvm.ptr, i64) -> !llvm.ptr, i8
+func.func @train_step(%a: tensor<67108864xf32>) -> tensor<67108864xf32> {
+  %x = strata.scale %a {factor = 2.0 : f64} : (tensor<67108864xf32>) -> tensor<67108864xf32>
+  %y = strata.scale %x {factor = 3.0 : f64} : (tensor<67108864xf32>) -> tensor<67108864xf32>
+  %z = strata.add %x, %y : (tensor<67108864xf32>, tensor<67108864xf32>) -> tensor<67108864xf32>
+  return %z : tensor<67108864xf32>
 }

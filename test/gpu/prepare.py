@@ -68,12 +68,17 @@ PROGRAMS = {
 }
 
 
-# GPT-2 124M (llm.c's benchmark shape), bf16 o2, AdamW, no dropout.
+# GPT-2 124M (llm.c's benchmark shape), bf16 o2, AdamW, no dropout; with
+# the GEMM epilogues, and with fused attention too.
 BENCH_STRATEGY = ("optimizer: {type: adamw, learning_rate: 0.0006, "
                   "weight_decay: 0.1}\n"
                   "amp: {enable: true, dtype: bfloat16, level: o2}\n"
-                  "fused_passes: {enable: true, gemm_epilogue: true}\n")
-BENCHES = {"gpt2-124m-b%d" % b: b for b in (4, 16)}
+                  "fused_passes: {enable: true, gemm_epilogue: true")
+BENCHES = {}
+for b in (4, 16):
+    BENCHES["gpt2-124m-b%d" % b] = (b, BENCH_STRATEGY + "}\n")
+    BENCHES["gpt2-124m-b%d-flash" % b] = (
+        b, BENCH_STRATEGY + ", flash_attention: true}\n")
 
 
 def run(*cmd, **kw):
@@ -179,7 +184,7 @@ def prepare_program(name, spec, build, out):
            ", ".join(missing) if missing else "none", steps))
 
 
-def prepare_bench(name, batch, build, out):
+def prepare_bench(name, batch, strategy_text, build, out):
     bindir = os.path.join(build, "bin")
     work = os.path.join(out, "benches", name)
     os.makedirs(work)
@@ -192,7 +197,7 @@ def prepare_bench(name, batch, build, out):
                     "--dropout", "0"))
     strategy = os.path.join(work, "strategy.yaml")
     with open(strategy, "w") as f:
-        f.write(BENCH_STRATEGY)
+        f.write(strategy_text)
     run(os.path.join(bindir, "strata-run"), program, "--strategy", strategy,
         "--backend", "cuda", "--emit=obj", "-o", os.path.join(work, "step.o"))
     # One batch of tokens and next tokens (int32), seeded.
@@ -242,8 +247,8 @@ def main():
               os.path.join(out, "kernels")).strip())
     for name, spec in PROGRAMS.items():
         prepare_program(name, spec, build, out)
-    for name, batch in BENCHES.items():
-        prepare_bench(name, batch, build, out)
+    for name, (batch, strategy) in BENCHES.items():
+        prepare_bench(name, batch, strategy, build, out)
     print("bundle: %s (copy it to the GPU machine, run `bash run.sh`)" % out)
 
 

@@ -28,16 +28,25 @@ extern const int64_t strata_step_output_bytes[];
 void strata_step(StrataRtContext *ctx, void *arena, void **persistent,
                  void **inputs, void **outputs);
 
-/* Reads file `path` (exactly `bytes` long, or missing when `optional`)
-   into runtime memory `to`. Returns 0 on success. */
+/* Reads file `path` (exactly `bytes` long, or missing when `optional`: then
+   zeros, since a runtime's allocations hold whatever was there) into
+   runtime memory `to`. Returns 0 on success. */
 static int load(StrataRtContext *ctx, const char *path, void *to, int64_t bytes,
                 int optional) {
   FILE *f = fopen(path, "rb");
   if (!f) {
-    if (optional)
-      return 0;
-    fprintf(stderr, "cannot open %s\n", path);
-    return 1;
+    if (!optional) {
+      fprintf(stderr, "cannot open %s\n", path);
+      return 1;
+    }
+    void *zeros = calloc((size_t)bytes, 1);
+    if (!zeros) {
+      fprintf(stderr, "out of host memory for %s\n", path);
+      return 1;
+    }
+    strata_rt_write(ctx, to, zeros, bytes);
+    free(zeros);
+    return 0;
   }
   char *host = malloc((size_t)bytes + 1);
   size_t got = fread(host, 1, (size_t)bytes + 1, f);
