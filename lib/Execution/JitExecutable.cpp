@@ -256,8 +256,8 @@ JitExecutable::compile(ModuleOp module, const JitOptions &options) {
 }
 
 llvm::Error JitExecutable::emitObject(ModuleOp module, llvm::StringRef path,
-                                      llvm::StringRef target) {
-  auto lowered = lowerClone(module, /*trace=*/false, target);
+                                      llvm::StringRef target, bool trace) {
+  auto lowered = lowerClone(module, trace, target);
   if (failed(lowered))
     return error("cannot lower the program to the " + target + " runtime");
   takeLayout(**lowered);

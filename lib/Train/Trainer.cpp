@@ -127,6 +127,7 @@ Error Trainer::emitLowered(raw_ostream &os) {
   mlir::PassManager lower(program->getContext());
   StrataLowerToRuntimeOptions options;
   options.target = opts.backend == Backend::Cuda ? "cuda" : "cpu";
+  options.trace = opts.trace;
   lower.addPass(createStrataLowerToRuntime(options));
   if (mlir::failed(lower.run(*program)))
     return trainerError("cannot lower the program to the " + options.target +
@@ -137,7 +138,8 @@ Error Trainer::emitLowered(raw_ostream &os) {
 
 Error Trainer::emitObject(StringRef path) {
   return JitExecutable::emitObject(
-      *program, path, opts.backend == Backend::Cuda ? "cuda" : "cpu");
+      *program, path, opts.backend == Backend::Cuda ? "cuda" : "cpu",
+      opts.trace);
 }
 
 Error Trainer::createExecutable() {

@@ -198,8 +198,17 @@ def prepare_bench(name, batch, strategy_text, build, out):
     strategy = os.path.join(work, "strategy.yaml")
     with open(strategy, "w") as f:
         f.write(strategy_text)
-    run(os.path.join(bindir, "strata-run"), program, "--strategy", strategy,
-        "--backend", "cuda", "--emit=obj", "-o", os.path.join(work, "step.o"))
+    # The step records its ops' times when the driver profiles it
+    # (--profile), named by the sites of sites.txt.
+    strata_run = [os.path.join(bindir, "strata-run"), program, "--strategy",
+                  strategy, "--backend", "cuda"]
+    run(*strata_run, "--emit=obj", "--emit-tracing", "-o",
+        os.path.join(work, "step.o"))
+    lowered = run(*strata_run, "--emit=mlir", "-o", "-")
+    sites = re.search(r"strata\.rt\.sites = \[(.*?)\]", lowered).group(1)
+    with open(os.path.join(work, "sites.txt"), "w") as f:
+        for site in re.findall(r'"((?:[^"\\]|\\.)*)"', sites):
+            f.write(site.replace(os.path.dirname(program) + "/", "") + "\n")
     # One batch of tokens and next tokens (int32), seeded.
     state = 12345
     tokens = []

@@ -6,8 +6,11 @@
 # CPU runtime's (rtol 1e-4 in f32, 1e-2 in bf16: the program's run.txt),
 # times GPT-2 124M against PyTorch (torch_gpt.py), then runs one program and
 # the kernel check under compute-sanitizer. Exits non-zero when a check
-# fails.
+# fails. With --profile, each benchmark also prints its 30 slowest ops
+# (mean ms per step, from the runtime's trace).
 set -u
+profile=0
+[ "${1:-}" = --profile ] && profile=1
 cd "$(dirname "$0")"
 nvidia-smi -L || { echo "no GPU: nvidia-smi failed"; exit 1; }
 command -v nvcc > /dev/null || export PATH="$PATH:/usr/local/cuda/bin"
@@ -51,6 +54,10 @@ for dir in benches/*/; do
       awk '/^time/ {print $2}')
   fi
   theirs=${torch_ms[$batch]}
+  if [ $profile -eq 1 ]; then
+    timeout 300 build/step_"$name" "$dir" 13 0 --profile | grep -v '^arena' |
+      head -32
+  fi
   python3 - "$name" "$batch" "$seq" "${ours:-nan}" "${theirs:-nan}" <<'PY'
 import sys
 name, batch, seq, ours, theirs = sys.argv[1], int(sys.argv[2]), \

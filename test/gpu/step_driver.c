@@ -6,13 +6,17 @@
    the GPU check), and the losses are printed as strata-run prints them,
    for compare_losses.py.
 
-     step_driver DIR STEPS SEED [--time]
+     step_driver DIR STEPS SEED [--time | --profile]
 
    DIR holds p<i>.bin for persistent buffer i (missing: zeros) and
    s<step>.in<j>.bin for input j of each step, each exactly the size of the
    object's layout tables. With --time (the benchmark) the steps cycle over
    the inputs there are, and the mean time of the steps after the first
-   three is printed as "time <ms> ms/step". */
+   three is printed as "time <ms> ms/step". --profile times the same way and
+   also prints, for the steps after the first three, each op's mean time
+   per step from the runtime's trace, slowest first ("op <ms> <site>
+   <name>", named from DIR/sites.txt where there is one; the step must be
+   lowered with tracing: strata-run --emit=obj --emit-tracing). */
 #include "strata/Runtime/StrataRuntime.h"
 
 #include <stdio.h>
@@ -62,10 +66,50 @@ static int load(StrataRtContext *ctx, const char *path, void *to, int64_t bytes,
   return 0;
 }
 
+/* Per-site time in ms over the profiled steps. */
+typedef struct {
+  int64_t site;
+  double ms;
+} SiteTime;
+
+static int slowerFirst(const void *a, const void *b) {
+  double x = ((const SiteTime *)a)->ms, y = ((const SiteTime *)b)->ms;
+  return x < y ? 1 : x > y ? -1 : 0;
+}
+
+/* Prints the sites' mean times per step, named from DIR/sites.txt. */
+static void printProfile(const char *dir, SiteTime *sites, int64_t n,
+                         int steps) {
+  char path[4096], line[4096];
+  char **names = calloc((size_t)n + 1, sizeof(char *));
+  snprintf(path, sizeof(path), "%s/sites.txt", dir);
+  FILE *f = fopen(path, "r");
+  for (int64_t i = 0; f && i < n && fgets(line, sizeof(line), f); ++i) {
+    line[strcspn(line, "\n")] = 0;
+    names[i] = strdup(line);
+  }
+  if (f)
+    fclose(f);
+  double total = 0;
+  for (int64_t i = 0; i < n; ++i)
+    total += sites[i].ms;
+  qsort(sites, (size_t)n, sizeof(SiteTime), slowerFirst);
+  printf("ops %.3f ms/step\n", total / steps);
+  for (int64_t i = 0; i < n && sites[i].ms > 0; ++i) {
+    const char *name = names[sites[i].site];
+    printf("op %.3f %lld %s\n", sites[i].ms / steps, (long long)sites[i].site,
+           name ? name : "");
+  }
+  for (int64_t i = 0; i < n; ++i)
+    free(names[i]);
+  free(names);
+}
+
 int main(int argc, char **argv) {
-  int timing = argc == 5 && strcmp(argv[4], "--time") == 0;
+  int profile = argc == 5 && strcmp(argv[4], "--profile") == 0;
+  int timing = profile || (argc == 5 && strcmp(argv[4], "--time") == 0);
   if (argc != 4 && !timing) {
-    fprintf(stderr, "usage: %s DIR STEPS SEED [--time]\n", argv[0]);
+    fprintf(stderr, "usage: %s DIR STEPS SEED [--time | --profile]\n", argv[0]);
     return 2;
   }
   const char *dir = argv[1];
@@ -120,7 +164,11 @@ int main(int argc, char **argv) {
   }
   double total = 0;
   int timed = 0;
+  SiteTime *sites = NULL;
+  int64_t nsites = 0;
   for (int s = 0; s < steps && !failed; ++s) {
+    if (profile && s == 3)
+      strata_rt_enable_trace(ctx, 1);
     int from = timing && available ? s % available : s;
     for (int64_t i = 0; i < ni && !failed; ++i) {
       snprintf(path, sizeof(path), "%s/s%d.in%lld.bin", dir, from,
@@ -140,6 +188,22 @@ int main(int argc, char **argv) {
                (double)(end.tv_nsec - begin.tv_nsec) / 1e6;
       ++timed;
     }
+    if (profile && s >= 3) {
+      size_t count = 0;
+      const StrataRtTraceEvent *events = strata_rt_take_trace(ctx, &count);
+      for (size_t e = 0; e < count; ++e) {
+        int64_t at = events[e].site;
+        if (at < 0)
+          continue;
+        if (at >= nsites) {
+          sites = realloc(sites, sizeof(SiteTime) * (size_t)(at + 1));
+          for (int64_t k = nsites; k <= at; ++k)
+            sites[k] = (SiteTime){k, 0};
+          nsites = at + 1;
+        }
+        sites[at].ms += (events[e].end - events[e].begin) / 1e3;
+      }
+    }
     int64_t site = -1;
     const char *error = strata_rt_error(ctx, &site);
     if (error) {
@@ -154,6 +218,9 @@ int main(int argc, char **argv) {
   }
   if (timing && !failed && timed > 0)
     printf("time %.3f ms/step\n", total / timed);
+  if (profile && !failed && timed > 0)
+    printProfile(dir, sites, nsites, timed);
+  free(sites);
   int64_t site = -1;
   const char *error = strata_rt_error(ctx, &site);
   if (error && !failed) {

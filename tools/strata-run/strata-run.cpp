@@ -153,6 +153,12 @@ static cl::opt<std::string> emit(
              "file to link with libstrata_runtime_cpu) or 'mlir' (the "
              "LLVM-dialect module)"),
     cl::init(""), cl::cat(outputCategory));
+static cl::opt<bool> emitTracing(
+    "emit-tracing",
+    cl::desc("With --emit: the step calls strata_rt_trace_begin/end around "
+             "every op, recording each op's time once the host calls "
+             "strata_rt_enable_trace (a profile of a linked step)"),
+    cl::init(false), cl::cat(outputCategory));
 static cl::opt<std::string> outputFile("o", cl::desc("Output file of --emit"),
                                        cl::value_desc("file"), cl::init(""),
                                        cl::cat(outputCategory));
@@ -385,6 +391,11 @@ static int checkArguments() {
                 "oneDNN's GEMM paths; cuBLASLt's heuristics choose on cuda)");
   if (!emit.empty() && emit != "obj" && emit != "mlir")
     return fail("unknown --emit '" + emit + "' (expected obj or mlir)");
+  if (emitTracing && emit.empty())
+    return fail("--emit-tracing needs --emit");
+  if (!emit.empty() && !traceFile.empty())
+    return fail("--trace records a run, and --emit does not run the step: "
+                "use --emit-tracing for a step that records its ops");
   if (!emit.empty() && outputFile.empty())
     return fail("--emit needs -o FILE");
   if (threads.getNumOccurrences() && (threads < 1 || threads > 4096))
@@ -537,7 +548,7 @@ int main(int argc, char **argv) {
   options.backend = *strata::parseBackend(backend);
   options.seed = seed;
   options.threads = threadsPerRank();
-  options.trace = !traceFile.empty();
+  options.trace = !traceFile.empty() || emitTracing;
   options.tf32 = tf32;
   options.gemmAutotune = gemmAutotune;
   options.blockingCollectives = blockingCollectives;

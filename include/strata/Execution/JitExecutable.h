@@ -68,9 +68,12 @@ public:
   compile(mlir::ModuleOp module, const JitOptions &options);
 
   /// Lowers `module` for runtime target `target` and writes the object file
-  /// of `strata_step` (to link against that runtime's library).
+  /// of `strata_step` (to link against that runtime's library). With
+  /// `trace`, the step calls strata_rt_trace_begin/end around every op (they
+  /// record once the host calls strata_rt_enable_trace).
   static llvm::Error emitObject(mlir::ModuleOp module, llvm::StringRef path,
-                                llvm::StringRef target = "cpu");
+                                llvm::StringRef target = "cpu",
+                                bool trace = false);
 
   llvm::Error
   setState(const llvm::StringMap<reference::Tensor> &state) override;

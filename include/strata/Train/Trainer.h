@@ -110,7 +110,9 @@ public:
 
   /// The compiled program lowered to the runtime ABI, as text.
   llvm::Error emitLowered(llvm::raw_ostream &os);
-  /// The compiled program as an object file (link it against the runtime).
+  /// The compiled program as an object file (link it against the runtime);
+  /// with TrainerOptions::trace, its step records every op's time once the
+  /// host enables tracing (strata_rt_enable_trace).
   llvm::Error emitObject(llvm::StringRef path);
 
   /// Creates the backend's executable with the seeded initial weights and
