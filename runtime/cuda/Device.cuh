@@ -61,6 +61,12 @@ bool withSameFloatType(StrataRtContext *ctx, int64_t site, const char *kernel,
 
 /// Threads per block of the elementwise kernels.
 constexpr int kThreads = 256;
+/// Threads per block of a kernel that reduces rows of `n` elements.
+inline int rowThreads(int64_t n) {
+  return n <= 256 ? 128 : n < 8192 ? 256 : 1024;
+}
+/// `bytes` rounded up to a multiple of 256 (offsets into scratch).
+inline size_t aligned(size_t bytes) { return (bytes + 255) / 256 * 256; }
 /// Blocks of a grid-stride loop over `n` elements.
 inline unsigned gridFor(int64_t n, int threads = kThreads) {
   int64_t blocks = (n + threads - 1) / threads;

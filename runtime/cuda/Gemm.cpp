@@ -21,7 +21,7 @@ bool sameCall(const GemmCall &x, const GemmCall &y) {
   auto key = [](const GemmCall &c) {
     return std::tie(c.batch, c.m, c.n, c.k, c.aBatchStride, c.bBatchStride,
                     c.transA, c.transB, c.dtype, c.bias, c.act, c.accumulate,
-                    c.aux, c.dact, c.bgrad, c.unfused);
+                    c.aux, c.dact, c.bgrad, c.unfused, c.resultType);
   };
   return key(x) == key(y);
 }
@@ -229,6 +229,12 @@ void runGemm(StrataRtContext *ctx, int64_t site, GemmCall call, const void *a,
 }
 
 } // namespace
+
+void runProduct(StrataRtContext *ctx, int64_t site, const GemmCall &call,
+                const void *a, const void *b, void *c) {
+  runGemm(ctx, site, call, a, b, c, {});
+}
+
 } // namespace strata::cuda
 
 using strata::cuda::GemmCall;

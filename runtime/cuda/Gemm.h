@@ -47,6 +47,12 @@ struct GemmCache {
                                         const void *aux, bool quiet);
 };
 
+/// Runs the plain (batched) product `call` at `site` on the compute stream,
+/// C = op(A) op(B) with the ABI's row-major operands: for the runtime's own
+/// compositions (fused attention), planned and cached like strata_rt_gemm.
+void runProduct(StrataRtContext *ctx, int64_t site, const GemmCall &call,
+                const void *a, const void *b, void *c);
+
 } // namespace strata::cuda
 
 #endif // STRATA_RUNTIME_CUDA_GEMM_H

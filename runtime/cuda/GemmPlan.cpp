@@ -37,6 +37,19 @@ GemmPlan planGemm(const GemmCall &call, bool tf32) {
     p.error = std::string(strata_rt_element_name(call.dtype)) + " GEMMs";
     return p;
   }
+  p.resultType = p.dataType;
+  if (call.resultType != -1 && call.resultType != call.dtype) {
+    if (call.resultType != STRATA_RT_F32 || call.bias ||
+        call.act != STRATA_RT_ACT_NONE || call.aux || call.dact ||
+        call.bgrad >= 0) {
+      p.error = std::string("a GEMM of ") + strata_rt_element_name(call.dtype) +
+                " operands with a " + strata_rt_element_name(call.resultType) +
+                " result" +
+                (call.resultType == STRATA_RT_F32 ? " and an epilogue" : "");
+      return p;
+    }
+    p.resultType = CUDA_R_32F;
+  }
   if (call.accumulate) {
     if (call.bias || call.act != STRATA_RT_ACT_NONE || call.aux) {
       p.error = "an accumulating GEMM takes no bias or activation";
@@ -190,9 +203,10 @@ std::string createDescriptors(const GemmPlan &plan, GemmDescriptors &d) {
                 "the aux leading dimension");
   if (!error.empty())
     return error;
-  auto layout = [&](cublasLtMatrixLayout_t &l, const Layout &shape) {
-    cublasStatus_t ls = cublasLtMatrixLayoutCreate(
-        &l, plan.dataType, shape.rows, shape.cols, shape.ld);
+  auto layout = [&](cublasLtMatrixLayout_t &l, const Layout &shape,
+                    cudaDataType_t type) {
+    cublasStatus_t ls =
+        cublasLtMatrixLayoutCreate(&l, type, shape.rows, shape.cols, shape.ld);
     if (ls == CUBLAS_STATUS_SUCCESS && shape.batchCount > 1) {
       ls = cublasLtMatrixLayoutSetAttribute(
           l, CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT, &shape.batchCount,
@@ -205,10 +219,12 @@ std::string createDescriptors(const GemmPlan &plan, GemmDescriptors &d) {
     return ls == CUBLAS_STATUS_SUCCESS ? std::string()
                                        : failed(ls, "a matrix layout");
   };
-  for (auto [l, shape] : {std::pair{&d.a, &plan.a}, std::pair{&d.b, &plan.b},
-                          std::pair{&d.c, &plan.c}})
-    if (error = layout(*l, *shape); !error.empty())
-      return error;
+  if (error = layout(d.a, plan.a, plan.dataType); !error.empty())
+    return error;
+  if (error = layout(d.b, plan.b, plan.dataType); !error.empty())
+    return error;
+  if (error = layout(d.c, plan.c, plan.resultType); !error.empty())
+    return error;
   return "";
 }
 

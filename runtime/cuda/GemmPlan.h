@@ -41,6 +41,10 @@ struct GemmCall {
   /// Without the backward epilogues (their kernels run after the GEMM):
   /// when cuBLASLt has no algorithm for them.
   bool unfused = false;
+  /// The result's type where it is not `dtype`: STRATA_RT_F32 for bf16 or
+  /// f16 operands whose f32 sums are kept (fused attention's scores and
+  /// gradients); no bias, activation or epilogue then. -1: `dtype`.
+  int64_t resultType = -1;
 };
 
 /// A column-major matrix as cuBLASLt reads it.
@@ -73,6 +77,8 @@ struct GemmPlan {
   cublasOperation_t opA = CUBLAS_OP_N, opB = CUBLAS_OP_N;
   Layout a, b, c;
   cudaDataType_t dataType = CUDA_R_32F;
+  /// C's and D's type: dataType, or CUDA_R_32F (GemmCall::resultType).
+  cudaDataType_t resultType = CUDA_R_32F;
   cublasComputeType_t compute = CUBLAS_COMPUTE_32F;
   float beta = 0;
 };

@@ -1,15 +1,15 @@
 //===- Rows.cu - Row-wise CUDA kernels of the runtime C ABI ---------------===//
 //
-// Softmax, layer norm, embedding, cross-entropy and fused attention, with
-// their gradients. The row-wise kernels run one block per row (a grid-
-// stride loop over rows): each thread reduces its strided share of the
-// row, blockMax / blockSum combine the shares in a fixed order, and a
-// last pass writes the row. Every element is read again before it is
-// written by the thread that reads it, after the reductions' barriers, so
-// an output may alias its input. exp is the CPU runtime's fastExp (the
-// one of runtime/common/Activations.h), so that probabilities match the CPU
-// to rounding; sums the CPU accumulates in double are accumulated in
-// double here too.
+// Softmax, layer norm, embedding and cross-entropy, with their gradients
+// (fused attention is in Attention.cu). The row-wise kernels run one block per
+// row (a grid- stride loop over rows): each thread reduces its strided share of
+// the row, blockMax / blockSum combine the shares in a fixed order, and a last
+// pass writes the row. Every element is read again before it is written by the
+// thread that reads it, after the reductions' barriers, so an output may alias
+// its input. exp is the CPU runtime's fastExp (the one of
+// runtime/common/Activations.h), so that probabilities match the CPU to
+// rounding; sums the CPU accumulates in double are accumulated in double here
+// too.
 //
 // Column sums (layer norm's dgamma and dbeta) and the mean of the
 // cross-entropy's rows are reduced in two kernels: partials over fixed
@@ -20,24 +20,11 @@
 // device error word (Context.h) that holds the position and the value of
 // the first bad one; the host reads it at the step's end, never per call.
 //
-// Attention is a direct kernel, not yet a tiled flash kernel: one block
-// per (head, query) streams the keys in tiles of kAttentionTile with an
-// online softmax (shared memory O(d + dv), whatever t), a warp per score.
-// Its gradient recomputes the probabilities from the log-sum-exp: one
-// block per (head, query) for dq, then one per (head, key) for dk and dv,
-// each looping over the other side, so nothing is summed by atomics. Work
-// is O(heads * s * t * (d + dv)) per pass (three passes in all), and each
-// block reads its head's K and V (or Q and dO) through L2. Its tensors are
-// f32, bf16 or f16 (one type), loaded to f32 and computed in f32 (shared
-// memory holds f32), the outputs rounded once; the log-sum-exp is f32.
-//
 //===----------------------------------------------------------------------===//
 
 #include "Device.cuh"
 
 #include "../common/Activations.h"
-#include "../common/AttentionLayout.h"
-#include "../common/StrataRandom.h"
 
 #include <cub/device/device_radix_sort.cuh>
 
@@ -50,23 +37,11 @@ namespace {
 
 using strata::act::fastExp;
 
-/// Sum of `v` over the warp in a fixed order; every lane gets it.
-__device__ __forceinline__ float warpSum(float v) {
-  for (int o = 16; o > 0; o >>= 1)
-    v += __shfl_xor_sync(0xffffffffu, v, o);
-  return v;
-}
-
 /// Lowers the error word to bad id `value` at position `i` (the first
 /// position wins).
 __device__ __forceinline__ void reportBadId(unsigned long long *word, int64_t i,
                                             int64_t value) {
   atomicMin(word, badIdWord(i, value));
-}
-
-/// Threads per block of a kernel that reduces rows of `n` elements.
-inline int rowThreads(int64_t n) {
-  return n <= 256 ? 128 : n < 8192 ? 256 : 1024;
 }
 
 /// Calls `f(I{})` with the index type of an id type code (i32 or i64,
@@ -77,9 +52,6 @@ template <typename F> void withIdType(int64_t dtype, F &&f) {
   else
     f(int64_t{});
 }
-
-/// `bytes` rounded up to a multiple of 256 (offsets into scratch).
-inline size_t aligned(size_t bytes) { return (bytes + 255) / 256 * 256; }
 
 //===----------------------------------------------------------------------===//
 // Softmax
@@ -364,279 +336,6 @@ __global__ void crossEntropyGradKernel(T *dlogits, const T *logits,
   }
 }
 
-//===----------------------------------------------------------------------===//
-// Attention
-//===----------------------------------------------------------------------===//
-
-/// Threads of the attention kernels, and keys (or queries) per tile: one
-/// tile entry per thread.
-constexpr int kAttentionThreads = 128;
-constexpr int kAttentionTile = kAttentionThreads;
-
-/// Bytes of `floats` floats of dynamic shared memory.
-inline size_t sharedFloats(int64_t floats) {
-  return size_t(floats) * sizeof(float);
-}
-
-/// Lets `kernel` take `bytes` of dynamic shared memory (beyond the default
-/// 48 KiB for very wide heads); false, the failure recorded, if it cannot.
-template <typename K>
-bool allowShared(StrataRtContext *ctx, int64_t site, K kernel, size_t bytes,
-                 const char *name) {
-  if (bytes <= 48 * 1024)
-    return true;
-  return ctx->check(
-      site,
-      cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                           int(bytes)),
-      name);
-}
-
-/// Fused attention's dropout: the factor (0 or 1 / (1 - prob)) of the
-/// probability of (slice, query i, key j), strata_rt_dropout's mask of
-/// `key` over the [batch, heads, s, t] probabilities at `offset` in the
-/// global stream; 1 with prob 0.
-struct AttentionDropout {
-  double prob;
-  float keepScale;
-  uint64_t seed;
-  int64_t key, offset;
-  AttentionLayout at;
-
-  __device__ float operator()(int64_t slice, int64_t i, int64_t j) const {
-    if (prob <= 0)
-      return 1.0f;
-    return rng::dropoutKeep(seed, key, offset + at.probability(slice, i, j),
-                            prob)
-               ? keepScale
-               : 0.0f;
-  }
-};
-
-/// One block per (batch and head, query i), in AttentionLayout: the scores
-/// of a tile of keys (a warp per score), the online softmax's running
-/// maximum m and sum, and the running output acc (one column per thread)
-/// rescaled by exp(m_old - m_new); then out = acc / sum and lse = m +
-/// log(sum). Dropout scales the probabilities in acc, not in sum.
-template <typename T>
-__global__ void attentionKernel(T *out, float *lse, const T *q, const T *k,
-                                const T *v, AttentionLayout at, int64_t slices,
-                                float scale, bool causal,
-                                AttentionDropout drop) {
-  const int64_t s = at.s, t = at.t, d = at.d, dv = at.dv;
-  const int64_t ldk = at.rowStride(), ldv = at.valueRowStride();
-  extern __shared__ float smem[];
-  float *reduce = smem, *qi = reduce + 32, *acc = qi + d,
-        *e = acc + dv; // e: kAttentionTile
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5,
-            warps = blockDim.x >> 5;
-  for (int64_t row = blockIdx.x; row < slices * s; row += gridDim.x) {
-    const int64_t h = row / s, i = row - h * s;
-    const T *kh = k + at.key(h, 0), *vh = v + at.value(h, 0);
-    __syncthreads(); // the previous row is done with shared memory
-    for (int64_t c = threadIdx.x; c < d; c += blockDim.x)
-      qi[c] = toFloat(q[at.query(h, i) + c]);
-    for (int64_t c = threadIdx.x; c < dv; c += blockDim.x)
-      acc[c] = 0.0f;
-    __syncthreads();
-    const int64_t limit = causal ? min(i + 1, t) : t;
-    float m = -INFINITY, sum = 0.0f;
-    for (int64_t j0 = 0; j0 < limit; j0 += kAttentionTile) {
-      const int n = int(min(int64_t(kAttentionTile), limit - j0));
-      for (int jj = warp; jj < n; jj += warps) {
-        const T *kj = kh + (j0 + jj) * ldk;
-        float dot = 0.0f;
-        for (int64_t c = lane; c < d; c += 32)
-          dot += qi[c] * toFloat(kj[c]);
-        dot = warpSum(dot);
-        if (lane == 0)
-          e[jj] = scale * dot;
-      }
-      __syncthreads();
-      const float x = threadIdx.x < n ? e[threadIdx.x] : -INFINITY;
-      const float mNew = fmaxf(m, blockMax(x, reduce));
-      const float alpha = m == -INFINITY ? 0.0f : fastExp(m - mNew);
-      const float p = threadIdx.x < n ? fastExp(x - mNew) : 0.0f;
-      e[threadIdx.x] = threadIdx.x < n ? p * drop(h, i, j0 + threadIdx.x) : p;
-      sum = sum * alpha + blockSum(p, reduce); // its barriers publish e
-      for (int64_t c = threadIdx.x; c < dv; c += blockDim.x) {
-        float a = acc[c] * alpha;
-        for (int jj = 0; jj < n; ++jj)
-          a += e[jj] * toFloat(vh[(j0 + jj) * ldv + c]);
-        acc[c] = a;
-      }
-      m = mNew;
-      __syncthreads(); // before the next tile's scores overwrite e
-    }
-    if (threadIdx.x == 0)
-      lse[at.lse(h, i)] = m + logf(sum);
-    const float inv = 1.0f / sum;
-    for (int64_t c = threadIdx.x; c < dv; c += blockDim.x)
-      out[at.output(h, i) + c] = fromFloat<T>(limit > 0 ? acc[c] * inv : 0.0f);
-  }
-}
-
-/// The attention gradient's two dot products of a (query i, key j) pair,
-/// q_i . k_j over `d` and dO_i . v_j over `dv`, each summed by the warp in a
-/// fixed order (every lane gets both); each operand is in shared memory
-/// (float) or global memory (the storage type).
-template <typename Q, typename K, typename G, typename V>
-__device__ __forceinline__ void scoreDots(const Q *qi, const K *kj, int64_t d,
-                                          const G *doi, const V *vj, int64_t dv,
-                                          int lane, float &x, float &dp) {
-  x = 0.0f;
-  dp = 0.0f;
-  for (int64_t c = lane; c < d; c += 32)
-    x += toFloat(qi[c]) * toFloat(kj[c]);
-  for (int64_t c = lane; c < dv; c += 32)
-    dp += toFloat(doi[c]) * toFloat(vj[c]);
-  x = warpSum(x);
-  dp = warpSum(dp);
-}
-
-/// One block per (batch and head, query i): delta_i = dO_i . O_i (kept for
-/// the key pass, [slices, s]), then over the keys j the query sees: P_ij =
-/// exp(scale q_i . k_j - lse_i), dS_ij = P_ij (dO_i . v_j - delta_i), dq_i =
-/// scale sum_j dS_ij k_j; with dropout (factor m_ij), dS_ij = P_ij (m_ij
-/// dO_i . v_j - delta_i).
-template <typename T>
-__global__ void
-attentionGradQueries(T *dq, float *delta, const T *q, const T *k, const T *v,
-                     const T *out, const float *lse, const T *dout,
-                     AttentionLayout at, int64_t slices, float scale,
-                     bool causal, AttentionDropout drop) {
-  const int64_t s = at.s, t = at.t, d = at.d, dv = at.dv;
-  const int64_t ldk = at.rowStride(), ldv = at.valueRowStride();
-  extern __shared__ float smem[];
-  float *reduce = smem, *qi = reduce + 32, *doi = qi + d, *acc = doi + dv,
-        *ds = acc + d; // ds: kAttentionTile
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5,
-            warps = blockDim.x >> 5;
-  for (int64_t row = blockIdx.x; row < slices * s; row += gridDim.x) {
-    const int64_t h = row / s, i = row - h * s;
-    const T *kh = k + at.key(h, 0), *vh = v + at.value(h, 0);
-    __syncthreads(); // the previous row is done with shared memory
-    float part = 0.0f;
-    for (int64_t c = threadIdx.x; c < d; c += blockDim.x) {
-      qi[c] = toFloat(q[at.query(h, i) + c]);
-      acc[c] = 0.0f;
-    }
-    for (int64_t c = threadIdx.x; c < dv; c += blockDim.x) {
-      float g = toFloat(dout[at.output(h, i) + c]);
-      doi[c] = g;
-      part += g * toFloat(out[at.output(h, i) + c]);
-    }
-    const float di = blockSum(part, reduce); // its barriers publish qi, doi
-    if (threadIdx.x == 0)
-      delta[at.lse(h, i)] = di;
-    const float li = lse[at.lse(h, i)];
-    const int64_t limit = causal ? min(i + 1, t) : t;
-    for (int64_t j0 = 0; j0 < limit; j0 += kAttentionTile) {
-      const int n = int(min(int64_t(kAttentionTile), limit - j0));
-      for (int jj = warp; jj < n; jj += warps) {
-        const T *kj = kh + (j0 + jj) * ldk, *vj = vh + (j0 + jj) * ldv;
-        float x, dp;
-        scoreDots(qi, kj, d, doi, vj, dv, lane, x, dp);
-        if (lane == 0) {
-          float p = fastExp(scale * x - li);
-          ds[jj] = p * (drop(h, i, j0 + jj) * dp - di);
-        }
-      }
-      __syncthreads();
-      for (int64_t c = threadIdx.x; c < d; c += blockDim.x) {
-        float a = acc[c];
-        for (int jj = 0; jj < n; ++jj)
-          a += ds[jj] * toFloat(kh[(j0 + jj) * ldk + c]);
-        acc[c] = a;
-      }
-      __syncthreads(); // before the next tile overwrites ds
-    }
-    for (int64_t c = threadIdx.x; c < d; c += blockDim.x)
-      dq[at.query(h, i) + c] = fromFloat<T>(scale * acc[c]);
-  }
-}
-
-/// One block per (batch and head, key j), over the queries i that see it:
-/// dv_j = sum_i P_ij dO_i and dk_j = scale sum_i dS_ij q_i, with delta from
-/// attentionGradQueries (dropout: m_ij P_ij in dv_j, dS_ij as there).
-template <typename T>
-__global__ void
-attentionGradKeys(T *dk, T *dvOut, const T *q, const T *k, const T *v,
-                  const float *lse, const float *delta, const T *dout,
-                  AttentionLayout at, int64_t slices, float scale, bool causal,
-                  AttentionDropout drop) {
-  const int64_t s = at.s, t = at.t, d = at.d, dv = at.dv;
-  const int64_t ldq = at.rowStride(), ldo = at.valueRowStride();
-  extern __shared__ float smem[];
-  float *kj = smem, *vj = kj + d, *accK = vj + dv, *accV = accK + d,
-        *pt = accV + dv, *ds = pt + kAttentionTile; // pt, ds: kAttentionTile
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5,
-            warps = blockDim.x >> 5;
-  for (int64_t row = blockIdx.x; row < slices * t; row += gridDim.x) {
-    const int64_t h = row / t, j = row - h * t;
-    const T *qh = q + at.query(h, 0), *doh = dout + at.output(h, 0);
-    const float *lseh = lse + at.lse(h, 0), *deltah = delta + at.lse(h, 0);
-    __syncthreads(); // the previous row is done with shared memory
-    for (int64_t c = threadIdx.x; c < d; c += blockDim.x) {
-      kj[c] = toFloat(k[at.key(h, j) + c]);
-      accK[c] = 0.0f;
-    }
-    for (int64_t c = threadIdx.x; c < dv; c += blockDim.x) {
-      vj[c] = toFloat(v[at.value(h, j) + c]);
-      accV[c] = 0.0f;
-    }
-    __syncthreads();
-    for (int64_t i0 = causal ? j : 0; i0 < s; i0 += kAttentionTile) {
-      const int n = int(min(int64_t(kAttentionTile), s - i0));
-      for (int ii = warp; ii < n; ii += warps) {
-        const int64_t i = i0 + ii;
-        const T *qi = qh + i * ldq, *doi = doh + i * ldo;
-        float x, dp;
-        scoreDots(qi, kj, d, doi, vj, dv, lane, x, dp);
-        if (lane == 0) {
-          float p = fastExp(scale * x - lseh[i]);
-          float m = drop(h, i, j);
-          pt[ii] = p * m;
-          ds[ii] = p * (m * dp - deltah[i]);
-        }
-      }
-      __syncthreads();
-      for (int64_t c = threadIdx.x; c < dv; c += blockDim.x) {
-        float a = accV[c];
-        for (int ii = 0; ii < n; ++ii)
-          a += pt[ii] * toFloat(doh[(i0 + ii) * ldo + c]);
-        accV[c] = a;
-      }
-      for (int64_t c = threadIdx.x; c < d; c += blockDim.x) {
-        float a = accK[c];
-        for (int ii = 0; ii < n; ++ii)
-          a += ds[ii] * toFloat(qh[(i0 + ii) * ldq + c]);
-        accK[c] = a;
-      }
-      __syncthreads(); // before the next tile overwrites pt and ds
-    }
-    for (int64_t c = threadIdx.x; c < d; c += blockDim.x)
-      dk[at.key(h, j) + c] = fromFloat<T>(scale * accK[c]);
-    for (int64_t c = threadIdx.x; c < dv; c += blockDim.x)
-      dvOut[at.value(h, j) + c] = fromFloat<T>(accV[c]);
-  }
-}
-
-/// The dropout of an attention call (this rank's shard and micro-batch
-/// before it in the global stream).
-AttentionDropout attentionDropout(StrataRtContext *ctx, double prob,
-                                  int64_t key, int64_t microBatches,
-                                  int64_t microBatch, int64_t slices,
-                                  const AttentionLayout &at) {
-  return {prob,
-          prob > 0 ? 1.0f / float(1.0 - prob) : 1.0f,
-          ctx->seed,
-          key,
-          rng::dropoutOffset(ctx->shard, microBatches, microBatch,
-                             slices * at.s * at.t),
-          at};
-}
-
 } // namespace
 } // namespace strata::cuda
 
@@ -671,97 +370,6 @@ void strata_rt_softmax_grad(StrataRtContext *ctx, int64_t site, void *dx,
                 static_cast<T *>(dx), static_cast<const T *>(y),
                 static_cast<const T *>(dy), rows, n);
         launched(ctx, site, "strata_rt_softmax_grad");
-      });
-}
-
-void strata_rt_attention(StrataRtContext *ctx, int64_t site, void *out,
-                         int64_t outType, void *lse, int64_t lseType,
-                         const void *q, int64_t qType, const void *k,
-                         int64_t kType, const void *v, int64_t vType,
-                         int64_t batch, int64_t heads, int64_t s, int64_t t,
-                         int64_t d, int64_t dv, double scale, int64_t causal,
-                         double dropout, int64_t dropoutKey,
-                         int64_t microBatches, int64_t microBatch) {
-  if (!onlyF32(ctx, site, "attention", {lseType}))
-    return;
-  const strata::AttentionLayout at{heads, s, t, d, dv};
-  const int64_t slices = batch * heads;
-  const AttentionDropout drop = attentionDropout(
-      ctx, dropout, dropoutKey, microBatches, microBatch, slices, at);
-  withSameFloatType(
-      ctx, site, "attention", {outType, qType, kType, vType}, [&](auto tag) {
-        using T = decltype(tag);
-        if (slices == 0 || s == 0)
-          return;
-        size_t shared = sharedFloats(32 + d + dv + kAttentionTile);
-        if (!allowShared(ctx, site, attentionKernel<T>, shared, "attention"))
-          return;
-        attentionKernel<T><<<gridFor(slices * s, 1), kAttentionThreads, shared,
-                             ctx->compute>>>(
-            static_cast<T *>(out), static_cast<float *>(lse),
-            static_cast<const T *>(q), static_cast<const T *>(k),
-            static_cast<const T *>(v), at, slices, float(scale), causal != 0,
-            drop);
-        launched(ctx, site, "strata_rt_attention");
-      });
-}
-
-void strata_rt_attention_grad(
-    StrataRtContext *ctx, int64_t site, void *dq, int64_t dqType, void *dk,
-    int64_t dkType, void *dv, int64_t dvType, const void *q, int64_t qType,
-    const void *k, int64_t kType, const void *v, int64_t vType, const void *out,
-    int64_t outType, const void *lse, int64_t lseType, const void *dout,
-    int64_t doutType, int64_t batch, int64_t heads, int64_t s, int64_t t,
-    int64_t d, int64_t dvDim, double scale, int64_t causal, double dropout,
-    int64_t dropoutKey, int64_t microBatches, int64_t microBatch) {
-  if (!onlyF32(ctx, site, "attention_grad", {lseType}))
-    return;
-  const strata::AttentionLayout at{heads, s, t, d, dvDim};
-  const int64_t slices = batch * heads;
-  const AttentionDropout drop = attentionDropout(
-      ctx, dropout, dropoutKey, microBatches, microBatch, slices, at);
-  withSameFloatType(
-      ctx, site, "attention_grad",
-      {dqType, dkType, dvType, qType, kType, vType, outType, doutType},
-      [&](auto tag) {
-        using T = decltype(tag);
-        if (slices == 0)
-          return;
-        auto *qT = static_cast<const T *>(q);
-        auto *kT = static_cast<const T *>(k);
-        auto *vT = static_cast<const T *>(v);
-        auto *doutT = static_cast<const T *>(dout);
-        auto *lsef = static_cast<const float *>(lse);
-        float *delta = nullptr;
-        if (s > 0) {
-          delta = static_cast<float *>(
-              ctx->scratchBytes(site, size_t(slices * s) * sizeof(float)));
-          if (!delta)
-            return;
-          size_t shared = sharedFloats(32 + 2 * d + dvDim + kAttentionTile);
-          if (!allowShared(ctx, site, attentionGradQueries<T>, shared,
-                           "attention_grad"))
-            return;
-          attentionGradQueries<T>
-              <<<gridFor(slices * s, 1), kAttentionThreads, shared,
-                 ctx->compute>>>(static_cast<T *>(dq), delta, qT, kT, vT,
-                                 static_cast<const T *>(out), lsef, doutT, at,
-                                 slices, float(scale), causal != 0, drop);
-          if (!launched(ctx, site, "strata_rt_attention_grad"))
-            return;
-        }
-        // With s == 0 this writes dk = dv = 0, as the CPU.
-        if (t == 0)
-          return;
-        size_t shared = sharedFloats(2 * (d + dvDim + kAttentionTile));
-        if (!allowShared(ctx, site, attentionGradKeys<T>, shared,
-                         "attention_grad"))
-          return;
-        attentionGradKeys<T><<<gridFor(slices * t, 1), kAttentionThreads,
-                               shared, ctx->compute>>>(
-            static_cast<T *>(dk), static_cast<T *>(dv), qT, kT, vT, lsef, delta,
-            doutT, at, slices, float(scale), causal != 0, drop);
-        launched(ctx, site, "strata_rt_attention_grad");
       });
 }
 

@@ -172,6 +172,51 @@ TEST(CudaGemmPlan, EpilogueForEveryBiasAndActivation) {
   }
 }
 
+TEST(CudaGemmPlan, Bf16OperandsWithAnF32Result) {
+  // Fused attention's scores: bf16 q and k, their f32 sums kept.
+  GemmCall g;
+  g.batch = 12;
+  g.m = 128;
+  g.n = 96;
+  g.k = 64;
+  g.aBatchStride = 128 * 64;
+  g.bBatchStride = 96 * 64;
+  g.transB = true;
+  g.dtype = STRATA_RT_BF16;
+  g.resultType = STRATA_RT_F32;
+  GemmPlan p = planGemm(g, false);
+  ASSERT_TRUE(p.error.empty()) << p.error;
+  EXPECT_EQ(p.dataType, CUDA_R_16BF);
+  EXPECT_EQ(p.resultType, CUDA_R_32F);
+  EXPECT_EQ(p.compute, CUBLAS_COMPUTE_32F);
+  EXPECT_EQ(p.c.batchStride, 128 * 96);
+  GemmDescriptors d;
+  ASSERT_EQ(createDescriptors(p, d), "");
+  cudaDataType_t type{};
+  size_t written = 0;
+  ASSERT_EQ(cublasLtMatrixLayoutGetAttribute(d.c, CUBLASLT_MATRIX_LAYOUT_TYPE,
+                                             &type, sizeof(type), &written),
+            CUBLAS_STATUS_SUCCESS);
+  EXPECT_EQ(type, CUDA_R_32F);
+  ASSERT_EQ(cublasLtMatrixLayoutGetAttribute(d.a, CUBLASLT_MATRIX_LAYOUT_TYPE,
+                                             &type, sizeof(type), &written),
+            CUBLAS_STATUS_SUCCESS);
+  EXPECT_EQ(type, CUDA_R_16BF);
+  // The same type is no mixed product; an epilogue has no mixed form, nor
+  // has a low-precision result.
+  g.resultType = STRATA_RT_BF16;
+  EXPECT_EQ(planGemm(g, false).resultType, CUDA_R_16BF);
+  g.resultType = STRATA_RT_F32;
+  g.bias = true;
+  EXPECT_EQ(planGemm(g, false).error,
+            "a GEMM of bf16 operands with a f32 result and an epilogue");
+  g.bias = false;
+  g.dtype = STRATA_RT_F32;
+  g.resultType = STRATA_RT_BF16;
+  EXPECT_EQ(planGemm(g, false).error,
+            "a GEMM of f32 operands with a bf16 result");
+}
+
 TEST(CudaGemmPlan, PreActivationKeptByTheEpilogueOrBeside) {
   GemmCall g;
   g.m = 32;

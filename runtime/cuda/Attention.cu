@@ -1,0 +1,473 @@
+//===- Attention.cu - Fused attention on the GPU --------------------------===//
+//
+// strata_rt_attention and its gradient as cuBLASLt products and row
+// kernels over a chunk of (batch, head) slices at a time. The inputs'
+// slices are gathered into contiguous [slices, rows, width] scratch; the
+// scores Q K^T are summed and kept in f32 (bf16 and f16 operands on tensor
+// cores, f32 ones in true f32 unless the context allows TF32); a row
+// kernel takes the causal mask, the softmax (the CPU runtime's exp), the
+// log-sum-exp and the dropout's mask, writing the probabilities in the
+// operands' type for P V, whose f32 result is scattered into the output's
+// rows. The gradient recomputes the probabilities from the log-sum-exp:
+// dV = (m P)^T dO, dP = dO V^T, dS = scale P (m dP - delta) with delta_i =
+// dO_i . O_i, dQ = dS K, dK = dS^T Q, each product's f32 result scattered
+// into its gradient. Nothing is summed by atomics: results do not depend
+// on scheduling.
+//
+// The [s, t] scores and probabilities live only in scratch, a chunk of
+// slices at a time (at most kChunkBytes, at least one slice): between the
+// forward and the backward pass only the output and the log-sum-exp are
+// kept, as on the CPU.
+//
+//===----------------------------------------------------------------------===//
+
+#include "Device.cuh"
+#include "Gemm.h"
+
+#include "../common/Activations.h"
+#include "../common/AttentionLayout.h"
+#include "../common/StrataRandom.h"
+
+#include <algorithm>
+#include <cmath>
+
+namespace strata::cuda {
+namespace {
+
+using strata::act::fastExp;
+
+/// Scratch bytes one chunk of slices may take (one slice may take more).
+constexpr size_t kChunkBytes = size_t(512) << 20;
+
+/// Fused attention's dropout: the factor (0 or 1 / (1 - prob)) of the
+/// probability of (slice, query i, key j), strata_rt_dropout's mask of
+/// `key` over the [batch, heads, s, t] probabilities at `offset` in the
+/// global stream; 1 with prob 0.
+struct AttentionDropout {
+  double prob;
+  float keepScale;
+  uint64_t seed;
+  int64_t key, offset;
+  AttentionLayout at;
+
+  __device__ float operator()(int64_t slice, int64_t i, int64_t j) const {
+    if (prob <= 0)
+      return 1.0f;
+    return rng::dropoutKeep(seed, key, offset + at.probability(slice, i, j),
+                            prob)
+               ? keepScale
+               : 0.0f;
+  }
+};
+
+/// Which tensor's rows (AttentionLayout).
+enum class Rows { Query, Key, Value, Output };
+
+__device__ __forceinline__ int64_t rowAt(const AttentionLayout &at, Rows rows,
+                                         int64_t slice, int64_t r) {
+  switch (rows) {
+  case Rows::Query:
+    return at.query(slice, r);
+  case Rows::Key:
+    return at.key(slice, r);
+  case Rows::Value:
+    return at.value(slice, r);
+  default:
+    return at.output(slice, r);
+  }
+}
+
+/// to[sl][r][c] = from's row r of slice first + sl, column c: `slices`
+/// slices of `len` rows of `width`, rows from `valid` on zero (padding).
+template <typename T>
+__global__ void gatherRows(T *to, const T *from, AttentionLayout at, Rows rows,
+                           int64_t first, int64_t slices, int64_t len,
+                           int64_t valid, int64_t width) {
+  const int64_t n = slices * len * width;
+  for (int64_t e = gridStart(); e < n; e += gridStride()) {
+    const int64_t c = e % width, row = e / width, r = row % len;
+    to[e] = r < valid ? from[rowAt(at, rows, first + row / len, r) + c]
+                      : fromFloat<T>(0.0f);
+  }
+}
+
+/// The first `len` rows of each of `slices` slices of `stride` rows of f32
+/// `from` into their places in `to` (rounded once to T): gatherRows'
+/// inverse.
+template <typename T>
+__global__ void scatterRows(T *to, const float *from, AttentionLayout at,
+                            Rows rows, int64_t first, int64_t slices,
+                            int64_t len, int64_t stride, int64_t width) {
+  const int64_t n = slices * len * width;
+  for (int64_t e = gridStart(); e < n; e += gridStride()) {
+    const int64_t c = e % width, row = e / width;
+    const int64_t slice = row / len, r = row % len;
+    to[rowAt(at, rows, first + slice, r) + c] =
+        fromFloat<T>(from[(slice * stride + r) * width + c]);
+  }
+}
+
+/// Keys padded to a multiple of 8 (zero keys and values, probability 0):
+/// the products' leading dimensions are then multiples of 8 elements
+/// wherever the head sizes are, as tensor cores want them.
+inline int64_t paddedKeys(int64_t t) { return (t + 7) / 8 * 8; }
+
+/// Keys query i of a slice sees.
+__device__ __forceinline__ int64_t keysSeen(int64_t i, int64_t t, bool causal) {
+  return causal ? min(i + 1, t) : t;
+}
+
+/// One block per query row of the chunk (rows of `tp` padded keys): the
+/// softmax of scale * scores over the keys the row sees, its log-sum-exp
+/// (at the slice's place), and the dropped probabilities in T (zero beyond
+/// the row's keys).
+template <typename T>
+__global__ void attentionSoftmax(T *p, float *lse, const float *scores,
+                                 AttentionLayout at, int64_t tp, int64_t first,
+                                 int64_t rows, float scale, bool causal,
+                                 AttentionDropout drop) {
+  __shared__ float shared[32];
+  const int64_t s = at.s, t = at.t;
+  for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
+    const int64_t slice = first + r / s, i = r % s;
+    const float *x = scores + r * tp;
+    T *y = p + r * tp;
+    const int64_t limit = keysSeen(i, t, causal);
+    float mx = -INFINITY;
+    for (int64_t j = threadIdx.x; j < limit; j += blockDim.x)
+      mx = fmaxf(mx, scale * x[j]);
+    mx = blockMax(mx, shared);
+    float sum = 0.0f;
+    for (int64_t j = threadIdx.x; j < limit; j += blockDim.x)
+      sum += fastExp(scale * x[j] - mx);
+    sum = blockSum(sum, shared);
+    if (threadIdx.x == 0)
+      lse[at.lse(slice, i)] = limit > 0 ? mx + logf(sum) : -INFINITY;
+    const float inv = 1.0f / sum;
+    for (int64_t j = threadIdx.x; j < tp; j += blockDim.x)
+      y[j] = fromFloat<T>(j < limit ? fastExp(scale * x[j] - mx) * inv *
+                                          drop(slice, i, j)
+                                    : 0.0f);
+  }
+}
+
+/// One block per query row of the chunk: delta_i = dO_i . O_i.
+template <typename T>
+__global__ void attentionDelta(float *delta, const T *out, const T *dout,
+                               AttentionLayout at, int64_t first,
+                               int64_t rows) {
+  __shared__ float shared[32];
+  for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
+    const int64_t o = at.output(first + r / at.s, r % at.s);
+    float part = 0.0f;
+    for (int64_t c = threadIdx.x; c < at.dv; c += blockDim.x)
+      part += toFloat(dout[o + c]) * toFloat(out[o + c]);
+    part = blockSum(part, shared);
+    if (threadIdx.x == 0)
+      delta[r] = part;
+  }
+}
+
+/// The probability of (query i, key j) of the chunk's element e of
+/// [rows, padded keys], recomputed from the scores and the log-sum-exp.
+__device__ __forceinline__ float
+probability(const float *scores, const float *lse, const AttentionLayout &at,
+            int64_t slice, int64_t i, int64_t j, int64_t e, float scale,
+            bool causal) {
+  return j < keysSeen(i, at.t, causal)
+             ? fastExp(scale * scores[e] - lse[at.lse(slice, i)])
+             : 0.0f;
+}
+
+/// The dropped probabilities m P in T, for dV = (m P)^T dO.
+template <typename T>
+__global__ void
+attentionDroppedProbabilities(T *p, const float *scores, const float *lse,
+                              AttentionLayout at, int64_t tp, int64_t first,
+                              int64_t rows, float scale, bool causal,
+                              AttentionDropout drop) {
+  const int64_t n = rows * tp;
+  for (int64_t e = gridStart(); e < n; e += gridStride()) {
+    const int64_t r = e / tp, j = e % tp;
+    const int64_t slice = first + r / at.s, i = r % at.s;
+    float pr = probability(scores, lse, at, slice, i, j, e, scale, causal);
+    p[e] = fromFloat<T>(pr == 0.0f ? 0.0f : pr * drop(slice, i, j));
+  }
+}
+
+/// dS = scale P (m dP - delta) in T, for dQ = dS K and dK = dS^T Q.
+template <typename T>
+__global__ void attentionScoreGrad(T *ds, const float *scores, const float *dp,
+                                   const float *lse, const float *delta,
+                                   AttentionLayout at, int64_t tp,
+                                   int64_t first, int64_t rows, float scale,
+                                   bool causal, AttentionDropout drop) {
+  const int64_t n = rows * tp;
+  for (int64_t e = gridStart(); e < n; e += gridStride()) {
+    const int64_t r = e / tp, j = e % tp;
+    const int64_t slice = first + r / at.s, i = r % at.s;
+    float pr = probability(scores, lse, at, slice, i, j, e, scale, causal);
+    ds[e] = fromFloat<T>(
+        pr == 0.0f ? 0.0f
+                   : scale * pr * (drop(slice, i, j) * dp[e] - delta[r]));
+  }
+}
+
+/// The dropout of an attention call (this rank's shard and micro-batch
+/// before it in the global stream).
+AttentionDropout attentionDropout(StrataRtContext *ctx, double prob,
+                                  int64_t key, int64_t microBatches,
+                                  int64_t microBatch, int64_t slices,
+                                  const AttentionLayout &at) {
+  return {prob,
+          prob > 0 ? 1.0f / float(1.0 - prob) : 1.0f,
+          ctx->seed,
+          key,
+          rng::dropoutOffset(ctx->shard, microBatches, microBatch,
+                             slices * at.s * at.t),
+          at};
+}
+
+/// A batch of row-major products with contiguous operands of type `dtype`:
+/// C [m, n] (f32) = op(A) op(B) per slice, A [m, k] (transA: stored [k,
+/// m]) and B [k, n] (transB: [n, k]). An empty sum (k = 0) is zeros.
+/// Returns whether the step has not failed.
+struct Product {
+  StrataRtContext *ctx;
+  int64_t site, dtype;
+
+  bool operator()(int64_t batch, int64_t m, int64_t n, int64_t k, const void *a,
+                  bool transA, const void *b, bool transB, float *c) const {
+    if (batch == 0 || m == 0 || n == 0)
+      return ctx->error.empty();
+    if (k == 0)
+      return ctx->check(site,
+                        cudaMemsetAsync(c, 0,
+                                        size_t(batch * m * n) * sizeof(float),
+                                        ctx->compute),
+                        "strata_rt_attention") &&
+             ctx->error.empty();
+    GemmCall call;
+    call.batch = batch;
+    call.m = m;
+    call.n = n;
+    call.k = k;
+    call.aBatchStride = m * k;
+    call.bBatchStride = k * n;
+    call.transA = transA;
+    call.transB = transB;
+    call.dtype = dtype;
+    call.resultType = STRATA_RT_F32;
+    runProduct(ctx, site, call, a, b, c);
+    return ctx->error.empty();
+  }
+};
+
+/// Slices per chunk when one slice takes `perSlice` bytes of scratch.
+int64_t chunkSlices(int64_t slices, size_t perSlice) {
+  return std::clamp<int64_t>(
+      int64_t(kChunkBytes / std::max<size_t>(perSlice, 1)), 1,
+      std::max<int64_t>(slices, 1));
+}
+
+/// Carves 256-byte aligned pieces out of one scratch block.
+struct Carver {
+  char *at;
+  template <typename T> T *take(size_t elements) {
+    T *p = reinterpret_cast<T *>(at);
+    at += aligned(elements * sizeof(T));
+    return p;
+  }
+};
+
+} // namespace
+} // namespace strata::cuda
+
+using namespace strata::cuda;
+
+extern "C" {
+
+void strata_rt_attention(StrataRtContext *ctx, int64_t site, void *out,
+                         int64_t outType, void *lse, int64_t lseType,
+                         const void *q, int64_t qType, const void *k,
+                         int64_t kType, const void *v, int64_t vType,
+                         int64_t batch, int64_t heads, int64_t s, int64_t t,
+                         int64_t d, int64_t dv, double scale, int64_t causal,
+                         double dropout, int64_t dropoutKey,
+                         int64_t microBatches, int64_t microBatch) {
+  if (!onlyF32(ctx, site, "attention", {lseType}))
+    return;
+  const strata::AttentionLayout at{heads, s, t, d, dv};
+  const int64_t slices = batch * heads;
+  const AttentionDropout drop = attentionDropout(
+      ctx, dropout, dropoutKey, microBatches, microBatch, slices, at);
+  withSameFloatType(
+      ctx, site, "attention", {outType, qType, kType, vType}, [&](auto tag) {
+        using T = decltype(tag);
+        if (slices == 0 || s == 0)
+          return;
+        if (t == 0) {
+          // No key: the CPU's zero output and -inf log-sum-exp.
+          strata_rt_fill(ctx, site, out, outType, slices * s * dv, 0.0);
+          strata_rt_fill(ctx, site, lse, STRATA_RT_F32, slices * s, -INFINITY);
+          return;
+        }
+        const size_t e = sizeof(T);
+        const int64_t tp = paddedKeys(t);
+        const size_t perSlice =
+            aligned(size_t(s * d) * e) + aligned(size_t(tp * d) * e) +
+            aligned(size_t(tp * dv) * e) + aligned(size_t(s * tp) * 4) +
+            aligned(size_t(s * tp) * e) + aligned(size_t(s * dv) * 4);
+        const int64_t chunk = chunkSlices(slices, perSlice);
+        auto *memory = static_cast<char *>(
+            ctx->scratchBytes(site, perSlice * size_t(chunk)));
+        if (!memory)
+          return;
+        Carver carve{memory};
+        T *qs = carve.take<T>(size_t(chunk * s * d));
+        T *ks = carve.take<T>(size_t(chunk * tp * d));
+        T *vs = carve.take<T>(size_t(chunk * tp * dv));
+        float *scores = carve.take<float>(size_t(chunk * s * tp));
+        T *p = carve.take<T>(size_t(chunk * s * tp));
+        float *o = carve.take<float>(size_t(chunk * s * dv));
+        const Product product{ctx, site, outType};
+        auto *qT = static_cast<const T *>(q);
+        auto *kT = static_cast<const T *>(k);
+        auto *vT = static_cast<const T *>(v);
+        for (int64_t first = 0; first < slices; first += chunk) {
+          const int64_t n = std::min(chunk, slices - first);
+          gatherRows<T><<<gridFor(n * s * d), kThreads, 0, ctx->compute>>>(
+              qs, qT, at, Rows::Query, first, n, s, s, d);
+          gatherRows<T><<<gridFor(n * tp * d), kThreads, 0, ctx->compute>>>(
+              ks, kT, at, Rows::Key, first, n, tp, t, d);
+          gatherRows<T><<<gridFor(n * tp * dv), kThreads, 0, ctx->compute>>>(
+              vs, vT, at, Rows::Value, first, n, tp, t, dv);
+          if (!launched(ctx, site, "strata_rt_attention") ||
+              !product(n, s, tp, d, qs, false, ks, true, scores))
+            return;
+          attentionSoftmax<T>
+              <<<gridFor(n * s, 1), rowThreads(tp), 0, ctx->compute>>>(
+                  p, static_cast<float *>(lse), scores, at, tp, first, n * s,
+                  float(scale), causal != 0, drop);
+          if (!launched(ctx, site, "strata_rt_attention") ||
+              !product(n, s, dv, tp, p, false, vs, false, o))
+            return;
+          scatterRows<T><<<gridFor(n * s * dv), kThreads, 0, ctx->compute>>>(
+              static_cast<T *>(out), o, at, Rows::Output, first, n, s, s, dv);
+          if (!launched(ctx, site, "strata_rt_attention"))
+            return;
+        }
+      });
+}
+
+void strata_rt_attention_grad(
+    StrataRtContext *ctx, int64_t site, void *dq, int64_t dqType, void *dk,
+    int64_t dkType, void *dv, int64_t dvType, const void *q, int64_t qType,
+    const void *k, int64_t kType, const void *v, int64_t vType, const void *out,
+    int64_t outType, const void *lse, int64_t lseType, const void *dout,
+    int64_t doutType, int64_t batch, int64_t heads, int64_t s, int64_t t,
+    int64_t d, int64_t dvDim, double scale, int64_t causal, double dropout,
+    int64_t dropoutKey, int64_t microBatches, int64_t microBatch) {
+  if (!onlyF32(ctx, site, "attention_grad", {lseType}))
+    return;
+  const strata::AttentionLayout at{heads, s, t, d, dvDim};
+  const int64_t slices = batch * heads;
+  const AttentionDropout drop = attentionDropout(
+      ctx, dropout, dropoutKey, microBatches, microBatch, slices, at);
+  withSameFloatType(
+      ctx, site, "attention_grad",
+      {dqType, dkType, dvType, qType, kType, vType, outType, doutType},
+      [&](auto tag) {
+        using T = decltype(tag);
+        if (slices == 0)
+          return;
+        if (s == 0 || t == 0) {
+          // No query sees a key: every gradient is zero.
+          strata_rt_fill(ctx, site, dq, dqType, slices * s * d, 0.0);
+          strata_rt_fill(ctx, site, dk, dkType, slices * t * d, 0.0);
+          strata_rt_fill(ctx, site, dv, dvType, slices * t * dvDim, 0.0);
+          return;
+        }
+        const size_t e = sizeof(T);
+        const int64_t tp = paddedKeys(t);
+        const int64_t rowsOut = std::max({s * d, tp * d, tp * dvDim});
+        const size_t perSlice =
+            aligned(size_t(s * d) * e) + aligned(size_t(tp * d) * e) +
+            aligned(size_t(tp * dvDim) * e) + aligned(size_t(s * dvDim) * e) +
+            aligned(size_t(s) * 4) + 2 * aligned(size_t(s * tp) * 4) +
+            aligned(size_t(s * tp) * e) + aligned(size_t(rowsOut) * 4);
+        const int64_t chunk = chunkSlices(slices, perSlice);
+        auto *memory = static_cast<char *>(
+            ctx->scratchBytes(site, perSlice * size_t(chunk)));
+        if (!memory)
+          return;
+        Carver carve{memory};
+        T *qs = carve.take<T>(size_t(chunk * s * d));
+        T *ks = carve.take<T>(size_t(chunk * tp * d));
+        T *vs = carve.take<T>(size_t(chunk * tp * dvDim));
+        T *dos = carve.take<T>(size_t(chunk * s * dvDim));
+        float *delta = carve.take<float>(size_t(chunk * s));
+        float *scores = carve.take<float>(size_t(chunk * s * tp));
+        float *dp = carve.take<float>(size_t(chunk * s * tp));
+        // The dropped probabilities, then dS.
+        T *p = carve.take<T>(size_t(chunk * s * tp));
+        float *grad = carve.take<float>(size_t(chunk * rowsOut));
+        const Product product{ctx, site, qType};
+        auto *lsef = static_cast<const float *>(lse);
+        for (int64_t first = 0; first < slices; first += chunk) {
+          const int64_t n = std::min(chunk, slices - first);
+          gatherRows<T><<<gridFor(n * s * d), kThreads, 0, ctx->compute>>>(
+              qs, static_cast<const T *>(q), at, Rows::Query, first, n, s, s,
+              d);
+          gatherRows<T><<<gridFor(n * tp * d), kThreads, 0, ctx->compute>>>(
+              ks, static_cast<const T *>(k), at, Rows::Key, first, n, tp, t, d);
+          gatherRows<T><<<gridFor(n * tp * dvDim), kThreads, 0, ctx->compute>>>(
+              vs, static_cast<const T *>(v), at, Rows::Value, first, n, tp, t,
+              dvDim);
+          gatherRows<T><<<gridFor(n * s * dvDim), kThreads, 0, ctx->compute>>>(
+              dos, static_cast<const T *>(dout), at, Rows::Output, first, n, s,
+              s, dvDim);
+          attentionDelta<T>
+              <<<gridFor(n * s, 1), rowThreads(dvDim), 0, ctx->compute>>>(
+                  delta, static_cast<const T *>(out),
+                  static_cast<const T *>(dout), at, first, n * s);
+          if (!launched(ctx, site, "strata_rt_attention_grad") ||
+              !product(n, s, tp, d, qs, false, ks, true, scores))
+            return;
+          attentionDroppedProbabilities<T>
+              <<<gridFor(n * s * tp), kThreads, 0, ctx->compute>>>(
+                  p, scores, lsef, at, tp, first, n * s, float(scale),
+                  causal != 0, drop);
+          // dV = (m P)^T dO (the padded keys' rows are left out).
+          if (!launched(ctx, site, "strata_rt_attention_grad") ||
+              !product(n, tp, dvDim, s, p, true, dos, false, grad))
+            return;
+          scatterRows<T><<<gridFor(n * t * dvDim), kThreads, 0, ctx->compute>>>(
+              static_cast<T *>(dv), grad, at, Rows::Value, first, n, t, tp,
+              dvDim);
+          // dP = dO V^T, then dS over the probabilities' buffer.
+          if (!launched(ctx, site, "strata_rt_attention_grad") ||
+              !product(n, s, tp, dvDim, dos, false, vs, true, dp))
+            return;
+          attentionScoreGrad<T>
+              <<<gridFor(n * s * tp), kThreads, 0, ctx->compute>>>(
+                  p, scores, dp, lsef, delta, at, tp, first, n * s,
+                  float(scale), causal != 0, drop);
+          // dQ = dS K, dK = dS^T Q.
+          if (!launched(ctx, site, "strata_rt_attention_grad") ||
+              !product(n, s, d, tp, p, false, ks, false, grad))
+            return;
+          scatterRows<T><<<gridFor(n * s * d), kThreads, 0, ctx->compute>>>(
+              static_cast<T *>(dq), grad, at, Rows::Query, first, n, s, s, d);
+          if (!launched(ctx, site, "strata_rt_attention_grad") ||
+              !product(n, tp, d, s, p, true, qs, false, grad))
+            return;
+          scatterRows<T><<<gridFor(n * t * d), kThreads, 0, ctx->compute>>>(
+              static_cast<T *>(dk), grad, at, Rows::Key, first, n, t, tp, d);
+          if (!launched(ctx, site, "strata_rt_attention_grad"))
+            return;
+        }
+      });
+}
+
+} // extern "C"
