@@ -15,7 +15,7 @@
 // on scheduling.
 //
 // The [s, t] scores and probabilities live only in scratch, a chunk of
-// slices at a time (at most kChunkBytes, at least one slice): between the
+// slices at a time (at most chunkBytes(), at least one slice): between the
 // forward and the backward pass only the output and the log-sum-exp are
 // kept, as on the CPU.
 //
@@ -30,14 +30,24 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 
 namespace strata::cuda {
 namespace {
 
 using strata::act::fastExp;
 
-/// Scratch bytes one chunk of slices may take (one slice may take more).
-constexpr size_t kChunkBytes = size_t(512) << 20;
+/// Scratch bytes one chunk of slices may take (one slice may take more):
+/// 512 MiB, or STRATA_CUDA_ATTENTION_CHUNK_BYTES (the GPU check sets 1,
+/// one slice per chunk, so that its small cases cover the chunked path).
+size_t chunkBytes() {
+  static const size_t bytes = [] {
+    const char *set = std::getenv("STRATA_CUDA_ATTENTION_CHUNK_BYTES");
+    long long value = set ? std::atoll(set) : 0;
+    return value > 0 ? size_t(value) : size_t(512) << 20;
+  }();
+  return bytes;
+}
 
 /// Fused attention's dropout: the factor (0 or 1 / (1 - prob)) of the
 /// probability of (slice, query i, key j), strata_rt_dropout's mask of
@@ -266,7 +276,7 @@ struct Product {
 /// Slices per chunk when one slice takes `perSlice` bytes of scratch.
 int64_t chunkSlices(int64_t slices, size_t perSlice) {
   return std::clamp<int64_t>(
-      int64_t(kChunkBytes / std::max<size_t>(perSlice, 1)), 1,
+      int64_t(chunkBytes() / std::max<size_t>(perSlice, 1)), 1,
       std::max<int64_t>(slices, 1));
 }
 

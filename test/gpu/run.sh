@@ -26,6 +26,17 @@ status=0
 echo "== kernels"
 timeout 300 build/kernel_check compare --runtime build/libstrata_runtime_cuda.so \
   --dir kernels || status=1
+# Fused attention one (batch, head) slice per chunk, as it runs where the
+# scores of all slices exceed its scratch budget.
+echo "== attention kernels, one slice per chunk"
+if STRATA_CUDA_ATTENTION_CHUNK_BYTES=1 timeout 300 build/kernel_check compare \
+    --runtime build/libstrata_runtime_cuda.so --dir kernels \
+    --filter attention > chunked.log; then
+  tail -1 chunked.log
+else
+  grep -v '^PASS' chunked.log
+  status=1
+fi
 for dir in programs/*/; do
   name=$(basename "$dir")
   read -r steps seed rtol < "$dir/run.txt"
