@@ -11,6 +11,7 @@ namespace strata {
 #define GEN_PASS_DEF_STRATAGEMMEPILOGUEFUSION
 #define GEN_PASS_DEF_STRATADROPOUTADDFUSION
 #define GEN_PASS_DEF_STRATAATTENTIONFUSION
+#define GEN_PASS_DEF_STRATAGEMMPADDING
 #include "StrataPasses.h.inc"
 } // namespace strata
 
@@ -170,6 +171,71 @@ struct GemmEpilogueFusionPass
     bg.erase();
     if (actGrad && actGrad->use_empty())
       actGrad->erase();
+  }
+};
+
+/// Pads the output columns of large GEMMs with a weight operand to the
+/// target's multiple: matmul(x, pad(w)) then a slice of the real columns.
+struct GemmPaddingPass
+    : public strata::impl::StrataGemmPaddingBase<GemmPaddingPass> {
+  using StrataGemmPaddingBase::StrataGemmPaddingBase;
+
+  /// Products smaller than this (or summing fewer terms) are not worth the
+  /// copies of the weight and the result.
+  static constexpr int64_t kMinSummed = 256, kMinMacs = int64_t(1) << 24;
+
+  void runOnOperation() override {
+    const RuntimeTarget *runtime = RuntimeTarget::lookup(target);
+    if (!runtime) {
+      mlir::emitError(getOperation().getLoc())
+          << "strata-gemm-padding: unknown target '" << target << "' ("
+          << RuntimeTarget::knownNames() << ")";
+      return signalPassFailure();
+    }
+    const int64_t multiple = runtime->getGemmColumnMultiple();
+    if (multiple <= 1)
+      return;
+    SmallVector<MatmulOp> matmuls;
+    getOperation().walk([&](MatmulOp m) { matmuls.push_back(m); });
+    for (MatmulOp m : matmuls)
+      pad(m, multiple);
+  }
+
+  void pad(MatmulOp m, int64_t multiple) {
+    auto lhs = cast<RankedTensorType>(m.getLhs().getType());
+    auto rhs = cast<RankedTensorType>(m.getRhs().getType());
+    auto result = cast<RankedTensorType>(m.getResult().getType());
+    if (m.getTransposeLhs() || rhs.getRank() != 2 || lhs.getRank() < 2 ||
+        !lhs.hasStaticShape() || !rhs.hasStaticShape())
+      return;
+    const int64_t columnDim = m.getTransposeRhs() ? 0 : 1;
+    const int64_t n = rhs.getDimSize(columnDim),
+                  k = rhs.getDimSize(1 - columnDim);
+    const int64_t rows = lhs.getNumElements() / lhs.getShape().back();
+    if (n % multiple == 0 || k < kMinSummed || rows * n * k < kMinMacs)
+      return;
+    if (llvm::any_of(m->getUsers(),
+                     [](Operation *user) { return isa<BiasAddOp>(user); }))
+      return;
+    const int64_t padded = llvm::alignTo(n, multiple);
+    OpBuilder b(m);
+    Location loc = m.getLoc();
+    auto w =
+        PadOp::create(b, loc, m.getRhs(), b.getI64IntegerAttr(columnDim),
+                      b.getI64IntegerAttr(0), b.getI64IntegerAttr(padded - n));
+    copyMetadata(m, w);
+    Operation *product = b.clone(*m);
+    product->setOperand(1, w);
+    SmallVector<int64_t> shape(result.getShape());
+    shape.back() = padded;
+    product->getResult(0).setType(result.clone(shape));
+    auto columns =
+        SliceOp::create(b, loc, product->getResult(0),
+                        b.getI64IntegerAttr(result.getRank() - 1),
+                        b.getI64IntegerAttr(0), b.getI64IntegerAttr(n));
+    copyMetadata(m, columns);
+    m.getResult().replaceAllUsesWith(columns.getResult());
+    m.erase();
   }
 };
 

@@ -253,6 +253,31 @@ def StrataGemmEpilogueFusion
   let dependentDialects = ["::strata::StrataDialect"];
 }
 
+def StrataGemmPadding : Pass<"strata-gemm-padding", "mlir::ModuleOp"> {
+  let summary = "Pads large GEMMs' output columns to the target's multiple";
+  let description = [{
+    `matmul(x, w)` with a rank-2 weight `w` whose output width N (the
+    vocabulary of an LM head, say 50257) is not a multiple of the target's
+    `getGemmColumnMultiple()` becomes `matmul(x, pad(w))` followed by a
+    `slice` of the N real columns, as PyTorch's compiler and llm.c pad such
+    shapes: every leading dimension of the product and of its gradients
+    (autodiff differentiates the pad and the slice) is then a multiple of
+    it. The padded columns are zeros: values are unchanged.
+
+    Only products worth the copies are padded: at least 256 summed terms
+    (K) and 2^24 multiply-adds. A matmul whose result a `bias_add` reads
+    is left alone (the GEMM epilogue fuses that pair). Runs before mixed
+    precision and autodiff; a strategy selects it for targets with a
+    multiple (`cuda`: 8); with `target=cpu` (multiple 1) it changes
+    nothing.
+  }];
+  let options = [
+    Option<"target", "target", "std::string", "\"cuda\"",
+           "Runtime target whose GEMM column multiple applies: cpu or cuda">
+  ];
+  let dependentDialects = ["::strata::StrataDialect"];
+}
+
 def StrataDropoutAddFusion
     : Pass<"strata-dropout-add-fusion", "mlir::ModuleOp"> {
   let summary = "Fuses dropout(x) + residual";

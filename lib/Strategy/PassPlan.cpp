@@ -3,6 +3,7 @@
 #include "strata/Strategy/PassPlan.h"
 
 #include "strata/Passes/Passes.h"
+#include "strata/Target/RuntimeTarget.h"
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/IR/BuiltinTypes.h"
@@ -57,6 +58,15 @@ std::vector<PlannedPass> strata::planPasses(const Strategy &s,
   if (s.fused_passes.enable && s.fused_passes.flash_attention)
     add("strata-attention-fusion", "fused_passes.flash_attention",
         [] { return createStrataAttentionFusion(); });
+
+  // Before mixed precision and autodiff, so that the casts and gradients
+  // are of the padded product.
+  if (const RuntimeTarget *runtime = RuntimeTarget::lookup(target);
+      runtime && runtime->getGemmColumnMultiple() > 1)
+    add("strata-gemm-padding", ("target " + target).str(),
+        [o = StrataGemmPaddingOptions{target.str()}] {
+          return createStrataGemmPadding(o);
+        });
 
   if (s.amp.enable) {
     StrataAmpOptions o;

@@ -60,6 +60,11 @@ public:
   /// The alignment of every buffer of the memory plan, in bytes.
   virtual int64_t getBufferAlignment() const = 0;
 
+  /// The multiple of elements a large GEMM's output columns should be for
+  /// the target's fastest kernels (strata-gemm-padding pads the weight to
+  /// it), or 1 where any width runs as fast.
+  virtual int64_t getGemmColumnMultiple() const { return 1; }
+
   /// The target named `name`, or null.
   static const RuntimeTarget *lookup(llvm::StringRef name);
   /// The names `lookup` knows, for messages ("cpu, cuda").

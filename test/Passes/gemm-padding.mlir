@@ -1,0 +1,55 @@
+// RUN: strata-opt %s -split-input-file --strata-gemm-padding | FileCheck %s
+// The CPU target runs any width as fast: nothing is padded.
+// RUN: strata-opt %s -split-input-file --strata-gemm-padding=target=cpu | FileCheck %s --check-prefix=CPU
+// RUN: not strata-opt %s -split-input-file --strata-gemm-padding=target=tpu 2>&1 | FileCheck %s --check-prefix=UNKNOWN
+// UNKNOWN: error: strata-gemm-padding: unknown target 'tpu' (cpu, cuda)
+
+// An LM head on GPT-2's vocabulary (50257 columns, odd): the tied
+// embedding [V, H] read transposed is padded by 7 rows to 50264, the
+// product then has 50264 columns and the loss reads the first 50257.
+// The matmul's attributes stay; the pad and the slice carry them too.
+// CHECK-LABEL: func @lm_head
+// CHECK: %[[W:.*]] = strata.pad %arg1 {dim = 0 : i64, high = 7 : i64, low = 0 : i64, strata.layer = "head"} : (tensor<50257x768xf32>) -> tensor<50264x768xf32>
+// CHECK-NEXT: %[[P:.*]] = strata.matmul %arg0, %[[W]] {strata.layer = "head", transpose_rhs} : (tensor<4x64x768xf32>, tensor<50264x768xf32>) -> tensor<4x64x50264xf32>
+// CHECK-NEXT: %[[L:.*]] = strata.slice %[[P]] {dim = 2 : i64, size = 50257 : i64, start = 0 : i64, strata.layer = "head"} : (tensor<4x64x50264xf32>) -> tensor<4x64x50257xf32>
+// CHECK-NEXT: strata.cross_entropy %[[L]], %arg2
+// CPU-LABEL: func @lm_head
+// CPU-NOT: strata.pad
+// CPU: strata.matmul %arg0, %arg1 {strata.layer = "head", transpose_rhs} : (tensor<4x64x768xf32>, tensor<50257x768xf32>) -> tensor<4x64x50257xf32>
+func.func @lm_head(%x: tensor<4x64x768xf32>, %wte: tensor<50257x768xf32>, %labels: tensor<4x64xi32>) -> tensor<f32> {
+  %logits = strata.matmul %x, %wte {strata.layer = "head", transpose_rhs} : (tensor<4x64x768xf32>, tensor<50257x768xf32>) -> tensor<4x64x50257xf32>
+  %loss = strata.cross_entropy %logits, %labels : (tensor<4x64x50257xf32>, tensor<4x64xi32>) -> tensor<f32>
+  return %loss : tensor<f32>
+}
+
+// -----
+
+// A weight [K, N] (not transposed) is padded along its columns.
+// CHECK-LABEL: func @columns
+// CHECK: strata.pad %arg1 {dim = 1 : i64, high = 3 : i64, low = 0 : i64} : (tensor<512x1021xf32>) -> tensor<512x1024xf32>
+// CHECK: strata.slice {{.*}} {dim = 1 : i64, size = 1021 : i64, start = 0 : i64} : (tensor<256x1024xf32>) -> tensor<256x1021xf32>
+func.func @columns(%x: tensor<256x512xf32>, %w: tensor<512x1021xf32>) -> tensor<256x1021xf32> {
+  %y = strata.matmul %x, %w : (tensor<256x512xf32>, tensor<512x1021xf32>) -> tensor<256x1021xf32>
+  return %y : tensor<256x1021xf32>
+}
+
+// -----
+
+// Left alone: a width that is a multiple of 8; too few summed terms (K <
+// 256); too small a product (< 2^24 multiply-adds); a result a bias_add
+// reads (the GEMM epilogue fuses the pair); a transposed left operand; a
+// batched (rank-3) right operand.
+// CHECK-LABEL: func @left_alone
+// CHECK-NOT: strata.pad
+// CHECK-NOT: strata.slice
+// CHECK: return
+func.func @left_alone(%x: tensor<256x512xf32>, %w8: tensor<512x1024xf32>, %xs: tensor<256x128xf32>, %ws: tensor<128x1021xf32>, %xt: tensor<16x512xf32>, %wt: tensor<512x1021xf32>, %b: tensor<1021xf32>, %xl: tensor<512x256xf32>, %xb: tensor<4x256x512xf32>, %wb: tensor<4x512x1021xf32>) -> (tensor<256x1024xf32>, tensor<256x1021xf32>, tensor<16x1021xf32>, tensor<256x1021xf32>, tensor<256x1021xf32>, tensor<4x256x1021xf32>) {
+  %a = strata.matmul %x, %w8 : (tensor<256x512xf32>, tensor<512x1024xf32>) -> tensor<256x1024xf32>
+  %c = strata.matmul %xs, %ws : (tensor<256x128xf32>, tensor<128x1021xf32>) -> tensor<256x1021xf32>
+  %d = strata.matmul %xt, %wt : (tensor<16x512xf32>, tensor<512x1021xf32>) -> tensor<16x1021xf32>
+  %e0 = strata.matmul %x, %wt : (tensor<256x512xf32>, tensor<512x1021xf32>) -> tensor<256x1021xf32>
+  %e = strata.bias_add %e0, %b : (tensor<256x1021xf32>, tensor<1021xf32>) -> tensor<256x1021xf32>
+  %f = strata.matmul %xl, %wt {transpose_lhs} : (tensor<512x256xf32>, tensor<512x1021xf32>) -> tensor<256x1021xf32>
+  %g = strata.matmul %xb, %wb : (tensor<4x256x512xf32>, tensor<4x512x1021xf32>) -> tensor<4x256x1021xf32>
+  return %a, %c, %d, %e, %f, %g : tensor<256x1024xf32>, tensor<256x1021xf32>, tensor<16x1021xf32>, tensor<256x1021xf32>, tensor<256x1021xf32>, tensor<4x256x1021xf32>
+}
