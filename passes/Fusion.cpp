@@ -1,4 +1,4 @@
-//===- Fusion.cpp - GEMM-epilogue, dropout-add and attention fusion -------===//
+//===- Fusion.cpp - GEMM epilogue, dropout-add, attention; GEMM padding ---===//
 
 #include "strata/Passes/Passes.h"
 #include "strata/Target/RuntimeTarget.h"
