@@ -173,19 +173,23 @@ Error Trainer::createExecutable() {
     eval.communicator = opts.communicator;
     exe = createReferenceExecutable(stepFunction(), eval);
   }
-  state = initialState(*program, opts.seed);
-  return exe->setState(state);
+  // The seeded values, in doubles, only until the executable holds them
+  // (they take 8 bytes an element: 4 GB beside GPT-2 124M under AdamW).
+  return exe->setState(initialState(*program, opts.seed));
 }
 
 Expected<int64_t> Trainer::loadCheckpoint(StringRef path) {
-  StringMap<reference::Tensor> loaded = state;
+  if (!exe)
+    return trainerError("a checkpoint is loaded into the executable: create "
+                        "it first");
+  // What the checkpoint lacks (a state of another optimizer, say) starts as
+  // in a fresh run.
+  StringMap<reference::Tensor> loaded = initialState(*program, opts.seed);
   auto done = strata::loadCheckpoint(*program, path, loaded);
   if (!done)
     return done.takeError();
-  if (exe)
-    if (Error err = exe->setState(loaded))
-      return std::move(err);
-  state = std::move(loaded);
+  if (Error err = exe->setState(loaded))
+    return std::move(err);
   return *done;
 }
 
@@ -295,8 +299,11 @@ static void gatherTensors(Communicator &communicator,
 }
 
 Error Trainer::saveCheckpoint(StringRef path, int64_t stepsDone) {
-  if (exe)
-    exe->getState(state);
+  if (!exe)
+    return trainerError("a checkpoint is saved from the executable: create it "
+                        "first");
+  StringMap<reference::Tensor> state;
+  exe->getState(state);
   auto tensors = checkpointTensors(*program, state);
   if (!tensors)
     return tensors.takeError();

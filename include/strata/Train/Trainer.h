@@ -187,8 +187,6 @@ private:
   std::unique_ptr<mlir::PassManager> passes;
   std::unique_ptr<Executable> exe;
   std::optional<MemoryPlan> memory;
-  /// Weights and state between the executable and checkpoints.
-  llvm::StringMap<reference::Tensor> state;
   std::vector<double> lossHistory, stepTimes, receiveWaits;
   llvm::json::Array traceEvents;
   std::optional<std::chrono::steady_clock::time_point> started;
