@@ -350,14 +350,19 @@ llvm::StringMap<Tensor> strata::initialState(ModuleOp module, uint64_t seed) {
       state[p.getSymName()] =
           initTensor(p.getTensorType(), p.getInit(), p.getSymName(), seed);
     else if (auto s = dyn_cast<StateOp>(op)) {
-      // A master weight starts as its parameter's initial value, in f32.
+      // A master weight starts as its parameter's initial value, in f32:
+      // the parameter's doubles, which hold f32 values already (one draw
+      // per element, not two).
       auto param =
           isMaster(s) ? module.lookupSymbol<ParamOp>(s.getOfAttr()) : ParamOp();
-      state[s.getSymName()] =
-          param ? initTensor(s.getTensorType(), param.getInit(),
-                             param.getSymName(), seed)
-                : initTensor(s.getTensorType(), s.getInit(), s.getSymName(),
-                             seed);
+      auto made = param ? state.find(param.getSymName()) : state.end();
+      // (A copy first: inserting may move the map's entries.)
+      Tensor value = made != state.end() ? made->second
+                     : param ? initTensor(s.getTensorType(), param.getInit(),
+                                          param.getSymName(), seed)
+                             : initTensor(s.getTensorType(), s.getInit(),
+                                          s.getSymName(), seed);
+      state[s.getSymName()] = std::move(value);
     }
   }
   return state;
