@@ -31,6 +31,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdlib>
+#include <optional>
 
 namespace strata::cuda {
 namespace {
@@ -280,14 +281,90 @@ int64_t chunkSlices(int64_t slices, size_t perSlice) {
       std::max<int64_t>(slices, 1));
 }
 
-/// Carves 256-byte aligned pieces out of one scratch block.
+/// Carves 256-byte aligned pieces out of one scratch block; without a
+/// block it only adds up their bytes (how a chunk's scratch is measured).
 struct Carver {
-  char *at;
-  template <typename T> T *take(size_t elements) {
-    T *p = reinterpret_cast<T *>(at);
-    at += aligned(elements * sizeof(T));
+  char *base = nullptr;
+  size_t used = 0;
+  template <typename T> T *take(int64_t elements) {
+    T *p = base ? reinterpret_cast<T *>(base + used) : nullptr;
+    used += aligned(size_t(elements) * sizeof(T));
     return p;
   }
+};
+
+/// A chunk's slices of q, k and v, contiguous, the keys padded to `tp`.
+template <typename T> struct Gathered {
+  T *q, *k, *v;
+
+  Gathered(Carver &c, int64_t chunk, const AttentionLayout &at, int64_t tp)
+      : q(c.take<T>(chunk * at.s * at.d)), k(c.take<T>(chunk * tp * at.d)),
+        v(c.take<T>(chunk * tp * at.dv)) {}
+
+  /// Gathers slices first .. first + n - 1 on the compute stream.
+  void gather(StrataRtContext *ctx, const void *query, const void *key,
+              const void *value, const AttentionLayout &at, int64_t tp,
+              int64_t first, int64_t n) const {
+    const int64_t s = at.s, t = at.t, d = at.d, dv = at.dv;
+    gatherRows<T><<<gridFor(n * s * d), kThreads, 0, ctx->compute>>>(
+        q, static_cast<const T *>(query), at, Rows::Query, first, n, s, s, d);
+    gatherRows<T><<<gridFor(n * tp * d), kThreads, 0, ctx->compute>>>(
+        k, static_cast<const T *>(key), at, Rows::Key, first, n, tp, t, d);
+    gatherRows<T><<<gridFor(n * tp * dv), kThreads, 0, ctx->compute>>>(
+        v, static_cast<const T *>(value), at, Rows::Value, first, n, tp, t, dv);
+  }
+};
+
+/// Scratch for the buffers `B(carver, chunk, at, tp)` takes, chunk slices
+/// at a time: measured by carving one slice from no block, then carved
+/// from the context's scratch for `chunk` (set here). Null where the
+/// scratch could not be had (the failure recorded).
+template <typename B>
+std::optional<B> chunkScratch(StrataRtContext *ctx, int64_t site,
+                              int64_t slices, const AttentionLayout &at,
+                              int64_t tp, int64_t &chunk) {
+  Carver measure;
+  B(measure, 1, at, tp);
+  chunk = chunkSlices(slices, measure.used);
+  Carver carve{static_cast<char *>(
+      ctx->scratchBytes(site, measure.used * size_t(chunk)))};
+  if (!carve.base)
+    return std::nullopt;
+  return B(carve, chunk, at, tp);
+}
+
+/// The forward pass's scratch, in the order it is carved.
+template <typename T> struct ForwardScratch {
+  Gathered<T> in;
+  float *scores;
+  T *p;
+  float *o;
+
+  ForwardScratch(Carver &c, int64_t chunk, const AttentionLayout &at,
+                 int64_t tp)
+      : in(c, chunk, at, tp), scores(c.take<float>(chunk * at.s * tp)),
+        p(c.take<T>(chunk * at.s * tp)),
+        o(c.take<float>(chunk * at.s * at.dv)) {}
+};
+
+/// The gradient's scratch, in the order it is carved. `p` holds the
+/// dropped probabilities, then dS; `grad` each product's f32 result in
+/// turn.
+template <typename T> struct BackwardScratch {
+  Gathered<T> in;
+  T *dout;
+  float *delta, *scores, *dp;
+  T *p;
+  float *grad;
+
+  BackwardScratch(Carver &c, int64_t chunk, const AttentionLayout &at,
+                  int64_t tp)
+      : in(c, chunk, at, tp), dout(c.take<T>(chunk * at.s * at.dv)),
+        delta(c.take<float>(chunk * at.s)),
+        scores(c.take<float>(chunk * at.s * tp)),
+        dp(c.take<float>(chunk * at.s * tp)), p(c.take<T>(chunk * at.s * tp)),
+        grad(c.take<float>(chunk *
+                           std::max({at.s * at.d, tp * at.d, tp * at.dv}))) {}
 };
 
 } // namespace
@@ -322,45 +399,28 @@ void strata_rt_attention(StrataRtContext *ctx, int64_t site, void *out,
           strata_rt_fill(ctx, site, lse, STRATA_RT_F32, slices * s, -INFINITY);
           return;
         }
-        const size_t e = sizeof(T);
         const int64_t tp = paddedKeys(t);
-        const size_t perSlice =
-            aligned(size_t(s * d) * e) + aligned(size_t(tp * d) * e) +
-            aligned(size_t(tp * dv) * e) + aligned(size_t(s * tp) * 4) +
-            aligned(size_t(s * tp) * e) + aligned(size_t(s * dv) * 4);
-        const int64_t chunk = chunkSlices(slices, perSlice);
-        auto *memory = static_cast<char *>(
-            ctx->scratchBytes(site, perSlice * size_t(chunk)));
-        if (!memory)
+        int64_t chunk = 0;
+        const std::optional<ForwardScratch<T>> scratch =
+            chunkScratch<ForwardScratch<T>>(ctx, site, slices, at, tp, chunk);
+        if (!scratch)
           return;
-        Carver carve{memory};
-        T *qs = carve.take<T>(size_t(chunk * s * d));
-        T *ks = carve.take<T>(size_t(chunk * tp * d));
-        T *vs = carve.take<T>(size_t(chunk * tp * dv));
-        float *scores = carve.take<float>(size_t(chunk * s * tp));
-        T *p = carve.take<T>(size_t(chunk * s * tp));
-        float *o = carve.take<float>(size_t(chunk * s * dv));
+        const Gathered<T> &in = scratch->in;
+        float *scores = scratch->scores, *o = scratch->o;
+        T *p = scratch->p;
         const Product product{ctx, site, outType};
-        auto *qT = static_cast<const T *>(q);
-        auto *kT = static_cast<const T *>(k);
-        auto *vT = static_cast<const T *>(v);
         for (int64_t first = 0; first < slices; first += chunk) {
           const int64_t n = std::min(chunk, slices - first);
-          gatherRows<T><<<gridFor(n * s * d), kThreads, 0, ctx->compute>>>(
-              qs, qT, at, Rows::Query, first, n, s, s, d);
-          gatherRows<T><<<gridFor(n * tp * d), kThreads, 0, ctx->compute>>>(
-              ks, kT, at, Rows::Key, first, n, tp, t, d);
-          gatherRows<T><<<gridFor(n * tp * dv), kThreads, 0, ctx->compute>>>(
-              vs, vT, at, Rows::Value, first, n, tp, t, dv);
+          in.gather(ctx, q, k, v, at, tp, first, n);
           if (!launched(ctx, site, "strata_rt_attention") ||
-              !product(n, s, tp, d, qs, false, ks, true, scores))
+              !product(n, s, tp, d, in.q, false, in.k, true, scores))
             return;
           attentionSoftmax<T>
               <<<gridFor(n * s, 1), rowThreads(tp), 0, ctx->compute>>>(
                   p, static_cast<float *>(lse), scores, at, tp, first, n * s,
                   float(scale), causal != 0, drop);
           if (!launched(ctx, site, "strata_rt_attention") ||
-              !product(n, s, dv, tp, p, false, vs, false, o))
+              !product(n, s, dv, tp, p, false, in.v, false, o))
             return;
           scatterRows<T><<<gridFor(n * s * dv), kThreads, 0, ctx->compute>>>(
               static_cast<T *>(out), o, at, Rows::Output, first, n, s, s, dv);
@@ -398,42 +458,21 @@ void strata_rt_attention_grad(
           strata_rt_fill(ctx, site, dv, dvType, slices * t * dvDim, 0.0);
           return;
         }
-        const size_t e = sizeof(T);
         const int64_t tp = paddedKeys(t);
-        const int64_t rowsOut = std::max({s * d, tp * d, tp * dvDim});
-        const size_t perSlice =
-            aligned(size_t(s * d) * e) + aligned(size_t(tp * d) * e) +
-            aligned(size_t(tp * dvDim) * e) + aligned(size_t(s * dvDim) * e) +
-            aligned(size_t(s) * 4) + 2 * aligned(size_t(s * tp) * 4) +
-            aligned(size_t(s * tp) * e) + aligned(size_t(rowsOut) * 4);
-        const int64_t chunk = chunkSlices(slices, perSlice);
-        auto *memory = static_cast<char *>(
-            ctx->scratchBytes(site, perSlice * size_t(chunk)));
-        if (!memory)
+        int64_t chunk = 0;
+        const std::optional<BackwardScratch<T>> scratch =
+            chunkScratch<BackwardScratch<T>>(ctx, site, slices, at, tp, chunk);
+        if (!scratch)
           return;
-        Carver carve{memory};
-        T *qs = carve.take<T>(size_t(chunk * s * d));
-        T *ks = carve.take<T>(size_t(chunk * tp * d));
-        T *vs = carve.take<T>(size_t(chunk * tp * dvDim));
-        T *dos = carve.take<T>(size_t(chunk * s * dvDim));
-        float *delta = carve.take<float>(size_t(chunk * s));
-        float *scores = carve.take<float>(size_t(chunk * s * tp));
-        float *dp = carve.take<float>(size_t(chunk * s * tp));
-        // The dropped probabilities, then dS.
-        T *p = carve.take<T>(size_t(chunk * s * tp));
-        float *grad = carve.take<float>(size_t(chunk * rowsOut));
+        const Gathered<T> &in = scratch->in;
+        T *dos = scratch->dout, *p = scratch->p;
+        float *delta = scratch->delta, *scores = scratch->scores,
+              *dp = scratch->dp, *grad = scratch->grad;
         const Product product{ctx, site, qType};
         auto *lsef = static_cast<const float *>(lse);
         for (int64_t first = 0; first < slices; first += chunk) {
           const int64_t n = std::min(chunk, slices - first);
-          gatherRows<T><<<gridFor(n * s * d), kThreads, 0, ctx->compute>>>(
-              qs, static_cast<const T *>(q), at, Rows::Query, first, n, s, s,
-              d);
-          gatherRows<T><<<gridFor(n * tp * d), kThreads, 0, ctx->compute>>>(
-              ks, static_cast<const T *>(k), at, Rows::Key, first, n, tp, t, d);
-          gatherRows<T><<<gridFor(n * tp * dvDim), kThreads, 0, ctx->compute>>>(
-              vs, static_cast<const T *>(v), at, Rows::Value, first, n, tp, t,
-              dvDim);
+          in.gather(ctx, q, k, v, at, tp, first, n);
           gatherRows<T><<<gridFor(n * s * dvDim), kThreads, 0, ctx->compute>>>(
               dos, static_cast<const T *>(dout), at, Rows::Output, first, n, s,
               s, dvDim);
@@ -442,7 +481,7 @@ void strata_rt_attention_grad(
                   delta, static_cast<const T *>(out),
                   static_cast<const T *>(dout), at, first, n * s);
           if (!launched(ctx, site, "strata_rt_attention_grad") ||
-              !product(n, s, tp, d, qs, false, ks, true, scores))
+              !product(n, s, tp, d, in.q, false, in.k, true, scores))
             return;
           attentionDroppedProbabilities<T>
               <<<gridFor(n * s * tp), kThreads, 0, ctx->compute>>>(
@@ -457,7 +496,7 @@ void strata_rt_attention_grad(
               dvDim);
           // dP = dO V^T, then dS over the probabilities' buffer.
           if (!launched(ctx, site, "strata_rt_attention_grad") ||
-              !product(n, s, tp, dvDim, dos, false, vs, true, dp))
+              !product(n, s, tp, dvDim, dos, false, in.v, true, dp))
             return;
           attentionScoreGrad<T>
               <<<gridFor(n * s * tp), kThreads, 0, ctx->compute>>>(
@@ -465,12 +504,12 @@ void strata_rt_attention_grad(
                   float(scale), causal != 0, drop);
           // dQ = dS K, dK = dS^T Q.
           if (!launched(ctx, site, "strata_rt_attention_grad") ||
-              !product(n, s, d, tp, p, false, ks, false, grad))
+              !product(n, s, d, tp, p, false, in.k, false, grad))
             return;
           scatterRows<T><<<gridFor(n * s * d), kThreads, 0, ctx->compute>>>(
               static_cast<T *>(dq), grad, at, Rows::Query, first, n, s, s, d);
           if (!launched(ctx, site, "strata_rt_attention_grad") ||
-              !product(n, tp, d, s, p, true, qs, false, grad))
+              !product(n, tp, d, s, p, true, in.q, false, grad))
             return;
           scatterRows<T><<<gridFor(n * t * d), kThreads, 0, ctx->compute>>>(
               static_cast<T *>(dk), grad, at, Rows::Key, first, n, t, tp, d);
