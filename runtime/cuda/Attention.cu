@@ -28,10 +28,14 @@
 #include "../common/AttentionLayout.h"
 #include "../common/StrataRandom.h"
 
+#include <mma.h>
+
 #include <algorithm>
 #include <cmath>
 #include <cstdlib>
 #include <optional>
+#include <string>
+#include <type_traits>
 
 namespace strata::cuda {
 namespace {
@@ -367,6 +371,444 @@ template <typename T> struct BackwardScratch {
                            std::max({at.s * at.d, tp * at.d, tp * at.dv}))) {}
 };
 
+//===----------------------------------------------------------------------===//
+// Flash kernels (bf16 and f16): one pass over the keys per block of query
+// rows, the scores and probabilities only in shared memory, tensor-core
+// products through WMMA (f32 accumulation). Selected by
+// STRATA_CUDA_ATTENTION=flash where the head sizes fit in shared memory.
+//===----------------------------------------------------------------------===//
+
+/// Query and key rows a block of the flash kernels takes, its warps (16
+/// rows each) and threads.
+constexpr int kFlashRows = 64;
+constexpr int kFlashWarps = kFlashRows / 16;
+constexpr int kFlashThreads = 32 * kFlashWarps;
+
+/// `n` rounded up to a multiple of 16 (a WMMA tile's side).
+__host__ __device__ inline int pad16(int64_t n) {
+  return int((n + 15) / 16 * 16);
+}
+
+/// Carves 128-byte aligned arrays out of a block's dynamic shared memory;
+/// on the host, from address 0, it only adds up their bytes.
+struct SharedCarver {
+  uintptr_t base = 0;
+  size_t used = 0;
+  template <typename U> __host__ __device__ U *take(int64_t elements) {
+    U *p = reinterpret_cast<U *>(base + used);
+    used += (size_t(elements) * sizeof(U) + 127) / 128 * 128;
+    return p;
+  }
+};
+
+/// A [64, cols] tile of T in shared memory, `ld` elements a row (a multiple
+/// of 8 past the padded width: WMMA's leading dimensions and 32-byte
+/// aligned 16-row steps), and its f32 twin (ld a multiple of 4).
+template <typename U> struct Tile {
+  U *at;
+  int ld;
+  __host__ __device__ Tile(SharedCarver &c, int cols)
+      : ld(cols + (sizeof(U) == 4 ? 4 : 8)) {
+    at = c.take<U>(int64_t(kFlashRows) * ld);
+  }
+  __device__ U *row(int r) const { return at + r * ld; }
+};
+
+/// Rows first .. first + 63 of a tensor into `tile` (columns 0 .. width -
+/// 1 of each; zeros past `limit` rows and `width` columns, up to the padded
+/// width `cols`). `rowAt(g)` is row g's offset. The whole block takes part.
+template <typename T, typename RowAt>
+__device__ void loadTile(const Tile<T> &tile, int cols, const T *from,
+                         RowAt rowAt, int64_t first, int64_t limit,
+                         int64_t width) {
+  for (int e = threadIdx.x; e < kFlashRows * cols; e += blockDim.x) {
+    const int r = e / cols, c = e % cols;
+    const int64_t g = first + r;
+    tile.row(r)[c] =
+        g < limit && c < width ? from[rowAt(g) + c] : fromFloat<T>(0.0f);
+  }
+}
+
+__device__ __forceinline__ float warpMax(float v) {
+  for (int o = 16; o > 0; o >>= 1)
+    v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+  return v;
+}
+__device__ __forceinline__ float warpSum(float v) {
+  for (int o = 16; o > 0; o >>= 1)
+    v += __shfl_xor_sync(0xffffffffu, v, o);
+  return v;
+}
+
+namespace wmma = nvcuda::wmma;
+template <typename T>
+using FragA = wmma::fragment<wmma::matrix_a, 16, 16, 16, T, wmma::row_major>;
+template <typename T, typename Layout>
+using FragB = wmma::fragment<wmma::matrix_b, 16, 16, 16, T, Layout>;
+using FragC = wmma::fragment<wmma::accumulator, 16, 16, 16, float>;
+
+/// The warp's 16 rows r0.. of C [.., n] (f32, shared) = (accumulate ? C :
+/// 0) + A B over k: A's rows r0.. of `a` (row-major), B [k, n] row-major
+/// in `b`, or, with `bT`, B^T [n, k] row-major (B read column-major). k
+/// and n multiples of 16.
+template <bool bT, typename T>
+__device__ void warpProduct(const Tile<float> &c, int r0, int n, int k,
+                            const Tile<T> &a, const Tile<T> &b,
+                            bool accumulate) {
+  using Layout = std::conditional_t<bT, wmma::col_major, wmma::row_major>;
+  for (int cb = 0; cb < n; cb += 16) {
+    FragC acc;
+    if (accumulate)
+      wmma::load_matrix_sync(acc, c.row(r0) + cb, c.ld, wmma::mem_row_major);
+    else
+      wmma::fill_fragment(acc, 0.0f);
+    for (int kk = 0; kk < k; kk += 16) {
+      FragA<T> fa;
+      FragB<T, Layout> fb;
+      wmma::load_matrix_sync(fa, a.row(r0) + kk, a.ld);
+      wmma::load_matrix_sync(fb, bT ? b.row(cb) + kk : b.row(kk) + cb, b.ld);
+      wmma::mma_sync(acc, fa, fb, acc);
+    }
+    wmma::store_matrix_sync(c.row(r0) + cb, acc, c.ld, wmma::mem_row_major);
+  }
+}
+
+/// Whether query i sees key j (both in range).
+__device__ __forceinline__ bool sees(const AttentionLayout &at, int64_t i,
+                                     int64_t j, bool causal) {
+  return i < at.s && j < at.t && (!causal || j <= i);
+}
+
+/// The forward kernel's shared memory.
+template <typename T> struct FlashForwardShared {
+  Tile<T> q, k, v, p;
+  Tile<float> scores, out;
+  float *max, *sum, *rescale;
+
+  __host__ __device__ FlashForwardShared(SharedCarver &c, int dp, int dvp)
+      : q(c, dp), k(c, dp), v(c, dvp), p(c, kFlashRows), scores(c, kFlashRows),
+        out(c, dvp), max(c.take<float>(kFlashRows)),
+        sum(c.take<float>(kFlashRows)), rescale(c.take<float>(kFlashRows)) {}
+};
+
+/// Block (slice x, query block y): the output rows and log-sum-exp of 64
+/// queries, the softmax taken online over blocks of 64 keys (the running
+/// maximum and sum per row, the output rescaled when the maximum grows).
+/// The dropped, unnormalised probabilities are rounded to T for P V; the
+/// log-sum-exp is taken before the dropout, as on the CPU.
+template <typename T>
+__global__ void __launch_bounds__(kFlashThreads)
+    flashForward(T *out, float *lse, const T *q, const T *k, const T *v,
+                 AttentionLayout at, float scale, bool causal,
+                 AttentionDropout drop) {
+  extern __shared__ __align__(128) char shared[];
+  const int dp = pad16(at.d), dvp = pad16(at.dv);
+  SharedCarver carver{reinterpret_cast<uintptr_t>(shared)};
+  const FlashForwardShared<T> sh(carver, dp, dvp);
+  const int64_t bh = blockIdx.x, q0 = int64_t(blockIdx.y) * kFlashRows;
+  const int lane = threadIdx.x % 32, r0 = threadIdx.x / 32 * 16;
+  loadTile(
+      sh.q, dp, q, [&](int64_t i) { return at.query(bh, i); }, q0, at.s, at.d);
+  for (int e = threadIdx.x; e < kFlashRows * dvp; e += blockDim.x)
+    sh.out.row(e / dvp)[e % dvp] = 0.0f;
+  for (int r = threadIdx.x; r < kFlashRows; r += blockDim.x) {
+    sh.max[r] = -INFINITY;
+    sh.sum[r] = 0.0f;
+  }
+  // Causal: the keys of this block's last query at most.
+  const int64_t keys = causal ? min(at.t, q0 + kFlashRows) : at.t;
+  for (int64_t k0 = 0; k0 < keys; k0 += kFlashRows) {
+    __syncthreads(); // the last block's keys and values are read
+    loadTile(
+        sh.k, dp, k, [&](int64_t j) { return at.key(bh, j); }, k0, at.t, at.d);
+    loadTile(
+        sh.v, dvp, v, [&](int64_t j) { return at.value(bh, j); }, k0, at.t,
+        at.dv);
+    __syncthreads();
+    warpProduct<true>(sh.scores, r0, kFlashRows, dp, sh.q, sh.k, false);
+    __syncwarp();
+    for (int rr = 0; rr < 16; ++rr) {
+      const int r = r0 + rr;
+      const int64_t i = q0 + r;
+      float x[2];
+      bool seen[2];
+      for (int h = 0; h < 2; ++h) {
+        const int c = lane + 32 * h;
+        seen[h] = sees(at, i, k0 + c, causal);
+        x[h] = seen[h] ? scale * sh.scores.row(r)[c] : -INFINITY;
+      }
+      const float before = sh.max[r];
+      const float now = fmaxf(before, warpMax(fmaxf(x[0], x[1])));
+      float part = 0.0f;
+      for (int h = 0; h < 2; ++h) {
+        const int c = lane + 32 * h;
+        const float e = seen[h] ? fastExp(x[h] - now) : 0.0f;
+        part += e;
+        sh.p.row(r)[c] = fromFloat<T>(seen[h] ? e * drop(bh, i, k0 + c) : 0.0f);
+      }
+      const float sum = warpSum(part);
+      const float factor = before == -INFINITY ? 0.0f : fastExp(before - now);
+      __syncwarp();
+      if (lane == 0) {
+        sh.max[r] = now;
+        sh.sum[r] = sh.sum[r] * factor + sum;
+        sh.rescale[r] = factor;
+      }
+    }
+    __syncwarp();
+    for (int e = lane; e < 16 * dvp; e += 32) {
+      const int r = r0 + e / dvp;
+      sh.out.row(r)[e % dvp] *= sh.rescale[r];
+    }
+    __syncwarp();
+    warpProduct<false>(sh.out, r0, dvp, kFlashRows, sh.p, sh.v, true);
+  }
+  __syncwarp();
+  for (int e = lane; e < 16 * at.dv; e += 32) {
+    const int r = r0 + int(e / at.dv);
+    const int64_t i = q0 + r, c = e % at.dv;
+    if (i < at.s) {
+      const float sum = sh.sum[r];
+      out[at.output(bh, i) + c] =
+          fromFloat<T>(sum > 0.0f ? sh.out.row(r)[c] / sum : 0.0f);
+    }
+  }
+  if (lane < 16 && q0 + r0 + lane < at.s) {
+    const int r = r0 + lane;
+    lse[at.lse(bh, q0 + r)] =
+        sh.sum[r] > 0.0f ? sh.max[r] + logf(sh.sum[r]) : -INFINITY;
+  }
+}
+
+/// The shared memory of the gradient kernels: the block's own rows (keys
+/// and values, or queries and output gradients) and the other side's,
+/// scores and their gradients in f32, a T tile for products, and the
+/// block's f32 gradients.
+template <typename T> struct FlashBackwardShared {
+  Tile<T> own, ownV, other, otherV, p;
+  Tile<float> scores, scoreGrad, grad, gradV;
+  float *lse, *delta;
+
+  __host__ __device__ FlashBackwardShared(SharedCarver &c, int dp, int dvp,
+                                          bool keys)
+      : own(c, dp), ownV(c, dvp), other(c, dp), otherV(c, dvp),
+        p(c, kFlashRows), scores(c, kFlashRows), scoreGrad(c, kFlashRows),
+        grad(c, dp), gradV(c, keys ? dvp : 0), lse(c.take<float>(kFlashRows)),
+        delta(c.take<float>(kFlashRows)) {}
+};
+
+/// The rows' log-sum-exp and delta (zero past the queries) into shared
+/// memory.
+__device__ void loadRowStats(float *lseTo, float *deltaTo, const float *lse,
+                             const float *delta, const AttentionLayout &at,
+                             int64_t bh, int64_t q0) {
+  for (int r = threadIdx.x; r < kFlashRows; r += blockDim.x) {
+    const int64_t i = q0 + r;
+    lseTo[r] = i < at.s ? lse[at.lse(bh, i)] : 0.0f;
+    deltaTo[r] = i < at.s ? delta[bh * at.s + i] : 0.0f;
+  }
+}
+
+/// `rows` rows of f32 `from` rounded into a tensor's rows (row r at
+/// rowAt(first + r), `width` columns, rows past `limit` left out); the
+/// warp's rows r0 .. r0 + 15.
+template <typename T, typename RowAt>
+__device__ void storeRows(T *to, RowAt rowAt, const Tile<float> &from, int r0,
+                          int64_t first, int64_t limit, int64_t width) {
+  for (int e = threadIdx.x % 32; e < 16 * width; e += 32) {
+    const int r = r0 + int(e / width);
+    const int64_t g = first + r, c = e % width;
+    if (g < limit)
+      to[rowAt(g) + c] = fromFloat<T>(from.row(r)[c]);
+  }
+}
+
+/// Block (slice x, key block y): dK and dV of 64 keys over the queries
+/// that see them. Per block of 64 queries: S^T = K Q^T, P^T from the
+/// log-sum-exp, dV += (m P)^T dO, dP^T = V dO^T, dS^T = scale P^T (m dP^T
+/// - delta), dK += dS^T Q; the warps own key rows, so the products need no
+/// block barrier.
+template <typename T>
+__global__ void __launch_bounds__(kFlashThreads)
+    flashGradKeys(T *dk, T *dv, const T *q, const T *k, const T *v,
+                  const T *dout, const float *lse, const float *delta,
+                  AttentionLayout at, float scale, bool causal,
+                  AttentionDropout drop) {
+  extern __shared__ __align__(128) char shared[];
+  const int dp = pad16(at.d), dvp = pad16(at.dv);
+  SharedCarver carver{reinterpret_cast<uintptr_t>(shared)};
+  const FlashBackwardShared<T> sh(carver, dp, dvp, true);
+  const int64_t bh = blockIdx.x, k0 = int64_t(blockIdx.y) * kFlashRows;
+  const int lane = threadIdx.x % 32, r0 = threadIdx.x / 32 * 16;
+  loadTile(
+      sh.own, dp, k, [&](int64_t j) { return at.key(bh, j); }, k0, at.t, at.d);
+  loadTile(
+      sh.ownV, dvp, v, [&](int64_t j) { return at.value(bh, j); }, k0, at.t,
+      at.dv);
+  for (int e = threadIdx.x; e < kFlashRows * dp; e += blockDim.x)
+    sh.grad.row(e / dp)[e % dp] = 0.0f;
+  for (int e = threadIdx.x; e < kFlashRows * dvp; e += blockDim.x)
+    sh.gradV.row(e / dvp)[e % dvp] = 0.0f;
+  // Causal: queries from this block's first key on.
+  for (int64_t q0 = causal ? k0 : 0; q0 < at.s; q0 += kFlashRows) {
+    __syncthreads(); // the last block's queries are read
+    loadTile(
+        sh.other, dp, q, [&](int64_t i) { return at.query(bh, i); }, q0, at.s,
+        at.d);
+    loadTile(
+        sh.otherV, dvp, dout, [&](int64_t i) { return at.output(bh, i); }, q0,
+        at.s, at.dv);
+    loadRowStats(sh.lse, sh.delta, lse, delta, at, bh, q0);
+    __syncthreads();
+    warpProduct<true>(sh.scores, r0, kFlashRows, dp, sh.own, sh.other, false);
+    warpProduct<true>(sh.scoreGrad, r0, kFlashRows, dvp, sh.ownV, sh.otherV,
+                      false);
+    __syncwarp();
+    for (int e = lane; e < 16 * kFlashRows; e += 32) {
+      const int r = r0 + e / kFlashRows, c = e % kFlashRows;
+      const int64_t j = k0 + r, i = q0 + c;
+      float dropped = 0.0f, ds = 0.0f;
+      if (sees(at, i, j, causal)) {
+        const float p = fastExp(scale * sh.scores.row(r)[c] - sh.lse[c]);
+        const float m = drop(bh, i, j);
+        dropped = p * m;
+        ds = scale * p * (m * sh.scoreGrad.row(r)[c] - sh.delta[c]);
+      }
+      sh.p.row(r)[c] = fromFloat<T>(dropped);
+      sh.scoreGrad.row(r)[c] = ds;
+    }
+    __syncwarp();
+    warpProduct<false>(sh.gradV, r0, dvp, kFlashRows, sh.p, sh.otherV, true);
+    __syncwarp();
+    for (int e = lane; e < 16 * kFlashRows; e += 32) {
+      const int r = r0 + e / kFlashRows, c = e % kFlashRows;
+      sh.p.row(r)[c] = fromFloat<T>(sh.scoreGrad.row(r)[c]);
+    }
+    __syncwarp();
+    warpProduct<false>(sh.grad, r0, dp, kFlashRows, sh.p, sh.other, true);
+  }
+  __syncwarp();
+  storeRows(
+      dk, [&](int64_t j) { return at.key(bh, j); }, sh.grad, r0, k0, at.t,
+      at.d);
+  storeRows(
+      dv, [&](int64_t j) { return at.value(bh, j); }, sh.gradV, r0, k0, at.t,
+      at.dv);
+}
+
+/// Block (slice x, query block y): dQ of 64 queries over the keys they
+/// see. Per block of 64 keys: S = Q K^T, P from the log-sum-exp, dP = dO
+/// V^T, dS = scale P (m dP - delta), dQ += dS K.
+template <typename T>
+__global__ void __launch_bounds__(kFlashThreads)
+    flashGradQueries(T *dq, const T *q, const T *k, const T *v, const T *dout,
+                     const float *lse, const float *delta, AttentionLayout at,
+                     float scale, bool causal, AttentionDropout drop) {
+  extern __shared__ __align__(128) char shared[];
+  const int dp = pad16(at.d), dvp = pad16(at.dv);
+  SharedCarver carver{reinterpret_cast<uintptr_t>(shared)};
+  const FlashBackwardShared<T> sh(carver, dp, dvp, false);
+  const int64_t bh = blockIdx.x, q0 = int64_t(blockIdx.y) * kFlashRows;
+  const int lane = threadIdx.x % 32, r0 = threadIdx.x / 32 * 16;
+  loadTile(
+      sh.own, dp, q, [&](int64_t i) { return at.query(bh, i); }, q0, at.s,
+      at.d);
+  loadTile(
+      sh.ownV, dvp, dout, [&](int64_t i) { return at.output(bh, i); }, q0, at.s,
+      at.dv);
+  loadRowStats(sh.lse, sh.delta, lse, delta, at, bh, q0);
+  for (int e = threadIdx.x; e < kFlashRows * dp; e += blockDim.x)
+    sh.grad.row(e / dp)[e % dp] = 0.0f;
+  const int64_t keys = causal ? min(at.t, q0 + kFlashRows) : at.t;
+  for (int64_t k0 = 0; k0 < keys; k0 += kFlashRows) {
+    __syncthreads(); // the last block's keys and values are read
+    loadTile(
+        sh.other, dp, k, [&](int64_t j) { return at.key(bh, j); }, k0, at.t,
+        at.d);
+    loadTile(
+        sh.otherV, dvp, v, [&](int64_t j) { return at.value(bh, j); }, k0, at.t,
+        at.dv);
+    __syncthreads();
+    warpProduct<true>(sh.scores, r0, kFlashRows, dp, sh.own, sh.other, false);
+    warpProduct<true>(sh.scoreGrad, r0, kFlashRows, dvp, sh.ownV, sh.otherV,
+                      false);
+    __syncwarp();
+    for (int e = lane; e < 16 * kFlashRows; e += 32) {
+      const int r = r0 + e / kFlashRows, c = e % kFlashRows;
+      const int64_t i = q0 + r, j = k0 + c;
+      float ds = 0.0f;
+      if (sees(at, i, j, causal)) {
+        const float p = fastExp(scale * sh.scores.row(r)[c] - sh.lse[r]);
+        ds =
+            scale * p * (drop(bh, i, j) * sh.scoreGrad.row(r)[c] - sh.delta[r]);
+      }
+      sh.p.row(r)[c] = fromFloat<T>(ds);
+    }
+    __syncwarp();
+    warpProduct<false>(sh.grad, r0, dp, kFlashRows, sh.p, sh.other, true);
+  }
+  __syncwarp();
+  storeRows(
+      dq, [&](int64_t i) { return at.query(bh, i); }, sh.grad, r0, q0, at.s,
+      at.d);
+}
+
+/// The flash kernels' dynamic shared memory (bytes).
+template <typename T> size_t flashForwardBytes(const AttentionLayout &at) {
+  SharedCarver c;
+  FlashForwardShared<T>(c, pad16(at.d), pad16(at.dv));
+  return c.used;
+}
+template <typename T>
+size_t flashGradBytes(const AttentionLayout &at, bool keys) {
+  SharedCarver c;
+  FlashBackwardShared<T>(c, pad16(at.d), pad16(at.dv), keys);
+  return c.used;
+}
+
+/// Whether this call runs the flash kernels: STRATA_CUDA_ATTENTION=flash
+/// asks for them (unset or "gemm": the chunked products), for bf16 and
+/// f16, where the largest kernel's shared memory fits the device's (head
+/// sizes up to 128 on Hopper). An unknown setting fails the step.
+template <typename T>
+bool useFlash(StrataRtContext *ctx, int64_t site, const AttentionLayout &at) {
+  const char *set = std::getenv("STRATA_CUDA_ATTENTION");
+  const std::string kind = set && *set ? set : "gemm";
+  if (kind != "gemm" && kind != "flash") {
+    ctx->fail(site,
+              "STRATA_CUDA_ATTENTION is 'gemm' or 'flash', not '" + kind + "'");
+    return false;
+  }
+  if (kind != "flash" || std::is_same_v<T, float>)
+    return false;
+  int limit = 0;
+  if (!ctx->check(
+          site,
+          cudaDeviceGetAttribute(
+              &limit, cudaDevAttrMaxSharedMemoryPerBlockOptin, ctx->device),
+          "strata_rt_attention"))
+    return false;
+  return flashGradBytes<T>(at, true) <= size_t(limit);
+}
+
+/// Launches `kernel` on the compute stream with `bytes` of dynamic shared
+/// memory over (slices, blocks of 64 rows); whether it was launched.
+template <typename... Params, typename... Args>
+bool launchFlash(StrataRtContext *ctx, int64_t site, const char *what,
+                 void (*kernel)(Params...), size_t bytes, int64_t slices,
+                 int64_t rows, Args... args) {
+  if (!ctx->check(
+          site,
+          cudaFuncSetAttribute(
+              kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(bytes)),
+          what))
+    return false;
+  const dim3 grid(unsigned(slices),
+                  unsigned((rows + kFlashRows - 1) / kFlashRows));
+  kernel<<<grid, kFlashThreads, bytes, ctx->compute>>>(args...);
+  return launched(ctx, site, what);
+}
+
 } // namespace
 } // namespace strata::cuda
 
@@ -398,6 +840,20 @@ void strata_rt_attention(StrataRtContext *ctx, int64_t site, void *out,
           strata_rt_fill(ctx, site, out, outType, slices * s * dv, 0.0);
           strata_rt_fill(ctx, site, lse, STRATA_RT_F32, slices * s, -INFINITY);
           return;
+        }
+        if constexpr (!std::is_same_v<T, float>) {
+          const bool flash = useFlash<T>(ctx, site, at);
+          if (!ctx->error.empty())
+            return;
+          if (flash) {
+            launchFlash(ctx, site, "strata_rt_attention", flashForward<T>,
+                        flashForwardBytes<T>(at), slices, s,
+                        static_cast<T *>(out), static_cast<float *>(lse),
+                        static_cast<const T *>(q), static_cast<const T *>(k),
+                        static_cast<const T *>(v), at, float(scale),
+                        causal != 0, drop);
+            return;
+          }
         }
         const int64_t tp = paddedKeys(t);
         int64_t chunk = 0;
@@ -457,6 +913,42 @@ void strata_rt_attention_grad(
           strata_rt_fill(ctx, site, dk, dkType, slices * t * d, 0.0);
           strata_rt_fill(ctx, site, dv, dvType, slices * t * dvDim, 0.0);
           return;
+        }
+        if constexpr (!std::is_same_v<T, float>) {
+          const bool flash = useFlash<T>(ctx, site, at);
+          if (!ctx->error.empty())
+            return;
+          if (flash) {
+            const char *what = "strata_rt_attention_grad";
+            auto *delta = static_cast<float *>(
+                ctx->scratchBytes(site, size_t(slices * s) * sizeof(float)));
+            if (!delta)
+              return;
+            attentionDelta<T><<<gridFor(slices * s, 1), rowThreads(dvDim), 0,
+                                ctx->compute>>>(
+                delta, static_cast<const T *>(out),
+                static_cast<const T *>(dout), at, 0, slices * s);
+            if (!launched(ctx, site, what) ||
+                !launchFlash(
+                    ctx, site, what, flashGradKeys<T>,
+                    flashGradBytes<T>(at, true), slices, t,
+                    static_cast<T *>(dk), static_cast<T *>(dv),
+                    static_cast<const T *>(q), static_cast<const T *>(k),
+                    static_cast<const T *>(v), static_cast<const T *>(dout),
+                    static_cast<const float *>(lse),
+                    static_cast<const float *>(delta), at, float(scale),
+                    causal != 0, drop))
+              return;
+            launchFlash(ctx, site, what, flashGradQueries<T>,
+                        flashGradBytes<T>(at, false), slices, s,
+                        static_cast<T *>(dq), static_cast<const T *>(q),
+                        static_cast<const T *>(k), static_cast<const T *>(v),
+                        static_cast<const T *>(dout),
+                        static_cast<const float *>(lse),
+                        static_cast<const float *>(delta), at, float(scale),
+                        causal != 0, drop);
+            return;
+          }
         }
         const int64_t tp = paddedKeys(t);
         int64_t chunk = 0;

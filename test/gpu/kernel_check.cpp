@@ -642,6 +642,11 @@ std::vector<CaseDef> makeCases() {
   attention("f16_cross", F16, 1, 3, 29, 45, 16, 24, false);
   attention("f32_causal_dropout", F32, 2, 3, 37, 37, 16, 16, true, 0.2);
   attention("bf16_cross_dropout", BF16, 1, 3, 29, 45, 16, 24, false, 0.1);
+  // GPT-2's head size over several blocks of 64 queries and keys, with a
+  // partial last block (the flash kernels' tiles).
+  attention("bf16_causal_long_dropout", BF16, 2, 2, 130, 130, 64, 64, true,
+            0.1);
+  attention("f16_cross_long", F16, 1, 2, 100, 150, 64, 40, false);
 
   // Layer norm and its gradient.
   auto layerNorm = [&](const std::string &name, int64_t dt, int64_t rows,

@@ -37,6 +37,16 @@ else
   grep -v '^PASS' chunked.log
   status=1
 fi
+# The flash kernels (bf16 and f16; not yet the default): the same cases.
+echo "== attention kernels, flash (STRATA_CUDA_ATTENTION=flash)"
+if STRATA_CUDA_ATTENTION=flash timeout 300 build/kernel_check compare \
+    --runtime build/libstrata_runtime_cuda.so --dir kernels \
+    --filter attention > flash.log; then
+  tail -1 flash.log
+else
+  grep -v '^PASS' flash.log
+  status=1
+fi
 for dir in programs/*/; do
   name=$(basename "$dir")
   read -r steps seed rtol < "$dir/run.txt"
@@ -50,9 +60,32 @@ for dir in programs/*/; do
     status=1
   fi
 done
+# The bf16 program with fused attention again, on the flash kernels.
+echo "== gpt-bf16-o2-fused, flash kernels"
+read -r steps seed rtol < programs/gpt-bf16-o2-fused/run.txt
+if STRATA_CUDA_ATTENTION=flash timeout 300 build/step_gpt-bf16-o2-fused \
+    programs/gpt-bf16-o2-fused "$steps" "$seed" > flash-losses.txt; then
+  python3 compare_losses.py programs/gpt-bf16-o2-fused/cpu.txt \
+    flash-losses.txt --rtol "$rtol" || status=1
+else
+  echo "FAIL: gpt-bf16-o2-fused did not run on the flash kernels"
+  status=1
+fi
 # The benchmark: GPT-2 124M, bf16 o2, tokens/s against PyTorch's compiled
 # step on this GPU (not a pass/fail check). llm.c publishes ~145K tokens/s
 # on one H100 at batch 4.
+# One benchmark line: name, batch, sequence, Strata's and PyTorch's ms.
+report() {
+  python3 - "$@" <<'PY'
+import sys
+name, batch, seq, ours, theirs = sys.argv[1], int(sys.argv[2]), \
+    int(sys.argv[3]), float(sys.argv[4]), float(sys.argv[5])
+tok = batch * seq
+print("%s: strata %.1f ms/step (%.0f tokens/s), torch.compile %.1f ms/step "
+      "(%.0f tokens/s), strata / torch time %.2f" %
+      (name, ours, tok / ours * 1e3, theirs, tok / theirs * 1e3, ours / theirs))
+PY
+}
 declare -A torch_ms
 for dir in benches/*/; do
   name=$(basename "$dir")
@@ -69,15 +102,13 @@ for dir in benches/*/; do
     timeout 300 build/step_"$name" "$dir" 13 0 --profile | grep -v '^arena' |
       head -32
   fi
-  python3 - "$name" "$batch" "$seq" "${ours:-nan}" "${theirs:-nan}" <<'PY'
-import sys
-name, batch, seq, ours, theirs = sys.argv[1], int(sys.argv[2]), \
-    int(sys.argv[3]), float(sys.argv[4]), float(sys.argv[5])
-tok = batch * seq
-print("%s: strata %.1f ms/step (%.0f tokens/s), torch.compile %.1f ms/step "
-      "(%.0f tokens/s), strata / torch time %.2f" %
-      (name, ours, tok / ours * 1e3, theirs, tok / theirs * 1e3, ours / theirs))
-PY
+  report "$name" "$batch" "$seq" "${ours:-nan}" "${theirs:-nan}"
+  if [[ $name == *-flash ]]; then
+    ours=$(STRATA_CUDA_ATTENTION=flash timeout 300 build/step_"$name" "$dir" \
+      23 0 --time | awk '/^time/ {print $2}')
+    report "$name (flash kernels)" "$batch" "$seq" "${ours:-nan}" \
+      "${theirs:-nan}"
+  fi
 done
 sanitizer=$(command -v compute-sanitizer ||
             echo /usr/local/cuda/bin/compute-sanitizer)
