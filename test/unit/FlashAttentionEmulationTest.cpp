@@ -1,0 +1,383 @@
+//===- FlashAttentionEmulationTest.cpp - The flash kernels on the host ---===//
+//
+// Runs the CUDA runtime's flash attention kernels (runtime/cuda/
+// FlashAttention.cuh) on the host, without a GPU: each block's 128 threads
+// are host threads, __syncthreads and __syncwarp barriers, warp shuffles go
+// through memory, and WMMA's collective tile operations are done whole by
+// lane 0 of the warp (the other lanes' fragments are never used, so a
+// missing __syncwarp before the lanes read a stored tile shows up as a
+// wrong result). Blocks run one after another over one shared-memory
+// array, filled with NaNs before each block so that a read of memory the
+// block never wrote spoils the result. The outputs are compared with a
+// direct double-precision attention on the same rounded inputs and the
+// same dropout mask, at the GPU check's bf16 and f16 tolerances.
+//
+// What this cannot show: the hardware's fragment layouts, bank conflicts,
+// alignment faults, speed. The GPU check (test/gpu) runs the same kernels
+// on a device.
+//
+//===----------------------------------------------------------------------===//
+
+#define STRATA_FLASH_EMULATION 1
+// Launch bounds only guide nvcc.
+#define __launch_bounds__(...)
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include <condition_variable>
+#include <cstdint>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+// The thread's place in the grid, and the intrinsics the kernels use.
+thread_local uint3 threadIdx, blockIdx;
+thread_local dim3 blockDim, gridDim;
+
+namespace emulation {
+/// A barrier for `count` threads, reusable.
+class Barrier {
+  std::mutex mutex;
+  std::condition_variable changed;
+  int count, waiting = 0;
+  long generation = 0;
+
+public:
+  explicit Barrier(int count) : count(count) {}
+  void wait() {
+    std::unique_lock<std::mutex> lock(mutex);
+    long mine = generation;
+    if (++waiting == count) {
+      waiting = 0;
+      ++generation;
+      changed.notify_all();
+      return;
+    }
+    changed.wait(lock, [&] { return generation != mine; });
+  }
+};
+
+/// What a block's threads share besides its shared memory.
+struct Block {
+  explicit Block(int threads) : all(threads) {
+    for (int w = 0; w < threads / 32; ++w)
+      warps.emplace_back(std::make_unique<Barrier>(32));
+    shuffle.resize(threads);
+  }
+  Barrier all;
+  std::vector<std::unique_ptr<Barrier>> warps;
+  std::vector<float> shuffle;
+};
+thread_local Block *block = nullptr;
+} // namespace emulation
+
+inline void __syncthreads() { emulation::block->all.wait(); }
+inline void __syncwarp(unsigned = 0xffffffffu) {
+  emulation::block->warps[threadIdx.x / 32]->wait();
+}
+inline float __shfl_xor_sync(unsigned, float v, int laneMask) {
+  emulation::Block &b = *emulation::block;
+  const unsigned warp = threadIdx.x / 32 * 32, lane = threadIdx.x % 32;
+  b.shuffle[warp + lane] = v;
+  __syncwarp();
+  float got = b.shuffle[warp + (lane ^ unsigned(laneMask))];
+  __syncwarp();
+  return got;
+}
+
+// WMMA's 16x16x16 tiles, whole in each fragment; lane 0 does the work.
+namespace nvcuda::wmma {
+struct matrix_a {};
+struct matrix_b {};
+struct accumulator {};
+struct row_major {};
+struct col_major {};
+enum layout_t { mem_row_major, mem_col_major };
+
+template <typename Use, int M, int N, int K, typename T, typename Layout = void>
+struct fragment {
+  float x[16][16];
+};
+
+inline float widen(float v) { return v; }
+inline float widen(__nv_bfloat16 v) { return __bfloat162float(v); }
+inline float widen(__half v) { return __half2float(v); }
+inline bool leader() { return threadIdx.x % 32 == 0; }
+
+template <typename Use, typename T, typename L>
+void fill_fragment(fragment<Use, 16, 16, 16, T, L> &f, float v) {
+  for (auto &row : f.x)
+    for (float &e : row)
+      e = v;
+}
+template <typename T>
+void load_matrix_sync(fragment<matrix_a, 16, 16, 16, T, row_major> &f,
+                      const T *p, unsigned ld) {
+  if (leader())
+    for (int i = 0; i < 16; ++i)
+      for (int k = 0; k < 16; ++k)
+        f.x[i][k] = widen(p[i * ld + k]);
+}
+template <typename T>
+void load_matrix_sync(fragment<matrix_b, 16, 16, 16, T, row_major> &f,
+                      const T *p, unsigned ld) {
+  if (leader())
+    for (int k = 0; k < 16; ++k)
+      for (int j = 0; j < 16; ++j)
+        f.x[k][j] = widen(p[k * ld + j]);
+}
+template <typename T>
+void load_matrix_sync(fragment<matrix_b, 16, 16, 16, T, col_major> &f,
+                      const T *p, unsigned ld) {
+  if (leader())
+    for (int k = 0; k < 16; ++k)
+      for (int j = 0; j < 16; ++j)
+        f.x[k][j] = widen(p[k + j * ld]);
+}
+inline void load_matrix_sync(fragment<accumulator, 16, 16, 16, float> &f,
+                             const float *p, unsigned ld, layout_t) {
+  if (leader())
+    for (int i = 0; i < 16; ++i)
+      for (int j = 0; j < 16; ++j)
+        f.x[i][j] = p[i * ld + j];
+}
+inline void store_matrix_sync(float *p,
+                              const fragment<accumulator, 16, 16, 16, float> &f,
+                              unsigned ld, layout_t) {
+  if (leader())
+    for (int i = 0; i < 16; ++i)
+      for (int j = 0; j < 16; ++j)
+        p[i * ld + j] = f.x[i][j];
+}
+template <typename T, typename LB>
+void mma_sync(fragment<accumulator, 16, 16, 16, float> &d,
+              const fragment<matrix_a, 16, 16, 16, T, row_major> &a,
+              const fragment<matrix_b, 16, 16, 16, T, LB> &b,
+              const fragment<accumulator, 16, 16, 16, float> &c) {
+  if (!leader())
+    return;
+  for (int i = 0; i < 16; ++i)
+    for (int j = 0; j < 16; ++j) {
+      float sum = c.x[i][j];
+      for (int k = 0; k < 16; ++k)
+        sum += a.x[i][k] * b.x[k][j];
+      d.x[i][j] = sum;
+    }
+}
+} // namespace nvcuda::wmma
+
+#include "FlashAttention.cuh"
+
+#include "gtest/gtest.h"
+
+#include <cmath>
+#include <cstring>
+#include <random>
+
+namespace strata::cuda {
+/// The one block's shared memory (blocks run one at a time).
+alignas(128) char shared[192 * 1024];
+} // namespace strata::cuda
+
+namespace {
+using strata::AttentionLayout;
+using strata::cuda::AttentionDropout;
+
+/// Runs `kernel` over (slices, blocks of 64 rows), a block at a time.
+template <typename... Params, typename... Args>
+void launch(void (*kernel)(Params...), size_t sharedBytes, int64_t slices,
+            int64_t rows, Args... args) {
+  ASSERT_LE(sharedBytes, sizeof(strata::cuda::shared));
+  const unsigned blocks = unsigned((rows + 63) / 64);
+  for (unsigned y = 0; y < blocks; ++y)
+    for (unsigned x = 0; x < unsigned(slices); ++x) {
+      const float nan = NAN;
+      for (size_t i = 0; i + sizeof(float) <= sharedBytes; i += sizeof(float))
+        std::memcpy(strata::cuda::shared + i, &nan, sizeof(float));
+      emulation::Block state(strata::cuda::kFlashThreads);
+      std::vector<std::thread> threads;
+      for (unsigned t = 0; t < unsigned(strata::cuda::kFlashThreads); ++t)
+        threads.emplace_back([&, t] {
+          emulation::block = &state;
+          threadIdx = {t, 0, 0};
+          blockIdx = {x, y, 0};
+          blockDim = dim3(strata::cuda::kFlashThreads);
+          gridDim = dim3(unsigned(slices), blocks);
+          kernel(args...);
+        });
+      for (std::thread &t : threads)
+        t.join();
+    }
+}
+
+template <typename T> float toF(T v) { return nvcuda::wmma::widen(v); }
+template <typename T> T fromF(float v);
+template <> __nv_bfloat16 fromF(float v) { return __float2bfloat16_rn(v); }
+template <> __half fromF(float v) { return __float2half_rn(v); }
+
+struct Case {
+  int64_t batch, heads, s, t, d, dv;
+  bool causal;
+  double dropout;
+};
+
+/// Attention in double on the rounded inputs: the output, log-sum-exp and
+/// the three gradients, as the CPU runtime defines them.
+struct Reference {
+  std::vector<double> out, lse, dq, dk, dv;
+};
+Reference reference(const Case &c, const AttentionLayout &at,
+                    const AttentionDropout &drop, const std::vector<float> &q,
+                    const std::vector<float> &k, const std::vector<float> &v,
+                    const std::vector<float> &dout, double scale) {
+  const int64_t slices = c.batch * c.heads;
+  Reference r;
+  r.out.assign(slices * c.s * c.dv, 0);
+  r.lse.assign(slices * c.s, 0);
+  r.dq.assign(slices * c.s * c.d, 0);
+  r.dk.assign(slices * c.t * c.d, 0);
+  r.dv.assign(slices * c.t * c.dv, 0);
+  for (int64_t bh = 0; bh < slices; ++bh)
+    for (int64_t i = 0; i < c.s; ++i) {
+      const int64_t seen = c.causal ? std::min(i + 1, c.t) : c.t;
+      std::vector<double> x(seen), p(seen), m(seen), dp(seen);
+      double mx = -INFINITY, sum = 0;
+      for (int64_t j = 0; j < seen; ++j) {
+        double dot = 0;
+        for (int64_t e = 0; e < c.d; ++e)
+          dot += double(q[at.query(bh, i) + e]) * k[at.key(bh, j) + e];
+        x[j] = scale * dot;
+        mx = std::max(mx, x[j]);
+      }
+      for (int64_t j = 0; j < seen; ++j)
+        sum += std::exp(x[j] - mx);
+      r.lse[at.lse(bh, i)] = mx + std::log(sum);
+      for (int64_t j = 0; j < seen; ++j) {
+        p[j] = std::exp(x[j] - mx) / sum;
+        m[j] = drop(bh, i, j);
+        for (int64_t e = 0; e < c.dv; ++e)
+          r.out[at.output(bh, i) + e] += p[j] * m[j] * v[at.value(bh, j) + e];
+      }
+      double delta = 0;
+      for (int64_t e = 0; e < c.dv; ++e)
+        delta +=
+            double(dout[at.output(bh, i) + e]) * r.out[at.output(bh, i) + e];
+      for (int64_t j = 0; j < seen; ++j) {
+        dp[j] = 0;
+        for (int64_t e = 0; e < c.dv; ++e) {
+          dp[j] += double(dout[at.output(bh, i) + e]) * v[at.value(bh, j) + e];
+          r.dv[at.value(bh, j) + e] += m[j] * p[j] * dout[at.output(bh, i) + e];
+        }
+        const double ds = scale * p[j] * (m[j] * dp[j] - delta);
+        for (int64_t e = 0; e < c.d; ++e) {
+          r.dq[at.query(bh, i) + e] += ds * k[at.key(bh, j) + e];
+          r.dk[at.key(bh, j) + e] += ds * q[at.query(bh, i) + e];
+        }
+      }
+    }
+  return r;
+}
+
+/// The largest |got - want| / (atol + rtol |want|) (at most 1 passes).
+template <typename G>
+double worst(const std::vector<G> &got, const std::vector<double> &want,
+             double rtol, double atol) {
+  double w = 0;
+  for (size_t i = 0; i < want.size(); ++i) {
+    double g = double(toF(got[i]));
+    if (std::isnan(g))
+      return INFINITY;
+    w = std::max(w,
+                 std::fabs(g - want[i]) / (atol + rtol * std::fabs(want[i])));
+  }
+  return w;
+}
+template <> float toF(float v) { return v; }
+
+template <typename T> void check(const Case &c, double rtol, double atol) {
+  using namespace strata::cuda;
+  const AttentionLayout at{c.heads, c.s, c.t, c.d, c.dv};
+  const int64_t slices = c.batch * c.heads;
+  const double scale = 1 / std::sqrt(double(c.d));
+  const AttentionDropout drop{
+      c.dropout,
+      c.dropout > 0 ? float(1 / (1 - c.dropout)) : 1.0f,
+      /*seed=*/1234,
+      /*key=*/7,
+      strata::rng::dropoutOffset(0, 2, 1, slices * c.s * c.t),
+      at};
+  std::mt19937 gen(42);
+  std::uniform_real_distribution<float> dist(-1, 1);
+  auto draw = [&](int64_t n, std::vector<T> &low, std::vector<float> &wide) {
+    low.resize(n);
+    wide.resize(n);
+    for (int64_t i = 0; i < n; ++i) {
+      low[i] = fromF<T>(dist(gen));
+      wide[i] = toF(low[i]);
+    }
+  };
+  std::vector<T> q, k, v, dout;
+  std::vector<float> qf, kf, vf, doutf;
+  draw(slices * c.s * c.d, q, qf);
+  draw(slices * c.t * c.d, k, kf);
+  draw(slices * c.t * c.dv, v, vf);
+  draw(slices * c.s * c.dv, dout, doutf);
+  const Reference want = reference(c, at, drop, qf, kf, vf, doutf, scale);
+
+  std::vector<T> out(slices * c.s * c.dv);
+  std::vector<float> lse(slices * c.s);
+  launch(flashForward<T>, flashForwardBytes<T>(at), slices, c.s, out.data(),
+         lse.data(), q.data(), k.data(), v.data(), at, float(scale), c.causal,
+         drop);
+  EXPECT_LE(worst(out, want.out, rtol, atol), 1.0) << "output";
+  EXPECT_LE(worst(lse, want.lse, 1e-5, 1e-5), 1.0) << "log-sum-exp";
+
+  // delta from the kernel's own output, as attentionDelta computes it.
+  std::vector<float> delta(slices * c.s);
+  for (int64_t bh = 0; bh < slices; ++bh)
+    for (int64_t i = 0; i < c.s; ++i) {
+      float sum = 0;
+      for (int64_t e = 0; e < c.dv; ++e)
+        sum += toF(dout[at.output(bh, i) + e]) * toF(out[at.output(bh, i) + e]);
+      delta[bh * c.s + i] = sum;
+    }
+  std::vector<T> dq(q.size()), dk(k.size()), dv(v.size());
+  launch(flashGradKeys<T>, flashGradBytes<T>(at, true), slices, c.t, dk.data(),
+         dv.data(), static_cast<const T *>(q.data()),
+         static_cast<const T *>(k.data()), static_cast<const T *>(v.data()),
+         static_cast<const T *>(dout.data()),
+         static_cast<const float *>(lse.data()),
+         static_cast<const float *>(delta.data()), at, float(scale), c.causal,
+         drop);
+  launch(flashGradQueries<T>, flashGradBytes<T>(at, false), slices, c.s,
+         dq.data(), static_cast<const T *>(q.data()),
+         static_cast<const T *>(k.data()), static_cast<const T *>(v.data()),
+         static_cast<const T *>(dout.data()),
+         static_cast<const float *>(lse.data()),
+         static_cast<const float *>(delta.data()), at, float(scale), c.causal,
+         drop);
+  EXPECT_LE(worst(dq, want.dq, rtol, atol), 1.0) << "dq";
+  EXPECT_LE(worst(dk, want.dk, rtol, atol), 1.0) << "dk";
+  EXPECT_LE(worst(dv, want.dv, rtol, atol), 1.0) << "dv";
+}
+
+// The GPU check's tolerances (kernel_check): bf16 1.6e-2 / 1e-2, f16 2e-3
+// / 1e-3.
+TEST(FlashAttentionEmulation, Bf16CausalDropoutOverSeveralBlocks) {
+  // Head size 64 (GPT-2's), three blocks of queries and keys, the last
+  // partial; dropout on the probabilities.
+  check<__nv_bfloat16>({2, 2, 130, 130, 64, 64, true, 0.1}, 1.6e-2, 1e-2);
+}
+
+TEST(FlashAttentionEmulation, F16CrossWithPaddedHeadSizes) {
+  // More keys than queries, head sizes 24 and 40 (padded to 32 and 48).
+  check<__half>({1, 2, 70, 150, 24, 40, false, 0}, 2e-3, 1e-3);
+}
+
+TEST(FlashAttentionEmulation, Bf16CausalWithFewerKeys) {
+  // Causal with fewer keys than queries: later queries see every key.
+  check<__nv_bfloat16>({1, 3, 90, 40, 16, 16, true, 0.2}, 1.6e-2, 1e-2);
+}
+} // namespace
