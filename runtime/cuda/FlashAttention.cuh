@@ -157,6 +157,26 @@ __device__ __forceinline__ bool sees(const AttentionLayout &at, int64_t i,
   return i < at.s && j < at.t && (!causal || j <= i);
 }
 
+/// Keys a block of 64 queries from q0 on sees: all, or with a causal mask
+/// up to its last query's.
+__device__ __forceinline__ int64_t blockKeys(const AttentionLayout &at,
+                                             int64_t q0, bool causal) {
+  return causal && q0 + kFlashRows < at.t ? q0 + kFlashRows : at.t;
+}
+
+/// One (query, key)'s probability, recomputed from its score and the
+/// query's log-sum-exp, and dS = scale P (m dP - delta) (m the dropout's
+/// factor).
+struct ScoreGrad {
+  float p, ds;
+};
+__device__ __forceinline__ ScoreGrad scoreGrad(float score, float lse,
+                                               float dp, float delta, float m,
+                                               float scale) {
+  const float p = act::fastExp(scale * score - lse);
+  return {p, scale * p * (m * dp - delta)};
+}
+
 /// The forward kernel's shared memory.
 template <typename T> struct FlashForwardShared {
   Tile<T> q, k, v, p;
@@ -193,9 +213,7 @@ __global__ void __launch_bounds__(kFlashThreads)
     sh.max[r] = -INFINITY;
     sh.sum[r] = 0.0f;
   }
-  // Causal: the keys of this block's last query at most.
-  const int64_t keys =
-      causal && q0 + kFlashRows < at.t ? q0 + kFlashRows : at.t;
+  const int64_t keys = blockKeys(at, q0, causal);
   for (int64_t k0 = 0; k0 < keys; k0 += kFlashRows) {
     __syncthreads(); // the last block's keys and values are read
     loadTile(
@@ -350,10 +368,12 @@ __global__ void __launch_bounds__(kFlashThreads)
       const int64_t j = k0 + r, i = q0 + c;
       float dropped = 0.0f, ds = 0.0f;
       if (sees(at, i, j, causal)) {
-        const float p = act::fastExp(scale * sh.scores.row(r)[c] - sh.lse[c]);
         const float m = drop(bh, i, j);
-        dropped = p * m;
-        ds = scale * p * (m * sh.scoreGrad.row(r)[c] - sh.delta[c]);
+        const ScoreGrad g = scoreGrad(sh.scores.row(r)[c], sh.lse[c],
+                                      sh.scoreGrad.row(r)[c], sh.delta[c], m,
+                                      scale);
+        dropped = g.p * m;
+        ds = g.ds;
       }
       sh.p.row(r)[c] = fromFloat<T>(dropped);
       sh.scoreGrad.row(r)[c] = ds;
@@ -400,8 +420,7 @@ __global__ void __launch_bounds__(kFlashThreads)
   loadRowStats(sh.lse, sh.delta, lse, delta, at, bh, q0);
   for (int e = threadIdx.x; e < kFlashRows * dp; e += blockDim.x)
     sh.grad.row(e / dp)[e % dp] = 0.0f;
-  const int64_t keys =
-      causal && q0 + kFlashRows < at.t ? q0 + kFlashRows : at.t;
+  const int64_t keys = blockKeys(at, q0, causal);
   for (int64_t k0 = 0; k0 < keys; k0 += kFlashRows) {
     __syncthreads(); // the last block's keys and values are read
     loadTile(
@@ -419,11 +438,10 @@ __global__ void __launch_bounds__(kFlashThreads)
       const int r = r0 + e / kFlashRows, c = e % kFlashRows;
       const int64_t i = q0 + r, j = k0 + c;
       float ds = 0.0f;
-      if (sees(at, i, j, causal)) {
-        const float p = act::fastExp(scale * sh.scores.row(r)[c] - sh.lse[r]);
-        ds =
-            scale * p * (drop(bh, i, j) * sh.scoreGrad.row(r)[c] - sh.delta[r]);
-      }
+      if (sees(at, i, j, causal))
+        ds = scoreGrad(sh.scores.row(r)[c], sh.lse[r], sh.scoreGrad.row(r)[c],
+                       sh.delta[r], drop(bh, i, j), scale)
+                 .ds;
       sh.p.row(r)[c] = fromFloat<T>(ds);
     }
     __syncwarp();
