@@ -294,7 +294,6 @@ double worst(const std::vector<G> &got, const std::vector<double> &want,
   }
   return w;
 }
-template <> float toF(float v) { return v; }
 
 template <typename T> void check(const Case &c, double rtol, double atol) {
   using namespace strata::cuda;
