@@ -293,6 +293,15 @@ template <typename T> struct FlashBackwardShared {
         p(c, kFlashRows), scores(c, kFlashRows), scoreGrad(c, kFlashRows),
         grad(c, dp), gradV(c, keys ? dvp : 0), lse(c.take<float>(kFlashRows)),
         delta(c.take<float>(kFlashRows)) {}
+
+  /// The warp's rows r0.. of both kernels' products: scores = own other^T
+  /// (S^T = K Q^T, or S = Q K^T) and scoreGrad = ownV otherV^T (dP^T = V
+  /// dO^T, or dP = dO V^T); visible to the warp's lanes on return.
+  __device__ void products(int r0, int dp, int dvp) const {
+    warpProduct<true>(scores, r0, kFlashRows, dp, own, other, false);
+    warpProduct<true>(scoreGrad, r0, kFlashRows, dvp, ownV, otherV, false);
+    __syncwarp();
+  }
 };
 
 /// The rows' log-sum-exp and delta (zero past the queries) into shared
@@ -359,10 +368,7 @@ __global__ void __launch_bounds__(kFlashThreads)
         at.s, at.dv);
     loadRowStats(sh.lse, sh.delta, lse, delta, at, bh, q0);
     __syncthreads();
-    warpProduct<true>(sh.scores, r0, kFlashRows, dp, sh.own, sh.other, false);
-    warpProduct<true>(sh.scoreGrad, r0, kFlashRows, dvp, sh.ownV, sh.otherV,
-                      false);
-    __syncwarp();
+    sh.products(r0, dp, dvp);
     for (int e = lane; e < 16 * kFlashRows; e += 32) {
       const int r = r0 + e / kFlashRows, c = e % kFlashRows;
       const int64_t j = k0 + r, i = q0 + c;
@@ -430,10 +436,7 @@ __global__ void __launch_bounds__(kFlashThreads)
         sh.otherV, dvp, v, [&](int64_t j) { return at.value(bh, j); }, k0, at.t,
         at.dv);
     __syncthreads();
-    warpProduct<true>(sh.scores, r0, kFlashRows, dp, sh.own, sh.other, false);
-    warpProduct<true>(sh.scoreGrad, r0, kFlashRows, dvp, sh.ownV, sh.otherV,
-                      false);
-    __syncwarp();
+    sh.products(r0, dp, dvp);
     for (int e = lane; e < 16 * kFlashRows; e += 32) {
       const int r = r0 + e / kFlashRows, c = e % kFlashRows;
       const int64_t i = q0 + r, j = k0 + c;

@@ -26,27 +26,27 @@ status=0
 echo "== kernels"
 timeout 300 build/kernel_check compare --runtime build/libstrata_runtime_cuda.so \
   --dir kernels || status=1
+# The attention cases again under an environment setting: LOG, then
+# VAR=VALUE; prints the summary, or the failures (failing the check).
+attention_cases() {
+  local log=$1
+  shift
+  if env "$@" timeout 300 build/kernel_check compare \
+      --runtime build/libstrata_runtime_cuda.so --dir kernels \
+      --filter attention > "$log"; then
+    tail -1 "$log"
+  else
+    grep -v '^PASS' "$log"
+    status=1
+  fi
+}
 # Fused attention one (batch, head) slice per chunk, as it runs where the
 # scores of all slices exceed its scratch budget.
 echo "== attention kernels, one slice per chunk"
-if STRATA_CUDA_ATTENTION_CHUNK_BYTES=1 timeout 300 build/kernel_check compare \
-    --runtime build/libstrata_runtime_cuda.so --dir kernels \
-    --filter attention > chunked.log; then
-  tail -1 chunked.log
-else
-  grep -v '^PASS' chunked.log
-  status=1
-fi
+attention_cases chunked.log STRATA_CUDA_ATTENTION_CHUNK_BYTES=1
 # The flash kernels (bf16 and f16; not yet the default): the same cases.
 echo "== attention kernels, flash (STRATA_CUDA_ATTENTION=flash)"
-if STRATA_CUDA_ATTENTION=flash timeout 300 build/kernel_check compare \
-    --runtime build/libstrata_runtime_cuda.so --dir kernels \
-    --filter attention > flash.log; then
-  tail -1 flash.log
-else
-  grep -v '^PASS' flash.log
-  status=1
-fi
+attention_cases flash.log STRATA_CUDA_ATTENTION=flash
 for dir in programs/*/; do
   name=$(basename "$dir")
   read -r steps seed rtol < "$dir/run.txt"
