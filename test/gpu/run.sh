@@ -129,6 +129,10 @@ if [ -x "$sanitizer" ]; then
   sanitize step_gpt 300 build/step_gpt programs/gpt 2 3
   sanitize kernel_check 600 build/kernel_check compare \
     --runtime build/libstrata_runtime_cuda.so --dir kernels
+  # The flash kernels' shared-memory tiles (out-of-bounds and misaligned
+  # accesses are what their host emulation cannot show).
+  STRATA_CUDA_ATTENTION=flash sanitize flash 300 build/kernel_check compare \
+    --runtime build/libstrata_runtime_cuda.so --dir kernels --filter attention
 else
   echo "compute-sanitizer not found: skipped"
 fi
