@@ -355,6 +355,10 @@ LogicalResult Differentiator::run() {
     adjoints[loss] = lossScale;
     inverseScale = make<DivOp>(
         ret.getLoc(), constant(ret.getLoc(), lossType, 1.0), lossScale);
+    // strata.scale_by's factor is f32 (exact from a bf16 or f16 loss).
+    if (!lossType.getElementType().isF32())
+      inverseScale = make<CastOp>(
+          ret.getLoc(), lossType.clone(builder.getF32Type()), inverseScale);
   } else {
     adjoints[loss] = constant(ret.getLoc(), lossType, 1.0);
   }
@@ -389,25 +393,11 @@ LogicalResult Differentiator::run() {
       // A low-precision gradient (level o2) is unscaled in f32 and rounded
       // once, as Paddle's check_finite_and_unscale does (the inverse of a
       // scale such as 26214.4 is no float16 number).
-      RankedTensorType gradType = tensorType(grad);
-      SmallVector<Operation *> ops;
-      Value wide = grad;
-      if (!gradType.getElementType().isF32()) {
-        wide = make<CastOp>(param.getLoc(),
-                            gradType.clone(lossType.getElementType()), grad);
-        ops.push_back(wide.getDefiningOp());
-      }
-      Value unscaled = make<MulOp>(param.getLoc(), wide, inverseScale);
-      ops.push_back(unscaled.getDefiningOp());
-      if (unscaled.getType() != gradType) {
-        unscaled = make<CastOp>(param.getLoc(), gradType, unscaled);
-        ops.push_back(unscaled.getDefiningOp());
-      }
+      Value unscaled = make<ScaleByOp>(param.getLoc(), grad, inverseScale);
       if (Operation *def = grad.getDefiningOp())
         if (std::optional<int64_t> stage = getStage(def))
-          for (Operation *op : ops)
-            op->setAttr(StrataDialect::kStageAttrName,
-                        builder.getI64IntegerAttr(*stage));
+          unscaled.getDefiningOp()->setAttr(StrataDialect::kStageAttrName,
+                                            builder.getI64IntegerAttr(*stage));
       grad = unscaled;
     }
     if (!grad)

@@ -383,6 +383,7 @@ STRATA_BROADCAST_INFER(DivOp)
     return success();                                                          \
   }
 STRATA_SAME_TYPE_INFER(ScaleOp, getInput)
+STRATA_SAME_TYPE_INFER(ScaleByOp, getInput)
 STRATA_SAME_TYPE_INFER(ReluOp, getInput)
 STRATA_SAME_TYPE_INFER(GeluOp, getInput)
 STRATA_SAME_TYPE_INFER(SiluOp, getInput)

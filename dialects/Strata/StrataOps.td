@@ -308,6 +308,24 @@ def Strata_ScaleOp : Strata_ComputeOp<"scale", [Strata_InPlace<"0">]> {
   let results = (outs Strata_FloatTensor:$result);
 }
 
+def Strata_ScaleByOp : Strata_ComputeOp<"scale_by", [Strata_InPlace<"0">]> {
+  let summary = "Multiplies by a run-time f32 scalar, rounded once";
+  let description = [{
+    Each element of `input` times `factor`, computed in f32 and rounded
+    once to the input's type. Loss scaling unscales each gradient with it
+    (the factor is the inverse of the loss scale, which is no float16
+    number: 1 / 26214.4), as Paddle's check_finite_and_unscale does, in one
+    pass over a bf16 or f16 gradient. It has no derivative rule: autodiff
+    creates it.
+
+    ```mlir
+    %y = strata.scale_by %g, %inv : (tensor<64x64xf16>, tensor<f32>) -> tensor<64x64xf16>
+    ```
+  }];
+  let arguments = (ins Strata_FloatTensor:$input, 0DTensorOf<[F32]>:$factor);
+  let results = (outs Strata_FloatTensor:$result);
+}
+
 def Strata_BiasAddOp : Strata_ComputeOp<"bias_add",
     [SameOperandsElementType, Strata_InPlace<"0">]> {
   let summary = "Adds a bias along the last dimension";

@@ -572,6 +572,12 @@ llvm::Error Evaluator::step(Operation *op) {
         set(o, unary(in(0), [f](double x) { return x * f; }));
         return llvm::Error::success();
       })
+      .Case([&](ScaleByOp o) -> llvm::Error {
+        // The runtime's f32 product, then set()'s one rounding.
+        float f = float(in(1).data[0]);
+        set(o, unary(in(0), [f](double x) { return double(float(x) * f); }));
+        return llvm::Error::success();
+      })
       .Case([&](ReluOp o) -> llvm::Error {
         set(o, unary(in(0), [](double x) { return x > 0 ? x : 0.0; }));
         return llvm::Error::success();

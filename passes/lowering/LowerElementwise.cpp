@@ -169,6 +169,12 @@ void strata::lowering::populateElementwiseLoweringPatterns(
     return unary(STRATA_RT_UNARY_SCALE, o.getInput(), o, l,
                  o.getFactor().convertToDouble());
   });
+  addLowering<ScaleByOp>(patterns, l, [](ScaleByOp o, RuntimeLowering &l) {
+    l.call("strata_rt_scale_by",
+           {l.site(), l.tensor(o), l.tensor(o.getInput()),
+            l.i64(numel(o.getInput())), l.tensor(o.getFactor())});
+    return success();
+  });
   addLowering<ReluOp>(patterns, l, [](ReluOp o, RuntimeLowering &l) {
     return unary(STRATA_RT_ACT_RELU, o.getInput(), o, l);
   });

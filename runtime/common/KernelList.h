@@ -38,6 +38,7 @@
   X(strata_rt_cross_entropy_grad)                                              \
   X(strata_rt_lr_schedule)                                                     \
   X(strata_rt_global_norm)                                                     \
+  X(strata_rt_scale_by)                                                        \
   X(strata_rt_clip)                                                            \
   X(strata_rt_sgd)                                                             \
   X(strata_rt_momentum)                                                        \

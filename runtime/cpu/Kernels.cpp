@@ -1930,6 +1930,21 @@ void STRATA_RT_KERNEL(strata_rt_global_norm)(StrataRtContext *ctx, int64_t site,
   *static_cast<float *>(outData) = float(std::sqrt(total));
 }
 
+void STRATA_RT_KERNEL(strata_rt_scale_by)(StrataRtContext *ctx, int64_t site,
+                                          void *outData, int64_t outType,
+                                          const void *inData, int64_t inType,
+                                          int64_t n, const void *factorData,
+                                          int64_t factorType) {
+  if (!onlyF32(ctx, site, "scale_by", {factorType}) ||
+      !sameTypes(ctx, site, "scale_by", {outType, inType}))
+    return;
+  // The scale kernel: float(in) * factor rounded to the type, in widened
+  // blocks for bf16 and f16.
+  STRATA_RT_KERNEL(strata_rt_unary)
+  (ctx, site, STRATA_RT_UNARY_SCALE, outData, outType, inData, inType, n,
+   double(*static_cast<const float *>(factorData)));
+}
+
 void STRATA_RT_KERNEL(strata_rt_clip)(StrataRtContext *ctx, int64_t site,
                                       void *outData, int64_t outType,
                                       const void *inData, int64_t inType,

@@ -1,9 +1,9 @@
 //===- Optimizer.cu - CUDA kernels of the optimizer ABI --------*- CUDA -*-===//
 //
-// The learning-rate schedule, the gradients' global norm and clipping, the
-// optimizer updates (SGD, momentum, Adam / AdamW / LAMB, LARS) and Paddle's
-// dynamic loss scaling, computing what runtime/cpu/Kernels.cpp computes with
-// its argument checks and refusals.
+// The learning-rate schedule, the gradients' global norm and clipping, loss
+// scaling's unscale (scale_by), the optimizer updates (SGD, momentum, Adam /
+// AdamW / LAMB, LARS) and Paddle's dynamic loss scaling, computing what
+// runtime/cpu/Kernels.cpp computes with its argument checks and refusals.
 //
 // Every scalar the CPU reads on the host (the learning rate, the step
 // counter, a norm, the guard, the loss scale and its counters) lives in
@@ -260,6 +260,14 @@ __global__ void normFinishKernel(float *out, const double *partials,
   double total = sumPartials(partials, count, 1, shared);
   if (threadIdx.x == 0)
     *out = float(sqrt(total));
+}
+
+template <typename T>
+__global__ void scaleByKernel(T *out, const T *in, int64_t n,
+                              const float *factor) {
+  const float f = *factor;
+  for (int64_t i = gridStart(); i < n; i += gridStride())
+    out[i] = fromFloat<T>(toFloat(in[i]) * f);
 }
 
 template <typename T>
@@ -606,6 +614,22 @@ void strata_rt_global_norm(StrataRtContext *ctx, int64_t site, void *out,
   normFinishKernel<<<1, kFinishThreads, 0, ctx->compute>>>(
       static_cast<float *>(out), partials, chunks);
   launched(ctx, site, "strata_rt_global_norm");
+}
+
+void strata_rt_scale_by(StrataRtContext *ctx, int64_t site, void *out,
+                        int64_t outType, const void *in, int64_t inType,
+                        int64_t n, const void *factor, int64_t factorType) {
+  if (!onlyF32(ctx, site, "scale_by", {factorType}))
+    return;
+  withSameFloatType(ctx, site, "scale_by", {outType, inType}, [&](auto type) {
+    using T = decltype(type);
+    if (n == 0)
+      return;
+    scaleByKernel<T><<<gridFor(n), kThreads, 0, ctx->compute>>>(
+        static_cast<T *>(out), static_cast<const T *>(in), n,
+        static_cast<const float *>(factor));
+    launched(ctx, site, "strata_rt_scale_by");
+  });
 }
 
 void strata_rt_clip(StrataRtContext *ctx, int64_t site, void *out,

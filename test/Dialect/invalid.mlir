@@ -388,6 +388,16 @@ func.func @f(%p: tensor<4xf32>, %m: tensor<4xf16>, %lr: tensor<f32>, %s: tensor<
 
 // -----
 
+// scale_by's factor is an f32 scalar (the inverse of a loss scale is no
+// float16 number).
+func.func @f(%g: tensor<4xf16>, %s: tensor<f16>) {
+  // expected-error@+1 {{operand #1 must be 0D tensor of 32-bit float values}}
+  %0 = strata.scale_by %g, %s : (tensor<4xf16>, tensor<f16>) -> tensor<4xf16>
+  return
+}
+
+// -----
+
 func.func @f(%p: tensor<4xf32>, %lr: tensor<4xf32>) {
   // expected-error@+1 {{operand #2 must be 0D tensor}}
   %0 = strata.sgd_update %p, %p, %lr : (tensor<4xf32>, tensor<4xf32>, tensor<4xf32>) -> tensor<4xf32>

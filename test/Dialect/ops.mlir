@@ -117,6 +117,9 @@ func.func @optimizer(%p: tensor<16xf32>, %g: tensor<16xf32>, %m: tensor<16xf32>,
   %5:2 = strata.lars_update %p, %g, %v, %lr : (tensor<16xf32>, tensor<16xf32>, tensor<16xf32>, tensor<f32>) -> (tensor<16xf32>, tensor<16xf32>)
   // CHECK: strata.global_norm {{.*}} -> tensor<f32>
   %n = strata.global_norm %g, %q : (tensor<16xf32>, tensor<4x4xf32>) -> tensor<f32>
+  // CHECK: strata.scale_by {{.*}} : (tensor<16xf16>, tensor<f32>) -> tensor<16xf16>
+  %h = strata.cast %g : (tensor<16xf32>) -> tensor<16xf16>
+  %u = strata.scale_by %h, %n : (tensor<16xf16>, tensor<f32>) -> tensor<16xf16>
   // CHECK: strata.clip_by_global_norm {{.*}} {max_norm = 1.000000e+00 : f64}
   %c:2 = strata.clip_by_global_norm %g, %q, %n {max_norm = 1.0 : f64} : (tensor<16xf32>, tensor<4x4xf32>, tensor<f32>) -> (tensor<16xf32>, tensor<4x4xf32>)
   return

@@ -85,8 +85,8 @@ constexpr uint64_t kContextSeed = 20240611;
   X(copy_rows) X(reduce) X(fill) X(dropout) X(softmax) X(softmax_grad)         \
   X(attention) X(attention_grad) X(layer_norm) X(layer_norm_grad)              \
   X(embedding) X(embedding_grad) X(cross_entropy) X(cross_entropy_grad)        \
-  X(lr_schedule) X(global_norm) X(clip) X(sgd) X(momentum) X(adam) X(lars)     \
-  X(is_finite) X(update_loss_scaling)
+  X(lr_schedule) X(global_norm) X(scale_by) X(clip) X(sgd) X(momentum)        \
+  X(adam) X(lars) X(is_finite) X(update_loss_scaling)
 // clang-format on
 
 /// The loaded runtime: its host functions and kernels with the ABI's types,
@@ -739,6 +739,15 @@ std::vector<CaseDef> makeCases() {
   };
   globalNorm("f32_bf16", {F32, BF16, F32}, {1000, 37, 20000});
   globalNorm("large", {F32, F16, BF16}, {70001, 333, 9000});
+  // Loss scaling's unscale: the inverse of a scale that is no f16 number,
+  // on gradients scaled up by it (beyond f16's range once unscaled: none).
+  for (int64_t dt : {F32, BF16, F16})
+    add(std::string("scale_by_") + dtypeName[dt], [=](Case &t) {
+      void *in = t.rand(dt, 1001, -3000, 3000),
+           *f = t.vals(F32, {1.0 / 26214.4});
+      void *o = t.out("out", dt, 1001);
+      RT.scale_by(t.ctx, 1, o, dt, in, dt, 1001, f, F32);
+    });
   auto clip = [&](int64_t dt, double norm) {
     add(std::string("clip_") + dtypeName[dt], [=](Case &t) {
       void *in = t.rand(dt, 1001, -1, 1), *nm = t.vals(F32, {norm});

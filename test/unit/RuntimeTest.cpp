@@ -1032,6 +1032,29 @@ TEST(RuntimeTest, LowPrecisionKernelsRoundTheF32Result) {
     strata_rt_reduce(ctx, 8, f.data(), F32, y.data(), F32, 2, rdesc, 0.5);
     strata_rt_reduce(ctx, 8, l.data(), low, ly.data(), low, 2, rdesc, 0.5);
     expectRounded("reduce");
+    // Loss scaling's unscale: the f32 product with an f32 factor that is no
+    // bf16 or f16 number, rounded once; in place too.
+    const float inverse = 1.0f / 26214.4f;
+    for (int64_t i = 0; i < m * n; ++i)
+      f[i] = y[i] * inverse;
+    strata_rt_scale_by(ctx, 9, l.data(), low, ly.data(), low, m * n, &inverse,
+                       F32);
+    expectRounded("scale_by");
+    l = ly;
+    strata_rt_scale_by(ctx, 9, l.data(), low, l.data(), low, m * n, &inverse,
+                       F32);
+    expectRounded("scale_by in place");
+    // The factor is f32.
+    const uint16_t lowInverse = 1;
+    strata_rt_scale_by(ctx, 10, l.data(), low, ly.data(), low, m * n,
+                       &lowInverse, low);
+    int64_t site = -1;
+    const char *message = strata_rt_error(ctx, &site);
+    ASSERT_NE(message, nullptr);
+    EXPECT_EQ(site, 10);
+    EXPECT_NE(std::string(message).find("scale_by"), std::string::npos)
+        << message;
+    strata_rt_clear_error(ctx);
   }
 }
 
@@ -1552,7 +1575,7 @@ TEST(RuntimeTest, DynamicLossScalingFollowsPaddlesRule) {
 TEST(RuntimeTest, SymbolsNameEveryKernel) {
   size_t count = 0;
   const StrataRtSymbol *symbols = strata_rt_symbols(&count);
-  EXPECT_EQ(count, 42u);
+  EXPECT_EQ(count, 43u);
   bool gemm = false, gemmAux = false;
   for (size_t i = 0; i < count; ++i) {
     EXPECT_NE(symbols[i].address, nullptr);

@@ -496,6 +496,12 @@ void strata_rt_global_norm(StrataRtContext *ctx, int64_t site, void *out,
                            int64_t outType, int64_t count,
                            const void *const *tensors, const int64_t *types,
                            const int64_t *sizes);
+/* out = in * factor (an f32 scalar), computed in f32 and rounded once to
+   the tensors' type (loss scaling's unscale of a gradient); out may be
+   in. */
+void strata_rt_scale_by(StrataRtContext *ctx, int64_t site, void *out,
+                        int64_t outType, const void *in, int64_t inType,
+                        int64_t n, const void *factor, int64_t factorType);
 void strata_rt_clip(StrataRtContext *ctx, int64_t site, void *out,
                     int64_t outType, const void *in, int64_t inType, int64_t n,
                     const void *norm, int64_t normType, double maxNorm);
