@@ -1751,12 +1751,24 @@ void STRATA_RT_KERNEL(strata_rt_embedding_grad)(
                           continue; // reported by the forward
                         float *row = sum + id * width;
                         const T *g = dy + i * width;
-                        for (int64_t j = 0; j < width; ++j)
-                          row[j] += float(g[j]);
+                        if constexpr (kF32) {
+#pragma omp simd
+                          for (int64_t j = 0; j < width; ++j)
+                            row[j] += g[j];
+                        } else {
+                          // Widened a block at a time (F16C for f16).
+                          float w[kBlock];
+                          for (int64_t j0 = 0; j0 < width; j0 += kBlock) {
+                            int64_t m = std::min(kBlock, width - j0);
+                            widen(w, g + j0, m);
+#pragma omp simd
+                            for (int64_t j = 0; j < m; ++j)
+                              row[j0 + j] += w[j];
+                          }
+                        }
                       }
                       if constexpr (!kF32)
-                        for (int64_t i = 0; i < vocab * width; ++i)
-                          dtable[i] = T(sum[i]);
+                        narrow(dtable, sum, vocab * width);
                     });
 }
 
