@@ -351,8 +351,9 @@ template <typename T> struct BackwardScratch {
 
 /// Whether this call runs the flash kernels: STRATA_CUDA_ATTENTION=flash
 /// asks for them (unset or "gemm": the chunked products), for bf16 and
-/// f16, where the largest kernel's shared memory fits the device's (head
-/// sizes up to 128 on Hopper). An unknown setting fails the step.
+/// f16 on devices of compute capability 8.0 or later, where the largest
+/// kernel's shared memory fits the device's (head sizes up to 128 on
+/// Hopper). An unknown setting fails the step.
 template <typename T>
 bool useFlash(StrataRtContext *ctx, int64_t site, const AttentionLayout &at) {
   const char *set = std::getenv("STRATA_CUDA_ATTENTION");
@@ -364,14 +365,19 @@ bool useFlash(StrataRtContext *ctx, int64_t site, const AttentionLayout &at) {
   }
   if (kind != "flash" || std::is_same_v<T, float>)
     return false;
-  int limit = 0;
-  if (!ctx->check(
+  // The kernels' bf16 tiles need sm_80 (FlashAttention.cuh).
+  int major = 0, limit = 0;
+  if (!ctx->check(site,
+                  cudaDeviceGetAttribute(
+                      &major, cudaDevAttrComputeCapabilityMajor, ctx->device),
+                  "strata_rt_attention") ||
+      !ctx->check(
           site,
           cudaDeviceGetAttribute(
               &limit, cudaDevAttrMaxSharedMemoryPerBlockOptin, ctx->device),
           "strata_rt_attention"))
     return false;
-  return flashGradBytes<T>(at, true) <= size_t(limit);
+  return major >= 8 && flashGradBytes<T>(at, true) <= size_t(limit);
 }
 
 /// Launches `kernel` on the compute stream with `bytes` of dynamic shared

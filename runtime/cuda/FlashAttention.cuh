@@ -133,6 +133,12 @@ template <bool bT, typename T>
 __device__ void warpProduct(const Tile<float> &c, int r0, int n, int k,
                             const Tile<T> &a, const Tile<T> &b,
                             bool accumulate) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 800
+  // bf16 WMMA tiles start with sm_80: a build for an older architecture
+  // compiles the kernels empty, and the host never launches them on such a
+  // device (useFlash).
+  __trap();
+#else
   using Layout = std::conditional_t<bT, wmma::col_major, wmma::row_major>;
   for (int cb = 0; cb < n; cb += 16) {
     FragC acc;
@@ -149,6 +155,7 @@ __device__ void warpProduct(const Tile<float> &c, int r0, int n, int k,
     }
     wmma::store_matrix_sync(c.row(r0) + cb, acc, c.ld, wmma::mem_row_major);
   }
+#endif
 }
 
 /// Whether query i sees key j (both in range).

@@ -7,10 +7,30 @@
 # times GPT-2 124M against PyTorch (torch_gpt.py), then runs one program and
 # the kernel check under compute-sanitizer. Exits non-zero when a check
 # fails. With --profile, each benchmark also prints its 30 slowest ops
-# (mean ms per step, from the runtime's trace).
+# (mean ms per step, from the runtime's trace). --only LIST runs only the
+# stages named in LIST (comma-separated: kernels, attention, programs,
+# bench, sanitizer) after the build, for a device lent for a few minutes.
 set -u
 profile=0
-[ "${1:-}" = --profile ] && profile=1
+only=kernels,attention,programs,bench,sanitizer
+while [ $# -gt 0 ]; do
+  case $1 in
+    --profile) profile=1 ;;
+    --only) only=${2:-}; shift ;;
+    *) echo "usage: run.sh [--profile] [--only kernels,attention,programs,bench,sanitizer]" >&2
+       exit 2 ;;
+  esac
+  shift
+done
+for stage in ${only//,/ }; do
+  case $stage in
+    kernels|attention|programs|bench|sanitizer) ;;
+    *) echo "run.sh: unknown stage '$stage' (kernels, attention, programs, bench, sanitizer)" >&2
+       exit 2 ;;
+  esac
+done
+# Whether stage $1 was asked for.
+wanted() { [[ ",$only," == *",$1,"* ]]; }
 cd "$(dirname "$0")"
 nvidia-smi -L || { echo "no GPU: nvidia-smi failed"; exit 1; }
 command -v nvcc > /dev/null || export PATH="$PATH:/usr/local/cuda/bin"
@@ -23,9 +43,11 @@ if ! { cmake -S . -B build > build.log 2>&1 &&
   exit 1
 fi
 status=0
-echo "== kernels"
-timeout 300 build/kernel_check compare --runtime build/libstrata_runtime_cuda.so \
-  --dir kernels || status=1
+if wanted kernels; then
+  echo "== kernels"
+  timeout 300 build/kernel_check compare \
+    --runtime build/libstrata_runtime_cuda.so --dir kernels || status=1
+fi
 # The attention cases again under an environment setting: LOG, then
 # VAR=VALUE; prints the summary, or the failures (failing the check).
 attention_cases() {
@@ -40,14 +62,16 @@ attention_cases() {
     status=1
   fi
 }
-# Fused attention one (batch, head) slice per chunk, as it runs where the
-# scores of all slices exceed its scratch budget.
-echo "== attention kernels, one slice per chunk"
-attention_cases chunked.log STRATA_CUDA_ATTENTION_CHUNK_BYTES=1
-# The flash kernels (bf16 and f16; not yet the default): the same cases.
-echo "== attention kernels, flash (STRATA_CUDA_ATTENTION=flash)"
-attention_cases flash.log STRATA_CUDA_ATTENTION=flash
-for dir in programs/*/; do
+if wanted attention; then
+  # Fused attention one (batch, head) slice per chunk, as it runs where the
+  # scores of all slices exceed its scratch budget.
+  echo "== attention kernels, one slice per chunk"
+  attention_cases chunked.log STRATA_CUDA_ATTENTION_CHUNK_BYTES=1
+  # The flash kernels (bf16 and f16; not yet the default): the same cases.
+  echo "== attention kernels, flash (STRATA_CUDA_ATTENTION=flash)"
+  attention_cases flash.log STRATA_CUDA_ATTENTION=flash
+fi
+wanted programs && for dir in programs/*/; do
   name=$(basename "$dir")
   read -r steps seed rtol < "$dir/run.txt"
   echo "== $name ($steps steps)"
@@ -61,15 +85,17 @@ for dir in programs/*/; do
   fi
 done
 # The bf16 program with fused attention again, on the flash kernels.
-echo "== gpt-bf16-o2-fused, flash kernels"
-read -r steps seed rtol < programs/gpt-bf16-o2-fused/run.txt
-if STRATA_CUDA_ATTENTION=flash timeout 300 build/step_gpt-bf16-o2-fused \
-    programs/gpt-bf16-o2-fused "$steps" "$seed" > flash-losses.txt; then
-  python3 compare_losses.py programs/gpt-bf16-o2-fused/cpu.txt \
-    flash-losses.txt --rtol "$rtol" || status=1
-else
-  echo "FAIL: gpt-bf16-o2-fused did not run on the flash kernels"
-  status=1
+if wanted programs; then
+  echo "== gpt-bf16-o2-fused, flash kernels"
+  read -r steps seed rtol < programs/gpt-bf16-o2-fused/run.txt
+  if STRATA_CUDA_ATTENTION=flash timeout 300 build/step_gpt-bf16-o2-fused \
+      programs/gpt-bf16-o2-fused "$steps" "$seed" > flash-losses.txt; then
+    python3 compare_losses.py programs/gpt-bf16-o2-fused/cpu.txt \
+      flash-losses.txt --rtol "$rtol" || status=1
+  else
+    echo "FAIL: gpt-bf16-o2-fused did not run on the flash kernels"
+    status=1
+  fi
 fi
 # The benchmark: GPT-2 124M, bf16 o2, tokens/s against PyTorch's compiled
 # step on this GPU (not a pass/fail check). llm.c publishes ~145K tokens/s
@@ -87,7 +113,7 @@ print("%s: strata %.1f ms/step (%.0f tokens/s), torch.compile %.1f ms/step "
 PY
 }
 declare -A torch_ms
-for dir in benches/*/; do
+wanted bench && for dir in benches/*/; do
   name=$(basename "$dir")
   read -r batch seq vocab < "$dir/run.txt"
   echo "== benchmark $name"
@@ -112,7 +138,9 @@ for dir in benches/*/; do
 done
 sanitizer=$(command -v compute-sanitizer ||
             echo /usr/local/cuda/bin/compute-sanitizer)
-if [ -x "$sanitizer" ]; then
+if ! wanted sanitizer; then
+  :
+elif [ -x "$sanitizer" ]; then
   echo "== compute-sanitizer (memcheck)"
   # Its report, then its summary; a finding fails the check (exit 3), as
   # does the program's own failure.
