@@ -39,3 +39,17 @@ func.func @backward_op_on_path() -> tensor<f32> {
   %l = strata.reduce_sum %g {dims = array<i64: 0>} : (tensor<8xf32>) -> tensor<f32>
   return %l : tensor<f32>
 }
+
+// -----
+
+// Loss scaling's unscale is made by autodiff, after the backward: it has no
+// derivative of its own.
+strata.param @c : tensor<8xf32> init <normal, 1.0>
+
+func.func @unscale_on_path(%s: tensor<f32>) -> tensor<f32> {
+  %c = strata.get_param @c : tensor<8xf32>
+  // expected-error@+1 {{'strata.scale_by' op is on the path to the loss but has no derivative rule}}
+  %u = strata.scale_by %c, %s : (tensor<8xf32>, tensor<f32>) -> tensor<8xf32>
+  %l = strata.reduce_sum %u {dims = array<i64: 0>} : (tensor<8xf32>) -> tensor<f32>
+  return %l : tensor<f32>
+}
