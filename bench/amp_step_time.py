@@ -14,9 +14,18 @@ float16 autocast on the CPU):
 For each model and precision it prints the median step time of both sides,
 the ratio Strata / PyTorch (below 1: Strata is faster), and Strata's planned
 peak bytes per rank, its activation peak and its parameters + gradients,
-each against its f32 run's. Both sides start from the same
+each against its f32 run's; then Strata's step in each low-precision mode
+against its own f32 step, round by round (the goal for fp16 o2 on CPUs
+without f16 arithmetic: no slower than f32). Both sides start from the same
 weights (strata-run --steps 0 --save) and train with AdamW; PyTorch's
 float16 run uses its GradScaler (dynamic loss scaling, as Strata's).
+
+With --rounds N (default 2) every Strata mode and PyTorch's f32 and bf16
+runs are measured once per round, interleaved, and the tables give the
+median of the rounds' medians, so that a machine whose speed drifts during
+the run weighs on every mode alike. PyTorch's float16 autocast step (about
+25x slower than the rest on CPUs without f16 GEMM kernels) runs in the
+first round only.
 """
 
 import argparse
@@ -107,16 +116,23 @@ def main():
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--steps", type=int, default=10)
     ap.add_argument("--warmup", type=int, default=3)
+    ap.add_argument("--rounds", type=int, default=2)
     ap.add_argument("--models", default="gpt,gpt768")
     ap.add_argument("--workdir", default="/tmp/strata-amp-bench")
     args = ap.parse_args()
+    if args.rounds < 1:
+        ap.error("--rounds must be at least 1")
+    for name in args.models.split(","):
+        if name not in MODELS:
+            ap.error("unknown model '%s' (one of %s)" % (name,
+                                                         ", ".join(MODELS)))
     os.environ["OMP_NUM_THREADS"] = str(args.threads)
     import torch
     import compare_torch as compare
     torch.set_num_threads(args.threads)
     os.makedirs(args.workdir, exist_ok=True)
-    print("cpu: %s; %d thread(s); PyTorch %s" % (cpu_model(), args.threads,
-                                                 torch.__version__))
+    print("cpu: %s; %d thread(s); PyTorch %s; %d round(s)" % (
+        cpu_model(), args.threads, torch.__version__, args.rounds))
     print("%-38s %-13s %10s %10s %7s %16s %16s %16s" % (
         "model", "type", "strata ms", "torch ms", "ratio", "planned peak",
         "activations", "params+grads"))
@@ -128,8 +144,7 @@ def main():
             f.write(run([os.path.join(args.build, "bin", "strata-gen"), "gpt"]
                         + gen))
         init_path = os.path.join(args.workdir, name + ".init.safetensors")
-        f32 = None
-        torch_ms = {}
+        strategies = {}
         for precision, amp in PRECISIONS.items():
             strategy = os.path.join(args.workdir,
                                     "%s-%s.json" % (name, precision))
@@ -140,29 +155,51 @@ def main():
                 s["fused_passes"] = FUSED
             with open(strategy, "w") as f:
                 json.dump(s, f)
-            if precision == "f32":
-                run([os.path.join(args.build, "bin", "strata-run"), program,
-                     "--strategy", strategy, "--steps", "0", "--save",
-                     init_path, "--quiet"])
-            init = compare.read_safetensors(init_path)
-            ms, memory = strata_step(
-                args.build, program, strategy, args.threads, args.steps,
-                args.warmup, os.path.join(args.workdir, "%s-%s.report.json"
-                                          % (name, precision)))
-            f32 = f32 or memory
-            # PyTorch's run of the type, once per type (o1 and o2 compare
-            # with the same autocast run).
-            peer = precision.split("-")[0]
-            if peer not in torch_ms:
-                torch_ms[peer] = torch_step(torch, compare, init, rows,
-                                            layers, heads, peer, args.steps,
-                                            args.warmup)
+            strategies[precision] = strategy
+        run([os.path.join(args.build, "bin", "strata-run"), program,
+             "--strategy", strategies["f32"], "--steps", "0", "--save",
+             init_path, "--quiet"])
+        init = compare.read_safetensors(init_path)
+        strata_ms = {p: [] for p in PRECISIONS}
+        torch_ms = {}
+        memory = {}
+        for round_ in range(args.rounds):
+            for precision, strategy in strategies.items():
+                ms, memory[precision] = strata_step(
+                    args.build, program, strategy, args.threads, args.steps,
+                    args.warmup, os.path.join(
+                        args.workdir, "%s-%s.report.json" % (name, precision)))
+                strata_ms[precision].append(ms)
+            # PyTorch's run of each type (o1 and o2 compare with the same
+            # autocast run); float16 in the first round only.
+            for peer in ("f32", "bf16", "fp16"):
+                if peer == "fp16" and round_ > 0:
+                    continue
+                torch_ms.setdefault(peer, []).append(torch_step(
+                    torch, compare, init, rows, layers, heads, peer,
+                    args.steps, args.warmup))
+        f32 = memory["f32"]
+        ours = {p: statistics.median(v) for p, v in strata_ms.items()}
+        for precision in PRECISIONS:
+            peer = statistics.median(torch_ms[precision.split("-")[0]])
             print("%-38s %-13s %10.1f %10.1f %7.2f" % (
-                desc, precision, ms, torch_ms[peer], ms / torch_ms[peer])
-                + "".join(" %8.1f MB %4.0f%%" % (memory[k] / 1e6,
-                                                 100.0 * memory[k] / f32[k])
+                desc, precision, ours[precision], peer,
+                ours[precision] / peer)
+                + "".join(" %8.1f MB %4.0f%%" % (
+                    memory[precision][k] / 1e6,
+                    100.0 * memory[precision][k] / f32[k])
                           for k in ("peak", "activations", "params+grads")))
-            sys.stdout.flush()
+        # Each mode against Strata's own f32 step of the same round.
+        print("%-38s Strata's step against its f32 step, per round:" % desc)
+        for precision in PRECISIONS:
+            if precision == "f32":
+                continue
+            ratios = [m / f for m, f in zip(strata_ms[precision],
+                                            strata_ms["f32"])]
+            print("  %-13s %s (median %.3f)" % (
+                precision, " ".join("%.3f" % r for r in ratios),
+                statistics.median(ratios)))
+        sys.stdout.flush()
 
 
 if __name__ == "__main__":
