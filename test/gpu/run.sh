@@ -22,6 +22,10 @@ while [ $# -gt 0 ]; do
   esac
   shift
 done
+if [ -z "${only//,/}" ]; then
+  echo "run.sh: --only needs a stage (kernels, attention, programs, bench, sanitizer)" >&2
+  exit 2
+fi
 for stage in ${only//,/ }; do
   case $stage in
     kernels|attention|programs|bench|sanitizer) ;;
