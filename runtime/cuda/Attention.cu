@@ -363,21 +363,10 @@ bool useFlash(StrataRtContext *ctx, int64_t site, const AttentionLayout &at) {
               "STRATA_CUDA_ATTENTION is 'gemm' or 'flash', not '" + kind + "'");
     return false;
   }
-  if (kind != "flash" || std::is_same_v<T, float>)
-    return false;
   // The kernels' bf16 tiles need sm_80 (FlashAttention.cuh).
-  int major = 0, limit = 0;
-  if (!ctx->check(site,
-                  cudaDeviceGetAttribute(
-                      &major, cudaDevAttrComputeCapabilityMajor, ctx->device),
-                  "strata_rt_attention") ||
-      !ctx->check(
-          site,
-          cudaDeviceGetAttribute(
-              &limit, cudaDevAttrMaxSharedMemoryPerBlockOptin, ctx->device),
-          "strata_rt_attention"))
-    return false;
-  return major >= 8 && flashGradBytes<T>(at, true) <= size_t(limit);
+  return kind == "flash" && !std::is_same_v<T, float> &&
+         ctx->computeMajor >= 8 &&
+         flashGradBytes<T>(at, true) <= ctx->sharedPerBlockOptin;
 }
 
 /// Launches `kernel` on the compute stream with `bytes` of dynamic shared

@@ -223,6 +223,8 @@ StrataRtContext *strata_rt_create(const StrataRtOptions *options, char *error,
   if (cudaError_t e = cudaGetDeviceProperties(&props, ctx->device);
       e != cudaSuccess)
     return cudaFailed(e, "reading the device's properties");
+  ctx->computeMajor = props.major;
+  ctx->sharedPerBlockOptin = props.sharedMemPerBlockOptin;
   for (cudaStream_t *s : {&ctx->compute, &ctx->comm})
     if (cudaError_t e = cudaStreamCreateWithFlags(s, cudaStreamNonBlocking);
         e != cudaSuccess)

@@ -27,6 +27,10 @@ struct Communicators;
 
 struct StrataRtContext : strata::rt::HostContext {
   int device = 0;
+  /// The device's compute capability (major) and the shared memory a block
+  /// may opt in to, read once with its properties.
+  int computeMajor = 0;
+  size_t sharedPerBlockOptin = 0;
   /// Seconds strata_rt_step_end waits for collectives (0: no limit).
   int64_t collectiveTimeout = 1800;
   /// Kernels run in program order on `compute`; collectives on `comm`,
