@@ -90,6 +90,12 @@ template <typename U> struct Tile {
     at = c.take<U>(int64_t(kFlashRows) * ld);
   }
   __device__ U *row(int r) const { return at + r * ld; }
+  /// Columns 0 .. cols - 1 of every row set to 0 (an f32 tile); the whole
+  /// block takes part.
+  __device__ void zero(int cols) const {
+    for (int e = threadIdx.x; e < kFlashRows * cols; e += blockDim.x)
+      row(e / cols)[e % cols] = 0.0f;
+  }
 };
 
 /// Rows first .. first + 63 of a tensor into `tile` (columns 0 .. width -
@@ -214,8 +220,7 @@ __global__ void __launch_bounds__(kFlashThreads)
   const int lane = threadIdx.x % 32, r0 = threadIdx.x / 32 * 16;
   loadTile(
       sh.q, dp, q, [&](int64_t i) { return at.query(bh, i); }, q0, at.s, at.d);
-  for (int e = threadIdx.x; e < kFlashRows * dvp; e += blockDim.x)
-    sh.out.row(e / dvp)[e % dvp] = 0.0f;
+  sh.out.zero(dvp);
   for (int r = threadIdx.x; r < kFlashRows; r += blockDim.x) {
     sh.max[r] = -INFINITY;
     sh.sum[r] = 0.0f;
@@ -360,10 +365,8 @@ __global__ void __launch_bounds__(kFlashThreads)
   loadTile(
       sh.ownV, dvp, v, [&](int64_t j) { return at.value(bh, j); }, k0, at.t,
       at.dv);
-  for (int e = threadIdx.x; e < kFlashRows * dp; e += blockDim.x)
-    sh.grad.row(e / dp)[e % dp] = 0.0f;
-  for (int e = threadIdx.x; e < kFlashRows * dvp; e += blockDim.x)
-    sh.gradV.row(e / dvp)[e % dvp] = 0.0f;
+  sh.grad.zero(dp);
+  sh.gradV.zero(dvp);
   // Causal: queries from this block's first key on.
   for (int64_t q0 = causal ? k0 : 0; q0 < at.s; q0 += kFlashRows) {
     __syncthreads(); // the last block's queries are read
@@ -431,8 +434,7 @@ __global__ void __launch_bounds__(kFlashThreads)
       sh.ownV, dvp, dout, [&](int64_t i) { return at.output(bh, i); }, q0, at.s,
       at.dv);
   loadRowStats(sh.lse, sh.delta, lse, delta, at, bh, q0);
-  for (int e = threadIdx.x; e < kFlashRows * dp; e += blockDim.x)
-    sh.grad.row(e / dp)[e % dp] = 0.0f;
+  sh.grad.zero(dp);
   const int64_t keys = blockKeys(at, q0, causal);
   for (int64_t k0 = 0; k0 < keys; k0 += kFlashRows) {
     __syncthreads(); // the last block's keys and values are read

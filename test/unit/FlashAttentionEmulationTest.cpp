@@ -112,36 +112,34 @@ void fill_fragment(fragment<Use, 16, 16, 16, T, L> &f, float v) {
     for (float &e : row)
       e = v;
 }
+/// x[a][b] = p[a * rowStride + b * colStride], the whole tile by the
+/// warp's first lane (every layout and operand of the loads below).
+template <typename T>
+void loadFragment(float (&x)[16][16], const T *p, unsigned rowStride,
+                  unsigned colStride) {
+  if (leader())
+    for (int a = 0; a < 16; ++a)
+      for (int b = 0; b < 16; ++b)
+        x[a][b] = widen(p[a * rowStride + b * colStride]);
+}
 template <typename T>
 void load_matrix_sync(fragment<matrix_a, 16, 16, 16, T, row_major> &f,
                       const T *p, unsigned ld) {
-  if (leader())
-    for (int i = 0; i < 16; ++i)
-      for (int k = 0; k < 16; ++k)
-        f.x[i][k] = widen(p[i * ld + k]);
+  loadFragment(f.x, p, ld, 1);
 }
 template <typename T>
 void load_matrix_sync(fragment<matrix_b, 16, 16, 16, T, row_major> &f,
                       const T *p, unsigned ld) {
-  if (leader())
-    for (int k = 0; k < 16; ++k)
-      for (int j = 0; j < 16; ++j)
-        f.x[k][j] = widen(p[k * ld + j]);
+  loadFragment(f.x, p, ld, 1);
 }
 template <typename T>
 void load_matrix_sync(fragment<matrix_b, 16, 16, 16, T, col_major> &f,
                       const T *p, unsigned ld) {
-  if (leader())
-    for (int k = 0; k < 16; ++k)
-      for (int j = 0; j < 16; ++j)
-        f.x[k][j] = widen(p[k + j * ld]);
+  loadFragment(f.x, p, 1, ld);
 }
 inline void load_matrix_sync(fragment<accumulator, 16, 16, 16, float> &f,
                              const float *p, unsigned ld, layout_t) {
-  if (leader())
-    for (int i = 0; i < 16; ++i)
-      for (int j = 0; j < 16; ++j)
-        f.x[i][j] = p[i * ld + j];
+  loadFragment(f.x, p, ld, 1);
 }
 inline void store_matrix_sync(float *p,
                               const fragment<accumulator, 16, 16, 16, float> &f,
