@@ -206,6 +206,18 @@ tile(int64_t k2, const uint32_t *ap, const uint32_t *bp, float *c, int64_t ldc,
     }
 }
 
+/// The tiles of C over A packed by packA and B packed by packB for `pk`
+/// rows (pk2 pairs a panel), of which the first k are read.
+void tiles(int64_t m, int64_t n, int64_t k, int64_t pk, float alpha,
+           const uint32_t *ap, const uint32_t *bp, float *c, int64_t ldc,
+           bool accumulate) {
+  int64_t k2 = (k + 1) / 2, pk2 = (pk + 1) / 2;
+  for (int64_t j0 = 0; j0 < n; j0 += kNR)
+    for (int64_t i0 = 0; i0 < m; i0 += kMR)
+      tile(k2, ap + i0 * k2, bp + j0 * pk2, c + i0 * ldc + j0, ldc,
+           std::min(kMR, m - i0), std::min(kNR, n - j0), alpha, accumulate);
+}
+
 template <typename TA>
 void dot(int64_t m, int64_t n, int64_t k, float alpha, const TA *a, int64_t ars,
          int64_t acs, const uint16_t *b, int64_t brs, int64_t bcs, float *c,
@@ -215,10 +227,17 @@ void dot(int64_t m, int64_t n, int64_t k, float alpha, const TA *a, int64_t ars,
   uint32_t *bp = ap + roundUp((roundUp(m, kMR) + m) * k2, 16);
   packA(ap, a, ars, acs, m, k);
   packB(bp, b, brs, bcs, k, n);
-  for (int64_t j0 = 0; j0 < n; j0 += kNR)
-    for (int64_t i0 = 0; i0 < m; i0 += kMR)
-      tile(k2, ap + i0 * k2, bp + j0 * k2, c + i0 * ldc + j0, ldc,
-           std::min(kMR, m - i0), std::min(kNR, n - j0), alpha, accumulate);
+  tiles(m, n, k, k, alpha, ap, bp, c, ldc, accumulate);
+}
+
+template <typename TA>
+void dotPacked(int64_t m, int64_t n, int64_t k, float alpha, const TA *a,
+               int64_t ars, int64_t acs, const float *packedB, int64_t packedK,
+               float *c, int64_t ldc, bool accumulate, float *work) {
+  auto *ap = reinterpret_cast<uint32_t *>(work);
+  packA(ap, a, ars, acs, m, k);
+  tiles(m, n, k, packedK, alpha, ap,
+        reinterpret_cast<const uint32_t *>(packedB), c, ldc, accumulate);
 }
 
 } // namespace
@@ -234,6 +253,31 @@ int64_t dotBf16WorkFloats(int64_t m, int64_t n, int64_t k) {
   // Packed A (with room after it for packA's transpose), packed B.
   int64_t k2 = (k + 1) / 2;
   return roundUp((roundUp(m, kMR) + m) * k2, 16) + roundUp(n, kNR) * k2;
+}
+
+int64_t packedBf16BFloats(int64_t k, int64_t n) {
+  return roundUp(n, kNR) * ((k + 1) / 2);
+}
+
+void packBf16B(float *dst, const uint16_t *b, int64_t brs, int64_t bcs,
+               int64_t k, int64_t n) {
+  packB(reinterpret_cast<uint32_t *>(dst), b, brs, bcs, k, n);
+}
+
+void dotBf16Packed(int64_t m, int64_t n, int64_t k, float alpha, const float *a,
+                   int64_t ars, int64_t acs, const float *packedB,
+                   int64_t packedK, float *c, int64_t ldc, bool accumulate,
+                   float *work) {
+  dotPacked(m, n, k, alpha, a, ars, acs, packedB, packedK, c, ldc, accumulate,
+            work);
+}
+
+void dotBf16Packed(int64_t m, int64_t n, int64_t k, float alpha,
+                   const uint16_t *a, int64_t ars, int64_t acs,
+                   const float *packedB, int64_t packedK, float *c, int64_t ldc,
+                   bool accumulate, float *work) {
+  dotPacked(m, n, k, alpha, a, ars, acs, packedB, packedK, c, ldc, accumulate,
+            work);
 }
 
 void dotBf16(int64_t m, int64_t n, int64_t k, float alpha, const float *a,

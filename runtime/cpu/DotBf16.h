@@ -40,6 +40,24 @@ void dotBf16(int64_t m, int64_t n, int64_t k, float alpha, const uint16_t *a,
              int64_t ars, int64_t acs, const uint16_t *b, int64_t brs,
              int64_t bcs, float *c, int64_t ldc, bool accumulate, float *work);
 
+/// B packed once for several products that read it, or its first rows or
+/// columns: packBf16B writes packedBf16BFloats(k, n) floats at `dst` (on a
+/// 64-byte boundary) for the k x n matrix B(p, j) = b[p * brs + j * bcs];
+/// dotBf16Packed is dotBf16 with B the first k rows and n columns of such a
+/// matrix of `packedK` rows, k even or equal to packedK (an odd k would
+/// read row k, where dotBf16 reads zeros). The same sums as dotBf16.
+int64_t packedBf16BFloats(int64_t k, int64_t n);
+void packBf16B(float *dst, const uint16_t *b, int64_t brs, int64_t bcs,
+               int64_t k, int64_t n);
+void dotBf16Packed(int64_t m, int64_t n, int64_t k, float alpha, const float *a,
+                   int64_t ars, int64_t acs, const float *packedB,
+                   int64_t packedK, float *c, int64_t ldc, bool accumulate,
+                   float *work);
+void dotBf16Packed(int64_t m, int64_t n, int64_t k, float alpha,
+                   const uint16_t *a, int64_t ars, int64_t acs,
+                   const float *packedB, int64_t packedK, float *c, int64_t ldc,
+                   bool accumulate, float *work);
+
 } // namespace strata::cpu
 
 #endif // STRATA_RUNTIME_CPU_DOTBF16_H

@@ -1156,13 +1156,32 @@ struct AttentionDropout {
 
 /// The products of the attention kernels, C = alpha op(A) op(B) + beta C
 /// with BLAS's conventions (beta 0 or 1): oneDNN's sgemm on f32 operands.
+/// A B operand that several products of a head read (the keys and values,
+/// or their first rows), prepared once (`operand`; at most operandFloats
+/// of `space`): sgemm reads it in place.
 struct SgemmProducts {
+  struct Operand {
+    char trans;
+    const float *b;
+    int64_t ldb;
+  };
+  static int64_t operandFloats(int64_t, int64_t) { return 0; }
+  Operand operand(char tb, int64_t, int64_t, const float *b, int64_t ldb,
+                  float *) const {
+    return {tb, b, ldb};
+  }
   bool operator()(char ta, char tb, int64_t m, int64_t n, int64_t k,
                   float alpha, const float *a, int64_t lda, const float *b,
                   int64_t ldb, float beta, float *c, int64_t ldc,
                   float * /*work*/) const {
     return dnnl_sgemm(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc) ==
            dnnl_success;
+  }
+  bool operator()(char ta, int64_t m, int64_t n, int64_t k, float alpha,
+                  const float *a, int64_t lda, const Operand &b, float beta,
+                  float *c, int64_t ldc, float *work) const {
+    return (*this)(ta, b.trans, m, n, k, alpha, a, lda, b.b, b.ldb, beta, c,
+                   ldc, work);
   }
   static int64_t workFloats(int64_t, int64_t, int64_t) { return 0; }
 };
@@ -1185,6 +1204,37 @@ struct DotBf16Products {
                          tb == 'N' ? 1 : ldb, c, ldc, beta != 0.0f, work);
     return true;
   }
+  /// The operand packed in bf16 pairs once (k x n of op(B)).
+  struct Operand {
+    char trans;
+    const BFloat16 *b;
+    int64_t ldb;
+    const float *packed;
+    int64_t k;
+  };
+  static int64_t operandFloats(int64_t k, int64_t n) {
+    return strata::cpu::packedBf16BFloats(k, n);
+  }
+  Operand operand(char tb, int64_t k, int64_t n, const BFloat16 *b, int64_t ldb,
+                  float *space) const {
+    strata::cpu::packBf16B(space, bits(b), tb == 'N' ? ldb : 1,
+                           tb == 'N' ? 1 : ldb, k, n);
+    return {tb, b, ldb, space, k};
+  }
+  template <typename TA>
+  bool operator()(char ta, int64_t m, int64_t n, int64_t k, float alpha,
+                  const TA *a, int64_t lda, const Operand &b, float beta,
+                  float *c, int64_t ldc, float *work) const {
+    // An odd part of the rows: the packed pair past it holds the next row,
+    // where dotBf16 pads with zero.
+    if (k % 2 && k != b.k)
+      return (*this)(ta, b.trans, m, n, k, alpha, a, lda, b.b, b.ldb, beta, c,
+                     ldc, work);
+    strata::cpu::dotBf16Packed(m, n, k, alpha, bits(a), ta == 'N' ? lda : 1,
+                               ta == 'N' ? 1 : lda, b.packed, b.k, c, ldc,
+                               beta != 0.0f, work);
+    return true;
+  }
   static int64_t workFloats(int64_t m, int64_t n, int64_t k) {
     return strata::cpu::dotBf16WorkFloats(m, n, k);
   }
@@ -1201,7 +1251,10 @@ int64_t attentionScratch(int64_t t, int64_t d, int64_t dv) {
   const int64_t block = kAttentionBlock;
   // (Each part starts on a cache line, where the products' work must.)
   int64_t staged = std::is_same_v<T, float> ? 0 : threadFloats(block * dv);
-  return threadFloats(threadFloats(block * t) + staged +
+  // The head's keys and values as the products' B operands.
+  int64_t operands = threadFloats(Products::operandFloats(d, t)) +
+                     threadFloats(Products::operandFloats(t, dv));
+  return threadFloats(threadFloats(block * t) + staged + operands +
                       std::max(Products::workFloats(block, t, d),
                                Products::workFloats(block, dv, t)));
 }
@@ -1234,17 +1287,33 @@ bool attentionBlocks(T *out, float *lse, const T *q, const T *k, const T *v,
   const int64_t ldq = at.rowStride(), ldv = at.valueRowStride();
   int64_t blocks = (s + block - 1) / block;
   int bad = 0;
-#pragma omp parallel for collapse(2) schedule(dynamic) reduction(| : bad)
+  // A thread's blocks are consecutive (static schedule), mostly of one
+  // head: it prepares the head's operands when its head changes.
+  std::vector<int64_t> threadHead(omp_get_max_threads(), -1);
+  using Operand = typename Products::Operand;
+  std::vector<Operand> keysT(threadHead.size()), values(threadHead.size());
+#pragma omp parallel for collapse(2) schedule(static) reduction(| : bad)
   for (int64_t h = 0; h < slices; ++h)
     for (int64_t b = 0; b < blocks; ++b) {
-      float *p = scratch + omp_get_thread_num() * perThread;
+      int thread = omp_get_thread_num();
+      float *p = scratch + thread * perThread;
       float *staged = p + threadFloats(block * t);
-      float *work =
+      float *operands =
           staged + (std::is_same_v<T, float> ? 0 : threadFloats(block * dv));
+      float *work = operands + threadFloats(Products::operandFloats(d, t)) +
+                    threadFloats(Products::operandFloats(t, dv));
+      if (threadHead[thread] != h) {
+        threadHead[thread] = h;
+        keysT[thread] =
+            product.operand('T', d, t, k + at.key(h, 0), ldq, operands);
+        values[thread] = product.operand(
+            'N', t, dv, v + at.value(h, 0), ldv,
+            operands + threadFloats(Products::operandFloats(d, t)));
+      }
       int64_t i0 = b * block, rows = std::min(block, s - i0);
       int64_t keys = causal ? i0 + rows : t;
-      bad |= !product('N', 'T', rows, keys, d, scale, q + at.query(h, i0), ldq,
-                      k + at.key(h, 0), ldq, 0.0f, p, keys, work);
+      bad |= !product('N', rows, keys, d, scale, q + at.query(h, i0), ldq,
+                      keysT[thread], 0.0f, p, keys, work);
       for (int64_t r = 0; r < rows; ++r) {
         float *x = p + r * keys;
         int64_t limit = causal ? i0 + r + 1 : keys;
@@ -1265,8 +1334,8 @@ bool attentionBlocks(T *out, float *lse, const T *q, const T *k, const T *v,
         rowsOut = o, ldOut = ldv;
       else
         rowsOut = staged, ldOut = dv;
-      bad |= !product('N', 'N', rows, dv, keys, 1.0f, p, keys,
-                      v + at.value(h, 0), ldv, 0.0f, rowsOut, ldOut, work);
+      bad |= !product('N', rows, dv, keys, 1.0f, p, keys, values[thread], 0.0f,
+                      rowsOut, ldOut, work);
       if constexpr (!std::is_same_v<T, float>)
         narrowRows(o, ldv, staged, rows, dv);
     }
@@ -1288,8 +1357,12 @@ int64_t attentionGradScratch(int64_t t, int64_t d, int64_t dv) {
       {Products::workFloats(block, t, d), Products::workFloats(t, dv, block),
        Products::workFloats(block, t, dv), Products::workFloats(block, d, t),
        Products::workFloats(t, d, block)});
+  // The head's keys (as K^T and K) and values (as V^T).
+  int64_t operands = threadFloats(Products::operandFloats(d, t)) +
+                     threadFloats(Products::operandFloats(dv, t)) +
+                     threadFloats(Products::operandFloats(t, d));
   // Last, the block's dropout mask: a byte per probability.
-  return threadFloats(2 * threadFloats(block * t) + staged + work +
+  return threadFloats(2 * threadFloats(block * t) + staged + operands + work +
                       threadFloats((block * t + 3) / 4));
 }
 
@@ -1331,7 +1404,10 @@ bool attentionGradBlocks(T *dq, T *dk, T *dV, const T *q, const T *k,
       dkh = dqRows + threadFloats(block * d);
       dvh = dkh + threadFloats(t * d);
     }
-    float *work = f32 ? dqRows : dvh + threadFloats(t * dv);
+    float *operands = f32 ? dqRows : dvh + threadFloats(t * dv);
+    float *work = operands + threadFloats(Products::operandFloats(d, t)) +
+                  threadFloats(Products::operandFloats(dv, t)) +
+                  threadFloats(Products::operandFloats(t, d));
     auto *keep = reinterpret_cast<uint8_t *>(p + perThread -
                                              threadFloats((block * t + 3) / 4));
     for (int64_t j = 0; j < t; ++j) {
@@ -1339,14 +1415,19 @@ bool attentionGradBlocks(T *dq, T *dk, T *dV, const T *q, const T *k,
       std::fill_n(dvh + j * lddv, dv, 0.0f);
     }
     const T *kh = k + at.key(h, 0), *vh = v + at.value(h, 0);
+    const auto keysT = product.operand('T', d, t, kh, ldq, operands);
+    float *next = operands + threadFloats(Products::operandFloats(d, t));
+    const auto valuesT = product.operand('T', dv, t, vh, ldv, next);
+    next += threadFloats(Products::operandFloats(dv, t));
+    const auto keysN = product.operand('N', t, d, kh, ldq, next);
     for (int64_t i0 = 0; i0 < s; i0 += block) {
       int64_t rows = std::min(block, s - i0);
       int64_t keys = causal ? i0 + rows : t;
       const T *qb = q + at.query(h, i0);
       const T *dob = dout + at.output(h, i0);
       const T *ob = out + at.output(h, i0);
-      bad |= !product('N', 'T', rows, keys, d, scale, qb, ldq, kh, ldq, 0.0f, p,
-                      keys, work);
+      bad |= !product('N', rows, keys, d, scale, qb, ldq, keysT, 0.0f, p, keys,
+                      work);
       for (int64_t r = 0; r < rows; ++r)
         attentionRow(p + r * keys, causal ? i0 + r + 1 : keys, keys,
                      lse[at.lse(h, i0 + r)]);
@@ -1361,8 +1442,8 @@ bool attentionGradBlocks(T *dq, T *dk, T *dV, const T *q, const T *k,
       }
       bad |= !product('T', 'N', keys, dv, rows, 1.0f, pv, keys, dob, ldv, 1.0f,
                       dvh, lddv, work);
-      bad |= !product('N', 'T', rows, keys, dv, 1.0f, dob, ldv, vh, ldv, 0.0f,
-                      dp, keys, work);
+      bad |= !product('N', rows, keys, dv, 1.0f, dob, ldv, valuesT, 0.0f, dp,
+                      keys, work);
       for (int64_t r = 0; r < rows; ++r) {
         if (drop)
           drop.apply(dp + r * keys, dp + r * keys, keep + r * keys, keys);
@@ -1382,8 +1463,8 @@ bool attentionGradBlocks(T *dq, T *dk, T *dV, const T *q, const T *k,
         dqOut = dqb, ldDq = ldq;
       else
         dqOut = dqRows, ldDq = d;
-      bad |= !product('N', 'N', rows, d, keys, scale, dp, keys, kh, ldq, 0.0f,
-                      dqOut, ldDq, work);
+      bad |= !product('N', rows, d, keys, scale, dp, keys, keysN, 0.0f, dqOut,
+                      ldDq, work);
       if constexpr (!f32)
         narrowRows(dqb, ldq, dqRows, rows, d);
       bad |= !product('T', 'N', keys, d, rows, scale, dp, keys, qb, ldq, 1.0f,
