@@ -53,6 +53,45 @@ __attribute__((target("avx512f"))) __m512i gather16(const void *base,
                                      index, base, 4);
 }
 
+/// r[i] (16 words each) transposed in place: word j of r[i] becomes word i
+/// of r[j]. Unpacks within 128-bit lanes, then lane shuffles.
+__attribute__((target("avx512f"))) void transpose16(__m512i r[16]) {
+  __m512i t[16];
+  for (int i = 0; i < 16; i += 2) {
+    t[i] = _mm512_unpacklo_epi32(r[i], r[i + 1]);
+    t[i + 1] = _mm512_unpackhi_epi32(r[i], r[i + 1]);
+  }
+  for (int i = 0; i < 16; i += 4) {
+    r[i] = _mm512_unpacklo_epi64(t[i], t[i + 2]);
+    r[i + 1] = _mm512_unpackhi_epi64(t[i], t[i + 2]);
+    r[i + 2] = _mm512_unpacklo_epi64(t[i + 1], t[i + 3]);
+    r[i + 3] = _mm512_unpackhi_epi64(t[i + 1], t[i + 3]);
+  }
+  for (int i = 0; i < 4; ++i) {
+    t[i] = _mm512_shuffle_i32x4(r[i], r[4 + i], 0x88);
+    t[4 + i] = _mm512_shuffle_i32x4(r[i], r[4 + i], 0xDD);
+    t[8 + i] = _mm512_shuffle_i32x4(r[8 + i], r[12 + i], 0x88);
+    t[12 + i] = _mm512_shuffle_i32x4(r[8 + i], r[12 + i], 0xDD);
+  }
+  for (int i = 0; i < 4; ++i) {
+    r[i] = _mm512_shuffle_i32x4(t[i], t[8 + i], 0x88);
+    r[8 + i] = _mm512_shuffle_i32x4(t[i], t[8 + i], 0xDD);
+    r[4 + i] = _mm512_shuffle_i32x4(t[4 + i], t[12 + i], 0x88);
+    r[12 + i] = _mm512_shuffle_i32x4(t[4 + i], t[12 + i], 0xDD);
+  }
+}
+
+/// dst[c * ldd + r] = src[r * lds + c] for a 16 x 16 block of words.
+__attribute__((target("avx512f"))) void
+transposeBlock(uint32_t *dst, int64_t ldd, const uint32_t *src, int64_t lds) {
+  __m512i r[16];
+  for (int i = 0; i < 16; ++i)
+    r[i] = _mm512_loadu_si512(src + i * lds);
+  transpose16(r);
+  for (int i = 0; i < 16; ++i)
+    _mm512_storeu_si512(dst + i * ldd, r[i]);
+}
+
 /// 16-bit halves of a pair word from two rows, 32 columns at a time: bf16
 /// as they are, f32 rounded.
 __attribute__((target("avx512f,avx512bw,avx512bf16"))) __m512i
@@ -112,7 +151,16 @@ packA(uint32_t *dst, const TA *a, int64_t ars, int64_t acs, int64_t m,
     const __m512i stride = _mm512_mullo_epi32(
         _mm512_set1_epi32(int(m)),
         _mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0));
-    for (int64_t i = 0; i < m; ++i) {
+    int64_t i = 0;
+    for (; i + 16 <= m; i += 16) {
+      int64_t q = 0;
+      for (; q + 16 <= k2; q += 16)
+        transposeBlock(dst + i * k2 + q, k2, t + q * m + i, m);
+      for (int64_t c = i; c < i + 16; ++c)
+        for (int64_t r = q; r < k2; ++r)
+          dst[c * k2 + r] = t[r * m + c];
+    }
+    for (; i < m; ++i) {
       int64_t q = 0;
       for (; q + 16 <= k2; q += 16)
         _mm512_storeu_si512(dst + i * k2 + q, gather16(t + q * m + i, stride));
@@ -148,7 +196,24 @@ packB(uint32_t *dst, const uint16_t *b, int64_t brs, int64_t bcs, int64_t k,
   for (int64_t j0 = 0; j0 < n; j0 += kNR) {
     uint32_t *panel = dst + j0 * k2;
     int64_t w = std::min(kNR, n - j0);
-    for (int64_t q = 0; q < k2; ++q) {
+    // Whole 16 x 16 blocks of pair words (16 columns, 16 pairs) by
+    // transposes, the pairs left after them by gathers below.
+    int64_t q0 = 0;
+    if (gather) {
+      for (; q0 + 16 <= k2; q0 += 16)
+        for (int64_t j = 0; j + 16 <= w; j += 16)
+          transposeBlock(panel + q0 * kNR + j, kNR,
+                         reinterpret_cast<const uint32_t *>(words) +
+                             (j0 + j) * (bcs / 2) + q0,
+                         bcs / 2);
+      for (int64_t q = 0; q < q0; ++q) {
+        uint32_t *out = panel + q * kNR;
+        for (int64_t j = w / 16 * 16; j < w; ++j)
+          out[j] = words[(j0 + j) * (bcs / 2) + q];
+        std::fill(out + w, out + kNR, 0u);
+      }
+    }
+    for (int64_t q = q0; q < k2; ++q) {
       uint32_t *out = panel + q * kNR;
       const uint16_t *lo = b + 2 * q * brs + j0 * bcs;
       int64_t j = 0;
