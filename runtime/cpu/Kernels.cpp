@@ -1259,12 +1259,29 @@ int64_t attentionScratch(int64_t t, int64_t d, int64_t dv) {
                                Products::workFloats(block, dv, t)));
 }
 
+/// How many rows ahead the attention kernels ask for the lines of rows
+/// `stride` apart.
+constexpr int64_t kPrefetchRows = 4;
+
+/// Asks for the cache lines of the n elements at `row` (to write: in the
+/// exclusive state).
+template <bool Write, typename T> void prefetchRow(const T *row, int64_t n) {
+  const char *p = reinterpret_cast<const char *>(row);
+  for (int64_t b = 0; b < int64_t(n * sizeof(T)); b += 64)
+    __builtin_prefetch(p + b, Write ? 1 : 0, 3);
+}
+
 /// `rows` rows of n floats (contiguous) to rows `stride` elements apart.
 template <typename T>
 void narrowRows(T *to, int64_t stride, const float *from, int64_t rows,
                 int64_t n) {
-  for (int64_t r = 0; r < rows; ++r)
+  for (int64_t r = 0; r < rows; ++r) {
+    // The rows are apart (heads interleave), which the hardware prefetcher
+    // follows poorly: ask for a later row's lines while this one converts.
+    if (r + kPrefetchRows < rows)
+      prefetchRow<true>(to + (r + kPrefetchRows) * stride, n);
     narrow(to + r * stride, from + r * n, n);
+  }
 }
 
 /// FlashAttention's schedule with whole rows of keys per block: for each
@@ -1448,6 +1465,8 @@ bool attentionGradBlocks(T *dq, T *dk, T *dV, const T *q, const T *k,
         if (drop)
           drop.apply(dp + r * keys, dp + r * keys, keep + r * keys, keys);
         const T *dor = dob + r * ldv, *o = ob + r * ldv;
+        if (r + kPrefetchRows < rows)
+          prefetchRow<false>(ob + (r + kPrefetchRows) * ldv, dv);
         float dot = float(laneSum(
             dv, [&](int64_t c) { return float(dor[c]) * float(o[c]); }));
         float *pr = p + r * keys, *dpr = dp + r * keys;
