@@ -238,16 +238,17 @@ packB(uint32_t *dst, const uint16_t *b, int64_t brs, int64_t bcs, int64_t k,
   }
 }
 
-/// One kMR x kNR tile of C: alpha * (A tile . B panel) (+ C). `ap`: kMR
-/// rows of k2 words; `bp`: k2 x kNR words; `rows` x `cols` of the tile are
-/// stored.
+/// One kMR x kNR tile of C: alpha * (A tile . B panel) (+ C), over the
+/// pairs [q0, q1). `ap`: kMR rows of k2 words; `bp`: a panel of kNR words
+/// per pair; `rows` x `cols` of the tile are stored.
 __attribute__((target("avx512f,avx512bf16"))) void
-tile(int64_t k2, const uint32_t *ap, const uint32_t *bp, float *c, int64_t ldc,
-     int64_t rows, int64_t cols, float alpha, bool accumulate) {
+tile(int64_t k2, int64_t q0, int64_t q1, const uint32_t *ap, const uint32_t *bp,
+     float *c, int64_t ldc, int64_t rows, int64_t cols, float alpha,
+     bool accumulate) {
   __m512 sum[kMR][2];
   for (int i = 0; i < kMR; ++i)
     sum[i][0] = sum[i][1] = _mm512_setzero_ps();
-  for (int64_t q = 0; q < k2; ++q) {
+  for (int64_t q = q0; q < q1; ++q) {
     __m512bh b0 = (__m512bh)_mm512_loadu_si512(bp + q * kNR);
     __m512bh b1 = (__m512bh)_mm512_loadu_si512(bp + q * kNR + 16);
     for (int i = 0; i < kMR; ++i) {
@@ -273,36 +274,56 @@ tile(int64_t k2, const uint32_t *ap, const uint32_t *bp, float *c, int64_t ldc,
 
 /// The tiles of C over A packed by packA and B packed by packB for `pk`
 /// rows (pk2 pairs a panel), of which the first k are read.
+/// With `causal`, the tiles and pairs it makes known to be zero or
+/// unneeded are skipped.
 void tiles(int64_t m, int64_t n, int64_t k, int64_t pk, float alpha,
            const uint32_t *ap, const uint32_t *bp, float *c, int64_t ldc,
-           bool accumulate) {
+           bool accumulate, Causal causal) {
   int64_t k2 = (k + 1) / 2, pk2 = (pk + 1) / 2;
   for (int64_t j0 = 0; j0 < n; j0 += kNR)
-    for (int64_t i0 = 0; i0 < m; i0 += kMR)
-      tile(k2, ap + i0 * k2, bp + j0 * pk2, c + i0 * ldc + j0, ldc,
-           std::min(kMR, m - i0), std::min(kNR, n - j0), alpha, accumulate);
+    for (int64_t i0 = 0; i0 < m; i0 += kMR) {
+      int64_t rows = std::min(kMR, m - i0), cols = std::min(kNR, n - j0);
+      int64_t q0 = 0, q1 = k2;
+      if (causal.kind == Causal::Output && j0 > i0 + rows - 1 + causal.offset)
+        q1 = 0;                             // every element unseen
+      else if (causal.kind == Causal::Rows) // keys past the tile's last row
+        q1 = std::min(k2, (i0 + rows + causal.offset + 1) / 2);
+      else if (causal.kind == Causal::Columns) // rows before its first key
+        q0 = std::clamp<int64_t>((i0 - causal.offset) / 2, 0, k2);
+      float *ct = c + i0 * ldc + j0;
+      if (q0 >= q1) {
+        if (!accumulate)
+          for (int64_t i = 0; i < rows; ++i)
+            std::fill_n(ct + i * ldc, cols, 0.0f);
+        continue;
+      }
+      tile(k2, q0, q1, ap + i0 * k2, bp + j0 * pk2, ct, ldc, rows, cols, alpha,
+           accumulate);
+    }
 }
 
 template <typename TA>
 void dot(int64_t m, int64_t n, int64_t k, float alpha, const TA *a, int64_t ars,
          int64_t acs, const uint16_t *b, int64_t brs, int64_t bcs, float *c,
-         int64_t ldc, bool accumulate, float *work) {
+         int64_t ldc, bool accumulate, float *work, Causal causal) {
   int64_t k2 = (k + 1) / 2;
   auto *ap = reinterpret_cast<uint32_t *>(work);
   uint32_t *bp = ap + roundUp((roundUp(m, kMR) + m) * k2, 16);
   packA(ap, a, ars, acs, m, k);
   packB(bp, b, brs, bcs, k, n);
-  tiles(m, n, k, k, alpha, ap, bp, c, ldc, accumulate);
+  tiles(m, n, k, k, alpha, ap, bp, c, ldc, accumulate, causal);
 }
 
 template <typename TA>
 void dotPacked(int64_t m, int64_t n, int64_t k, float alpha, const TA *a,
                int64_t ars, int64_t acs, const float *packedB, int64_t packedK,
-               float *c, int64_t ldc, bool accumulate, float *work) {
+               float *c, int64_t ldc, bool accumulate, float *work,
+               Causal causal) {
   auto *ap = reinterpret_cast<uint32_t *>(work);
   packA(ap, a, ars, acs, m, k);
   tiles(m, n, k, packedK, alpha, ap,
-        reinterpret_cast<const uint32_t *>(packedB), c, ldc, accumulate);
+        reinterpret_cast<const uint32_t *>(packedB), c, ldc, accumulate,
+        causal);
 }
 
 } // namespace
@@ -332,29 +353,33 @@ void packBf16B(float *dst, const uint16_t *b, int64_t brs, int64_t bcs,
 void dotBf16Packed(int64_t m, int64_t n, int64_t k, float alpha, const float *a,
                    int64_t ars, int64_t acs, const float *packedB,
                    int64_t packedK, float *c, int64_t ldc, bool accumulate,
-                   float *work) {
+                   float *work, Causal causal) {
   dotPacked(m, n, k, alpha, a, ars, acs, packedB, packedK, c, ldc, accumulate,
-            work);
+            work, causal);
 }
 
 void dotBf16Packed(int64_t m, int64_t n, int64_t k, float alpha,
                    const uint16_t *a, int64_t ars, int64_t acs,
                    const float *packedB, int64_t packedK, float *c, int64_t ldc,
-                   bool accumulate, float *work) {
+                   bool accumulate, float *work, Causal causal) {
   dotPacked(m, n, k, alpha, a, ars, acs, packedB, packedK, c, ldc, accumulate,
-            work);
+            work, causal);
 }
 
 void dotBf16(int64_t m, int64_t n, int64_t k, float alpha, const float *a,
              int64_t ars, int64_t acs, const uint16_t *b, int64_t brs,
-             int64_t bcs, float *c, int64_t ldc, bool accumulate, float *work) {
-  dot(m, n, k, alpha, a, ars, acs, b, brs, bcs, c, ldc, accumulate, work);
+             int64_t bcs, float *c, int64_t ldc, bool accumulate, float *work,
+             Causal causal) {
+  dot(m, n, k, alpha, a, ars, acs, b, brs, bcs, c, ldc, accumulate, work,
+      causal);
 }
 
 void dotBf16(int64_t m, int64_t n, int64_t k, float alpha, const uint16_t *a,
              int64_t ars, int64_t acs, const uint16_t *b, int64_t brs,
-             int64_t bcs, float *c, int64_t ldc, bool accumulate, float *work) {
-  dot(m, n, k, alpha, a, ars, acs, b, brs, bcs, c, ldc, accumulate, work);
+             int64_t bcs, float *c, int64_t ldc, bool accumulate, float *work,
+             Causal causal) {
+  dot(m, n, k, alpha, a, ars, acs, b, brs, bcs, c, ldc, accumulate, work,
+      causal);
 }
 
 } // namespace strata::cpu

@@ -18,6 +18,18 @@
 
 namespace strata::cpu {
 
+/// What a causal mask makes known of a product, for query rows from
+/// `offset` on (key j is seen by query row r when j <= r + offset):
+/// `Output`: C(i, j) (i a query row, j a key) is needed only where seen;
+/// the tiles wholly beyond are stored as zeros. `Rows`: A(i, p) (i a query
+/// row, p a key) is zero where not seen; `Columns`: A(i, p) (i a key, p a
+/// query row) is; the sums skip those terms (0 times B's element: the same
+/// sums for finite B).
+struct Causal {
+  enum Kind { None, Output, Rows, Columns } kind = None;
+  int64_t offset = 0;
+};
+
 /// Whether this processor has AVX512-BF16's dot products (and AVX-512 F and
 /// BW, which the kernels also use).
 bool hasBf16DotProducts();
@@ -35,10 +47,12 @@ int64_t dotBf16WorkFloats(int64_t m, int64_t n, int64_t k);
 /// Single-threaded (callers parallelise around it).
 void dotBf16(int64_t m, int64_t n, int64_t k, float alpha, const float *a,
              int64_t ars, int64_t acs, const uint16_t *b, int64_t brs,
-             int64_t bcs, float *c, int64_t ldc, bool accumulate, float *work);
+             int64_t bcs, float *c, int64_t ldc, bool accumulate, float *work,
+             Causal causal = {});
 void dotBf16(int64_t m, int64_t n, int64_t k, float alpha, const uint16_t *a,
              int64_t ars, int64_t acs, const uint16_t *b, int64_t brs,
-             int64_t bcs, float *c, int64_t ldc, bool accumulate, float *work);
+             int64_t bcs, float *c, int64_t ldc, bool accumulate, float *work,
+             Causal causal = {});
 
 /// B packed once for several products that read it, or its first rows or
 /// columns: packBf16B writes packedBf16BFloats(k, n) floats at `dst` (on a
@@ -52,11 +66,11 @@ void packBf16B(float *dst, const uint16_t *b, int64_t brs, int64_t bcs,
 void dotBf16Packed(int64_t m, int64_t n, int64_t k, float alpha, const float *a,
                    int64_t ars, int64_t acs, const float *packedB,
                    int64_t packedK, float *c, int64_t ldc, bool accumulate,
-                   float *work);
+                   float *work, Causal causal = {});
 void dotBf16Packed(int64_t m, int64_t n, int64_t k, float alpha,
                    const uint16_t *a, int64_t ars, int64_t acs,
                    const float *packedB, int64_t packedK, float *c, int64_t ldc,
-                   bool accumulate, float *work);
+                   bool accumulate, float *work, Causal causal = {});
 
 } // namespace strata::cpu
 

@@ -1154,8 +1154,12 @@ struct AttentionDropout {
   }
 };
 
+using strata::cpu::Causal;
+
 /// The products of the attention kernels, C = alpha op(A) op(B) + beta C
-/// with BLAS's conventions (beta 0 or 1): oneDNN's sgemm on f32 operands.
+/// with BLAS's conventions (beta 0 or 1): oneDNN's sgemm on f32 operands
+/// (which computes what a causal mask makes unneeded: its products are
+/// whole blocks).
 /// A B operand that several products of a head read (the keys and values,
 /// or their first rows), prepared once (`operand`; at most operandFloats
 /// of `space`): sgemm reads it in place.
@@ -1173,13 +1177,13 @@ struct SgemmProducts {
   bool operator()(char ta, char tb, int64_t m, int64_t n, int64_t k,
                   float alpha, const float *a, int64_t lda, const float *b,
                   int64_t ldb, float beta, float *c, int64_t ldc,
-                  float * /*work*/) const {
+                  float * /*work*/, Causal = {}) const {
     return dnnl_sgemm(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc) ==
            dnnl_success;
   }
   bool operator()(char ta, int64_t m, int64_t n, int64_t k, float alpha,
                   const float *a, int64_t lda, const Operand &b, float beta,
-                  float *c, int64_t ldc, float *work) const {
+                  float *c, int64_t ldc, float *work, Causal = {}) const {
     return (*this)(ta, b.trans, m, n, k, alpha, a, lda, b.b, b.ldb, beta, c,
                    ldc, work);
   }
@@ -1197,11 +1201,12 @@ struct DotBf16Products {
   template <typename TA>
   bool operator()(char ta, char tb, int64_t m, int64_t n, int64_t k,
                   float alpha, const TA *a, int64_t lda, const BFloat16 *b,
-                  int64_t ldb, float beta, float *c, int64_t ldc,
-                  float *work) const {
+                  int64_t ldb, float beta, float *c, int64_t ldc, float *work,
+                  Causal causal = {}) const {
     strata::cpu::dotBf16(m, n, k, alpha, bits(a), ta == 'N' ? lda : 1,
                          ta == 'N' ? 1 : lda, bits(b), tb == 'N' ? ldb : 1,
-                         tb == 'N' ? 1 : ldb, c, ldc, beta != 0.0f, work);
+                         tb == 'N' ? 1 : ldb, c, ldc, beta != 0.0f, work,
+                         causal);
     return true;
   }
   /// The operand packed in bf16 pairs once (k x n of op(B)).
@@ -1224,15 +1229,16 @@ struct DotBf16Products {
   template <typename TA>
   bool operator()(char ta, int64_t m, int64_t n, int64_t k, float alpha,
                   const TA *a, int64_t lda, const Operand &b, float beta,
-                  float *c, int64_t ldc, float *work) const {
+                  float *c, int64_t ldc, float *work,
+                  Causal causal = {}) const {
     // An odd part of the rows: the packed pair past it holds the next row,
     // where dotBf16 pads with zero.
     if (k % 2 && k != b.k)
       return (*this)(ta, b.trans, m, n, k, alpha, a, lda, b.b, b.ldb, beta, c,
-                     ldc, work);
+                     ldc, work, causal);
     strata::cpu::dotBf16Packed(m, n, k, alpha, bits(a), ta == 'N' ? lda : 1,
                                ta == 'N' ? 1 : lda, b.packed, b.k, c, ldc,
-                               beta != 0.0f, work);
+                               beta != 0.0f, work, causal);
     return true;
   }
   static int64_t workFloats(int64_t m, int64_t n, int64_t k) {
@@ -1329,8 +1335,13 @@ bool attentionBlocks(T *out, float *lse, const T *q, const T *k, const T *v,
       }
       int64_t i0 = b * block, rows = std::min(block, s - i0);
       int64_t keys = causal ? i0 + rows : t;
-      bad |= !product('N', rows, keys, d, scale, q + at.query(h, i0), ldq,
-                      keysT[thread], 0.0f, p, keys, work);
+      // (The masked scores and probabilities are not computed.)
+      auto masked = [&](Causal::Kind kind) {
+        return causal ? Causal{kind, i0} : Causal{};
+      };
+      bad |=
+          !product('N', rows, keys, d, scale, q + at.query(h, i0), ldq,
+                   keysT[thread], 0.0f, p, keys, work, masked(Causal::Output));
       for (int64_t r = 0; r < rows; ++r) {
         float *x = p + r * keys;
         int64_t limit = causal ? i0 + r + 1 : keys;
@@ -1352,7 +1363,7 @@ bool attentionBlocks(T *out, float *lse, const T *q, const T *k, const T *v,
       else
         rowsOut = staged, ldOut = dv;
       bad |= !product('N', rows, dv, keys, 1.0f, p, keys, values[thread], 0.0f,
-                      rowsOut, ldOut, work);
+                      rowsOut, ldOut, work, masked(Causal::Rows));
       if constexpr (!std::is_same_v<T, float>)
         narrowRows(o, ldv, staged, rows, dv);
     }
@@ -1443,8 +1454,11 @@ bool attentionGradBlocks(T *dq, T *dk, T *dV, const T *q, const T *k,
       const T *qb = q + at.query(h, i0);
       const T *dob = dout + at.output(h, i0);
       const T *ob = out + at.output(h, i0);
+      auto masked = [&](Causal::Kind kind) {
+        return causal ? Causal{kind, i0} : Causal{};
+      };
       bad |= !product('N', rows, keys, d, scale, qb, ldq, keysT, 0.0f, p, keys,
-                      work);
+                      work, masked(Causal::Output));
       for (int64_t r = 0; r < rows; ++r)
         attentionRow(p + r * keys, causal ? i0 + r + 1 : keys, keys,
                      lse[at.lse(h, i0 + r)]);
@@ -1458,9 +1472,9 @@ bool attentionGradBlocks(T *dq, T *dk, T *dV, const T *q, const T *k,
         pv = dp;
       }
       bad |= !product('T', 'N', keys, dv, rows, 1.0f, pv, keys, dob, ldv, 1.0f,
-                      dvh, lddv, work);
+                      dvh, lddv, work, masked(Causal::Columns));
       bad |= !product('N', rows, keys, dv, 1.0f, dob, ldv, valuesT, 0.0f, dp,
-                      keys, work);
+                      keys, work, masked(Causal::Output));
       for (int64_t r = 0; r < rows; ++r) {
         if (drop)
           drop.apply(dp + r * keys, dp + r * keys, keep + r * keys, keys);
@@ -1483,11 +1497,11 @@ bool attentionGradBlocks(T *dq, T *dk, T *dV, const T *q, const T *k,
       else
         dqOut = dqRows, ldDq = d;
       bad |= !product('N', rows, d, keys, scale, dp, keys, keysN, 0.0f, dqOut,
-                      ldDq, work);
+                      ldDq, work, masked(Causal::Rows));
       if constexpr (!f32)
         narrowRows(dqb, ldq, dqRows, rows, d);
       bad |= !product('T', 'N', keys, d, rows, scale, dp, keys, qb, ldq, 1.0f,
-                      dkh, ldk, work);
+                      dkh, ldk, work, masked(Causal::Columns));
     }
     if constexpr (!f32) {
       narrowRows(dk + at.key(h, 0), ldq, dkh, t, d);
