@@ -539,8 +539,11 @@ Expected<DataStream> DataStream::create(func::FuncOp step,
     int64_t seq = d.shapes[0].back();
     if (count < seq + 2)
       return makeError("--data " + source + " has " + llvm::Twine(count) +
-                       " tokens, fewer than a sequence of " +
-                       llvm::Twine(seq + 1));
+                       " tokens; the program's sequences of " +
+                       llvm::Twine(seq) +
+                       " (and their next-token targets) "
+                       "need at least " +
+                       llvm::Twine(seq + 2));
     // Every id within the program's vocabulary (the logits' last dimension).
     int64_t vocab = 0;
     step.walk([&](CrossEntropyOp ce) {
@@ -560,6 +563,11 @@ Expected<DataStream> DataStream::create(func::FuncOp step,
     return d;
   }
   if (is({"features", "labels"})) {
+    if (!dataPath.empty())
+      return makeError("--data " + dataPath + ": @" + step.getName() +
+                       " takes (features, labels), which are drawn at "
+                       "random; --data feeds programs that take (tokens, "
+                       "targets)");
     d.kind = Kind::Classification;
     // The number of classes: the logits' last dimension (the labels may
     // reach the loss through micro-batch slices).

@@ -193,17 +193,54 @@ Expected<int64_t> Trainer::loadCheckpoint(StringRef path) {
   return *done;
 }
 
-std::optional<std::pair<int64_t, std::string>>
+Expected<std::optional<std::pair<int64_t, std::string>>>
 Trainer::resumeFromDirectory(StringRef dir,
                              function_ref<void(Error)> passedOver) {
   auto found = listCheckpoints(dir);
+  // Every rank must pick the same checkpoint: a pipeline stage or a shard
+  // loads only its own tensors, so one may load where another cannot.
+  Communicator *comm = multiRank() ? opts.communicator : nullptr;
+  if (comm) {
+    std::string names;
+    for (const auto &[steps, path] : found)
+      names += path + "\n";
+    std::vector<std::string> all =
+        comm->gatherBytes(names, "listing the checkpoints to resume from");
+    bool same = llvm::all_of(
+        all, [&](const std::string &s) { return s == all.front(); });
+    if (comm->firstFailure(opts.rank != 0 || same) >= 0)
+      return trainerError("the ranks see different checkpoints in '" + dir +
+                          "': resuming needs a directory every rank reads "
+                          "alike (a shared file system)");
+  }
+  std::string newest;
   for (auto it = found.rbegin(); it != found.rend(); ++it) {
     auto done = loadCheckpoint(it->second);
-    if (done)
-      return std::make_pair(*done, it->second);
-    passedOver(done.takeError());
+    std::string why = done ? std::string() : toString(done.takeError());
+    if (!comm) {
+      if (done)
+        return std::make_optional(std::make_pair(*done, it->second));
+    } else {
+      std::vector<std::string> reasons =
+          comm->gatherBytes(why, "agreeing on the checkpoint to resume from");
+      if (comm->firstFailure(bool(done)) < 0)
+        return std::make_optional(std::make_pair(*done, it->second));
+      why.clear();
+      for (auto [rank, reason] : llvm::enumerate(reasons))
+        if (!reason.empty())
+          why += (why.empty() ? "" : "; ") + std::string("rank ") +
+                 std::to_string(rank) + ": " + reason;
+    }
+    if (newest.empty())
+      newest = why;
+    if (opts.rank == 0)
+      passedOver(trainerError(why));
   }
-  return std::nullopt;
+  if (found.empty())
+    return std::nullopt;
+  return trainerError("none of the " + Twine(found.size()) +
+                      " checkpoints in '" + dir +
+                      "' loads into this program (the newest: " + newest + ")");
 }
 
 std::string Trainer::checkpointPath(StringRef dir, int64_t steps) {

@@ -3,7 +3,9 @@
 
   craft_safetensors.py overflow OUT   a shape whose byte count overflows
   craft_safetensors.py overlap OUT    two entries sharing bytes
-  craft_safetensors.py nan IN OUT     IN with its first F32 value set to NaN
+  craft_safetensors.py nan IN OUT [--tensor NAME]
+                                      IN with the first value of its first
+                                      F32 tensor (or of NAME) set to NaN
 """
 import json
 import struct
@@ -32,6 +34,8 @@ elif mode == "nan":
     payload = bytearray(data[8 + size:])
     name = sorted(k for k, v in header.items()
                   if k != "__metadata__" and v["dtype"] == "F32")[0]
+    if len(sys.argv) > 5 and sys.argv[4] == "--tensor":
+        name = sys.argv[5]
     begin = header[name]["data_offsets"][0]
     payload[begin:begin + 4] = struct.pack("<f", float("nan"))
     write(sys.argv[3], header, bytes(payload))

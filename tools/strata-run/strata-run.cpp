@@ -189,6 +189,8 @@ static cl::opt<int64_t> logEvery(
 
 static bool mpiRunning = false;
 static int worldRank = 0, worldSize = 1;
+/// The job's communicator (multi-rank runs), released before MPI ends.
+static std::unique_ptr<strata::MpiCommunicator> communicator;
 
 /// Reports an error; in a multi-rank run, names the rank and takes every
 /// other rank down with it rather than leave them waiting in a collective.
@@ -246,8 +248,25 @@ static int failEverywhere(const Twine &message,
         << "every rank: " << message << "\n";
     errs().flush();
   }
+  communicator.reset();
   MPI_Finalize();
   return 1;
+}
+
+/// A load every rank makes (each its own part of a checkpoint): `message`
+/// is this rank's error, empty when it loaded. Failed everywhere, rank 0
+/// reports once; on some ranks only, the lowest of them.
+static std::optional<int> checkLoaded(const std::string &message) {
+  bool ok = message.empty();
+  if (!mpiRunning)
+    return ok ? std::nullopt : std::optional<int>(fail(message));
+  int failed = !ok, total = 0;
+  MPI_Allreduce(&failed, &total, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
+  if (total == 0)
+    return std::nullopt;
+  if (total == worldSize)
+    return failEverywhere(message, /*diagnosticsPrinted=*/false);
+  return checkEverywhere(ok, message, /*diagnosticsPrinted=*/false);
 }
 
 /// What can be checked before ranks are launched, in the launching process:
@@ -418,12 +437,69 @@ static int checkArguments() {
   if (keepCheckpoints < 0)
     return fail("--keep-checkpoints " + Twine(keepCheckpoints) +
                 " is negative (0 keeps all)");
+  // An option given an empty value (an unset shell variable) is not the
+  // option left out.
+  for (auto [flag, option] :
+       {std::pair<StringRef, cl::opt<std::string> *>{"strategy", &strategyFile},
+        {"data", &dataFile},
+        {"init", &initFile},
+        {"save", &saveFile},
+        {"checkpoint-dir", &checkpointDir},
+        {"resume", &resumeFrom},
+        {"report", &reportFile},
+        {"dump-batches", &dumpBatches},
+        {"o", &outputFile},
+        {"trace", &traceFile}})
+    if (option->getNumOccurrences() && option->empty())
+      return fail("--" + flag + " was given an empty value");
+  if (!outputFile.empty() && emit.empty())
+    return fail("-o names the output of --emit (a checkpoint after training "
+                "is --save FILE)");
+  if (!emit.empty())
+    for (auto [flag, path] : {std::pair<StringRef, StringRef>{"save", saveFile},
+                              {"report", reportFile},
+                              {"checkpoint-dir", checkpointDir},
+                              {"dump-batches", dumpBatches}})
+      if (!path.empty())
+        return fail("--emit writes the lowered program and trains nothing: "
+                    "--" +
+                    flag + " would not be written");
+  {
+    // Two outputs in one file: the second would overwrite the first.
+    std::map<std::string, StringRef> written;
+    for (auto [flag, path] : {std::pair<StringRef, StringRef>{"save", saveFile},
+                              {"report", reportFile},
+                              {"trace", traceFile},
+                              {"dump-batches", dumpBatches},
+                              {"o", outputFile}}) {
+      if (path.empty())
+        continue;
+      SmallString<256> real(path);
+      sys::fs::make_absolute(real);
+      sys::path::remove_dots(real, /*remove_dot_dot=*/true);
+      auto [it, fresh] = written.emplace(real.str().str(), flag);
+      if (!fresh)
+        return fail("--" + it->second + " and --" + flag + " both write " +
+                    path);
+    }
+  }
   if (!resumeFrom.empty() && !initFile.empty())
     return fail("--resume and --init both give the initial state: use one");
+  // (Before ranks are launched: a missing file is every rank's error.)
+  if (!initFile.empty() && !sys::fs::exists(initFile))
+    return fail("--init " + initFile + ": no such file");
+  if (!resumeFrom.empty() && resumeFrom != checkpointDir &&
+      !sys::fs::exists(resumeFrom))
+    return fail("--resume " + resumeFrom +
+                ": no such file or directory (to resume a job from its own "
+                "checkpoints whether or not it has written any yet, give "
+                "--resume the --checkpoint-dir)");
   if (!checkpointDir.empty()) {
     if (std::error_code ec = sys::fs::create_directories(checkpointDir))
       return fail("--checkpoint-dir " + checkpointDir +
                   ": cannot create it (" + ec.message() + ")");
+    if (!sys::fs::is_directory(checkpointDir))
+      return fail("--checkpoint-dir " + checkpointDir + ": not a directory");
     if (access(checkpointDir.c_str(), W_OK) != 0)
       return fail("--checkpoint-dir " + checkpointDir + ": cannot be written (" +
                   std::strerror(errno) + ")");
@@ -485,7 +561,6 @@ int main(int argc, char **argv) {
       return code;
     return strata_run::launchRanks(argc, argv, nproc);
   }
-  std::unique_ptr<strata::MpiCommunicator> communicator;
   if (underMpi) {
     MPI_Init(&argc, &argv);
     mpiRunning = true;
@@ -602,41 +677,66 @@ int main(int argc, char **argv) {
   // A checkpoint resumes the data stream where it stopped.
   int64_t firstStep = 0;
   std::string startFrom = initFile;
+  bool loaded = false;
   if (!resumeFrom.empty()) {
     if (sys::fs::is_directory(resumeFrom) ||
         (resumeFrom == checkpointDir && !sys::fs::exists(resumeFrom))) {
       // The newest complete checkpoint that loads (a damaged newer one is
       // reported and passed over).
+      // Every rank takes the same one (Trainer::resumeFromDirectory), so
+      // its error is every rank's.
       auto found = trainer.resumeFromDirectory(resumeFrom, [&](Error err) {
-        if (rank0)
-          WithColor::warning(errs(), "strata-run")
-              << "passing over " << toString(std::move(err)) << "\n";
-        else
-          consumeError(std::move(err));
+        WithColor::warning(errs(), "strata-run")
+            << "passing over " << toString(std::move(err)) << "\n";
       });
-      if (found) {
-        firstStep = found->first;
-        startFrom = found->second;
+      if (!found)
+        return failEverywhere(toString(found.takeError()),
+                              /*diagnosticsPrinted=*/false);
+      if (*found) {
+        firstStep = (*found)->first;
+        startFrom = (*found)->second;
+        loaded = true;
       } else if (rank0 && !quiet) {
         errs() << "strata-run: no checkpoint in " << resumeFrom
                << " yet: starting at step 0\n";
       }
     } else {
       startFrom = resumeFrom;
-      auto done = trainer.loadCheckpoint(startFrom);
-      if (!done)
-        return fail(toString(done.takeError()));
-      firstStep = *done;
     }
-  } else if (!startFrom.empty()) {
+  }
+  if (!startFrom.empty() && !loaded) {
     auto done = trainer.loadCheckpoint(startFrom);
-    if (!done)
-      return fail(toString(done.takeError()));
+    std::string message = done ? std::string() : toString(done.takeError());
+    if (auto code = checkLoaded(message))
+      return *code;
     firstStep = *done;
   }
   if (!resumeFrom.empty() && !startFrom.empty() && rank0 && !quiet)
     errs() << "strata-run: resuming from " << startFrom << " after step "
            << firstStep << "\n";
+  // Checkpoints of another run ahead of this one's first step would be
+  // taken for this run's (pruned by age, resumed from). A directory this
+  // run resumed from keeps only those it passed over as damaged, which
+  // this run replaces as it reaches their steps.
+  if (!checkpointDir.empty()) {
+    bool resumedHere =
+        !resumeFrom.empty() && (resumeFrom == checkpointDir ||
+                                sys::fs::equivalent(resumeFrom, checkpointDir));
+    auto existing = strata::Trainer::listCheckpoints(checkpointDir);
+    int ahead =
+        !resumedHere && !existing.empty() && existing.back().first > firstStep;
+    if (mpiRunning) // rank 0 writes the checkpoints: its view decides
+      MPI_Bcast(&ahead, 1, MPI_INT, 0, MPI_COMM_WORLD);
+    if (ahead)
+      return failEverywhere(
+          "--checkpoint-dir " + checkpointDir +
+              " holds checkpoints up to step " +
+              Twine(existing.empty() ? 0 : existing.back().first) +
+              " of another run, and this one starts at step " +
+              Twine(firstStep) + ": resume from them (--resume " +
+              checkpointDir + ") or write into another directory",
+          /*diagnosticsPrinted=*/false);
+  }
   // Steps to run: --steps more, or up to --steps in all when resuming.
   const int64_t lastStep =
       resumeFrom.empty() ? firstStep + steps
@@ -714,8 +814,11 @@ int main(int argc, char **argv) {
   }
 
   // The last checkpoint and --save.
-  if (saveEvery > 0 && !sys::fs::exists(strata::Trainer::checkpointPath(
-                           checkpointDir, lastStep)))
+  // (Written again when this run trained: a file of that name from before
+  // is a damaged one this run passed over.)
+  if (saveEvery > 0 &&
+      (runSteps > 0 || !sys::fs::exists(strata::Trainer::checkpointPath(
+                           checkpointDir, lastStep))))
     if (Error err =
             trainer.saveToDirectory(checkpointDir, lastStep, keepCheckpoints))
       outputFailed(std::move(err));

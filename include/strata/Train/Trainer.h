@@ -122,10 +122,13 @@ public:
   /// Replaces weights and state by a checkpoint's (whole tensors, any
   /// strategy); nothing changes on error. Returns the steps it had done.
   llvm::Expected<int64_t> loadCheckpoint(llvm::StringRef path);
-  /// The newest checkpoint of `dir` that loads (damaged ones are passed
-  /// over, each reported to `passedOver`): its steps and path, or nothing
-  /// when `dir` has none.
-  std::optional<std::pair<int64_t, std::string>>
+  /// The newest checkpoint of `dir` that loads on every rank (one that
+  /// fails on any rank is passed over by all: reported to `passedOver` on
+  /// rank 0 with the failing ranks' reasons): its steps and path, or
+  /// nothing when `dir` has no checkpoint. An error when it has some but
+  /// none loads, or when the ranks see different checkpoints there.
+  /// Collective in a multi-rank job.
+  llvm::Expected<std::optional<std::pair<int64_t, std::string>>>
   resumeFromDirectory(llvm::StringRef dir,
                       llvm::function_ref<void(llvm::Error)> passedOver);
 
