@@ -214,6 +214,20 @@ LogicalResult CommGroupOp::verify() {
   return success();
 }
 
+bool strata::hasTrainableShape(Type type) {
+  auto tensor = dyn_cast<RankedTensorType>(type);
+  if (!tensor || !tensor.hasStaticShape())
+    return false;
+  constexpr int64_t kLimit = int64_t(1) << 53;
+  int64_t count = 1;
+  for (int64_t dim : tensor.getShape()) {
+    if (dim <= 0 || dim > kLimit / count)
+      return false;
+    count *= dim;
+  }
+  return true;
+}
+
 LogicalResult StateOp::verify() {
   RankedTensorType type = getTensorType();
   if (!isa<FloatType>(type.getElementType()) &&

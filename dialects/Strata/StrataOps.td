@@ -13,11 +13,22 @@ include "mlir/Interfaces/InferTypeOpInterface.td"
 // Type constraints
 //===----------------------------------------------------------------------===//
 
-def Strata_FloatTensor : StaticShapeTensorOf<[F16, BF16, F32, F64]>;
-def Strata_IndexTensor : StaticShapeTensorOf<[I32, I64]>;
+// Tensors a program may hold: statically shaped, no dimension 0, at most
+// 2^53 elements (strata::hasTrainableShape).
+def Strata_TrainableShape : CPred<"::strata::hasTrainableShape($_self)">;
+def Strata_FloatTensor
+    : ConfinedType<StaticShapeTensorOf<[F16, BF16, F32, F64]>,
+                   [Strata_TrainableShape],
+                   "non-empty statically shaped tensor of f16, bf16, f32 or "
+                   "f64 values">;
+def Strata_IndexTensor
+    : ConfinedType<StaticShapeTensorOf<[I32, I64]>, [Strata_TrainableShape],
+                   "non-empty statically shaped tensor of i32 or i64 values">;
 def Strata_Scalar : 0DTensorOf<[F16, BF16, F32, F64]>;
 def Strata_StepCounter : 0DTensorOf<[I64]>;
-def Strata_AnyTensor : StaticShapeTensorOf<[AnyType]>;
+def Strata_AnyTensor
+    : ConfinedType<StaticShapeTensorOf<[AnyType]>, [Strata_TrainableShape],
+                   "non-empty statically shaped tensor">;
 
 //===----------------------------------------------------------------------===//
 // Base classes

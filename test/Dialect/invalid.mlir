@@ -111,7 +111,7 @@ func.func @f(%a: tensor<4x3xf32>, %b: tensor<3x5xf16>) {
 // -----
 
 func.func @f(%a: tensor<4x3xi32>, %b: tensor<3x5xi32>) {
-  // expected-error@+1 {{operand #0 must be statically shaped tensor of 16-bit float or bfloat16 type or 32-bit float or 64-bit float values}}
+  // expected-error@+1 {{operand #0 must be non-empty statically shaped tensor of f16, bf16, f32 or f64 values}}
   %0 = strata.matmul %a, %b : (tensor<4x3xi32>, tensor<3x5xi32>) -> tensor<4x5xi32>
   return
 }
@@ -119,7 +119,7 @@ func.func @f(%a: tensor<4x3xi32>, %b: tensor<3x5xi32>) {
 // -----
 
 func.func @f(%a: tensor<?x3xf32>, %b: tensor<3x5xf32>) {
-  // expected-error@+1 {{operand #0 must be statically shaped tensor}}
+  // expected-error@+1 {{operand #0 must be non-empty statically shaped tensor}}
   %0 = strata.matmul %a, %b : (tensor<?x3xf32>, tensor<3x5xf32>) -> tensor<?x5xf32>
   return
 }
@@ -837,7 +837,7 @@ func.func @f(%a: tensor<2x3xf32>) {
 // -----
 
 func.func @f(%a: tensor<2x3xi32>) {
-  // expected-error@+1 {{'strata.cast' op operand #0 must be statically shaped tensor of 16-bit float or bfloat16 type or 32-bit float or 64-bit float values}}
+  // expected-error@+1 {{'strata.cast' op operand #0 must be non-empty statically shaped tensor of f16, bf16, f32 or f64 values}}
   %0 = strata.cast %a : (tensor<2x3xi32>) -> tensor<2x3xbf16>
   return
 }
@@ -902,4 +902,25 @@ func.func @f(%a: tensor<2x2xf32>) -> tensor<2x2xf32> {
   // expected-error@+1 {{'strata.add' op 'strata.amp_guard' must be a unit attribute}}
   %0 = strata.add %a, %a {strata.amp_guard = 1 : i64} : (tensor<2x2xf32>, tensor<2x2xf32>) -> tensor<2x2xf32>
   return %0 : tensor<2x2xf32>
+}
+
+// -----
+
+// A dimension 0: nothing a program trains (the runtimes' sizes, the
+// evaluator's counts assume elements).
+// expected-error@+1 {{non-empty statically shaped tensor}}
+strata.param @empty : tensor<0x5xf32> init <zeros>
+
+// -----
+
+// More than 2^53 elements (here 2^64, which wraps to 0 in 64 bits).
+// expected-error@+1 {{non-empty statically shaped tensor}}
+strata.param @huge : tensor<4294967296x4294967296xf32> init <zeros>
+
+// -----
+
+func.func @empty_batch(%a: tensor<0x3xf32>, %b: tensor<3x5xf32>) -> tensor<0x5xf32> {
+  // expected-error@+1 {{operand #0 must be non-empty statically shaped tensor}}
+  %0 = strata.matmul %a, %b : (tensor<0x3xf32>, tensor<3x5xf32>) -> tensor<0x5xf32>
+  return %0 : tensor<0x5xf32>
 }

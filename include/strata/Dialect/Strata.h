@@ -28,6 +28,11 @@
 #include "Strata/StrataInterfaces.h.inc"
 
 namespace strata {
+/// Whether `type` is a tensor a program may hold: statically shaped, no
+/// dimension 0, at most 2^53 elements (the largest count every size and
+/// offset of the runtimes and the evaluator holds exactly).
+bool hasTrainableShape(mlir::Type type);
+
 /// Implements InPlaceOpInterface for an op declared `Strata_InPlace<"...">`:
 /// its one result may overwrite the operands at `Indices`.
 template <unsigned... Indices> struct InPlaceOperands {
