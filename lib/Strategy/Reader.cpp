@@ -398,6 +398,9 @@ Error Reader::readGroupSharded(yaml::MappingNode *map) {
                         *level + "'");
       if (isSet("sharding.stage"))
         return fail(kv.getKey(), "'sharding.stage' is set twice");
+      // The level turns sharding on, as 'sharding.enable' would.
+      if (isSet("sharding.enable"))
+        return fail(kv.getKey(), "'sharding.enable' is set twice");
       strategy.sharding.enable = true;
       strategy.sharding.stage = stage;
       groupSharded = true;

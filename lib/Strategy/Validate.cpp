@@ -68,7 +68,7 @@ Error Reader::validate(const StrategyContext &context) {
 
   // sharding
   CHECK(range("sharding.stage", s.sharding.stage, 1, 3));
-  CHECK(range("sharding.degree", s.sharding.degree, 1));
+  CHECK(range("sharding.degree", s.sharding.degree, 1, kMaxRanks));
   CHECK(oneOf("sharding.partition_algor", s.sharding.partition_algor,
               {"greedy_even", "use_order"}));
   CHECK(
@@ -119,8 +119,8 @@ Error Reader::validate(const StrategyContext &context) {
   CHECK(onlyDefault("pipeline.schedule_mode",
                     s.pipeline.schedule_mode != "ZBVPP",
                     "the ZBVPP schedule is not implemented"));
-  CHECK(range("pipeline.pp_degree", s.pipeline.pp_degree, 1));
-  CHECK(range("pipeline.vpp_degree", s.pipeline.vpp_degree, 1));
+  CHECK(range("pipeline.pp_degree", s.pipeline.pp_degree, 1, kMaxRanks));
+  CHECK(range("pipeline.vpp_degree", s.pipeline.vpp_degree, 1, kMaxRanks));
   CHECK(range("pipeline.micro_batch_size", s.pipeline.micro_batch_size, 1));
   CHECK(range("pipeline.accumulate_steps", s.pipeline.accumulate_steps, 1));
   CHECK(onlyDefault("pipeline.enable_send_recv_overlap",
@@ -257,8 +257,8 @@ Error Reader::validate(const StrategyContext &context) {
                     "optimizer step"));
 
   // hybrid
-  CHECK(range("hybrid.dp_degree", s.hybrid.dp_degree, 0));
-  CHECK(range("hybrid.mp_degree", s.hybrid.mp_degree, 1));
+  CHECK(range("hybrid.dp_degree", s.hybrid.dp_degree, 0, kMaxRanks));
+  CHECK(range("hybrid.mp_degree", s.hybrid.mp_degree, 1, kMaxRanks));
   CHECK(onlyDefault("hybrid.mp_degree", s.hybrid.mp_degree == 1,
                     "tensor (model) parallelism is not implemented"));
 

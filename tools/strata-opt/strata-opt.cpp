@@ -79,13 +79,17 @@ int main(int argc, char **argv) {
     if (!printStrategy.empty() || printStrategyPlan)
       return fail("--print-strategy and --print-strategy-plan need "
                   "--strategy=FILE");
+    if (worldSize.getNumOccurrences() || rankOption.getNumOccurrences())
+      return fail("--world-size and --rank say which rank's program "
+                  "--strategy=FILE compiles: give a strategy");
     return mlir::asMainReturnCode(mlir::MlirOptMain(
         argc, argv, inputFilename, outputFilename, registry));
   }
 
   strata::StrategyContext context;
-  if (worldSize < 0)
-    return fail("--world-size must be >= 1 (or 0 for unknown)");
+  if (worldSize < 0 || worldSize > strata::kMaxRanks)
+    return fail("--world-size must be in [1, " + Twine(strata::kMaxRanks) +
+                "] (or 0 for unknown)");
   if (worldSize > 0)
     context.worldSize = worldSize;
   if (rankOption < 0 || (worldSize > 0 && rankOption >= worldSize))

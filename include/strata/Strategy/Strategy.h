@@ -193,6 +193,11 @@ struct Strategy {
 };
 
 /// Options of loading that do not come from the file.
+/// The most ranks a job may have (every parallel degree and world size is
+/// at most this): beyond any machine count, and small enough that plans
+/// sized by the degree stay in memory.
+constexpr int64_t kMaxRanks = int64_t(1) << 20;
+
 struct StrategyContext {
   /// Number of ranks the program will run on, when known: enables the
   /// checks of the parallel degrees against it.
