@@ -17,6 +17,7 @@
 #include <cstring>
 #include <map>
 #include <sys/resource.h>
+#include <sys/sysinfo.h>
 
 using namespace llvm;
 
@@ -142,7 +143,36 @@ Error Trainer::emitObject(StringRef path) {
       opts.trace);
 }
 
+/// The parameters and optimizer state are seeded (and the reference
+/// backend holds them) as doubles, 8 bytes an element: refuses a program
+/// whose state alone exceeds this machine's memory, which would end in an
+/// allocation failure (an abort) instead of an error.
+static Error checkStateFits(mlir::ModuleOp module) {
+  double bytes = 0;
+  for (mlir::Operation &op : *module.getBody()) {
+    mlir::RankedTensorType type;
+    if (auto p = dyn_cast<ParamOp>(op))
+      type = p.getTensorType();
+    else if (auto st = dyn_cast<StateOp>(op))
+      type = st.getTensorType();
+    if (type)
+      bytes += 8.0 * double(type.getNumElements());
+  }
+  struct sysinfo info;
+  if (sysinfo(&info) != 0)
+    return Error::success();
+  double memory = double(info.totalram) * double(info.mem_unit);
+  if (bytes <= memory)
+    return Error::success();
+  return trainerError(formatv("the parameters and optimizer state take {0:F1} "
+                              "GB as the doubles they are seeded in, more "
+                              "than this machine's {1:F1} GB of memory",
+                              bytes / 1e9, memory / 1e9));
+}
+
 Error Trainer::createExecutable() {
+  if (Error err = checkStateFits(*program))
+    return err;
   if (opts.backend == Backend::Cpu || opts.backend == Backend::Cuda) {
     JitOptions jit;
     if (opts.backend == Backend::Cuda) {
