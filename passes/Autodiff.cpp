@@ -430,8 +430,22 @@ struct AutodiffPass : public strata::impl::StrataAutodiffBase<AutodiffPass> {
     FailureOr<func::FuncOp> step = getStepFunction(module, "strata-autodiff");
     if (failed(step))
       return signalPassFailure();
-    if (needsDifferentiation(*step) &&
-        failed(Differentiator(*step, module).run()))
+    func::FuncOp f = *step;
+    bool differentiated = false;
+    for (unsigned i = 0; i < f.getNumResults(); ++i)
+      differentiated |=
+          bool(f.getResultAttr(i, StrataDialect::kGradOfAttrName));
+    if (!differentiated && !needsDifferentiation(f)) {
+      std::string types;
+      llvm::raw_string_ostream os(types);
+      llvm::interleaveComma(f.getResultTypes(), os);
+      f.emitError() << "strata-autodiff: @" << f.getName() << " returns ("
+                    << types
+                    << "); a training step returns its loss, one scalar float "
+                       "(the gradients are derived from it)";
+      return signalPassFailure();
+    }
+    if (needsDifferentiation(f) && failed(Differentiator(f, module).run()))
       return signalPassFailure();
   }
 };

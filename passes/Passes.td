@@ -126,9 +126,11 @@ def StrataAmp : Pass<"strata-amp", "mlir::ModuleOp"> {
 def StrataAutodiff : Pass<"strata-autodiff", "mlir::ModuleOp"> {
   let summary = "Appends the backward of the loss (reverse-mode autodiff)";
   let description = [{
-    Differentiates every function that returns a single scalar floating-point
-    loss and has not been differentiated yet (no result carries
-    `strata.grad_of`). Backward ops are appended before the return, in
+    Differentiates the step function (`@train_step`, or the module's one
+    function), which returns a single scalar floating-point loss and has
+    not been differentiated yet (no result carries `strata.grad_of`); a
+    step that returns anything else (nothing, several values, a tensor) is
+    an error naming what it returns. Backward ops are appended before the return, in
     reverse order of the forward ops, with `strata.role = backward` and the
     location of the forward op they differentiate; forward ops without a role
     get `strata.role = forward`. Adjoints of values used several times are

@@ -53,3 +53,12 @@ func.func @unscale_on_path(%s: tensor<f32>) -> tensor<f32> {
   %l = strata.reduce_sum %u {dims = array<i64: 0>} : (tensor<8xf32>) -> tensor<f32>
   return %l : tensor<f32>
 }
+
+// -----
+
+// A step that returns no scalar loss has nothing to differentiate.
+// expected-error@+1 {{strata-autodiff: @not_a_loss returns (tensor<8xf32>); a training step returns its loss, one scalar float (the gradients are derived from it)}}
+func.func @not_a_loss(%x: tensor<8xf32>) -> tensor<8xf32> {
+  %r = strata.relu %x : (tensor<8xf32>) -> tensor<8xf32>
+  return %r : tensor<8xf32>
+}

@@ -99,14 +99,6 @@ func.func @handwritten(%g: tensor<8xf32>) -> (tensor<f32>, tensor<8xf32> {strata
   return %c, %g : tensor<f32>, tensor<8xf32>
 }
 
-// -----
-
-// CHECK-LABEL: func.func @not_a_loss
-// CHECK-NOT: strata.role
-func.func @not_a_loss(%x: tensor<8xf32>) -> tensor<8xf32> {
-  %r = strata.relu %x : (tensor<8xf32>) -> tensor<8xf32>
-  return %r : tensor<8xf32>
-}
 
 // -----
 
