@@ -84,20 +84,22 @@ inline const InertKey kInertKeys[] = {
 };
 
 /// Configs of features Strata does not implement: the keys are checked,
-/// enabling the feature is an error.
+/// enabling the feature is an error, and a value other than Paddle's
+/// default (which would change nothing) is refused.
 struct UnimplementedConfigKey {
   llvm::StringLiteral configs;
   llvm::StringLiteral key;
   llvm::StringLiteral kind; // "int", "double_list"
+  llvm::StringLiteral defaultValue;
 };
 inline const UnimplementedConfigKey kUnimplementedConfigKeys[] = {
-    {"localsgd_configs", "k_steps", "int"},
-    {"localsgd_configs", "begin_step", "int"},
-    {"adaptive_localsgd_configs", "init_k_steps", "int"},
-    {"adaptive_localsgd_configs", "begin_step", "int"},
-    {"dgc_configs", "rampup_begin_step", "int"},
-    {"dgc_configs", "rampup_step", "int"},
-    {"dgc_configs", "sparsity", "double_list"},
+    {"localsgd_configs", "k_steps", "int", "1"},
+    {"localsgd_configs", "begin_step", "int", "1"},
+    {"adaptive_localsgd_configs", "init_k_steps", "int", "1"},
+    {"adaptive_localsgd_configs", "begin_step", "int", "1"},
+    {"dgc_configs", "rampup_begin_step", "int", "0"},
+    {"dgc_configs", "rampup_step", "int", "1"},
+    {"dgc_configs", "sparsity", "double_list", "[0.999]"},
 };
 
 /// group_sharded_parallel's arguments, all canonical sharding keys but

@@ -353,17 +353,34 @@ Error Reader::readFleetConfigs(StringRef configs, yaml::MappingNode *map) {
       if (u.key != *key)
         continue;
       handled = true;
+      std::string text;
       if (u.kind == StringRef("int")) {
-        if (auto v = readValue(kv.getValue(), 1, what); !v)
+        auto v = readValue(kv.getValue(), 1, what);
+        if (!v)
           return v.takeError();
+        text = std::to_string(std::get<int64_t>(*v));
       } else {
         auto *seq = dyn_cast<yaml::SequenceNode>(kv.getValue());
         if (!seq)
           return fail(kv.getValue(),
                       "expected a list of numbers for '" + what + "'");
-        for (yaml::Node &item : *seq)
-          if (auto d = readValue(&item, 2, what); !d)
+        for (yaml::Node &item : *seq) {
+          auto d = readValue(&item, 2, what);
+          if (!d)
             return d.takeError();
+          text += (text.empty() ? "" : ", ") +
+                  formatStrategyNumber(std::get<double>(*d));
+        }
+        text = "[" + text + "]";
+      }
+      if (text != u.defaultValue && !inertConfig) {
+        StringRef feature = configs.drop_back(strlen("_configs"));
+        inertConfig = {kv.getValue(),
+                       "'" + what + "' = " + text +
+                           " has no effect: " + feature.str() +
+                           " is not implemented in Strata (only Paddle's "
+                           "default " +
+                           u.defaultValue.str() + " is accepted)"};
       }
       break;
     }
@@ -546,6 +563,8 @@ Error Reader::read() {
       return fail(it->second.second,
                   "'" + name + "' is not implemented in Strata");
   }
+  if (inertConfig)
+    return fail(inertConfig->first, inertConfig->second);
   // fleet's fp16_allreduce is a setting of data parallelism.
   if (auto it = switches.find("fp16_allreduce");
       it != switches.end() && it->second.first)

@@ -117,6 +117,10 @@ private:
   /// only when their optimizer is enabled, which may be said later.
   std::vector<Pending> *pendingSink = nullptr;
   StringMap<std::vector<Pending>> deferredConfigs;
+  /// The first config of an unimplemented feature set to other than
+  /// Paddle's default: refused once the feature's own switch is known to be
+  /// off (on, the switch is the error).
+  std::optional<std::pair<yaml::Node *, std::string>> inertConfig;
 
   Error store(StringRef path, Value value, SMLoc loc);
 };
