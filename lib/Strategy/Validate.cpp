@@ -180,6 +180,13 @@ Error Reader::validate(const StrategyContext &context) {
         s.pipeline.accumulate_steps > 1 || s.gradient_merge.enable;
     s.gradient_merge.k_steps = s.pipeline.accumulate_steps;
     s.gradient_merge.avg = true;
+  } else if (s.gradient_merge.enable && s.gradient_merge.k_steps == 1) {
+    // One micro-batch per step: nothing to merge, and `avg` means nothing.
+    return failAt(isSet("gradient_merge.k_steps") ? "gradient_merge.k_steps"
+                                                  : "gradient_merge.enable",
+                  "gradient merge with k_steps 1 merges nothing: set "
+                  "'gradient_merge.k_steps' to the micro-batches of a step "
+                  "(>= 2), or leave gradient merge off");
   }
 
   // recompute

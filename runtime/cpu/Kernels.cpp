@@ -1157,12 +1157,11 @@ struct AttentionDropout {
 using strata::cpu::Causal;
 
 /// The products of the attention kernels, C = alpha op(A) op(B) + beta C
-/// with BLAS's conventions (beta 0 or 1): oneDNN's sgemm on f32 operands
-/// (which computes what a causal mask makes unneeded: its products are
-/// whole blocks).
-/// A B operand that several products of a head read (the keys and values,
-/// or their first rows), prepared once (`operand`; at most operandFloats
-/// of `space`): sgemm reads it in place.
+/// with BLAS's conventions (beta 0 or 1): oneDNN's sgemm on f32 operands,
+/// whole blocks (what a causal mask hides is computed too). A B operand
+/// that several products of a head read (the keys and values, or their
+/// first rows) is prepared once (`operand`, in at most operandFloats of
+/// `space`): sgemm reads it in place.
 struct SgemmProducts {
   struct Operand {
     char trans;
