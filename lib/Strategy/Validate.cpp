@@ -36,7 +36,7 @@ Error Reader::validate(const StrategyContext &context) {
     if (value > 0.0)
       return Error::success();
     return failAt(key, "'" + key + "' must be positive, got " +
-                           formatv("{0}", value).str());
+                           formatStrategyNumber(value));
   };
   auto oneOf = [&](StringRef key, StringRef value,
                    ArrayRef<StringRef> allowed) -> Error {
@@ -216,10 +216,10 @@ Error Reader::validate(const StrategyContext &context) {
   CHECK(range("amp.decr_every_n_nan_or_inf", s.amp.decr_every_n_nan_or_inf, 1));
   if (!(s.amp.incr_ratio > 1.0))
     return failAt("amp.incr_ratio", "'amp.incr_ratio' must be > 1, got " +
-                                        formatv("{0}", s.amp.incr_ratio).str());
+                                        formatStrategyNumber(s.amp.incr_ratio));
   if (!(s.amp.decr_ratio > 0.0 && s.amp.decr_ratio < 1.0))
     return failAt("amp.decr_ratio", "'amp.decr_ratio' must be in (0, 1), got " +
-                                        formatv("{0}", s.amp.decr_ratio).str());
+                                        formatStrategyNumber(s.amp.decr_ratio));
   for (auto [key, list, other] :
        {std::tuple("amp.custom_white_list", &s.amp.custom_white_list,
                    &s.amp.custom_black_list),
