@@ -1,8 +1,9 @@
 //===- Train.cpp - Weights, data and checkpoints of a training run --------===//
 
 #include "strata/Train/Train.h"
-#include "strata/Support/Nesting.h"
 #include "strata/Dialect/Strata.h"
+#include "strata/Strategy/Strategy.h"
+#include "strata/Support/Nesting.h"
 
 #include "../../runtime/common/StrataRandom.h"
 
@@ -415,6 +416,23 @@ Expected<int64_t> strata::loadCheckpoint(ModuleOp module, StringRef path,
                          "' holds " +
                          (std::isnan(t->tensor.data[i]) ? "NaN" : "infinity") +
                          " at element " + llvm::Twine(i));
+    // Optimizer state the update takes as valid: the step count (Adam's
+    // bias correction) and second moments (a square root) are never
+    // negative.
+    auto stateOp =
+        dyn_cast_or_null<StateOp>(SymbolTable::lookupSymbolIn(module, name));
+    bool counter = stateOp && name == "step";
+    bool squares =
+        stateOp && stateOp.getOfAttr() && StringRef(name).ends_with(".moment2");
+    if (counter || squares)
+      for (size_t i = 0; i < t->tensor.data.size(); ++i)
+        if (t->tensor.data[i] < 0)
+          return makeError("checkpoint '" + path + "': tensor '" + name +
+                           "' holds " +
+                           strata::formatStrategyNumber(t->tensor.data[i]) +
+                           " at element " + llvm::Twine(i) + ": " +
+                           (counter ? "a step count" : "a second moment") +
+                           " is never negative");
     // A low-precision parameter is its master rounded (by the runtime).
     state[name] = t->tensor;
     if (source != name)

@@ -6,6 +6,9 @@
   craft_safetensors.py nan IN OUT [--tensor NAME]
                                       IN with the first value of its first
                                       F32 tensor (or of NAME) set to NaN
+  craft_safetensors.py set IN OUT NAME VALUE
+                                      IN with the first element of tensor
+                                      NAME (F32 or I64) set to VALUE
 """
 import json
 import struct
@@ -38,6 +41,18 @@ elif mode == "nan":
         name = sys.argv[5]
     begin = header[name]["data_offsets"][0]
     payload[begin:begin + 4] = struct.pack("<f", float("nan"))
+    write(sys.argv[3], header, bytes(payload))
+elif mode == "set":
+    data = open(sys.argv[2], "rb").read()
+    size = struct.unpack("<Q", data[:8])[0]
+    header = json.loads(data[8:8 + size])
+    payload = bytearray(data[8 + size:])
+    entry = header[sys.argv[4]]
+    begin = entry["data_offsets"][0]
+    if entry["dtype"] == "I64":
+        payload[begin:begin + 8] = struct.pack("<q", int(sys.argv[5]))
+    else:
+        payload[begin:begin + 4] = struct.pack("<f", float(sys.argv[5]))
     write(sys.argv[3], header, bytes(payload))
 else:
     sys.exit("unknown mode " + mode)
