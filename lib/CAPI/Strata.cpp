@@ -9,6 +9,7 @@
 #include "strata/Runtime/StrataRuntime.h"
 #include "strata/Strategy/PassPlan.h"
 #include "strata/Strategy/Strategy.h"
+#include "strata/Support/Nesting.h"
 #include "strata/Target/RuntimeTarget.h"
 #include "strata/Train/Trainer.h"
 
@@ -146,7 +147,13 @@ void strataSessionDestroy(StrataSession session) { delete session; }
 
 int strataSessionParseProgram(StrataSession session, const char *text,
                               size_t length, const char *bufferName) {
-  return session->capture([&](llvm::raw_ostream &) {
+  return session->capture([&](llvm::raw_ostream &os) {
+    if (std::string why = strata::programNestingError(
+            llvm::StringRef(text, length), bufferName ? bufferName : "<c-api>");
+        !why.empty()) {
+      os << why;
+      return false;
+    }
     llvm::SourceMgr sourceMgr;
     sourceMgr.AddNewSourceBuffer(
         llvm::MemoryBuffer::getMemBufferCopy(llvm::StringRef(text, length),

@@ -16,6 +16,7 @@
 #include "mlir/Pass/PassRegistry.h"
 #include "mlir/Support/FileUtilities.h"
 #include "mlir/Tools/mlir-opt/MlirOptMain.h"
+#include "strata/Support/Nesting.h"
 #include "llvm/Support/CommandLine.h"
 #include "llvm/Support/InitLLVM.h"
 #include "llvm/Support/MemoryBuffer.h"
@@ -79,6 +80,16 @@ int main(int argc, char **argv) {
     if (!printStrategy.empty() || printStrategyPlan)
       return fail("--print-strategy and --print-strategy-plan need "
                   "--strategy=FILE");
+    // A program nested too deeply for MLIR's parser (its stack) is refused
+    // first. (Standard input is read by the parser alone here.)
+    if (inputFilename != "-") {
+      std::string error;
+      if (auto input = mlir::openInputFile(inputFilename, &error))
+        if (std::string why =
+                strata::programNestingError(input->getBuffer(), inputFilename);
+            !why.empty())
+          return fail(why);
+    }
     if (worldSize.getNumOccurrences() || rankOption.getNumOccurrences())
       return fail("--world-size and --rank say which rank's program "
                   "--strategy=FILE compiles: give a strategy");
@@ -176,6 +187,10 @@ int main(int argc, char **argv) {
   auto input = mlir::openInputFile(inputFilename, &error);
   if (!input)
     return fail(error);
+  if (std::string why =
+          strata::programNestingError(input->getBuffer(), inputFilename);
+      !why.empty())
+    return fail(why);
   auto output = mlir::openOutputFile(outputFilename, &error);
   if (!output)
     return fail(error);

@@ -23,6 +23,7 @@
 #include "strata/Passes/Passes.h"
 #include "strata/Strategy/PassPlan.h"
 #include "strata/Strategy/Strategy.h"
+#include "strata/Support/Nesting.h"
 #include "strata/Tool/Tool.h"
 #include "strata/Train/Trainer.h"
 
@@ -294,6 +295,10 @@ static int preflight(int64_t world) {
   auto input = mlir::openInputFile(programFile, &error);
   if (!input)
     return fail(error);
+  if (std::string why =
+          strata::programNestingError(input->getBuffer(), programFile);
+      !why.empty())
+    return fail(why);
   sourceMgr.AddNewSourceBuffer(std::move(input), SMLoc());
   mlir::OwningOpRef<mlir::ModuleOp> module =
       mlir::parseSourceFile<mlir::ModuleOp>(sourceMgr, &mlirContext);
@@ -605,6 +610,10 @@ int main(int argc, char **argv) {
   auto input = mlir::openInputFile(programFile, &error);
   if (!input)
     return failEverywhere(error, /*diagnosticsPrinted=*/false);
+  if (std::string why =
+          strata::programNestingError(input->getBuffer(), programFile);
+      !why.empty())
+    return failEverywhere(why, /*diagnosticsPrinted=*/false);
   sourceMgr.AddNewSourceBuffer(std::move(input), SMLoc());
   mlir::OwningOpRef<mlir::ModuleOp> module =
       mlir::parseSourceFile<mlir::ModuleOp>(sourceMgr, &mlirContext);

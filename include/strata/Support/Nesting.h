@@ -11,6 +11,7 @@
 #define STRATA_SUPPORT_NESTING_H
 
 #include "llvm/ADT/StringRef.h"
+#include "llvm/ADT/Twine.h"
 
 #include <algorithm>
 #include <cstdint>
@@ -41,6 +42,27 @@ inline int64_t maxBracketNesting(llvm::StringRef text, bool yaml,
       --depth;
   }
   return deepest;
+}
+
+/// MLIR's parser recurses too, once per nested region (`{`) or array
+/// attribute (`[`): a program text nested deeper than this is refused
+/// before parsing (real programs nest a few levels; thousands overflow the
+/// parser's stack).
+constexpr int64_t kMaxProgramNesting = 1000;
+
+/// Why the program text `text` (named `name`) is not parsed, or the empty
+/// string: nested deeper than kMaxProgramNesting. Bytecode (which starts
+/// with "ML\xEFR") is not text and is not checked.
+inline std::string programNestingError(llvm::StringRef text,
+                                       llvm::StringRef name) {
+  if (text.starts_with("ML\xEFR"))
+    return "";
+  if (maxBracketNesting(text, /*yaml=*/false, kMaxProgramNesting) <=
+      kMaxProgramNesting)
+    return "";
+  return (name + ": nested deeper than " + llvm::Twine(kMaxProgramNesting) +
+          " levels of '{' and '['; no Strata program does")
+      .str();
 }
 
 } // namespace strata
