@@ -197,26 +197,20 @@ packB(uint32_t *dst, const uint16_t *b, int64_t brs, int64_t bcs, int64_t k,
     uint32_t *panel = dst + j0 * k2;
     int64_t w = std::min(kNR, n - j0);
     // Whole 16 x 16 blocks of pair words (16 columns, 16 pairs) by
-    // transposes, the pairs left after them by gathers below.
+    // transposes; the rest below (gathers of the later pairs, the columns
+    // past the last 16 one at a time).
     int64_t q0 = 0;
-    if (gather) {
+    if (gather)
       for (; q0 + 16 <= k2; q0 += 16)
         for (int64_t j = 0; j + 16 <= w; j += 16)
           transposeBlock(panel + q0 * kNR + j, kNR,
                          reinterpret_cast<const uint32_t *>(words) +
                              (j0 + j) * (bcs / 2) + q0,
                          bcs / 2);
-      for (int64_t q = 0; q < q0; ++q) {
-        uint32_t *out = panel + q * kNR;
-        for (int64_t j = w / 16 * 16; j < w; ++j)
-          out[j] = words[(j0 + j) * (bcs / 2) + q];
-        std::fill(out + w, out + kNR, 0u);
-      }
-    }
-    for (int64_t q = q0; q < k2; ++q) {
+    for (int64_t q = 0; q < k2; ++q) {
       uint32_t *out = panel + q * kNR;
       const uint16_t *lo = b + 2 * q * brs + j0 * bcs;
-      int64_t j = 0;
+      int64_t j = q < q0 ? w / 16 * 16 : 0;
       if (gather) {
         for (; j + 16 <= w; j += 16)
           _mm512_storeu_si512(
@@ -302,18 +296,7 @@ void tiles(int64_t m, int64_t n, int64_t k, int64_t pk, float alpha,
     }
 }
 
-template <typename TA>
-void dot(int64_t m, int64_t n, int64_t k, float alpha, const TA *a, int64_t ars,
-         int64_t acs, const uint16_t *b, int64_t brs, int64_t bcs, float *c,
-         int64_t ldc, bool accumulate, float *work, Causal causal) {
-  int64_t k2 = (k + 1) / 2;
-  auto *ap = reinterpret_cast<uint32_t *>(work);
-  uint32_t *bp = ap + roundUp((roundUp(m, kMR) + m) * k2, 16);
-  packA(ap, a, ars, acs, m, k);
-  packB(bp, b, brs, bcs, k, n);
-  tiles(m, n, k, k, alpha, ap, bp, c, ldc, accumulate, causal);
-}
-
+/// C over A packed here and B packed by packB for `packedK` rows.
 template <typename TA>
 void dotPacked(int64_t m, int64_t n, int64_t k, float alpha, const TA *a,
                int64_t ars, int64_t acs, const float *packedB, int64_t packedK,
@@ -324,6 +307,18 @@ void dotPacked(int64_t m, int64_t n, int64_t k, float alpha, const TA *a,
   tiles(m, n, k, packedK, alpha, ap,
         reinterpret_cast<const uint32_t *>(packedB), c, ldc, accumulate,
         causal);
+}
+
+/// B packed after A's room in `work`, then dotPacked.
+template <typename TA>
+void dot(int64_t m, int64_t n, int64_t k, float alpha, const TA *a, int64_t ars,
+         int64_t acs, const uint16_t *b, int64_t brs, int64_t bcs, float *c,
+         int64_t ldc, bool accumulate, float *work, Causal causal) {
+  uint32_t *bp = reinterpret_cast<uint32_t *>(work) +
+                 roundUp((roundUp(m, kMR) + m) * ((k + 1) / 2), 16);
+  packB(bp, b, brs, bcs, k, n);
+  dotPacked(m, n, k, alpha, a, ars, acs, reinterpret_cast<const float *>(bp), k,
+            c, ldc, accumulate, work, causal);
 }
 
 } // namespace
