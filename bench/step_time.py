@@ -14,7 +14,8 @@ with the causal mask and addmm for the biased products) and *compiled*
 (torch.compile of the tuned loss, fused AdamW), then Strata / best PyTorch
 (below 1: Strata is faster), for Strata's program as written (AdamW) and
 with its fused passes (fused_passes: gemm_epilogue, dropout_add and
-flash_attention: Strata's counterpart of the tuned and compiled runs), and
+flash_attention, those the model has; Strata's counterpart of the tuned and
+compiled runs), and
 *Strata tuned*: the fused passes with --gemm-autotune (each distinct f32
 product timed once through oneDNN's matmul primitive and its sgemm, the
 faster kept).
@@ -48,7 +49,9 @@ from torch_gpt import gpt_loss_tuned  # noqa: E402
 
 MODELS = {
     "mlp": {"gen": ["mlp", "--sizes", "784,1024,1024,10", "--batch", "256"],
-            "desc": "MLP 784-1024-1024-10 b256"},
+            "desc": "MLP 784-1024-1024-10 b256",
+            # No attention, no dropout: only the GEMM epilogue applies.
+            "fused": {"gemm_epilogue": True}},
     "gpt": {"gen": ["gpt", "--layers", "4", "--hidden", "256", "--heads", "4",
                     "--seq", "128", "--vocab", "256", "--batch", "8"],
             "desc": "GPT 4L h256 a4 s128 b8", "layers": 4, "heads": 4},
@@ -224,11 +227,6 @@ def main():
     adamw = {"optimizer": {"type": "adamw", "learning_rate": 0.001}}
     with open(strategy, "w") as f:
         json.dump(adamw, f)
-    fused = os.path.join(args.workdir, "fused.json")
-    with open(fused, "w") as f:
-        json.dump(dict(adamw, fused_passes={
-            "enable": True, "gemm_epilogue": True, "dropout_add": True,
-            "flash_attention": True}), f)
     print()
     print("| model | threads | Strata ms | Strata fused ms | Strata tuned ms"
           " | eager ms | tuned ms | compiled ms | Strata / best | fused / best"
@@ -243,6 +241,12 @@ def main():
         run([os.path.join(build, "bin", "strata-run"), program, "--strategy",
              strategy, "--steps", "0", "--save", init_path, "--quiet"])
         init = compare.read_safetensors(init_path)
+        fused = os.path.join(args.workdir, name + ".fused.json")
+        with open(fused, "w") as f:
+            json.dump(dict(adamw, fused_passes=dict(
+                {"enable": True},
+                **m.get("fused", {"gemm_epilogue": True, "dropout_add": True,
+                                  "flash_attention": True}))), f)
         flops = matmul_flops(build, program, strategy)
         for n in threads:
             measure_ceiling(n)

@@ -7,6 +7,9 @@
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/IR/BuiltinTypes.h"
+#include "mlir/IR/Diagnostics.h"
+#include "mlir/IR/OperationSupport.h"
+#include "mlir/Pass/PassInstrumentation.h"
 #include "mlir/Pass/PassManager.h"
 #include "mlir/Pass/PassRegistry.h"
 #include "llvm/ADT/StringExtras.h"
@@ -55,9 +58,11 @@ std::vector<PlannedPass> strata::planPasses(const Strategy &s,
   // On the forward program as written (before mixed precision's casts,
   // which then treat the fused op as one white-list op): autodiff
   // differentiates the fused op.
-  if (s.fused_passes.enable && s.fused_passes.flash_attention)
+  if (s.fused_passes.enable && s.fused_passes.flash_attention) {
     add("strata-attention-fusion", "fused_passes.flash_attention",
         [] { return createStrataAttentionFusion(); });
+    plan.back().rewrites = "attention (softmax of q k^T, times v) to fuse";
+  }
 
   // Before mixed precision and autodiff, so that the casts and gradients
   // are of the padded product.
@@ -82,6 +87,7 @@ std::vector<PlannedPass> strata::planPasses(const Strategy &s,
     o.incrRatio = s.amp.incr_ratio;
     o.decrRatio = s.amp.decr_ratio;
     add("strata-amp", "amp.enable", [o] { return createStrataAmp(o); });
+    plan.back().rewrites = "op that the lists let compute in " + s.amp.dtype;
     plan.back().note =
         s.amp.dtype == "bfloat16"
             ? "bfloat16 has f32's exponent range: no loss scaling, the "
@@ -127,14 +133,18 @@ std::vector<PlannedPass> strata::planPasses(const Strategy &s,
 
   add("strata-autodiff", "always", [] { return createStrataAutodiff(); });
 
-  if (s.fused_passes.enable && s.fused_passes.gemm_epilogue)
+  if (s.fused_passes.enable && s.fused_passes.gemm_epilogue) {
     add("strata-gemm-epilogue-fusion", "fused_passes.gemm_epilogue",
         [o = StrataGemmEpilogueFusionOptions{target.str()}] {
           return createStrataGemmEpilogueFusion(o);
         });
-  if (s.fused_passes.enable && s.fused_passes.dropout_add)
+    plan.back().rewrites = "matmul followed by bias_add to fuse";
+  }
+  if (s.fused_passes.enable && s.fused_passes.dropout_add) {
     add("strata-dropout-add-fusion", "fused_passes.dropout_add",
         [] { return createStrataDropoutAddFusion(); });
+    plan.back().rewrites = "dropout feeding an add to fuse";
+  }
 
   if (s.recompute.enable) {
     StrataRecomputeOptions o;
@@ -221,9 +231,8 @@ std::vector<PlannedPass> strata::planPasses(const Strategy &s,
   return plan;
 }
 
-Error strata::addPlannedPasses(mlir::OpPassManager &pm,
-                               ArrayRef<PlannedPass> plan,
-                               const Strategy &strategy) {
+Error strata::checkPlanImplemented(ArrayRef<PlannedPass> plan,
+                                   const Strategy &strategy) {
   for (const PlannedPass &p : plan) {
     if (!p.create) {
       std::string where = strategy.where(p.reason);
@@ -234,8 +243,56 @@ Error strata::addPlannedPasses(mlir::OpPassManager &pm,
               "', which is not implemented yet");
     }
   }
-  for (const PlannedPass &p : plan)
+  return Error::success();
+}
+
+namespace {
+/// Warns about each pass of the plan that has `rewrites` and leaves the
+/// module as it found it (compared by fingerprint: any op, attribute or
+/// operand changed, added or removed counts as a change).
+class UnchangedProgramWarning : public mlir::PassInstrumentation {
+public:
+  /// Pass argument -> the warning's text.
+  StringMap<std::string> watched;
+
+  void runBeforePass(mlir::Pass *pass, mlir::Operation *op) override {
+    if (watched.contains(pass->getArgument()))
+      before.emplace(op);
+  }
+  void runAfterPass(mlir::Pass *pass, mlir::Operation *op) override {
+    auto it = watched.find(pass->getArgument());
+    if (it == watched.end() || !before)
+      return;
+    if (*before == mlir::OperationFingerPrint(op))
+      mlir::emitWarning(op->getLoc(), it->second);
+    before.reset();
+  }
+  void runAfterPassFailed(mlir::Pass *, mlir::Operation *) override {
+    before.reset();
+  }
+
+private:
+  std::optional<mlir::OperationFingerPrint> before;
+};
+} // namespace
+
+Error strata::addPlannedPasses(mlir::PassManager &pm,
+                               ArrayRef<PlannedPass> plan,
+                               const Strategy &strategy) {
+  if (Error err = checkPlanImplemented(plan, strategy))
+    return err;
+  auto warning = std::make_unique<UnchangedProgramWarning>();
+  for (const PlannedPass &p : plan) {
     pm.addPass(p.create());
+    if (p.rewrites.empty())
+      continue;
+    std::string where = strategy.where(p.reason);
+    warning->watched[p.name] =
+        "'" + p.reason + "'" + (where.empty() ? "" : " (" + where + ")") +
+        " changes nothing: the program has no " + p.rewrites;
+  }
+  if (!warning->watched.empty())
+    pm.addInstrumentation(std::move(warning));
   return Error::success();
 }
 

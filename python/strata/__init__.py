@@ -11,11 +11,13 @@ package loads ``libStrataC.so`` and calls it.
     exe.save("mlp.safetensors", steps_done=1)
 
 Errors of the compiler arrive as ``strata.StrataError``, carrying the
-diagnostics (severity, ``file:line:col``, message).
+diagnostics (severity, ``file:line:col``, message); its warnings on calls
+that succeed (a strategy key that changes nothing in the program) as
+``strata.StrataWarning`` through Python's ``warnings``.
 """
 
 from ._api import (Diagnostic, Executable, Input, MemoryPlan, StrataError,
-                   api_version, compile, library_path)
+                   StrataWarning, api_version, compile, library_path)
 
 __all__ = ["Diagnostic", "Executable", "Input", "MemoryPlan", "StrataError",
-           "api_version", "compile", "library_path"]
+           "StrataWarning", "api_version", "compile", "library_path"]

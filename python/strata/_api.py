@@ -2,6 +2,7 @@
 
 import ctypes
 import os
+import warnings
 from dataclasses import dataclass
 from typing import Dict, List, Optional, Sequence, Union
 
@@ -143,6 +144,16 @@ class Diagnostic:
         return "%s%s: %s" % (where, self.severity, self.message)
 
 
+class StrataWarning(UserWarning):
+    """A warning of the compiler on a call that succeeded (a strategy key
+    that changes nothing in the program, say); `diagnostic` is its
+    Diagnostic."""
+
+    def __init__(self, diagnostic: "Diagnostic"):
+        super().__init__(str(diagnostic))
+        self.diagnostic = diagnostic
+
+
 class StrataError(Exception):
     """A failed call: the message is the compiler's, `diagnostics` its
     diagnostics one by one."""
@@ -191,8 +202,13 @@ class _Session:
         _sessionSetCallback(self.handle, self._callback, None)
 
     def check(self, status: int) -> None:
-        """Raises StrataError with the diagnostics of a failed call."""
+        """Raises StrataError with the diagnostics of a failed call; issues
+        the warnings of a call that succeeded as StrataWarning."""
         if status == 0:
+            for d in self.diagnostics:
+                if d.severity == "warning":
+                    # stacklevel 3: the caller of the strata function.
+                    warnings.warn(StrataWarning(d), stacklevel=3)
             self.diagnostics.clear()
             return
         message = (_sessionLastError(self.handle) or b"").decode().strip()

@@ -1,5 +1,7 @@
 """Errors from Python: the compiler's diagnostics arrive as StrataError."""
 
+import warnings
+
 import numpy as np
 
 import strata
@@ -33,3 +35,14 @@ try:
     strata.compile("mlp.mlir", world_size=2)
 except ValueError as e:
     print("ranks:", e)
+
+# A strategy key that changes nothing in the program: a warning, and the
+# program compiles.
+with open("flash.yaml", "w") as f:
+    f.write("fused_passes: {enable: true, flash_attention: true}\n")
+with warnings.catch_warnings(record=True) as caught:
+    warnings.simplefilter("always")
+    strata.compile("mlp.mlir", strategy="flash.yaml")
+for w in caught:
+    print("warning:", w.category.__name__, w.filename.endswith("errors.py"),
+          w.message)

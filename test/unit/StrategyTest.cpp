@@ -178,7 +178,7 @@ TEST_F(PassPlanRegistered, AddsRegisteredPassesAndRejectsMissingOnes) {
   std::vector<PlannedPass> ampPlan = planPasses(amp, std::nullopt);
   ASSERT_EQ(ampPlan.front().name, "strata-amp");
   ampPlan.front().create = nullptr;
-  mlir::OpPassManager before("builtin.module");
+  mlir::PassManager before(&context, "builtin.module");
   llvm::Error missing = addPlannedPasses(before, ampPlan, amp);
   ASSERT_TRUE(static_cast<bool>(missing));
   EXPECT_NE(llvm::toString(std::move(missing))
@@ -190,7 +190,7 @@ TEST_F(PassPlanRegistered, AddsRegisteredPassesAndRejectsMissingOnes) {
   std::vector<PlannedPass> plan = planPasses(s, std::nullopt);
   ASSERT_EQ(plan.back().name, "strata-pipeline");
   std::vector<PlannedPass> onlyPipeline = {plan.back()};
-  mlir::OpPassManager pm("builtin.module");
+  mlir::PassManager pm(&context, "builtin.module");
   llvm::Error added = addPlannedPasses(pm, onlyPipeline, s);
   ASSERT_FALSE(static_cast<bool>(added)) << llvm::toString(std::move(added));
   std::string text;

@@ -151,12 +151,9 @@ int main(int argc, char **argv) {
         argc, argv, inputFilename, outputFilename, registry));
 
   // Check that every selected pass exists before reading any input.
-  {
-    mlir::OpPassManager probe("builtin.module");
-    if (Error err = strata::addPlannedPasses(probe, plan, *strategy)) {
-      errs() << toString(std::move(err)) << "\n";
-      return 1;
-    }
+  if (Error err = strata::checkPlanImplemented(plan, *strategy)) {
+    errs() << toString(std::move(err)) << "\n";
+    return 1;
   }
   // --dump-pass-pipeline is honoured inside MLIR's command-line pipeline
   // set-up, which reads the option's storage directly and runs before the

@@ -17,7 +17,7 @@
 #include <memory>
 
 namespace mlir {
-class OpPassManager;
+class PassManager;
 class Pass;
 namespace func {
 class FuncOp;
@@ -37,6 +37,10 @@ struct PlannedPass {
   std::function<std::unique_ptr<mlir::Pass>()> create;
   /// What the plan should tell about the choice, or empty.
   std::string note;
+  /// What the pass rewrites, for the warning when it finds none of it in a
+  /// program ("a matmul followed by bias_add"); empty for the passes that
+  /// always change the program.
+  std::string rewrites;
 
   /// The pass's options in pass-pipeline syntax, e.g. "avg=true k-steps=4"
   /// (for display: the pass is made by `create`, never from this text).
@@ -53,10 +57,18 @@ std::vector<PlannedPass> planPasses(const Strategy &strategy,
                                     int64_t rank = 0,
                                     llvm::StringRef target = "cpu");
 
-/// Appends the planned passes to `pm`. A pass that is not registered (its
-/// feature is not implemented yet) is an error naming the strategy key
-/// that selected it and where the file set it.
-llvm::Error addPlannedPasses(mlir::OpPassManager &pm,
+/// An error naming the strategy key (and where the file set it) of the
+/// first planned pass that is not implemented yet, or success.
+llvm::Error checkPlanImplemented(llvm::ArrayRef<PlannedPass> plan,
+                                 const Strategy &strategy);
+
+/// Appends the planned passes to `pm` (after checkPlanImplemented). A pass
+/// that a strategy key selected and that leaves the program as it found it
+/// (flash_attention on a program without attention, say) is reported as a
+/// warning on the module, naming the key and where the file set it: the
+/// same strategy file serves programs it does not all apply to, so this is
+/// not an error.
+llvm::Error addPlannedPasses(mlir::PassManager &pm,
                              llvm::ArrayRef<PlannedPass> plan,
                              const Strategy &strategy);
 
