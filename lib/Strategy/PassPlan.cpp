@@ -2,6 +2,7 @@
 
 #include "strata/Strategy/PassPlan.h"
 
+#include "strata/Dialect/Strata.h"
 #include "strata/Passes/Passes.h"
 #include "strata/Target/RuntimeTarget.h"
 
@@ -247,32 +248,44 @@ Error strata::checkPlanImplemented(ArrayRef<PlannedPass> plan,
 }
 
 namespace {
-/// Warns about each pass of the plan that has `rewrites` and leaves the
-/// module as it found it (compared by fingerprint: any op, attribute or
-/// operand changed, added or removed counts as a change).
-class UnchangedProgramWarning : public mlir::PassInstrumentation {
+/// Warns, on the program the passes are given, about the strategy keys
+/// that change nothing in it: before the first pass, `before` (checks of
+/// the program as written); after each pass of `watched`, when the pass
+/// left the module as it found it (compared by fingerprint: any op,
+/// attribute or operand changed, added or removed counts as a change).
+class UnusedKeyWarnings : public mlir::PassInstrumentation {
 public:
+  /// Each returns the warnings for the program as written.
+  std::vector<std::function<std::vector<std::string>(mlir::ModuleOp)>> before;
   /// Pass argument -> the warning's text.
   StringMap<std::string> watched;
 
   void runBeforePass(mlir::Pass *pass, mlir::Operation *op) override {
+    if (!checkedProgram) {
+      checkedProgram = true;
+      if (auto module = dyn_cast<mlir::ModuleOp>(op))
+        for (auto &check : before)
+          for (const std::string &text : check(module))
+            mlir::emitWarning(op->getLoc(), text);
+    }
     if (watched.contains(pass->getArgument()))
-      before.emplace(op);
+      fingerprint.emplace(op);
   }
   void runAfterPass(mlir::Pass *pass, mlir::Operation *op) override {
     auto it = watched.find(pass->getArgument());
-    if (it == watched.end() || !before)
+    if (it == watched.end() || !fingerprint)
       return;
-    if (*before == mlir::OperationFingerPrint(op))
+    if (*fingerprint == mlir::OperationFingerPrint(op))
       mlir::emitWarning(op->getLoc(), it->second);
-    before.reset();
+    fingerprint.reset();
   }
   void runAfterPassFailed(mlir::Pass *, mlir::Operation *) override {
-    before.reset();
+    fingerprint.reset();
   }
 
 private:
-  std::optional<mlir::OperationFingerPrint> before;
+  bool checkedProgram = false;
+  std::optional<mlir::OperationFingerPrint> fingerprint;
 };
 } // namespace
 
@@ -281,18 +294,64 @@ Error strata::addPlannedPasses(mlir::PassManager &pm,
                                const Strategy &strategy) {
   if (Error err = checkPlanImplemented(plan, strategy))
     return err;
-  auto warning = std::make_unique<UnchangedProgramWarning>();
+  auto warnings = std::make_unique<UnusedKeyWarnings>();
+  // "'key' (file:line:col) changes nothing: <why>".
+  auto unused = [&strategy](StringRef key, const Twine &why) {
+    std::string where = strategy.where(key);
+    return ("'" + key + "'" + (where.empty() ? "" : " (" + where + ")") +
+            " changes nothing: " + why)
+        .str();
+  };
+  bool dataParallel = false;
   for (const PlannedPass &p : plan) {
     pm.addPass(p.create());
-    if (p.rewrites.empty())
-      continue;
-    std::string where = strategy.where(p.reason);
-    warning->watched[p.name] =
-        "'" + p.reason + "'" + (where.empty() ? "" : " (" + where + ")") +
-        " changes nothing: the program has no " + p.rewrites;
+    dataParallel |= p.name == "strata-data-parallel";
+    if (!p.rewrites.empty())
+      warnings->watched[p.name] =
+          unused(p.reason, "the program has no " + p.rewrites);
   }
-  if (!warning->watched.empty())
-    pm.addInstrumentation(std::move(warning));
+
+  // The data-parallel settings of a job with one data-parallel rank.
+  const Strategy defaults;
+  const DpOptimizationSection &dp = strategy.dp_optimization;
+  std::vector<std::string> job;
+  for (auto [key, changed] :
+       {std::pair<StringRef, bool>{"dp_optimization.fp16_allreduce",
+                                   dp.fp16_allreduce},
+        {"dp_optimization.comm_buffer_size",
+         dp.comm_buffer_size != defaults.dp_optimization.comm_buffer_size},
+        {"dp_optimization.last_comm_buffer_size",
+         dp.last_comm_buffer_size !=
+             defaults.dp_optimization.last_comm_buffer_size}})
+    if (!dataParallel && changed && !strategy.where(key).empty())
+      job.push_back(unused(key, "the job has one data-parallel rank, which "
+                                "exchanges no gradients"));
+  if (!job.empty())
+    warnings->before.push_back([job](mlir::ModuleOp) { return job; });
+
+  // Weight-decay exclusions that name no parameter of the program.
+  if (!strategy.optimizer.exclude_from_weight_decay.empty())
+    warnings->before.push_back(
+        [names = strategy.optimizer.exclude_from_weight_decay,
+         where = strategy.where("optimizer.exclude_from_weight_decay")](
+            mlir::ModuleOp module) {
+          std::vector<std::string> found;
+          for (const std::string &name : names) {
+            bool any = false;
+            for (ParamOp param : module.getOps<ParamOp>())
+              any |= param.getSymName().contains(name);
+            if (!any)
+              found.push_back("'" + name +
+                              "' of 'optimizer.exclude_from_weight_decay'" +
+                              (where.empty() ? "" : " (" + where + ")") +
+                              " changes nothing: no parameter name of the "
+                              "program contains it");
+          }
+          return found;
+        });
+
+  if (!warnings->watched.empty() || !warnings->before.empty())
+    pm.addInstrumentation(std::move(warnings));
   return Error::success();
 }
 
