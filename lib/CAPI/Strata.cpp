@@ -222,7 +222,7 @@ int strataSessionApplyStrategy(StrataSession session, const char *path,
     PassManager pm(&session->context);
     if (llvm::Error err = strata::addPlannedPasses(
             pm, strata::planPasses(*strategy, context.worldSize, rank),
-            *strategy)) {
+            *strategy, context.worldSize)) {
       os << llvm::toString(std::move(err));
       return false;
     }

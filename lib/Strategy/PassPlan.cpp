@@ -2,6 +2,7 @@
 
 #include "strata/Strategy/PassPlan.h"
 
+#include "strata/Dialect/Program.h"
 #include "strata/Dialect/Strata.h"
 #include "strata/Passes/Passes.h"
 #include "strata/Target/RuntimeTarget.h"
@@ -232,6 +233,126 @@ std::vector<PlannedPass> strata::planPasses(const Strategy &s,
   return plan;
 }
 
+namespace {
+/// Why the step's batch does not split as the strategy asks: `key` is the
+/// strategy key to change, or empty when the world size is at fault.
+struct BatchSplitProblem {
+  std::string key;
+  std::string message;
+};
+} // namespace
+
+static std::optional<BatchSplitProblem>
+batchSplitProblem(const Strategy &s, mlir::func::FuncOp step,
+                  int64_t worldSize) {
+  int64_t pp = s.pipeline.enable ? s.pipeline.pp_degree : 1;
+  int64_t ranks = std::max<int64_t>(1, worldSize / pp);
+  int64_t micro = s.gradient_merge.enable ? s.gradient_merge.k_steps : 1;
+  StringRef key = s.pipeline.enable ? "pipeline.accumulate_steps"
+                                    : "gradient_merge.k_steps";
+  StringRef keyName = s.pipeline.enable ? "accumulate_steps" : "k_steps";
+  for (mlir::BlockArgument arg : step.getArguments()) {
+    auto type = dyn_cast<mlir::RankedTensorType>(arg.getType());
+    if (!type || type.getRank() == 0)
+      continue;
+    int64_t batch = type.getDimSize(0);
+    std::string name = ("argument " + Twine(arg.getArgNumber())).str();
+    if (auto attr = step.getArgAttrOfType<mlir::StringAttr>(arg.getArgNumber(),
+                                                            "strata.name"))
+      name = ("'" + attr.getValue() + "'").str();
+    if (batch % ranks != 0)
+      return BatchSplitProblem{
+          "",
+          ("the batch of " + Twine(batch) + " rows (" + name +
+           ") does not split over " + Twine(ranks) + " data-parallel ranks" +
+           (pp > 1 ? " (" + Twine(worldSize) + " ranks / " + Twine(pp) +
+                         " pipeline stages)"
+                   : Twine("")) +
+           ": run on a number of ranks that divides it")
+              .str()};
+    if ((batch / ranks) % micro != 0) {
+      // The largest count that splits each rank's rows, and the smallest
+      // batch that splits into `micro`.
+      int64_t lower = micro;
+      while (lower > 1 && (batch / ranks) % lower != 0)
+        --lower;
+      int64_t raise =
+          ranks * micro * ((batch + ranks * micro - 1) / (ranks * micro));
+      // Lowering is no way out below what the strategy accepts: gradient
+      // merge needs 2 micro-batches, a pipeline one per stage.
+      int64_t least = s.pipeline.enable ? pp : 2;
+      return BatchSplitProblem{
+          key.str(),
+          ("batch " + Twine(batch) + " (" + name + ") splits into " +
+           Twine(ranks) + (ranks == 1 ? " rank" : " ranks") + " x " + keyName +
+           " " + Twine(micro) + " = " + Twine(ranks * micro) +
+           " micro-batches: " +
+           (lower >= least ? "lower " + keyName + " to " + Twine(lower) + " or "
+                           : Twine("")) +
+           "raise the batch to " + Twine(raise))
+              .str()};
+    }
+    // The pipeline's micro-batch rows follow from the program; a size
+    // given must agree (the first argument's rows, as Paddle counts them).
+    int64_t rows = batch / ranks / micro;
+    if (s.pipeline.enable && s.pipeline.micro_batch_size != 1 &&
+        arg.getArgNumber() == 0 && rows != s.pipeline.micro_batch_size)
+      return BatchSplitProblem{
+          "pipeline.micro_batch_size",
+          ("'pipeline.micro_batch_size' is " +
+           Twine(s.pipeline.micro_batch_size) + ", but batch " + Twine(batch) +
+           " (" + name + ") over " + Twine(ranks) +
+           (ranks == 1 ? " data-parallel rank" : " data-parallel ranks") +
+           " x accumulate_steps " + Twine(micro) + " gives micro-batches of " +
+           Twine(rows) + (rows == 1 ? " row" : " rows") + ": set it to " +
+           Twine(rows) + " (or leave it out)")
+              .str()};
+  }
+  return std::nullopt;
+}
+
+namespace {
+/// First pass of a strategy's pipeline: the batch split of checkBatchSplit,
+/// reported as a diagnostic at the strategy key (or the step function).
+class StrategyCheckPass
+    : public mlir::PassWrapper<StrategyCheckPass,
+                               mlir::OperationPass<mlir::ModuleOp>> {
+public:
+  MLIR_DEFINE_EXPLICIT_INTERNAL_INLINE_TYPE_ID(StrategyCheckPass)
+
+  StrategyCheckPass(const Strategy &strategy, int64_t worldSize)
+      : strategy(strategy), worldSize(worldSize) {}
+  StringRef getArgument() const override { return "strata-strategy-check"; }
+  StringRef getDescription() const override {
+    return "Checks that the step's batch splits as the strategy asks";
+  }
+
+  void runOnOperation() override {
+    Expected<mlir::func::FuncOp> step = findStepFunction(getOperation());
+    if (!step) {
+      // The passes that need the step report it.
+      consumeError(step.takeError());
+      return;
+    }
+    std::optional<BatchSplitProblem> problem =
+        batchSplitProblem(strategy, *step, worldSize);
+    if (!problem)
+      return;
+    mlir::Location loc = step->getLoc();
+    auto at = strategy.locations.find(problem->key);
+    if (!problem->key.empty() && at != strategy.locations.end())
+      loc = mlir::FileLineColLoc::get(&getContext(), strategy.file,
+                                      at->second.line, at->second.column);
+    mlir::emitError(loc, problem->message);
+    signalPassFailure();
+  }
+
+private:
+  Strategy strategy;
+  int64_t worldSize;
+};
+} // namespace
+
 Error strata::checkPlanImplemented(ArrayRef<PlannedPass> plan,
                                    const Strategy &strategy) {
   for (const PlannedPass &p : plan) {
@@ -291,9 +412,12 @@ private:
 
 Error strata::addPlannedPasses(mlir::PassManager &pm,
                                ArrayRef<PlannedPass> plan,
-                               const Strategy &strategy) {
+                               const Strategy &strategy,
+                               std::optional<int64_t> worldSize) {
   if (Error err = checkPlanImplemented(plan, strategy))
     return err;
+  pm.addPass(
+      std::make_unique<StrategyCheckPass>(strategy, worldSize.value_or(1)));
   auto warnings = std::make_unique<UnusedKeyWarnings>();
   // "'key' (file:line:col) changes nothing: <why>".
   auto unused = [&strategy](StringRef key, const Twine &why) {
@@ -357,54 +481,18 @@ Error strata::addPlannedPasses(mlir::PassManager &pm,
 
 Error strata::checkBatchSplit(const Strategy &s, mlir::func::FuncOp step,
                               int64_t worldSize) {
-  int64_t pp = s.pipeline.enable ? s.pipeline.pp_degree : 1;
-  int64_t ranks = std::max<int64_t>(1, worldSize / pp);
-  int64_t micro = s.gradient_merge.enable ? s.gradient_merge.k_steps : 1;
-  StringRef key = s.pipeline.enable ? "pipeline.accumulate_steps"
-                                    : "gradient_merge.k_steps";
-  StringRef keyName = s.pipeline.enable ? "accumulate_steps" : "k_steps";
-  auto error = [](const Twine &where, const Twine &message) {
-    return createStringError(inconvertibleErrorCode(),
-                             where + ": error: " + message + "\n");
-  };
-  std::string program = "the program";
-  if (auto loc = dyn_cast<mlir::FileLineColLoc>(step.getLoc()))
-    program = loc.getFilename().str();
-  for (mlir::BlockArgument arg : step.getArguments()) {
-    auto type = dyn_cast<mlir::RankedTensorType>(arg.getType());
-    if (!type || type.getRank() == 0)
-      continue;
-    int64_t batch = type.getDimSize(0);
-    std::string name = ("argument " + Twine(arg.getArgNumber())).str();
-    if (auto attr = step.getArgAttrOfType<mlir::StringAttr>(
-            arg.getArgNumber(), "strata.name"))
-      name = ("'" + attr.getValue() + "'").str();
-    if (batch % ranks != 0)
-      return error(program,
-                   "the batch of " + Twine(batch) + " rows (" + name +
-                       ") does not split over " + Twine(ranks) +
-                       " data-parallel ranks" +
-                       (pp > 1 ? " (" + Twine(worldSize) + " ranks / " +
-                                     Twine(pp) + " pipeline stages)"
-                               : Twine("")) +
-                       ": run on a number of ranks that divides it");
-    if ((batch / ranks) % micro == 0)
-      continue;
-    // The largest count that splits each rank's rows, and the smallest
-    // batch that splits into `micro`.
-    int64_t lower = micro;
-    while (lower > 1 && (batch / ranks) % lower != 0)
-      --lower;
-    int64_t raise = ranks * micro * ((batch + ranks * micro - 1) /
-                                     (ranks * micro));
-    std::string where = s.where(key);
-    return error(where.empty() ? s.file : where,
-                 "batch " + Twine(batch) + " (" + name + ") splits into " +
-                     Twine(ranks) + (ranks == 1 ? " rank" : " ranks") +
-                     " x " + keyName + " " + Twine(micro) + " = " +
-                     Twine(ranks * micro) + " micro-batches: lower " + keyName +
-                     " to " + Twine(lower) + " or raise the batch to " +
-                     Twine(raise));
+  std::optional<BatchSplitProblem> problem =
+      batchSplitProblem(s, step, worldSize);
+  if (!problem)
+    return Error::success();
+  std::string where = s.where(problem->key);
+  if (problem->key.empty()) {
+    where = "the program";
+    if (auto loc = dyn_cast<mlir::FileLineColLoc>(step.getLoc()))
+      where = loc.getFilename().str();
+  } else if (where.empty()) {
+    where = s.file;
   }
-  return Error::success();
+  return createStringError(inconvertibleErrorCode(),
+                           where + ": error: " + problem->message + "\n");
 }

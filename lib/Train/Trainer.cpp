@@ -87,8 +87,6 @@ Trainer::create(mlir::OwningOpRef<mlir::ModuleOp> program, Strategy strategy,
   Expected<mlir::func::FuncOp> written = findStepFunction(*trainer->program);
   if (!written)
     return written.takeError();
-  if (Error err = checkBatchSplit(trainer->plan, *written, options.worldSize))
-    return std::move(err);
   // The MLP's batch counts samples (rows of `features`); a GPT's, tokens.
   auto first =
       written->getNumArguments()
@@ -101,7 +99,7 @@ Trainer::create(mlir::OwningOpRef<mlir::ModuleOp> program, Strategy strategy,
           *trainer->passes,
           planPasses(trainer->plan, options.worldSize, options.rank,
                      options.backend == Backend::Cuda ? "cuda" : "cpu"),
-          trainer->plan))
+          trainer->plan, options.worldSize))
     return std::move(err);
   return std::move(trainer);
 }

@@ -74,7 +74,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
       mlir::OwningOpRef<mlir::ModuleOp> copy = program->clone();
       mlir::PassManager pm(&ctx);
       if (llvm::Error err = strata::addPlannedPasses(
-              pm, strata::planPasses(*strategy, 2, rank), *strategy)) {
+              pm, strata::planPasses(*strategy, 2, rank), *strategy, 2)) {
         llvm::consumeError(std::move(err));
         abort();
       }

@@ -46,3 +46,11 @@ with warnings.catch_warnings(record=True) as caught:
 for w in caught:
     print("warning:", w.category.__name__, w.filename.endswith("errors.py"),
           w.message)
+
+# A batch that does not split as the strategy asks: named at its key.
+with open("k3.yaml", "w") as f:
+    f.write("gradient_merge: {enable: true, k_steps: 3}\n")
+try:
+    strata.compile("mlp.mlir", strategy="k3.yaml")
+except strata.StrataError as e:
+    print("split:", e.diagnostics[0])

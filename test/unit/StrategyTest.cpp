@@ -179,7 +179,7 @@ TEST_F(PassPlanRegistered, AddsRegisteredPassesAndRejectsMissingOnes) {
   ASSERT_EQ(ampPlan.front().name, "strata-amp");
   ampPlan.front().create = nullptr;
   mlir::PassManager before(&context, "builtin.module");
-  llvm::Error missing = addPlannedPasses(before, ampPlan, amp);
+  llvm::Error missing = addPlannedPasses(before, ampPlan, amp, std::nullopt);
   ASSERT_TRUE(static_cast<bool>(missing));
   EXPECT_NE(llvm::toString(std::move(missing))
                 .find("test.yaml:1:7: error: 'amp.enable' selects pass "
@@ -191,13 +191,15 @@ TEST_F(PassPlanRegistered, AddsRegisteredPassesAndRejectsMissingOnes) {
   ASSERT_EQ(plan.back().name, "strata-pipeline");
   std::vector<PlannedPass> onlyPipeline = {plan.back()};
   mlir::PassManager pm(&context, "builtin.module");
-  llvm::Error added = addPlannedPasses(pm, onlyPipeline, s);
+  llvm::Error added = addPlannedPasses(pm, onlyPipeline, s, std::nullopt);
   ASSERT_FALSE(static_cast<bool>(added)) << llvm::toString(std::move(added));
   std::string text;
   llvm::raw_string_ostream os(text);
   pm.printAsTextualPipeline(os);
-  EXPECT_EQ(text, "builtin.module(strata-pipeline{accumulate-steps=1 "
-                  "micro-batch-size=1 rank=0 schedule=FThenB vpp-degree=1})");
+  EXPECT_EQ(
+      text,
+      "builtin.module(strata-strategy-check,strata-pipeline{accumulate-steps=1 "
+      "micro-batch-size=1 rank=0 schedule=FThenB vpp-degree=1})");
 }
 
 } // namespace

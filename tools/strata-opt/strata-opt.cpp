@@ -167,11 +167,11 @@ int main(int argc, char **argv) {
   }
   mlir::MlirOptMainConfig cliConfig = config;
   config.setPassPipelineSetupFn(
-      [cliConfig, plan, dump, strategy = *strategy](
+      [cliConfig, plan, dump, strategy = *strategy, world = context.worldSize](
           mlir::PassManager &pm) -> mlir::LogicalResult {
         if (mlir::failed(cliConfig.setupPassPipeline(pm)))
           return mlir::failure();
-        if (Error err = strata::addPlannedPasses(pm, plan, strategy)) {
+        if (Error err = strata::addPlannedPasses(pm, plan, strategy, world)) {
           errs() << toString(std::move(err)) << "\n";
           return mlir::failure();
         }

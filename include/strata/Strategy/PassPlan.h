@@ -62,7 +62,10 @@ std::vector<PlannedPass> planPasses(const Strategy &strategy,
 llvm::Error checkPlanImplemented(llvm::ArrayRef<PlannedPass> plan,
                                  const Strategy &strategy);
 
-/// Appends the planned passes to `pm` (after checkPlanImplemented). A pass
+/// Appends the planned passes to `pm` (after checkPlanImplemented), behind
+/// a check that the step's batch splits as the strategy asks on a job of
+/// `worldSize` ranks (one when unknown; checkBatchSplit, reported at the
+/// strategy key as an error diagnostic). A pass
 /// that a strategy key selected and that leaves the program as it found it
 /// (flash_attention on a program without attention, say) is reported as a
 /// warning on the module, naming the key and where the file set it: the
@@ -70,12 +73,15 @@ llvm::Error checkPlanImplemented(llvm::ArrayRef<PlannedPass> plan,
 /// not an error.
 llvm::Error addPlannedPasses(mlir::PassManager &pm,
                              llvm::ArrayRef<PlannedPass> plan,
-                             const Strategy &strategy);
+                             const Strategy &strategy,
+                             std::optional<int64_t> worldSize);
 
-/// Checks, before any pass runs, that the step's batch splits over the
-/// data-parallel ranks of a `worldSize` job and then into the micro-batches
-/// of gradient merge or the pipeline. The error names the strategy key (with
-/// its file:line:col) and says what to change.
+/// Checks that the step's batch splits over the data-parallel ranks of a
+/// `worldSize` job and then into the micro-batches of gradient merge or the
+/// pipeline (of `pipeline.micro_batch_size` rows when that is given). The
+/// error names the strategy key (with its file:line:col) and says what to
+/// change. (addPlannedPasses checks it before the passes run; strata-run's
+/// launcher before it launches the ranks.)
 llvm::Error checkBatchSplit(const Strategy &strategy,
                             mlir::func::FuncOp step, int64_t worldSize);
 
