@@ -370,7 +370,8 @@ llvm::StringMap<Tensor> strata::initialState(ModuleOp module, uint64_t seed) {
 }
 
 Expected<int64_t> strata::loadCheckpoint(ModuleOp module, StringRef path,
-                                         llvm::StringMap<Tensor> &state) {
+                                         llvm::StringMap<Tensor> &state,
+                                         std::vector<std::string> *unread) {
   auto file = readSafetensors(path);
   if (!file)
     return file.takeError();
@@ -437,7 +438,12 @@ Expected<int64_t> strata::loadCheckpoint(ModuleOp module, StringRef path,
     state[name] = t->tensor;
     if (source != name)
       state[source] = t->tensor;
+    byName.erase(name);
   }
+  if (unread)
+    for (const NamedTensor &t : file->tensors)
+      if (byName.contains(t.name))
+        unread->push_back(t.name);
   return stepsDone;
 }
 

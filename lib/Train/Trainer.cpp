@@ -9,6 +9,7 @@
 #include "strata/Strategy/PassPlan.h"
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "mlir/IR/Diagnostics.h"
 #include "llvm/Support/FileSystem.h"
 #include "llvm/Support/FormatVariadic.h"
 #include "llvm/Support/Path.h"
@@ -87,6 +88,8 @@ Trainer::create(mlir::OwningOpRef<mlir::ModuleOp> program, Strategy strategy,
   Expected<mlir::func::FuncOp> written = findStepFunction(*trainer->program);
   if (!written)
     return written.takeError();
+  for (ParamOp param : trainer->program->getOps<ParamOp>())
+    trainer->modelParameters.insert(param.getSymName());
   // The MLP's batch counts samples (rows of `features`); a GPT's, tokens.
   auto first =
       written->getNumArguments()
@@ -213,9 +216,43 @@ Expected<int64_t> Trainer::loadCheckpoint(StringRef path) {
   // What the checkpoint lacks (a state of another optimizer, say) starts as
   // in a fresh run.
   StringMap<reference::Tensor> loaded = initialState(*program, opts.seed);
-  auto done = strata::loadCheckpoint(*program, path, loaded);
+  std::vector<std::string> unread;
+  auto done = strata::loadCheckpoint(*program, path, loaded, &unread);
   if (!done)
     return done.takeError();
+  // What another strategy's run leaves unread: the parameters of other
+  // pipeline stages, state of another optimizer ("NAME.SUFFIX" of a
+  // parameter), the step count and mixed precision's loss scale.
+  auto ofThisModel = [&](StringRef name) {
+    if (name == "step" || name == "loss_scale" ||
+        name.starts_with("loss_scale."))
+      return true;
+    if (modelParameters.contains(name))
+      return true;
+    for (size_t dot = name.find('.'); dot != StringRef::npos;
+         dot = name.find('.', dot + 1))
+      if (modelParameters.contains(name.take_front(dot)))
+        return true;
+    return false;
+  };
+  std::vector<std::string> foreign;
+  for (const std::string &name : unread)
+    if (!ofThisModel(name))
+      foreign.push_back(name);
+  if (!foreign.empty()) {
+    llvm::sort(foreign);
+    constexpr size_t kNamed = 4;
+    std::string names;
+    for (size_t i = 0; i < std::min(foreign.size(), kNamed); ++i)
+      names += (i ? ", '" : "'") + foreign[i] + "'";
+    if (foreign.size() > kNamed)
+      names += " and " + std::to_string(foreign.size() - kNamed) + " more";
+    mlir::emitWarning(program->getLoc())
+        << "checkpoint '" << path << "' holds " << foreign.size()
+        << (foreign.size() == 1 ? " tensor" : " tensors")
+        << " that this program has no parameter for (" << names
+        << "), left unused: is it a checkpoint of another model?";
+  }
   if (Error err = exe->setState(loaded))
     return std::move(err);
   return *done;

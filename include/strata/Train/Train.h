@@ -64,9 +64,12 @@ llvm::StringMap<Tensor> initialState(mlir::ModuleOp module, uint64_t seed);
 /// be present with its shape and dtype; states present are taken too.
 /// Errors name the tensor and what differs. Returns the number of training
 /// steps the checkpoint had completed (its position in the data stream).
-llvm::Expected<int64_t> loadCheckpoint(mlir::ModuleOp module,
-                                       llvm::StringRef path,
-                                       llvm::StringMap<Tensor> &state);
+/// `unread`, when given, receives the names of the file's tensors that
+/// `module` has no parameter or state for, in file order.
+llvm::Expected<int64_t>
+loadCheckpoint(mlir::ModuleOp module, llvm::StringRef path,
+               llvm::StringMap<Tensor> &state,
+               std::vector<std::string> *unread = nullptr);
 /// Every parameter and state of `module`, from `state`, in declaration
 /// order with their file dtypes (what saveCheckpoint writes).
 llvm::Expected<std::vector<NamedTensor>>

@@ -29,6 +29,7 @@
 #include "mlir/IR/BuiltinOps.h"
 #include "mlir/IR/OwningOpRef.h"
 #include "mlir/Pass/PassManager.h"
+#include "llvm/ADT/StringSet.h"
 #include "llvm/Support/JSON.h"
 
 #include <chrono>
@@ -121,6 +122,10 @@ public:
 
   /// Replaces weights and state by a checkpoint's (whole tensors, any
   /// strategy); nothing changes on error. Returns the steps it had done.
+  /// Tensors of the file that are neither a parameter of the program as
+  /// written nor state of one (nor the step count or loss scale) are a
+  /// warning through the MLIRContext's handler: the file is another
+  /// model's.
   llvm::Expected<int64_t> loadCheckpoint(llvm::StringRef path);
   /// The newest checkpoint of `dir` that loads on every rank (one that
   /// fails on any rank is passed over by all: reported to `passedOver` on
@@ -190,6 +195,9 @@ private:
   std::unique_ptr<mlir::PassManager> passes;
   std::unique_ptr<Executable> exe;
   std::optional<MemoryPlan> memory;
+  /// The parameters of the program as written (every pipeline stage's):
+  /// what a checkpoint of this model may hold beside their state.
+  llvm::StringSet<> modelParameters;
   std::vector<double> lossHistory, stepTimes, receiveWaits;
   llvm::json::Array traceEvents;
   std::optional<std::chrono::steady_clock::time_point> started;
