@@ -2,10 +2,16 @@
 
 #include "strata/Tool/Tool.h"
 
+#include "strata/Support/Nesting.h"
+
+#include "mlir/Bytecode/BytecodeReader.h"
 #include "llvm/Config/llvm-config.h"
+#include "llvm/Support/ErrorHandling.h"
 #include "llvm/Support/FormatVariadic.h"
+#include "llvm/Support/MemoryBufferRef.h"
 #include "llvm/Support/raw_ostream.h"
 
+#include <cstdlib>
 #include <mpi.h>
 #include <oneapi/dnnl/dnnl_version.h>
 
@@ -27,6 +33,44 @@ std::string strata::versionText() {
 #endif
   os << "\n";
   return text;
+}
+
+namespace {
+/// Set once by installFatalErrorHandler, before any thread starts.
+std::string &toolName() {
+  static std::string name;
+  return name;
+}
+std::string &bytecodeInput() {
+  static std::string path;
+  return path;
+}
+
+[[noreturn]] void fatal(const char *reason) {
+  // errs() is unbuffered: write and leave, without the destructors of a
+  // state that just failed.
+  errs() << toolName() << ": error: " << reason;
+  if (!bytecodeInput().empty())
+    errs() << " (the program '" << bytecodeInput()
+           << "' is MLIR bytecode, whose reader fails this way on a damaged "
+              "file; the program's text form gives located errors)";
+  errs() << "\n";
+  std::_Exit(1);
+}
+} // namespace
+
+void strata::installFatalErrorHandler(StringRef tool) {
+  toolName() = tool.str();
+  install_fatal_error_handler(
+      [](void *, const char *reason, bool) { fatal(reason); });
+  install_bad_alloc_error_handler(
+      [](void *, const char *reason, bool) { fatal(reason); });
+}
+
+std::string strata::checkProgramInput(StringRef contents, StringRef path) {
+  bytecodeInput() =
+      mlir::isBytecode(MemoryBufferRef(contents, path)) ? path.str() : "";
+  return programNestingError(contents, path);
 }
 
 void strata::parseToolCommandLine(

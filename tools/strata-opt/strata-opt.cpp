@@ -16,7 +16,6 @@
 #include "mlir/Pass/PassRegistry.h"
 #include "mlir/Support/FileUtilities.h"
 #include "mlir/Tools/mlir-opt/MlirOptMain.h"
-#include "strata/Support/Nesting.h"
 #include "llvm/Support/CommandLine.h"
 #include "llvm/Support/InitLLVM.h"
 #include "llvm/Support/MemoryBuffer.h"
@@ -65,6 +64,7 @@ static int fail(const Twine &message) {
 
 int main(int argc, char **argv) {
   InitLLVM init(argc, argv);
+  strata::installFatalErrorHandler("strata-opt");
   mlir::DialectRegistry registry;
   strata::registerStrataDialects(registry);
   strata::registerAllStrataPasses();
@@ -86,7 +86,7 @@ int main(int argc, char **argv) {
       std::string error;
       if (auto input = mlir::openInputFile(inputFilename, &error))
         if (std::string why =
-                strata::programNestingError(input->getBuffer(), inputFilename);
+                strata::checkProgramInput(input->getBuffer(), inputFilename);
             !why.empty())
           return fail(why);
     }
@@ -185,7 +185,7 @@ int main(int argc, char **argv) {
   if (!input)
     return fail(error);
   if (std::string why =
-          strata::programNestingError(input->getBuffer(), inputFilename);
+          strata::checkProgramInput(input->getBuffer(), inputFilename);
       !why.empty())
     return fail(why);
   auto output = mlir::openOutputFile(outputFilename, &error);

@@ -23,7 +23,6 @@
 #include "strata/Passes/Passes.h"
 #include "strata/Strategy/PassPlan.h"
 #include "strata/Strategy/Strategy.h"
-#include "strata/Support/Nesting.h"
 #include "strata/Tool/Tool.h"
 #include "strata/Train/Trainer.h"
 
@@ -296,7 +295,7 @@ static int preflight(int64_t world) {
   if (!input)
     return fail(error);
   if (std::string why =
-          strata::programNestingError(input->getBuffer(), programFile);
+          strata::checkProgramInput(input->getBuffer(), programFile);
       !why.empty())
     return fail(why);
   sourceMgr.AddNewSourceBuffer(std::move(input), SMLoc());
@@ -551,6 +550,7 @@ static void removeStaleTemps(StringRef dir, function_ref<bool(StringRef)> of) {
 
 int main(int argc, char **argv) {
   InitLLVM init(argc, argv);
+  strata::installFatalErrorHandler("strata-run");
   strata::registerAllStrataPasses();
   strata::parseToolCommandLine(
       argc, argv,
@@ -611,7 +611,7 @@ int main(int argc, char **argv) {
   if (!input)
     return failEverywhere(error, /*diagnosticsPrinted=*/false);
   if (std::string why =
-          strata::programNestingError(input->getBuffer(), programFile);
+          strata::checkProgramInput(input->getBuffer(), programFile);
       !why.empty())
     return failEverywhere(why, /*diagnosticsPrinted=*/false);
   sourceMgr.AddNewSourceBuffer(std::move(input), SMLoc());
