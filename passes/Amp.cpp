@@ -140,7 +140,7 @@ LogicalResult AmpPass::declareLossScale(ModuleOp module) {
   };
   auto f32 = RankedTensorType::get({}, b.getF32Type());
   auto i64 = RankedTensorType::get({}, b.getI64Type());
-  StateOp scale = declare("loss_scale", f32,
+  StateOp scale = declare(kLossScaleStateName, f32,
                           InitAttr::get(b.getContext(), InitKind::Constant,
                                         b.getF64FloatAttr(initLossScaling)));
   InitAttr zeros = InitAttr::get(b.getContext(), InitKind::Zeros, FloatAttr());

@@ -115,8 +115,8 @@ LogicalResult OptimizerPass::rewrite(func::FuncOp func) {
   // The step counter (which a skipped step does not advance) and the
   // learning rate.
   auto i64 = RankedTensorType::get({}, b.getI64Type());
-  FlatSymbolRefAttr stepSym =
-      declareState("step", i64, InitKind::Zeros, FlatSymbolRefAttr());
+  FlatSymbolRefAttr stepSym = declareState(
+      kStepCountStateName, i64, InitKind::Zeros, FlatSymbolRefAttr());
   Value oldStep = make<GetStateOp>(b, loc, i64, stepSym);
   Value one =
       guard ? Value(make<IsFiniteOp>(b, loc, guard))
@@ -192,7 +192,7 @@ LogicalResult OptimizerPass::rewrite(func::FuncOp func) {
     case Kind::AdamW:
     case Kind::Lamb: {
       auto [mSym, m] = stateOf("moment1");
-      auto [vSym, v] = stateOf("moment2");
+      auto [vSym, v] = stateOf(kSecondMomentSuffix);
       auto b1 = b.getF64FloatAttr(beta1), b2 = b.getF64FloatAttr(beta2);
       auto e = b.getF64FloatAttr(eps);
       update = kind == Kind::Adam

@@ -1,6 +1,7 @@
 //===- Train.cpp - Weights, data and checkpoints of a training run --------===//
 
 #include "strata/Train/Train.h"
+#include "strata/Dialect/Program.h"
 #include "strata/Dialect/Strata.h"
 #include "strata/Strategy/Strategy.h"
 #include "strata/Support/Nesting.h"
@@ -422,9 +423,10 @@ Expected<int64_t> strata::loadCheckpoint(ModuleOp module, StringRef path,
     // negative.
     auto stateOp =
         dyn_cast_or_null<StateOp>(SymbolTable::lookupSymbolIn(module, name));
-    bool counter = stateOp && name == "step";
+    bool counter = stateOp && name == kStepCountStateName;
     bool squares =
-        stateOp && stateOp.getOfAttr() && StringRef(name).ends_with(".moment2");
+        stateOp && stateOp.getOfAttr() &&
+        StringRef(name).ends_with((Twine(".") + kSecondMomentSuffix).str());
     if (counter || squares)
       for (size_t i = 0; i < t->tensor.data.size(); ++i)
         if (t->tensor.data[i] < 0)

@@ -2,6 +2,7 @@
 
 #include "strata/Train/Trainer.h"
 
+#include "strata/Dialect/Program.h"
 #include "strata/Execution/JitExecutable.h"
 #include "strata/Model/ProgramBuilder.h"
 #include "strata/Passes/Passes.h"
@@ -224,8 +225,9 @@ Expected<int64_t> Trainer::loadCheckpoint(StringRef path) {
   // pipeline stages, state of another optimizer ("NAME.SUFFIX" of a
   // parameter), the step count and mixed precision's loss scale.
   auto ofThisModel = [&](StringRef name) {
-    if (name == "step" || name == "loss_scale" ||
-        name.starts_with("loss_scale."))
+    if (name == kStepCountStateName || name == kLossScaleStateName ||
+        (name.starts_with(kLossScaleStateName) &&
+         name.drop_front(kLossScaleStateName.size()).starts_with(".")))
       return true;
     if (modelParameters.contains(name))
       return true;

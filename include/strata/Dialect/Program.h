@@ -22,6 +22,14 @@ namespace strata {
 /// The name the program generators give the training step.
 inline constexpr llvm::StringLiteral kStepFunctionName = "train_step";
 
+/// Symbols of the state that the optimizer and mixed precision declare and
+/// checkpoints carry (whose loading checks them by these names): the step
+/// count, the loss scale (with its counters "loss_scale.good" and
+/// "loss_scale.bad"), and each parameter P's second moment "P.moment2".
+inline constexpr llvm::StringLiteral kStepCountStateName = "step";
+inline constexpr llvm::StringLiteral kLossScaleStateName = "loss_scale";
+inline constexpr llvm::StringLiteral kSecondMomentSuffix = "moment2";
+
 /// The program's training step: the function named @train_step, or else the
 /// module's only function with a body. An error saying why when there is
 /// none or when several functions have a body and none is @train_step.
