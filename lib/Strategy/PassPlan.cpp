@@ -374,12 +374,19 @@ namespace {
 /// the program as written); after each pass of `watched`, when the pass
 /// left the module as it found it (compared by fingerprint: any op,
 /// attribute or operand changed, added or removed counts as a change).
-class UnusedKeyWarnings : public mlir::PassInstrumentation {
+class StrategyDiagnostics : public mlir::PassInstrumentation {
 public:
   /// Each returns the warnings for the program as written.
   std::vector<std::function<std::vector<std::string>(mlir::ModuleOp)>> before;
   /// Pass argument -> the warning's text.
   StringMap<std::string> watched;
+  /// Pass argument -> the note for its failure: what selected it, where.
+  struct Selection {
+    std::string text;
+    std::string file;
+    std::optional<KeyLocation> at;
+  };
+  StringMap<Selection> selectedBy;
 
   void runBeforePass(mlir::Pass *pass, mlir::Operation *op) override {
     if (!checkedProgram) {
@@ -400,8 +407,20 @@ public:
       mlir::emitWarning(op->getLoc(), it->second);
     fingerprint.reset();
   }
-  void runAfterPassFailed(mlir::Pass *, mlir::Operation *) override {
+  void runAfterPassFailed(mlir::Pass *pass, mlir::Operation *op) override {
     fingerprint.reset();
+    // The pass's errors use its own option names: say which strategy key
+    // chose the pass and these options.
+    auto it = selectedBy.find(pass->getArgument());
+    if (it == selectedBy.end())
+      return;
+    const Selection &s = it->second;
+    mlir::Location loc =
+        s.at ? mlir::Location(mlir::FileLineColLoc::get(
+                   op->getContext(), s.file, s.at->line, s.at->column))
+             : op->getLoc();
+    op->getContext()->getDiagEngine().emit(loc, mlir::DiagnosticSeverity::Note)
+        << s.text;
   }
 
 private:
@@ -418,7 +437,7 @@ Error strata::addPlannedPasses(mlir::PassManager &pm,
     return err;
   pm.addPass(
       std::make_unique<StrategyCheckPass>(strategy, worldSize.value_or(1)));
-  auto warnings = std::make_unique<UnusedKeyWarnings>();
+  auto warnings = std::make_unique<StrategyDiagnostics>();
   // "'key' (file:line:col) changes nothing: <why>".
   auto unused = [&strategy](StringRef key, const Twine &why) {
     std::string where = strategy.where(key);
@@ -430,6 +449,17 @@ Error strata::addPlannedPasses(mlir::PassManager &pm,
   for (const PlannedPass &p : plan) {
     pm.addPass(p.create());
     dataParallel |= p.name == "strata-data-parallel";
+    if (p.reason != "always") {
+      std::string options = p.options();
+      auto at = strategy.locations.find(p.reason);
+      warnings->selectedBy[p.name] = {
+          "'" + p.reason + "' selected " + p.name +
+              (options.empty() ? "" : "{" + options + "}"),
+          strategy.file,
+          at == strategy.locations.end()
+              ? std::nullopt
+              : std::optional<KeyLocation>(at->second)};
+    }
     if (!p.rewrites.empty())
       warnings->watched[p.name] =
           unused(p.reason, "the program has no " + p.rewrites);
@@ -474,8 +504,7 @@ Error strata::addPlannedPasses(mlir::PassManager &pm,
           return found;
         });
 
-  if (!warnings->watched.empty() || !warnings->before.empty())
-    pm.addInstrumentation(std::move(warnings));
+  pm.addInstrumentation(std::move(warnings));
   return Error::success();
 }
 
