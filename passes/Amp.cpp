@@ -242,11 +242,9 @@ void AmpPass::runOnOperation() {
                 "' carries strata.amp_guard, so nothing would compute in " +
                 dtype);
 
-  if (low.isF16() && (useDynamicLossScaling || initLossScaling != 1.0)) {
-    if (failed(declareLossScale(module)))
-      return signalPassFailure();
-  }
-
+  // Whether any parameter or op ends up in the low type: loss scaling
+  // protects float16 gradients, and a program without any needs none.
+  bool anyLow = false;
   // Level o2: parameters in the low type, but those a black-list op reads
   // directly and, under fp16-guard, those an unguarded op reads (they stay
   // f32 and are read as they are).
@@ -265,6 +263,7 @@ void AmpPass::runOnOperation() {
           keepF32.contains(param.getSymName()))
         continue;
       param.setType(type.clone(low));
+      anyLow = true;
       for (GetParamOp get : reads.lookup(param.getSymName()))
         get.getResult().setType(type.clone(low));
     }
@@ -313,6 +312,7 @@ void AmpPass::runOnOperation() {
       });
       compute = allLow ? low : f32;
     }
+    anyLow |= compute == low;
     bool changed = false;
     for (unsigned i : floats) {
       Value v = op->getOperand(i);
@@ -342,6 +342,11 @@ void AmpPass::runOnOperation() {
       if (isFloatTensor(result))
         result.setType(tensorType(result).clone(compute));
   }
+
+  if (anyLow && low.isF16() &&
+      (useDynamicLossScaling || initLossScaling != 1.0) &&
+      failed(declareLossScale(module)))
+    return signalPassFailure();
 }
 
 } // namespace

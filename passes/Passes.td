@@ -80,7 +80,8 @@ def StrataAmp : Pass<"strata-amp", "mlir::ModuleOp"> {
     on the black list). A step without a guarded op is an error.
 
     With `float16` the pass also declares the loss scale, unless it is
-    static and 1: the state `@loss_scale` (f32, starting at
+    static and 1 or no parameter or op ends up in float16 (the lists keep
+    them all f32): the state `@loss_scale` (f32, starting at
     `init-loss-scaling`, with the dynamic rule's settings in its
     `strata.loss_scaling` attribute) and its counters `@loss_scale.good` and
     `@loss_scale.bad`. strata-autodiff then starts the backward from the
