@@ -63,7 +63,8 @@ std::vector<PlannedPass> strata::planPasses(const Strategy &s,
   if (s.fused_passes.enable && s.fused_passes.flash_attention) {
     add("strata-attention-fusion", "fused_passes.flash_attention",
         [] { return createStrataAttentionFusion(); });
-    plan.back().rewrites = "attention (softmax of q k^T, times v) to fuse";
+    plan.back().rewrites =
+        "attention (softmax of q k^T, times v) that the pass can fuse";
   }
 
   // Before mixed precision and autodiff, so that the casts and gradients
@@ -140,12 +141,12 @@ std::vector<PlannedPass> strata::planPasses(const Strategy &s,
         [o = StrataGemmEpilogueFusionOptions{target.str()}] {
           return createStrataGemmEpilogueFusion(o);
         });
-    plan.back().rewrites = "matmul followed by bias_add to fuse";
+    plan.back().rewrites = "matmul followed by bias_add that the pass can fuse";
   }
   if (s.fused_passes.enable && s.fused_passes.dropout_add) {
     add("strata-dropout-add-fusion", "fused_passes.dropout_add",
         [] { return createStrataDropoutAddFusion(); });
-    plan.back().rewrites = "dropout feeding an add to fuse";
+    plan.back().rewrites = "dropout feeding an add that the pass can fuse";
   }
 
   if (s.recompute.enable) {
@@ -253,7 +254,7 @@ batchSplitProblem(const Strategy &s, mlir::func::FuncOp step,
   StringRef keyName = s.pipeline.enable ? "accumulate_steps" : "k_steps";
   for (mlir::BlockArgument arg : step.getArguments()) {
     auto type = dyn_cast<mlir::RankedTensorType>(arg.getType());
-    if (!type || type.getRank() == 0)
+    if (!type || type.getRank() == 0 || type.isDynamicDim(0))
       continue;
     int64_t batch = type.getDimSize(0);
     std::string name = ("argument " + Twine(arg.getArgNumber())).str();
@@ -278,9 +279,9 @@ batchSplitProblem(const Strategy &s, mlir::func::FuncOp step,
         --lower;
       int64_t raise =
           ranks * micro * ((batch + ranks * micro - 1) / (ranks * micro));
-      // Lowering is no way out below what the strategy accepts: gradient
-      // merge needs 2 micro-batches, a pipeline one per stage.
-      int64_t least = s.pipeline.enable ? pp : 2;
+      // Lowering is offered where any count of 2 or more is accepted:
+      // gradient merge (a pipeline's schedules have rules of their own).
+      int64_t least = s.pipeline.enable ? INT64_MAX : 2;
       return BatchSplitProblem{
           key.str(),
           ("batch " + Twine(batch) + " (" + name + ") splits into " +
@@ -311,6 +312,18 @@ batchSplitProblem(const Strategy &s, mlir::func::FuncOp step,
   return std::nullopt;
 }
 
+/// Where the strategy file set `key`, as an MLIR location (diagnostics
+/// there show the file's line), or nothing when it took its default.
+static std::optional<mlir::Location> keyLocation(mlir::MLIRContext *context,
+                                                 const Strategy &strategy,
+                                                 StringRef key) {
+  auto at = strategy.locations.find(key);
+  if (key.empty() || at == strategy.locations.end())
+    return std::nullopt;
+  return mlir::FileLineColLoc::get(context, strategy.file, at->second.line,
+                                   at->second.column);
+}
+
 namespace {
 /// First pass of a strategy's pipeline: the batch split of checkBatchSplit,
 /// reported as a diagnostic at the strategy key (or the step function).
@@ -338,12 +351,9 @@ public:
         batchSplitProblem(strategy, *step, worldSize);
     if (!problem)
       return;
-    mlir::Location loc = step->getLoc();
-    auto at = strategy.locations.find(problem->key);
-    if (!problem->key.empty() && at != strategy.locations.end())
-      loc = mlir::FileLineColLoc::get(&getContext(), strategy.file,
-                                      at->second.line, at->second.column);
-    mlir::emitError(loc, problem->message);
+    mlir::emitError(keyLocation(&getContext(), strategy, problem->key)
+                        .value_or(step->getLoc()),
+                    problem->message);
     signalPassFailure();
   }
 
@@ -369,24 +379,23 @@ Error strata::checkPlanImplemented(ArrayRef<PlannedPass> plan,
 }
 
 namespace {
-/// Warns, on the program the passes are given, about the strategy keys
-/// that change nothing in it: before the first pass, `before` (checks of
-/// the program as written); after each pass of `watched`, when the pass
-/// left the module as it found it (compared by fingerprint: any op,
-/// attribute or operand changed, added or removed counts as a change).
+/// The strategy's diagnostics on the program its passes are given: before
+/// the first pass, `before` (checks of the program as written); after each
+/// pass of `watched`, a warning when the pass left the module as it found it
+/// (compared by fingerprint: ops, attributes and operands changed, added or
+/// removed); after a pass of `selectedBy` fails, a note naming the strategy
+/// key that selected it. Passes are told apart by identity, so the same
+/// pass given on strata-opt's command line is not taken for the strategy's.
 class StrategyDiagnostics : public mlir::PassInstrumentation {
 public:
   /// Each returns the warnings for the program as written.
   std::vector<std::function<std::vector<std::string>(mlir::ModuleOp)>> before;
-  /// Pass argument -> the warning's text.
-  StringMap<std::string> watched;
-  /// Pass argument -> the note for its failure: what selected it, where.
-  struct Selection {
-    std::string text;
-    std::string file;
-    std::optional<KeyLocation> at;
-  };
-  StringMap<Selection> selectedBy;
+  /// The warning's text.
+  DenseMap<const mlir::Pass *, std::string> watched;
+  /// The note for its failure: what selected it, where.
+  DenseMap<const mlir::Pass *,
+           std::pair<std::string, std::optional<mlir::Location>>>
+      selectedBy;
 
   void runBeforePass(mlir::Pass *pass, mlir::Operation *op) override {
     if (!checkedProgram) {
@@ -396,11 +405,11 @@ public:
           for (const std::string &text : check(module))
             mlir::emitWarning(op->getLoc(), text);
     }
-    if (watched.contains(pass->getArgument()))
+    if (watched.contains(pass))
       fingerprint.emplace(op);
   }
   void runAfterPass(mlir::Pass *pass, mlir::Operation *op) override {
-    auto it = watched.find(pass->getArgument());
+    auto it = watched.find(pass);
     if (it == watched.end() || !fingerprint)
       return;
     if (*fingerprint == mlir::OperationFingerPrint(op))
@@ -408,19 +417,23 @@ public:
     fingerprint.reset();
   }
   void runAfterPassFailed(mlir::Pass *pass, mlir::Operation *op) override {
-    fingerprint.reset();
+    if (watched.contains(pass))
+      fingerprint.reset();
     // The pass's errors use its own option names: say which strategy key
     // chose the pass and these options.
-    auto it = selectedBy.find(pass->getArgument());
+    auto it = selectedBy.find(pass);
     if (it == selectedBy.end())
       return;
-    const Selection &s = it->second;
-    mlir::Location loc =
-        s.at ? mlir::Location(mlir::FileLineColLoc::get(
-                   op->getContext(), s.file, s.at->line, s.at->column))
-             : op->getLoc();
-    op->getContext()->getDiagEngine().emit(loc, mlir::DiagnosticSeverity::Note)
-        << s.text;
+    op->getContext()->getDiagEngine().emit(
+        it->second.second.value_or(op->getLoc()),
+        mlir::DiagnosticSeverity::Note)
+        << it->second.first;
+  }
+  /// A pass manager may run again (on another module): check that one too.
+  void runAfterPipeline(std::optional<mlir::OperationName>,
+                        const PipelineParentInfo &parent) override {
+    if (!parent.parentPass)
+      checkedProgram = false;
   }
 
 private:
@@ -437,35 +450,34 @@ Error strata::addPlannedPasses(mlir::PassManager &pm,
     return err;
   pm.addPass(
       std::make_unique<StrategyCheckPass>(strategy, worldSize.value_or(1)));
-  auto warnings = std::make_unique<StrategyDiagnostics>();
-  // "'key' (file:line:col) changes nothing: <why>".
-  auto unused = [&strategy](StringRef key, const Twine &why) {
+  auto diagnostics = std::make_unique<StrategyDiagnostics>();
+  // "'key' (file:line:col)".
+  auto quoted = [&strategy](StringRef key) {
     std::string where = strategy.where(key);
-    return ("'" + key + "'" + (where.empty() ? "" : " (" + where + ")") +
-            " changes nothing: " + why)
-        .str();
+    return ("'" + key + "'" + (where.empty() ? "" : " (" + where + ")")).str();
   };
   bool dataParallel = false;
   for (const PlannedPass &p : plan) {
-    pm.addPass(p.create());
+    std::unique_ptr<mlir::Pass> pass = p.create();
+    const mlir::Pass *added = pass.get();
+    pm.addPass(std::move(pass));
     dataParallel |= p.name == "strata-data-parallel";
-    if (p.reason != "always") {
+    // Strategy keys (not "always", "world size" or "target cpu").
+    if (StringRef(p.reason).contains('.')) {
       std::string options = p.options();
-      auto at = strategy.locations.find(p.reason);
-      warnings->selectedBy[p.name] = {
+      diagnostics->selectedBy[added] = {
           "'" + p.reason + "' selected " + p.name +
               (options.empty() ? "" : "{" + options + "}"),
-          strategy.file,
-          at == strategy.locations.end()
-              ? std::nullopt
-              : std::optional<KeyLocation>(at->second)};
+          keyLocation(pm.getContext(), strategy, p.reason)};
     }
     if (!p.rewrites.empty())
-      warnings->watched[p.name] =
-          unused(p.reason, "the program has no " + p.rewrites);
+      diagnostics->watched[added] = quoted(p.reason) +
+                                    " changes nothing: the program has no " +
+                                    p.rewrites;
   }
 
-  // The data-parallel settings of a job with one data-parallel rank.
+  // The data-parallel settings of a job with one data-parallel rank (when
+  // the world size is known: without, the program is one rank's anyway).
   const Strategy defaults;
   const DpOptimizationSection &dp = strategy.dp_optimization;
   std::vector<std::string> job;
@@ -477,17 +489,20 @@ Error strata::addPlannedPasses(mlir::PassManager &pm,
         {"dp_optimization.last_comm_buffer_size",
          dp.last_comm_buffer_size !=
              defaults.dp_optimization.last_comm_buffer_size}})
-    if (!dataParallel && changed && !strategy.where(key).empty())
-      job.push_back(unused(key, "the job has one data-parallel rank, which "
-                                "exchanges no gradients"));
+    if (worldSize && !dataParallel && changed && !strategy.where(key).empty())
+      job.push_back(quoted(key) + " changes nothing: the job of " +
+                    std::to_string(*worldSize) +
+                    (*worldSize == 1 ? " rank" : " ranks") +
+                    " has one data-parallel rank, which exchanges no "
+                    "gradients");
   if (!job.empty())
-    warnings->before.push_back([job](mlir::ModuleOp) { return job; });
+    diagnostics->before.push_back([job](mlir::ModuleOp) { return job; });
 
   // Weight-decay exclusions that name no parameter of the program.
   if (!strategy.optimizer.exclude_from_weight_decay.empty())
-    warnings->before.push_back(
+    diagnostics->before.push_back(
         [names = strategy.optimizer.exclude_from_weight_decay,
-         where = strategy.where("optimizer.exclude_from_weight_decay")](
+         key = quoted("optimizer.exclude_from_weight_decay")](
             mlir::ModuleOp module) {
           std::vector<std::string> found;
           for (const std::string &name : names) {
@@ -495,16 +510,14 @@ Error strata::addPlannedPasses(mlir::PassManager &pm,
             for (ParamOp param : module.getOps<ParamOp>())
               any |= param.getSymName().contains(name);
             if (!any)
-              found.push_back("'" + name +
-                              "' of 'optimizer.exclude_from_weight_decay'" +
-                              (where.empty() ? "" : " (" + where + ")") +
+              found.push_back("'" + name + "' of " + key +
                               " changes nothing: no parameter name of the "
                               "program contains it");
           }
           return found;
         });
 
-  pm.addInstrumentation(std::move(warnings));
+  pm.addInstrumentation(std::move(diagnostics));
   return Error::success();
 }
 
