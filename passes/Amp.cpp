@@ -107,13 +107,15 @@ struct AmpPass : public strata::impl::StrataAmpBase<AmpPass> {
     return cached;
   }
 
+  /// Checks the loss-scaling options (float16) before anything changes.
+  LogicalResult checkLossScaling(ModuleOp module);
   /// Declares @loss_scale and its counters (float16).
-  LogicalResult declareLossScale(ModuleOp module);
+  void declareLossScale(ModuleOp module);
 
   DenseMap<std::pair<Value, Type>, Value> casts;
 };
 
-LogicalResult AmpPass::declareLossScale(ModuleOp module) {
+LogicalResult AmpPass::checkLossScaling(ModuleOp module) {
   auto fail = [&](const Twine &message) {
     return emitError(module.getLoc()) << "strata-amp: " << message;
   };
@@ -125,6 +127,10 @@ LogicalResult AmpPass::declareLossScale(ModuleOp module) {
     return fail("incr-ratio must be > 1 and decr-ratio in (0, 1)");
   if (findLossScaleState(module))
     return fail("the program already declares a loss scale");
+  return success();
+}
+
+void AmpPass::declareLossScale(ModuleOp module) {
   OpBuilder b(module.getContext());
   if (Operation *last = lastDeclaration(module))
     b.setInsertionPointAfter(last);
@@ -159,7 +165,6 @@ LogicalResult AmpPass::declareLossScale(ModuleOp module) {
     config.push_back(b.getNamedAttr("dynamic", b.getUnitAttr()));
   scale->setAttr(StrataDialect::kLossScalingAttrName,
                  b.getDictionaryAttr(config));
-  return success();
 }
 
 void AmpPass::runOnOperation() {
@@ -242,6 +247,10 @@ void AmpPass::runOnOperation() {
                 "' carries strata.amp_guard, so nothing would compute in " +
                 dtype);
 
+  const bool lossScaling =
+      low.isF16() && (useDynamicLossScaling || initLossScaling != 1.0);
+  if (lossScaling && failed(checkLossScaling(module)))
+    return signalPassFailure();
   // Whether any parameter or op ends up in the low type: loss scaling
   // protects float16 gradients, and a program without any needs none.
   bool anyLow = false;
@@ -343,10 +352,8 @@ void AmpPass::runOnOperation() {
         result.setType(tensorType(result).clone(compute));
   }
 
-  if (anyLow && low.isF16() &&
-      (useDynamicLossScaling || initLossScaling != 1.0) &&
-      failed(declareLossScale(module)))
-    return signalPassFailure();
+  if (anyLow && lossScaling)
+    declareLossScale(module);
 }
 
 } // namespace

@@ -36,7 +36,7 @@ std::string strata::versionText() {
 }
 
 namespace {
-/// Set once by installFatalErrorHandler, before any thread starts.
+/// The tool and the bytecode program it reads (checkProgramInput).
 std::string &toolName() {
   static std::string name;
   return name;
@@ -46,31 +46,36 @@ std::string &bytecodeInput() {
   return path;
 }
 
-[[noreturn]] void fatal(const char *reason) {
-  // errs() is unbuffered: write and leave, without the destructors of a
-  // state that just failed.
-  errs() << toolName() << ": error: " << reason;
-  if (!bytecodeInput().empty())
-    errs() << " (the program '" << bytecodeInput()
-           << "' is MLIR bytecode, whose reader fails this way on a damaged "
-              "file; the program's text form gives located errors)";
-  errs() << "\n";
+[[noreturn]] void fatal(void *, const char *reason, bool) {
+  // Write and leave, without the destructors of a state that just failed
+  // (errs() is unbuffered; what stdout holds is flushed first).
+  outs().flush();
+  errs() << toolName() << ": error: " << reason << " (the program '"
+         << bytecodeInput()
+         << "' is MLIR bytecode, whose reader fails this way on a damaged "
+            "file; the program's text form gives located errors)\n";
   std::_Exit(1);
 }
 } // namespace
 
-void strata::installFatalErrorHandler(StringRef tool) {
-  toolName() = tool.str();
-  install_fatal_error_handler(
-      [](void *, const char *reason, bool) { fatal(reason); });
-  install_bad_alloc_error_handler(
-      [](void *, const char *reason, bool) { fatal(reason); });
+std::string strata::checkProgramInput(StringRef tool, StringRef contents,
+                                      StringRef path) {
+  endProgramInput();
+  if (mlir::isBytecode(MemoryBufferRef(contents, path))) {
+    toolName() = tool.str();
+    bytecodeInput() = path.str();
+    install_fatal_error_handler(fatal);
+    install_bad_alloc_error_handler(fatal);
+  }
+  return programNestingError(contents, path);
 }
 
-std::string strata::checkProgramInput(StringRef contents, StringRef path) {
-  bytecodeInput() =
-      mlir::isBytecode(MemoryBufferRef(contents, path)) ? path.str() : "";
-  return programNestingError(contents, path);
+void strata::endProgramInput() {
+  if (bytecodeInput().empty())
+    return;
+  bytecodeInput().clear();
+  remove_fatal_error_handler();
+  remove_bad_alloc_error_handler();
 }
 
 void strata::parseToolCommandLine(

@@ -237,6 +237,9 @@ Expected<int64_t> Trainer::loadCheckpoint(StringRef path) {
         return true;
     return false;
   };
+  if (Error err = exe->setState(loaded))
+    return std::move(err);
+  // Said once the checkpoint is loaded (nothing changes on an error).
   std::vector<std::string> foreign;
   for (const std::string &name : unread)
     if (!ofThisModel(name))
@@ -255,8 +258,6 @@ Expected<int64_t> Trainer::loadCheckpoint(StringRef path) {
         << " that this program has no parameter for (" << names
         << "), left unused: is it a checkpoint of another model?";
   }
-  if (Error err = exe->setState(loaded))
-    return std::move(err);
   return *done;
 }
 

@@ -205,16 +205,24 @@ class _Session:
         """Raises StrataError with the diagnostics of a failed call; issues
         the warnings of a call that succeeded as StrataWarning."""
         if status == 0:
-            for d in self.diagnostics:
-                if d.severity == "warning":
-                    # stacklevel 3: the caller of the strata function.
-                    warnings.warn(StrataWarning(d), stacklevel=3)
-            self.diagnostics.clear()
+            # stacklevel: warn, check, the strata function, its caller.
+            self.warn(self.take_warnings(), stacklevel=4)
             return
         message = (_sessionLastError(self.handle) or b"").decode().strip()
         errors = list(self.diagnostics)
         self.diagnostics.clear()
         raise StrataError(message or "strata: the call failed", errors)
+
+    def take_warnings(self) -> List[Diagnostic]:
+        """The warnings of the call that just succeeded; clears them all."""
+        found = [d for d in self.diagnostics if d.severity == "warning"]
+        self.diagnostics.clear()
+        return found
+
+    @staticmethod
+    def warn(found: Sequence[Diagnostic], stacklevel: int) -> None:
+        for d in found:
+            warnings.warn(StrataWarning(d), stacklevel=stacklevel)
 
     def close(self) -> None:
         if self.handle:
@@ -406,10 +414,16 @@ def compile(program: Union[str, bytes, os.PathLike], *,
     options.gemmAutotune = int(gemm_autotune)
     options.mpiComm = comm_address
     handle = _ExecutableHandle()
-    session.check(_create(session.handle, ctypes.byref(options),
-                          ctypes.byref(handle)))
+    status = _create(session.handle, ctypes.byref(options),
+                     ctypes.byref(handle))
+    if status != 0:
+        session.check(status)
+    # The executable owns its handle before any warning is issued (a
+    # warnings filter may turn one into an exception).
+    found = session.take_warnings()
     executable = Executable(session, handle)
     executable.world_size, executable.rank = world_size, rank
     # The communicator must outlive the executable.
     executable._comm = comm
+    session.warn(found, stacklevel=3)  # warn, compile, its caller
     return executable

@@ -54,3 +54,11 @@ try:
     strata.compile("mlp.mlir", strategy="k3.yaml")
 except strata.StrataError as e:
     print("split:", e.diagnostics[0])
+
+# A warning turned into an exception by a warnings filter.
+with warnings.catch_warnings():
+    warnings.simplefilter("error", strata.StrataWarning)
+    try:
+        strata.compile("mlp.mlir", strategy="flash.yaml")
+    except strata.StrataWarning as w:
+        print("as error:", w.diagnostic.severity)

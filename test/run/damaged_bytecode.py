@@ -26,9 +26,16 @@ for i in range(last):
     path = "damaged-%d.mlirbc" % i
     with open(path, "wb") as f:
         f.write(damaged)
-    run = subprocess.run([tool, path, "-o", os.devnull], capture_output=True,
-                         text=True, errors="replace", timeout=120)
-    crashed = run.returncode not in (0, 1) or "Stack dump" in run.stderr
+    try:
+        run = subprocess.run([tool, path, "-o", os.devnull],
+                             capture_output=True, text=True, errors="replace",
+                             timeout=120)
+    except subprocess.TimeoutExpired:
+        print("time-out on %s" % path)
+        outcomes["crashed"] += 1
+        continue
+    crashed = (run.returncode not in (0, 1) or "Stack dump" in run.stderr
+               or "Sanitizer" in run.stderr)
     if crashed:
         print("crash on %s (exit %d):\n%s" % (path, run.returncode,
                                               run.stderr[-2000:]))

@@ -93,7 +93,6 @@ static int fail(const Twine &message) {
 
 int main(int argc, char **argv) {
   InitLLVM init(argc, argv);
-  strata::installFatalErrorHandler("strata-gen");
   strata::parseToolCommandLine(argc, argv,
                                "Strata model generator: prints the forward + "
                                "loss program of a reference model\n",

@@ -64,7 +64,6 @@ static int fail(const Twine &message) {
 
 int main(int argc, char **argv) {
   InitLLVM init(argc, argv);
-  strata::installFatalErrorHandler("strata-opt");
   mlir::DialectRegistry registry;
   strata::registerStrataDialects(registry);
   strata::registerAllStrataPasses();
@@ -85,8 +84,8 @@ int main(int argc, char **argv) {
     if (inputFilename != "-") {
       std::string error;
       if (auto input = mlir::openInputFile(inputFilename, &error))
-        if (std::string why =
-                strata::checkProgramInput(input->getBuffer(), inputFilename);
+        if (std::string why = strata::checkProgramInput(
+                "strata-opt", input->getBuffer(), inputFilename);
             !why.empty())
           return fail(why);
     }
@@ -184,8 +183,8 @@ int main(int argc, char **argv) {
   auto input = mlir::openInputFile(inputFilename, &error);
   if (!input)
     return fail(error);
-  if (std::string why =
-          strata::checkProgramInput(input->getBuffer(), inputFilename);
+  if (std::string why = strata::checkProgramInput(
+          "strata-opt", input->getBuffer(), inputFilename);
       !why.empty())
     return fail(why);
   auto output = mlir::openOutputFile(outputFilename, &error);

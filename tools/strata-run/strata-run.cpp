@@ -294,13 +294,14 @@ static int preflight(int64_t world) {
   auto input = mlir::openInputFile(programFile, &error);
   if (!input)
     return fail(error);
-  if (std::string why =
-          strata::checkProgramInput(input->getBuffer(), programFile);
+  if (std::string why = strata::checkProgramInput(
+          "strata-run", input->getBuffer(), programFile);
       !why.empty())
     return fail(why);
   sourceMgr.AddNewSourceBuffer(std::move(input), SMLoc());
   mlir::OwningOpRef<mlir::ModuleOp> module =
       mlir::parseSourceFile<mlir::ModuleOp>(sourceMgr, &mlirContext);
+  strata::endProgramInput();
   if (!module)
     return 1;
   Expected<mlir::func::FuncOp> step = strata::findStepFunction(*module);
@@ -550,7 +551,6 @@ static void removeStaleTemps(StringRef dir, function_ref<bool(StringRef)> of) {
 
 int main(int argc, char **argv) {
   InitLLVM init(argc, argv);
-  strata::installFatalErrorHandler("strata-run");
   strata::registerAllStrataPasses();
   strata::parseToolCommandLine(
       argc, argv,
@@ -610,13 +610,14 @@ int main(int argc, char **argv) {
   auto input = mlir::openInputFile(programFile, &error);
   if (!input)
     return failEverywhere(error, /*diagnosticsPrinted=*/false);
-  if (std::string why =
-          strata::checkProgramInput(input->getBuffer(), programFile);
+  if (std::string why = strata::checkProgramInput(
+          "strata-run", input->getBuffer(), programFile);
       !why.empty())
     return failEverywhere(why, /*diagnosticsPrinted=*/false);
   sourceMgr.AddNewSourceBuffer(std::move(input), SMLoc());
   mlir::OwningOpRef<mlir::ModuleOp> module =
       mlir::parseSourceFile<mlir::ModuleOp>(sourceMgr, &mlirContext);
+  strata::endProgramInput();
   if (!module)
     return failEverywhere("cannot parse " + programFile);
 
@@ -637,7 +638,8 @@ int main(int argc, char **argv) {
   options.gemmAutotune = gemmAutotune;
   options.blockingCollectives = blockingCollectives;
   options.communicator = communicator.get();
-  // The batch split and the strategy's passes: every rank fails alike.
+  // The strategy's passes (the first checks the batch split when they
+  // run): every rank fails alike.
   auto created = strata::Trainer::create(std::move(module), *strategy, options);
   if (!created) {
     if (rank0)

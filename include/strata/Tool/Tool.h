@@ -22,19 +22,20 @@ namespace strata {
 /// Strata was built with.
 std::string versionText();
 
-/// Makes LLVM's fatal errors (report_fatal_error and allocation failures:
-/// a library's internal limit, such as MLIR's bytecode reader meeting an
-/// impossible count in a damaged file) print "TOOL: error: REASON" and exit
-/// with status 1, instead of aborting with a crash report. Call once, first
-/// thing in main (after InitLLVM).
-void installFatalErrorHandler(llvm::StringRef tool);
+/// Checks the program file `path` (holding `contents`) that `tool` is about
+/// to parse: returns why MLIR's parser must not be given it
+/// (programNestingError), or "". When the file is MLIR bytecode, whose
+/// reader ends the process on some damaged files (report_fatal_error or a
+/// failed allocation, on an impossible count), LLVM's fatal errors print
+/// "TOOL: error: REASON (the program ... is MLIR bytecode ...)" and exit
+/// with status 1 instead of aborting with a crash report, until
+/// endProgramInput.
+std::string checkProgramInput(llvm::StringRef tool, llvm::StringRef contents,
+                              llvm::StringRef path);
 
-/// Checks the program file `path` (holding `contents`) a tool is about to
-/// parse: returns why MLIR's
-/// parser must not be given it (programNestingError), or "". Notes a
-/// bytecode file for installFatalErrorHandler's message (MLIR's bytecode
-/// reader fails fatally on some damaged files).
-std::string checkProgramInput(llvm::StringRef contents, llvm::StringRef path);
+/// The program is parsed: LLVM's fatal errors abort with a crash report
+/// again (they are internal errors from here on).
+void endProgramInput();
 
 /// Parses a tool's command line. Only the options in `categories` are shown
 /// by --help and offered as suggestions; --version prints versionText().

@@ -97,9 +97,10 @@ public:
   ~Trainer();
 
   /// Takes the program as written (its step function's arguments are the
-  /// global batch), checks that the batch splits over the strategy's
-  /// data-parallel ranks and micro-batches, and prepares the strategy's
-  /// passes for (worldSize, rank). Fails alike on every rank.
+  /// global batch) and prepares the strategy's passes for (worldSize,
+  /// rank), the first of which checks that the batch splits over the
+  /// data-parallel ranks and micro-batches (in compile()). Fails alike on
+  /// every rank.
   static llvm::Expected<std::unique_ptr<Trainer>>
   create(mlir::OwningOpRef<mlir::ModuleOp> program, Strategy strategy,
          const TrainerOptions &options);
