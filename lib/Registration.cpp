@@ -1,8 +1,9 @@
 //===- Registration.cpp - Dialects and passes of every tool ---------------===//
 
-#include "strata/InitAllDialects.h"
 #include "strata/Dialect/Strata.h"
+#include "strata/InitAllDialects.h"
 #include "strata/Passes/Passes.h"
+#include "strata/Strategy/PassPlan.h"
 
 #include "mlir/Dialect/Arith/IR/Arith.h"
 #include "mlir/Dialect/Func/IR/FuncOps.h"
@@ -15,5 +16,6 @@ void strata::registerStrataDialects(mlir::DialectRegistry &registry) {
 
 void strata::registerAllStrataPasses() {
   registerStrataPasses();
+  registerStrategyPasses();
   mlir::registerTransformsPasses();
 }

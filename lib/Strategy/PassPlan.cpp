@@ -327,17 +327,39 @@ static std::optional<mlir::Location> keyLocation(mlir::MLIRContext *context,
 namespace {
 /// First pass of a strategy's pipeline: the batch split of checkBatchSplit,
 /// reported as a diagnostic at the strategy key (or the step function).
+/// Registered, with the strategy file and world size as options, so that a
+/// printed strategy pipeline (--dump-pass-pipeline, crash reproducers) runs
+/// again from its text.
 class StrategyCheckPass
     : public mlir::PassWrapper<StrategyCheckPass,
                                mlir::OperationPass<mlir::ModuleOp>> {
 public:
   MLIR_DEFINE_EXPLICIT_INTERNAL_INLINE_TYPE_ID(StrategyCheckPass)
 
-  StrategyCheckPass(const Strategy &strategy, int64_t worldSize)
-      : strategy(strategy), worldSize(worldSize) {}
+  StrategyCheckPass() = default;
+  StrategyCheckPass(const StrategyCheckPass &other)
+      : PassWrapper(other), strategy(other.strategy) {}
+  StrategyCheckPass(const Strategy &given, int64_t world) : strategy(given) {
+    strategyFile = given.file;
+    worldSize = world;
+  }
   StringRef getArgument() const override { return "strata-strategy-check"; }
   StringRef getDescription() const override {
-    return "Checks that the step's batch splits as the strategy asks";
+    return "Checks that the step's batch splits as a strategy file asks";
+  }
+
+  mlir::LogicalResult initialize(mlir::MLIRContext *) override {
+    if (strategy)
+      return mlir::success();
+    if (worldSize < 1 || worldSize > kMaxRanks)
+      return failure("world-size must be in [1, " + Twine(kMaxRanks) + "]");
+    StrategyContext context;
+    context.worldSize = worldSize;
+    Expected<Strategy> loaded = loadStrategy(strategyFile, context);
+    if (!loaded)
+      return failure(toString(loaded.takeError()));
+    strategy = std::move(*loaded);
+    return mlir::success();
   }
 
   void runOnOperation() override {
@@ -348,20 +370,33 @@ public:
       return;
     }
     std::optional<BatchSplitProblem> problem =
-        batchSplitProblem(strategy, *step, worldSize);
+        batchSplitProblem(*strategy, *step, worldSize);
     if (!problem)
       return;
-    mlir::emitError(keyLocation(&getContext(), strategy, problem->key)
+    mlir::emitError(keyLocation(&getContext(), *strategy, problem->key)
                         .value_or(step->getLoc()),
                     problem->message);
     signalPassFailure();
   }
 
 private:
-  Strategy strategy;
-  int64_t worldSize;
+  mlir::LogicalResult failure(const Twine &why) {
+    errs() << "strata-strategy-check: " << why << "\n";
+    return mlir::failure();
+  }
+
+  Option<std::string> strategyFile{*this, "strategy",
+                                   llvm::cl::desc("The strategy file")};
+  Option<int64_t> worldSize{*this, "world-size",
+                            llvm::cl::desc("Ranks of the job"),
+                            llvm::cl::init(1)};
+  std::optional<Strategy> strategy;
 };
 } // namespace
+
+void strata::registerStrategyPasses() {
+  mlir::PassRegistration<StrategyCheckPass>();
+}
 
 Error strata::checkPlanImplemented(ArrayRef<PlannedPass> plan,
                                    const Strategy &strategy) {

@@ -196,10 +196,9 @@ TEST_F(PassPlanRegistered, AddsRegisteredPassesAndRejectsMissingOnes) {
   std::string text;
   llvm::raw_string_ostream os(text);
   pm.printAsTextualPipeline(os);
-  EXPECT_EQ(
-      text,
-      "builtin.module(strata-strategy-check,strata-pipeline{accumulate-steps=1 "
-      "micro-batch-size=1 rank=0 schedule=FThenB vpp-degree=1})");
+  EXPECT_EQ(text, "builtin.module(strata-strategy-check{strategy=test.yaml "
+                  "world-size=1},strata-pipeline{accumulate-steps=1 "
+                  "micro-batch-size=1 rank=0 schedule=FThenB vpp-degree=1})");
 }
 
 } // namespace
