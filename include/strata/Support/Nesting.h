@@ -10,8 +10,10 @@
 #ifndef STRATA_SUPPORT_NESTING_H
 #define STRATA_SUPPORT_NESTING_H
 
+#include "mlir/Bytecode/BytecodeReader.h"
 #include "llvm/ADT/StringRef.h"
 #include "llvm/ADT/Twine.h"
+#include "llvm/Support/MemoryBufferRef.h"
 
 #include <algorithm>
 #include <cstdint>
@@ -51,11 +53,11 @@ inline int64_t maxBracketNesting(llvm::StringRef text, bool yaml,
 constexpr int64_t kMaxProgramNesting = 1000;
 
 /// Why the program text `text` (named `name`) is not parsed, or the empty
-/// string: nested deeper than kMaxProgramNesting. Bytecode (which starts
-/// with "ML\xEFR") is not text and is not checked.
+/// string: nested deeper than kMaxProgramNesting. Bytecode is not text and
+/// is not checked.
 inline std::string programNestingError(llvm::StringRef text,
                                        llvm::StringRef name) {
-  if (text.starts_with("ML\xEFR"))
+  if (mlir::isBytecode(llvm::MemoryBufferRef(text, name)))
     return "";
   if (maxBracketNesting(text, /*yaml=*/false, kMaxProgramNesting) <=
       kMaxProgramNesting)
