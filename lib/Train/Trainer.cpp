@@ -221,25 +221,26 @@ Expected<int64_t> Trainer::loadCheckpoint(StringRef path) {
   auto done = strata::loadCheckpoint(*program, path, loaded, &unread);
   if (!done)
     return done.takeError();
-  // What another strategy's run leaves unread: the parameters of other
-  // pipeline stages, state of another optimizer ("NAME.SUFFIX" of a
-  // parameter), the step count and mixed precision's loss scale.
+  if (Error err = exe->setState(loaded))
+    return std::move(err);
+  // Said once the checkpoint is loaded (nothing changes on an error). What
+  // another strategy's run leaves unread is no news: the parameters of
+  // other pipeline stages, the step count, mixed precision's loss scale and
+  // the state of each ("NAME.SUFFIX": another optimizer's moments, the loss
+  // scale's counters).
   auto ofThisModel = [&](StringRef name) {
-    if (name == kStepCountStateName || name == kLossScaleStateName ||
-        (name.starts_with(kLossScaleStateName) &&
-         name.drop_front(kLossScaleStateName.size()).starts_with(".")))
-      return true;
-    if (modelParameters.contains(name))
+    auto known = [&](StringRef symbol) {
+      return modelParameters.contains(symbol) ||
+             symbol == kStepCountStateName || symbol == kLossScaleStateName;
+    };
+    if (known(name))
       return true;
     for (size_t dot = name.find('.'); dot != StringRef::npos;
          dot = name.find('.', dot + 1))
-      if (modelParameters.contains(name.take_front(dot)))
+      if (known(name.take_front(dot)))
         return true;
     return false;
   };
-  if (Error err = exe->setState(loaded))
-    return std::move(err);
-  // Said once the checkpoint is loaded (nothing changes on an error).
   std::vector<std::string> foreign;
   for (const std::string &name : unread)
     if (!ofThisModel(name))
