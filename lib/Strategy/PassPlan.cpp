@@ -281,15 +281,15 @@ batchSplitProblem(const Strategy &s, mlir::func::FuncOp step,
           ranks * micro * ((batch + ranks * micro - 1) / (ranks * micro));
       // Lowering is offered where any count of 2 or more is accepted:
       // gradient merge (a pipeline's schedules have rules of their own).
-      int64_t least = s.pipeline.enable ? INT64_MAX : 2;
+      bool offerLower = !s.pipeline.enable && lower >= 2;
       return BatchSplitProblem{
           key.str(),
           ("batch " + Twine(batch) + " (" + name + ") splits into " +
            Twine(ranks) + (ranks == 1 ? " rank" : " ranks") + " x " + keyName +
            " " + Twine(micro) + " = " + Twine(ranks * micro) +
            " micro-batches: " +
-           (lower >= least ? "lower " + keyName + " to " + Twine(lower) + " or "
-                           : Twine("")) +
+           (offerLower ? "lower " + keyName + " to " + Twine(lower) + " or "
+                       : Twine("")) +
            "raise the batch to " + Twine(raise))
               .str()};
     }
