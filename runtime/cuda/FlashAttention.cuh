@@ -367,6 +367,10 @@ __global__ void __launch_bounds__(kFlashThreads)
       at.dv);
   sh.grad.zero(dp);
   sh.gradV.zero(dvp);
+  // The warps zeroed each other's rows, and with a causal mask a block of
+  // keys past the last query skips the loop (and its barriers) and stores
+  // the zeros at once.
+  __syncthreads();
   // Causal: queries from this block's first key on.
   for (int64_t q0 = causal ? k0 : 0; q0 < at.s; q0 += kFlashRows) {
     __syncthreads(); // the last block's queries are read

@@ -647,6 +647,10 @@ std::vector<CaseDef> makeCases() {
   attention("bf16_causal_long_dropout", BF16, 2, 2, 130, 130, 64, 64, true,
             0.1);
   attention("f16_cross_long", F16, 1, 2, 100, 150, 64, 40, false);
+  // Causal with key blocks past every query (their dK and dV are zeros),
+  // and the largest head size the flash kernels take.
+  attention("bf16_causal_more_keys", BF16, 1, 2, 40, 200, 64, 64, true);
+  attention("f16_causal_head128", F16, 1, 2, 130, 130, 128, 128, true, 0.1);
 
   // Layer norm and its gradient.
   auto layerNorm = [&](const std::string &name, int64_t dt, int64_t rows,

@@ -377,4 +377,16 @@ TEST(FlashAttentionEmulation, Bf16CausalWithFewerKeys) {
   // Causal with fewer keys than queries: later queries see every key.
   check<__nv_bfloat16>({1, 3, 90, 40, 16, 16, true, 0.2}, 1.6e-2, 1e-2);
 }
+
+TEST(FlashAttentionEmulation, Bf16CausalWithKeysPastTheQueries) {
+  // Causal with more keys than queries: the key blocks from 64 on are past
+  // every query, and their dK and dV are zeros.
+  check<__nv_bfloat16>({1, 2, 40, 200, 64, 64, true, 0}, 1.6e-2, 1e-2);
+}
+
+TEST(FlashAttentionEmulation, F16CausalHeadSize128) {
+  // Head size 128: the largest tiles the flash kernels take (the gradient
+  // of the keys needs about 178 KiB of shared memory).
+  check<__half>({1, 2, 130, 130, 128, 128, true, 0.1}, 2e-3, 1e-3);
+}
 } // namespace
