@@ -414,14 +414,13 @@ LogicalResult Differentiator::run() {
   return success();
 }
 
-/// A step to differentiate: one scalar float result, no gradients yet.
+/// A step to differentiate: one scalar float result (the loss, which the
+/// pass has checked carries no gradient mark).
 bool needsDifferentiation(func::FuncOp func) {
   if (func.isExternal() || func.getNumResults() != 1)
     return false;
   auto type = dyn_cast<RankedTensorType>(func.getResultTypes()[0]);
-  if (!type || type.getRank() != 0 || !isa<FloatType>(type.getElementType()))
-    return false;
-  return !func.getResultAttr(0, StrataDialect::kGradOfAttrName);
+  return type && type.getRank() == 0 && isa<FloatType>(type.getElementType());
 }
 
 struct AutodiffPass : public strata::impl::StrataAutodiffBase<AutodiffPass> {
@@ -431,11 +430,19 @@ struct AutodiffPass : public strata::impl::StrataAutodiffBase<AutodiffPass> {
     if (failed(step))
       return signalPassFailure();
     func::FuncOp f = *step;
-    bool differentiated = false;
-    for (unsigned i = 0; i < f.getNumResults(); ++i)
-      differentiated |=
-          bool(f.getResultAttr(i, StrataDialect::kGradOfAttrName));
-    if (!differentiated && !needsDifferentiation(f)) {
+    // The passes after autodiff find a step's gradients from result 1 on
+    // (returnsGradients); a gradient marked in place of the loss is neither
+    // a step to differentiate nor a differentiated one.
+    if (f.getNumResults() &&
+        f.getResultAttr(0, StrataDialect::kGradOfAttrName)) {
+      f.emitError() << "strata-autodiff: @" << f.getName()
+                    << "'s result 0 is marked "
+                    << StrataDialect::kGradOfAttrName
+                    << ", but a step's first result is its loss (the gradients "
+                       "follow it)";
+      return signalPassFailure();
+    }
+    if (!returnsGradients(f) && !needsDifferentiation(f)) {
       std::string types;
       llvm::raw_string_ostream os(types);
       llvm::interleaveComma(f.getResultTypes(), os);

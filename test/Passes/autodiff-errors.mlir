@@ -62,3 +62,14 @@ func.func @not_a_loss(%x: tensor<8xf32>) -> tensor<8xf32> {
   %r = strata.relu %x : (tensor<8xf32>) -> tensor<8xf32>
   return %r : tensor<8xf32>
 }
+
+// -----
+
+// The loss comes first; a gradient marked in its place is refused (the
+// passes after autodiff read the gradients from result 1 on).
+strata.param @a : tensor<8xf32> init <normal, 1.0>
+// expected-error@+1 {{strata-autodiff: @marked_loss's result 0 is marked strata.grad_of, but a step's first result is its loss (the gradients follow it)}}
+func.func @marked_loss(%x: tensor<8xf32>) -> (tensor<f32> {strata.grad_of = @a}) {
+  %l = strata.reduce_sum %x {dims = array<i64: 0>} : (tensor<8xf32>) -> tensor<f32>
+  return %l : tensor<f32>
+}
