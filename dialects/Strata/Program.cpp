@@ -50,9 +50,10 @@ FailureOr<func::FuncOp> strata::getDifferentiatedStep(ModuleOp module,
   FailureOr<func::FuncOp> step = getStepFunction(module, pass);
   if (failed(step) || returnsGradients(*step))
     return step;
-  emitError(module.getLoc())
-      << pass << ": the step returns no gradients (run strata-autodiff first"
-      << order << ")";
+  step->emitError() << pass
+                    << ": the step returns no gradients (run strata-autodiff "
+                       "first"
+                    << order << ")";
   return failure();
 }
 

@@ -4,7 +4,8 @@
 // RUN: not strata-opt %s --strata-autodiff --strata-optimizer='lr-schedule=step' 2>&1 | FileCheck %s --check-prefix=SCHEDULE
 // RUN: not strata-opt %s --strata-autodiff --strata-optimizer='learning-rate=0' 2>&1 | FileCheck %s --check-prefix=LR
 
-// NOGRAD: error: strata-optimizer: the step returns no gradients (run strata-autodiff first)
+// At the step, where it says which function it read.
+// NOGRAD: optimizer-errors.mlir:15:1: error: strata-optimizer: the step returns no gradients (run strata-autodiff first)
 // TYPE: error: strata-optimizer: unknown type 'adagrad' (sgd, momentum, adam, adamw, lamb, lars)
 // COSINE: error: lr-schedule cosine needs decay-steps >= 1
 // SCHEDULE: error: unknown lr-schedule 'step' (constant, linear_warmup, cosine)
