@@ -349,11 +349,29 @@ template <typename T> struct BackwardScratch {
                            std::max({at.s * at.d, tp * at.d, tp * at.dv}))) {}
 };
 
+/// Whether the flash kernels this device runs were compiled for sm_80 or
+/// later: below it their tiles compile to a trap (FlashAttention.cuh), and
+/// a build for an older architecture runs on a newer device from its PTX.
+/// Asked once per context.
+bool flashCompiled(StrataRtContext *ctx) {
+  if (ctx->flashPtxVersion < 0) {
+    cudaFuncAttributes attributes;
+    // (No image for this device is an error that must not stay pending.)
+    bool known = cudaFuncGetAttributes(
+                     &attributes, flashForward<__nv_bfloat16>) == cudaSuccess;
+    if (!known)
+      cudaGetLastError();
+    ctx->flashPtxVersion = known ? attributes.ptxVersion : 0;
+  }
+  return ctx->flashPtxVersion >= 80;
+}
+
 /// Whether this call runs the flash kernels: STRATA_CUDA_ATTENTION=flash
 /// asks for them (unset or "gemm": the chunked products), for bf16 and
-/// f16 on devices of compute capability 8.0 or later, where the largest
-/// kernel's shared memory fits the device's (head sizes up to 128 on
-/// Hopper). An unknown setting fails the step.
+/// f16 on devices of compute capability 8.0 or later with kernels compiled
+/// for them, head sizes up to 128 (the sizes the kernels are tested at),
+/// where the largest kernel's shared memory fits the device's. An unknown
+/// setting fails the step.
 template <typename T>
 bool useFlash(StrataRtContext *ctx, int64_t site, const AttentionLayout &at) {
   const char *set = std::getenv("STRATA_CUDA_ATTENTION");
@@ -363,10 +381,10 @@ bool useFlash(StrataRtContext *ctx, int64_t site, const AttentionLayout &at) {
               "STRATA_CUDA_ATTENTION is 'gemm' or 'flash', not '" + kind + "'");
     return false;
   }
-  // The kernels' bf16 tiles need sm_80 (FlashAttention.cuh).
   return kind == "flash" && !std::is_same_v<T, float> &&
-         ctx->computeMajor >= 8 &&
-         flashGradBytes<T>(at, true) <= ctx->sharedPerBlockOptin;
+         ctx->computeMajor >= 8 && pad16(at.d) <= 128 && pad16(at.dv) <= 128 &&
+         flashGradBytes<T>(at, true) <= ctx->sharedPerBlockOptin &&
+         flashCompiled(ctx);
 }
 
 /// Launches `kernel` on the compute stream with `bytes` of dynamic shared

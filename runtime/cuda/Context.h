@@ -31,6 +31,9 @@ struct StrataRtContext : strata::rt::HostContext {
   /// may opt in to, read once with its properties.
   int computeMajor = 0;
   size_t sharedPerBlockOptin = 0;
+  /// The PTX version the flash attention kernels were compiled for on this
+  /// device (Attention.cu asks on first use; -1: not yet asked).
+  int flashPtxVersion = -1;
   /// Seconds strata_rt_step_end waits for collectives (0: no limit).
   int64_t collectiveTimeout = 1800;
   /// Kernels run in program order on `compute`; collectives on `comm`,
