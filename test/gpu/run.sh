@@ -9,10 +9,11 @@
 # fails. With --profile, each benchmark also prints its 30 slowest ops
 # (mean ms per step, from the runtime's trace). --only LIST runs only the
 # stages named in LIST (comma-separated: kernels, attention, programs,
-# bench, sanitizer) after the build, for a device lent for a few minutes.
+# bench, sanitizer, flash-sanitizer) after the build, for a device lent
+# for a few minutes.
 set -u
 profile=0
-stages=kernels,attention,programs,bench,sanitizer
+stages=kernels,attention,programs,bench,sanitizer,flash-sanitizer
 only=$stages
 while [ $# -gt 0 ]; do
   case $1 in
@@ -142,10 +143,9 @@ wanted bench && for dir in benches/*/; do
 done
 sanitizer=$(command -v compute-sanitizer ||
             echo /usr/local/cuda/bin/compute-sanitizer)
-if ! wanted sanitizer; then
+if ! wanted sanitizer && ! wanted flash-sanitizer; then
   :
 elif [ -x "$sanitizer" ]; then
-  echo "== compute-sanitizer (memcheck)"
   # Its report, then its summary; a finding fails the check (exit 3), as
   # does the program's own failure.
   sanitize() {
@@ -158,13 +158,21 @@ elif [ -x "$sanitizer" ]; then
     [ $rc -eq 0 ] ||
       { echo "FAIL: compute-sanitizer $name (exit $rc)"; status=1; }
   }
-  sanitize step_gpt 300 build/step_gpt programs/gpt 2 3
-  sanitize kernel_check 600 build/kernel_check compare \
-    --runtime build/libstrata_runtime_cuda.so --dir kernels
+  if wanted sanitizer; then
+    echo "== compute-sanitizer (memcheck)"
+    sanitize step_gpt 300 build/step_gpt programs/gpt 2 3
+    sanitize kernel_check 600 build/kernel_check compare \
+      --runtime build/libstrata_runtime_cuda.so --dir kernels
+  fi
   # The flash kernels' shared-memory tiles (out-of-bounds and misaligned
-  # accesses are what their host emulation cannot show).
-  STRATA_CUDA_ATTENTION=flash sanitize flash 300 build/kernel_check compare \
-    --runtime build/libstrata_runtime_cuda.so --dir kernels --filter attention
+  # accesses are what their host emulation cannot show): a stage of its
+  # own, minutes where the whole kernel check takes ten.
+  if wanted flash-sanitizer; then
+    echo "== compute-sanitizer (memcheck), flash kernels"
+    STRATA_CUDA_ATTENTION=flash sanitize flash 300 build/kernel_check \
+      compare --runtime build/libstrata_runtime_cuda.so --dir kernels \
+      --filter attention
+  fi
 else
   echo "compute-sanitizer not found: skipped"
 fi
