@@ -1,11 +1,15 @@
 // RUN: not strata-opt %s --strata-optimizer 2>&1 | FileCheck %s --check-prefix=NOGRAD
+// RUN: not strata-opt %s --strata-optimizer --mlir-print-op-on-diagnostic 2>&1 | FileCheck %s --check-prefix=PRINTOP
 // RUN: not strata-opt %s --strata-autodiff --strata-optimizer='type=adagrad' 2>&1 | FileCheck %s --check-prefix=TYPE
 // RUN: not strata-opt %s --strata-autodiff --strata-optimizer='lr-schedule=cosine' 2>&1 | FileCheck %s --check-prefix=COSINE
 // RUN: not strata-opt %s --strata-autodiff --strata-optimizer='lr-schedule=step' 2>&1 | FileCheck %s --check-prefix=SCHEDULE
 // RUN: not strata-opt %s --strata-autodiff --strata-optimizer='learning-rate=0' 2>&1 | FileCheck %s --check-prefix=LR
 
-// At the step, where it says which function it read.
-// NOGRAD: optimizer-errors.mlir:15:1: error: strata-optimizer: the step returns no gradients (run strata-autodiff first)
+// At the step, where it says which function it read, without the function
+// in generic form after it (--mlir-print-op-on-diagnostic asks for that).
+// NOGRAD: optimizer-errors.mlir:19:1: error: strata-optimizer: the step returns no gradients (run strata-autodiff first)
+// NOGRAD-NOT: see current operation
+// PRINTOP: optimizer-errors.mlir:19:1: note: see current operation
 // TYPE: error: strata-optimizer: unknown type 'adagrad' (sgd, momentum, adam, adamw, lamb, lars)
 // COSINE: error: lr-schedule cosine needs decay-steps >= 1
 // SCHEDULE: error: unknown lr-schedule 'step' (constant, linear_warmup, cosine)

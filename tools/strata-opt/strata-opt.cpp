@@ -74,6 +74,13 @@ int main(int argc, char **argv) {
   cl::SetVersionPrinter([](raw_ostream &os) { os << strata::versionText(); });
   auto [inputFilename, outputFilename] = mlir::registerAndParseCLIOptions(
       argc, argv, "Strata optimizer driver\n", registry);
+  // An error at a function does not print the whole function after it in
+  // generic form (thousands of lines for a large step), as strata-run;
+  // --mlir-print-op-on-diagnostic asks for it.
+  if (auto *printOp = static_cast<cl::opt<bool> *>(
+          cl::getRegisteredOptions().lookup("mlir-print-op-on-diagnostic"));
+      printOp && !printOp->getNumOccurrences())
+    printOp->setValue(false);
 
   if (strategyFile.empty()) {
     if (!printStrategy.empty() || printStrategyPlan)
