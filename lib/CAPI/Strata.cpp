@@ -45,6 +45,9 @@ struct StrataSessionImpl {
     strata::registerStrataDialects(registry);
     context.appendDialectRegistry(registry);
     context.loadAllAvailableDialects();
+    // A diagnostic names its place; the operation in generic form after it
+    // (a whole step function for an error at the step) is not for users.
+    context.printOpOnDiagnostic(false);
     module = ModuleOp::create(UnknownLoc::get(&context));
   }
 

@@ -13,6 +13,14 @@ try:
 except strata.StrataError as e:
     print("parse:", e.diagnostics[0])
 
+# A step that returns no loss: the error at the step, without the step in
+# generic form after it.
+try:
+    strata.compile("func.func @train_step(%x: tensor<8xf32>) -> tensor<8xf32> "
+                   "{\n  return %x : tensor<8xf32>\n}\n", name="noloss.mlir")
+except strata.StrataError as e:
+    print("no loss:", "see current operation" in str(e), e.diagnostics[0])
+
 # A wrong strategy key: the strategy file's place and the suggestion.
 try:
     strata.compile(open("mlp.mlir").read(), strategy="typo.yaml")
