@@ -8,6 +8,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "Fields.h"
+#include "strata/Support/ReplaceFile.h"
 
 #include "llvm/ADT/SmallString.h"
 #include "llvm/ADT/StringExtras.h"
@@ -165,26 +166,5 @@ std::string strata::toJson(const Strategy &strategy) {
 Error strata::saveStrategy(const Strategy &strategy, StringRef path) {
   std::string text =
       path.ends_with(".json") ? toJson(strategy) : toYaml(strategy);
-  SmallString<128> temp;
-  int fd;
-  if (std::error_code ec =
-          sys::fs::createUniqueFile(path + ".tmp-%%%%%%", fd, temp))
-    return createStringError(ec,
-                             "cannot write '" + path + "': " + ec.message());
-  {
-    raw_fd_ostream os(fd, /*shouldClose=*/true);
-    os << text;
-    os.close();
-    if (os.has_error()) {
-      sys::fs::remove(temp);
-      return createStringError(os.error(), "cannot write '" + path +
-                                               "': " + os.error().message());
-    }
-  }
-  if (std::error_code ec = sys::fs::rename(temp, path)) {
-    sys::fs::remove(temp);
-    return createStringError(ec,
-                             "cannot write '" + path + "': " + ec.message());
-  }
-  return Error::success();
+  return replaceFile(path, [&](raw_ostream &os) { os << text; });
 }

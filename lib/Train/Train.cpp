@@ -5,6 +5,7 @@
 #include "strata/Dialect/Strata.h"
 #include "strata/Strategy/Strategy.h"
 #include "strata/Support/Nesting.h"
+#include "strata/Support/ReplaceFile.h"
 
 #include "../../runtime/common/StrataRandom.h"
 
@@ -190,13 +191,7 @@ Error strata::writeSafetensors(StringRef path, ArrayRef<NamedTensor> tensors,
   while (json.size() % 8)
     json += ' ';
 
-  llvm::SmallString<128> temp;
-  int fd;
-  if (std::error_code ec =
-          llvm::sys::fs::createUniqueFile(path + ".tmp-%%%%%%", fd, temp))
-    return makeError("cannot write '" + path + "': " + ec.message());
-  {
-    llvm::raw_fd_ostream os(fd, /*shouldClose=*/true);
+  return replaceFile(path, [&](llvm::raw_ostream &os) {
     char size[8];
     llvm::support::endian::write64le(size, json.size());
     os.write(size, 8);
@@ -219,17 +214,7 @@ Error strata::writeSafetensors(StringRef path, ArrayRef<NamedTensor> tensors,
         os.write(buf, dtypeSize(t.dtype));
       }
     }
-    os.close();
-    if (os.has_error()) {
-      llvm::sys::fs::remove(temp);
-      return makeError("cannot write '" + path + "': " + os.error().message());
-    }
-  }
-  if (std::error_code ec = llvm::sys::fs::rename(temp, path)) {
-    llvm::sys::fs::remove(temp);
-    return makeError("cannot write '" + path + "': " + ec.message());
-  }
-  return Error::success();
+  });
 }
 
 Expected<Safetensors> strata::readSafetensors(StringRef path) {
@@ -471,6 +456,10 @@ strata::checkpointTensors(ModuleOp module,
 
 Error strata::writeCheckpoint(StringRef path, ArrayRef<NamedTensor> tensors,
                               int64_t stepsDone) {
+  // (What a reader refuses is not written.)
+  if (stepsDone < 0)
+    return makeError("cannot write '" + path + "': steps done " +
+                     Twine(stepsDone) + " is negative");
   return writeSafetensors(path, tensors,
                           {{"strata.steps_done", std::to_string(stepsDone)}});
 }
