@@ -68,9 +68,9 @@ Trainer::create(mlir::OwningOpRef<mlir::ModuleOp> program, Strategy strategy,
     return trainerError("rank " + Twine(options.rank) +
                         " is not a rank of a job of " +
                         Twine(options.worldSize) + " ranks");
-  if (options.threads < 1)
-    return trainerError("give at least one thread (" + Twine(options.threads) +
-                        " asked for)");
+  if (options.threads < 1 || options.threads > kMaxThreads)
+    return trainerError("give 1 to " + Twine(kMaxThreads) + " threads (" +
+                        Twine(options.threads) + " asked for)");
   if (options.worldSize > 1 && !options.communicator)
     return trainerError("a job of " + Twine(options.worldSize) +
                         " ranks needs a communicator");

@@ -422,9 +422,11 @@ static int checkArguments() {
                 "use --emit-tracing for a step that records its ops");
   if (!emit.empty() && outputFile.empty())
     return fail("--emit needs -o FILE");
-  if (threads.getNumOccurrences() && (threads < 1 || threads > 4096))
+  if (threads.getNumOccurrences() &&
+      (threads < 1 || threads > strata::kMaxThreads))
     return fail("--cpu-threads " + Twine(threads) +
-                " is out of range: give 1 to 4096 threads per rank, or leave "
+                " is out of range: give 1 to " + Twine(strata::kMaxThreads) +
+                " threads per rank, or leave "
                 "it out to divide the cores among the ranks of this machine");
   if (steps < 0 || steps > (int64_t(1) << 53))
     return fail("--steps " + Twine(steps) +

@@ -55,6 +55,9 @@ enum class Backend {
 llvm::Expected<Backend> parseBackend(llvm::StringRef name);
 llvm::StringRef backendName(Backend backend);
 
+/// The most kernel threads a rank may ask for.
+constexpr int64_t kMaxThreads = 4096;
+
 struct TrainerOptions {
   int64_t worldSize = 1;
   int64_t rank = 0;
