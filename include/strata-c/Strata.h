@@ -171,7 +171,10 @@ int strataExecutableReadBatch(StrataExecutable executable, const char *dataPath,
 
 /* Trains one step on `inputs` (as strataExecutableReadBatch describes) and
  * stores the loss. Every rank of the job calls it with the same batch. A
- * NaN or infinite loss is an error. */
+ * NaN or infinite loss is an error. A step that fails may have updated part
+ * of the state (an id out of range and a NaN loss are found at its end):
+ * after it the executable neither trains nor saves until a checkpoint is
+ * loaded. */
 int strataExecutableStep(StrataExecutable executable, const void *const *inputs,
                          double *loss);
 

@@ -138,6 +138,20 @@ struct StrataExecutableImpl {
   std::optional<strata::DataStream> data;
   std::string dataPath;
   int64_t stepsRun = 0;
+  /// The step that failed: it may have updated part of the state (an id
+  /// out of range or a NaN loss is found at the step's end), so the
+  /// executable trains and saves nothing until a checkpoint is loaded.
+  std::optional<int64_t> failedStep;
+
+  /// Whether the state can be trained or saved; otherwise says why in `os`.
+  bool stateDefined(llvm::raw_ostream &os, llvm::StringRef what) const {
+    if (!failedStep)
+      return true;
+    os << "cannot " << what << ": step " << *failedStep
+       << " failed, and its updates may have changed part of the weights "
+          "and optimizer state; load a checkpoint to go on";
+    return false;
+  }
 };
 
 extern "C" {
@@ -454,8 +468,11 @@ int strataExecutableStep(StrataExecutable executable, const void *const *inputs,
       batch.push_back(
           strata::readHostBuffer(exe.shapes[i], exe.types[i], inputs[i]));
     }
+    if (!exe.stateDefined(os, "train"))
+      return false;
     auto result = exe.trainer->step(exe.stepsRun, batch);
     if (!result) {
+      exe.failedStep = exe.stepsRun;
       os << "step " << exe.stepsRun << ": "
          << llvm::toString(result.takeError());
       return false;
@@ -477,6 +494,7 @@ int strataExecutableLoadCheckpoint(StrataExecutable executable,
     if (stepsDone)
       *stepsDone = *done;
     executable->stepsRun = *done;
+    executable->failedStep.reset();
     return true;
   });
 }
@@ -484,6 +502,8 @@ int strataExecutableLoadCheckpoint(StrataExecutable executable,
 int strataExecutableSaveCheckpoint(StrataExecutable executable,
                                    const char *path, int64_t stepsDone) {
   return executable->session->capture([&](llvm::raw_ostream &os) {
+    if (!executable->stateDefined(os, "save a checkpoint"))
+      return false;
     if (llvm::Error err =
             executable->trainer->saveCheckpoint(path, stepsDone)) {
       os << llvm::toString(std::move(err));

@@ -277,6 +277,9 @@ llvm::Error JitExecutable::emitObject(ModuleOp module, llvm::StringRef path,
 
 llvm::Error
 JitExecutable::setState(const llvm::StringMap<reference::Tensor> &state) {
+  // A new state: an earlier step's error (the one that may have left the
+  // state half updated) is not this call's.
+  runtime->clear_error(context);
   for (Buffer &b : persistent) {
     auto it = state.find(b.name);
     if (it == state.end())
