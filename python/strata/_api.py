@@ -1,10 +1,12 @@
 """ctypes declarations of Strata's C API and the Python objects over them."""
 
 import ctypes
+import numbers
 import os
+import threading
 import warnings
 from dataclasses import dataclass
-from typing import Dict, List, Optional, Sequence, Union
+from typing import Dict, List, Optional, Sequence, Tuple, Union
 
 import numpy as np
 
@@ -126,6 +128,35 @@ def api_version() -> int:
     return _apiVersion()
 
 
+_INT64 = (-(1 << 63), (1 << 63) - 1)
+
+
+def _integer(what: str, value, low: int, high: int) -> int:
+    """`value` as a Python int in [low, high]: TypeError for another type
+    (bool included), ValueError outside the range (where C would wrap it)."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+        raise TypeError("%s must be an integer, got %s"
+                        % (what, type(value).__name__))
+    value = int(value)
+    if not low <= value <= high:
+        raise ValueError("%s must be in [%d, %d], got %d"
+                         % (what, low, high, value))
+    return value
+
+
+def _path(what: str, value) -> bytes:
+    """A path argument (str, bytes or os.PathLike) as the C API's bytes."""
+    if not isinstance(value, (str, bytes, os.PathLike)):
+        raise TypeError("%s must be a path (str or os.PathLike), got %s"
+                        % (what, type(value).__name__))
+    encoded = os.fsencode(value)
+    if not encoded:
+        raise ValueError("%s is an empty path" % what)
+    if b"\0" in encoded:
+        raise ValueError("%s contains a NUL character: %r" % (what, value))
+    return encoded
+
+
 _SEVERITIES = {0: "error", 1: "warning", 2: "note", 3: "remark"}
 # The C API's element types (StrataElementType) as numpy types; bf16 has
 # none in numpy and is not accepted from Python yet.
@@ -235,15 +266,22 @@ class _Session:
 
 class Executable:
     """One rank of a training job: the compiled step, its weights and
-    optimizer state. Made by `strata.compile`."""
+    optimizer state. Made by `strata.compile`.
+
+    Its calls are serialised (a lock): threads may share an executable,
+    one call at a time. After `close()` (or leaving a `with` block) every
+    call raises ValueError."""
 
     def __init__(self, session: _Session, handle):
+        if not isinstance(session, _Session) or not handle:
+            raise TypeError("a strata.Executable is made by strata.compile")
         self._session = session
         self._handle = handle
+        self._lock = threading.Lock()
         self._comm = None
         #: The job: this executable is `rank` of `world_size` ranks.
         self.world_size, self.rank = 1, 0
-        self.inputs: List[Input] = []
+        inputs = []
         info = _TensorInfo()
         for i in range(_numInputs(handle)):
             session.check(_inputInfo(handle, i, ctypes.byref(info)))
@@ -253,8 +291,31 @@ class Executable:
                 raise StrataError("input '%s' has element type %d, which "
                                   "numpy has no type for"
                                   % (info.name.decode(), info.elementType))
-            self.inputs.append(Input(info.name.decode(), np.dtype(dtype),
-                                     shape))
+            inputs.append(Input(info.name.decode(), np.dtype(dtype), shape))
+        self._inputs: Tuple[Input, ...] = tuple(inputs)
+
+    @property
+    def inputs(self) -> Tuple[Input, ...]:
+        """The step's inputs in order (name, dtype, shape): the global
+        batch."""
+        return self._inputs
+
+    def _live(self):
+        """The C handle; ValueError once closed. Called under the lock."""
+        if not self._handle:
+            raise ValueError("this strata.Executable is closed")
+        return self._handle
+
+    def __copy__(self):
+        raise TypeError("a strata.Executable cannot be copied (it owns the "
+                        "compiled step and its state): save a checkpoint "
+                        "and load it into another")
+
+    def __deepcopy__(self, memo):
+        self.__copy__()
+
+    def __reduce__(self):
+        self.__copy__()
 
     def _buffers(self, batch) -> List[np.ndarray]:
         if isinstance(batch, dict):
@@ -289,10 +350,12 @@ class Executable:
         """Batch `step` of the data stream strata-run uses (token ids of the
         text file or directory `data`, by default the licence texts; the
         MLP's synthetic task), as {input name: array}."""
+        step = _integer("read_batch's step", step, 0, _INT64[1])
+        path = None if data is None else _path("read_batch's data", data)
         arrays = [np.empty(i.shape, i.dtype) for i in self.inputs]
-        self._session.check(_readBatch(
-            self._handle, data.encode() if data else None, step,
-            self._pointers(arrays)))
+        with self._lock:
+            self._session.check(_readBatch(self._live(), path, step,
+                                           self._pointers(arrays)))
         return {i.name: a for i, a in zip(self.inputs, arrays)}
 
     def step(self, batch) -> float:
@@ -300,33 +363,46 @@ class Executable:
         sequence in input order) and returns the loss."""
         arrays = self._buffers(batch)
         loss = ctypes.c_double()
-        self._session.check(_step(self._handle, self._pointers(arrays),
-                                  ctypes.byref(loss)))
+        with self._lock:
+            self._session.check(_step(self._live(), self._pointers(arrays),
+                                      ctypes.byref(loss)))
         return loss.value
 
-    def save(self, path: str, steps_done: int = 0) -> None:
+    def save(self, path: Union[str, os.PathLike], steps_done: int = 0) -> None:
         """Writes the weights and optimizer state (safetensors)."""
-        self._session.check(_save(self._handle, os.fsencode(path),
-                                  steps_done))
+        encoded = _path("save's path", path)
+        steps_done = _integer("steps_done", steps_done, 0, _INT64[1])
+        with self._lock:
+            self._session.check(_save(self._live(), encoded, steps_done))
 
-    def load(self, path: str) -> int:
+    def load(self, path: Union[str, os.PathLike]) -> int:
         """Reads a checkpoint (any strategy's); returns its steps done."""
+        encoded = _path("load's path", path)
         done = ctypes.c_int64()
-        self._session.check(_load(self._handle, os.fsencode(path),
-                                  ctypes.byref(done)))
+        with self._lock:
+            self._session.check(_load(self._live(), encoded,
+                                      ctypes.byref(done)))
         return done.value
 
     def memory_plan(self) -> MemoryPlan:
         plan = _MemoryPlan()
-        self._session.check(_memoryPlan(self._handle, ctypes.byref(plan)))
+        with self._lock:
+            self._session.check(_memoryPlan(self._live(),
+                                            ctypes.byref(plan)))
         return MemoryPlan(plan.peak, plan.arena, plan.persistent, plan.inputs,
                           plan.activations, plan.parameters, plan.gradients,
                           plan.optimizerState, plan.scratch)
 
     def close(self) -> None:
-        if self._handle:
-            _destroy(self._handle)
-            self._handle = None
+        """Frees the executable (idempotent); a call in another thread
+        finishes first."""
+        lock = getattr(self, "_lock", None)
+        if lock is None:  # __init__ refused its arguments
+            return
+        with lock:
+            if self._handle:
+                _destroy(self._handle)
+                self._handle = None
 
     def __del__(self):
         self.close()
@@ -347,6 +423,39 @@ def _mpi_world_size_from_environment() -> int:
     return 1
 
 
+def _program_text(program) -> Tuple[bytes, str]:
+    """The program's bytes and the name its diagnostics give it: a path
+    (os.PathLike, or a one-line str naming a file) is read; other str and
+    bytes are the program itself (MLIR text, or bytecode)."""
+    if isinstance(program, (bytearray, memoryview)):
+        program = bytes(program)
+    if isinstance(program, bytes):
+        return program, "<program>"
+    if isinstance(program, str) and "\n" in program:
+        return program.encode(), "<program>"
+    if isinstance(program, (str, os.PathLike)):
+        path = os.fspath(program)
+        if isinstance(path, bytes):
+            path = os.fsdecode(path)
+        # A one-line str is a path unless it reads as MLIR (a one-line
+        # program has braces or an op's %/@ names).
+        if isinstance(program, os.PathLike) or os.path.exists(path) or \
+                not any(c in path for c in "{}%@"):
+            if "\0" in path:
+                raise ValueError("the program's path contains a NUL "
+                                 "character: %r" % path)
+            try:
+                with open(path, "rb") as f:
+                    return f.read(), path
+            except FileNotFoundError:
+                raise FileNotFoundError(
+                    "strata.compile: no program file '%s' (a program is "
+                    "MLIR text, bytes, or the path of a file)" % path) from None
+        return program.encode(), "<program>"
+    raise TypeError("program must be MLIR text (str), bytes, or a path "
+                    "(os.PathLike), got %s" % type(program).__name__)
+
+
 def compile(program: Union[str, bytes, os.PathLike], *,
             strategy: Optional[Union[str, os.PathLike]] = None,
             comm=None, world_size: Optional[int] = None,
@@ -362,6 +471,27 @@ def compile(program: Union[str, bytes, os.PathLike], *,
     The job: `comm`, an mpi4py communicator whose ranks are the job's; under
     mpirun without `comm`, mpi4py's COMM_WORLD; otherwise one rank. Every
     rank of a job calls compile, and step, with the same arguments."""
+    # Argument types and ranges first: C would wrap or misread them.
+    if strategy is not None:
+        strategy = _path("strategy", strategy)
+    if not isinstance(backend, str):
+        raise TypeError("backend must be a str ('cpu', 'cuda' or "
+                        "'reference'), got %s" % type(backend).__name__)
+    if name is not None and not isinstance(name, str):
+        raise TypeError("name must be a str, got %s" % type(name).__name__)
+    if not isinstance(gemm_autotune, (bool, np.bool_)):
+        raise TypeError("gemm_autotune must be a bool, got %s"
+                        % type(gemm_autotune).__name__)
+    seed = _integer("seed", seed, 0, (1 << 64) - 1)
+    threads = _integer("threads", threads, *_INT64)
+    if world_size is not None:
+        world_size = _integer("world_size", world_size, *_INT64)
+    if rank is not None:
+        rank = _integer("rank", rank, *_INT64)
+    if comm is not None and not (hasattr(comm, "Get_size")
+                                 and hasattr(comm, "Get_rank")):
+        raise TypeError("comm must be an mpi4py communicator, got %s"
+                        % type(comm).__name__)
     if comm is None and world_size is None and \
             _mpi_world_size_from_environment() > 1:
         try:
@@ -389,23 +519,15 @@ def compile(program: Union[str, bytes, os.PathLike], *,
     if world_size > 1 and comm_address is None:
         raise ValueError("strata.compile: a job of %d ranks needs comm= (an "
                          "mpi4py communicator of its ranks)" % world_size)
-    if isinstance(program, os.PathLike) or (
-            isinstance(program, str) and program.endswith(".mlir")
-            and "\n" not in program):
-        with open(program, "rb") as f:
-            text = f.read()
-        name = name or os.fspath(program)
-    else:
-        text = program.encode() if isinstance(program, str) else program
-        name = name or "<program>"
+    text, source = _program_text(program)
+    name = name or source
     session = _Session()
     session.check(_sessionParse(session.handle, text, len(text),
                                 name.encode()))
     options = _ExecutableOptions()
     _optionsInit(ctypes.byref(options))
-    strategy_bytes = os.fsencode(strategy) if strategy else None
     backend_bytes = backend.encode()
-    options.strategyPath = strategy_bytes
+    options.strategyPath = strategy
     options.worldSize = world_size
     options.rank = rank
     options.backend = backend_bytes

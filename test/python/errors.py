@@ -70,3 +70,71 @@ with warnings.catch_warnings():
         strata.compile("mlp.mlir", strategy="flash.yaml")
     except strata.StrataWarning as w:
         print("as error:", w.diagnostic.severity)
+
+# Misuse of an executable: wrong argument types and ranges, a closed or
+# copied executable. Python exceptions, never a crash.
+import copy
+import os
+import threading
+
+def outcome(call):
+    try:
+        call()
+        return "ok"
+    except Exception as e:  # noqa: BLE001 - the test prints what was raised
+        return "%s: %s" % (type(e).__name__, e)
+
+exe = strata.compile("mlp.mlir")
+good = exe.read_batch(0)
+print("read_batch(-1):", outcome(lambda: exe.read_batch(-1)))
+print("read_batch('a'):", outcome(lambda: exe.read_batch("a")))
+print("save(steps_done=-5):", outcome(lambda: exe.save("n.st", steps_done=-5)))
+print("save(2**70):", outcome(lambda: exe.save("n.st", steps_done=2**70)))
+print("save(NUL):", outcome(lambda: exe.save("a\0b")))
+print("seed=2**64:", outcome(lambda: strata.compile("mlp.mlir", seed=2**64)))
+print("strategy='':", outcome(lambda: strata.compile("mlp.mlir", strategy="")))
+print("backend=None:", outcome(lambda: strata.compile("mlp.mlir",
+                                                      backend=None)))
+print("threads=100000:", outcome(lambda: strata.compile("mlp.mlir",
+                                                        threads=100000)))
+print("no such file:", outcome(lambda: strata.compile("mlp_copy.txt")))
+print("program=3:", outcome(lambda: strata.compile(3)))
+print("copy:", outcome(lambda: copy.copy(exe)))
+# (The C API below Python refuses a negative step count itself.)
+print("C save(-5):", outcome(lambda: exe._session.check(
+    strata._api._save(exe._handle, b"n.st", -5))))
+# Two threads share the executable, one call at a time.
+threads = [threading.Thread(target=lambda: [exe.step(good) for _ in range(3)])
+           for _ in range(2)]
+for t in threads:
+    t.start()
+for t in threads:
+    t.join()
+print("two threads: six steps, loss finite:", np.isfinite(exe.step(good)))
+exe.close()
+print("after close:", outcome(lambda: exe.step(good)))
+with strata.compile("mlp.mlir") as scoped:
+    pass
+print("after with:", outcome(lambda: scoped.memory_plan()))
+
+# A step that fails at its end may have updated part of the state: the
+# executable trains and saves nothing more until a checkpoint is loaded.
+exe = strata.compile("mlp.mlir")
+exe.save("start.safetensors")
+bad = dict(good)
+bad["labels"] = np.full_like(good["labels"], 100)
+print("bad labels:", outcome(lambda: exe.step(bad)))
+print("then step:", outcome(lambda: exe.step(good)))
+print("then save:", outcome(lambda: exe.save("after.safetensors")))
+print("loaded:", exe.load("start.safetensors"),
+      "first loss equal:", exe.step(good) == strata.compile("mlp.mlir").step(good))
+
+# Checkpoints are written beside their path and renamed over it: a path that
+# is not a regular file is refused, a symbolic link's target is replaced.
+os.mkfifo("fifo")
+print("save to a FIFO:", outcome(lambda: exe.save("fifo")))
+print("still a FIFO:", os.path.exists("fifo") and not os.path.isfile("fifo"))
+exe.save("target.safetensors")
+os.symlink("target.safetensors", "link.safetensors")
+exe.save("link.safetensors")
+print("link kept:", os.path.islink("link.safetensors"))
