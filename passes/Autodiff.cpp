@@ -452,7 +452,15 @@ struct AutodiffPass : public strata::impl::StrataAutodiffBase<AutodiffPass> {
                        "(the gradients are derived from it)";
       return signalPassFailure();
     }
-    if (needsDifferentiation(f) && failed(Differentiator(f, module).run()))
+    if (!needsDifferentiation(f))
+      return;
+    if (module.getOps<ParamOp>().empty()) {
+      f.emitError() << "strata-autodiff: the program declares no "
+                       "strata.param: a step without parameters has nothing "
+                       "to train";
+      return signalPassFailure();
+    }
+    if (failed(Differentiator(f, module).run()))
       return signalPassFailure();
   }
 };

@@ -73,3 +73,12 @@ func.func @marked_loss(%x: tensor<8xf32>) -> (tensor<f32> {strata.grad_of = @a})
   %l = strata.reduce_sum %x {dims = array<i64: 0>} : (tensor<8xf32>) -> tensor<f32>
   return %l : tensor<f32>
 }
+
+// -----
+
+// A program without parameters has nothing to train.
+// expected-error@+1 {{strata-autodiff: the program declares no strata.param: a step without parameters has nothing to train}}
+func.func @no_params(%x: tensor<8xf32>) -> tensor<f32> {
+  %l = strata.reduce_sum %x {dims = array<i64: 0>} : (tensor<8xf32>) -> tensor<f32>
+  return %l : tensor<f32>
+}
