@@ -199,6 +199,20 @@ def _tied_names(module: torch.nn.Module) -> Dict[str, str]:
     return aliases
 
 
+def _check_input_names(names: Sequence[str]) -> None:
+    """ValueError unless the names are distinct, printable and free of the
+    quotes and backslashes of the program's attribute strings."""
+    for name in names:
+        if not isinstance(name, str) or not name or not name.isprintable() \
+                or '"' in name or "\\" in name:
+            raise ValueError("strata.import_torch: input name %r is not a "
+                             "printable name without quotes or backslashes"
+                             % (name,))
+    if len(set(names)) != len(names):
+        raise ValueError("strata.import_torch: input names %s repeat a name"
+                         % ", ".join(names))
+
+
 def import_module(module: torch.nn.Module, example_inputs: Sequence,
                   loss_fn: Optional[Callable] = None,
                   input_names: Sequence[str] = None,
@@ -211,6 +225,15 @@ def import_module(module: torch.nn.Module, example_inputs: Sequence,
     `capture`: "export" (`torch.export`, PyTorch 2.x), "make_fx" (PyTorch
     1.13 and 2.x), or "auto": export where PyTorch has it."""
     params = {name: p.detach() for name, p in module.named_parameters()}
+    # Parameters that do not train (requires_grad=False) are constants of
+    # the program, as buffers are.
+    frozen = {name for name, p in module.named_parameters()
+              if not p.requires_grad}
+    if len(frozen) == len(params):
+        raise UnsupportedError(
+            "strata.import_torch: the module has no parameter to train "
+            "(%s)" % ("every one has requires_grad=False" if params
+                      else "it has none"))
     inputs = list(example_inputs)
     if input_names:
         names = list(input_names)
@@ -221,6 +244,7 @@ def import_module(module: torch.nn.Module, example_inputs: Sequence,
     if len(names) != len(inputs):
         raise UnsupportedError("strata.import_torch: %d input names for %d "
                                "inputs" % (len(names), len(inputs)))
+    _check_input_names(names)
     if capture == "auto":
         capture = "export" if hasattr(torch, "export") else "make_fx"
     if capture not in ("export", "make_fx"):
@@ -230,17 +254,19 @@ def import_module(module: torch.nn.Module, example_inputs: Sequence,
     module.train()
     try:
         if capture == "export":
-            traced, roles = _capture_export(module, loss_fn, inputs, params)
+            traced, roles = _capture_export(module, loss_fn, inputs, params,
+                                            frozen)
         else:
-            traced, roles = _capture_make_fx(module, loss_fn, inputs, params)
+            traced, roles = _capture_make_fx(module, loss_fn, inputs, params,
+                                             frozen)
     finally:
         module.train(was_training)
     return _Emitter(traced, roles, params, inputs, names).emit()
 
 
-def _capture_make_fx(module, loss_fn, inputs, params):
-    """The graph and what each placeholder is: ("param", name), then
-    ("input", index)."""
+def _capture_make_fx(module, loss_fn, inputs, params, frozen):
+    """The graph and what each placeholder is: ("param", name) (or
+    ("const", tensor) for a `frozen` parameter), then ("input", index)."""
     aliases = _tied_names(module)
 
     def step(params, *batch):
@@ -259,8 +285,8 @@ def _capture_make_fx(module, loss_fn, inputs, params):
         traced = make_fx(step)(params, *inputs)
     finally:
         tracer.record_stack_traces = recorded
-    roles = [("param", name) for name in params] + \
-        [("input", i) for i in range(len(inputs))]
+    roles = [("const", params[name]) if name in frozen else ("param", name)
+             for name in params] + [("input", i) for i in range(len(inputs))]
     return traced, roles
 
 
@@ -277,10 +303,10 @@ class _Step(torch.nn.Module):
         return self.loss_fn(self.module(*batch[:-1]), batch[-1])
 
 
-def _capture_export(module, loss_fn, inputs, params):
+def _capture_export(module, loss_fn, inputs, params, frozen):
     """torch.export's graph (training IR) and what each placeholder is:
-    ("param", name), ("const", tensor) for buffers and lifted constants,
-    ("input", index)."""
+    ("param", name), ("const", tensor) for buffers, lifted constants and
+    `frozen` parameters, ("input", index)."""
     from torch.export.graph_signature import InputKind
     exported = torch.export.export(_Step(module, loss_fn), tuple(inputs))
     aliases = _tied_names(module)
@@ -289,7 +315,9 @@ def _capture_export(module, loss_fn, inputs, params):
         target = spec.target[len("module."):] if spec.target and \
             spec.target.startswith("module.") else spec.target
         if spec.kind == InputKind.PARAMETER:
-            roles.append(("param", aliases.get(target, target)))
+            name = aliases.get(target, target)
+            roles.append(("const", params[name]) if name in frozen
+                         else ("param", name))
         elif spec.kind in (InputKind.BUFFER, InputKind.CONSTANT_TENSOR):
             value = exported.state_dict.get(spec.target)
             if value is None:
@@ -970,9 +998,14 @@ class _Emitter:
             return _Tuple([out, None, None])
         return out
 
-    def embedding(self, node, table, ids, padding_idx=-1, *args):
+    def embedding(self, node, table, ids, padding_idx=-1,
+                  scale_grad_by_freq=False, sparse=False):
+        # (sparse changes how PyTorch stores the gradient, not its values.)
         if padding_idx != -1:
             self.fail(node, "an embedding with a padding index")
+        if scale_grad_by_freq:
+            self.fail(node, "an embedding whose gradient is scaled by the "
+                      "frequency of the ids (scale_grad_by_freq)")
         w = self.tensor(table, node)
         i = self.tensor(ids, node)
         if i.element != "i32":
@@ -1021,7 +1054,9 @@ class _Emitter:
                       "imported")
         return self.causal(node, x, c.value.bool())
 
-    def bernoulli(self, node, x, keep, **kwargs):
+    def bernoulli(self, node, x, keep=0.5, **kwargs):
+        # (keep: bernoulli_'s p, 0.5 when the call leaves it out, as
+        # nn.Dropout() at its default p = 0.5 does under make_fx.)
         if not isinstance(self.raw(x), _DropMask):
             self.fail(node, "random draws other than a dropout mask")
         return _DropMask(float(keep), False)
@@ -1063,6 +1098,12 @@ class _Emitter:
             logits = log_probs.logits
         if weight is not None or reduction != 1:
             self.fail(node, "only the unweighted mean is imported")
+        # Labels outside the classes are errors when the step runs; a class
+        # to skip would change the mean, which Strata's loss does not do.
+        if 0 <= ignore_index < logits.shape[-1]:
+            self.fail(node, "ignore_index=%d, one of the %d classes (a loss "
+                      "that skips the labels of a class)"
+                      % (ignore_index, logits.shape[-1]))
         labels = self.tensor(target, node)
         if labels.shape != logits.shape[:-1]:
             self.fail(node, "labels of shape %s for logits of shape %s"
@@ -1192,16 +1233,47 @@ def main(argv=None) -> int:
                         help="write the model's weights (for strata-run "
                         "--init)")
     args = parser.parse_args(argv)
-    model = _load_attr(args.factory, "factory")()
+    import os
+    # The outputs' places first: nothing is written unless both can be.
+    for flag, path in (("-o", args.output), ("--weights", args.weights)):
+        if path is None:
+            continue
+        where = os.path.dirname(path) or "."
+        if os.path.isdir(path) or not os.path.isdir(where):
+            raise SystemExit("strata-import-torch: %s %s: %s" % (
+                flag, path, "is a directory" if os.path.isdir(path)
+                else "no directory '%s'" % where))
+    names, tensors = zip(*(_parse_input(s) for s in args.input))
+    try:
+        _check_input_names(names)
+    except ValueError as e:
+        raise SystemExit("strata-import-torch: --input: %s" % str(e).replace(
+            "strata.import_torch: ", "", 1)) from e
+    factory = _load_attr(args.factory, "factory")
+    if not callable(factory):
+        raise SystemExit("strata-import-torch: %s is a %s, not a function "
+                         "returning the model" % (args.factory,
+                                                  type(factory).__name__))
+    try:
+        model = factory()
+    except Exception as e:  # noqa: BLE001 - the user's code, reported
+        raise SystemExit("strata-import-torch: %s() failed: %s: %s"
+                         % (args.factory, type(e).__name__, e)) from e
     if not isinstance(model, torch.nn.Module):
         raise SystemExit("strata-import-torch: %s returned a %s, not an "
                          "nn.Module" % (args.factory, type(model).__name__))
     loss = _load_attr(args.loss, "loss") if args.loss else None
-    names, tensors = zip(*(_parse_input(s) for s in args.input))
     try:
         program = import_module(model, tensors, loss, input_names=names)
     except UnsupportedError as e:
         print(e, file=sys.stderr)
+        return 1
+    except Exception as e:  # noqa: BLE001 - the model failed on the inputs
+        shapes = ", ".join("%s %s %s" % (n, tuple(t.shape), t.dtype)
+                           for n, t in zip(names, tensors))
+        print("strata-import-torch: the model (with its loss) did not run "
+              "on the inputs %s: %s: %s" % (shapes, type(e).__name__, e),
+              file=sys.stderr)
         return 1
     program.save(args.output)
     if args.weights:

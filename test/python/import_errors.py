@@ -27,3 +27,43 @@ try:
                            F.mse_loss)
 except importer.UnsupportedError as e:
     print(e)
+
+# What would train otherwise than PyTorch is refused, naming it.
+x, labels = torch.randn(2, 4), torch.tensor([0, 1])
+
+
+def attempt(module, batch, loss_fn, **kwargs):
+    try:
+        importer.import_module(module, batch, loss_fn, **kwargs)
+        print("imported")
+    except (importer.UnsupportedError, ValueError) as e:
+        print("%s: %s" % (type(e).__name__, e))
+
+
+attempt(nn.Linear(4, 3), (x, labels),
+        lambda o, t: F.cross_entropy(o, t, ignore_index=1))
+attempt(nn.Linear(4, 3), (x, labels),
+        lambda o, t: F.cross_entropy(o, t, ignore_index=-1))
+
+
+class Frequency(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.e = nn.Embedding(5, 3, scale_grad_by_freq=True)
+
+    def forward(self, ids):
+        return self.e(ids).sum(1)
+
+
+attempt(Frequency(), (torch.tensor([[1, 2], [2, 2]]), labels),
+        F.cross_entropy)
+attempt(nn.ReLU(), (x, labels), F.cross_entropy)
+frozen = nn.Linear(4, 3).requires_grad_(False)
+attempt(frozen, (x, labels), F.cross_entropy)
+attempt(nn.Linear(4, 3), (x, labels), F.cross_entropy,
+        input_names=["x", "x"])
+attempt(nn.Linear(4, 3), (x, labels), F.cross_entropy,
+        input_names=['x"y', "t"])
+# nn.Dropout at its default p = 0.5.
+attempt(nn.Sequential(nn.Linear(4, 3), nn.Dropout()), (x, labels),
+        F.cross_entropy)

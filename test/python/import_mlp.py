@@ -1,7 +1,8 @@
 """A PyTorch MLP imported and trained by Strata for 20 AdamW steps: the
 losses equal PyTorch eager's from the same weights and batches.
 
-usage: import_mlp.py STRATEGY WEIGHTS   (prints both loss traces)
+usage: import_mlp.py STRATEGY WEIGHTS [--freeze-fc0]   (prints both loss
+traces; --freeze-fc0: the first layer does not train, requires_grad=False)
 """
 
 import sys
@@ -29,6 +30,8 @@ class MLP(nn.Module):
 
 
 model = MLP()
+if "--freeze-fc0" in sys.argv:
+    model.fc0.requires_grad_(False)
 rng = np.random.default_rng(0)
 batches = [(torch.from_numpy(rng.standard_normal((8, 16), np.float32)),
             torch.from_numpy(rng.integers(0, 8, 8)))
