@@ -117,9 +117,28 @@ class ImportedProgram:
 
     def batch(self, *tensors) -> List[np.ndarray]:
         """PyTorch tensors of the step's inputs as the arrays the executable
-        takes (class indices become int32)."""
-        return [t.detach().cpu().numpy().astype(dtype)
-                for t, (_, dtype) in zip(tensors, self.inputs)]
+        takes (class indices become int32: ValueError for a floating-point
+        tensor or an index past int32's range, which the conversion would
+        truncate or wrap)."""
+        if len(tensors) != len(self.inputs):
+            raise ValueError("the step takes %d inputs (%s), got %d" % (
+                len(self.inputs), ", ".join(n for n, _ in self.inputs),
+                len(tensors)))
+        arrays = []
+        for t, (name, dtype) in zip(tensors, self.inputs):
+            value = t.detach().cpu().numpy() if isinstance(t, torch.Tensor) \
+                else np.asarray(t)
+            if np.issubdtype(dtype, np.integer):
+                if not np.issubdtype(value.dtype, np.integer):
+                    raise ValueError("input '%s' holds indices: got %s"
+                                     % (name, value.dtype))
+                limits = np.iinfo(dtype)
+                if value.size and (value.min() < limits.min or
+                                   value.max() > limits.max):
+                    raise ValueError("input '%s': an index outside %s's range"
+                                     % (name, np.dtype(dtype)))
+            arrays.append(value.astype(dtype))
+        return arrays
 
 
 def read_safetensors(path: str) -> Dict[str, np.ndarray]:

@@ -67,3 +67,12 @@ attempt(nn.Linear(4, 3), (x, labels), F.cross_entropy,
 # nn.Dropout at its default p = 0.5.
 attempt(nn.Sequential(nn.Linear(4, 3), nn.Dropout()), (x, labels),
         F.cross_entropy)
+
+# A batch whose indices the int32 conversion would wrap or truncate.
+program = importer.import_module(nn.Linear(4, 3), (x, labels),
+                                 F.cross_entropy)
+for bad in (torch.tensor([2**32 + 1, 0]), torch.tensor([0.9, 1.7])):
+    try:
+        program.batch(x, bad)
+    except ValueError as e:
+        print("batch:", e)
