@@ -354,6 +354,9 @@ def Strata_BiasAddOp : Strata_ComputeOp<"bias_add",
 def Strata_ReluOp : Strata_ComputeOp<"relu", [Strata_InPlace<"0">]> {
   let summary = "max(x, 0)";
   let description = [{
+    A NaN stays NaN (PyTorch's relu), so that a NaN in the batch reaches
+    the loss, where training reports it.
+
     ```mlir
     %y = strata.relu %x : (tensor<8x64xf32>) -> tensor<8x64xf32>
     ```

@@ -139,6 +139,9 @@ Tensor matmul(const Tensor &a, const Tensor &b) {
   return out;
 }
 
+/// max(x, 0), NaN staying NaN (PyTorch's relu).
+double relu(double x) { return x > 0 || std::isnan(x) ? x : 0.0; }
+
 double geluTanh(double x) {
   const double c = std::sqrt(2.0 / M_PI);
   return 0.5 * x * (1.0 + std::tanh(c * (x + 0.044715 * x * x * x)));
@@ -164,7 +167,7 @@ Tensor activate(Activation act, const Tensor &x) {
   case Activation::None:
     return x;
   case Activation::Relu:
-    return unary(x, [](double v) { return v > 0 ? v : 0.0; });
+    return unary(x, relu);
   case Activation::GeluTanh:
     return unary(x, geluTanh);
   case Activation::GeluErf:
@@ -579,7 +582,7 @@ llvm::Error Evaluator::step(Operation *op) {
         return llvm::Error::success();
       })
       .Case([&](ReluOp o) -> llvm::Error {
-        set(o, unary(in(0), [](double x) { return x > 0 ? x : 0.0; }));
+        set(o, unary(in(0), relu));
         return llvm::Error::success();
       })
       .Case([&](GeluOp o) -> llvm::Error {

@@ -660,9 +660,11 @@ void unaryF32(int64_t op, float *out, const float *in, int64_t n, float f) {
       out[i] = in[i] * f;
     break;
   case STRATA_RT_ACT_RELU:
+    // A NaN stays NaN (PyTorch's relu), so that a NaN input reaches the
+    // loss instead of vanishing here.
 #pragma omp simd
     for (int64_t i = 0; i < n; ++i)
-      out[i] = in[i] > 0.0f ? in[i] : 0.0f;
+      out[i] = in[i] > 0.0f || in[i] != in[i] ? in[i] : 0.0f;
     break;
   case STRATA_RT_ACT_GELU_TANH:
 #pragma omp simd

@@ -171,8 +171,8 @@ __device__ __forceinline__ float unaryOp(int64_t op, float x, float alpha) {
   switch (op) {
   case STRATA_RT_UNARY_SCALE:
     return x * alpha;
-  case STRATA_RT_ACT_RELU:
-    return x > 0.0f ? x : 0.0f;
+  case STRATA_RT_ACT_RELU: // NaN stays NaN, as on the CPU
+    return x > 0.0f || x != x ? x : 0.0f;
   case STRATA_RT_ACT_GELU_TANH:
     return geluTanh(x);
   case STRATA_RT_ACT_GELU_ERF:

@@ -129,6 +129,13 @@ print("then save:", outcome(lambda: exe.save("after.safetensors")))
 print("loaded:", exe.load("start.safetensors"),
       "first loss equal:", exe.step(good) == strata.compile("mlp.mlir").step(good))
 
+# A NaN in the batch reaches the loss (ReLU keeps it, as PyTorch's does) and
+# is reported, where it used to vanish into NaN weights with a finite loss.
+poisoned = strata.compile("mlp.mlir")
+nan = {k: v.copy() for k, v in good.items()}
+nan["features"][0, 0] = np.nan
+print("NaN feature:", outcome(lambda: poisoned.step(nan)))
+
 # Checkpoints are written beside their path and renamed over it: a path that
 # is not a regular file is refused, a symbolic link's target is replaced.
 os.mkfifo("fifo")

@@ -188,6 +188,18 @@ TEST(RuntimeTest, GemmAutotuneTimesEachProblemOnceAndComputesIt) {
   }
 }
 
+TEST(RuntimeTest, ReluKeepsNaN) {
+  // A NaN input reaches the loss (PyTorch's relu), where it is reported.
+  Context ctx;
+  std::vector<float> in = {-1.0f, 2.0f, std::nanf(""), -0.0f}, out(4);
+  strata_rt_unary(ctx, 0, STRATA_RT_ACT_RELU, out.data(), F32, in.data(), F32,
+                  4, 0.0);
+  EXPECT_EQ(out[0], 0.0f);
+  EXPECT_EQ(out[1], 2.0f);
+  EXPECT_TRUE(std::isnan(out[2]));
+  EXPECT_FALSE(std::signbit(out[3]));
+}
+
 TEST(RuntimeTest, GemmEpilogues) {
   Context ctx;
   const int64_t m = 4, n = 6, k = 5;
