@@ -71,6 +71,13 @@ Trainer::create(mlir::OwningOpRef<mlir::ModuleOp> program, Strategy strategy,
   if (options.threads < 1 || options.threads > kMaxThreads)
     return trainerError("give 1 to " + Twine(kMaxThreads) + " threads (" +
                         Twine(options.threads) + " asked for)");
+  if (options.gemmAutotune && options.backend != Backend::Cpu)
+    return trainerError("GEMM autotuning is for the cpu backend (it chooses "
+                        "between oneDNN's GEMM paths), not " +
+                        backendName(options.backend));
+  if (options.tf32 && options.backend != Backend::Cuda)
+    return trainerError("TF32 is for the cuda backend, not " +
+                        backendName(options.backend));
   if (options.worldSize > 1 && !options.communicator)
     return trainerError("a job of " + Twine(options.worldSize) +
                         " ranks needs a communicator");

@@ -147,17 +147,39 @@ def read_safetensors(path: str) -> Dict[str, np.ndarray]:
              "I64": np.int64, "F16": np.float16, "BF16": np.uint16,
              "U8": np.uint8, "I8": np.int8}
     with open(path, "rb") as f:
-        size = struct.unpack("<Q", f.read(8))[0]
-        header = json.loads(f.read(size))
-        data = f.read()
+        contents = f.read()
+
+    def damaged(why):
+        return ValueError("'%s' is not a safetensors file: %s" % (path, why))
+
+    if len(contents) < 8:
+        raise damaged("shorter than its 8-byte header size")
+    size = struct.unpack("<Q", contents[:8])[0]
+    if size > len(contents) - 8:
+        raise damaged("its header of %d bytes runs past the end" % size)
+    try:
+        header = json.loads(contents[8:8 + size])
+    except (ValueError, RecursionError) as e:
+        raise damaged("its header is not JSON (%s)" % e) from None
+    if not isinstance(header, dict):
+        raise damaged("its header is not a JSON object")
+    data = memoryview(contents)[8 + size:]
     tensors = {}
     for name, entry in header.items():
         if name == "__metadata__":
             continue
-        begin, end = entry["data_offsets"]
-        tensors[name] = np.frombuffer(
-            data[begin:end], dtype=kinds[entry["dtype"]]).reshape(
-                entry["shape"])
+        try:
+            dtype = np.dtype(kinds[entry["dtype"]])
+            begin, end = (int(o) for o in entry["data_offsets"])
+            shape = [int(d) for d in entry["shape"]]
+            if not 0 <= begin <= end <= len(data) or \
+                    end - begin != dtype.itemsize * int(np.prod(shape)):
+                raise ValueError("its bytes %d..%d do not hold %s %s"
+                                 % (begin, end, entry["dtype"], shape))
+            tensors[name] = np.frombuffer(data[begin:end],
+                                          dtype=dtype).reshape(shape)
+        except (KeyError, TypeError, ValueError) as e:
+            raise damaged("tensor '%s': %s" % (name, e)) from None
     return tensors
 
 
@@ -165,12 +187,15 @@ def load_state_dict(module: torch.nn.Module, path: str) -> List[str]:
     """Copies the parameters of a Strata checkpoint (`Executable.save`,
     `strata-run --save`) into the module imported from, in place: training
     goes on in PyTorch, or the model is saved with `torch.save`. Returns the
-    names loaded; a parameter missing from the checkpoint, or of another
-    shape, is an error."""
+    names loaded; a parameter missing from the checkpoint (but one with
+    requires_grad=False, a constant of the program), or of another shape,
+    is an error."""
     tensors = read_safetensors(path)
     loaded = []
     with torch.no_grad():
         for name, p in module.named_parameters():
+            if name not in tensors and not p.requires_grad:
+                continue
             if name not in tensors:
                 raise KeyError("strata.import_torch: %s has no parameter "
                                "'%s'" % (path, name))

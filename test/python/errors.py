@@ -98,6 +98,8 @@ print("backend=None:", outcome(lambda: strata.compile("mlp.mlir",
 print("threads=100000:", outcome(lambda: strata.compile("mlp.mlir",
                                                         threads=100000)))
 print("no such file:", outcome(lambda: strata.compile("mlp_copy.txt")))
+print("autotune, reference:", outcome(lambda: strata.compile(
+    "mlp.mlir", backend="reference", gemm_autotune=True)))
 print("program=3:", outcome(lambda: strata.compile(3)))
 print("copy:", outcome(lambda: copy.copy(exe)))
 # (The C API below Python refuses a negative step count itself.)

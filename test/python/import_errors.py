@@ -76,3 +76,18 @@ for bad in (torch.tensor([2**32 + 1, 0]), torch.tensor([0.9, 1.7])):
         program.batch(x, bad)
     except ValueError as e:
         print("batch:", e)
+
+# Damaged weights files: ValueError naming the file and what is wrong.
+import struct
+
+for header in (b"\xff" * 8 + b"{}",
+               b'{"weight": {"dtype": "F32", "shape": [3, 4], '
+               b'"data_offsets": [0, 4]}}'):
+    with open("damaged.safetensors", "wb") as f:
+        if not header.startswith(b"\xff"):
+            f.write(struct.pack("<Q", len(header)))
+        f.write(header + bytes(4))
+    try:
+        importer.load_state_dict(nn.Linear(4, 3), "damaged.safetensors")
+    except ValueError as e:
+        print("damaged:", e)

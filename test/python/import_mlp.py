@@ -43,3 +43,6 @@ program.save_weights(sys.argv[2])
 compare(program, model, F.cross_entropy, batches, sys.argv[1], sys.argv[2],
         name="mlp.mlir")
 print("parameters:", ", ".join(program.weights))
+# The trained weights go back into the module (a frozen layer, which the
+# program holds as constants, stays as it is).
+print("loaded back:", ", ".join(importer.load_state_dict(model, sys.argv[2])))
