@@ -495,6 +495,13 @@ class _Emitter:
         return _Tensor(ssa, tuple(shape), element)
 
     def constant(self, value: torch.Tensor) -> _Tensor:
+        if value.requires_grad:
+            # A trainable tensor the capture did not see as a parameter
+            # (nn.LSTM's flat weights): as a constant it would not train.
+            raise UnsupportedError(
+                "strata.import_torch: a tensor that requires grad is read "
+                "outside the module's parameters (as nn.LSTM's flat weights "
+                "are); it would not train, so it is not imported")
         if value.dtype in _INT_TYPES or value.dtype == torch.bool:
             wide = value.numpy().astype(np.int64)
             if wide.size and (wide.min() < -2**31 or wide.max() >= 2**31):

@@ -64,6 +64,18 @@ attempt(nn.Linear(4, 3), (x, labels), F.cross_entropy,
         input_names=["x", "x"])
 attempt(nn.Linear(4, 3), (x, labels), F.cross_entropy,
         input_names=['x"y', "t"])
+
+
+class Recurrent(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.lstm = nn.LSTM(4, 3, batch_first=True)
+
+    def forward(self, seq):
+        return self.lstm(seq)[0][:, -1]
+
+
+attempt(Recurrent(), (torch.randn(2, 5, 4), labels), F.cross_entropy)
 # nn.Dropout at its default p = 0.5.
 attempt(nn.Sequential(nn.Linear(4, 3), nn.Dropout()), (x, labels),
         F.cross_entropy)
