@@ -934,6 +934,8 @@ class _Emitter:
         if kind == "rsub":  # rhs - alpha * lhs
             lhs, rhs, kind = rhs, lhs, "sub"
         if not isinstance(rhs, torch.fx.Node) and kind in ("mul", "div"):
+            if kind == "div" and rhs == 0:
+                self.fail(node, "a division by the constant 0")
             factor = rhs if kind == "mul" else 1.0 / rhs
             return self.op("scale", [self.operand(lhs, node)], shape,
                            ["factor = " + _f64(factor)])
