@@ -493,6 +493,27 @@ Expected<DataStream> DataStream::create(func::FuncOp step,
     d.shapes.push_back(shapeOf(cast<RankedTensorType>(arg.getType())));
   }
   auto is = [&](std::vector<std::string> names) { return d.argNames == names; };
+  // The shapes it fills: [rows, seq] token ids and their targets, or [rows,
+  // width] features and [rows] labels.
+  auto shapeError = [&](llvm::StringRef want) {
+    std::string shapes;
+    for (size_t i = 0; i < d.shapes.size(); ++i)
+      shapes += (i ? ", " : "") + d.argNames[i] + " [" +
+                llvm::join(llvm::map_range(
+                               d.shapes[i],
+                               [](int64_t n) { return std::to_string(n); }),
+                           ", ") +
+                "]";
+    return makeError("@" + step.getName() + " takes " + shapes +
+                     "; the data stream feeds " + want);
+  };
+  if (is({"tokens", "targets"}) &&
+      (d.shapes[0].size() != 2 || d.shapes[1] != d.shapes[0]))
+    return shapeError("tokens and targets of one shape [rows, sequence]");
+  if (is({"features", "labels"}) &&
+      (d.shapes[0].size() != 2 || d.shapes[1].size() != 1 ||
+       d.shapes[1][0] != d.shapes[0][0]))
+    return shapeError("features [rows, width] and labels [rows]");
   if (is({"tokens", "targets"})) {
     d.kind = Kind::Text;
     d.width = format == DataFormat::Uint16   ? 2
