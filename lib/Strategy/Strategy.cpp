@@ -49,7 +49,7 @@ Expected<Strategy> strata::parseStrategy(StringRef text, StringRef bufferName,
                              bufferName + ": error: " + Twine(text.size()) +
                                  " bytes is too large for a strategy file "
                                  "(at most 1 MiB)\n");
-  if (int64_t depth = maxBracketNesting(text, /*yaml=*/true, kMaxNesting);
+  if (int64_t depth = maxBracketNesting(text, NestingSyntax::Yaml, kMaxNesting);
       depth > kMaxNesting)
     return createStringError(inconvertibleErrorCode(),
                              bufferName +

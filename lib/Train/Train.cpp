@@ -242,7 +242,7 @@ Expected<Safetensors> strata::parseSafetensors(StringRef data,
   if (headerSize > 100'000'000)
     return bad("header size " + llvm::Twine(headerSize) +
                " exceeds the format's 100 MB");
-  if (strata::maxBracketNesting(data.substr(8, headerSize), /*yaml=*/false,
+  if (strata::maxBracketNesting(data.substr(8, headerSize), NestingSyntax::Json,
                                 8) > 8)
     return bad("header nested more than 8 levels deep");
   auto header = llvm::json::parse(data.substr(8, headerSize));

@@ -20,11 +20,16 @@
 
 namespace strata {
 
-/// The deepest nesting of `[` and `{` in `text`, outside quoted strings
-/// (JSON's double quotes; YAML's single quotes too when `yaml`). Stops
-/// counting past `limit`.
-inline int64_t maxBracketNesting(llvm::StringRef text, bool yaml,
+/// The text a nesting is counted in: JSON, YAML (single quotes quote too),
+/// or MLIR (whose parser also recurses into `(` and `<`).
+enum class NestingSyntax { Json, Yaml, Mlir };
+
+/// The deepest nesting of `[` and `{` in `text` (and, in MLIR, of `(` and
+/// `<`, an arrow's `->` closing nothing), outside quoted strings (double
+/// quotes; YAML's single quotes too). Stops counting past `limit`.
+inline int64_t maxBracketNesting(llvm::StringRef text, NestingSyntax syntax,
                                  int64_t limit) {
+  const bool mlir = syntax == NestingSyntax::Mlir;
   int64_t depth = 0, deepest = 0;
   char quote = 0;
   for (size_t i = 0; i < text.size() && deepest <= limit; ++i) {
@@ -36,21 +41,26 @@ inline int64_t maxBracketNesting(llvm::StringRef text, bool yaml,
         quote = 0;
       continue;
     }
-    if (c == '"' || (yaml && c == '\''))
+    if (c == '"' || (syntax == NestingSyntax::Yaml && c == '\''))
       quote = c;
-    else if (c == '[' || c == '{')
+    else if (c == '[' || c == '{' || (mlir && (c == '(' || c == '<')))
       deepest = std::max(deepest, ++depth);
-    else if ((c == ']' || c == '}') && depth > 0)
+    else if ((c == ']' || c == '}' ||
+              (mlir &&
+               (c == ')' || (c == '>' && (i == 0 || text[i - 1] != '-'))))) &&
+             depth > 0)
       --depth;
   }
   return deepest;
 }
 
-/// MLIR's parser recurses too, once per nested region (`{`) or array
-/// attribute (`[`): a program text nested deeper than this is refused
-/// before parsing (real programs nest a few levels; thousands overflow the
-/// parser's stack).
-constexpr int64_t kMaxProgramNesting = 1000;
+/// MLIR's parser recurses once per nested region (`{`), array attribute
+/// (`[`), parenthesised type or location (`(`) and type or attribute
+/// parameter list (`<`): a program text nested deeper than this is refused
+/// before parsing. Real programs nest about ten levels; the bound leaves
+/// the parser well inside a thread's stack of 1 MiB (an 8 MiB stack
+/// overflowed at tens of thousands of levels, a 1 MiB one at 600).
+constexpr int64_t kMaxProgramNesting = 200;
 
 /// Why the program text `text` (named `name`) is not parsed, or the empty
 /// string: nested deeper than kMaxProgramNesting. Bytecode is not text and
@@ -59,11 +69,11 @@ inline std::string programNestingError(llvm::StringRef text,
                                        llvm::StringRef name) {
   if (mlir::isBytecode(llvm::MemoryBufferRef(text, name)))
     return "";
-  if (maxBracketNesting(text, /*yaml=*/false, kMaxProgramNesting) <=
+  if (maxBracketNesting(text, NestingSyntax::Mlir, kMaxProgramNesting) <=
       kMaxProgramNesting)
     return "";
   return (name + ": nested deeper than " + llvm::Twine(kMaxProgramNesting) +
-          " levels of '{' and '['; no Strata program does")
+          " levels of brackets ('{', '[', '(', '<'); no Strata program does")
       .str();
 }
 
