@@ -15,8 +15,8 @@
 #include "mlir/Pass/PassManager.h"
 #include "mlir/Pass/PassRegistry.h"
 #include "llvm/ADT/StringExtras.h"
+#include "llvm/Support/MathExtras.h"
 #include "llvm/Support/raw_ostream.h"
-
 
 using namespace llvm;
 using namespace strata;
@@ -271,26 +271,42 @@ batchSplitProblem(const Strategy &s, mlir::func::FuncOp step,
                    : Twine("")) +
            ": run on a number of ranks that divides it")
               .str()};
-    if ((batch / ranks) % micro != 0) {
-      // The largest count that splits each rank's rows, and the smallest
-      // batch that splits into `micro`.
-      int64_t lower = micro;
-      while (lower > 1 && (batch / ranks) % lower != 0)
-        --lower;
-      int64_t raise =
-          ranks * micro * ((batch + ranks * micro - 1) / (ranks * micro));
+    int64_t perRank = batch / ranks;
+    if (perRank % micro != 0) {
+      // The largest count that splits each rank's rows: a divisor of them,
+      // found among the divisors up to their square root (the rows
+      // themselves past the count; not searched for absurd batches).
+      int64_t lower = micro >= perRank ? perRank : 1;
+      if (micro < perRank && perRank <= (int64_t(1) << 40))
+        for (int64_t d = 1; d * d <= perRank; ++d)
+          if (perRank % d == 0) {
+            if (d <= micro)
+              lower = std::max(lower, d);
+            if (perRank / d <= micro)
+              lower = std::max(lower, perRank / d);
+          }
+      // The smallest batch that splits into `micro` per rank (none where
+      // ranks x micro overflows).
+      int64_t unit = 0;
+      bool overflows = llvm::MulOverflow(ranks, micro, unit);
+      int64_t raise = overflows ? 0 : unit * ((batch + unit - 1) / unit);
       // Lowering is offered where any count of 2 or more is accepted:
       // gradient merge (a pipeline's schedules have rules of their own).
       bool offerLower = !s.pipeline.enable && lower >= 2;
+      std::string advice;
+      if (offerLower)
+        advice = ("lower " + keyName + " to " + Twine(lower)).str();
+      if (!overflows)
+        advice += (advice.empty() ? "" : " or ") +
+                  ("raise the batch to " + Twine(raise)).str();
+      else if (advice.empty())
+        advice = ("lower " + keyName).str();
+      std::string count = overflows ? "" : (" = " + Twine(unit)).str();
       return BatchSplitProblem{
           key.str(),
           ("batch " + Twine(batch) + " (" + name + ") splits into " +
            Twine(ranks) + (ranks == 1 ? " rank" : " ranks") + " x " + keyName +
-           " " + Twine(micro) + " = " + Twine(ranks * micro) +
-           " micro-batches: " +
-           (offerLower ? "lower " + keyName + " to " + Twine(lower) + " or "
-                       : Twine("")) +
-           "raise the batch to " + Twine(raise))
+           " " + Twine(micro) + count + " micro-batches: " + advice)
               .str()};
     }
     // The pipeline's micro-batch rows follow from the program; a size
@@ -348,9 +364,15 @@ public:
     return "Checks that the step's batch splits as a strategy file asks";
   }
 
-  mlir::LogicalResult initialize(mlir::MLIRContext *) override {
+  mlir::LogicalResult initialize(mlir::MLIRContext *mlirContext) override {
     if (strategy)
       return mlir::success();
+    // (Diagnostics of the context, which the C API's callers receive.)
+    auto failure = [&](const Twine &why) {
+      mlir::emitError(mlir::UnknownLoc::get(mlirContext),
+                      "strata-strategy-check: " + why);
+      return mlir::failure();
+    };
     if (worldSize < 1 || worldSize > kMaxRanks)
       return failure("world-size must be in [1, " + Twine(kMaxRanks) + "]");
     StrategyContext context;
@@ -380,11 +402,6 @@ public:
   }
 
 private:
-  mlir::LogicalResult failure(const Twine &why) {
-    errs() << "strata-strategy-check: " << why << "\n";
-    return mlir::failure();
-  }
-
   Option<std::string> strategyFile{*this, "strategy",
                                    llvm::cl::desc("The strategy file")};
   Option<int64_t> worldSize{*this, "world-size",
