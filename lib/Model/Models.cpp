@@ -4,6 +4,7 @@
 #include "strata/Model/ProgramBuilder.h"
 
 #include "llvm/Support/FormatVariadic.h"
+#include "llvm/Support/MathExtras.h"
 
 #include <cmath>
 
@@ -14,6 +15,25 @@ static llvm::Error invalid(const llvm::Twine &message) {
   return llvm::createStringError(llvm::inconvertibleErrorCode(), message);
 }
 
+/// The most elements a generated tensor may have (2^48: a quarter of a
+/// PiB of f32; products past it overflow the sizes downstream), and the
+/// most GPT blocks (a program of 10,000 blocks takes seconds to build).
+constexpr int64_t kMaxElements = int64_t(1) << 48;
+constexpr int64_t kMaxLayers = 10000;
+
+/// Whether the tensor of `dims` has at most kMaxElements elements.
+static bool fits(std::initializer_list<int64_t> dims) {
+  int64_t elements = 1;
+  for (int64_t d : dims)
+    if (llvm::MulOverflow(elements, d, elements) || elements > kMaxElements)
+      return false;
+  return true;
+}
+
+static llvm::Error tooLarge(llvm::StringRef flags) {
+  return invalid(flags + " make a tensor of more than 2^48 elements");
+}
+
 llvm::Error strata::validate(const MlpConfig &config) {
   if (config.sizes.size() < 2)
     return invalid("--sizes needs at least an input and an output size");
@@ -22,6 +42,12 @@ llvm::Error strata::validate(const MlpConfig &config) {
       return invalid("--sizes entries must be >= 1, got " + llvm::Twine(size));
   if (config.batch < 1)
     return invalid("--batch must be >= 1");
+  for (size_t i = 0; i + 1 < config.sizes.size(); ++i)
+    if (!fits({config.sizes[i], config.sizes[i + 1]}))
+      return tooLarge("--sizes");
+  for (int64_t size : config.sizes)
+    if (!fits({config.batch, size}))
+      return tooLarge("--batch and --sizes");
   return llvm::Error::success();
 }
 
@@ -34,6 +60,24 @@ llvm::Error strata::validate(const GptConfig &config) {
     return invalid("--hidden (" + llvm::Twine(config.hidden) +
                    ") must be divisible by --heads (" +
                    llvm::Twine(config.heads) + ")");
+  if (config.layers > kMaxLayers)
+    return invalid("--layers must be at most " + llvm::Twine(kMaxLayers) +
+                   ", got " + llvm::Twine(config.layers));
+  // The largest tensors: the MLP's weights, the embeddings, the logits,
+  // the MLP's activations and the attention scores.
+  const GptConfig &c = config;
+  if (!fits({c.hidden, 4, c.hidden}))
+    return tooLarge("--hidden");
+  if (!fits({c.vocab, c.hidden}))
+    return tooLarge("--vocab and --hidden");
+  if (!fits({c.seq, c.hidden}))
+    return tooLarge("--seq and --hidden");
+  if (!fits({c.batch, c.seq, c.vocab}))
+    return tooLarge("--batch, --seq and --vocab");
+  if (!fits({c.batch, c.seq, 4, c.hidden}))
+    return tooLarge("--batch, --seq and --hidden");
+  if (!fits({c.batch, c.heads, c.seq, c.seq}))
+    return tooLarge("--batch, --heads and --seq");
   if (!(config.dropout >= 0.0 && config.dropout < 1.0))
     return invalid("--dropout must be in [0, 1), got " +
                    llvm::formatv("{0}", config.dropout).str());

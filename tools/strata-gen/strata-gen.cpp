@@ -130,6 +130,12 @@ int main(int argc, char **argv) {
     return fail(error);
   module->print(output->os());
   output->os() << "\n";
+  output->os().flush();
+  if (output->os().has_error()) {
+    std::string why = output->os().error().message();
+    output->os().clear_error();
+    return fail("cannot write " + outputFilename + ": " + why);
+  }
   output->keep();
   return 0;
 }
