@@ -259,10 +259,16 @@ Expected<Safetensors> strata::parseSafetensors(StringRef data,
   for (auto &entry : *object) {
     StringRef name = entry.first;
     if (name == "__metadata__") {
-      if (auto *meta = entry.second.getAsObject())
-        for (auto &m : *meta)
-          if (auto value = m.second.getAsString())
-            file.metadata[m.first.str()] = value->str();
+      // The format's metadata map strings to strings.
+      auto *meta = entry.second.getAsObject();
+      if (!meta)
+        return bad("__metadata__ is not an object");
+      for (auto &m : *meta) {
+        auto value = m.second.getAsString();
+        if (!value)
+          return bad("metadata '" + m.first.str() + "' is not a string");
+        file.metadata[m.first.str()] = value->str();
+      }
       continue;
     }
     auto *info = entry.second.getAsObject();
@@ -368,7 +374,7 @@ Expected<int64_t> strata::loadCheckpoint(ModuleOp module, StringRef path,
   auto steps = file->metadata.find("strata.steps_done");
   if (steps != file->metadata.end() &&
       (StringRef(steps->second).getAsInteger(10, stepsDone) || stepsDone < 0 ||
-       stepsDone > (int64_t(1) << 53)))
+       stepsDone > kMaxStepsDone))
     return makeError("checkpoint '" + path + "' has an invalid "
                      "strata.steps_done '" + steps->second + "'");
   for (auto &[name, type, source] : checkpointEntries(module)) {
@@ -457,9 +463,9 @@ strata::checkpointTensors(ModuleOp module,
 Error strata::writeCheckpoint(StringRef path, ArrayRef<NamedTensor> tensors,
                               int64_t stepsDone) {
   // (What a reader refuses is not written.)
-  if (stepsDone < 0)
+  if (stepsDone < 0 || stepsDone > kMaxStepsDone)
     return makeError("cannot write '" + path + "': steps done " +
-                     Twine(stepsDone) + " is negative");
+                     Twine(stepsDone) + " is not in [0, 2^53]");
   return writeSafetensors(path, tensors,
                           {{"strata.steps_done", std::to_string(stepsDone)}});
 }

@@ -371,7 +371,7 @@ class Executable:
     def save(self, path: Union[str, os.PathLike], steps_done: int = 0) -> None:
         """Writes the weights and optimizer state (safetensors)."""
         encoded = _path("save's path", path)
-        steps_done = _integer("steps_done", steps_done, 0, _INT64[1])
+        steps_done = _integer("steps_done", steps_done, 0, 1 << 53)
         with self._lock:
             self._session.check(_save(self._live(), encoded, steps_done))
 

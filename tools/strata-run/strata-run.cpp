@@ -428,7 +428,7 @@ static int checkArguments() {
                 " is out of range: give 1 to " + Twine(strata::kMaxThreads) +
                 " threads per rank, or leave "
                 "it out to divide the cores among the ranks of this machine");
-  if (steps < 0 || steps > (int64_t(1) << 53))
+  if (steps < 0 || steps > strata::kMaxStepsDone)
     return fail("--steps " + Twine(steps) +
                 (steps < 0 ? " is negative" : " is beyond 2^53"));
   if (sys::fs::exists(programFile) && !sys::fs::is_regular_file(programFile))

@@ -60,6 +60,10 @@ llvm::Expected<std::string> dtypeOf(mlir::Type elementType);
 /// from the counter-based RNG keyed by `seed` and the symbol's name.
 llvm::StringMap<Tensor> initialState(mlir::ModuleOp module, uint64_t seed);
 
+/// The most steps a checkpoint records (2^53: exact as a double, as JSON
+/// readers hold numbers); --steps is bounded by it too.
+constexpr int64_t kMaxStepsDone = int64_t(1) << 53;
+
 /// Replaces initial values by those of a checkpoint. Every parameter must
 /// be present with its shape and dtype; states present are taken too.
 /// Errors name the tensor and what differs. Returns the number of training
