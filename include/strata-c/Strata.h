@@ -54,7 +54,10 @@ int strataSessionGenerateGpt(StrataSession session, int64_t layers,
 
 /* Runs a textual pass pipeline, e.g. "strata-autodiff,strata-optimizer" or,
  * anchored as mlir-opt's --pass-pipeline,
- * "builtin.module(strata-autodiff,strata-optimizer)". */
+ * "builtin.module(strata-autodiff,strata-optimizer)". The program changes
+ * only when the whole pipeline succeeds (as for strataSessionApplyStrategy).
+ * A program compiled this way (its step returns gradients) is for reading:
+ * executables are created from the program as written. */
 int strataSessionRunPipeline(StrataSession session, const char *pipeline);
 
 /* Loads a strategy file (YAML/JSON, Paddle's keys) and runs the passes it
@@ -69,8 +72,8 @@ typedef void (*StrataStringCallback)(const char *data, size_t length,
 int strataSessionPrintProgram(StrataSession session,
                               StrataStringCallback callback, void *userData);
 
-/* Diagnostics of the last failed call ("" when none); valid until the next
- * call on the session. */
+/* Diagnostics of the last call when it failed ("" after a call that
+ * succeeded); valid until the next call on the session. */
 const char *strataSessionLastError(StrataSession session);
 
 typedef enum {
@@ -83,7 +86,8 @@ typedef enum {
 /* Receives every diagnostic of the session's calls (and of its
  * executables'), as it is emitted: `location` is "file:line:col" when the
  * diagnostic has one ("" otherwise), `message` the text. Errors also land
- * in strataSessionLastError(). NULL removes the callback. */
+ * in strataSessionLastError(). NULL removes the callback. The callback runs
+ * inside the call that emits the diagnostic and must not call this API. */
 typedef void (*StrataDiagnosticCallback)(StrataDiagnosticSeverity severity,
                                          const char *location,
                                          const char *message, void *userData);

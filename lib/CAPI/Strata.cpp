@@ -2,6 +2,7 @@
 
 #include "strata-c/Strata.h"
 
+#include "strata/Dialect/Program.h"
 #include "strata/Execution/MpiCommunicator.h"
 #include "strata/InitAllDialects.h"
 #include "strata/Model/Models.h"
@@ -74,7 +75,11 @@ struct StrataSessionImpl {
         callback(STRATA_DIAGNOSTIC_ERROR, "",
                  StringRef(direct).rtrim().str().c_str(), callbackUser);
     }
-    if (!ok && error.empty())
+    // A call that succeeds leaves no error (its warnings went to the
+    // callback).
+    if (ok)
+      error.clear();
+    else if (error.empty())
       error = "unknown error";
     return ok ? 0 : 1;
   }
@@ -113,8 +118,15 @@ struct StrataSessionImpl {
       callback(severity, location.c_str(), message.c_str(), callbackUser);
   }
 
+  /// Runs `pm` on a copy of the program, which replaces it only when every
+  /// pass succeeds and the result verifies: a failed pipeline leaves the
+  /// program as it was.
   bool runPassManager(PassManager &pm) {
-    return succeeded(pm.run(*module)) && succeeded(verify(*module));
+    OwningOpRef<ModuleOp> copy(module->clone());
+    if (failed(pm.run(*copy)) || failed(verify(*copy)))
+      return false;
+    module = std::move(copy);
+    return true;
   }
 
   MLIRContext context;
@@ -223,6 +235,11 @@ int strataSessionApplyStrategy(StrataSession session, const char *path,
                                int64_t worldSize, int64_t rank) {
   return session->capture([&](llvm::raw_ostream &os) {
     strata::StrategyContext context;
+    if (worldSize < 0 || worldSize > strata::kMaxRanks) {
+      os << "world size " << worldSize << " is not in [0, " << strata::kMaxRanks
+         << "] (0: unknown)";
+      return false;
+    }
     if (worldSize > 0)
       context.worldSize = worldSize;
     if (rank < 0 || (worldSize > 0 && rank >= worldSize) ||
@@ -305,6 +322,18 @@ static bool createTrainer(StrataExecutableImpl &exe,
     os << "the session's program: " << llvm::toString(found.takeError());
     return false;
   }
+  // An executable compiles the program as written (forward and loss);
+  // strataSessionApplyStrategy and RunPipeline's passes are for reading
+  // what a strategy makes of it.
+  bool updates = false;
+  found->walk([&](strata::AssignOp) { updates = true; });
+  if (strata::returnsGradients(*found) || updates) {
+    os << "the session's program is already compiled (its step returns "
+          "gradients or updates state, after strataSessionApplyStrategy or a "
+          "pipeline with strata-autodiff): create executables from the "
+          "program as written";
+    return false;
+  }
   func::FuncOp step = *found;
   exe.written = OwningOpRef<ModuleOp>(session.module->clone());
   for (BlockArgument arg : step.getArguments()) {
@@ -367,12 +396,20 @@ int strataExecutableCreate(StrataSession session,
       return false;
     }
     if (options->worldSize > 1) {
-      int initialised = 0;
+      int initialised = 0, finalised = 0;
       MPI_Initialized(&initialised);
-      if (!options->mpiComm || !initialised) {
+      MPI_Finalized(&finalised);
+      if (!options->mpiComm || !initialised || finalised) {
         os << "a job of " << options->worldSize
-           << " ranks needs MPI initialised and the address of its "
-              "MPI_Comm in mpiComm";
+           << " ranks needs MPI initialised (and not finalised) and the "
+              "address of its MPI_Comm in mpiComm";
+        return false;
+      }
+      // (An MPI call on MPI_COMM_NULL ends the process under MPI's default
+      // error handler.)
+      if (*static_cast<const MPI_Comm *>(options->mpiComm) == MPI_COMM_NULL) {
+        os << "mpiComm points at MPI_COMM_NULL, not at the job's "
+              "communicator";
         return false;
       }
       exe->communicator = std::make_unique<strata::MpiCommunicator>(
@@ -423,6 +460,14 @@ int strataExecutableReadBatch(StrataExecutable executable, const char *dataPath,
                               int64_t step, void *const *inputs) {
   StrataExecutableImpl &exe = *executable;
   return exe.session->capture([&](llvm::raw_ostream &os) {
+    if (dataPath && !*dataPath) {
+      os << "the data path is empty (NULL reads the default texts)";
+      return false;
+    }
+    if (step < 0) {
+      os << "batch " << step << " is negative";
+      return false;
+    }
     std::string path = dataPath ? dataPath : "";
     if (!exe.data || exe.dataPath != path) {
       auto stream = strata::DataStream::create(

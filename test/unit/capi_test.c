@@ -63,6 +63,12 @@ static void executableErrors(void) {
   StrataExecutable exe = NULL;
   strataExecutableOptionsInit(&options);
 
+  /* A world size that no job has. */
+  check(strataSessionApplyStrategy(s, "/nonexistent.yaml", -5, 0) != 0,
+        "negative world size refused");
+  check(strstr(strataSessionLastError(s), "world size -5") != NULL,
+        "the error names the world size");
+
   /* No program yet: the empty module has no step. */
   check(strataExecutableCreate(s, &options, &exe) != 0 && exe == NULL,
         "no step function fails");
@@ -119,12 +125,17 @@ static void executableErrors(void) {
         "data outside the vocabulary refused");
   check(strstr(strataSessionLastError(s), "vocabulary of 64") != NULL,
         "vocabulary text");
+  check(strataExecutableReadBatch(exe, "", 0, batch) != 0 &&
+            strstr(strataSessionLastError(s), "data path is empty") != NULL,
+        "an empty data path refused");
   for (int i = 0; i < 16; ++i)
     tokens[i] = targets[i] = i;
   double loss = 0;
   check(strataExecutableStep(exe, (const void *const *)batch, &loss) == 0 &&
             loss > 3.0 && loss < 5.0,
         "one step near ln(64)");
+  check(strcmp(strataSessionLastError(s), "") == 0,
+        "no error after a call that succeeded");
   int64_t done = 0;
   check(strataExecutableLoadCheckpoint(exe, "/nonexistent.safetensors",
                                        &done) != 0,
@@ -174,6 +185,32 @@ int main(int argc, char **argv) {
             0,
         "anchored pipeline");
   check(programContains(s, "strata.sgd_update"), "anchored pipeline ran");
+
+  /* A compiled program is for reading: an executable is refused with why. */
+  {
+    StrataExecutableOptions options;
+    StrataExecutable exe = NULL;
+    strataExecutableOptionsInit(&options);
+    check(strataExecutableCreate(s, &options, &exe) != 0 && exe == NULL,
+          "create from a compiled program fails");
+    check(strstr(strataSessionLastError(s), "already compiled") != NULL,
+          "the error says the program is compiled");
+  }
+
+  /* A pipeline that fails leaves the program as it was. */
+  check(strataSessionGenerateGpt(s, 1, 16, 2, 8, 64, 2, 0.1) == 0,
+        "generate for the failing pipeline");
+  check(strataSessionRunPipeline(s, "strata-autodiff,strata-autodiff,"
+                                    "strata-optimizer,strata-optimizer") != 0,
+        "a pipeline whose last pass fails");
+  check(!programContains(s, "strata.adamw_update") &&
+            !programContains(s, "strata.grad_of"),
+        "the failed pipeline changed nothing");
+  check(strataSessionRunPipeline(
+            s, "strata-strategy-check{strategy=/nonexistent.yaml}") != 0,
+        "the strategy check's own strategy missing");
+  check(strstr(strataSessionLastError(s), "/nonexistent.yaml") != NULL,
+        "its error comes back through the session");
 
   /* The printed program parses back. */
   check(strataSessionParseProgram(s, out.data, out.size, "roundtrip") == 0,
