@@ -102,9 +102,7 @@ static strata::cpu::GemmCache::Entry &primitiveFor(StrataRtContext *ctx,
   if (p.accumulate)
     ops.append_sum(1.0f);
   dnnl::algorithm alg = dnnl::algorithm::undef;
-  if (p.act == STRATA_RT_ACT_RELU)
-    alg = dnnl::algorithm::eltwise_relu;
-  else if (p.act == STRATA_RT_ACT_GELU_TANH)
+  if (p.act == STRATA_RT_ACT_GELU_TANH)
     alg = dnnl::algorithm::eltwise_gelu_tanh;
   else if (p.act == STRATA_RT_ACT_GELU_ERF)
     alg = dnnl::algorithm::eltwise_gelu_erf;
@@ -427,6 +425,16 @@ strata_rt_gemm(StrataRtContext *ctx, int64_t site, int64_t batch, int64_t m,
                int64_t bType, int64_t bBatchStride, int64_t transB, void *c,
                int64_t cType, const void *bias, int64_t biasType, int64_t act,
                int64_t accumulate) {
+  // ReLU runs after the product: oneDNN's post-op is a max, which turns
+  // NaN into 0, where the runtime's ReLU keeps NaN (PyTorch's relu).
+  if (act == STRATA_RT_ACT_RELU) {
+    strata_rt_gemm(ctx, site, batch, m, n, k, a, aType, aBatchStride, transA, b,
+                   bType, bBatchStride, transB, c, cType, bias, biasType,
+                   STRATA_RT_ACT_NONE, accumulate);
+    strata_rt_unary(ctx, site, STRATA_RT_ACT_RELU, c, cType, c, cType,
+                    batch * m * n, 0.0);
+    return;
+  }
   withSameFloatType(
       ctx, site, "gemm", {aType, bType, cType, biasType}, [&](auto tag) {
         using T = decltype(tag);

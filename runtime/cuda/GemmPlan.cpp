@@ -110,8 +110,11 @@ GemmPlan planGemm(const GemmCall &call, bool tf32) {
           call.bias ? CUBLASLT_EPILOGUE_BIAS : CUBLASLT_EPILOGUE_DEFAULT;
       break;
     case STRATA_RT_ACT_RELU:
+      // cuBLASLt's ReLU is a max, which turns NaN into 0; the runtime's
+      // keeps NaN (PyTorch's relu), so it runs after the GEMM.
       p.epilogue =
-          call.bias ? CUBLASLT_EPILOGUE_RELU_BIAS : CUBLASLT_EPILOGUE_RELU;
+          call.bias ? CUBLASLT_EPILOGUE_BIAS : CUBLASLT_EPILOGUE_DEFAULT;
+      p.separateAct = STRATA_RT_ACT_RELU;
       break;
     case STRATA_RT_ACT_GELU_TANH:
       // cuBLASLt's GELU is the tanh approximation.

@@ -73,8 +73,9 @@ std::vector<float> runPlan(const GemmPlan &p, const std::vector<float> &abiA,
                         p.epilogue == CUBLASLT_EPILOGUE_GELU_BIAS;
         if (withBias)
           v += bias[i]; // one per row of D: a column of the ABI's C
-        if (p.epilogue == CUBLASLT_EPILOGUE_RELU ||
-            p.epilogue == CUBLASLT_EPILOGUE_RELU_BIAS)
+        // (The runtime applies an activation the plan leaves out, such as
+        // ReLU, after the GEMM.)
+        if (p.separateAct == STRATA_RT_ACT_RELU)
           v = std::max(v, 0.0f);
         d = v;
       }
@@ -147,8 +148,10 @@ TEST(CudaGemmPlan, EpilogueForEveryBiasAndActivation) {
   } cases[] = {
       {false, STRATA_RT_ACT_NONE, CUBLASLT_EPILOGUE_DEFAULT, 0},
       {true, STRATA_RT_ACT_NONE, CUBLASLT_EPILOGUE_BIAS, 0},
-      {false, STRATA_RT_ACT_RELU, CUBLASLT_EPILOGUE_RELU, 0},
-      {true, STRATA_RT_ACT_RELU, CUBLASLT_EPILOGUE_RELU_BIAS, 0},
+      // cuBLASLt's ReLU (a max) drops NaN: the runtime's runs after.
+      {false, STRATA_RT_ACT_RELU, CUBLASLT_EPILOGUE_DEFAULT,
+       STRATA_RT_ACT_RELU},
+      {true, STRATA_RT_ACT_RELU, CUBLASLT_EPILOGUE_BIAS, STRATA_RT_ACT_RELU},
       {false, STRATA_RT_ACT_GELU_TANH, CUBLASLT_EPILOGUE_GELU, 0},
       {true, STRATA_RT_ACT_GELU_TANH, CUBLASLT_EPILOGUE_GELU_BIAS, 0},
       // cuBLASLt's GELU is the tanh form: erf runs after the GEMM.

@@ -198,6 +198,13 @@ TEST(RuntimeTest, ReluKeepsNaN) {
   EXPECT_EQ(out[1], 2.0f);
   EXPECT_TRUE(std::isnan(out[2]));
   EXPECT_FALSE(std::signbit(out[3]));
+  // The GEMM's ReLU epilogue too (1 x 2 times 2 x 2, a NaN in one column).
+  std::vector<float> a = {1.0f, 1.0f}, b = {std::nanf(""), -1.0f, 0.0f, -1.0f},
+                     c(2);
+  strata_rt_gemm(ctx, 0, 1, 1, 2, 2, a.data(), F32, 0, 0, b.data(), F32, 0, 0,
+                 c.data(), F32, nullptr, F32, STRATA_RT_ACT_RELU, 0);
+  EXPECT_TRUE(std::isnan(c[0]));
+  EXPECT_EQ(c[1], 0.0f);
 }
 
 TEST(RuntimeTest, GemmEpilogues) {
