@@ -26,7 +26,8 @@ enum class NestingSyntax { Json, Yaml, Mlir };
 
 /// The deepest nesting of `[` and `{` in `text` (and, in MLIR, of `(` and
 /// `<`, an arrow's `->` closing nothing), outside quoted strings (double
-/// quotes; YAML's single quotes too). Stops counting past `limit`.
+/// quotes; YAML's single quotes too) and MLIR's `//` comments. Stops
+/// counting past `limit`.
 inline int64_t maxBracketNesting(llvm::StringRef text, NestingSyntax syntax,
                                  int64_t limit) {
   const bool mlir = syntax == NestingSyntax::Mlir;
@@ -39,6 +40,13 @@ inline int64_t maxBracketNesting(llvm::StringRef text, NestingSyntax syntax,
         ++i;
       else if (c == quote)
         quote = 0;
+      continue;
+    }
+    if (mlir && c == '/' && i + 1 < text.size() && text[i + 1] == '/') {
+      // A comment, to the end of its line (brackets and quotes in it
+      // nest nothing).
+      size_t end = text.find('\n', i);
+      i = end == llvm::StringRef::npos ? text.size() : end;
       continue;
     }
     if (c == '"' || (syntax == NestingSyntax::Yaml && c == '\''))
