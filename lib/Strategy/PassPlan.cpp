@@ -287,9 +287,10 @@ batchSplitProblem(const Strategy &s, mlir::func::FuncOp step,
           }
       // The smallest batch that splits into `micro` per rank (none where
       // ranks x micro overflows).
-      int64_t unit = 0;
-      bool overflows = llvm::MulOverflow(ranks, micro, unit);
-      int64_t raise = overflows ? 0 : unit * ((batch + unit - 1) / unit);
+      int64_t unit = 0, raise = 0;
+      bool overflows =
+          llvm::MulOverflow(ranks, micro, unit) ||
+          llvm::MulOverflow(unit, batch / unit + (batch % unit != 0), raise);
       // Lowering is offered where any count of 2 or more is accepted:
       // gradient merge (a pipeline's schedules have rules of their own).
       bool offerLower = !s.pipeline.enable && lower >= 2;
