@@ -516,10 +516,20 @@ int strataExecutableStep(StrataExecutable executable, const void *const *inputs,
     if (!exe.stateDefined(os, "train"))
       return false;
     auto result = exe.trainer->step(exe.stepsRun, batch);
-    if (!result) {
+    bool ok = bool(result);
+    std::string why = ok ? "" : llvm::toString(result.takeError());
+    // Every rank learns whether one failed (an id out of range is found in
+    // one rank's rows), so that all refuse to go on alike: a rank that
+    // saved or stepped on alone would wait for the others in a collective.
+    int64_t first = -1;
+    if (exe.communicator && exe.communicator->size() > 1)
+      first = exe.communicator->firstFailure(ok);
+    if (!ok || first >= 0) {
       exe.failedStep = exe.stepsRun;
       os << "step " << exe.stepsRun << ": "
-         << llvm::toString(result.takeError());
+         << (ok ? "rank " + std::to_string(first) +
+                      " failed it (its diagnostics are on that rank)"
+                : why);
       return false;
     }
     ++exe.stepsRun;
