@@ -23,6 +23,7 @@
 #include "strata/Passes/Passes.h"
 #include "strata/Strategy/PassPlan.h"
 #include "strata/Strategy/Strategy.h"
+#include "strata/Support/ReplaceFile.h"
 #include "strata/Tool/Tool.h"
 #include "strata/Train/Trainer.h"
 
@@ -773,12 +774,16 @@ int main(int argc, char **argv) {
     removeStaleTemps(checkpointDir, [](StringRef name) {
       return name.starts_with("step-") && name.contains(".safetensors.tmp-");
     });
-  if (rank0 && !saveFile.empty()) {
-    std::string prefix = sys::path::filename(saveFile).str() + ".tmp-";
-    removeStaleTemps(sys::path::parent_path(saveFile), [&](StringRef name) {
-      return name.starts_with(prefix) && name.size() == prefix.size() + 6;
-    });
-  }
+  if (rank0 && !saveFile.empty())
+    if (Expected<std::string> target = strata::replacedFile(saveFile)) {
+      std::string file = sys::path::filename(*target).str();
+      removeStaleTemps(sys::path::parent_path(*target), [&](StringRef name) {
+        return strata::isReplaceTemp(name, file);
+      });
+    } else {
+      // (Reported when the file is written.)
+      consumeError(target.takeError());
+    }
   // (The passes rewrote the program in place: `written` is gone; the
   // compiled step's arguments have the batch's element types.)
   mlir::func::FuncOp compiled = trainer.stepFunction();

@@ -21,28 +21,53 @@
 
 namespace strata {
 
-/// Writes `path` with `write`, whole or not at all (see above). Errors read
-/// "cannot write 'PATH': REASON".
-inline llvm::Error
-replaceFile(llvm::StringRef path,
-            llvm::function_ref<void(llvm::raw_ostream &)> write) {
+/// The file that writing `path` replaces: `path` itself, or the file a
+/// symbolic link names. Errors read "cannot write 'PATH': REASON": a path
+/// that is not a regular file, a link to nothing.
+inline llvm::Expected<std::string> replacedFile(llvm::StringRef path) {
   auto failure = [&](std::error_code ec, const llvm::Twine &why) {
     return llvm::createStringError(ec, "cannot write '" + path + "': " + why);
   };
-  llvm::SmallString<256> target(path);
-  if (llvm::sys::fs::exists(path)) {
-    if (!llvm::sys::fs::is_regular_file(path))
-      return failure(std::make_error_code(std::errc::invalid_argument),
-                     "not a regular file (the file is written beside it and "
-                     "renamed over it)");
-    if (std::error_code ec = llvm::sys::fs::real_path(path, target))
-      return failure(ec, ec.message());
+  if (!llvm::sys::fs::exists(path)) {
+    if (llvm::sys::fs::is_symlink_file(path))
+      return failure(std::make_error_code(std::errc::no_such_file_or_directory),
+                     "a symbolic link to a missing file");
+    return path.str();
   }
+  if (!llvm::sys::fs::is_regular_file(path))
+    return failure(std::make_error_code(std::errc::invalid_argument),
+                   "not a regular file (the file is written beside it and "
+                   "renamed over it)");
+  llvm::SmallString<256> target;
+  if (std::error_code ec = llvm::sys::fs::real_path(path, target))
+    return failure(ec, ec.message());
+  return std::string(target);
+}
+
+/// Whether the file name `name` is one of replaceFile's temporary files for
+/// the file named `file` (beside it): what a writer killed mid-write leaves.
+inline bool isReplaceTemp(llvm::StringRef name, llvm::StringRef file) {
+  return name.size() == file.size() + 11 && name.starts_with(file) &&
+         name.substr(file.size()).starts_with(".tmp-");
+}
+
+/// Writes `path` with `write`, whole or not at all (see above): into a
+/// temporary file beside the replaced file (isReplaceTemp), renamed over it.
+inline llvm::Error
+replaceFile(llvm::StringRef path,
+            llvm::function_ref<void(llvm::raw_ostream &)> write) {
+  llvm::Expected<std::string> target = replacedFile(path);
+  if (!target)
+    return target.takeError();
+  auto failure = [&](std::error_code ec) {
+    return llvm::createStringError(ec, "cannot write '" + path +
+                                           "': " + ec.message());
+  };
   llvm::SmallString<256> temp;
   int fd;
   if (std::error_code ec =
-          llvm::sys::fs::createUniqueFile(target + ".tmp-%%%%%%", fd, temp))
-    return failure(ec, ec.message());
+          llvm::sys::fs::createUniqueFile(*target + ".tmp-%%%%%%", fd, temp))
+    return failure(ec);
   {
     llvm::raw_fd_ostream os(fd, /*shouldClose=*/true);
     write(os);
@@ -51,12 +76,12 @@ replaceFile(llvm::StringRef path,
       std::error_code ec = os.error();
       os.clear_error();
       llvm::sys::fs::remove(temp);
-      return failure(ec, ec.message());
+      return failure(ec);
     }
   }
-  if (std::error_code ec = llvm::sys::fs::rename(temp, target)) {
+  if (std::error_code ec = llvm::sys::fs::rename(temp, *target)) {
     llvm::sys::fs::remove(temp);
-    return failure(ec, ec.message());
+    return failure(ec);
   }
   return llvm::Error::success();
 }
