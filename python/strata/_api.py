@@ -223,9 +223,15 @@ class _Session:
         if not self.handle:
             raise MemoryError("strata: cannot create a session")
         self.diagnostics: List[Diagnostic] = []
+        # The C session must outlive its executables: it is destroyed when
+        # it was closed and the last of them is (the garbage collector may
+        # finalise a session before the executables that hold it).
+        self._executables = 0
+        self._closing = False
+        diagnostics = self.diagnostics  # (not `self`: no reference cycle)
 
         def collect(severity, location, message, _):
-            self.diagnostics.append(Diagnostic(
+            diagnostics.append(Diagnostic(
                 _SEVERITIES.get(severity, "error"),
                 (location or b"").decode(), (message or b"").decode()))
         # Kept alive as long as the session: C holds the pointer.
@@ -235,14 +241,25 @@ class _Session:
     def check(self, status: int) -> None:
         """Raises StrataError with the diagnostics of a failed call; issues
         the warnings of a call that succeeded as StrataWarning."""
+        # stacklevel: warn, deliver, check, the strata function, its caller.
+        self.deliver(self.outcome(status), stacklevel=5)
+
+    def outcome(self, status: int):
+        """What a call left (read before another call on the session): its
+        StrataError, or the warnings of a call that succeeded."""
         if status == 0:
-            # stacklevel: warn, check, the strata function, its caller.
-            self.warn(self.take_warnings(), stacklevel=4)
-            return
+            return self.take_warnings()
         message = (_sessionLastError(self.handle) or b"").decode().strip()
         errors = list(self.diagnostics)
         self.diagnostics.clear()
-        raise StrataError(message or "strata: the call failed", errors)
+        return StrataError(message or "strata: the call failed", errors)
+
+    def deliver(self, outcome, stacklevel: int) -> None:
+        """Raises an outcome's error or issues its warnings (outside any
+        lock: a warnings hook may call Strata again)."""
+        if isinstance(outcome, StrataError):
+            raise outcome
+        self.warn(outcome, stacklevel=stacklevel)
 
     def take_warnings(self) -> List[Diagnostic]:
         """The warnings of the call that just succeeded; clears them all."""
@@ -255,7 +272,22 @@ class _Session:
         for d in found:
             warnings.warn(StrataWarning(d), stacklevel=stacklevel)
 
+    def retain(self) -> None:
+        """An executable of this session was created."""
+        self._executables += 1
+
+    def release(self) -> None:
+        """An executable of this session was destroyed."""
+        self._executables -= 1
+        if self._closing and self._executables == 0:
+            self._destroy()
+
     def close(self) -> None:
+        self._closing = True
+        if self._executables == 0:
+            self._destroy()
+
+    def _destroy(self) -> None:
         if self.handle:
             _sessionDestroy(self.handle)
             self.handle = None
@@ -278,6 +310,7 @@ class Executable:
         self._session = session
         self._handle = handle
         self._lock = threading.Lock()
+        session.retain()
         self._comm = None
         #: The job: this executable is `rank` of `world_size` ranks.
         self.world_size, self.rank = 1, 0
@@ -354,8 +387,9 @@ class Executable:
         path = None if data is None else _path("read_batch's data", data)
         arrays = [np.empty(i.shape, i.dtype) for i in self.inputs]
         with self._lock:
-            self._session.check(_readBatch(self._live(), path, step,
-                                           self._pointers(arrays)))
+            outcome = self._session.outcome(_readBatch(
+                self._live(), path, step, self._pointers(arrays)))
+        self._session.deliver(outcome, stacklevel=3)
         return {i.name: a for i, a in zip(self.inputs, arrays)}
 
     def step(self, batch) -> float:
@@ -364,8 +398,9 @@ class Executable:
         arrays = self._buffers(batch)
         loss = ctypes.c_double()
         with self._lock:
-            self._session.check(_step(self._live(), self._pointers(arrays),
-                                      ctypes.byref(loss)))
+            outcome = self._session.outcome(_step(
+                self._live(), self._pointers(arrays), ctypes.byref(loss)))
+        self._session.deliver(outcome, stacklevel=3)
         return loss.value
 
     def save(self, path: Union[str, os.PathLike], steps_done: int = 0) -> None:
@@ -373,22 +408,26 @@ class Executable:
         encoded = _path("save's path", path)
         steps_done = _integer("steps_done", steps_done, 0, 1 << 53)
         with self._lock:
-            self._session.check(_save(self._live(), encoded, steps_done))
+            outcome = self._session.outcome(_save(self._live(), encoded,
+                                                  steps_done))
+        self._session.deliver(outcome, stacklevel=3)
 
     def load(self, path: Union[str, os.PathLike]) -> int:
         """Reads a checkpoint (any strategy's); returns its steps done."""
         encoded = _path("load's path", path)
         done = ctypes.c_int64()
         with self._lock:
-            self._session.check(_load(self._live(), encoded,
-                                      ctypes.byref(done)))
+            outcome = self._session.outcome(_load(self._live(), encoded,
+                                                  ctypes.byref(done)))
+        self._session.deliver(outcome, stacklevel=3)
         return done.value
 
     def memory_plan(self) -> MemoryPlan:
         plan = _MemoryPlan()
         with self._lock:
-            self._session.check(_memoryPlan(self._live(),
-                                            ctypes.byref(plan)))
+            outcome = self._session.outcome(_memoryPlan(self._live(),
+                                                        ctypes.byref(plan)))
+        self._session.deliver(outcome, stacklevel=3)
         return MemoryPlan(plan.peak, plan.arena, plan.persistent, plan.inputs,
                           plan.activations, plan.parameters, plan.gradients,
                           plan.optimizerState, plan.scratch)
@@ -403,6 +442,7 @@ class Executable:
             if self._handle:
                 _destroy(self._handle)
                 self._handle = None
+                self._session.release()
 
     def __del__(self):
         self.close()

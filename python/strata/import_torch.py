@@ -297,15 +297,33 @@ def import_module(module: torch.nn.Module, example_inputs: Sequence,
     was_training = module.training
     module.train()
     try:
-        if capture == "export":
-            traced, roles = _capture_export(module, loss_fn, inputs, params,
-                                            frozen)
-        else:
-            traced, roles = _capture_make_fx(module, loss_fn, inputs, params,
-                                             frozen)
+        traced, roles = _capture(module, loss_fn, inputs, params, frozen,
+                                 capture)
     finally:
         module.train(was_training)
     return _Emitter(traced, roles, params, inputs, names).emit()
+
+
+class CaptureError(Exception):
+    """The model (with its loss) failed on the example inputs: PyTorch's
+    exception is the cause."""
+
+
+def _capture(module, loss_fn, inputs, params, frozen, capture):
+    """The graph of the step, PyTorch's own failures as CaptureError."""
+    try:
+        if capture == "export":
+            return _capture_export(module, loss_fn, inputs, params, frozen)
+        return _capture_make_fx(module, loss_fn, inputs, params, frozen)
+    except UnsupportedError:
+        raise
+    except Exception as e:  # noqa: BLE001 - PyTorch's, kept as the cause
+        shapes = ", ".join("%s %s" % (tuple(t.shape), t.dtype)
+                           if isinstance(t, torch.Tensor) else type(t).__name__
+                           for t in inputs)
+        raise CaptureError("strata.import_torch: the model (with its loss) "
+                           "did not run on the inputs %s: %s: %s"
+                           % (shapes, type(e).__name__, e)) from e
 
 
 def _capture_make_fx(module, loss_fn, inputs, params, frozen):
@@ -1318,14 +1336,8 @@ def main(argv=None) -> int:
     loss = _load_attr(args.loss, "loss") if args.loss else None
     try:
         program = import_module(model, tensors, loss, input_names=names)
-    except UnsupportedError as e:
-        print(e, file=sys.stderr)
-        return 1
-    except Exception as e:  # noqa: BLE001 - the model failed on the inputs
-        shapes = ", ".join("%s %s %s" % (n, tuple(t.shape), t.dtype)
-                           for n, t in zip(names, tensors))
-        print("strata-import-torch: the model (with its loss) did not run "
-              "on the inputs %s: %s: %s" % (shapes, type(e).__name__, e),
+    except (UnsupportedError, CaptureError) as e:
+        print(str(e).replace("strata.import_torch", "strata-import-torch", 1),
               file=sys.stderr)
         return 1
     program.save(args.output)

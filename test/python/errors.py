@@ -113,6 +113,10 @@ for t in threads:
 for t in threads:
     t.join()
 print("two threads: six steps, loss finite:", np.isfinite(exe.step(good)))
+# The garbage collector may finalise an executable's session first (both
+# unreachable): the C session lives until its last executable is gone.
+exe._session.close()
+print("session closed first:", outcome(lambda: exe.step(good)))
 exe.close()
 print("after close:", outcome(lambda: exe.step(good)))
 with strata.compile("mlp.mlir") as scoped:
