@@ -62,7 +62,7 @@ int strataSessionRunPipeline(StrataSession session, const char *pipeline);
 
 /* Loads a strategy file (YAML/JSON, Paddle's keys) and runs the passes it
  * selects for rank `rank` of `worldSize` ranks (`worldSize` 0 when unknown:
- * then rank 0). */
+ * then rank 0; at most 2^20). */
 int strataSessionApplyStrategy(StrataSession session, const char *path,
                                int64_t worldSize, int64_t rank);
 
@@ -124,15 +124,16 @@ typedef struct {
   const char *backend;
   /* Seed of the initial weights, dropout and the built-in data. */
   uint64_t seed;
-  /* Kernel threads of this rank. */
+  /* Kernel threads of this rank (1 to 4096). */
   int64_t threads;
   /* With worldSize > 1: the address of the caller's MPI_Comm (an
-   * `MPI_Comm *`), whose ranks are the job's; MPI must be initialised and
-   * the communicator must outlive the executable. */
+   * `MPI_Comm *`), whose ranks are the job's; MPI must be initialised (and
+   * not finalised), the communicator not MPI_COMM_NULL, and it must outlive
+   * the executable. */
   const void *mpiComm;
   /* Non-zero: complete every collective where it is issued (no overlap). */
   int blockingCollectives;
-  /* Non-zero, "cpu" backend: time each distinct f32 GEMM once through
+  /* Non-zero ("cpu" backend only): time each distinct f32 GEMM once through
    * oneDNN's matmul primitive and its sgemm, and run the faster (results
    * then move at rounding level between runs and thread counts). */
   int gemmAutotune;
@@ -166,10 +167,11 @@ int strataExecutableInputInfo(StrataExecutable executable, int64_t index,
                               StrataTensorInfo *info);
 
 /* Fills `inputs` (one buffer per input, row-major, of its element type and
- * shape) with batch `step` of the data stream strata-run uses: token ids of
- * `dataPath` (a text file or a directory of them; NULL: the licence texts
- * of /usr/share/common-licenses), or the synthetic classification task of
- * the seed. */
+ * shape) with batch `step` (>= 0) of the data stream strata-run uses: token
+ * ids of `dataPath` (a text file or a directory of them; NULL: the licence
+ * texts of /usr/share/common-licenses; "" is refused), or the synthetic
+ * classification task of the seed. The stream fills [rows, sequence] tokens
+ * and targets, or [rows, width] features and [rows] labels. */
 int strataExecutableReadBatch(StrataExecutable executable, const char *dataPath,
                               int64_t step, void *const *inputs);
 

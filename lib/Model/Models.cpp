@@ -30,8 +30,9 @@ static bool fits(std::initializer_list<int64_t> dims) {
   return true;
 }
 
-static llvm::Error tooLarge(llvm::StringRef flags) {
-  return invalid(flags + " make a tensor of more than 2^48 elements");
+static llvm::Error tooLarge(llvm::StringRef flags,
+                            llvm::StringRef what = "a tensor of") {
+  return invalid(flags + " make " + what + " more than 2^48 elements");
 }
 
 llvm::Error strata::validate(const MlpConfig &config) {
@@ -68,6 +69,9 @@ llvm::Error strata::validate(const GptConfig &config) {
   const GptConfig &c = config;
   if (!fits({c.hidden, 4, c.hidden}))
     return tooLarge("--hidden");
+  // (All the blocks' weights: twelve hidden x hidden matrices each.)
+  if (!fits({c.layers, 12, c.hidden, c.hidden}))
+    return tooLarge("--layers and --hidden", "blocks of");
   if (!fits({c.vocab, c.hidden}))
     return tooLarge("--vocab and --hidden");
   if (!fits({c.seq, c.hidden}))
