@@ -76,6 +76,18 @@ class Recurrent(nn.Module):
 
 
 attempt(Recurrent(), (torch.randn(2, 5, 4), labels), F.cross_entropy)
+
+
+class DividedByZero(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(4, 3)
+
+    def forward(self, x):
+        return self.fc(x) / 0.0
+
+
+attempt(DividedByZero(), (x, labels), F.cross_entropy)
 # nn.Dropout at its default p = 0.5.
 attempt(nn.Sequential(nn.Linear(4, 3), nn.Dropout()), (x, labels),
         F.cross_entropy)

@@ -9,6 +9,9 @@
   craft_safetensors.py set IN OUT NAME VALUE
                                       IN with the first element of tensor
                                       NAME (F32 or I64) set to VALUE
+  craft_safetensors.py numeric-meta IN OUT
+                                      IN with strata.steps_done a JSON number
+                                      (the format's metadata are strings)
 """
 import json
 import struct
@@ -54,5 +57,11 @@ elif mode == "set":
     else:
         payload[begin:begin + 4] = struct.pack("<f", float(sys.argv[5]))
     write(sys.argv[3], header, bytes(payload))
+elif mode == "numeric-meta":
+    data = open(sys.argv[2], "rb").read()
+    size = struct.unpack("<Q", data[:8])[0]
+    header = json.loads(data[8:8 + size])
+    header["__metadata__"]["strata.steps_done"] = 3
+    write(sys.argv[3], header, data[8 + size:])
 else:
     sys.exit("unknown mode " + mode)
