@@ -31,6 +31,11 @@ static void append(const char *data, size_t length, void *user) {
   b->data[b->size] = 0;
 }
 
+/* Whether the session's last error contains `text`. */
+static int errorSays(StrataSession s, const char *text) {
+  return strstr(strataSessionLastError(s), text) != NULL;
+}
+
 /* Whether the session's program, printed, contains `text`. */
 static int programContains(StrataSession s, const char *text) {
   Buffer b = {NULL, 0};
@@ -66,14 +71,12 @@ static void executableErrors(void) {
   /* A world size that no job has. */
   check(strataSessionApplyStrategy(s, "/nonexistent.yaml", -5, 0) != 0,
         "negative world size refused");
-  check(strstr(strataSessionLastError(s), "world size -5") != NULL,
-        "the error names the world size");
+  check(errorSays(s, "world size -5"), "the error names the world size");
 
   /* No program yet: the empty module has no step. */
   check(strataExecutableCreate(s, &options, &exe) != 0 && exe == NULL,
         "no step function fails");
-  check(strstr(strataSessionLastError(s), "@train_step") != NULL,
-        "the error names the step function");
+  check(errorSays(s, "@train_step"), "the error names the step function");
 
   check(strataSessionGenerateGpt(s, 1, 16, 2, 8, 64, 2, 0.0) == 0,
         "generate for executables");
@@ -84,29 +87,24 @@ static void executableErrors(void) {
     strataExecutableDestroy(exe);
     exe = NULL;
   } else {
-    check(strstr(strataSessionLastError(s), "CUDA runtime") != NULL,
-          "cuda error text");
+    check(errorSays(s, "CUDA runtime"), "cuda error text");
   }
   options.backend = "tpu";
   check(strataExecutableCreate(s, &options, &exe) != 0, "unknown backend");
-  check(strstr(strataSessionLastError(s), "expected cpu, cuda or reference") !=
-            NULL,
+  check(errorSays(s, "expected cpu, cuda or reference"),
         "unknown backend text");
   options.backend = "cpu";
   options.worldSize = 2;
   check(strataExecutableCreate(s, &options, &exe) != 0,
         "two ranks without MPI refused");
-  check(strstr(strataSessionLastError(s), "MPI_Comm") != NULL,
-        "the error asks for the communicator");
+  check(errorSays(s, "MPI_Comm"), "the error asks for the communicator");
   options.worldSize = 1;
   options.rank = 1;
   check(strataExecutableCreate(s, &options, &exe) != 0, "rank 1 of 1");
   options.rank = 0;
   options.size = 8;
   check(strataExecutableCreate(s, &options, &exe) != 0, "short options");
-  check(strstr(strataSessionLastError(s), "strataExecutableOptionsInit") !=
-            NULL,
-        "short options text");
+  check(errorSays(s, "strataExecutableOptionsInit"), "short options text");
   options.size = sizeof(options);
 
   check(strataExecutableCreate(s, &options, &exe) == 0 && exe != NULL,
@@ -123,10 +121,9 @@ static void executableErrors(void) {
   void *batch[2] = {tokens, targets};
   check(strataExecutableReadBatch(exe, NULL, 0, batch) != 0,
         "data outside the vocabulary refused");
-  check(strstr(strataSessionLastError(s), "vocabulary of 64") != NULL,
-        "vocabulary text");
+  check(errorSays(s, "vocabulary of 64"), "vocabulary text");
   check(strataExecutableReadBatch(exe, "", 0, batch) != 0 &&
-            strstr(strataSessionLastError(s), "data path is empty") != NULL,
+            errorSays(s, "data path is empty"),
         "an empty data path refused");
   for (int i = 0; i < 16; ++i)
     tokens[i] = targets[i] = i;
@@ -140,7 +137,7 @@ static void executableErrors(void) {
   check(strataExecutableLoadCheckpoint(exe, "/nonexistent.safetensors",
                                        &done) != 0,
         "missing checkpoint fails");
-  check(strstr(strataSessionLastError(s), "/nonexistent.safetensors") != NULL,
+  check(errorSays(s, "/nonexistent.safetensors"),
         "checkpoint error names the file");
   StrataMemoryPlan plan;
   check(strataExecutableMemoryPlan(exe, &plan) == 0 && plan.peak > 0 &&
@@ -193,7 +190,7 @@ int main(int argc, char **argv) {
     strataExecutableOptionsInit(&options);
     check(strataExecutableCreate(s, &options, &exe) != 0 && exe == NULL,
           "create from a compiled program fails");
-    check(strstr(strataSessionLastError(s), "already compiled") != NULL,
+    check(errorSays(s, "already compiled"),
           "the error says the program is compiled");
   }
 
@@ -209,7 +206,7 @@ int main(int argc, char **argv) {
   check(strataSessionRunPipeline(
             s, "strata-strategy-check{strategy=/nonexistent.yaml}") != 0,
         "the strategy check's own strategy missing");
-  check(strstr(strataSessionLastError(s), "/nonexistent.yaml") != NULL,
+  check(errorSays(s, "/nonexistent.yaml"),
         "its error comes back through the session");
 
   /* The printed program parses back. */
@@ -220,14 +217,12 @@ int main(int argc, char **argv) {
   const char *bad = "func.func @f() {\n  %0 = strata.bogus\n}\n";
   check(strataSessionParseProgram(s, bad, strlen(bad), "bad.mlir") != 0,
         "bad program fails");
-  check(strstr(strataSessionLastError(s), "bad.mlir:2") != NULL,
-        "error names the line");
+  check(errorSays(s, "bad.mlir:2"), "error names the line");
   check(strataSessionRunPipeline(s, "strata-no-such-pass") != 0,
         "unknown pass fails");
   check(strataSessionGenerateGpt(s, 1, 30, 4, 8, 64, 2, 0.0) != 0,
         "invalid model fails");
-  check(strstr(strataSessionLastError(s), "divisible") != NULL,
-        "model error text");
+  check(errorSays(s, "divisible"), "model error text");
 
   if (strategyPath) {
     check(strataSessionGenerateGpt(s, 1, 16, 2, 8, 64, 2, 0.1) == 0,
@@ -239,8 +234,7 @@ int main(int argc, char **argv) {
   }
   check(strataSessionApplyStrategy(s, "/nonexistent.yaml", 0, 0) != 0,
         "missing strategy fails");
-  check(strstr(strataSessionLastError(s), "/nonexistent.yaml") != NULL,
-        "strategy error names the file");
+  check(errorSays(s, "/nonexistent.yaml"), "strategy error names the file");
 
   free(out.data);
   strataSessionDestroy(s);
