@@ -772,13 +772,14 @@ int main(int argc, char **argv) {
   };
   if (rank0 && !checkpointDir.empty())
     removeStaleTemps(checkpointDir, [](StringRef name) {
-      return name.starts_with("step-") && name.contains(".safetensors.tmp-");
+      std::optional<StringRef> of = strata::replacedByTemp(name);
+      return of && of->starts_with("step-") && of->ends_with(".safetensors");
     });
   if (rank0 && !saveFile.empty())
     if (Expected<std::string> target = strata::replacedFile(saveFile)) {
       std::string file = sys::path::filename(*target).str();
       removeStaleTemps(sys::path::parent_path(*target), [&](StringRef name) {
-        return strata::isReplaceTemp(name, file);
+        return strata::replacedByTemp(name) == StringRef(file);
       });
     } else {
       // (Reported when the file is written.)

@@ -19,6 +19,8 @@
 #include "llvm/Support/FileSystem.h"
 #include "llvm/Support/raw_ostream.h"
 
+#include <optional>
+
 namespace strata {
 
 /// The file that writing `path` replaces: `path` itself, or the file a
@@ -44,15 +46,27 @@ inline llvm::Expected<std::string> replacedFile(llvm::StringRef path) {
   return std::string(target);
 }
 
-/// Whether the file name `name` is one of replaceFile's temporary files for
-/// the file named `file` (beside it): what a writer killed mid-write leaves.
-inline bool isReplaceTemp(llvm::StringRef name, llvm::StringRef file) {
-  return name.size() == file.size() + 11 && name.starts_with(file) &&
-         name.substr(file.size()).starts_with(".tmp-");
+/// replaceFile's temporary file beside FILE is FILE + kReplaceTempSuffix
+/// with its `%` replaced by random characters.
+inline constexpr llvm::StringLiteral kReplaceTempSuffix = ".tmp-%%%%%%";
+
+/// The name of the file whose replaceFile temporary file is named `name`
+/// (what a writer killed mid-write leaves beside it), or nothing when
+/// `name` is not such a file.
+inline std::optional<llvm::StringRef> replacedByTemp(llvm::StringRef name) {
+  const size_t n = kReplaceTempSuffix.size();
+  if (name.size() <= n)
+    return std::nullopt;
+  llvm::StringRef tail = name.take_back(n);
+  for (size_t i = 0; i < n; ++i)
+    if (kReplaceTempSuffix[i] != '%' && tail[i] != kReplaceTempSuffix[i])
+      return std::nullopt;
+  return name.drop_back(n);
 }
 
 /// Writes `path` with `write`, whole or not at all (see above): into a
-/// temporary file beside the replaced file (isReplaceTemp), renamed over it.
+/// temporary file beside the replaced file (replacedByTemp), renamed over
+/// it.
 inline llvm::Error
 replaceFile(llvm::StringRef path,
             llvm::function_ref<void(llvm::raw_ostream &)> write) {
@@ -65,8 +79,8 @@ replaceFile(llvm::StringRef path,
   };
   llvm::SmallString<256> temp;
   int fd;
-  if (std::error_code ec =
-          llvm::sys::fs::createUniqueFile(*target + ".tmp-%%%%%%", fd, temp))
+  if (std::error_code ec = llvm::sys::fs::createUniqueFile(
+          *target + kReplaceTempSuffix, fd, temp))
     return failure(ec);
   {
     llvm::raw_fd_ostream os(fd, /*shouldClose=*/true);
