@@ -28,8 +28,9 @@ extern "C" {
 #endif
 
 /* The version of this header. Version 2 added executables, diagnostics
- * callbacks and the rank of strataSessionApplyStrategy. */
-#define STRATA_C_API_VERSION 2
+ * callbacks and the rank of strataSessionApplyStrategy; version 3 the data
+ * format of strataExecutableReadBatch. */
+#define STRATA_C_API_VERSION 3
 
 /* The version the library implements; a caller built against another
  * version should refuse to go on. */
@@ -166,14 +167,25 @@ int64_t strataExecutableNumInputs(StrataExecutable executable);
 int strataExecutableInputInfo(StrataExecutable executable, int64_t index,
                               StrataTensorInfo *info);
 
+/* How a data file holds its token ids: every byte a token (text), or
+ * little-endian uint16 / uint32 ids (nanoGPT's .bin files are uint16). */
+typedef enum {
+  STRATA_DATA_TEXT = 0,
+  STRATA_DATA_UINT16 = 1,
+  STRATA_DATA_UINT32 = 2,
+} StrataDataFormat;
+
 /* Fills `inputs` (one buffer per input, row-major, of its element type and
  * shape) with batch `step` (>= 0) of the data stream strata-run uses: token
- * ids of `dataPath` (a text file or a directory of them; NULL: the licence
- * texts of /usr/share/common-licenses; "" is refused), or the synthetic
- * classification task of the seed. The stream fills [rows, sequence] tokens
- * and targets, or [rows, width] features and [rows] labels. */
+ * ids of `dataPath` in `format` (a file, or for text a directory of them;
+ * NULL: the licence texts of /usr/share/common-licenses; "" is refused), or
+ * the synthetic classification task of the seed. The stream fills [rows,
+ * sequence] tokens and targets, or [rows, width] features and [rows]
+ * labels; every token id is checked against the program's vocabulary. A
+ * file is read at the first call with its path and format, and kept. */
 int strataExecutableReadBatch(StrataExecutable executable, const char *dataPath,
-                              int64_t step, void *const *inputs);
+                              StrataDataFormat format, int64_t step,
+                              void *const *inputs);
 
 /* Trains one step on `inputs` (as strataExecutableReadBatch describes) and
  * stores the loss. Every rank of the job calls it with the same batch. A

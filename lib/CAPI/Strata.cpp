@@ -149,6 +149,7 @@ struct StrataExecutableImpl {
   std::vector<StrataElementType> types;
   std::optional<strata::DataStream> data;
   std::string dataPath;
+  strata::DataFormat dataFormat = strata::DataFormat::Text;
   int64_t stepsRun = 0;
   /// The step that failed: it may have updated part of the state (an id
   /// out of range or a NaN loss is found at the step's end), so the
@@ -457,11 +458,30 @@ int strataExecutableInputInfo(StrataExecutable executable, int64_t index,
 }
 
 int strataExecutableReadBatch(StrataExecutable executable, const char *dataPath,
-                              int64_t step, void *const *inputs) {
+                              StrataDataFormat format, int64_t step,
+                              void *const *inputs) {
   StrataExecutableImpl &exe = *executable;
   return exe.session->capture([&](llvm::raw_ostream &os) {
     if (dataPath && !*dataPath) {
       os << "the data path is empty (NULL reads the default texts)";
+      return false;
+    }
+    std::optional<strata::DataFormat> dataFormat;
+    switch (format) {
+    case STRATA_DATA_TEXT:
+      dataFormat = strata::DataFormat::Text;
+      break;
+    case STRATA_DATA_UINT16:
+      dataFormat = strata::DataFormat::Uint16;
+      break;
+    case STRATA_DATA_UINT32:
+      dataFormat = strata::DataFormat::Uint32;
+      break;
+    }
+    if (!dataFormat) {
+      os << "data format " << int(format)
+         << " is none of STRATA_DATA_TEXT, STRATA_DATA_UINT16, "
+            "STRATA_DATA_UINT32";
       return false;
     }
     if (step < 0) {
@@ -469,20 +489,18 @@ int strataExecutableReadBatch(StrataExecutable executable, const char *dataPath,
       return false;
     }
     std::string path = dataPath ? dataPath : "";
-    if (!exe.data || exe.dataPath != path) {
+    if (!exe.data || exe.dataPath != path || exe.dataFormat != *dataFormat) {
       auto stream = strata::DataStream::create(
           llvm::cantFail(strata::findStepFunction(*exe.written)), path,
-          strata::DataFormat::Text, exe.trainer->options().seed);
+          *dataFormat, exe.trainer->options().seed,
+          {"data path", "the data format"});
       if (!stream) {
         os << llvm::toString(stream.takeError());
         return false;
       }
       exe.data = std::move(*stream);
       exe.dataPath = path;
-    }
-    if (step < 0) {
-      os << "step " << step << " is negative";
-      return false;
+      exe.dataFormat = *dataFormat;
     }
     std::vector<strata::Tensor> batch = exe.data->batch(step);
     for (size_t i = 0; i < batch.size(); ++i) {

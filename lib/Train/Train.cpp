@@ -483,9 +483,9 @@ Error strata::saveCheckpoint(ModuleOp module, StringRef path,
 // Data
 //===----------------------------------------------------------------------===//
 
-Expected<DataStream> DataStream::create(func::FuncOp step,
-                                        std::string dataPath,
-                                        DataFormat format, uint64_t seed) {
+Expected<DataStream> DataStream::create(func::FuncOp step, std::string dataPath,
+                                        DataFormat format, uint64_t seed,
+                                        DataArgumentNames names) {
   DataStream d;
   d.seed = seed;
   for (BlockArgument arg : step.getArguments()) {
@@ -531,7 +531,7 @@ Expected<DataStream> DataStream::create(func::FuncOp step,
       std::string dir =
           dataPath.empty() ? "/usr/share/common-licenses" : dataPath;
       if (format != DataFormat::Text)
-        return makeError("--data " + dir +
+        return makeError(names.path + " " + dir +
                          " is a directory: token files are read one at a "
                          "time");
       std::vector<std::string> files;
@@ -542,7 +542,8 @@ Expected<DataStream> DataStream::create(func::FuncOp step,
           files.push_back(it->path());
       std::sort(files.begin(), files.end());
       if (files.empty())
-        return makeError("no text files in the --data directory " + dir);
+        return makeError(names.path + " " + dir +
+                         " is a directory without regular files");
       std::string text;
       for (const std::string &f : files) {
         auto buffer = llvm::MemoryBuffer::getFile(f);
@@ -555,15 +556,15 @@ Expected<DataStream> DataStream::create(func::FuncOp step,
       source = dir;
     } else {
       if (!llvm::sys::fs::is_regular_file(dataPath))
-        return makeError("--data " + dataPath +
+        return makeError(names.path + " " + dataPath +
                          (llvm::sys::fs::exists(dataPath)
                               ? " is not a regular file or a directory"
                               : " does not exist"));
       if (format == DataFormat::Text &&
           llvm::sys::path::extension(dataPath) == ".bin")
-        return makeError("--data " + dataPath +
-                         " looks like a file of token ids: give "
-                         "--data-format uint16 or uint32");
+        return makeError(names.path + " " + dataPath +
+                         " looks like a file of token ids: give " +
+                         names.format + " uint16 or uint32");
       auto buffer = llvm::MemoryBuffer::getFile(dataPath, /*IsText=*/false,
                                                 /*RequiresNullTerminator=*/
                                                 false);
@@ -574,18 +575,18 @@ Expected<DataStream> DataStream::create(func::FuncOp step,
     }
     size_t bytes = d.data->getBufferSize();
     if (bytes % d.width != 0)
-      return makeError("--data " + source + ": " + llvm::Twine(bytes) +
+      return makeError(names.path + " " + source + ": " + llvm::Twine(bytes) +
                        " bytes is not a whole number of " +
                        llvm::Twine(d.width) + "-byte token ids");
     int64_t count = int64_t(bytes / d.width);
     int64_t seq = d.shapes[0].back();
     if (count < seq + 2)
-      return makeError("--data " + source + " has " + llvm::Twine(count) +
-                       " tokens; the program's sequences of " +
-                       llvm::Twine(seq) +
-                       " (and their next-token targets) "
-                       "need at least " +
-                       llvm::Twine(seq + 2));
+      return makeError(
+          names.path + " " + source + " has " + llvm::Twine(count) +
+          " tokens; the program's sequences of " + llvm::Twine(seq) +
+          " (and their next-token targets) "
+          "need at least " +
+          llvm::Twine(seq + 2));
     // Every id within the program's vocabulary (the logits' last dimension).
     int64_t vocab = 0;
     step.walk([&](CrossEntropyOp ce) {
@@ -594,7 +595,7 @@ Expected<DataStream> DataStream::create(func::FuncOp step,
     if (vocab > 0)
       for (int64_t k = 0; k < count; ++k)
         if (int64_t id = d.token(uint64_t(k)); id >= vocab)
-          return makeError("--data " + source + ": token id " +
+          return makeError(names.path + " " + source + ": token id " +
                            llvm::Twine(id) + " at token " + llvm::Twine(k) +
                            " (byte offset " + llvm::Twine(k * d.width) +
                            ") is outside the program's vocabulary of " +
@@ -606,10 +607,11 @@ Expected<DataStream> DataStream::create(func::FuncOp step,
   }
   if (is({"features", "labels"})) {
     if (!dataPath.empty())
-      return makeError("--data " + dataPath + ": @" + step.getName() +
+      return makeError(names.path + " " + dataPath + ": @" + step.getName() +
                        " takes (features, labels), which are drawn at "
-                       "random; --data feeds programs that take (tokens, "
-                       "targets)");
+                       "random; " +
+                       names.path +
+                       " feeds programs that take (tokens, targets)");
     d.kind = Kind::Classification;
     // The number of classes: the logits' last dimension (the labels may
     // reach the loss through micro-batch slices).

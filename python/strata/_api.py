@@ -11,7 +11,7 @@ from typing import Dict, List, Optional, Sequence, Tuple, Union
 import numpy as np
 
 # The C API version this binding is written against (STRATA_C_API_VERSION).
-_API_VERSION = 2
+_API_VERSION = 3
 
 
 def _find_library() -> str:
@@ -106,8 +106,8 @@ _inputInfo = _declare("strataExecutableInputInfo", ctypes.c_int,
                       _ExecutableHandle, ctypes.c_int64,
                       ctypes.POINTER(_TensorInfo))
 _readBatch = _declare("strataExecutableReadBatch", ctypes.c_int,
-                      _ExecutableHandle, ctypes.c_char_p, ctypes.c_int64,
-                      ctypes.POINTER(ctypes.c_void_p))
+                      _ExecutableHandle, ctypes.c_char_p, ctypes.c_int,
+                      ctypes.c_int64, ctypes.POINTER(ctypes.c_void_p))
 _step = _declare("strataExecutableStep", ctypes.c_int, _ExecutableHandle,
                  ctypes.POINTER(ctypes.c_void_p),
                  ctypes.POINTER(ctypes.c_double))
@@ -118,6 +118,9 @@ _save = _declare("strataExecutableSaveCheckpoint", ctypes.c_int,
                  _ExecutableHandle, ctypes.c_char_p, ctypes.c_int64)
 _memoryPlan = _declare("strataExecutableMemoryPlan", ctypes.c_int,
                        _ExecutableHandle, ctypes.POINTER(_MemoryPlan))
+
+# StrataDataFormat, by the names strata-run's --data-format takes.
+_DATA_FORMATS = {"text": 0, "uint16": 1, "uint32": 2}
 
 if _apiVersion() != _API_VERSION:
     raise ImportError("strata: %s has C API version %d, this package needs %d"
@@ -378,17 +381,26 @@ class Executable:
         return (ctypes.c_void_p * len(arrays))(
             *[a.ctypes.data_as(ctypes.c_void_p) for a in arrays])
 
-    def read_batch(self, step: int, data: Optional[str] = None
-                   ) -> Dict[str, np.ndarray]:
-        """Batch `step` of the data stream strata-run uses (token ids of the
-        text file or directory `data`, by default the licence texts; the
-        MLP's synthetic task), as {input name: array}."""
+    def read_batch(self, step: int,
+                   data: Optional[Union[str, os.PathLike]] = None,
+                   format: str = "text") -> Dict[str, np.ndarray]:
+        """Batch `step` of the data stream strata-run uses (token ids of
+        `data`, by default the licence texts: a text file or a directory of
+        them with format "text", a file of little-endian ids with "uint16"
+        or "uint32"; the MLP's synthetic task), as {input name: array}."""
         step = _integer("read_batch's step", step, 0, _INT64[1])
         path = None if data is None else _path("read_batch's data", data)
+        if not isinstance(format, str):
+            raise TypeError("read_batch's format must be a str, got %s"
+                            % type(format).__name__)
+        if format not in _DATA_FORMATS:
+            raise ValueError("read_batch's format must be one of %s, got %r"
+                             % (", ".join(_DATA_FORMATS), format))
         arrays = [np.empty(i.shape, i.dtype) for i in self.inputs]
         with self._lock:
             outcome = self._session.outcome(_readBatch(
-                self._live(), path, step, self._pointers(arrays)))
+                self._live(), path, _DATA_FORMATS[format], step,
+                self._pointers(arrays)))
         self._session.deliver(outcome, stacklevel=3)
         return {i.name: a for i, a in zip(self.inputs, arrays)}
 

@@ -88,6 +88,18 @@ exe = strata.compile("mlp.mlir")
 good = exe.read_batch(0)
 print("read_batch(-1):", outcome(lambda: exe.read_batch(-1)))
 print("read_batch('a'):", outcome(lambda: exe.read_batch("a")))
+# Token ids in a file of uint16 (0, 1, ..., 249, 0, ...): each target is the
+# id after its token; the format is checked and the .bin name read as text
+# refused.
+gpt = strata.compile("gpt.mlir")
+(np.arange(1000) % 250).astype("<u2").tofile("ids.bin")
+ids = gpt.read_batch(2, "ids.bin", format="uint16")
+print("uint16:", ids["tokens"].shape,
+      bool(np.all(ids["targets"] == (ids["tokens"] + 1) % 250)))
+print("format='utf8':", outcome(lambda: gpt.read_batch(0, "ids.bin",
+                                                        format="utf8")))
+print("format=16:", outcome(lambda: gpt.read_batch(0, "ids.bin", format=16)))
+print("as text:", outcome(lambda: gpt.read_batch(0, "ids.bin")))
 print("save(steps_done=-5):", outcome(lambda: exe.save("n.st", steps_done=-5)))
 print("save(2**70):", outcome(lambda: exe.save("n.st", steps_done=2**70)))
 print("save(NUL):", outcome(lambda: exe.save("a\0b")))

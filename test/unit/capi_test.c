@@ -3,9 +3,11 @@
 
 #include "strata-c/Strata.h"
 
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 static int passed, failed;
 
@@ -119,12 +121,58 @@ static void executableErrors(void) {
   /* Token ids beyond the vocabulary of 64 (the licence texts are bytes). */
   int32_t tokens[16], targets[16];
   void *batch[2] = {tokens, targets};
-  check(strataExecutableReadBatch(exe, NULL, 0, batch) != 0,
+  check(strataExecutableReadBatch(exe, NULL, STRATA_DATA_TEXT, 0, batch) != 0,
         "data outside the vocabulary refused");
   check(errorSays(s, "vocabulary of 64"), "vocabulary text");
-  check(strataExecutableReadBatch(exe, "", 0, batch) != 0 &&
+  check(strataExecutableReadBatch(exe, "", STRATA_DATA_TEXT, 0, batch) != 0 &&
             errorSays(s, "data path is empty"),
         "an empty data path refused");
+  /* A file of uint16 token ids 0, 1, ..., 60, 0, 1, ...: every target is
+     the id after its token. Read as uint32, two ids make one beyond the
+     vocabulary; read as text, its .bin name is refused. */
+  {
+    const char *tmp = getenv("TMPDIR");
+    char path[4096];
+    snprintf(path, sizeof(path), "%s/strata-capi-XXXXXX.bin",
+             tmp && *tmp ? tmp : "/tmp");
+    int fd = mkstemps(path, 4);
+    check(fd >= 0, "temporary token file");
+    uint16_t ids[400];
+    for (int k = 0; k < 400; ++k)
+      ids[k] = (uint16_t)(k % 61);
+    check(fd >= 0 && write(fd, ids, sizeof(ids)) == (ssize_t)sizeof(ids),
+          "token file written");
+    if (fd >= 0)
+      close(fd);
+    check(strataExecutableReadBatch(exe, path, STRATA_DATA_UINT16, 3, batch) ==
+              0,
+          "uint16 ids read");
+    int consistent = 1;
+    for (int i = 0; i < 16; ++i)
+      consistent &= tokens[i] >= 0 && tokens[i] < 61 &&
+                    targets[i] == (tokens[i] + 1) % 61 &&
+                    (i % 8 == 7 || tokens[i + 1] == targets[i]);
+    check(consistent, "uint16 tokens and their targets");
+    check(strataExecutableReadBatch(exe, path, STRATA_DATA_UINT32, 3, batch) !=
+                  0 &&
+              errorSays(s, "outside the program's vocabulary of 64"),
+          "the same file as uint32 ids is refused");
+    check(strataExecutableReadBatch(exe, path, STRATA_DATA_TEXT, 3, batch) !=
+                  0 &&
+              errorSays(s, "looks like a file of token ids: give the data "
+                           "format uint16 or uint32"),
+          "a .bin file read as text refused");
+    check(strataExecutableReadBatch(exe, path, (StrataDataFormat)7, 3, batch) !=
+                  0 &&
+              errorSays(s, "data format 7 is none of"),
+          "an unknown data format refused");
+    unlink(path);
+    strcat(path, ".missing");
+    check(strataExecutableReadBatch(exe, path, STRATA_DATA_UINT16, 3, batch) !=
+                  0 &&
+              errorSays(s, "data path ") && errorSays(s, " does not exist"),
+          "a missing data file named as the data path");
+  }
   for (int i = 0; i < 16; ++i)
     tokens[i] = targets[i] = i;
   double loss = 0;

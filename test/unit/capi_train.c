@@ -163,7 +163,7 @@ int main(int argc, char **argv) {
              (int)info.elementType, count);
   }
   for (long long i = 0; i < steps; ++i) {
-    if (strataExecutableReadBatch(exe, NULL, i, inputs) != 0)
+    if (strataExecutableReadBatch(exe, NULL, STRATA_DATA_TEXT, i, inputs) != 0)
       die(s, "strataExecutableReadBatch");
     double loss;
     if (strataExecutableStep(exe, (const void *const *)inputs, &loss) != 0)

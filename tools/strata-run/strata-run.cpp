@@ -86,6 +86,8 @@ static cl::opt<strata::DataFormat> dataFormat(
                clEnumValN(strata::DataFormat::Uint32, "uint32",
                           "little-endian uint32 token ids")),
     cl::init(strata::DataFormat::Text), cl::cat(dataCategory));
+/// How the data stream's errors name the two options above.
+static const strata::DataArgumentNames kDataOptions{"--data", "--data-format"};
 static cl::opt<std::string> initFile(
     "init", cl::desc("Initial weights and state (safetensors)"),
     cl::value_desc("file"), cl::init(""), cl::cat(dataCategory));
@@ -312,7 +314,8 @@ static int preflight(int64_t world) {
     errs() << toString(std::move(err));
     return 1;
   }
-  auto data = strata::DataStream::create(*step, dataFile, dataFormat, seed);
+  auto data = strata::DataStream::create(*step, dataFile, dataFormat, seed,
+                                         kDataOptions);
   if (!data)
     return fail(toString(data.takeError()));
   return 0;
@@ -628,7 +631,8 @@ int main(int argc, char **argv) {
   Expected<mlir::func::FuncOp> written = strata::findStepFunction(*module);
   if (!written)
     return fail(programFile + ": " + toString(written.takeError()));
-  auto data = strata::DataStream::create(*written, dataFile, dataFormat, seed);
+  auto data = strata::DataStream::create(*written, dataFile, dataFormat, seed,
+                                         kDataOptions);
 
   strata::TrainerOptions options;
   options.worldSize = worldSize;
@@ -775,7 +779,7 @@ int main(int argc, char **argv) {
       std::optional<StringRef> of = strata::replacedByTemp(name);
       return of && of->starts_with("step-") && of->ends_with(".safetensors");
     });
-  if (rank0 && !saveFile.empty())
+  if (rank0 && !saveFile.empty()) {
     if (Expected<std::string> target = strata::replacedFile(saveFile)) {
       std::string file = sys::path::filename(*target).str();
       removeStaleTemps(sys::path::parent_path(*target), [&](StringRef name) {
@@ -785,6 +789,7 @@ int main(int argc, char **argv) {
       // (Reported when the file is written.)
       consumeError(target.takeError());
     }
+  }
   // (The passes rewrote the program in place: `written` is gone; the
   // compiled step's arguments have the batch's element types.)
   mlir::func::FuncOp compiled = trainer.stepFunction();

@@ -102,6 +102,12 @@ enum class DataFormat {
   Uint32,
 };
 
+/// How the caller spells the data path and its format in errors: strata-run's
+/// options (`--data`, `--data-format`) or an embedder's arguments.
+struct DataArgumentNames {
+  llvm::StringRef path, format;
+};
+
 /// The deterministic data stream. Step i is the i-th global batch, whatever
 /// the split into ranks and micro-batches.
 class DataStream {
@@ -111,10 +117,11 @@ public:
   /// `dataPath` in `format` (empty path: the texts under
   /// /usr/share/common-licenses), every id checked against the program's
   /// vocabulary; `features`/`labels` draw a synthetic classification task
-  /// from `seed`.
+  /// from `seed`. Errors name the path and format as `names` spells them.
   static llvm::Expected<DataStream> create(mlir::func::FuncOp step,
                                            std::string dataPath,
-                                           DataFormat format, uint64_t seed);
+                                           DataFormat format, uint64_t seed,
+                                           DataArgumentNames names);
   /// The arguments of step `i`.
   std::vector<Tensor> batch(int64_t i) const;
   /// Names of the arguments, in order.
