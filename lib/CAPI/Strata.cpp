@@ -235,29 +235,20 @@ int strataApiVersion(void) { return STRATA_C_API_VERSION; }
 int strataSessionApplyStrategy(StrataSession session, const char *path,
                                int64_t worldSize, int64_t rank) {
   return session->capture([&](llvm::raw_ostream &os) {
-    strata::StrategyContext context;
-    if (worldSize < 0 || worldSize > strata::kMaxRanks) {
-      os << "world size " << worldSize << " is not in [0, " << strata::kMaxRanks
-         << "] (0: unknown)";
+    auto context = strata::jobContext(worldSize, rank);
+    if (!context) {
+      os << llvm::toString(context.takeError());
       return false;
     }
-    if (worldSize > 0)
-      context.worldSize = worldSize;
-    if (rank < 0 || (worldSize > 0 && rank >= worldSize) ||
-        (worldSize <= 0 && rank != 0)) {
-      os << "rank " << rank << " is not a rank of a job of "
-         << (worldSize > 0 ? worldSize : 1) << " ranks";
-      return false;
-    }
-    auto strategy = strata::loadStrategy(path, context);
+    auto strategy = strata::loadStrategy(path, *context);
     if (!strategy) {
       os << llvm::toString(strategy.takeError());
       return false;
     }
     PassManager pm(&session->context);
     if (llvm::Error err = strata::addPlannedPasses(
-            pm, strata::planPasses(*strategy, context.worldSize, rank),
-            *strategy, context.worldSize)) {
+            pm, strata::planPasses(*strategy, context->worldSize, rank),
+            *strategy, context->worldSize)) {
       os << llvm::toString(std::move(err));
       return false;
     }
@@ -307,12 +298,15 @@ static bool createTrainer(StrataExecutableImpl &exe,
     os << llvm::toString(backend.takeError());
     return false;
   }
-  strata::StrategyContext context;
-  context.worldSize = options.worldSize;
+  auto context = strata::jobContext(options.worldSize, options.rank);
+  if (!context) {
+    os << llvm::toString(context.takeError());
+    return false;
+  }
   auto strategy =
       options.strategyPath
-          ? strata::loadStrategy(options.strategyPath, context)
-          : strata::parseStrategy("", "<default strategy>", context);
+          ? strata::loadStrategy(options.strategyPath, *context)
+          : strata::parseStrategy("", "<default strategy>", *context);
   if (!strategy) {
     os << llvm::toString(strategy.takeError());
     return false;

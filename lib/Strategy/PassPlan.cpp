@@ -374,8 +374,7 @@ public:
                       "strata-strategy-check: " + why);
       return mlir::failure();
     };
-    if (worldSize < 1 || worldSize > kMaxRanks)
-      return failure("world-size must be in [1, " + Twine(kMaxRanks) + "]");
+    // (The strategy's validation checks the world size's range.)
     StrategyContext context;
     context.worldSize = worldSize;
     Expected<Strategy> loaded = loadStrategy(strategyFile, context);

@@ -93,6 +93,24 @@ Expected<Strategy> strata::loadStrategy(StringRef path,
   return parseStrategy((*buffer)->getBuffer(), path, context);
 }
 
+Expected<StrategyContext> strata::jobContext(int64_t worldSize, int64_t rank) {
+  if (worldSize < 0 || worldSize > kMaxRanks)
+    return createStringError(inconvertibleErrorCode(),
+                             "world size " + Twine(worldSize) +
+                                 " is not in [0, " + Twine(kMaxRanks) +
+                                 "] (0: unknown)");
+  int64_t ranks = std::max<int64_t>(worldSize, 1);
+  if (rank < 0 || rank >= ranks)
+    return createStringError(inconvertibleErrorCode(),
+                             "rank " + Twine(rank) +
+                                 " is not a rank of a job of " + Twine(ranks) +
+                                 (ranks == 1 ? " rank" : " ranks"));
+  StrategyContext context;
+  if (worldSize > 0)
+    context.worldSize = worldSize;
+  return context;
+}
+
 int64_t strata::dataParallelDegree(const Strategy &strategy,
                                    int64_t worldSize) {
   int64_t pp = strategy.pipeline.enable ? strategy.pipeline.pp_degree : 1;

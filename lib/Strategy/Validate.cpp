@@ -400,10 +400,10 @@ Error Reader::validate(const StrategyContext &context) {
   // Parallel degrees against the world.
   if (context.worldSize) {
     int64_t world = *context.worldSize;
-    if (world < 1)
+    if (world < 1 || world > kMaxRanks)
       return createStringError(inconvertibleErrorCode(),
-                               "the world size must be >= 1, got " +
-                                   Twine(world));
+                               "the world size must be in [1, " +
+                                   Twine(kMaxRanks) + "], got " + Twine(world));
     int64_t pp = s.pipeline.enable ? s.pipeline.pp_degree : 1;
     int64_t shard = s.sharding.enable ? s.sharding.degree : 1;
     std::string ppKey = "pipeline.pp_degree";

@@ -63,11 +63,12 @@ Trainer::~Trainer() = default;
 Expected<std::unique_ptr<Trainer>>
 Trainer::create(mlir::OwningOpRef<mlir::ModuleOp> program, Strategy strategy,
                 const TrainerOptions &options) {
-  if (options.worldSize < 1 || options.rank < 0 ||
-      options.rank >= options.worldSize)
-    return trainerError("rank " + Twine(options.rank) +
-                        " is not a rank of a job of " +
-                        Twine(options.worldSize) + " ranks");
+  if (options.worldSize == 0)
+    return trainerError("world size 0: a job has at least one rank");
+  if (Expected<StrategyContext> job =
+          jobContext(options.worldSize, options.rank);
+      !job)
+    return job.takeError();
   if (options.threads < 1 || options.threads > kMaxThreads)
     return trainerError("give 1 to " + Twine(kMaxThreads) + " threads (" +
                         Twine(options.threads) + " asked for)");

@@ -106,8 +106,27 @@ TEST(Strategy, WorldSizeChecks) {
                 .find("the default degree is 8: set sharding.degree"),
             std::string::npos);
   EXPECT_NE(parseError("sharding: {enable: true}", StrategyContext{0})
-                .find("the world size must be >= 1"),
+                .find("the world size must be in [1, 1048576], got 0"),
             std::string::npos);
+  EXPECT_NE(parseError("{}", StrategyContext{kMaxRanks + 1})
+                .find("the world size must be in [1, 1048576], got 1048577"),
+            std::string::npos);
+}
+
+TEST(Strategy, JobContext) {
+  EXPECT_FALSE(jobContext(0, 0)->worldSize.has_value());
+  EXPECT_EQ(jobContext(4, 3)->worldSize, 4);
+  auto refused = [](int64_t worldSize, int64_t rank) {
+    auto job = jobContext(worldSize, rank);
+    return job ? std::string() : llvm::toString(job.takeError());
+  };
+  EXPECT_EQ(refused(-1, 0),
+            "world size -1 is not in [0, 1048576] (0: unknown)");
+  EXPECT_EQ(refused(kMaxRanks + 1, 0),
+            "world size 1048577 is not in [0, 1048576] (0: unknown)");
+  EXPECT_EQ(refused(4, 4), "rank 4 is not a rank of a job of 4 ranks");
+  EXPECT_EQ(refused(4, -1), "rank -1 is not a rank of a job of 4 ranks");
+  EXPECT_EQ(refused(0, 1), "rank 1 is not a rank of a job of 1 rank");
 }
 
 TEST(Strategy, FleetConfigsOfDisabledOptimizerAreRefused) {

@@ -103,14 +103,11 @@ int main(int argc, char **argv) {
         argc, argv, inputFilename, outputFilename, registry));
   }
 
-  strata::StrategyContext context;
-  if (worldSize < 0 || worldSize > strata::kMaxRanks)
-    return fail("--world-size must be in [1, " + Twine(strata::kMaxRanks) +
-                "] (or 0 for unknown)");
-  if (worldSize > 0)
-    context.worldSize = worldSize;
-  if (rankOption < 0 || (worldSize > 0 && rankOption >= worldSize))
-    return fail("--rank must be in [0, world size)");
+  Expected<strata::StrategyContext> job =
+      strata::jobContext(worldSize, rankOption);
+  if (!job)
+    return fail("--world-size, --rank: " + toString(job.takeError()));
+  strata::StrategyContext context = *job;
   Expected<strata::Strategy> strategy =
       strata::loadStrategy(strategyFile, context);
   if (!strategy) {

@@ -213,6 +213,12 @@ llvm::Expected<Strategy> parseStrategy(llvm::StringRef text,
 llvm::Expected<Strategy> loadStrategy(llvm::StringRef path,
                                       const StrategyContext &context = {});
 
+/// The context of one rank's compile: a job of `worldSize` ranks (0:
+/// unknown, the program of one rank whatever the world) and its `rank`.
+/// Refuses a world size outside [0, kMaxRanks] and a rank outside [0, world
+/// size) (0 when the world size is unknown).
+llvm::Expected<StrategyContext> jobContext(int64_t worldSize, int64_t rank);
+
 /// The effective strategy, every key with its value, in canonical spelling.
 std::string toYaml(const Strategy &strategy);
 std::string toJson(const Strategy &strategy);
