@@ -3,6 +3,7 @@
 model's forward takes the whole batch and returns the loss), prints both
 loss traces and fails when they differ by more than 1e-4 relative."""
 
+import math
 import sys
 
 import numpy as np
@@ -37,8 +38,10 @@ def compare(program, model, loss_fn, batches, strategy, weights,
 
     for i, (a, b) in enumerate(zip(strata_losses, torch_losses)):
         print("step %d strata %r torch %r" % (i, a, b))
-    worst = max(abs(a - b) / abs(b)
-                for a, b in zip(strata_losses, torch_losses))
+    # (A NaN on either side counts as an infinite difference.)
+    worst = max(math.inf if math.isnan(d) else d
+                for d in (abs(a - b) / abs(b)
+                          for a, b in zip(strata_losses, torch_losses)))
     print("max relative difference %.1e" % worst)
     if worst > 1e-4:
         sys.exit("the losses differ by more than 1e-4 relative")

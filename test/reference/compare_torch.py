@@ -168,7 +168,10 @@ def torch_losses(init, batches, steps, opt, loss_fn):
 
 
 def compare(name, ours, theirs, rtol):
-    worst = max(abs(a - b) / max(abs(b), 1e-12) for a, b in zip(ours, theirs))
+    # (A NaN on either side counts as an infinite difference.)
+    worst = max(math.inf if math.isnan(d) else d
+                for d in (abs(a - b) / max(abs(b), 1e-12)
+                          for a, b in zip(ours, theirs)))
     print("%-28s steps %d  first loss %.6f  last loss %.6f  max rel diff %.2e"
           % (name, len(ours), ours[0], ours[-1], worst))
     if worst > rtol:

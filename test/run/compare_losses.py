@@ -1,6 +1,8 @@
 #!/usr/bin/env python3
-"""Compares the `step <i> loss <value>` lines of two strata-run outputs."""
+"""Compares the `step <i> loss <value>` lines of two strata-run outputs (a
+NaN on either side is a difference)."""
 import argparse
+import math
 import sys
 
 ap = argparse.ArgumentParser()
@@ -18,7 +20,9 @@ def losses(path):
 a, b = losses(args.expected), losses(args.actual)
 if len(a) != len(b) or not a:
     sys.exit("different step counts: %d vs %d" % (len(a), len(b)))
-worst = max(abs(x - y) / max(abs(x), 1e-300) for x, y in zip(a, b))
+# (max() would pass over a NaN after the first step: a NaN counts as inf.)
+worst = max(math.inf if math.isnan(d) else d
+            for d in (abs(x - y) / max(abs(x), 1e-300) for x, y in zip(a, b)))
 print("steps %d, max relative difference %.3e (rtol %.1e)" % (len(a), worst,
                                                                args.rtol))
 sys.exit(0 if worst <= args.rtol else 1)

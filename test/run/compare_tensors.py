@@ -11,6 +11,7 @@ exits 1 with the first offending tensor otherwise.
 import argparse
 import array
 import json
+import math
 import struct
 import sys
 
@@ -67,6 +68,13 @@ def main():
                     sys.exit("tensor '%s'[%d]: %d vs %d" % (name, i, x, y))
                 continue
             diff = abs(x - y)
+            # A NaN or infinity equals nothing within a tolerance (and
+            # NaN compares false with any bound): bitwise the same
+            # infinity, or a difference.
+            if not (math.isfinite(x) and math.isfinite(y)):
+                if x != y:
+                    sys.exit("tensor '%s'[%d]: %r vs %r" % (name, i, x, y))
+                continue
             if diff > args.atol + args.rtol * abs(y):
                 sys.exit("tensor '%s'[%d]: %r vs %r (rtol %g)" % (
                     name, i, x, y, args.rtol))
