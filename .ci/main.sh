@@ -2,7 +2,7 @@
 # The main job: compile a GPT with a strategy and train it on real text
 # (the licence texts every Debian machine has) on 2 ranks, data parallel
 # over MPI with ZeRO stage 2 and both fused passes (examples/gpt_zero2.yaml),
-# on the CPU runtime (JIT-compiled step, oneDNN). About 2 minutes on 2 cores
+# on the CPU runtime (JIT-compiled step, oneDNN). About 1 minute on 2 cores
 # after the build; the loss falls from ln 256 = 5.5 to about 2.1 over the
 # 600 steps.
 set -euo pipefail
