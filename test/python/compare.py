@@ -20,10 +20,12 @@ def token_batches(vocab, batch, seq, steps, seed=0):
 
 
 def compare(program, model, loss_fn, batches, strategy, weights,
-            name="imported.mlir"):
+            name="imported.mlir", save=None):
     exe = strata.compile(program.text, strategy=strategy, name=name)
     exe.load(weights)
     strata_losses = [exe.step(program.batch(*b)) for b in batches]
+    if save:  # Strata's trained weights and state
+        exe.save(save, len(batches))
 
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
     torch_losses = []

@@ -3,8 +3,12 @@ losses equal PyTorch eager's from the same weights and batches.
 
 usage: import_mlp.py STRATEGY WEIGHTS [--freeze-fc0]   (prints both loss
 traces; --freeze-fc0: the first layer does not train, requires_grad=False)
+
+Strata's trained weights are then loaded into a copy of the untrained
+module and compared with PyTorch's trained ones.
 """
 
+import copy
 import sys
 
 import numpy as np
@@ -40,9 +44,20 @@ batches = [(torch.from_numpy(rng.standard_normal((8, 16), np.float32)),
 program = importer.import_module(model, batches[0], F.cross_entropy,
                                  input_names=["features", "labels"])
 program.save_weights(sys.argv[2])
+untrained = copy.deepcopy(model)
 compare(program, model, F.cross_entropy, batches, sys.argv[1], sys.argv[2],
-        name="mlp.mlir")
+        name="mlp.mlir", save="trained.safetensors")
 print("parameters:", ", ".join(program.weights))
-# The trained weights go back into the module (a frozen layer, which the
-# program holds as constants, stays as it is).
-print("loaded back:", ", ".join(importer.load_state_dict(model, sys.argv[2])))
+# Strata's trained weights go back into the untrained copy: they are
+# PyTorch's trained ones (both took the same 20 AdamW steps); a frozen
+# layer, which the program holds as constants, stays as it is.
+print("loaded back:", ", ".join(
+    importer.load_state_dict(untrained, "trained.safetensors")))
+for (name, ours), theirs in zip(untrained.named_parameters(),
+                                model.parameters()):
+    gap = (ours - theirs).abs().max().item()
+    if gap > 1e-4 * theirs.abs().max().item():
+        sys.exit("%s: Strata's trained weights differ from PyTorch's by %g"
+                 % (name, gap))
+print("trained weights equal PyTorch's:",
+      ", ".join(n for n, _ in untrained.named_parameters()))
