@@ -2,7 +2,8 @@
 // RUN: strata-opt %s -split-input-file --strata-autodiff --strata-optimizer='type=momentum use-nesterov=true learning-rate=0.1' | FileCheck %s --check-prefix=MOMENTUM
 // RUN: strata-opt %s -split-input-file --strata-autodiff --strata-optimizer='type=lamb grad-clip-norm=1.0 exclude-from-weight-decay=bias,ln' | FileCheck %s --check-prefix=LAMB
 // RUN: strata-opt %s -split-input-file --strata-autodiff --strata-optimizer='type=lars lr-schedule=cosine decay-steps=100 warmup-steps=5 min-lr=0.0001' | FileCheck %s --check-prefix=LARS
-// Numerics: test/unit/OptimizerTest.cpp.
+// Numerics: test/reference/torch.test (every type against PyTorch, LAMB and
+// LARS written out from Paddle's formulas) and test/run/cpu-runtime.test.
 
 strata.param @w : tensor<4x3xf32> init <normal, 1.0>
 strata.param @bias : tensor<3xf32> init <zeros>

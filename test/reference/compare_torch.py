@@ -126,9 +126,62 @@ def lr_at(opt, step):
     return base
 
 
+class Lamb(torch.optim.Optimizer):
+    """Paddle's LAMB, written out: Adam's bias-corrected direction plus
+    decoupled weight decay, r = m^ / (sqrt(v^) + eps) + wd p, and the step
+    lr |p| / |r| r per tensor (a trust ratio of 1 when either norm is 0)."""
+
+    def __init__(self, params, wd, eps):
+        super().__init__(params, {"lr": 1.0})
+        self.wd, self.eps, self.b1, self.b2 = wd, eps, 0.9, 0.999
+
+    @torch.no_grad()
+    def step(self):
+        for group in self.param_groups:
+            for p in group["params"]:
+                s = self.state[p]
+                if not s:
+                    s.update(t=0, m=torch.zeros_like(p), v=torch.zeros_like(p))
+                s["t"] += 1
+                g, b1, b2 = p.grad, self.b1, self.b2
+                s["m"].mul_(b1).add_(g, alpha=1 - b1)
+                s["v"].mul_(b2).addcmul_(g, g, value=1 - b2)
+                r = ((s["m"] / (1 - b1 ** s["t"]))
+                     / ((s["v"] / (1 - b2 ** s["t"])).sqrt() + self.eps)
+                     + self.wd * p)
+                pn, rn = p.norm().item(), r.norm().item()
+                trust = pn / rn if pn > 0 and rn > 0 else 1.0
+                p.sub_(group["lr"] * trust * r)
+
+
+class Lars(torch.optim.Optimizer):
+    """Paddle's LARS momentum, written out: a local rate per tensor,
+    lr coeff |p| / (|g| + wd |p| + eps) (lr when either norm is 0), then
+    v = mu v + local (g + wd p) and p -= v."""
+
+    def __init__(self, params, wd, eps, coeff):
+        super().__init__(params, {"lr": 1.0})
+        self.wd, self.eps, self.coeff, self.mu = wd, eps, coeff, 0.9
+
+    @torch.no_grad()
+    def step(self):
+        for group in self.param_groups:
+            for p in group["params"]:
+                s = self.state.setdefault(p, {})
+                if not s:
+                    s["v"] = torch.zeros_like(p)
+                g, lr = p.grad, group["lr"]
+                pn, gn = p.norm().item(), g.norm().item()
+                local = (lr * self.coeff * pn / (gn + self.wd * pn + self.eps)
+                         if pn > 0 and gn > 0 else lr)
+                s["v"].mul_(self.mu).add_(g + self.wd * p, alpha=local)
+                p.sub_(s["v"])
+
+
 def make_optimizer(opt, params):
     kind = opt["type"]
-    wd = opt.get("weight_decay", {"adamw": 0.01}.get(kind, 0.0))
+    wd = opt.get("weight_decay",
+                 {"adamw": 0.01, "lamb": 0.01, "lars": 0.0005}.get(kind, 0.0))
     if kind == "sgd":
         return torch.optim.SGD(params, lr=1.0, weight_decay=wd)
     if kind == "momentum":
@@ -138,6 +191,11 @@ def make_optimizer(opt, params):
         return torch.optim.Adam(params, lr=1.0, eps=1e-8, weight_decay=wd)
     if kind == "adamw":
         return torch.optim.AdamW(params, lr=1.0, eps=1e-8, weight_decay=wd)
+    if kind == "lamb":
+        return Lamb(params, wd, opt.get("epsilon", 1e-6))
+    if kind == "lars":
+        return Lars(params, wd, opt.get("epsilon", 0.0),
+                    opt.get("lars_coeff", 0.001))
     raise ValueError(kind)
 
 
@@ -222,6 +280,8 @@ def main():
                                "grad_clip_norm": 0.5,
                                "lr_schedule": "cosine", "warmup_steps": 3,
                                "decay_steps": 10, "min_lr": 0.001}),
+        ("lamb", {"type": "lamb", "learning_rate": 0.01}),
+        ("lars", {"type": "lars", "learning_rate": 1.0, "lars_coeff": 0.02}),
     ]
     ok = True
     models = [("mlp", mlp, lambda p, b: mlp_loss(p, b, 3)),
