@@ -1,6 +1,8 @@
 // Every op parses, prints and parses again, in custom and generic form.
 // RUN: strata-opt %s | strata-opt | FileCheck %s
 // RUN: strata-opt %s --mlir-print-op-generic | strata-opt | FileCheck %s
+// RUN: %python %S/every_op.py %strata_src_root/dialects/Strata/StrataOps.td %s | FileCheck %s --check-prefix=EVERY
+// EVERY: {{[0-9]+}} ops, each checked
 
 // CHECK: strata.param @w : tensor<8x16xf32> init <normal, 2.000000e-02 : f64>
 strata.param @w : tensor<8x16xf32> init <normal, 2.000000e-02 : f64>
@@ -34,9 +36,11 @@ func.func @forward(%x: tensor<4x8xf32>, %ids: tensor<4x3xi32>, %labels: tensor<4
   %2 = strata.add %1, %b : (tensor<4x16xf32>, tensor<16xf32>) -> tensor<4x16xf32>
   // CHECK: strata.sub
   %3 = strata.sub %2, %1 : (tensor<4x16xf32>, tensor<4x16xf32>) -> tensor<4x16xf32>
-  // CHECK: strata.mul {{.*}} (tensor<4x1xf32>, tensor<1x16xf32>) -> tensor<4x16xf32>
+  // CHECK: strata.reshape %{{.*}} : (tensor<16xf32>) -> tensor<1x16xf32>
   %c = strata.reshape %b : (tensor<16xf32>) -> tensor<1x16xf32>
+  // CHECK: strata.reduce_sum %{{.*}} {dims = array<i64: 1>, keep_dims} : (tensor<4x16xf32>) -> tensor<4x1xf32>
   %r = strata.reduce_sum %3 {dims = array<i64: 1>, keep_dims} : (tensor<4x16xf32>) -> tensor<4x1xf32>
+  // CHECK: strata.mul {{.*}} (tensor<4x1xf32>, tensor<1x16xf32>) -> tensor<4x16xf32>
   %4 = strata.mul %r, %c : (tensor<4x1xf32>, tensor<1x16xf32>) -> tensor<4x16xf32>
   // CHECK: strata.pack {{.*}} : (tensor<4x16xf32>, tensor<16xf32>) -> tensor<96xf32>
   %flat = strata.pack %3, %b : (tensor<4x16xf32>, tensor<16xf32>) -> tensor<96xf32>
@@ -247,4 +251,14 @@ func.func @slice(%x: tensor<8x32xi32>) -> tensor<4x32xi32> {
   // CHECK: strata.slice %{{.*}} {dim = 0 : i64, size = 4 : i64, start = 4 : i64} : (tensor<8x32xi32>) -> tensor<4x32xi32>
   %0 = strata.slice %x {dim = 0 : i64, start = 4 : i64, size = 4 : i64} : (tensor<8x32xi32>) -> tensor<4x32xi32>
   return %0 : tensor<4x32xi32>
+}
+
+// Dynamic loss scaling's ops.
+// CHECK-LABEL: func @loss_scaling
+func.func @loss_scaling(%norm: tensor<f32>, %s: tensor<f32>, %g: tensor<i64>, %b: tensor<i64>) -> (tensor<i64>, tensor<f32>, tensor<i64>, tensor<i64>) {
+  // CHECK: strata.is_finite %{{.*}} : (tensor<f32>) -> tensor<i64>
+  %ok = strata.is_finite %norm : (tensor<f32>) -> tensor<i64>
+  // CHECK: strata.update_loss_scaling %{{.*}}, %{{.*}}, %{{.*}}, %{{.*}} {decr_every_n_nan_or_inf = 2 : i64, decr_ratio = 8.000000e-01 : f64, incr_every_n_steps = 1000 : i64, incr_ratio = 2.000000e+00 : f64} : (tensor<f32>, tensor<f32>, tensor<i64>, tensor<i64>) -> (tensor<f32>, tensor<i64>, tensor<i64>)
+  %s1, %g1, %b1 = strata.update_loss_scaling %norm, %s, %g, %b {decr_every_n_nan_or_inf = 2 : i64, decr_ratio = 0.8 : f64, incr_every_n_steps = 1000 : i64, incr_ratio = 2.0 : f64} : (tensor<f32>, tensor<f32>, tensor<i64>, tensor<i64>) -> (tensor<f32>, tensor<i64>, tensor<i64>)
+  return %ok, %s1, %g1, %b1 : tensor<i64>, tensor<f32>, tensor<i64>, tensor<i64>
 }
