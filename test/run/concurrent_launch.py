@@ -57,7 +57,7 @@ try:
     if failure:
         print("first failure:", failure)
     left = sorted(os.listdir(tmp))
-    print("session directories left: %d %s" % (len(left), " ".join(left)))
+    print(" ".join(["session directories left: %d" % len(left)] + left))
 finally:
     shutil.rmtree(tmp, ignore_errors=True)
 sys.exit(0 if ok == total else 1)
