@@ -87,8 +87,9 @@ func.func @dropout() -> tensor<f32> {
 
 // -----
 
-// Functions that already return gradients (a framework's own backward) and
-// functions that do not return a scalar loss are left alone.
+// Functions that already return gradients (a framework's own backward) are
+// left alone (a step that returns no scalar loss is an error:
+// autodiff-errors.mlir).
 strata.param @a : tensor<8xf32> init <normal, 1.0>
 
 // CHECK-LABEL: func.func @handwritten

@@ -44,3 +44,5 @@ func.func @train_step(%x: tensor<4x3xf32>, %y: tensor<4xi32>) -> (tensor<f32>, t
 // SUM: return %[[LM]], %[[GS]]
 
 // K1-NOT: strata.slice
+// K1: return
+// K1-NOT: strata.slice
