@@ -47,6 +47,10 @@ static StrataExecutable create(StrataSession s, const char *strategy,
   options.worldSize = size;
   options.rank = rank;
   options.mpiComm = useMpi ? comm : NULL;
+  /* The test of the refusal of MPI_COMM_NULL (test/run/capi.test). */
+  static MPI_Comm nullComm = MPI_COMM_NULL;
+  if (useMpi && getenv("CAPI_TRAIN_NULL_COMM"))
+    options.mpiComm = &nullComm;
   StrataExecutable exe = NULL;
   if (strataExecutableCreate(s, &options, &exe) != 0)
     die(s, "strataExecutableCreate");
