@@ -140,6 +140,10 @@ MpiCommunicator::~MpiCommunicator() {
 Expected<MPI_Comm> MpiCommunicator::communicatorOf(ArrayRef<int64_t> group) {
   if (onBegin)
     onBegin(nullptr);
+  return lookupOrCreate(group);
+}
+
+Expected<MPI_Comm> MpiCommunicator::lookupOrCreate(ArrayRef<int64_t> group) {
   bool whole = int64_t(group.size()) == worldSize;
   for (int64_t i = 0; whole && i < worldSize; ++i)
     whole = group[i] == i;
@@ -160,6 +164,17 @@ Expected<MPI_Comm> MpiCommunicator::communicatorOf(ArrayRef<int64_t> group) {
     it = comms.emplace(ranks, created).first;
   }
   return it->second;
+}
+
+Error MpiCommunicator::prepareGroups(ArrayRef<std::vector<int64_t>> groups) {
+  if (onBegin)
+    onBegin("setting up the communicators of the program's groups");
+  for (const std::vector<int64_t> &group : groups)
+    if (Expected<MPI_Comm> sub = lookupOrCreate(group); !sub)
+      return sub.takeError();
+  if (onEnd)
+    onEnd();
+  return Error::success();
 }
 
 Error MpiCommunicator::allReduceSum(std::vector<double> &data,

@@ -18,6 +18,7 @@
 #include <cmath>
 #include <cstring>
 #include <map>
+#include <set>
 #include <sys/resource.h>
 #include <sys/sysinfo.h>
 
@@ -180,9 +181,38 @@ static Error checkStateFits(mlir::ModuleOp module) {
                               bytes / 1e9, memory / 1e9));
 }
 
+/// The groups (rank lists) `rank` communicates in: for each communication op
+/// of the compiled program, the list of its strata.comm_group that holds the
+/// rank; sorted, without repeats, so that every rank sets them up in one
+/// order.
+static std::vector<std::vector<int64_t>> groupsOf(mlir::ModuleOp module,
+                                                  int64_t rank) {
+  std::set<std::vector<int64_t>> groups;
+  module.walk([&](mlir::Operation *op) {
+    auto ref = op->getAttrOfType<mlir::FlatSymbolRefAttr>("group");
+    if (!ref)
+      return;
+    auto group =
+        mlir::SymbolTable::lookupNearestSymbolFrom<CommGroupOp>(op, ref);
+    if (!group)
+      return;
+    for (mlir::Attribute list : group.getRanks()) {
+      llvm::ArrayRef<int64_t> ranks =
+          mlir::cast<mlir::DenseI64ArrayAttr>(list).asArrayRef();
+      if (llvm::is_contained(ranks, rank))
+        groups.insert(std::vector<int64_t>(ranks.begin(), ranks.end()));
+    }
+  });
+  return {groups.begin(), groups.end()};
+}
+
 Error Trainer::createExecutable() {
   if (Error err = checkStateFits(*program))
     return err;
+  if (multiRank())
+    if (Error err =
+            opts.communicator->prepareGroups(groupsOf(*program, opts.rank)))
+      return err;
   if (opts.backend == Backend::Cpu || opts.backend == Backend::Cuda) {
     JitOptions jit;
     if (opts.backend == Backend::Cuda) {

@@ -59,6 +59,14 @@ public:
   /// for its neighbours: the bubble).
   virtual double receiveWaitMs() const = 0;
 
+  /// Sets up the groups (rank lists) this rank's program communicates in,
+  /// before its first step. Every rank calls it with its own groups, sorted;
+  /// a group's members set it up together, in that one order on every rank
+  /// (set up at first use instead, ranks that reach shared groups in
+  /// different orders wait for each other for ever).
+  virtual llvm::Error
+  prepareGroups(llvm::ArrayRef<std::vector<int64_t>> groups) = 0;
+
   /// Called where host-side communication begins: with a description of an
   /// exchange outside a step, or null inside one (the executable knows the
   /// op); `onEnd` when an exchange outside a step is over. strata-run uses

@@ -47,11 +47,15 @@ public:
   std::vector<std::string> gatherBytes(const std::string &mine,
                                        const char *what) override;
   double receiveWaitMs() const override { return recvWaitMs; }
+  llvm::Error
+  prepareGroups(llvm::ArrayRef<std::vector<int64_t>> groups) override;
 
 private:
   /// The communicator of the ranks `group` (group-local index i is rank
   /// group[i]).
   llvm::Expected<MPI_Comm> communicatorOf(llvm::ArrayRef<int64_t> group);
+  /// communicatorOf without reporting the start of communication.
+  llvm::Expected<MPI_Comm> lookupOrCreate(llvm::ArrayRef<int64_t> group);
   /// Buffered send: the message is copied and sent with MPI_Isend, so that
   /// the sender goes on (a pipeline stage sends its activations and then
   /// waits for a gradient from the same peer); flush() completes it.
