@@ -169,64 +169,91 @@ LogicalResult PipelinePass::place(func::FuncOp func, bool final) {
   for (Operation &op : body.without_terminator())
     if (FlatSymbolRefAttr name = nameRead(op))
       readNames.insert(name.getAttr());
-  for (bool changed = true; changed;) {
-    changed = false;
-    auto setStage = [&](Place &p, int64_t stage) {
-      if (stage >= 0 && p.stage != stage) {
-        p.stage = stage;
-        changed = true;
-      }
-    };
-    for (Operation &op : body.without_terminator()) {
-      Place &p = places[&op];
-      if (p.stage >= 0 || p.replicated || isa<GetParamOp, GetStateOp>(op))
-        continue;
-      if (auto assign = dyn_cast<AssignOp>(op)) {
-        auto it = home.find(assign.getNameAttr().getAttr());
-        if (it != home.end()) {
-          setStage(p, it->second);
-          continue;
+  auto propagate = [&] {
+    for (bool changed = true; changed;) {
+      changed = false;
+      auto setStage = [&](Place &p, int64_t stage) {
+        if (stage >= 0 && p.stage != stage) {
+          p.stage = stage;
+          changed = true;
         }
-        // (A scalar state's reads are replicated and give it no home: its
-        // assignment follows its value, e.g. the step counter under loss
-        // scaling, which the combined gradient norm decides.)
-        if (readNames.contains(assign.getNameAttr().getAttr()) &&
-            !replicatedState(assign.getNameAttr()))
+      };
+      for (Operation &op : body.without_terminator()) {
+        Place &p = places[&op];
+        if (p.stage >= 0 || p.replicated || isa<GetParamOp, GetStateOp>(op))
           continue;
+        if (auto assign = dyn_cast<AssignOp>(op)) {
+          auto it = home.find(assign.getNameAttr().getAttr());
+          if (it != home.end()) {
+            setStage(p, it->second);
+            continue;
+          }
+          // (A scalar state's reads are replicated and give it no home: its
+          // assignment follows its value, e.g. the step counter under loss
+          // scaling, which the combined gradient norm decides.)
+          if (readNames.contains(assign.getNameAttr().getAttr()) &&
+              !replicatedState(assign.getNameAttr()))
+            continue;
+        }
+        // An optimizer update runs where its parameter lives (with its
+        // state), whatever stage its gradient comes from: a parameter that
+        // nothing reads has a zero gradient of no stage.
+        if (auto update = dyn_cast<OptimizerUpdateOpInterface>(op))
+          if (auto get = update.getParameter().getDefiningOp<GetParamOp>()) {
+            auto it = home.find(get.getNameAttr().getAttr());
+            if (it != home.end())
+              setStage(p, it->second);
+            continue;
+          }
+        int64_t stage = -1;
+        for (Value v : op.getOperands())
+          if (!isTokenValue(v))
+            stage = std::max(stage, stageOf(v));
+        setStage(p, stage);
       }
-      int64_t stage = -1;
-      for (Value v : op.getOperands())
-        if (!isTokenValue(v))
-          stage = std::max(stage, stageOf(v));
-      setStage(p, stage);
-    }
-    for (Operation &op : llvm::reverse(body.without_terminator())) {
-      Place &p = places[&op];
-      if (p.stage >= 0 || p.replicated)
-        continue;
-      int64_t best = -1;
-      for (OpOperand &use : op.getUses()) {
-        Operation *user = use.getOwner();
-        if (isa<func::ReturnOp>(user) || isTokenValue(use.get()))
+      for (Operation &op : llvm::reverse(body.without_terminator())) {
+        Place &p = places[&op];
+        if (p.stage >= 0 || p.replicated)
           continue;
-        const Place &u = places[user];
-        if (!u.replicated && u.stage >= 0 && (best < 0 || u.stage < best))
-          best = u.stage;
+        int64_t best = -1;
+        for (OpOperand &use : op.getUses()) {
+          Operation *user = use.getOwner();
+          if (isa<func::ReturnOp>(user) || isTokenValue(use.get()))
+            continue;
+          const Place &u = places[user];
+          if (!u.replicated && u.stage >= 0 && (best < 0 || u.stage < best))
+            best = u.stage;
+        }
+        setStage(p, best);
       }
-      setStage(p, best);
-    }
-    for (Operation &op : body.without_terminator()) {
-      FlatSymbolRefAttr name = nameRead(op);
-      if (!name || places[&op].replicated || places[&op].stage < 0)
-        continue;
-      auto [it, inserted] = home.try_emplace(name.getAttr(), places[&op].stage);
-      if (!inserted && places[&op].stage < it->second) {
-        it->second = places[&op].stage;
-        changed = true;
+      for (Operation &op : body.without_terminator()) {
+        FlatSymbolRefAttr name = nameRead(op);
+        if (!name || places[&op].replicated || places[&op].stage < 0)
+          continue;
+        auto [it, inserted] =
+            home.try_emplace(name.getAttr(), places[&op].stage);
+        if (!inserted && places[&op].stage < it->second) {
+          it->second = places[&op].stage;
+          changed = true;
+        }
+        if (inserted)
+          changed = true;
       }
-      if (inserted)
-        changed = true;
     }
+  };
+  propagate();
+  // What neither reads nor feeds a staged value (the update of a parameter
+  // that nothing reads, and its zero gradient) goes to the first stage,
+  // then what it feeds and reads follows it.
+  for (Operation &op : body.without_terminator()) {
+    Place &p = places[&op];
+    if (p.replicated || p.stage >= 0 ||
+        (isa<GetParamOp, GetStateOp, arith::ConstantOp>(op) && op.use_empty()))
+      continue;
+    p.stage = 0;
+    if (FlatSymbolRefAttr name = nameRead(op))
+      home.try_emplace(name.getAttr(), 0);
+    propagate();
   }
   for (Operation &op : body.without_terminator()) {
     Place &p = places[&op];

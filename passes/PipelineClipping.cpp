@@ -32,10 +32,20 @@ LogicalResult PipelinePlacement::splitClipping(Block &body) {
       Operation *def = v.getDefiningOp();
       return def ? rankStage(places[def].stage) : -1;
     };
+    // A gradient on no stage (a constant: the zero gradient of a parameter
+    // that nothing reads) counts on the first stage that has gradients.
+    int64_t first = -1;
+    for (Value v : norm.getInputs())
+      if (int64_t stage = stageOfValue(v); stage >= 0)
+        first = first < 0 ? stage : std::min(first, stage);
+    auto stageOfInput = [&](Value v) {
+      int64_t stage = stageOfValue(v);
+      return stage >= 0 ? stage : first;
+    };
     std::map<int64_t, SmallVector<Value>> groups;
     for (Value v : norm.getInputs())
-      groups[stageOfValue(v)].push_back(v);
-    if (groups.size() < 2 || groups.count(-1))
+      groups[stageOfInput(v)].push_back(v);
+    if (groups.size() < 2)
       continue;
     SmallVector<ClipByGlobalNormOp> clips;
     // The scalar ops computed from the norm (in program order) and the
@@ -102,7 +112,7 @@ LogicalResult PipelinePlacement::splitClipping(Block &body) {
       b.setInsertionPoint(clip);
       std::map<int64_t, SmallVector<unsigned>> parts;
       for (auto [i, v] : llvm::enumerate(clip.getInputs()))
-        parts[stageOfValue(v)].push_back(i);
+        parts[stageOfInput(v)].push_back(i);
       for (auto &[stage, indices] : parts) {
         auto it = total.find(stage);
         if (it == total.end())
