@@ -582,7 +582,10 @@ LogicalResult PipelinePass::run(ModuleOp module, func::FuncOp func) {
     const char *kind = pl.part == Part::F   ? "F"
                        : pl.part == Part::W ? "W"
                                             : "B";
-    return (Twine(kind) + Twine(pl.microBatch)).str();
+    std::string job = (Twine(kind) + Twine(pl.microBatch)).str();
+    if (vppDegree > 1)
+      job += (" of virtual stage " + Twine(pl.stage)).str();
+    return job;
   };
 
   // Simulate: sends are buffered, a receive waits for its channel's next

@@ -60,6 +60,19 @@ bool isBackwardUse(Operation *user) {
   return role && *role != Role::Forward;
 }
 
+/// A backward read of `value` that a recomputed copy serves: one on the
+/// value's own pipeline stage. A backward op of another stage keeps the
+/// original (its stage received it in the forward pass); a copy would make
+/// that stage's backward wait for this stage's, which waits for its
+/// gradients: a cycle, under interleaved (virtual) stages.
+bool recomputedRead(Value value, Operation *user) {
+  if (!isBackwardUse(user))
+    return false;
+  std::optional<int64_t> from = getStage(value.getDefiningOp());
+  std::optional<int64_t> to = getStage(user);
+  return !from || !to || *from == *to;
+}
+
 struct RecomputePass : public strata::impl::StrataRecomputeBase<RecomputePass> {
   using StrataRecomputeBase::StrataRecomputeBase;
 
@@ -179,7 +192,7 @@ struct RecomputePass : public strata::impl::StrataRecomputeBase<RecomputePass> {
         continue;
       for (Value v : op->getResults())
         for (Operation *user : v.getUsers())
-          if (isBackwardUse(user)) {
+          if (recomputedRead(v, user)) {
             needed.insert(v);
             if (!firstUse || user->isBeforeInBlock(firstUse))
               firstUse = user;
@@ -211,7 +224,7 @@ struct RecomputePass : public strata::impl::StrataRecomputeBase<RecomputePass> {
     for (Value v : needed) {
       Value clone = map.lookup(v);
       v.replaceUsesWithIf(clone, [&](OpOperand &use) {
-        return isBackwardUse(use.getOwner());
+        return recomputedRead(v, use.getOwner());
       });
     }
     return success();

@@ -41,3 +41,33 @@ func.func @train_step(%x: tensor<2x4xf32>, %y: tensor<2xi32>) -> (tensor<f32>, t
 
 // SKIP-COUNT-1: strata.matmul %
 // SKIP-NOT: strata.matmul %
+
+// -----
+
+// Pipeline stages: a backward op of another stage (h1's product gradient,
+// stage 1) keeps reading the original segment output it received; the
+// segment's own stage (h0's GELU gradient, stage 0) reads the replay.
+strata.param @w : tensor<4x4xf32> init <normal, 1.0>
+strata.param @v : tensor<4x4xf32> init <normal, 1.0>
+
+// CHECK-LABEL: func.func @staged
+// SKIP-LABEL: func.func @staged
+func.func @staged(%x: tensor<2x4xf32>, %y: tensor<2xi32>) -> (tensor<f32>, tensor<4x4xf32> {strata.grad_of = @w}, tensor<4x4xf32> {strata.grad_of = @v}) {
+  %w = strata.get_param @w {strata.role = #strata.role<forward>, strata.layer = "h0", strata.stage = 0 : i64} : tensor<4x4xf32>
+  %v = strata.get_param @v {strata.role = #strata.role<forward>, strata.layer = "h1", strata.stage = 1 : i64} : tensor<4x4xf32>
+  // CHECK: %[[MM:.*]] = strata.matmul %arg0, %{{.*}} {strata.layer = "h0"
+  // CHECK: %[[G:.*]] = strata.gelu %[[MM]]
+  %0 = strata.matmul %x, %w {strata.role = #strata.role<forward>, strata.layer = "h0", strata.stage = 0 : i64} : (tensor<2x4xf32>, tensor<4x4xf32>) -> tensor<2x4xf32>
+  %1 = strata.gelu %0 {strata.role = #strata.role<forward>, strata.layer = "h0", strata.stage = 0 : i64} : (tensor<2x4xf32>) -> tensor<2x4xf32>
+  %2 = strata.matmul %1, %v {strata.role = #strata.role<forward>, strata.layer = "h1", strata.stage = 1 : i64} : (tensor<2x4xf32>, tensor<4x4xf32>) -> tensor<2x4xf32>
+  %loss = strata.cross_entropy %2, %y {strata.role = #strata.role<forward>, strata.stage = 1 : i64} : (tensor<2x4xf32>, tensor<2xi32>) -> tensor<f32>
+  %one = arith.constant {strata.role = #strata.role<backward>} dense<1.0> : tensor<f32>
+  %dl = strata.cross_entropy_grad %2, %y, %one {strata.role = #strata.role<backward>, strata.stage = 1 : i64} : (tensor<2x4xf32>, tensor<2xi32>, tensor<f32>) -> tensor<2x4xf32>
+  // CHECK: strata.matmul_grad %[[G]], %{{.*}}, %{{.*}} {strata.role = #strata.role<backward>, strata.stage = 1
+  %d1, %dv = strata.matmul_grad %1, %v, %dl {strata.role = #strata.role<backward>, strata.stage = 1 : i64} : (tensor<2x4xf32>, tensor<4x4xf32>, tensor<2x4xf32>) -> (tensor<2x4xf32>, tensor<4x4xf32>)
+  // CHECK: %[[MM2:.*]] = strata.matmul %arg0, %{{.*}} {strata.layer = "h0"
+  // CHECK: strata.gelu_grad %[[MM2]]
+  %dg = strata.gelu_grad %0, %d1 {strata.role = #strata.role<backward>, strata.stage = 0 : i64} : (tensor<2x4xf32>, tensor<2x4xf32>) -> tensor<2x4xf32>
+  %dx, %dw = strata.matmul_grad %x, %w, %dg {strata.role = #strata.role<backward>, strata.stage = 0 : i64} : (tensor<2x4xf32>, tensor<4x4xf32>, tensor<2x4xf32>) -> (tensor<2x4xf32>, tensor<4x4xf32>)
+  return %loss, %dw, %dv : tensor<f32>, tensor<4x4xf32>, tensor<4x4xf32>
+}
