@@ -19,6 +19,8 @@
 #include "mlir/Parser/Parser.h"
 #include "mlir/Pass/PassManager.h"
 #include "mlir/Pass/PassRegistry.h"
+#include "llvm/Support/Format.h"
+#include "llvm/Support/FormatVariadic.h"
 #include "llvm/Support/SourceMgr.h"
 #include "llvm/Support/raw_ostream.h"
 
@@ -527,6 +529,7 @@ int strataExecutableStep(StrataExecutable executable, const void *const *inputs,
     }
     if (!exe.stateDefined(os, "train"))
       return false;
+    int64_t skippedBefore = exe.trainer->skippedSteps();
     auto result = exe.trainer->step(exe.stepsRun, batch);
     bool ok = bool(result);
     std::string why = ok ? "" : llvm::toString(result.takeError());
@@ -544,6 +547,15 @@ int strataExecutableStep(StrataExecutable executable, const void *const *inputs,
                 : why);
       return false;
     }
+    if (exe.trainer->skippedSteps() > skippedBefore)
+      mlir::emitWarning(UnknownLoc::get(&exe.session->context))
+          << "step " << exe.stepsRun
+          << " changed no parameter: its float16 gradients overflowed (not "
+             "finite) at the loss scale; the scale is now "
+          << llvm::formatv(
+                 "{0}",
+                 llvm::format("%g", exe.trainer->lossScale().value_or(0)))
+                 .str();
     ++exe.stepsRun;
     *loss = *result;
     return true;

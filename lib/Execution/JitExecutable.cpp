@@ -298,6 +298,14 @@ void JitExecutable::getState(llvm::StringMap<reference::Tensor> &state) const {
     state[b.name] = read(b);
 }
 
+std::optional<reference::Tensor>
+JitExecutable::readState(llvm::StringRef name) const {
+  for (const Buffer &b : persistent)
+    if (b.name == name)
+      return read(b);
+  return std::nullopt;
+}
+
 const char *JitExecutable::activeHostCall() const {
   int64_t site = runtime->active_site(context);
   return site >= 0 && site < int64_t(sites.size()) ? sites[site].c_str()

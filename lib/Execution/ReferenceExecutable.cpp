@@ -27,6 +27,13 @@ public:
     for (const auto &entry : state)
       values[entry.getKey()] = entry.getValue();
   }
+  std::optional<reference::Tensor>
+  readState(llvm::StringRef name) const override {
+    auto it = state.find(name);
+    if (it == state.end())
+      return std::nullopt;
+    return it->getValue();
+  }
   llvm::Expected<std::vector<reference::Tensor>>
   step(llvm::ArrayRef<reference::Tensor> args) override {
     return reference::evaluate(function, args, state, options);

@@ -209,6 +209,9 @@ static std::vector<std::vector<int64_t>> groupsOf(mlir::ModuleOp module,
 Error Trainer::createExecutable() {
   if (Error err = checkStateFits(*program))
     return err;
+  for (StateOp state : program->getOps<StateOp>())
+    if (state->hasAttr(StrataDialect::kLossScalingAttrName))
+      lossScaleState = state.getSymName().str();
   if (multiRank())
     if (Error err =
             opts.communicator->prepareGroups(groupsOf(*program, opts.rank)))
@@ -509,6 +512,18 @@ Expected<double> Trainer::step(int64_t index,
   auto t0 = std::chrono::steady_clock::now();
   if (!started)
     started = t0;
+  // Under loss scaling, a step whose gradients are not finite leaves the
+  // optimizer's step counter where it was.
+  auto stepCount = [&]() -> std::optional<double> {
+    if (lossScaleState.empty())
+      return std::nullopt;
+    std::optional<reference::Tensor> count =
+        exe->readState(kStepCountStateName);
+    if (!count || count->data.size() != 1)
+      return std::nullopt;
+    return count->data[0];
+  };
+  std::optional<double> countBefore = stepCount();
   auto results = exe->step(local);
   auto t1 = std::chrono::steady_clock::now();
   if (!results)
@@ -545,6 +560,8 @@ Expected<double> Trainer::step(int64_t index,
   if (!std::isfinite(loss))
     return trainerError(Twine("the loss is ") +
                         (std::isnan(loss) ? "NaN" : "infinite"));
+  if (countBefore && stepCount() == countBefore)
+    ++skipped;
   lossHistory.push_back(loss);
   stepTimes.push_back(
       std::chrono::duration<double, std::milli>(t1 - t0).count());
@@ -644,7 +661,18 @@ RunSummary Trainer::summarize() {
     s.meanStepMs /= double(stepTimes.size() - first);
   if (s.meanStepMs > 0)
     s.throughput = items / (s.meanStepMs / 1000.0);
+  s.skippedSteps = skipped;
+  s.lossScale = lossScale();
   return s;
+}
+
+std::optional<double> Trainer::lossScale() const {
+  if (lossScaleState.empty() || !exe)
+    return std::nullopt;
+  std::optional<reference::Tensor> scale = exe->readState(lossScaleState);
+  if (!scale || scale->data.size() != 1)
+    return std::nullopt;
+  return scale->data[0];
 }
 
 json::Object Trainer::report(const RunSummary &s) const {
@@ -687,6 +715,10 @@ json::Object Trainer::report(const RunSummary &s) const {
       // per rank.
       {"activation_peak_bytes", json::Array(s.activationPeakBytes)},
   };
+  if (s.lossScale) {
+    report["skipped_steps"] = s.skippedSteps;
+    report["loss_scale"] = *s.lossScale;
+  }
   if (opts.gemmAutotune && exe) {
     auto [timed, onSgemm] = exe->gemmAutotuned();
     report["gemm_autotune"] =

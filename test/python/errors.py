@@ -100,6 +100,16 @@ print("format='utf8':", outcome(lambda: gpt.read_batch(0, "ids.bin",
                                                         format="utf8")))
 print("format=16:", outcome(lambda: gpt.read_batch(0, "ids.bin", format=16)))
 print("as text:", outcome(lambda: gpt.read_batch(0, "ids.bin")))
+# A float16 step whose gradients overflow at a static loss scale changes no
+# parameter: a StrataWarning says so.
+with open("overflow.yaml", "w") as f:
+    f.write("amp: {enable: true, init_loss_scaling: 1.0e+30, "
+            "use_dynamic_loss_scaling: false}\n")
+overflowing = strata.compile("gpt.mlir", strategy="overflow.yaml")
+with warnings.catch_warnings(record=True) as caught:
+    warnings.simplefilter("always")
+    overflowing.step(overflowing.read_batch(0))
+print("skipped:", [(w.category.__name__, str(w.message)) for w in caught])
 print("save(steps_done=-5):", outcome(lambda: exe.save("n.st", steps_done=-5)))
 print("save(2**70):", outcome(lambda: exe.save("n.st", steps_done=2**70)))
 print("save(NUL):", outcome(lambda: exe.save("a\0b")))

@@ -854,6 +854,18 @@ int main(int argc, char **argv) {
       outputFailed(std::move(err));
 
   strata::RunSummary summary = trainer.summarize();
+  // Steps that trained nothing are said even in --quiet runs.
+  if (rank0 && summary.skippedSteps > 0)
+    WithColor::warning(errs(), "strata-run")
+        << formatv("{0} of {1} steps changed no parameter: their float16 "
+                   "gradients overflowed (not finite) at the loss scale; the "
+                   "scale is now {2}{3}\n",
+                   summary.skippedSteps, runSteps,
+                   format("%g", summary.lossScale.value_or(0)),
+                   trainer.strategy().amp.use_dynamic_loss_scaling
+                       ? ""
+                       : " (static: lower amp.init_loss_scaling, or set "
+                         "amp.use_dynamic_loss_scaling)");
   if (!traceFile.empty())
     if (Error err = trainer.writeTrace(traceFile))
       outputFailed(std::move(err));

@@ -17,6 +17,7 @@
 #include "llvm/Support/Error.h"
 
 #include <memory>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -44,6 +45,10 @@ public:
   setState(const llvm::StringMap<reference::Tensor> &state) = 0;
   /// Copies parameters and state out.
   virtual void getState(llvm::StringMap<reference::Tensor> &state) const = 0;
+  /// One parameter or state (a step counter, the loss scale), or nothing
+  /// when the program has none of that name.
+  virtual std::optional<reference::Tensor>
+  readState(llvm::StringRef name) const = 0;
 
   /// Runs one step on this rank's arguments; errors name the failing op's
   /// location. Returns the step function's results (the loss first).

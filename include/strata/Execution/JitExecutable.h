@@ -78,6 +78,8 @@ public:
   llvm::Error
   setState(const llvm::StringMap<reference::Tensor> &state) override;
   void getState(llvm::StringMap<reference::Tensor> &state) const override;
+  std::optional<reference::Tensor>
+  readState(llvm::StringRef name) const override;
   llvm::Expected<std::vector<reference::Tensor>>
   step(llvm::ArrayRef<reference::Tensor> args) override;
   /// The ops run since the last call (with JitOptions::trace).

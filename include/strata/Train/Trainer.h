@@ -93,6 +93,10 @@ struct RunSummary {
   /// (tokens or samples) per second at that step time.
   double meanStepMs = 0, throughput = 0;
   double wallSeconds = 0;
+  /// Under loss scaling: the steps whose update was skipped (non-finite
+  /// gradients) and the loss scale after the last step, on rank 0.
+  int64_t skippedSteps = 0;
+  std::optional<double> lossScale;
 };
 
 class Trainer {
@@ -188,6 +192,10 @@ public:
   double itemsPerBatch() const { return items; }
   /// "tokens" or "samples".
   llvm::StringRef itemUnit() const { return samples ? "samples" : "tokens"; }
+  /// Under loss scaling, the steps of this run whose update was skipped,
+  /// and the loss scale now.
+  int64_t skippedSteps() const { return skipped; }
+  std::optional<double> lossScale() const;
 
 private:
   Trainer() = default;
@@ -205,6 +213,10 @@ private:
   std::vector<double> lossHistory, stepTimes, receiveWaits;
   llvm::json::Array traceEvents;
   std::optional<std::chrono::steady_clock::time_point> started;
+  /// The loss scale's state (empty without loss scaling) and the steps
+  /// it skipped (the optimizer's step counter did not advance).
+  std::string lossScaleState;
+  int64_t skipped = 0;
   double items = 0;
   bool samples = false;
 };
