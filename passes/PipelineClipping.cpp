@@ -33,14 +33,11 @@ LogicalResult PipelinePlacement::splitClipping(Block &body) {
       return def ? rankStage(places[def].stage) : -1;
     };
     // A gradient on no stage (a constant: the zero gradient of a parameter
-    // that nothing reads) counts on the first stage that has gradients.
-    int64_t first = -1;
-    for (Value v : norm.getInputs())
-      if (int64_t stage = stageOfValue(v); stage >= 0)
-        first = first < 0 ? stage : std::min(first, stage);
+    // that nothing reads) counts on the first stage, where such a parameter
+    // and its update live.
     auto stageOfInput = [&](Value v) {
       int64_t stage = stageOfValue(v);
-      return stage >= 0 ? stage : first;
+      return stage >= 0 ? stage : int64_t(0);
     };
     std::map<int64_t, SmallVector<Value>> groups;
     for (Value v : norm.getInputs())

@@ -177,15 +177,16 @@ typedef enum {
 
 /* Fills `inputs` (one buffer per input, row-major, of its element type and
  * shape) with batch `step` (>= 0) of the data stream strata-run uses: token
- * ids of `dataPath` in `format` (a file, or for text a directory of them;
+ * ids of `dataPath` in `format` (a StrataDataFormat value; a file, or for
+ * text a directory of them;
  * NULL: the licence texts of /usr/share/common-licenses; "" is refused), or
  * the synthetic classification task of the seed. The stream fills [rows,
  * sequence] tokens and targets, or [rows, width] features and [rows]
- * labels; every token id is checked against the program's vocabulary. A
- * file is read at the first call with its path and format, and kept. */
+ * labels; every token id is checked against the program's vocabulary. The
+ * last path and format read are kept: another path or format reads its
+ * file again. */
 int strataExecutableReadBatch(StrataExecutable executable, const char *dataPath,
-                              StrataDataFormat format, int64_t step,
-                              void *const *inputs);
+                              int format, int64_t step, void *const *inputs);
 
 /* Trains one step on `inputs` (as strataExecutableReadBatch describes) and
  * stores the loss. Every rank of the job calls it with the same batch. A

@@ -454,8 +454,7 @@ int strataExecutableInputInfo(StrataExecutable executable, int64_t index,
 }
 
 int strataExecutableReadBatch(StrataExecutable executable, const char *dataPath,
-                              StrataDataFormat format, int64_t step,
-                              void *const *inputs) {
+                              int format, int64_t step, void *const *inputs) {
   StrataExecutableImpl &exe = *executable;
   return exe.session->capture([&](llvm::raw_ostream &os) {
     if (dataPath && !*dataPath) {
@@ -475,7 +474,7 @@ int strataExecutableReadBatch(StrataExecutable executable, const char *dataPath,
       break;
     }
     if (!dataFormat) {
-      os << "data format " << int(format)
+      os << "data format " << format
          << " is none of STRATA_DATA_TEXT, STRATA_DATA_UINT16, "
             "STRATA_DATA_UINT32";
       return false;
@@ -547,15 +546,11 @@ int strataExecutableStep(StrataExecutable executable, const void *const *inputs,
                 : why);
       return false;
     }
-    if (exe.trainer->skippedSteps() > skippedBefore)
+    if (exe.trainer->skippedSteps() > skippedBefore &&
+        exe.trainer->skippedStepsMatter(1, 1, /*runEnded=*/false))
       mlir::emitWarning(UnknownLoc::get(&exe.session->context))
-          << "step " << exe.stepsRun
-          << " changed no parameter: its float16 gradients overflowed (not "
-             "finite) at the loss scale; the scale is now "
-          << llvm::formatv(
-                 "{0}",
-                 llvm::format("%g", exe.trainer->lossScale().value_or(0)))
-                 .str();
+          << "step " << exe.stepsRun << " changed no parameter: its "
+          << exe.trainer->overflowReason();
     ++exe.stepsRun;
     *loss = *result;
     return true;

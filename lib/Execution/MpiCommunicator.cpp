@@ -170,8 +170,11 @@ Error MpiCommunicator::prepareGroups(ArrayRef<std::vector<int64_t>> groups) {
   if (onBegin)
     onBegin("setting up the communicators of the program's groups");
   for (const std::vector<int64_t> &group : groups)
-    if (Expected<MPI_Comm> sub = lookupOrCreate(group); !sub)
+    if (Expected<MPI_Comm> sub = lookupOrCreate(group); !sub) {
+      if (onEnd)
+        onEnd();
       return sub.takeError();
+    }
   if (onEnd)
     onEnd();
   return Error::success();

@@ -64,8 +64,9 @@ Trainer::~Trainer() = default;
 Expected<std::unique_ptr<Trainer>>
 Trainer::create(mlir::OwningOpRef<mlir::ModuleOp> program, Strategy strategy,
                 const TrainerOptions &options) {
-  if (options.worldSize == 0)
-    return trainerError("world size 0: a job has at least one rank");
+  if (options.worldSize < 1)
+    return trainerError("world size " + Twine(options.worldSize) +
+                        ": a job has at least one rank");
   if (Expected<StrategyContext> job =
           jobContext(options.worldSize, options.rank);
       !job)
@@ -209,9 +210,17 @@ static std::vector<std::vector<int64_t>> groupsOf(mlir::ModuleOp module,
 Error Trainer::createExecutable() {
   if (Error err = checkStateFits(*program))
     return err;
+  // The loss scale, and the optimizer's step counter beside it (an i64
+  // scalar state).
   for (StateOp state : program->getOps<StateOp>())
     if (state->hasAttr(StrataDialect::kLossScalingAttrName))
       lossScaleState = state.getSymName().str();
+  auto counter = mlir::SymbolTable::lookupNearestSymbolFrom<StateOp>(
+      *program,
+      mlir::StringAttr::get(program->getContext(), kStepCountStateName));
+  if (!counter || counter.getTensorType().getRank() != 0 ||
+      !counter.getTensorType().getElementType().isInteger(64))
+    lossScaleState.clear();
   if (multiRank())
     if (Error err =
             opts.communicator->prepareGroups(groupsOf(*program, opts.rank)))
@@ -508,22 +517,14 @@ Expected<double> Trainer::step(int64_t index,
     items = samples ? double(globalBatch[0].shape[0])
                     : double(globalBatch[0].numElements());
   double waitBefore = multiRank() ? opts.communicator->receiveWaitMs() : 0;
+  // Under loss scaling, a step whose gradients are not finite leaves the
+  // optimizer's step counter where it was (read outside the step's time).
+  if (!lossScaleState.empty() && !stepCount)
+    stepCount = scalarState(kStepCountStateName);
   double traceBegin = exe->nowUs();
   auto t0 = std::chrono::steady_clock::now();
   if (!started)
     started = t0;
-  // Under loss scaling, a step whose gradients are not finite leaves the
-  // optimizer's step counter where it was.
-  auto stepCount = [&]() -> std::optional<double> {
-    if (lossScaleState.empty())
-      return std::nullopt;
-    std::optional<reference::Tensor> count =
-        exe->readState(kStepCountStateName);
-    if (!count || count->data.size() != 1)
-      return std::nullopt;
-    return count->data[0];
-  };
-  std::optional<double> countBefore = stepCount();
   auto results = exe->step(local);
   auto t1 = std::chrono::steady_clock::now();
   if (!results)
@@ -560,8 +561,12 @@ Expected<double> Trainer::step(int64_t index,
   if (!std::isfinite(loss))
     return trainerError(Twine("the loss is ") +
                         (std::isnan(loss) ? "NaN" : "infinite"));
-  if (countBefore && stepCount() == countBefore)
-    ++skipped;
+  if (stepCount) {
+    std::optional<double> now = scalarState(kStepCountStateName);
+    if (now == stepCount)
+      ++skipped;
+    stepCount = now;
+  }
   lossHistory.push_back(loss);
   stepTimes.push_back(
       std::chrono::duration<double, std::milli>(t1 - t0).count());
@@ -666,13 +671,44 @@ RunSummary Trainer::summarize() {
   return s;
 }
 
+std::optional<double> Trainer::scalarState(StringRef name) const {
+  if (!exe)
+    return std::nullopt;
+  std::optional<reference::Tensor> value = exe->readState(name);
+  if (!value || value->data.size() != 1)
+    return std::nullopt;
+  return value->data[0];
+}
+
 std::optional<double> Trainer::lossScale() const {
-  if (lossScaleState.empty() || !exe)
+  if (lossScaleState.empty())
     return std::nullopt;
-  std::optional<reference::Tensor> scale = exe->readState(lossScaleState);
-  if (!scale || scale->data.size() != 1)
-    return std::nullopt;
-  return scale->data[0];
+  return scalarState(lossScaleState);
+}
+
+bool Trainer::skippedStepsMatter(int64_t skippedNow, int64_t steps,
+                                 bool runEnded) const {
+  std::optional<double> scale = lossScale();
+  if (skippedNow == 0 || !scale)
+    return false;
+  // A dynamic scale skips steps while it finds its level: worth a word only
+  // when even a scale of 1 overflows, or when the run trained nothing.
+  return !plan.amp.use_dynamic_loss_scaling || *scale <= 1 ||
+         (runEnded && skippedNow == steps);
+}
+
+std::string Trainer::overflowReason() const {
+  double scale = lossScale().value_or(0);
+  return formatv("float16 gradients overflowed (not finite) at the loss "
+                 "scale; the scale is now {0}{1}",
+                 format("%g", scale),
+                 !plan.amp.use_dynamic_loss_scaling
+                     ? " (static: lower amp.init_loss_scaling, or set "
+                       "amp.use_dynamic_loss_scaling)"
+                 : scale <= 1 ? " (not finite without scaling: the "
+                                "training diverged)"
+                              : "")
+      .str();
 }
 
 json::Object Trainer::report(const RunSummary &s) const {

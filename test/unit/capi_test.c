@@ -162,8 +162,7 @@ static void executableErrors(void) {
               errorSays(s, "looks like a file of token ids: give the data "
                            "format uint16 or uint32"),
           "a .bin file read as text refused");
-    check(strataExecutableReadBatch(exe, path, (StrataDataFormat)7, 3, batch) !=
-                  0 &&
+    check(strataExecutableReadBatch(exe, path, 7, 3, batch) != 0 &&
               errorSays(s, "data format 7 is none of"),
           "an unknown data format refused");
     unlink(path);

@@ -855,17 +855,12 @@ int main(int argc, char **argv) {
 
   strata::RunSummary summary = trainer.summarize();
   // Steps that trained nothing are said even in --quiet runs.
-  if (rank0 && summary.skippedSteps > 0)
+  if (rank0 && trainer.skippedStepsMatter(summary.skippedSteps, runSteps,
+                                          /*runEnded=*/true))
     WithColor::warning(errs(), "strata-run")
-        << formatv("{0} of {1} steps changed no parameter: their float16 "
-                   "gradients overflowed (not finite) at the loss scale; the "
-                   "scale is now {2}{3}\n",
-                   summary.skippedSteps, runSteps,
-                   format("%g", summary.lossScale.value_or(0)),
-                   trainer.strategy().amp.use_dynamic_loss_scaling
-                       ? ""
-                       : " (static: lower amp.init_loss_scaling, or set "
-                         "amp.use_dynamic_loss_scaling)");
+        << formatv("{0} of {1} steps changed no parameter: their ",
+                   summary.skippedSteps, runSteps)
+        << trainer.overflowReason() << "\n";
   if (!traceFile.empty())
     if (Error err = trainer.writeTrace(traceFile))
       outputFailed(std::move(err));

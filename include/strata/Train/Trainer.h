@@ -196,6 +196,13 @@ public:
   /// and the loss scale now.
   int64_t skippedSteps() const { return skipped; }
   std::optional<double> lossScale() const;
+  /// Whether `skippedNow` skipped steps of `steps` are worth a warning: not
+  /// while a dynamic scale finds its level (the scale above 1, and, at the
+  /// end of a run, some step trained).
+  bool skippedStepsMatter(int64_t skippedNow, int64_t steps,
+                          bool runEnded) const;
+  /// "float16 gradients overflowed ... the scale is now S" and what to do.
+  std::string overflowReason() const;
 
 private:
   Trainer() = default;
@@ -217,6 +224,10 @@ private:
   /// it skipped (the optimizer's step counter did not advance).
   std::string lossScaleState;
   int64_t skipped = 0;
+  /// The step counter after the last step (read under loss scaling).
+  std::optional<double> stepCount;
+  /// A scalar parameter or state of the executable.
+  std::optional<double> scalarState(llvm::StringRef name) const;
   double items = 0;
   bool samples = false;
 };
