@@ -580,13 +580,13 @@ Expected<DataStream> DataStream::create(func::FuncOp step, std::string dataPath,
                        llvm::Twine(d.width) + "-byte token ids");
     int64_t count = int64_t(bytes / d.width);
     int64_t seq = d.shapes[0].back();
-    if (count < seq + 2)
+    if (count < seq + 1)
       return makeError(
           names.path + " " + source + " has " + llvm::Twine(count) +
           " tokens; the program's sequences of " + llvm::Twine(seq) +
           " (and their next-token targets) "
           "need at least " +
-          llvm::Twine(seq + 2));
+          llvm::Twine(seq + 1));
     // Every id within the program's vocabulary (the logits' last dimension).
     int64_t vocab = 0;
     step.walk([&](CrossEntropyOp ce) {

@@ -2193,7 +2193,11 @@ void STRATA_RT_KERNEL(strata_rt_adam)(
   auto *m = static_cast<const float *>(mData);
   auto *v = static_cast<const float *>(vData);
   double t = double(*step);
+  // 1 - beta from the doubles, as the bias corrections: 1 - float(0.999) is
+  // 1.3e-5 below 0.001, which biased every update (the reference, PyTorch
+  // and Paddle take it in double).
   float b1 = float(beta1), b2 = float(beta2), e = float(eps);
+  float ob1 = float(1.0 - beta1), ob2 = float(1.0 - beta2);
   float c1 = float(1.0 - std::pow(beta1, t)), c2 = float(1.0 - std::pow(beta2, t));
   float l = *static_cast<const float *>(lrData), wd = float(weightDecay);
   bool adam = kind == STRATA_RT_ADAM;
@@ -2206,8 +2210,8 @@ void STRATA_RT_KERNEL(strata_rt_adam)(
 #pragma omp simd
       for (int64_t i = 0; i < count; ++i) {
         float p = param[i], g = grad[i] + l2 * p;
-        float mi = b1 * ms[i] + (1 - b1) * g;
-        float vi = b2 * vs[i] + (1 - b2) * g * g;
+        float mi = b1 * ms[i] + ob1 * g;
+        float vi = b2 * vs[i] + ob2 * g * g;
         newMs[i] = mi;
         newVs[i] = vi;
         newParam[i] = p * keep - l * ((mi / c1) / (std::sqrt(vi / c2) + e));
@@ -2222,8 +2226,8 @@ void STRATA_RT_KERNEL(strata_rt_adam)(
   double pn = 0, rn = 0;
   for (int64_t i = 0; i < n; ++i) {
     float p = param[i], g = grad[i];
-    float mi = b1 * m[i] + (1 - b1) * g;
-    float vi = b2 * v[i] + (1 - b2) * g * g;
+    float mi = b1 * m[i] + ob1 * g;
+    float vi = b2 * v[i] + ob2 * g * g;
     newM[i] = mi;
     newV[i] = vi;
     r[i] = (mi / c1) / (std::sqrt(vi / c2) + e) + wd * p;

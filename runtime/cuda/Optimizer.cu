@@ -346,14 +346,16 @@ __global__ void adamKernel(Operands<P, G> u, float *newM, float *newV,
   }
   __shared__ float c[2];
   biasCorrections(step, beta1, beta2, c);
+  // 1 - beta from the doubles (as the CPU runtime and the reference).
   float b1 = float(beta1), b2 = float(beta2), c1 = c[0], c2 = c[1];
+  float ob1 = float(1.0 - beta1), ob2 = float(1.0 - beta2);
   float l = *lr;
   float keepRatio = adam ? 1.0f : 1.0f - l * wd;
   float l2 = adam ? wd : 0.0f;
   for (int64_t i = gridStart(); i < n; i += gridStride()) {
     float p = u.param[i], g = u.g(i) + l2 * p;
-    float mi = b1 * m[i] + (1 - b1) * g;
-    float vi = b2 * v[i] + (1 - b2) * g * g;
+    float mi = b1 * m[i] + ob1 * g;
+    float vi = b2 * v[i] + ob2 * g * g;
     newM[i] = mi;
     newV[i] = vi;
     u.write(i, p * keepRatio - l * ((mi / c1) / (sqrtf(vi / c2) + eps)));
@@ -378,12 +380,14 @@ lambDirectionKernel(Operands<P, G> u, float *newM, float *newV, const float *m,
   __shared__ float c[2];
   __shared__ double shared[32];
   biasCorrections(step, beta1, beta2, c);
+  // 1 - beta from the doubles (as the CPU runtime and the reference).
   float b1 = float(beta1), b2 = float(beta2), c1 = c[0], c2 = c[1];
+  float ob1 = float(1.0 - beta1), ob2 = float(1.0 - beta2);
   double pn = 0, rn = 0;
   for (int64_t i = gridStart(); i < n; i += gridStride()) {
     float p = u.param[i], g = u.g(i);
-    float mi = b1 * m[i] + (1 - b1) * g;
-    float vi = b2 * v[i] + (1 - b2) * g * g;
+    float mi = b1 * m[i] + ob1 * g;
+    float vi = b2 * v[i] + ob2 * g * g;
     newM[i] = mi;
     newV[i] = vi;
     float ri = (mi / c1) / (sqrtf(vi / c2) + eps) + wd * p;
