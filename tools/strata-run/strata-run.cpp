@@ -828,11 +828,17 @@ int main(int argc, char **argv) {
       double stepMs = trainer.stepTimesMs().back();
       errs() << formatv(
           "[{0}/{1}] loss {2:F4} | {3:F2} ms/step | {4} {5}/s "
-          "| ETA {6} | peak {7}\n",
+          "| ETA {6} | peak {7}",
           i + 1, lastStep, *loss, stepMs,
           formatCount(trainer.itemsPerBatch() / (stepMs / 1000.0)),
           trainer.itemUnit(), formatSeconds(perStep * double(runSteps - done)),
           formatBytes(peakRssBytes()));
+      // Under float16 loss scaling: the steps an overflow skipped so far.
+      if (trainer.skippedSteps() > 0)
+        errs() << formatv(" | {0} skipped (loss scale {1})",
+                          trainer.skippedSteps(),
+                          format("%g", trainer.lossScale().value_or(0)));
+      errs() << "\n";
       errs().flush();
     }
   }
