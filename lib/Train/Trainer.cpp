@@ -273,6 +273,7 @@ Expected<int64_t> Trainer::loadCheckpoint(StringRef path) {
     return done.takeError();
   if (Error err = exe->setState(loaded))
     return std::move(err);
+  stepCount.reset(); // (the checkpoint's, read at the next step)
   // Said once the checkpoint is loaded (nothing changes on an error). What
   // another strategy's run leaves unread is no news: the parameters of
   // other pipeline stages, the step count, mixed precision's loss scale and
