@@ -242,19 +242,10 @@ LogicalResult PipelinePass::place(func::FuncOp func, bool final) {
     }
   };
   propagate();
-  // What neither reads nor feeds a staged value (the update of a parameter
-  // that nothing reads, and its zero gradient) goes to the first stage,
-  // then what it feeds and reads follows it.
-  for (Operation &op : body.without_terminator()) {
-    Place &p = places[&op];
-    if (p.replicated || p.stage >= 0 ||
-        (isa<GetParamOp, GetStateOp, arith::ConstantOp>(op) && op.use_empty()))
-      continue;
-    p.stage = 0;
-    if (FlatSymbolRefAttr name = nameRead(op))
-      home.try_emplace(name.getAttr(), 0);
-    propagate();
-  }
+  // Reads nothing uses are dead. What else neither reads nor feeds a staged
+  // value (the update of a parameter that nothing reads, and its zero
+  // gradient) goes to the first stage, then what it feeds and reads
+  // follows it.
   for (Operation &op : body.without_terminator()) {
     Place &p = places[&op];
     if (p.replicated || p.stage >= 0)
@@ -263,9 +254,10 @@ LogicalResult PipelinePass::place(func::FuncOp func, bool final) {
       p.dead = true;
       continue;
     }
-    return op.emitOpError()
-           << "cannot be placed on a pipeline stage (neither its operands "
-              "nor its users are on one)";
+    p.stage = 0;
+    if (FlatSymbolRefAttr name = nameRead(op))
+      home.try_emplace(name.getAttr(), 0);
+    propagate();
   }
   for (Operation &op : body.without_terminator())
     if (FlatSymbolRefAttr name = nameRead(op))
