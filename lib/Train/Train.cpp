@@ -499,6 +499,10 @@ Expected<DataStream> DataStream::create(func::FuncOp step, std::string dataPath,
     d.shapes.push_back(shapeOf(cast<RankedTensorType>(arg.getType())));
   }
   auto is = [&](std::vector<std::string> names) { return d.argNames == names; };
+  // A data path as the caller spells it ("--data FILE", "data path FILE").
+  auto named = [&](llvm::StringRef path) {
+    return (names.path + " " + path).str();
+  };
   // The shapes it fills: [rows, seq] token ids and their targets, or [rows,
   // width] features and [rows] labels.
   auto shapeError = [&](llvm::StringRef want) {
@@ -531,7 +535,7 @@ Expected<DataStream> DataStream::create(func::FuncOp step, std::string dataPath,
       std::string dir =
           dataPath.empty() ? "/usr/share/common-licenses" : dataPath;
       if (format != DataFormat::Text)
-        return makeError(names.path + " " + dir +
+        return makeError(named(dir) +
                          " is a directory: token files are read one at a "
                          "time");
       std::vector<std::string> files;
@@ -542,8 +546,7 @@ Expected<DataStream> DataStream::create(func::FuncOp step, std::string dataPath,
           files.push_back(it->path());
       std::sort(files.begin(), files.end());
       if (files.empty())
-        return makeError(names.path + " " + dir +
-                         " is a directory without regular files");
+        return makeError(named(dir) + " is a directory without regular files");
       std::string text;
       for (const std::string &f : files) {
         auto buffer = llvm::MemoryBuffer::getFile(f);
@@ -556,13 +559,13 @@ Expected<DataStream> DataStream::create(func::FuncOp step, std::string dataPath,
       source = dir;
     } else {
       if (!llvm::sys::fs::is_regular_file(dataPath))
-        return makeError(names.path + " " + dataPath +
+        return makeError(named(dataPath) +
                          (llvm::sys::fs::exists(dataPath)
                               ? " is not a regular file or a directory"
                               : " does not exist"));
       if (format == DataFormat::Text &&
           llvm::sys::path::extension(dataPath) == ".bin")
-        return makeError(names.path + " " + dataPath +
+        return makeError(named(dataPath) +
                          " looks like a file of token ids: give " +
                          names.format + " uint16 or uint32");
       auto buffer = llvm::MemoryBuffer::getFile(dataPath, /*IsText=*/false,
@@ -575,18 +578,18 @@ Expected<DataStream> DataStream::create(func::FuncOp step, std::string dataPath,
     }
     size_t bytes = d.data->getBufferSize();
     if (bytes % d.width != 0)
-      return makeError(names.path + " " + source + ": " + llvm::Twine(bytes) +
+      return makeError(named(source) + ": " + llvm::Twine(bytes) +
                        " bytes is not a whole number of " +
                        llvm::Twine(d.width) + "-byte token ids");
     int64_t count = int64_t(bytes / d.width);
     int64_t seq = d.shapes[0].back();
     if (count < seq + 1)
-      return makeError(
-          names.path + " " + source + " has " + llvm::Twine(count) +
-          " tokens; the program's sequences of " + llvm::Twine(seq) +
-          " (and their next-token targets) "
-          "need at least " +
-          llvm::Twine(seq + 1));
+      return makeError(named(source) + " has " + llvm::Twine(count) +
+                       " tokens; the program's sequences of " +
+                       llvm::Twine(seq) +
+                       " (and their next-token targets) "
+                       "need at least " +
+                       llvm::Twine(seq + 1));
     // Every id within the program's vocabulary (the logits' last dimension).
     int64_t vocab = 0;
     step.walk([&](CrossEntropyOp ce) {
@@ -595,19 +598,18 @@ Expected<DataStream> DataStream::create(func::FuncOp step, std::string dataPath,
     if (vocab > 0)
       for (int64_t k = 0; k < count; ++k)
         if (int64_t id = d.token(uint64_t(k)); id >= vocab)
-          return makeError(names.path + " " + source + ": token id " +
-                           llvm::Twine(id) + " at token " + llvm::Twine(k) +
-                           " (byte offset " + llvm::Twine(k * d.width) +
-                           ") is outside the program's vocabulary of " +
-                           llvm::Twine(vocab) +
-                           (format == DataFormat::Text
-                                ? " (text is read as bytes, ids 0-255)"
-                                : ""));
+          return makeError(
+              named(source) + ": token id " + llvm::Twine(id) + " at token " +
+              llvm::Twine(k) + " (byte offset " + llvm::Twine(k * d.width) +
+              ") is outside the program's vocabulary of " + llvm::Twine(vocab) +
+              (format == DataFormat::Text
+                   ? " (text is read as bytes, ids 0-255)"
+                   : ""));
     return d;
   }
   if (is({"features", "labels"})) {
     if (!dataPath.empty())
-      return makeError(names.path + " " + dataPath + ": @" + step.getName() +
+      return makeError(named(dataPath) + ": @" + step.getName() +
                        " takes (features, labels), which are drawn at "
                        "random; " +
                        names.path +
