@@ -381,6 +381,15 @@ class Executable:
         return (ctypes.c_void_p * len(arrays))(
             *[a.ctypes.data_as(ctypes.c_void_p) for a in arrays])
 
+    def _call(self, function, *args) -> None:
+        """Calls `function` of the C API on this executable, one thread at a
+        time; raises its error or issues its warnings, at the caller of the
+        public method (outside the lock: a warnings hook may call again)."""
+        with self._lock:
+            outcome = self._session.outcome(function(self._live(), *args))
+        # stacklevel: warn, deliver, _call, the public method, its caller.
+        self._session.deliver(outcome, stacklevel=5)
+
     def read_batch(self, step: int,
                    data: Optional[Union[str, os.PathLike]] = None,
                    format: str = "text") -> Dict[str, np.ndarray]:
@@ -397,11 +406,8 @@ class Executable:
             raise ValueError("read_batch's format must be one of %s, got %r"
                              % (", ".join(_DATA_FORMATS), format))
         arrays = [np.empty(i.shape, i.dtype) for i in self.inputs]
-        with self._lock:
-            outcome = self._session.outcome(_readBatch(
-                self._live(), path, _DATA_FORMATS[format], step,
-                self._pointers(arrays)))
-        self._session.deliver(outcome, stacklevel=3)
+        self._call(_readBatch, path, _DATA_FORMATS[format], step,
+                   self._pointers(arrays))
         return {i.name: a for i, a in zip(self.inputs, arrays)}
 
     def step(self, batch) -> float:
@@ -409,37 +415,25 @@ class Executable:
         sequence in input order) and returns the loss."""
         arrays = self._buffers(batch)
         loss = ctypes.c_double()
-        with self._lock:
-            outcome = self._session.outcome(_step(
-                self._live(), self._pointers(arrays), ctypes.byref(loss)))
-        self._session.deliver(outcome, stacklevel=3)
+        self._call(_step, self._pointers(arrays), ctypes.byref(loss))
         return loss.value
 
     def save(self, path: Union[str, os.PathLike], steps_done: int = 0) -> None:
         """Writes the weights and optimizer state (safetensors)."""
         encoded = _path("save's path", path)
         steps_done = _integer("steps_done", steps_done, 0, 1 << 53)
-        with self._lock:
-            outcome = self._session.outcome(_save(self._live(), encoded,
-                                                  steps_done))
-        self._session.deliver(outcome, stacklevel=3)
+        self._call(_save, encoded, steps_done)
 
     def load(self, path: Union[str, os.PathLike]) -> int:
         """Reads a checkpoint (any strategy's); returns its steps done."""
         encoded = _path("load's path", path)
         done = ctypes.c_int64()
-        with self._lock:
-            outcome = self._session.outcome(_load(self._live(), encoded,
-                                                  ctypes.byref(done)))
-        self._session.deliver(outcome, stacklevel=3)
+        self._call(_load, encoded, ctypes.byref(done))
         return done.value
 
     def memory_plan(self) -> MemoryPlan:
         plan = _MemoryPlan()
-        with self._lock:
-            outcome = self._session.outcome(_memoryPlan(self._live(),
-                                                        ctypes.byref(plan)))
-        self._session.deliver(outcome, stacklevel=3)
+        self._call(_memoryPlan, ctypes.byref(plan))
         return MemoryPlan(plan.peak, plan.arena, plan.persistent, plan.inputs,
                           plan.activations, plan.parameters, plan.gradients,
                           plan.optimizerState, plan.scratch)

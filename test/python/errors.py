@@ -1,5 +1,6 @@
 """Errors from Python: the compiler's diagnostics arrive as StrataError."""
 
+import os
 import warnings
 
 import numpy as np
@@ -101,7 +102,7 @@ print("format='utf8':", outcome(lambda: gpt.read_batch(0, "ids.bin",
 print("format=16:", outcome(lambda: gpt.read_batch(0, "ids.bin", format=16)))
 print("as text:", outcome(lambda: gpt.read_batch(0, "ids.bin")))
 # A float16 step whose gradients overflow at a static loss scale changes no
-# parameter: a StrataWarning says so.
+# parameter: a StrataWarning says so, at the line that called step().
 with open("overflow.yaml", "w") as f:
     f.write("amp: {enable: true, init_loss_scaling: 1.0e+30, "
             "use_dynamic_loss_scaling: false}\n")
@@ -110,6 +111,7 @@ with warnings.catch_warnings(record=True) as caught:
     warnings.simplefilter("always")
     overflowing.step(overflowing.read_batch(0))
 print("skipped:", [(w.category.__name__, str(w.message)) for w in caught])
+print("warned at:", [os.path.basename(w.filename) for w in caught])
 print("save(steps_done=-5):", outcome(lambda: exe.save("n.st", steps_done=-5)))
 print("save(2**70):", outcome(lambda: exe.save("n.st", steps_done=2**70)))
 print("save(NUL):", outcome(lambda: exe.save("a\0b")))
