@@ -3,7 +3,6 @@
 #include "strata/Dialect/Strata.h"
 #include "strata/InitAllDialects.h"
 #include "strata/Passes/Passes.h"
-#include "strata/Strategy/PassPlan.h"
 
 #include "mlir/Dialect/Arith/IR/Arith.h"
 #include "mlir/Dialect/Func/IR/FuncOps.h"
@@ -16,6 +15,5 @@ void strata::registerStrataDialects(mlir::DialectRegistry &registry) {
 
 void strata::registerAllStrataPasses() {
   registerStrataPasses();
-  registerStrategyPasses();
   mlir::registerTransformsPasses();
 }

@@ -416,6 +416,34 @@ def StrataRecompute : Pass<"strata-recompute", "mlir::ModuleOp"> {
   let dependentDialects = ["::strata::StrataDialect"];
 }
 
+def StrataStrategyCheck : Pass<"strata-strategy-check", "mlir::ModuleOp"> {
+  let summary = "Checks that the step's batch splits as a strategy file asks";
+  let description = [{
+    The first pass of every strategy's pipeline (`strata-opt --strategy`,
+    `strata-run`, the C API and Python): reads the strategy file and
+    checks that the step's batch divides over the data-parallel ranks of
+    a job of `world-size` ranks, then into the micro-batches of gradient
+    merge (`gradient_merge.k_steps`) or of the pipeline
+    (`pipeline.accumulate_steps`), and that it agrees with
+    `pipeline.micro_batch_size` where that is set. A batch that does not
+    split is an error reported at the strategy key that asks for the
+    split (the strategy file's line and column), or at the step function
+    when no key does. It changes nothing.
+
+    It is a pass so that a printed strategy pipeline
+    (`--dump-pass-pipeline`, a crash reproducer) runs again from its text:
+
+    ```
+    strata-opt step.mlir --pass-pipeline='builtin.module(strata-strategy-check{strategy=dp.yaml world-size=4})'
+    ```
+  }];
+  let options = [
+    Option<"strategyFile", "strategy", "std::string", /*default=*/"",
+           "The strategy file (YAML or JSON)">,
+    Option<"worldSize", "world-size", "int64_t", "1", "Ranks of the job">,
+  ];
+}
+
 def StrataRankGrid : Pass<"strata-rank-grid", "mlir::ModuleOp"> {
   let summary = "Declares the job's rank grid (pp x dp x sharding x mp)";
   let description = [{

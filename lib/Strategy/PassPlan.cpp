@@ -341,28 +341,23 @@ static std::optional<mlir::Location> keyLocation(mlir::MLIRContext *context,
                                    at->second.column);
 }
 
+namespace strata {
+#define GEN_PASS_DEF_STRATASTRATEGYCHECK
+#include "StrataPasses.h.inc"
+} // namespace strata
+
 namespace {
 /// First pass of a strategy's pipeline: the batch split of checkBatchSplit,
 /// reported as a diagnostic at the strategy key (or the step function).
-/// Registered, with the strategy file and world size as options, so that a
-/// printed strategy pipeline (--dump-pass-pipeline, crash reproducers) runs
-/// again from its text.
+/// Built with the loaded strategy by strategyPipeline; from its options
+/// (the strategy file and world size) when a printed pipeline runs again.
 class StrategyCheckPass
-    : public mlir::PassWrapper<StrategyCheckPass,
-                               mlir::OperationPass<mlir::ModuleOp>> {
+    : public strata::impl::StrataStrategyCheckBase<StrategyCheckPass> {
 public:
-  MLIR_DEFINE_EXPLICIT_INTERNAL_INLINE_TYPE_ID(StrategyCheckPass)
-
-  StrategyCheckPass() = default;
-  StrategyCheckPass(const StrategyCheckPass &other)
-      : PassWrapper(other), strategy(other.strategy) {}
+  using StrataStrategyCheckBase::StrataStrategyCheckBase;
   StrategyCheckPass(const Strategy &given, int64_t world) : strategy(given) {
     strategyFile = given.file;
     worldSize = world;
-  }
-  StringRef getArgument() const override { return "strata-strategy-check"; }
-  StringRef getDescription() const override {
-    return "Checks that the step's batch splits as a strategy file asks";
   }
 
   mlir::LogicalResult initialize(mlir::MLIRContext *mlirContext) override {
@@ -402,18 +397,9 @@ public:
   }
 
 private:
-  Option<std::string> strategyFile{*this, "strategy",
-                                   llvm::cl::desc("The strategy file")};
-  Option<int64_t> worldSize{*this, "world-size",
-                            llvm::cl::desc("Ranks of the job"),
-                            llvm::cl::init(1)};
   std::optional<Strategy> strategy;
 };
 } // namespace
-
-void strata::registerStrategyPasses() {
-  mlir::PassRegistration<StrategyCheckPass>();
-}
 
 Error strata::checkPlanImplemented(ArrayRef<PlannedPass> plan,
                                    const Strategy &strategy) {

@@ -76,10 +76,6 @@ llvm::Error addPlannedPasses(mlir::PassManager &pm,
                              const Strategy &strategy,
                              std::optional<int64_t> worldSize);
 
-/// Registers `strata-strategy-check{strategy=FILE world-size=N}`, the
-/// first pass addPlannedPasses adds (checkBatchSplit as a pass).
-void registerStrategyPasses();
-
 /// Checks that the step's batch splits over the data-parallel ranks of a
 /// `worldSize` job and then into the micro-batches of gradient merge or the
 /// pipeline (of `pipeline.micro_batch_size` rows when that is given). The
