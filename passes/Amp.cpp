@@ -119,12 +119,15 @@ LogicalResult AmpPass::checkLossScaling(ModuleOp module) {
   auto fail = [&](const Twine &message) {
     return emitError(module.getLoc()) << "strata-amp: " << message;
   };
-  if (!(initLossScaling > 0.0) || !std::isfinite(double(initLossScaling)))
-    return fail("init-loss-scaling must be positive and finite");
+  // (The scale is an f32 state.)
+  if (!(initLossScaling > 0.0) || !std::isfinite(float(initLossScaling)))
+    return fail("init-loss-scaling must be positive and at most the largest "
+                "f32 (3.4e38)");
   if (incrEveryNSteps < 1 || decrEveryNNanOrInf < 1)
     return fail("incr-every-n-steps and decr-every-n-nan-or-inf must be >= 1");
-  if (!(incrRatio > 1.0) || !(decrRatio > 0.0 && decrRatio < 1.0))
-    return fail("incr-ratio must be > 1 and decr-ratio in (0, 1)");
+  if (!(incrRatio > 1.0) || !std::isfinite(double(incrRatio)) ||
+      !(decrRatio > 0.0 && decrRatio < 1.0))
+    return fail("incr-ratio must be > 1 and finite, and decr-ratio in (0, 1)");
   if (findLossScaleState(module))
     return fail("the program already declares a loss scale");
   return success();
@@ -231,6 +234,12 @@ void AmpPass::runOnOperation() {
     return fail("'" + func.getSymName() +
                 "' already has its backward: mixed precision rewrites the "
                 "forward program and runs before strata-autodiff");
+  if (failed(checkRunsBefore(module, "strata-amp",
+                             {"strata-amp", "strata-stage-split",
+                              "strata-autodiff", "strata-gradient-merge",
+                              "strata-data-parallel", "strata-optimizer",
+                              "strata-sharding", "strata-pipeline"})))
+    return signalPassFailure();
 
   // Under fp16-guard, level o2 applies to the guarded ops only.
   auto guarded = [&](Operation *op) {
@@ -354,6 +363,9 @@ void AmpPass::runOnOperation() {
 
   if (anyLow && lossScaling)
     declareLossScale(module);
+  // (A program with nothing in the low type is left as it was.)
+  if (anyLow)
+    recordPass(module, "strata-amp");
 }
 
 } // namespace

@@ -454,6 +454,11 @@ struct AutodiffPass : public strata::impl::StrataAutodiffBase<AutodiffPass> {
     }
     if (!needsDifferentiation(f))
       return;
+    // (After the optimizer the step returns its loss alone again.)
+    if (failed(checkRunsBefore(
+            module, "strata-autodiff",
+            {"strata-optimizer", "strata-sharding", "strata-pipeline"})))
+      return signalPassFailure();
     if (module.getOps<ParamOp>().empty()) {
       f.emitError() << "strata-autodiff: the program declares no "
                        "strata.param: a step without parameters has nothing "
@@ -462,6 +467,7 @@ struct AutodiffPass : public strata::impl::StrataAutodiffBase<AutodiffPass> {
     }
     if (failed(Differentiator(f, module).run()))
       return signalPassFailure();
+    recordPass(module, "strata-autodiff");
   }
 };
 

@@ -51,6 +51,10 @@ struct DataParallelPass
         grid->getAxisSize(GridAxis::Dp) * grid->getAxisSize(GridAxis::Sharding);
     if (degree == 1)
       return;
+    if (failed(checkRunsBefore(module, "strata-data-parallel",
+                               {"strata-data-parallel", "strata-optimizer",
+                                "strata-sharding", "strata-pipeline"})))
+      return signalPassFailure();
     FailureOr<func::FuncOp> step =
         getDifferentiatedStep(module, "strata-data-parallel",
                               ", and this pass before strata-optimizer");
@@ -61,6 +65,7 @@ struct DataParallelPass
         module, "dp", *grid, {GridAxis::Dp, GridAxis::Sharding});
     if (failed(shard(*step, groupRef)))
       return signalPassFailure();
+    recordPass(module, "strata-data-parallel");
   }
 
   LogicalResult shard(func::FuncOp func, FlatSymbolRefAttr group) {

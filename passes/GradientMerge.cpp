@@ -33,6 +33,11 @@ struct GradientMergePass
     }
     if (kSteps == 1)
       return;
+    if (failed(checkRunsBefore(getOperation(), "strata-gradient-merge",
+                               {"strata-gradient-merge", "strata-data-parallel",
+                                "strata-optimizer", "strata-sharding",
+                                "strata-pipeline"})))
+      return signalPassFailure();
     FailureOr<func::FuncOp> step =
         getDifferentiatedStep(getOperation(), "strata-gradient-merge",
                               ", and this pass before strata-optimizer");
@@ -40,6 +45,7 @@ struct GradientMergePass
       return signalPassFailure();
     if (failed(split(*step)))
       return signalPassFailure();
+    recordPass(getOperation(), "strata-gradient-merge");
   }
 
   LogicalResult split(func::FuncOp func) {

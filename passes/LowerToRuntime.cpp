@@ -23,6 +23,8 @@
 
 #include "mlir/Rewrite/FrozenRewritePatternSet.h"
 #include "mlir/Rewrite/PatternApplicator.h"
+#include "strata/Dialect/Program.h"
+#include "llvm/Support/MathExtras.h"
 
 #include <optional>
 #include <set>
@@ -585,6 +587,16 @@ struct LowerToRuntimePass
           << target << "' (" << RuntimeTarget::knownNames() << ")";
       return signalPassFailure();
     }
+    // (A buffer offset is a multiple of it; every element type's size
+    // divides a power of two.)
+    if (alignment < 0 || alignment > 4096 ||
+        !llvm::isPowerOf2_64(uint64_t(std::max<int64_t>(alignment, 1)))) {
+      mlir::emitError(module.getLoc())
+          << "strata-lower-to-runtime: alignment must be 0 (the target's) or "
+             "a power of two up to 4096, got "
+          << static_cast<int64_t>(alignment);
+      return signalPassFailure();
+    }
     FailureOr<func::FuncOp> found =
         getStepFunction(module, "strata-lower-to-runtime");
     if (failed(found))
@@ -610,6 +622,8 @@ struct LowerToRuntimePass
     for (Operation &op : llvm::make_early_inc_range(*module.getBody()))
       if (isa<RankGridOp, ParamOp, StateOp, CommGroupOp, func::FuncOp>(op))
         op.erase();
+    module->removeAttr(StrataDialect::kPassesAttrName);
+    module->removeAttr(StrataDialect::kRankAttrName);
   }
 };
 

@@ -9,6 +9,7 @@
 #include "mlir/IR/SymbolTable.h"
 #include "llvm/ADT/StringSwitch.h"
 
+#include <cmath>
 #include <limits>
 
 namespace strata {
@@ -273,10 +274,35 @@ void OptimizerPass::runOnOperation() {
         : kind == Kind::Lamb ? 1e-6
         : kind == Kind::Lars ? 0.0
                              : 1e-8;
-  if (!(learningRate > 0.0)) {
-    mlir::emitError(module.getLoc()) << "strata-optimizer: learning-rate must be positive";
+  // The ranges of the strategy's optimizer keys (NaN fails every test).
+  auto fail = [&](const Twine &message) {
+    mlir::emitError(module.getLoc()) << "strata-optimizer: " << message;
+    signalPassFailure();
+  };
+  auto finite = [](double v) { return std::isfinite(v); };
+  if (!(learningRate > 0.0) || !finite(learningRate))
+    return fail("learning-rate must be positive and finite");
+  if (!(decay >= 0.0) || !finite(decay))
+    return fail("weight-decay must be >= 0 and finite");
+  if (!(eps >= 0.0) || !finite(eps))
+    return fail("epsilon must be >= 0 and finite");
+  if (!(beta1 >= 0.0 && beta1 < 1.0) || !(beta2 >= 0.0 && beta2 < 1.0))
+    return fail("beta1 and beta2 must be in [0, 1)");
+  if (!(momentum >= 0.0 && momentum < 1.0))
+    return fail("momentum must be in [0, 1)");
+  if (!(larsCoeff > 0.0) || !finite(larsCoeff))
+    return fail("lars-coeff must be positive and finite");
+  if (!(gradClipNorm >= 0.0) || !finite(gradClipNorm))
+    return fail("grad-clip-norm must be >= 0 and finite (0 disables "
+                "clipping)");
+  if (warmupSteps < 0 || decaySteps < 0)
+    return fail("warmup-steps and decay-steps must be >= 0");
+  if (!(minLr >= 0.0 && minLr <= learningRate))
+    return fail("min-lr must be in [0, learning-rate]");
+  if (failed(checkRunsBefore(
+          module, "strata-optimizer",
+          {"strata-optimizer", "strata-sharding", "strata-pipeline"})))
     return signalPassFailure();
-  }
 
   SymbolTable symbolTable(module);
   symbols = &symbolTable;
@@ -288,6 +314,7 @@ void OptimizerPass::runOnOperation() {
     return signalPassFailure();
   if (failed(rewrite(*step)))
     return signalPassFailure();
+  recordPass(module, "strata-optimizer");
 }
 
 } // namespace

@@ -81,9 +81,14 @@ struct PipelinePass : public strata::impl::StrataPipelineBase<PipelinePass>,
           << " is outside the rank grid of " << grid.getWorldSize() << " ranks";
       return signalPassFailure();
     }
+    if (failed(
+            checkRunsBefore(module, "strata-pipeline", {"strata-pipeline"})) ||
+        failed(recordRank(module, "strata-pipeline", rank)))
+      return signalPassFailure();
     FailureOr<func::FuncOp> step = getStepFunction(module, "strata-pipeline");
     if (failed(step) || failed(run(module, *step)))
       return signalPassFailure();
+    recordPass(module, "strata-pipeline");
   }
 
   LogicalResult run(ModuleOp module, func::FuncOp func);

@@ -115,8 +115,18 @@ struct ProgramStatsPass
     os << "matmul-flops: " << flops << "\n";
     for (auto &[name, count] : opCounts)
       os << "op " << name << ": " << count << "\n";
-    if (file)
+    if (file) {
+      // (A write error, such as a full disk, would otherwise end the process
+      // when the stream closes.)
+      file->os().flush();
+      if (std::error_code ec = file->os().error()) {
+        file->os().clear_error();
+        mlir::emitError(getOperation().getLoc())
+            << "cannot write '" << output << "': " << ec.message();
+        return signalPassFailure();
+      }
       file->keep();
+    }
     markAllAnalysesPreserved();
   }
 };

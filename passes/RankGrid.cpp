@@ -1,6 +1,7 @@
 //===- RankGrid.cpp - Declare the job's rank grid -------------------------===//
 
 #include "PassUtils.h"
+#include "strata/Dialect/RankLimit.h"
 #include "strata/Passes/Passes.h"
 
 namespace strata {
@@ -20,12 +21,22 @@ struct RankGridPass : public strata::impl::StrataRankGridBase<RankGridPass> {
     ModuleOp module = getOperation();
     const std::pair<const char *, int64_t> axes[] = {
         {"pp", pp}, {"dp", dp}, {"sharding", sharding}, {"mp", mp}};
-    for (auto [name, size] : axes)
-      if (size < 1) {
+    int64_t world = 1;
+    for (auto [name, size] : axes) {
+      if (size < 1 || size > kMaxRanks) {
         emitError(module.getLoc())
-            << "strata-rank-grid: " << name << " must be >= 1, got " << size;
+            << "strata-rank-grid: " << name << " must be in [1, " << kMaxRanks
+            << "], got " << size;
         return signalPassFailure();
       }
+      world *= size;
+    }
+    if (world > kMaxRanks) {
+      emitError(module.getLoc())
+          << "strata-rank-grid: pp x dp x sharding x mp is " << world
+          << " ranks; a job has at most " << kMaxRanks;
+      return signalPassFailure();
+    }
     if (mp != 1) {
       emitError(module.getLoc())
           << "strata-rank-grid: mp " << static_cast<int64_t>(mp)

@@ -112,6 +112,12 @@ struct RecomputePass : public strata::impl::StrataRecomputeBase<RecomputePass> {
       mlir::emitError(module.getLoc()) << "strata-recompute: no checkpoints given";
       return signalPassFailure();
     }
+    // (Its clones would read one micro-batch's values in another's.)
+    if (failed(checkRunsBefore(module, "strata-recompute",
+                               {"strata-gradient-merge", "strata-data-parallel",
+                                "strata-optimizer", "strata-sharding",
+                                "strata-pipeline"})))
+      return signalPassFailure();
     FailureOr<func::FuncOp> step =
         getDifferentiatedStep(module, "strata-recompute");
     if (failed(step))
@@ -121,6 +127,7 @@ struct RecomputePass : public strata::impl::StrataRecomputeBase<RecomputePass> {
       if (failed(recomputeSegment(*step, name, skip, patterns)))
         return signalPassFailure();
     }
+    recordPass(module, "strata-recompute");
   }
 
   LogicalResult recomputeSegment(func::FuncOp func, StringRef layer,

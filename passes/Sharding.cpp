@@ -101,6 +101,10 @@ struct ShardingPass : public strata::impl::StrataShardingBase<ShardingPass> {
     dpDegree = grid->getAxisSize(GridAxis::Dp);
     if (degree == 1)
       return;
+    if (failed(checkRunsBefore(module, "strata-sharding",
+                               {"strata-sharding", "strata-pipeline"})) ||
+        failed(recordRank(module, "strata-sharding", rank)))
+      return signalPassFailure();
 
     // Owners, by parameter order in the module.
     std::vector<std::pair<std::string, int64_t>> params;
@@ -169,6 +173,10 @@ struct ShardingPass : public strata::impl::StrataShardingBase<ShardingPass> {
     for (Operation &op : body)
       if (isUpdate(&op))
         updates.push_back(&op);
+    if (updates.empty())
+      return fail("the step updates no parameter: sharding divides the "
+                  "optimizer's updates and state among the ranks, so run "
+                  "strata-optimizer first");
     for (Operation *op : updates) {
       Operation *get = op->getOperand(0).getDefiningOp();
       if (!isa_and_nonnull<GetParamOp>(get)) {
@@ -303,6 +311,7 @@ struct ShardingPass : public strata::impl::StrataShardingBase<ShardingPass> {
           token = gatherBucket(bucket, element, updated, me, groupRef, token,
                                ret);
       }
+    recordPass(module, "strata-sharding");
   }
 
   /// One all_gather of a bucket: rank r's segment holds its updated

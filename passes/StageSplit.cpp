@@ -96,8 +96,15 @@ struct StageSplitPass
              "on the stage of its forward op";
       return signalPassFailure();
     }
+    // (After the optimizer the step returns its loss alone again.)
+    if (failed(checkRunsBefore(module, "strata-stage-split",
+                               {"strata-autodiff", "strata-gradient-merge",
+                                "strata-data-parallel", "strata-optimizer",
+                                "strata-sharding", "strata-pipeline"})))
+      return signalPassFailure();
     if (failed(split(*step)))
       return signalPassFailure();
+    recordPass(module, "strata-stage-split");
   }
 
   LogicalResult split(func::FuncOp func) {

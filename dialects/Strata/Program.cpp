@@ -84,3 +84,54 @@ bool strata::returnsGradients(func::FuncOp func) {
   return func.getNumResults() > 1 &&
          func.getResultAttr(1, StrataDialect::kGradOfAttrName);
 }
+
+void strata::recordPass(ModuleOp module, llvm::StringRef pass) {
+  llvm::SmallVector<Attribute> passes;
+  if (auto done =
+          module->getAttrOfType<ArrayAttr>(StrataDialect::kPassesAttrName))
+    passes.append(done.begin(), done.end());
+  passes.push_back(StringAttr::get(module.getContext(), pass));
+  module->setAttr(StrataDialect::kPassesAttrName,
+                  ArrayAttr::get(module.getContext(), passes));
+}
+
+LogicalResult strata::checkRunsBefore(ModuleOp module, llvm::StringRef pass,
+                                      llvm::ArrayRef<llvm::StringRef> later) {
+  auto done = module->getAttrOfType<ArrayAttr>(StrataDialect::kPassesAttrName);
+  if (!done)
+    return success();
+  for (Attribute attr : done) {
+    auto name = llvm::dyn_cast<StringAttr>(attr);
+    if (!name || !llvm::is_contained(later, name.getValue()))
+      continue;
+    InFlightDiagnostic diag = emitError(module.getLoc()) << pass << ": ";
+    if (name.getValue() == pass)
+      diag << "the program has been through " << pass << " already (its '"
+           << StrataDialect::kPassesAttrName
+           << "' attribute records it); it runs once";
+    else
+      diag << "the program has been through " << name.getValue()
+           << ", which runs after " << pass << "; run " << pass << " first";
+    return diag;
+  }
+  return success();
+}
+
+LogicalResult strata::recordRank(ModuleOp module, llvm::StringRef pass,
+                                 int64_t rank) {
+  if (auto made =
+          module->getAttrOfType<IntegerAttr>(StrataDialect::kRankAttrName)) {
+    if (made.getInt() != rank)
+      return emitError(module.getLoc())
+             << pass << ": the program is rank " << made.getInt() << "'s (its '"
+             << StrataDialect::kRankAttrName << "' attribute), not rank "
+             << rank << "'s; give " << pass << " rank=" << made.getInt()
+             << ", or start again from the "
+             << "program before the passes that made it for one rank";
+    return success();
+  }
+  module->setAttr(
+      StrataDialect::kRankAttrName,
+      IntegerAttr::get(IntegerType::get(module.getContext(), 64), rank));
+  return success();
+}

@@ -1,5 +1,6 @@
 //===- StrataDialect.cpp - Dialect, attributes, types, metadata ----------===//
 
+#include "strata/Dialect/Program.h"
 #include "strata/Dialect/Strata.h"
 
 #include "mlir/IR/Builders.h"
@@ -143,13 +144,22 @@ LogicalResult StrataDialect::verifyOperationAttribute(Operation *op,
                 "and bad";
     return success();
   }
-  // The job list of every pipeline stage (strata-pipeline).
-  if (name == "strata.schedule") {
+  // The job list of every pipeline stage (strata-pipeline), and the passes
+  // a program has been through (Program.h).
+  if (name == "strata.schedule" || name == StrataDialect::kPassesAttrName) {
     auto list = dyn_cast<ArrayAttr>(attr.getValue());
     if (!isa<ModuleOp>(op) || !list ||
         !llvm::all_of(list, [](Attribute a) { return isa<StringAttr>(a); }))
       return op->emitOpError()
              << "'" << name << "' must be an array of strings on a module";
+    return success();
+  }
+  // The rank whose program this is (strata-sharding, strata-pipeline).
+  if (name == StrataDialect::kRankAttrName) {
+    auto rank = dyn_cast<IntegerAttr>(attr.getValue());
+    if (!isa<ModuleOp>(op) || !rank || rank.getInt() < 0)
+      return op->emitOpError()
+             << "'" << name << "' must be a non-negative integer on a module";
     return success();
   }
   // The layout of a module lowered to the runtime (strata-lower-to-runtime).

@@ -46,12 +46,19 @@ def Strata_Dialect : Dialect {
       F, B or W and the micro-batch, `.c` for chunk c under VPP)
     * `strata.schedule = ["F0 F1 B0 ...", ...]` — on a module, every
       pipeline stage's job list (`strata-pipeline`)
+    * `strata.passes = ["strata-autodiff", ...]` — on a module, the passes
+      that changed the program's form, in the order they ran; a pass refuses
+      a program that has been through itself or a pass it must precede
+    * `strata.rank = N : i64` — on a module, the rank whose program
+      `strata-sharding` or `strata-pipeline` made (N >= 0)
   }];
   let useDefaultAttributePrinterParser = 1;
   let useDefaultTypePrinterParser = 1;
   let hasOperationAttrVerify = 1;
   let extraClassDeclaration = [{
     static constexpr llvm::StringLiteral kRoleAttrName = "strata.role";
+    static constexpr llvm::StringLiteral kPassesAttrName = "strata.passes";
+    static constexpr llvm::StringLiteral kRankAttrName = "strata.rank";
     static constexpr llvm::StringLiteral kStageAttrName = "strata.stage";
     static constexpr llvm::StringLiteral kMicroBatchAttrName =
         "strata.micro_batch";

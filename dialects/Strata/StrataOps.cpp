@@ -1,5 +1,6 @@
 //===- StrataOps.cpp - Shape inference and verifiers of Strata ops --------===//
 
+#include "strata/Dialect/RankLimit.h"
 #include "strata/Dialect/Strata.h"
 
 #include "mlir/IR/Builders.h"
@@ -119,11 +120,18 @@ LogicalResult RankGridOp::verify() {
        (*this)->getParentOfType<ModuleOp>().getOps<RankGridOp>())
     if (other != *this && other->isBeforeInBlock(*this))
       return emitOpError() << "is a second rank grid; a program has one";
-  for (GridAxis axis : kGridAxes)
+  // (Sizes at most kMaxRanks each: their product cannot overflow.)
+  int64_t world = 1;
+  for (GridAxis axis : kGridAxes) {
     if (getAxisSize(axis) < 1)
       return emitOpError() << "axis " << stringifyGridAxis(axis) << " has size "
                            << getAxisSize(axis)
                            << "; every axis needs at least 1 rank";
+    if (getAxisSize(axis) > kMaxRanks ||
+        (world *= getAxisSize(axis)) > kMaxRanks)
+      return emitOpError() << "has more than " << kMaxRanks
+                           << " ranks (2^20, the most a job may have)";
+  }
   return success();
 }
 

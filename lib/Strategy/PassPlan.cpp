@@ -369,6 +369,8 @@ public:
                       "strata-strategy-check: " + why);
       return mlir::failure();
     };
+    if (strategyFile.empty())
+      return failure("no strategy file given (strategy=FILE)");
     // (The strategy's validation checks the world size's range.)
     StrategyContext context;
     context.worldSize = worldSize;

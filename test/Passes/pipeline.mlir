@@ -7,7 +7,7 @@
 // tied embedding and LM head): it lives on stage 0, which sends it to
 // stage 1 each step and sums stage 1's part of its gradient into its own.
 
-// STAGE0-LABEL: module attributes {strata.schedule = ["F0 F1 B0 B1", "F0 F1 B0 B1"]}
+// STAGE0-LABEL: module attributes {strata.passes = ["strata-stage-split", "strata-autodiff", "strata-gradient-merge", "strata-optimizer", "strata-pipeline"], strata.rank = 0 : i64, strata.schedule = ["F0 F1 B0 B1", "F0 F1 B0 B1"]}
 // STAGE0-NEXT: strata.rank_grid @ranks(pp = 2, dp = 1, sharding = 1, mp = 1)
 // STAGE0-NEXT: strata.param @w0
 // STAGE0-NOT: strata.param @w1

@@ -11,7 +11,7 @@
 // CHECK-NEXT: strata.param @w
 
 // MP: error: strata-rank-grid: mp 2: tensor parallelism is not implemented yet
-// ZERO: error: strata-rank-grid: pp must be >= 1, got 0
+// ZERO: error: strata-rank-grid: pp must be in [1, 1048576], got 0
 // NOGRID: error: strata-sharding: the program declares no strata.rank_grid; run strata-rank-grid first (e.g. --strata-rank-grid="dp=2")
 
 strata.param @w : tensor<4xf32> init <ones>

@@ -63,6 +63,30 @@ mlir::FailureOr<RankGridOp> getRankGrid(mlir::ModuleOp module,
 /// gradients are not finite and moves it by Paddle's dynamic rule.
 StateOp findLossScaleState(mlir::ModuleOp module);
 
+/// The passes that rewrite a program's structure record themselves, in the
+/// order they ran, in the module's `strata.passes` attribute (an array of
+/// pass names; the lowering drops it), and those that make the program of
+/// one rank record that rank in `strata.rank` (StrataDialect's
+/// kPassesAttrName and kRankAttrName). A pass then refuses a
+/// program that has been through itself or through a pass it must precede,
+/// naming the order to use, where it would otherwise rewrite it wrongly.
+/// Programs written by hand carry no record; the passes' checks of the
+/// step's form (getDifferentiatedStep) still apply to them.
+
+/// Appends `pass` to the module's `strata.passes`.
+void recordPass(mlir::ModuleOp module, llvm::StringRef pass);
+
+/// Reported at the module, prefixed by `pass`, when the program has been
+/// through any of `later`: the passes that `pass` must run before (`pass`
+/// itself among them when it runs once).
+mlir::LogicalResult checkRunsBefore(mlir::ModuleOp module, llvm::StringRef pass,
+                                    llvm::ArrayRef<llvm::StringRef> later);
+
+/// Records that the program is rank `rank`'s, or reports at the module,
+/// prefixed by `pass`, when an earlier pass made it for another rank.
+mlir::LogicalResult recordRank(mlir::ModuleOp module, llvm::StringRef pass,
+                               int64_t rank);
+
 /// Whether `func` is a differentiated step: it returns the loss, then
 /// gradients marked `strata.grad_of` (strata-autodiff's form).
 bool returnsGradients(mlir::func::FuncOp func);

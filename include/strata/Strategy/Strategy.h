@@ -13,6 +13,8 @@
 #ifndef STRATA_STRATEGY_STRATEGY_H
 #define STRATA_STRATEGY_STRATEGY_H
 
+#include "strata/Dialect/RankLimit.h"
+
 #include "llvm/ADT/StringMap.h"
 #include "llvm/ADT/StringRef.h"
 #include "llvm/Support/Error.h"
@@ -193,10 +195,6 @@ struct Strategy {
 };
 
 /// Options of loading that do not come from the file.
-/// The most ranks a job may have (every parallel degree and world size is
-/// at most this): beyond any machine count, and small enough that plans
-/// sized by the degree stay in memory.
-constexpr int64_t kMaxRanks = int64_t(1) << 20;
 
 struct StrategyContext {
   /// Number of ranks the program will run on, when known: enables the
