@@ -1,6 +1,9 @@
 //===- ReferenceExecutable.cpp - The evaluator as a backend ---------------===//
 
+#include "strata/Dialect/Strata.h"
 #include "strata/Execution/Executable.h"
+
+#include "mlir/IR/SymbolTable.h"
 
 #include <chrono>
 
@@ -23,9 +26,24 @@ public:
     state = values;
     return llvm::Error::success();
   }
+  /// A bf16 or f16 parameter or state as the runtimes store (and save) it:
+  /// rounded to its type. (The map keeps a parameter's initial value as
+  /// given, from which its f32 master weight starts.)
   void getState(llvm::StringMap<reference::Tensor> &values) const override {
-    for (const auto &entry : state)
-      values[entry.getKey()] = entry.getValue();
+    mlir::func::FuncOp step =
+        function; // (an op handle: its methods are not const)
+    for (const auto &entry : state) {
+      reference::Tensor value = entry.getValue();
+      mlir::Operation *symbol = mlir::SymbolTable::lookupNearestSymbolFrom(
+          step, mlir::StringAttr::get(step.getContext(), entry.getKey()));
+      if (auto param = llvm::dyn_cast_or_null<ParamOp>(symbol))
+        reference::roundToElementType(value,
+                                      param.getTensorType().getElementType());
+      else if (auto st = llvm::dyn_cast_or_null<StateOp>(symbol))
+        reference::roundToElementType(value,
+                                      st.getTensorType().getElementType());
+      values[entry.getKey()] = std::move(value);
+    }
   }
   std::optional<reference::Tensor>
   readState(llvm::StringRef name) const override {

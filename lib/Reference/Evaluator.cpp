@@ -285,16 +285,8 @@ private:
   /// Binds `v`; a bf16 or f16 value holds its elements rounded to that
   /// type (round to nearest even), as a runtime stores them.
   void set(Value v, Tensor t) {
-    auto type = dyn_cast<RankedTensorType>(v.getType());
-    auto element = type ? dyn_cast<FloatType>(type.getElementType()) : nullptr;
-    if (element && element.getWidth() < 32)
-      for (double &x : t.data) {
-        llvm::APFloat f(x);
-        bool lost;
-        f.convert(element.getFloatSemantics(),
-                  llvm::APFloat::rmNearestTiesToEven, &lost);
-        x = f.convertToDouble();
-      }
+    if (auto type = dyn_cast<RankedTensorType>(v.getType()))
+      roundToElementType(t, type.getElementType());
     values[v] = std::move(t);
   }
 
@@ -1228,6 +1220,19 @@ llvm::Error Evaluator::step(Operation *op) {
 }
 
 } // namespace
+
+void strata::reference::roundToElementType(Tensor &t, Type element) {
+  auto type = dyn_cast<FloatType>(element);
+  if (!type || type.getWidth() >= 32)
+    return;
+  for (double &x : t.data) {
+    llvm::APFloat f(x);
+    bool lost;
+    f.convert(type.getFloatSemantics(), llvm::APFloat::rmNearestTiesToEven,
+              &lost);
+    x = f.convertToDouble();
+  }
+}
 
 llvm::Expected<std::vector<Tensor>>
 strata::reference::evaluate(func::FuncOp func, ArrayRef<Tensor> args,
