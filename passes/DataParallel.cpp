@@ -72,6 +72,15 @@ struct DataParallelPass
     const int64_t n = degree;
     Block &body = func.getBody().front();
     auto ret = cast<func::ReturnOp>(body.getTerminator());
+    // (The strategy refuses fp16_allreduce at level o2 likewise.)
+    if (fp16Allreduce &&
+        llvm::none_of(ret.getOperands().drop_front(), [](Value g) {
+          return tensorType(g).getElementType().isF32();
+        }))
+      return mlir::emitError(func.getLoc())
+             << "strata-data-parallel: fp16-allreduce changes nothing: no "
+                "gradient of the step is f32 (mixed precision at level o2 "
+                "makes them 16-bit already)";
 
     // Whole-batch types, before any is changed.
     DenseMap<Value, Type> oldType;

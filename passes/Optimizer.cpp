@@ -91,6 +91,14 @@ LogicalResult OptimizerPass::rewrite(func::FuncOp func) {
     grads.push_back(grad);
     params.push_back(ref);
   }
+  // (The strategy refuses use_master_grad at level o1 likewise.)
+  if (masterGrad && llvm::all_of(ret.getOperands().drop_front(), [](Value g) {
+        return tensorType(g).getElementType().isF32();
+      }))
+    return mlir::emitError(func.getLoc())
+           << "strata-optimizer: master-grad changes nothing: every gradient "
+              "of the step is f32 already (mixed precision at level o2 makes "
+              "them bf16 or f16)";
 
   // Under loss scaling, an update happens only when every gradient is
   // finite: the global norm decides, which data parallelism (gradients
