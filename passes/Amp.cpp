@@ -19,6 +19,7 @@
 #include "llvm/ADT/StringSet.h"
 
 #include <cmath>
+#include <limits>
 
 namespace strata {
 #define GEN_PASS_DEF_STRATAAMP
@@ -120,9 +121,10 @@ LogicalResult AmpPass::checkLossScaling(ModuleOp module) {
     return emitError(module.getLoc()) << "strata-amp: " << message;
   };
   // (The scale is an f32 state.)
-  if (!(initLossScaling > 0.0) || !std::isfinite(float(initLossScaling)))
+  if (!(initLossScaling <= double(std::numeric_limits<float>::max())) ||
+      !(float(initLossScaling) > 0.0f))
     return fail("init-loss-scaling must be positive and at most the largest "
-                "f32 (3.4e38)");
+                "f32 (3.4e38), and not round to 0 in f32");
   if (incrEveryNSteps < 1 || decrEveryNNanOrInf < 1)
     return fail("incr-every-n-steps and decr-every-n-nan-or-inf must be >= 1");
   if (!(incrRatio > 1.0) || !std::isfinite(double(incrRatio)) ||

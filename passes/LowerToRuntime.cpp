@@ -587,13 +587,15 @@ struct LowerToRuntimePass
           << target << "' (" << RuntimeTarget::knownNames() << ")";
       return signalPassFailure();
     }
-    // (A buffer offset is a multiple of it; every element type's size
-    // divides a power of two.)
-    if (alignment < 0 || alignment > 4096 ||
-        !llvm::isPowerOf2_64(uint64_t(std::max<int64_t>(alignment, 1)))) {
+    // (Every buffer offset is a multiple of it, so it must be a multiple
+    // of the largest element size, 8 bytes, for every buffer to be aligned
+    // to its type.)
+    if (alignment != 0 &&
+        (alignment < 8 || alignment > 4096 ||
+         !llvm::isPowerOf2_64(uint64_t(int64_t(alignment))))) {
       mlir::emitError(module.getLoc())
           << "strata-lower-to-runtime: alignment must be 0 (the target's) or "
-             "a power of two up to 4096, got "
+             "a power of two from 8 to 4096, got "
           << static_cast<int64_t>(alignment);
       return signalPassFailure();
     }

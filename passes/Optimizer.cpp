@@ -97,8 +97,8 @@ LogicalResult OptimizerPass::rewrite(func::FuncOp func) {
       }))
     return mlir::emitError(func.getLoc())
            << "strata-optimizer: master-grad changes nothing: every gradient "
-              "of the step is f32 already (mixed precision at level o2 makes "
-              "them bf16 or f16)";
+              "of the step is f32 already (level o1, or every parameter kept "
+              "f32 at level o2)";
 
   // Under loss scaling, an update happens only when every gradient is
   // finite: the global norm decides, which data parallelism (gradients
@@ -273,6 +273,12 @@ void OptimizerPass::runOnOperation() {
     return signalPassFailure();
   }
   kind = *parsed;
+  // (A negative value asks for the default below; NaN is an error.)
+  if (std::isnan(weightDecay) || std::isnan(epsilon)) {
+    mlir::emitError(module.getLoc())
+        << "strata-optimizer: weight-decay and epsilon must be numbers";
+    return signalPassFailure();
+  }
   // Paddle's defaults by optimizer.
   decay = weightDecay >= 0.0 ? double(weightDecay)
           : (kind == Kind::AdamW || kind == Kind::Lamb) ? 0.01

@@ -29,13 +29,13 @@ struct RankGridPass : public strata::impl::StrataRankGridBase<RankGridPass> {
             << "], got " << size;
         return signalPassFailure();
       }
-      world *= size;
-    }
-    if (world > kMaxRanks) {
-      emitError(module.getLoc())
-          << "strata-rank-grid: pp x dp x sharding x mp is " << world
-          << " ranks; a job has at most " << kMaxRanks;
-      return signalPassFailure();
+      // (Checked as it grows: factors and products stay below 2^40.)
+      if ((world *= size) > kMaxRanks) {
+        emitError(module.getLoc())
+            << "strata-rank-grid: pp x dp x sharding x mp is more than "
+            << kMaxRanks << " ranks, the most a job may have";
+        return signalPassFailure();
+      }
     }
     if (mp != 1) {
       emitError(module.getLoc())

@@ -80,6 +80,12 @@ strata::StateOp strata::findLossScaleState(ModuleOp module) {
   return {};
 }
 
+bool strata::isCompiledStep(func::FuncOp func) {
+  return returnsGradients(func) ||
+         func.walk([](AssignOp) { return WalkResult::interrupt(); })
+             .wasInterrupted();
+}
+
 bool strata::returnsGradients(func::FuncOp func) {
   return func.getNumResults() > 1 &&
          func.getResultAttr(1, StrataDialect::kGradOfAttrName);

@@ -157,7 +157,8 @@ LogicalResult StrataDialect::verifyOperationAttribute(Operation *op,
   // The rank whose program this is (strata-sharding, strata-pipeline).
   if (name == StrataDialect::kRankAttrName) {
     auto rank = dyn_cast<IntegerAttr>(attr.getValue());
-    if (!isa<ModuleOp>(op) || !rank || rank.getInt() < 0)
+    if (!isa<ModuleOp>(op) || !rank || !rank.getType().isInteger(64) ||
+        rank.getInt() < 0)
       return op->emitOpError()
              << "'" << name << "' must be a non-negative integer on a module";
     return success();

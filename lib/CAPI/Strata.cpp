@@ -322,9 +322,7 @@ static bool createTrainer(StrataExecutableImpl &exe,
   // An executable compiles the program as written (forward and loss);
   // strataSessionApplyStrategy and RunPipeline's passes are for reading
   // what a strategy makes of it.
-  bool updates = false;
-  found->walk([&](strata::AssignOp) { updates = true; });
-  if (strata::returnsGradients(*found) || updates) {
+  if (strata::isCompiledStep(*found)) {
     os << "the session's program is already compiled (its step returns "
           "gradients or updates state, after strataSessionApplyStrategy or a "
           "pipeline with strata-autodiff): create executables from the "

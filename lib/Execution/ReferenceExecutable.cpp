@@ -30,12 +30,12 @@ public:
   /// rounded to its type. (The map keeps a parameter's initial value as
   /// given, from which its f32 master weight starts.)
   void getState(llvm::StringMap<reference::Tensor> &values) const override {
-    mlir::func::FuncOp step =
-        function; // (an op handle: its methods are not const)
+    // (An op handle's methods are not const.)
+    mlir::func::FuncOp step = function;
+    mlir::SymbolTable symbols(step->getParentOfType<mlir::ModuleOp>());
     for (const auto &entry : state) {
       reference::Tensor value = entry.getValue();
-      mlir::Operation *symbol = mlir::SymbolTable::lookupNearestSymbolFrom(
-          step, mlir::StringAttr::get(step.getContext(), entry.getKey()));
+      mlir::Operation *symbol = symbols.lookup(entry.getKey());
       if (auto param = llvm::dyn_cast_or_null<ParamOp>(symbol))
         reference::roundToElementType(value,
                                       param.getTensorType().getElementType());

@@ -99,6 +99,12 @@ Trainer::create(mlir::OwningOpRef<mlir::ModuleOp> program, Strategy strategy,
   Expected<mlir::func::FuncOp> written = findStepFunction(*trainer->program);
   if (!written)
     return written.takeError();
+  if (isCompiledStep(*written))
+    return trainerError(
+        "the program is already compiled (its step returns gradients or "
+        "updates parameters, as strata-opt --strategy writes it): give the "
+        "program as written, whose step returns its loss; the strategy "
+        "compiles it");
   for (ParamOp param : trainer->program->getOps<ParamOp>())
     trainer->modelParameters.insert(param.getSymName());
   // The MLP's batch counts samples (rows of `features`); a GPT's, tokens.

@@ -87,6 +87,11 @@ mlir::LogicalResult checkRunsBefore(mlir::ModuleOp module, llvm::StringRef pass,
 mlir::LogicalResult recordRank(mlir::ModuleOp module, llvm::StringRef pass,
                                int64_t rank);
 
+/// Whether `func` is a compiled step rather than one as written: it returns
+/// gradients or assigns parameters and state (after strata-autodiff or
+/// strata-optimizer). Executables compile the program as written.
+bool isCompiledStep(mlir::func::FuncOp func);
+
 /// Whether `func` is a differentiated step: it returns the loss, then
 /// gradients marked `strata.grad_of` (strata-autodiff's form).
 bool returnsGradients(mlir::func::FuncOp func);

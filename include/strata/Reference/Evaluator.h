@@ -59,15 +59,15 @@ struct EvalOptions {
   Communicator *communicator = nullptr;
 };
 
+/// Rounds `t`'s elements to `element` where it is a float type narrower
+/// than f32 (bf16, f16: to nearest even), as a runtime stores them.
+void roundToElementType(Tensor &t, mlir::Type element);
+
 /// Evaluates one step of `func` on `args`. `state` holds the value of every
 /// `strata.param` and `strata.state` by symbol name (states missing from it
 /// start from their initialiser, zeros or ones); the step's
 /// `strata.assign`s update it when the step ends. Returns the function's
 /// results.
-/// Rounds `t`'s elements to `element` where it is a float type narrower
-/// than f32 (bf16, f16: to nearest even), as a runtime stores them.
-void roundToElementType(Tensor &t, mlir::Type element);
-
 llvm::Expected<std::vector<Tensor>>
 evaluate(mlir::func::FuncOp func, llvm::ArrayRef<Tensor> args,
          llvm::StringMap<Tensor> &state, const EvalOptions &options = {});

@@ -195,7 +195,6 @@ struct Strategy {
 };
 
 /// Options of loading that do not come from the file.
-
 struct StrategyContext {
   /// Number of ranks the program will run on, when known: enables the
   /// checks of the parallel degrees against it.
