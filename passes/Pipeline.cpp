@@ -100,6 +100,7 @@ LogicalResult PipelinePass::place(func::FuncOp func, bool final) {
   places.clear();
   order.clear();
   bool anyStage = false;
+  int64_t lastStage = -1;
   size_t index = 0;
   for (Operation &op : body.without_terminator()) {
     order[&op] = index++;
@@ -112,6 +113,7 @@ LogicalResult PipelinePass::place(func::FuncOp func, bool final) {
                << static_cast<int64_t>(vppDegree) << ")";
       p.stage = *s;
       anyStage = true;
+      lastStage = std::max(lastStage, *s);
     }
     places[&op] = p;
   }
@@ -119,6 +121,15 @@ LogicalResult PipelinePass::place(func::FuncOp func, bool final) {
     return mlir::emitError(func.getLoc())
            << "strata-pipeline: no op carries strata.stage (run "
               "strata-stage-split before strata-autodiff)";
+  // A larger vpp-degree than the split's would leave the last virtual
+  // stages empty and give the ranks other chunks than the split meant.
+  if (!final && lastStage + 1 != stages())
+    return mlir::emitError(func.getLoc())
+           << "strata-pipeline: the ops are on stages 0 to " << lastStage
+           << ", but pp " << ppDegree << " x vpp-degree "
+           << static_cast<int64_t>(vppDegree) << " makes " << stages()
+           << " stages; give strata-pipeline the vpp-degree that "
+              "strata-stage-split was given (and put an op on every stage)";
 
   // Scalar bookkeeping runs on every stage that needs it.
   auto replicatedState = [&](FlatSymbolRefAttr name) {
