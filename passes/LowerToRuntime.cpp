@@ -213,12 +213,12 @@ void RuntimeLowering::copy(Value out, Value in, Value like) {
 void RuntimeLowering::gemm(int64_t batch, int64_t m, int64_t n, int64_t k,
                            Value a, int64_t aStride, bool transA, Value bm,
                            int64_t bStride, bool transB, Value c, Value bias,
-                           int64_t act, Type element) {
+                           int64_t act, Type element, bool accumulate) {
   Value t = i64(typeCode(element));
   call("strata_rt_gemm",
        {site(), i64(batch), i64(m), i64(n), i64(k), a, t, i64(aStride),
         i64(transA), bm, t, i64(bStride), i64(transB), c, t,
-        bias ? bias : null(), t, i64(act), i64(0)});
+        bias ? bias : null(), t, i64(act), i64(accumulate)});
 }
 
 void RuntimeLowering::reduceTo(Value out, Value in, ArrayRef<int64_t> inShape,

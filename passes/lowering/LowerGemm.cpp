@@ -33,6 +33,41 @@ ProductShape productShape(Value lhs, Value rhs, Value out, bool transA) {
           numel(rhs) / (k * n)};
 }
 
+/// Products a broadcast beyond the runtimes' batched GEMMs is unrolled into
+/// at most (one GEMM call each).
+constexpr int64_t kMaxUnrolledGemms = 4096;
+
+/// For each batch of the result (row-major over `result`'s batch
+/// dimensions), the batch of an operand whose batch dimensions `operand`
+/// broadcast to it NumPy's way (aligned at the right, size 1 repeated).
+SmallVector<int64_t> broadcastBatches(ArrayRef<int64_t> operand,
+                                      ArrayRef<int64_t> result) {
+  int64_t count = 1;
+  for (int64_t d : result)
+    count *= d;
+  SmallVector<int64_t> batches(count);
+  size_t lead = result.size() - operand.size();
+  for (int64_t j = 0; j < count; ++j) {
+    int64_t rest = j, index = 0, stride = 1;
+    for (size_t d = result.size(); d-- > 0;) {
+      int64_t coord = rest % result[d];
+      rest /= result[d];
+      if (d >= lead) {
+        int64_t size = operand[d - lead];
+        index += (size == 1 ? 0 : coord) * stride;
+        stride *= size;
+      }
+    }
+    batches[j] = index;
+  }
+  return batches;
+}
+
+/// Bytes of one element of `v`'s type.
+int64_t elementBytes(Value v) {
+  return int64_t(tensorType(v).getElementTypeBitWidth()) / 8;
+}
+
 LogicalResult lowerMatmul(Operation *op, Value lhs, Value rhs, Value out,
                           bool transA, bool transB, RuntimeLowering &l) {
   SmallVector<int64_t> a = shapeOf(lhs), bs = shapeOf(rhs), c = shapeOf(out);
@@ -48,9 +83,25 @@ LogicalResult lowerMatmul(Operation *op, Value lhs, Value rhs, Value out,
   ArrayRef<int64_t> batchDims = ArrayRef(c).drop_back(2);
   if (!l.target.supportsGemmBatch(ArrayRef(a).drop_back(2), batchDims) ||
       !l.target.supportsGemmBatch(ArrayRef(bs).drop_back(2), batchDims) ||
-      (batchA != 1 && batchA != batch) || (batchB != 1 && batchB != batch))
-    return op->emitOpError("broadcasts batch dimensions in a way ")
-           << l.target.getDescription() << " does not support";
+      (batchA != 1 && batchA != batch) || (batchB != 1 && batchB != batch)) {
+    // Any other NumPy broadcast ([2, 1, 4, 5] x [1, 3, 5, 6]): one GEMM
+    // per batch of the result, each reading its operands' batches.
+    if (batch > kMaxUnrolledGemms)
+      return op->emitOpError("broadcasts batch dimensions into ")
+             << batch << " products, which the runtime runs one by one; at "
+             << "most " << kMaxUnrolledGemms << " are supported";
+    SmallVector<int64_t> ia = broadcastBatches(ArrayRef(a).drop_back(2),
+                                               batchDims),
+                         ib = broadcastBatches(ArrayRef(bs).drop_back(2),
+                                               batchDims);
+    int64_t bytes = elementBytes(out);
+    for (int64_t j = 0; j < batch; ++j)
+      l.gemm(1, m, n, k, l.byteOffset(l.ptr(lhs), ia[j] * m * k * bytes), 0,
+             transA, l.byteOffset(l.ptr(rhs), ib[j] * k * n * bytes), 0, transB,
+             l.byteOffset(l.ptr(out), j * m * n * bytes), Value(),
+             STRATA_RT_ACT_NONE, elem);
+    return success();
+  }
   l.gemm(batch, m, n, k, l.ptr(lhs), batchA == 1 ? 0 : m * k, transA,
          l.ptr(rhs), batchB == 1 ? 0 : k * n, transB, l.ptr(out), Value(),
          STRATA_RT_ACT_NONE, elem);
@@ -86,10 +137,48 @@ LogicalResult lowerMatmulGrad(MatmulGradOp op, RuntimeLowering &l) {
   }
   if (batchA != batch || batchB != batch ||
       (ra > 2 && ArrayRef(a).drop_back(2) != ArrayRef(c).drop_back(2)) ||
-      (rb > 2 && ArrayRef(bs).drop_back(2) != ArrayRef(c).drop_back(2)))
-    return op->emitOpError("sums a gradient over broadcast batch dimensions, "
-                           "which ")
-           << l.target.getDescription() << " does not support";
+      (rb > 2 && ArrayRef(bs).drop_back(2) != ArrayRef(c).drop_back(2))) {
+    // A broadcast operand: its gradient sums the products of every batch
+    // of the result that read it, one GEMM per batch, each after the first
+    // accumulating into the operand's batch.
+    if (batch > kMaxUnrolledGemms)
+      return op->emitOpError("sums a gradient over ")
+             << batch << " broadcast products, which the runtime runs one by "
+             << "one; at most " << kMaxUnrolledGemms << " are supported";
+    ArrayRef<int64_t> batchDims = ArrayRef(c).drop_back(2);
+    SmallVector<int64_t> ia = broadcastBatches(ArrayRef(a).drop_back(2),
+                                               batchDims),
+                         ib = broadcastBatches(ArrayRef(bs).drop_back(2),
+                                               batchDims);
+    int64_t bytes = elementBytes(dy);
+    llvm::DenseSet<int64_t> startedA, startedB;
+    for (int64_t j = 0; j < batch; ++j) {
+      Value Aj = l.byteOffset(l.ptr(A), ia[j] * m * k * bytes),
+            Bj = l.byteOffset(l.ptr(B), ib[j] * k * n * bytes),
+            dyj = l.byteOffset(l.ptr(dy), j * m * n * bytes);
+      if (needA) {
+        Value dAj = l.byteOffset(dA, ia[j] * m * k * bytes);
+        bool more = !startedA.insert(ia[j]).second;
+        if (!transA)
+          l.gemm(1, m, k, n, dyj, 0, false, Bj, 0, !transB, dAj, Value(),
+                 STRATA_RT_ACT_NONE, elem, more);
+        else
+          l.gemm(1, k, m, n, Bj, 0, transB, dyj, 0, true, dAj, Value(),
+                 STRATA_RT_ACT_NONE, elem, more);
+      }
+      if (needB) {
+        Value dBj = l.byteOffset(dB, ib[j] * k * n * bytes);
+        bool more = !startedB.insert(ib[j]).second;
+        if (!transB)
+          l.gemm(1, k, n, m, Aj, 0, !transA, dyj, 0, false, dBj, Value(),
+                 STRATA_RT_ACT_NONE, elem, more);
+        else
+          l.gemm(1, n, k, m, dyj, 0, true, Aj, 0, transA, dBj, Value(),
+                 STRATA_RT_ACT_NONE, elem, more);
+      }
+    }
+    return success();
+  }
   int64_t sa = batch == 1 ? 0 : m * k, sb = batch == 1 ? 0 : k * n,
           sy = batch == 1 ? 0 : m * n;
   if (needA && !transA)

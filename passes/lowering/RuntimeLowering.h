@@ -93,7 +93,8 @@ public:
   void copy(Value out, Value in, Value like);
   void gemm(int64_t batch, int64_t m, int64_t n, int64_t k, Value a,
             int64_t aStride, bool transA, Value bm, int64_t bStride,
-            bool transB, Value c, Value bias, int64_t act, mlir::Type element);
+            bool transB, Value c, Value bias, int64_t act, mlir::Type element,
+            bool accumulate = false);
   /// out = scale * sum of in over the dimensions whose output stride is 0;
   /// both of type `element`.
   void reduceTo(Value out, Value in, llvm::ArrayRef<int64_t> inShape,
