@@ -86,7 +86,9 @@ struct PipelinePass : public strata::impl::StrataPipelineBase<PipelinePass>,
         failed(recordRank(module, "strata-pipeline", rank)))
       return signalPassFailure();
     FailureOr<func::FuncOp> step = getStepFunction(module, "strata-pipeline");
-    if (failed(step) || failed(run(module, *step)))
+    if (failed(step) ||
+        failed(checkOnlyStepReadsSymbols(module, *step, "strata-pipeline")) ||
+        failed(run(module, *step)))
       return signalPassFailure();
     recordPass(module, "strata-pipeline");
   }

@@ -103,6 +103,7 @@ struct ShardingPass : public strata::impl::StrataShardingBase<ShardingPass> {
       return;
     if (failed(checkRunsBefore(module, "strata-sharding",
                                {"strata-sharding", "strata-pipeline"})) ||
+        failed(checkOnlyStepReadsSymbols(module, step, "strata-sharding")) ||
         failed(recordRank(module, "strata-sharding", rank)))
       return signalPassFailure();
 

@@ -91,6 +91,26 @@ bool strata::returnsGradients(func::FuncOp func) {
          func.getResultAttr(1, StrataDialect::kGradOfAttrName);
 }
 
+LogicalResult strata::checkOnlyStepReadsSymbols(ModuleOp module,
+                                                func::FuncOp step,
+                                                llvm::StringRef pass) {
+  for (auto other : module.getOps<func::FuncOp>()) {
+    if (other == step)
+      continue;
+    WalkResult reads = other.walk([](Operation *op) {
+      return isa<GetParamOp, GetStateOp>(op) ? WalkResult::interrupt()
+                                             : WalkResult::advance();
+    });
+    if (reads.wasInterrupted())
+      return other.emitError()
+             << pass << ": @" << other.getSymName()
+             << " reads parameters or state, which the program of one rank "
+                "may not hold; only the step (@"
+             << step.getSymName() << ") may read them";
+  }
+  return success();
+}
+
 void strata::recordPass(ModuleOp module, llvm::StringRef pass) {
   llvm::SmallVector<Attribute> passes;
   if (auto done =

@@ -73,6 +73,13 @@ StateOp findLossScaleState(mlir::ModuleOp module);
 /// Programs written by hand carry no record; the passes' checks of the
 /// step's form (getDifferentiatedStep) still apply to them.
 
+/// For a pass that makes one rank's program (and removes the parameters and
+/// state other ranks hold): reported at the other function, prefixed by
+/// `pass`, when a function other than `step` reads parameters or state.
+mlir::LogicalResult checkOnlyStepReadsSymbols(mlir::ModuleOp module,
+                                              mlir::func::FuncOp step,
+                                              llvm::StringRef pass);
+
 /// Appends `pass` to the module's `strata.passes`.
 void recordPass(mlir::ModuleOp module, llvm::StringRef pass);
 
