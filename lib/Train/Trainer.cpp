@@ -218,9 +218,8 @@ Error Trainer::createExecutable() {
     return err;
   // The loss scale, and the optimizer's step counter beside it (an i64
   // scalar state).
-  for (StateOp state : program->getOps<StateOp>())
-    if (state->hasAttr(StrataDialect::kLossScalingAttrName))
-      lossScaleState = state.getSymName().str();
+  if (StateOp scale = findLossScaleState(*program))
+    lossScaleState = scale.getSymName().str();
   auto counter = mlir::SymbolTable::lookupNearestSymbolFrom<StateOp>(
       *program,
       mlir::StringAttr::get(program->getContext(), kStepCountStateName));
