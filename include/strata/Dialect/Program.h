@@ -73,13 +73,6 @@ StateOp findLossScaleState(mlir::ModuleOp module);
 /// Programs written by hand carry no record; the passes' checks of the
 /// step's form (getDifferentiatedStep) still apply to them.
 
-/// For a pass that makes one rank's program (and removes the parameters and
-/// state other ranks hold): reported at the other function, prefixed by
-/// `pass`, when a function other than `step` reads parameters or state.
-mlir::LogicalResult checkOnlyStepReadsSymbols(mlir::ModuleOp module,
-                                              mlir::func::FuncOp step,
-                                              llvm::StringRef pass);
-
 /// Appends `pass` to the module's `strata.passes`.
 void recordPass(mlir::ModuleOp module, llvm::StringRef pass);
 
@@ -93,6 +86,13 @@ mlir::LogicalResult checkRunsBefore(mlir::ModuleOp module, llvm::StringRef pass,
 /// prefixed by `pass`, when an earlier pass made it for another rank.
 mlir::LogicalResult recordRank(mlir::ModuleOp module, llvm::StringRef pass,
                                int64_t rank);
+
+/// For a pass that makes one rank's program (and removes the parameters and
+/// state other ranks hold): reported at the other function, prefixed by
+/// `pass`, when a function other than `step` reads parameters or state.
+mlir::LogicalResult checkOnlyStepReadsSymbols(mlir::ModuleOp module,
+                                              mlir::func::FuncOp step,
+                                              llvm::StringRef pass);
 
 /// Whether `func` is a compiled step rather than one as written: it returns
 /// gradients or assigns parameters and state (after strata-autodiff or
