@@ -1,6 +1,5 @@
 //===- StrataDialect.cpp - Dialect, attributes, types, metadata ----------===//
 
-#include "strata/Dialect/Program.h"
 #include "strata/Dialect/Strata.h"
 
 #include "mlir/IR/Builders.h"
