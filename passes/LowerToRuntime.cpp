@@ -433,6 +433,24 @@ LogicalResult RuntimeLowering::run() {
   }
 
   llvm::DenseSet<Operation *> deferred = deferredAssigns(body);
+  // Consecutive optimizer updates run as a group (strata_rt_updates_begin
+  // and _end, which the CUDA runtime launches together): the next update
+  // after `op` when only ops that call nothing lie between (reads of
+  // parameters and state, assigns written in place or at the step's end)
+  // and it waits for no collective; null otherwise.
+  auto nextUpdateInGroup = [&](Operation &op) -> Operation * {
+    for (Operation *o = op.getNextNode(); o; o = o->getNextNode()) {
+      if (isa<OptimizerUpdateOpInterface>(o))
+        return waitsBefore.count(o) ? nullptr : o;
+      auto assign = dyn_cast<AssignOp>(o);
+      if (!isa<GetParamOp, GetStateOp>(o) &&
+          !(assign &&
+            (inPlace.count(assign.getValue()) || deferred.contains(assign))))
+        return nullptr;
+    }
+    return nullptr;
+  };
+  std::optional<int64_t> updatesSite; // of the open group
   for (Operation &op : body) {
     currentSite = sites.size();
     loc = op.getLoc();
@@ -513,12 +531,23 @@ LogicalResult RuntimeLowering::run() {
     if (!loweredOps.contains(op.getName()))
       return op.emitOpError("cannot be lowered to ")
              << target.getDescription() << " yet";
+    // A group begins before its first update's trace event and ends inside
+    // its last one's, which then times the group's launch.
+    bool update = isa<OptimizerUpdateOpInterface>(op);
+    if (update && !updatesSite && nextUpdateInGroup(op)) {
+      updatesSite = currentSite;
+      call("strata_rt_updates_begin", {site()});
+    }
     if (trace && !isa<InitTokenOp>(op))
       call("strata_rt_trace_begin", {site()});
     emitBlock = b.getInsertionBlock();
     if (failed(applicator.matchAndRewrite(&op, b)))
       return failure(); // the pattern reported why
     resumeEmission();
+    if (update && updatesSite && !nextUpdateInGroup(op)) {
+      call("strata_rt_updates_end", {i64(*updatesSite)});
+      updatesSite.reset();
+    }
     if (trace && !isa<InitTokenOp>(op))
       call("strata_rt_trace_end", {site()});
   }

@@ -46,6 +46,41 @@ StrataRtContext *refuse(const std::string &message, char *error,
   return nullptr;
 }
 
+bool openUpdates(HostContext &ctx, int64_t site) {
+  if (ctx.updatesSite >= 0) {
+    ctx.fail(site, "strata_rt_updates_begin: the group of updates begun at "
+                   "site " +
+                       std::to_string(ctx.updatesSite) +
+                       " is still open (groups do not nest)");
+    return false;
+  }
+  ctx.updatesSite = site;
+  return true;
+}
+
+bool closeUpdates(HostContext &ctx, int64_t site) {
+  if (ctx.updatesSite != site) {
+    ctx.fail(site, ctx.updatesSite < 0
+                       ? std::string("strata_rt_updates_end: no group of "
+                                     "updates is open")
+                       : "strata_rt_updates_end: the open group of updates "
+                         "was begun at site " +
+                             std::to_string(ctx.updatesSite));
+    ctx.updatesSite = -1;
+    return false;
+  }
+  ctx.updatesSite = -1;
+  return true;
+}
+
+void checkNoUpdatesOpen(HostContext &ctx) {
+  if (ctx.updatesSite < 0)
+    return;
+  ctx.fail(ctx.updatesSite, "the group of updates begun here was never "
+                            "ended (strata_rt_updates_end)");
+  ctx.updatesSite = -1;
+}
+
 const char *collectiveName(int64_t op) {
   switch (op) {
   case STRATA_RT_ALL_REDUCE:

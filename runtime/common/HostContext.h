@@ -55,6 +55,10 @@ struct HostContext {
   /// The rank lists whose host communicators strata_rt_connect has made.
   std::set<std::vector<int64_t>> connectedLists;
 
+  /// The site of the open group of updates (strata_rt_updates_begin), or
+  /// -1.
+  int64_t updatesSite = -1;
+
   explicit HostContext(const char *backendName) : backendName(backendName) {}
 
   /// Records the first failure of a step.
@@ -86,6 +90,13 @@ std::string checkOptions(const StrataRtOptions *options,
 /// Copies `message` into the caller's error buffer; returns null.
 StrataRtContext *refuse(const std::string &message, char *error,
                         size_t errorSize);
+
+/// strata_rt_updates_begin's and _end's checks (no group open; the open
+/// group's site), recording why not; a step's end checks that none is
+/// open (and closes it).
+bool openUpdates(HostContext &ctx, int64_t site);
+bool closeUpdates(HostContext &ctx, int64_t site);
+void checkNoUpdatesOpen(HostContext &ctx);
 
 /// "all_reduce", "broadcast", ...
 const char *collectiveName(int64_t op);

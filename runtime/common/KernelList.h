@@ -57,6 +57,8 @@
   X(strata_rt_recv)                                                            \
   X(strata_rt_trace_begin)                                                     \
   X(strata_rt_trace_end)                                                       \
+  X(strata_rt_updates_begin)                                                   \
+  X(strata_rt_updates_end)                                                     \
   X(strata_rt_step_begin)                                                      \
   X(strata_rt_step_end)
 

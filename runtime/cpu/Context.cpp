@@ -35,6 +35,7 @@ StrataRtContext *strata_rt_create(const StrataRtOptions *options, char *error,
 }
 
 void strata_rt_step_end(StrataRtContext *ctx) {
+  strata::rt::checkNoUpdatesOpen(*ctx);
   // The CPU runtime finishes every call before returning; a collective
   // still in flight means the step never waited for it.
   if (!ctx->pending.empty() && ctx->error.empty())
@@ -44,6 +45,15 @@ void strata_rt_step_end(StrataRtContext *ctx) {
 }
 
 void strata_rt_destroy(StrataRtContext *ctx) { delete ctx; }
+
+// The CPU runtime runs each update of a group as it is called.
+void strata_rt_updates_begin(StrataRtContext *ctx, int64_t site) {
+  strata::rt::openUpdates(*ctx, site);
+}
+
+void strata_rt_updates_end(StrataRtContext *ctx, int64_t site) {
+  strata::rt::closeUpdates(*ctx, site);
+}
 
 void strata_rt_trace_begin(StrataRtContext *ctx, int64_t site) {
   if (ctx->tracing)

@@ -250,6 +250,9 @@ void strata_rt_destroy(StrataRtContext *ctx) { delete ctx; }
 
 void strata_rt_step_end(StrataRtContext *ctx) {
   cudaSetDevice(ctx->device);
+  // (A group left open still runs its updates.)
+  strata::cuda::launchPendingAdams(ctx);
+  strata::rt::checkNoUpdatesOpen(*ctx);
   auto &pending = ctx->comms->pending;
   if (!pending.empty()) {
     ctx->fail(pending.begin()->first,

@@ -80,6 +80,31 @@ struct StrataRtContext : strata::rt::HostContext {
   std::unique_ptr<strata::cuda::GemmCache> gemm;
   std::unique_ptr<strata::cuda::Communicators> comms;
 
+  /// An Adam or AdamW update of the open group of updates, checked when
+  /// called and launched with the others at the group's end
+  /// (Optimizer.cu): the f32 parameter (or master) and its new value, the
+  /// gradient, with a master weight the bf16 / f16 parameter and its new
+  /// value, the f32 moments.
+  struct PendingAdam {
+    int64_t site;
+    const float *param;
+    float *newParam;
+    const void *grad;
+    int64_t gradType;
+    void *low;
+    const void *lowIn;
+    int64_t lowType;
+    const float *m, *v;
+    float *newM, *newV;
+    const float *lr, *guard;
+    const int64_t *step;
+    int64_t n;
+    double beta1, beta2;
+    float eps, weightDecay;
+    bool adam; // Adam (decay added to the gradient), else AdamW
+  };
+  std::vector<PendingAdam> pendingAdams;
+
   StrataRtContext();
   ~StrataRtContext();
 
@@ -122,6 +147,10 @@ __host__ __device__ inline unsigned long long badIdWord(int64_t position,
   return (static_cast<unsigned long long>(p) << 32) |
          static_cast<uint32_t>(static_cast<int32_t>(v));
 }
+
+/// Launches the Adam and AdamW updates of ctx->pendingAdams (Optimizer.cu)
+/// and clears them.
+void launchPendingAdams(StrataRtContext *ctx);
 
 /// Divides the `n` elements of `data` (f32, bf16, f16) by `count` in f32,
 /// rounding once, on `stream` (Elementwise.cu): the mean of a collective.

@@ -10,6 +10,11 @@
 // device memory here and is read by the kernels, so no call waits for the
 // device. A guard that is not finite makes every kernel of the update copy
 // its inputs to its outputs (nothing where they alias) instead of updating.
+// Adam and AdamW run as one kernel over a batch of tensors: a group of
+// updates (strata_rt_updates_begin / _end) launches its updates of one
+// element type together, 32 tensors per launch, and an update outside a
+// group a batch of one.
+//
 // With a master weight the update computes on the f32 master and writes the
 // bf16 / f16 parameter as the new master rounded to nearest even; the
 // gradient is read in its own type (the parameter's or f32) and widened in
@@ -191,6 +196,20 @@ __global__ void lrScheduleKernel(float *lr, const int64_t *step, int64_t kind,
   *lr = float(value);
 }
 
+/// The tensor of a batch whose blocks hold block b: the last t of `count`
+/// with firstChunk[t] <= b (tensor t's blocks start at firstChunk[t]).
+__device__ int tensorOfBlock(const int64_t *firstChunk, int count, int64_t b) {
+  int lo = 0, hi = count - 1;
+  while (lo < hi) {
+    int mid = (lo + hi + 1) / 2;
+    if (firstChunk[mid] <= b)
+      lo = mid;
+    else
+      hi = mid - 1;
+  }
+  return lo;
+}
+
 /// Elements of the global norm reduced by one block.
 constexpr int64_t kNormChunk = 1 << 13;
 /// Tensors of the global norm per launch.
@@ -225,15 +244,7 @@ __global__ void globalNormKernel(const __grid_constant__ NormBatch batch,
                                  double *partials) {
   __shared__ double shared[32];
   int64_t b = blockIdx.x;
-  // The tensor whose chunks hold b: the last t with firstChunk[t] <= b.
-  int lo = 0, hi = batch.count - 1;
-  while (lo < hi) {
-    int mid = (lo + hi + 1) / 2;
-    if (batch.firstChunk[mid] <= b)
-      lo = mid;
-    else
-      hi = mid - 1;
-  }
+  int lo = tensorOfBlock(batch.firstChunk, batch.count, b);
   int64_t begin = (b - batch.firstChunk[lo]) * kNormChunk;
   int64_t end = stdMin(batch.size[lo], begin + kNormChunk);
   double s = 0;
@@ -328,16 +339,49 @@ __device__ void biasCorrections(const int64_t *step, double beta1, double beta2,
 }
 
 /// Adam (weight decay added to the gradient) and AdamW (decoupled: the
-/// parameter scaled by 1 - lr wd).
+/// parameter scaled by 1 - lr wd) of up to kAdamBatch tensors of one
+/// element type in one launch: tensor t's elements are the blocks
+/// [firstChunk[t], firstChunk[t + 1]), kAdamChunk elements each. The batch
+/// is passed by value as a kernel parameter (at most 4 KiB), so the host's
+/// table is read while the call runs.
+constexpr int kAdamBatch = 32;
+constexpr int64_t kAdamChunk = 1 << 13;
+struct AdamTensor {
+  const float *param;
+  float *newParam;
+  const void *grad;
+  void *low;
+  const void *lowIn;
+  const float *m, *v;
+  float *newM, *newV;
+  int64_t n;
+  float weightDecay;
+};
+struct AdamBatch {
+  AdamTensor tensor[kAdamBatch];
+  int64_t firstChunk[kAdamBatch + 1];
+  int count;
+};
+static_assert(sizeof(AdamBatch) + 3 * sizeof(void *) + 3 * sizeof(double) <=
+                  4096,
+              "the kernel parameters of adamKernel exceed 4 KiB");
+
 template <typename P, typename G>
-__global__ void adamKernel(Operands<P, G> u, float *newM, float *newV,
-                           const float *m, const float *v, const float *lr,
-                           const int64_t *step, int64_t n, double beta1,
-                           double beta2, float eps, float wd, bool adam,
+__global__ void adamKernel(const __grid_constant__ AdamBatch batch,
+                           const float *lr, const int64_t *step, double beta1,
+                           double beta2, float eps, bool adam,
                            const float *guard) {
-  bool skip = skipped(guard);
-  if (skip) {
-    for (int64_t i = gridStart(); i < n; i += gridStride()) {
+  int64_t b = blockIdx.x;
+  int lo = tensorOfBlock(batch.firstChunk, batch.count, b);
+  const AdamTensor &x = batch.tensor[lo];
+  Operands<P, G> u{x.param, x.newParam, static_cast<const G *>(x.grad),
+                   static_cast<P *>(x.low), static_cast<const P *>(x.lowIn)};
+  const float *m = x.m, *v = x.v;
+  float *newM = x.newM, *newV = x.newV;
+  const int64_t begin = (b - batch.firstChunk[lo]) * kAdamChunk;
+  const int64_t end = stdMin(x.n, begin + kAdamChunk);
+  if (skipped(guard)) {
+    for (int64_t i = begin + threadIdx.x; i < end; i += blockDim.x) {
       u.keepParam(i);
       keep(newM, m, i);
       keep(newV, v, i);
@@ -349,10 +393,10 @@ __global__ void adamKernel(Operands<P, G> u, float *newM, float *newV,
   // 1 - beta from the doubles (as the CPU runtime and the reference).
   float b1 = float(beta1), b2 = float(beta2), c1 = c[0], c2 = c[1];
   float ob1 = float(1.0 - beta1), ob2 = float(1.0 - beta2);
-  float l = *lr;
+  float l = *lr, wd = x.weightDecay;
   float keepRatio = adam ? 1.0f : 1.0f - l * wd;
   float l2 = adam ? wd : 0.0f;
-  for (int64_t i = gridStart(); i < n; i += gridStride()) {
+  for (int64_t i = begin + threadIdx.x; i < end; i += blockDim.x) {
     float p = u.param[i], g = u.g(i) + l2 * p;
     float mi = b1 * m[i] + ob1 * g;
     float vi = b2 * v[i] + ob2 * g * g;
@@ -552,7 +596,69 @@ bool normScratch(StrataRtContext *ctx, int64_t site, unsigned blocks,
 
 } // namespace
 
+namespace strata::cuda {
+void launchPendingAdams(StrataRtContext *ctx) {
+  std::vector<StrataRtContext::PendingAdam> &pending = ctx->pendingAdams;
+  std::vector<bool> launchedYet(pending.size());
+  for (size_t first = 0; first < pending.size(); ++first) {
+    if (launchedYet[first])
+      continue;
+    // The next batch: this update and those after it with the same element
+    // types and scalars.
+    const StrataRtContext::PendingAdam &head = pending[first];
+    auto same = [&](const StrataRtContext::PendingAdam &o) {
+      return o.lowType == head.lowType && o.gradType == head.gradType &&
+             o.lr == head.lr && o.guard == head.guard && o.step == head.step &&
+             o.beta1 == head.beta1 && o.beta2 == head.beta2 &&
+             o.eps == head.eps && o.adam == head.adam;
+    };
+    AdamBatch batch{};
+    for (size_t i = first; i < pending.size() && batch.count < kAdamBatch;
+         ++i) {
+      const StrataRtContext::PendingAdam &p = pending[i];
+      if (launchedYet[i] || !same(p))
+        continue;
+      launchedYet[i] = true;
+      batch.tensor[batch.count] = {p.param, p.newParam, p.grad,       p.low,
+                                   p.lowIn, p.m,        p.v,          p.newM,
+                                   p.newV,  p.n,        p.weightDecay};
+      batch.firstChunk[batch.count + 1] =
+          batch.firstChunk[batch.count] + (p.n + kAdamChunk - 1) / kAdamChunk;
+      ++batch.count;
+    }
+    int64_t blocks = batch.firstChunk[batch.count];
+    if (blocks > int64_t(INT32_MAX)) {
+      ctx->fail(head.site, "strata_rt_adam: " + std::to_string(blocks) +
+                               " blocks exceed a launch's grid");
+      continue;
+    }
+    withFloatType(head.lowType, [&](auto type) {
+      using P = decltype(type);
+      if (head.gradType == STRATA_RT_F32)
+        adamKernel<P, float><<<unsigned(blocks), kThreads, 0, ctx->compute>>>(
+            batch, head.lr, head.step, head.beta1, head.beta2, head.eps,
+            head.adam, head.guard);
+      else
+        adamKernel<P, P><<<unsigned(blocks), kThreads, 0, ctx->compute>>>(
+            batch, head.lr, head.step, head.beta1, head.beta2, head.eps,
+            head.adam, head.guard);
+    });
+    launched(ctx, head.site, "strata_rt_adam");
+  }
+  pending.clear();
+}
+} // namespace strata::cuda
+
 extern "C" {
+
+void strata_rt_updates_begin(StrataRtContext *ctx, int64_t site) {
+  strata::rt::openUpdates(*ctx, site);
+}
+
+void strata_rt_updates_end(StrataRtContext *ctx, int64_t site) {
+  strata::cuda::launchPendingAdams(ctx);
+  strata::rt::closeUpdates(*ctx, site);
+}
 
 void strata_rt_lr_schedule(StrataRtContext *ctx, int64_t site, void *lr,
                            int64_t lrType, const void *step, int64_t stepType,
@@ -735,12 +841,16 @@ void strata_rt_adam(StrataRtContext *ctx, int64_t site, int64_t kind,
   auto *guardf = static_cast<const float *>(guard);
   float e = float(eps), wd = float(weightDecay);
   if (kind != STRATA_RT_LAMB) {
-    withOperands(u, [&](auto ops) {
-      adamKernel<<<gridFor(n), kThreads, 0, ctx->compute>>>(
-          ops, newMf, newVf, mf, vf, lrf, stepi, n, beta1, beta2, e, wd,
-          kind == STRATA_RT_ADAM, guardf);
-    });
-    launched(ctx, site, "strata_rt_adam");
+    // Launched at the group's end, or now outside a group.
+    ctx->pendingAdams.push_back({site,    u.param,    u.newParam,
+                                 u.grad,  u.gradType, u.low,
+                                 u.lowIn, u.lowType,  mf,
+                                 vf,      newMf,      newVf,
+                                 lrf,     guardf,     stepi,
+                                 n,       beta1,      beta2,
+                                 e,       wd,         kind == STRATA_RT_ADAM});
+    if (ctx->updatesSite < 0)
+      strata::cuda::launchPendingAdams(ctx);
     return;
   }
   // LAMB: the direction and the norms' partials, the trust ratio, the

@@ -1,15 +1,15 @@
-// RUN: strata-opt %s -split-input-file --strata-lower-to-runtime | FileCheck %s --check-prefixes=CHECK,AUX,BWD,BWDNEG,CONST,DEFER,P2P
+// RUN: strata-opt %s -split-input-file --strata-lower-to-runtime | FileCheck %s --check-prefixes=CHECK,AUX,BWD,BWDNEG,CONST,DEFER,P2P,GROUP
 // RUN: strata-opt %s -split-input-file --strata-lower-to-runtime | FileCheck %s --check-prefix=COLL
 // RUN: strata-opt %s -split-input-file --strata-lower-to-runtime | FileCheck %s --check-prefix=PACK
 // RUN: strata-opt %s -split-input-file --strata-lower-to-runtime | FileCheck %s --check-prefix=BIG
 // The target sets the buffer alignment (256 bytes for cuda, 64 for cpu):
 // the same plan's buffers at 0, 256, 512, ... instead of 0, 64, 128, ...
 // RUN: strata-opt %s -split-input-file --strata-lower-to-runtime=target=cuda | FileCheck %s --check-prefix=CUDA
-// CUDA: module attributes {strata.rt.abi_version = 10 : i64, strata.rt.arena_bytes = 1280 : i64
+// CUDA: module attributes {strata.rt.abi_version = 11 : i64, strata.rt.arena_bytes = 1280 : i64
 // CUDA: llvm.getelementptr %arg1[256]
 // An explicit alignment wins over the target's.
 // RUN: strata-opt %s -split-input-file "--strata-lower-to-runtime=target=cuda alignment=64" | FileCheck %s --check-prefix=ALIGN64
-// ALIGN64: module attributes {strata.rt.abi_version = 10 : i64, strata.rt.arena_bytes = 320 : i64
+// ALIGN64: module attributes {strata.rt.abi_version = 11 : i64, strata.rt.arena_bytes = 320 : i64
 // RUN: not strata-opt %s -split-input-file --strata-lower-to-runtime=target=tpu 2>&1 | FileCheck %s --check-prefix=UNKNOWN
 // UNKNOWN: error: strata-lower-to-runtime: unknown target 'tpu' (cpu, cuda)
 
@@ -21,15 +21,15 @@
 // attribute and as data for a host that links the object file; the step
 // asks the runtime to accept it before anything else and returns at once
 // if refused.
-// CHECK: module attributes {strata.rt.abi_version = 10 : i64, strata.rt.arena_bytes = 320 : i64, strata.rt.persistent = ["w", "b", "v"], strata.rt.site_roles = [{{.*}}], strata.rt.sites = ["{{.*}}lower-to-runtime.mlir:{{[0-9]+}}:{{[0-9]+}}: strata.get_param",
+// CHECK: module attributes {strata.rt.abi_version = 11 : i64, strata.rt.arena_bytes = 320 : i64, strata.rt.persistent = ["w", "b", "v"], strata.rt.site_roles = [{{.*}}], strata.rt.sites = ["{{.*}}lower-to-runtime.mlir:{{[0-9]+}}:{{[0-9]+}}: strata.get_param",
 // CHECK-DAG: llvm.mlir.global internal constant @{{.*}}(dense<[3, 2, 1, 3, 0]> : tensor<5xi64>)
 // CHECK-DAG: llvm.mlir.global internal constant @{{.*}}(dense<[3, 2, 1, 0]> : tensor<4xi64>)
-// CHECK-DAG: llvm.mlir.global external constant @strata_step_abi_version(dense<10> : tensor<1xi64>)
+// CHECK-DAG: llvm.mlir.global external constant @strata_step_abi_version(dense<11> : tensor<1xi64>)
 // Every tensor is a pointer followed by its element type (0: f32).
 // CHECK-DAG: llvm.func @strata_rt_gemm(!llvm.ptr, i64, i64, i64, i64, i64, !llvm.ptr, i64, i64, i64, !llvm.ptr, i64, i64, i64, !llvm.ptr, i64, !llvm.ptr, i64, i64, i64)
 // CHECK-LABEL: llvm.func @strata_step(
 // CHECK-SAME: %[[CTX:[a-z0-9]+]]: !llvm.ptr, %[[ARENA:[a-z0-9]+]]: !llvm.ptr, %[[RES:[a-z0-9]+]]: !llvm.ptr, %[[IN:[a-z0-9]+]]: !llvm.ptr, %[[OUT:[a-z0-9]+]]: !llvm.ptr)
-// CHECK-NEXT: %[[V:.*]] = llvm.mlir.constant(10 : i64)
+// CHECK-NEXT: %[[V:.*]] = llvm.mlir.constant(11 : i64)
 // CHECK-NEXT: %[[REFUSED:.*]] = llvm.call @strata_rt_step_begin(%[[CTX]], %[[V]])
 // CHECK-NEXT: %[[ZERO:.*]] = llvm.mlir.constant(0 : i64)
 // CHECK-NEXT: %[[OK:.*]] = llvm.icmp "eq" %[[REFUSED]], %[[ZERO]]
@@ -360,4 +360,49 @@ func.func @train_step(%a: tensor<67108864xf32>) -> tensor<67108864xf32> {
   %y = strata.scale %x {factor = 3.0 : f64} : (tensor<67108864xf32>) -> tensor<67108864xf32>
   %z = strata.add %x, %y : (tensor<67108864xf32>, tensor<67108864xf32>) -> tensor<67108864xf32>
   return %z : tensor<67108864xf32>
+}
+
+// -----
+// Consecutive updates form a group, which a runtime may run together
+// (the CUDA runtime launches a group's Adam updates as one kernel): it
+// begins before the first update (site 2) and ends after the last, with
+// the first's site. Reads of parameters and assigns written in place do
+// not break a group; the add does, and the update after it, alone, has
+// none.
+// GROUP: strata.rt.persistent = ["a", "b", "c", "d"]
+// GROUP: llvm.call @strata_rt_fill(
+// GROUP: %[[FIRST:.*]] = llvm.mlir.constant(2 : i64)
+// GROUP-NEXT: llvm.call @strata_rt_updates_begin(%{{.*}}, %[[FIRST]])
+// GROUP-NEXT: %[[S2:.*]] = llvm.mlir.constant(2 : i64)
+// GROUP-COUNT-2: llvm.call @strata_rt_sgd(%{{[a-z0-9]+}}, %{{.*}})
+// GROUP: llvm.call @strata_rt_sgd(%{{[a-z0-9]+}}, %{{.*}})
+// GROUP-NEXT: %[[END:.*]] = llvm.mlir.constant(2 : i64)
+// GROUP-NEXT: llvm.call @strata_rt_updates_end(%{{.*}}, %[[END]])
+// GROUP-NOT: strata_rt_updates_begin
+// GROUP: llvm.call @strata_rt_binary(
+// GROUP-NOT: strata_rt_updates_
+// GROUP: llvm.call @strata_rt_sgd(
+// GROUP-NOT: strata_rt_updates_
+// GROUP: llvm.call @strata_rt_step_end(
+strata.param @a : tensor<8xf32> init <zeros>
+strata.param @b : tensor<8xf32> init <zeros>
+strata.param @c : tensor<8xf32> init <zeros>
+strata.param @d : tensor<8xf32> init <zeros>
+
+func.func @train_step(%g: tensor<8xf32>) -> tensor<8xf32> {
+  %lr = arith.constant dense<0.5> : tensor<f32>
+  %a = strata.get_param @a : tensor<8xf32>
+  %a1 = strata.sgd_update %a, %g, %lr : (tensor<8xf32>, tensor<8xf32>, tensor<f32>) -> tensor<8xf32>
+  strata.assign @a, %a1 : tensor<8xf32>
+  %b = strata.get_param @b : tensor<8xf32>
+  %b1 = strata.sgd_update %b, %g, %lr : (tensor<8xf32>, tensor<8xf32>, tensor<f32>) -> tensor<8xf32>
+  strata.assign @b, %b1 : tensor<8xf32>
+  %c = strata.get_param @c : tensor<8xf32>
+  %c1 = strata.sgd_update %c, %g, %lr : (tensor<8xf32>, tensor<8xf32>, tensor<f32>) -> tensor<8xf32>
+  strata.assign @c, %c1 : tensor<8xf32>
+  %s = strata.add %g, %g : (tensor<8xf32>, tensor<8xf32>) -> tensor<8xf32>
+  %d = strata.get_param @d : tensor<8xf32>
+  %d1 = strata.sgd_update %d, %s, %lr : (tensor<8xf32>, tensor<8xf32>, tensor<f32>) -> tensor<8xf32>
+  strata.assign @d, %d1 : tensor<8xf32>
+  return %s : tensor<8xf32>
 }

@@ -86,7 +86,8 @@ constexpr uint64_t kContextSeed = 20240611;
   X(attention) X(attention_grad) X(layer_norm) X(layer_norm_grad)              \
   X(embedding) X(embedding_grad) X(cross_entropy) X(cross_entropy_grad)        \
   X(lr_schedule) X(global_norm) X(scale_by) X(clip) X(sgd) X(momentum)        \
-  X(adam) X(lars) X(is_finite) X(update_loss_scaling)
+  X(adam) X(lars) X(is_finite) X(update_loss_scaling) X(updates_begin)        \
+  X(updates_end)
 // clang-format on
 
 /// The loaded runtime: its host functions and kernels with the ABI's types,
@@ -809,6 +810,31 @@ std::vector<CaseDef> makeCases() {
   adam("guard_finite_adamw", STRATA_RT_ADAMW, 7.5, F32);
   adam("bf16_master_adamw", STRATA_RT_ADAMW, -1, BF16);
   adam("lamb_guard_inf_bf16_master", STRATA_RT_LAMB, INFINITY, BF16);
+  // A group of updates, which the CUDA runtime launches together: its Adam
+  // and AdamW updates by element type, 32 tensors per launch of 8192
+  // elements per block. 40 tensors: f32, and bf16 with master weights;
+  // Adam and AdamW; weight decay or none; 1 to 3 blocks each.
+  add("adam_group", [=](Case &t) {
+    void *lr = t.vals(F32, {0.01}), *step = t.vals(I64, {3});
+    RT.updates_begin(t.ctx, 1);
+    for (int i = 0; i < 40; ++i) {
+      int64_t low = i % 3 == 0 ? BF16 : F32;
+      int64_t kind = i % 4 == 1 ? STRATA_RT_ADAM : STRATA_RT_ADAMW;
+      int64_t n = i == 5 ? 20000 : i == 17 ? 8193 : 1 + 37 * i;
+      bool master = low != F32;
+      std::string name = std::to_string(i);
+      void *p = t.rand(low, n, -1, 1), *g = t.rand(low, n, -1, 1);
+      void *m = t.rand(F32, n, -0.1, 0.1), *v = t.rand(F32, n, 0, 0.01);
+      void *mw = master ? t.rand(F32, n, -1, 1) : nullptr;
+      void *np = t.out("param" + name, low, n);
+      void *nm = t.out("m" + name, F32, n), *nv = t.out("v" + name, F32, n);
+      void *nmw = master ? t.out("master" + name, F32, n) : nullptr;
+      RT.adam(t.ctx, 1, kind, np, low, nm, F32, nv, F32, p, low, g, low, m, F32,
+              v, F32, lr, F32, step, I64, n, 0.9, 0.999, 1e-8,
+              i % 2 ? 0.01 : 0.0, nullptr, F32, nmw, F32, mw, F32);
+    }
+    RT.updates_end(t.ctx, 1);
+  });
   add("lars", [=](Case &t) {
     void *p = t.rand(F32, kN, -1, 1), *g = t.rand(F32, kN, -1, 1);
     void *v = t.rand(F32, kN, -0.1, 0.1), *lr = t.vals(F32, {0.1});

@@ -513,6 +513,45 @@ TEST(RuntimeTest, FailuresAreRecordedWithTheirSite) {
   EXPECT_EQ(std::string(message), "all_reduce needs several ranks");
 }
 
+TEST(RuntimeTest, GroupsOfUpdatesPairAndDoNotNest) {
+  Context ctx;
+  auto expectError = [&](int64_t wantSite, const std::string &want) {
+    int64_t site = -1;
+    const char *message = strata_rt_error(ctx, &site);
+    ASSERT_NE(message, nullptr) << want;
+    EXPECT_EQ(std::string(message), want);
+    EXPECT_EQ(site, wantSite);
+    strata_rt_clear_error(ctx);
+  };
+  // The CPU runtime runs a grouped update as it is called.
+  float p[2] = {1, 2}, g[2] = {1, 1}, lr = 0.5f;
+  strata_rt_updates_begin(ctx, 4);
+  strata_rt_sgd(ctx, 4, p, F32, p, F32, g, F32, &lr, F32, 2, 0.0, nullptr, F32,
+                nullptr, F32, nullptr, F32);
+  EXPECT_EQ(p[0], 0.5f);
+  strata_rt_updates_end(ctx, 4);
+  strata_rt_step_end(ctx);
+  EXPECT_EQ(strata_rt_error(ctx, nullptr), nullptr);
+  // Groups do not nest, and end with their first update's site.
+  strata_rt_updates_begin(ctx, 4);
+  strata_rt_updates_begin(ctx, 6);
+  expectError(6, "strata_rt_updates_begin: the group of updates begun at "
+                 "site 4 is still open (groups do not nest)");
+  strata_rt_updates_end(ctx, 6);
+  expectError(6, "strata_rt_updates_end: the open group of updates was "
+                 "begun at site 4");
+  strata_rt_updates_end(ctx, 4);
+  expectError(4, "strata_rt_updates_end: no group of updates is open");
+  // A step ends with no group open.
+  strata_rt_updates_begin(ctx, 9);
+  strata_rt_step_end(ctx);
+  expectError(9, "the group of updates begun here was never ended "
+                 "(strata_rt_updates_end)");
+  strata_rt_updates_begin(ctx, 9); // (closed by the step's end)
+  strata_rt_updates_end(ctx, 9);
+  EXPECT_EQ(strata_rt_error(ctx, nullptr), nullptr);
+}
+
 TEST(RuntimeTest, UnknownCodesFailAtTheirSite) {
   Context ctx;
   float a[2] = {1, 2}, b[2] = {3, 4}, out[2] = {5, 6};
@@ -1599,7 +1638,7 @@ TEST(RuntimeTest, DynamicLossScalingFollowsPaddlesRule) {
 TEST(RuntimeTest, SymbolsNameEveryKernel) {
   size_t count = 0;
   const StrataRtSymbol *symbols = strata_rt_symbols(&count);
-  EXPECT_EQ(count, 43u);
+  EXPECT_EQ(count, 45u);
   bool gemm = false, gemmAux = false;
   for (size_t i = 0; i < count; ++i) {
     EXPECT_NE(symbols[i].address, nullptr);

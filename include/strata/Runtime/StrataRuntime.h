@@ -62,9 +62,11 @@ typedef struct StrataRtContext StrataRtContext;
    backward pass's GEMM epilogues (strata_rt_gemm_dact, strata_rt_gemm_bgrad);
    version 8 makes the step's communicators at its start (strata_rt_connect);
    version 9 lays fused attention's tensors out as [batch, sequence, heads,
-   head size]; version 10 adds dropout on fused attention's probabilities.
+   head size]; version 10 adds dropout on fused attention's probabilities;
+   version 11 groups consecutive optimizer updates (strata_rt_updates_begin
+   and strata_rt_updates_end).
  */
-#define STRATA_RT_ABI_VERSION 10
+#define STRATA_RT_ABI_VERSION 11
 
 /* Element types of tensor arguments. */
 enum {
@@ -543,6 +545,17 @@ void strata_rt_lars(StrataRtContext *ctx, int64_t site, void *newParam,
                     const void *guard, int64_t guardType, void *newMaster,
                     int64_t newMasterType, const void *master,
                     int64_t masterType);
+/* A group of updates: the calls between strata_rt_updates_begin and
+   strata_rt_updates_end (the same `site`, the group's first update) are
+   optimizer updates (strata_rt_sgd, _momentum, _adam, _lars) of distinct
+   parameters, none reading what another writes, and tracing calls. A
+   runtime may run them together, in any order, until the group's end:
+   the CUDA runtime launches a group's Adam and AdamW updates as one kernel
+   per element type (batches of 32 tensors), where it launched one per
+   tensor; the CPU runtime runs every update as it is called. Groups do not
+   nest, and a step ends with none open. */
+void strata_rt_updates_begin(StrataRtContext *ctx, int64_t site);
+void strata_rt_updates_end(StrataRtContext *ctx, int64_t site);
 /* out (i64) = 1 when the f32 scalar `in` is finite, else 0. */
 void strata_rt_is_finite(StrataRtContext *ctx, int64_t site, void *out,
                          int64_t outType, const void *in, int64_t inType);
