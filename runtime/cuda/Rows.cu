@@ -13,7 +13,7 @@
 //
 // Column sums (layer norm's dgamma and dbeta) and the mean of the
 // cross-entropy's rows are reduced in two kernels: partials over fixed
-// chunks, then the chunks in order. The embedding's gradient sorts the
+// chunks, then the chunks in a fixed order. The embedding's gradient sorts the
 // positions by id (CUB's radix sort, which is stable) and sums each id's
 // rows in position order, as the CPU does, so its result is the CPU's to
 // the bit. Ids and labels outside their range are reported through a
@@ -187,19 +187,43 @@ __global__ void layerNormGradColumns(double *partial, const float *stats,
   }
 }
 
-/// dgamma and dbeta: the chunks' partial sums added in chunk order.
+/// Warps of a block of layerNormGradFinish, each a lane of the chunks.
+constexpr int kFinishWarps = 8;
+
+/// dgamma and dbeta: the chunks' partial sums in a fixed order. A block
+/// takes 32 columns at a time, a column per thread of each warp; warp w
+/// sums the chunks w, w + kFinishWarps, ... in order, and the first warp
+/// adds the warps' sums in order (so that a column's chunks are read by
+/// eight warps at once, where a thread reading them all one after another
+/// left the device waiting on each load). blockDim.x = 32 kFinishWarps.
 template <typename T>
 __global__ void layerNormGradFinish(T *dgamma, T *dbeta, const double *partial,
                                     int64_t chunks, int64_t n) {
-  for (int64_t j = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; j < n;
-       j += int64_t(gridDim.x) * blockDim.x) {
+  __shared__ double sums[2][kFinishWarps][32];
+  const int column = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  for (int64_t j0 = int64_t(blockIdx.x) * 32; j0 < n;
+       j0 += int64_t(gridDim.x) * 32) {
+    const int64_t j = j0 + column;
     double dg = 0.0, db = 0.0;
-    for (int64_t c = 0; c < chunks; ++c) {
-      dg += partial[2 * c * n + j];
-      db += partial[(2 * c + 1) * n + j];
+    if (j < n)
+      for (int64_t c = warp; c < chunks; c += kFinishWarps) {
+        dg += partial[2 * c * n + j];
+        db += partial[(2 * c + 1) * n + j];
+      }
+    sums[0][warp][column] = dg;
+    sums[1][warp][column] = db;
+    __syncthreads();
+    if (warp == 0 && j < n) {
+      dg = 0.0;
+      db = 0.0;
+      for (int w = 0; w < kFinishWarps; ++w) {
+        dg += sums[0][w][column];
+        db += sums[1][w][column];
+      }
+      dgamma[j] = fromFloat<T>(float(dg));
+      dbeta[j] = fromFloat<T>(float(db));
     }
-    dgamma[j] = fromFloat<T>(float(dg));
-    dbeta[j] = fromFloat<T>(float(db));
+    __syncthreads();
   }
 }
 
@@ -438,9 +462,10 @@ void strata_rt_layer_norm_grad(StrataRtContext *ctx, int64_t site, void *dx,
             return;
         }
         // Without rows this writes dgamma = dbeta = 0, as the CPU.
-        layerNormGradFinish<T><<<gridFor(n), kThreads, 0, ctx->compute>>>(
-            static_cast<T *>(dgamma), static_cast<T *>(dbeta), partial, chunks,
-            n);
+        layerNormGradFinish<T>
+            <<<gridFor(n, 32), 32 * kFinishWarps, 0, ctx->compute>>>(
+                static_cast<T *>(dgamma), static_cast<T *>(dbeta), partial,
+                chunks, n);
         launched(ctx, site, "strata_rt_layer_norm_grad");
       });
 }
