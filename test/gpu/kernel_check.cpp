@@ -676,6 +676,9 @@ std::vector<CaseDef> makeCases() {
   layerNorm("f32", F32, 67, 64);
   layerNorm("bf16", BF16, 33, 257);
   layerNorm("f16", F16, 10, 1030);
+  // 32 chunks of rows for dgamma and dbeta (4 per warp of the CUDA
+  // runtime's sum of them).
+  layerNorm("f32_tall", F32, 1000, 300);
 
   // Embeddings (the forward copies rows: exact; the gradient sums repeated
   // ids).
