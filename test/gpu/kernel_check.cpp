@@ -815,14 +815,15 @@ std::vector<CaseDef> makeCases() {
   adam("lamb_guard_inf_bf16_master", STRATA_RT_LAMB, INFINITY, BF16);
   // A group of updates, which the CUDA runtime launches together: its Adam
   // and AdamW updates by element type, 32 tensors per launch of 8192
-  // elements per block. 40 tensors: f32, and bf16 with master weights;
-  // Adam and AdamW; weight decay or none; 1 to 3 blocks each.
+  // elements per block. 72 tensors: f32 (42 of them AdamW: two launches),
+  // and bf16 with master weights; Adam and AdamW; weight decay or none; 1
+  // to 3 blocks each.
   add("adam_group", [=](Case &t) {
     void *lr = t.vals(F32, {0.01}), *step = t.vals(I64, {3});
     RT.updates_begin(t.ctx, 1);
-    for (int i = 0; i < 40; ++i) {
+    for (int i = 0; i < 72; ++i) {
       int64_t low = i % 3 == 0 ? BF16 : F32;
-      int64_t kind = i % 4 == 1 ? STRATA_RT_ADAM : STRATA_RT_ADAMW;
+      int64_t kind = i % 8 == 1 ? STRATA_RT_ADAM : STRATA_RT_ADAMW;
       int64_t n = i == 5 ? 20000 : i == 17 ? 8193 : 1 + 37 * i;
       bool master = low != F32;
       std::string name = std::to_string(i);
