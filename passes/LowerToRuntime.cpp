@@ -24,6 +24,7 @@
 #include "mlir/Rewrite/FrozenRewritePatternSet.h"
 #include "mlir/Rewrite/PatternApplicator.h"
 #include "strata/Dialect/Program.h"
+#include "llvm/ADT/StringSet.h"
 #include "llvm/Support/MathExtras.h"
 
 #include <optional>
@@ -434,14 +435,77 @@ LogicalResult RuntimeLowering::run() {
 
   llvm::DenseSet<Operation *> deferred = deferredAssigns(body);
   // Consecutive optimizer updates run as a group (strata_rt_updates_begin
-  // and _end, which the CUDA runtime launches together): the next update
-  // after `op` when only ops that call nothing lie between (reads of
-  // parameters and state, assigns written in place or at the step's end)
-  // and it waits for no collective; null otherwise.
+  // and _end, which the CUDA runtime launches together), as long as no
+  // update reads or writes what another of the group writes: the memory
+  // plan may give a later update's result the bytes of an earlier one's
+  // dead gradient, which one launch would then read and write at once.
+  // What an update reads and writes: arena byte ranges and resident
+  // buffers (by name; step inputs are only read).
+  struct Footprint {
+    SmallVector<std::pair<int64_t, int64_t>> arenaReads, arenaWrites;
+    llvm::StringSet<> residentReads, residentWrites;
+  };
+  auto footprintOf = [&](Operation *op) {
+    Footprint f;
+    auto note = [&](Value v, bool write) {
+      StringRef resident;
+      if (auto get = v.getDefiningOp<GetParamOp>())
+        resident = get.getName();
+      else if (auto get = v.getDefiningOp<GetStateOp>())
+        resident = get.getName();
+      else if (auto it = inPlace.find(v); it != inPlace.end())
+        resident = it->second;
+      if (!resident.empty()) {
+        (write ? f.residentWrites : f.residentReads).insert(resident);
+        return;
+      }
+      if (auto it = arenaOffsets.find(v); it != arenaOffsets.end())
+        (write ? f.arenaWrites : f.arenaReads)
+            .push_back({it->second, it->second + tensorBytes(v.getType())});
+    };
+    for (Value v : op->getOperands())
+      note(v, false);
+    for (Value v : op->getResults())
+      note(v, true);
+    return f;
+  };
+  auto overlap = [](ArrayRef<std::pair<int64_t, int64_t>> a,
+                    ArrayRef<std::pair<int64_t, int64_t>> b) {
+    for (auto [b0, e0] : a)
+      for (auto [b1, e1] : b)
+        if (b0 < e1 && b1 < e0)
+          return true;
+    return false;
+  };
+  auto shares = [](const llvm::StringSet<> &a, const llvm::StringSet<> &b) {
+    return llvm::any_of(a.keys(), [&](StringRef k) { return b.contains(k); });
+  };
+  // Whether `u` may join a group whose updates read and write `group`.
+  auto independent = [&](const Footprint &group, const Footprint &u) {
+    return !overlap(u.arenaWrites, group.arenaReads) &&
+           !overlap(u.arenaWrites, group.arenaWrites) &&
+           !overlap(u.arenaReads, group.arenaWrites) &&
+           !shares(u.residentWrites, group.residentReads) &&
+           !shares(u.residentWrites, group.residentWrites) &&
+           !shares(u.residentReads, group.residentWrites);
+  };
+  std::optional<int64_t> updatesSite; // of the open group
+  Footprint groupFootprint;           // of its updates
+  // The next update after `op` that joins op's group: when only ops that
+  // call nothing lie between (reads of parameters and state, assigns
+  // written in place or at the step's end), it waits for no collective and
+  // is independent of the group (op's, or op alone when none is open);
+  // null otherwise.
   auto nextUpdateInGroup = [&](Operation &op) -> Operation * {
     for (Operation *o = op.getNextNode(); o; o = o->getNextNode()) {
-      if (isa<OptimizerUpdateOpInterface>(o))
-        return waitsBefore.count(o) ? nullptr : o;
+      if (isa<OptimizerUpdateOpInterface>(o)) {
+        if (waitsBefore.count(o))
+          return nullptr;
+        return independent(updatesSite ? groupFootprint : footprintOf(&op),
+                           footprintOf(o))
+                   ? o
+                   : nullptr;
+      }
       auto assign = dyn_cast<AssignOp>(o);
       if (!isa<GetParamOp, GetStateOp>(o) &&
           !(assign &&
@@ -450,7 +514,6 @@ LogicalResult RuntimeLowering::run() {
     }
     return nullptr;
   };
-  std::optional<int64_t> updatesSite; // of the open group
   for (Operation &op : body) {
     currentSite = sites.size();
     loc = op.getLoc();
@@ -536,7 +599,16 @@ LogicalResult RuntimeLowering::run() {
     bool update = isa<OptimizerUpdateOpInterface>(op);
     if (update && !updatesSite && nextUpdateInGroup(op)) {
       updatesSite = currentSite;
+      groupFootprint = footprintOf(&op);
       call("strata_rt_updates_begin", {site()});
+    } else if (update && updatesSite) { // (the last lookahead let it join)
+      Footprint joined = footprintOf(&op);
+      groupFootprint.arenaReads.append(joined.arenaReads);
+      groupFootprint.arenaWrites.append(joined.arenaWrites);
+      for (StringRef k : joined.residentReads.keys())
+        groupFootprint.residentReads.insert(k);
+      for (StringRef k : joined.residentWrites.keys())
+        groupFootprint.residentWrites.insert(k);
     }
     if (trace && !isa<InitTokenOp>(op))
       call("strata_rt_trace_begin", {site()});

@@ -34,6 +34,7 @@
 #include "Device.cuh"
 
 #include <cmath>
+#include <cstring>
 #include <string>
 #include <type_traits>
 
@@ -362,7 +363,9 @@ struct AdamBatch {
   int64_t firstChunk[kAdamBatch + 1];
   int count;
 };
-static_assert(sizeof(AdamBatch) + 3 * sizeof(void *) + 3 * sizeof(double) <=
+// (The kernel's other parameters: three pointers, two doubles, a float and
+// a bool.)
+static_assert(sizeof(AdamBatch) + 3 * sizeof(void *) + 4 * sizeof(double) <=
                   4096,
               "the kernel parameters of adamKernel exceed 4 KiB");
 
@@ -604,19 +607,22 @@ void launchPendingAdams(StrataRtContext *ctx) {
     if (launchedYet[first])
       continue;
     // The next batch: this update and those after it with the same element
-    // types and scalars.
+    // types and scalars (compared by their bits: a NaN epsilon is its own).
     const StrataRtContext::PendingAdam &head = pending[first];
+    auto sameBits = [](auto a, auto b) {
+      return std::memcmp(&a, &b, sizeof(a)) == 0;
+    };
     auto same = [&](const StrataRtContext::PendingAdam &o) {
       return o.lowType == head.lowType && o.gradType == head.gradType &&
              o.lr == head.lr && o.guard == head.guard && o.step == head.step &&
-             o.beta1 == head.beta1 && o.beta2 == head.beta2 &&
-             o.eps == head.eps && o.adam == head.adam;
+             sameBits(o.beta1, head.beta1) && sameBits(o.beta2, head.beta2) &&
+             sameBits(o.eps, head.eps) && o.adam == head.adam;
     };
     AdamBatch batch{};
     for (size_t i = first; i < pending.size() && batch.count < kAdamBatch;
          ++i) {
       const StrataRtContext::PendingAdam &p = pending[i];
-      if (launchedYet[i] || !same(p))
+      if (launchedYet[i] || (i != first && !same(p)))
         continue;
       launchedYet[i] = true;
       batch.tensor[batch.count] = {p.param, p.newParam, p.grad,       p.low,

@@ -1,4 +1,4 @@
-// RUN: strata-opt %s -split-input-file --strata-lower-to-runtime | FileCheck %s --check-prefixes=CHECK,AUX,BWD,BWDNEG,CONST,DEFER,P2P,GROUP
+// RUN: strata-opt %s -split-input-file --strata-lower-to-runtime | FileCheck %s --check-prefixes=CHECK,AUX,BWD,BWDNEG,CONST,DEFER,P2P,GROUP,OVERLAP
 // RUN: strata-opt %s -split-input-file --strata-lower-to-runtime | FileCheck %s --check-prefix=COLL
 // RUN: strata-opt %s -split-input-file --strata-lower-to-runtime | FileCheck %s --check-prefix=PACK
 // RUN: strata-opt %s -split-input-file --strata-lower-to-runtime | FileCheck %s --check-prefix=BIG
@@ -405,4 +405,50 @@ func.func @train_step(%g: tensor<8xf32>) -> tensor<8xf32> {
   %d1 = strata.sgd_update %d, %s, %lr : (tensor<8xf32>, tensor<8xf32>, tensor<f32>) -> tensor<8xf32>
   strata.assign @d, %d1 : tensor<8xf32>
   return %s : tensor<8xf32>
+}
+
+// -----
+// No group where one update would write what another reads: the memory
+// plan gives @b's new value (read by the add after both) the arena bytes
+// of @a's gradient, which dies at @a's update, so one launch of both
+// (the CUDA runtime's group) would overwrite the gradient it reads.
+// OVERLAP: strata.rt.persistent = ["a", "b", "am", "av", "bm", "bv", "step"]
+// OVERLAP: %[[GA:.*]] = llvm.getelementptr %arg1[0]
+// OVERLAP-NOT: strata_rt_updates_begin
+// OVERLAP: llvm.call @strata_rt_adam({{.*}}, %[[GA]], {{.*}})
+// OVERLAP-NOT: strata_rt_updates_begin
+// OVERLAP: %[[B1:.*]] = llvm.getelementptr %arg1[0]
+// OVERLAP-NOT: strata_rt_updates_begin
+// OVERLAP: llvm.call @strata_rt_adam(%arg0, %{{[0-9]+}}, %{{[0-9]+}}, %[[B1]],
+// OVERLAP-NOT: strata_rt_updates_
+// OVERLAP: llvm.call @strata_rt_step_end(
+strata.param @a : tensor<1024xf32> init <zeros>
+strata.param @b : tensor<1024xf32> init <zeros>
+strata.state @am : tensor<1024xf32> init <zeros> of @a
+strata.state @av : tensor<1024xf32> init <zeros> of @a
+strata.state @bm : tensor<1024xf32> init <zeros> of @b
+strata.state @bv : tensor<1024xf32> init <zeros> of @b
+strata.state @step : tensor<i64> init <zeros>
+
+func.func @train_step(%x: tensor<1024xf32>, %y: tensor<1024xf32>) -> tensor<1024xf32> {
+  %lr = arith.constant dense<0.5> : tensor<f32>
+  %step = strata.get_state @step : tensor<i64>
+  %ga = strata.add %x, %x : (tensor<1024xf32>, tensor<1024xf32>) -> tensor<1024xf32>
+  %gb = strata.add %y, %y : (tensor<1024xf32>, tensor<1024xf32>) -> tensor<1024xf32>
+  %a = strata.get_param @a : tensor<1024xf32>
+  %am = strata.get_state @am : tensor<1024xf32>
+  %av = strata.get_state @av : tensor<1024xf32>
+  %a1, %am1, %av1 = strata.adam_update %a, %ga, %am, %av, %lr, %step : (tensor<1024xf32>, tensor<1024xf32>, tensor<1024xf32>, tensor<1024xf32>, tensor<f32>, tensor<i64>) -> (tensor<1024xf32>, tensor<1024xf32>, tensor<1024xf32>)
+  strata.assign @am, %am1 : tensor<1024xf32>
+  strata.assign @av, %av1 : tensor<1024xf32>
+  %b = strata.get_param @b : tensor<1024xf32>
+  %bm = strata.get_state @bm : tensor<1024xf32>
+  %bv = strata.get_state @bv : tensor<1024xf32>
+  %b1, %bm1, %bv1 = strata.adam_update %b, %gb, %bm, %bv, %lr, %step : (tensor<1024xf32>, tensor<1024xf32>, tensor<1024xf32>, tensor<1024xf32>, tensor<f32>, tensor<i64>) -> (tensor<1024xf32>, tensor<1024xf32>, tensor<1024xf32>)
+  strata.assign @bm, %bm1 : tensor<1024xf32>
+  strata.assign @bv, %bv1 : tensor<1024xf32>
+  %s = strata.add %a1, %b1 : (tensor<1024xf32>, tensor<1024xf32>) -> tensor<1024xf32>
+  strata.assign @a, %a1 : tensor<1024xf32>
+  strata.assign @b, %b1 : tensor<1024xf32>
+  return %s : tensor<1024xf32>
 }
