@@ -814,31 +814,48 @@ std::vector<CaseDef> makeCases() {
   adam("bf16_master_adamw", STRATA_RT_ADAMW, -1, BF16);
   adam("lamb_guard_inf_bf16_master", STRATA_RT_LAMB, INFINITY, BF16);
   // A group of updates, which the CUDA runtime launches together: its Adam
-  // and AdamW updates by element type, 32 tensors per launch of 8192
-  // elements per block. 72 tensors: f32 (42 of them AdamW: two launches),
-  // and bf16 with master weights; Adam and AdamW; weight decay or none; 1
-  // to 3 blocks each.
-  add("adam_group", [=](Case &t) {
-    void *lr = t.vals(F32, {0.01}), *step = t.vals(I64, {3});
-    RT.updates_begin(t.ctx, 1);
-    for (int i = 0; i < 72; ++i) {
-      int64_t low = i % 3 == 0 ? BF16 : F32;
-      int64_t kind = i % 8 == 1 ? STRATA_RT_ADAM : STRATA_RT_ADAMW;
-      int64_t n = i == 5 ? 20000 : i == 17 ? 8193 : 1 + 37 * i;
-      bool master = low != F32;
-      std::string name = std::to_string(i);
-      void *p = t.rand(low, n, -1, 1), *g = t.rand(low, n, -1, 1);
-      void *m = t.rand(F32, n, -0.1, 0.1), *v = t.rand(F32, n, 0, 0.01);
-      void *mw = master ? t.rand(F32, n, -1, 1) : nullptr;
-      void *np = t.out("param" + name, low, n);
-      void *nm = t.out("m" + name, F32, n), *nv = t.out("v" + name, F32, n);
-      void *nmw = master ? t.out("master" + name, F32, n) : nullptr;
-      RT.adam(t.ctx, 1, kind, np, low, nm, F32, nv, F32, p, low, g, low, m, F32,
-              v, F32, lr, F32, step, I64, n, 0.9, 0.999, 1e-8,
-              i % 2 ? 0.01 : 0.0, nullptr, F32, nmw, F32, mw, F32);
-    }
-    RT.updates_end(t.ctx, 1);
-  });
+  // and AdamW updates by element type and scalars, 32 tensors per launch of
+  // 8192 elements per block; its other updates when called. 72 Adam-family
+  // tensors: f32 (37 of them AdamW at one learning rate: two launches) and
+  // bf16 with master weights; Adam and AdamW; two learning rates; weight
+  // decay or none; 1 to 3 blocks each; an SGD and a LAMB update among
+  // them. With `guard`, every update of the group is skipped.
+  auto adamGroup = [&](const std::string &name, double guard) {
+    add(name, [=](Case &t) {
+      Tol tol = std::isinf(guard) ? kExact : kDefault;
+      void *lr = t.vals(F32, {0.01}), *lr2 = t.vals(F32, {0.02});
+      void *step = t.vals(I64, {3});
+      void *gd = guard >= 0 ? t.vals(F32, {guard}) : nullptr;
+      RT.updates_begin(t.ctx, 1);
+      for (int i = 0; i < 72; ++i) {
+        int64_t low = i % 3 == 0 ? BF16 : F32;
+        int64_t kind = i % 8 == 1 ? STRATA_RT_ADAM : STRATA_RT_ADAMW;
+        int64_t n = i == 5 ? 20000 : i == 17 ? 8193 : 1 + 37 * i;
+        bool master = low != F32;
+        std::string at = std::to_string(i);
+        void *p = t.rand(low, n, -1, 1), *g = t.rand(low, n, -1, 1);
+        void *m = t.rand(F32, n, -0.1, 0.1), *v = t.rand(F32, n, 0, 0.01);
+        void *mw = master ? t.rand(F32, n, -1, 1) : nullptr;
+        void *np = t.out("param" + at, low, n, tol);
+        void *nm = t.out("m" + at, F32, n, tol);
+        void *nv = t.out("v" + at, F32, n, tol);
+        void *nmw = master ? t.out("master" + at, F32, n, tol) : nullptr;
+        RT.adam(t.ctx, 1, i == 20 ? STRATA_RT_LAMB : kind, np, low, nm, F32, nv,
+                F32, p, low, g, low, m, F32, v, F32, i % 7 == 6 ? lr2 : lr, F32,
+                step, I64, n, 0.9, 0.999, 1e-8, i % 2 ? 0.01 : 0.0, gd, F32,
+                nmw, F32, mw, F32);
+        if (i == 10) {
+          void *sp = t.rand(F32, kN, -1, 1), *sg = t.rand(F32, kN, -1, 1);
+          void *snp = t.out("sgd_param", F32, kN, tol);
+          RT.sgd(t.ctx, 1, snp, F32, sp, F32, sg, F32, lr, F32, kN, 0.01, gd,
+                 F32, nullptr, F32, nullptr, F32);
+        }
+      }
+      RT.updates_end(t.ctx, 1);
+    });
+  };
+  adamGroup("adam_group", -1);
+  adamGroup("adam_group_guard_inf_skips", INFINITY);
   add("lars", [=](Case &t) {
     void *p = t.rand(F32, kN, -1, 1), *g = t.rand(F32, kN, -1, 1);
     void *v = t.rand(F32, kN, -0.1, 0.1), *lr = t.vals(F32, {0.1});
