@@ -32,9 +32,9 @@
 //===----------------------------------------------------------------------===//
 
 #include "Device.cuh"
+#include "UpdateBatches.h"
 
 #include <cmath>
-#include <cstring>
 #include <string>
 #include <type_traits>
 
@@ -345,7 +345,6 @@ __device__ void biasCorrections(const int64_t *step, double beta1, double beta2,
 /// [firstChunk[t], firstChunk[t + 1]), kAdamChunk elements each. The batch
 /// is passed by value as a kernel parameter (at most 4 KiB), so the host's
 /// table is read while the call runs.
-constexpr int kAdamBatch = 32;
 constexpr int64_t kAdamChunk = 1 << 13;
 struct AdamTensor {
   const float *param;
@@ -601,30 +600,12 @@ bool normScratch(StrataRtContext *ctx, int64_t site, unsigned blocks,
 
 namespace strata::cuda {
 void launchPendingAdams(StrataRtContext *ctx) {
-  std::vector<StrataRtContext::PendingAdam> &pending = ctx->pendingAdams;
-  std::vector<bool> launchedYet(pending.size());
-  for (size_t first = 0; first < pending.size(); ++first) {
-    if (launchedYet[first])
-      continue;
-    // The next batch: this update and those after it with the same element
-    // types and scalars (compared by their bits: a NaN epsilon is its own).
-    const StrataRtContext::PendingAdam &head = pending[first];
-    auto sameBits = [](auto a, auto b) {
-      return std::memcmp(&a, &b, sizeof(a)) == 0;
-    };
-    auto same = [&](const StrataRtContext::PendingAdam &o) {
-      return o.lowType == head.lowType && o.gradType == head.gradType &&
-             o.lr == head.lr && o.guard == head.guard && o.step == head.step &&
-             sameBits(o.beta1, head.beta1) && sameBits(o.beta2, head.beta2) &&
-             sameBits(o.eps, head.eps) && o.adam == head.adam;
-    };
+  const std::vector<StrataRtContext::PendingAdam> &pending = ctx->pendingAdams;
+  for (const std::vector<size_t> &launch : adamLaunches(pending)) {
+    const StrataRtContext::PendingAdam &head = pending[launch.front()];
     AdamBatch batch{};
-    for (size_t i = first; i < pending.size() && batch.count < kAdamBatch;
-         ++i) {
+    for (size_t i : launch) {
       const StrataRtContext::PendingAdam &p = pending[i];
-      if (launchedYet[i] || (i != first && !same(p)))
-        continue;
-      launchedYet[i] = true;
       batch.tensor[batch.count] = {p.param, p.newParam, p.grad,       p.low,
                                    p.lowIn, p.m,        p.v,          p.newM,
                                    p.newV,  p.n,        p.weightDecay};
@@ -651,7 +632,7 @@ void launchPendingAdams(StrataRtContext *ctx) {
     });
     launched(ctx, head.site, "strata_rt_adam");
   }
-  pending.clear();
+  ctx->pendingAdams.clear();
 }
 } // namespace strata::cuda
 

@@ -5,12 +5,14 @@
 // equals the row-major product, for every transpose, batch stride and
 // epilogue), the cuBLASLt descriptors (created without a device), the RNG
 // as nvcc builds it, the library's symbol table, and a context that
-// refuses to start without a device (or starts with one).
+// refuses to start without a device (or starts with one), and which of a
+// group's deferred Adam updates share a launch.
 //
 //===----------------------------------------------------------------------===//
 
 #include "Context.h"
 #include "GemmPlan.h"
+#include "UpdateBatches.h"
 
 #include "strata/Runtime/StrataRuntime.h"
 
@@ -468,6 +470,46 @@ TEST(CudaRuntime, BadIdWordsKeepTheFirstPositionAndItsValue) {
   EXPECT_EQ(int32_t(uint32_t(badIdWord(5, -3))), -3);
   EXPECT_EQ(int32_t(uint32_t(badIdWord(0, int64_t(1) << 40))), INT32_MAX);
   EXPECT_EQ(int32_t(uint32_t(badIdWord(0, -(int64_t(1) << 40)))), INT32_MIN);
+}
+
+TEST(CudaRuntime, GroupedAdamUpdatesShareLaunchesByTypeAndScalars) {
+  float lr[2];
+  int64_t step;
+  auto update = [&](int64_t lowType, const float *rate, float eps) {
+    StrataRtContext::PendingAdam p{};
+    p.lowType = lowType;
+    p.gradType = lowType;
+    p.lr = rate;
+    p.step = &step;
+    p.beta1 = 0.9;
+    p.beta2 = 0.999;
+    p.eps = eps;
+    p.n = 1;
+    return p;
+  };
+  using Launches = std::vector<std::vector<size_t>>;
+  // 40 alike: a full launch of 32, then 8.
+  std::vector<StrataRtContext::PendingAdam> pending(
+      40, update(STRATA_RT_F32, &lr[0], 1e-8f));
+  Launches launches = adamLaunches(pending);
+  ASSERT_EQ(launches.size(), 2u);
+  EXPECT_EQ(launches[0].size(), kAdamBatch);
+  EXPECT_EQ(launches[0].front(), 0u);
+  EXPECT_EQ(launches[1].size(), 8u);
+  EXPECT_EQ(launches[1].front(), 32u);
+  // Element types, learning rates and epsilons apart; a NaN epsilon shares
+  // a launch with its like, and every update is launched once.
+  pending = {update(STRATA_RT_F32, &lr[0], 1e-8f),
+             update(STRATA_RT_BF16, &lr[0], 1e-8f),
+             update(STRATA_RT_F32, &lr[1], 1e-8f),
+             update(STRATA_RT_F32, &lr[0], NAN),
+             update(STRATA_RT_F32, &lr[0], 1e-8f),
+             update(STRATA_RT_F32, &lr[0], NAN),
+             update(STRATA_RT_BF16, &lr[0], 1e-8f)};
+  EXPECT_EQ(adamLaunches(pending), (Launches{{0, 4}, {1, 6}, {2}, {3, 5}}));
+  pending[6].adam = true; // Adam, where the others are AdamW
+  EXPECT_EQ(adamLaunches(pending), (Launches{{0, 4}, {1}, {2}, {3, 5}, {6}}));
+  EXPECT_TRUE(adamLaunches({}).empty());
 }
 
 TEST(CudaRng, NvccBuildEqualsTheHostBuild) {
