@@ -35,6 +35,8 @@ StrataRtContext *strata_rt_create(const StrataRtOptions *options, char *error,
 }
 
 void strata_rt_step_end(StrataRtContext *ctx) {
+  // (A group left open still runs its updates.)
+  ctx->runGroup();
   strata::rt::checkNoUpdatesOpen(*ctx);
   // The CPU runtime finishes every call before returning; a collective
   // still in flight means the step never waited for it.
@@ -46,12 +48,13 @@ void strata_rt_step_end(StrataRtContext *ctx) {
 
 void strata_rt_destroy(StrataRtContext *ctx) { delete ctx; }
 
-// The CPU runtime runs each update of a group as it is called.
+// The updates of a group run at its end, last first (Context.h).
 void strata_rt_updates_begin(StrataRtContext *ctx, int64_t site) {
   strata::rt::openUpdates(*ctx, site);
 }
 
 void strata_rt_updates_end(StrataRtContext *ctx, int64_t site) {
+  ctx->runGroup();
   strata::rt::closeUpdates(*ctx, site);
 }
 

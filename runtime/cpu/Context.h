@@ -15,6 +15,7 @@
 #include "strata/Runtime/StrataRuntime.h"
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <new>
@@ -86,6 +87,30 @@ struct StrataRtContext : strata::rt::HostContext {
   /// oneDNN primitives by problem, with autotuning's choices
   /// (strata_rt_gemm_autotuned counts them).
   std::unique_ptr<strata::cpu::GemmCache> gemm;
+
+  /// The updates of the open group of updates (strata_rt_updates_begin),
+  /// run at its end, last first. The ABI lets a runtime run a group's
+  /// updates in any order; run backwards, a group whose updates are not
+  /// independent (which one launch of the CUDA runtime would race on)
+  /// changes the CPU runtime's results, so that its tests find it.
+  std::vector<std::function<void()>> groupUpdates;
+  bool runningGroup = false;
+  /// Keeps `update` for the group's end, or returns false (no group open,
+  /// or the group running).
+  template <typename F> bool deferToGroup(F &&update) {
+    if (updatesSite < 0 || runningGroup)
+      return false;
+    groupUpdates.emplace_back(std::forward<F>(update));
+    return true;
+  }
+  /// Runs the group's updates, last first.
+  void runGroup() {
+    runningGroup = true;
+    for (auto it = groupUpdates.rbegin(); it != groupUpdates.rend(); ++it)
+      (*it)();
+    groupUpdates.clear();
+    runningGroup = false;
+  }
 
   StrataRtContext();
   ~StrataRtContext();

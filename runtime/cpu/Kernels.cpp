@@ -2102,6 +2102,14 @@ void STRATA_RT_KERNEL(strata_rt_sgd)(StrataRtContext *ctx, int64_t site,
                                      const void *guard, int64_t guardType,
                                      void *newMaster, int64_t newMasterType,
                                      const void *master, int64_t masterType) {
+  // In a group of updates: run at its end (Context.h).
+  if (ctx->deferToGroup([=] {
+        STRATA_RT_KERNEL(strata_rt_sgd)
+        (ctx, site, newParamData, newParamType, paramData, paramType, gradData,
+         gradType, lrData, lrType, n, weightDecay, guard, guardType, newMaster,
+         newMasterType, master, masterType);
+      }))
+    return;
   UpdateOperands u;
   if (!onlyF32(ctx, site, "sgd", {lrType}) ||
       !u.bind(ctx, site, "sgd", n, newParamData, newParamType, paramData,
@@ -2131,6 +2139,16 @@ void STRATA_RT_KERNEL(strata_rt_momentum)(
     double weightDecay, int64_t nesterov, const void *guard, int64_t guardType,
     void *newMaster, int64_t newMasterType, const void *master,
     int64_t masterType) {
+  // In a group of updates: run at its end (Context.h).
+  if (ctx->deferToGroup([=] {
+        STRATA_RT_KERNEL(strata_rt_momentum)
+        (ctx, site, newParamData, newParamType, newVelocityData,
+         newVelocityType, paramData, paramType, gradData, gradType,
+         velocityData, velocityType, lrData, lrType, n, momentum, weightDecay,
+         nesterov, guard, guardType, newMaster, newMasterType, master,
+         masterType);
+      }))
+    return;
   UpdateOperands u;
   if (!onlyF32(ctx, site, "momentum",
                {newVelocityType, velocityType, lrType}) ||
@@ -2170,6 +2188,16 @@ void STRATA_RT_KERNEL(strata_rt_adam)(
     double beta2, double eps, double weightDecay, const void *guard,
     int64_t guardType, void *newMaster, int64_t newMasterType,
     const void *master, int64_t masterType) {
+  // In a group of updates: run at its end (Context.h).
+  if (ctx->deferToGroup([=] {
+        STRATA_RT_KERNEL(strata_rt_adam)
+        (ctx, site, kind, newParamData, newParamType, newMData, newMType,
+         newVData, newVType, paramData, paramType, gradData, gradType, mData,
+         mType, vData, vType, lrData, lrType, stepData, stepType, n, beta1,
+         beta2, eps, weightDecay, guard, guardType, newMaster, newMasterType,
+         master, masterType);
+      }))
+    return;
   UpdateOperands u;
   if (!onlyF32(ctx, site, "adam", {newMType, newVType, mType, vType, lrType}) ||
       !stepCounter(ctx, site, "adam", stepType) ||
@@ -2249,6 +2277,16 @@ void STRATA_RT_KERNEL(strata_rt_lars)(
     double weightDecay, double larsCoeff, double eps, const void *guard,
     int64_t guardType, void *newMaster, int64_t newMasterType,
     const void *master, int64_t masterType) {
+  // In a group of updates: run at its end (Context.h).
+  if (ctx->deferToGroup([=] {
+        STRATA_RT_KERNEL(strata_rt_lars)
+        (ctx, site, newParamData, newParamType, newVelocityData,
+         newVelocityType, paramData, paramType, gradData, gradType,
+         velocityData, velocityType, lrData, lrType, n, momentum, weightDecay,
+         larsCoeff, eps, guard, guardType, newMaster, newMasterType, master,
+         masterType);
+      }))
+    return;
   UpdateOperands u;
   if (!onlyF32(ctx, site, "lars", {newVelocityType, velocityType, lrType}) ||
       !u.bind(ctx, site, "lars", n, newParamData, newParamType, paramData,

@@ -523,15 +523,33 @@ TEST(RuntimeTest, GroupsOfUpdatesPairAndDoNotNest) {
     EXPECT_EQ(site, wantSite);
     strata_rt_clear_error(ctx);
   };
-  // The CPU runtime runs a grouped update as it is called.
-  float p[2] = {1, 2}, g[2] = {1, 1}, lr = 0.5f;
+  // A group's updates run at its end, last first. Here the second reads
+  // what the first writes (which the lowering never groups), so the order
+  // shows: the second reads q before the first writes it.
+  float p[2] = {1, 2}, q[2] = {0, 0}, r[2] = {0, 0}, g[2] = {1, 1};
+  float lr = 0.5f;
   strata_rt_updates_begin(ctx, 4);
-  strata_rt_sgd(ctx, 4, p, F32, p, F32, g, F32, &lr, F32, 2, 0.0, nullptr, F32,
+  strata_rt_sgd(ctx, 4, q, F32, p, F32, g, F32, &lr, F32, 2, 0.0, nullptr, F32,
                 nullptr, F32, nullptr, F32);
-  EXPECT_EQ(p[0], 0.5f);
+  strata_rt_sgd(ctx, 5, r, F32, q, F32, g, F32, &lr, F32, 2, 0.0, nullptr, F32,
+                nullptr, F32, nullptr, F32);
+  EXPECT_EQ(q[0], 0.0f); // not run yet
   strata_rt_updates_end(ctx, 4);
+  EXPECT_EQ(q[0], 0.5f);
+  EXPECT_EQ(q[1], 1.5f);
+  EXPECT_EQ(r[0], -0.5f);
+  EXPECT_EQ(r[1], -0.5f);
   strata_rt_step_end(ctx);
   EXPECT_EQ(strata_rt_error(ctx, nullptr), nullptr);
+  // A group left open at the step's end still runs.
+  strata_rt_updates_begin(ctx, 4);
+  strata_rt_sgd(ctx, 4, q, F32, p, F32, g, F32, &lr, F32, 2, 0.0, nullptr, F32,
+                nullptr, F32, nullptr, F32);
+  q[0] = 7.0f;
+  strata_rt_step_end(ctx);
+  EXPECT_EQ(q[0], 0.5f);
+  expectError(4, "the group of updates begun here was never ended "
+                 "(strata_rt_updates_end)");
   // Groups do not nest, and end with their first update's site.
   strata_rt_updates_begin(ctx, 4);
   strata_rt_updates_begin(ctx, 6);

@@ -552,8 +552,9 @@ void strata_rt_lars(StrataRtContext *ctx, int64_t site, void *newParam,
    runtime may run them together, in any order, until the group's end:
    the CUDA runtime launches a group's Adam and AdamW updates as one kernel
    per element type (batches of 32 tensors), where it launched one per
-   tensor; the CPU runtime runs every update as it is called. Groups do not
-   nest, and a step ends with none open. */
+   tensor; the CPU runtime runs a group's updates at its end, last first
+   (so that updates which are not independent change its results). Groups
+   do not nest, and a step ends with none open. */
 void strata_rt_updates_begin(StrataRtContext *ctx, int64_t site);
 void strata_rt_updates_end(StrataRtContext *ctx, int64_t site);
 /* out (i64) = 1 when the f32 scalar `in` is finite, else 0. */
