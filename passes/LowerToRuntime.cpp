@@ -595,7 +595,7 @@ LogicalResult RuntimeLowering::run() {
       return op.emitOpError("cannot be lowered to ")
              << target.getDescription() << " yet";
     // A group begins before its first update's trace event and ends inside
-    // its last one's, which then times the group's launch.
+    // its last one's, which then holds the group's work.
     bool update = isa<OptimizerUpdateOpInterface>(op);
     if (update && !updatesSite && nextUpdateInGroup(op)) {
       updatesSite = currentSite;
