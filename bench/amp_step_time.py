@@ -16,7 +16,8 @@ the ratio Strata / PyTorch (below 1: Strata is faster), and Strata's planned
 peak bytes per rank, its activation peak and its parameters + gradients,
 each against its f32 run's; then Strata's step in each low-precision mode
 against its own f32 step, round by round (the goal for fp16 o2 on CPUs
-without f16 arithmetic: no slower than f32). Both sides start from the same
+without f16 arithmetic: no slower than f32). The modes ending in -fused add
+Strata's fused passes (f32-fused among them), and compare with f32-fused. Both sides start from the same
 weights (strata-run --steps 0 --save) and train with AdamW; PyTorch's
 float16 run uses its GradScaler (dynamic loss scaling, as Strata's).
 
@@ -55,9 +56,12 @@ PRECISIONS = {
     "fp16": {"enable": True, "dtype": "float16"},
     "bf16-o2": {"enable": True, "dtype": "bfloat16", "level": "o2"},
     "fp16-o2": {"enable": True, "dtype": "float16", "level": "o2"},
-    # bf16 o2 with Strata's fused passes (GEMM epilogues, dropout + add,
-    # fused attention), against the same autocast run.
+    # With Strata's fused passes (GEMM epilogues, dropout + add, fused
+    # attention), against the same PyTorch run as without; Strata's own
+    # ratios of these are to f32 with the fused passes.
+    "f32-fused": None,
     "bf16-o2-fused": {"enable": True, "dtype": "bfloat16", "level": "o2"},
+    "fp16-o2-fused": {"enable": True, "dtype": "float16", "level": "o2"},
 }
 FUSED = {"enable": True, "gemm_epilogue": True, "dropout_add": True,
          "flash_attention": True}
@@ -189,13 +193,16 @@ def main():
                     memory[precision][k] / 1e6,
                     100.0 * memory[precision][k] / f32[k])
                           for k in ("peak", "activations", "params+grads")))
-        # Each mode against Strata's own f32 step of the same round.
-        print("%-38s Strata's step against its f32 step, per round:" % desc)
+        # Each mode against Strata's own f32 step of the same round (the
+        # fused modes against f32 with the fused passes).
+        print("%-38s Strata's step against its f32 step (fused: against "
+              "f32-fused), per round:" % desc)
         for precision in PRECISIONS:
-            if precision == "f32":
+            if precision.startswith("f32"):
                 continue
+            base = "f32-fused" if precision.endswith("-fused") else "f32"
             ratios = [m / f for m, f in zip(strata_ms[precision],
-                                            strata_ms["f32"])]
+                                            strata_ms[base])]
             print("  %-13s %s (median %.3f)" % (
                 precision, " ".join("%.3f" % r for r in ratios),
                 statistics.median(ratios)))
