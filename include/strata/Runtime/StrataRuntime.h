@@ -547,8 +547,8 @@ void strata_rt_lars(StrataRtContext *ctx, int64_t site, void *newParam,
                     int64_t masterType);
 /* A group of updates: the calls between strata_rt_updates_begin and
    strata_rt_updates_end (the same `site`, the group's first update) are
-   optimizer updates (strata_rt_sgd, _momentum, _adam, _lars) of distinct
-   parameters, none reading what another writes, and tracing calls. A
+   optimizer updates (strata_rt_sgd, _momentum, _adam, _lars), none reading
+   or writing memory that another writes, and tracing calls. A
    runtime may run them together, in any order, until the group's end:
    the CUDA runtime launches a group's Adam and AdamW updates as one kernel
    per element type (batches of 32 tensors), where it launched one per
