@@ -23,6 +23,22 @@
 namespace strata::cuda {
 struct GemmCache;
 struct Communicators;
+
+/// The tensors of one Adam or AdamW update, a row of the update kernel's
+/// table (Optimizer.cu): the f32 parameter (or master) and its new value,
+/// the gradient, with a master weight the bf16 / f16 parameter and its new
+/// value, the f32 moments; its size and weight decay.
+struct AdamTensor {
+  const float *param;
+  float *newParam;
+  const void *grad;
+  void *low;
+  const void *lowIn;
+  const float *m, *v;
+  float *newM, *newV;
+  int64_t n;
+  float weightDecay;
+};
 } // namespace strata::cuda
 
 struct StrataRtContext : strata::rt::HostContext {
@@ -82,25 +98,16 @@ struct StrataRtContext : strata::rt::HostContext {
 
   /// An Adam or AdamW update of the open group of updates, checked when
   /// called and launched with the others at the group's end
-  /// (Optimizer.cu): the f32 parameter (or master) and its new value, the
-  /// gradient, with a master weight the bf16 / f16 parameter and its new
-  /// value, the f32 moments.
+  /// (Optimizer.cu): its tensors, and what its launch shares with others
+  /// (UpdateBatches.h).
   struct PendingAdam {
     int64_t site;
-    const float *param;
-    float *newParam;
-    const void *grad;
-    int64_t gradType;
-    void *low;
-    const void *lowIn;
-    int64_t lowType;
-    const float *m, *v;
-    float *newM, *newV;
+    strata::cuda::AdamTensor tensor;
+    int64_t gradType, lowType;
     const float *lr, *guard;
     const int64_t *step;
-    int64_t n;
     double beta1, beta2;
-    float eps, weightDecay;
+    float eps;
     bool adam; // Adam (decay added to the gradient), else AdamW
   };
   std::vector<PendingAdam> pendingAdams;

@@ -346,17 +346,6 @@ __device__ void biasCorrections(const int64_t *step, double beta1, double beta2,
 /// is passed by value as a kernel parameter (at most 4 KiB), so the host's
 /// table is read while the call runs.
 constexpr int64_t kAdamChunk = 1 << 13;
-struct AdamTensor {
-  const float *param;
-  float *newParam;
-  const void *grad;
-  void *low;
-  const void *lowIn;
-  const float *m, *v;
-  float *newM, *newV;
-  int64_t n;
-  float weightDecay;
-};
 struct AdamBatch {
   AdamTensor tensor[kAdamBatch];
   int64_t firstChunk[kAdamBatch + 1];
@@ -605,12 +594,10 @@ void launchPendingAdams(StrataRtContext *ctx) {
     const StrataRtContext::PendingAdam &head = pending[launch.front()];
     AdamBatch batch{};
     for (size_t i : launch) {
-      const StrataRtContext::PendingAdam &p = pending[i];
-      batch.tensor[batch.count] = {p.param, p.newParam, p.grad,       p.low,
-                                   p.lowIn, p.m,        p.v,          p.newM,
-                                   p.newV,  p.n,        p.weightDecay};
+      const AdamTensor &t = pending[i].tensor;
+      batch.tensor[batch.count] = t;
       batch.firstChunk[batch.count + 1] =
-          batch.firstChunk[batch.count] + (p.n + kAdamChunk - 1) / kAdamChunk;
+          batch.firstChunk[batch.count] + (t.n + kAdamChunk - 1) / kAdamChunk;
       ++batch.count;
     }
     int64_t blocks = batch.firstChunk[batch.count];
@@ -829,13 +816,18 @@ void strata_rt_adam(StrataRtContext *ctx, int64_t site, int64_t kind,
   float e = float(eps), wd = float(weightDecay);
   if (kind != STRATA_RT_LAMB) {
     // Launched at the group's end, or now outside a group.
-    ctx->pendingAdams.push_back({site,    u.param,    u.newParam,
-                                 u.grad,  u.gradType, u.low,
-                                 u.lowIn, u.lowType,  mf,
-                                 vf,      newMf,      newVf,
-                                 lrf,     guardf,     stepi,
-                                 n,       beta1,      beta2,
-                                 e,       wd,         kind == STRATA_RT_ADAM});
+    ctx->pendingAdams.push_back({site,
+                                 {u.param, u.newParam, u.grad, u.low, u.lowIn,
+                                  mf, vf, newMf, newVf, n, wd},
+                                 u.gradType,
+                                 u.lowType,
+                                 lrf,
+                                 guardf,
+                                 stepi,
+                                 beta1,
+                                 beta2,
+                                 e,
+                                 kind == STRATA_RT_ADAM});
     if (ctx->updatesSite < 0)
       strata::cuda::launchPendingAdams(ctx);
     return;

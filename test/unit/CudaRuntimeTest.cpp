@@ -484,7 +484,7 @@ TEST(CudaRuntime, GroupedAdamUpdatesShareLaunchesByTypeAndScalars) {
     p.beta1 = 0.9;
     p.beta2 = 0.999;
     p.eps = eps;
-    p.n = 1;
+    p.tensor.n = 1;
     return p;
   };
   using Launches = std::vector<std::vector<size_t>>;
