@@ -444,6 +444,14 @@ LogicalResult RuntimeLowering::run() {
   struct Footprint {
     SmallVector<std::pair<int64_t, int64_t>> arenaReads, arenaWrites;
     llvm::StringSet<> residentReads, residentWrites;
+    void add(const Footprint &other) {
+      arenaReads.append(other.arenaReads);
+      arenaWrites.append(other.arenaWrites);
+      for (StringRef k : other.residentReads.keys())
+        residentReads.insert(k);
+      for (StringRef k : other.residentWrites.keys())
+        residentWrites.insert(k);
+    }
   };
   auto footprintOf = [&](Operation *op) {
     Footprint f;
@@ -602,13 +610,7 @@ LogicalResult RuntimeLowering::run() {
       groupFootprint = footprintOf(&op);
       call("strata_rt_updates_begin", {site()});
     } else if (update && updatesSite) { // (the last lookahead let it join)
-      Footprint joined = footprintOf(&op);
-      groupFootprint.arenaReads.append(joined.arenaReads);
-      groupFootprint.arenaWrites.append(joined.arenaWrites);
-      for (StringRef k : joined.residentReads.keys())
-        groupFootprint.residentReads.insert(k);
-      for (StringRef k : joined.residentWrites.keys())
-        groupFootprint.residentWrites.insert(k);
+      groupFootprint.add(footprintOf(&op));
     }
     if (trace && !isa<InitTokenOp>(op))
       call("strata_rt_trace_begin", {site()});
