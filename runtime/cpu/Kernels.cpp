@@ -1278,6 +1278,80 @@ template <bool Write, typename T> void prefetchRow(const T *row, int64_t n) {
     __builtin_prefetch(p + b, Write ? 1 : 0, 3);
 }
 
+/// `rows` rows of n elements `stride` apart, widened to contiguous rows of
+/// n floats.
+template <typename T>
+void widenRows(float *to, const T *from, int64_t stride, int64_t rows,
+               int64_t n) {
+  for (int64_t r = 0; r < rows; ++r) {
+    if (r + kPrefetchRows < rows)
+      prefetchRow<false>(from + (r + kPrefetchRows) * stride, n);
+    widen(to + r * n, from + r * stride, n);
+  }
+}
+
+/// The products of SgemmProducts on bf16 or f16 operands, where the
+/// processor has no dot products of their type: each operand in T is
+/// widened (exactly) into the thread's scratch where it is used, a head's
+/// keys and values once (`operand`), a block's rows in `work` for each
+/// product that reads them, and sgemm multiplies the f32 copies. The sums
+/// are those of the f32 kernel on the same values; no tensor is widened
+/// whole.
+template <typename T> struct WidenedSgemmProducts {
+  using Operand = SgemmProducts::Operand;
+  static int64_t operandFloats(int64_t k, int64_t n) { return k * n; }
+  /// op(B) of k x n, stored as k rows of n ('N') or n rows of k ('T'),
+  /// `ldb` elements apart: widened into contiguous rows at `space`.
+  Operand operand(char tb, int64_t k, int64_t n, const T *b, int64_t ldb,
+                  float *space) const {
+    int64_t rows = tb == 'N' ? k : n, cols = tb == 'N' ? n : k;
+    widenRows(space, b, ldb, rows, cols);
+    return {tb, space, cols};
+  }
+  /// A stored matrix of `rows` x `cols`, `ld` apart: f32 as it is, T
+  /// widened at `work` (which then moves past it; `ld` becomes `cols`).
+  static const float *wide(const float *x, int64_t, int64_t, int64_t &,
+                           float *&) {
+    return x;
+  }
+  static const float *wide(const T *x, int64_t rows, int64_t cols, int64_t &ld,
+                           float *&work) {
+    float *to = work;
+    widenRows(to, x, ld, rows, cols);
+    ld = cols;
+    work += threadFloats(rows * cols);
+    return to;
+  }
+  template <typename TA, typename TB>
+  bool operator()(char ta, char tb, int64_t m, int64_t n, int64_t k,
+                  float alpha, const TA *a, int64_t lda, const TB *b,
+                  int64_t ldb, float beta, float *c, int64_t ldc, float *work,
+                  Causal = {}) const {
+    const float *wa = wide(a, ta == 'N' ? m : k, ta == 'N' ? k : m, lda, work);
+    const float *wb = wide(b, tb == 'N' ? k : n, tb == 'N' ? n : k, ldb, work);
+    return SgemmProducts{}(ta, tb, m, n, k, alpha, wa, lda, wb, ldb, beta, c,
+                           ldc, work);
+  }
+  template <typename TA>
+  bool operator()(char ta, int64_t m, int64_t n, int64_t k, float alpha,
+                  const TA *a, int64_t lda, const Operand &b, float beta,
+                  float *c, int64_t ldc, float *work, Causal = {}) const {
+    return (*this)(ta, b.trans, m, n, k, alpha, a, lda, b.b, b.ldb, beta, c,
+                   ldc, work);
+  }
+  static int64_t workFloats(int64_t m, int64_t n, int64_t k) {
+    return threadFloats(m * k) + threadFloats(k * n);
+  }
+};
+
+/// The products of attention on tensors of type T where no dot-product
+/// tiles of T serve: sgemm, on operands widened as they are used unless T
+/// is f32.
+template <typename T>
+using SgemmProductsOf =
+    std::conditional_t<std::is_same_v<T, float>, SgemmProducts,
+                       WidenedSgemmProducts<T>>;
+
 /// `rows` rows of n floats (contiguous) to rows `stride` elements apart.
 template <typename T>
 void narrowRows(T *to, int64_t stride, const float *from, int64_t rows,
@@ -1511,37 +1585,6 @@ bool attentionGradBlocks(T *dq, T *dk, T *dV, const T *q, const T *k,
   }
   return bad != 0;
 }
-
-/// bf16 / f16 tensors through the f32 kernels: `inputs` widened into
-/// scratch, `outputs` computed there and narrowed; `perThread` floats of
-/// each thread's own scratch follow. Calls `run(wideInputs, wideOutputs,
-/// threadScratch)`.
-template <typename T, typename Run>
-void throughF32(StrataRtContext *ctx,
-                std::initializer_list<std::pair<const T *, int64_t>> inputs,
-                std::initializer_list<std::pair<T *, int64_t>> outputs,
-                int64_t perThread, Run &&run) {
-  int64_t total = omp_get_max_threads() * perThread;
-  for (auto [_, n] : inputs)
-    total += n;
-  for (auto [_, n] : outputs)
-    total += n;
-  float *next = ctx->scratchFloats(total);
-  std::vector<float *> wideIn, wideOut;
-  for (auto [from, n] : inputs) {
-    widen(next, from, n);
-    wideIn.push_back(next);
-    next += n;
-  }
-  for (auto [_, n] : outputs) {
-    wideOut.push_back(next);
-    next += n;
-  }
-  run(wideIn, wideOut, next);
-  size_t i = 0;
-  for (auto [to, n] : outputs)
-    narrow(to, wideOut[i++], n);
-}
 }
 
 } // namespace
@@ -1549,8 +1592,9 @@ void throughF32(StrataRtContext *ctx,
 /// The attention of f32 tensors, of bf16 ones with bf16 products (f32
 /// sums; the scores, softmax and log-sum-exp in f32, the probabilities
 /// rounded to bf16 for their product with the values) where the processor
-/// has bf16 dot products (AVX512-BF16, in the AVX-512 build), or else
-/// computed in f32 from widened operands. The log-sum-exp is f32 either way.
+/// has bf16 dot products (AVX512-BF16, in the AVX-512 build), or else (and
+/// for f16) with f32 products of operands widened as the blocks read them
+/// (WidenedSgemmProducts). The log-sum-exp is f32 either way.
 void STRATA_RT_KERNEL(strata_rt_attention)(
     StrataRtContext *ctx, int64_t site, void *outData, int64_t outType,
     void *lseData, int64_t lseType, const void *qData, int64_t qType,
@@ -1585,23 +1629,12 @@ void STRATA_RT_KERNEL(strata_rt_attention)(
             return;
           }
 #endif
-        const int64_t perThread =
-            attentionScratch<float, SgemmProducts>(t, d, dv);
-        if constexpr (std::is_same_v<T, float>) {
-          bad = attentionBlocks(
-              out, lse, q, k, v, slices, at, float(scale), causal != 0, drop,
-              ctx->scratchFloats(threads * perThread), SgemmProducts{});
-        } else {
-          throughF32<T>(
-              ctx,
-              {{q, slices * s * d}, {k, slices * t * d}, {v, slices * t * dv}},
-              {{out, slices * s * dv}}, perThread,
-              [&](auto &in, auto &o, float *scratch) {
-                bad = attentionBlocks(o[0], lse, in[0], in[1], in[2], slices,
-                                      at, float(scale), causal != 0, drop,
-                                      scratch, SgemmProducts{});
-              });
-        }
+        using Products = SgemmProductsOf<T>;
+        bad = attentionBlocks(
+            out, lse, q, k, v, slices, at, float(scale), causal != 0, drop,
+            ctx->scratchFloats(threads *
+                               attentionScratch<T, Products>(t, d, dv)),
+            Products{});
       });
   if (bad)
     ctx->fail(site, "strata_rt_attention: oneDNN's sgemm refused a block");
@@ -1653,30 +1686,13 @@ void STRATA_RT_KERNEL(strata_rt_attention_grad)(
             return;
           }
 #endif
-        const int64_t perThread =
-            attentionGradScratch<float, SgemmProducts>(t, d, dv);
-        if constexpr (std::is_same_v<T, float>) {
-          bad = attentionGradBlocks(dq, dk, dV, q, k, v, out, lse, dout, slices,
-                                    at, float(scale), causal != 0, drop,
-                                    ctx->scratchFloats(threads * perThread),
-                                    SgemmProducts{});
-        } else {
-          throughF32<T>(ctx,
-                        {{q, slices * s * d},
-                         {k, slices * t * d},
-                         {v, slices * t * dv},
-                         {out, slices * s * dv},
-                         {dout, slices * s * dv}},
-                        {{dq, slices * s * d},
-                         {dk, slices * t * d},
-                         {dV, slices * t * dv}},
-                        perThread, [&](auto &in, auto &o, float *scratch) {
-                          bad = attentionGradBlocks(
-                              o[0], o[1], o[2], in[0], in[1], in[2], in[3], lse,
-                              in[4], slices, at, float(scale), causal != 0,
-                              drop, scratch, SgemmProducts{});
-                        });
-        }
+        using Products = SgemmProductsOf<T>;
+        bad = attentionGradBlocks(
+            dq, dk, dV, q, k, v, out, lse, dout, slices, at, float(scale),
+            causal != 0, drop,
+            ctx->scratchFloats(threads *
+                               attentionGradScratch<T, Products>(t, d, dv)),
+            Products{});
       });
   if (bad)
     ctx->fail(site, "strata_rt_attention: oneDNN's sgemm refused a block");

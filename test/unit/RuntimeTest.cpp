@@ -1192,19 +1192,17 @@ attentionKernels() {
           "strata_rt_attention_grad")};
 }
 
-/// Fused attention in bf16 (the build this processor runs: on CPUs with
-/// AVX512-BF16 its products are bf16 dot products with f32 sums and the
-/// probabilities rounded to bf16; elsewhere the f32 kernel on widened
-/// operands) against the f32 kernel on the same bf16 values: the outputs and
-/// gradients within bf16's precision, the log-sum-exp closer. Shapes with
-/// odd head sizes and key counts, fewer rows than a tile, causal and not,
-/// several blocks of queries (whose products read the head's keys and
-/// values packed once); results the same on 1 and 2 threads.
-TEST(RuntimeTest, Bf16AttentionMatchesF32) {
+/// Fused attention in a low-precision type B against the f32 kernel on the
+/// same values: with `exact`, the f32 kernel's results rounded once to B
+/// (and its log-sum-exp to the bit); otherwise the outputs and gradients
+/// within B's precision, the log-sum-exp closer. Shapes with odd head sizes
+/// and key counts, fewer rows than a tile, causal and not, several blocks
+/// of queries (whose products read the head's keys and values prepared
+/// once); results the same on 1 and 2 threads.
+static void lowAttentionMatchesF32(int64_t B, bool exact) {
   auto [attention, attentionGrad] = attentionKernels();
   ASSERT_NE(attention, nullptr);
   ASSERT_NE(attentionGrad, nullptr);
-  const int64_t B = STRATA_RT_BF16;
   struct Shape {
     int64_t batch, heads, s, t, d, dv;
     bool causal;
@@ -1232,7 +1230,8 @@ TEST(RuntimeTest, Bf16AttentionMatchesF32) {
     };
     std::vector<float> q = random(nq, 0.71f), k = random(nk, 1.37f),
                        v = random(nv, 0.53f), dout = random(no, 0.29f);
-    // The bf16 inputs, and their exact f32 values for the f32 kernel.
+    // The low-precision inputs, and their exact f32 values for the f32
+    // kernel.
     std::vector<uint16_t> lq(nq), lk(nk), lv(nv), ldout(no);
     {
       Context ctx;
@@ -1247,8 +1246,16 @@ TEST(RuntimeTest, Bf16AttentionMatchesF32) {
     attention(ctx, 1, out.data(), F32, lse.data(), F32, q.data(), F32, k.data(),
               F32, v.data(), F32, sh.batch, sh.heads, sh.s, sh.t, sh.d, sh.dv,
               scale, sh.causal, 0.0, 0, 1, 0);
+    // The gradient reads the forward's output as the low-precision run
+    // stores it: rounded to B.
+    std::vector<float> outB(no);
+    {
+      std::vector<uint16_t> l(no);
+      strata_rt_cast(ctx, 0, l.data(), B, out.data(), F32, no);
+      strata_rt_cast(ctx, 0, outB.data(), F32, l.data(), B, no);
+    }
     attentionGrad(ctx, 2, dq.data(), F32, dk.data(), F32, dv.data(), F32,
-                  q.data(), F32, k.data(), F32, v.data(), F32, out.data(), F32,
+                  q.data(), F32, k.data(), F32, v.data(), F32, outB.data(), F32,
                   lse.data(), F32, dout.data(), F32, sh.batch, sh.heads, sh.s,
                   sh.t, sh.d, sh.dv, scale, sh.causal, 0.0, 0, 1, 0);
     std::vector<uint16_t> runs[2];
@@ -1280,12 +1287,28 @@ TEST(RuntimeTest, Bf16AttentionMatchesF32) {
         for (size_t i = 0; i < got.size(); ++i)
           ASSERT_NEAR(got[i], want[i], 4 * tol * largest) << what << " " << i;
       };
-      expectClose("out", lout, out, 1e-2);
-      expectClose("dq", ldq, dq, 1e-2);
-      expectClose("dk", ldk, dk, 1e-2);
-      expectClose("dv", ldv, dv, 1e-2);
-      for (int64_t i = 0; i < nl; ++i)
-        ASSERT_NEAR(llse[i], lse[i], 1e-3 * (1 + std::fabs(lse[i]))) << i;
+      // The f32 result rounded to B, bit for bit.
+      auto expectRounded = [&](const char *what, const std::vector<uint16_t> &l,
+                               const std::vector<float> &want) {
+        std::vector<uint16_t> rounded(want.size());
+        strata_rt_cast(low, 0, rounded.data(), B, want.data(), F32,
+                       want.size());
+        EXPECT_EQ(l, rounded) << what;
+      };
+      if (exact) {
+        expectRounded("out", lout, out);
+        expectRounded("dq", ldq, dq);
+        expectRounded("dk", ldk, dk);
+        expectRounded("dv", ldv, dv);
+        EXPECT_EQ(llse, lse);
+      } else {
+        expectClose("out", lout, out, 1e-2);
+        expectClose("dq", ldq, dq, 1e-2);
+        expectClose("dk", ldk, dk, 1e-2);
+        expectClose("dv", ldv, dv, 1e-2);
+        for (int64_t i = 0; i < nl; ++i)
+          ASSERT_NEAR(llse[i], lse[i], 1e-3 * (1 + std::fabs(lse[i]))) << i;
+      }
       runs[threads - 1] = lout;
       runs[threads - 1].insert(runs[threads - 1].end(), ldq.begin(), ldq.end());
       runs[threads - 1].insert(runs[threads - 1].end(), ldk.begin(), ldk.end());
@@ -1293,6 +1316,29 @@ TEST(RuntimeTest, Bf16AttentionMatchesF32) {
     }
     EXPECT_EQ(runs[0], runs[1]);
   }
+}
+
+/// Whether this processor has AVX512-BF16's dot products (and AVX-512 F and
+/// BW), which the AVX-512 build's bf16 attention uses.
+static bool cpuHasBf16Dot() {
+  return __builtin_cpu_supports("avx512f") &&
+         __builtin_cpu_supports("avx512bw") &&
+         __builtin_cpu_supports("avx512bf16");
+}
+
+/// bf16: on CPUs with AVX512-BF16 (in the AVX-512 build) the products are
+/// bf16 dot products with f32 sums and the probabilities rounded to bf16;
+/// elsewhere the f32 kernel on operands widened as the blocks read them.
+TEST(RuntimeTest, Bf16AttentionMatchesF32) {
+  const std::string isa = strata_rt_isa();
+  lowAttentionMatchesF32(STRATA_RT_BF16,
+                         /*exact=*/isa != "avx512" || !cpuHasBf16Dot());
+}
+
+/// f16 (no CPU's f16 arithmetic is used): the f32 kernel on operands
+/// widened as the blocks read them, so exactly the f32 results rounded.
+TEST(RuntimeTest, F16AttentionIsF32Rounded) {
+  lowAttentionMatchesF32(STRATA_RT_F16, /*exact=*/true);
 }
 
 /// Fused attention's layout: q, k, v, the output and the gradients are
