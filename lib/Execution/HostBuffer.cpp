@@ -18,19 +18,24 @@ bool strata::isHostBufferType(int64_t dtype) {
 
 void strata::writeHostBuffer(const reference::Tensor &t, int64_t dtype,
                              void *data) {
+  writeHostValues(t.data.data(), t.numElements(), dtype, data);
+}
+
+void strata::writeHostValues(const double *values, int64_t count, int64_t dtype,
+                             void *data) {
   assert(isHostBufferType(dtype) && "not a host buffer type");
   // Floats through f32: a bf16 or f16 value is its f32 value rounded.
   if (withFloatType(dtype, [&](auto type) {
         using T = decltype(type);
-        for (int64_t i = 0, n = t.numElements(); i < n; ++i)
-          static_cast<T *>(data)[i] = T(float(t.data[i]));
+        for (int64_t i = 0; i < count; ++i)
+          static_cast<T *>(data)[i] = T(float(values[i]));
       }))
     return;
-  for (int64_t i = 0, n = t.numElements(); i < n; ++i) {
+  for (int64_t i = 0; i < count; ++i) {
     if (dtype == STRATA_RT_I32)
-      static_cast<int32_t *>(data)[i] = int32_t(t.data[i]);
+      static_cast<int32_t *>(data)[i] = int32_t(values[i]);
     else
-      static_cast<int64_t *>(data)[i] = int64_t(t.data[i]);
+      static_cast<int64_t *>(data)[i] = int64_t(values[i]);
   }
 }
 

@@ -283,11 +283,35 @@ JitExecutable::setState(const llvm::StringMap<reference::Tensor> &state) {
   for (Buffer &b : persistent) {
     auto it = state.find(b.name);
     if (it == state.end())
-      return error("no value for '" + b.name + "'");
+      continue;
     const reference::Tensor &t = it->second;
     if (t.shape != b.shape)
       return error("'" + b.name + "' has the wrong shape");
     if (llvm::Error err = write(b, t))
+      return err;
+  }
+  return llvm::Error::success();
+}
+
+llvm::Error
+JitExecutable::setInitialState(const reference::InitialValues &values) {
+  runtime->clear_error(context);
+  // Each value drawn into one host buffer of the tensor's element type, in
+  // chunks on several threads, then copied in: no tensor of doubles.
+  std::vector<char> host;
+  for (Buffer &b : persistent) {
+    if (!values.contains(b.name))
+      return error("no initial value for '" + b.name + "'");
+    if (values.shape(b.name) != b.shape)
+      return error("'" + b.name + "' has the wrong shape");
+    if (host.size() < size_t(b.bytes))
+      host.resize(b.bytes);
+    const int64_t elementBytes = strata_rt_element_bytes(b.dtype);
+    values.generate(b.name, [&](int64_t begin, const double *v, int64_t n) {
+      writeHostValues(v, n, b.dtype, host.data() + begin * elementBytes);
+    });
+    runtime->write(context, b.data, host.data(), b.bytes);
+    if (llvm::Error err = runtimeError(b.name))
       return err;
   }
   return llvm::Error::success();

@@ -3,6 +3,7 @@
 #include "strata/Train/Train.h"
 #include "strata/Dialect/Program.h"
 #include "strata/Dialect/Strata.h"
+#include "strata/Reference/InitialValues.h"
 #include "strata/Strategy/Strategy.h"
 #include "strata/Support/Nesting.h"
 #include "strata/Support/ReplaceFile.h"
@@ -35,32 +36,9 @@ Error makeError(const llvm::Twine &msg) {
 }
 
 // Stream keys of the RNG, one per use, so that draws never overlap.
-constexpr int64_t kInitStream = 0x494E4954;  // "INIT"
 constexpr int64_t kDataStream = 0x44415441;  // "DATA"
 constexpr int64_t kCenterStream = 0x43454E54; // "CENT"
 constexpr int64_t kNoiseStream = 0x4E4F4953;  // "NOIS"
-
-/// FNV-1a of a symbol name: the per-tensor RNG key.
-int64_t nameKey(StringRef name) {
-  uint64_t h = 1469598103934665603ull;
-  for (char c : name) {
-    h ^= uint8_t(c);
-    h *= 1099511628211ull;
-  }
-  return int64_t(h & 0x7fffffff);
-}
-
-double normal(uint64_t seed, int64_t key, int64_t stream, int64_t index) {
-  auto r = rng::draw(seed, key, stream, index);
-  double u1 = (double(r[0]) + 1.0) / 4294967296.0; // (0, 1]
-  double u2 = double(r[1]) / 4294967296.0;
-  return std::sqrt(-2.0 * std::log(u1)) * std::cos(2.0 * M_PI * u2);
-}
-
-double uniformSym(uint64_t seed, int64_t key, int64_t stream, int64_t index) {
-  auto r = rng::draw(seed, key, stream, index);
-  return 2.0 * (double(r[0]) / 4294967296.0) - 1.0;
-}
 
 std::vector<int64_t> shapeOf(RankedTensorType t) {
   return std::vector<int64_t>(t.getShape().begin(), t.getShape().end());
@@ -68,44 +46,6 @@ std::vector<int64_t> shapeOf(RankedTensorType t) {
 
 size_t dtypeSize(StringRef dtype) {
   return dtype == "F64" || dtype == "I64" ? 8 : 4;
-}
-
-Tensor initTensor(RankedTensorType type, InitAttr init, StringRef name,
-                  uint64_t seed) {
-  Tensor t(shapeOf(type));
-  double scale = init.getScale() ? init.getScale().getValueAsDouble() : 0.0;
-  int64_t key = nameKey(name);
-  for (int64_t i = 0; i < t.numElements(); ++i) {
-    switch (init.getKind()) {
-    case InitKind::Zeros:
-      t.data[i] = 0.0;
-      break;
-    case InitKind::Ones:
-      t.data[i] = 1.0;
-      break;
-    case InitKind::Normal:
-      t.data[i] = scale * normal(seed, key, kInitStream, i);
-      break;
-    case InitKind::Uniform:
-      t.data[i] = scale * uniformSym(seed, key, kInitStream, i);
-      break;
-    case InitKind::Constant:
-      t.data[i] = scale;
-      break;
-    case InitKind::Master:
-      // The caller passes a master weight its parameter's init (the
-      // verifier makes sure the parameter exists).
-      llvm_unreachable("a master weight is initialised as its parameter");
-    }
-  }
-  // Values are stored in the program's element type: f32, or bf16 and f16
-  // rounded from the f32 value (their master weight's, under mixed
-  // precision) when the runtime stores them.
-  if (auto f = dyn_cast<FloatType>(type.getElementType());
-      f && f.getWidth() <= 32)
-    for (double &v : t.data)
-      v = double(float(v));
-  return t;
 }
 
 bool isMaster(Operation *op) {
@@ -335,31 +275,6 @@ Expected<Safetensors> strata::parseSafetensors(StringRef data,
 //===----------------------------------------------------------------------===//
 // Initial values and checkpoints
 //===----------------------------------------------------------------------===//
-
-llvm::StringMap<Tensor> strata::initialState(ModuleOp module, uint64_t seed) {
-  llvm::StringMap<Tensor> state;
-  for (Operation &op : *module.getBody()) {
-    if (auto p = dyn_cast<ParamOp>(op))
-      state[p.getSymName()] =
-          initTensor(p.getTensorType(), p.getInit(), p.getSymName(), seed);
-    else if (auto s = dyn_cast<StateOp>(op)) {
-      // A master weight starts as its parameter's initial value, in f32:
-      // the parameter's doubles, which hold f32 values already (one draw
-      // per element, not two).
-      auto param =
-          isMaster(s) ? module.lookupSymbol<ParamOp>(s.getOfAttr()) : ParamOp();
-      auto made = param ? state.find(param.getSymName()) : state.end();
-      // (A copy first: inserting may move the map's entries.)
-      Tensor value = made != state.end() ? made->second
-                     : param ? initTensor(s.getTensorType(), param.getInit(),
-                                          param.getSymName(), seed)
-                             : initTensor(s.getTensorType(), s.getInit(),
-                                          s.getSymName(), seed);
-      state[s.getSymName()] = std::move(value);
-    }
-  }
-  return state;
-}
 
 Expected<int64_t> strata::loadCheckpoint(ModuleOp module, StringRef path,
                                          llvm::StringMap<Tensor> &state,
@@ -652,9 +567,9 @@ std::vector<Tensor> DataStream::batch(int64_t i) const {
     int64_t label = rng::draw(seed, kDataStream, i, b)[0] % classes;
     labels.data[b] = double(label);
     for (int64_t f = 0; f < width; ++f)
-      features.data[b * width + f] =
-          double(float(normal(seed, kCenterStream, 0, label * width + f) +
-                       normal(seed, kNoiseStream, i, b * width + f)));
+      features.data[b * width + f] = double(float(
+          reference::standardNormal(seed, kCenterStream, 0, label * width + f) +
+          reference::standardNormal(seed, kNoiseStream, i, b * width + f)));
   }
   return {features, labels};
 }

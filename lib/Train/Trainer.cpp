@@ -7,6 +7,7 @@
 #include "strata/Model/ProgramBuilder.h"
 #include "strata/Passes/Passes.h"
 #include "strata/Passes/PipelineSchedule.h"
+#include "strata/Reference/InitialValues.h"
 #include "strata/Strategy/PassPlan.h"
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
@@ -161,31 +162,47 @@ Error Trainer::emitObject(StringRef path) {
       opts.trace);
 }
 
-/// The parameters and optimizer state are seeded (and the reference
-/// backend holds them) as doubles, 8 bytes an element: refuses a program
-/// whose state alone exceeds this machine's memory, which would end in an
-/// allocation failure (an abort) instead of an error.
-static Error checkStateFits(mlir::ModuleOp module) {
-  double bytes = 0;
+/// Refuses a program whose parameters and optimizer state do not fit in this
+/// machine's memory, which would end in an allocation failure (an abort)
+/// instead of an error: the reference backend holds them as doubles (8 bytes
+/// an element), the CPU runtime in their element types; the CUDA runtime
+/// holds them on the device and stages one tensor at a time on the host.
+static Error checkStateFits(mlir::ModuleOp module, Backend backend) {
+  double total = 0, largest = 0;
   for (mlir::Operation &op : *module.getBody()) {
     mlir::RankedTensorType type;
     if (auto p = dyn_cast<ParamOp>(op))
       type = p.getTensorType();
     else if (auto st = dyn_cast<StateOp>(op))
       type = st.getTensorType();
-    if (type)
-      bytes += 8.0 * double(type.getNumElements());
+    if (!type)
+      continue;
+    double elementBytes = backend == Backend::Reference
+                              ? 8.0
+                              : double((type.getElementTypeBitWidth() + 7) / 8);
+    double bytes = elementBytes * double(type.getNumElements());
+    total += bytes;
+    largest = std::max(largest, bytes);
   }
   struct sysinfo info;
   if (sysinfo(&info) != 0)
     return Error::success();
   double memory = double(info.totalram) * double(info.mem_unit);
-  if (bytes <= memory)
+  double needed = backend == Backend::Cuda ? largest : total;
+  if (needed <= memory)
     return Error::success();
-  return trainerError(formatv("the parameters and optimizer state take {0:F1} "
-                              "GB as the doubles they are seeded in, more "
-                              "than this machine's {1:F1} GB of memory",
-                              bytes / 1e9, memory / 1e9));
+  const char *what =
+      backend == Backend::Reference
+          ? "the parameters and optimizer state take {0:F1} GB as the "
+            "doubles the reference backend holds them in"
+      : backend == Backend::Cuda
+          ? "the largest parameter or state takes {0:F1} GB on the host on "
+            "its way to the device"
+          : "the parameters and optimizer state take {0:F1} GB";
+  return trainerError(
+      formatv(what, needed / 1e9).str() +
+      formatv(", more than this machine's {0:F1} GB of memory", memory / 1e9)
+          .str());
 }
 
 /// The groups (rank lists) `rank` communicates in: for each communication op
@@ -214,7 +231,7 @@ static std::vector<std::vector<int64_t>> groupsOf(mlir::ModuleOp module,
 }
 
 Error Trainer::createExecutable() {
-  if (Error err = checkStateFits(*program))
+  if (Error err = checkStateFits(*program, opts.backend))
     return err;
   // The loss scale, and the optimizer's step counter beside it (an i64
   // scalar state).
@@ -260,22 +277,24 @@ Error Trainer::createExecutable() {
     eval.communicator = opts.communicator;
     exe = createReferenceExecutable(stepFunction(), eval);
   }
-  // The seeded values, in doubles, only until the executable holds them
-  // (they take 8 bytes an element: 4 GB beside GPT-2 124M under AdamW).
-  return exe->setState(initialState(*program, opts.seed));
+  // The seeded values, drawn into the executable's own storage.
+  return exe->setInitialState(reference::InitialValues(*program, opts.seed));
 }
 
 Expected<int64_t> Trainer::loadCheckpoint(StringRef path) {
   if (!exe)
     return trainerError("a checkpoint is loaded into the executable: create "
                         "it first");
-  // What the checkpoint lacks (a state of another optimizer, say) starts as
-  // in a fresh run.
-  StringMap<reference::Tensor> loaded = initialState(*program, opts.seed);
+  StringMap<reference::Tensor> loaded;
   std::vector<std::string> unread;
   auto done = strata::loadCheckpoint(*program, path, loaded, &unread);
   if (!done)
     return done.takeError();
+  // What the checkpoint lacks (a state of another optimizer, say) starts as
+  // in a fresh run.
+  if (Error err =
+          exe->setInitialState(reference::InitialValues(*program, opts.seed)))
+    return std::move(err);
   if (Error err = exe->setState(loaded))
     return std::move(err);
   stepCount.reset(); // (the checkpoint's, read at the next step)

@@ -11,6 +11,7 @@
 #define STRATA_EXECUTION_EXECUTABLE_H
 
 #include "strata/Reference/Evaluator.h"
+#include "strata/Reference/InitialValues.h"
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "llvm/ADT/StringMap.h"
@@ -39,8 +40,12 @@ class Executable {
 public:
   virtual ~Executable();
 
-  /// Copies parameters and state in (every one must be present with its
-  /// shape), converting to the program's element types.
+  /// Sets every parameter and state to its seeded initial value.
+  virtual llvm::Error
+  setInitialState(const reference::InitialValues &values) = 0;
+  /// Copies the parameters and state given in (each with its shape; those
+  /// not given keep their values), converting to the program's element
+  /// types.
   virtual llvm::Error
   setState(const llvm::StringMap<reference::Tensor> &state) = 0;
   /// Copies parameters and state out.
@@ -76,9 +81,12 @@ public:
 /// Host buffers of the runtime's element types and tensors: whether a buffer
 /// of element type `dtype` (a runtime ABI code) converts, which f32, bf16,
 /// f16 (rounded from f32 to nearest even), i32 and i64 do; the copies in
-/// both directions (of a type that converts).
+/// both directions (of a type that converts); writeHostValues writes
+/// `count` values at `data` (elements 0 to count - 1 of a buffer there).
 bool isHostBufferType(int64_t dtype);
 void writeHostBuffer(const reference::Tensor &t, int64_t dtype, void *data);
+void writeHostValues(const double *values, int64_t count, int64_t dtype,
+                     void *data);
 reference::Tensor readHostBuffer(std::vector<int64_t> shape, int64_t dtype,
                                  const void *data);
 

@@ -77,6 +77,7 @@ public:
 
   llvm::Error
   setState(const llvm::StringMap<reference::Tensor> &state) override;
+  llvm::Error setInitialState(const reference::InitialValues &values) override;
   void getState(llvm::StringMap<reference::Tensor> &state) const override;
   std::optional<reference::Tensor>
   readState(llvm::StringRef name) const override;

@@ -1,7 +1,9 @@
-//===- Train.h - Weights, data and checkpoints of a training run -*- C++ -*-===//
+//===- Train.h - Weights, data and checkpoints of a training run -*- C++
+//-*-===//
 //
-// What strata-run needs around a compiled program: deterministic initial
-// weights, the deterministic data stream, and safetensors checkpoints.
+// What strata-run needs around a compiled program: the deterministic data
+// stream and safetensors checkpoints (the initial weights are
+// reference::InitialValues).
 // Tensors are the reference evaluator's (row-major doubles); files store
 // each tensor in its program element type.
 //
@@ -56,16 +58,14 @@ llvm::Expected<Safetensors> parseSafetensors(llvm::StringRef data,
 /// The safetensors dtype of an MLIR element type.
 llvm::Expected<std::string> dtypeOf(mlir::Type elementType);
 
-/// Initial value of every strata.param and strata.state of `module`, drawn
-/// from the counter-based RNG keyed by `seed` and the symbol's name.
-llvm::StringMap<Tensor> initialState(mlir::ModuleOp module, uint64_t seed);
-
 /// The most steps a checkpoint records (2^53: exact as a double, as JSON
 /// readers hold numbers); --steps is bounded by it too.
 constexpr int64_t kMaxStepsDone = int64_t(1) << 53;
 
-/// Replaces initial values by those of a checkpoint. Every parameter must
-/// be present with its shape and dtype; states present are taken too.
+/// Puts a checkpoint's values into `state` (what the checkpoint lacks is
+/// left to the caller: the initial values, reference::InitialValues).
+/// Every parameter must be present with its shape and dtype; states present
+/// are taken too.
 /// Errors name the tensor and what differs. Returns the number of training
 /// steps the checkpoint had completed (its position in the data stream).
 /// `unread`, when given, receives the names of the file's tensors that
