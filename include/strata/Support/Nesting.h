@@ -16,6 +16,7 @@
 #include "llvm/Support/MemoryBufferRef.h"
 
 #include <algorithm>
+#include <cctype>
 #include <cstdint>
 
 namespace strata {
@@ -24,16 +25,13 @@ namespace strata {
 /// or MLIR (whose parser also recurses into `(` and `<`).
 enum class NestingSyntax { Json, Yaml, Mlir };
 
-/// The deepest nesting of `[` and `{` in `text` (and, in MLIR, of `(` and
-/// `<`, an arrow's `->` closing nothing), outside quoted strings (double
-/// quotes; YAML's single quotes too) and MLIR's `//` comments. Stops
-/// counting past `limit`.
-inline int64_t maxBracketNesting(llvm::StringRef text, NestingSyntax syntax,
-                                 int64_t limit) {
-  const bool mlir = syntax == NestingSyntax::Mlir;
-  int64_t depth = 0, deepest = 0;
+/// Calls `f(i)` for each index i of `text` outside quoted strings (double
+/// quotes; YAML's single quotes too) and MLIR's `//` comments, until it
+/// returns false.
+template <typename F>
+void forEachCodeChar(llvm::StringRef text, NestingSyntax syntax, F f) {
   char quote = 0;
-  for (size_t i = 0; i < text.size() && deepest <= limit; ++i) {
+  for (size_t i = 0; i < text.size(); ++i) {
     char c = text[i];
     if (quote) {
       if (c == '\\' && quote == '"')
@@ -42,7 +40,8 @@ inline int64_t maxBracketNesting(llvm::StringRef text, NestingSyntax syntax,
         quote = 0;
       continue;
     }
-    if (mlir && c == '/' && i + 1 < text.size() && text[i + 1] == '/') {
+    if (syntax == NestingSyntax::Mlir && c == '/' && i + 1 < text.size() &&
+        text[i + 1] == '/') {
       // A comment, to the end of its line (brackets and quotes in it
       // nest nothing).
       size_t end = text.find('\n', i);
@@ -51,15 +50,69 @@ inline int64_t maxBracketNesting(llvm::StringRef text, NestingSyntax syntax,
     }
     if (c == '"' || (syntax == NestingSyntax::Yaml && c == '\''))
       quote = c;
-    else if (c == '[' || c == '{' || (mlir && (c == '(' || c == '<')))
+    else if (!f(i))
+      return;
+  }
+}
+
+/// The deepest nesting of `[` and `{` in `text` (and, in MLIR, of `(` and
+/// `<`, an arrow's `->` closing nothing), outside quoted strings and
+/// comments (forEachCodeChar). Stops counting past `limit`.
+inline int64_t maxBracketNesting(llvm::StringRef text, NestingSyntax syntax,
+                                 int64_t limit) {
+  const bool mlir = syntax == NestingSyntax::Mlir;
+  int64_t depth = 0, deepest = 0;
+  forEachCodeChar(text, syntax, [&](size_t i) {
+    char c = text[i];
+    if (c == '[' || c == '{' || (mlir && (c == '(' || c == '<')))
       deepest = std::max(deepest, ++depth);
     else if ((c == ']' || c == '}' ||
               (mlir &&
                (c == ')' || (c == '>' && (i == 0 || text[i - 1] != '-'))))) &&
              depth > 0)
       --depth;
-  }
+    return deepest <= limit;
+  });
   return deepest;
+}
+
+/// The most operators (`+`, `-`, `*`, `floordiv`, `ceildiv`, `mod`; unary
+/// minus too) of one `affine_map<...>` or `affine_set<...>` attribute in
+/// the MLIR text `text`, outside quoted strings and comments. Stops
+/// counting past `limit`.
+inline int64_t maxAffineOperators(llvm::StringRef text, int64_t limit) {
+  int64_t depth = 0, open = -1, count = 0, most = 0;
+  auto word = [&](size_t i, llvm::StringRef w) {
+    auto ident = [](char c) { return std::isalnum(uint8_t(c)) || c == '_'; };
+    return text.substr(i).starts_with(w) && (i == 0 || !ident(text[i - 1])) &&
+           (i + w.size() >= text.size() || !ident(text[i + w.size()]));
+  };
+  forEachCodeChar(text, NestingSyntax::Mlir, [&](size_t i) {
+    char c = text[i];
+    bool arrow = c == '-' && i + 1 < text.size() && text[i + 1] == '>';
+    if (c == '<' || c == '(' || c == '[' || c == '{') {
+      ++depth;
+    } else if (c == '>' || c == ')' || c == ']' || c == '}') {
+      if (c == '>' && i > 0 && text[i - 1] == '-')
+        return true; // an arrow's
+      if (depth > 0 && --depth == open) {
+        most = std::max(most, count);
+        open = -1;
+      }
+    } else if (open < 0) {
+      if (text.substr(i).starts_with("affine_map<") ||
+          text.substr(i).starts_with("affine_set<")) {
+        open = depth;
+        count = 0;
+      }
+    } else if (!arrow &&
+               (c == '+' || c == '-' || c == '*' || word(i, "floordiv") ||
+                word(i, "ceildiv") || word(i, "mod"))) {
+      most = std::max(most, ++count);
+    }
+    return most <= limit;
+  });
+  return most;
 }
 
 /// MLIR's parser recurses once per nested region (`{`), array attribute
@@ -69,6 +122,10 @@ inline int64_t maxBracketNesting(llvm::StringRef text, NestingSyntax syntax,
 /// the parser well inside a thread's stack of 1 MiB (an 8 MiB stack
 /// overflowed at tens of thousands of levels, a 1 MiB one at 600).
 constexpr int64_t kMaxProgramNesting = 200;
+/// Its affine-expression parser recurses once per operator: an affine map
+/// or set with more operators than this is refused before parsing too
+/// (real ones have a few).
+constexpr int64_t kMaxAffineOperators = 200;
 
 /// Why the program text `text` (named `name`) is not parsed, or the empty
 /// string: nested deeper than kMaxProgramNesting. Bytecode is not text and
@@ -77,12 +134,17 @@ inline std::string programNestingError(llvm::StringRef text,
                                        llvm::StringRef name) {
   if (mlir::isBytecode(llvm::MemoryBufferRef(text, name)))
     return "";
-  if (maxBracketNesting(text, NestingSyntax::Mlir, kMaxProgramNesting) <=
+  if (maxBracketNesting(text, NestingSyntax::Mlir, kMaxProgramNesting) >
       kMaxProgramNesting)
-    return "";
-  return (name + ": nested deeper than " + llvm::Twine(kMaxProgramNesting) +
-          " levels of brackets ('{', '[', '(', '<'); no Strata program does")
-      .str();
+    return (name + ": nested deeper than " + llvm::Twine(kMaxProgramNesting) +
+            " levels of brackets ('{', '[', '(', '<'); no Strata program does")
+        .str();
+  if (maxAffineOperators(text, kMaxAffineOperators) > kMaxAffineOperators)
+    return (name + ": an affine map or set with more than " +
+            llvm::Twine(kMaxAffineOperators) +
+            " operators in its expressions; no Strata program has one")
+        .str();
+  return "";
 }
 
 } // namespace strata
