@@ -156,18 +156,46 @@ struct StrataExecutableImpl {
   /// The step that failed: it may have updated part of the state (an id
   /// out of range or a NaN loss is found at the step's end), so the
   /// executable trains and saves nothing until a checkpoint is loaded.
-  std::optional<int64_t> failedStep;
+  /// So does a checkpoint that loaded on some ranks of the job and not on
+  /// others: the ranks' states disagree. Why the state is undefined.
+  std::optional<std::string> undefinedState;
 
   /// Whether the state can be trained or saved; otherwise says why in `os`.
   bool stateDefined(llvm::raw_ostream &os, llvm::StringRef what) const {
-    if (!failedStep)
+    if (!undefinedState)
       return true;
-    os << "cannot " << what << ": step " << *failedStep
-       << " failed, and its updates may have changed part of the weights "
-          "and optimizer state; load a checkpoint to go on";
+    os << "cannot " << what << ": " << *undefinedState
+       << "; load a checkpoint to go on";
     return false;
   }
 };
+
+/// Whether `pointer`, an argument the call needs, is there; otherwise says
+/// so in `os`.
+static bool given(const void *pointer, const char *what,
+                  llvm::raw_ostream &os) {
+  if (!pointer)
+    os << what << " is NULL";
+  return pointer != nullptr;
+}
+
+/// Whether `inputs` holds a buffer for each of the step's inputs (as far as
+/// NULL pointers show); otherwise says which is missing.
+static bool inputsGiven(const StrataExecutableImpl &exe,
+                        const void *const *inputs, llvm::raw_ostream &os) {
+  if (!given(inputs, "the array of input buffers", os))
+    return false;
+  for (size_t i = 0; i < exe.names.size(); ++i)
+    if (!inputs[i]) {
+      os << "the buffer of input '" << exe.names[i] << "' is NULL";
+      return false;
+    }
+  return true;
+}
+
+/// The failure of a call on a NULL session or executable (which has nowhere
+/// to put a diagnostic; strataSessionLastError(NULL) says why).
+static constexpr int kNullHandle = 1;
 
 extern "C" {
 
@@ -179,7 +207,11 @@ void strataSessionDestroy(StrataSession session) { delete session; }
 
 int strataSessionParseProgram(StrataSession session, const char *text,
                               size_t length, const char *bufferName) {
+  if (!session)
+    return kNullHandle;
   return session->capture([&](llvm::raw_ostream &os) {
+    if (length && !given(text, "the program text", os))
+      return false;
     if (std::string why = strata::programNestingError(
             llvm::StringRef(text, length), bufferName ? bufferName : "<c-api>");
         !why.empty()) {
@@ -202,6 +234,8 @@ int strataSessionParseProgram(StrataSession session, const char *text,
 int strataSessionGenerateGpt(StrataSession session, int64_t layers,
                              int64_t hidden, int64_t heads, int64_t seq,
                              int64_t vocab, int64_t batch, double dropout) {
+  if (!session)
+    return kNullHandle;
   return session->capture([&](llvm::raw_ostream &os) {
     strata::GptConfig config{layers, hidden, heads, seq, vocab, batch, dropout};
     if (llvm::Error err = strata::validate(config)) {
@@ -214,7 +248,11 @@ int strataSessionGenerateGpt(StrataSession session, int64_t layers,
 }
 
 int strataSessionRunPipeline(StrataSession session, const char *pipeline) {
+  if (!session)
+    return kNullHandle;
   return session->capture([&](llvm::raw_ostream &os) {
+    if (!given(pipeline, "the pass pipeline", os))
+      return false;
     PassManager pm(&session->context);
     // Anchored on the module ("builtin.module(...)", as mlir-opt's
     // --pass-pipeline) or a bare list of passes. Parsing the anchored form
@@ -236,7 +274,11 @@ int strataApiVersion(void) { return STRATA_C_API_VERSION; }
 
 int strataSessionApplyStrategy(StrataSession session, const char *path,
                                int64_t worldSize, int64_t rank) {
+  if (!session)
+    return kNullHandle;
   return session->capture([&](llvm::raw_ostream &os) {
+    if (!given(path, "the strategy path", os))
+      return false;
     auto context = strata::jobContext(worldSize, rank);
     if (!context) {
       os << llvm::toString(context.takeError());
@@ -260,6 +302,13 @@ int strataSessionApplyStrategy(StrataSession session, const char *path,
 
 int strataSessionPrintProgram(StrataSession session,
                               StrataStringCallback callback, void *userData) {
+  if (!session)
+    return kNullHandle;
+  if (!callback)
+    return session->capture([&](llvm::raw_ostream &os) {
+      os << "the callback is NULL";
+      return false;
+    });
   std::string text;
   llvm::raw_string_ostream os(text);
   session->module->print(os);
@@ -270,17 +319,23 @@ int strataSessionPrintProgram(StrataSession session,
 }
 
 const char *strataSessionLastError(StrataSession session) {
+  if (!session)
+    return "the session is NULL";
   return session->error.c_str();
 }
 
 void strataSessionSetDiagnosticCallback(StrataSession session,
                                         StrataDiagnosticCallback callback,
                                         void *userData) {
+  if (!session)
+    return;
   session->callback = callback;
   session->callbackUser = userData;
 }
 
 void strataExecutableOptionsInit(StrataExecutableOptions *options) {
+  if (!options)
+    return;
   std::memset(options, 0, sizeof(*options));
   options->size = sizeof(*options);
   options->worldSize = 1;
@@ -379,14 +434,19 @@ static bool createTrainer(StrataExecutableImpl &exe,
 int strataExecutableCreate(StrataSession session,
                            const StrataExecutableOptions *options,
                            StrataExecutable *executable) {
-  *executable = nullptr;
+  if (executable)
+    *executable = nullptr;
+  if (!session)
+    return kNullHandle;
   auto exe = std::make_unique<StrataExecutableImpl>();
   exe->session = session;
   return session->capture([&](llvm::raw_ostream &os) {
-    if (!options || options->size < sizeof(StrataExecutableOptions)) {
-      os << "the options are older than this library's (size "
-         << (options ? options->size : 0) << ", expected "
-         << sizeof(StrataExecutableOptions)
+    if (!given(executable, "the executable's address", os) ||
+        !given(options, "the options pointer", os))
+      return false;
+    if (options->size < sizeof(StrataExecutableOptions)) {
+      os << "the options are older than this library's (size " << options->size
+         << ", expected " << sizeof(StrataExecutableOptions)
          << "): fill them with strataExecutableOptionsInit";
       return false;
     }
@@ -432,12 +492,18 @@ int strataExecutableCreate(StrataSession session,
 void strataExecutableDestroy(StrataExecutable executable) { delete executable; }
 
 int64_t strataExecutableNumInputs(StrataExecutable executable) {
+  if (!executable)
+    return -1;
   return int64_t(executable->names.size());
 }
 
 int strataExecutableInputInfo(StrataExecutable executable, int64_t index,
                               StrataTensorInfo *info) {
+  if (!executable)
+    return kNullHandle;
   return executable->session->capture([&](llvm::raw_ostream &os) {
+    if (!given(info, "the tensor info's address", os))
+      return false;
     if (index < 0 || index >= int64_t(executable->names.size())) {
       os << "input " << index << " does not exist (the step has "
          << executable->names.size() << ")";
@@ -453,8 +519,12 @@ int strataExecutableInputInfo(StrataExecutable executable, int64_t index,
 
 int strataExecutableReadBatch(StrataExecutable executable, const char *dataPath,
                               int format, int64_t step, void *const *inputs) {
+  if (!executable)
+    return kNullHandle;
   StrataExecutableImpl &exe = *executable;
   return exe.session->capture([&](llvm::raw_ostream &os) {
+    if (!inputsGiven(exe, inputs, os))
+      return false;
     if (dataPath && !*dataPath) {
       os << "the data path is empty (NULL reads the default texts)";
       return false;
@@ -500,7 +570,7 @@ int strataExecutableReadBatch(StrataExecutable executable, const char *dataPath,
       if (!strata::isHostBufferType(exe.types[i])) {
         os << "input '" << exe.names[i] << "' is "
            << strata_rt_element_name(exe.types[i])
-           << ": the data stream writes f32, i32 and i64";
+           << ": the data stream writes f32, bf16, f16, i32 and i64";
         return false;
       }
       strata::writeHostBuffer(batch[i], exe.types[i], inputs[i]);
@@ -511,14 +581,18 @@ int strataExecutableReadBatch(StrataExecutable executable, const char *dataPath,
 
 int strataExecutableStep(StrataExecutable executable, const void *const *inputs,
                          double *loss) {
+  if (!executable)
+    return kNullHandle;
   StrataExecutableImpl &exe = *executable;
   return exe.session->capture([&](llvm::raw_ostream &os) {
+    if (!inputsGiven(exe, inputs, os) || !given(loss, "the loss's address", os))
+      return false;
     std::vector<strata::Tensor> batch;
     for (size_t i = 0; i < exe.names.size(); ++i) {
       if (!strata::isHostBufferType(exe.types[i])) {
         os << "input '" << exe.names[i] << "' is "
            << strata_rt_element_name(exe.types[i])
-           << ": host batches are f32, i32 or i64";
+           << ": host batches are f32, bf16, f16, i32 or i64";
         return false;
       }
       batch.push_back(
@@ -537,7 +611,10 @@ int strataExecutableStep(StrataExecutable executable, const void *const *inputs,
     if (exe.communicator && exe.communicator->size() > 1)
       first = exe.communicator->firstFailure(ok);
     if (!ok || first >= 0) {
-      exe.failedStep = exe.stepsRun;
+      exe.undefinedState =
+          "step " + std::to_string(exe.stepsRun) +
+          " failed, and its updates may have changed part of the weights and "
+          "optimizer state";
       os << "step " << exe.stepsRun << ": "
          << (ok ? "rank " + std::to_string(first) +
                       " failed it (its diagnostics are on that rank)"
@@ -557,23 +634,57 @@ int strataExecutableStep(StrataExecutable executable, const void *const *inputs,
 
 int strataExecutableLoadCheckpoint(StrataExecutable executable,
                                    const char *path, int64_t *stepsDone) {
-  return executable->session->capture([&](llvm::raw_ostream &os) {
-    auto done = executable->trainer->loadCheckpoint(path);
+  if (!executable)
+    return kNullHandle;
+  StrataExecutableImpl &exe = *executable;
+  return exe.session->capture([&](llvm::raw_ostream &os) {
+    std::optional<int64_t> done;
+    std::string why;
+    if (given(path, "the checkpoint path", os)) {
+      auto loaded = exe.trainer->loadCheckpoint(path);
+      if (loaded)
+        done = *loaded;
+      else
+        why = llvm::toString(loaded.takeError());
+    }
+    // Every rank learns whether one failed, and whether one loaded: a job
+    // whose ranks went on from different states would train neither's
+    // model. (A rank that fails keeps its state.)
+    int64_t firstFailed = -1, firstLoaded = -1;
+    if (exe.communicator && exe.communicator->size() > 1) {
+      firstFailed = exe.communicator->firstFailure(done.has_value());
+      firstLoaded = exe.communicator->firstFailure(!done.has_value());
+    }
+    if (firstFailed >= 0 && firstLoaded >= 0)
+      exe.undefinedState = "rank " + std::to_string(firstFailed) +
+                           " failed to load a checkpoint that rank " +
+                           std::to_string(firstLoaded) +
+                           " loaded, so the ranks' states differ";
     if (!done) {
-      os << llvm::toString(done.takeError());
+      os << why;
+      return false;
+    }
+    if (firstFailed >= 0) {
+      os << "rank " << firstFailed
+         << " failed to load the checkpoint (its diagnostics are on that "
+            "rank)";
       return false;
     }
     if (stepsDone)
       *stepsDone = *done;
-    executable->stepsRun = *done;
-    executable->failedStep.reset();
+    exe.stepsRun = *done;
+    exe.undefinedState.reset();
     return true;
   });
 }
 
 int strataExecutableSaveCheckpoint(StrataExecutable executable,
                                    const char *path, int64_t stepsDone) {
+  if (!executable)
+    return kNullHandle;
   return executable->session->capture([&](llvm::raw_ostream &os) {
+    if (!given(path, "the checkpoint path", os))
+      return false;
     if (!executable->stateDefined(os, "save a checkpoint"))
       return false;
     if (llvm::Error err =
@@ -587,6 +698,12 @@ int strataExecutableSaveCheckpoint(StrataExecutable executable,
 
 int strataExecutableMemoryPlan(StrataExecutable executable,
                                StrataMemoryPlan *plan) {
+  if (!executable)
+    return kNullHandle;
+  if (!plan)
+    return executable->session->capture([&](llvm::raw_ostream &os) {
+      return given(plan, "the memory plan's address", os);
+    });
   strata::Trainer &trainer = *executable->trainer;
   const strata::MemoryPlan &memory = trainer.memoryPlan();
   strata::TrainingMemory training = strata::trainingMemory(trainer.module());

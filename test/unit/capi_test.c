@@ -190,7 +190,67 @@ static void executableErrors(void) {
   check(strataExecutableMemoryPlan(exe, &plan) == 0 && plan.peak > 0 &&
             plan.peak == plan.arena + plan.persistent + plan.inputs,
         "memory plan");
+
+  /* NULL where a pointer is needed: an error naming it, nothing done (the
+     step with no address for its loss does not train). */
+  check(strataExecutableStep(exe, NULL, &loss) != 0 &&
+            errorSays(s, "the array of input buffers is NULL"),
+        "step without inputs refused");
+  void *half[2] = {tokens, NULL};
+  check(strataExecutableStep(exe, (const void *const *)half, &loss) != 0 &&
+            errorSays(s, "the buffer of input 'targets' is NULL"),
+        "step with a NULL input buffer refused");
+  check(strataExecutableStep(exe, (const void *const *)batch, NULL) != 0 &&
+            errorSays(s, "the loss's address is NULL"),
+        "step without a loss address refused");
+  check(strataExecutableReadBatch(exe, NULL, STRATA_DATA_TEXT, 0, NULL) != 0 &&
+            errorSays(s, "the array of input buffers is NULL"),
+        "read batch without buffers refused");
+  check(strataExecutableInputInfo(exe, 0, NULL) != 0 &&
+            errorSays(s, "the tensor info's address is NULL"),
+        "input info without info refused");
+  check(strataExecutableMemoryPlan(exe, NULL) != 0 &&
+            errorSays(s, "the memory plan's address is NULL"),
+        "memory plan without plan refused");
+  check(strataExecutableLoadCheckpoint(exe, NULL, &done) != 0 &&
+            errorSays(s, "the checkpoint path is NULL"),
+        "load without a path refused");
+  check(strataExecutableSaveCheckpoint(exe, NULL, 1) != 0 &&
+            errorSays(s, "the checkpoint path is NULL"),
+        "save without a path refused");
+  /* Still trains: the refusals changed nothing. */
+  check(strataExecutableStep(exe, (const void *const *)batch, &loss) == 0,
+        "a step after the refusals");
   strataExecutableDestroy(exe);
+  StrataExecutable none = NULL;
+  check(strataExecutableCreate(s, NULL, &none) != 0 && none == NULL &&
+            errorSays(s, "the options pointer is NULL"),
+        "create without options refused");
+  check(strataExecutableCreate(s, &options, NULL) != 0 &&
+            errorSays(s, "the executable's address is NULL"),
+        "create without a result address refused");
+  check(strataSessionParseProgram(s, NULL, 5, "x.mlir") != 0 &&
+            errorSays(s, "the program text is NULL"),
+        "parse without text refused");
+  check(strataSessionRunPipeline(s, NULL) != 0 &&
+            errorSays(s, "the pass pipeline is NULL"),
+        "pipeline NULL refused");
+  check(strataSessionApplyStrategy(s, NULL, 1, 0) != 0 &&
+            errorSays(s, "the strategy path is NULL"),
+        "strategy path NULL refused");
+  check(strataSessionPrintProgram(s, NULL, NULL) != 0 &&
+            errorSays(s, "the callback is NULL"),
+        "print without a callback refused");
+  /* NULL handles fail with nothing to report in. */
+  check(strataSessionParseProgram(NULL, "x", 1, "x") != 0 &&
+            strataSessionRunPipeline(NULL, "strata-autodiff") != 0 &&
+            strataExecutableCreate(NULL, &options, &none) != 0 &&
+            none == NULL && strataExecutableNumInputs(NULL) == -1 &&
+            strataExecutableStep(NULL, (const void *const *)batch, &loss) !=
+                0 &&
+            strataExecutableMemoryPlan(NULL, &plan) != 0 &&
+            strcmp(strataSessionLastError(NULL), "the session is NULL") == 0,
+        "NULL handles refused");
 
   /* Diagnostics through the callback, with their location. */
   Seen seen = {0, ""};

@@ -180,8 +180,29 @@ int main(int argc, char **argv) {
       strataExecutableDestroy(exe);
       exe = create(s, strategy, backend, seed, &comm);
       int64_t done = -1;
-      if (strataExecutableLoadCheckpoint(exe, checkpoint, &done) != 0)
-        die(s, "strataExecutableLoadCheckpoint");
+      /* The test of a load that fails on one rank (test/run/capi.test):
+         every rank's load fails, and none trains on. */
+      const char *failing = getenv("CAPI_TRAIN_LOAD_FAILS_ON_RANK");
+      if (failing && atoi(failing) == rank)
+        checkpoint = "/nonexistent/strata.safetensors";
+      if (strataExecutableLoadCheckpoint(exe, checkpoint, &done) != 0) {
+        if (!failing)
+          die(s, "strataExecutableLoadCheckpoint");
+        fprintf(stderr, "capi-train: rank %d: load failed: %s", rank,
+                strataSessionLastError(s));
+        double refused;
+        if (strataExecutableStep(exe, (const void *const *)inputs, &refused) ==
+            0) {
+          fprintf(stderr, "capi-train: rank %d: trained on\n", rank);
+          return 1;
+        }
+        fprintf(stderr, "capi-train: rank %d: step refused: %s", rank,
+                strataSessionLastError(s));
+        strataExecutableDestroy(exe);
+        strataSessionDestroy(s);
+        MPI_Finalize();
+        return 3;
+      }
       if (done != split) {
         fprintf(stderr, "the checkpoint says %lld steps, expected %lld\n",
                 (long long)done, split);
