@@ -32,6 +32,7 @@ PyTorch recorded it), never a wrong program.
 import json
 import math
 import operator
+import os
 import re
 import struct
 from dataclasses import dataclass, field
@@ -209,6 +210,16 @@ def load_state_dict(module: torch.nn.Module, path: str) -> List[str]:
     return loaded
 
 
+# PyTorch's own sources, whose frames are not the model's.
+_TORCH_DIR = os.path.dirname(os.path.abspath(torch.__file__))
+
+
+def _inside(path: str, directory: str) -> bool:
+    """Whether the file `path` lies under `directory`."""
+    path = os.path.abspath(path)
+    return path.startswith(directory + os.sep)
+
+
 def _where(node) -> str:
     """" at FILE:LINE (code)" of the model's source that made `node`, when
     PyTorch recorded it; "" otherwise."""
@@ -221,8 +232,8 @@ def _where(node) -> str:
         if not match:
             continue
         path = match.group(1)
-        if path.startswith("<") or "/torch/" in path or \
-                path.endswith("import_torch.py"):
+        if path.startswith("<") or _inside(path, _TORCH_DIR) or \
+                os.path.abspath(path) == os.path.abspath(__file__):
             continue
         code = lines[i + 1].strip() if i + 1 < len(lines) else ""
         return " at %s:%s (%s)" % (path, match.group(2), code)
