@@ -9,6 +9,7 @@
 #include "llvm/Support/ErrorHandling.h"
 #include "llvm/Support/FormatVariadic.h"
 #include "llvm/Support/MemoryBufferRef.h"
+#include "llvm/Support/PrettyStackTrace.h"
 #include "llvm/Support/raw_ostream.h"
 
 #include <cstdlib>
@@ -78,9 +79,16 @@ void strata::endProgramInput() {
   remove_bad_alloc_error_handler();
 }
 
+void strata::reportCrashesToStrata() {
+  setBugReportMsg("PLEASE report this crash to the Strata developers, with "
+                  "the command line, the program, the strategy file and the "
+                  "stack dump below.\n");
+}
+
 void strata::parseToolCommandLine(
     int argc, char **argv, StringRef overview,
     ArrayRef<const cl::OptionCategory *> categories) {
+  reportCrashesToStrata();
   for (cl::SubCommand *sub : cl::getRegisteredSubcommands())
     cl::HideUnrelatedOptions(categories, *sub);
   cl::SetVersionPrinter([](raw_ostream &os) { os << versionText(); });

@@ -64,6 +64,7 @@ static int fail(const Twine &message) {
 
 int main(int argc, char **argv) {
   InitLLVM init(argc, argv);
+  strata::reportCrashesToStrata();
   mlir::DialectRegistry registry;
   strata::registerStrataDialects(registry);
   strata::registerAllStrataPasses();

@@ -192,8 +192,11 @@ int strata_run::launchRanks(int argc, char **argv, int64_t nproc) {
     return launchError("--nproc " + Twine(nproc) +
                        " needs mpirun (Debian: openmpi-bin) on the PATH");
   std::string self = sys::fs::getMainExecutable(argv[0], (void *)&launchError);
-  std::vector<std::string> args = {*mpirun, "-np", std::to_string(nproc),
-                                   "--oversubscribe"};
+  // (No rank reads stdin: mpirun would forward the caller's to rank 0 and
+  // consume it, which a shell loop reading a list would lose.)
+  std::vector<std::string> args = {
+      *mpirun,           "-np",     std::to_string(nproc),
+      "--oversubscribe", "--stdin", "none"};
   if (geteuid() == 0)
     args.push_back("--allow-run-as-root");
   args.push_back(self);
@@ -207,14 +210,17 @@ int strata_run::launchRanks(int argc, char **argv, int64_t nproc) {
       continue;
     args.push_back(a.str());
   }
-  SmallString<128> sessionDir;
-  if (std::error_code ec =
-          sys::fs::createUniqueDirectory("strata-mpi", sessionDir)) {
-    SmallString<128> base;
-    sys::path::system_temp_directory(/*ErasedOnReboot=*/true, base);
+  // In $TMPDIR, made absolute (mpirun resolves a relative one against
+  // another directory); /tmp when it is empty.
+  SmallString<128> base, sessionDir;
+  sys::path::system_temp_directory(/*ErasedOnReboot=*/true, base);
+  if (base.empty())
+    base = "/tmp";
+  sys::fs::make_absolute(base);
+  sys::path::append(base, "strata-mpi");
+  if (std::error_code ec = sys::fs::createUniqueDirectory(base, sessionDir))
     return launchError("cannot create a session directory for mpirun in " +
-                       base + ": " + ec.message());
-  }
+                       sys::path::parent_path(base) + ": " + ec.message());
   // Shared memory between the local ranks; no network probing.
   setenv("OMPI_MCA_pml", "ob1", /*overwrite=*/0);
   setenv("OMPI_MCA_btl", "self,vader", 0);

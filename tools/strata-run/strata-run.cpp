@@ -256,20 +256,37 @@ static int failEverywhere(const Twine &message,
   return 1;
 }
 
-/// A load every rank makes (each its own part of a checkpoint): `message`
-/// is this rank's error, empty when it loaded. Failed everywhere, rank 0
-/// reports once; on some ranks only, the lowest of them.
-static std::optional<int> checkLoaded(const std::string &message) {
-  bool ok = message.empty();
-  if (!mpiRunning)
-    return ok ? std::nullopt : std::optional<int>(fail(message));
+/// A step of the start that every rank makes and that usually fails on all
+/// ranks alike (the same program, strategy and files) but may fail on some
+/// only (a file missing on one machine, ranks launched with different
+/// arguments): every rank learns how many failed. Failed everywhere, rank 0
+/// reports once and every rank leaves MPI in order (failEverywhere); on some
+/// ranks only, the lowest of them reports and ends the job
+/// (checkEverywhere). Returns the exit code when the job fails, nothing
+/// when every rank went on.
+static std::optional<int> agree(bool ok, const Twine &message,
+                                bool diagnosticsPrinted = true) {
+  if (!mpiRunning) {
+    if (ok)
+      return std::nullopt;
+    return diagnosticsPrinted ? 1 : fail(message);
+  }
   int failed = !ok, total = 0;
   MPI_Allreduce(&failed, &total, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
   if (total == 0)
     return std::nullopt;
   if (total == worldSize)
-    return failEverywhere(message, /*diagnosticsPrinted=*/false);
-  return checkEverywhere(ok, message, /*diagnosticsPrinted=*/false);
+    return failEverywhere(message, diagnosticsPrinted);
+  return checkEverywhere(ok, message, diagnosticsPrinted);
+}
+
+/// Diagnostics of a start-up step (agree): printed on rank 0, kept on the
+/// other ranks, which print them if they fail alone.
+static void report(const std::string &diagnostics) {
+  if (worldRank == 0)
+    errs() << diagnostics;
+  else
+    capturedDiagnostics += diagnostics;
 }
 
 /// What can be checked before ranks are launched, in the launching process:
@@ -492,6 +509,22 @@ static int checkArguments() {
       if (!fresh)
         return fail("--" + it->second + " and --" + flag + " both write " +
                     path);
+      // An output over an input: the run would read what it then destroys.
+      for (auto [input, read] :
+           {std::pair<StringRef, StringRef>{"the program", programFile},
+            {"--strategy", strategyFile},
+            {"--data", dataFile},
+            {"--init", initFile},
+            {"--resume", resumeFrom}}) {
+        if (read.empty() || read == "-")
+          continue;
+        SmallString<256> readReal(read);
+        sys::fs::make_absolute(readReal);
+        sys::path::remove_dots(readReal, /*remove_dot_dot=*/true);
+        if (readReal == real || sys::fs::equivalent(read, path))
+          return fail("--" + flag + " " + path + " would overwrite " + input +
+                      " " + read + ", which the run reads");
+      }
     }
   }
   if (!resumeFrom.empty() && !initFile.empty())
@@ -594,10 +627,10 @@ int main(int argc, char **argv) {
     std::string message = toString(strategy.takeError());
     if (strategyFile.empty())
       return fail(message);
-    if (rank0)
-      errs() << message;
-    return failEverywhere("invalid strategy");
+    report(message);
   }
+  if (auto code = agree(bool(strategy), "invalid strategy"))
+    return *code;
 
   mlir::DialectRegistry registry;
   strata::registerStrataDialects(registry);
@@ -614,18 +647,17 @@ int main(int argc, char **argv) {
       rank0 ? static_cast<llvm::raw_ostream &>(llvm::errs()) : captured);
   std::string error;
   auto input = mlir::openInputFile(programFile, &error);
-  if (!input)
-    return failEverywhere(error, /*diagnosticsPrinted=*/false);
-  if (std::string why = strata::checkProgramInput(
-          "strata-run", input->getBuffer(), programFile);
-      !why.empty())
-    return failEverywhere(why, /*diagnosticsPrinted=*/false);
+  if (input)
+    error = strata::checkProgramInput("strata-run", input->getBuffer(),
+                                      programFile);
+  if (auto code = agree(error.empty(), error, /*diagnosticsPrinted=*/false))
+    return *code;
   sourceMgr.AddNewSourceBuffer(std::move(input), SMLoc());
   mlir::OwningOpRef<mlir::ModuleOp> module =
       mlir::parseSourceFile<mlir::ModuleOp>(sourceMgr, &mlirContext);
   strata::endProgramInput();
-  if (!module)
-    return failEverywhere("cannot parse " + programFile);
+  if (auto code = agree(bool(module), "cannot parse " + programFile))
+    return *code;
 
   // The data stream draws global batches from the program as written.
   Expected<mlir::func::FuncOp> written = strata::findStepFunction(*module);
@@ -648,16 +680,14 @@ int main(int argc, char **argv) {
   // The strategy's passes (the first checks the batch split when they
   // run): every rank fails alike.
   auto created = strata::Trainer::create(std::move(module), *strategy, options);
-  if (!created) {
-    if (rank0)
-      errs() << toString(created.takeError());
-    else
-      consumeError(created.takeError());
-    return failEverywhere("cannot compile the strategy");
-  }
-  if (!data)
-    return failEverywhere(toString(data.takeError()),
-                          /*diagnosticsPrinted=*/false);
+  if (!created)
+    report(toString(created.takeError()));
+  if (auto code = agree(bool(created), "cannot compile the strategy"))
+    return *code;
+  std::string dataError = data ? "" : toString(data.takeError());
+  if (auto code = agree(dataError.empty(), dataError,
+                        /*diagnosticsPrinted=*/false))
+    return *code;
   strata::Trainer &trainer = **created;
   {
     Error err = trainer.compile();
@@ -707,9 +737,10 @@ int main(int argc, char **argv) {
         WithColor::warning(errs(), "strata-run")
             << "passing over " << toString(std::move(err)) << "\n";
       });
-      if (!found)
-        return failEverywhere(toString(found.takeError()),
-                              /*diagnosticsPrinted=*/false);
+      std::string foundError = found ? "" : toString(found.takeError());
+      if (auto code = agree(foundError.empty(), foundError,
+                            /*diagnosticsPrinted=*/false))
+        return *code;
       if (*found) {
         firstStep = (*found)->first;
         startFrom = (*found)->second;
@@ -725,7 +756,8 @@ int main(int argc, char **argv) {
   if (!startFrom.empty() && !loaded) {
     auto done = trainer.loadCheckpoint(startFrom);
     std::string message = done ? std::string() : toString(done.takeError());
-    if (auto code = checkLoaded(message))
+    if (auto code = agree(message.empty(), message,
+                          /*diagnosticsPrinted=*/false))
       return *code;
     firstStep = *done;
   }
@@ -760,6 +792,12 @@ int main(int argc, char **argv) {
       resumeFrom.empty() ? firstStep + steps
                          : std::max<int64_t>(firstStep, int64_t(steps));
   const int64_t runSteps = lastStep - firstStep;
+  // (With --resume, --steps is the run's total, which a checkpoint may have
+  // passed: the run is done, and says so.)
+  if (!resumeFrom.empty() && firstStep > int64_t(steps) && rank0)
+    WithColor::warning(errs(), "strata-run")
+        << "the checkpoint is after step " << firstStep << ", past --steps "
+        << steps << " (with --resume, the run's total): no step to train\n";
 
   // Progress lines on stderr from rank 0 (stdout keeps the `step <i> loss
   // <v>` lines that scripts parse): every `--log-every` steps, and the last.

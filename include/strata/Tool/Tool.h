@@ -37,6 +37,10 @@ std::string checkProgramInput(llvm::StringRef tool, llvm::StringRef contents,
 /// again (they are internal errors from here on).
 void endProgramInput();
 
+/// A crash's stack dump asks for a report to Strata's developers (LLVM's
+/// default message names LLVM's issue tracker).
+void reportCrashesToStrata();
+
 /// Parses a tool's command line. Only the options in `categories` are shown
 /// by --help and offered as suggestions; --version prints versionText().
 void parseToolCommandLine(
