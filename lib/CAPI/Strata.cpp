@@ -343,8 +343,8 @@ void strataExecutableOptionsInit(StrataExecutableOptions *options) {
   options->threads = 1;
 }
 
-/// Creates the trainer of `options` over a copy of the session's program;
-/// every failure is local to this rank.
+/// Creates the trainer of `options` over a copy of the session's program
+/// (not compiled yet); every failure is local to this rank.
 static bool createTrainer(StrataExecutableImpl &exe,
                           const StrataExecutableOptions &options,
                           llvm::raw_ostream &os) {
@@ -419,15 +419,6 @@ static bool createTrainer(StrataExecutableImpl &exe,
     return false;
   }
   exe.trainer = std::move(*trainer);
-  // (The passes' diagnostics go to the session's handler.)
-  if (llvm::Error err = exe.trainer->compile()) {
-    os << llvm::toString(std::move(err));
-    return false;
-  }
-  if (llvm::Error err = exe.trainer->createExecutable()) {
-    os << llvm::toString(std::move(err));
-    return false;
-  }
   return true;
 }
 
@@ -470,19 +461,38 @@ int strataExecutableCreate(StrataSession session,
       exe->communicator = std::make_unique<strata::MpiCommunicator>(
           *static_cast<const MPI_Comm *>(options->mpiComm));
     }
-    bool ok = createTrainer(*exe, *options, os);
-    // Every rank learns whether one failed, so that none goes on to wait
-    // for it in a collective.
-    if (exe->communicator && exe->communicator->size() == options->worldSize) {
+    // After each phase every rank learns whether one failed, so that none
+    // goes on to wait for it in a collective (creating the executable sets
+    // up the program's communication groups together).
+    bool multi =
+        exe->communicator && exe->communicator->size() == options->worldSize;
+    auto everyRank = [&](bool ok) {
+      if (!multi)
+        return ok;
       int64_t first = exe->communicator->firstFailure(ok);
-      if (ok && first >= 0) {
+      if (ok && first >= 0)
         os << "rank " << first
            << " of the job failed to create its executable (its diagnostics "
               "are on that rank)";
-        return false;
-      }
+      return first < 0;
+    };
+    if (!everyRank(createTrainer(*exe, *options, os)))
+      return false;
+    // (The same answer on every rank.)
+    if (llvm::Error err = exe->trainer->checkSameJob()) {
+      os << llvm::toString(std::move(err));
+      return false;
     }
-    if (!ok)
+    // (The passes' diagnostics go to the session's handler.)
+    auto succeeded = [&](llvm::Error err) {
+      if (!err)
+        return true;
+      os << llvm::toString(std::move(err));
+      return false;
+    };
+    if (!everyRank(succeeded(exe->trainer->compile())))
+      return false;
+    if (!everyRank(succeeded(exe->trainer->createExecutable())))
       return false;
     *executable = exe.release();
     return true;

@@ -272,6 +272,12 @@ int64_t MpiCommunicator::firstFailure(bool ok) {
   return first == worldSize ? -1 : first;
 }
 
+int64_t MpiCommunicator::firstDifferent(uint64_t value) {
+  uint64_t first = value;
+  MPI_Bcast(&first, 1, MPI_UINT64_T, 0, comm);
+  return firstFailure(value == first);
+}
+
 std::vector<std::string> MpiCommunicator::gatherBytes(const std::string &mine,
                                                       const char *what) {
   if (onBegin)

@@ -15,6 +15,7 @@
 #include "llvm/Support/FileSystem.h"
 #include "llvm/Support/FormatVariadic.h"
 #include "llvm/Support/Path.h"
+#include "llvm/Support/xxhash.h"
 
 #include <cmath>
 #include <cstring>
@@ -114,6 +115,17 @@ Trainer::create(mlir::OwningOpRef<mlir::ModuleOp> program, Strategy strategy,
           ? written->getArgAttrOfType<mlir::StringAttr>(0, "strata.name")
           : mlir::StringAttr();
   trainer->samples = first && first.getValue() == "features";
+  {
+    // The program as written (without locations: ranks may read it from
+    // different paths), the strategy as it was understood, the seed and
+    // the backend.
+    std::string job;
+    llvm::raw_string_ostream os(job);
+    trainer->program->print(os, mlir::OpPrintingFlags().enableDebugInfo(false));
+    os << '\0' << toJson(trainer->plan) << '\0' << options.seed << '\0'
+       << backendName(options.backend);
+    trainer->jobFingerprint = llvm::xxh3_64bits(job);
+  }
   trainer->passes =
       std::make_unique<mlir::PassManager>(trainer->program->getContext());
   if (Error err = addPlannedPasses(
@@ -123,6 +135,18 @@ Trainer::create(mlir::OwningOpRef<mlir::ModuleOp> program, Strategy strategy,
           trainer->plan, options.worldSize))
     return std::move(err);
   return std::move(trainer);
+}
+
+Error Trainer::checkSameJob() {
+  if (!multiRank())
+    return Error::success();
+  int64_t other = opts.communicator->firstDifferent(jobFingerprint);
+  if (other < 0)
+    return Error::success();
+  return trainerError("rank " + Twine(other) +
+                      " was given another program, strategy, seed or backend "
+                      "than rank 0: every rank of a job trains the same "
+                      "program with the same strategy, seed and backend");
 }
 
 mlir::func::FuncOp Trainer::stepFunction() {

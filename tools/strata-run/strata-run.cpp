@@ -689,6 +689,10 @@ int main(int argc, char **argv) {
                         /*diagnosticsPrinted=*/false))
     return *code;
   strata::Trainer &trainer = **created;
+  // (The same answer on every rank.)
+  if (Error err = trainer.checkSameJob())
+    return failEverywhere(toString(std::move(err)),
+                          /*diagnosticsPrinted=*/false);
   {
     Error err = trainer.compile();
     bool ok = !err;

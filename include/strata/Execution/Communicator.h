@@ -50,6 +50,10 @@ public:
   /// Every rank calls it.
   virtual int64_t firstFailure(bool ok) = 0;
 
+  /// The lowest rank whose `value` differs from rank 0's, or -1 when every
+  /// rank's is the same. Every rank calls it.
+  virtual int64_t firstDifferent(uint64_t value) = 0;
+
   /// Every rank's `mine`, on rank 0 in rank order (empty on other ranks).
   /// `what` names the exchange for a rank stopped during it.
   virtual std::vector<std::string> gatherBytes(const std::string &mine,

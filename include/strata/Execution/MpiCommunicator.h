@@ -44,6 +44,7 @@ public:
   RuntimeCallbacks runtimeCallbacks(bool asynchronous) override;
   llvm::Error flush() override;
   int64_t firstFailure(bool ok) override;
+  int64_t firstDifferent(uint64_t value) override;
   std::vector<std::string> gatherBytes(const std::string &mine,
                                        const char *what) override;
   double receiveWaitMs() const override { return recvWaitMs; }

@@ -112,6 +112,13 @@ public:
   create(mlir::OwningOpRef<mlir::ModuleOp> program, Strategy strategy,
          const TrainerOptions &options);
 
+  /// In a job of several ranks: an error on every rank when one was given
+  /// another program, strategy, seed or backend than rank 0 (its
+  /// collectives would not match, or it would train other weights). Every
+  /// rank calls it, after create() succeeded on every rank and before
+  /// compile(); fails alike on every rank.
+  llvm::Error checkSameJob();
+
   /// Runs the strategy's passes; diagnostics go to the MLIRContext's
   /// handler. May fail on one rank alone (each compiles its own stage or
   /// shard).
@@ -217,6 +224,8 @@ private:
   /// The parameters of the program as written (every pipeline stage's):
   /// what a checkpoint of this model may hold beside their state.
   llvm::StringSet<> modelParameters;
+  /// A hash of what every rank of the job must be given alike (checkSameJob).
+  uint64_t jobFingerprint = 0;
   std::vector<double> lossHistory, stepTimes, receiveWaits;
   llvm::json::Array traceEvents;
   std::optional<std::chrono::steady_clock::time_point> started;
