@@ -161,10 +161,28 @@ def _path(what: str, value) -> bytes:
 
 
 _SEVERITIES = {0: "error", 1: "warning", 2: "note", 3: "remark"}
-# The C API's element types (StrataElementType) as numpy types; bf16 has
-# none in numpy and is not accepted from Python yet.
-_DTYPES = {0: np.float32, 1: np.int32, 2: np.int64, 4: np.float16,
-           5: np.int8, 6: np.uint8}
+# The C API's element types (StrataElementType) as numpy types. bf16 has
+# none in numpy: its inputs are float32 arrays, rounded to bf16 (to nearest
+# even) on their way in, and read back as float32.
+_BF16 = 3
+_DTYPES = {0: np.float32, 1: np.int32, 2: np.int64, _BF16: np.float32,
+           4: np.float16, 5: np.int8, 6: np.uint8}
+
+
+def _to_bf16_bits(array: np.ndarray) -> np.ndarray:
+    """float32 values rounded to bf16 (to nearest even; NaNs stay NaN), as
+    their 16-bit patterns."""
+    bits = array.astype(np.float32).view(np.uint32)
+    rounded = ((bits + np.uint32(0x7FFF) + ((bits >> 16) & np.uint32(1)))
+               >> 16).astype(np.uint16)
+    nan = np.isnan(array)
+    rounded[nan] = ((bits[nan] >> 16) | np.uint32(0x40)).astype(np.uint16)
+    return np.ascontiguousarray(rounded)
+
+
+def _from_bf16_bits(bits: np.ndarray) -> np.ndarray:
+    """bf16 patterns as float32 values (exactly)."""
+    return (bits.astype(np.uint32) << 16).view(np.float32)
 
 
 @dataclass(frozen=True)
@@ -199,9 +217,12 @@ class StrataError(Exception):
 
 @dataclass(frozen=True)
 class Input:
+    """One input of the step. `bf16`: the program takes it in bf16, which
+    Python gives and reads as float32 (`dtype`), rounded on the way in."""
     name: str
     dtype: np.dtype
     shape: tuple
+    bf16: bool = False
 
 
 @dataclass(frozen=True)
@@ -327,7 +348,8 @@ class Executable:
                 raise StrataError("input '%s' has element type %d, which "
                                   "numpy has no type for"
                                   % (info.name.decode(), info.elementType))
-            inputs.append(Input(info.name.decode(), np.dtype(dtype), shape))
+            inputs.append(Input(info.name.decode(), np.dtype(dtype), shape,
+                                info.elementType == _BF16))
         self._inputs: Tuple[Input, ...] = tuple(inputs)
 
     @property
@@ -358,6 +380,13 @@ class Executable:
             missing = [i.name for i in self.inputs if i.name not in batch]
             if missing:
                 raise ValueError("the batch has no %s" % ", ".join(missing))
+            names = {i.name for i in self.inputs}
+            unknown = [str(k) for k in batch if k not in names]
+            if unknown:
+                raise ValueError(
+                    "the batch has %s, which the step does not take (it "
+                    "takes %s)" % (", ".join(unknown),
+                                   ", ".join(i.name for i in self.inputs)))
             batch = [batch[i.name] for i in self.inputs]
         batch = list(batch)
         if len(batch) != len(self.inputs):
@@ -373,7 +402,7 @@ class Executable:
                     "input '%s' must be %s of shape %s, got %s of shape %s"
                     % (spec.name, spec.dtype, spec.shape, array.dtype,
                        array.shape))
-            arrays.append(array)
+            arrays.append(_to_bf16_bits(array) if spec.bf16 else array)
         return arrays
 
     @staticmethod
@@ -405,10 +434,12 @@ class Executable:
         if format not in _DATA_FORMATS:
             raise ValueError("read_batch's format must be one of %s, got %r"
                              % (", ".join(_DATA_FORMATS), format))
-        arrays = [np.empty(i.shape, i.dtype) for i in self.inputs]
+        arrays = [np.empty(i.shape, np.uint16 if i.bf16 else i.dtype)
+                  for i in self.inputs]
         self._call(_readBatch, path, _DATA_FORMATS[format], step,
                    self._pointers(arrays))
-        return {i.name: a for i, a in zip(self.inputs, arrays)}
+        return {i.name: _from_bf16_bits(a) if i.bf16 else a
+                for i, a in zip(self.inputs, arrays)}
 
     def step(self, batch) -> float:
         """Trains one step on the global batch (a dict by input name or a

@@ -34,6 +34,12 @@ try:
     exe.step([np.zeros((3, 16), np.float32), np.zeros(8, np.int32)])
 except ValueError as e:
     print("batch:", e)
+# A name the step does not take (a typo would otherwise go unnoticed).
+try:
+    exe.step({"features": np.zeros((8, 16), np.float32),
+              "labels": np.zeros(8, np.int32), "label": 0})
+except ValueError as e:
+    print("extra input:", e)
 # A missing checkpoint.
 try:
     exe.load("missing.safetensors")
