@@ -236,6 +236,13 @@ Expected<Safetensors> strata::parseSafetensors(StringRef data,
       count *= uint64_t(*v);
     }
     auto begin = (*offsets)[0].getAsUINT64(), end = (*offsets)[1].getAsUINT64();
+    // (The offsets agree with the shape, the data lies past the file's
+    // end: the file was cut short.)
+    if (begin && end && *end >= *begin && *end - *begin == count * elem &&
+        *end > payload.size())
+      return bad("the file is cut short: entry '" + name + "' ends at byte " +
+                 Twine(*end) + " of the data, which has " +
+                 Twine(payload.size()));
     if (!begin || !end || *end < *begin || *end > payload.size() ||
         *end - *begin != count * elem)
       return bad("entry '" + name + "' has data offsets that do not match "

@@ -132,9 +132,9 @@ static void forwardSignal(int sig, siginfo_t *info, void *) {
 }
 
 /// Copies mpirun's stderr from `fd` to ours, line by line, leaving out the
-/// banner that follows MPI_Abort: a rank that fails has said why, with its
-/// rank, already. Other notices of mpirun (which rank died of which signal)
-/// pass unchanged.
+/// banners that follow MPI_Abort and a rank's non-zero exit: a rank that
+/// fails has said why, with its rank, already. Other notices of mpirun (which
+/// rank died of which signal) pass unchanged.
 static void relayStderr(int fd) {
   std::string pending, block;
   bool inBlock = false;
@@ -156,7 +156,12 @@ static void relayStderr(int fd) {
     block += text.str();
     if (rule) {
       inBlock = false;
-      if (!StringRef(block).contains("MPI_ABORT was invoked"))
+      // (A rank that exits non-zero has printed its error: mpirun's notices
+      // of it, and of the abort, would repeat that at length.)
+      StringRef text = block;
+      if (!text.contains("MPI_ABORT was invoked") &&
+          !text.contains("returned\na non-zero exit code") &&
+          !text.contains("exited with non-zero status"))
         emit(block);
       block.clear();
     }

@@ -739,7 +739,8 @@ int main(int argc, char **argv) {
       // its error is every rank's.
       auto found = trainer.resumeFromDirectory(resumeFrom, [&](Error err) {
         WithColor::warning(errs(), "strata-run")
-            << "passing over " << toString(std::move(err)) << "\n";
+            << "passing over a checkpoint that does not load: "
+            << toString(std::move(err)) << "\n";
       });
       std::string foundError = found ? "" : toString(found.takeError());
       if (auto code = agree(foundError.empty(), foundError,
