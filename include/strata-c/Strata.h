@@ -12,6 +12,10 @@
  * diagnostic callback. An executable reports through its session, which
  * must outlive it.
  *
+ * A call on a NULL session or executable fails (strataSessionLastError(NULL)
+ * says so; strataExecutableNumInputs(NULL) is -1); a NULL pointer where a
+ * call needs one is an error that names it, and the call does nothing.
+ *
  * Not thread-safe per session; separate sessions are independent.
  * docs/embedding.md has a complete example.
  *
@@ -146,9 +150,11 @@ void strataExecutableOptionsInit(StrataExecutableOptions *options);
 /* Compiles the session's program (a forward step and its loss, as
  * strata-gen writes it) with the strategy for one rank, and creates the
  * backend's executable with the seeded initial weights. The session's
- * program is left as it was. In a job of several ranks every rank calls it;
- * when one rank fails, every rank's call fails (naming the rank), so that
- * none goes on to wait in a collective. */
+ * program is left as it was. In a job of several ranks every rank calls it
+ * with the same program, strategy, seed and backend (a rank given others
+ * fails every rank's call, naming it); when one rank fails, every rank's
+ * call fails (naming the rank), so that none goes on to wait in a
+ * collective. */
 int strataExecutableCreate(StrataSession session,
                            const StrataExecutableOptions *options,
                            StrataExecutable *executable);
@@ -198,7 +204,10 @@ int strataExecutableStep(StrataExecutable executable, const void *const *inputs,
                          double *loss);
 
 /* Replaces weights and optimizer state by a checkpoint's (safetensors, as
- * strata-run writes; any strategy) and stores the steps it had done. */
+ * strata-run writes; any strategy) and stores the steps it had done. Every
+ * rank calls it; when it fails on one, it fails on every rank, and if other
+ * ranks loaded it (the ranks' states now differ) no rank trains or saves
+ * until a checkpoint loads on all of them. */
 int strataExecutableLoadCheckpoint(StrataExecutable executable,
                                    const char *path, int64_t *stepsDone);
 /* Writes weights and optimizer state after `stepsDone` steps (rank 0
