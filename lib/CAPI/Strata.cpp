@@ -160,6 +160,20 @@ struct StrataExecutableImpl {
   /// others: the ranks' states disagree. Why the state is undefined.
   std::optional<std::string> undefinedState;
 
+  /// Whether `ok` holds on every rank of the job (a call's arguments, before
+  /// the collectives the call contains); otherwise says in `os` which rank
+  /// it failed on, when this one's held. Every rank calls it.
+  bool everyRank(bool ok, llvm::raw_ostream &os,
+                 llvm::StringRef failed = "failed the call") const {
+    if (!communicator || communicator->size() < 2)
+      return ok;
+    int64_t first = communicator->firstFailure(ok);
+    if (ok && first >= 0)
+      os << "rank " << first << " " << failed
+         << " (its diagnostics are on that rank)";
+    return first < 0;
+  }
+
   /// Whether the state can be trained or saved; otherwise says why in `os`.
   bool stateDefined(llvm::raw_ostream &os, llvm::StringRef what) const {
     if (!undefinedState)
@@ -432,8 +446,8 @@ int strataExecutableCreate(StrataSession session,
   auto exe = std::make_unique<StrataExecutableImpl>();
   exe->session = session;
   return session->capture([&](llvm::raw_ostream &os) {
-    if (!given(executable, "the executable's address", os) ||
-        !given(options, "the options pointer", os))
+    // (Without options this rank has no communicator to tell the others.)
+    if (!given(options, "the options pointer", os))
       return false;
     if (options->size < sizeof(StrataExecutableOptions)) {
       os << "the options are older than this library's (size " << options->size
@@ -464,19 +478,12 @@ int strataExecutableCreate(StrataSession session,
     // After each phase every rank learns whether one failed, so that none
     // goes on to wait for it in a collective (creating the executable sets
     // up the program's communication groups together).
-    bool multi =
-        exe->communicator && exe->communicator->size() == options->worldSize;
     auto everyRank = [&](bool ok) {
-      if (!multi)
-        return ok;
-      int64_t first = exe->communicator->firstFailure(ok);
-      if (ok && first >= 0)
-        os << "rank " << first
-           << " of the job failed to create its executable (its diagnostics "
-              "are on that rank)";
-      return first < 0;
+      return exe->everyRank(ok, os,
+                            "of the job failed to create its executable");
     };
-    if (!everyRank(createTrainer(*exe, *options, os)))
+    if (!everyRank(given(executable, "the executable's address", os) &&
+                   createTrainer(*exe, *options, os)))
       return false;
     // (The same answer on every rank.)
     if (llvm::Error err = exe->trainer->checkSameJob()) {
@@ -595,7 +602,9 @@ int strataExecutableStep(StrataExecutable executable, const void *const *inputs,
     return kNullHandle;
   StrataExecutableImpl &exe = *executable;
   return exe.session->capture([&](llvm::raw_ostream &os) {
-    if (!inputsGiven(exe, inputs, os) || !given(loss, "the loss's address", os))
+    if (!exe.everyRank(inputsGiven(exe, inputs, os) &&
+                           given(loss, "the loss's address", os),
+                       os))
       return false;
     std::vector<strata::Tensor> batch;
     for (size_t i = 0; i < exe.names.size(); ++i) {
@@ -693,7 +702,7 @@ int strataExecutableSaveCheckpoint(StrataExecutable executable,
   if (!executable)
     return kNullHandle;
   return executable->session->capture([&](llvm::raw_ostream &os) {
-    if (!given(path, "the checkpoint path", os))
+    if (!executable->everyRank(given(path, "the checkpoint path", os), os))
       return false;
     if (!executable->stateDefined(os, "save a checkpoint"))
       return false;

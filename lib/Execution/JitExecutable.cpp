@@ -276,38 +276,37 @@ llvm::Error JitExecutable::emitObject(ModuleOp module, llvm::StringRef path,
 }
 
 llvm::Error
-JitExecutable::setState(const llvm::StringMap<reference::Tensor> &state) {
+JitExecutable::setState(const llvm::StringMap<reference::Tensor> &state,
+                        const reference::InitialValues *rest) {
   // A new state: an earlier step's error (the one that may have left the
   // state half updated) is not this call's.
   runtime->clear_error(context);
+  // (Checked first: nothing changes on these errors.)
   for (Buffer &b : persistent) {
     auto it = state.find(b.name);
-    if (it == state.end())
-      continue;
-    const reference::Tensor &t = it->second;
-    if (t.shape != b.shape)
+    if (it == state.end() && rest && !rest->contains(b.name))
+      return error("no initial value for '" + b.name + "'");
+    if (it != state.end() ? it->second.shape != b.shape
+                          : rest && rest->shape(b.name) != b.shape)
       return error("'" + b.name + "' has the wrong shape");
-    if (llvm::Error err = write(b, t))
-      return err;
   }
-  return llvm::Error::success();
-}
-
-llvm::Error
-JitExecutable::setInitialState(const reference::InitialValues &values) {
-  runtime->clear_error(context);
-  // Each value drawn into one host buffer of the tensor's element type, in
-  // chunks on several threads, then copied in: no tensor of doubles.
+  // An initial value is drawn into one host buffer of the tensor's element
+  // type, in chunks on several threads, then copied in: no tensor of
+  // doubles.
   std::vector<char> host;
   for (Buffer &b : persistent) {
-    if (!values.contains(b.name))
-      return error("no initial value for '" + b.name + "'");
-    if (values.shape(b.name) != b.shape)
-      return error("'" + b.name + "' has the wrong shape");
+    auto it = state.find(b.name);
+    if (it != state.end()) {
+      if (llvm::Error err = write(b, it->second))
+        return err;
+      continue;
+    }
+    if (!rest)
+      continue;
     if (host.size() < size_t(b.bytes))
       host.resize(b.bytes);
     const int64_t elementBytes = strata_rt_element_bytes(b.dtype);
-    values.generate(b.name, [&](int64_t begin, const double *v, int64_t n) {
+    rest->generate(b.name, [&](int64_t begin, const double *v, int64_t n) {
       writeHostValues(v, n, b.dtype, host.data() + begin * elementBytes);
     });
     runtime->write(context, b.data, host.data(), b.bytes);

@@ -21,14 +21,14 @@ public:
       : function(step), options(options),
         created(std::chrono::steady_clock::now()) {}
 
-  llvm::Error setInitialState(const reference::InitialValues &values) override {
-    state = values.tensors();
-    return llvm::Error::success();
-  }
-  llvm::Error
-  setState(const llvm::StringMap<reference::Tensor> &values) override {
+  llvm::Error setState(const llvm::StringMap<reference::Tensor> &values,
+                       const reference::InitialValues *rest) override {
     for (const auto &entry : values)
       state[entry.getKey()] = entry.getValue();
+    if (rest)
+      for (const std::string &name : rest->names())
+        if (!values.contains(name))
+          state[name] = rest->tensor(name);
     return llvm::Error::success();
   }
   /// A bf16 or f16 parameter or state as the runtimes store (and save) it:

@@ -142,10 +142,3 @@ Tensor InitialValues::tensor(llvm::StringRef name) const {
   });
   return t;
 }
-
-llvm::StringMap<Tensor> InitialValues::tensors() const {
-  llvm::StringMap<Tensor> state;
-  for (const std::string &name : order)
-    state[name] = tensor(name);
-  return state;
-}

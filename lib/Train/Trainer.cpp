@@ -201,9 +201,11 @@ static Error checkStateFits(mlir::ModuleOp module, Backend backend) {
       type = st.getTensorType();
     if (!type)
       continue;
-    double elementBytes = backend == Backend::Reference
-                              ? 8.0
-                              : double((type.getElementTypeBitWidth() + 7) / 8);
+    mlir::Type element = type.getElementType();
+    double elementBytes =
+        backend == Backend::Reference || !element.isIntOrFloat()
+            ? 8.0
+            : double((element.getIntOrFloatBitWidth() + 7) / 8);
     double bytes = elementBytes * double(type.getNumElements());
     total += bytes;
     largest = std::max(largest, bytes);
@@ -227,6 +229,29 @@ static Error checkStateFits(mlir::ModuleOp module, Backend backend) {
       formatv(what, needed / 1e9).str() +
       formatv(", more than this machine's {0:F1} GB of memory", memory / 1e9)
           .str());
+}
+
+/// A checkpoint holds this rank's parameters and optimizer state as doubles
+/// while it is saved or loaded: refuses to `what` when they do not fit in
+/// this machine's memory (an allocation failure would abort).
+static Error checkCheckpointFits(mlir::ModuleOp module, StringRef what) {
+  double bytes = 0;
+  for (mlir::Operation &op : *module.getBody()) {
+    if (auto p = dyn_cast<ParamOp>(op))
+      bytes += 8.0 * double(p.getTensorType().getNumElements());
+    else if (auto st = dyn_cast<StateOp>(op))
+      bytes += 8.0 * double(st.getTensorType().getNumElements());
+  }
+  struct sysinfo info;
+  if (sysinfo(&info) != 0)
+    return Error::success();
+  double memory = double(info.totalram) * double(info.mem_unit);
+  if (bytes <= memory)
+    return Error::success();
+  return trainerError(formatv("cannot {0}: a checkpoint holds the parameters "
+                              "and optimizer state as doubles, {1:F1} GB, "
+                              "more than this machine's {2:F1} GB of memory",
+                              what, bytes / 1e9, memory / 1e9));
 }
 
 /// The groups (rank lists) `rank` communicates in: for each communication op
@@ -255,8 +280,19 @@ static std::vector<std::vector<int64_t>> groupsOf(mlir::ModuleOp module,
 }
 
 Error Trainer::createExecutable() {
-  if (Error err = checkStateFits(*program, opts.backend))
-    return err;
+  // (Every rank learns whether one's state does not fit, before the ranks
+  // set up their groups together.)
+  Error fits = checkStateFits(*program, opts.backend);
+  if (multiRank()) {
+    bool failed = bool(fits);
+    int64_t first = opts.communicator->firstFailure(!failed);
+    if (first >= 0 && !failed)
+      fits = trainerError("rank " + Twine(first) +
+                          "'s parameters and optimizer state do not fit in "
+                          "its machine's memory");
+  }
+  if (fits)
+    return fits;
   // The loss scale, and the optimizer's step counter beside it (an i64
   // scalar state).
   if (StateOp scale = findLossScaleState(*program))
@@ -302,13 +338,16 @@ Error Trainer::createExecutable() {
     exe = createReferenceExecutable(stepFunction(), eval);
   }
   // The seeded values, drawn into the executable's own storage.
-  return exe->setInitialState(reference::InitialValues(*program, opts.seed));
+  reference::InitialValues initial(*program, opts.seed);
+  return exe->setState({}, &initial);
 }
 
 Expected<int64_t> Trainer::loadCheckpoint(StringRef path) {
   if (!exe)
     return trainerError("a checkpoint is loaded into the executable: create "
                         "it first");
+  if (Error err = checkCheckpointFits(*program, "load a checkpoint"))
+    return std::move(err);
   StringMap<reference::Tensor> loaded;
   std::vector<std::string> unread;
   auto done = strata::loadCheckpoint(*program, path, loaded, &unread);
@@ -316,10 +355,8 @@ Expected<int64_t> Trainer::loadCheckpoint(StringRef path) {
     return done.takeError();
   // What the checkpoint lacks (a state of another optimizer, say) starts as
   // in a fresh run.
-  if (Error err =
-          exe->setInitialState(reference::InitialValues(*program, opts.seed)))
-    return std::move(err);
-  if (Error err = exe->setState(loaded))
+  reference::InitialValues initial(*program, opts.seed);
+  if (Error err = exe->setState(loaded, &initial))
     return std::move(err);
   stepCount.reset(); // (the checkpoint's, read at the next step)
   // Said once the checkpoint is loaded (nothing changes on an error). What
@@ -507,6 +544,17 @@ Error Trainer::saveCheckpoint(StringRef path, int64_t stepsDone) {
   if (!exe)
     return trainerError("a checkpoint is saved from the executable: create it "
                         "first");
+  // (Every rank learns whether one cannot, before the gather.)
+  Error fits = checkCheckpointFits(*program, "save a checkpoint");
+  if (multiRank()) {
+    bool failed = bool(fits);
+    int64_t first = opts.communicator->firstFailure(!failed);
+    if (first >= 0 && !failed)
+      fits = trainerError("rank " + Twine(first) +
+                          " cannot hold the checkpoint in its memory");
+  }
+  if (fits)
+    return fits;
   StringMap<reference::Tensor> state;
   exe->getState(state);
   auto tensors = checkpointTensors(*program, state);

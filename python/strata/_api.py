@@ -172,12 +172,13 @@ _DTYPES = {0: np.float32, 1: np.int32, 2: np.int64, _BF16: np.float32,
 def _to_bf16_bits(array: np.ndarray) -> np.ndarray:
     """float32 values rounded to bf16 (to nearest even; NaNs stay NaN), as
     their 16-bit patterns."""
-    bits = array.astype(np.float32).view(np.uint32)
+    values = np.atleast_1d(np.asarray(array, np.float32))
+    bits = values.view(np.uint32)
     rounded = ((bits + np.uint32(0x7FFF) + ((bits >> 16) & np.uint32(1)))
                >> 16).astype(np.uint16)
-    nan = np.isnan(array)
+    nan = np.isnan(values)
     rounded[nan] = ((bits[nan] >> 16) | np.uint32(0x40)).astype(np.uint16)
-    return np.ascontiguousarray(rounded)
+    return np.ascontiguousarray(rounded.reshape(np.shape(array)))
 
 
 def _from_bf16_bits(bits: np.ndarray) -> np.ndarray:

@@ -266,11 +266,8 @@ static int failEverywhere(const Twine &message,
 /// when every rank went on.
 static std::optional<int> agree(bool ok, const Twine &message,
                                 bool diagnosticsPrinted = true) {
-  if (!mpiRunning) {
-    if (ok)
-      return std::nullopt;
-    return diagnosticsPrinted ? 1 : fail(message);
-  }
+  if (!mpiRunning)
+    return checkEverywhere(ok, message, diagnosticsPrinted);
   int failed = !ok, total = 0;
   MPI_Allreduce(&failed, &total, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
   if (total == 0)
@@ -516,7 +513,10 @@ static int checkArguments() {
             {"--data", dataFile},
             {"--init", initFile},
             {"--resume", resumeFrom}}) {
-        if (read.empty() || read == "-")
+        // (A checkpoint read at the start may be saved over at the end:
+        // training on in place, written atomically.)
+        if (read.empty() || read == "-" ||
+            (flag == "save" && (input == "--init" || input == "--resume")))
           continue;
         SmallString<256> readReal(read);
         sys::fs::make_absolute(readReal);

@@ -40,14 +40,14 @@ class Executable {
 public:
   virtual ~Executable();
 
-  /// Sets every parameter and state to its seeded initial value.
+  /// Copies the parameters and state given in (each with its shape),
+  /// converting to the program's element types. The others take their
+  /// seeded initial values from `rest` when it is given (every one must be
+  /// there: a new run, or what a checkpoint lacks), and keep theirs
+  /// otherwise.
   virtual llvm::Error
-  setInitialState(const reference::InitialValues &values) = 0;
-  /// Copies the parameters and state given in (each with its shape; those
-  /// not given keep their values), converting to the program's element
-  /// types.
-  virtual llvm::Error
-  setState(const llvm::StringMap<reference::Tensor> &state) = 0;
+  setState(const llvm::StringMap<reference::Tensor> &state,
+           const reference::InitialValues *rest = nullptr) = 0;
   /// Copies parameters and state out.
   virtual void getState(llvm::StringMap<reference::Tensor> &state) const = 0;
   /// One parameter or state (a step counter, the loss scale), or nothing

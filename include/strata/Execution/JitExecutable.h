@@ -75,9 +75,8 @@ public:
                                 llvm::StringRef target = "cpu",
                                 bool trace = false);
 
-  llvm::Error
-  setState(const llvm::StringMap<reference::Tensor> &state) override;
-  llvm::Error setInitialState(const reference::InitialValues &values) override;
+  llvm::Error setState(const llvm::StringMap<reference::Tensor> &state,
+                       const reference::InitialValues *rest = nullptr) override;
   void getState(llvm::StringMap<reference::Tensor> &state) const override;
   std::optional<reference::Tensor>
   readState(llvm::StringRef name) const override;

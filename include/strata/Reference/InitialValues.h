@@ -35,6 +35,8 @@ public:
   /// weight starts as its parameter (the same f32 values).
   InitialValues(mlir::ModuleOp module, uint64_t seed);
 
+  /// The program's parameters and state, in declaration order.
+  llvm::ArrayRef<std::string> names() const { return order; }
   /// Whether `name` is a parameter or state of the program.
   bool contains(llvm::StringRef name) const { return specs.contains(name); }
   /// The shape of `name` (which must be contained).
@@ -51,9 +53,8 @@ public:
                                         int64_t count)>
                     sink) const;
 
-  /// `name`'s values as a tensor; every symbol's, by name.
+  /// `name`'s values as a tensor.
   Tensor tensor(llvm::StringRef name) const;
-  llvm::StringMap<Tensor> tensors() const;
 
 private:
   struct Spec {

@@ -55,20 +55,28 @@ void forEachCodeChar(llvm::StringRef text, NestingSyntax syntax, F f) {
   }
 }
 
+/// Whether the `<` or `>` at `i` of MLIR text is an angle bracket: not a
+/// comparison (`<=`, `>=` of an affine set) nor an arrow's `->`.
+inline bool isAngleBracket(llvm::StringRef text, size_t i) {
+  if (i + 1 < text.size() && text[i + 1] == '=')
+    return false;
+  return text[i] == '<' || i == 0 || text[i - 1] != '-';
+}
+
 /// The deepest nesting of `[` and `{` in `text` (and, in MLIR, of `(` and
-/// `<`, an arrow's `->` closing nothing), outside quoted strings and
-/// comments (forEachCodeChar). Stops counting past `limit`.
+/// angle brackets), outside quoted strings and comments (forEachCodeChar).
+/// Stops counting past `limit`.
 inline int64_t maxBracketNesting(llvm::StringRef text, NestingSyntax syntax,
                                  int64_t limit) {
   const bool mlir = syntax == NestingSyntax::Mlir;
   int64_t depth = 0, deepest = 0;
   forEachCodeChar(text, syntax, [&](size_t i) {
     char c = text[i];
-    if (c == '[' || c == '{' || (mlir && (c == '(' || c == '<')))
+    if (c == '[' || c == '{' ||
+        (mlir && (c == '(' || (c == '<' && isAngleBracket(text, i)))))
       deepest = std::max(deepest, ++depth);
     else if ((c == ']' || c == '}' ||
-              (mlir &&
-               (c == ')' || (c == '>' && (i == 0 || text[i - 1] != '-'))))) &&
+              (mlir && (c == ')' || (c == '>' && isAngleBracket(text, i))))) &&
              depth > 0)
       --depth;
     return deepest <= limit;
@@ -76,12 +84,16 @@ inline int64_t maxBracketNesting(llvm::StringRef text, NestingSyntax syntax,
   return deepest;
 }
 
-/// The most operators (`+`, `-`, `*`, `floordiv`, `ceildiv`, `mod`; unary
-/// minus too) of one `affine_map<...>` or `affine_set<...>` attribute in
+/// The most operators (`+`, `-`, `*`, `floordiv`, `ceildiv`, `mod`, unary
+/// minus, and an affine set's comparisons) of one `affine_map<...>` or
+/// `affine_set<...>` attribute (space or comments may precede its `<`) in
 /// the MLIR text `text`, outside quoted strings and comments. Stops
 /// counting past `limit`.
 inline int64_t maxAffineOperators(llvm::StringRef text, int64_t limit) {
   int64_t depth = 0, open = -1, count = 0, most = 0;
+  // Just after affine_map or affine_set (from `keywordEnd`), before its `<`.
+  bool keyword = false;
+  size_t keywordEnd = 0;
   auto word = [&](size_t i, llvm::StringRef w) {
     auto ident = [](char c) { return std::isalnum(uint8_t(c)) || c == '_'; };
     return text.substr(i).starts_with(w) && (i == 0 || !ident(text[i - 1])) &&
@@ -89,25 +101,32 @@ inline int64_t maxAffineOperators(llvm::StringRef text, int64_t limit) {
   };
   forEachCodeChar(text, NestingSyntax::Mlir, [&](size_t i) {
     char c = text[i];
-    bool arrow = c == '-' && i + 1 < text.size() && text[i + 1] == '>';
-    if (c == '<' || c == '(' || c == '[' || c == '{') {
+    bool angle = (c == '<' || c == '>') && isAngleBracket(text, i);
+    if (keyword && i >= keywordEnd && !std::isspace(uint8_t(c))) {
+      keyword = false;
+      if (c == '<' && angle) {
+        open = depth;
+        count = 0;
+      }
+    }
+    if ((c == '<' && angle) || c == '(' || c == '[' || c == '{') {
       ++depth;
-    } else if (c == '>' || c == ')' || c == ']' || c == '}') {
-      if (c == '>' && i > 0 && text[i - 1] == '-')
-        return true; // an arrow's
+    } else if ((c == '>' && angle) || c == ')' || c == ']' || c == '}') {
       if (depth > 0 && --depth == open) {
         most = std::max(most, count);
         open = -1;
       }
     } else if (open < 0) {
-      if (text.substr(i).starts_with("affine_map<") ||
-          text.substr(i).starts_with("affine_set<")) {
-        open = depth;
-        count = 0;
+      if (word(i, "affine_map") || word(i, "affine_set")) {
+        keyword = true;
+        keywordEnd = i + 10;
       }
-    } else if (!arrow &&
-               (c == '+' || c == '-' || c == '*' || word(i, "floordiv") ||
-                word(i, "ceildiv") || word(i, "mod"))) {
+    } else if (c == '+' ||
+               (c == '-' && !(i + 1 < text.size() && text[i + 1] == '>')) ||
+               c == '*' ||
+               ((c == '<' || c == '>' || c == '=') && !angle &&
+                i + 1 < text.size() && text[i + 1] == '=') ||
+               word(i, "floordiv") || word(i, "ceildiv") || word(i, "mod")) {
       most = std::max(most, ++count);
     }
     return most <= limit;
