@@ -115,7 +115,7 @@ Trainer::create(mlir::OwningOpRef<mlir::ModuleOp> program, Strategy strategy,
           ? written->getArgAttrOfType<mlir::StringAttr>(0, "strata.name")
           : mlir::StringAttr();
   trainer->samples = first && first.getValue() == "features";
-  {
+  if (options.communicator) {
     // The program as written (without locations: ranks may read it from
     // different paths), the strategy as it was understood, the seed and
     // the backend.

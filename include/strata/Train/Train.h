@@ -1,5 +1,4 @@
-//===- Train.h - Weights, data and checkpoints of a training run -*- C++
-//-*-===//
+//===- Train.h - Data and checkpoints of a training run ---------*- C++ -*-===//
 //
 // What strata-run needs around a compiled program: the deterministic data
 // stream and safetensors checkpoints (the initial weights are
