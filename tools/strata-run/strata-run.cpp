@@ -35,6 +35,7 @@
 #include "llvm/Support/FormatVariadic.h"
 #include "llvm/Support/InitLLVM.h"
 #include "llvm/Support/JSON.h"
+#include "llvm/Support/Parallel.h"
 #include "llvm/Support/Path.h"
 #include "llvm/Support/SourceMgr.h"
 #include "llvm/Support/ToolOutputFile.h"
@@ -672,6 +673,9 @@ int main(int argc, char **argv) {
   options.backend = *strata::parseBackend(backend);
   options.seed = seed;
   options.threads = threadsPerRank();
+  // Work LLVM's thread pool does for the run (drawing the initial weights)
+  // takes this rank's threads, not every core of a machine it may share.
+  llvm::parallel::strategy = llvm::hardware_concurrency(options.threads);
   options.trace = !traceFile.empty() || emitTracing;
   options.tf32 = tf32;
   options.gemmAutotune = gemmAutotune;
@@ -731,8 +735,14 @@ int main(int argc, char **argv) {
   std::string startFrom = initFile;
   bool loaded = false;
   if (!resumeFrom.empty()) {
-    if (sys::fs::is_directory(resumeFrom) ||
-        (resumeFrom == checkpointDir && !sys::fs::exists(resumeFrom))) {
+    // A directory of checkpoints or one file: rank 0's view decides for
+    // every rank (the two take different collectives).
+    int fromDirectory =
+        sys::fs::is_directory(resumeFrom) ||
+        (resumeFrom == checkpointDir && !sys::fs::exists(resumeFrom));
+    if (mpiRunning)
+      MPI_Bcast(&fromDirectory, 1, MPI_INT, 0, MPI_COMM_WORLD);
+    if (fromDirectory) {
       // The newest complete checkpoint that loads (a damaged newer one is
       // reported and passed over).
       // Every rank takes the same one (Trainer::resumeFromDirectory), so
