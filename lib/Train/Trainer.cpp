@@ -186,6 +186,14 @@ Error Trainer::emitObject(StringRef path) {
       opts.trace);
 }
 
+/// This machine's memory in bytes, when the kernel says.
+static std::optional<double> machineMemory() {
+  struct sysinfo info;
+  if (sysinfo(&info) != 0)
+    return std::nullopt;
+  return double(info.totalram) * double(info.mem_unit);
+}
+
 /// Refuses a program whose parameters and optimizer state do not fit in this
 /// machine's memory, which would end in an allocation failure (an abort)
 /// instead of an error: the reference backend holds them as doubles (8 bytes
@@ -210,12 +218,9 @@ static Error checkStateFits(mlir::ModuleOp module, Backend backend) {
     total += bytes;
     largest = std::max(largest, bytes);
   }
-  struct sysinfo info;
-  if (sysinfo(&info) != 0)
-    return Error::success();
-  double memory = double(info.totalram) * double(info.mem_unit);
+  std::optional<double> memory = machineMemory();
   double needed = backend == Backend::Cuda ? largest : total;
-  if (needed <= memory)
+  if (!memory || needed <= *memory)
     return Error::success();
   const char *what =
       backend == Backend::Reference
@@ -227,7 +232,7 @@ static Error checkStateFits(mlir::ModuleOp module, Backend backend) {
           : "the parameters and optimizer state take {0:F1} GB";
   return trainerError(
       formatv(what, needed / 1e9).str() +
-      formatv(", more than this machine's {0:F1} GB of memory", memory / 1e9)
+      formatv(", more than this machine's {0:F1} GB of memory", *memory / 1e9)
           .str());
 }
 
@@ -242,16 +247,13 @@ static Error checkCheckpointFits(mlir::ModuleOp module, StringRef what) {
     else if (auto st = dyn_cast<StateOp>(op))
       bytes += 8.0 * double(st.getTensorType().getNumElements());
   }
-  struct sysinfo info;
-  if (sysinfo(&info) != 0)
-    return Error::success();
-  double memory = double(info.totalram) * double(info.mem_unit);
-  if (bytes <= memory)
+  std::optional<double> memory = machineMemory();
+  if (!memory || bytes <= *memory)
     return Error::success();
   return trainerError(formatv("cannot {0}: a checkpoint holds the parameters "
                               "and optimizer state as doubles, {1:F1} GB, "
                               "more than this machine's {2:F1} GB of memory",
-                              what, bytes / 1e9, memory / 1e9));
+                              what, bytes / 1e9, *memory / 1e9));
 }
 
 /// The groups (rank lists) `rank` communicates in: for each communication op
