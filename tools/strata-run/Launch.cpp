@@ -124,8 +124,12 @@ void communicationEnds() { stop::hostActivity.store(nullptr); }
 /// The mpirun child of `launchRanks`, to which the launcher forwards the
 /// signals sent to it alone (a terminal's Ctrl-C reaches both already).
 static volatile sig_atomic_t launchedPid = 0;
+/// The last of SIGINT, SIGTERM, SIGHUP the launcher received (0: none): a
+/// job it stopped exits as the signal would have ended it (128 + signal).
+static volatile sig_atomic_t stopSignal = 0;
 
 static void forwardSignal(int sig, siginfo_t *info, void *) {
+  stopSignal = sig;
   if (launchedPid > 0 && info &&
       (info->si_code == SI_USER || info->si_code == SI_QUEUE))
     kill(pid_t(launchedPid), sig);
@@ -274,6 +278,8 @@ int strata_run::launchRanks(int argc, char **argv, int64_t nproc) {
     code = WIFEXITED(status)     ? WEXITSTATUS(status)
            : WIFSIGNALED(status) ? 128 + WTERMSIG(status)
                                  : 1;
+    if (code != 0 && stopSignal)
+      code = 128 + stopSignal;
   }
   close(errPipe[0]);
   if (pid < 0)
