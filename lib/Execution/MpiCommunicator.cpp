@@ -6,6 +6,7 @@
 
 #include "llvm/ADT/Twine.h"
 
+#include <atomic>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -14,6 +15,31 @@
 using namespace llvm;
 
 namespace strata {
+
+namespace {
+std::atomic<int64_t> blockedSince{0};
+
+int64_t steadyNowUs() {
+  return std::chrono::duration_cast<std::chrono::microseconds>(
+             std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+
+/// Marks an MPI call that may wait for peer ranks, for blockedSinceUs (the
+/// outermost of nested ones).
+class Blocking {
+  int64_t outer;
+
+public:
+  Blocking() : outer(blockedSince.load()) {
+    if (!outer)
+      blockedSince.store(steadyNowUs());
+  }
+  ~Blocking() { blockedSince.store(outer); }
+};
+} // namespace
+
+int64_t MpiCommunicator::blockedSinceUs() { return blockedSince.load(); }
 
 static Error mpiError(const Twine &message) {
   return createStringError(inconvertibleErrorCode(), message);
@@ -156,6 +182,7 @@ Expected<MPI_Comm> MpiCommunicator::lookupOrCreate(ArrayRef<int64_t> group) {
     MPI_Comm_group(comm, &all);
     MPI_Group_incl(all, int(ranks.size()), ranks.data(), &sub);
     MPI_Comm created;
+    Blocking blocking;
     int status = MPI_Comm_create_group(comm, sub, 0, &created);
     MPI_Group_free(&sub);
     MPI_Group_free(&all);
@@ -185,6 +212,7 @@ Error MpiCommunicator::allReduceSum(std::vector<double> &data,
   auto sub = communicatorOf(group);
   if (!sub)
     return sub.takeError();
+  Blocking blocking;
   if (MPI_Allreduce(MPI_IN_PLACE, data.data(), int(data.size()), MPI_DOUBLE,
                     MPI_SUM, *sub) != MPI_SUCCESS)
     return mpiError("MPI_Allreduce failed");
@@ -196,6 +224,7 @@ Error MpiCommunicator::broadcast(std::vector<double> &data,
   auto sub = communicatorOf(group);
   if (!sub)
     return sub.takeError();
+  Blocking blocking;
   if (MPI_Bcast(data.data(), int(data.size()), MPI_DOUBLE, int(root), *sub) !=
       MPI_SUCCESS)
     return mpiError("MPI_Bcast failed");
@@ -236,6 +265,7 @@ Error MpiCommunicator::recv(void *data, int64_t count, MPI_Datatype type,
     return sub.takeError();
   MPI_Status status;
   auto begin = std::chrono::steady_clock::now();
+  Blocking blocking;
   int result =
       MPI_Recv(data, int(count), type, int(peer), /*tag=*/0, *sub, &status);
   recvWaitMs += std::chrono::duration<double, std::milli>(
@@ -254,6 +284,7 @@ Error MpiCommunicator::recv(void *data, int64_t count, MPI_Datatype type,
 Error MpiCommunicator::flush() {
   if (onBegin)
     onBegin("completing the step's sends (MPI_Wait)");
+  Blocking blocking;
   Error result = Error::success();
   for (std::unique_ptr<Outgoing> &message : outgoing)
     if (MPI_Wait(&message->request, MPI_STATUS_IGNORE) != MPI_SUCCESS) {
@@ -267,6 +298,7 @@ Error MpiCommunicator::flush() {
 }
 
 int64_t MpiCommunicator::firstFailure(bool ok) {
+  Blocking blocking;
   int mine = ok ? worldSize : myRank, first = worldSize;
   MPI_Allreduce(&mine, &first, 1, MPI_INT, MPI_MIN, comm);
   return first == worldSize ? -1 : first;
@@ -274,6 +306,7 @@ int64_t MpiCommunicator::firstFailure(bool ok) {
 
 int64_t MpiCommunicator::firstDifferent(uint64_t value) {
   uint64_t first = value;
+  Blocking blocking;
   MPI_Bcast(&first, 1, MPI_UINT64_T, 0, comm);
   return firstFailure(value == first);
 }
@@ -284,6 +317,7 @@ std::vector<std::string> MpiCommunicator::gatherBytes(const std::string &mine,
     onBegin(what);
   int size = int(mine.size());
   std::vector<int> sizes(worldSize), offsets(worldSize, 0);
+  Blocking blocking;
   MPI_Gather(&size, 1, MPI_INT, sizes.data(), 1, MPI_INT, 0, comm);
   int total = 0;
   for (int r = 0; r < worldSize; ++r) {
@@ -368,6 +402,7 @@ int MpiCommunicator::runtimeCollective(void *user, const StrataRtCollective *c,
   int count = int(c->count);
   MPI_Request *r = request ? new MPI_Request : nullptr;
   int status = MPI_SUCCESS;
+  Blocking blocking;
   const char *call = "";
   switch (c->op) {
   case STRATA_RT_ALL_REDUCE:
@@ -418,6 +453,7 @@ int MpiCommunicator::runtimeWait(void *user, void *request, char *error,
   if (self->onBegin)
     self->onBegin(nullptr);
   auto *r = static_cast<MPI_Request *>(request);
+  Blocking blocking;
   int status = MPI_Wait(r, MPI_STATUS_IGNORE);
   delete r;
   if (status != MPI_SUCCESS)

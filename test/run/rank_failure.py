@@ -2,7 +2,9 @@
 """Kills the last rank of a running `strata-run --nproc N` and checks that
 the whole job ends, with a non-zero status, within a bounded time, and that
 every surviving rank said where it was stopped; prints the lines of its
-stderr that name ranks, sorted.
+stderr that name ranks, sorted. With RANK_SIGNAL=SIGSTOP the rank is
+stopped instead (it hangs): a survivor ends the job when it has waited
+--collective-timeout for it, saying so.
 
 Usage: rank_failure.py STRATA_RUN PROGRAM [N [STRATA_RUN_ARGS...]]"""
 import os
@@ -43,7 +45,8 @@ victims = sorted(ranks())
 if len(victims) < nproc:
     os.killpg(job.pid, signal.SIGKILL)
     sys.exit("FAIL: did not find %d ranks (found %d)" % (nproc, len(victims)))
-os.kill(victims[-1], signal.SIGKILL)
+sig = getattr(signal, os.environ.get("RANK_SIGNAL", "SIGKILL"))
+os.kill(victims[-1], sig)
 start = time.time()
 try:
     # Read while waiting: a survivor may print much (MPI's transport
@@ -52,15 +55,20 @@ try:
 except subprocess.TimeoutExpired:
     os.killpg(job.pid, signal.SIGKILL)
     sys.exit("FAIL: the surviving rank hung after its peer died")
-print("job ended %.1f s after a rank was killed, status %d"
-      % (time.time() - start, job.returncode))
+print("job ended %.1f s after a rank was %s, status %d"
+      % (time.time() - start,
+         "stopped" if sig == signal.SIGSTOP else "killed", job.returncode))
 lines = sorted(line.strip() for line in
                stderr.decode(errors="replace").splitlines()
                if "rank" in line)
 for line in lines:
     print(line)
-stopped = [l for l in lines if "stopped by the job" in l]
-if len(stopped) != nproc - 1:
+stopped = [l for l in lines if "stopped by the job" in l or
+           "(--collective-timeout)" in l]
+if sig == signal.SIGSTOP:  # (the first to time out ends the job)
+    if not stopped:
+        sys.exit("FAIL: no surviving rank said why it ended the job")
+elif len(stopped) != nproc - 1:
     sys.exit("FAIL: %d of %d surviving ranks said where they stopped"
              % (len(stopped), nproc - 1))
 sys.exit(0 if job.returncode != 0 else 1)

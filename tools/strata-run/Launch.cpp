@@ -8,6 +8,8 @@
 
 #include "Launch.h"
 
+#include "strata/Execution/MpiCommunicator.h"
+
 #include "llvm/ADT/SmallString.h"
 #include "llvm/Support/FileSystem.h"
 #include "llvm/Support/Path.h"
@@ -16,11 +18,13 @@
 #include "llvm/Support/raw_ostream.h"
 
 #include <atomic>
+#include <chrono>
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <sys/wait.h>
+#include <thread>
 #include <unistd.h>
 
 using namespace llvm;
@@ -106,6 +110,34 @@ void install(int rank) {
 namespace strata_run {
 
 void installStopHandlers(int rank) { stop::install(rank); }
+
+void watchCollectives(double seconds) {
+  std::thread([seconds] {
+    using namespace std::chrono;
+    const auto poll = duration<double>(std::min(1.0, seconds / 4));
+    while (true) {
+      std::this_thread::sleep_for(poll);
+      int64_t since = strata::MpiCommunicator::blockedSinceUs();
+      int64_t now =
+          duration_cast<microseconds>(steady_clock::now().time_since_epoch())
+              .count();
+      if (!since || double(now - since) < seconds * 1e6)
+        continue;
+      char waited[128];
+      std::snprintf(waited, sizeof(waited), "waited %.0f s for a peer rank",
+                    double(now - since) / 1e6);
+      stop::put(stop::prefix);
+      stop::put(waited);
+      if (const char *at = stop::where()) {
+        stop::put(" in ");
+        stop::put(at);
+      }
+      stop::put(" (--collective-timeout): a peer rank stopped or hangs; "
+                "ending the job\n");
+      _exit(1);
+    }
+  }).detach();
+}
 
 void watchExecutable(const strata::Executable *executable) {
   stop::executable.store(executable);

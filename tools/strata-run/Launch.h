@@ -18,6 +18,10 @@ int launchRanks(int argc, char **argv, int64_t nproc);
 /// job stops (a peer failed, Ctrl-C) names the collective, send, receive or
 /// wait it was in, and exits.
 void installStopHandlers(int rank);
+/// Starts a thread that ends this rank (exit status 1, which makes mpirun end
+/// the job) when it has waited `seconds` in one MPI call for peer ranks (a
+/// rank that stopped or hangs), naming where.
+void watchCollectives(double seconds);
 /// The executable whose host calls the handlers name (null: none).
 void watchExecutable(const strata::Executable *executable);
 /// Communicator::onBegin / onEnd of the job's communicator.

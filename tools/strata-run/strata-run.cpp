@@ -181,6 +181,12 @@ static cl::opt<bool> blockingCollectives(
              "overlapping it with the ops that follow (for measurements and "
              "debugging)"),
     cl::init(false), cl::cat(launchCategory));
+static cl::opt<double> collectiveTimeout(
+    "collective-timeout",
+    cl::desc("In a job of several ranks, end the job when a rank has waited "
+             "this many seconds in one collective, send, receive or wait for "
+             "its peers (one that stopped or hangs); 0: wait for ever"),
+    cl::value_desc("seconds"), cl::init(1800), cl::cat(launchCategory));
 static cl::opt<bool> quiet("quiet",
                            cl::desc("No progress lines or summary on stderr"),
                            cl::init(false), cl::cat(outputCategory));
@@ -447,6 +453,10 @@ static int checkArguments() {
                 " is out of range: give 1 to " + Twine(strata::kMaxThreads) +
                 " threads per rank, or leave "
                 "it out to divide the cores among the ranks of this machine");
+  if (!(collectiveTimeout >= 0) || collectiveTimeout > 1e9)
+    return fail("--collective-timeout " +
+                strata::formatStrategyNumber(collectiveTimeout) +
+                " is not a number of seconds from 0 (wait for ever) to 1e9");
   if (steps < 0 || steps > strata::kMaxStepsDone)
     return fail("--steps " + Twine(steps) +
                 (steps < 0 ? " is negative" : " is beyond 2^53"));
@@ -612,6 +622,8 @@ int main(int argc, char **argv) {
     MPI_Comm_rank(MPI_COMM_WORLD, &worldRank);
     MPI_Comm_size(MPI_COMM_WORLD, &worldSize);
     strata_run::installStopHandlers(worldRank);
+    if (collectiveTimeout > 0)
+      strata_run::watchCollectives(collectiveTimeout);
     communicator = std::make_unique<strata::MpiCommunicator>(MPI_COMM_WORLD);
     communicator->onBegin = strata_run::communicationBegins;
     communicator->onEnd = strata_run::communicationEnds;

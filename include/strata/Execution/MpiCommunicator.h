@@ -30,6 +30,12 @@ public:
   ~MpiCommunicator() override;
 
   int64_t rank() const override { return myRank; }
+
+  /// Since when (std::chrono::steady_clock, in microseconds) this process
+  /// has been blocked in an MPI call of a communicator that waits for peer
+  /// ranks (a collective, a receive, a wait), or 0 when it is in none: a
+  /// watchdog thread may read it (strata-run --collective-timeout).
+  static int64_t blockedSinceUs();
   int64_t size() const override { return worldSize; }
 
   llvm::Error allReduceSum(std::vector<double> &data,
