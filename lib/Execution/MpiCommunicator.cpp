@@ -207,8 +207,25 @@ Error MpiCommunicator::prepareGroups(ArrayRef<std::vector<int64_t>> groups) {
   return Error::success();
 }
 
+/// Names a host-side exchange (the reference backend's collectives, sends
+/// and receives, which no executable site names) for as long as it lasts.
+class MpiCommunicator::Exchange {
+  const MpiCommunicator &c;
+
+public:
+  Exchange(const MpiCommunicator &c, const char *what) : c(c) {
+    if (c.onBegin)
+      c.onBegin(what);
+  }
+  ~Exchange() {
+    if (c.onEnd)
+      c.onEnd();
+  }
+};
+
 Error MpiCommunicator::allReduceSum(std::vector<double> &data,
                                     ArrayRef<int64_t> group) {
+  Exchange exchange(*this, "an all-reduce of the reference backend");
   auto sub = communicatorOf(group);
   if (!sub)
     return sub.takeError();
@@ -221,6 +238,7 @@ Error MpiCommunicator::allReduceSum(std::vector<double> &data,
 
 Error MpiCommunicator::broadcast(std::vector<double> &data,
                                  ArrayRef<int64_t> group, int64_t root) {
+  Exchange exchange(*this, "a broadcast of the reference backend");
   auto sub = communicatorOf(group);
   if (!sub)
     return sub.takeError();
@@ -238,6 +256,7 @@ Error MpiCommunicator::send(const std::vector<double> &data,
 
 Error MpiCommunicator::recv(std::vector<double> &data, ArrayRef<int64_t> group,
                             int64_t peer) {
+  Exchange exchange(*this, "a receive of the reference backend");
   return recv(data.data(), int64_t(data.size()), MPI_DOUBLE, group, peer);
 }
 

@@ -17,6 +17,7 @@
 #include "llvm/Support/WithColor.h"
 #include "llvm/Support/raw_ostream.h"
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <csignal>
@@ -48,22 +49,34 @@ std::atomic<const strata::Executable *> executable{nullptr};
 std::atomic<const char *> hostActivity{nullptr};
 volatile sig_atomic_t requested = 0;
 
-void put(const char *s) {
-  ssize_t ignored = ::write(STDERR_FILENO, s, std::strlen(s));
-  (void)ignored;
-}
+/// A line built in place and written with one write(2), so that the lines
+/// of ranks sharing mpirun's stderr do not interleave. Signal-safe.
+struct Line {
+  char text[1024];
+  size_t used = 0;
+  Line &operator<<(const char *s) {
+    size_t n = std::min(std::strlen(s), sizeof(text) - used);
+    std::memcpy(text + used, s, n);
+    used += n;
+    return *this;
+  }
+  void write() {
+    ssize_t ignored = ::write(STDERR_FILENO, text, used);
+    (void)ignored;
+  }
+};
 
 [[noreturn]] void report(const char *where) {
-  put(prefix);
-  put(requested == SIGINT ? "interrupted" : "stopped by the job");
-  if (where) {
-    put(" while in ");
-    put(where);
-  } else {
-    put(" while computing (outside any collective)");
-  }
-  put(": a peer rank failed or the job was cancelled; mpirun names the "
-      "rank that ended first\n");
+  Line line;
+  line << prefix
+       << (requested == SIGINT ? "interrupted" : "stopped by the job");
+  if (where)
+    line << " while in " << where;
+  else
+    line << " while computing (outside any collective)";
+  line << ": a peer rank failed or the job was cancelled; mpirun names the "
+          "rank that ended first\n";
+  line.write();
   _exit(128 + (requested ? int(requested) : SIGTERM));
 }
 
@@ -126,14 +139,13 @@ void watchCollectives(double seconds) {
       char waited[128];
       std::snprintf(waited, sizeof(waited), "waited %.0f s for a peer rank",
                     double(now - since) / 1e6);
-      stop::put(stop::prefix);
-      stop::put(waited);
-      if (const char *at = stop::where()) {
-        stop::put(" in ");
-        stop::put(at);
-      }
-      stop::put(" (--collective-timeout): a peer rank stopped or hangs; "
-                "ending the job\n");
+      stop::Line line;
+      line << stop::prefix << waited;
+      if (const char *at = stop::where())
+        line << " in " << at;
+      line << " (--collective-timeout): a peer rank stopped or hangs; ending "
+              "the job\n";
+      line.write();
       _exit(1);
     }
   }).detach();

@@ -82,6 +82,8 @@ private:
                          const int64_t *ranks, int64_t numRanks, int64_t peer,
                          char *error, size_t errorSize);
 
+  class Exchange;
+
   /// Open MPI's choice of algorithm for MPI_Iallreduce (an MPI_T control
   /// variable), or null where MPI has none or the user chose one.
   class IallreduceAlgorithm;
