@@ -137,6 +137,16 @@ Trainer::create(mlir::OwningOpRef<mlir::ModuleOp> program, Strategy strategy,
   return std::move(trainer);
 }
 
+Error Trainer::everyRank(Error local, const Twine &failedElsewhere) {
+  if (!multiRank())
+    return local;
+  bool failed = bool(local);
+  int64_t first = opts.communicator->firstFailure(!failed);
+  if (first >= 0 && !failed)
+    return trainerError("rank " + Twine(first) + failedElsewhere);
+  return local;
+}
+
 Error Trainer::checkSameJob() {
   if (!multiRank())
     return Error::success();
@@ -194,12 +204,11 @@ static std::optional<double> machineMemory() {
   return double(info.totalram) * double(info.mem_unit);
 }
 
-/// Refuses a program whose parameters and optimizer state do not fit in this
-/// machine's memory, which would end in an allocation failure (an abort)
-/// instead of an error: the reference backend holds them as doubles (8 bytes
-/// an element), the CPU runtime in their element types; the CUDA runtime
-/// holds them on the device and stages one tensor at a time on the host.
-static Error checkStateFits(mlir::ModuleOp module, Backend backend) {
+/// The bytes of `module`'s parameters and state, an element of type T taking
+/// elementBytes(T): in all, and of the largest tensor.
+static std::pair<double, double>
+stateBytes(mlir::ModuleOp module,
+           function_ref<double(mlir::Type element)> elementBytes) {
   double total = 0, largest = 0;
   for (mlir::Operation &op : *module.getBody()) {
     mlir::RankedTensorType type;
@@ -209,15 +218,25 @@ static Error checkStateFits(mlir::ModuleOp module, Backend backend) {
       type = st.getTensorType();
     if (!type)
       continue;
-    mlir::Type element = type.getElementType();
-    double elementBytes =
-        backend == Backend::Reference || !element.isIntOrFloat()
-            ? 8.0
-            : double((element.getIntOrFloatBitWidth() + 7) / 8);
-    double bytes = elementBytes * double(type.getNumElements());
+    double bytes =
+        elementBytes(type.getElementType()) * double(type.getNumElements());
     total += bytes;
     largest = std::max(largest, bytes);
   }
+  return {total, largest};
+}
+
+/// Refuses a program whose parameters and optimizer state do not fit in this
+/// machine's memory, which would end in an allocation failure (an abort)
+/// instead of an error: the reference backend holds them as doubles (8 bytes
+/// an element), the CPU runtime in their element types; the CUDA runtime
+/// holds them on the device and stages one tensor at a time on the host.
+static Error checkStateFits(mlir::ModuleOp module, Backend backend) {
+  auto [total, largest] = stateBytes(module, [&](mlir::Type element) {
+    return backend == Backend::Reference || !element.isIntOrFloat()
+               ? 8.0
+               : double((element.getIntOrFloatBitWidth() + 7) / 8);
+  });
   std::optional<double> memory = machineMemory();
   double needed = backend == Backend::Cuda ? largest : total;
   if (!memory || needed <= *memory)
@@ -240,13 +259,7 @@ static Error checkStateFits(mlir::ModuleOp module, Backend backend) {
 /// while it is saved or loaded: refuses to `what` when they do not fit in
 /// this machine's memory (an allocation failure would abort).
 static Error checkCheckpointFits(mlir::ModuleOp module, StringRef what) {
-  double bytes = 0;
-  for (mlir::Operation &op : *module.getBody()) {
-    if (auto p = dyn_cast<ParamOp>(op))
-      bytes += 8.0 * double(p.getTensorType().getNumElements());
-    else if (auto st = dyn_cast<StateOp>(op))
-      bytes += 8.0 * double(st.getTensorType().getNumElements());
-  }
+  double bytes = stateBytes(module, [](mlir::Type) { return 8.0; }).first;
   std::optional<double> memory = machineMemory();
   if (!memory || bytes <= *memory)
     return Error::success();
@@ -284,17 +297,10 @@ static std::vector<std::vector<int64_t>> groupsOf(mlir::ModuleOp module,
 Error Trainer::createExecutable() {
   // (Every rank learns whether one's state does not fit, before the ranks
   // set up their groups together.)
-  Error fits = checkStateFits(*program, opts.backend);
-  if (multiRank()) {
-    bool failed = bool(fits);
-    int64_t first = opts.communicator->firstFailure(!failed);
-    if (first >= 0 && !failed)
-      fits = trainerError("rank " + Twine(first) +
-                          "'s parameters and optimizer state do not fit in "
-                          "its machine's memory");
-  }
-  if (fits)
-    return fits;
+  if (Error err = everyRank(checkStateFits(*program, opts.backend),
+                            "'s parameters and optimizer state do not fit in "
+                            "its machine's memory"))
+    return err;
   // The loss scale, and the optimizer's step counter beside it (an i64
   // scalar state).
   if (StateOp scale = findLossScaleState(*program))
@@ -547,16 +553,9 @@ Error Trainer::saveCheckpoint(StringRef path, int64_t stepsDone) {
     return trainerError("a checkpoint is saved from the executable: create it "
                         "first");
   // (Every rank learns whether one cannot, before the gather.)
-  Error fits = checkCheckpointFits(*program, "save a checkpoint");
-  if (multiRank()) {
-    bool failed = bool(fits);
-    int64_t first = opts.communicator->firstFailure(!failed);
-    if (first >= 0 && !failed)
-      fits = trainerError("rank " + Twine(first) +
-                          " cannot hold the checkpoint in its memory");
-  }
-  if (fits)
-    return fits;
+  if (Error err = everyRank(checkCheckpointFits(*program, "save a checkpoint"),
+                            " cannot hold the checkpoint in its memory"))
+    return err;
   StringMap<reference::Tensor> state;
   exe->getState(state);
   auto tensors = checkpointTensors(*program, state);

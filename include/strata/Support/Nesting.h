@@ -63,21 +63,31 @@ inline bool isAngleBracket(llvm::StringRef text, size_t i) {
   return text[i] == '<' || i == 0 || text[i - 1] != '-';
 }
 
-/// The deepest nesting of `[` and `{` in `text` (and, in MLIR, of `(` and
-/// angle brackets), outside quoted strings and comments (forEachCodeChar).
-/// Stops counting past `limit`.
+/// +1 where the character at `i` of `text` opens a bracket that nests the
+/// parser (`[`, `{`; in MLIR also `(` and an angle bracket), -1 where it
+/// closes one, 0 otherwise.
+inline int bracketAt(llvm::StringRef text, size_t i, NestingSyntax syntax) {
+  const bool mlir = syntax == NestingSyntax::Mlir;
+  char c = text[i];
+  if (c == '[' || c == '{' ||
+      (mlir && (c == '(' || (c == '<' && isAngleBracket(text, i)))))
+    return 1;
+  if (c == ']' || c == '}' ||
+      (mlir && (c == ')' || (c == '>' && isAngleBracket(text, i)))))
+    return -1;
+  return 0;
+}
+
+/// The deepest nesting of brackets (bracketAt) in `text`, outside quoted
+/// strings and comments (forEachCodeChar). Stops counting past `limit`.
 inline int64_t maxBracketNesting(llvm::StringRef text, NestingSyntax syntax,
                                  int64_t limit) {
-  const bool mlir = syntax == NestingSyntax::Mlir;
   int64_t depth = 0, deepest = 0;
   forEachCodeChar(text, syntax, [&](size_t i) {
-    char c = text[i];
-    if (c == '[' || c == '{' ||
-        (mlir && (c == '(' || (c == '<' && isAngleBracket(text, i)))))
+    int bracket = bracketAt(text, i, syntax);
+    if (bracket > 0)
       deepest = std::max(deepest, ++depth);
-    else if ((c == ']' || c == '}' ||
-              (mlir && (c == ')' || (c == '>' && isAngleBracket(text, i))))) &&
-             depth > 0)
+    else if (bracket < 0 && depth > 0)
       --depth;
     return deepest <= limit;
   });
@@ -101,17 +111,17 @@ inline int64_t maxAffineOperators(llvm::StringRef text, int64_t limit) {
   };
   forEachCodeChar(text, NestingSyntax::Mlir, [&](size_t i) {
     char c = text[i];
-    bool angle = (c == '<' || c == '>') && isAngleBracket(text, i);
+    int bracket = bracketAt(text, i, NestingSyntax::Mlir);
     if (keyword && i >= keywordEnd && !std::isspace(uint8_t(c))) {
       keyword = false;
-      if (c == '<' && angle) {
+      if (c == '<' && bracket > 0) {
         open = depth;
         count = 0;
       }
     }
-    if ((c == '<' && angle) || c == '(' || c == '[' || c == '{') {
+    if (bracket > 0) {
       ++depth;
-    } else if ((c == '>' && angle) || c == ')' || c == ']' || c == '}') {
+    } else if (bracket < 0) {
       if (depth > 0 && --depth == open) {
         most = std::max(most, count);
         open = -1;
@@ -124,8 +134,8 @@ inline int64_t maxAffineOperators(llvm::StringRef text, int64_t limit) {
     } else if (c == '+' ||
                (c == '-' && !(i + 1 < text.size() && text[i + 1] == '>')) ||
                c == '*' ||
-               ((c == '<' || c == '>' || c == '=') && !angle &&
-                i + 1 < text.size() && text[i + 1] == '=') ||
+               ((c == '<' || c == '>' || c == '=') && i + 1 < text.size() &&
+                text[i + 1] == '=') ||
                word(i, "floordiv") || word(i, "ceildiv") || word(i, "mod")) {
       most = std::max(most, ++count);
     }

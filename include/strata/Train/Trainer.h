@@ -224,6 +224,11 @@ private:
   /// The parameters of the program as written (every pipeline stage's):
   /// what a checkpoint of this model may hold beside their state.
   llvm::StringSet<> modelParameters;
+  /// `local`, this rank's outcome of a step every rank takes before a
+  /// collective; in a job of several ranks, on a rank where it succeeded,
+  /// the error "rank R<failedElsewhere>" when it failed on rank R (the
+  /// first). Every rank calls it.
+  llvm::Error everyRank(llvm::Error local, const llvm::Twine &failedElsewhere);
   /// A hash of what every rank of the job must be given alike (checkSameJob).
   uint64_t jobFingerprint = 0;
   std::vector<double> lossHistory, stepTimes, receiveWaits;
