@@ -16,6 +16,16 @@ config.substitutions.append(("%strata_src_root", config.strata_src_root))
 # Debian's interpreter, which has python3-torch.
 config.substitutions.append(("%python", "/usr/bin/python3"))
 config.substitutions.append(("%strata_obj_root", config.strata_obj_root))
+# The environment of a test's own mpirun: its session directory and the
+# ranks' shared-memory segments under the test's directory (a rank that a
+# test makes fail leaves its segment behind, which /dev/shm would keep),
+# shared-memory transport only, and root allowed (containers).
+config.substitutions.append(
+    ("%mpienv",
+     "OMPI_MCA_orte_tmpdir_base=%t/mpi "
+     "OMPI_MCA_btl_vader_backing_directory=%t/mpi OMPI_MCA_pml=ob1 "
+     "OMPI_MCA_btl=self,vader OMPI_ALLOW_RUN_AS_ROOT=1 "
+     "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1"))
 # C programs linked with the runtime link the sanitizers' runtimes too in a
 # sanitizer build (STRATA_SANITIZE).
 config.substitutions.append(

@@ -1,8 +1,18 @@
-"""Interrupts a `strata-run --nproc N` job: starts COMMAND..., sends SIGINT
-to the launcher (as `kill -INT` would; a terminal's Ctrl-C reaches mpirun
-and the ranks too) once the first loss is printed, and prints the exit
-status, how long the job took to end after it, and how many of the
-session directories it made under $TMPDIR are left."""
+"""Interrupts a `strata-run --nproc N` job and reports what it left behind.
+
+    interrupt.py launcher|group|kill COMMAND...
+
+starts COMMAND... (in a session of its own, with a fresh $TMPDIR) and, once
+the first loss is printed:
+- launcher: sends SIGINT to the launcher alone (as `kill -INT` would);
+- group: sends SIGINT to the whole process group (as a terminal's Ctrl-C
+  does: the launcher, mpirun and the ranks all get it);
+- kill: sends SIGKILL to the launcher, which cannot pass it on, then runs
+  COMMAND... once more with --steps 1 (a later launch removes what a killed
+  one left).
+Prints the exit status, whether the job ended within 10 s, and how many of
+its processes, session directories under $TMPDIR and shared-memory
+directories under /dev/shm are left."""
 
 import glob
 import os
@@ -12,22 +22,58 @@ import sys
 import tempfile
 import time
 
+mode, command = sys.argv[1], sys.argv[2:]
 tmp = tempfile.mkdtemp(prefix="interrupt-", dir=os.getcwd())
 env = dict(os.environ, TMPDIR=tmp)
-job = subprocess.Popen(sys.argv[1:], stdout=subprocess.PIPE,
-                       stderr=subprocess.DEVNULL, env=env, text=True)
+
+
+def processes_left():
+    """The processes started with this test's $TMPDIR (the job's: the
+    launcher passes its environment on to mpirun and the ranks)."""
+    marker = ("TMPDIR=%s\0" % tmp).encode()
+    left = 0
+    for proc in glob.glob("/proc/[0-9]*"):
+        try:
+            with open(os.path.join(proc, "environ"), "rb") as f:
+                if marker in f.read():
+                    left += 1
+        except OSError:
+            pass
+    return left
+
+
+job = subprocess.Popen(command, stdout=subprocess.PIPE,
+                       stderr=subprocess.DEVNULL, env=env, text=True,
+                       start_new_session=True)
 first = job.stdout.readline()
 if not first.startswith("step 0 loss"):
     sys.exit("the job printed %r before its first loss" % first)
-job.send_signal(signal.SIGINT)
+if mode == "launcher":
+    job.send_signal(signal.SIGINT)
+elif mode == "group":
+    os.killpg(job.pid, signal.SIGINT)
+elif mode == "kill":
+    job.send_signal(signal.SIGKILL)
+else:
+    sys.exit("unknown mode %r" % mode)
 start = time.monotonic()
 try:
     code = job.wait(timeout=60)
 except subprocess.TimeoutExpired:
     job.kill()
-    sys.exit("the job did not end within 60 s of SIGINT")
+    sys.exit("the job did not end within 60 s of the signal")
+# The launcher's children may outlive a killed launcher by a moment.
+while processes_left() and time.monotonic() - start < 20:
+    time.sleep(0.2)
 print("exit status %d" % code)
 print("ended within 10 s: %s" % (time.monotonic() - start < 10))
-time.sleep(1)  # (ranks that outlive mpirun by a moment)
+print("processes left: %d" % processes_left())
+if mode == "kill":
+    steps = command.index("--steps")
+    again = command[:steps] + command[steps + 2:]
+    subprocess.run(again + ["--steps", "1", "--quiet"], env=env,
+                   stdout=subprocess.DEVNULL, check=True)
 print("session directories left: %d"
       % len(glob.glob(os.path.join(tmp, "strata-mpi-*"))))
+print("shared-memory directories left: %d"
+      % len(glob.glob("/dev/shm/strata-mpi-%d-*" % job.pid)))

@@ -24,6 +24,9 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <ftw.h>
+#include <sys/prctl.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <thread>
 #include <unistd.h>
@@ -234,6 +237,52 @@ static void relayStderr(int fd) {
     emit(block);
 }
 
+/// Removes the directory tree at `path`, whatever its entries are (mpirun
+/// leaves a FIFO in its session directory when it is interrupted, which
+/// sys::fs::remove_directories refuses to remove); errors are ignored.
+static void removeTree(const char *path) {
+  nftw(
+      path,
+      [](const char *entry, const struct stat *, int, struct FTW *) {
+        ::remove(entry);
+        return 0;
+      },
+      16, FTW_DEPTH | FTW_PHYS);
+}
+
+/// The directories a launch makes are named "strata-mpi-<launcher pid>-"
+/// and a random suffix, so that a later launch can tell those of a
+/// launcher that no longer runs (killed by SIGKILL before it could remove
+/// them) and remove them.
+static std::string launchPrefix(StringRef parent) {
+  SmallString<128> prefix(parent);
+  sys::path::append(prefix, "strata-mpi-" + Twine(getpid()));
+  return std::string(prefix);
+}
+
+/// Removes the directories in `parent` that a launcher on this machine made
+/// and left behind when it was killed: the name's pid no longer runs and
+/// the directory is ours.
+static void removeStaleLaunches(StringRef parent) {
+  std::error_code ec;
+  for (sys::fs::directory_iterator it(parent, ec), end; it != end && !ec;
+       it.increment(ec)) {
+    StringRef name = sys::path::filename(it->path());
+    if (!name.consume_front("strata-mpi-"))
+      continue;
+    auto [pidText, rest] = name.split('-');
+    pid_t pid = 0;
+    if (rest.empty() || pidText.getAsInteger(10, pid) || pid <= 0)
+      continue;
+    struct stat info;
+    if (lstat(it->path().c_str(), &info) != 0 || !S_ISDIR(info.st_mode) ||
+        info.st_uid != geteuid())
+      continue;
+    if (kill(pid, 0) != 0 && errno == ESRCH)
+      removeTree(it->path().c_str());
+  }
+}
+
 /// `strata-run --nproc N` outside MPI: run the same command under mpirun and
 /// wait for it. Every launch gets its own OpenMPI session directory (a fresh
 /// directory under $TMPDIR, removed afterwards): two mpiruns started at the
@@ -270,14 +319,29 @@ int strata_run::launchRanks(int argc, char **argv, int64_t nproc) {
   if (base.empty())
     base = "/tmp";
   sys::fs::make_absolute(base);
-  sys::path::append(base, "strata-mpi");
-  if (std::error_code ec = sys::fs::createUniqueDirectory(base, sessionDir))
+  removeStaleLaunches(base);
+  if (std::error_code ec =
+          sys::fs::createUniqueDirectory(launchPrefix(base), sessionDir))
     return launchError("cannot create a session directory for mpirun in " +
-                       sys::path::parent_path(base) + ": " + ec.message());
+                       base + ": " + ec.message());
   // Shared memory between the local ranks; no network probing.
   setenv("OMPI_MCA_pml", "ob1", /*overwrite=*/0);
   setenv("OMPI_MCA_btl", "self,vader", 0);
   setenv("OMPI_MCA_orte_tmpdir_base", sessionDir.c_str(), 1);
+  // The ranks' shared-memory segments (4 MiB each), which OpenMPI puts in
+  // /dev/shm and leaves there when a rank does not reach MPI_Finalize (a
+  // failed or interrupted job): in a directory of this launch, removed
+  // with the session directory.
+  SmallString<128> shmDir;
+  if (!std::getenv("OMPI_MCA_btl_vader_backing_directory")) {
+    if (sys::fs::is_directory("/dev/shm")) {
+      removeStaleLaunches("/dev/shm");
+      if (sys::fs::createUniqueDirectory(launchPrefix("/dev/shm"), shmDir))
+        shmDir.clear();
+    }
+    setenv("OMPI_MCA_btl_vader_backing_directory",
+           (shmDir.empty() ? sessionDir : shmDir).c_str(), 1);
+  }
   std::vector<char *> cargs;
   for (std::string &a : args)
     cargs.push_back(a.data());
@@ -297,8 +361,14 @@ int strata_run::launchRanks(int argc, char **argv, int64_t nproc) {
   if (pipe(errPipe) != 0)
     return launchError("cannot create a pipe for mpirun: " +
                        Twine(std::strerror(errno)));
+  pid_t launcher = getpid();
   pid_t pid = fork();
   if (pid == 0) {
+    // A launcher that is killed (SIGKILL, which it cannot forward) takes
+    // the job with it: mpirun gets SIGTERM and stops the ranks.
+    prctl(PR_SET_PDEATHSIG, SIGTERM);
+    if (getppid() != launcher)
+      _exit(128 + SIGTERM);
     for (int i = 0; i < 3; ++i)
       sigaction(forwarded[i], &saved[i], nullptr);
     dup2(errPipe[1], STDERR_FILENO);
@@ -330,6 +400,8 @@ int strata_run::launchRanks(int argc, char **argv, int64_t nproc) {
     close(errPipe[1]);
   for (int i = 0; i < 3; ++i)
     sigaction(forwarded[i], &saved[i], nullptr);
-  sys::fs::remove_directories(sessionDir, /*IgnoreErrors=*/true);
+  removeTree(sessionDir.c_str());
+  if (!shmDir.empty())
+    removeTree(shmDir.c_str());
   return code;
 }
