@@ -416,6 +416,30 @@ def StrataRecompute : Pass<"strata-recompute", "mlir::ModuleOp"> {
   let dependentDialects = ["::strata::StrataDialect"];
 }
 
+def StrataRecomputeCasts
+    : Pass<"strata-recompute-casts", "mlir::ModuleOp"> {
+  let summary = "Casts again in the backward pass what it reads of a cast";
+  let description = [{
+    Runs on a differentiated function (after `strata-autodiff` and the
+    fusion passes, whose patterns match the backward's operands against the
+    forward's). A forward `strata.cast` whose result the backward reads is
+    cloned just before the first backward op that reads it, and the
+    backward reads the clone, when keeping the cast's operand instead costs
+    no more memory: the operand lives for the whole step (a parameter,
+    optimizer state, a step input), the backward reads it too, or it is the
+    narrower type. The forward's copy then dies where the forward stops
+    reading it.
+
+    Mixed precision is where this pays: under `amp` level o2 the backward
+    read softmax's f32 probabilities (for its gradient) and their bf16 copy
+    (for the next product's), under o1 the f32 weights (resident) and their
+    bf16 copies. The values are the same, so are the losses; each recast
+    costs one pass over its value. `strata-run --strategy` with `amp`
+    runs it.
+  }];
+  let dependentDialects = ["::strata::StrataDialect"];
+}
+
 def StrataStrategyCheck : Pass<"strata-strategy-check", "mlir::ModuleOp"> {
   let summary = "Checks that the step's batch splits as a strategy file asks";
   let description = [{

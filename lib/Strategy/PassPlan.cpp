@@ -149,6 +149,13 @@ std::vector<PlannedPass> strata::planPasses(const Strategy &s,
     plan.back().rewrites = "dropout feeding an add that the pass can fuse";
   }
 
+  // (After the fusions, which match the backward's operands against the
+  // forward's.)
+  if (s.amp.enable) {
+    add("strata-recompute-casts", "amp.enable",
+        [] { return createStrataRecomputeCasts(); });
+  }
+
   if (s.recompute.enable) {
     StrataRecomputeOptions o;
     o.checkpoints = toList(s.recompute.checkpoints);
