@@ -25,19 +25,13 @@ int64_t steadyNowUs() {
       .count();
 }
 
-/// Marks an MPI call that may wait for peer ranks, for blockedSinceUs (the
-/// outermost of nested ones).
-class Blocking {
-  int64_t outer;
-
-public:
-  Blocking() : outer(blockedSince.load()) {
-    if (!outer)
-      blockedSince.store(steadyNowUs());
-  }
-  ~Blocking() { blockedSince.store(outer); }
-};
 } // namespace
+
+MpiCommunicator::Waiting::Waiting() : outer(blockedSince.load()) {
+  if (!outer)
+    blockedSince.store(steadyNowUs());
+}
+MpiCommunicator::Waiting::~Waiting() { blockedSince.store(outer); }
 
 int64_t MpiCommunicator::blockedSinceUs() { return blockedSince.load(); }
 
@@ -182,7 +176,7 @@ Expected<MPI_Comm> MpiCommunicator::lookupOrCreate(ArrayRef<int64_t> group) {
     MPI_Comm_group(comm, &all);
     MPI_Group_incl(all, int(ranks.size()), ranks.data(), &sub);
     MPI_Comm created;
-    Blocking blocking;
+    Waiting waiting;
     int status = MPI_Comm_create_group(comm, sub, 0, &created);
     MPI_Group_free(&sub);
     MPI_Group_free(&all);
@@ -229,7 +223,7 @@ Error MpiCommunicator::allReduceSum(std::vector<double> &data,
   auto sub = communicatorOf(group);
   if (!sub)
     return sub.takeError();
-  Blocking blocking;
+  Waiting waiting;
   if (MPI_Allreduce(MPI_IN_PLACE, data.data(), int(data.size()), MPI_DOUBLE,
                     MPI_SUM, *sub) != MPI_SUCCESS)
     return mpiError("MPI_Allreduce failed");
@@ -242,7 +236,7 @@ Error MpiCommunicator::broadcast(std::vector<double> &data,
   auto sub = communicatorOf(group);
   if (!sub)
     return sub.takeError();
-  Blocking blocking;
+  Waiting waiting;
   if (MPI_Bcast(data.data(), int(data.size()), MPI_DOUBLE, int(root), *sub) !=
       MPI_SUCCESS)
     return mpiError("MPI_Bcast failed");
@@ -284,7 +278,7 @@ Error MpiCommunicator::recv(void *data, int64_t count, MPI_Datatype type,
     return sub.takeError();
   MPI_Status status;
   auto begin = std::chrono::steady_clock::now();
-  Blocking blocking;
+  Waiting waiting;
   int result =
       MPI_Recv(data, int(count), type, int(peer), /*tag=*/0, *sub, &status);
   recvWaitMs += std::chrono::duration<double, std::milli>(
@@ -303,7 +297,7 @@ Error MpiCommunicator::recv(void *data, int64_t count, MPI_Datatype type,
 Error MpiCommunicator::flush() {
   if (onBegin)
     onBegin("completing the step's sends (MPI_Wait)");
-  Blocking blocking;
+  Waiting waiting;
   Error result = Error::success();
   for (std::unique_ptr<Outgoing> &message : outgoing)
     if (MPI_Wait(&message->request, MPI_STATUS_IGNORE) != MPI_SUCCESS) {
@@ -317,7 +311,7 @@ Error MpiCommunicator::flush() {
 }
 
 int64_t MpiCommunicator::firstFailure(bool ok) {
-  Blocking blocking;
+  Waiting waiting;
   int mine = ok ? worldSize : myRank, first = worldSize;
   MPI_Allreduce(&mine, &first, 1, MPI_INT, MPI_MIN, comm);
   return first == worldSize ? -1 : first;
@@ -325,7 +319,7 @@ int64_t MpiCommunicator::firstFailure(bool ok) {
 
 int64_t MpiCommunicator::firstDifferent(uint64_t value) {
   uint64_t first = value;
-  Blocking blocking;
+  Waiting waiting;
   MPI_Bcast(&first, 1, MPI_UINT64_T, 0, comm);
   return firstFailure(value == first);
 }
@@ -336,7 +330,7 @@ std::vector<std::string> MpiCommunicator::gatherBytes(const std::string &mine,
     onBegin(what);
   int size = int(mine.size());
   std::vector<int> sizes(worldSize), offsets(worldSize, 0);
-  Blocking blocking;
+  Waiting waiting;
   MPI_Gather(&size, 1, MPI_INT, sizes.data(), 1, MPI_INT, 0, comm);
   int total = 0;
   for (int r = 0; r < worldSize; ++r) {
@@ -421,7 +415,7 @@ int MpiCommunicator::runtimeCollective(void *user, const StrataRtCollective *c,
   int count = int(c->count);
   MPI_Request *r = request ? new MPI_Request : nullptr;
   int status = MPI_SUCCESS;
-  Blocking blocking;
+  Waiting waiting;
   const char *call = "";
   switch (c->op) {
   case STRATA_RT_ALL_REDUCE:
@@ -472,7 +466,7 @@ int MpiCommunicator::runtimeWait(void *user, void *request, char *error,
   if (self->onBegin)
     self->onBegin(nullptr);
   auto *r = static_cast<MPI_Request *>(request);
-  Blocking blocking;
+  Waiting waiting;
   int status = MPI_Wait(r, MPI_STATUS_IGNORE);
   delete r;
   if (status != MPI_SUCCESS)

@@ -4,7 +4,9 @@ the whole job ends, with a non-zero status, within a bounded time, and that
 every surviving rank said where it was stopped; prints the lines of its
 stderr that name ranks, sorted. With RANK_SIGNAL=SIGSTOP the rank is
 stopped instead (it hangs): a survivor ends the job when it has waited
---collective-timeout for it, saying so.
+--collective-timeout for it, saying so. With RANK_WHEN=start the rank is
+signalled once it has spent 0.3 s of CPU time (compiling a program that
+takes longer) instead of once every rank is training.
 
 Usage: rank_failure.py STRATA_RUN PROGRAM [N [STRATA_RUN_ARGS...]]"""
 import os
@@ -40,8 +42,26 @@ def ranks():
 deadline = time.time() + 30
 while len(ranks()) < nproc and time.time() < deadline and job.poll() is None:
     time.sleep(0.1)
-time.sleep(1.0 + nproc)  # let every rank compile and enter the training loop
 victims = sorted(ranks())
+
+
+def cpu_seconds(pid):
+    with open("/proc/%d/stat" % pid) as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+if os.environ.get("RANK_WHEN") == "start" and victims:
+    while job.poll() is None and time.time() < deadline:
+        try:
+            if cpu_seconds(victims[-1]) >= 0.3:
+                break
+        except OSError:
+            break
+        time.sleep(0.02)
+else:
+    time.sleep(1.0 + nproc)  # let every rank compile and start training
+    victims = sorted(ranks())
 if len(victims) < nproc:
     os.killpg(job.pid, signal.SIGKILL)
     sys.exit("FAIL: did not find %d ranks (found %d)" % (nproc, len(victims)))

@@ -50,6 +50,9 @@ char prefix[64] = "strata-run: error: ";
 std::atomic<const strata::Executable *> executable{nullptr};
 /// Host-side communication in progress (not inside a step), or null.
 std::atomic<const char *> hostActivity{nullptr};
+/// Long work of the start that communicates with no peer (compiling the
+/// program), or null.
+std::atomic<const char *> phase{nullptr};
 volatile sig_atomic_t requested = 0;
 
 /// A line built in place and written with one write(2), so that the lines
@@ -75,6 +78,8 @@ struct Line {
        << (requested == SIGINT ? "interrupted" : "stopped by the job");
   if (where)
     line << " while in " << where;
+  else if (const char *now = phase.load())
+    line << " while " << now;
   else
     line << " while computing (outside any collective)";
   line << ": a peer rank failed or the job was cancelled; mpirun names the "
@@ -100,7 +105,8 @@ void onSignal(int sig) {
   if (requested) // a second signal: report now
     report(where());
   requested = sig;
-  if (const char *at = where())
+  // (Work of the start does not reach a communication soon: say so now.)
+  if (const char *at = where(); at || phase.load())
     report(at);
   alarm(2);
 }
@@ -146,6 +152,8 @@ void watchCollectives(double seconds) {
       line << stop::prefix << waited;
       if (const char *at = stop::where())
         line << " in " << at;
+      else if (const char *now = stop::phase.load())
+        line << " while " << now;
       line << " (--collective-timeout): a peer rank stopped or hangs; ending "
               "the job\n";
       line.write();
@@ -165,6 +173,8 @@ void communicationBegins(const char *what) {
 }
 
 void communicationEnds() { stop::hostActivity.store(nullptr); }
+
+void startupPhase(const char *what) { stop::phase.store(what); }
 
 } // namespace strata_run
 

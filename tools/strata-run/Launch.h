@@ -27,6 +27,9 @@ void watchExecutable(const strata::Executable *executable);
 /// Communicator::onBegin / onEnd of the job's communicator.
 void communicationBegins(const char *what);
 void communicationEnds();
+/// Names the long work of the start that this rank is doing without
+/// communicating (null: none), which a rank the job stops reports at once.
+void startupPhase(const char *what);
 
 } // namespace strata_run
 

@@ -215,6 +215,26 @@ static int fail(const Twine &message) {
   return 1;
 }
 
+/// An MPI call of the start's own checks, named for a rank the job stops
+/// during it and watched by --collective-timeout like the step's.
+class StartupCheck {
+  strata::MpiCommunicator::Waiting waiting;
+
+public:
+  explicit StartupCheck(
+      const char *what = "the start's check that every rank can go on") {
+    strata_run::communicationBegins(what);
+  }
+  ~StartupCheck() { strata_run::communicationEnds(); }
+};
+
+/// Names the long work of the start for a rank the job stops during it.
+class StartupPhase {
+public:
+  explicit StartupPhase(const char *what) { strata_run::startupPhase(what); }
+  ~StartupPhase() { strata_run::startupPhase(nullptr); }
+};
+
 /// What other ranks than 0 would have printed (their diagnostics): each
 /// compiles its own program (sharding, pipeline stages), which may fail on
 /// that rank alone.
@@ -232,11 +252,15 @@ static std::optional<int> checkEverywhere(bool ok, const Twine &message,
     return diagnosticsPrinted ? 1 : fail(message);
   }
   int mine = ok ? worldSize : worldRank, first = worldSize;
-  MPI_Allreduce(&mine, &first, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
+  {
+    StartupCheck check;
+    MPI_Allreduce(&mine, &first, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
+  }
   if (first == worldSize)
     return std::nullopt;
   if (worldRank != first) {
     // The failing rank aborts the job; this rank waits to be ended.
+    StartupCheck check;
     MPI_Barrier(MPI_COMM_WORLD);
     return 1;
   }
@@ -276,7 +300,10 @@ static std::optional<int> agree(bool ok, const Twine &message,
   if (!mpiRunning)
     return checkEverywhere(ok, message, diagnosticsPrinted);
   int failed = !ok, total = 0;
-  MPI_Allreduce(&failed, &total, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
+  {
+    StartupCheck check;
+    MPI_Allreduce(&failed, &total, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
+  }
   if (total == 0)
     return std::nullopt;
   if (total == worldSize)
@@ -695,6 +722,8 @@ int main(int argc, char **argv) {
   options.communicator = communicator.get();
   // The strategy's passes (the first checks the batch split when they
   // run): every rank fails alike.
+  std::optional<StartupPhase> compiling;
+  compiling.emplace("compiling the program");
   auto created = strata::Trainer::create(std::move(module), *strategy, options);
   if (!created)
     report(toString(created.takeError()));
@@ -741,6 +770,7 @@ int main(int argc, char **argv) {
       return *code;
     strata_run::watchExecutable(trainer.executable());
   }
+  compiling.reset();
 
   // A checkpoint resumes the data stream where it stopped.
   int64_t firstStep = 0;
@@ -752,13 +782,16 @@ int main(int argc, char **argv) {
     int fromDirectory =
         sys::fs::is_directory(resumeFrom) ||
         (resumeFrom == checkpointDir && !sys::fs::exists(resumeFrom));
-    if (mpiRunning)
+    if (mpiRunning) {
+      StartupCheck check("the start's broadcast of what --resume names");
       MPI_Bcast(&fromDirectory, 1, MPI_INT, 0, MPI_COMM_WORLD);
+    }
     if (fromDirectory) {
       // The newest complete checkpoint that loads (a damaged newer one is
       // reported and passed over).
       // Every rank takes the same one (Trainer::resumeFromDirectory), so
       // its error is every rank's.
+      StartupPhase loading("loading a checkpoint");
       auto found = trainer.resumeFromDirectory(resumeFrom, [&](Error err) {
         WithColor::warning(errs(), "strata-run")
             << "passing over a checkpoint that does not load: "
@@ -781,7 +814,10 @@ int main(int argc, char **argv) {
     }
   }
   if (!startFrom.empty() && !loaded) {
+    std::optional<StartupPhase> loading;
+    loading.emplace("loading a checkpoint");
     auto done = trainer.loadCheckpoint(startFrom);
+    loading.reset();
     std::string message = done ? std::string() : toString(done.takeError());
     if (auto code = agree(message.empty(), message,
                           /*diagnosticsPrinted=*/false))
@@ -802,8 +838,10 @@ int main(int argc, char **argv) {
     auto existing = strata::Trainer::listCheckpoints(checkpointDir);
     int ahead =
         !resumedHere && !existing.empty() && existing.back().first > firstStep;
-    if (mpiRunning) // rank 0 writes the checkpoints: its view decides
+    if (mpiRunning) { // rank 0 writes the checkpoints: its view decides
+      StartupCheck check("the start's broadcast of --checkpoint-dir's state");
       MPI_Bcast(&ahead, 1, MPI_INT, 0, MPI_COMM_WORLD);
+    }
     if (ahead)
       return failEverywhere(
           "--checkpoint-dir " + checkpointDir +

@@ -36,6 +36,18 @@ public:
   /// ranks (a collective, a receive, a wait), or 0 when it is in none: a
   /// watchdog thread may read it (strata-run --collective-timeout).
   static int64_t blockedSinceUs();
+  /// Marks an MPI call that may wait for peer ranks for as long as it
+  /// lives, for blockedSinceUs (the outermost of nested ones): the
+  /// communicator's own calls, and a caller's on the same ranks.
+  class Waiting {
+    int64_t outer;
+
+  public:
+    Waiting();
+    ~Waiting();
+    Waiting(const Waiting &) = delete;
+    Waiting &operator=(const Waiting &) = delete;
+  };
   int64_t size() const override { return worldSize; }
 
   llvm::Error allReduceSum(std::vector<double> &data,
