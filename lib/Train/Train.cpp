@@ -18,6 +18,7 @@
 #include "llvm/Support/MemoryBuffer.h"
 #include "llvm/Support/Path.h"
 #include "llvm/Support/raw_ostream.h"
+#include "llvm/Support/xxhash.h"
 
 #include <algorithm>
 #include <cmath>
@@ -551,6 +552,12 @@ Expected<DataStream> DataStream::create(func::FuncOp step, std::string dataPath,
                  llvm::join(d.argNames, ", ") +
                  "); the data stream feeds (tokens, targets) or (features, "
                  "labels)");
+}
+
+uint64_t DataStream::fingerprint() const {
+  if (kind != Kind::Text)
+    return 0;
+  return llvm::xxh3_64bits(data->getBuffer()) ^ uint64_t(width);
 }
 
 std::vector<Tensor> DataStream::batch(int64_t i) const {

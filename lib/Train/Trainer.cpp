@@ -147,16 +147,23 @@ Error Trainer::everyRank(Error local, const Twine &failedElsewhere) {
   return local;
 }
 
-Error Trainer::checkSameJob() {
+Error Trainer::checkSameJob(std::optional<uint64_t> data) {
   if (!multiRank())
     return Error::success();
   int64_t other = opts.communicator->firstDifferent(jobFingerprint);
-  if (other < 0)
-    return Error::success();
-  return trainerError("rank " + Twine(other) +
-                      " was given another program, strategy, seed or backend "
-                      "than rank 0: every rank of a job trains the same "
-                      "program with the same strategy, seed and backend");
+  if (other >= 0)
+    return trainerError(
+        "rank " + Twine(other) +
+        " was given another program, strategy, seed or backend than rank 0: "
+        "every rank of a job trains the same program with the same "
+        "strategy, seed and backend");
+  if (data && (other = opts.communicator->firstDifferent(*data)) >= 0)
+    return trainerError(
+        "rank " + Twine(other) +
+        " reads other training data than rank 0: every rank draws its rows "
+        "of each global batch from the same data (the same file, or a copy "
+        "of it on each machine)");
+  return Error::success();
 }
 
 mlir::func::FuncOp Trainer::stepFunction() {

@@ -735,7 +735,7 @@ int main(int argc, char **argv) {
     return *code;
   strata::Trainer &trainer = **created;
   // (The same answer on every rank.)
-  if (Error err = trainer.checkSameJob())
+  if (Error err = trainer.checkSameJob(data->fingerprint()))
     return failEverywhere(toString(std::move(err)),
                           /*diagnosticsPrinted=*/false);
   {

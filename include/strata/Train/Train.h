@@ -125,6 +125,9 @@ public:
   std::vector<Tensor> batch(int64_t i) const;
   /// Names of the arguments, in order.
   const std::vector<std::string> &names() const { return argNames; }
+  /// A hash of the data the stream reads (the token ids' bytes and width);
+  /// 0 for the synthetic task, which the seed and the program decide.
+  uint64_t fingerprint() const;
 
 private:
   enum class Kind { Text, Classification } kind = Kind::Text;

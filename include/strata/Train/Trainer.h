@@ -114,10 +114,11 @@ public:
 
   /// In a job of several ranks: an error on every rank when one was given
   /// another program, strategy, seed or backend than rank 0 (its
-  /// collectives would not match, or it would train other weights). Every
+  /// collectives would not match, or it would train other weights), or,
+  /// with `data` (DataStream::fingerprint), other training data. Every
   /// rank calls it, after create() succeeded on every rank and before
   /// compile(); fails alike on every rank.
-  llvm::Error checkSameJob();
+  llvm::Error checkSameJob(std::optional<uint64_t> data = std::nullopt);
 
   /// Runs the strategy's passes; diagnostics go to the MLIRContext's
   /// handler. May fail on one rank alone (each compiles its own stage or
