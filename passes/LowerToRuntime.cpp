@@ -536,6 +536,11 @@ LogicalResult RuntimeLowering::run() {
     auto job = op.getAttrOfType<StringAttr>(StrataDialect::kJobAttrName);
     if (job)
       os << " [" << job.getValue() << "]";
+    // A gradient bucket's collective (strata-data-parallel places it at the
+    // step's return): which one.
+    if (auto bucket =
+            op.getAttrOfType<IntegerAttr>(StrataDialect::kBucketAttrName))
+      os << " (gradient bucket " << bucket.getInt() << ")";
     sites.push_back(StringAttr::get(ctx, where));
     std::optional<Role> role = getRole(&op);
     StringRef roleName = role ? stringifyRole(*role) : StringRef();

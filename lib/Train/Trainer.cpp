@@ -648,9 +648,12 @@ Expected<double> Trainer::step(int64_t index,
                      {"pid", opts.rank},
                      {"tid", 0}});
     for (const TraceEvent &e : exe->takeTrace()) {
+      // The op and its pipeline job; a note in parentheses (a collective's
+      // gradient bucket) stays in the site.
       StringRef site(e.site), name = site.rsplit(": ").second;
       if (name.empty())
         name = site;
+      name = name.split(" (").first;
       traceEvents.push_back(json::Object{
           {"name", (name + (e.wait ? " wait" : "")).str()},
           {"cat", e.role.empty() ? std::string("op") : e.role},
