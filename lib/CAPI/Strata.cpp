@@ -252,7 +252,8 @@ int strataSessionGenerateGpt(StrataSession session, int64_t layers,
     return kNullHandle;
   return session->capture([&](llvm::raw_ostream &os) {
     strata::GptConfig config{layers, hidden, heads, seq, vocab, batch, dropout};
-    if (llvm::Error err = strata::validate(config)) {
+    if (llvm::Error err =
+            strata::validate(config, strata::ConfigSpelling::Arguments)) {
       os << llvm::toString(std::move(err));
       return false;
     }

@@ -6,6 +6,7 @@
 #include "llvm/Support/FormatVariadic.h"
 #include "llvm/Support/MathExtras.h"
 
+#include <algorithm>
 #include <cmath>
 
 using namespace mlir;
@@ -35,58 +36,72 @@ static llvm::Error tooLarge(llvm::StringRef flags,
   return invalid(flags + " make " + what + " more than 2^48 elements");
 }
 
-llvm::Error strata::validate(const MlpConfig &config) {
+/// A field as `spelling` names it: "--attention-dropout" or
+/// "attention_dropout".
+static std::string field(ConfigSpelling spelling, llvm::StringRef flag) {
+  if (spelling == ConfigSpelling::Flags)
+    return ("--" + flag).str();
+  std::string name = flag.str();
+  std::replace(name.begin(), name.end(), '-', '_');
+  return name;
+}
+
+llvm::Error strata::validate(const MlpConfig &config, ConfigSpelling spelling) {
+  auto f = [&](llvm::StringRef flag) { return field(spelling, flag); };
   if (config.sizes.size() < 2)
-    return invalid("--sizes needs at least an input and an output size");
+    return invalid(f("sizes") + " needs at least an input and an output size");
   for (int64_t size : config.sizes)
     if (size < 1)
-      return invalid("--sizes entries must be >= 1, got " + llvm::Twine(size));
+      return invalid(f("sizes") + " entries must be >= 1, got " +
+                     llvm::Twine(size));
   if (config.batch < 1)
-    return invalid("--batch must be >= 1");
+    return invalid(f("batch") + " must be >= 1");
   for (size_t i = 0; i + 1 < config.sizes.size(); ++i)
     if (!fits({config.sizes[i], config.sizes[i + 1]}))
-      return tooLarge("--sizes");
+      return tooLarge(f("sizes"));
   for (int64_t size : config.sizes)
     if (!fits({config.batch, size}))
-      return tooLarge("--batch and --sizes");
+      return tooLarge(f("batch") + " and " + f("sizes"));
   return llvm::Error::success();
 }
 
-llvm::Error strata::validate(const GptConfig &config) {
+llvm::Error strata::validate(const GptConfig &config, ConfigSpelling spelling) {
+  auto f = [&](llvm::StringRef flag) { return field(spelling, flag); };
   if (config.layers < 1 || config.hidden < 1 || config.heads < 1 ||
       config.seq < 1 || config.vocab < 1 || config.batch < 1)
-    return invalid("--layers, --hidden, --heads, --seq, --vocab and --batch "
-                   "must all be >= 1");
+    return invalid(f("layers") + ", " + f("hidden") + ", " + f("heads") + ", " +
+                   f("seq") + ", " + f("vocab") + " and " + f("batch") +
+                   " must all be >= 1");
   if (config.hidden % config.heads != 0)
-    return invalid("--hidden (" + llvm::Twine(config.hidden) +
-                   ") must be divisible by --heads (" +
+    return invalid(f("hidden") + " (" + llvm::Twine(config.hidden) +
+                   ") must be divisible by " + f("heads") + " (" +
                    llvm::Twine(config.heads) + ")");
   if (config.layers > kMaxLayers)
-    return invalid("--layers must be at most " + llvm::Twine(kMaxLayers) +
+    return invalid(f("layers") + " must be at most " + llvm::Twine(kMaxLayers) +
                    ", got " + llvm::Twine(config.layers));
   // The largest tensors: the MLP's weights, the embeddings, the logits,
   // the MLP's activations and the attention scores.
   const GptConfig &c = config;
   if (!fits({c.hidden, 4, c.hidden}))
-    return tooLarge("--hidden");
+    return tooLarge(f("hidden"));
   // (All the blocks' weights: twelve hidden x hidden matrices each.)
   if (!fits({c.layers, 12, c.hidden, c.hidden}))
-    return tooLarge("--layers and --hidden", "blocks of");
+    return tooLarge(f("layers") + " and " + f("hidden"), "blocks of");
   if (!fits({c.vocab, c.hidden}))
-    return tooLarge("--vocab and --hidden");
+    return tooLarge(f("vocab") + " and " + f("hidden"));
   if (!fits({c.seq, c.hidden}))
-    return tooLarge("--seq and --hidden");
+    return tooLarge(f("seq") + " and " + f("hidden"));
   if (!fits({c.batch, c.seq, c.vocab}))
-    return tooLarge("--batch, --seq and --vocab");
+    return tooLarge(f("batch") + ", " + f("seq") + " and " + f("vocab"));
   if (!fits({c.batch, c.seq, 4, c.hidden}))
-    return tooLarge("--batch, --seq and --hidden");
+    return tooLarge(f("batch") + ", " + f("seq") + " and " + f("hidden"));
   if (!fits({c.batch, c.heads, c.seq, c.seq}))
-    return tooLarge("--batch, --heads and --seq");
+    return tooLarge(f("batch") + ", " + f("heads") + " and " + f("seq"));
   if (!(config.dropout >= 0.0 && config.dropout < 1.0))
-    return invalid("--dropout must be in [0, 1), got " +
+    return invalid(f("dropout") + " must be in [0, 1), got " +
                    llvm::formatv("{0}", config.dropout).str());
   if (!(config.attentionDropout >= 0.0 && config.attentionDropout < 1.0))
-    return invalid("--attention-dropout must be in [0, 1), got " +
+    return invalid(f("attention-dropout") + " must be in [0, 1), got " +
                    llvm::formatv("{0}", config.attentionDropout).str());
   return llvm::Error::success();
 }

@@ -329,7 +329,9 @@ int main(int argc, char **argv) {
         "unknown pass fails");
   check(strataSessionGenerateGpt(s, 1, 30, 4, 8, 64, 2, 0.0) != 0,
         "invalid model fails");
-  check(errorSays(s, "divisible"), "model error text");
+  check(errorSays(s, "hidden (30) must be divisible by heads (4)"),
+        "model error names the arguments");
+  check(!errorSays(s, "--hidden"), "model error names no strata-gen flag");
 
   if (strategyPath) {
     check(strataSessionGenerateGpt(s, 1, 16, 2, 8, 64, 2, 0.1) == 0,

@@ -38,8 +38,14 @@ struct GptConfig {
   double attentionDropout = 0.0;
 };
 
-llvm::Error validate(const MlpConfig &config);
-llvm::Error validate(const GptConfig &config);
+/// How the caller spells the config's fields in errors: strata-gen's flags
+/// (`--hidden`) or an embedder's argument names (`hidden`).
+enum class ConfigSpelling { Flags, Arguments };
+
+llvm::Error validate(const MlpConfig &config,
+                     ConfigSpelling spelling = ConfigSpelling::Flags);
+llvm::Error validate(const GptConfig &config,
+                     ConfigSpelling spelling = ConfigSpelling::Flags);
 
 /// Builds the forward + loss program. The config must be valid.
 mlir::OwningOpRef<mlir::ModuleOp> buildMlp(mlir::MLIRContext &context,
