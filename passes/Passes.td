@@ -436,7 +436,17 @@ def StrataRecomputeCasts
     bf16 copies. The values are the same, so are the losses; each recast
     costs one pass over its value. `strata-run --strategy` with `amp`
     runs it.
+
+    Only reads on the cast's own pipeline stage and micro-batch are
+    recast, from an operand there (a value another stage sends stays as
+    the pipeline sends it). `resident-params=false` (what a strategy with
+    sharding stage 3 sets: ZeRO-3 gathers a parameter again for each
+    backward read) counts parameters as activations.
   }];
+  let options = [
+    Option<"residentParams", "resident-params", "bool", "true",
+           "Parameters live for the whole step (false under ZeRO-3)">
+  ];
   let dependentDialects = ["::strata::StrataDialect"];
 }
 

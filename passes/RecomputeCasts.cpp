@@ -39,6 +39,8 @@ int64_t bits(Value v) {
 
 struct RecomputeCastsPass
     : public strata::impl::StrataRecomputeCastsBase<RecomputeCastsPass> {
+  using StrataRecomputeCastsBase::StrataRecomputeCastsBase;
+
   void runOnOperation() override {
     ModuleOp module = getOperation();
     FailureOr<func::FuncOp> step =
@@ -47,22 +49,33 @@ struct RecomputeCastsPass
       return signalPassFailure();
     Block &body = step->getBody().front();
     OpBuilder builder(&getContext());
+    // Where an op runs: its pipeline stage and micro-batch.
+    auto place = [](Operation *op) {
+      return std::make_pair(getStage(op), getMicroBatch(op));
+    };
     for (Operation &op : llvm::make_early_inc_range(body)) {
       auto cast = dyn_cast<CastOp>(op);
       if (!cast || getRole(cast) != Role::Forward)
         continue;
       Value in = cast.getInput(), out = cast.getResult();
+      // The backward's reads where the cast runs (a read on another stage
+      // or micro-batch keeps the value the pipeline sends it).
       SmallVector<OpOperand *> reads;
       for (OpOperand &use : out.getUses())
-        if (isBackward(use.getOwner()))
+        if (isBackward(use.getOwner()) && place(use.getOwner()) == place(cast))
           reads.push_back(&use);
       if (reads.empty())
         continue;
-      // Keeping the operand costs nothing more when it lives for the whole
-      // step (a parameter, state, a step input) or the backward reads it
-      // anyway, and less when it is the narrower.
+      // The operand where the cast runs too (a step input: outside any
+      // pipeline).
       Operation *def = in.getDefiningOp();
-      bool resident = !def || isa<GetParamOp, GetStateOp>(def);
+      if (def ? place(def) != place(cast) : getStage(cast).has_value())
+        continue;
+      // Keeping the operand costs nothing more when it lives for the whole
+      // step (a parameter unless ZeRO-3 gathers it, state, a step input) or
+      // the backward reads it anyway, and less when it is the narrower.
+      bool resident = !def || isa<GetStateOp>(def) ||
+                      (isa<GetParamOp>(def) && residentParams);
       bool kept = llvm::any_of(in.getUsers(), isBackward);
       if (!resident && !kept && bits(in) >= bits(out))
         continue;

@@ -33,7 +33,9 @@ static bool fits(std::initializer_list<int64_t> dims) {
 
 static llvm::Error tooLarge(llvm::StringRef flags,
                             llvm::StringRef what = "a tensor of") {
-  return invalid(flags + " make " + what + " more than 2^48 elements");
+  bool one = !flags.contains(" and ");
+  return invalid(flags + (one ? " makes " : " make ") + what +
+                 " more than 2^48 elements");
 }
 
 /// A field as `spelling` names it: "--attention-dropout" or

@@ -152,8 +152,10 @@ std::vector<PlannedPass> strata::planPasses(const Strategy &s,
   // (After the fusions, which match the backward's operands against the
   // forward's.)
   if (s.amp.enable) {
+    StrataRecomputeCastsOptions o;
+    o.residentParams = !(s.sharding.enable && s.sharding.stage == 3);
     add("strata-recompute-casts", "amp.enable",
-        [] { return createStrataRecomputeCasts(); });
+        [o] { return createStrataRecomputeCasts(o); });
   }
 
   if (s.recompute.enable) {

@@ -160,9 +160,10 @@ Error Trainer::checkSameJob(std::optional<uint64_t> data) {
   if (data && (other = opts.communicator->firstDifferent(*data)) >= 0)
     return trainerError(
         "rank " + Twine(other) +
-        " reads other training data than rank 0: every rank draws its rows "
-        "of each global batch from the same data (the same file, or a copy "
-        "of it on each machine)");
+        " reads other training data than rank 0 (its data file or directory "
+        "holds other bytes): every rank draws its rows of each global batch "
+        "from the same data (the same file, or a copy of it on each "
+        "machine)");
   return Error::success();
 }
 

@@ -1,6 +1,7 @@
 // RUN: strata-opt %s -split-input-file --strata-autodiff --strata-recompute-casts | FileCheck %s
 // RUN: not strata-opt %s -split-input-file --strata-recompute-casts 2>&1 | FileCheck %s --check-prefix=ERR
 // RUN: strata-opt %s -split-input-file --strata-autodiff --strata-recompute-casts --strata-recompute-casts | FileCheck %s
+// RUN: strata-opt %s -split-input-file --strata-autodiff --strata-recompute-casts=resident-params=false | FileCheck %s --check-prefix=ZERO3
 
 // Before autodiff there is no backward to read anything.
 // ERR: error: strata-recompute-casts: the step returns no gradients (run strata-autodiff first)
@@ -18,6 +19,12 @@ func.func @casts(%x: tensor<4x8xbf16>, %y: tensor<4xi32>) -> tensor<f32> {
   %w = strata.get_param @cw : tensor<8x8xf32>
   %v = strata.get_param @cv : tensor<8x8xbf16>
   // CHECK: %[[WL:.*]] = strata.cast %[[W:.*]] {strata.role = #strata.role<forward>} : (tensor<8x8xf32>) -> tensor<8x8xbf16>
+  // Under ZeRO-3 a parameter is gathered again for each backward read:
+  // its narrower copy is kept instead.
+  // ZERO3-LABEL: func.func @casts
+  // ZERO3: %[[ZWL:.*]] = strata.cast %[[ZW:.*]] {strata.role = #strata.role<forward>} : (tensor<8x8xf32>) -> tensor<8x8xbf16>
+  // ZERO3-NOT: strata.cast %[[ZW]]
+  // ZERO3: strata.matmul_grad %{{.*}}, %[[ZWL]], %{{.*}} {strata.role = #strata.role<backward>}
   %wl = strata.cast %w : (tensor<8x8xf32>) -> tensor<8x8xbf16>
   // CHECK: %[[A:.*]] = strata.matmul %{{.*}}, %[[WL]]
   %a = strata.matmul %x, %wl : (tensor<4x8xbf16>, tensor<8x8xbf16>) -> tensor<4x8xbf16>
@@ -66,7 +73,40 @@ func.func @narrowed(%x: tensor<4x8xf32>, %y: tensor<4xi32>) -> tensor<f32> {
   %m = strata.matmul %el, %w : (tensor<4x8xbf16>, tensor<8x8xbf16>) -> tensor<4x8xbf16>
   %mf = strata.cast %m : (tensor<4x8xbf16>) -> tensor<4x8xf32>
   %l = strata.cross_entropy %mf, %y : (tensor<4x8xf32>, tensor<4xi32>) -> tensor<f32>
-  // CHECK: strata.matmul_grad %[[EL]],
   // CHECK-NOT: strata.cast %[[E]]
+  // CHECK: strata.matmul_grad %[[EL]],
+  return %l : tensor<f32>
+}
+
+// -----
+
+// On a pipeline, only the reads on the cast's own stage are recast (a
+// value of another stage's forward reaches the backward as the pipeline
+// sends it); here the weight's copy is made on stage 0 and read by a
+// product on stage 1, whose gradient (stage 1) keeps reading the copy.
+strata.param @sw : tensor<8x8xf32> init <normal, 1.0>
+strata.param @sv : tensor<8x8xf32> init <normal, 1.0>
+
+// CHECK-LABEL: func.func @stages
+func.func @stages(%x: tensor<4x8xbf16>, %y: tensor<4xi32>) -> tensor<f32> {
+  %w = strata.get_param @sw {strata.stage = 0 : i64} : tensor<8x8xf32>
+  %v = strata.get_param @sv {strata.stage = 1 : i64} : tensor<8x8xf32>
+  // CHECK: %[[WL:.*]] = strata.cast %{{.*}} {strata.role = #strata.role<forward>, strata.stage = 0 : i64}
+  %wl = strata.cast %w {strata.stage = 0 : i64} : (tensor<8x8xf32>) -> tensor<8x8xbf16>
+  %a = strata.matmul %x, %wl {strata.stage = 0 : i64} : (tensor<4x8xbf16>, tensor<8x8xbf16>) -> tensor<4x8xbf16>
+  // CHECK: %[[VL:.*]] = strata.cast %[[V:.*]] {strata.role = #strata.role<forward>, strata.stage = 1 : i64}
+  %vl = strata.cast %v {strata.stage = 1 : i64} : (tensor<8x8xf32>) -> tensor<8x8xbf16>
+  %b = strata.matmul %a, %wl {strata.stage = 1 : i64} : (tensor<4x8xbf16>, tensor<8x8xbf16>) -> tensor<4x8xbf16>
+  %c = strata.matmul %b, %vl {strata.stage = 1 : i64} : (tensor<4x8xbf16>, tensor<8x8xbf16>) -> tensor<4x8xbf16>
+  %cf = strata.cast %c {strata.stage = 1 : i64} : (tensor<4x8xbf16>) -> tensor<4x8xf32>
+  %l = strata.cross_entropy %cf, %y {strata.stage = 1 : i64} : (tensor<4x8xf32>, tensor<4xi32>) -> tensor<f32>
+  // Stage 1's own weight is cast again on stage 1.
+  // CHECK: %[[VL2:.*]] = strata.cast %[[V]] {strata.role = #strata.role<backward>, strata.stage = 1 : i64}
+  // CHECK: strata.matmul_grad %{{.*}}, %[[VL2]], %{{.*}} {strata.role = #strata.role<backward>, strata.stage = 1 : i64}
+  // Stage 0's copy, read on stage 1, stays as it is there.
+  // CHECK: strata.matmul_grad %{{.*}}, %[[WL]], %{{.*}} {strata.role = #strata.role<backward>, strata.stage = 1 : i64}
+  // and is cast again only for stage 0's own gradient.
+  // CHECK: %[[WL2:.*]] = strata.cast %{{.*}} {strata.role = #strata.role<backward>, strata.stage = 0 : i64}
+  // CHECK: strata.matmul_grad %{{.*}}, %[[WL2]], %{{.*}} {strata.role = #strata.role<backward>, strata.stage = 0 : i64}
   return %l : tensor<f32>
 }

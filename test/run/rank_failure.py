@@ -5,7 +5,7 @@ every surviving rank said where it was stopped; prints the lines of its
 stderr that name ranks, sorted. With RANK_SIGNAL=SIGSTOP the rank is
 stopped instead (it hangs): a survivor ends the job when it has waited
 --collective-timeout for it, saying so. With RANK_WHEN=start the rank is
-signalled once it has spent 0.3 s of CPU time (compiling a program that
+signalled once it has spent 0.5 s of CPU time (compiling a program that
 takes longer) instead of once every rank is training.
 
 Usage: rank_failure.py STRATA_RUN PROGRAM [N [STRATA_RUN_ARGS...]]"""
@@ -54,7 +54,7 @@ def cpu_seconds(pid):
 if os.environ.get("RANK_WHEN") == "start" and victims:
     while job.poll() is None and time.time() < deadline:
         try:
-            if cpu_seconds(victims[-1]) >= 0.3:
+            if cpu_seconds(victims[-1]) >= 0.5:
                 break
         except OSError:
             break

@@ -10,6 +10,7 @@
 
 #include "strata/Execution/MpiCommunicator.h"
 
+#include "llvm/ADT/ScopeExit.h"
 #include "llvm/ADT/SmallString.h"
 #include "llvm/Support/FileSystem.h"
 #include "llvm/Support/Path.h"
@@ -19,6 +20,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cctype>
 #include <chrono>
 #include <csignal>
 #include <cstdio>
@@ -260,29 +262,47 @@ static void removeTree(const char *path) {
       16, FTW_DEPTH | FTW_PHYS);
 }
 
-/// The directories a launch makes are named "strata-mpi-<launcher pid>-"
-/// and a random suffix, so that a later launch can tell those of a
-/// launcher that no longer runs (killed by SIGKILL before it could remove
-/// them) and remove them.
+/// This machine's name as it appears in the directories a launch makes:
+/// letters, digits, '.' and '-' kept, anything else '_'.
+static std::string hostTag() {
+  char name[256] = {};
+  if (gethostname(name, sizeof(name) - 1) != 0 || !name[0])
+    return "host";
+  std::string tag(name);
+  for (char &c : tag)
+    if (!std::isalnum(static_cast<unsigned char>(c)) && c != '.' && c != '-')
+      c = '_';
+  return tag;
+}
+
+/// The directories a launch makes are named "strata-mpi-<host>-<launcher
+/// pid>-" and a random suffix, so that a later launch on the same machine
+/// can tell those of a launcher that no longer runs (killed by SIGKILL
+/// before it could remove them) and remove them, and leaves those of other
+/// machines (a $TMPDIR shared between nodes) or containers alone.
 static std::string launchPrefix(StringRef parent) {
   SmallString<128> prefix(parent);
-  sys::path::append(prefix, "strata-mpi-" + Twine(getpid()));
+  sys::path::append(prefix, "strata-mpi-" + hostTag() + "-" + Twine(getpid()));
   return std::string(prefix);
 }
 
 /// Removes the directories in `parent` that a launcher on this machine made
-/// and left behind when it was killed: the name's pid no longer runs and
-/// the directory is ours.
+/// and left behind when it was killed: the name's host is this one, its
+/// pid no longer runs and the directory is ours.
 static void removeStaleLaunches(StringRef parent) {
+  const std::string host = hostTag();
   std::error_code ec;
   for (sys::fs::directory_iterator it(parent, ec), end; it != end && !ec;
        it.increment(ec)) {
     StringRef name = sys::path::filename(it->path());
     if (!name.consume_front("strata-mpi-"))
       continue;
-    auto [pidText, rest] = name.split('-');
+    // <host>-<pid>-<suffix>; the host may hold '-'.
+    auto [hostAndPid, suffix] = name.rsplit('-');
+    auto [hostName, pidText] = hostAndPid.rsplit('-');
     pid_t pid = 0;
-    if (rest.empty() || pidText.getAsInteger(10, pid) || pid <= 0)
+    if (suffix.empty() || hostName != host || pidText.getAsInteger(10, pid) ||
+        pid <= 0)
       continue;
     struct stat info;
     if (lstat(it->path().c_str(), &info) != 0 || !S_ISDIR(info.st_mode) ||
@@ -334,6 +354,13 @@ int strata_run::launchRanks(int argc, char **argv, int64_t nproc) {
           sys::fs::createUniqueDirectory(launchPrefix(base), sessionDir))
     return launchError("cannot create a session directory for mpirun in " +
                        base + ": " + ec.message());
+  SmallString<128> shmDir;
+  // (However the launch ends from here on.)
+  auto removeDirectories = llvm::make_scope_exit([&] {
+    removeTree(sessionDir.c_str());
+    if (!shmDir.empty())
+      removeTree(shmDir.c_str());
+  });
   // Shared memory between the local ranks; no network probing.
   setenv("OMPI_MCA_pml", "ob1", /*overwrite=*/0);
   setenv("OMPI_MCA_btl", "self,vader", 0);
@@ -342,7 +369,6 @@ int strata_run::launchRanks(int argc, char **argv, int64_t nproc) {
   // /dev/shm and leaves there when a rank does not reach MPI_Finalize (a
   // failed or interrupted job): in a directory of this launch, removed
   // with the session directory.
-  SmallString<128> shmDir;
   if (!std::getenv("OMPI_MCA_btl_vader_backing_directory")) {
     if (sys::fs::is_directory("/dev/shm")) {
       removeStaleLaunches("/dev/shm");
@@ -366,6 +392,10 @@ int strata_run::launchRanks(int argc, char **argv, int64_t nproc) {
   const int forwarded[3] = {SIGINT, SIGTERM, SIGHUP};
   for (int i = 0; i < 3; ++i)
     sigaction(forwarded[i], &forward, &saved[i]);
+  auto restoreHandlers = llvm::make_scope_exit([&] {
+    for (int i = 0; i < 3; ++i)
+      sigaction(forwarded[i], &saved[i], nullptr);
+  });
   // mpirun's stderr (which carries the ranks') passes through relayStderr.
   int errPipe[2] = {-1, -1};
   if (pipe(errPipe) != 0)
@@ -408,10 +438,5 @@ int strata_run::launchRanks(int argc, char **argv, int64_t nproc) {
   close(errPipe[0]);
   if (pid < 0)
     close(errPipe[1]);
-  for (int i = 0; i < 3; ++i)
-    sigaction(forwarded[i], &saved[i], nullptr);
-  removeTree(sessionDir.c_str());
-  if (!shmDir.empty())
-    removeTree(shmDir.c_str());
   return code;
 }

@@ -735,7 +735,10 @@ int main(int argc, char **argv) {
     return *code;
   strata::Trainer &trainer = **created;
   // (The same answer on every rank.)
-  if (Error err = trainer.checkSameJob(data->fingerprint()))
+  if (Error err = [&] {
+        StartupCheck check("the start's check that every rank runs one job");
+        return trainer.checkSameJob(data->fingerprint());
+      }())
     return failEverywhere(toString(std::move(err)),
                           /*diagnosticsPrinted=*/false);
   {
