@@ -33,8 +33,9 @@ extern "C" {
 
 /* The version of this header. Version 2 added executables, diagnostics
  * callbacks and the rank of strataSessionApplyStrategy; version 3 the data
- * format of strataExecutableReadBatch. */
-#define STRATA_C_API_VERSION 3
+ * format of strataExecutableReadBatch; version 4 the executable options'
+ * collectiveTimeout. */
+#define STRATA_C_API_VERSION 4
 
 /* The version the library implements; a caller built against another
  * version should refuse to go on. */
@@ -142,9 +143,17 @@ typedef struct {
    * oneDNN's matmul primitive and its sgemm, and run the faster (results
    * then move at rounding level between runs and thread counts). */
   int gemmAutotune;
+  /* With worldSize > 1: seconds a rank may wait for its peers in one MPI
+   * call (a collective, send, receive or wait) before it ends the process
+   * (exit status 1), saying so on stderr with the op it waited in: MPI
+   * cannot cancel the call, and a peer that stopped or hangs would keep
+   * it waiting for ever. 0: wait for ever. The first executable of a
+   * process with worldSize > 1 sets it for the process. */
+  double collectiveTimeout;
 } StrataExecutableOptions;
 
-/* Defaults: no strategy, one rank, "cpu", seed 0, one thread. */
+/* Defaults: no strategy, one rank, "cpu", seed 0, one thread, a collective
+ * timeout of 1800 s. */
 void strataExecutableOptionsInit(StrataExecutableOptions *options);
 
 /* Compiles the session's program (a forward step and its loss, as

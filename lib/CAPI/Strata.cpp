@@ -24,10 +24,12 @@
 #include "llvm/Support/SourceMgr.h"
 #include "llvm/Support/raw_ostream.h"
 
+#include <atomic>
 #include <cstring>
 #include <mutex>
 #include <new>
 #include <optional>
+#include <unistd.h>
 
 using namespace mlir;
 
@@ -356,7 +358,48 @@ void strataExecutableOptionsInit(StrataExecutableOptions *options) {
   options->worldSize = 1;
   options->backend = "cpu";
   options->threads = 1;
+  options->collectiveTimeout = 1800;
 }
+
+namespace {
+/// The call in progress that may wait for peer ranks (strataExecutableStep,
+/// ...) and its executable, whose op the collective timeout's report names;
+/// null: none.
+std::atomic<const char *> activeCall{nullptr};
+std::atomic<const strata::Executable *> activeExecutable{nullptr};
+
+/// Marks call `name` of `exe` in progress for as long as it lives.
+class ActiveCall {
+public:
+  ActiveCall(const char *name, StrataExecutableImpl &exe) {
+    activeExecutable.store(exe.trainer ? exe.trainer->executable() : nullptr);
+    activeCall.store(name);
+  }
+  ~ActiveCall() {
+    activeCall.store(nullptr);
+    activeExecutable.store(nullptr);
+  }
+};
+
+/// Ends the process when this rank has waited `seconds` for its peers in
+/// one MPI call (StrataExecutableOptions::collectiveTimeout).
+void watchCollectives(double seconds, int64_t rank) {
+  strata::MpiCommunicator::watchBlockedCalls(seconds, [rank](double waited) {
+    std::string line = "strata: error: rank " + std::to_string(rank) +
+                       ": waited " + std::to_string(int64_t(waited)) +
+                       " s for a peer rank";
+    const strata::Executable *exe = activeExecutable.load();
+    if (const char *site = exe ? exe->activeHostCall() : nullptr)
+      line += std::string(" in ") + site;
+    else if (const char *call = activeCall.load())
+      line += std::string(" in ") + call;
+    line += " (collectiveTimeout): a peer rank stopped or hangs; ending the "
+            "process\n";
+    ssize_t ignored = write(STDERR_FILENO, line.data(), line.size());
+    (void)ignored;
+  });
+}
+} // namespace
 
 /// Creates the trainer of `options` over a copy of the session's program
 /// (not compiled yet); every failure is local to this rank.
@@ -364,6 +407,13 @@ static bool createTrainer(StrataExecutableImpl &exe,
                           const StrataExecutableOptions &options,
                           llvm::raw_ostream &os) {
   StrataSessionImpl &session = *exe.session;
+  if (!(options.collectiveTimeout >= 0) || options.collectiveTimeout > 1e9) {
+    os << "collectiveTimeout is "
+       << strata::formatStrategyNumber(options.collectiveTimeout)
+       << ": give the seconds (up to 1e9) a rank may wait for its peers in "
+          "one MPI call, or 0 to wait for ever";
+    return false;
+  }
   auto backend =
       strata::parseBackend(options.backend ? options.backend : "cpu");
   if (!backend) {
@@ -475,7 +525,11 @@ int strataExecutableCreate(StrataSession session,
       }
       exe->communicator = std::make_unique<strata::MpiCommunicator>(
           *static_cast<const MPI_Comm *>(options->mpiComm));
+      // (A bad value fails in createTrainer, on every rank.)
+      if (options->collectiveTimeout > 0 && options->collectiveTimeout <= 1e9)
+        watchCollectives(options->collectiveTimeout, options->rank);
     }
+    ActiveCall active("strataExecutableCreate", *exe);
     // After each phase every rank learns whether one failed, so that none
     // goes on to wait for it in a collective (creating the executable sets
     // up the program's communication groups together).
@@ -603,6 +657,7 @@ int strataExecutableStep(StrataExecutable executable, const void *const *inputs,
     return kNullHandle;
   StrataExecutableImpl &exe = *executable;
   return exe.session->capture([&](llvm::raw_ostream &os) {
+    ActiveCall active("strataExecutableStep", exe);
     if (!exe.everyRank(inputsGiven(exe, inputs, os) &&
                            given(loss, "the loss's address", os),
                        os))
@@ -658,6 +713,7 @@ int strataExecutableLoadCheckpoint(StrataExecutable executable,
     return kNullHandle;
   StrataExecutableImpl &exe = *executable;
   return exe.session->capture([&](llvm::raw_ostream &os) {
+    ActiveCall active("strataExecutableLoadCheckpoint", exe);
     std::optional<int64_t> done;
     std::string why;
     if (given(path, "the checkpoint path", os)) {
@@ -703,6 +759,7 @@ int strataExecutableSaveCheckpoint(StrataExecutable executable,
   if (!executable)
     return kNullHandle;
   return executable->session->capture([&](llvm::raw_ostream &os) {
+    ActiveCall active("strataExecutableSaveCheckpoint", *executable);
     if (!executable->everyRank(given(path, "the checkpoint path", os), os))
       return false;
     if (!executable->stateDefined(os, "save a checkpoint"))

@@ -6,11 +6,15 @@
 
 #include "llvm/ADT/Twine.h"
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <mutex>
+#include <thread>
+#include <unistd.h>
 
 using namespace llvm;
 
@@ -34,6 +38,28 @@ MpiCommunicator::Waiting::Waiting() : outer(blockedSince.load()) {
 MpiCommunicator::Waiting::~Waiting() { blockedSince.store(outer); }
 
 int64_t MpiCommunicator::blockedSinceUs() { return blockedSince.load(); }
+
+void MpiCommunicator::watchBlockedCalls(
+    double seconds, std::function<void(double waited)> report) {
+  static std::once_flag started;
+  std::call_once(started, [&] {
+    std::thread([seconds, report = std::move(report)] {
+      const auto poll =
+          std::chrono::duration<double>(std::min(1.0, seconds / 4));
+      while (true) {
+        std::this_thread::sleep_for(poll);
+        int64_t since = blockedSince.load();
+        if (!since)
+          continue;
+        double waited = double(steadyNowUs() - since) / 1e6;
+        if (waited < seconds)
+          continue;
+        report(waited);
+        _exit(1);
+      }
+    }).detach();
+  });
+}
 
 static Error mpiError(const Twine &message) {
   return createStringError(inconvertibleErrorCode(), message);

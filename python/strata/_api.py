@@ -11,7 +11,7 @@ from typing import Dict, List, Optional, Sequence, Tuple, Union
 import numpy as np
 
 # The C API version this binding is written against (STRATA_C_API_VERSION).
-_API_VERSION = 3
+_API_VERSION = 4
 
 
 def _find_library() -> str:
@@ -62,7 +62,8 @@ class _ExecutableOptions(ctypes.Structure):
                 ("threads", ctypes.c_int64),
                 ("mpiComm", ctypes.c_void_p),
                 ("blockingCollectives", ctypes.c_int),
-                ("gemmAutotune", ctypes.c_int)]
+                ("gemmAutotune", ctypes.c_int),
+                ("collectiveTimeout", ctypes.c_double)]
 
 
 class _TensorInfo(ctypes.Structure):
@@ -539,12 +540,16 @@ def compile(program: Union[str, bytes, os.PathLike], *,
             comm=None, world_size: Optional[int] = None,
             rank: Optional[int] = None, backend: str = "cpu", seed: int = 0,
             threads: int = 1, gemm_autotune: bool = False,
+            collective_timeout: float = 1800.0,
             name: Optional[str] = None) -> Executable:
     """Compiles a training program (MLIR text of the strata dialect, or the
     path of a .mlir file) with a strategy file for one rank of a job, and
     creates the backend's executable ("cpu" or "reference") with the initial
     weights of `seed`. `gemm_autotune` ("cpu"): time each distinct f32 GEMM
     once through oneDNN's two paths and run the faster.
+    `collective_timeout`: in a job of several ranks, the seconds a rank may
+    wait for its peers in one MPI call before it ends the process, saying
+    so (0: for ever).
 
     The job: `comm`, an mpi4py communicator whose ranks are the job's; under
     mpirun without `comm`, mpi4py's COMM_WORLD; otherwise one rank. Every
@@ -560,6 +565,10 @@ def compile(program: Union[str, bytes, os.PathLike], *,
     if not isinstance(gemm_autotune, (bool, np.bool_)):
         raise TypeError("gemm_autotune must be a bool, got %s"
                         % type(gemm_autotune).__name__)
+    if isinstance(collective_timeout, bool) or not isinstance(
+            collective_timeout, (int, float, np.integer, np.floating)):
+        raise TypeError("collective_timeout must be a number of seconds, "
+                        "got %s" % type(collective_timeout).__name__)
     seed = _integer("seed", seed, 0, (1 << 64) - 1)
     threads = _integer("threads", threads, *_INT64)
     if world_size is not None:
@@ -612,6 +621,7 @@ def compile(program: Union[str, bytes, os.PathLike], *,
     options.seed = seed
     options.threads = threads
     options.gemmAutotune = int(gemm_autotune)
+    options.collectiveTimeout = float(collective_timeout)
     options.mpiComm = comm_address
     handle = _ExecutableHandle()
     status = _create(session.handle, ctypes.byref(options),

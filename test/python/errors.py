@@ -130,6 +130,10 @@ print("threads=100000:", outcome(lambda: strata.compile("mlp.mlir",
 print("no such file:", outcome(lambda: strata.compile("mlp_copy.txt")))
 print("autotune, reference:", outcome(lambda: strata.compile(
     "mlp.mlir", backend="reference", gemm_autotune=True)))
+print("collective_timeout='1':", outcome(lambda: strata.compile(
+    "mlp.mlir", collective_timeout="1")))
+print("collective_timeout=-1:", outcome(lambda: strata.compile(
+    "mlp.mlir", collective_timeout=-1)))
 print("program=3:", outcome(lambda: strata.compile(3)))
 print("copy:", outcome(lambda: copy.copy(exe)))
 # (The C API below Python refuses a negative step count itself.)

@@ -69,6 +69,7 @@ static void executableErrors(void) {
   StrataExecutableOptions options;
   StrataExecutable exe = NULL;
   strataExecutableOptionsInit(&options);
+  check(options.collectiveTimeout == 1800, "the collective timeout's default");
 
   /* A world size that no job has. */
   check(strataSessionApplyStrategy(s, "/nonexistent.yaml", -5, 0) != 0,

@@ -13,6 +13,7 @@
 #include "strata-c/Strata.h"
 
 #include <mpi.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -51,6 +52,9 @@ static StrataExecutable create(StrataSession s, const char *strategy,
   static MPI_Comm nullComm = MPI_COMM_NULL;
   if (useMpi && getenv("CAPI_TRAIN_NULL_COMM"))
     options.mpiComm = &nullComm;
+  /* The test of the collective timeout (test/run/capi.test). */
+  if (getenv("CAPI_TRAIN_TIMEOUT"))
+    options.collectiveTimeout = atof(getenv("CAPI_TRAIN_TIMEOUT"));
   StrataExecutable exe = NULL;
   if (strataExecutableCreate(s, &options, &exe) != 0)
     die(s, "strataExecutableCreate");
@@ -166,7 +170,12 @@ int main(int argc, char **argv) {
       printf("input %s: type %d, %zu elements\n", info.name,
              (int)info.elementType, count);
   }
+  /* The test of the collective timeout: this rank stops (as a hung
+     process would) before its second step. */
+  const char *stopping = getenv("CAPI_TRAIN_STOPS_ON_RANK");
   for (long long i = 0; i < steps; ++i) {
+    if (i == 1 && stopping && atoi(stopping) == rank)
+      raise(SIGSTOP);
     if (strataExecutableReadBatch(exe, NULL, STRATA_DATA_TEXT, i, inputs) != 0)
       die(s, "strataExecutableReadBatch");
     double loss;

@@ -21,7 +21,6 @@
 #include <algorithm>
 #include <atomic>
 #include <cctype>
-#include <chrono>
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
@@ -30,7 +29,6 @@
 #include <sys/prctl.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
-#include <thread>
 #include <unistd.h>
 
 using namespace llvm;
@@ -136,32 +134,19 @@ namespace strata_run {
 void installStopHandlers(int rank) { stop::install(rank); }
 
 void watchCollectives(double seconds) {
-  std::thread([seconds] {
-    using namespace std::chrono;
-    const auto poll = duration<double>(std::min(1.0, seconds / 4));
-    while (true) {
-      std::this_thread::sleep_for(poll);
-      int64_t since = strata::MpiCommunicator::blockedSinceUs();
-      int64_t now =
-          duration_cast<microseconds>(steady_clock::now().time_since_epoch())
-              .count();
-      if (!since || double(now - since) < seconds * 1e6)
-        continue;
-      char waited[128];
-      std::snprintf(waited, sizeof(waited), "waited %.0f s for a peer rank",
-                    double(now - since) / 1e6);
-      stop::Line line;
-      line << stop::prefix << waited;
-      if (const char *at = stop::where())
-        line << " in " << at;
-      else if (const char *now = stop::phase.load())
-        line << " while " << now;
-      line << " (--collective-timeout): a peer rank stopped or hangs; ending "
-              "the job\n";
-      line.write();
-      _exit(1);
-    }
-  }).detach();
+  strata::MpiCommunicator::watchBlockedCalls(seconds, [](double waited) {
+    char text[128];
+    std::snprintf(text, sizeof(text), "waited %.0f s for a peer rank", waited);
+    stop::Line line;
+    line << stop::prefix << text;
+    if (const char *at = stop::where())
+      line << " in " << at;
+    else if (const char *now = stop::phase.load())
+      line << " while " << now;
+    line << " (--collective-timeout): a peer rank stopped or hangs; ending "
+            "the job\n";
+    line.write();
+  });
 }
 
 void watchExecutable(const strata::Executable *executable) {

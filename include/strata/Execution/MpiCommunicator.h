@@ -16,6 +16,7 @@
 
 #include "llvm/Support/Error.h"
 
+#include <functional>
 #include <map>
 #include <memory>
 #include <mpi.h>
@@ -36,6 +37,14 @@ public:
   /// ranks (a collective, a receive, a wait), or 0 when it is in none: a
   /// watchdog thread may read it (strata-run --collective-timeout).
   static int64_t blockedSinceUs();
+  /// Starts, the first time it is called in the process, a thread that ends
+  /// the process (exit status 1) once it has been blocked `seconds` in one
+  /// MPI call that waits for peer ranks (blockedSinceUs): MPI cannot cancel
+  /// the call, and a peer that stopped or hangs would keep it waiting for
+  /// ever. `report`, given the seconds waited, says so first (from that
+  /// thread). Later calls change nothing.
+  static void watchBlockedCalls(double seconds,
+                                std::function<void(double waited)> report);
   /// Marks an MPI call that may wait for peer ranks for as long as it
   /// lives, for blockedSinceUs (the outermost of nested ones): the
   /// communicator's own calls, and a caller's on the same ranks.
