@@ -16,6 +16,8 @@
 #include "llvm/ADT/StringSet.h"
 #include "llvm/Support/FormatVariadic.h"
 
+#include <cmath>
+
 using namespace llvm;
 
 namespace strata::detail {
@@ -37,6 +39,21 @@ Error Reader::validate(const StrategyContext &context) {
       return Error::success();
     return failAt(key, "'" + key + "' must be positive, got " +
                            formatStrategyNumber(value));
+  };
+  // A positive value the step computes with in f32 (a learning rate, the
+  // loss scale): one that rounds to 0 or overflows there would train
+  // nothing, or nothing but NaN.
+  auto positiveF32 = [&](StringRef key, double value) -> Error {
+    if (Error err = positive(key, value))
+      return err;
+    float rounded = float(value);
+    if (rounded > 0.0f && std::isfinite(rounded))
+      return Error::success();
+    return failAt(key, "'" + key + "' is " + formatStrategyNumber(value) +
+                           ", which rounds to " +
+                           (rounded > 0.0f ? "infinity" : "0") +
+                           " in f32, the step's arithmetic (f32 holds 1.4e-45 "
+                           "to 3.4e38)");
   };
   auto oneOf = [&](StringRef key, StringRef value,
                    ArrayRef<StringRef> allowed) -> Error {
@@ -211,7 +228,7 @@ Error Reader::validate(const StrategyContext &context) {
   // amp
   CHECK(oneOf("amp.dtype", s.amp.dtype, {"float16", "bfloat16"}));
   CHECK(oneOf("amp.level", s.amp.level, {"o1", "o2"}));
-  CHECK(positive("amp.init_loss_scaling", s.amp.init_loss_scaling));
+  CHECK(positiveF32("amp.init_loss_scaling", s.amp.init_loss_scaling));
   CHECK(range("amp.incr_every_n_steps", s.amp.incr_every_n_steps, 1));
   CHECK(range("amp.decr_every_n_nan_or_inf", s.amp.decr_every_n_nan_or_inf, 1));
   if (!(s.amp.incr_ratio > 1.0))
@@ -273,7 +290,7 @@ Error Reader::validate(const StrategyContext &context) {
   OptimizerSection &o = s.optimizer;
   CHECK(oneOf("optimizer.type", o.type,
               {"sgd", "momentum", "adam", "adamw", "lamb", "lars"}));
-  CHECK(positive("optimizer.learning_rate", o.learning_rate));
+  CHECK(positiveF32("optimizer.learning_rate", o.learning_rate));
   fillOptimizerDefaults(o);
   if (*o.weight_decay < 0.0)
     return failAt("optimizer.weight_decay",
@@ -287,7 +304,7 @@ Error Reader::validate(const StrategyContext &context) {
   if (!(o.momentum >= 0.0 && o.momentum < 1.0))
     return failAt("optimizer.momentum",
                   "'optimizer.momentum' must be in [0, 1)");
-  CHECK(positive("optimizer.lars_coeff", o.lars_coeff));
+  CHECK(positiveF32("optimizer.lars_coeff", o.lars_coeff));
   if (o.grad_clip_norm < 0.0)
     return failAt("optimizer.grad_clip_norm",
                   "'optimizer.grad_clip_norm' must be >= 0 (0 disables "
@@ -379,6 +396,21 @@ Error Reader::validate(const StrategyContext &context) {
   unusedIf("amp.use_master_grad", s.amp.enable && s.amp.level == "o1",
            "at level o1 parameter gradients are f32 already (master "
            "gradients are for level o2)");
+  // (Set true: false is the default.)
+  unusedIf("amp.use_master_grad",
+           s.amp.enable && s.amp.level == "o2" && s.amp.use_master_grad &&
+               ((s.gradient_merge.enable && s.gradient_merge.k_steps > 1) ||
+                (s.pipeline.enable && s.pipeline.accumulate_steps > 1)),
+           "gradient merge (and a pipeline's micro-batches) accumulates "
+           "every parameter gradient in f32 already");
+  for (StringRef key :
+       {"amp.incr_ratio", "amp.decr_ratio", "amp.incr_every_n_steps",
+        "amp.decr_every_n_nan_or_inf"})
+    unusedIf(key,
+             s.amp.enable && s.amp.dtype == "float16" &&
+                 !s.amp.use_dynamic_loss_scaling,
+             "the loss scale is static (amp.use_dynamic_loss_scaling: "
+             "false): it never grows or shrinks");
   unusedIf("dp_optimization.fp16_allreduce",
            s.amp.enable && s.amp.level == "o2",
            "at amp level o2 the gradients are 16-bit on the wire already");
