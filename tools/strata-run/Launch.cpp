@@ -192,6 +192,12 @@ static void relayStderr(int fd) {
   };
   auto line = [&](StringRef text) {
     bool rule = text.starts_with("-----");
+    // mpirun's count of the aborts it did not print (each failing rank has
+    // said why), and how to see them.
+    if (!inBlock && (text.contains("sent help message help-mpi-api.txt / "
+                                   "mpi-abort") ||
+                     text.contains("\"orte_base_help_aggregate\" to 0")))
+      return;
     if (!inBlock) {
       if (rule) {
         inBlock = true;

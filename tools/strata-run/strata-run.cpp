@@ -206,9 +206,14 @@ static std::unique_ptr<strata::MpiCommunicator> communicator;
 /// other rank down with it rather than leave them waiting in a collective.
 static int fail(const Twine &message) {
   if (mpiRunning) {
-    WithColor::error(errs(), "strata-run")
+    // One write: the lines of ranks failing at once share mpirun's stderr.
+    std::string line;
+    raw_string_ostream os(line);
+    WithColor::error(os, "strata-run")
         << "rank " << worldRank << ": " << message << "\n";
     errs().flush();
+    ssize_t ignored = ::write(STDERR_FILENO, line.data(), line.size());
+    (void)ignored;
     MPI_Abort(MPI_COMM_WORLD, 1);
   }
   WithColor::error(errs(), "strata-run") << message << "\n";
