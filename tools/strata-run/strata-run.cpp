@@ -730,8 +730,14 @@ int main(int argc, char **argv) {
   std::optional<StartupPhase> compiling;
   compiling.emplace("compiling the program");
   auto created = strata::Trainer::create(std::move(module), *strategy, options);
-  if (!created)
-    report(toString(created.takeError()));
+  if (!created) {
+    // (The trainer's own errors are plain sentences about the program.)
+    std::string line;
+    raw_string_ostream os(line);
+    WithColor::error(os, "strata-run")
+        << programFile << ": " << toString(created.takeError()) << "\n";
+    report(line);
+  }
   if (auto code = agree(bool(created), "cannot compile the strategy"))
     return *code;
   std::string dataError = data ? "" : toString(data.takeError());
