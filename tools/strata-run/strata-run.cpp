@@ -391,6 +391,11 @@ static std::optional<std::string> unwritable(StringRef flag, StringRef path) {
              std::strerror(errno) + ")";
     return std::nullopt;
   }
+  // (The file it would write, whose directory is checked below, is the
+  // link's target: it names none.)
+  if (sys::fs::is_symlink_file(path))
+    return option + " " + path.str() +
+           ": a symbolic link to a missing file (give a file name to write)";
   SmallString<128> dir = sys::path::parent_path(path);
   if (dir.empty())
     dir = ".";
