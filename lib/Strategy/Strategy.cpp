@@ -58,8 +58,11 @@ Expected<Strategy> strata::parseStrategy(StringRef text, StringRef bufferName,
                                  " deep: not a strategy file\n");
   // JSON files get llvm::json's stricter syntax check first (YAML would
   // accept, e.g., trailing commas or unquoted keys).
-  if (text.ltrim().starts_with("{")) {
-    Expected<json::Value> parsed = json::parse(text);
+  // (After a UTF-8 byte-order mark, which editors may write.)
+  StringRef body = text;
+  body.consume_front("\xEF\xBB\xBF");
+  if (body.ltrim().starts_with("{")) {
+    Expected<json::Value> parsed = json::parse(body);
     if (!parsed) {
       std::string msg = toString(parsed.takeError());
       return createStringError(inconvertibleErrorCode(),
