@@ -42,7 +42,8 @@ namespace {
 std::string yamlString(StringRef s) {
   // Plain only when unambiguous in block and flow context alike, and not
   // readable as a boolean, a number or null.
-  bool plain = !s.empty() && all_of(s, [](char c) {
+  // (A leading '-' reads as a sequence entry: "-", "---".)
+  bool plain = !s.empty() && !s.starts_with("-") && all_of(s, [](char c) {
     return isAlnum(c) || c == '_' || c == '.' || c == '/' || c == '-';
   });
   double d;
