@@ -224,9 +224,14 @@ Error Reader::store(StringRef path, Value value, SMLoc loc) {
   const SectionInfo *section = findSection(sectionName);
   auto previous = keyLocs.find(path);
   if (previous != keyLocs.end()) {
-    unsigned line = sourceMgr.getLineAndColumn(previous->second).first;
-    return fail(loc, "'" + path + "' is set twice (first on line " +
-                         Twine(line) + ")");
+    // At the later of the two in the file (a fleet spelling is stored after
+    // the sections, wherever it stands).
+    SMLoc first = previous->second, second = loc;
+    if (second.getPointer() < first.getPointer())
+      std::swap(first, second);
+    unsigned line = sourceMgr.getLineAndColumn(first).first;
+    return fail(second, "'" + path + "' is set twice (first on line " +
+                            Twine(line) + ")");
   }
   section->set(strategy, key, std::move(value));
   keyLocs[path] = loc;
