@@ -528,7 +528,7 @@ static int checkArguments() {
   if (!outputFile.empty() && emit.empty())
     return fail("-o names the output of --emit (a checkpoint after training "
                 "is --save FILE)");
-  if (!emit.empty())
+  if (!emit.empty()) {
     for (auto [flag, path] : {std::pair<StringRef, StringRef>{"save", saveFile},
                               {"report", reportFile},
                               {"checkpoint-dir", checkpointDir},
@@ -537,6 +537,17 @@ static int checkArguments() {
         return fail("--emit writes the lowered program and trains nothing: "
                     "--" +
                     flag + " would not be written");
+    for (auto [flag, path] : {std::pair<StringRef, StringRef>{"init", initFile},
+                              {"resume", resumeFrom}})
+      if (!path.empty())
+        return fail("--emit writes the lowered program and trains nothing: "
+                    "--" +
+                    flag + " would not be read");
+    if (backend == "reference")
+      return fail("--emit lowers the program for a runtime (--backend cpu "
+                  "or cuda); the reference backend evaluates it and has "
+                  "nothing to emit");
+  }
   {
     // Two outputs in one file: the second would overwrite the first.
     std::map<std::string, StringRef> written;
