@@ -27,10 +27,22 @@ namespace strata::detail {
 /// A YAML tag (`!!str 2`, `!custom x`) would change how a value reads in
 /// other YAML readers and is ignored by this one: refused.
 Error Reader::untagged(yaml::Node *node, StringRef what) {
+  if (Error err = notAlias(node, nullptr))
+    return err;
   if (!node || node->getRawTag().empty())
     return Error::success();
   return fail(node, "YAML tag '" + node->getRawTag() + "' on '" + what +
                         "' is not supported: write the plain value");
+}
+
+/// A YAML alias (`*name`) stands for another value of the file: refused,
+/// at `key` when one holds it (LLVM's YAML parser places an alias after its
+/// text), rather than read as the wrong kind of value.
+Error Reader::notAlias(yaml::Node *node, yaml::Node *key) {
+  if (!isa_and_nonnull<yaml::AliasNode>(node))
+    return Error::success();
+  return fail(key ? key : node, "YAML aliases ('*name') are not supported in "
+                                "strategy files: write the value out");
 }
 
 Expected<std::string> Reader::scalar(yaml::Node *node, StringRef what) {
@@ -261,6 +273,8 @@ Error Reader::readSection(const SectionInfo &section, yaml::MappingNode *map) {
                   "unknown key '" + *key + "' in section '" + section.name +
                       "'" + (hint ? "; did you mean '" + *hint + "'?" : ""));
     }
+    if (Error err = notAlias(kv.getValue(), kv.getKey()))
+      return err;
     if (Error err = setCanonical((section.name + "." + canonical).str(),
                                  kv.getKey(), kv.getValue()))
       return err;
@@ -498,6 +512,8 @@ Error Reader::read() {
     yaml::Node *value = kv.getValue();
     if (!value)
       return fail(kv.getKey(), "missing value for '" + *key + "'");
+    if (Error err = notAlias(value, kv.getKey()))
+      return err;
     if (Error err = untagged(value, *key))
       return err;
 

@@ -84,6 +84,7 @@ private:
   // Scalars and lists.
   Expected<std::string> scalar(yaml::Node *node, StringRef what);
   Error untagged(yaml::Node *node, StringRef what);
+  Error notAlias(yaml::Node *node, yaml::Node *key);
   Expected<Value> readValue(yaml::Node *node, size_t kind, StringRef what);
   Expected<PatternList> readPatterns(yaml::Node *node, StringRef what);
   Expected<StringList> readStringList(yaml::Node *node, StringRef what);
