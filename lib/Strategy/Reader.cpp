@@ -53,7 +53,10 @@ Expected<std::string> Reader::scalar(yaml::Node *node, StringRef what) {
     return fail(node, "expected a single value for '" + what + "'");
   SmallString<32> storage;
   StringRef v = s->getValue(storage);
-  if (v.empty() || v == "~" || v == "null")
+  // (Quoted, "null" and "~" are strings: --print-strategy quotes them.)
+  StringRef raw = s->getRawValue();
+  bool quoted = raw.starts_with("\"") || raw.starts_with("'");
+  if (v.empty() || (!quoted && (v == "~" || v == "null")))
     return fail(node, "missing value for '" + what + "'");
   // Names and values are printable UTF-8 (what --print-strategy writes
   // reads back the same).
