@@ -772,7 +772,7 @@ int main(int argc, char **argv) {
     Error err = trainer.compile();
     bool ok = !err;
     consumeError(std::move(err));
-    if (auto code = checkEverywhere(ok, "compilation failed"))
+    if (auto code = agree(ok, "compilation failed"))
       return *code;
   }
 
