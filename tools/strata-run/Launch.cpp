@@ -72,16 +72,24 @@ struct Line {
   }
 };
 
+/// Where this rank is, in its last words: " IN SITE" (an op or host-side
+/// communication), " while PHASE" (the start's long work), or `otherwise`.
+void describePlace(Line &line, const char *where, const char *in,
+                   const char *otherwise) {
+  if (where)
+    line << " " << in << " " << where;
+  else if (const char *now = phase.load())
+    line << " while " << now;
+  else
+    line << otherwise;
+}
+
 [[noreturn]] void report(const char *where) {
   Line line;
   line << prefix
        << (requested == SIGINT ? "interrupted" : "stopped by the job");
-  if (where)
-    line << " while in " << where;
-  else if (const char *now = phase.load())
-    line << " while " << now;
-  else
-    line << " while computing (outside any collective)";
+  describePlace(line, where, "while in",
+                " while computing (outside any collective)");
   line << ": a peer rank failed or the job was cancelled; mpirun names the "
           "rank that ended first\n";
   line.write();
@@ -139,10 +147,7 @@ void watchCollectives(double seconds) {
     std::snprintf(text, sizeof(text), "waited %.0f s for a peer rank", waited);
     stop::Line line;
     line << stop::prefix << text;
-    if (const char *at = stop::where())
-      line << " in " << at;
-    else if (const char *now = stop::phase.load())
-      line << " while " << now;
+    stop::describePlace(line, stop::where(), "in", "");
     line << " (--collective-timeout): a peer rank stopped or hangs; ending "
             "the job\n";
     line.write();
