@@ -764,7 +764,9 @@ int main(int argc, char **argv) {
   // (The same answer on every rank.)
   if (Error err = [&] {
         StartupCheck check("the start's check that every rank runs one job");
-        return trainer.checkSameJob(data->fingerprint());
+        // (The data's hash reads all of it: only where ranks compare it.)
+        return trainer.checkSameJob(
+            worldSize > 1 ? std::optional(data->fingerprint()) : std::nullopt);
       }())
     return failEverywhere(toString(std::move(err)),
                           /*diagnosticsPrinted=*/false);
