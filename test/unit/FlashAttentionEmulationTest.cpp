@@ -373,6 +373,12 @@ TEST(FlashAttentionEmulation, F16CrossWithPaddedHeadSizes) {
   check<__half>({1, 2, 70, 150, 24, 40, false, 0}, 2e-3, 1e-3);
 }
 
+TEST(FlashAttentionEmulation, F16CausalWithHeadSizesOffTheVectorWidth) {
+  // Head sizes 12 and 20: rows are not whole 16-byte vectors, so the tiles
+  // load an element at a time.
+  check<__half>({1, 2, 70, 90, 12, 20, true, 0.1}, 2e-3, 1e-3);
+}
+
 TEST(FlashAttentionEmulation, Bf16CausalWithFewerKeys) {
   // Causal with fewer keys than queries: later queries see every key.
   check<__nv_bfloat16>({1, 3, 90, 40, 16, 16, true, 0.2}, 1.6e-2, 1e-2);
