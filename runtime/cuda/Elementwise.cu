@@ -651,6 +651,29 @@ void strata_rt_strided_copy(StrataRtContext *ctx, int64_t site, void *out,
   Layout<1> l;
   if (!collapse(ctx, site, "strided_copy", rank, shape, strides, l))
     return;
+  // Rows of contiguous elements a fixed pitch apart (a slice of the last
+  // dimension, the gemm padding's columns dropped): the copy engine's 2D
+  // copy, at bandwidth where the kernel divides for every element's offset.
+  if (l.rank == 2 && l.strides[0][1] == 1 && l.strides[0][0] >= l.shape[1]) {
+    const size_t width = size_t(l.shape[1] * elementBytes);
+    const size_t pitch = size_t(l.strides[0][0] * elementBytes);
+    int maxPitch = 0;
+    if (!ctx->check(
+            site,
+            cudaDeviceGetAttribute(&maxPitch, cudaDevAttrMaxPitch, ctx->device),
+            "strata_rt_strided_copy"))
+      return;
+    if (pitch <= size_t(maxPitch)) {
+      ctx->check(
+          site,
+          cudaMemcpy2DAsync(out, width,
+                            static_cast<const char *>(in) + base * elementBytes,
+                            pitch, width, size_t(l.shape[0]),
+                            cudaMemcpyDeviceToDevice, ctx->compute),
+          "strata_rt_strided_copy");
+      return;
+    }
+  }
   auto run = [&](auto element) {
     using E = decltype(element);
     auto *o = static_cast<E *>(out);

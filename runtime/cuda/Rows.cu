@@ -289,6 +289,31 @@ __global__ void embeddingGradRows(T *dtable, const T *dy, const uint64_t *keys,
 // Cross-entropy
 //===----------------------------------------------------------------------===//
 
+/// The maximum of row x's `n` elements and the sum of exp(x - maximum), in
+/// one pass: each thread keeps a running maximum and a sum rescaled when
+/// its maximum grows, and the block combines them in a fixed order (the
+/// block's maximum, then each thread's sum rescaled to it). One read of the
+/// row where a pass for the maximum and one for the sum took two.
+struct RowMaxSum {
+  float max, sum;
+};
+template <typename T>
+__device__ RowMaxSum rowMaxSum(const T *x, int64_t n, float *shared) {
+  float mx = -INFINITY, sum = 0.0f;
+  for (int64_t j = threadIdx.x; j < n; j += blockDim.x) {
+    const float v = toFloat(x[j]);
+    if (v > mx) {
+      sum = (mx == -INFINITY ? 0.0f : sum * fastExp(mx - v)) + 1.0f;
+      mx = v;
+    } else {
+      sum += fastExp(v - mx);
+    }
+  }
+  const float rowMax = blockMax(mx, shared);
+  const float scaled = mx == -INFINITY ? 0.0f : sum * fastExp(mx - rowMax);
+  return {rowMax, blockSum(scaled, shared)};
+}
+
 /// Each row's -log softmax(logits)[label] in double (0, and the error word
 /// set, for a label outside [0, vocab)).
 template <typename T, typename I>
@@ -306,16 +331,10 @@ __global__ void crossEntropyRows(double *perRow, unsigned long long *error,
       }
       continue;
     }
-    float mx = -INFINITY;
-    for (int64_t j = threadIdx.x; j < vocab; j += blockDim.x)
-      mx = fmaxf(mx, toFloat(x[j]));
-    mx = blockMax(mx, shared);
-    float sum = 0.0f;
-    for (int64_t j = threadIdx.x; j < vocab; j += blockDim.x)
-      sum += fastExp(toFloat(x[j]) - mx);
-    sum = blockSum(sum, shared);
+    const RowMaxSum row = rowMaxSum(x, vocab, shared);
     if (threadIdx.x == 0)
-      perRow[r] = log(double(sum)) + double(mx) - double(toFloat(x[label]));
+      perRow[r] =
+          log(double(row.sum)) + double(row.max) - double(toFloat(x[label]));
   }
 }
 
@@ -342,17 +361,11 @@ __global__ void crossEntropyGradKernel(T *dlogits, const T *logits,
   const float scale = toFloat(dloss[0]) / float(rows);
   for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
     const T *x = logits + r * vocab;
-    float mx = -INFINITY;
-    for (int64_t j = threadIdx.x; j < vocab; j += blockDim.x)
-      mx = fmaxf(mx, toFloat(x[j]));
-    mx = blockMax(mx, shared);
-    float sum = 0.0f;
-    for (int64_t j = threadIdx.x; j < vocab; j += blockDim.x)
-      sum += fastExp(toFloat(x[j]) - mx);
-    const float f = scale / blockSum(sum, shared);
+    const RowMaxSum row = rowMaxSum(x, vocab, shared);
+    const float f = scale / row.sum;
     const int64_t label = labels[r];
     for (int64_t j = threadIdx.x; j < vocab; j += blockDim.x) {
-      float o = fastExp(toFloat(x[j]) - mx) * f;
+      float o = fastExp(toFloat(x[j]) - row.max) * f;
       if (j == label)
         o -= scale;
       dlogits[r * vocab + j] = fromFloat<T>(o);

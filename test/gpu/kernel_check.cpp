@@ -511,6 +511,9 @@ std::vector<CaseDef> makeCases() {
           {3, 20, 16, 2640, 33, 2, 1320 + 5 * 33 + 1});
   // [2:4, 2:9, 3:48] of [4, 10, 50].
   strided("slice_i64", I64, 2000, {2, 7, 45, 1000, 50, 1, 103});
+  // [5:40, 4:33] of [40, 37]: rows of contiguous elements a pitch apart
+  // (the gemm padding's slice; a 2D copy on the GPU).
+  strided("slice_rows_bf16", BF16, 40 * 37, {1, 35, 29, 0, 37, 1, 5 * 37 + 4});
   // [5, 40] broadcast to [3, 5, 40].
   strided("broadcast_f16", F16, 200, {3, 5, 40, 0, 40, 1, 0});
   // Two inputs of 37 rows (13 and 20 wide) concatenated into rows of 33.
@@ -723,6 +726,9 @@ std::vector<CaseDef> makeCases() {
   crossEntropy(F32, I64, 37, 1000);
   crossEntropy(F32, I32, 37, 333);
   crossEntropy(BF16, I64, 16, 500);
+  // GPT-2's odd vocabulary: many elements a thread, its running maximum
+  // and rescaled sum.
+  crossEntropy(BF16, I32, 3, 50257);
 
   // Optimizer support.
   add("lr_schedule", [](Case &t) {
@@ -840,10 +846,10 @@ std::vector<CaseDef> makeCases() {
         void *nm = t.out("m" + at, F32, n, tol);
         void *nv = t.out("v" + at, F32, n, tol);
         void *nmw = master ? t.out("master" + at, F32, n, tol) : nullptr;
-        RT.adam(t.ctx, 1, i == 20 ? STRATA_RT_LAMB : kind, np, low, nm, F32, nv,
-                F32, p, low, g, low, m, F32, v, F32, i % 7 == 6 ? lr2 : lr, F32,
-                step, I64, n, 0.9, 0.999, 1e-8, i % 2 ? 0.01 : 0.0, gd, F32,
-                nmw, F32, mw, F32);
+        RT.adam(t.ctx, 1, i == 20 ? int64_t(STRATA_RT_LAMB) : kind, np, low, nm,
+                F32, nv, F32, p, low, g, low, m, F32, v, F32,
+                i % 7 == 6 ? lr2 : lr, F32, step, I64, n, 0.9, 0.999, 1e-8,
+                i % 2 ? 0.01 : 0.0, gd, F32, nmw, F32, mw, F32);
         if (i == 10) {
           void *sp = t.rand(F32, kN, -1, 1), *sg = t.rand(F32, kN, -1, 1);
           void *snp = t.out("sgd_param", F32, kN, tol);
