@@ -70,6 +70,11 @@ constexpr llvm::StringLiteral kWhite[] = {"matmul", "fused_gemm_epilogue",
 constexpr llvm::StringLiteral kBlack[] = {"softmax",       "layer_norm",
                                           "cross_entropy", "reduce_sum",
                                           "reduce_mean",   "rsqrt"};
+// Ops whose kernels read any float type, compute in f32 and return f32
+// (the loss): where the lists decide f32 they read the low type as it is,
+// since a widening cast before them would change nothing but the bytes
+// moved.
+constexpr llvm::StringLiteral kComputesInF32[] = {"cross_entropy"};
 // Level o2 computes layer norm in the low type, as Paddle's pure low
 // precision does (its statistics accumulate in f32 inside the kernel, and
 // its output feeds GEMMs that read the low type anyway).
@@ -333,10 +338,12 @@ void AmpPass::runOnOperation() {
       compute = allLow ? low : f32;
     }
     anyLow |= compute == low;
+    const bool readsAsIs =
+        compute == f32 && llvm::is_contained(kComputesInF32, name);
     bool changed = false;
     for (unsigned i : floats) {
       Value v = op->getOperand(i);
-      if (elementOf(v) != compute) {
+      if (elementOf(v) != compute && !readsAsIs) {
         op->setOperand(i, castTo(v, compute, op));
         changed = true;
       }

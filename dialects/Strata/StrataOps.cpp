@@ -745,6 +745,16 @@ static LogicalResult checkLabels(std::optional<Location> loc,
   return success();
 }
 
+/// The loss of cross-entropy over `logits` (and its gradient): f32 for
+/// bf16 and f16 logits, whose kernels compute in f32, else the logits'
+/// type.
+static RankedTensorType crossEntropyLossType(RankedTensorType logits) {
+  Type element = logits.getElementType();
+  if (element.isBF16() || element.isF16())
+    element = Float32Type::get(logits.getContext());
+  return RankedTensorType::get({}, element);
+}
+
 LogicalResult CrossEntropyOp::inferReturnTypes(MLIRContext *,
                                                std::optional<Location> loc,
                                                Adaptor adaptor,
@@ -753,7 +763,7 @@ LogicalResult CrossEntropyOp::inferReturnTypes(MLIRContext *,
   if (failed(checkLabels<CrossEntropyOp>(loc, logits,
                                          tensorType(adaptor.getLabels()))))
     return failure();
-  types.push_back(withShape(logits, {}));
+  types.push_back(crossEntropyLossType(logits));
   return success();
 }
 
@@ -842,6 +852,13 @@ LogicalResult CrossEntropyGradOp::inferReturnTypes(
   if (failed(checkLabels<CrossEntropyGradOp>(loc, logits,
                                              tensorType(adaptor.getLabels()))))
     return failure();
+  RankedTensorType loss = crossEntropyLossType(logits);
+  if (tensorType(adaptor.getLossGrad()) != loss) {
+    std::string want;
+    llvm::raw_string_ostream(want) << loss;
+    return inferError<CrossEntropyGradOp>(
+        loc, "loss_grad must have the loss's type, " + want);
+  }
   types.push_back(logits);
   return success();
 }

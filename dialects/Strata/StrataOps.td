@@ -653,7 +653,10 @@ def Strata_CrossEntropyOp : Strata_ComputeOp<"cross_entropy"> {
   let description = [{
     `logits` is [..., V] and `labels` (integers in [0, V)) has the leading
     shape [...]. The result is the mean over all leading positions of
-    -log softmax(logits)[label], a rank-0 tensor.
+    -log softmax(logits)[label], a rank-0 tensor: f32 for bf16 and f16
+    logits (the op computes in f32, as a cast of the logits to f32 before
+    it would, so mixed precision reads the low type without one), else the
+    logits' type.
 
     ```mlir
     %loss = strata.cross_entropy %logits, %targets : (tensor<8x16x256xf32>, tensor<8x16xi32>) -> tensor<f32>
@@ -810,7 +813,8 @@ def Strata_EmbeddingGradOp : Strata_ShapeOp<"embedding_grad"> {
 def Strata_CrossEntropyGradOp : Strata_ComputeOp<"cross_entropy_grad"> {
   let summary = "Gradient of strata.cross_entropy";
   let description = [{
-    (softmax(logits) - onehot(labels)) * loss_grad / (number of positions).
+    (softmax(logits) - onehot(labels)) * loss_grad / (number of positions),
+    in the logits' type; `loss_grad` has the loss's type.
 
     ```mlir
     %dl = strata.cross_entropy_grad %logits, %targets, %dloss : (tensor<8x16x256xf32>, tensor<8x16xi32>, tensor<f32>) -> tensor<8x16x256xf32>

@@ -201,6 +201,18 @@ inline bool onlyF32(HostContext *ctx, int64_t site, const char *kernel,
   return true;
 }
 
+/// Whether a loss (or its gradient) of type `lossType` is f32, the type of
+/// every loss whatever its inputs' type; records the failure otherwise.
+inline bool lossIsF32(HostContext *ctx, int64_t site, const char *kernel,
+                      int64_t lossType) {
+  if (lossType == STRATA_RT_F32)
+    return true;
+  ctx->fail(site, std::string("strata_rt_") + kernel +
+                      ": the loss and its gradient are f32, not " +
+                      strata_rt_element_name(lossType));
+  return false;
+}
+
 /// Whether all `types` are equal (elementwise kernels do not convert).
 inline bool sameTypes(HostContext *ctx, int64_t site, const char *kernel,
                       std::initializer_list<int64_t> types) {

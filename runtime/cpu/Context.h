@@ -131,6 +131,7 @@ struct StrataRtContext : strata::rt::HostContext {
 
 using strata::rt::bgradReduction;
 using strata::rt::integerIds;
+using strata::rt::lossIsF32;
 using strata::rt::onlyF32;
 using strata::rt::sameTypes;
 using strata::rt::stepCounter;

@@ -1903,50 +1903,94 @@ void STRATA_RT_KERNEL(strata_rt_embedding_grad)(
                     });
 }
 
+} // extern "C"
+
+namespace {
+// The cross-entropy's rows, over f32 values: bf16 and f16 rows are widened
+// (exactly) into scratch first, so that a row's sums are those of the f32
+// kernel on the same values and a cast of the logits to f32 before the
+// kernel changes nothing. Out of line, so that every type runs one copy.
+
+/// The sum of exp(x[j] - mx) over a row.
+__attribute__((noinline)) float crossEntropySum(const float *x, int64_t n,
+                                                float mx) {
+  float sum = 0;
+#pragma omp simd reduction(+ : sum)
+  for (int64_t j = 0; j < n; ++j)
+    sum += fastExp(x[j] - mx);
+  return sum;
+}
+
+/// o = scale * (softmax(x) - onehot(label)) over a row (`o` may be `x`:
+/// an element is read before it is written).
+__attribute__((noinline)) void crossEntropyGradRow(float *o, const float *x,
+                                                   int64_t n, int64_t label,
+                                                   float scale) {
+  float mx = rowMax(x, n);
+  float sum = 0;
+#pragma omp simd reduction(+ : sum)
+  for (int64_t j = 0; j < n; ++j)
+    sum += (o[j] = fastExp(x[j] - mx));
+  float f = scale / sum;
+  for (int64_t j = 0; j < n; ++j)
+    o[j] *= f;
+  if (label >= 0 && label < n)
+    o[label] -= scale;
+}
+} // namespace
+
+extern "C" {
+
 void STRATA_RT_KERNEL(strata_rt_cross_entropy)(
     StrataRtContext *ctx, int64_t site, void *lossData, int64_t lossType,
     const void *logitsData, int64_t logitsType, const void *labels,
     int64_t labelType, int64_t rows, int64_t vocab) {
-  if (!integerIds(ctx, site, "cross_entropy", labelType))
+  if (!integerIds(ctx, site, "cross_entropy", labelType) ||
+      !lossIsF32(ctx, site, "cross_entropy", lossType))
     return;
-  withSameFloatType(
-      ctx, site, "cross_entropy", {lossType, logitsType}, [&](auto tag) {
-        using T = decltype(tag);
-        auto *loss = static_cast<T *>(lossData);
-        auto *logits = static_cast<const T *>(logitsData);
-        std::vector<double> perRow(rows);
-        int bad = 0;
+  withSameFloatType(ctx, site, "cross_entropy", {logitsType}, [&](auto tag) {
+    using T = decltype(tag);
+    auto *loss = static_cast<float *>(lossData);
+    auto *logits = static_cast<const T *>(logitsData);
+    constexpr bool kF32 = std::is_same_v<T, float>;
+    float *scratch =
+        kF32 ? nullptr : ctx->scratchFloats(omp_get_max_threads() * vocab);
+    std::vector<double> perRow(rows);
+    int bad = 0;
 #pragma omp parallel for schedule(static) reduction(|| : bad) if (rows * vocab >= kParallelGrain)
-        for (int64_t r = 0; r < rows; ++r) {
-          const T *x = logits + r * vocab;
-          int64_t label = readInt(labels, labelType, r);
-          if (label < 0 || label >= vocab) {
-            bad = 1;
-            perRow[r] = 0;
-            continue;
-          }
-          float mx = rowMax(x, vocab);
-          float sum = 0;
-#pragma omp simd reduction(+ : sum)
-          for (int64_t j = 0; j < vocab; ++j)
-            sum += fastExp(float(x[j]) - mx);
-          perRow[r] = std::log(double(sum)) + mx - float(x[label]);
+    for (int64_t r = 0; r < rows; ++r) {
+      int64_t label = readInt(labels, labelType, r);
+      if (label < 0 || label >= vocab) {
+        bad = 1;
+        perRow[r] = 0;
+        continue;
+      }
+      const float *x;
+      if constexpr (kF32) {
+        x = logits + r * vocab;
+      } else {
+        float *row = scratch + omp_get_thread_num() * vocab;
+        widen(row, logits + r * vocab, vocab);
+        x = row;
+      }
+      float mx = rowMax(x, vocab);
+      float sum = crossEntropySum(x, vocab, mx);
+      perRow[r] = std::log(double(sum)) + mx - x[label];
+    }
+    if (bad)
+      for (int64_t r = 0; r < rows; ++r) {
+        int64_t label = readInt(labels, labelType, r);
+        if (label < 0 || label >= vocab) {
+          ctx->fail(site, "label " + std::to_string(label) + " outside [0, " +
+                              std::to_string(vocab) + ")");
+          break;
         }
-        if (bad)
-          for (int64_t r = 0; r < rows; ++r) {
-            int64_t label = readInt(labels, labelType, r);
-            if (label < 0 || label >= vocab) {
-              ctx->fail(site, "label " + std::to_string(label) +
-                                  " outside [0, " + std::to_string(vocab) +
-                                  ")");
-              break;
-            }
-          }
-        double total = 0;
-        for (double v : perRow)
-          total += v;
-        loss[0] = T(float(total / double(rows)));
-      });
+      }
+    double total = 0;
+    for (double v : perRow)
+      total += v;
+    loss[0] = float(total / double(rows));
+  });
 }
 
 void STRATA_RT_KERNEL(strata_rt_cross_entropy_grad)(
@@ -1954,38 +1998,35 @@ void STRATA_RT_KERNEL(strata_rt_cross_entropy_grad)(
     const void *logitsData, int64_t logitsType, const void *labels,
     int64_t labelType, const void *dlossData, int64_t dlossType, int64_t rows,
     int64_t vocab) {
-  if (!integerIds(ctx, site, "cross_entropy_grad", labelType))
+  if (!integerIds(ctx, site, "cross_entropy_grad", labelType) ||
+      !lossIsF32(ctx, site, "cross_entropy_grad", dlossType))
     return;
   withSameFloatType(
-      ctx, site, "cross_entropy_grad", {dlogitsType, logitsType, dlossType},
+      ctx, site, "cross_entropy_grad", {dlogitsType, logitsType},
       [&](auto tag) {
         using T = decltype(tag);
         auto *dlogits = static_cast<T *>(dlogitsData);
         auto *logits = static_cast<const T *>(logitsData);
-        auto *dloss = static_cast<const T *>(dlossData);
-        float scale = float(dloss[0]) / float(rows);
+        float scale = *static_cast<const float *>(dlossData) / float(rows);
         constexpr bool kF32 = std::is_same_v<T, float>;
+        // Two rows a thread: the widened logits and the gradient.
         float *scratch =
-            kF32 ? nullptr : ctx->scratchFloats(omp_get_max_threads() * vocab);
+            kF32 ? nullptr
+                 : ctx->scratchFloats(omp_get_max_threads() * 2 * vocab);
 #pragma omp parallel for schedule(static) if (rows * vocab >= kParallelGrain)
         for (int64_t r = 0; r < rows; ++r) {
-          const T *x = logits + r * vocab;
-          float *o = kF32 ? reinterpret_cast<float *>(dlogits + r * vocab)
-                          : scratch + omp_get_thread_num() * vocab;
-          float mx = rowMax(x, vocab);
-          float sum = 0;
-#pragma omp simd reduction(+ : sum)
-          for (int64_t j = 0; j < vocab; ++j)
-            sum += (o[j] = fastExp(float(x[j]) - mx));
-          float f = scale / sum;
-          for (int64_t j = 0; j < vocab; ++j)
-            o[j] *= f;
           int64_t label = readInt(labels, labelType, r);
-          if (label >= 0 && label < vocab)
-            o[label] -= scale;
-          if constexpr (!kF32)
+          if constexpr (kF32) {
+            crossEntropyGradRow(dlogits + r * vocab, logits + r * vocab, vocab,
+                                label, scale);
+          } else {
+            float *x = scratch + omp_get_thread_num() * 2 * vocab;
+            float *o = x + vocab;
+            widen(x, logits + r * vocab, vocab);
+            crossEntropyGradRow(o, x, vocab, label, scale);
             for (int64_t j = 0; j < vocab; ++j)
               dlogits[r * vocab + j] = T(o[j]);
+          }
         }
       });
 }

@@ -167,6 +167,7 @@ bool divideOnStream(StrataRtContext *ctx, int64_t site, void *data, int64_t n,
 } // namespace strata::cuda
 
 using strata::rt::integerIds;
+using strata::rt::lossIsF32;
 using strata::rt::onlyF32;
 using strata::rt::sameTypes;
 using strata::rt::stepCounter;

@@ -340,25 +340,25 @@ __global__ void crossEntropyRows(double *perRow, unsigned long long *error,
 
 /// loss = the mean of the rows' losses, summed in double in a fixed order
 /// (one block).
-template <typename T>
-__global__ void crossEntropyMean(T *loss, const double *perRow, int64_t rows) {
+__global__ void crossEntropyMean(float *loss, const double *perRow,
+                                 int64_t rows) {
   __shared__ double shared[32];
   double part = 0.0;
   for (int64_t r = threadIdx.x; r < rows; r += blockDim.x)
     part += perRow[r];
   double total = blockSum(part, shared);
   if (threadIdx.x == 0)
-    loss[0] = fromFloat<T>(float(total / double(rows)));
+    loss[0] = float(total / double(rows));
 }
 
 /// dlogits = dloss / rows * (softmax(logits) - onehot(label)); a label out
 /// of range (reported by the forward) subtracts nothing.
 template <typename T, typename I>
 __global__ void crossEntropyGradKernel(T *dlogits, const T *logits,
-                                       const I *labels, const T *dloss,
+                                       const I *labels, const float *dloss,
                                        int64_t rows, int64_t vocab) {
   __shared__ float shared[32];
-  const float scale = toFloat(dloss[0]) / float(rows);
+  const float scale = dloss[0] / float(rows);
   for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
     const T *x = logits + r * vocab;
     const RowMaxSum row = rowMaxSum(x, vocab, shared);
@@ -574,10 +574,11 @@ void strata_rt_cross_entropy(StrataRtContext *ctx, int64_t site, void *loss,
                              int64_t lossType, const void *logits,
                              int64_t logitsType, const void *labels,
                              int64_t labelsType, int64_t rows, int64_t vocab) {
-  if (!integerIds(ctx, site, "cross_entropy", labelsType))
+  if (!integerIds(ctx, site, "cross_entropy", labelsType) ||
+      !lossIsF32(ctx, site, "cross_entropy", lossType))
     return;
   withSameFloatType(
-      ctx, site, "cross_entropy", {lossType, logitsType}, [&](auto tag) {
+      ctx, site, "cross_entropy", {logitsType}, [&](auto tag) {
         using T = decltype(tag);
         double *perRow = nullptr;
         if (rows > 0) {
@@ -598,8 +599,8 @@ void strata_rt_cross_entropy(StrataRtContext *ctx, int64_t site, void *loss,
             return;
         }
         // Without rows the loss is 0 / 0, as the CPU's.
-        crossEntropyMean<T><<<1, 1024, 0, ctx->compute>>>(
-            static_cast<T *>(loss), perRow, rows);
+        crossEntropyMean<<<1, 1024, 0, ctx->compute>>>(
+            static_cast<float *>(loss), perRow, rows);
         launched(ctx, site, "strata_rt_cross_entropy");
       });
 }
@@ -610,10 +611,11 @@ void strata_rt_cross_entropy_grad(StrataRtContext *ctx, int64_t site,
                                   const void *labels, int64_t labelsType,
                                   const void *dloss, int64_t dlossType,
                                   int64_t rows, int64_t vocab) {
-  if (!integerIds(ctx, site, "cross_entropy_grad", labelsType))
+  if (!integerIds(ctx, site, "cross_entropy_grad", labelsType) ||
+      !lossIsF32(ctx, site, "cross_entropy_grad", dlossType))
     return;
   withSameFloatType(
-      ctx, site, "cross_entropy_grad", {dlogitsType, logitsType, dlossType},
+      ctx, site, "cross_entropy_grad", {dlogitsType, logitsType},
       [&](auto tag) {
         using T = decltype(tag);
         if (rows == 0 || vocab == 0)
@@ -623,8 +625,8 @@ void strata_rt_cross_entropy_grad(StrataRtContext *ctx, int64_t site,
           crossEntropyGradKernel<T, I>
               <<<gridFor(rows, 1), rowThreads(vocab), 0, ctx->compute>>>(
                   static_cast<T *>(dlogits), static_cast<const T *>(logits),
-                  static_cast<const I *>(labels), static_cast<const T *>(dloss),
-                  rows, vocab);
+                  static_cast<const I *>(labels),
+                  static_cast<const float *>(dloss), rows, vocab);
         });
         launched(ctx, site, "strata_rt_cross_entropy_grad");
       });

@@ -361,6 +361,15 @@ func.func @f(%ids: tensor<4xi32>, %dy: tensor<4x3xf32>) {
 
 // -----
 
+func.func @f(%l: tensor<4x10xbf16>, %y: tensor<4xi32>, %d: tensor<bf16>) {
+  // expected-error@+2 {{'strata.cross_entropy_grad' op loss_grad must have the loss's type, tensor<f32>}}
+  // expected-error@+1 {{failed to infer returned types}}
+  %0 = strata.cross_entropy_grad %l, %y, %d : (tensor<4x10xbf16>, tensor<4xi32>, tensor<bf16>) -> tensor<4x10xbf16>
+  return
+}
+
+// -----
+
 func.func @f(%l: tensor<4x10xf32>, %y: tensor<4x1xi32>, %d: tensor<f32>) {
   // expected-error@+2 {{'strata.cross_entropy_grad' op labels must have shape [4], got [4, 1]}}
   // expected-error@+1 {{failed to infer returned types}}

@@ -262,3 +262,16 @@ func.func @loss_scaling(%norm: tensor<f32>, %s: tensor<f32>, %g: tensor<i64>, %b
   %s1, %g1, %b1 = strata.update_loss_scaling %norm, %s, %g, %b {decr_every_n_nan_or_inf = 2 : i64, decr_ratio = 0.8 : f64, incr_every_n_steps = 1000 : i64, incr_ratio = 2.0 : f64} : (tensor<f32>, tensor<f32>, tensor<i64>, tensor<i64>) -> (tensor<f32>, tensor<i64>, tensor<i64>)
   return %ok, %s1, %g1, %b1 : tensor<i64>, tensor<f32>, tensor<i64>, tensor<i64>
 }
+
+// Cross-entropy computes in f32 whatever its logits' type: bf16 and f16
+// logits give an f32 loss and take an f32 loss gradient.
+// CHECK-LABEL: func @low_precision_loss
+func.func @low_precision_loss(%l: tensor<4x16xbf16>, %h: tensor<4x16xf16>, %y: tensor<4xi32>, %d: tensor<f32>) -> (tensor<f32>, tensor<f32>, tensor<4x16xbf16>) {
+  // CHECK: strata.cross_entropy %{{.*}} : (tensor<4x16xbf16>, tensor<4xi32>) -> tensor<f32>
+  %0 = strata.cross_entropy %l, %y : (tensor<4x16xbf16>, tensor<4xi32>) -> tensor<f32>
+  // CHECK: strata.cross_entropy %{{.*}} : (tensor<4x16xf16>, tensor<4xi32>) -> tensor<f32>
+  %1 = strata.cross_entropy %h, %y : (tensor<4x16xf16>, tensor<4xi32>) -> tensor<f32>
+  // CHECK: strata.cross_entropy_grad %{{.*}} : (tensor<4x16xbf16>, tensor<4xi32>, tensor<f32>) -> tensor<4x16xbf16>
+  %2 = strata.cross_entropy_grad %l, %y, %d : (tensor<4x16xbf16>, tensor<4xi32>, tensor<f32>) -> tensor<4x16xbf16>
+  return %0, %1, %2 : tensor<f32>, tensor<f32>, tensor<4x16xbf16>
+}

@@ -70,6 +70,27 @@ func.func @train_step(%x: tensor<4x8xf32>, %labels: tensor<4xi32>) -> tensor<f32
 
 // -----
 
+// Cross-entropy computes in f32 from any float type and returns an f32
+// loss: the low-precision logits of the LM head's GEMM reach it without a
+// widening cast, and its gradient is bf16, ready for the GEMM's gradient.
+// CHECK-LABEL: func @lm_head
+// CHECK: %[[LOGITS:.*]] = strata.matmul {{.*}} -> tensor<4x8xbf16>
+// CHECK-NEXT: %[[LOSS:.*]] = strata.cross_entropy %[[LOGITS]], %arg1 : (tensor<4x8xbf16>, tensor<4xi32>) -> tensor<f32>
+// CHECK-NEXT: return %[[LOSS]] : tensor<f32>
+// GRAD-LABEL: func @lm_head
+// GRAD: %[[LOGITS:.*]] = strata.matmul {{.*}} -> tensor<4x8xbf16>
+// GRAD: %[[DL:.*]] = strata.cross_entropy_grad %[[LOGITS]], %arg1, %{{.*}} : (tensor<4x8xbf16>, tensor<4xi32>, tensor<f32>) -> tensor<4x8xbf16>
+// GRAD: strata.matmul_grad %{{.*}}, %{{.*}}, %[[DL]] {{.*}}: (tensor<4x8xbf16>, tensor<8x8xbf16>, tensor<4x8xbf16>)
+strata.param @w : tensor<8x8xf32> init <normal, 1.0>
+func.func @lm_head(%x: tensor<4x8xf32>, %labels: tensor<4xi32>) -> tensor<f32> {
+  %w = strata.get_param @w : tensor<8x8xf32>
+  %0 = strata.matmul %x, %w : (tensor<4x8xf32>, tensor<8x8xf32>) -> tensor<4x8xf32>
+  %loss = strata.cross_entropy %0, %labels : (tensor<4x8xf32>, tensor<4xi32>) -> tensor<f32>
+  return %loss : tensor<f32>
+}
+
+// -----
+
 // A step whose last op computes in the low type still returns the f32 it
 // declares.
 // CHECK-LABEL: func @train_step

@@ -714,13 +714,14 @@ std::vector<CaseDef> makeCases() {
         [=](Case &t) {
           void *logits = t.rand(dt, rows * vocab, -4, 4);
           void *labels = t.rand(labelType, rows, 0, vocab);
-          void *dloss = t.vals(dt, {2.5});
-          void *loss = t.out("loss", dt, 1);
+          // The loss and its gradient are f32 whatever the logits' type.
+          void *dloss = t.vals(F32, {2.5});
+          void *loss = t.out("loss", F32, 1);
           void *dlogits = t.out("dlogits", dt, rows * vocab);
-          RT.cross_entropy(t.ctx, 1, loss, dt, logits, dt, labels, labelType,
+          RT.cross_entropy(t.ctx, 1, loss, F32, logits, dt, labels, labelType,
                            rows, vocab);
           RT.cross_entropy_grad(t.ctx, 2, dlogits, dt, logits, dt, labels,
-                                labelType, dloss, dt, rows, vocab);
+                                labelType, dloss, F32, rows, vocab);
         });
   };
   crossEntropy(F32, I64, 37, 1000);
@@ -729,6 +730,7 @@ std::vector<CaseDef> makeCases() {
   // GPT-2's odd vocabulary: many elements a thread, its running maximum
   // and rescaled sum.
   crossEntropy(BF16, I32, 3, 50257);
+  crossEntropy(F16, I32, 5, 777);
 
   // Optimizer support.
   add("lr_schedule", [](Case &t) {

@@ -621,6 +621,46 @@ TEST(RuntimeTest, UnknownCodesFailAtTheirSite) {
   int32_t ids[1] = {0};
   strata_rt_embedding(ctx, 10, out, F32, a, F32, ids, F32, 1, 1, 2);
   expectFailure(10, "strata_rt_embedding: ids are i32 or i64, not f32");
+  int32_t label[1] = {1};
+  strata_rt_cross_entropy(ctx, 12, out, STRATA_RT_BF16, a, STRATA_RT_BF16,
+                          label, STRATA_RT_I32, 1, 2);
+  expectFailure(12, "strata_rt_cross_entropy: the loss and its gradient are "
+                    "f32, not bf16");
+}
+
+TEST(RuntimeTest, CrossEntropyOfLowLogitsIsTheF32KernelOnTheirValues) {
+  // bf16 and f16 logits give the loss of the f32 kernel on their widened
+  // values, and the gradient it gives rounded: a cast of the logits to f32
+  // before the kernel (what mixed precision would insert) changes nothing.
+  // Rows of 1001 elements start at every alignment.
+  Context ctx;
+  const int64_t rows = 7, vocab = 1001;
+  std::vector<int32_t> labels = {0, 1000, 17, 500, 3, 999, 250};
+  for (int64_t low : {int64_t(STRATA_RT_BF16), int64_t(STRATA_RT_F16)}) {
+    SCOPED_TRACE(strata_rt_element_name(low));
+    std::vector<float> wide = iota(rows * vocab, 0.013f, -3.0f);
+    std::vector<uint16_t> logits(wide.size());
+    strata_rt_cast(ctx, 0, logits.data(), low, wide.data(), F32, wide.size());
+    strata_rt_cast(ctx, 0, wide.data(), F32, logits.data(), low, wide.size());
+    float lossLow = 0, lossWide = 0, dloss = 3.0f;
+    strata_rt_cross_entropy(ctx, 1, &lossLow, F32, logits.data(), low,
+                            labels.data(), STRATA_RT_I32, rows, vocab);
+    strata_rt_cross_entropy(ctx, 2, &lossWide, F32, wide.data(), F32,
+                            labels.data(), STRATA_RT_I32, rows, vocab);
+    EXPECT_EQ(lossLow, lossWide);
+    std::vector<uint16_t> grad(wide.size()), want(wide.size());
+    std::vector<float> gradWide(wide.size());
+    strata_rt_cross_entropy_grad(ctx, 3, grad.data(), low, logits.data(), low,
+                                 labels.data(), STRATA_RT_I32, &dloss, F32,
+                                 rows, vocab);
+    strata_rt_cross_entropy_grad(ctx, 4, gradWide.data(), F32, wide.data(), F32,
+                                 labels.data(), STRATA_RT_I32, &dloss, F32,
+                                 rows, vocab);
+    strata_rt_cast(ctx, 0, want.data(), low, gradWide.data(), F32,
+                   gradWide.size());
+    EXPECT_EQ(grad, want);
+    EXPECT_EQ(strata_rt_error(ctx, nullptr), nullptr);
+  }
 }
 
 TEST(RuntimeTest, OptionsAndAbiVersion) {

@@ -64,9 +64,10 @@ typedef struct StrataRtContext StrataRtContext;
    version 9 lays fused attention's tensors out as [batch, sequence, heads,
    head size]; version 10 adds dropout on fused attention's probabilities;
    version 11 groups consecutive optimizer updates (strata_rt_updates_begin
-   and strata_rt_updates_end).
+   and strata_rt_updates_end); version 12 makes the cross-entropy's loss
+   (and its gradient) f32 whatever its logits' type.
  */
-#define STRATA_RT_ABI_VERSION 11
+#define STRATA_RT_ABI_VERSION 12
 
 /* Element types of tensor arguments. */
 enum {
@@ -467,7 +468,9 @@ void strata_rt_embedding_grad(StrataRtContext *ctx, int64_t site,
                               const void *ids, int64_t idsType, const void *dy,
                               int64_t dyType, int64_t count, int64_t vocab,
                               int64_t width);
-/* Mean over rows of -log softmax(logits)[label]. */
+/* Mean over rows of -log softmax(logits)[label], computed in f32 for
+   every logits type (f32, bf16, f16): the loss and its gradient `dloss`
+   are f32, `dlogits` has the logits' type. */
 void strata_rt_cross_entropy(StrataRtContext *ctx, int64_t site, void *loss,
                              int64_t lossType, const void *logits,
                              int64_t logitsType, const void *labels,
