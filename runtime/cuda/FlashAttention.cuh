@@ -125,16 +125,13 @@ __device__ void loadTile(const Tile<T> &tile, int cols, const T *from,
           r < rows && c < width ? from[r * stride + c] : fromFloat<T>(0.0f);
 }
 
-__device__ __forceinline__ float warpMax(float v) {
-  for (int o = 16; o > 0; o >>= 1)
-    v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
-  return v;
-}
-__device__ __forceinline__ float warpSum(float v) {
-  for (int o = 16; o > 0; o >>= 1)
-    v += __shfl_xor_sync(0xffffffffu, v, o);
-  return v;
-}
+// Loops unrolled by nvcc (fragment arrays indexed by constants stay in
+// registers); the host emulation runs them as they are.
+#if defined(__CUDACC__)
+#define STRATA_FLASH_UNROLL _Pragma("unroll")
+#else
+#define STRATA_FLASH_UNROLL
+#endif
 
 namespace wmma = nvcuda::wmma;
 template <typename T>
@@ -146,7 +143,7 @@ using FragC = wmma::fragment<wmma::accumulator, 16, 16, 16, float>;
 /// The warp's 16 rows r0.. of C [.., n] (f32, shared) = (accumulate ? C :
 /// 0) + A B over k: A's rows r0.. of `a` (row-major), B [k, n] row-major
 /// in `b`, or, with `bT`, B^T [n, k] row-major (B read column-major). k
-/// and n multiples of 16.
+/// and n multiples of 16, k at most 128.
 template <bool bT, typename T>
 __device__ void warpProduct(const Tile<float> &c, int r0, int n, int k,
                             const Tile<T> &a, const Tile<T> &b,
@@ -158,19 +155,29 @@ __device__ void warpProduct(const Tile<float> &c, int r0, int n, int k,
   __trap();
 #else
   using Layout = std::conditional_t<bT, wmma::col_major, wmma::row_major>;
+  // The warp's A fragments once for every column block (k <= 128: the
+  // host takes head sizes up to 128 to these kernels); unrolled, so they
+  // stay in registers.
+  constexpr int kMaxSteps = 8;
+  FragA<T> fa[kMaxSteps];
+  STRATA_FLASH_UNROLL
+  for (int s = 0; s < kMaxSteps; ++s)
+    if (16 * s < k)
+      wmma::load_matrix_sync(fa[s], a.row(r0) + 16 * s, a.ld);
   for (int cb = 0; cb < n; cb += 16) {
     FragC acc;
     if (accumulate)
       wmma::load_matrix_sync(acc, c.row(r0) + cb, c.ld, wmma::mem_row_major);
     else
       wmma::fill_fragment(acc, 0.0f);
-    for (int kk = 0; kk < k; kk += 16) {
-      FragA<T> fa;
-      FragB<T, Layout> fb;
-      wmma::load_matrix_sync(fa, a.row(r0) + kk, a.ld);
-      wmma::load_matrix_sync(fb, bT ? b.row(cb) + kk : b.row(kk) + cb, b.ld);
-      wmma::mma_sync(acc, fa, fb, acc);
-    }
+    STRATA_FLASH_UNROLL
+    for (int s = 0; s < kMaxSteps; ++s)
+      if (16 * s < k) {
+        FragB<T, Layout> fb;
+        wmma::load_matrix_sync(fb, bT ? b.row(cb) + 16 * s : b.row(16 * s) + cb,
+                               b.ld);
+        wmma::mma_sync(acc, fa[s], fb, acc);
+      }
     wmma::store_matrix_sync(c.row(r0) + cb, acc, c.ld, wmma::mem_row_major);
   }
 #endif
@@ -245,30 +252,41 @@ __global__ void __launch_bounds__(kFlashThreads)
     __syncthreads();
     warpProduct<true>(sh.scores, r0, kFlashRows, dp, sh.q, sh.k, false);
     __syncwarp();
-    for (int rr = 0; rr < 16; ++rr) {
-      const int r = r0 + rr;
+    // Two lanes a row, 32 of its keys each (lane l: row r0 + l / 2, keys
+    // 32 (l % 2) on), all rows at once where one row at a time chained
+    // sixteen warp-wide reductions. The lanes start at staggered keys, so
+    // that the 32 lanes read 32 banks (scores rows are 68 floats apart).
+    {
+      const int r = r0 + lane / 2, first = 32 * (lane % 2);
       const int64_t i = q0 + r;
-      float x[2];
-      bool seen[2];
-      for (int h = 0; h < 2; ++h) {
-        const int c = lane + 32 * h;
-        seen[h] = sees(at, i, k0 + c, causal);
-        x[h] = seen[h] ? scale * sh.scores.row(r)[c] : -INFINITY;
+      const float *scores = sh.scores.row(r) + first;
+      float mx = -INFINITY;
+      for (int t = 0; t < 32; ++t) {
+        const int c = (t + lane) % 32;
+        if (sees(at, i, k0 + first + c, causal))
+          mx = fmaxf(mx, scale * scores[c]);
       }
       const float before = sh.max[r];
-      const float now = fmaxf(before, warpMax(fmaxf(x[0], x[1])));
+      const float now =
+          fmaxf(before, fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1)));
       float part = 0.0f;
-      for (int h = 0; h < 2; ++h) {
-        const int c = lane + 32 * h;
-        const float e = seen[h] ? act::fastExp(x[h] - now) : 0.0f;
+      T *p = sh.p.row(r) + first;
+      for (int t = 0; t < 32; ++t) {
+        const int c = (t + lane) % 32;
+        const int64_t j = k0 + first + c;
+        float e = 0.0f, kept = 0.0f;
+        if (sees(at, i, j, causal)) {
+          e = act::fastExp(scale * scores[c] - now);
+          kept = e * drop(bh, i, j);
+        }
         part += e;
-        sh.p.row(r)[c] = fromFloat<T>(seen[h] ? e * drop(bh, i, k0 + c) : 0.0f);
+        p[c] = fromFloat<T>(kept);
       }
-      const float sum = warpSum(part);
+      const float sum = part + __shfl_xor_sync(0xffffffffu, part, 1);
       const float factor =
           before == -INFINITY ? 0.0f : act::fastExp(before - now);
       __syncwarp();
-      if (lane == 0) {
+      if (lane % 2 == 0) {
         sh.max[r] = now;
         sh.sum[r] = sh.sum[r] * factor + sum;
         sh.rescale[r] = factor;
