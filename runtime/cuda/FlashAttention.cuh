@@ -143,8 +143,11 @@ using FragC = wmma::fragment<wmma::accumulator, 16, 16, 16, float>;
 /// The warp's 16 rows r0.. of C [.., n] (f32, shared) = (accumulate ? C :
 /// 0) + A B over k: A's rows r0.. of `a` (row-major), B [k, n] row-major
 /// in `b`, or, with `bT`, B^T [n, k] row-major (B read column-major). k
-/// and n multiples of 16, k at most 128.
-template <bool bT, typename T>
+/// and n multiples of 16, k at most 128. With `hoistA` the warp loads its
+/// A fragments once for every column block, unrolled so that they stay in
+/// registers: the forward kernel's products ran faster so on an H200,
+/// the gradient kernels' slower (they keep loading A per column block).
+template <bool bT, bool hoistA, typename T>
 __device__ void warpProduct(const Tile<float> &c, int r0, int n, int k,
                             const Tile<T> &a, const Tile<T> &b,
                             bool accumulate) {
@@ -155,29 +158,38 @@ __device__ void warpProduct(const Tile<float> &c, int r0, int n, int k,
   __trap();
 #else
   using Layout = std::conditional_t<bT, wmma::col_major, wmma::row_major>;
-  // The warp's A fragments once for every column block (k <= 128: the
-  // host takes head sizes up to 128 to these kernels); unrolled, so they
-  // stay in registers.
   constexpr int kMaxSteps = 8;
-  FragA<T> fa[kMaxSteps];
-  STRATA_FLASH_UNROLL
-  for (int s = 0; s < kMaxSteps; ++s)
-    if (16 * s < k)
-      wmma::load_matrix_sync(fa[s], a.row(r0) + 16 * s, a.ld);
+  FragA<T> hoisted[hoistA ? kMaxSteps : 1];
+  if constexpr (hoistA) {
+    STRATA_FLASH_UNROLL
+    for (int s = 0; s < kMaxSteps; ++s)
+      if (16 * s < k)
+        wmma::load_matrix_sync(hoisted[s], a.row(r0) + 16 * s, a.ld);
+  }
   for (int cb = 0; cb < n; cb += 16) {
     FragC acc;
     if (accumulate)
       wmma::load_matrix_sync(acc, c.row(r0) + cb, c.ld, wmma::mem_row_major);
     else
       wmma::fill_fragment(acc, 0.0f);
-    STRATA_FLASH_UNROLL
-    for (int s = 0; s < kMaxSteps; ++s)
-      if (16 * s < k) {
+    if constexpr (hoistA) {
+      STRATA_FLASH_UNROLL
+      for (int s = 0; s < kMaxSteps; ++s)
+        if (16 * s < k) {
+          FragB<T, Layout> fb;
+          wmma::load_matrix_sync(
+              fb, bT ? b.row(cb) + 16 * s : b.row(16 * s) + cb, b.ld);
+          wmma::mma_sync(acc, hoisted[s], fb, acc);
+        }
+    } else {
+      for (int kk = 0; kk < k; kk += 16) {
+        FragA<T> fa;
         FragB<T, Layout> fb;
-        wmma::load_matrix_sync(fb, bT ? b.row(cb) + 16 * s : b.row(16 * s) + cb,
-                               b.ld);
-        wmma::mma_sync(acc, fa[s], fb, acc);
+        wmma::load_matrix_sync(fa, a.row(r0) + kk, a.ld);
+        wmma::load_matrix_sync(fb, bT ? b.row(cb) + kk : b.row(kk) + cb, b.ld);
+        wmma::mma_sync(acc, fa, fb, acc);
       }
+    }
     wmma::store_matrix_sync(c.row(r0) + cb, acc, c.ld, wmma::mem_row_major);
   }
 #endif
@@ -250,7 +262,7 @@ __global__ void __launch_bounds__(kFlashThreads)
     loadTile(sh.v, dvp, v + at.value(bh, k0), at.valueRowStride(), at.t - k0,
              at.dv);
     __syncthreads();
-    warpProduct<true>(sh.scores, r0, kFlashRows, dp, sh.q, sh.k, false);
+    warpProduct<true, true>(sh.scores, r0, kFlashRows, dp, sh.q, sh.k, false);
     __syncwarp();
     // Two lanes a row, 32 of its keys each (lane l: row r0 + l / 2, keys
     // 32 (l % 2) on), all rows at once where one row at a time chained
@@ -297,7 +309,7 @@ __global__ void __launch_bounds__(kFlashThreads)
       for (int c = lane; c < dvp; c += 32)
         sh.out.row(r)[c] *= sh.rescale[r];
     __syncwarp();
-    warpProduct<false>(sh.out, r0, dvp, kFlashRows, sh.p, sh.v, true);
+    warpProduct<false, true>(sh.out, r0, dvp, kFlashRows, sh.p, sh.v, true);
   }
   __syncwarp();
   T *const outRows = out + at.output(bh, q0);
@@ -334,8 +346,9 @@ template <typename T> struct FlashBackwardShared {
   /// (S^T = K Q^T, or S = Q K^T) and scoreGrad = ownV otherV^T (dP^T = V
   /// dO^T, or dP = dO V^T); visible to the warp's lanes on return.
   __device__ void products(int r0, int dp, int dvp) const {
-    warpProduct<true>(scores, r0, kFlashRows, dp, own, other, false);
-    warpProduct<true>(scoreGrad, r0, kFlashRows, dvp, ownV, otherV, false);
+    warpProduct<true, false>(scores, r0, kFlashRows, dp, own, other, false);
+    warpProduct<true, false>(scoreGrad, r0, kFlashRows, dvp, ownV, otherV,
+                             false);
     __syncwarp();
   }
 };
@@ -417,14 +430,16 @@ __global__ void __launch_bounds__(kFlashThreads)
       sh.scoreGrad.row(r)[c] = ds;
     }
     __syncwarp();
-    warpProduct<false>(sh.gradV, r0, dvp, kFlashRows, sh.p, sh.otherV, true);
+    warpProduct<false, false>(sh.gradV, r0, dvp, kFlashRows, sh.p, sh.otherV,
+                              true);
     __syncwarp();
     for (int e = lane; e < 16 * kFlashRows; e += 32) {
       const int r = r0 + e / kFlashRows, c = e % kFlashRows;
       sh.p.row(r)[c] = fromFloat<T>(sh.scoreGrad.row(r)[c]);
     }
     __syncwarp();
-    warpProduct<false>(sh.grad, r0, dp, kFlashRows, sh.p, sh.other, true);
+    warpProduct<false, false>(sh.grad, r0, dp, kFlashRows, sh.p, sh.other,
+                              true);
   }
   __syncwarp();
   storeRows(dk + at.key(bh, k0), at.rowStride(), sh.grad, r0, at.t - k0, at.d);
@@ -470,7 +485,8 @@ __global__ void __launch_bounds__(kFlashThreads)
       sh.p.row(r)[c] = fromFloat<T>(ds);
     }
     __syncwarp();
-    warpProduct<false>(sh.grad, r0, dp, kFlashRows, sh.p, sh.other, true);
+    warpProduct<false, false>(sh.grad, r0, dp, kFlashRows, sh.p, sh.other,
+                              true);
   }
   __syncwarp();
   storeRows(dq + at.query(bh, q0), at.rowStride(), sh.grad, r0, at.s - q0,
