@@ -20,6 +20,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 
 mode, command = sys.argv[1], sys.argv[2:]
@@ -48,6 +49,10 @@ job = subprocess.Popen(command, stdout=subprocess.PIPE,
 first = job.stdout.readline()
 if not first.startswith("step 0 loss"):
     sys.exit("the job printed %r before its first loss" % first)
+# The rest of its output is read (and dropped) until it ends, so that no
+# rank waits on a full pipe while the job should be ending.
+reader = threading.Thread(target=lambda: job.stdout.read(), daemon=True)
+reader.start()
 if mode == "launcher":
     job.send_signal(signal.SIGINT)
 elif mode == "group":

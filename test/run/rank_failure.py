@@ -13,6 +13,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 
 strata_run, program = sys.argv[1], sys.argv[2]
@@ -39,7 +40,23 @@ def ranks():
     return found
 
 
-deadline = time.time() + 30
+# The job's output is read all along, so that no rank ever waits on a
+# full pipe (the ranks print a loss each step, thousands a second).
+output = {"stdout": [], "stderr": []}
+
+
+def drain(stream, into):
+    for line in iter(stream.readline, b""):
+        into.append(line)
+
+
+readers = [threading.Thread(target=drain, args=(job.stdout, output["stdout"])),
+           threading.Thread(target=drain, args=(job.stderr, output["stderr"]))]
+for reader in readers:
+    reader.daemon = True
+    reader.start()
+
+deadline = time.time() + 60
 while len(ranks()) < nproc and time.time() < deadline and job.poll() is None:
     time.sleep(0.1)
 victims = sorted(ranks())
@@ -60,7 +77,12 @@ if os.environ.get("RANK_WHEN") == "start" and victims:
             break
         time.sleep(0.02)
 else:
-    time.sleep(1.0 + nproc)  # let every rank compile and start training
+    # Every rank trains once the first step's loss is out (its collectives
+    # took every rank), however long compiling took on a loaded machine.
+    while (not output["stdout"] and job.poll() is None and
+           time.time() < deadline):
+        time.sleep(0.05)
+    time.sleep(0.5)
     victims = sorted(ranks())
 if len(victims) < nproc:
     os.killpg(job.pid, signal.SIGKILL)
@@ -69,12 +91,13 @@ sig = getattr(signal, os.environ.get("RANK_SIGNAL", "SIGKILL"))
 os.kill(victims[-1], sig)
 start = time.time()
 try:
-    # Read while waiting: a survivor may print much (MPI's transport
-    # complaining about the dead peer) and must not block on a full pipe.
-    _, stderr = job.communicate(timeout=30)
+    job.wait(timeout=30)
 except subprocess.TimeoutExpired:
     os.killpg(job.pid, signal.SIGKILL)
     sys.exit("FAIL: the surviving rank hung after its peer died")
+for reader in readers:
+    reader.join(timeout=10)
+stderr = b"".join(output["stderr"])
 print("job ended %.1f s after a rank was %s, status %d"
       % (time.time() - start,
          "stopped" if sig == signal.SIGSTOP else "killed", job.returncode))
