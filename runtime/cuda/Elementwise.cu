@@ -488,6 +488,18 @@ __global__ void divideKernel(T *data, int64_t n, float count) {
     data[i] = fromFloat<T>(toFloat(data[i]) / count);
 }
 
+/// The largest pitch of a 2D copy on the context's device; 0, with the
+/// failure recorded, when the device cannot say.
+size_t maxCopyPitch(StrataRtContext *ctx, int64_t site, const char *kernel) {
+  int pitch = 0;
+  if (!ctx->check(
+          site,
+          cudaDeviceGetAttribute(&pitch, cudaDevAttrMaxPitch, ctx->device),
+          kernel))
+    return 0;
+  return size_t(pitch);
+}
+
 } // namespace
 
 bool divideOnStream(StrataRtContext *ctx, int64_t site, void *data, int64_t n,
@@ -657,13 +669,10 @@ void strata_rt_strided_copy(StrataRtContext *ctx, int64_t site, void *out,
   if (l.rank == 2 && l.strides[0][1] == 1 && l.strides[0][0] >= l.shape[1]) {
     const size_t width = size_t(l.shape[1] * elementBytes);
     const size_t pitch = size_t(l.strides[0][0] * elementBytes);
-    int maxPitch = 0;
-    if (!ctx->check(
-            site,
-            cudaDeviceGetAttribute(&maxPitch, cudaDevAttrMaxPitch, ctx->device),
-            "strata_rt_strided_copy"))
+    const size_t maxPitch = maxCopyPitch(ctx, site, "strata_rt_strided_copy");
+    if (maxPitch == 0)
       return;
-    if (pitch <= size_t(maxPitch)) {
+    if (pitch <= maxPitch) {
       ctx->check(
           site,
           cudaMemcpy2DAsync(out, width,
@@ -713,13 +722,10 @@ void strata_rt_copy_rows(StrataRtContext *ctx, int64_t site, void *out,
                "strata_rt_copy_rows");
     return;
   }
-  int maxPitch = 0;
-  if (!ctx->check(
-          site,
-          cudaDeviceGetAttribute(&maxPitch, cudaDevAttrMaxPitch, ctx->device),
-          "strata_rt_copy_rows"))
+  const size_t maxPitch = maxCopyPitch(ctx, site, "strata_rt_copy_rows");
+  if (maxPitch == 0)
     return;
-  if (dpitch <= size_t(maxPitch) && spitch <= size_t(maxPitch)) {
+  if (dpitch <= maxPitch && spitch <= maxPitch) {
     ctx->check(site,
                cudaMemcpy2DAsync(dst, dpitch, src, spitch, rowBytes,
                                  size_t(rows), cudaMemcpyDeviceToDevice,
