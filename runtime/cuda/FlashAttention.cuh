@@ -29,6 +29,7 @@
 #include <mma.h>
 #endif
 
+#include <cassert>
 #include <cmath>
 #include <cstdint>
 #include <type_traits>
@@ -119,10 +120,11 @@ __device__ void loadTile(const Tile<T> &tile, int cols, const T *from,
     }
     return;
   }
-  for (int r = 0; r < kFlashRows; ++r)
-    for (int c = threadIdx.x; c < cols; c += blockDim.x)
-      tile.row(r)[c] =
-          r < rows && c < width ? from[r * stride + c] : fromFloat<T>(0.0f);
+  for (int e = threadIdx.x; e < kFlashRows * cols; e += blockDim.x) {
+    const int r = e / cols, c = e % cols;
+    tile.row(r)[c] =
+        r < rows && c < width ? from[r * stride + c] : fromFloat<T>(0.0f);
+  }
 }
 
 // Loops unrolled by nvcc (fragment arrays indexed by constants stay in
@@ -161,6 +163,13 @@ __device__ void warpProduct(const Tile<float> &c, int r0, int n, int k,
   constexpr int kMaxSteps = 8;
   FragA<T> hoisted[hoistA ? kMaxSteps : 1];
   if constexpr (hoistA) {
+    // Steps past the fragments held would be left out: never silently.
+#if defined(__CUDA_ARCH__)
+    if (k > 16 * kMaxSteps)
+      __trap();
+#else
+    assert(k <= 16 * kMaxSteps);
+#endif
     STRATA_FLASH_UNROLL
     for (int s = 0; s < kMaxSteps; ++s)
       if (16 * s < k)
@@ -507,5 +516,7 @@ size_t flashGradBytes(const AttentionLayout &at, bool keys) {
 }
 
 } // namespace strata::cuda
+
+#undef STRATA_FLASH_UNROLL
 
 #endif // STRATA_RUNTIME_CUDA_FLASHATTENTION_CUH

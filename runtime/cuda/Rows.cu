@@ -293,24 +293,31 @@ __global__ void embeddingGradRows(T *dtable, const T *dy, const uint64_t *keys,
 /// one pass: each thread keeps a running maximum and a sum rescaled when
 /// its maximum grows, and the block combines them in a fixed order (the
 /// block's maximum, then each thread's sum rescaled to it). One read of the
-/// row where a pass for the maximum and one for the sum took two.
+/// row where a pass for the maximum and one for the sum took two. As the
+/// two passes: the maximum passes over NaNs and a NaN makes the sum NaN; a
+/// -inf adds nothing (exp(-inf - maximum)); +inf makes the sum NaN.
 struct RowMaxSum {
   float max, sum;
 };
 template <typename T>
 __device__ RowMaxSum rowMaxSum(const T *x, int64_t n, float *shared) {
   float mx = -INFINITY, sum = 0.0f;
+  bool nan = false;
   for (int64_t j = threadIdx.x; j < n; j += blockDim.x) {
     const float v = toFloat(x[j]);
     if (v > mx) {
       sum = (mx == -INFINITY ? 0.0f : sum * fastExp(mx - v)) + 1.0f;
       mx = v;
-    } else {
+    } else if (v > -INFINITY) {
       sum += fastExp(v - mx);
+    } else {
+      nan |= v != v;
     }
   }
   const float rowMax = blockMax(mx, shared);
-  const float scaled = mx == -INFINITY ? 0.0f : sum * fastExp(mx - rowMax);
+  const float scaled = nan               ? NAN
+                       : mx == -INFINITY ? 0.0f
+                                         : sum * fastExp(mx - rowMax);
   return {rowMax, blockSum(scaled, shared)};
 }
 

@@ -731,6 +731,30 @@ std::vector<CaseDef> makeCases() {
   // and rescaled sum.
   crossEntropy(BF16, I32, 3, 50257);
   crossEntropy(F16, I32, 5, 777);
+  // Masked logits (-inf, at the start of threads' shares too) and a row
+  // with a NaN: the same losses and gradients as the CPU's two passes
+  // (finite where only -inf is masked, NaN where a NaN is).
+  for (int64_t dt : {F32, BF16})
+    add(std::string("cross_entropy_masked_") + dtypeName[dt], [=](Case &t) {
+      const int64_t rows = 3, vocab = 2000;
+      std::vector<double> v(rows * vocab);
+      for (int64_t i = 0; i < rows * vocab; ++i)
+        v[i] = i % 7 == 0 || i % vocab < 64 ? -INFINITY
+                                            : double(i % 13) * 0.25 - 1.5;
+      v[2 * vocab + 500] = NAN;
+      void *logits = t.vals(dt, v);
+      void *labels = t.vals(I32, {100, 1999, 7});
+      void *dloss = t.vals(F32, {1.0});
+      void *loss = t.out("loss", F32, 1);
+      void *lossFirst = t.out("loss_first_rows", F32, 1);
+      void *dlogits = t.out("dlogits", dt, rows * vocab);
+      RT.cross_entropy(t.ctx, 1, loss, F32, logits, dt, labels, I32, rows,
+                       vocab);
+      RT.cross_entropy(t.ctx, 2, lossFirst, F32, logits, dt, labels, I32,
+                       rows - 1, vocab);
+      RT.cross_entropy_grad(t.ctx, 3, dlogits, dt, logits, dt, labels, I32,
+                            dloss, F32, rows, vocab);
+    });
 
   // Optimizer support.
   add("lr_schedule", [](Case &t) {

@@ -82,6 +82,9 @@ else:
     while (not output["stdout"] and job.poll() is None and
            time.time() < deadline):
         time.sleep(0.05)
+    if not output["stdout"]:
+        os.killpg(job.pid, signal.SIGKILL)
+        sys.exit("FAIL: no rank printed a loss within 60 s")
     time.sleep(0.5)
     victims = sorted(ranks())
 if len(victims) < nproc:
@@ -95,11 +98,17 @@ try:
 except subprocess.TimeoutExpired:
     os.killpg(job.pid, signal.SIGKILL)
     sys.exit("FAIL: the surviving rank hung after its peer died")
+ended = time.time() - start
+# A rank left behind (the stopped one) would hold the pipes open.
+try:
+    os.killpg(job.pid, signal.SIGKILL)
+except ProcessLookupError:
+    pass
 for reader in readers:
     reader.join(timeout=10)
 stderr = b"".join(output["stderr"])
 print("job ended %.1f s after a rank was %s, status %d"
-      % (time.time() - start,
+      % (ended,
          "stopped" if sig == signal.SIGSTOP else "killed", job.returncode))
 lines = sorted(line.strip() for line in
                stderr.decode(errors="replace").splitlines()
