@@ -6,8 +6,10 @@
 # CPU runtime's (rtol 1e-4 in f32, 1e-2 in bf16: the program's run.txt),
 # times GPT-2 124M against PyTorch (torch_gpt.py), then runs one program and
 # the kernel check under compute-sanitizer. Exits non-zero when a check
-# fails. With --profile, each benchmark also prints its 30 slowest ops
-# (mean ms per step, from the runtime's trace). --only LIST runs only the
+# fails. With --profile, each benchmark also writes every op's mean ms per
+# step (from the runtime's trace) to profile-NAME.txt (and, on the flash
+# kernels, profile-NAME-flash-kernels.txt) and prints the op kinds that
+# take the most. --only LIST runs only the
 # stages named in LIST (comma-separated: kernels, attention, programs,
 # bench, sanitizer, flash-sanitizer) after the build, for a device lent
 # for a few minutes.
@@ -117,6 +119,15 @@ print("%s: strata %.1f ms/step (%.0f tokens/s), torch.compile %.1f ms/step "
       (name, ours, tok / ours * 1e3, theirs, tok / theirs * 1e3, ours / theirs))
 PY
 }
+# A benchmark's profile (--profile): every op's mean ms per step into the
+# file $3, and the 12 op kinds that take the most, summed, on stdout.
+profile_of() {
+  timeout 300 build/step_"$1" "$2" 13 0 --profile > "$3"
+  grep -E '^(time|ops) ' "$3"
+  awk '$1 == "op" { ms[$NF] += $2; n[$NF]++ }
+       END { for (k in ms) printf "kind %8.3f ms %4d x %s\n", ms[k], n[k], k }' \
+    "$3" | sort -k2 -rn | head -12
+}
 declare -A torch_ms
 wanted bench && for dir in benches/*/; do
   name=$(basename "$dir")
@@ -129,14 +140,13 @@ wanted bench && for dir in benches/*/; do
       awk '/^time/ {print $2}')
   fi
   theirs=${torch_ms[$batch]}
-  if [ $profile -eq 1 ]; then
-    timeout 300 build/step_"$name" "$dir" 13 0 --profile | grep -v '^arena' |
-      head -32
-  fi
+  [ $profile -eq 1 ] && profile_of "$name" "$dir" "profile-$name.txt"
   report "$name" "$batch" "$seq" "${ours:-nan}" "${theirs:-nan}"
   if [[ $name == *-flash ]]; then
     ours=$(STRATA_CUDA_ATTENTION=flash timeout 300 build/step_"$name" "$dir" \
       23 0 --time | awk '/^time/ {print $2}')
+    [ $profile -eq 1 ] && STRATA_CUDA_ATTENTION=flash \
+      profile_of "$name" "$dir" "profile-$name-flash-kernels.txt"
     report "$name (flash kernels)" "$batch" "$seq" "${ours:-nan}" \
       "${theirs:-nan}"
   fi
