@@ -201,16 +201,23 @@ inline bool onlyF32(HostContext *ctx, int64_t site, const char *kernel,
   return true;
 }
 
+/// Whether `dtype`, an argument's type, keeps `rule` (`ok`); otherwise
+/// records "strata_rt_KERNEL: RULE, not TYPE".
+inline bool typeKeeps(HostContext *ctx, int64_t site, const char *kernel,
+                      bool ok, const char *rule, int64_t dtype) {
+  if (ok)
+    return true;
+  ctx->fail(site, std::string("strata_rt_") + kernel + ": " + rule + ", not " +
+                      strata_rt_element_name(dtype));
+  return false;
+}
+
 /// Whether a loss (or its gradient) of type `lossType` is f32, the type of
 /// every loss whatever its inputs' type; records the failure otherwise.
 inline bool lossIsF32(HostContext *ctx, int64_t site, const char *kernel,
                       int64_t lossType) {
-  if (lossType == STRATA_RT_F32)
-    return true;
-  ctx->fail(site, std::string("strata_rt_") + kernel +
-                      ": the loss and its gradient are f32, not " +
-                      strata_rt_element_name(lossType));
-  return false;
+  return typeKeeps(ctx, site, kernel, lossType == STRATA_RT_F32,
+                   "the loss and its gradient are f32", lossType);
 }
 
 /// Whether all `types` are equal (elementwise kernels do not convert).
@@ -229,22 +236,16 @@ inline bool sameTypes(HostContext *ctx, int64_t site, const char *kernel,
 /// Ids and labels are i32 or i64.
 inline bool integerIds(HostContext *ctx, int64_t site, const char *kernel,
                        int64_t dtype) {
-  if (dtype == STRATA_RT_I32 || dtype == STRATA_RT_I64)
-    return true;
-  ctx->fail(site, std::string("strata_rt_") + kernel + ": ids are i32 or " +
-                      "i64, not " + strata_rt_element_name(dtype));
-  return false;
+  return typeKeeps(ctx, site, kernel,
+                   dtype == STRATA_RT_I32 || dtype == STRATA_RT_I64,
+                   "ids are i32 or i64", dtype);
 }
 
 /// The step counter is an i64 scalar.
 inline bool stepCounter(HostContext *ctx, int64_t site, const char *kernel,
                         int64_t dtype) {
-  if (dtype == STRATA_RT_I64)
-    return true;
-  ctx->fail(site, std::string("strata_rt_") + kernel +
-                      ": the step counter is i64, not " +
-                      strata_rt_element_name(dtype));
-  return false;
+  return typeKeeps(ctx, site, kernel, dtype == STRATA_RT_I64,
+                   "the step counter is i64", dtype);
 }
 
 /// What an optimizer update computes from: every tensor f32 (`Plain`), or
