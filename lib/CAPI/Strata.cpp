@@ -407,7 +407,7 @@ static bool createTrainer(StrataExecutableImpl &exe,
                           const StrataExecutableOptions &options,
                           llvm::raw_ostream &os) {
   StrataSessionImpl &session = *exe.session;
-  if (!(options.collectiveTimeout >= 0) || options.collectiveTimeout > 1e9) {
+  if (!strata::MpiCommunicator::validWaitLimit(options.collectiveTimeout)) {
     os << "collectiveTimeout is "
        << strata::formatStrategyNumber(options.collectiveTimeout)
        << ": give the seconds (up to 1e9) a rank may wait for its peers in "
@@ -526,7 +526,8 @@ int strataExecutableCreate(StrataSession session,
       exe->communicator = std::make_unique<strata::MpiCommunicator>(
           *static_cast<const MPI_Comm *>(options->mpiComm));
       // (A bad value fails in createTrainer, on every rank.)
-      if (options->collectiveTimeout > 0 && options->collectiveTimeout <= 1e9)
+      if (options->collectiveTimeout > 0 &&
+          strata::MpiCommunicator::validWaitLimit(options->collectiveTimeout))
         watchCollectives(options->collectiveTimeout, options->rank);
     }
     ActiveCall active("strataExecutableCreate", *exe);

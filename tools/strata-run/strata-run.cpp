@@ -490,7 +490,7 @@ static int checkArguments() {
                 " is out of range: give 1 to " + Twine(strata::kMaxThreads) +
                 " threads per rank, or leave "
                 "it out to divide the cores among the ranks of this machine");
-  if (!(collectiveTimeout >= 0) || collectiveTimeout > 1e9)
+  if (!strata::MpiCommunicator::validWaitLimit(collectiveTimeout))
     return fail("--collective-timeout " +
                 strata::formatStrategyNumber(collectiveTimeout) +
                 " is not a number of seconds from 0 (wait for ever) to 1e9");
@@ -743,8 +743,8 @@ int main(int argc, char **argv) {
   options.communicator = communicator.get();
   // The strategy's passes (the first checks the batch split when they
   // run): every rank fails alike.
-  std::optional<StartupPhase> compiling;
-  compiling.emplace("compiling the program");
+  // (Until the executable is made.)
+  std::optional<StartupPhase> compiling(std::in_place, "compiling the program");
   auto created = strata::Trainer::create(std::move(module), *strategy, options);
   if (!created) {
     // (The trainer's own errors are plain sentences about the program.)
@@ -846,10 +846,10 @@ int main(int argc, char **argv) {
     }
   }
   if (!startFrom.empty() && !loaded) {
-    std::optional<StartupPhase> loading;
-    loading.emplace("loading a checkpoint");
-    auto done = trainer.loadCheckpoint(startFrom);
-    loading.reset();
+    auto done = [&] {
+      StartupPhase loading("loading a checkpoint");
+      return trainer.loadCheckpoint(startFrom);
+    }();
     std::string message = done ? std::string() : toString(done.takeError());
     if (auto code = agree(message.empty(), message,
                           /*diagnosticsPrinted=*/false))

@@ -45,6 +45,11 @@ public:
   /// thread). Later calls change nothing.
   static void watchBlockedCalls(double seconds,
                                 std::function<void(double waited)> report);
+  /// Whether `seconds` is a limit watchBlockedCalls takes: from 0 (0: wait
+  /// for ever, no watch) to 1e9. NaN is not.
+  static bool validWaitLimit(double seconds) {
+    return seconds >= 0 && seconds <= 1e9;
+  }
   /// Marks an MPI call that may wait for peer ranks for as long as it
   /// lives, for blockedSinceUs (the outermost of nested ones): the
   /// communicator's own calls, and a caller's on the same ranks.
