@@ -357,8 +357,9 @@ bool flashCompiled(StrataRtContext *ctx) {
   if (ctx->flashPtxVersion < 0) {
     cudaFuncAttributes attributes;
     // (No image for this device is an error that must not stay pending.)
-    bool known = cudaFuncGetAttributes(
-                     &attributes, flashForward<__nv_bfloat16>) == cudaSuccess;
+    bool known =
+        cudaFuncGetAttributes(&attributes, flashForward<__nv_bfloat16, 64>) ==
+        cudaSuccess;
     if (!known)
       cudaGetLastError();
     ctx->flashPtxVersion = known ? attributes.ptxVersion : 0;
@@ -383,7 +384,7 @@ bool useFlash(StrataRtContext *ctx, int64_t site, const AttentionLayout &at) {
   }
   return kind == "flash" && !std::is_same_v<T, float> &&
          ctx->computeMajor >= 8 && pad16(at.d) <= 128 && pad16(at.dv) <= 128 &&
-         flashGradBytes<T>(at, true) <= ctx->sharedPerBlockOptin &&
+         flashGradBytes<T>(at) <= ctx->sharedPerBlockOptin &&
          flashCompiled(ctx);
 }
 
@@ -442,12 +443,15 @@ void strata_rt_attention(StrataRtContext *ctx, int64_t site, void *out,
           if (!ctx->error.empty())
             return;
           if (flash) {
-            launchFlash(ctx, site, "strata_rt_attention", flashForward<T>,
-                        flashForwardBytes<T>(at), slices, s,
-                        static_cast<T *>(out), static_cast<float *>(lse),
-                        static_cast<const T *>(q), static_cast<const T *>(k),
-                        static_cast<const T *>(v), at, float(scale),
-                        causal != 0, drop);
+            withFlashWidth(at, [&](auto width) {
+              launchFlash(ctx, site, "strata_rt_attention",
+                          flashForward<T, decltype(width)::value>,
+                          flashForwardBytes<T>(at), slices, s,
+                          static_cast<T *>(out), static_cast<float *>(lse),
+                          static_cast<const T *>(q), static_cast<const T *>(k),
+                          static_cast<const T *>(v), at, float(scale),
+                          causal != 0, drop);
+            });
             return;
           }
         }
@@ -524,25 +528,29 @@ void strata_rt_attention_grad(
                                 ctx->compute>>>(
                 delta, static_cast<const T *>(out),
                 static_cast<const T *>(dout), at, 0, slices * s);
-            if (!launched(ctx, site, what) ||
-                !launchFlash(
-                    ctx, site, what, flashGradKeys<T>,
-                    flashGradBytes<T>(at, true), slices, t,
-                    static_cast<T *>(dk), static_cast<T *>(dv),
-                    static_cast<const T *>(q), static_cast<const T *>(k),
-                    static_cast<const T *>(v), static_cast<const T *>(dout),
+            if (!launched(ctx, site, what))
+              return;
+            const size_t bytes = flashGradBytes<T>(at);
+            withFlashWidth(at, [&](auto width) {
+              if (launchFlash(
+                      ctx, site, what, flashGradKeys<T, decltype(width)::value>,
+                      bytes, slices, t, static_cast<T *>(dk),
+                      static_cast<T *>(dv), static_cast<const T *>(q),
+                      static_cast<const T *>(k), static_cast<const T *>(v),
+                      static_cast<const T *>(dout),
+                      static_cast<const float *>(lse),
+                      static_cast<const float *>(delta), at, float(scale),
+                      causal != 0, drop))
+                launchFlash(
+                    ctx, site, what,
+                    flashGradQueries<T, decltype(width)::value>, bytes, slices,
+                    s, static_cast<T *>(dq), static_cast<const T *>(q),
+                    static_cast<const T *>(k), static_cast<const T *>(v),
+                    static_cast<const T *>(dout),
                     static_cast<const float *>(lse),
                     static_cast<const float *>(delta), at, float(scale),
-                    causal != 0, drop))
-              return;
-            launchFlash(ctx, site, what, flashGradQueries<T>,
-                        flashGradBytes<T>(at, false), slices, s,
-                        static_cast<T *>(dq), static_cast<const T *>(q),
-                        static_cast<const T *>(k), static_cast<const T *>(v),
-                        static_cast<const T *>(dout),
-                        static_cast<const float *>(lse),
-                        static_cast<const float *>(delta), at, float(scale),
-                        causal != 0, drop);
+                    causal != 0, drop);
+            });
             return;
           }
         }

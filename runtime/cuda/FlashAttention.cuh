@@ -3,16 +3,22 @@
 // The flash kernels of strata_rt_attention and its gradient for bf16 and
 // f16 (Attention.cu launches them; STRATA_CUDA_ATTENTION=flash selects
 // them): a block of 4 warps takes 64 query rows (or, for dK and dV, 64
-// keys) and walks the other side in blocks of 64; scores, probabilities
-// and their gradients stay in shared memory, the products run on tensor
-// cores through WMMA (16x16x16 tiles, f32 accumulation), the forward pass
-// takes the softmax online (a running maximum and sum per row). The
-// gradient is two kernels, dK and dV per key block and dQ per query block:
-// nothing is summed by atomics.
+// keys), 16 a warp, and walks the other side in blocks of 64 that the
+// block loads into shared memory. The products run on tensor cores as
+// mma.sync m16n8k16 (bf16 or f16 operands, f32 sums), and everything a
+// warp computes stays in its registers: scores, probabilities and their
+// gradients are accumulator fragments, rounded to T in place as the A
+// operand of the next product (an accumulator's layout is the A operand's,
+// two columns a register), and the output and gradient sums are
+// accumulators for the whole loop. The forward pass takes the softmax
+// online (a running maximum and sum per row, the four lanes of a row
+// reduced by shuffles). The gradient is two kernels, dK and dV per key
+// block and dQ per query block: nothing is summed by atomics.
 //
 // Device code only, in a header so that a host test can run it under an
-// emulation of blocks, warps and WMMA (STRATA_FLASH_EMULATION: the test
-// supplies nvcuda::wmma, the thread indices and the intrinsics).
+// emulation of blocks, warps and mma.sync (STRATA_FLASH_EMULATION: the
+// test supplies the thread indices, the intrinsics and emulatedMma, which
+// multiplies the warp's fragments as PTX lays them out).
 //
 //===----------------------------------------------------------------------===//
 
@@ -25,13 +31,9 @@
 #include "../common/AttentionLayout.h"
 #include "../common/StrataRandom.h"
 
-#if !defined(STRATA_FLASH_EMULATION)
-#include <mma.h>
-#endif
-
-#include <cassert>
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <type_traits>
 
 namespace strata::cuda {
@@ -63,7 +65,7 @@ constexpr int kFlashRows = 64;
 constexpr int kFlashWarps = kFlashRows / 16;
 constexpr int kFlashThreads = 32 * kFlashWarps;
 
-/// `n` rounded up to a multiple of 16 (a WMMA tile's side).
+/// `n` rounded up to a multiple of 16 (an m16n8k16 product's k).
 __host__ __device__ inline int pad16(int64_t n) {
   return int((n + 15) / 16 * 16);
 }
@@ -80,23 +82,18 @@ struct SharedCarver {
   }
 };
 
-/// A [64, cols] tile of T in shared memory, `ld` elements a row (a multiple
-/// of 8 past the padded width: WMMA's leading dimensions and 32-byte
-/// aligned 16-row steps), and its f32 twin (ld a multiple of 4).
-template <typename U> struct Tile {
-  U *at;
+/// A [64, cols] tile of T in shared memory, `ld` elements a row: 8 past
+/// the padded width, so that the eight rows a fragment load reads start in
+/// eight different groups of four banks (no bank conflicts), and rows stay
+/// 16-byte aligned.
+template <typename T> struct Tile {
+  static_assert(sizeof(T) == 2, "the flash kernels take bf16 and f16");
+  T *at;
   int ld;
-  __host__ __device__ Tile(SharedCarver &c, int cols)
-      : ld(cols + (sizeof(U) == 4 ? 4 : 8)) {
-    at = c.take<U>(int64_t(kFlashRows) * ld);
+  __host__ __device__ Tile(SharedCarver &c, int cols) : ld(cols + 8) {
+    at = c.take<T>(int64_t(kFlashRows) * ld);
   }
-  __device__ U *row(int r) const { return at + r * ld; }
-  /// Columns 0 .. cols - 1 of every row set to 0 (an f32 tile); the whole
-  /// block takes part.
-  __device__ void zero(int cols) const {
-    for (int e = threadIdx.x; e < kFlashRows * cols; e += blockDim.x)
-      row(e / cols)[e % cols] = 0.0f;
-  }
+  __device__ T *row(int r) const { return at + r * ld; }
 };
 
 /// Rows 0 .. 63 of a tensor into `tile`: row r starts at from + r * stride
@@ -113,7 +110,7 @@ __device__ void loadTile(const Tile<T> &tile, int cols, const T *from,
     const int chunks = cols / vec; // cols is a multiple of 16
     for (int e = threadIdx.x; e < kFlashRows * chunks; e += blockDim.x) {
       const int r = e / chunks, c = e % chunks * vec;
-      uint4 value = {0, 0, 0, 0}; // +0.0 in bf16, f16 and f32
+      uint4 value = {0, 0, 0, 0}; // +0.0 in bf16 and f16
       if (r < rows && c < width)
         value = *reinterpret_cast<const uint4 *>(from + r * stride + c);
       *reinterpret_cast<uint4 *>(tile.row(r) + c) = value;
@@ -135,73 +132,159 @@ __device__ void loadTile(const Tile<T> &tile, int cols, const T *from,
 #define STRATA_FLASH_UNROLL
 #endif
 
-namespace wmma = nvcuda::wmma;
-template <typename T>
-using FragA = wmma::fragment<wmma::matrix_a, 16, 16, 16, T, wmma::row_major>;
-template <typename T, typename Layout>
-using FragB = wmma::fragment<wmma::matrix_b, 16, 16, 16, T, Layout>;
-using FragC = wmma::fragment<wmma::accumulator, 16, 16, 16, float>;
-
-/// The warp's 16 rows r0.. of C [.., n] (f32, shared) = (accumulate ? C :
-/// 0) + A B over k: A's rows r0.. of `a` (row-major), B [k, n] row-major
-/// in `b`, or, with `bT`, B^T [n, k] row-major (B read column-major). k
-/// and n multiples of 16, k at most 128. With `hoistA` the warp loads its
-/// A fragments once for every column block, unrolled so that they stay in
-/// registers: the forward kernel's products ran faster so on an H200,
-/// the gradient kernels' slower (they keep loading A per column block).
-template <bool bT, bool hoistA, typename T>
-__device__ void warpProduct(const Tile<float> &c, int r0, int n, int k,
-                            const Tile<T> &a, const Tile<T> &b,
-                            bool accumulate) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 800
-  // bf16 WMMA tiles start with sm_80: a build for an older architecture
-  // compiles the kernels empty, and the host never launches them on such a
-  // device (useFlash).
-  __trap();
-#else
-  using Layout = std::conditional_t<bT, wmma::col_major, wmma::row_major>;
-  constexpr int kMaxSteps = 8;
-  FragA<T> hoisted[hoistA ? kMaxSteps : 1];
-  if constexpr (hoistA) {
-    // Steps past the fragments held would be left out: never silently.
+/// Two adjacent elements of a shared tile (4-byte aligned), as an mma
+/// operand register: the first in the low half.
+template <typename T> __device__ __forceinline__ uint32_t pairAt(const T *p) {
 #if defined(__CUDA_ARCH__)
-    if (k > 16 * kMaxSteps)
-      __trap();
+  return *reinterpret_cast<const uint32_t *>(p);
 #else
-    assert(k <= 16 * kMaxSteps);
+  uint32_t v;
+  std::memcpy(&v, p, sizeof v);
+  return v;
 #endif
+}
+
+/// Two elements that are not adjacent, as one operand register.
+template <typename T>
+__device__ __forceinline__ uint32_t pairOf(const T *lo, const T *hi) {
+  uint16_t l, h;
+  std::memcpy(&l, lo, sizeof l);
+  std::memcpy(&h, hi, sizeof h);
+  return uint32_t(l) | uint32_t(h) << 16;
+}
+
+/// Two f32 values rounded to T (to nearest even) as one operand register.
+template <typename T>
+__device__ __forceinline__ uint32_t packPair(float lo, float hi) {
+  const T l = fromFloat<T>(lo), h = fromFloat<T>(hi);
+  return pairOf(&l, &h);
+}
+
+/// d += a b on tensor cores: A [16, 16] row-major and B [16, 8] column-major
+/// in T, D [16, 8] in f32, each spread over the warp's lanes as PTX's
+/// mma.m16n8k16 lays them out. Lane l, g = l / 4 and c = 2 (l % 4), holds
+/// A's (g, c..c+1) in a[0], (g + 8, c..) in a[1], (g, c+8..) in a[2] and
+/// (g + 8, c+8..) in a[3]; B's (c..c+1, g) in b[0] and (c+8.., g) in b[1];
+/// D's (g, c), (g, c+1), (g + 8, c), (g + 8, c+1) in d[0..3].
+template <typename T>
+__device__ __forceinline__ void mma(float (&d)[4], const uint32_t (&a)[4],
+                                    const uint32_t (&b)[2]) {
+#if defined(STRATA_FLASH_EMULATION)
+  emulatedMma<T>(d, a, b);
+#elif defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 800
+  // bf16 products start with sm_80: a build for an older architecture
+  // compiles the kernels to a trap, and the host never launches them on
+  // such a device (useFlash).
+  __trap();
+#elif defined(__CUDA_ARCH__)
+  if constexpr (std::is_same_v<T, __nv_bfloat16>)
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 "
+                 "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+                 "{%0, %1, %2, %3};"
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]),
+                   "r"(b[1]));
+  else
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 "
+                 "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+                 "{%0, %1, %2, %3};"
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]),
+                   "r"(b[1]));
+#endif
+}
+
+/// A lane's place in its warp's fragments: g = lane / 4 and c = 2 (lane %
+/// 4) (see mma), and the first of the warp's 16 rows in the block's 64.
+struct FragLane {
+  int g, c, r0;
+  __device__ FragLane()
+      : g(threadIdx.x % 32 / 4), c(2 * (threadIdx.x % 4)),
+        r0(threadIdx.x / 32 * 16) {}
+  /// The block row (0 .. 63) of accumulator element e (0 .. 3).
+  __device__ int row(int e) const { return r0 + g + 8 * (e / 2); }
+  /// The column of element e of the accumulator of columns n0 .. n0 + 7.
+  __device__ int col(int n0, int e) const { return n0 + c + e % 2; }
+};
+
+/// The warp's scores for 64 columns: acc = A B^T over k (a multiple of
+/// 16), A the warp's 16 rows of `a`, B^T the 64 rows of `b` (both tiles
+/// row-major, so both operands are read as adjacent pairs).
+template <typename T>
+__device__ void productNT(float (&acc)[8][4], const Tile<T> &a,
+                          const Tile<T> &b, int k, const FragLane &ln) {
+  STRATA_FLASH_UNROLL
+  for (int n = 0; n < 8; ++n)
     STRATA_FLASH_UNROLL
-    for (int s = 0; s < kMaxSteps; ++s)
-      if (16 * s < k)
-        wmma::load_matrix_sync(hoisted[s], a.row(r0) + 16 * s, a.ld);
-  }
-  for (int cb = 0; cb < n; cb += 16) {
-    FragC acc;
-    if (accumulate)
-      wmma::load_matrix_sync(acc, c.row(r0) + cb, c.ld, wmma::mem_row_major);
-    else
-      wmma::fill_fragment(acc, 0.0f);
-    if constexpr (hoistA) {
-      STRATA_FLASH_UNROLL
-      for (int s = 0; s < kMaxSteps; ++s)
-        if (16 * s < k) {
-          FragB<T, Layout> fb;
-          wmma::load_matrix_sync(
-              fb, bT ? b.row(cb) + 16 * s : b.row(16 * s) + cb, b.ld);
-          wmma::mma_sync(acc, hoisted[s], fb, acc);
-        }
-    } else {
-      for (int kk = 0; kk < k; kk += 16) {
-        FragA<T> fa;
-        FragB<T, Layout> fb;
-        wmma::load_matrix_sync(fa, a.row(r0) + kk, a.ld);
-        wmma::load_matrix_sync(fb, bT ? b.row(cb) + kk : b.row(kk) + cb, b.ld);
-        wmma::mma_sync(acc, fa, fb, acc);
-      }
+  for (int e = 0; e < 4; ++e)
+    acc[n][e] = 0.0f;
+  for (int kk = 0; kk < k; kk += 16) {
+    const T *top = a.row(ln.r0 + ln.g) + kk + ln.c,
+            *bottom = a.row(ln.r0 + ln.g + 8) + kk + ln.c;
+    const uint32_t fa[4] = {pairAt(top), pairAt(bottom), pairAt(top + 8),
+                            pairAt(bottom + 8)};
+    STRATA_FLASH_UNROLL
+    for (int n = 0; n < 8; ++n) {
+      const T *col = b.row(8 * n + ln.g) + kk + ln.c;
+      const uint32_t fb[2] = {pairAt(col), pairAt(col + 8)};
+      mma<T>(acc[n], fa, fb);
     }
-    wmma::store_matrix_sync(c.row(r0) + cb, acc, c.ld, wmma::mem_row_major);
   }
-#endif
+}
+
+/// acc [16, 8 N] += P B over 64: P the warp's [16, 64] accumulators
+/// rounded to T (an accumulator pair is an A operand register), B the 64
+/// rows of `b` (row-major [64, n], so an operand register takes two rows),
+/// columns up to n (a multiple of 16, at most 8 N).
+template <typename T, int N>
+__device__ void productPN(float (&acc)[N][4], const float (&p)[8][4],
+                          const Tile<T> &b, int n, const FragLane &ln) {
+  STRATA_FLASH_UNROLL
+  for (int kk = 0; kk < 4; ++kk) {
+    const float *left = p[2 * kk], *right = p[2 * kk + 1];
+    const uint32_t fa[4] = {
+        packPair<T>(left[0], left[1]), packPair<T>(left[2], left[3]),
+        packPair<T>(right[0], right[1]), packPair<T>(right[2], right[3])};
+    const T *first = b.row(16 * kk + ln.c), *second = b.row(16 * kk + ln.c + 1),
+            *third = b.row(16 * kk + ln.c + 8),
+            *fourth = b.row(16 * kk + ln.c + 9);
+    STRATA_FLASH_UNROLL
+    for (int j = 0; j < N; ++j)
+      if (8 * j < n) {
+        const int col = 8 * j + ln.g;
+        const uint32_t fb[2] = {pairOf(first + col, second + col),
+                                pairOf(third + col, fourth + col)};
+        mma<T>(acc[j], fa, fb);
+      }
+  }
+}
+
+/// Rounds the warp's [16, 8 N] f32 accumulators into a tensor's rows
+/// (block row r at to + r * stride), columns below `width` and block rows
+/// below `rows`; the lane's rows g and g + 8 are multiplied by `top` and
+/// `bottom`.
+template <typename T, int N>
+__device__ void storeFragments(T *to, int64_t stride, const float (&acc)[N][4],
+                               const FragLane &ln, int64_t rows, int64_t width,
+                               float top = 1.0f, float bottom = 1.0f) {
+  STRATA_FLASH_UNROLL
+  for (int j = 0; j < N; ++j)
+    STRATA_FLASH_UNROLL
+  for (int e = 0; e < 4; ++e) {
+    const int r = ln.row(e), c = ln.col(8 * j, e);
+    if (r < rows && c < width)
+      to[r * stride + c] = fromFloat<T>(acc[j][e] * (e < 2 ? top : bottom));
+  }
+}
+
+/// The sum of a value over the four lanes that hold one row's fragments.
+__device__ __forceinline__ float rowLanesSum(float v) {
+  v += __shfl_xor_sync(0xffffffffu, v, 1);
+  return v + __shfl_xor_sync(0xffffffffu, v, 2);
+}
+__device__ __forceinline__ float rowLanesMax(float v) {
+  v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, 1));
+  return fmaxf(v, __shfl_xor_sync(0xffffffffu, v, 2));
 }
 
 /// Whether query i sees key j (both in range).
@@ -230,24 +313,22 @@ __device__ __forceinline__ ScoreGrad scoreGrad(float score, float lse,
   return {p, scale * p * (m * dp - delta)};
 }
 
-/// The forward kernel's shared memory.
+/// The forward kernel's shared memory: the block's queries, and a block of
+/// keys and values.
 template <typename T> struct FlashForwardShared {
-  Tile<T> q, k, v, p;
-  Tile<float> scores, out;
-  float *max, *sum, *rescale;
+  Tile<T> q, k, v;
 
   __host__ __device__ FlashForwardShared(SharedCarver &c, int dp, int dvp)
-      : q(c, dp), k(c, dp), v(c, dvp), p(c, kFlashRows), scores(c, kFlashRows),
-        out(c, dvp), max(c.take<float>(kFlashRows)),
-        sum(c.take<float>(kFlashRows)), rescale(c.take<float>(kFlashRows)) {}
+      : q(c, dp), k(c, dp), v(c, dvp) {}
 };
 
 /// Block (slice x, query block y): the output rows and log-sum-exp of 64
 /// queries, the softmax taken online over blocks of 64 keys (the running
 /// maximum and sum per row, the output rescaled when the maximum grows).
 /// The dropped, unnormalised probabilities are rounded to T for P V; the
-/// log-sum-exp is taken before the dropout, as on the CPU.
-template <typename T>
+/// log-sum-exp is taken before the dropout, as on the CPU. D: the padded
+/// value head size's bound (64 or 128), which sizes the accumulators.
+template <typename T, int D>
 __global__ void __launch_bounds__(kFlashThreads)
     flashForward(T *out, float *lse, const T *q, const T *k, const T *v,
                  AttentionLayout at, float scale, bool causal,
@@ -257,13 +338,16 @@ __global__ void __launch_bounds__(kFlashThreads)
   SharedCarver carver{reinterpret_cast<uintptr_t>(shared)};
   const FlashForwardShared<T> sh(carver, dp, dvp);
   const int64_t bh = blockIdx.x, q0 = int64_t(blockIdx.y) * kFlashRows;
-  const int lane = threadIdx.x % 32, r0 = threadIdx.x / 32 * 16;
+  const FragLane ln;
   loadTile(sh.q, dp, q + at.query(bh, q0), at.rowStride(), at.s - q0, at.d);
-  sh.out.zero(dvp);
-  for (int r = threadIdx.x; r < kFlashRows; r += blockDim.x) {
-    sh.max[r] = -INFINITY;
-    sh.sum[r] = 0.0f;
-  }
+  float o[D / 8][4];
+  STRATA_FLASH_UNROLL
+  for (int j = 0; j < D / 8; ++j)
+    STRATA_FLASH_UNROLL
+  for (int e = 0; e < 4; ++e)
+    o[j][e] = 0.0f;
+  // The running maximum (of scaled scores) and sum of rows g and g + 8.
+  float rowMax[2] = {-INFINITY, -INFINITY}, rowSum[2] = {0.0f, 0.0f};
   const int64_t keys = blockKeys(at, q0, causal);
   for (int64_t k0 = 0; k0 < keys; k0 += kFlashRows) {
     __syncthreads(); // the last block's keys and values are read
@@ -271,94 +355,79 @@ __global__ void __launch_bounds__(kFlashThreads)
     loadTile(sh.v, dvp, v + at.value(bh, k0), at.valueRowStride(), at.t - k0,
              at.dv);
     __syncthreads();
-    warpProduct<true, true>(sh.scores, r0, kFlashRows, dp, sh.q, sh.k, false);
-    __syncwarp();
-    // Two lanes a row, 32 of its keys each (lane l: row r0 + l / 2, keys
-    // 32 (l % 2) on), all rows at once where one row at a time chained
-    // sixteen warp-wide reductions. The lanes start at staggered keys, so
-    // that the 32 lanes read 32 banks (scores rows are 68 floats apart).
-    {
-      const int r = r0 + lane / 2, first = 32 * (lane % 2);
-      const int64_t i = q0 + r;
-      const float *scores = sh.scores.row(r) + first;
-      float mx = -INFINITY;
-      for (int t = 0; t < 32; ++t) {
-        const int c = (t + lane) % 32;
-        if (sees(at, i, k0 + first + c, causal))
-          mx = fmaxf(mx, scale * scores[c]);
-      }
-      const float before = sh.max[r];
-      const float now =
-          fmaxf(before, fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1)));
-      float part = 0.0f;
-      T *p = sh.p.row(r) + first;
-      for (int t = 0; t < 32; ++t) {
-        const int c = (t + lane) % 32;
-        const int64_t j = k0 + first + c;
-        float e = 0.0f, kept = 0.0f;
-        if (sees(at, i, j, causal)) {
-          e = act::fastExp(scale * scores[c] - now);
-          kept = e * drop(bh, i, j);
-        }
-        part += e;
-        p[c] = fromFloat<T>(kept);
-      }
-      const float sum = part + __shfl_xor_sync(0xffffffffu, part, 1);
-      const float factor =
-          before == -INFINITY ? 0.0f : act::fastExp(before - now);
-      __syncwarp();
-      if (lane % 2 == 0) {
-        sh.max[r] = now;
-        sh.sum[r] = sh.sum[r] * factor + sum;
-        sh.rescale[r] = factor;
-      }
+    float s[8][4];
+    productNT(s, sh.q, sh.k, dp, ln);
+    float now[2] = {-INFINITY, -INFINITY};
+    STRATA_FLASH_UNROLL
+    for (int n = 0; n < 8; ++n)
+      STRATA_FLASH_UNROLL
+    for (int e = 0; e < 4; ++e) {
+      const bool seen = sees(at, q0 + ln.row(e), k0 + ln.col(8 * n, e), causal);
+      s[n][e] = seen ? scale * s[n][e] : -INFINITY;
+      now[e / 2] = fmaxf(now[e / 2], s[n][e]);
     }
-    __syncwarp();
-    for (int r = r0; r < r0 + 16; ++r)
-      for (int c = lane; c < dvp; c += 32)
-        sh.out.row(r)[c] *= sh.rescale[r];
-    __syncwarp();
-    warpProduct<false, true>(sh.out, r0, dvp, kFlashRows, sh.p, sh.v, true);
+    float factor[2], part[2] = {0.0f, 0.0f};
+    STRATA_FLASH_UNROLL
+    for (int h = 0; h < 2; ++h) {
+      now[h] = fmaxf(rowMax[h], rowLanesMax(now[h]));
+      factor[h] =
+          rowMax[h] == -INFINITY ? 0.0f : act::fastExp(rowMax[h] - now[h]);
+      rowMax[h] = now[h];
+    }
+    STRATA_FLASH_UNROLL
+    for (int n = 0; n < 8; ++n)
+      STRATA_FLASH_UNROLL
+    for (int e = 0; e < 4; ++e) {
+      float kept = 0.0f;
+      if (s[n][e] != -INFINITY) {
+        const float p = act::fastExp(s[n][e] - now[e / 2]);
+        part[e / 2] += p;
+        kept = p * drop(bh, q0 + ln.row(e), k0 + ln.col(8 * n, e));
+      }
+      s[n][e] = kept;
+    }
+    STRATA_FLASH_UNROLL
+    for (int h = 0; h < 2; ++h)
+      rowSum[h] = rowSum[h] * factor[h] + rowLanesSum(part[h]);
+    STRATA_FLASH_UNROLL
+    for (int j = 0; j < D / 8; ++j)
+      STRATA_FLASH_UNROLL
+    for (int e = 0; e < 4; ++e)
+      o[j][e] *= factor[e / 2];
+    productPN<T, D / 8>(o, s, sh.v, dvp, ln);
   }
-  __syncwarp();
-  T *const outRows = out + at.output(bh, q0);
-  for (int r = r0; r < r0 + 16 && q0 + r < at.s; ++r) {
-    const float sum = sh.sum[r];
-    for (int c = lane; c < at.dv; c += 32)
-      outRows[r * at.valueRowStride() + c] =
-          fromFloat<T>(sum > 0.0f ? sh.out.row(r)[c] / sum : 0.0f);
-  }
-  if (lane < 16 && q0 + r0 + lane < at.s) {
-    const int r = r0 + lane;
-    lse[at.lse(bh, q0 + r)] =
-        sh.sum[r] > 0.0f ? sh.max[r] + logf(sh.sum[r]) : -INFINITY;
+  storeFragments(out + at.output(bh, q0), at.valueRowStride(), o, ln, at.s - q0,
+                 at.dv, rowSum[0] > 0.0f ? 1.0f / rowSum[0] : 0.0f,
+                 rowSum[1] > 0.0f ? 1.0f / rowSum[1] : 0.0f);
+  if (ln.c == 0) {
+    STRATA_FLASH_UNROLL
+    for (int h = 0; h < 2; ++h) {
+      const int64_t i = q0 + ln.row(2 * h);
+      if (i < at.s)
+        lse[at.lse(bh, i)] =
+            rowSum[h] > 0.0f ? rowMax[h] + logf(rowSum[h]) : -INFINITY;
+    }
   }
 }
 
 /// The shared memory of the gradient kernels: the block's own rows (keys
-/// and values, or queries and output gradients) and the other side's,
-/// scores and their gradients in f32, a T tile for products, and the
-/// block's f32 gradients.
+/// and values, or queries and output gradients), the other side's, and
+/// the other side's (or the own rows') log-sum-exp and delta.
 template <typename T> struct FlashBackwardShared {
-  Tile<T> own, ownV, other, otherV, p;
-  Tile<float> scores, scoreGrad, grad, gradV;
+  Tile<T> own, ownV, other, otherV;
   float *lse, *delta;
 
-  __host__ __device__ FlashBackwardShared(SharedCarver &c, int dp, int dvp,
-                                          bool keys)
+  __host__ __device__ FlashBackwardShared(SharedCarver &c, int dp, int dvp)
       : own(c, dp), ownV(c, dvp), other(c, dp), otherV(c, dvp),
-        p(c, kFlashRows), scores(c, kFlashRows), scoreGrad(c, kFlashRows),
-        grad(c, dp), gradV(c, keys ? dvp : 0), lse(c.take<float>(kFlashRows)),
-        delta(c.take<float>(kFlashRows)) {}
+        lse(c.take<float>(kFlashRows)), delta(c.take<float>(kFlashRows)) {}
 
-  /// The warp's rows r0.. of both kernels' products: scores = own other^T
-  /// (S^T = K Q^T, or S = Q K^T) and scoreGrad = ownV otherV^T (dP^T = V
-  /// dO^T, or dP = dO V^T); visible to the warp's lanes on return.
-  __device__ void products(int r0, int dp, int dvp) const {
-    warpProduct<true, false>(scores, r0, kFlashRows, dp, own, other, false);
-    warpProduct<true, false>(scoreGrad, r0, kFlashRows, dvp, ownV, otherV,
-                             false);
-    __syncwarp();
+  /// The warp's rows of both kernels' products, in accumulators: scores =
+  /// own other^T (S^T = K Q^T, or S = Q K^T) and grad = ownV otherV^T
+  /// (dP^T = V dO^T, or dP = dO V^T).
+  __device__ void products(float (&scores)[8][4], float (&grad)[8][4], int dp,
+                           int dvp, const FragLane &ln) const {
+    productNT(scores, own, other, dp, ln);
+    productNT(grad, ownV, otherV, dvp, ln);
   }
 };
 
@@ -375,24 +444,21 @@ __device__ inline void loadRowStats(float *lseTo, float *deltaTo,
   }
 }
 
-/// The warp's rows r0 .. r0 + 15 of f32 `from` rounded into a tensor's
-/// rows (row r at to + r * stride, `width` columns; rows from `rows` on
-/// left out).
-template <typename T>
-__device__ void storeRows(T *to, int64_t stride, const Tile<float> &from,
-                          int r0, int64_t rows, int64_t width) {
-  const int lane = threadIdx.x % 32;
-  for (int r = r0; r < r0 + 16 && r < rows; ++r)
-    for (int c = lane; c < width; c += 32)
-      to[r * stride + c] = fromFloat<T>(from.row(r)[c]);
+/// Zeroed accumulators.
+template <int N> __device__ void zero(float (&acc)[N][4]) {
+  STRATA_FLASH_UNROLL
+  for (int j = 0; j < N; ++j)
+    STRATA_FLASH_UNROLL
+  for (int e = 0; e < 4; ++e)
+    acc[j][e] = 0.0f;
 }
 
 /// Block (slice x, key block y): dK and dV of 64 keys over the queries
 /// that see them. Per block of 64 queries: S^T = K Q^T, P^T from the
 /// log-sum-exp, dV += (m P)^T dO, dP^T = V dO^T, dS^T = scale P^T (m dP^T
 /// - delta), dK += dS^T Q; the warps own key rows, so the products need no
-/// block barrier.
-template <typename T>
+/// block barrier. D: the padded head sizes' bound (64 or 128).
+template <typename T, int D>
 __global__ void __launch_bounds__(kFlashThreads)
     flashGradKeys(T *dk, T *dv, const T *q, const T *k, const T *v,
                   const T *dout, const float *lse, const float *delta,
@@ -401,19 +467,17 @@ __global__ void __launch_bounds__(kFlashThreads)
   extern __shared__ __align__(128) char shared[];
   const int dp = pad16(at.d), dvp = pad16(at.dv);
   SharedCarver carver{reinterpret_cast<uintptr_t>(shared)};
-  const FlashBackwardShared<T> sh(carver, dp, dvp, true);
+  const FlashBackwardShared<T> sh(carver, dp, dvp);
   const int64_t bh = blockIdx.x, k0 = int64_t(blockIdx.y) * kFlashRows;
-  const int lane = threadIdx.x % 32, r0 = threadIdx.x / 32 * 16;
+  const FragLane ln;
   loadTile(sh.own, dp, k + at.key(bh, k0), at.rowStride(), at.t - k0, at.d);
   loadTile(sh.ownV, dvp, v + at.value(bh, k0), at.valueRowStride(), at.t - k0,
            at.dv);
-  sh.grad.zero(dp);
-  sh.gradV.zero(dvp);
-  // The warps zeroed each other's rows, and with a causal mask a block of
-  // keys past the last query skips the loop (and its barriers) and stores
-  // the zeros at once.
-  __syncthreads();
-  // Causal: queries from this block's first key on.
+  float gradK[D / 8][4], gradV[D / 8][4];
+  zero(gradK);
+  zero(gradV);
+  // Causal: queries from this block's first key on (a block of keys past
+  // the last query skips the loop and stores zeros).
   for (int64_t q0 = causal ? k0 : 0; q0 < at.s; q0 += kFlashRows) {
     __syncthreads(); // the last block's queries are read
     loadTile(sh.other, dp, q + at.query(bh, q0), at.rowStride(), at.s - q0,
@@ -422,44 +486,40 @@ __global__ void __launch_bounds__(kFlashThreads)
              at.s - q0, at.dv);
     loadRowStats(sh.lse, sh.delta, lse, delta, at, bh, q0);
     __syncthreads();
-    sh.products(r0, dp, dvp);
-    for (int e = lane; e < 16 * kFlashRows; e += 32) {
-      const int r = r0 + e / kFlashRows, c = e % kFlashRows;
-      const int64_t j = k0 + r, i = q0 + c;
+    // P^T (dropped) into s, dS^T into g: rows are keys, columns queries.
+    float s[8][4], g[8][4];
+    sh.products(s, g, dp, dvp, ln);
+    STRATA_FLASH_UNROLL
+    for (int n = 0; n < 8; ++n)
+      STRATA_FLASH_UNROLL
+    for (int e = 0; e < 4; ++e) {
+      const int c = ln.col(8 * n, e);
+      const int64_t j = k0 + ln.row(e), i = q0 + c;
       float dropped = 0.0f, ds = 0.0f;
       if (sees(at, i, j, causal)) {
         const float m = drop(bh, i, j);
-        const ScoreGrad g = scoreGrad(sh.scores.row(r)[c], sh.lse[c],
-                                      sh.scoreGrad.row(r)[c], sh.delta[c], m,
-                                      scale);
-        dropped = g.p * m;
-        ds = g.ds;
+        const ScoreGrad sg =
+            scoreGrad(s[n][e], sh.lse[c], g[n][e], sh.delta[c], m, scale);
+        dropped = sg.p * m;
+        ds = sg.ds;
       }
-      sh.p.row(r)[c] = fromFloat<T>(dropped);
-      sh.scoreGrad.row(r)[c] = ds;
+      s[n][e] = dropped;
+      g[n][e] = ds;
     }
-    __syncwarp();
-    warpProduct<false, false>(sh.gradV, r0, dvp, kFlashRows, sh.p, sh.otherV,
-                              true);
-    __syncwarp();
-    for (int e = lane; e < 16 * kFlashRows; e += 32) {
-      const int r = r0 + e / kFlashRows, c = e % kFlashRows;
-      sh.p.row(r)[c] = fromFloat<T>(sh.scoreGrad.row(r)[c]);
-    }
-    __syncwarp();
-    warpProduct<false, false>(sh.grad, r0, dp, kFlashRows, sh.p, sh.other,
-                              true);
+    productPN<T, D / 8>(gradV, s, sh.otherV, dvp, ln);
+    productPN<T, D / 8>(gradK, g, sh.other, dp, ln);
   }
-  __syncwarp();
-  storeRows(dk + at.key(bh, k0), at.rowStride(), sh.grad, r0, at.t - k0, at.d);
-  storeRows(dv + at.value(bh, k0), at.valueRowStride(), sh.gradV, r0, at.t - k0,
-            at.dv);
+  storeFragments(dk + at.key(bh, k0), at.rowStride(), gradK, ln, at.t - k0,
+                 at.d);
+  storeFragments(dv + at.value(bh, k0), at.valueRowStride(), gradV, ln,
+                 at.t - k0, at.dv);
 }
 
 /// Block (slice x, query block y): dQ of 64 queries over the keys they
 /// see. Per block of 64 keys: S = Q K^T, P from the log-sum-exp, dP = dO
-/// V^T, dS = scale P (m dP - delta), dQ += dS K.
-template <typename T>
+/// V^T, dS = scale P (m dP - delta), dQ += dS K. D: the padded head sizes'
+/// bound (64 or 128).
+template <typename T, int D>
 __global__ void __launch_bounds__(kFlashThreads)
     flashGradQueries(T *dq, const T *q, const T *k, const T *v, const T *dout,
                      const float *lse, const float *delta, AttentionLayout at,
@@ -467,14 +527,15 @@ __global__ void __launch_bounds__(kFlashThreads)
   extern __shared__ __align__(128) char shared[];
   const int dp = pad16(at.d), dvp = pad16(at.dv);
   SharedCarver carver{reinterpret_cast<uintptr_t>(shared)};
-  const FlashBackwardShared<T> sh(carver, dp, dvp, false);
+  const FlashBackwardShared<T> sh(carver, dp, dvp);
   const int64_t bh = blockIdx.x, q0 = int64_t(blockIdx.y) * kFlashRows;
-  const int lane = threadIdx.x % 32, r0 = threadIdx.x / 32 * 16;
+  const FragLane ln;
   loadTile(sh.own, dp, q + at.query(bh, q0), at.rowStride(), at.s - q0, at.d);
   loadTile(sh.ownV, dvp, dout + at.output(bh, q0), at.valueRowStride(),
            at.s - q0, at.dv);
   loadRowStats(sh.lse, sh.delta, lse, delta, at, bh, q0);
-  sh.grad.zero(dp);
+  float gradQ[D / 8][4];
+  zero(gradQ);
   const int64_t keys = blockKeys(at, q0, causal);
   for (int64_t k0 = 0; k0 < keys; k0 += kFlashRows) {
     __syncthreads(); // the last block's keys and values are read
@@ -482,24 +543,25 @@ __global__ void __launch_bounds__(kFlashThreads)
     loadTile(sh.otherV, dvp, v + at.value(bh, k0), at.valueRowStride(),
              at.t - k0, at.dv);
     __syncthreads();
-    sh.products(r0, dp, dvp);
-    for (int e = lane; e < 16 * kFlashRows; e += 32) {
-      const int r = r0 + e / kFlashRows, c = e % kFlashRows;
-      const int64_t i = q0 + r, j = k0 + c;
+    float s[8][4], g[8][4];
+    sh.products(s, g, dp, dvp, ln);
+    STRATA_FLASH_UNROLL
+    for (int n = 0; n < 8; ++n)
+      STRATA_FLASH_UNROLL
+    for (int e = 0; e < 4; ++e) {
+      const int r = ln.row(e);
+      const int64_t i = q0 + r, j = k0 + ln.col(8 * n, e);
       float ds = 0.0f;
       if (sees(at, i, j, causal))
-        ds = scoreGrad(sh.scores.row(r)[c], sh.lse[r], sh.scoreGrad.row(r)[c],
-                       sh.delta[r], drop(bh, i, j), scale)
+        ds = scoreGrad(s[n][e], sh.lse[r], g[n][e], sh.delta[r], drop(bh, i, j),
+                       scale)
                  .ds;
-      sh.p.row(r)[c] = fromFloat<T>(ds);
+      g[n][e] = ds;
     }
-    __syncwarp();
-    warpProduct<false, false>(sh.grad, r0, dp, kFlashRows, sh.p, sh.other,
-                              true);
+    productPN<T, D / 8>(gradQ, g, sh.other, dp, ln);
   }
-  __syncwarp();
-  storeRows(dq + at.query(bh, q0), at.rowStride(), sh.grad, r0, at.s - q0,
-            at.d);
+  storeFragments(dq + at.query(bh, q0), at.rowStride(), gradQ, ln, at.s - q0,
+                 at.d);
 }
 
 /// The flash kernels' dynamic shared memory (bytes).
@@ -508,11 +570,19 @@ template <typename T> size_t flashForwardBytes(const AttentionLayout &at) {
   FlashForwardShared<T>(c, pad16(at.d), pad16(at.dv));
   return c.used;
 }
-template <typename T>
-size_t flashGradBytes(const AttentionLayout &at, bool keys) {
+template <typename T> size_t flashGradBytes(const AttentionLayout &at) {
   SharedCarver c;
-  FlashBackwardShared<T>(c, pad16(at.d), pad16(at.dv), keys);
+  FlashBackwardShared<T>(c, pad16(at.d), pad16(at.dv));
   return c.used;
+}
+
+/// Calls f(std::integral_constant<int, D>) with the accumulators' bound D
+/// (64 or 128) for the padded head sizes (at most 128).
+template <typename F> void withFlashWidth(const AttentionLayout &at, F &&f) {
+  if (pad16(at.d) <= 64 && pad16(at.dv) <= 64)
+    f(std::integral_constant<int, 64>());
+  else
+    f(std::integral_constant<int, 128>());
 }
 
 } // namespace strata::cuda

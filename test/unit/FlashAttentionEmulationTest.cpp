@@ -3,18 +3,21 @@
 // Runs the CUDA runtime's flash attention kernels (runtime/cuda/
 // FlashAttention.cuh) on the host, without a GPU: each block's 128 threads
 // are host threads, __syncthreads and __syncwarp barriers, warp shuffles go
-// through memory, and WMMA's collective tile operations are done whole by
-// lane 0 of the warp (the other lanes' fragments are never used, so a
-// missing __syncwarp before the lanes read a stored tile shows up as a
-// wrong result). Blocks run one after another over one shared-memory
-// array, filled with NaNs before each block so that a read of memory the
-// block never wrote spoils the result. The outputs are compared with a
-// direct double-precision attention on the same rounded inputs and the
-// same dropout mask, at the GPU check's bf16 and f16 tolerances.
+// through memory, and mma.sync m16n8k16 is emulated as PTX defines it: each
+// lane hands its own operand registers to the warp, and each lane's
+// accumulators are computed from the [16, 16] A and [16, 8] B that the 32
+// lanes' registers make up in PTX's fragment layout (written out here
+// independently of the kernels' own indexing), so a kernel that puts an
+// element in the wrong register or lane gets a wrong result. Blocks run one
+// after another over one shared-memory array, filled with NaNs before each
+// block so that a read of memory the block never wrote spoils the result.
+// The outputs are compared with a direct double-precision attention on the
+// same rounded inputs and the same dropout mask, at the GPU check's bf16
+// and f16 tolerances.
 //
-// What this cannot show: the hardware's fragment layouts, bank conflicts,
-// alignment faults, speed. The GPU check (test/gpu) runs the same kernels
-// on a device.
+// What this cannot show: that the hardware's layout is the one written
+// here, bank conflicts, alignment faults, speed. The GPU check (test/gpu)
+// runs the same kernels on a device.
 //
 //===----------------------------------------------------------------------===//
 
@@ -26,10 +29,14 @@
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
+#include <array>
 #include <condition_variable>
 #include <cstdint>
+#include <cstring>
+#include <memory>
 #include <mutex>
 #include <thread>
+#include <type_traits>
 #include <vector>
 
 // The thread's place in the grid, and the intrinsics the kernels use.
@@ -65,10 +72,15 @@ struct Block {
     for (int w = 0; w < threads / 32; ++w)
       warps.emplace_back(std::make_unique<Barrier>(32));
     shuffle.resize(threads);
+    a.resize(threads);
+    b.resize(threads);
   }
   Barrier all;
   std::vector<std::unique_ptr<Barrier>> warps;
   std::vector<float> shuffle;
+  /// Each thread's mma operand registers, handed to its warp.
+  std::vector<std::array<uint32_t, 4>> a;
+  std::vector<std::array<uint32_t, 2>> b;
 };
 thread_local Block *block = nullptr;
 } // namespace emulation
@@ -87,84 +99,56 @@ inline float __shfl_xor_sync(unsigned, float v, int laneMask) {
   return got;
 }
 
-// WMMA's 16x16x16 tiles, whole in each fragment; lane 0 does the work.
-namespace nvcuda::wmma {
-struct matrix_a {};
-struct matrix_b {};
-struct accumulator {};
-struct row_major {};
-struct col_major {};
-enum layout_t { mem_row_major, mem_col_major };
+/// One half of an operand register as a float: element `half` (0: the low
+/// 16 bits) of type T.
+template <typename T> float operandElement(uint32_t reg, int half) {
+  const uint16_t bits = uint16_t(reg >> (16 * half));
+  T x;
+  std::memcpy(&x, &bits, sizeof x);
+  if constexpr (std::is_same_v<T, __nv_bfloat16>)
+    return __bfloat162float(x);
+  else
+    return __half2float(x);
+}
 
-template <typename Use, int M, int N, int K, typename T, typename Layout = void>
-struct fragment {
-  float x[16][16];
-};
-
-inline float widen(float v) { return v; }
-inline float widen(__nv_bfloat16 v) { return __bfloat162float(v); }
-inline float widen(__half v) { return __half2float(v); }
-inline bool leader() { return threadIdx.x % 32 == 0; }
-
-template <typename Use, typename T, typename L>
-void fill_fragment(fragment<Use, 16, 16, 16, T, L> &f, float v) {
-  for (auto &row : f.x)
-    for (float &e : row)
-      e = v;
-}
-/// x[a][b] = p[a * rowStride + b * colStride], the whole tile by the
-/// warp's first lane (every layout and operand of the loads below).
+/// mma.sync.aligned.m16n8k16.row.col.f32.{bf16,f16}: d += A B for the warp.
+/// PTX's fragments (groupID = lane / 4, threadID_in_group = lane % 4):
+/// A (16 x 16, row-major): a lane holds rows groupID and groupID + 8 at
+/// columns 2 threadID_in_group + {0, 1} and the same + 8, registers 0..3
+/// being (row, col), (row + 8, col), (row, col + 8), (row + 8, col + 8);
+/// B (16 x 8, column-major): rows 2 threadID_in_group + {0, 1} (register
+/// 0) and + 8 (register 1) of column groupID; C/D (16 x 8): rows groupID
+/// and groupID + 8, columns 2 threadID_in_group + {0, 1}. The low half of
+/// a register is the lower column (A) or row (B).
 template <typename T>
-void loadFragment(float (&x)[16][16], const T *p, unsigned rowStride,
-                  unsigned colStride) {
-  if (leader())
-    for (int a = 0; a < 16; ++a)
-      for (int b = 0; b < 16; ++b)
-        x[a][b] = widen(p[a * rowStride + b * colStride]);
+void emulatedMma(float (&d)[4], const uint32_t (&a)[4],
+                 const uint32_t (&b)[2]) {
+  emulation::Block &blk = *emulation::block;
+  const unsigned warp = threadIdx.x / 32 * 32, lane = threadIdx.x % 32;
+  blk.a[warp + lane] = {a[0], a[1], a[2], a[3]};
+  blk.b[warp + lane] = {b[0], b[1]};
+  __syncwarp();
+  auto A = [&](int row, int k) {
+    const int holder = row % 8 * 4 + k % 8 / 2, reg = row / 8 + 2 * (k / 8);
+    return operandElement<T>(blk.a[warp + holder][reg], k % 2);
+  };
+  auto B = [&](int k, int col) {
+    const int holder = col * 4 + k % 8 / 2, reg = k / 8;
+    return operandElement<T>(blk.b[warp + holder][reg], k % 2);
+  };
+  const int group = int(lane) / 4, inGroup = int(lane) % 4;
+  float result[4];
+  for (int e = 0; e < 4; ++e) {
+    const int row = group + 8 * (e / 2), col = 2 * inGroup + e % 2;
+    float sum = d[e];
+    for (int k = 0; k < 16; ++k)
+      sum += A(row, k) * B(k, col);
+    result[e] = sum;
+  }
+  __syncwarp(); // every lane has read the warp's registers
+  for (int e = 0; e < 4; ++e)
+    d[e] = result[e];
 }
-template <typename T>
-void load_matrix_sync(fragment<matrix_a, 16, 16, 16, T, row_major> &f,
-                      const T *p, unsigned ld) {
-  loadFragment(f.x, p, ld, 1);
-}
-template <typename T>
-void load_matrix_sync(fragment<matrix_b, 16, 16, 16, T, row_major> &f,
-                      const T *p, unsigned ld) {
-  loadFragment(f.x, p, ld, 1);
-}
-template <typename T>
-void load_matrix_sync(fragment<matrix_b, 16, 16, 16, T, col_major> &f,
-                      const T *p, unsigned ld) {
-  loadFragment(f.x, p, 1, ld);
-}
-inline void load_matrix_sync(fragment<accumulator, 16, 16, 16, float> &f,
-                             const float *p, unsigned ld, layout_t) {
-  loadFragment(f.x, p, ld, 1);
-}
-inline void store_matrix_sync(float *p,
-                              const fragment<accumulator, 16, 16, 16, float> &f,
-                              unsigned ld, layout_t) {
-  if (leader())
-    for (int i = 0; i < 16; ++i)
-      for (int j = 0; j < 16; ++j)
-        p[i * ld + j] = f.x[i][j];
-}
-template <typename T, typename LB>
-void mma_sync(fragment<accumulator, 16, 16, 16, float> &d,
-              const fragment<matrix_a, 16, 16, 16, T, row_major> &a,
-              const fragment<matrix_b, 16, 16, 16, T, LB> &b,
-              const fragment<accumulator, 16, 16, 16, float> &c) {
-  if (!leader())
-    return;
-  for (int i = 0; i < 16; ++i)
-    for (int j = 0; j < 16; ++j) {
-      float sum = c.x[i][j];
-      for (int k = 0; k < 16; ++k)
-        sum += a.x[i][k] * b.x[k][j];
-      d.x[i][j] = sum;
-    }
-}
-} // namespace nvcuda::wmma
 
 #include "FlashAttention.cuh"
 
@@ -210,7 +194,9 @@ void launch(void (*kernel)(Params...), size_t sharedBytes, int64_t slices,
     }
 }
 
-template <typename T> float toF(T v) { return nvcuda::wmma::widen(v); }
+float toF(float v) { return v; }
+float toF(__nv_bfloat16 v) { return __bfloat162float(v); }
+float toF(__half v) { return __half2float(v); }
 template <typename T> T fromF(float v);
 template <> __nv_bfloat16 fromF(float v) { return __float2bfloat16_rn(v); }
 template <> __half fromF(float v) { return __float2half_rn(v); }
@@ -325,9 +311,13 @@ template <typename T> void check(const Case &c, double rtol, double atol) {
 
   std::vector<T> out(slices * c.s * c.dv);
   std::vector<float> lse(slices * c.s);
-  launch(flashForward<T>, flashForwardBytes<T>(at), slices, c.s, out.data(),
-         lse.data(), q.data(), k.data(), v.data(), at, float(scale), c.causal,
-         drop);
+  withFlashWidth(at, [&](auto width) {
+    constexpr int D = decltype(width)::value;
+    launch(flashForward<T, D>, flashForwardBytes<T>(at), slices, c.s,
+           out.data(), lse.data(), static_cast<const T *>(q.data()),
+           static_cast<const T *>(k.data()), static_cast<const T *>(v.data()),
+           at, float(scale), c.causal, drop);
+  });
   EXPECT_LE(worst(out, want.out, rtol, atol), 1.0) << "output";
   EXPECT_LE(worst(lse, want.lse, 1e-5, 1e-5), 1.0) << "log-sum-exp";
 
@@ -341,20 +331,23 @@ template <typename T> void check(const Case &c, double rtol, double atol) {
       delta[bh * c.s + i] = sum;
     }
   std::vector<T> dq(q.size()), dk(k.size()), dv(v.size());
-  launch(flashGradKeys<T>, flashGradBytes<T>(at, true), slices, c.t, dk.data(),
-         dv.data(), static_cast<const T *>(q.data()),
-         static_cast<const T *>(k.data()), static_cast<const T *>(v.data()),
-         static_cast<const T *>(dout.data()),
-         static_cast<const float *>(lse.data()),
-         static_cast<const float *>(delta.data()), at, float(scale), c.causal,
-         drop);
-  launch(flashGradQueries<T>, flashGradBytes<T>(at, false), slices, c.s,
-         dq.data(), static_cast<const T *>(q.data()),
-         static_cast<const T *>(k.data()), static_cast<const T *>(v.data()),
-         static_cast<const T *>(dout.data()),
-         static_cast<const float *>(lse.data()),
-         static_cast<const float *>(delta.data()), at, float(scale), c.causal,
-         drop);
+  withFlashWidth(at, [&](auto width) {
+    constexpr int D = decltype(width)::value;
+    launch(flashGradKeys<T, D>, flashGradBytes<T>(at), slices, c.t, dk.data(),
+           dv.data(), static_cast<const T *>(q.data()),
+           static_cast<const T *>(k.data()), static_cast<const T *>(v.data()),
+           static_cast<const T *>(dout.data()),
+           static_cast<const float *>(lse.data()),
+           static_cast<const float *>(delta.data()), at, float(scale), c.causal,
+           drop);
+    launch(flashGradQueries<T, D>, flashGradBytes<T>(at), slices, c.s,
+           dq.data(), static_cast<const T *>(q.data()),
+           static_cast<const T *>(k.data()), static_cast<const T *>(v.data()),
+           static_cast<const T *>(dout.data()),
+           static_cast<const float *>(lse.data()),
+           static_cast<const float *>(delta.data()), at, float(scale), c.causal,
+           drop);
+  });
   EXPECT_LE(worst(dq, want.dq, rtol, atol), 1.0) << "dq";
   EXPECT_LE(worst(dk, want.dk, rtol, atol), 1.0) << "dk";
   EXPECT_LE(worst(dv, want.dv, rtol, atol), 1.0) << "dv";
@@ -390,9 +383,15 @@ TEST(FlashAttentionEmulation, Bf16CausalWithKeysPastTheQueries) {
   check<__nv_bfloat16>({1, 2, 40, 200, 64, 64, true, 0}, 1.6e-2, 1e-2);
 }
 
+TEST(FlashAttentionEmulation, Bf16CrossWithWideUnequalHeadSizes) {
+  // Head sizes 72 and 96: the wide accumulators, partly used, and a value
+  // head size other than the query's.
+  check<__nv_bfloat16>({1, 2, 70, 100, 72, 96, false, 0.1}, 1.6e-2, 1e-2);
+}
+
 TEST(FlashAttentionEmulation, F16CausalHeadSize128) {
-  // Head size 128: the largest tiles the flash kernels take (the gradient
-  // of the keys needs about 178 KiB of shared memory).
+  // Head size 128: the largest tiles the flash kernels take, and their
+  // wider accumulators.
   check<__half>({1, 2, 130, 130, 128, 128, true, 0.1}, 2e-3, 1e-3);
 }
 } // namespace
