@@ -132,25 +132,40 @@ __device__ void loadTile(const Tile<T> &tile, int cols, const T *from,
 #define STRATA_FLASH_UNROLL
 #endif
 
-/// Two adjacent elements of a shared tile (4-byte aligned), as an mma
-/// operand register: the first in the low half.
-template <typename T> __device__ __forceinline__ uint32_t pairAt(const T *p) {
-#if defined(__CUDA_ARCH__)
-  return *reinterpret_cast<const uint32_t *>(p);
-#else
-  uint32_t v;
-  std::memcpy(&v, p, sizeof v);
-  return v;
-#endif
-}
-
-/// Two elements that are not adjacent, as one operand register.
+/// Two elements as one operand register: the first in the low half.
 template <typename T>
 __device__ __forceinline__ uint32_t pairOf(const T *lo, const T *hi) {
   uint16_t l, h;
   std::memcpy(&l, lo, sizeof l);
   std::memcpy(&h, hi, sizeof h);
   return uint32_t(l) | uint32_t(h) << 16;
+}
+
+/// ldmatrix.sync.aligned.m8n8.x4[.trans].shared.b16: four 8 x 8 matrices
+/// of a shared tile into four registers of each lane. Lanes 8 m .. 8 m + 7
+/// give the addresses of rows 0 .. 7 of matrix m (16-byte aligned, 8
+/// elements each); lane l, g = l / 4 and c = 2 (l % 4), receives in r[m]
+/// matrix m's (g, c..c+1), or with `trans` its (c, g) and (c + 1, g): an
+/// A operand's or a column-major B operand's registers (see mma) where the
+/// matrix holds A, or B^T, row-major, and a B operand's with `trans` where
+/// it holds B row-major.
+template <bool trans, typename T>
+__device__ __forceinline__ void loadMatrices(uint32_t (&r)[4], const T *row) {
+#if defined(STRATA_FLASH_EMULATION)
+  emulatedLoadMatrices<trans>(r, row);
+#elif defined(__CUDA_ARCH__)
+  const auto at = static_cast<uint32_t>(__cvta_generic_to_shared(row));
+  if constexpr (trans)
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 "
+                 "{%0, %1, %2, %3}, [%4];"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(at));
+  else
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 "
+                 "{%0, %1, %2, %3}, [%4];"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(at));
+#endif
 }
 
 /// Two f32 values rounded to T (to nearest even) as one operand register.
@@ -209,7 +224,9 @@ struct FragLane {
 
 /// The warp's scores for 64 columns: acc = A B^T over k (a multiple of
 /// 16), A the warp's 16 rows of `a`, B^T the 64 rows of `b` (both tiles
-/// row-major, so both operands are read as adjacent pairs).
+/// row-major). Lane l gives the row address of matrix l / 8, row l % 8:
+/// A's four matrices are rows 0-7 and 8-15 at columns kk and kk + 8; a
+/// load of B^T takes two column blocks of 8, at columns kk and kk + 8.
 template <typename T>
 __device__ void productNT(float (&acc)[8][4], const Tile<T> &a,
                           const Tile<T> &b, int k, const FragLane &ln) {
@@ -218,43 +235,47 @@ __device__ void productNT(float (&acc)[8][4], const Tile<T> &a,
     STRATA_FLASH_UNROLL
   for (int e = 0; e < 4; ++e)
     acc[n][e] = 0.0f;
+  const int lane = threadIdx.x % 32, m = lane / 8, rr = lane % 8;
+  const T *aRow = a.row(ln.r0 + m % 2 * 8 + rr) + m / 2 * 8;
+  const T *bRow = b.row(m / 2 * 8 + rr) + m % 2 * 8;
   for (int kk = 0; kk < k; kk += 16) {
-    const T *top = a.row(ln.r0 + ln.g) + kk + ln.c,
-            *bottom = a.row(ln.r0 + ln.g + 8) + kk + ln.c;
-    const uint32_t fa[4] = {pairAt(top), pairAt(bottom), pairAt(top + 8),
-                            pairAt(bottom + 8)};
+    uint32_t fa[4];
+    loadMatrices<false>(fa, aRow + kk);
     STRATA_FLASH_UNROLL
-    for (int n = 0; n < 8; ++n) {
-      const T *col = b.row(8 * n + ln.g) + kk + ln.c;
-      const uint32_t fb[2] = {pairAt(col), pairAt(col + 8)};
-      mma<T>(acc[n], fa, fb);
+    for (int n = 0; n < 8; n += 2) {
+      uint32_t fb[4];
+      loadMatrices<false>(fb, bRow + 8 * n * b.ld + kk);
+      const uint32_t first[2] = {fb[0], fb[1]}, second[2] = {fb[2], fb[3]};
+      mma<T>(acc[n], fa, first);
+      mma<T>(acc[n + 1], fa, second);
     }
   }
 }
 
 /// acc [16, 8 N] += P B over 64: P the warp's [16, 64] accumulators
 /// rounded to T (an accumulator pair is an A operand register), B the 64
-/// rows of `b` (row-major [64, n], so an operand register takes two rows),
-/// columns up to n (a multiple of 16, at most 8 N).
+/// rows of `b` (row-major [64, n], read transposed), columns up to n (a
+/// multiple of 16, at most 8 N). A load takes rows 0-7 and 8-15 of a
+/// block of 16 at two column blocks of 8.
 template <typename T, int N>
 __device__ void productPN(float (&acc)[N][4], const float (&p)[8][4],
                           const Tile<T> &b, int n, const FragLane &ln) {
+  const int lane = threadIdx.x % 32, m = lane / 8, rr = lane % 8;
+  const T *bRow = b.row(m % 2 * 8 + rr) + m / 2 * 8;
   STRATA_FLASH_UNROLL
   for (int kk = 0; kk < 4; ++kk) {
     const float *left = p[2 * kk], *right = p[2 * kk + 1];
     const uint32_t fa[4] = {
         packPair<T>(left[0], left[1]), packPair<T>(left[2], left[3]),
         packPair<T>(right[0], right[1]), packPair<T>(right[2], right[3])};
-    const T *first = b.row(16 * kk + ln.c), *second = b.row(16 * kk + ln.c + 1),
-            *third = b.row(16 * kk + ln.c + 8),
-            *fourth = b.row(16 * kk + ln.c + 9);
     STRATA_FLASH_UNROLL
-    for (int j = 0; j < N; ++j)
+    for (int j = 0; j < N; j += 2)
       if (8 * j < n) {
-        const int col = 8 * j + ln.g;
-        const uint32_t fb[2] = {pairOf(first + col, second + col),
-                                pairOf(third + col, fourth + col)};
-        mma<T>(acc[j], fa, fb);
+        uint32_t fb[4];
+        loadMatrices<true>(fb, bRow + 16 * kk * b.ld + 8 * j);
+        const uint32_t first[2] = {fb[0], fb[1]}, second[2] = {fb[2], fb[3]};
+        mma<T>(acc[j], fa, first);
+        mma<T>(acc[j + 1], fa, second);
       }
   }
 }

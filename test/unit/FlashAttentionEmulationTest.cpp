@@ -3,12 +3,13 @@
 // Runs the CUDA runtime's flash attention kernels (runtime/cuda/
 // FlashAttention.cuh) on the host, without a GPU: each block's 128 threads
 // are host threads, __syncthreads and __syncwarp barriers, warp shuffles go
-// through memory, and mma.sync m16n8k16 is emulated as PTX defines it: each
-// lane hands its own operand registers to the warp, and each lane's
-// accumulators are computed from the [16, 16] A and [16, 8] B that the 32
-// lanes' registers make up in PTX's fragment layout (written out here
-// independently of the kernels' own indexing), so a kernel that puts an
-// element in the wrong register or lane gets a wrong result. Blocks run one
+// through memory, and mma.sync m16n8k16 and ldmatrix are emulated as PTX
+// defines them: each lane hands its operand registers (or its row address)
+// to the warp, and each lane's accumulators (or loaded registers) are
+// computed from what the 32 lanes handed over, in PTX's fragment layouts
+// (written out here independently of the kernels' own indexing), so a
+// kernel that puts an element in the wrong register or lane gets a wrong
+// result. Blocks run one
 // after another over one shared-memory array, filled with NaNs before each
 // block so that a read of memory the block never wrote spoils the result.
 // The outputs are compared with a direct double-precision attention on the
@@ -74,6 +75,7 @@ struct Block {
     shuffle.resize(threads);
     a.resize(threads);
     b.resize(threads);
+    rows.resize(threads);
   }
   Barrier all;
   std::vector<std::unique_ptr<Barrier>> warps;
@@ -81,6 +83,8 @@ struct Block {
   /// Each thread's mma operand registers, handed to its warp.
   std::vector<std::array<uint32_t, 4>> a;
   std::vector<std::array<uint32_t, 2>> b;
+  /// Each thread's row address for ldmatrix.
+  std::vector<const uint16_t *> rows;
 };
 thread_local Block *block = nullptr;
 } // namespace emulation
@@ -148,6 +152,28 @@ void emulatedMma(float (&d)[4], const uint32_t (&a)[4],
   __syncwarp(); // every lane has read the warp's registers
   for (int e = 0; e < 4; ++e)
     d[e] = result[e];
+}
+
+/// ldmatrix.sync.aligned.m8n8.x4[.trans].shared.b16 for the warp: lanes
+/// 8 m .. 8 m + 7 give the addresses of rows 0 .. 7 of matrix m (8 16-bit
+/// elements each); lane l receives in register m matrix m's elements (row
+/// l / 4, columns 2 (l % 4) and 2 (l % 4) + 1), or with .trans (rows 2 (l %
+/// 4) and 2 (l % 4) + 1, column l / 4), the first in the low half.
+template <bool trans, typename T>
+void emulatedLoadMatrices(uint32_t (&r)[4], const T *row) {
+  static_assert(sizeof(T) == 2);
+  emulation::Block &blk = *emulation::block;
+  const unsigned warp = threadIdx.x / 32 * 32, lane = threadIdx.x % 32;
+  blk.rows[warp + lane] = reinterpret_cast<const uint16_t *>(row);
+  __syncwarp();
+  const unsigned g = lane / 4, c = 2 * (lane % 4);
+  for (unsigned m = 0; m < 4; ++m) {
+    const uint16_t *const *matrix = &blk.rows[warp + 8 * m];
+    const uint16_t lo = trans ? matrix[c][g] : matrix[g][c],
+                   hi = trans ? matrix[c + 1][g] : matrix[g][c + 1];
+    r[m] = uint32_t(lo) | uint32_t(hi) << 16;
+  }
+  __syncwarp(); // every lane has read the warp's addresses
 }
 
 #include "FlashAttention.cuh"
