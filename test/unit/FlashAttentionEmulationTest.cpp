@@ -9,9 +9,9 @@
 // computed from what the 32 lanes handed over, in PTX's fragment layouts
 // (written out here independently of the kernels' own indexing), so a
 // kernel that puts an element in the wrong register or lane gets a wrong
-// result. Blocks run one
-// after another over one shared-memory array, filled with NaNs before each
-// block so that a read of memory the block never wrote spoils the result.
+// result. Blocks run one after another over one shared-memory array,
+// filled with NaNs before each block so that a read of memory the block
+// never wrote spoils the result.
 // The outputs are compared with a direct double-precision attention on the
 // same rounded inputs and the same dropout mask, at the GPU check's bf16
 // and f16 tolerances.
