@@ -222,14 +222,44 @@ struct FragLane {
   __device__ int col(int n0, int e) const { return n0 + c + e % 2; }
 };
 
+/// The pairs of column blocks of 8 (of a block's 64 columns) whose
+/// product a warp computes: those from `first` (inclusive) to `last`
+/// (exclusive), in blocks of 8; a causal mask hides the others from the
+/// warp's 16 rows.
+struct LiveColumns {
+  int first = 0, last = 64;
+  __device__ bool pair(int n) const {
+    return 8 * n + 16 > first && 8 * n < last;
+  }
+  /// The columns (keys k0 ..) that rows (queries) i0 .. i0 + 15 see, or
+  /// with `transposed` the columns (queries q0 ..) that see rows (keys)
+  /// j0 .. j0 + 15; all without a causal mask.
+  __device__ static LiveColumns seen(bool causal, bool transposed,
+                                     int64_t rows0, int64_t cols0) {
+    LiveColumns live;
+    if (!causal)
+      return live;
+    if (transposed)
+      live.first =
+          int(std::max<int64_t>(0, std::min<int64_t>(64, rows0 - cols0)));
+    else
+      live.last =
+          int(std::max<int64_t>(0, std::min<int64_t>(64, rows0 + 16 - cols0)));
+    return live;
+  }
+};
+
 /// The warp's scores for 64 columns: acc = A B^T over k (a multiple of
 /// 16), A the warp's 16 rows of `a`, B^T the 64 rows of `b` (both tiles
 /// row-major). Lane l gives the row address of matrix l / 8, row l % 8:
 /// A's four matrices are rows 0-7 and 8-15 at columns kk and kk + 8; a
 /// load of B^T takes two column blocks of 8, at columns kk and kk + 8.
+/// Only the pairs of column blocks of 8 that `live` holds are computed
+/// (the others, which a causal mask hides, stay zeros).
 template <typename T>
 __device__ void productNT(float (&acc)[8][4], const Tile<T> &a,
-                          const Tile<T> &b, int k, const FragLane &ln) {
+                          const Tile<T> &b, int k, const FragLane &ln,
+                          const LiveColumns &live) {
   STRATA_FLASH_UNROLL
   for (int n = 0; n < 8; ++n)
     STRATA_FLASH_UNROLL
@@ -243,6 +273,8 @@ __device__ void productNT(float (&acc)[8][4], const Tile<T> &a,
     loadMatrices<false>(fa, aRow + kk);
     STRATA_FLASH_UNROLL
     for (int n = 0; n < 8; n += 2) {
+      if (!live.pair(n))
+        continue;
       uint32_t fb[4];
       loadMatrices<false>(fb, bRow + 8 * n * b.ld + kk);
       const uint32_t first[2] = {fb[0], fb[1]}, second[2] = {fb[2], fb[3]};
@@ -256,14 +288,18 @@ __device__ void productNT(float (&acc)[8][4], const Tile<T> &a,
 /// rounded to T (an accumulator pair is an A operand register), B the 64
 /// rows of `b` (row-major [64, n], read transposed), columns up to n (a
 /// multiple of 16, at most 8 N). A load takes rows 0-7 and 8-15 of a
-/// block of 16 at two column blocks of 8.
+/// block of 16 at two column blocks of 8. P's columns outside `live` are
+/// zeros, and their rows of B are left out.
 template <typename T, int N>
 __device__ void productPN(float (&acc)[N][4], const float (&p)[8][4],
-                          const Tile<T> &b, int n, const FragLane &ln) {
+                          const Tile<T> &b, int n, const FragLane &ln,
+                          const LiveColumns &live) {
   const int lane = threadIdx.x % 32, m = lane / 8, rr = lane % 8;
   const T *bRow = b.row(m % 2 * 8 + rr) + m / 2 * 8;
   STRATA_FLASH_UNROLL
   for (int kk = 0; kk < 4; ++kk) {
+    if (!live.pair(2 * kk))
+      continue;
     const float *left = p[2 * kk], *right = p[2 * kk + 1];
     const uint32_t fa[4] = {
         packPair<T>(left[0], left[1]), packPair<T>(left[2], left[3]),
@@ -377,7 +413,8 @@ __global__ void __launch_bounds__(kFlashThreads)
              at.dv);
     __syncthreads();
     float s[8][4];
-    productNT(s, sh.q, sh.k, dp, ln);
+    const LiveColumns live = LiveColumns::seen(causal, false, q0 + ln.r0, k0);
+    productNT(s, sh.q, sh.k, dp, ln, live);
     float now[2] = {-INFINITY, -INFINITY};
     STRATA_FLASH_UNROLL
     for (int n = 0; n < 8; ++n)
@@ -415,7 +452,7 @@ __global__ void __launch_bounds__(kFlashThreads)
       STRATA_FLASH_UNROLL
     for (int e = 0; e < 4; ++e)
       o[j][e] *= factor[e / 2];
-    productPN<T, D / 8>(o, s, sh.v, dvp, ln);
+    productPN<T, D / 8>(o, s, sh.v, dvp, ln, live);
   }
   storeFragments(out + at.output(bh, q0), at.valueRowStride(), o, ln, at.s - q0,
                  at.dv, rowSum[0] > 0.0f ? 1.0f / rowSum[0] : 0.0f,
@@ -446,9 +483,10 @@ template <typename T> struct FlashBackwardShared {
   /// own other^T (S^T = K Q^T, or S = Q K^T) and grad = ownV otherV^T
   /// (dP^T = V dO^T, or dP = dO V^T).
   __device__ void products(float (&scores)[8][4], float (&grad)[8][4], int dp,
-                           int dvp, const FragLane &ln) const {
-    productNT(scores, own, other, dp, ln);
-    productNT(grad, ownV, otherV, dvp, ln);
+                           int dvp, const FragLane &ln,
+                           const LiveColumns &live) const {
+    productNT(scores, own, other, dp, ln, live);
+    productNT(grad, ownV, otherV, dvp, ln, live);
   }
 };
 
@@ -509,7 +547,8 @@ __global__ void __launch_bounds__(kFlashThreads)
     __syncthreads();
     // P^T (dropped) into s, dS^T into g: rows are keys, columns queries.
     float s[8][4], g[8][4];
-    sh.products(s, g, dp, dvp, ln);
+    const LiveColumns live = LiveColumns::seen(causal, true, k0 + ln.r0, q0);
+    sh.products(s, g, dp, dvp, ln, live);
     STRATA_FLASH_UNROLL
     for (int n = 0; n < 8; ++n)
       STRATA_FLASH_UNROLL
@@ -527,8 +566,8 @@ __global__ void __launch_bounds__(kFlashThreads)
       s[n][e] = dropped;
       g[n][e] = ds;
     }
-    productPN<T, D / 8>(gradV, s, sh.otherV, dvp, ln);
-    productPN<T, D / 8>(gradK, g, sh.other, dp, ln);
+    productPN<T, D / 8>(gradV, s, sh.otherV, dvp, ln, live);
+    productPN<T, D / 8>(gradK, g, sh.other, dp, ln, live);
   }
   storeFragments(dk + at.key(bh, k0), at.rowStride(), gradK, ln, at.t - k0,
                  at.d);
@@ -565,7 +604,8 @@ __global__ void __launch_bounds__(kFlashThreads)
              at.t - k0, at.dv);
     __syncthreads();
     float s[8][4], g[8][4];
-    sh.products(s, g, dp, dvp, ln);
+    const LiveColumns live = LiveColumns::seen(causal, false, q0 + ln.r0, k0);
+    sh.products(s, g, dp, dvp, ln, live);
     STRATA_FLASH_UNROLL
     for (int n = 0; n < 8; ++n)
       STRATA_FLASH_UNROLL
@@ -579,7 +619,7 @@ __global__ void __launch_bounds__(kFlashThreads)
                  .ds;
       g[n][e] = ds;
     }
-    productPN<T, D / 8>(gradQ, g, sh.other, dp, ln);
+    productPN<T, D / 8>(gradQ, g, sh.other, dp, ln, live);
   }
   storeFragments(dq + at.query(bh, q0), at.rowStride(), gradQ, ln, at.s - q0,
                  at.d);
