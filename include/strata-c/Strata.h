@@ -147,8 +147,8 @@ typedef struct {
    * call (a collective, send, receive or wait) before it ends the process
    * (exit status 1), saying so on stderr with the op it waited in: MPI
    * cannot cancel the call, and a peer that stopped or hangs would keep
-   * it waiting for ever. 0: wait for ever. The first executable of a
-   * process with worldSize > 1 sets it for the process. */
+   * it waiting for ever. 0: wait for ever. Each executable has its own:
+   * a call waits as long as the executable it is a call of allows. */
   double collectiveTimeout;
 } StrataExecutableOptions;
 

@@ -381,10 +381,11 @@ public:
   }
 };
 
-/// Ends the process when this rank has waited `seconds` for its peers in
-/// one MPI call (StrataExecutableOptions::collectiveTimeout).
-void watchCollectives(double seconds, int64_t rank) {
-  strata::MpiCommunicator::watchBlockedCalls(seconds, [rank](double waited) {
+/// Ends the process when this rank has waited for its peers in one MPI call
+/// longer than the executable's StrataExecutableOptions::collectiveTimeout
+/// (its communicator's wait limit).
+void watchCollectives(int64_t rank) {
+  strata::MpiCommunicator::watchBlockedCalls([rank](double waited) {
     std::string line = "strata: error: rank " + std::to_string(rank) +
                        ": waited " + std::to_string(int64_t(waited)) +
                        " s for a peer rank";
@@ -527,8 +528,10 @@ int strataExecutableCreate(StrataSession session,
           *static_cast<const MPI_Comm *>(options->mpiComm));
       // (A bad value fails in createTrainer, on every rank.)
       if (options->collectiveTimeout > 0 &&
-          strata::MpiCommunicator::validWaitLimit(options->collectiveTimeout))
-        watchCollectives(options->collectiveTimeout, options->rank);
+          strata::MpiCommunicator::validWaitLimit(options->collectiveTimeout)) {
+        exe->communicator->setWaitLimit(options->collectiveTimeout);
+        watchCollectives(options->rank);
+      }
     }
     ActiveCall active("strataExecutableCreate", *exe);
     // After each phase every rank learns whether one failed, so that none

@@ -21,7 +21,10 @@ using namespace llvm;
 namespace strata {
 
 namespace {
+/// The outermost waiting call's start (0: none) and limit (seconds; 0: for
+/// ever).
 std::atomic<int64_t> blockedSince{0};
+std::atomic<double> blockedLimit{0.0};
 
 int64_t steadyNowUs() {
   return std::chrono::duration_cast<std::chrono::microseconds>(
@@ -31,28 +34,35 @@ int64_t steadyNowUs() {
 
 } // namespace
 
-MpiCommunicator::Waiting::Waiting() : outer(blockedSince.load()) {
-  if (!outer)
+MpiCommunicator::Waiting::Waiting(double limit)
+    : outer(blockedSince.load()), outerLimit(blockedLimit.load()) {
+  if (!outer) {
+    blockedLimit.store(limit);
     blockedSince.store(steadyNowUs());
+  }
 }
-MpiCommunicator::Waiting::~Waiting() { blockedSince.store(outer); }
+MpiCommunicator::Waiting::~Waiting() {
+  blockedSince.store(outer);
+  blockedLimit.store(outerLimit);
+}
 
 int64_t MpiCommunicator::blockedSinceUs() { return blockedSince.load(); }
 
 void MpiCommunicator::watchBlockedCalls(
-    double seconds, std::function<void(double waited)> report) {
+    std::function<void(double waited)> report) {
   static std::once_flag started;
   std::call_once(started, [&] {
-    std::thread([seconds, report = std::move(report)] {
-      const auto poll =
-          std::chrono::duration<double>(std::min(1.0, seconds / 4));
+    std::thread([report = std::move(report)] {
       while (true) {
-        std::this_thread::sleep_for(poll);
-        int64_t since = blockedSince.load();
-        if (!since)
+        std::this_thread::sleep_for(std::chrono::milliseconds(250));
+        const int64_t since = blockedSince.load();
+        const double limit = blockedLimit.load();
+        // (The limit read belongs to the call that started at `since`
+        // unless another began in between.)
+        if (!since || limit <= 0 || blockedSince.load() != since)
           continue;
         double waited = double(steadyNowUs() - since) / 1e6;
-        if (waited < seconds)
+        if (waited < limit)
           continue;
         report(waited);
         _exit(1);
@@ -202,7 +212,7 @@ Expected<MPI_Comm> MpiCommunicator::lookupOrCreate(ArrayRef<int64_t> group) {
     MPI_Comm_group(comm, &all);
     MPI_Group_incl(all, int(ranks.size()), ranks.data(), &sub);
     MPI_Comm created;
-    Waiting waiting;
+    Waiting waiting(waitLimit);
     int status = MPI_Comm_create_group(comm, sub, 0, &created);
     MPI_Group_free(&sub);
     MPI_Group_free(&all);
@@ -249,7 +259,7 @@ Error MpiCommunicator::allReduceSum(std::vector<double> &data,
   auto sub = communicatorOf(group);
   if (!sub)
     return sub.takeError();
-  Waiting waiting;
+  Waiting waiting(waitLimit);
   if (MPI_Allreduce(MPI_IN_PLACE, data.data(), int(data.size()), MPI_DOUBLE,
                     MPI_SUM, *sub) != MPI_SUCCESS)
     return mpiError("MPI_Allreduce failed");
@@ -262,7 +272,7 @@ Error MpiCommunicator::broadcast(std::vector<double> &data,
   auto sub = communicatorOf(group);
   if (!sub)
     return sub.takeError();
-  Waiting waiting;
+  Waiting waiting(waitLimit);
   if (MPI_Bcast(data.data(), int(data.size()), MPI_DOUBLE, int(root), *sub) !=
       MPI_SUCCESS)
     return mpiError("MPI_Bcast failed");
@@ -304,7 +314,7 @@ Error MpiCommunicator::recv(void *data, int64_t count, MPI_Datatype type,
     return sub.takeError();
   MPI_Status status;
   auto begin = std::chrono::steady_clock::now();
-  Waiting waiting;
+  Waiting waiting(waitLimit);
   int result =
       MPI_Recv(data, int(count), type, int(peer), /*tag=*/0, *sub, &status);
   recvWaitMs += std::chrono::duration<double, std::milli>(
@@ -323,7 +333,7 @@ Error MpiCommunicator::recv(void *data, int64_t count, MPI_Datatype type,
 Error MpiCommunicator::flush() {
   if (onBegin)
     onBegin("completing the step's sends (MPI_Wait)");
-  Waiting waiting;
+  Waiting waiting(waitLimit);
   Error result = Error::success();
   for (std::unique_ptr<Outgoing> &message : outgoing)
     if (MPI_Wait(&message->request, MPI_STATUS_IGNORE) != MPI_SUCCESS) {
@@ -337,7 +347,7 @@ Error MpiCommunicator::flush() {
 }
 
 int64_t MpiCommunicator::firstFailure(bool ok) {
-  Waiting waiting;
+  Waiting waiting(waitLimit);
   int mine = ok ? worldSize : myRank, first = worldSize;
   MPI_Allreduce(&mine, &first, 1, MPI_INT, MPI_MIN, comm);
   return first == worldSize ? -1 : first;
@@ -345,7 +355,7 @@ int64_t MpiCommunicator::firstFailure(bool ok) {
 
 int64_t MpiCommunicator::firstDifferent(uint64_t value) {
   uint64_t first = value;
-  Waiting waiting;
+  Waiting waiting(waitLimit);
   MPI_Bcast(&first, 1, MPI_UINT64_T, 0, comm);
   return firstFailure(value == first);
 }
@@ -356,7 +366,7 @@ std::vector<std::string> MpiCommunicator::gatherBytes(const std::string &mine,
     onBegin(what);
   int size = int(mine.size());
   std::vector<int> sizes(worldSize), offsets(worldSize, 0);
-  Waiting waiting;
+  Waiting waiting(waitLimit);
   MPI_Gather(&size, 1, MPI_INT, sizes.data(), 1, MPI_INT, 0, comm);
   int total = 0;
   for (int r = 0; r < worldSize; ++r) {
@@ -441,7 +451,7 @@ int MpiCommunicator::runtimeCollective(void *user, const StrataRtCollective *c,
   int count = int(c->count);
   MPI_Request *r = request ? new MPI_Request : nullptr;
   int status = MPI_SUCCESS;
-  Waiting waiting;
+  Waiting waiting(self->waitLimit);
   const char *call = "";
   switch (c->op) {
   case STRATA_RT_ALL_REDUCE:
@@ -492,7 +502,7 @@ int MpiCommunicator::runtimeWait(void *user, void *request, char *error,
   if (self->onBegin)
     self->onBegin(nullptr);
   auto *r = static_cast<MPI_Request *>(request);
-  Waiting waiting;
+  Waiting waiting(self->waitLimit);
   int status = MPI_Wait(r, MPI_STATUS_IGNORE);
   delete r;
   if (status != MPI_SUCCESS)

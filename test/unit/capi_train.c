@@ -39,7 +39,7 @@ static void onDiagnostic(StrataDiagnosticSeverity severity,
 
 static StrataExecutable create(StrataSession s, const char *strategy,
                                const char *backend, uint64_t seed,
-                               MPI_Comm *comm) {
+                               MPI_Comm *comm, const char *timeout) {
   StrataExecutableOptions options;
   strataExecutableOptionsInit(&options);
   options.strategyPath = strategy;
@@ -53,8 +53,8 @@ static StrataExecutable create(StrataSession s, const char *strategy,
   if (useMpi && getenv("CAPI_TRAIN_NULL_COMM"))
     options.mpiComm = &nullComm;
   /* The test of the collective timeout (test/run/capi.test). */
-  if (getenv("CAPI_TRAIN_TIMEOUT"))
-    options.collectiveTimeout = atof(getenv("CAPI_TRAIN_TIMEOUT"));
+  if (timeout)
+    options.collectiveTimeout = atof(timeout);
   StrataExecutable exe = NULL;
   if (strataExecutableCreate(s, &options, &exe) != 0)
     die(s, "strataExecutableCreate");
@@ -155,7 +155,14 @@ int main(int argc, char **argv) {
     die(s, "strataSessionParseProgram");
   free(text);
 
-  StrataExecutable exe = create(s, strategy, backend, seed, &comm);
+  /* The test of each executable's own collective timeout (test/run/
+     capi.test): an executable created first with a timeout of 1000 s
+     lives beside the one that trains, whose own timeout must hold. */
+  StrataExecutable patient = NULL;
+  if (getenv("CAPI_TRAIN_PATIENT_FIRST"))
+    patient = create(s, strategy, backend, seed, &comm, "1000");
+  StrataExecutable exe =
+      create(s, strategy, backend, seed, &comm, getenv("CAPI_TRAIN_TIMEOUT"));
   int64_t n = strataExecutableNumInputs(exe);
   void **inputs = calloc((size_t)n, sizeof(void *));
   for (int64_t i = 0; i < n; ++i) {
@@ -187,7 +194,8 @@ int main(int argc, char **argv) {
       if (strataExecutableSaveCheckpoint(exe, checkpoint, split) != 0)
         die(s, "strataExecutableSaveCheckpoint");
       strataExecutableDestroy(exe);
-      exe = create(s, strategy, backend, seed, &comm);
+      exe = create(s, strategy, backend, seed, &comm,
+                   getenv("CAPI_TRAIN_TIMEOUT"));
       int64_t done = -1;
       /* The test of a load that fails on one rank (test/run/capi.test):
          every rank's load fails, and none trains on. */
@@ -233,6 +241,8 @@ int main(int argc, char **argv) {
     free(inputs[i]);
   free(inputs);
   strataExecutableDestroy(exe);
+  if (patient)
+    strataExecutableDestroy(patient);
   strataSessionDestroy(s);
   if (useMpi) {
     int algorithmAfter = iallreduceAlgorithm();

@@ -141,8 +141,8 @@ namespace strata_run {
 
 void installStopHandlers(int rank) { stop::install(rank); }
 
-void watchCollectives(double seconds) {
-  strata::MpiCommunicator::watchBlockedCalls(seconds, [](double waited) {
+void watchCollectives() {
+  strata::MpiCommunicator::watchBlockedCalls([](double waited) {
     char text[128];
     std::snprintf(text, sizeof(text), "waited %.0f s for a peer rank", waited);
     stop::Line line;

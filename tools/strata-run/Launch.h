@@ -21,7 +21,7 @@ void installStopHandlers(int rank);
 /// Starts a thread that ends this rank (exit status 1, which makes mpirun end
 /// the job) when it has waited `seconds` in one MPI call for peer ranks (a
 /// rank that stopped or hangs), naming where.
-void watchCollectives(double seconds);
+void watchCollectives();
 /// The executable whose host calls the handlers name (null: none).
 void watchExecutable(const strata::Executable *executable);
 /// Communicator::onBegin / onEnd of the job's communicator.

@@ -223,7 +223,8 @@ static int fail(const Twine &message) {
 /// An MPI call of the start's own checks, named for a rank the job stops
 /// during it and watched by --collective-timeout like the step's.
 class StartupCheck {
-  strata::MpiCommunicator::Waiting waiting;
+  strata::MpiCommunicator::Waiting waiting{
+      communicator ? communicator->getWaitLimit() : 0.0};
 
 public:
   explicit StartupCheck(
@@ -670,9 +671,11 @@ int main(int argc, char **argv) {
     MPI_Comm_rank(MPI_COMM_WORLD, &worldRank);
     MPI_Comm_size(MPI_COMM_WORLD, &worldSize);
     strata_run::installStopHandlers(worldRank);
-    if (collectiveTimeout > 0)
-      strata_run::watchCollectives(collectiveTimeout);
     communicator = std::make_unique<strata::MpiCommunicator>(MPI_COMM_WORLD);
+    if (collectiveTimeout > 0) {
+      communicator->setWaitLimit(collectiveTimeout);
+      strata_run::watchCollectives();
+    }
     communicator->onBegin = strata_run::communicationBegins;
     communicator->onEnd = strata_run::communicationEnds;
   }

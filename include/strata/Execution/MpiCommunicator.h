@@ -34,30 +34,38 @@ public:
 
   /// Since when (std::chrono::steady_clock, in microseconds) this process
   /// has been blocked in an MPI call of a communicator that waits for peer
-  /// ranks (a collective, a receive, a wait), or 0 when it is in none: a
-  /// watchdog thread may read it (strata-run --collective-timeout).
+  /// ranks (a collective, a receive, a wait), or 0 when it is in none.
   static int64_t blockedSinceUs();
   /// Starts, the first time it is called in the process, a thread that ends
-  /// the process (exit status 1) once it has been blocked `seconds` in one
-  /// MPI call that waits for peer ranks (blockedSinceUs): MPI cannot cancel
-  /// the call, and a peer that stopped or hangs would keep it waiting for
-  /// ever. `report`, given the seconds waited, says so first (from that
-  /// thread). Later calls change nothing.
-  static void watchBlockedCalls(double seconds,
-                                std::function<void(double waited)> report);
-  /// Whether `seconds` is a limit watchBlockedCalls takes: from 0 (0: wait
-  /// for ever, no watch) to 1e9. NaN is not.
+  /// the process (exit status 1) once it has been blocked in one MPI call
+  /// that waits for peer ranks (blockedSinceUs) for longer than that call's
+  /// wait limit (setWaitLimit of its communicator; a call without one is
+  /// not watched): MPI cannot cancel the call, and a peer that stopped or
+  /// hangs would keep it waiting for ever. `report`, given the seconds
+  /// waited, says so first (from that thread); later calls keep the first
+  /// report.
+  static void watchBlockedCalls(std::function<void(double waited)> report);
+  /// Whether `seconds` is a limit setWaitLimit takes: from 0 (0: wait for
+  /// ever, no watch) to 1e9. NaN is not.
   static bool validWaitLimit(double seconds) {
     return seconds >= 0 && seconds <= 1e9;
   }
+  /// How long one of this communicator's calls may wait for peer ranks
+  /// under watchBlockedCalls (0, the default: for ever); each communicator
+  /// has its own (strata-run --collective-timeout, an executable's
+  /// collectiveTimeout in the C API).
+  void setWaitLimit(double seconds) { waitLimit = seconds; }
+  double getWaitLimit() const { return waitLimit; }
   /// Marks an MPI call that may wait for peer ranks for as long as it
-  /// lives, for blockedSinceUs (the outermost of nested ones): the
-  /// communicator's own calls, and a caller's on the same ranks.
+  /// lives, with the seconds it may wait (0: for ever), for blockedSinceUs
+  /// and the watch (the outermost of nested ones): the communicator's own
+  /// calls, and a caller's on the same ranks.
   class Waiting {
     int64_t outer;
+    double outerLimit;
 
   public:
-    Waiting();
+    explicit Waiting(double limit);
     ~Waiting();
     Waiting(const Waiting &) = delete;
     Waiting &operator=(const Waiting &) = delete;
@@ -117,6 +125,7 @@ private:
 
   MPI_Comm comm;
   int myRank = 0, worldSize = 1;
+  double waitLimit = 0;
   double recvWaitMs = 0;
   std::map<std::vector<int>, MPI_Comm> comms;
   struct Outgoing {
