@@ -19,7 +19,8 @@ compiler and the CUDA toolkit there:
               take as long whatever the values). Their steps are emitted
               with tracing, and sites.txt names their ops, for run.sh
               --profile
-  CMakeLists.txt, run.sh, kernel_check.cpp, step_driver.c, compare_losses.py
+  CMakeLists.txt, run.sh, kernel_check.cpp, step_driver.c,
+  fragment_probe.cu, compare_losses.py
 
 Copy the bundle to the GPU machine and run `bash run.sh` there.
 
@@ -254,7 +255,7 @@ def main():
     shutil.copytree("/usr/include/Random123",
                     os.path.join(src, "include", "Random123"))
     for f in ("CMakeLists.txt", "run.sh", "kernel_check.cpp", "step_driver.c",
-              "torch_gpt.py"):
+              "fragment_probe.cu", "torch_gpt.py"):
         shutil.copy(os.path.join(HERE, f), out)
     shutil.copy(os.path.join(ROOT, "test", "run", "compare_losses.py"), out)
 

@@ -70,6 +70,10 @@ attention_cases() {
   fi
 }
 if wanted attention; then
+  # The tensor-core register layouts the flash kernels take (ldmatrix,
+  # mma.sync): a failure here explains one of the flash cases below.
+  echo "== mma.sync and ldmatrix layouts"
+  timeout 60 build/fragment_probe || status=1
   # Fused attention one (batch, head) slice per chunk, as it runs where the
   # scores of all slices exceed its scratch budget.
   echo "== attention kernels, one slice per chunk"
