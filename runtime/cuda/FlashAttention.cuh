@@ -96,11 +96,40 @@ template <typename T> struct Tile {
   __device__ T *row(int r) const { return at + r * ld; }
 };
 
+/// cp.async.cg of 16 bytes from global to shared memory, zeros where
+/// `valid` is false (nothing is read then); complete after asyncWait.
+__device__ __forceinline__ void asyncCopy16(void *to, const void *from,
+                                            bool valid) {
+#if defined(STRATA_FLASH_EMULATION)
+  emulatedAsyncCopy16(to, from, valid);
+#elif defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  const auto at = static_cast<uint32_t>(__cvta_generic_to_shared(to));
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(at),
+               "l"(from), "r"(valid ? 16 : 0)
+               : "memory");
+#else
+  *static_cast<uint4 *>(to) =
+      valid ? *static_cast<const uint4 *>(from) : uint4{0, 0, 0, 0};
+#endif
+}
+
+/// Waits for this thread's cp.async copies (a block barrier after it makes
+/// every thread's visible to the block).
+__device__ __forceinline__ void asyncWait() {
+#if defined(STRATA_FLASH_EMULATION)
+  emulatedAsyncWait();
+#elif defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  asm volatile("cp.async.wait_all;" ::: "memory");
+#endif
+}
+
 /// Rows 0 .. 63 of a tensor into `tile`: row r starts at from + r * stride
 /// (elements); columns 0 .. width - 1 of each, zeros past `rows` rows and
-/// `width` columns up to the padded width `cols`. Sixteen bytes a load
+/// `width` columns up to the padded width `cols`. Sixteen bytes a copy
 /// where the rows allow it (the layout's offsets are taken once a tile,
-/// not once an element). The whole block takes part.
+/// not once an element), issued as cp.async: complete after asyncWait and
+/// a block barrier; an element at a time otherwise. The whole block takes
+/// part.
 template <typename T>
 __device__ void loadTile(const Tile<T> &tile, int cols, const T *from,
                          int64_t stride, int64_t rows, int64_t width) {
@@ -110,10 +139,8 @@ __device__ void loadTile(const Tile<T> &tile, int cols, const T *from,
     const int chunks = cols / vec; // cols is a multiple of 16
     for (int e = threadIdx.x; e < kFlashRows * chunks; e += blockDim.x) {
       const int r = e / chunks, c = e % chunks * vec;
-      uint4 value = {0, 0, 0, 0}; // +0.0 in bf16 and f16
-      if (r < rows && c < width)
-        value = *reinterpret_cast<const uint4 *>(from + r * stride + c);
-      *reinterpret_cast<uint4 *>(tile.row(r) + c) = value;
+      const bool valid = r < rows && c < width;
+      asyncCopy16(tile.row(r) + c, valid ? from + r * stride + c : from, valid);
     }
     return;
   }
@@ -123,6 +150,15 @@ __device__ void loadTile(const Tile<T> &tile, int cols, const T *from,
         r < rows && c < width ? from[r * stride + c] : fromFloat<T>(0.0f);
   }
 }
+
+/// Two of a kind, for double buffering in shared memory: the block fills
+/// one while it computes with the other.
+template <typename U> struct Twice {
+  U first, second;
+  __device__ const U &operator[](int64_t i) const {
+    return i % 2 ? second : first;
+  }
+};
 
 // Loops unrolled by nvcc (fragment arrays indexed by constants stay in
 // registers); the host emulation runs them as they are.
@@ -370,13 +406,16 @@ __device__ __forceinline__ ScoreGrad scoreGrad(float score, float lse,
   return {p, scale * p * (m * dp - delta)};
 }
 
-/// The forward kernel's shared memory: the block's queries, and a block of
-/// keys and values.
+/// The forward kernel's shared memory: the block's queries, and two
+/// blocks of keys and values (the next one loads while the block computes
+/// with the other).
 template <typename T> struct FlashForwardShared {
-  Tile<T> q, k, v;
+  Tile<T> q;
+  Twice<Tile<T>> k, v;
 
   __host__ __device__ FlashForwardShared(SharedCarver &c, int dp, int dvp)
-      : q(c, dp), k(c, dp), v(c, dvp) {}
+      : q(c, dp), k{Tile<T>(c, dp), Tile<T>(c, dp)}, v{Tile<T>(c, dvp),
+                                                       Tile<T>(c, dvp)} {}
 };
 
 /// Block (slice x, query block y): the output rows and log-sum-exp of 64
@@ -406,15 +445,23 @@ __global__ void __launch_bounds__(kFlashThreads)
   // The running maximum (of scaled scores) and sum of rows g and g + 8.
   float rowMax[2] = {-INFINITY, -INFINITY}, rowSum[2] = {0.0f, 0.0f};
   const int64_t keys = blockKeys(at, q0, causal);
-  for (int64_t k0 = 0; k0 < keys; k0 += kFlashRows) {
-    __syncthreads(); // the last block's keys and values are read
-    loadTile(sh.k, dp, k + at.key(bh, k0), at.rowStride(), at.t - k0, at.d);
-    loadTile(sh.v, dvp, v + at.value(bh, k0), at.valueRowStride(), at.t - k0,
+  auto loadKeys = [&](int64_t b) {
+    const int64_t k0 = b * kFlashRows;
+    loadTile(sh.k[b], dp, k + at.key(bh, k0), at.rowStride(), at.t - k0, at.d);
+    loadTile(sh.v[b], dvp, v + at.value(bh, k0), at.valueRowStride(), at.t - k0,
              at.dv);
+  };
+  loadKeys(0);
+  for (int64_t b = 0, k0 = 0; k0 < keys; ++b, k0 += kFlashRows) {
+    asyncWait();
+    // Block b's keys and values (and the queries) are in, and every warp
+    // is done with block b - 1, whose buffers block b + 1 fills meanwhile.
     __syncthreads();
+    if (k0 + kFlashRows < keys)
+      loadKeys(b + 1);
     float s[8][4];
     const LiveColumns live = LiveColumns::seen(causal, false, q0 + ln.r0, k0);
-    productNT(s, sh.q, sh.k, dp, ln, live);
+    productNT(s, sh.q, sh.k[b], dp, ln, live);
     float now[2] = {-INFINITY, -INFINITY};
     STRATA_FLASH_UNROLL
     for (int n = 0; n < 8; ++n)
@@ -452,8 +499,9 @@ __global__ void __launch_bounds__(kFlashThreads)
       STRATA_FLASH_UNROLL
     for (int e = 0; e < 4; ++e)
       o[j][e] *= factor[e / 2];
-    productPN<T, D / 8>(o, s, sh.v, dvp, ln, live);
+    productPN<T, D / 8>(o, s, sh.v[b], dvp, ln, live);
   }
+  asyncWait(); // (copies the loop did not wait for: none, or the own rows)
   storeFragments(out + at.output(bh, q0), at.valueRowStride(), o, ln, at.s - q0,
                  at.dv, rowSum[0] > 0.0f ? 1.0f / rowSum[0] : 0.0f,
                  rowSum[1] > 0.0f ? 1.0f / rowSum[1] : 0.0f);
@@ -469,24 +517,30 @@ __global__ void __launch_bounds__(kFlashThreads)
 }
 
 /// The shared memory of the gradient kernels: the block's own rows (keys
-/// and values, or queries and output gradients), the other side's, and
-/// the other side's (or the own rows') log-sum-exp and delta.
+/// and values, or queries and output gradients), and two blocks of the
+/// other side's (the next one loads while the block computes with the
+/// other) with the log-sum-exp and delta of the queries among them (for
+/// dQ, those of the own rows, in the first of the pair).
 template <typename T> struct FlashBackwardShared {
-  Tile<T> own, ownV, other, otherV;
-  float *lse, *delta;
+  Tile<T> own, ownV;
+  Twice<Tile<T>> other, otherV;
+  Twice<float *> lse, delta;
 
   __host__ __device__ FlashBackwardShared(SharedCarver &c, int dp, int dvp)
-      : own(c, dp), ownV(c, dvp), other(c, dp), otherV(c, dvp),
-        lse(c.take<float>(kFlashRows)), delta(c.take<float>(kFlashRows)) {}
+      : own(c, dp), ownV(c, dvp), other{Tile<T>(c, dp), Tile<T>(c, dp)},
+        otherV{Tile<T>(c, dvp), Tile<T>(c, dvp)}, lse{c.take<float>(kFlashRows),
+                                                      c.take<float>(
+                                                          kFlashRows)},
+        delta{c.take<float>(kFlashRows), c.take<float>(kFlashRows)} {}
 
-  /// The warp's rows of both kernels' products, in accumulators: scores =
-  /// own other^T (S^T = K Q^T, or S = Q K^T) and grad = ownV otherV^T
-  /// (dP^T = V dO^T, or dP = dO V^T).
-  __device__ void products(float (&scores)[8][4], float (&grad)[8][4], int dp,
-                           int dvp, const FragLane &ln,
+  /// The warp's rows of both kernels' products with the other side's block
+  /// b, in accumulators: scores = own other^T (S^T = K Q^T, or S = Q K^T)
+  /// and grad = ownV otherV^T (dP^T = V dO^T, or dP = dO V^T).
+  __device__ void products(float (&scores)[8][4], float (&grad)[8][4],
+                           int64_t b, int dp, int dvp, const FragLane &ln,
                            const LiveColumns &live) const {
-    productNT(scores, own, other, dp, ln, live);
-    productNT(grad, ownV, otherV, dvp, ln, live);
+    productNT(scores, own, other[b], dp, ln, live);
+    productNT(grad, ownV, otherV[b], dvp, ln, live);
   }
 };
 
@@ -537,18 +591,28 @@ __global__ void __launch_bounds__(kFlashThreads)
   zero(gradV);
   // Causal: queries from this block's first key on (a block of keys past
   // the last query skips the loop and stores zeros).
-  for (int64_t q0 = causal ? k0 : 0; q0 < at.s; q0 += kFlashRows) {
-    __syncthreads(); // the last block's queries are read
-    loadTile(sh.other, dp, q + at.query(bh, q0), at.rowStride(), at.s - q0,
+  const int64_t first = causal ? k0 : 0;
+  auto loadQueries = [&](int64_t b) {
+    const int64_t q0 = first + b * kFlashRows;
+    loadTile(sh.other[b], dp, q + at.query(bh, q0), at.rowStride(), at.s - q0,
              at.d);
-    loadTile(sh.otherV, dvp, dout + at.output(bh, q0), at.valueRowStride(),
+    loadTile(sh.otherV[b], dvp, dout + at.output(bh, q0), at.valueRowStride(),
              at.s - q0, at.dv);
-    loadRowStats(sh.lse, sh.delta, lse, delta, at, bh, q0);
+    loadRowStats(sh.lse[b], sh.delta[b], lse, delta, at, bh, q0);
+  };
+  if (first < at.s)
+    loadQueries(0);
+  for (int64_t b = 0, q0 = first; q0 < at.s; ++b, q0 += kFlashRows) {
+    asyncWait();
+    // Block b's queries (and the own rows) are in, and every warp is done
+    // with block b - 1, whose buffers block b + 1 fills meanwhile.
     __syncthreads();
+    if (q0 + kFlashRows < at.s)
+      loadQueries(b + 1);
     // P^T (dropped) into s, dS^T into g: rows are keys, columns queries.
     float s[8][4], g[8][4];
     const LiveColumns live = LiveColumns::seen(causal, true, k0 + ln.r0, q0);
-    sh.products(s, g, dp, dvp, ln, live);
+    sh.products(s, g, b, dp, dvp, ln, live);
     STRATA_FLASH_UNROLL
     for (int n = 0; n < 8; ++n)
       STRATA_FLASH_UNROLL
@@ -559,16 +623,17 @@ __global__ void __launch_bounds__(kFlashThreads)
       if (sees(at, i, j, causal)) {
         const float m = drop(bh, i, j);
         const ScoreGrad sg =
-            scoreGrad(s[n][e], sh.lse[c], g[n][e], sh.delta[c], m, scale);
+            scoreGrad(s[n][e], sh.lse[b][c], g[n][e], sh.delta[b][c], m, scale);
         dropped = sg.p * m;
         ds = sg.ds;
       }
       s[n][e] = dropped;
       g[n][e] = ds;
     }
-    productPN<T, D / 8>(gradV, s, sh.otherV, dvp, ln, live);
-    productPN<T, D / 8>(gradK, g, sh.other, dp, ln, live);
+    productPN<T, D / 8>(gradV, s, sh.otherV[b], dvp, ln, live);
+    productPN<T, D / 8>(gradK, g, sh.other[b], dp, ln, live);
   }
+  asyncWait(); // (copies the loop did not wait for: none, or the own rows)
   storeFragments(dk + at.key(bh, k0), at.rowStride(), gradK, ln, at.t - k0,
                  at.d);
   storeFragments(dv + at.value(bh, k0), at.valueRowStride(), gradV, ln,
@@ -593,19 +658,28 @@ __global__ void __launch_bounds__(kFlashThreads)
   loadTile(sh.own, dp, q + at.query(bh, q0), at.rowStride(), at.s - q0, at.d);
   loadTile(sh.ownV, dvp, dout + at.output(bh, q0), at.valueRowStride(),
            at.s - q0, at.dv);
-  loadRowStats(sh.lse, sh.delta, lse, delta, at, bh, q0);
+  loadRowStats(sh.lse[0], sh.delta[0], lse, delta, at, bh, q0);
   float gradQ[D / 8][4];
   zero(gradQ);
   const int64_t keys = blockKeys(at, q0, causal);
-  for (int64_t k0 = 0; k0 < keys; k0 += kFlashRows) {
-    __syncthreads(); // the last block's keys and values are read
-    loadTile(sh.other, dp, k + at.key(bh, k0), at.rowStride(), at.t - k0, at.d);
-    loadTile(sh.otherV, dvp, v + at.value(bh, k0), at.valueRowStride(),
+  auto loadKeys = [&](int64_t b) {
+    const int64_t k0 = b * kFlashRows;
+    loadTile(sh.other[b], dp, k + at.key(bh, k0), at.rowStride(), at.t - k0,
+             at.d);
+    loadTile(sh.otherV[b], dvp, v + at.value(bh, k0), at.valueRowStride(),
              at.t - k0, at.dv);
+  };
+  loadKeys(0);
+  for (int64_t b = 0, k0 = 0; k0 < keys; ++b, k0 += kFlashRows) {
+    asyncWait();
+    // Block b's keys and values (and the own rows) are in, and every warp
+    // is done with block b - 1, whose buffers block b + 1 fills meanwhile.
     __syncthreads();
+    if (k0 + kFlashRows < keys)
+      loadKeys(b + 1);
     float s[8][4], g[8][4];
     const LiveColumns live = LiveColumns::seen(causal, false, q0 + ln.r0, k0);
-    sh.products(s, g, dp, dvp, ln, live);
+    sh.products(s, g, b, dp, dvp, ln, live);
     STRATA_FLASH_UNROLL
     for (int n = 0; n < 8; ++n)
       STRATA_FLASH_UNROLL
@@ -614,13 +688,14 @@ __global__ void __launch_bounds__(kFlashThreads)
       const int64_t i = q0 + r, j = k0 + ln.col(8 * n, e);
       float ds = 0.0f;
       if (sees(at, i, j, causal))
-        ds = scoreGrad(s[n][e], sh.lse[r], g[n][e], sh.delta[r], drop(bh, i, j),
-                       scale)
+        ds = scoreGrad(s[n][e], sh.lse[0][r], g[n][e], sh.delta[0][r],
+                       drop(bh, i, j), scale)
                  .ds;
       g[n][e] = ds;
     }
-    productPN<T, D / 8>(gradQ, g, sh.other, dp, ln, live);
+    productPN<T, D / 8>(gradQ, g, sh.other[b], dp, ln, live);
   }
+  asyncWait(); // (copies the loop did not wait for: none, or the own rows)
   storeFragments(dq + at.query(bh, q0), at.rowStride(), gradQ, ln, at.s - q0,
                  at.d);
 }

@@ -31,6 +31,7 @@
 #include <cuda_runtime.h>
 
 #include <array>
+#include <atomic>
 #include <condition_variable>
 #include <cstdint>
 #include <cstring>
@@ -154,6 +155,33 @@ void emulatedMma(float (&d)[4], const uint32_t (&a)[4],
     d[e] = result[e];
 }
 
+namespace emulation {
+/// A thread's cp.async copies not yet waited for.
+struct AsyncCopy {
+  void *to;
+  const void *from;
+  bool valid;
+};
+thread_local std::vector<AsyncCopy> pendingCopies;
+} // namespace emulation
+
+/// cp.async of 16 bytes, deferred to the thread's next wait: a kernel that
+/// reads its destination before waiting (and a block barrier) reads the
+/// NaNs the shared memory starts with.
+void emulatedAsyncCopy16(void *to, const void *from, bool valid) {
+  emulation::pendingCopies.push_back({to, from, valid});
+}
+/// cp.async.wait_all: the thread's copies, in order.
+void emulatedAsyncWait() {
+  for (const emulation::AsyncCopy &c : emulation::pendingCopies) {
+    if (c.valid)
+      std::memcpy(c.to, c.from, 16);
+    else
+      std::memset(c.to, 0, 16);
+  }
+  emulation::pendingCopies.clear();
+}
+
 /// ldmatrix.sync.aligned.m8n8.x4[.trans].shared.b16 for the warp: lanes
 /// 8 m .. 8 m + 7 give the addresses of rows 0 .. 7 of matrix m (8 16-bit
 /// elements each); lane l receives in register m matrix m's elements (row
@@ -205,6 +233,7 @@ void launch(void (*kernel)(Params...), size_t sharedBytes, int64_t slices,
       for (size_t i = 0; i + sizeof(float) <= sharedBytes; i += sizeof(float))
         std::memcpy(strata::cuda::shared + i, &nan, sizeof(float));
       emulation::Block state(strata::cuda::kFlashThreads);
+      std::atomic<bool> unfinished{false};
       std::vector<std::thread> threads;
       for (unsigned t = 0; t < unsigned(strata::cuda::kFlashThreads); ++t)
         threads.emplace_back([&, t] {
@@ -214,9 +243,14 @@ void launch(void (*kernel)(Params...), size_t sharedBytes, int64_t slices,
           blockDim = dim3(strata::cuda::kFlashThreads);
           gridDim = dim3(unsigned(slices), blocks);
           kernel(args...);
+          // A copy still pending would land in the next block's memory.
+          if (!emulation::pendingCopies.empty())
+            unfinished = true;
         });
       for (std::thread &t : threads)
         t.join();
+      ASSERT_FALSE(unfinished) << "a thread ended with cp.async copies "
+                                  "it never waited for";
     }
 }
 
