@@ -1,12 +1,14 @@
 //===- Rows.cu - Row-wise CUDA kernels of the runtime C ABI ---------------===//
 //
 // Softmax, layer norm, embedding and cross-entropy, with their gradients
-// (fused attention is in Attention.cu). The row-wise kernels run one block per
-// row (a grid- stride loop over rows): each thread reduces its strided share of
-// the row, blockMax / blockSum combine the shares in a fixed order, and a last
-// pass writes the row. Every element is read again before it is written by the
-// thread that reads it, after the reductions' barriers, so an output may alias
-// its input. exp is the CPU runtime's fastExp (the one of
+// (fused attention is in Attention.cu). The row-wise kernels run a group of
+// threads per row (a grid-stride loop over rows): a warp for rows of up to
+// kWarpRowMax elements, the whole block for longer ones (RowGroup); each
+// thread reduces its strided share of the row, the group combines the
+// shares in a fixed order (warp shuffles, then the warps' partials), and a
+// last pass writes the row. Every element is read again before it is written by
+// the thread that reads it, after the reductions' barriers, so an output may
+// alias its input. exp is the CPU runtime's fastExp (the one of
 // runtime/common/Activations.h), so that probabilities match the CPU to
 // rounding; sums the CPU accumulates in double are accumulated in double here
 // too.
@@ -53,42 +55,101 @@ template <typename F> void withIdType(int64_t dtype, F &&f) {
     f(int64_t{});
 }
 
+/// Rows up to this long take a warp each (eight rows a block), longer
+/// ones a block each: a block's barriers cost more than a short row's work.
+constexpr int64_t kWarpRowMax = 1024;
+
+/// The threads that take one row: a warp (kWarp) or the whole block. The
+/// group's threads see the same rows in the same order, so its sums need
+/// no other barrier.
+template <bool kWarp> struct RowGroup {
+  /// The block's: 32 values, of the type summed, for its warps' partials.
+  void *shared;
+
+  /// This thread's place in the group, and the group's size.
+  __device__ int rank() const { return kWarp ? threadIdx.x % 32 : threadIdx.x; }
+  __device__ int size() const { return kWarp ? 32 : blockDim.x; }
+  /// The group's first row and the stride between its rows.
+  __device__ int64_t first() const {
+    return kWarp ? int64_t(blockIdx.x) * (blockDim.x / 32) + threadIdx.x / 32
+                 : blockIdx.x;
+  }
+  __device__ int64_t stride() const {
+    return kWarp ? int64_t(gridDim.x) * (blockDim.x / 32) : gridDim.x;
+  }
+  /// The group's sum (float or double) and maximum, in a fixed order;
+  /// every thread of the group gets it.
+  template <typename V> __device__ V sum(V v) const {
+    if constexpr (kWarp) {
+      for (int o = 16; o > 0; o >>= 1)
+        v += __shfl_xor_sync(0xffffffffu, v, o);
+      return v;
+    } else {
+      return blockSum(v, static_cast<V *>(shared));
+    }
+  }
+  __device__ float max(float v) const {
+    if constexpr (kWarp) {
+      for (int o = 16; o > 0; o >>= 1)
+        v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+      return v;
+    } else {
+      return blockMax(v, static_cast<float *>(shared));
+    }
+  }
+};
+
+/// Launches `kernel<kWarp>` over `rows` rows of `n` elements on the
+/// compute stream with the group for that length.
+template <typename Launch>
+void launchRows(StrataRtContext *ctx, int64_t rows, int64_t n,
+                Launch &&launch) {
+  if (n <= kWarpRowMax)
+    launch(std::true_type(), gridFor(rows, 8), 256);
+  else
+    launch(std::false_type(), gridFor(rows, 1), rowThreads(n));
+}
+
 //===----------------------------------------------------------------------===//
 // Softmax
 //===----------------------------------------------------------------------===//
 
-template <typename T>
+template <typename T, bool kWarp>
 __global__ void softmaxKernel(T *out, const T *in, int64_t rows, int64_t n,
                               int64_t causalRows) {
   __shared__ float shared[32];
-  for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
+  const RowGroup<kWarp> group{shared};
+  const int first = group.rank(), step = group.size();
+  for (int64_t r = group.first(); r < rows; r += group.stride()) {
     const T *x = in + r * n;
     T *y = out + r * n;
     int64_t limit = causalRows > 0 ? min(n, r % causalRows + 1) : n;
     float mx = -INFINITY;
-    for (int64_t j = threadIdx.x; j < limit; j += blockDim.x)
+    for (int64_t j = first; j < limit; j += step)
       mx = fmaxf(mx, toFloat(x[j]));
-    mx = blockMax(mx, shared);
+    mx = group.max(mx);
     float sum = 0.0f;
-    for (int64_t j = threadIdx.x; j < limit; j += blockDim.x)
+    for (int64_t j = first; j < limit; j += step)
       sum += fastExp(toFloat(x[j]) - mx);
-    float inv = 1.0f / blockSum(sum, shared);
-    for (int64_t j = threadIdx.x; j < n; j += blockDim.x)
+    float inv = 1.0f / group.sum(sum);
+    for (int64_t j = first; j < n; j += step)
       y[j] = fromFloat<T>(j < limit ? fastExp(toFloat(x[j]) - mx) * inv : 0.0f);
   }
 }
 
-template <typename T>
+template <typename T, bool kWarp>
 __global__ void softmaxGradKernel(T *dx, const T *y, const T *dy, int64_t rows,
                                   int64_t n) {
   __shared__ float shared[32];
-  for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
+  const RowGroup<kWarp> group{shared};
+  const int first = group.rank(), step = group.size();
+  for (int64_t r = group.first(); r < rows; r += group.stride()) {
     const T *yr = y + r * n, *dyr = dy + r * n;
     float dot = 0.0f;
-    for (int64_t j = threadIdx.x; j < n; j += blockDim.x)
+    for (int64_t j = first; j < n; j += step)
       dot += toFloat(yr[j]) * toFloat(dyr[j]);
-    dot = blockSum(dot, shared);
-    for (int64_t j = threadIdx.x; j < n; j += blockDim.x) {
+    dot = group.sum(dot);
+    for (int64_t j = first; j < n; j += step) {
       float yj = toFloat(yr[j]), dyj = toFloat(dyr[j]);
       dx[r * n + j] = fromFloat<T>(yj * (dyj - dot));
     }
@@ -101,30 +162,34 @@ __global__ void softmaxGradKernel(T *dx, const T *y, const T *dy, int64_t rows,
 
 /// The mean and 1 / sqrt(variance + eps) of a row, each sum of the
 /// threads' f32 shares added in double (the CPU's rowStatistics).
-template <typename T>
+template <typename T, bool kWarp>
 __device__ __forceinline__ float2 rowStatistics(const T *x, int64_t n,
-                                                double eps, double *shared) {
+                                                double eps,
+                                                const RowGroup<kWarp> &group) {
+  const int first = group.rank(), step = group.size();
   float part = 0.0f;
-  for (int64_t j = threadIdx.x; j < n; j += blockDim.x)
+  for (int64_t j = first; j < n; j += step)
     part += toFloat(x[j]);
-  const float m = float(blockSum(double(part), shared) / double(n));
+  const float m = float(group.sum(double(part)) / double(n));
   part = 0.0f;
-  for (int64_t j = threadIdx.x; j < n; j += blockDim.x) {
+  for (int64_t j = first; j < n; j += step) {
     float d = toFloat(x[j]) - m;
     part += d * d;
   }
-  double var = blockSum(double(part), shared) / double(n);
+  double var = group.sum(double(part)) / double(n);
   return make_float2(m, float(1.0 / sqrt(var + eps)));
 }
 
-template <typename T>
+template <typename T, bool kWarp>
 __global__ void layerNormKernel(T *y, const T *x, const T *gamma, const T *beta,
                                 int64_t rows, int64_t n, double eps) {
   __shared__ double shared[32];
-  for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
+  const RowGroup<kWarp> group{shared};
+  const int first = group.rank(), step = group.size();
+  for (int64_t r = group.first(); r < rows; r += group.stride()) {
     const T *xr = x + r * n;
-    float2 st = rowStatistics(xr, n, eps, shared);
-    for (int64_t j = threadIdx.x; j < n; j += blockDim.x)
+    float2 st = rowStatistics(xr, n, eps, group);
+    for (int64_t j = first; j < n; j += step)
       y[r * n + j] =
           fromFloat<T>((toFloat(xr[j]) - st.x) * st.y * toFloat(gamma[j]) +
                        toFloat(beta[j]));
@@ -133,29 +198,31 @@ __global__ void layerNormKernel(T *y, const T *x, const T *gamma, const T *beta,
 
 /// dx of each row, and the row's statistics into `stats` (mean, rstd) for
 /// the column sums.
-template <typename T>
+template <typename T, bool kWarp>
 __global__ void layerNormGradRows(T *dx, float *stats, const T *x,
                                   const T *gamma, const T *dy, int64_t rows,
                                   int64_t n, double eps) {
   __shared__ double shared[32];
-  for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
+  const RowGroup<kWarp> group{shared};
+  const int first = group.rank(), step = group.size();
+  for (int64_t r = group.first(); r < rows; r += group.stride()) {
     const T *xr = x + r * n, *dyr = dy + r * n;
-    float2 st = rowStatistics(xr, n, eps, shared);
+    float2 st = rowStatistics(xr, n, eps, group);
     const float m = st.x, rstd = st.y;
-    if (threadIdx.x == 0) {
+    if (first == 0) {
       stats[2 * r] = m;
       stats[2 * r + 1] = rstd;
     }
     float s1 = 0.0f, s2 = 0.0f;
-    for (int64_t j = threadIdx.x; j < n; j += blockDim.x) {
+    for (int64_t j = first; j < n; j += step) {
       float xhat = (toFloat(xr[j]) - m) * rstd;
       float dxhat = toFloat(dyr[j]) * toFloat(gamma[j]);
       s1 += dxhat;
       s2 += dxhat * xhat;
     }
-    const float a = float(blockSum(double(s1), shared) / double(n));
-    const float b = float(blockSum(double(s2), shared) / double(n));
-    for (int64_t j = threadIdx.x; j < n; j += blockDim.x) {
+    const float a = float(group.sum(double(s1)) / double(n));
+    const float b = float(group.sum(double(s2)) / double(n));
+    for (int64_t j = first; j < n; j += step) {
       float xhat = (toFloat(xr[j]) - m) * rstd;
       dx[r * n + j] = fromFloat<T>(
           rstd * (toFloat(dyr[j]) * toFloat(gamma[j]) - a - xhat * b));
@@ -394,8 +461,12 @@ void strata_rt_softmax(StrataRtContext *ctx, int64_t site, void *out,
     using T = decltype(tag);
     if (rows == 0 || n == 0)
       return;
-    softmaxKernel<T><<<gridFor(rows, 1), rowThreads(n), 0, ctx->compute>>>(
-        static_cast<T *>(out), static_cast<const T *>(in), rows, n, causalRows);
+    launchRows(ctx, rows, n, [&](auto warp, unsigned blocks, int threads) {
+      softmaxKernel<T, decltype(warp)::value>
+          <<<blocks, threads, 0, ctx->compute>>>(static_cast<T *>(out),
+                                                 static_cast<const T *>(in),
+                                                 rows, n, causalRows);
+    });
     launched(ctx, site, "strata_rt_softmax");
   });
 }
@@ -409,10 +480,12 @@ void strata_rt_softmax_grad(StrataRtContext *ctx, int64_t site, void *dx,
         using T = decltype(tag);
         if (rows == 0 || n == 0)
           return;
-        softmaxGradKernel<T>
-            <<<gridFor(rows, 1), rowThreads(n), 0, ctx->compute>>>(
-                static_cast<T *>(dx), static_cast<const T *>(y),
-                static_cast<const T *>(dy), rows, n);
+        launchRows(ctx, rows, n, [&](auto warp, unsigned blocks, int threads) {
+          softmaxGradKernel<T, decltype(warp)::value>
+              <<<blocks, threads, 0, ctx->compute>>>(
+                  static_cast<T *>(dx), static_cast<const T *>(y),
+                  static_cast<const T *>(dy), rows, n);
+        });
         launched(ctx, site, "strata_rt_softmax_grad");
       });
 }
@@ -428,11 +501,13 @@ void strata_rt_layer_norm(StrataRtContext *ctx, int64_t site, void *y,
         using T = decltype(tag);
         if (rows == 0 || n == 0)
           return;
-        layerNormKernel<T>
-            <<<gridFor(rows, 1), rowThreads(n), 0, ctx->compute>>>(
-                static_cast<T *>(y), static_cast<const T *>(x),
-                static_cast<const T *>(gamma), static_cast<const T *>(beta),
-                rows, n, eps);
+        launchRows(ctx, rows, n, [&](auto warp, unsigned blocks, int threads) {
+          layerNormKernel<T, decltype(warp)::value>
+              <<<blocks, threads, 0, ctx->compute>>>(
+                  static_cast<T *>(y), static_cast<const T *>(x),
+                  static_cast<const T *>(gamma), static_cast<const T *>(beta),
+                  rows, n, eps);
+        });
         launched(ctx, site, "strata_rt_layer_norm");
       });
 }
@@ -469,10 +544,13 @@ void strata_rt_layer_norm_grad(StrataRtContext *ctx, int64_t site, void *dx,
           partial = reinterpret_cast<double *>(scratch + statsBytes);
           auto *xt = static_cast<const T *>(x);
           auto *dyt = static_cast<const T *>(dy);
-          layerNormGradRows<T>
-              <<<gridFor(rows, 1), rowThreads(n), 0, ctx->compute>>>(
-                  static_cast<T *>(dx), stats, xt,
-                  static_cast<const T *>(gamma), dyt, rows, n, eps);
+          launchRows(
+              ctx, rows, n, [&](auto warp, unsigned blocks, int threads) {
+                layerNormGradRows<T, decltype(warp)::value>
+                    <<<blocks, threads, 0, ctx->compute>>>(
+                        static_cast<T *>(dx), stats, xt,
+                        static_cast<const T *>(gamma), dyt, rows, n, eps);
+              });
           if (!launched(ctx, site, "strata_rt_layer_norm_grad"))
             return;
           dim3 grid(gridFor(n), unsigned(chunks));
