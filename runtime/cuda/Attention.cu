@@ -371,7 +371,8 @@ bool flashCompiled(StrataRtContext *ctx) {
 /// asks for them (unset or "gemm": the chunked products), for bf16 and
 /// f16 on devices of compute capability 8.0 or later with kernels compiled
 /// for them, head sizes up to 128 (the sizes the kernels are tested at),
-/// where the largest kernel's shared memory fits the device's. An unknown
+/// sequences of up to 65535 blocks of 64, where the largest kernel's shared
+/// memory fits the device's. An unknown
 /// setting fails the step.
 template <typename T>
 bool useFlash(StrataRtContext *ctx, int64_t site, const AttentionLayout &at) {
@@ -382,8 +383,11 @@ bool useFlash(StrataRtContext *ctx, int64_t site, const AttentionLayout &at) {
               "STRATA_CUDA_ATTENTION is 'gemm' or 'flash', not '" + kind + "'");
     return false;
   }
+  // (A grid's y has at most 65535 blocks of 64 rows.)
+  const int64_t blocksY = (std::max(at.s, at.t) + kFlashRows - 1) / kFlashRows;
   return kind == "flash" && !std::is_same_v<T, float> &&
          ctx->computeMajor >= 8 && pad16(at.d) <= 128 && pad16(at.dv) <= 128 &&
+         blocksY <= 65535 &&
          flashGradBytes<T>(at) <= ctx->sharedPerBlockOptin &&
          flashCompiled(ctx);
 }

@@ -189,6 +189,9 @@ template <bool trans, typename T>
 __device__ __forceinline__ void loadMatrices(uint32_t (&r)[4], const T *row) {
 #if defined(STRATA_FLASH_EMULATION)
   emulatedLoadMatrices<trans>(r, row);
+#elif defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 800
+  // (As mma: the kernels are never launched below sm_80.)
+  __trap();
 #elif defined(__CUDA_ARCH__)
   const auto at = static_cast<uint32_t>(__cvta_generic_to_shared(row));
   if constexpr (trans)
@@ -386,6 +389,13 @@ __device__ __forceinline__ bool sees(const AttentionLayout &at, int64_t i,
   return i < at.s && j < at.t && (!causal || j <= i);
 }
 
+/// The block of 64 queries this block of the grid takes: with a causal
+/// mask the last first, as they see the most keys (the blocks that start
+/// last then have the least work, which shortens the grid's tail).
+__device__ __forceinline__ int64_t queryBlock(bool causal) {
+  return causal ? int64_t(gridDim.y) - 1 - blockIdx.y : int64_t(blockIdx.y);
+}
+
 /// Keys a block of 64 queries from q0 on sees: all, or with a causal mask
 /// up to its last query's.
 __device__ __forceinline__ int64_t blockKeys(const AttentionLayout &at,
@@ -433,7 +443,7 @@ __global__ void __launch_bounds__(kFlashThreads)
   const int dp = pad16(at.d), dvp = pad16(at.dv);
   SharedCarver carver{reinterpret_cast<uintptr_t>(shared)};
   const FlashForwardShared<T> sh(carver, dp, dvp);
-  const int64_t bh = blockIdx.x, q0 = int64_t(blockIdx.y) * kFlashRows;
+  const int64_t bh = blockIdx.x, q0 = queryBlock(causal) * kFlashRows;
   const FragLane ln;
   loadTile(sh.q, dp, q + at.query(bh, q0), at.rowStride(), at.s - q0, at.d);
   float o[D / 8][4];
@@ -653,7 +663,7 @@ __global__ void __launch_bounds__(kFlashThreads)
   const int dp = pad16(at.d), dvp = pad16(at.dv);
   SharedCarver carver{reinterpret_cast<uintptr_t>(shared)};
   const FlashBackwardShared<T> sh(carver, dp, dvp);
-  const int64_t bh = blockIdx.x, q0 = int64_t(blockIdx.y) * kFlashRows;
+  const int64_t bh = blockIdx.x, q0 = queryBlock(causal) * kFlashRows;
   const FragLane ln;
   loadTile(sh.own, dp, q + at.query(bh, q0), at.rowStride(), at.s - q0, at.d);
   loadTile(sh.ownV, dvp, dout + at.output(bh, q0), at.valueRowStride(),

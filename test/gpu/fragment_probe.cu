@@ -17,6 +17,7 @@
 
 #include <cstdio>
 #include <cstring>
+#include <random>
 #include <vector>
 
 namespace {
@@ -80,13 +81,17 @@ bool ok(cudaError_t e, const char *what) {
 
 /// Runs the probe in type T; the mismatches found (-1: CUDA failed).
 template <typename T> int check(const char *name) {
+  // Distinct values (ldmatrix) and small random integers (mma: exact in
+  // bf16, f16 and the f32 sums), so that any misplaced element shows.
   std::vector<float> mats(256), a(256), b(128);
+  std::mt19937 gen(1);
+  std::uniform_int_distribution<int> small(-4, 4);
   for (int i = 0; i < 256; ++i) {
-    mats[i] = float(i);                     // exact in bf16 and f16
-    a[i] = float((i * 3 + i / 16) % 7 - 3); // small integers: exact sums
+    mats[i] = float(i);
+    a[i] = float(small(gen));
   }
   for (int i = 0; i < 128; ++i)
-    b[i] = float((i * 3 + i / 8) % 5 - 2);
+    b[i] = float(small(gen));
   std::vector<T> matsLow(256), aLow(256), bLow(128);
   for (int i = 0; i < 256; ++i) {
     matsLow[i] = lowFrom<T>(mats[i]);
@@ -134,6 +139,12 @@ template <typename T> int check(const char *name) {
   cudaFree(dD);
 
   int bad = 0;
+  auto reportBits = [&](const char *what, int lane, int reg, uint32_t got,
+                        uint32_t want) {
+    if (bad++ < 8)
+      std::printf("FAIL: %s %s lane %d register %d: got %08x, want %08x\n",
+                  name, what, lane, reg, got, want);
+  };
   auto report = [&](const char *what, int lane, int reg, double got,
                     double want) {
     if (bad++ < 8)
@@ -152,9 +163,9 @@ template <typename T> int check(const char *name) {
       const uint32_t wantTrans =
           pair(m * 64 + c * 8 + g, m * 64 + (c + 1) * 8 + g);
       if (plain[4 * lane + m] != wantPlain)
-        report("ldmatrix", lane, m, plain[4 * lane + m], wantPlain);
+        reportBits("ldmatrix", lane, m, plain[4 * lane + m], wantPlain);
       if (trans[4 * lane + m] != wantTrans)
-        report("ldmatrix.trans", lane, m, trans[4 * lane + m], wantTrans);
+        reportBits("ldmatrix.trans", lane, m, trans[4 * lane + m], wantTrans);
     }
     for (int e = 0; e < 4; ++e) {
       const int row = g + 8 * (e / 2), col = c + e % 2;

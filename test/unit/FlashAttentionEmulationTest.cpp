@@ -34,6 +34,8 @@
 #include <atomic>
 #include <condition_variable>
 #include <cstdint>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <memory>
 #include <mutex>
@@ -155,6 +157,34 @@ void emulatedMma(float (&d)[4], const uint32_t (&a)[4],
     d[e] = result[e];
 }
 
+namespace strata::cuda {
+/// The one block's shared memory (blocks run one at a time).
+alignas(128) char shared[192 * 1024];
+} // namespace strata::cuda
+
+namespace emulation {
+/// Whether cp.async copies land at once instead of at the thread's wait
+/// (a copy into a buffer other warps still read then spoils their
+/// products).
+bool immediateCopies = false;
+
+/// Ends the test binary, loudly, on what the hardware would fault on.
+void require(bool ok, const char *what) {
+  if (ok)
+    return;
+  std::fprintf(stderr, "emulation: %s\n", what);
+  std::abort();
+}
+bool aligned16(const void *p) {
+  return reinterpret_cast<uintptr_t>(p) % 16 == 0;
+}
+bool inShared(const void *p, size_t bytes) {
+  auto *c = static_cast<const char *>(p);
+  return c >= strata::cuda::shared &&
+         c + bytes <= strata::cuda::shared + sizeof(strata::cuda::shared);
+}
+} // namespace emulation
+
 namespace emulation {
 /// A thread's cp.async copies not yet waited for.
 struct AsyncCopy {
@@ -165,12 +195,6 @@ struct AsyncCopy {
 thread_local std::vector<AsyncCopy> pendingCopies;
 } // namespace emulation
 
-/// cp.async of 16 bytes, deferred to the thread's next wait: a kernel that
-/// reads its destination before waiting (and a block barrier) reads the
-/// NaNs the shared memory starts with.
-void emulatedAsyncCopy16(void *to, const void *from, bool valid) {
-  emulation::pendingCopies.push_back({to, from, valid});
-}
 /// cp.async.wait_all: the thread's copies, in order.
 void emulatedAsyncWait() {
   for (const emulation::AsyncCopy &c : emulation::pendingCopies) {
@@ -180,6 +204,19 @@ void emulatedAsyncWait() {
       std::memset(c.to, 0, 16);
   }
   emulation::pendingCopies.clear();
+}
+
+/// cp.async of 16 bytes, deferred to the thread's next wait: a kernel that
+/// reads its destination before waiting (and a block barrier) reads the
+/// NaNs the shared memory starts with.
+void emulatedAsyncCopy16(void *to, const void *from, bool valid) {
+  emulation::require(emulation::aligned16(to) && emulation::aligned16(from),
+                     "cp.async with an address not 16-byte aligned");
+  emulation::require(emulation::inShared(to, 16),
+                     "cp.async to memory outside the block's shared memory");
+  emulation::pendingCopies.push_back({to, from, valid});
+  if (emulation::immediateCopies)
+    emulatedAsyncWait();
 }
 
 /// ldmatrix.sync.aligned.m8n8.x4[.trans].shared.b16 for the warp: lanes
@@ -192,6 +229,9 @@ void emulatedLoadMatrices(uint32_t (&r)[4], const T *row) {
   static_assert(sizeof(T) == 2);
   emulation::Block &blk = *emulation::block;
   const unsigned warp = threadIdx.x / 32 * 32, lane = threadIdx.x % 32;
+  emulation::require(emulation::aligned16(row) && emulation::inShared(row, 16),
+                     "ldmatrix row address not 16-byte aligned in shared "
+                     "memory");
   blk.rows[warp + lane] = reinterpret_cast<const uint16_t *>(row);
   __syncwarp();
   const unsigned g = lane / 4, c = 2 * (lane % 4);
@@ -211,11 +251,6 @@ void emulatedLoadMatrices(uint32_t (&r)[4], const T *row) {
 #include <cmath>
 #include <cstring>
 #include <random>
-
-namespace strata::cuda {
-/// The one block's shared memory (blocks run one at a time).
-alignas(128) char shared[192 * 1024];
-} // namespace strata::cuda
 
 namespace {
 using strata::AttentionLayout;
@@ -419,6 +454,14 @@ TEST(FlashAttentionEmulation, Bf16CausalDropoutOverSeveralBlocks) {
   // Head size 64 (GPT-2's), three blocks of queries and keys, the last
   // partial; dropout on the probabilities.
   check<__nv_bfloat16>({2, 2, 130, 130, 64, 64, true, 0.1}, 1.6e-2, 1e-2);
+}
+
+TEST(FlashAttentionEmulation, Bf16CausalCopiesLandingAtOnce) {
+  // cp.async copies that complete as soon as they are issued: a block's
+  // copy into a buffer some warp still computes with would spoil it.
+  emulation::immediateCopies = true;
+  check<__nv_bfloat16>({1, 2, 200, 200, 64, 64, true, 0}, 1.6e-2, 1e-2);
+  emulation::immediateCopies = false;
 }
 
 TEST(FlashAttentionEmulation, F16CrossWithPaddedHeadSizes) {
