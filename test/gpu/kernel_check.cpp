@@ -436,6 +436,11 @@ std::vector<CaseDef> makeCases() {
          {1517, 41, 1}, -1, 1);
   binary("mul_i32_broadcast", STRATA_RT_MUL, I32, kFull, {1517, 41, 1}, 37,
          {0, 1, 0}, -100, 100);
+  // Dense bf16 and f16 (16 bytes a load, an odd count: a tail).
+  binary("add_bf16_flat", STRATA_RT_ADD, BF16, kFull, {1517, 41, 1}, kFull,
+         {1517, 41, 1}, -1, 1);
+  binary("sub_f16_flat", STRATA_RT_SUB, F16, kFull, {1517, 41, 1}, kFull,
+         {1517, 41, 1}, -1, 1);
 
   // Unary ops and activation gradients.
   const std::pair<int64_t, const char *> unaryOps[] = {
