@@ -37,8 +37,31 @@ llvm::Expected<func::FuncOp> strata::findStepFunction(ModuleOp module) {
 FailureOr<func::FuncOp> strata::getStepFunction(ModuleOp module,
                                                 llvm::StringRef pass) {
   llvm::Expected<func::FuncOp> step = findStepFunction(module);
-  if (step)
+  if (step) {
+    // Every pass walks the step as one block whose func.return yields the
+    // loss (and, once differentiated, the gradients).
+    Region &body = step->getBody();
+    if (!llvm::hasSingleElement(body)) {
+      step->emitError() << pass << ": the step function @" << step->getSymName()
+                        << " has " << llvm::range_size(body)
+                        << " blocks; a step is one block that ends in "
+                           "func.return";
+      return failure();
+    }
+    Block &block = body.front();
+    if (block.empty() || !isa<func::ReturnOp>(block.back())) {
+      InFlightDiagnostic diag =
+          block.empty() ? step->emitError() : block.back().emitError();
+      diag << pass << ": the step function @" << step->getSymName()
+           << " ends in "
+           << (block.empty()
+                   ? std::string("nothing")
+                   : "'" + block.back().getName().getStringRef().str() + "'")
+           << "; a step ends in func.return of its loss";
+      return failure();
+    }
     return *step;
+  }
   emitError(module.getLoc())
       << pass << ": " << llvm::toString(step.takeError());
   return failure();

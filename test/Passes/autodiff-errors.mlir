@@ -82,3 +82,16 @@ func.func @no_params(%x: tensor<8xf32>) -> tensor<f32> {
   %l = strata.reduce_sum %x {dims = array<i64: 0>} : (tensor<8xf32>) -> tensor<f32>
   return %l : tensor<f32>
 }
+
+// -----
+
+// Every pass walks the step as one block that ends in func.return (another
+// dialect's terminator parses, and is refused where it stands).
+strata.param @w : tensor<8xf32> init <normal, 1.0>
+func.func @train_step(%x: tensor<8xf32>) -> tensor<f32> {
+  %w = strata.get_param @w : tensor<8xf32>
+  %y = strata.mul %x, %w : (tensor<8xf32>, tensor<8xf32>) -> tensor<8xf32>
+  %l = strata.reduce_sum %y {dims = array<i64: 0>} : (tensor<8xf32>) -> tensor<f32>
+  // expected-error@+1 {{strata-autodiff: the step function @train_step ends in 'llvm.unreachable'; a step ends in func.return of its loss}}
+  llvm.unreachable
+}

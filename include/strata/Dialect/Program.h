@@ -36,7 +36,9 @@ inline constexpr llvm::StringLiteral kSecondMomentSuffix = "moment2";
 llvm::Expected<mlir::func::FuncOp> findStepFunction(mlir::ModuleOp module);
 
 /// findStepFunction for a pass: the reason is reported at the module,
-/// prefixed by `pass` ("strata-sharding: ...").
+/// prefixed by `pass` ("strata-sharding: ..."); also refused (at the
+/// function or its last op) when the step is not one block that ends in
+/// func.return.
 mlir::FailureOr<mlir::func::FuncOp> getStepFunction(mlir::ModuleOp module,
                                                     llvm::StringRef pass);
 
