@@ -176,6 +176,71 @@ LogicalResult StrataDialect::verifyOperationAttribute(Operation *op,
   return op->emitOpError() << "unknown Strata attribute '" << name << "'";
 }
 
+LogicalResult StrataDialect::verifyRegionArgAttribute(Operation *op, unsigned,
+                                                      unsigned argIndex,
+                                                      NamedAttribute attr) {
+  StringRef name = attr.getName().getValue();
+  if (name == "strata.name") {
+    auto text = dyn_cast<StringAttr>(attr.getValue());
+    if (!text || text.getValue().empty())
+      return op->emitOpError() << "argument " << argIndex
+                               << ": 'strata.name' must be a non-empty string";
+    return success();
+  }
+  return op->emitOpError() << "argument " << argIndex
+                           << ": unknown Strata attribute '" << name
+                           << "' (an argument takes 'strata.name')";
+}
+
+LogicalResult StrataDialect::verifyRegionResultAttribute(Operation *op,
+                                                         unsigned,
+                                                         unsigned resultIndex,
+                                                         NamedAttribute attr) {
+  StringRef name = attr.getName().getValue();
+  if (name == kGradOfAttrName) {
+    if (!isa<FlatSymbolRefAttr>(attr.getValue()))
+      return op->emitOpError() << "result " << resultIndex << ": '" << name
+                               << "' must be a flat symbol reference";
+    return success();
+  }
+  return op->emitOpError() << "result " << resultIndex
+                           << ": unknown Strata attribute '" << name
+                           << "' (a result takes '" << kGradOfAttrName << "')";
+}
+
+LogicalResult strata::verifyKnownAttributes(Operation *op) {
+  for (NamedAttribute attr : op->getDiscardableAttrs()) {
+    StringRef name = attr.getName().getValue();
+    if (name.contains('.'))
+      continue; // a dialect's, checked by that dialect
+    InFlightDiagnostic diag = op->emitOpError()
+                              << "has no attribute '" << name << "'";
+    ArrayRef<StringAttr> own = op->getName().getAttributeNames();
+    StringRef nearest;
+    unsigned best = 3; // at most two edits away
+    for (StringAttr candidate : own) {
+      unsigned distance = name.edit_distance(candidate.getValue(), true, best);
+      if (distance < best) {
+        best = distance;
+        nearest = candidate.getValue();
+      }
+    }
+    if (!nearest.empty())
+      diag << "; did you mean '" << nearest << "'?";
+    else if (own.empty())
+      diag << " (it takes none)";
+    else {
+      diag << " (it takes ";
+      llvm::interleave(
+          own, diag, [&](StringAttr a) { diag << "'" << a.getValue() << "'"; },
+          ", ");
+      diag << ")";
+    }
+    return diag;
+  }
+  return success();
+}
+
 std::optional<Role> strata::getRole(Operation *op) {
   if (auto role = op->getAttrOfType<RoleAttr>(StrataDialect::kRoleAttrName))
     return role.getValue();

@@ -51,10 +51,17 @@ def Strata_Dialect : Dialect {
       a program that has been through itself or a pass it must precede
     * `strata.rank = N : i64` — on a module, the rank whose program
       `strata-sharding` or `strata-pipeline` made (N >= 0)
+
+    On a step function's arguments `strata.name = "features"` names an
+    input (a non-empty string); on its results `strata.grad_of = @param`
+    marks a gradient. Any other `strata.` attribute, and an attribute that
+    an op neither has nor takes from another dialect, is refused.
   }];
   let useDefaultAttributePrinterParser = 1;
   let useDefaultTypePrinterParser = 1;
   let hasOperationAttrVerify = 1;
+  let hasRegionArgAttrVerify = 1;
+  let hasRegionResultAttrVerify = 1;
   let extraClassDeclaration = [{
     static constexpr llvm::StringLiteral kRoleAttrName = "strata.role";
     static constexpr llvm::StringLiteral kPassesAttrName = "strata.passes";

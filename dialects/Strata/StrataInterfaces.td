@@ -118,4 +118,11 @@ def Strata_InPlaceEachOperand : NativeOpTrait<"InPlaceEachOperand"> {
 def Strata_InPlaceEach
     : TraitList<[Strata_InPlaceOpInterface, Strata_InPlaceEachOperand]>;
 
+// Every Strata op: an attribute that is neither one of the op's own nor
+// another dialect's (a name with a dialect prefix, which that dialect
+// checks) is refused, with the nearest of the op's own names.
+def Strata_KnownAttributes : NativeOpTrait<"KnownAttributes"> {
+  let cppNamespace = "::strata";
+}
+
 #endif // STRATA_INTERFACES

@@ -35,7 +35,8 @@ def Strata_AnyTensor
 //===----------------------------------------------------------------------===//
 
 class Strata_Op<string mnemonic, list<Trait> traits = []>
-    : Op<Strata_Dialect, mnemonic, traits>;
+    : Op<Strata_Dialect, mnemonic,
+         !listconcat(traits, [Strata_KnownAttributes])>;
 
 // A value-semantic op whose result types follow from its operands and
 // attributes: the verifier checks them and builders need no result types.

@@ -677,6 +677,24 @@ func.func @f(%x: tensor<4xf32>) {
 
 // -----
 
+// An attribute an op does not have is refused (kept, it would be ignored),
+// with the nearest of its own.
+func.func @f(%x: tensor<2x4x4xf32>) {
+  // expected-error@+1 {{'strata.softmax' op has no attribute 'casual'; did you mean 'causal'?}}
+  %0 = strata.softmax %x {casual} : (tensor<2x4x4xf32>) -> tensor<2x4x4xf32>
+  return
+}
+
+// -----
+
+func.func @f(%x: tensor<4xf32>) {
+  // expected-error@+1 {{'strata.relu' op has no attribute 'alpha' (it takes none)}}
+  %0 = strata.relu %x {alpha = 1.0 : f32} : (tensor<4xf32>) -> tensor<4xf32>
+  return
+}
+
+// -----
+
 func.func @f(%x: tensor<4xf32>) {
   // expected-error@+2 {{expected ::strata::Role to be one of: forward, backward, optimizer, communication}}
   // expected-error@+1 {{failed to parse Strata_RoleAttr parameter 'value'}}
@@ -932,4 +950,26 @@ func.func @empty_batch(%a: tensor<0x3xf32>, %b: tensor<3x5xf32>) -> tensor<0x5xf
   // expected-error@+1 {{operand #0 must be non-empty statically shaped tensor}}
   %0 = strata.matmul %a, %b : (tensor<0x3xf32>, tensor<3x5xf32>) -> tensor<0x5xf32>
   return %0 : tensor<0x5xf32>
+}
+
+// -----
+
+// A step's arguments take strata.name, its results strata.grad_of.
+// expected-error@+1 {{'func.func' op argument 0: unknown Strata attribute 'strata.nmae' (an argument takes 'strata.name')}}
+func.func @f(%x: tensor<4xf32> {strata.nmae = "features"}) {
+  return
+}
+
+// -----
+
+// expected-error@+1 {{'func.func' op argument 0: 'strata.name' must be a non-empty string}}
+func.func @f(%x: tensor<4xf32> {strata.name = ""}) {
+  return
+}
+
+// -----
+
+// expected-error@+1 {{'func.func' op result 0: unknown Strata attribute 'strata.name' (a result takes 'strata.grad_of')}}
+func.func @f(%x: tensor<4xf32>) -> (tensor<4xf32> {strata.name = "y"}) {
+  return %x : tensor<4xf32>
 }

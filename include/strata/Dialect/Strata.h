@@ -47,6 +47,21 @@ template <unsigned... Indices> struct InPlaceOperands {
   };
 };
 
+/// Refuses an attribute of `op` that is neither one of its own (inherent)
+/// nor prefixed by a dialect ("strata.layer", which the dialect checks): a
+/// misspelt `{casual}` would otherwise be kept and ignored.
+mlir::LogicalResult verifyKnownAttributes(mlir::Operation *op);
+
+/// The trait of every Strata op that calls verifyKnownAttributes.
+template <typename ConcreteOp>
+class KnownAttributes
+    : public mlir::OpTrait::TraitBase<ConcreteOp, KnownAttributes> {
+public:
+  static mlir::LogicalResult verifyTrait(mlir::Operation *op) {
+    return verifyKnownAttributes(op);
+  }
+};
+
 /// Implements InPlaceOpInterface for an op declared `Strata_InPlaceEach`:
 /// result i may overwrite operand i.
 template <typename ConcreteOp>
