@@ -40,6 +40,7 @@
 #include "llvm/Support/SourceMgr.h"
 #include "llvm/Support/ToolOutputFile.h"
 #include "llvm/Support/WithColor.h"
+#include "llvm/Support/xxhash.h"
 
 #include <cerrno>
 #include <cstdlib>
@@ -218,6 +219,32 @@ static int fail(const Twine &message) {
   }
   WithColor::error(errs(), "strata-run") << message << "\n";
   return 1;
+}
+
+/// A hash of the options every rank of a job must be started with alike
+/// (beyond the program, strategy, seed, backend and data that
+/// Trainer::checkSameJob compares): those that decide which collectives a
+/// rank takes and from which state. Files are compared by their contents
+/// (the path may differ between machines); a --resume directory is rank 0's
+/// to read.
+static uint64_t runFingerprint() {
+  std::string text;
+  raw_string_ostream os(text);
+  auto contents = [&](StringRef path) {
+    if (path.empty() || sys::fs::is_directory(path))
+      return;
+    auto buffer = MemoryBuffer::getFile(path, /*IsText=*/false,
+                                        /*RequiresNullTerminator=*/false);
+    os << (buffer ? xxh3_64bits((*buffer)->getBuffer()) : 0);
+  };
+  os << "steps " << steps << "\ninit " << !initFile.empty() << " ";
+  contents(initFile);
+  os << "\nresume " << !resumeFrom.empty() << " ";
+  contents(resumeFrom);
+  os << "\nsave " << !saveFile.empty() << "\nsave-every " << saveEvery
+     << "\ncheckpoint-dir " << !checkpointDir.empty() << "\nreport "
+     << !reportFile.empty() << "\n";
+  return xxh3_64bits(text);
 }
 
 /// An MPI call of the start's own checks, named for a rank the job stops
@@ -765,11 +792,27 @@ int main(int argc, char **argv) {
     return *code;
   strata::Trainer &trainer = **created;
   // (The same answer on every rank.)
-  if (Error err = [&] {
+  if (Error err = [&]() -> Error {
         StartupCheck check("the start's check that every rank runs one job");
         // (The data's hash reads all of it: only where ranks compare it.)
-        return trainer.checkSameJob(
-            worldSize > 1 ? std::optional(data->fingerprint()) : std::nullopt);
+        if (Error err = trainer.checkSameJob(
+                worldSize > 1 ? std::optional(data->fingerprint())
+                              : std::nullopt))
+          return err;
+        if (worldSize <= 1)
+          return Error::success();
+        // Ranks started with other steps or checkpoints would wait in
+        // collectives the others never enter.
+        int64_t other = communicator->firstDifferent(runFingerprint());
+        if (other < 0)
+          return Error::success();
+        return createStringError(
+            inconvertibleErrorCode(),
+            "rank " + Twine(other) +
+                " was started with other run options than rank 0 (--steps, "
+                "--init or --resume and their contents, --save, --save-every, "
+                "--checkpoint-dir, --report): every rank of a job takes the "
+                "same ones");
       }())
     return failEverywhere(toString(std::move(err)),
                           /*diagnosticsPrinted=*/false);
