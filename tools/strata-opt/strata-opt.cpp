@@ -62,6 +62,44 @@ static int fail(const Twine &message) {
   return 1;
 }
 
+/// Flushes `output` and keeps it; a write that failed (a full disk,
+/// /dev/full) is an error naming the file, where the stream would end the
+/// process with LLVM's bare "IO failure on output stream".
+static int finishOutput(ToolOutputFile &output, StringRef name) {
+  output.os().flush();
+  if (std::error_code ec = output.os().error()) {
+    output.os().clear_error();
+    return fail(
+        "cannot write " +
+        (name == "-" ? std::string("the standard output") : name.str()) + ": " +
+        ec.message());
+  }
+  output.keep();
+  return 0;
+}
+
+/// MLIR's driver over `inputFilename` into `outputFilename` with `config`,
+/// after the input's depth check; write errors as finishOutput.
+static int runDriver(StringRef inputFilename, StringRef outputFilename,
+                     mlir::DialectRegistry &registry,
+                     mlir::MlirOptMainConfig &config) {
+  std::string error;
+  auto input = mlir::openInputFile(inputFilename, &error);
+  if (!input)
+    return fail(error);
+  if (std::string why = strata::checkProgramInput(
+          "strata-opt", input->getBuffer(), inputFilename);
+      !why.empty())
+    return fail(why);
+  auto output = mlir::openOutputFile(outputFilename, &error);
+  if (!output)
+    return fail(error);
+  if (mlir::failed(
+          mlir::MlirOptMain(output->os(), std::move(input), registry, config)))
+    return 1;
+  return finishOutput(*output, outputFilename);
+}
+
 int main(int argc, char **argv) {
   InitLLVM init(argc, argv);
   strata::reportCrashesToStrata();
@@ -87,21 +125,17 @@ int main(int argc, char **argv) {
     if (!printStrategy.empty() || printStrategyPlan)
       return fail("--print-strategy and --print-strategy-plan need "
                   "--strategy=FILE");
-    // A program nested too deeply for MLIR's parser (its stack) is refused
-    // first. (Standard input is read by the parser alone here.)
-    if (inputFilename != "-") {
-      std::string error;
-      if (auto input = mlir::openInputFile(inputFilename, &error))
-        if (std::string why = strata::checkProgramInput(
-                "strata-opt", input->getBuffer(), inputFilename);
-            !why.empty())
-          return fail(why);
-    }
     if (worldSize.getNumOccurrences() || rankOption.getNumOccurrences())
       return fail("--world-size and --rank say which rank's program "
                   "--strategy=FILE compiles: give a strategy");
-    return mlir::asMainReturnCode(mlir::MlirOptMain(
-        argc, argv, inputFilename, outputFilename, registry));
+    mlir::MlirOptMainConfig config =
+        mlir::MlirOptMainConfig::createFromCLOptions();
+    if (config.shouldShowDialects() || config.shouldListPasses())
+      return mlir::asMainReturnCode(mlir::MlirOptMain(
+          argc, argv, inputFilename, outputFilename, registry));
+    // (A program nested too deeply for MLIR's parser, its stack, is refused
+    // first.)
+    return runDriver(inputFilename, outputFilename, registry, config);
   }
 
   Expected<strata::StrategyContext> job =
@@ -117,37 +151,45 @@ int main(int argc, char **argv) {
     return 1;
   }
 
+  // The printed strategy or plan goes where -o says, as a program would.
+  auto printed = [&](auto &&print) {
+    std::string error;
+    auto output = mlir::openOutputFile(outputFilename, &error);
+    if (!output)
+      return fail(error);
+    print(output->os());
+    return finishOutput(*output, outputFilename);
+  };
   if (!printStrategy.empty()) {
-    if (printStrategy == "yaml")
-      outs() << strata::toYaml(*strategy);
-    else if (printStrategy == "json")
-      outs() << strata::toJson(*strategy);
-    else
+    if (printStrategy != "yaml" && printStrategy != "json")
       return fail("--print-strategy takes 'yaml' or 'json', got '" +
                   printStrategy + "'");
-    return 0;
+    return printed([&](raw_ostream &os) {
+      os << (printStrategy == "yaml" ? strata::toYaml(*strategy)
+                                     : strata::toJson(*strategy));
+    });
   }
 
   std::vector<strata::PlannedPass> plan =
       strata::planPasses(*strategy, context.worldSize, rankOption);
-  if (printStrategyPlan) {
-    for (const strata::PlannedPass &p : plan) {
-      outs() << p.name;
-      std::string options = p.options();
-      if (!options.empty())
-        outs() << "{" << options << "}";
-      outs() << "  # " << p.reason;
-      std::string where = strategy->where(p.reason);
-      if (!where.empty())
-        outs() << " (" << where << ")";
-      if (!p.create)
-        outs() << " [not implemented yet]";
-      if (!p.note.empty())
-        outs() << "; " << p.note;
-      outs() << "\n";
-    }
-    return 0;
-  }
+  if (printStrategyPlan)
+    return printed([&](raw_ostream &os) {
+      for (const strata::PlannedPass &p : plan) {
+        os << p.name;
+        std::string options = p.options();
+        if (!options.empty())
+          os << "{" << options << "}";
+        os << "  # " << p.reason;
+        std::string where = strategy->where(p.reason);
+        if (!where.empty())
+          os << " (" << where << ")";
+        if (!p.create)
+          os << " [not implemented yet]";
+        if (!p.note.empty())
+          os << "; " << p.note;
+        os << "\n";
+      }
+    });
 
   mlir::MlirOptMainConfig config = mlir::MlirOptMainConfig::createFromCLOptions();
   if (config.shouldShowDialects() || config.shouldListPasses())
@@ -184,20 +226,5 @@ int main(int argc, char **argv) {
         return mlir::success();
       });
 
-  std::string error;
-  auto input = mlir::openInputFile(inputFilename, &error);
-  if (!input)
-    return fail(error);
-  if (std::string why = strata::checkProgramInput(
-          "strata-opt", input->getBuffer(), inputFilename);
-      !why.empty())
-    return fail(why);
-  auto output = mlir::openOutputFile(outputFilename, &error);
-  if (!output)
-    return fail(error);
-  if (mlir::failed(mlir::MlirOptMain(output->os(), std::move(input), registry,
-                                     config)))
-    return 1;
-  output->keep();
-  return 0;
+  return runDriver(inputFilename, outputFilename, registry, config);
 }
