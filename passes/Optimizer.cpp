@@ -298,6 +298,10 @@ void OptimizerPass::runOnOperation() {
     return fail("learning-rate must be positive and finite");
   if (!(decay >= 0.0) || !finite(decay))
     return fail("weight-decay must be >= 0 and finite");
+  // (An empty name is in every parameter's: it would exclude them all.)
+  if (llvm::is_contained(excludeFromWeightDecay, ""))
+    return fail("exclude-from-weight-decay has an empty name (it would match "
+                "every parameter)");
   if (!(eps >= 0.0) || !finite(eps))
     return fail("epsilon must be >= 0 and finite");
   if (!(beta1 >= 0.0 && beta1 < 1.0) || !(beta2 >= 0.0 && beta2 < 1.0))
