@@ -11,9 +11,6 @@
 // NOGRAD-NOT: see current operation
 // PRINTOP: optimizer-errors.mlir:19:1: note: see current operation
 // TYPE: error: strata-optimizer: unknown type 'adagrad' (sgd, momentum, adam, adamw, lamb, lars)
-// An empty name in the exclusion list would match every parameter.
-// RUN: not strata-opt %s --strata-autodiff --strata-optimizer='type=adamw exclude-from-weight-decay=bias,' 2>&1 | FileCheck %s --check-prefix=EMPTYNAME
-// EMPTYNAME: error: strata-optimizer: exclude-from-weight-decay has an empty name (it would match every parameter)
 // COSINE: error: lr-schedule cosine needs decay-steps >= 1
 // SCHEDULE: error: unknown lr-schedule 'step' (constant, linear_warmup, cosine)
 // LR: error: strata-optimizer: learning-rate must be positive
@@ -24,3 +21,7 @@ func.func @train_step() -> tensor<f32> {
   %l = strata.reduce_sum %w {dims = array<i64: 0>} : (tensor<4xf32>) -> tensor<f32>
   return %l : tensor<f32>
 }
+
+// An empty name in the exclusion list would match every parameter.
+// RUN: not strata-opt %s --strata-autodiff --strata-optimizer='type=adamw exclude-from-weight-decay=bias,' 2>&1 | FileCheck %s --check-prefix=EMPTYNAME
+// EMPTYNAME: error: strata-optimizer: exclude-from-weight-decay has an empty name (it would match every parameter)
