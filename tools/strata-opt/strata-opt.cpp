@@ -121,6 +121,8 @@ int main(int argc, char **argv) {
       printOp && !printOp->getNumOccurrences())
     printOp->setValue(false);
 
+  if (strategyFile.getNumOccurrences() && strategyFile.empty())
+    return fail("--strategy needs a file (--strategy=FILE)");
   if (strategyFile.empty()) {
     if (!printStrategy.empty() || printStrategyPlan)
       return fail("--print-strategy and --print-strategy-plan need "

@@ -428,8 +428,10 @@ static std::optional<std::string> unwritable(StringRef flag, StringRef path) {
   if (dir.empty())
     dir = ".";
   if (!sys::fs::is_directory(dir))
-    return option + " " + path.str() + ": there is no directory '" +
-           dir.str().str() + "'";
+    return option + " " + path.str() + ": " +
+           (sys::fs::exists(dir)
+                ? "'" + dir.str().str() + "' is not a directory"
+                : "there is no directory '" + dir.str().str() + "'");
   if (access(dir.c_str(), W_OK) != 0)
     return option + " " + path.str() + ": cannot create files in '" +
            dir.str().str() + "' (" + std::strerror(errno) + ")";
@@ -616,6 +618,10 @@ static int checkArguments() {
   }
   if (!resumeFrom.empty() && !initFile.empty())
     return fail("--resume and --init both give the initial state: use one");
+  // (Without --data the generated batches have no format to read.)
+  if (dataFormat.getNumOccurrences() && dataFile.empty())
+    return fail("--data-format says how --data holds its tokens: give --data "
+                "FILE too");
   // (Before ranks are launched: a missing file is every rank's error.)
   if (!initFile.empty() && !sys::fs::exists(initFile))
     return fail("--init " + initFile + ": no such file");
