@@ -437,6 +437,13 @@ Trainer::resumeFromDirectory(StringRef dir,
   std::string newest;
   for (auto it = found.rbegin(); it != found.rend(); ++it) {
     auto done = loadCheckpoint(it->second);
+    // A checkpoint whose name says another step than it holds (renamed or
+    // copied by hand) would be taken for the newest, and pruning would
+    // delete the real ones: passed over like one that does not load.
+    if (done && *done != it->first)
+      done = trainerError(it->second + " holds the state after step " +
+                          Twine(*done) + ", but its name says step " +
+                          Twine(it->first));
     std::string why = done ? std::string() : toString(done.takeError());
     if (!comm) {
       if (done)
