@@ -5,6 +5,7 @@
 #include "strata/Support/Nesting.h"
 
 #include "mlir/Bytecode/BytecodeReader.h"
+#include "mlir/Support/FileUtilities.h"
 #include "llvm/Config/llvm-config.h"
 #include "llvm/Support/ErrorHandling.h"
 #include "llvm/Support/FormatVariadic.h"
@@ -69,6 +70,17 @@ std::string strata::checkProgramInput(StringRef tool, StringRef contents,
     install_bad_alloc_error_handler(fatal);
   }
   return programNestingError(contents, path);
+}
+
+std::unique_ptr<llvm::MemoryBuffer>
+strata::openProgramInput(StringRef tool, StringRef path, std::string &error) {
+  std::unique_ptr<llvm::MemoryBuffer> input = mlir::openInputFile(path, &error);
+  if (!input)
+    return nullptr;
+  error = checkProgramInput(tool, input->getBuffer(), path);
+  if (!error.empty())
+    return nullptr;
+  return input;
 }
 
 void strata::endProgramInput() {

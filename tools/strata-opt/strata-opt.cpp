@@ -84,13 +84,9 @@ static int runDriver(StringRef inputFilename, StringRef outputFilename,
                      mlir::DialectRegistry &registry,
                      mlir::MlirOptMainConfig &config) {
   std::string error;
-  auto input = mlir::openInputFile(inputFilename, &error);
+  auto input = strata::openProgramInput("strata-opt", inputFilename, error);
   if (!input)
     return fail(error);
-  if (std::string why = strata::checkProgramInput(
-          "strata-opt", input->getBuffer(), inputFilename);
-      !why.empty())
-    return fail(why);
   auto output = mlir::openOutputFile(outputFilename, &error);
   if (!output)
     return fail(error);

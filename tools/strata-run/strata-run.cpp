@@ -375,13 +375,9 @@ static int preflight(int64_t world) {
   llvm::SourceMgr sourceMgr;
   mlir::SourceMgrDiagnosticHandler diagnostics(sourceMgr, &mlirContext);
   std::string error;
-  auto input = mlir::openInputFile(programFile, &error);
+  auto input = strata::openProgramInput("strata-run", programFile, error);
   if (!input)
     return fail(error);
-  if (std::string why = strata::checkProgramInput(
-          "strata-run", input->getBuffer(), programFile);
-      !why.empty())
-    return fail(why);
   sourceMgr.AddNewSourceBuffer(std::move(input), SMLoc());
   mlir::OwningOpRef<mlir::ModuleOp> module =
       mlir::parseSourceFile<mlir::ModuleOp>(sourceMgr, &mlirContext);
@@ -743,11 +739,8 @@ int main(int argc, char **argv) {
       sourceMgr, &mlirContext,
       rank0 ? static_cast<llvm::raw_ostream &>(llvm::errs()) : captured);
   std::string error;
-  auto input = mlir::openInputFile(programFile, &error);
-  if (input)
-    error = strata::checkProgramInput("strata-run", input->getBuffer(),
-                                      programFile);
-  if (auto code = agree(error.empty(), error, /*diagnosticsPrinted=*/false))
+  auto input = strata::openProgramInput("strata-run", programFile, error);
+  if (auto code = agree(bool(input), error, /*diagnosticsPrinted=*/false))
     return *code;
   sourceMgr.AddNewSourceBuffer(std::move(input), SMLoc());
   mlir::OwningOpRef<mlir::ModuleOp> module =

@@ -13,6 +13,7 @@
 #include "llvm/ADT/ArrayRef.h"
 #include "llvm/ADT/StringRef.h"
 #include "llvm/Support/CommandLine.h"
+#include "llvm/Support/MemoryBuffer.h"
 
 #include <string>
 
@@ -32,6 +33,13 @@ std::string versionText();
 /// endProgramInput.
 std::string checkProgramInput(llvm::StringRef tool, llvm::StringRef contents,
                               llvm::StringRef path);
+
+/// The program at `path` ("-": standard input) read and checked by
+/// checkProgramInput; null, with `error` saying why, when it cannot be read
+/// or is refused.
+std::unique_ptr<llvm::MemoryBuffer> openProgramInput(llvm::StringRef tool,
+                                                     llvm::StringRef path,
+                                                     std::string &error);
 
 /// The program is parsed: LLVM's fatal errors abort with a crash report
 /// again (they are internal errors from here on).
