@@ -301,7 +301,7 @@ void OptimizerPass::runOnOperation() {
   // (An empty name is in every parameter's: it would exclude them all.)
   if (llvm::is_contained(excludeFromWeightDecay, ""))
     return fail("exclude-from-weight-decay has an empty name (it would match "
-                "every parameter)");
+                "every parameter): remove the trailing or doubled comma");
   if (!(eps >= 0.0) || !finite(eps))
     return fail("epsilon must be >= 0 and finite");
   if (!(beta1 >= 0.0 && beta1 < 1.0) || !(beta2 >= 0.0 && beta2 < 1.0))

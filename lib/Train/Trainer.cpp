@@ -441,9 +441,10 @@ Trainer::resumeFromDirectory(StringRef dir,
     // copied by hand) would be taken for the newest, and pruning would
     // delete the real ones: passed over like one that does not load.
     if (done && *done != it->first)
-      done = trainerError(it->second + " holds the state after step " +
-                          Twine(*done) + ", but its name says step " +
-                          Twine(it->first));
+      done = trainerError(
+          it->second + " holds the state after step " + Twine(*done) +
+          ", but its name says step " + Twine(it->first) + " (rename it to " +
+          sys::path::filename(checkpointPath(dir, *done)) + " or remove it)");
     std::string why = done ? std::string() : toString(done.takeError());
     if (!comm) {
       if (done)
@@ -589,7 +590,11 @@ Error Trainer::saveToDirectory(StringRef dir, int64_t stepsDone, int64_t keep) {
   if (Error err = saveCheckpoint(checkpointPath(dir, stepsDone), stepsDone))
     return err;
   if (opts.rank == 0 && keep > 0) {
+    // The newest `keep` up to this step; a file named for a later step (a
+    // copy renamed by hand, which resuming passes over) neither counts nor
+    // is removed, so it cannot push out the checkpoints just written.
     auto all = listCheckpoints(dir);
+    llvm::erase_if(all, [&](const auto &c) { return c.first > stepsDone; });
     for (size_t k = 0; k + size_t(keep) < all.size(); ++k)
       sys::fs::remove(all[k].second);
   }

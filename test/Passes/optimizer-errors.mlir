@@ -24,4 +24,4 @@ func.func @train_step() -> tensor<f32> {
 
 // An empty name in the exclusion list would match every parameter.
 // RUN: not strata-opt %s --strata-autodiff --strata-optimizer='type=adamw exclude-from-weight-decay=bias,' 2>&1 | FileCheck %s --check-prefix=EMPTYNAME
-// EMPTYNAME: error: strata-optimizer: exclude-from-weight-decay has an empty name (it would match every parameter)
+// EMPTYNAME: error: strata-optimizer: exclude-from-weight-decay has an empty name (it would match every parameter): remove the trailing or doubled comma

@@ -90,9 +90,15 @@ static int runDriver(StringRef inputFilename, StringRef outputFilename,
   auto output = mlir::openOutputFile(outputFilename, &error);
   if (!output)
     return fail(error);
-  if (mlir::failed(
-          mlir::MlirOptMain(output->os(), std::move(input), registry, config)))
+  if (mlir::failed(mlir::MlirOptMain(output->os(), std::move(input), registry,
+                                     config))) {
+    // (Its diagnostics are out; a write that failed too must not end the
+    // process with LLVM's bare message when the stream is destroyed: what
+    // it buffers is written now, and the error dropped.)
+    output->os().flush();
+    output->os().clear_error();
     return 1;
+  }
   return finishOutput(*output, outputFilename);
 }
 

@@ -19,8 +19,9 @@ int launchRanks(int argc, char **argv, int64_t nproc);
 /// wait it was in, and exits.
 void installStopHandlers(int rank);
 /// Starts a thread that ends this rank (exit status 1, which makes mpirun end
-/// the job) when it has waited `seconds` in one MPI call for peer ranks (a
-/// rank that stopped or hangs), naming where.
+/// the job) when it has waited in one MPI call for peer ranks (a rank that
+/// stopped or hangs) longer than its communicator's wait limit, naming
+/// where.
 void watchCollectives();
 /// The executable whose host calls the handlers name (null: none).
 void watchExecutable(const strata::Executable *executable);

@@ -243,7 +243,7 @@ static uint64_t runFingerprint() {
   contents(resumeFrom);
   os << "\nsave " << !saveFile.empty() << "\nsave-every " << saveEvery
      << "\ncheckpoint-dir " << !checkpointDir.empty() << "\nreport "
-     << !reportFile.empty() << "\n";
+     << !reportFile.empty() << "\ntrace " << !traceFile.empty() << "\n";
   return xxh3_64bits(text);
 }
 
@@ -423,11 +423,18 @@ static std::optional<std::string> unwritable(StringRef flag, StringRef path) {
   SmallString<128> dir = sys::path::parent_path(path);
   if (dir.empty())
     dir = ".";
-  if (!sys::fs::is_directory(dir))
-    return option + " " + path.str() + ": " +
-           (sys::fs::exists(dir)
-                ? "'" + dir.str().str() + "' is not a directory"
-                : "there is no directory '" + dir.str().str() + "'");
+  if (!sys::fs::is_directory(dir)) {
+    // The nearest part of the path that exists says why: a file where a
+    // directory should be, or no such directory.
+    StringRef existing = dir;
+    while (!existing.empty() && !sys::fs::exists(existing))
+      existing = sys::path::parent_path(existing);
+    if (!existing.empty() && !sys::fs::is_directory(existing))
+      return option + " " + path.str() + ": '" + existing.str() +
+             "' is not a directory";
+    return option + " " + path.str() + ": there is no directory '" +
+           dir.str().str() + "'";
+  }
   if (access(dir.c_str(), W_OK) != 0)
     return option + " " + path.str() + ": cannot create files in '" +
            dir.str().str() + "' (" + std::strerror(errno) + ")";
@@ -792,17 +799,22 @@ int main(int argc, char **argv) {
   strata::Trainer &trainer = **created;
   // (The same answer on every rank.)
   if (Error err = [&]() -> Error {
+        // (The hashes read whole files: only where ranks compare them, and
+        // before the check's watch starts, so that reading a large file is
+        // not taken for waiting on a peer.)
+        std::optional<uint64_t> dataHash, runHash;
+        if (worldSize > 1) {
+          dataHash = data->fingerprint();
+          runHash = runFingerprint();
+        }
         StartupCheck check("the start's check that every rank runs one job");
-        // (The data's hash reads all of it: only where ranks compare it.)
-        if (Error err = trainer.checkSameJob(
-                worldSize > 1 ? std::optional(data->fingerprint())
-                              : std::nullopt))
+        if (Error err = trainer.checkSameJob(dataHash))
           return err;
-        if (worldSize <= 1)
+        if (!runHash)
           return Error::success();
         // Ranks started with other steps or checkpoints would wait in
         // collectives the others never enter.
-        int64_t other = communicator->firstDifferent(runFingerprint());
+        int64_t other = communicator->firstDifferent(*runHash);
         if (other < 0)
           return Error::success();
         return createStringError(
@@ -810,8 +822,8 @@ int main(int argc, char **argv) {
             "rank " + Twine(other) +
                 " was started with other run options than rank 0 (--steps, "
                 "--init or --resume and their contents, --save, --save-every, "
-                "--checkpoint-dir, --report): every rank of a job takes the "
-                "same ones");
+                "--checkpoint-dir, --report, --trace): every rank of a job "
+                "takes the same ones");
       }())
     return failEverywhere(toString(std::move(err)),
                           /*diagnosticsPrinted=*/false);

@@ -59,7 +59,9 @@ public:
   /// Marks an MPI call that may wait for peer ranks for as long as it
   /// lives, with the seconds it may wait (0: for ever), for blockedSinceUs
   /// and the watch (the outermost of nested ones): the communicator's own
-  /// calls, and a caller's on the same ranks.
+  /// calls, and a caller's on the same ranks. The mark is the process's:
+  /// calls that wait for peers are made from one thread at a time (as MPI's
+  /// default thread level asks).
   class Waiting {
     int64_t outer;
     double outerLimit;
