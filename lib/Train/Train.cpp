@@ -12,6 +12,7 @@
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "llvm/ADT/StringExtras.h"
+#include "llvm/ADT/StringSet.h"
 #include "llvm/Support/Endian.h"
 #include "llvm/Support/FileSystem.h"
 #include "llvm/Support/JSON.h"
@@ -168,6 +169,42 @@ Expected<Safetensors> strata::readSafetensors(StringRef path) {
   return parseSafetensors((*buffer)->getBuffer(), path);
 }
 
+/// The first key that appears twice in one object of the JSON text `text`
+/// (as written, escapes and all), or "": llvm::json keeps the last of
+/// them, where a safetensors header naming a tensor or a field twice is
+/// damaged.
+static std::string duplicateJsonKey(StringRef text) {
+  std::vector<llvm::StringSet<>> objects; // one per open '{'
+  std::vector<char> open;
+  for (size_t i = 0; i < text.size(); ++i) {
+    char c = text[i];
+    if (c == '"') {
+      size_t start = ++i;
+      while (i < text.size() && text[i] != '"')
+        i += text[i] == '\\' ? 2 : 1;
+      StringRef string = text.slice(start, std::min(i, text.size()));
+      size_t next = i + 1;
+      while (next < text.size() && std::isspace(uint8_t(text[next])))
+        ++next;
+      // (A key: directly in an object, followed by ':'.)
+      if (!open.empty() && open.back() == '{' && next < text.size() &&
+          text[next] == ':' && !objects.back().insert(string).second)
+        return string.str();
+      continue;
+    }
+    if (c == '{' || c == '[') {
+      open.push_back(c);
+      if (c == '{')
+        objects.emplace_back();
+    } else if ((c == '}' || c == ']') && !open.empty()) {
+      if (open.back() == '{')
+        objects.pop_back();
+      open.pop_back();
+    }
+  }
+  return "";
+}
+
 Expected<Safetensors> strata::parseSafetensors(StringRef data,
                                                StringRef path) {
   auto bad = [&](const llvm::Twine &why) {
@@ -189,6 +226,9 @@ Expected<Safetensors> strata::parseSafetensors(StringRef data,
   auto header = llvm::json::parse(data.substr(8, headerSize));
   if (!header)
     return bad("header: " + llvm::toString(header.takeError()));
+  if (std::string key = duplicateJsonKey(data.substr(8, headerSize));
+      !key.empty())
+    return bad("header: the key \"" + key + "\" appears twice in one object");
   auto *object = header->getAsObject();
   if (!object)
     return bad("header is not a JSON object");

@@ -3,6 +3,7 @@
 
   craft_safetensors.py overflow OUT   a shape whose byte count overflows
   craft_safetensors.py overlap OUT    two entries sharing bytes
+  craft_safetensors.py duplicate OUT  one tensor named twice
   craft_safetensors.py nan IN OUT [--tensor NAME]
                                       IN with the first value of its first
                                       F32 tensor (or of NAME) set to NaN
@@ -33,6 +34,13 @@ elif mode == "overlap":
                               "data_offsets": [0, 16]},
                         "b": {"dtype": "F32", "shape": [4],
                               "data_offsets": [8, 24]}}, bytes(24))
+elif mode == "duplicate":
+    # json.dumps cannot write a key twice: the header is spelled out.
+    entry = '{"dtype": "F32", "shape": [4], "data_offsets": [%d, %d]}'
+    text = ('{"w": ' + entry % (0, 16) + ', "w": ' + entry % (16, 32) +
+            '}').encode()
+    with open(sys.argv[2], "wb") as f:
+        f.write(struct.pack("<Q", len(text)) + text + bytes(32))
 elif mode == "nan":
     data = open(sys.argv[2], "rb").read()
     size = struct.unpack("<Q", data[:8])[0]
