@@ -62,24 +62,36 @@ static int fail(const Twine &message) {
   return 1;
 }
 
-/// Flushes `output` and keeps it; a write that failed (a full disk,
+/// Opens `name` ("-": the standard output), lets `write` fill it, and
+/// keeps it when `write` returns 0. A write that failed (a full disk,
 /// /dev/full) is an error naming the file, where the stream would end the
-/// process with LLVM's bare "IO failure on output stream".
-static int finishOutput(ToolOutputFile &output, StringRef name) {
-  output.os().flush();
-  if (std::error_code ec = output.os().error()) {
-    output.os().clear_error();
+/// process with LLVM's bare "IO failure on output stream"; when `write`
+/// fails (its diagnostics are out) a failed write is dropped with the file.
+static int writeOutput(StringRef name,
+                       llvm::function_ref<int(raw_ostream &)> write) {
+  std::string error;
+  auto output = mlir::openOutputFile(name, &error);
+  if (!output)
+    return fail(error);
+  int code = write(output->os());
+  // (What the stream buffers is written now, so that the error is known
+  // and cannot end the process when the stream is destroyed.)
+  output->os().flush();
+  std::error_code ec = output->os().error();
+  output->os().clear_error();
+  if (code)
+    return code;
+  if (ec)
     return fail(
         "cannot write " +
         (name == "-" ? std::string("the standard output") : name.str()) + ": " +
         ec.message());
-  }
-  output.keep();
+  output->keep();
   return 0;
 }
 
 /// MLIR's driver over `inputFilename` into `outputFilename` with `config`,
-/// after the input's depth check; write errors as finishOutput.
+/// after the input's depth check.
 static int runDriver(StringRef inputFilename, StringRef outputFilename,
                      mlir::DialectRegistry &registry,
                      mlir::MlirOptMainConfig &config) {
@@ -87,19 +99,12 @@ static int runDriver(StringRef inputFilename, StringRef outputFilename,
   auto input = strata::openProgramInput("strata-opt", inputFilename, error);
   if (!input)
     return fail(error);
-  auto output = mlir::openOutputFile(outputFilename, &error);
-  if (!output)
-    return fail(error);
-  if (mlir::failed(mlir::MlirOptMain(output->os(), std::move(input), registry,
-                                     config))) {
-    // (Its diagnostics are out; a write that failed too must not end the
-    // process with LLVM's bare message when the stream is destroyed: what
-    // it buffers is written now, and the error dropped.)
-    output->os().flush();
-    output->os().clear_error();
-    return 1;
-  }
-  return finishOutput(*output, outputFilename);
+  return writeOutput(outputFilename, [&](raw_ostream &os) {
+    return mlir::failed(
+               mlir::MlirOptMain(os, std::move(input), registry, config))
+               ? 1
+               : 0;
+  });
 }
 
 int main(int argc, char **argv) {
@@ -157,12 +162,10 @@ int main(int argc, char **argv) {
 
   // The printed strategy or plan goes where -o says, as a program would.
   auto printed = [&](auto &&print) {
-    std::string error;
-    auto output = mlir::openOutputFile(outputFilename, &error);
-    if (!output)
-      return fail(error);
-    print(output->os());
-    return finishOutput(*output, outputFilename);
+    return writeOutput(outputFilename, [&](raw_ostream &os) {
+      print(os);
+      return 0;
+    });
   };
   if (!printStrategy.empty()) {
     if (printStrategy != "yaml" && printStrategy != "json")
