@@ -180,16 +180,17 @@ LogicalResult StrataDialect::verifyRegionArgAttribute(Operation *op, unsigned,
                                                       unsigned argIndex,
                                                       NamedAttribute attr) {
   StringRef name = attr.getName().getValue();
-  if (name == "strata.name") {
+  if (name == kInputNameAttrName) {
     auto text = dyn_cast<StringAttr>(attr.getValue());
     if (!text || text.getValue().empty())
-      return op->emitOpError() << "argument " << argIndex
-                               << ": 'strata.name' must be a non-empty string";
+      return op->emitOpError() << "argument " << argIndex << ": '" << name
+                               << "' must be a non-empty string";
     return success();
   }
   return op->emitOpError() << "argument " << argIndex
                            << ": unknown Strata attribute '" << name
-                           << "' (an argument takes 'strata.name')";
+                           << "' (an argument takes '" << kInputNameAttrName
+                           << "')";
 }
 
 LogicalResult StrataDialect::verifyRegionResultAttribute(Operation *op,

@@ -64,6 +64,8 @@ def Strata_Dialect : Dialect {
   let hasRegionResultAttrVerify = 1;
   let extraClassDeclaration = [{
     static constexpr llvm::StringLiteral kRoleAttrName = "strata.role";
+    /// On a step function's argument: the input's name ("features").
+    static constexpr llvm::StringLiteral kInputNameAttrName = "strata.name";
     static constexpr llvm::StringLiteral kPassesAttrName = "strata.passes";
     static constexpr llvm::StringLiteral kRankAttrName = "strata.rank";
     static constexpr llvm::StringLiteral kStageAttrName = "strata.stage";

@@ -454,8 +454,8 @@ static bool createTrainer(StrataExecutableImpl &exe,
   exe.written = OwningOpRef<ModuleOp>(session.module->clone());
   for (BlockArgument arg : step.getArguments()) {
     auto type = dyn_cast<RankedTensorType>(arg.getType());
-    auto name =
-        step.getArgAttrOfType<StringAttr>(arg.getArgNumber(), "strata.name");
+    auto name = step.getArgAttrOfType<StringAttr>(
+        arg.getArgNumber(), strata::StrataDialect::kInputNameAttrName);
     int64_t code =
         type ? strata::runtimeElementType(type.getElementType()) : -1;
     if (!type || !type.hasStaticShape() || code < 0) {

@@ -44,7 +44,8 @@ ValueRange ProgramBuilder::beginStep(ArrayRef<Type> inputTypes,
                               kStepFunctionName, type);
   Block *entry = step.addEntryBlock();
   for (auto [arg, name] : llvm::zip(entry->getArguments(), inputNames))
-    step.setArgAttr(arg.getArgNumber(), "strata.name",
+    step.setArgAttr(arg.getArgNumber(),
+                    strata::StrataDialect::kInputNameAttrName,
                     builder.getStringAttr(name));
   builder.setInsertionPointToStart(entry);
   return entry->getArguments();

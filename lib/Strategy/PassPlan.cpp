@@ -267,8 +267,8 @@ batchSplitProblem(const Strategy &s, mlir::func::FuncOp step,
       continue;
     int64_t batch = type.getDimSize(0);
     std::string name = ("argument " + Twine(arg.getArgNumber())).str();
-    if (auto attr = step.getArgAttrOfType<mlir::StringAttr>(arg.getArgNumber(),
-                                                            "strata.name"))
+    if (auto attr = step.getArgAttrOfType<mlir::StringAttr>(
+            arg.getArgNumber(), strata::StrataDialect::kInputNameAttrName))
       name = ("'" + attr.getValue() + "'").str();
     if (batch % ranks != 0)
       return BatchSplitProblem{

@@ -452,8 +452,8 @@ Expected<DataStream> DataStream::create(func::FuncOp step, std::string dataPath,
   DataStream d;
   d.seed = seed;
   for (BlockArgument arg : step.getArguments()) {
-    auto name = step.getArgAttrOfType<StringAttr>(arg.getArgNumber(),
-                                                  "strata.name");
+    auto name = step.getArgAttrOfType<StringAttr>(
+        arg.getArgNumber(), strata::StrataDialect::kInputNameAttrName);
     if (!name)
       return makeError("argument " + llvm::Twine(arg.getArgNumber()) +
                      " of @" + step.getName() +

@@ -110,10 +110,10 @@ Trainer::create(mlir::OwningOpRef<mlir::ModuleOp> program, Strategy strategy,
   for (ParamOp param : trainer->program->getOps<ParamOp>())
     trainer->modelParameters.insert(param.getSymName());
   // The MLP's batch counts samples (rows of `features`); a GPT's, tokens.
-  auto first =
-      written->getNumArguments()
-          ? written->getArgAttrOfType<mlir::StringAttr>(0, "strata.name")
-          : mlir::StringAttr();
+  auto first = written->getNumArguments()
+                   ? written->getArgAttrOfType<mlir::StringAttr>(
+                         0, strata::StrataDialect::kInputNameAttrName)
+                   : mlir::StringAttr();
   trainer->samples = first && first.getValue() == "features";
   if (options.communicator) {
     // The program as written (without locations: ranks may read it from
