@@ -46,8 +46,6 @@ MpiCommunicator::Waiting::~Waiting() {
   blockedLimit.store(outerLimit);
 }
 
-int64_t MpiCommunicator::blockedSinceUs() { return blockedSince.load(); }
-
 void MpiCommunicator::watchBlockedCalls(
     std::function<void(double waited)> report) {
   static std::once_flag started;

@@ -32,13 +32,9 @@ public:
 
   int64_t rank() const override { return myRank; }
 
-  /// Since when (std::chrono::steady_clock, in microseconds) this process
-  /// has been blocked in an MPI call of a communicator that waits for peer
-  /// ranks (a collective, a receive, a wait), or 0 when it is in none.
-  static int64_t blockedSinceUs();
   /// Starts, the first time it is called in the process, a thread that ends
   /// the process (exit status 1) once it has been blocked in one MPI call
-  /// that waits for peer ranks (blockedSinceUs) for longer than that call's
+  /// that waits for peer ranks (a Waiting mark) for longer than that call's
   /// wait limit (setWaitLimit of its communicator; a call without one is
   /// not watched): MPI cannot cancel the call, and a peer that stopped or
   /// hangs would keep it waiting for ever. `report`, given the seconds
@@ -57,11 +53,11 @@ public:
   void setWaitLimit(double seconds) { waitLimit = seconds; }
   double getWaitLimit() const { return waitLimit; }
   /// Marks an MPI call that may wait for peer ranks for as long as it
-  /// lives, with the seconds it may wait (0: for ever), for blockedSinceUs
-  /// and the watch (the outermost of nested ones): the communicator's own
-  /// calls, and a caller's on the same ranks. The mark is the process's:
-  /// calls that wait for peers are made from one thread at a time (as MPI's
-  /// default thread level asks).
+  /// lives, with the seconds it may wait (0: for ever), for the watch (the
+  /// outermost of nested ones): the communicator's own calls, and a
+  /// caller's on the same ranks. The mark is the process's: calls that wait
+  /// for peers are made from one thread at a time (as MPI's default thread
+  /// level asks).
   class Waiting {
     int64_t outer;
     double outerLimit;
