@@ -89,24 +89,29 @@ __device__ __forceinline__ int64_t gridStride() {
   return int64_t(gridDim.x) * blockDim.x;
 }
 
+/// `v` combined by `op` over the warp by shuffles, in a fixed order; every
+/// lane gets the result.
+template <typename T, typename Op>
+__device__ __forceinline__ T warpReduce(T v, Op op) {
+  for (int o = 16; o > 0; o >>= 1)
+    v = op(v, __shfl_xor_sync(0xffffffffu, v, o));
+  return v;
+}
+
 /// `v` combined by `op` over the block, in a fixed order (warp shuffles,
 /// then the warps' partials in order); every thread gets the result.
 /// `shared` holds at least 32 values; blockDim.x is a multiple of 32;
 /// `identity` stands for the warps beyond the block.
 template <typename T, typename Op>
 __device__ __forceinline__ T blockReduce(T v, T *shared, T identity, Op op) {
-  for (int o = 16; o > 0; o >>= 1)
-    v = op(v, __shfl_xor_sync(0xffffffffu, v, o));
+  v = warpReduce(v, op);
   int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   __syncthreads();
   if (lane == 0)
     shared[warp] = v;
   __syncthreads();
   int warps = blockDim.x >> 5;
-  v = lane < warps ? shared[lane] : identity;
-  for (int o = 16; o > 0; o >>= 1)
-    v = op(v, __shfl_xor_sync(0xffffffffu, v, o));
-  return v;
+  return warpReduce(lane < warps ? shared[lane] : identity, op);
 }
 
 /// Sum of `v` (float or double) over the block.

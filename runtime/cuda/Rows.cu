@@ -77,33 +77,28 @@ template <bool kWarp> struct RowGroup {
   __device__ int64_t stride() const {
     return kWarp ? int64_t(gridDim.x) * (blockDim.x / 32) : gridDim.x;
   }
-  /// The group's sum (float or double) and maximum, in a fixed order;
-  /// every thread of the group gets it.
+  /// `v` combined by `op` over the group in a fixed order (`identity` for
+  /// the block's missing warps); every thread of the group gets it.
+  template <typename V, typename Op>
+  __device__ V reduce(V v, V identity, Op op) const {
+    if constexpr (kWarp)
+      return warpReduce(v, op);
+    else
+      return blockReduce(v, static_cast<V *>(shared), identity, op);
+  }
+  /// The group's sum (float or double) and maximum.
   template <typename V> __device__ V sum(V v) const {
-    if constexpr (kWarp) {
-      for (int o = 16; o > 0; o >>= 1)
-        v += __shfl_xor_sync(0xffffffffu, v, o);
-      return v;
-    } else {
-      return blockSum(v, static_cast<V *>(shared));
-    }
+    return reduce(v, V(0), [](V x, V y) { return x + y; });
   }
   __device__ float max(float v) const {
-    if constexpr (kWarp) {
-      for (int o = 16; o > 0; o >>= 1)
-        v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
-      return v;
-    } else {
-      return blockMax(v, static_cast<float *>(shared));
-    }
+    return reduce(v, -INFINITY, [](float x, float y) { return fmaxf(x, y); });
   }
 };
 
-/// Launches `kernel<kWarp>` over `rows` rows of `n` elements on the
-/// compute stream with the group for that length.
+/// Calls `launch(kWarp, blocks, threads)` (kWarp a std::bool_constant) with
+/// the group and the grid for `rows` rows of `n` elements.
 template <typename Launch>
-void launchRows(StrataRtContext *ctx, int64_t rows, int64_t n,
-                Launch &&launch) {
+void launchRows(int64_t rows, int64_t n, Launch &&launch) {
   if (n <= kWarpRowMax)
     launch(std::true_type(), gridFor(rows, 8), 256);
   else
@@ -461,7 +456,7 @@ void strata_rt_softmax(StrataRtContext *ctx, int64_t site, void *out,
     using T = decltype(tag);
     if (rows == 0 || n == 0)
       return;
-    launchRows(ctx, rows, n, [&](auto warp, unsigned blocks, int threads) {
+    launchRows(rows, n, [&](auto warp, unsigned blocks, int threads) {
       softmaxKernel<T, decltype(warp)::value>
           <<<blocks, threads, 0, ctx->compute>>>(static_cast<T *>(out),
                                                  static_cast<const T *>(in),
@@ -480,7 +475,7 @@ void strata_rt_softmax_grad(StrataRtContext *ctx, int64_t site, void *dx,
         using T = decltype(tag);
         if (rows == 0 || n == 0)
           return;
-        launchRows(ctx, rows, n, [&](auto warp, unsigned blocks, int threads) {
+        launchRows(rows, n, [&](auto warp, unsigned blocks, int threads) {
           softmaxGradKernel<T, decltype(warp)::value>
               <<<blocks, threads, 0, ctx->compute>>>(
                   static_cast<T *>(dx), static_cast<const T *>(y),
@@ -501,7 +496,7 @@ void strata_rt_layer_norm(StrataRtContext *ctx, int64_t site, void *y,
         using T = decltype(tag);
         if (rows == 0 || n == 0)
           return;
-        launchRows(ctx, rows, n, [&](auto warp, unsigned blocks, int threads) {
+        launchRows(rows, n, [&](auto warp, unsigned blocks, int threads) {
           layerNormKernel<T, decltype(warp)::value>
               <<<blocks, threads, 0, ctx->compute>>>(
                   static_cast<T *>(y), static_cast<const T *>(x),
@@ -545,7 +540,7 @@ void strata_rt_layer_norm_grad(StrataRtContext *ctx, int64_t site, void *dx,
           auto *xt = static_cast<const T *>(x);
           auto *dyt = static_cast<const T *>(dy);
           launchRows(
-              ctx, rows, n, [&](auto warp, unsigned blocks, int threads) {
+              rows, n, [&](auto warp, unsigned blocks, int threads) {
                 layerNormGradRows<T, decltype(warp)::value>
                     <<<blocks, threads, 0, ctx->compute>>>(
                         static_cast<T *>(dx), stats, xt,
