@@ -91,7 +91,9 @@ typedef enum {
 
 /* Receives every diagnostic of the session's calls (and of its
  * executables'), as it is emitted: `location` is "file:line:col" when the
- * diagnostic has one ("" otherwise), `message` the text. Errors also land
+ * diagnostic has one (in the program or the strategy file), the file's
+ * name when it is about a whole file (a strategy file that cannot be
+ * read), "" otherwise; `message` the text alone. Errors also land
  * in strataSessionLastError(). NULL removes the callback. The callback runs
  * inside the call that emits the diagnostic and must not call this API. */
 typedef void (*StrataDiagnosticCallback)(StrataDiagnosticSeverity severity,

@@ -21,6 +21,7 @@
 #include "mlir/Pass/PassRegistry.h"
 #include "llvm/Support/Format.h"
 #include "llvm/Support/FormatVariadic.h"
+#include "llvm/Support/SaveAndRestore.h"
 #include "llvm/Support/SourceMgr.h"
 #include "llvm/Support/raw_ostream.h"
 
@@ -62,6 +63,7 @@ struct StrataSessionImpl {
   template <typename Fn> int capture(Fn fn) {
     error.clear();
     llvm::raw_string_ostream os(error);
+    llvm::SaveAndRestore<llvm::raw_ostream *> saved(diagnostics, &os);
     ScopedDiagnosticHandler handler(&context, [&](Diagnostic &diag) {
       report(diag, os);
       for (Diagnostic &note : diag.getNotes())
@@ -86,6 +88,22 @@ struct StrataSessionImpl {
     else if (error.empty())
       error = "unknown error";
     return ok ? 0 : 1;
+  }
+
+  /// Reports `err` inside capture: a strategy file's error as a
+  /// diagnostic at its place in the file (the callback gets the location
+  /// and the message apart), any other error to `direct`, the call's
+  /// errors without a location.
+  void reportError(llvm::Error err, llvm::raw_ostream &direct) {
+    llvm::handleAllErrors(
+        std::move(err),
+        [&](const strata::StrategyError &strategyError) {
+          strategyError.log(*diagnostics);
+          if (callback)
+            callback(STRATA_DIAGNOSTIC_ERROR, strategyError.location().c_str(),
+                     strategyError.text().c_str(), callbackUser);
+        },
+        [&](const llvm::ErrorInfoBase &other) { direct << other.message(); });
   }
 
   void report(Diagnostic &diag, llvm::raw_ostream &os) {
@@ -136,6 +154,8 @@ struct StrataSessionImpl {
   MLIRContext context;
   OwningOpRef<ModuleOp> module;
   std::string error;
+  /// The stream of `error` while capture runs.
+  llvm::raw_ostream *diagnostics = nullptr;
   StrataDiagnosticCallback callback = nullptr;
   void *callbackUser = nullptr;
 };
@@ -303,14 +323,14 @@ int strataSessionApplyStrategy(StrataSession session, const char *path,
     }
     auto strategy = strata::loadStrategy(path, *context);
     if (!strategy) {
-      os << llvm::toString(strategy.takeError());
+      session->reportError(strategy.takeError(), os);
       return false;
     }
     PassManager pm(&session->context);
     if (llvm::Error err = strata::addPlannedPasses(
             pm, strata::planPasses(*strategy, context->worldSize, rank),
             *strategy, context->worldSize)) {
-      os << llvm::toString(std::move(err));
+      session->reportError(std::move(err), os);
       return false;
     }
     return session->runPassManager(pm);
@@ -431,7 +451,7 @@ static bool createTrainer(StrataExecutableImpl &exe,
           ? strata::loadStrategy(options.strategyPath, *context)
           : strata::parseStrategy("", "<default strategy>", *context);
   if (!strategy) {
-    os << llvm::toString(strategy.takeError());
+    session.reportError(strategy.takeError(), os);
     return false;
   }
   llvm::Expected<func::FuncOp> found =
@@ -481,7 +501,7 @@ static bool createTrainer(StrataExecutableImpl &exe,
       strata::Trainer::create(OwningOpRef<ModuleOp>(session.module->clone()),
                               std::move(*strategy), trainerOptions);
   if (!trainer) {
-    os << llvm::toString(trainer.takeError());
+    session.reportError(trainer.takeError(), os);
     return false;
   }
   exe.trainer = std::move(*trainer);
@@ -553,7 +573,7 @@ int strataExecutableCreate(StrataSession session,
     auto succeeded = [&](llvm::Error err) {
       if (!err)
         return true;
-      os << llvm::toString(std::move(err));
+      session->reportError(std::move(err), os);
       return false;
     };
     if (!everyRank(succeeded(exe->trainer->compile())))

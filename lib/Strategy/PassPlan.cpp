@@ -417,11 +417,10 @@ Error strata::checkPlanImplemented(ArrayRef<PlannedPass> plan,
   for (const PlannedPass &p : plan) {
     if (!p.create) {
       std::string where = strategy.where(p.reason);
-      return createStringError(
-          inconvertibleErrorCode(),
-          (where.empty() ? strategy.file : where) + ": error: '" + p.reason +
-              "' selects pass '" + p.name +
-              "', which is not implemented yet");
+      return make_error<StrategyError>(where.empty() ? strategy.file : where,
+                                       "'" + p.reason + "' selects pass '" +
+                                           p.name +
+                                           "', which is not implemented yet");
     }
   }
   return Error::success();
@@ -584,6 +583,5 @@ Error strata::checkBatchSplit(const Strategy &s, mlir::func::FuncOp step,
   } else if (where.empty()) {
     where = s.file;
   }
-  return createStringError(inconvertibleErrorCode(),
-                           where + ": error: " + problem->message + "\n");
+  return make_error<StrategyError>(where, problem->message);
 }

@@ -474,7 +474,7 @@ Error Reader::read() {
   {
     yaml::Stream check(text, sourceMgr, /*ShowColors=*/false);
     if (!check.validate() || !message.empty())
-      return createStringError(inconvertibleErrorCode(), message);
+      return reported();
   }
   yaml::Stream stream(text, sourceMgr, /*ShowColors=*/false);
   yaml::document_iterator doc = stream.begin();
@@ -482,7 +482,7 @@ Error Reader::read() {
     return Error::success();
   yaml::Node *root = doc->getRoot();
   if (!message.empty())
-    return createStringError(inconvertibleErrorCode(), message);
+    return reported();
   if (isa<yaml::NullNode>(root))
     return Error::success(); // an empty file: all defaults
   if (Error err = untagged(root, "the strategy"))
@@ -506,7 +506,7 @@ Error Reader::read() {
   StringMap<SMLoc> seenTop;
   for (yaml::KeyValueNode &kv : *map) {
     if (!message.empty())
-      return createStringError(inconvertibleErrorCode(), message);
+      return reported();
     auto key = scalar(kv.getKey(), "a top-level key");
     if (!key)
       return key.takeError();
@@ -576,7 +576,7 @@ Error Reader::read() {
                     (hint ? "; did you mean '" + *hint + "'?" : ""));
   }
   if (!message.empty())
-    return createStringError(inconvertibleErrorCode(), message);
+    return reported();
   if (++doc != stream.end())
     return fail(doc->getRoot(), "a strategy file holds one document");
 

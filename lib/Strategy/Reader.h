@@ -45,6 +45,11 @@ public:
           if (self->message.empty()) {
             llvm::raw_string_ostream os(self->message);
             diag.print(nullptr, os, /*ShowColors=*/false);
+            self->messageLocation =
+                (diag.getFilename() + ":" + Twine(diag.getLineNo()) + ":" +
+                 Twine(diag.getColumnNo() + 1))
+                    .str();
+            self->messageText = diag.getMessage().str();
           }
         },
         this);
@@ -58,16 +63,20 @@ private:
   // Diagnostics.
   Error fail(SMLoc loc, const Twine &msg) {
     sourceMgr.PrintMessage(loc, SourceMgr::DK_Error, msg);
-    return llvm::createStringError(llvm::inconvertibleErrorCode(), message);
+    return reported();
+  }
+  /// The first diagnostic the source manager printed (the YAML parser's or
+  /// fail's) as an error.
+  Error reported() const {
+    return llvm::make_error<StrategyError>(messageLocation, messageText,
+                                           message);
   }
   Error fail(yaml::Node *node, const Twine &msg) {
     // (A document that does not parse has no root node.)
     if (!node) {
       if (!message.empty())
-        return llvm::createStringError(llvm::inconvertibleErrorCode(), message);
-      return llvm::createStringError(llvm::inconvertibleErrorCode(),
-                                     bufferName + ": error: " + msg.str() +
-                                         "\n");
+        return reported();
+      return fileError(bufferName, msg);
     }
     return fail(node->getSourceRange().Start, msg);
   }
@@ -76,8 +85,7 @@ private:
     auto it = keyLocs.find(key);
     if (it != keyLocs.end())
       return fail(it->second, msg);
-    return llvm::createStringError(llvm::inconvertibleErrorCode(),
-                                   bufferName + ": error: " + msg.str() + "\n");
+    return fileError(bufferName, msg);
   }
   bool isSet(StringRef key) const { return keyLocs.count(key); }
 
@@ -101,6 +109,8 @@ private:
   std::string bufferName;
   SourceMgr sourceMgr;
   std::string message;
+  /// The same diagnostic's "file:line:col" and text alone.
+  std::string messageLocation, messageText;
   StringMap<SMLoc> keyLocs;
   /// group_sharded_parallel shards over the whole group: its degree is the
   /// world (less pipeline stages) unless set.

@@ -22,6 +22,24 @@ using namespace llvm;
 using namespace strata;
 using namespace strata::detail;
 
+char StrategyError::ID = 0;
+
+StrategyError::StrategyError(std::string location, std::string message,
+                             std::string rendered)
+    : where(std::move(location)), what(std::move(message)),
+      rendered(std::move(rendered)) {}
+
+void StrategyError::log(raw_ostream &os) const {
+  if (!rendered.empty())
+    os << rendered;
+  else
+    os << where << ": error: " << what << "\n";
+}
+
+Error strata::fileError(StringRef file, const Twine &message) {
+  return make_error<StrategyError>(file.str(), message.str());
+}
+
 bool Strategy::operator==(const Strategy &o) const {
   return sharding == o.sharding && fused_passes == o.fused_passes &&
          gradient_merge == o.gradient_merge && pipeline == o.pipeline &&
@@ -45,17 +63,14 @@ Expected<Strategy> strata::parseStrategy(StringRef text, StringRef bufferName,
   constexpr size_t kMaxBytes = 1 << 20;
   constexpr int64_t kMaxNesting = 16;
   if (text.size() > kMaxBytes)
-    return createStringError(inconvertibleErrorCode(),
-                             bufferName + ": error: " + Twine(text.size()) +
-                                 " bytes is too large for a strategy file "
-                                 "(at most 1 MiB)\n");
+    return fileError(bufferName, Twine(text.size()) +
+                                     " bytes is too large for a strategy "
+                                     "file (at most 1 MiB)");
   if (int64_t depth = maxBracketNesting(text, NestingSyntax::Yaml, kMaxNesting);
       depth > kMaxNesting)
-    return createStringError(inconvertibleErrorCode(),
-                             bufferName +
-                                 ": error: brackets nested more than " +
-                                 Twine(kMaxNesting) +
-                                 " deep: not a strategy file\n");
+    return fileError(bufferName, "brackets nested more than " +
+                                     Twine(kMaxNesting) +
+                                     " deep: not a strategy file");
   // JSON files get llvm::json's stricter syntax check first (YAML would
   // accept, e.g., trailing commas or unquoted keys).
   // (After a UTF-8 byte-order mark, which editors may write.)
@@ -65,9 +80,7 @@ Expected<Strategy> strata::parseStrategy(StringRef text, StringRef bufferName,
     Expected<json::Value> parsed = json::parse(body);
     if (!parsed) {
       std::string msg = toString(parsed.takeError());
-      return createStringError(inconvertibleErrorCode(),
-                               bufferName + ": error: invalid JSON: " + msg +
-                                   "\n");
+      return fileError(bufferName, "invalid JSON: " + msg);
     }
   }
   Strategy strategy;
@@ -84,15 +97,11 @@ Expected<Strategy> strata::loadStrategy(StringRef path,
                                         const StrategyContext &context) {
   // Not a device or FIFO, which would be read without end.
   if (sys::fs::exists(path) && !sys::fs::is_regular_file(path))
-    return createStringError(inconvertibleErrorCode(),
-                             path + ": error: cannot read the strategy "
-                                    "file: not a regular file\n");
+    return fileError(path, "cannot read the strategy file: not a regular file");
   auto buffer = MemoryBuffer::getFile(path, /*IsText=*/true);
   if (!buffer)
-    return createStringError(buffer.getError(),
-                             path + ": error: cannot read the strategy "
-                                    "file: " +
-                                 buffer.getError().message() + "\n");
+    return fileError(path, "cannot read the strategy file: " +
+                               buffer.getError().message());
   return parseStrategy((*buffer)->getBuffer(), path, context);
 }
 

@@ -12,6 +12,7 @@
 
 #include "strata-c/Strata.h"
 
+#include <errno.h>
 #include <mpi.h>
 #include <signal.h>
 #include <stdio.h>
@@ -114,6 +115,19 @@ static int iallreduceAlgorithm(void) {
   return value;
 }
 
+/* ARG as a whole number of at least MIN, or a usage error naming WHAT. */
+static long long parseCount(const char *arg, const char *what, long long min) {
+  char *end;
+  errno = 0;
+  long long value = strtoll(arg, &end, 10);
+  if (errno != 0 || end == arg || *end != '\0' || value < min) {
+    fprintf(stderr, "error: %s must be a whole number >= %lld, got '%s'\n",
+            what, min, arg);
+    exit(2);
+  }
+  return value;
+}
+
 int main(int argc, char **argv) {
   if (argc != 6 && argc != 8) {
     fprintf(stderr,
@@ -127,6 +141,9 @@ int main(int argc, char **argv) {
             STRATA_C_API_VERSION, strataApiVersion());
     return 1;
   }
+  long long steps = parseCount(argv[2], "STEPS", 1);
+  uint64_t seed = (uint64_t)parseCount(argv[3], "SEED", 0);
+  long long split = argc == 8 ? parseCount(argv[6], "SPLIT", 1) : -1;
   useMpi = getenv("OMPI_COMM_WORLD_SIZE") != NULL;
   size = 1;
   MPI_Comm comm = MPI_COMM_NULL;
@@ -137,11 +154,8 @@ int main(int argc, char **argv) {
     MPI_Comm_size(comm, &size);
   }
   int algorithmBefore = useMpi ? iallreduceAlgorithm() : -1;
-  long long steps = atoll(argv[2]);
-  uint64_t seed = strtoull(argv[3], NULL, 10);
   const char *strategy = strcmp(argv[4], "-") == 0 ? NULL : argv[4];
   const char *backend = argv[5];
-  long long split = argc == 8 ? atoll(argv[6]) : -1;
   const char *checkpoint = argc == 8 ? argv[7] : NULL;
 
   StrataSession s = strataSessionCreate();

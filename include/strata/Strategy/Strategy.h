@@ -194,6 +194,33 @@ struct Strategy {
   std::string where(llvm::StringRef key) const;
 };
 
+/// An error in a strategy file: `location` is "file:line:col" when it is
+/// at a place in the file, or the file's name when it is about the whole
+/// file; `text` the message alone. It prints as the compiler's diagnostics
+/// do ("file:line:col: error: message", then the line and a caret), so
+/// llvm::toString gives what a tool shows, while an embedder (the C API's
+/// diagnostic callback) takes the location and the message apart.
+class StrategyError : public llvm::ErrorInfo<StrategyError> {
+public:
+  static char ID;
+  /// `rendered`: the whole diagnostic as printed (when empty, "location:
+  /// error: message").
+  StrategyError(std::string location, std::string message,
+                std::string rendered = "");
+  const std::string &location() const { return where; }
+  const std::string &text() const { return what; }
+  void log(llvm::raw_ostream &os) const override;
+  std::error_code convertToErrorCode() const override {
+    return llvm::inconvertibleErrorCode();
+  }
+
+private:
+  std::string where, what, rendered;
+};
+
+/// A StrategyError about the whole of `file`.
+llvm::Error fileError(llvm::StringRef file, const llvm::Twine &message);
+
 /// Options of loading that do not come from the file.
 struct StrategyContext {
   /// Number of ranks the program will run on, when known: enables the
