@@ -135,7 +135,7 @@ __global__ void softmaxKernel(T *out, const T *in, int64_t rows, int64_t n,
 template <typename T, bool kWarp>
 __global__ void softmaxGradKernel(T *dx, const T *y, const T *dy, int64_t rows,
                                   int64_t n) {
-  __shared__ float shared[32];
+  __shared__ double shared[32];
   const RowGroup<kWarp> group{shared};
   const int first = group.rank(), step = group.size();
   for (int64_t r = group.first(); r < rows; r += group.stride()) {
@@ -143,7 +143,8 @@ __global__ void softmaxGradKernel(T *dx, const T *y, const T *dy, int64_t rows,
     float dot = 0.0f;
     for (int64_t j = first; j < n; j += step)
       dot += toFloat(yr[j]) * toFloat(dyr[j]);
-    dot = group.sum(dot);
+    // (The threads' f32 shares added in double, as the CPU's laneSum.)
+    dot = float(group.sum(double(dot)));
     for (int64_t j = first; j < n; j += step) {
       float yj = toFloat(yr[j]), dyj = toFloat(dyr[j]);
       dx[r * n + j] = fromFloat<T>(yj * (dyj - dot));

@@ -441,6 +441,21 @@ std::vector<CaseDef> makeCases() {
          {1517, 41, 1}, -1, 1);
   binary("sub_f16_flat", STRATA_RT_SUB, F16, kFull, {1517, 41, 1}, kFull,
          {1517, 41, 1}, -1, 1);
+  // Dense, in place (out is a), and with a one element past an aligned
+  // start (the loop without 16-byte vectors).
+  add("binary_add_f32_flat_in_place", [=](Case &t) {
+    const int64_t desc[9] = {5, 37, 41, 1517, 41, 1, 1517, 41, 1};
+    void *a = t.keep("out", t.rand(F32, kFull, -1, 1), F32, kFull);
+    void *b = t.rand(F32, kFull, -1, 1);
+    RT.binary(t.ctx, 1, STRATA_RT_ADD, a, F32, a, F32, b, F32, 3, desc);
+  });
+  add("binary_mul_bf16_flat_unaligned", [=](Case &t) {
+    const int64_t desc[9] = {5, 37, 41, 1517, 41, 1, 1517, 41, 1};
+    void *a = static_cast<char *>(t.rand(BF16, kFull + 1, -1, 1)) + 2;
+    void *b = t.rand(BF16, kFull, -1, 1);
+    void *o = t.out("out", BF16, kFull);
+    RT.binary(t.ctx, 1, STRATA_RT_MUL, o, BF16, a, BF16, b, BF16, 3, desc);
+  });
 
   // Unary ops and activation gradients.
   const std::pair<int64_t, const char *> unaryOps[] = {
@@ -601,17 +616,27 @@ std::vector<CaseDef> makeCases() {
   softmax("f32_causal", F32, 74, 37, 37);
   softmax("bf16", BF16, 19, 100, 0);
   softmax("f16_causal", F16, 40, 40, 40);
+  // The warp-per-row kernels' edges: rows shorter than a warp and a row
+  // count that leaves a block's last warps without a row; the longest
+  // row a warp takes and the shortest a block takes.
+  softmax("f32_short", F32, 13, 7, 0);
+  softmax("f32_1024", F32, 9, 1024, 0);
+  softmax("bf16_1025", BF16, 9, 1025, 0);
   auto softmaxGrad = [&](int64_t dt, int64_t rows, int64_t n) {
-    add(std::string("softmax_grad_") + dtypeName[dt], [=](Case &t) {
-      void *y = t.rand(dt, rows * n, 0, 1), *dy = t.rand(dt, rows * n, -1, 1);
-      // dx = y (dy - sum(y dy)): a row's sum in the backend's order, then
-      // a difference that cancels.
-      void *o = t.out("dx", dt, rows * n, dt == F32 ? kSum : kDefault);
-      RT.softmax_grad(t.ctx, 1, o, dt, y, dt, dy, dt, rows, n);
-    });
+    add(std::string("softmax_grad_") + dtypeName[dt] + "_" + std::to_string(n),
+        [=](Case &t) {
+          void *y = t.rand(dt, rows * n, 0, 1),
+               *dy = t.rand(dt, rows * n, -1, 1);
+          // dx = y (dy - sum(y dy)): a row's sum in the backend's order, then
+          // a difference that cancels.
+          void *o = t.out("dx", dt, rows * n, dt == F32 ? kSum : kDefault);
+          RT.softmax_grad(t.ctx, 1, o, dt, y, dt, dy, dt, rows, n);
+        });
   };
   softmaxGrad(F32, 37, 1100);
   softmaxGrad(BF16, 19, 100);
+  softmaxGrad(F16, 13, 20);
+  softmaxGrad(F32, 9, 1024);
 
   // Attention (q, k, v and the gradients in `dt`, the log-sum-exp f32;
   // [batch, sequence, heads, head size]); the gradient after the forward
@@ -684,6 +709,8 @@ std::vector<CaseDef> makeCases() {
   layerNorm("f32", F32, 67, 64);
   layerNorm("bf16", BF16, 33, 257);
   layerNorm("f16", F16, 10, 1030);
+  layerNorm("bf16_short", BF16, 13, 24);
+  layerNorm("f32_1024", F32, 9, 1024);
   // 32 chunks of rows for dgamma and dbeta (4 per warp of the CUDA
   // runtime's sum of them).
   layerNorm("f32_tall", F32, 1000, 300);
