@@ -483,8 +483,15 @@ Error Reader::read() {
   yaml::Node *root = doc->getRoot();
   if (!message.empty())
     return reported();
-  if (isa<yaml::NullNode>(root))
-    return Error::success(); // an empty file: all defaults
+  if (isa<yaml::NullNode>(root)) {
+    // An empty file: all defaults; but not an empty document before the
+    // one that holds the strategy.
+    if (++doc != stream.end())
+      return fail(doc->getRoot(),
+                  "a strategy file holds one document (the first one here "
+                  "is empty)");
+    return Error::success();
+  }
   if (Error err = untagged(root, "the strategy"))
     return err;
   auto *map = dyn_cast<yaml::MappingNode>(root);
