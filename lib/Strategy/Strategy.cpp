@@ -13,6 +13,7 @@
 #include "Reader.h"
 #include "strata/Support/Nesting.h"
 
+#include "llvm/Support/ConvertUTF.h"
 #include "llvm/Support/FileSystem.h"
 #include "llvm/Support/FormatVariadic.h"
 #include "llvm/Support/JSON.h"
@@ -71,6 +72,30 @@ Expected<Strategy> strata::parseStrategy(StringRef text, StringRef bufferName,
     return fileError(bufferName, "brackets nested more than " +
                                      Twine(kMaxNesting) +
                                      " deep: not a strategy file");
+  // Text in UTF-8 without NUL (the YAML parser reads other bytes as
+  // the end of a scalar and reports an empty one).
+  {
+    const auto *begin = reinterpret_cast<const UTF8 *>(text.data());
+    const UTF8 *at = begin;
+    const auto *end = begin + text.size();
+    bool legal = isLegalUTF8String(&at, end);
+    size_t nul = text.find('\0');
+    if (!legal || nul != StringRef::npos) {
+      size_t offset = legal ? nul : std::min<size_t>(at - begin, nul);
+      StringRef before = text.take_front(offset);
+      size_t line = before.count('\n') + 1;
+      size_t column = offset - (before.rfind('\n') + 1) + 1;
+      std::string where =
+          (bufferName + ":" + Twine(line) + ":" + Twine(column)).str();
+      return make_error<StrategyError>(
+          where, text[offset] == '\0'
+                     ? std::string("a NUL byte: a strategy file is text")
+                     : formatv("byte {0:x2} is not UTF-8: a strategy file is "
+                               "UTF-8 text",
+                               uint8_t(text[offset]))
+                           .str());
+    }
+  }
   // JSON files get llvm::json's stricter syntax check first (YAML would
   // accept, e.g., trailing commas or unquoted keys).
   // (After a UTF-8 byte-order mark, which editors may write.)

@@ -259,7 +259,8 @@ class _Session:
         def collect(severity, location, message, _):
             diagnostics.append(Diagnostic(
                 _SEVERITIES.get(severity, "error"),
-                (location or b"").decode(), (message or b"").decode()))
+                (location or b"").decode(errors="backslashreplace"),
+                (message or b"").decode(errors="backslashreplace")))
         # Kept alive as long as the session: C holds the pointer.
         self._callback = _DiagnosticCallback(collect)
         _sessionSetCallback(self.handle, self._callback, None)
@@ -275,7 +276,8 @@ class _Session:
         StrataError, or the warnings of a call that succeeded."""
         if status == 0:
             return self.take_warnings()
-        message = (_sessionLastError(self.handle) or b"").decode().strip()
+        message = (_sessionLastError(self.handle) or
+                   b"").decode(errors="backslashreplace").strip()
         errors = list(self.diagnostics)
         self.diagnostics.clear()
         return StrataError(message or "strata: the call failed", errors)
@@ -345,12 +347,13 @@ class Executable:
         for i in range(_numInputs(handle)):
             session.check(_inputInfo(handle, i, ctypes.byref(info)))
             shape = tuple(info.shape[d] for d in range(info.rank))
+            name = info.name.decode(errors="backslashreplace")
             dtype = _DTYPES.get(info.elementType)
             if dtype is None:
                 raise StrataError("input '%s' has element type %d, which "
                                   "numpy has no type for"
-                                  % (info.name.decode(), info.elementType))
-            inputs.append(Input(info.name.decode(), np.dtype(dtype), shape,
+                                  % (name, info.elementType))
+            inputs.append(Input(name, np.dtype(dtype), shape,
                                 info.elementType == _BF16))
         self._inputs: Tuple[Input, ...] = tuple(inputs)
 
@@ -610,7 +613,7 @@ def compile(program: Union[str, bytes, os.PathLike], *,
     name = name or source
     session = _Session()
     session.check(_sessionParse(session.handle, text, len(text),
-                                name.encode()))
+                                os.fsencode(name)))
     options = _ExecutableOptions()
     _optionsInit(ctypes.byref(options))
     backend_bytes = backend.encode()

@@ -91,6 +91,11 @@ def outcome(call):
     except Exception as e:  # noqa: BLE001 - the test prints what was raised
         return "%s: %s" % (type(e).__name__, e)
 
+# A message naming a path that is not UTF-8 (a missing strategy file): a
+# StrataError with the byte escaped, not a UnicodeDecodeError.
+print("bytes path:", outcome(lambda: strata.compile(
+    "mlp.mlir", strategy=b"no-\xff.yaml")))
+
 exe = strata.compile("mlp.mlir")
 good = exe.read_batch(0)
 print("read_batch(-1):", outcome(lambda: exe.read_batch(-1)))
