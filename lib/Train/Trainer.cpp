@@ -568,22 +568,37 @@ Error Trainer::saveCheckpoint(StringRef path, int64_t stepsDone) {
   if (!exe)
     return trainerError("a checkpoint is saved from the executable: create it "
                         "first");
-  // (Every rank learns whether one cannot, before the gather.)
-  if (Error err = everyRank(checkCheckpointFits(*program, "save a checkpoint"),
-                            " cannot hold the checkpoint in its memory"))
+  // Every rank checks the step count (rank 0 writes it) and learns whether
+  // one cannot save, before the gather.
+  Error local = stepsDone < 0 || stepsDone > kMaxStepsDone
+                    ? trainerError("cannot save '" + path + "': steps done " +
+                                   Twine(stepsDone) + " is not in [0, 2^53]")
+                    : checkCheckpointFits(*program, "save a checkpoint");
+  if (Error err = everyRank(std::move(local),
+                            " cannot save the checkpoint (its diagnostics "
+                            "are on that rank)"))
     return err;
+  if (multiRank()) {
+    int64_t other = opts.communicator->firstDifferent(uint64_t(stepsDone));
+    if (other >= 0)
+      return trainerError("cannot save '" + path + "': rank " + Twine(other) +
+                          " gave another step count than rank 0's " +
+                          Twine(stepsDone));
+  }
   StringMap<reference::Tensor> state;
   exe->getState(state);
   auto tensors = checkpointTensors(*program, state);
-  if (!tensors)
-    return tensors.takeError();
+  if (Error err = everyRank(tensors ? Error::success() : tensors.takeError(),
+                            " could not collect the checkpoint's tensors"))
+    return err;
   // With sharding each rank holds the optimizer state of the parameters it
   // owns, and a pipeline stage the parameters of its stage.
   if (multiRank() && (plan.sharding.enable || plan.pipeline.enable))
     gatherTensors(*opts.communicator, *tensors);
-  if (opts.rank != 0)
-    return Error::success();
-  return writeCheckpoint(path, *tensors, stepsDone);
+  // Rank 0 writes; every rank returns whether it could.
+  return everyRank(opts.rank == 0 ? writeCheckpoint(path, *tensors, stepsDone)
+                                  : Error::success(),
+                   " (which writes the checkpoint) could not write it");
 }
 
 Error Trainer::saveToDirectory(StringRef dir, int64_t stepsDone, int64_t keep) {

@@ -205,8 +205,25 @@ int main(int argc, char **argv) {
     if (rank == 0)
       printf("step %lld loss %.17g\n", i, loss);
     if (i + 1 == split) {
-      if (strataExecutableSaveCheckpoint(exe, checkpoint, split) != 0)
-        die(s, "strataExecutableSaveCheckpoint");
+      /* The test of a save that fails on one rank (test/run/capi.test):
+         the rank's own error, or a bad step count; every rank's save
+         fails, and each ends without waiting for the others. */
+      const char *saveFails = getenv("CAPI_TRAIN_SAVE_FAILS_ON_RANK");
+      int failsHere = saveFails && atoi(saveFails) == rank;
+      if (strataExecutableSaveCheckpoint(
+              exe,
+              failsHere && rank == 0 ? "/nonexistent/strata.safetensors"
+                                     : checkpoint,
+              failsHere && rank != 0 ? -3 : split) != 0) {
+        if (!saveFails)
+          die(s, "strataExecutableSaveCheckpoint");
+        fprintf(stderr, "capi-train: rank %d: save failed: %s", rank,
+                strataSessionLastError(s));
+        strataExecutableDestroy(exe);
+        strataSessionDestroy(s);
+        MPI_Finalize();
+        return 3;
+      }
       strataExecutableDestroy(exe);
       exe = create(s, strategy, backend, seed, &comm,
                    getenv("CAPI_TRAIN_TIMEOUT"));
