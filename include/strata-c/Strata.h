@@ -165,7 +165,9 @@ void strataExecutableOptionsInit(StrataExecutableOptions *options);
  * with the same program, strategy, seed and backend (a rank given others
  * fails every rank's call, naming it); when one rank fails, every rank's
  * call fails (naming the rank), so that none goes on to wait in a
- * collective. */
+ * collective. (A rank whose options are NULL, of the wrong size or without
+ * mpiComm cannot tell the others: they wait for it until the collective
+ * timeout ends the job.) */
 int strataExecutableCreate(StrataSession session,
                            const StrataExecutableOptions *options,
                            StrataExecutable *executable);
@@ -221,8 +223,10 @@ int strataExecutableStep(StrataExecutable executable, const void *const *inputs,
  * until a checkpoint loads on all of them. */
 int strataExecutableLoadCheckpoint(StrataExecutable executable,
                                    const char *path, int64_t *stepsDone);
-/* Writes weights and optimizer state after `stepsDone` steps (rank 0
- * writes; every rank calls it). */
+/* Writes weights and optimizer state after `stepsDone` steps, and the
+ * executable's seed (rank 0 writes; every rank calls it with the same
+ * `stepsDone`). When it fails on one rank (rank 0's write, or a rank's
+ * step count), it fails on every rank. */
 int strataExecutableSaveCheckpoint(StrataExecutable executable,
                                    const char *path, int64_t stepsDone);
 

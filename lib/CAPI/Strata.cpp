@@ -743,7 +743,7 @@ int strataExecutableLoadCheckpoint(StrataExecutable executable,
     if (given(path, "the checkpoint path", os)) {
       auto loaded = exe.trainer->loadCheckpoint(path);
       if (loaded)
-        done = *loaded;
+        done = loaded->stepsDone;
       else
         why = llvm::toString(loaded.takeError());
     }

@@ -324,9 +324,10 @@ Expected<Safetensors> strata::parseSafetensors(StringRef data,
 // Initial values and checkpoints
 //===----------------------------------------------------------------------===//
 
-Expected<int64_t> strata::loadCheckpoint(ModuleOp module, StringRef path,
-                                         llvm::StringMap<Tensor> &state,
-                                         std::vector<std::string> *unread) {
+Expected<CheckpointRun>
+strata::loadCheckpoint(ModuleOp module, StringRef path,
+                       llvm::StringMap<Tensor> &state,
+                       std::vector<std::string> *unread) {
   auto file = readSafetensors(path);
   if (!file)
     return file.takeError();
@@ -340,6 +341,17 @@ Expected<int64_t> strata::loadCheckpoint(ModuleOp module, StringRef path,
        stepsDone > kMaxStepsDone))
     return makeError("checkpoint '" + path + "' has an invalid "
                      "strata.steps_done '" + steps->second + "'");
+  CheckpointRun run{stepsDone, std::nullopt};
+  auto seed = file->metadata.find("strata.seed");
+  if (seed != file->metadata.end()) {
+    uint64_t value;
+    if (StringRef(seed->second).getAsInteger(10, value))
+      return makeError("checkpoint '" + path +
+                       "' has an invalid "
+                       "strata.seed '" +
+                       seed->second + "'");
+    run.seed = value;
+  }
   for (auto &[name, type, source] : checkpointEntries(module)) {
     bool isParam = isa_and_nonnull<ParamOp>(
         SymbolTable::lookupSymbolIn(module, name));
@@ -400,7 +412,7 @@ Expected<int64_t> strata::loadCheckpoint(ModuleOp module, StringRef path,
     for (const NamedTensor &t : file->tensors)
       if (byName.contains(t.name))
         unread->push_back(t.name);
-  return stepsDone;
+  return run;
 }
 
 Expected<std::vector<NamedTensor>>
@@ -424,22 +436,16 @@ strata::checkpointTensors(ModuleOp module,
 }
 
 Error strata::writeCheckpoint(StringRef path, ArrayRef<NamedTensor> tensors,
-                              int64_t stepsDone) {
+                              const CheckpointRun &run) {
   // (What a reader refuses is not written.)
-  if (stepsDone < 0 || stepsDone > kMaxStepsDone)
+  if (run.stepsDone < 0 || run.stepsDone > kMaxStepsDone)
     return makeError("cannot write '" + path + "': steps done " +
-                     Twine(stepsDone) + " is not in [0, 2^53]");
-  return writeSafetensors(path, tensors,
-                          {{"strata.steps_done", std::to_string(stepsDone)}});
-}
-
-Error strata::saveCheckpoint(ModuleOp module, StringRef path,
-                             const llvm::StringMap<Tensor> &state,
-                             int64_t stepsDone) {
-  auto tensors = checkpointTensors(module, state);
-  if (!tensors)
-    return tensors.takeError();
-  return writeCheckpoint(path, *tensors, stepsDone);
+                     Twine(run.stepsDone) + " is not in [0, 2^53]");
+  std::map<std::string, std::string> metadata = {
+      {"strata.steps_done", std::to_string(run.stepsDone)}};
+  if (run.seed)
+    metadata["strata.seed"] = std::to_string(*run.seed);
+  return writeSafetensors(path, tensors, metadata);
 }
 
 //===----------------------------------------------------------------------===//

@@ -358,7 +358,7 @@ Error Trainer::createExecutable() {
   return exe->setState({}, &initial);
 }
 
-Expected<int64_t> Trainer::loadCheckpoint(StringRef path) {
+Expected<CheckpointRun> Trainer::loadCheckpoint(StringRef path) {
   if (!exe)
     return trainerError("a checkpoint is loaded into the executable: create "
                         "it first");
@@ -414,7 +414,7 @@ Expected<int64_t> Trainer::loadCheckpoint(StringRef path) {
   return *done;
 }
 
-Expected<std::optional<std::pair<int64_t, std::string>>>
+Expected<std::optional<std::pair<CheckpointRun, std::string>>>
 Trainer::resumeFromDirectory(StringRef dir,
                              function_ref<void(Error)> passedOver) {
   auto found = listCheckpoints(dir);
@@ -440,11 +440,12 @@ Trainer::resumeFromDirectory(StringRef dir,
     // A checkpoint whose name says another step than it holds (renamed or
     // copied by hand) would be taken for the newest, and pruning would
     // delete the real ones: passed over like one that does not load.
-    if (done && *done != it->first)
+    if (done && done->stepsDone != it->first)
       done = trainerError(
-          it->second + " holds the state after step " + Twine(*done) +
+          it->second + " holds the state after step " + Twine(done->stepsDone) +
           ", but its name says step " + Twine(it->first) + " (rename it to " +
-          sys::path::filename(checkpointPath(dir, *done)) + " or remove it)");
+          sys::path::filename(checkpointPath(dir, done->stepsDone)) +
+          " or remove it)");
     std::string why = done ? std::string() : toString(done.takeError());
     if (!comm) {
       if (done)
@@ -596,9 +597,11 @@ Error Trainer::saveCheckpoint(StringRef path, int64_t stepsDone) {
   if (multiRank() && (plan.sharding.enable || plan.pipeline.enable))
     gatherTensors(*opts.communicator, *tensors);
   // Rank 0 writes; every rank returns whether it could.
-  return everyRank(opts.rank == 0 ? writeCheckpoint(path, *tensors, stepsDone)
-                                  : Error::success(),
-                   " (which writes the checkpoint) could not write it");
+  return everyRank(
+      opts.rank == 0
+          ? writeCheckpoint(path, *tensors, CheckpointRun{stepsDone, opts.seed})
+          : Error::success(),
+      " (which writes the checkpoint) could not write it");
 }
 
 Error Trainer::saveToDirectory(StringRef dir, int64_t stepsDone, int64_t keep) {

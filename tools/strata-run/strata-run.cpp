@@ -864,7 +864,7 @@ int main(int argc, char **argv) {
   // A checkpoint resumes the data stream where it stopped.
   int64_t firstStep = 0;
   std::string startFrom = initFile;
-  bool loaded = false;
+  std::optional<strata::CheckpointRun> from;
   if (!resumeFrom.empty()) {
     // A directory of checkpoints or one file: rank 0's view decides for
     // every rank (the two take different collectives).
@@ -891,9 +891,8 @@ int main(int argc, char **argv) {
                             /*diagnosticsPrinted=*/false))
         return *code;
       if (*found) {
-        firstStep = (*found)->first;
+        from = (*found)->first;
         startFrom = (*found)->second;
-        loaded = true;
       } else if (rank0 && !quiet) {
         errs() << "strata-run: no checkpoint in " << resumeFrom
                << " yet: starting at step 0\n";
@@ -902,7 +901,7 @@ int main(int argc, char **argv) {
       startFrom = resumeFrom;
     }
   }
-  if (!startFrom.empty() && !loaded) {
+  if (!startFrom.empty() && !from) {
     auto done = [&] {
       StartupPhase loading("loading a checkpoint");
       return trainer.loadCheckpoint(startFrom);
@@ -911,7 +910,25 @@ int main(int argc, char **argv) {
     if (auto code = agree(message.empty(), message,
                           /*diagnosticsPrinted=*/false))
       return *code;
-    firstStep = *done;
+    from = *done;
+  }
+  if (from) {
+    firstStep = from->stepsDone;
+    // The run goes on with the checkpoint's data stream and dropout masks,
+    // which its seed chose: another seed would train other batches from
+    // here, silently. (After step 0 nothing of the stream is behind.)
+    if (from->seed && *from->seed != seed && firstStep > 0) {
+      std::string message = startFrom + " continues a run of --seed " +
+                            std::to_string(*from->seed) + " after step " +
+                            std::to_string(firstStep) +
+                            ", whose batches and dropout masks "
+                            "follow that seed: give --seed " +
+                            std::to_string(*from->seed) +
+                            " (this run has --seed " + std::to_string(seed) +
+                            ")";
+      if (auto code = agree(false, message, /*diagnosticsPrinted=*/false))
+        return *code;
+    }
   }
   if (!resumeFrom.empty() && !startFrom.empty() && rank0 && !quiet)
     errs() << "strata-run: resuming from " << startFrom << " after step "

@@ -20,6 +20,7 @@
 
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -61,15 +62,25 @@ llvm::Expected<std::string> dtypeOf(mlir::Type elementType);
 /// readers hold numbers); --steps is bounded by it too.
 constexpr int64_t kMaxStepsDone = int64_t(1) << 53;
 
+/// What a checkpoint's header records of the run that wrote it.
+struct CheckpointRun {
+  /// Training steps completed: its position in the data stream.
+  int64_t stepsDone = 0;
+  /// The run's seed (`strata.seed`), which chose its data stream and
+  /// dropout masks; absent from files written before it was recorded and
+  /// from other tools' files.
+  std::optional<uint64_t> seed;
+};
+
 /// Puts a checkpoint's values into `state` (what the checkpoint lacks is
 /// left to the caller: the initial values, reference::InitialValues).
 /// Every parameter must be present with its shape and dtype; states present
 /// are taken too.
-/// Errors name the tensor and what differs. Returns the number of training
-/// steps the checkpoint had completed (its position in the data stream).
+/// Errors name the tensor and what differs. Returns what the header says
+/// of the run that wrote it.
 /// `unread`, when given, receives the names of the file's tensors that
 /// `module` has no parameter or state for, in file order.
-llvm::Expected<int64_t>
+llvm::Expected<CheckpointRun>
 loadCheckpoint(mlir::ModuleOp module, llvm::StringRef path,
                llvm::StringMap<Tensor> &state,
                std::vector<std::string> *unread = nullptr);
@@ -78,17 +89,12 @@ loadCheckpoint(mlir::ModuleOp module, llvm::StringRef path,
 llvm::Expected<std::vector<NamedTensor>>
 checkpointTensors(mlir::ModuleOp module,
                   const llvm::StringMap<Tensor> &state);
-/// Writes a checkpoint of `tensors` that records `stepsDone`.
+/// Writes a checkpoint of `tensors` that records `run` (the steps trained
+/// so far and the run's seed), so that a run can resume — under any
+/// strategy, since tensors are whole.
 llvm::Error writeCheckpoint(llvm::StringRef path,
                             llvm::ArrayRef<NamedTensor> tensors,
-                            int64_t stepsDone);
-
-/// Writes every parameter and state, and `stepsDone`, the steps trained so
-/// far, so that a run can resume — under any strategy, since tensors are
-/// whole.
-llvm::Error saveCheckpoint(mlir::ModuleOp module, llvm::StringRef path,
-                           const llvm::StringMap<Tensor> &state,
-                           int64_t stepsDone);
+                            const CheckpointRun &run);
 
 /// How a data file holds its tokens.
 enum class DataFormat {

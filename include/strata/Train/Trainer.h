@@ -137,19 +137,20 @@ public:
   llvm::Error createExecutable();
 
   /// Replaces weights and state by a checkpoint's (whole tensors, any
-  /// strategy); nothing changes on error. Returns the steps it had done.
+  /// strategy); nothing changes on error. Returns what the header says of
+  /// the run that wrote it (the steps it had done, its seed).
   /// Tensors of the file that are neither a parameter of the program as
   /// written nor state of one (nor the step count or loss scale) are a
   /// warning through the MLIRContext's handler: the file is another
   /// model's.
-  llvm::Expected<int64_t> loadCheckpoint(llvm::StringRef path);
+  llvm::Expected<CheckpointRun> loadCheckpoint(llvm::StringRef path);
   /// The newest checkpoint of `dir` that loads on every rank (one that
   /// fails on any rank is passed over by all: reported to `passedOver` on
   /// rank 0 with the failing ranks' reasons): its steps and path, or
   /// nothing when `dir` has no checkpoint. An error when it has some but
   /// none loads, or when the ranks see different checkpoints there.
   /// Collective in a multi-rank job.
-  llvm::Expected<std::optional<std::pair<int64_t, std::string>>>
+  llvm::Expected<std::optional<std::pair<CheckpointRun, std::string>>>
   resumeFromDirectory(llvm::StringRef dir,
                       llvm::function_ref<void(llvm::Error)> passedOver);
 
