@@ -706,6 +706,8 @@ int main(int argc, char **argv) {
     mpiRunning = true;
     MPI_Comm_rank(MPI_COMM_WORLD, &worldRank);
     MPI_Comm_size(MPI_COMM_WORLD, &worldSize);
+    // (strata-run --nproc N launches its ranks without --nproc: one here
+    // is the user's, and mpirun chose the ranks.)
     strata_run::installStopHandlers(worldRank);
     communicator = std::make_unique<strata::MpiCommunicator>(MPI_COMM_WORLD);
     if (collectiveTimeout > 0) {
@@ -714,6 +716,19 @@ int main(int argc, char **argv) {
     }
     communicator->onBegin = strata_run::communicationBegins;
     communicator->onEnd = strata_run::communicationEnds;
+    // (strata-run --nproc N launches its ranks without --nproc: one here
+    // is the user's, and mpirun chose the ranks.)
+    bool sameRanks = !nproc.getNumOccurrences() || nproc == worldSize;
+    if (auto code =
+            agree(sameRanks,
+                  "--nproc " + Twine(int64_t(nproc)) +
+                      " under mpirun, which "
+                      "started " +
+                      Twine(worldSize) + (worldSize == 1 ? " rank" : " ranks") +
+                      ": drop --nproc (mpirun's -np gives the ranks) or make "
+                      "them equal",
+                  /*diagnosticsPrinted=*/false))
+      return *code;
   }
   bool rank0 = worldRank == 0;
   if (!traceFile.empty() && backend == "reference")
