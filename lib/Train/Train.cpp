@@ -393,6 +393,14 @@ strata::loadCheckpoint(ModuleOp module, StringRef path,
     bool squares =
         stateOp && stateOp.getOfAttr() &&
         StringRef(name).ends_with((Twine(".") + kSecondMomentSuffix).str());
+    // A step count past 2^53 is no longer exact (as f64, or counted on).
+    if (counter)
+      for (size_t i = 0; i < t->tensor.data.size(); ++i)
+        if (t->tensor.data[i] > double(kMaxStepsDone))
+          return makeError(
+              "checkpoint '" + path + "': tensor '" + name + "' holds " +
+              strata::formatStrategyNumber(t->tensor.data[i]) + " at element " +
+              llvm::Twine(i) + ": a step count is at most 2^53");
     if (counter || squares)
       for (size_t i = 0; i < t->tensor.data.size(); ++i)
         if (t->tensor.data[i] < 0)
