@@ -20,6 +20,7 @@
 #include "lowering/RuntimeLowering.h"
 #include "strata/Model/ProgramBuilder.h"
 #include "strata/Passes/Passes.h"
+#include "strata/Support/FileLocation.h"
 
 #include "mlir/Rewrite/FrozenRewritePatternSet.h"
 #include "mlir/Rewrite/PatternApplicator.h"
@@ -527,9 +528,8 @@ LogicalResult RuntimeLowering::run() {
     loc = op.getLoc();
     std::string where;
     llvm::raw_string_ostream os(where);
-    if (auto file = dyn_cast<FileLineColLoc>(op.getLoc()))
-      os << file.getFilename().getValue() << ":" << file.getLine() << ":"
-         << file.getColumn() << ": ";
+    if (std::string file = fileLocation(op.getLoc()); !file.empty())
+      os << file << ": ";
     os << op.getName().getStringRef();
     // The pipeline job (strata-pipeline): "[F3]"; weight-gradient jobs
     // (ZBH1's W) get a role of their own in traces.

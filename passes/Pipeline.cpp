@@ -20,6 +20,7 @@
 #include "PipelinePlacement.h"
 #include "strata/Passes/Passes.h"
 #include "strata/Passes/PipelineSchedule.h"
+#include "strata/Support/FileLocation.h"
 
 #include "mlir/Dialect/Arith/IR/Arith.h"
 #include "mlir/Dialect/Func/IR/FuncOps.h"
@@ -577,9 +578,8 @@ LogicalResult PipelinePass::run(ModuleOp module, func::FuncOp func) {
     int64_t mb = places[def].microBatch;
     if (mb >= 0)
       os << " of micro-batch " << mb;
-    if (auto file = dyn_cast<FileLineColLoc>(def->getLoc()))
-      os << " (" << file.getFilename().getValue() << ":" << file.getLine()
-         << ":" << file.getColumn() << ")";
+    if (std::string file = fileLocation(def->getLoc()); !file.empty())
+      os << " (" << file << ")";
     return text;
   };
   auto jobAt = [&](int64_t s, size_t at) -> std::string {

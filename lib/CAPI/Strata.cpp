@@ -10,6 +10,7 @@
 #include "strata/Runtime/StrataRuntime.h"
 #include "strata/Strategy/PassPlan.h"
 #include "strata/Strategy/Strategy.h"
+#include "strata/Support/FileLocation.h"
 #include "strata/Support/Nesting.h"
 #include "strata/Target/RuntimeTarget.h"
 #include "strata/Train/Trainer.h"
@@ -107,13 +108,8 @@ struct StrataSessionImpl {
   }
 
   void report(Diagnostic &diag, llvm::raw_ostream &os) {
-    std::string location;
-    if (auto file = dyn_cast<FileLineColLoc>(diag.getLocation()))
-      location =
-          (file.getFilename().getValue() + ":" + llvm::Twine(file.getLine()) +
-           ":" + llvm::Twine(file.getColumn()))
-              .str();
-    else if (!isa<UnknownLoc>(diag.getLocation()))
+    std::string location = strata::fileLocation(diag.getLocation());
+    if (location.empty() && !isa<UnknownLoc>(diag.getLocation()))
       llvm::raw_string_ostream(location) << diag.getLocation();
     StrataDiagnosticSeverity severity = STRATA_DIAGNOSTIC_ERROR;
     const char *label = "error: ";

@@ -6,6 +6,7 @@
 
 #include "strata/Reference/Evaluator.h"
 #include "strata/Dialect/Strata.h"
+#include "strata/Support/FileLocation.h"
 
 #include "../../runtime/common/AttentionLayout.h"
 #include "../../runtime/common/StrataRandom.h"
@@ -213,16 +214,11 @@ public:
 
 private:
   llvm::Error fail(Operation *op, const Twine &msg) {
-    std::string loc;
-    llvm::raw_string_ostream os(loc);
-    if (auto file = dyn_cast<FileLineColLoc>(op->getLoc()))
-      os << file.getFilename().getValue() << ":" << file.getLine() << ":"
-         << file.getColumn();
-    else
-      op->getLoc().print(os);
+    std::string file = strata::fileLocation(op->getLoc());
     return llvm::createStringError(llvm::inconvertibleErrorCode(),
-                                   loc + ": " + op->getName().getStringRef() +
-                                       ": " + msg);
+                                   (file.empty() ? "" : file + ": ") +
+                                       op->getName().getStringRef() + ": " +
+                                       msg);
   }
   llvm::Error step(Operation *op);
   int64_t indexIn(ArrayRef<int64_t> ranks) const;

@@ -578,7 +578,7 @@ Error strata::checkBatchSplit(const Strategy &s, mlir::func::FuncOp step,
   std::string where = s.where(problem->key);
   if (problem->key.empty()) {
     where = "the program";
-    if (auto loc = dyn_cast<mlir::FileLineColLoc>(step.getLoc()))
+    if (auto loc = step.getLoc()->findInstanceOf<mlir::FileLineColLoc>())
       where = loc.getFilename().str();
   } else if (where.empty()) {
     where = s.file;

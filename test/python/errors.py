@@ -194,3 +194,16 @@ print("link kept:", os.path.islink("link.safetensors"),
       "no temp left:", not [n for n in os.listdir(".") if ".tmp-" in n])
 os.symlink("missing.safetensors", "dangling.safetensors")
 print("dangling link:", outcome(lambda: exe.save("dangling.safetensors")))
+
+# A step's error names the op's place in the file when a front end wrapped
+# it in a name (as an importer names a layer), on either backend.
+named = "\n".join(
+    line + ' loc("loss"("model.py":10:2))'
+    if "strata.cross_entropy" in line else line
+    for line in open("mlp.mlir").read().splitlines())
+for backend in ("cpu", "reference"):
+    exe = strata.compile(named, backend=backend)
+    batch = exe.read_batch(0)
+    batch["labels"][3] = 77
+    print("named place (%s):" % backend,
+          outcome(lambda: exe.step(batch)).splitlines()[0])
