@@ -141,8 +141,30 @@ Expected<PatternList> Reader::readPatterns(yaml::Node *node, StringRef what) {
   return result;
 }
 
+/// Whether `node` is a quoted scalar: a string, in YAML as in JSON.
+static bool isQuoted(yaml::Node *node) {
+  auto *s = dyn_cast_or_null<yaml::ScalarNode>(node);
+  if (!s)
+    return false;
+  StringRef raw = s->getRawValue();
+  return raw.starts_with("\"") || raw.starts_with("'");
+}
+
 Expected<Value> Reader::readValue(yaml::Node *node, size_t kind,
                                   StringRef what) {
+  // A boolean or a number written as a string ("0.1", 'true') is refused:
+  // YAML and JSON readers (Paddle's among them) take it for a string.
+  if (kind <= 3 && isQuoted(node)) {
+    auto v = scalar(node, what);
+    if (!v)
+      return v.takeError();
+    return fail(node, "expected " +
+                          StringRef(kind == 0   ? "true or false"
+                                    : kind == 1 ? "an integer"
+                                                : "a number") +
+                          " for '" + what + "', got the string \"" + *v +
+                          "\": drop the quotes");
+  }
   // Kinds follow FieldPtr: bool, int, double, optional double, string,
   // string list, int list, pattern list.
   switch (kind) {
@@ -170,8 +192,10 @@ Expected<Value> Reader::readValue(yaml::Node *node, size_t kind,
     auto v = scalar(node, what);
     if (!v)
       return v.takeError();
+    // Decimal, as YAML and JSON write numbers (strtod would also take
+    // hexadecimal, which YAML reads as an integer and JSON refuses).
     double d;
-    if (!to_float(*v, d))
+    if (StringRef(*v).contains_insensitive('x') || !to_float(*v, d))
       return fail(node,
                   "expected a number for '" + what + "', got '" + *v + "'");
     if (!std::isfinite(d))

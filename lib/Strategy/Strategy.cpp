@@ -18,6 +18,7 @@
 #include "llvm/Support/FormatVariadic.h"
 #include "llvm/Support/JSON.h"
 #include "llvm/Support/MemoryBuffer.h"
+#include "llvm/Support/Path.h"
 
 using namespace llvm;
 using namespace strata;
@@ -99,9 +100,16 @@ Expected<Strategy> strata::parseStrategy(StringRef text, StringRef bufferName,
   // JSON files get llvm::json's stricter syntax check first (YAML would
   // accept, e.g., trailing commas or unquoted keys).
   // (After a UTF-8 byte-order mark, which editors may write.)
+  // A file named .json is JSON; one named .yaml or .yml is YAML, where a
+  // leading '{' opens a flow mapping; otherwise a leading '{' means JSON.
   StringRef body = text;
   body.consume_front("\xEF\xBB\xBF");
-  if (body.ltrim().starts_with("{")) {
+  StringRef extension = sys::path::extension(bufferName);
+  bool json =
+      extension.equals_insensitive(".json") ||
+      (!extension.equals_insensitive(".yaml") &&
+       !extension.equals_insensitive(".yml") && body.ltrim().starts_with("{"));
+  if (json) {
     Expected<json::Value> parsed = json::parse(body);
     if (!parsed) {
       std::string msg = toString(parsed.takeError());
