@@ -320,10 +320,13 @@ batchSplitProblem(const Strategy &s, mlir::func::FuncOp step,
               .str()};
     }
     // The pipeline's micro-batch rows follow from the program; a size
-    // given must agree (the first argument's rows, as Paddle counts them).
+    // given must agree (the first argument's rows, as Paddle counts them),
+    // 1 too when the file gives it (the default 1 means "follows").
     int64_t rows = batch / ranks / micro;
-    if (s.pipeline.enable && s.pipeline.micro_batch_size != 1 &&
-        arg.getArgNumber() == 0 && rows != s.pipeline.micro_batch_size)
+    bool sizeGiven = s.pipeline.micro_batch_size != 1 ||
+                     !s.where("pipeline.micro_batch_size").empty();
+    if (s.pipeline.enable && sizeGiven && arg.getArgNumber() == 0 &&
+        rows != s.pipeline.micro_batch_size)
       return BatchSplitProblem{
           "pipeline.micro_batch_size",
           ("'pipeline.micro_batch_size' is " +
@@ -528,7 +531,7 @@ Error strata::addPlannedPasses(mlir::PassManager &pm,
   // the world size is known: without, the program is one rank's anyway).
   const Strategy defaults;
   const DpOptimizationSection &dp = strategy.dp_optimization;
-  std::vector<std::string> job;
+  std::vector<std::string> inert;
   for (auto [key, changed] :
        {std::pair<StringRef, bool>{"dp_optimization.fp16_allreduce",
                                    dp.fp16_allreduce},
@@ -538,13 +541,38 @@ Error strata::addPlannedPasses(mlir::PassManager &pm,
          dp.last_comm_buffer_size !=
              defaults.dp_optimization.last_comm_buffer_size}})
     if (worldSize && !dataParallel && changed && !strategy.where(key).empty())
-      job.push_back(quoted(key) + " changes nothing: the job of " +
-                    std::to_string(*worldSize) +
-                    (*worldSize == 1 ? " rank" : " ranks") +
-                    " has one data-parallel rank, which exchanges no "
-                    "gradients");
-  if (!job.empty())
-    diagnostics->before.push_back([job](mlir::ModuleOp) { return job; });
+      inert.push_back(quoted(key) + " changes nothing: the job of " +
+                      std::to_string(*worldSize) +
+                      (*worldSize == 1 ? " rank" : " ranks") +
+                      " has one data-parallel rank, which exchanges no "
+                      "gradients");
+  // Settings that change nothing whatever the program.
+  auto given = [&](StringRef key) { return !strategy.where(key).empty(); };
+  if (strategy.sharding.enable && strategy.sharding.degree == 1)
+    inert.push_back(quoted("sharding.enable") +
+                    " changes nothing: 'sharding.degree' is 1, so each rank "
+                    "keeps the whole optimizer state (and gradients and "
+                    "parameters) itself");
+  const FusedPassesSection &fused = strategy.fused_passes;
+  if (fused.enable && !fused.gemm_epilogue && !fused.dropout_add &&
+      !fused.flash_attention)
+    inert.push_back(quoted("fused_passes.enable") +
+                    " changes nothing: it selects none of gemm_epilogue, "
+                    "dropout_add and flash_attention");
+  // Master gradients are the f32 copies the clipping norm sums; the
+  // update of these optimizers reads a bf16 or f16 gradient exactly as
+  // its f32 copy.
+  if (strategy.amp.enable && strategy.amp.use_master_grad &&
+      given("amp.use_master_grad") && strategy.optimizer.grad_clip_norm == 0 &&
+      llvm::is_contained({"sgd", "momentum", "adam", "adamw"},
+                         strategy.optimizer.type))
+    inert.push_back(quoted("amp.use_master_grad") +
+                    " changes nothing without 'optimizer.grad_clip_norm': " +
+                    strategy.optimizer.type +
+                    "'s update reads each low-precision gradient exactly as "
+                    "its f32 copy");
+  if (!inert.empty())
+    diagnostics->before.push_back([inert](mlir::ModuleOp) { return inert; });
 
   // Weight-decay exclusions that name no parameter of the program.
   if (!strategy.optimizer.exclude_from_weight_decay.empty())
