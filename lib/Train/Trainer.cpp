@@ -89,11 +89,12 @@ Trainer::create(mlir::OwningOpRef<mlir::ModuleOp> program, Strategy strategy,
   if (options.communicator &&
       (options.communicator->size() != options.worldSize ||
        options.communicator->rank() != options.rank))
-    return trainerError(
-        "the communicator has rank " + Twine(options.communicator->rank()) +
-        " of " + Twine(options.communicator->size()) +
-        ", the trainer was asked for rank " + Twine(options.rank) + " of " +
-        Twine(options.worldSize));
+    return trainerError("the options give rank " + Twine(options.rank) +
+                        " of a world of " + Twine(options.worldSize) +
+                        ", but the MPI communicator is rank " +
+                        Twine(options.communicator->rank()) + " of " +
+                        Twine(options.communicator->size()) +
+                        ": give the communicator's rank and size");
   std::unique_ptr<Trainer> trainer(new Trainer());
   trainer->program = std::move(program);
   trainer->plan = std::move(strategy);
