@@ -165,9 +165,10 @@ void strataExecutableOptionsInit(StrataExecutableOptions *options);
  * with the same program, strategy, seed and backend (a rank given others
  * fails every rank's call, naming it); when one rank fails, every rank's
  * call fails (naming the rank), so that none goes on to wait in a
- * collective. (A rank whose options are NULL, of the wrong size or without
- * mpiComm cannot tell the others: they wait for it until the collective
- * timeout ends the job.) */
+ * collective. (A rank without a communicator cannot tell the others:
+ * options NULL or of the wrong size, mpiComm NULL or MPI_COMM_NULL, MPI not
+ * initialised, a worldSize of 1 on one rank only. They wait for it until
+ * their collectiveTimeout ends the job.) */
 int strataExecutableCreate(StrataSession session,
                            const StrataExecutableOptions *options,
                            StrataExecutable *executable);

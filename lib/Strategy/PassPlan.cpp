@@ -320,13 +320,12 @@ batchSplitProblem(const Strategy &s, mlir::func::FuncOp step,
               .str()};
     }
     // The pipeline's micro-batch rows follow from the program; a size
-    // given must agree (the first argument's rows, as Paddle counts them),
-    // 1 too when the file gives it (the default 1 means "follows").
+    // given must agree (the first argument's rows, as Paddle counts them).
+    // (1, the default, means "follows": --print-strategy writes it, and
+    // its output reads back as the same strategy.)
     int64_t rows = batch / ranks / micro;
-    bool sizeGiven = s.pipeline.micro_batch_size != 1 ||
-                     !s.where("pipeline.micro_batch_size").empty();
-    if (s.pipeline.enable && sizeGiven && arg.getArgNumber() == 0 &&
-        rows != s.pipeline.micro_batch_size)
+    if (s.pipeline.enable && s.pipeline.micro_batch_size != 1 &&
+        arg.getArgNumber() == 0 && rows != s.pipeline.micro_batch_size)
       return BatchSplitProblem{
           "pipeline.micro_batch_size",
           ("'pipeline.micro_batch_size' is " +
@@ -549,10 +548,13 @@ Error strata::addPlannedPasses(mlir::PassManager &pm,
   // Settings that change nothing whatever the program.
   auto given = [&](StringRef key) { return !strategy.where(key).empty(); };
   if (strategy.sharding.enable && strategy.sharding.degree == 1)
-    inert.push_back(quoted("sharding.enable") +
-                    " changes nothing: 'sharding.degree' is 1, so each rank "
-                    "keeps the whole optimizer state (and gradients and "
-                    "parameters) itself");
+    inert.push_back(
+        quoted("sharding.enable") + " changes nothing: " +
+        (given("sharding.degree")
+             ? std::string("'sharding.degree' is 1")
+             : "the sharding group is the job's one rank") +
+        ", so each rank keeps the whole optimizer state (and gradients and "
+        "parameters) itself");
   const FusedPassesSection &fused = strategy.fused_passes;
   if (fused.enable && !fused.gemm_epilogue && !fused.dropout_add &&
       !fused.flash_attention)
@@ -567,7 +569,7 @@ Error strata::addPlannedPasses(mlir::PassManager &pm,
       llvm::is_contained({"sgd", "momentum", "adam", "adamw"},
                          strategy.optimizer.type))
     inert.push_back(quoted("amp.use_master_grad") +
-                    " changes nothing without 'optimizer.grad_clip_norm': " +
+                    " changes no result without 'optimizer.grad_clip_norm': " +
                     strategy.optimizer.type +
                     "'s update reads each low-precision gradient exactly as "
                     "its f32 copy");

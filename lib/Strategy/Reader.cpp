@@ -376,10 +376,23 @@ Error Reader::readFleetConfigs(StringRef configs, yaml::MappingNode *map) {
         if (!v)
           return v.takeError();
         text = *v;
-        // Compare booleans and numbers by value, not spelling.
+        // A boolean or number default takes a value (as readValue: not a
+        // string, not hexadecimal), compared by value, not spelling.
+        double d;
+        StringRef defaultValue = inert.defaultValue;
+        bool isBool = yaml::parseBool(defaultValue).has_value();
+        if ((isBool || to_float(defaultValue, d)) &&
+            (isQuoted(kv.getValue()) ||
+             (!isBool && StringRef(text).contains_insensitive('x'))))
+          return fail(kv.getValue(),
+                      "expected " +
+                          StringRef(isBool ? "true or false" : "a number") +
+                          " for '" + what + "', got " +
+                          (isQuoted(kv.getValue())
+                               ? "the string \"" + text + "\": drop the quotes"
+                               : "'" + text + "'"));
         if (auto b = yaml::parseBool(text))
           text = *b ? "true" : "false";
-        double d;
         if (to_float(text, d))
           text = formatStrategyNumber(d);
       }

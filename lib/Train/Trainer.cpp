@@ -138,13 +138,16 @@ Trainer::create(mlir::OwningOpRef<mlir::ModuleOp> program, Strategy strategy,
   return std::move(trainer);
 }
 
+char PeerFailure::ID = 0;
+
 Error Trainer::everyRank(Error local, const Twine &failedElsewhere) {
   if (!multiRank())
     return local;
   bool failed = bool(local);
   int64_t first = opts.communicator->firstFailure(!failed);
   if (first >= 0 && !failed)
-    return trainerError("rank " + Twine(first) + failedElsewhere);
+    return make_error<PeerFailure>(
+        ("rank " + Twine(first) + failedElsewhere).str());
   return local;
 }
 
@@ -584,8 +587,9 @@ Error Trainer::saveCheckpoint(StringRef path, int64_t stepsDone) {
     int64_t other = opts.communicator->firstDifferent(uint64_t(stepsDone));
     if (other >= 0)
       return trainerError("cannot save '" + path + "': rank " + Twine(other) +
-                          " gave another step count than rank 0's " +
-                          Twine(stepsDone));
+                          " gave another step count than rank 0 (this "
+                          "rank's: " +
+                          Twine(stepsDone) + ")");
   }
   StringMap<reference::Tensor> state;
   exe->getState(state);

@@ -457,7 +457,10 @@ class Executable:
     def save(self, path: Union[str, os.PathLike], steps_done: int = 0) -> None:
         """Writes the weights and optimizer state (safetensors)."""
         encoded = _path("save's path", path)
-        steps_done = _integer("steps_done", steps_done, 0, 1 << 53)
+        # (Its range, [0, 2^53], is checked by every rank together: a rank
+        # that raised here would leave the others waiting in the save.)
+        steps_done = _integer("steps_done", steps_done, -(1 << 63),
+                              (1 << 63) - 1)
         self._call(_save, encoded, steps_done)
 
     def load(self, path: Union[str, os.PathLike]) -> int:

@@ -706,8 +706,6 @@ int main(int argc, char **argv) {
     mpiRunning = true;
     MPI_Comm_rank(MPI_COMM_WORLD, &worldRank);
     MPI_Comm_size(MPI_COMM_WORLD, &worldSize);
-    // (strata-run --nproc N launches its ranks without --nproc: one here
-    // is the user's, and mpirun chose the ranks.)
     strata_run::installStopHandlers(worldRank);
     communicator = std::make_unique<strata::MpiCommunicator>(MPI_COMM_WORLD);
     if (collectiveTimeout > 0) {
@@ -932,17 +930,28 @@ int main(int argc, char **argv) {
     // The run goes on with the checkpoint's data stream and dropout masks,
     // which its seed chose: another seed would train other batches from
     // here, silently. (After step 0 nothing of the stream is behind.)
-    if (from->seed && *from->seed != seed && firstStep > 0) {
-      std::string message = startFrom + " continues a run of --seed " +
-                            std::to_string(*from->seed) + " after step " +
-                            std::to_string(firstStep) +
-                            ", whose batches and dropout masks "
-                            "follow that seed: give --seed " +
-                            std::to_string(*from->seed) +
-                            " (this run has --seed " + std::to_string(seed) +
-                            ")";
-      if (auto code = agree(false, message, /*diagnosticsPrinted=*/false))
+    // --resume continues the run: refused. --init starts a run from the
+    // checkpoint's weights (fine-tuning on other data, say): a warning.
+    bool otherSeed = from->seed && *from->seed != seed && firstStep > 0;
+    std::string message =
+        otherSeed ? startFrom + " continues a run of --seed " +
+                        std::to_string(*from->seed) + " after step " +
+                        std::to_string(firstStep) +
+                        ", whose batches and dropout masks follow that seed"
+                  : "";
+    if (!resumeFrom.empty()) {
+      // (Every rank takes part: their files may differ.)
+      if (auto code = agree(
+              !otherSeed,
+              message + ": give --seed " +
+                  (from->seed ? std::to_string(*from->seed) : std::string()) +
+                  " (this run has --seed " + std::to_string(seed) + ")",
+              /*diagnosticsPrinted=*/false))
         return *code;
+    } else if (otherSeed && rank0) {
+      WithColor::warning(errs(), "strata-run")
+          << message << "; this run goes on from step " << firstStep
+          << " with the batches and dropout masks of --seed " << seed << "\n";
     }
   }
   if (!resumeFrom.empty() && !startFrom.empty() && rank0 && !quiet)
@@ -994,9 +1003,15 @@ int main(int argc, char **argv) {
   // An output that cannot be written (a full disk) is reported, and the
   // others are still written: the run's results are not lost with it.
   int status = 0;
+  // (Every rank fails a save together; rank 0 names a rank that failed
+  // for its own reason, which that rank prints.)
   auto outputFailed = [&](Error err) {
-    WithColor::error(errs(), "strata-run") << toString(std::move(err)) << "\n";
     status = 1;
+    if (!rank0 && err.isA<strata::PeerFailure>()) {
+      consumeError(std::move(err));
+      return;
+    }
+    WithColor::error(errs(), "strata-run") << toString(std::move(err)) << "\n";
   };
   if (rank0 && !checkpointDir.empty())
     removeStaleTemps(checkpointDir, [](StringRef name) {

@@ -83,6 +83,22 @@ struct TrainerOptions {
 };
 
 /// Every rank's figures, gathered on rank 0 (rank order), after a run.
+/// The error of a call every rank makes together, on a rank where it did
+/// not fail itself: it failed on another rank, which reports its own error
+/// (a tool that prints every rank's errors may leave these out).
+class PeerFailure : public llvm::ErrorInfo<PeerFailure> {
+public:
+  static char ID;
+  explicit PeerFailure(std::string message) : text(std::move(message)) {}
+  void log(llvm::raw_ostream &os) const override { os << text; }
+  std::error_code convertToErrorCode() const override {
+    return llvm::inconvertibleErrorCode();
+  }
+
+private:
+  std::string text;
+};
+
 struct RunSummary {
   std::vector<int64_t> plannedPeakBytes, measuredPeakBytes, paramBytes,
       gradBytes, stateBytes, activationPeakBytes;
@@ -154,9 +170,11 @@ public:
   resumeFromDirectory(llvm::StringRef dir,
                       llvm::function_ref<void(llvm::Error)> passedOver);
 
-  /// Writes weights and state after `stepsDone` steps to `path` (rank 0
-  /// writes, atomically). Collective: sharded optimizer state and pipeline
-  /// stages are gathered on rank 0 first.
+  /// Writes weights and state after `stepsDone` steps to `path`, with the
+  /// run's seed (rank 0 writes, atomically). Collective: sharded optimizer
+  /// state and pipeline stages are gathered on rank 0 first; every rank
+  /// checks `stepsDone` (the same on every rank) and returns whether rank
+  /// 0's write succeeded.
   llvm::Error saveCheckpoint(llvm::StringRef path, int64_t stepsDone);
   /// saveCheckpoint into `dir` under the name of `stepsDone`
   /// (checkpointPath), then removes the oldest beyond `keep` (0 keeps all).
@@ -228,8 +246,8 @@ private:
   llvm::StringSet<> modelParameters;
   /// `local`, this rank's outcome of a step every rank takes before a
   /// collective; in a job of several ranks, on a rank where it succeeded,
-  /// the error "rank R<failedElsewhere>" when it failed on rank R (the
-  /// first). Every rank calls it.
+  /// the PeerFailure "rank R<failedElsewhere>" when it failed on rank R
+  /// (the first). Every rank calls it.
   llvm::Error everyRank(llvm::Error local, const llvm::Twine &failedElsewhere);
   /// A hash of what every rank of the job must be given alike (checkSameJob).
   uint64_t jobFingerprint = 0;
