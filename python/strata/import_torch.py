@@ -35,6 +35,7 @@ import operator
 import os
 import re
 import struct
+import warnings
 from dataclasses import dataclass, field
 from typing import Callable, Dict, List, Optional, Sequence
 
@@ -143,7 +144,8 @@ class ImportedProgram:
 
 
 def read_safetensors(path: str) -> Dict[str, np.ndarray]:
-    """The tensors of a safetensors file (a Strata checkpoint or weights)."""
+    """The tensors of a safetensors file (a Strata checkpoint or weights);
+    BF16 tensors as float32 (exactly)."""
     kinds = {"F32": np.float32, "F64": np.float64, "I32": np.int32,
              "I64": np.int64, "F16": np.float16, "BF16": np.uint16,
              "U8": np.uint8, "I8": np.int8}
@@ -177,8 +179,11 @@ def read_safetensors(path: str) -> Dict[str, np.ndarray]:
                     end - begin != dtype.itemsize * int(np.prod(shape)):
                 raise ValueError("its bytes %d..%d do not hold %s %s"
                                  % (begin, end, entry["dtype"], shape))
-            tensors[name] = np.frombuffer(data[begin:end],
-                                          dtype=dtype).reshape(shape)
+            value = np.frombuffer(data[begin:end], dtype=dtype).reshape(shape)
+            if entry["dtype"] == "BF16":
+                # bfloat16 is the upper half of a float32: exact.
+                value = (value.astype(np.uint32) << 16).view(np.float32)
+            tensors[name] = value
         except (KeyError, TypeError, ValueError) as e:
             raise damaged("tensor '%s': %s" % (name, e)) from None
     return tensors
@@ -305,14 +310,86 @@ def import_module(module: torch.nn.Module, example_inputs: Sequence,
     if capture not in ("export", "make_fx"):
         raise ValueError("strata.import_torch: capture must be 'auto', "
                          "'export' or 'make_fx', not %r" % (capture,))
-    was_training = module.training
-    module.train()
+    # The step trains: a module in eval mode is captured in training mode
+    # (its dropout on). A module in training mode is captured as it is, so
+    # that a submodule the user put in eval mode (a dropout turned off)
+    # stays so. Every submodule's mode is restored after.
+    modes = [(m, m.training) for m in module.modules()]
+    if not module.training:
+        module.train()
     try:
         traced, roles = _capture(module, loss_fn, inputs, params, frozen,
                                  capture)
+        program = _Emitter(traced, roles, params, inputs, names).emit()
+        _check_gradients(module, loss_fn, inputs, traced, roles, frozen)
     finally:
-        module.train(was_training)
-    return _Emitter(traced, roles, params, inputs, names).emit()
+        for m, training in modes:
+            m.training = training
+    return program
+
+
+def _check_gradients(module, loss_fn, inputs, traced, roles, frozen):
+    """Refuses what the imported step would differentiate otherwise than
+    PyTorch: Strata's autodiff differentiates every op of the captured
+    forward, so a gradient PyTorch does not take (torch.no_grad, .data) or
+    takes its own way (a custom autograd.Function) would train another
+    model. One forward and backward in PyTorch on the example inputs finds
+    them: each parameter the step reads must get a gradient there, and no
+    custom Function may be on the way."""
+    for name, m in module.named_modules():
+        if getattr(m, "_backward_hooks", None) or \
+                getattr(m, "_backward_pre_hooks", None):
+            raise UnsupportedError(
+                "strata.import_torch: module '%s' has a backward hook, which "
+                "the imported step would not run (Strata differentiates the "
+                "forward's ops)" % (name or type(m).__name__))
+    read = {role[1] for node, role in zip(
+        [n for n in traced.graph.nodes if n.op == "placeholder"], roles)
+        if role[0] == "param" and node.users}
+    trainable = {name: p for name, p in module.named_parameters()
+                 if p.requires_grad and name not in frozen}
+    with torch.enable_grad():
+        out = module(*inputs) if loss_fn is None else \
+            loss_fn(module(*inputs[:-1]), inputs[-1])
+        loss = out[0] if isinstance(out, (tuple, list)) else \
+            out["loss"] if isinstance(out, dict) else out
+        if not isinstance(loss, torch.Tensor) or loss.grad_fn is None:
+            return  # (the emitter says what it makes of the output)
+        seen, stack = set(), [loss.grad_fn]
+        while stack:
+            fn = stack.pop()
+            if fn is None or fn in seen:
+                continue
+            seen.add(fn)
+            if isinstance(fn, torch.autograd.function.BackwardCFunction):
+                raise UnsupportedError(
+                    "strata.import_torch: the loss depends on a custom "
+                    "torch.autograd.Function (%s) whose own backward the "
+                    "imported step would not use (Strata differentiates the "
+                    "forward's ops)" % type(fn).__name__)
+            stack.extend(f for f, _ in fn.next_functions)
+        names = sorted(n for n in read if n in trainable)
+        grads = torch.autograd.grad(loss, [trainable[n] for n in names],
+                                    allow_unused=True) if names else []
+    unread = sorted(set(trainable) - read)
+    if unread:
+        warnings.warn(
+            "strata.import_torch: the step does not read parameter%s %s: "
+            "Strata's optimizer still updates %s (weight decay, momentum), "
+            "where PyTorch's skips a parameter without a gradient; set "
+            "requires_grad=False to keep %s as %s" % (
+                "s" if len(unread) > 1 else "",
+                ", ".join("'%s'" % n for n in unread),
+                "them" if len(unread) > 1 else "it",
+                "them" if len(unread) > 1 else "it",
+                "they are" if len(unread) > 1 else "it is"), stacklevel=3)
+    for name, grad in zip(names, grads):
+        if grad is None:
+            raise UnsupportedError(
+                "strata.import_torch: parameter '%s' is read by the step but "
+                "gets no gradient in PyTorch (under torch.no_grad, or through "
+                ".data or detach()): the imported step would train it"
+                % name)
 
 
 class CaptureError(Exception):
@@ -474,8 +551,10 @@ class _Tuple:
     items: list
 
 
-_IDENTITY = _ops("detach", "clone", "contiguous", "alias", "lift_fresh_copy",
+_IDENTITY = _ops("clone", "contiguous", "alias", "lift_fresh_copy",
                  "lift_fresh")
+# Ops that stop the gradient where the user asked for it.
+_STOP_GRADIENT = _ops("detach")
 _VIEWS = _ops("view", "_unsafe_view", "reshape", "_reshape_alias",
               "view.default", "flatten.using_ints", "unsqueeze", "squeeze.dim",
               "squeeze")
@@ -700,6 +779,17 @@ class _Emitter:
             # Reads only the shapes and types of its tensor operands.
             self.values[node] = _Const(self.fold(node, shapes_only=True))
             return
+        if t in _STOP_GRADIENT:
+            self.fail(node, "stops the gradient (detach(), .data), which "
+                      "the imported step cannot express: Strata's autodiff "
+                      "would differentiate through it")
+        seeded = isinstance(t, torch._ops.OpOverload) and \
+            torch.Tag.nondeterministic_seeded in getattr(t, "tags", ())
+        if seeded and t not in _RANDOM:
+            self.fail(node, "draws random numbers, which the importer would "
+                      "draw once at import time and reuse every step "
+                      "(dropout, F.dropout and *_like random ops are "
+                      "supported)")
         if t not in _RANDOM and all(
                 isinstance(self.values.get(a), _Const) for a in operands):
             self.values[node] = _Const(self.fold(node))

@@ -115,3 +115,76 @@ for header in (b"\xff" * 8 + b"{}",
         importer.load_state_dict(nn.Linear(4, 3), "damaged.safetensors")
     except ValueError as e:
         print("damaged:", e)
+
+# What would differentiate otherwise than PyTorch is refused: a gradient
+# stopped by detach() or .data, or by torch.no_grad, a custom Function's own
+# backward, a module backward hook; and random numbers drawn without a
+# tensor to follow (they would be drawn once, at import).
+class Two(nn.Module):
+    def __init__(self, kind):
+        super().__init__()
+        self.a, self.b, self.kind = nn.Linear(4, 6), nn.Linear(6, 3), kind
+
+    def forward(self, x):
+        if self.kind == "detach":
+            y = self.a(x)
+            return self.b(y.detach()) + y[:, :3]
+        if self.kind == "no_grad":
+            with torch.no_grad():
+                y = self.a(x)
+            return self.b(y)
+        if self.kind == "function":
+            return self.b(Reverse.apply(self.a(x)))
+        if self.kind == "randn":
+            return self.b(self.a(x + 0.1 * torch.randn(x.shape)))
+        return self.b(self.a(x))
+
+
+class Reverse(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x):
+        return x.clone()
+
+    @staticmethod
+    def backward(ctx, g):
+        return -g
+
+
+for kind in ("detach", "no_grad", "function", "randn"):
+    attempt(Two(kind), (x, labels), F.cross_entropy)
+hooked = Two("plain")
+hooked.b.register_full_backward_hook(lambda m, gi, go: None)
+attempt(hooked, (x, labels), F.cross_entropy)
+
+# A parameter the step never reads: a warning (Strata's optimizer would
+# still decay it); a submodule the user put in eval mode stays so (its
+# dropout off), and every module's mode is as it was.
+import warnings
+
+unread = Two("plain")
+unread.extra = nn.Parameter(torch.ones(2))
+with warnings.catch_warnings(record=True) as caught:
+    warnings.simplefilter("always")
+    importer.import_module(unread, (x, labels), F.cross_entropy)
+print("unread:", [str(w.message) for w in caught])
+model = nn.Sequential(nn.Linear(4, 3), nn.Dropout(0.5))
+model[1].eval()
+program = importer.import_module(model, (x, labels), F.cross_entropy)
+print("eval dropout:", program.text.count("strata.dropout"),
+      [m.training for m in model.modules()])
+model.eval()
+program = importer.import_module(model, (x, labels), F.cross_entropy)
+print("eval model:", program.text.count("strata.dropout"),
+      [m.training for m in model.modules()])
+
+# bfloat16 weights load as their values.
+header = (b'{"weight": {"dtype": "BF16", "shape": [3, 4], '
+          b'"data_offsets": [0, 24]}, "bias": {"dtype": "BF16", '
+          b'"shape": [3], "data_offsets": [24, 30]}}')
+with open("bf16.safetensors", "wb") as f:
+    f.write(struct.pack("<Q", len(header)) + header)
+    f.write(struct.pack("<12H", *([0x3f80] * 6 + [0xc000] * 6)))  # 1, -2
+    f.write(struct.pack("<3H", 0x3f00, 0x3f00, 0x3f00))  # 0.5
+linear = nn.Linear(4, 3)
+importer.load_state_dict(linear, "bf16.safetensors")
+print("bf16:", linear.weight.flatten().tolist(), linear.bias.tolist())
