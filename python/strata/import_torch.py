@@ -783,15 +783,14 @@ class _Emitter:
             self.fail(node, "stops the gradient (detach(), .data), which "
                       "the imported step cannot express: Strata's autodiff "
                       "would differentiate through it")
-        seeded = isinstance(t, torch._ops.OpOverload) and \
-            torch.Tag.nondeterministic_seeded in getattr(t, "tags", ())
-        if seeded and t not in _RANDOM:
-            self.fail(node, "draws random numbers, which the importer would "
-                      "draw once at import time and reuse every step "
-                      "(dropout, F.dropout and *_like random ops are "
-                      "supported)")
         if t not in _RANDOM and all(
                 isinstance(self.values.get(a), _Const) for a in operands):
+            # (A random op would be drawn once, here, and reused every step.)
+            if isinstance(t, torch._ops.OpOverload) and \
+                    torch.Tag.nondeterministic_seeded in getattr(t, "tags", ()):
+                self.fail(node, "draws random numbers from constants alone, "
+                          "which the importer would draw once at import time "
+                          "and reuse every step (dropout is supported)")
             self.values[node] = _Const(self.fold(node))
             return
         handler = self.handlers.get(t)
