@@ -61,7 +61,9 @@ _INT_TYPES = (torch.int64, torch.int32)
 
 
 def _symbol(name: str) -> str:
-    return "@" + name if _BARE_ID.match(name) else "@" + json.dumps(name)
+    # (MLIR's strings take UTF-8 as it is, and \" and \\ escapes.)
+    return "@" + name if _BARE_ID.match(name) else \
+        "@" + json.dumps(name, ensure_ascii=False)
 
 
 def _tensor_type(shape, element: str) -> str:
@@ -295,6 +297,17 @@ def import_module(module: torch.nn.Module, example_inputs: Sequence,
             "(%s)" % ("every one has requires_grad=False" if params
                       else "it has none"))
     inputs = list(example_inputs)
+    if not inputs:
+        raise ValueError("strata.import_torch: example_inputs is empty: give "
+                         "the step's inputs (with loss_fn, the target last)")
+    for i, t in enumerate(inputs):
+        if not isinstance(t, torch.Tensor):
+            raise TypeError("strata.import_torch: example input %d is a %s: "
+                            "the step's inputs are tensors"
+                            % (i, type(t).__name__))
+    if loss_fn is not None and len(inputs) < 2:
+        raise ValueError("strata.import_torch: with loss_fn, example_inputs "
+                         "holds the model's inputs and then the target")
     if input_names:
         names = list(input_names)
     elif loss_fn is None:
@@ -310,6 +323,10 @@ def import_module(module: torch.nn.Module, example_inputs: Sequence,
     if capture not in ("export", "make_fx"):
         raise ValueError("strata.import_torch: capture must be 'auto', "
                          "'export' or 'make_fx', not %r" % (capture,))
+    if capture == "export" and not hasattr(torch, "export"):
+        raise ValueError("strata.import_torch: capture='export' needs "
+                         "torch.export (PyTorch 2.x); this is PyTorch %s: use "
+                         "'make_fx' or 'auto'" % torch.__version__)
     # The step trains: a module in eval mode is captured in training mode
     # (its dropout on). A module in training mode is captured as it is, so
     # that a submodule the user put in eval mode (a dropout turned off)
@@ -1051,6 +1068,13 @@ class _Emitter:
         shape = self.shape(node)
         if kind == "rsub":  # rhs - alpha * lhs
             lhs, rhs, kind = rhs, lhs, "sub"
+        for x in (lhs, rhs):
+            if isinstance(x, torch.fx.Node) and \
+                    getattr(self.raw(x), "element", "f32").startswith("i"):
+                self.fail(node, "arithmetic on an integer tensor, which "
+                          "Strata's ops do not compute (the step's integer "
+                          "inputs are indices: labels, token ids); shift or "
+                          "scale them in the data pipeline")
         if not isinstance(rhs, torch.fx.Node) and kind in ("mul", "div"):
             if kind == "div" and rhs == 0:
                 self.fail(node, "a division by the constant 0")
@@ -1347,9 +1371,13 @@ def _load_attr(spec: str, what: str):
         else:
             sys.path.insert(0, os.getcwd())
             module = importlib.import_module(module_name)
-    except ImportError as e:
-        raise SystemExit("strata-import-torch: cannot import %s: %s"
-                         % (module_name, e))
+    except SystemExit:
+        raise
+    except Exception as e:  # noqa: BLE001 - the user's code, reported
+        # (ImportError, or whatever the module raises as it loads: a
+        # SyntaxError, a NameError.)
+        raise SystemExit("strata-import-torch: cannot import %s: %s: %s"
+                         % (module_name, type(e).__name__, e))
     if not hasattr(module, attr):
         raise SystemExit("strata-import-torch: %s has no '%s'"
                          % (module_name, attr))
@@ -1374,7 +1402,12 @@ def _parse_input(spec: str):
     if any(d < 1 for d in shape):
         raise SystemExit("strata-import-torch: --input '%s': the shape must "
                          "be sizes joined by 'x' (e.g. 8x64)" % spec)
-    return parts[0], torch.zeros(shape, dtype=_INPUT_DTYPES[dtype])
+    # (An example input is allocated: one past memory is said so.)
+    try:
+        return parts[0], torch.zeros(shape, dtype=_INPUT_DTYPES[dtype])
+    except (RuntimeError, MemoryError) as e:
+        raise SystemExit("strata-import-torch: --input '%s': cannot allocate "
+                         "the example input: %s" % (spec, e))
 
 
 def main(argv=None) -> int:
@@ -1406,6 +1439,10 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
     import os
     # The outputs' places first: nothing is written unless both can be.
+    if args.weights and os.path.abspath(args.weights) == \
+            os.path.abspath(args.output):
+        raise SystemExit("strata-import-torch: -o and --weights name the same "
+                         "file, %s" % args.output)
     for flag, path in (("-o", args.output), ("--weights", args.weights)):
         if path is None:
             continue
@@ -1440,9 +1477,13 @@ def main(argv=None) -> int:
         print(str(e).replace("strata.import_torch", "strata-import-torch", 1),
               file=sys.stderr)
         return 1
-    program.save(args.output)
-    if args.weights:
-        program.save_weights(args.weights)
+    try:
+        program.save(args.output)
+        if args.weights:
+            program.save_weights(args.weights)
+    except OSError as e:
+        raise SystemExit("strata-import-torch: cannot write %s: %s"
+                         % (e.filename or args.output, e.strerror or e))
     return 0
 
 

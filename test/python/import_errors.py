@@ -188,3 +188,28 @@ with open("bf16.safetensors", "wb") as f:
 linear = nn.Linear(4, 3)
 importer.load_state_dict(linear, "bf16.safetensors")
 print("bf16:", linear.weight.flatten().tolist(), linear.bias.tolist())
+
+# Arithmetic on integer tensors (Strata's ops compute in floating point),
+# a Python number among the inputs; a parameter name beyond ASCII imports.
+attempt(nn.Linear(4, 3), (x, labels),
+        lambda o, t: F.cross_entropy(o, t * 1))
+try:
+    importer.import_module(nn.Linear(4, 3), (x, 2.0), F.cross_entropy)
+except TypeError as e:
+    print("TypeError:", e)
+
+
+class Shifted(nn.Linear):
+    def __init__(self):
+        super().__init__(4, 3)
+        self.register_parameter("größe", nn.Parameter(torch.ones(3)))
+
+    def forward(self, x):
+        return super().forward(x) + getattr(self, "größe")
+
+
+program = importer.import_module(Shifted(), (x, labels), F.cross_entropy)
+import strata
+
+print("non-ascii:", '@"größe"' in program.text,
+      [i.name for i in strata.compile(program.text).inputs])
