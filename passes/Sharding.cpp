@@ -435,6 +435,14 @@ struct ShardingPass : public strata::impl::StrataShardingBase<ShardingPass> {
           continue;
         grad = c.getInputs()[index];
       }
+      // Master gradients (amp.use_master_grad): the update and clipping
+      // read the f32 copy of the unpacked low-precision mean.
+      Value read = grad;
+      if (auto master = grad.getDefiningOp<CastOp>()) {
+        grad = master.getInput();
+        if (!grad.hasOneUse())
+          continue;
+      }
       auto unpack = grad.getDefiningOp<UnpackOp>();
       if (!unpack || unpack.getOffset() != 0)
         continue;
@@ -444,7 +452,7 @@ struct ShardingPass : public strata::impl::StrataShardingBase<ShardingPass> {
       PackOp pack = bucketOf(reduce).pack;
       if (!pack || pack.getInputs().size() != unpack.getNumResults())
         continue;
-      bool only = llvm::all_of(grad.getUsers(), [&](Operation *u) {
+      bool only = llvm::all_of(read.getUsers(), [&](Operation *u) {
         return u == &op || u == clip || isa<GlobalNormOp>(u);
       });
       unsigned position = cast<OpResult>(grad).getResultNumber();
@@ -570,7 +578,13 @@ struct ShardingPass : public strata::impl::StrataShardingBase<ShardingPass> {
         for (auto [g, v] : llvm::zip(byOwner[me], unpack.getResults()))
           Value(g->averaged).replaceAllUsesWith(v);
       }
-      // The bucket's all-reduce goes, with its pack and unpack.
+      // The bucket's all-reduce goes, with its pack and unpack (and the
+      // master-gradient casts of gradients another rank owns, dead now).
+      for (const BucketedGradient *g : members)
+        for (Operation *user :
+             llvm::make_early_inc_range(g->averaged.getUsers()))
+          if (isa<CastOp>(user) && user->use_empty())
+            user->erase();
       for (const BucketedGradient *g : members)
         if (!g->averaged.use_empty())
           return g->averaged.getDefiningOp()->emitOpError(
