@@ -386,8 +386,29 @@ public:
     StrategyContext context;
     context.worldSize = worldSize;
     Expected<Strategy> loaded = loadStrategy(strategyFile, context);
-    if (!loaded)
-      return failure(toString(loaded.takeError()));
+    if (!loaded) {
+      // A place in the file is the diagnostic's location ("file:line:col"
+      // for the C API's callback); an error about the whole file names it.
+      std::string other;
+      handleAllErrors(
+          loaded.takeError(),
+          [&](const StrategyError &e) {
+            auto [rest, column] = StringRef(e.location()).rsplit(':');
+            auto [file, line] = rest.rsplit(':');
+            unsigned l, c;
+            if (!file.empty() && !line.getAsInteger(10, l) &&
+                !column.getAsInteger(10, c))
+              mlir::emitError(
+                  mlir::FileLineColLoc::get(mlirContext, file, l, c),
+                  "strata-strategy-check: " + e.text());
+            else
+              other = StringRef(e.message()).rtrim().str();
+          },
+          [&](const ErrorInfoBase &e) { other = e.message(); });
+      if (!other.empty())
+        return failure(other);
+      return mlir::failure();
+    }
     strategy = std::move(*loaded);
     return mlir::success();
   }
