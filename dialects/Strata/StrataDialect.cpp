@@ -185,6 +185,13 @@ LogicalResult StrataDialect::verifyRegionArgAttribute(Operation *op, unsigned,
     if (!text || text.getValue().empty())
       return op->emitOpError() << "argument " << argIndex << ": '" << name
                                << "' must be a non-empty string";
+    // (The name reaches C strings, messages and data files' keys.)
+    if (llvm::any_of(text.getValue(), [](char c) {
+          return static_cast<unsigned char>(c) < 0x20 || c == 0x7f;
+        }))
+      return op->emitOpError() << "argument " << argIndex << ": '" << name
+                               << "' holds a control character (a NUL, a "
+                                  "newline): names are printable text";
     return success();
   }
   return op->emitOpError() << "argument " << argIndex

@@ -969,6 +969,13 @@ func.func @f(%x: tensor<4xf32> {strata.name = ""}) {
 
 // -----
 
+// expected-error@+1 {{'func.func' op argument 0: 'strata.name' holds a control character (a NUL, a newline): names are printable text}}
+func.func @f(%x: tensor<4xf32> {strata.name = "fe\00atures"}) {
+  return
+}
+
+// -----
+
 // expected-error@+1 {{'func.func' op result 0: unknown Strata attribute 'strata.name' (a result takes 'strata.grad_of')}}
 func.func @f(%x: tensor<4xf32>) -> (tensor<4xf32> {strata.name = "y"}) {
   return %x : tensor<4xf32>
