@@ -291,13 +291,23 @@ int strataSessionRunPipeline(StrataSession session, const char *pipeline) {
     // --pass-pipeline) or a bare list of passes. Parsing the anchored form
     // into `pm` would nest it under the module and run it on nothing.
     StringRef text = StringRef(pipeline).trim();
-    if (text.starts_with("builtin.module(")) {
-      FailureOr<OpPassManager> anchored = parsePassPipeline(text, os);
-      if (failed(anchored))
-        return false;
-      static_cast<OpPassManager &>(pm) = *anchored;
-    } else if (failed(parsePassPipeline(text, pm, os))) {
+    // LLVM's option parser writes why an option's value is invalid to the
+    // process's standard error, not to `os`: say where it went.
+    std::string parseError;
+    llvm::raw_string_ostream parseOs(parseError);
+    auto failedParse = [&] {
+      os << StringRef(parseError).trim();
+      if (StringRef(parseError).contains("failed to add"))
+        os << " (LLVM's option parser wrote why to standard error)";
       return false;
+    };
+    if (text.starts_with("builtin.module(")) {
+      FailureOr<OpPassManager> anchored = parsePassPipeline(text, parseOs);
+      if (failed(anchored))
+        return failedParse();
+      static_cast<OpPassManager &>(pm) = *anchored;
+    } else if (failed(parsePassPipeline(text, pm, parseOs))) {
+      return failedParse();
     }
     return session->runPassManager(pm);
   });

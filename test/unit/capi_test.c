@@ -328,6 +328,13 @@ int main(int argc, char **argv) {
   check(errorSays(s, "bad.mlir:2"), "error names the line");
   check(strataSessionRunPipeline(s, "strata-no-such-pass") != 0,
         "unknown pass fails");
+  /* An option value LLVM's parser refuses: the error says where its reason
+     went, without a leading empty line. */
+  check(strataSessionRunPipeline(s, "strata-gradient-merge{k-steps=abc}") !=
+                0 &&
+            strncmp(strataSessionLastError(s), "failed to add", 13) == 0 &&
+            errorSays(s, "wrote why to standard error"),
+        "a bad option value names where its reason went");
   check(strataSessionGenerateGpt(s, 1, 30, 4, 8, 64, 2, 0.0) != 0,
         "invalid model fails");
   check(errorSays(s, "hidden (30) must be divisible by heads (4)"),
