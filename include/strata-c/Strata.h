@@ -10,7 +10,9 @@
  * returns 0 on success and non-zero on failure, with the diagnostics in
  * strataSessionLastError() and, when one is set, through the session's
  * diagnostic callback. An executable reports through its session, which
- * must outlive it.
+ * lives on until its last executable is destroyed (a session destroyed
+ * first ends then; its handle is not used again, and the executable's
+ * diagnostics still reach the session's callback).
  *
  * A call on a NULL session or executable fails (strataSessionLastError(NULL)
  * says so; strataExecutableNumInputs(NULL) is -1); a NULL pointer where a

@@ -149,6 +149,14 @@ struct StrataSessionImpl {
 
   MLIRContext context;
   OwningOpRef<ModuleOp> module;
+  /// The session's handle and its executables' (each holds the session):
+  /// the session ends when the last of them is destroyed.
+  std::atomic<int64_t> references{1};
+  void release() {
+    if (references.fetch_sub(1) == 1)
+      delete this;
+  }
+
   std::string error;
   /// The stream of `error` while capture runs.
   llvm::raw_ostream *diagnostics = nullptr;
@@ -235,7 +243,10 @@ StrataSession strataSessionCreate(void) {
   return new (std::nothrow) StrataSessionImpl();
 }
 
-void strataSessionDestroy(StrataSession session) { delete session; }
+void strataSessionDestroy(StrataSession session) {
+  if (session)
+    session->release();
+}
 
 int strataSessionParseProgram(StrataSession session, const char *text,
                               size_t length, const char *bufferName) {
@@ -586,12 +597,19 @@ int strataExecutableCreate(StrataSession session,
       return false;
     if (!everyRank(succeeded(exe->trainer->createExecutable())))
       return false;
+    ++session->references;
     *executable = exe.release();
     return true;
   });
 }
 
-void strataExecutableDestroy(StrataExecutable executable) { delete executable; }
+void strataExecutableDestroy(StrataExecutable executable) {
+  if (!executable)
+    return;
+  StrataSessionImpl *session = executable->session;
+  delete executable;
+  session->release();
+}
 
 int64_t strataExecutableNumInputs(StrataExecutable executable) {
   if (!executable)

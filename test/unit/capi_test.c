@@ -267,6 +267,39 @@ static void executableErrors(void) {
   strataSessionDestroy(s);
 }
 
+/* A session destroyed before its executable lives on until the executable
+   is destroyed: the executable still trains and reports. */
+static void sessionFirst(void) {
+  StrataSession s = strataSessionCreate();
+  StrataExecutableOptions options;
+  strataExecutableOptionsInit(&options);
+  StrataExecutable exe = NULL;
+  check(strataSessionGenerateGpt(s, 1, 16, 2, 8, 256, 2, 0.0) == 0 &&
+            strataExecutableCreate(s, &options, &exe) == 0,
+        "an executable to outlive its session");
+  strataSessionDestroy(s);
+  void *inputs[2];
+  StrataTensorInfo info;
+  for (int i = 0; i < 2; ++i) {
+    check(strataExecutableInputInfo(exe, i, &info) == 0, "input info");
+    int64_t elements = 1;
+    for (int64_t d = 0; d < info.rank; ++d)
+      elements *= info.shape[d];
+    inputs[i] = calloc((size_t)elements, 8);
+  }
+  double loss = 0;
+  check(
+      strataExecutableReadBatch(exe, NULL, STRATA_DATA_TEXT, 0, inputs) == 0 &&
+          strataExecutableStep(exe, (const void *const *)inputs, &loss) == 0 &&
+          loss > 0,
+      "the executable trains after its session was destroyed");
+  check(strataExecutableInputInfo(exe, 7, &info) != 0,
+        "and reports an error through the session");
+  for (int i = 0; i < 2; ++i)
+    free(inputs[i]);
+  strataExecutableDestroy(exe);
+}
+
 int main(int argc, char **argv) {
   const char *strategyPath = argc > 1 ? argv[1] : NULL;
   StrataSession s = strataSessionCreate();
@@ -357,6 +390,7 @@ int main(int argc, char **argv) {
   strataSessionDestroy(s);
   check(strataApiVersion() == STRATA_C_API_VERSION, "API version");
   executableErrors();
+  sessionFirst();
   printf("capi: %d passed, %d failed\n", passed, failed);
   return failed != 0;
 }
