@@ -576,6 +576,15 @@ Error strata::addPlannedPasses(mlir::PassManager &pm,
              : "the sharding group is the job's one rank") +
         ", so each rank keeps the whole optimizer state (and gradients and "
         "parameters) itself");
+  const RecomputeSection &recompute = strategy.recompute;
+  if (recompute.enable && !recompute.checkpoints.empty() &&
+      llvm::all_of(
+          llvm::seq<int64_t>(0, recompute.checkpoints.size()), [&](int64_t i) {
+            return llvm::is_contained(recompute.no_recompute_segments, i);
+          }))
+    inert.push_back(quoted("recompute.enable") +
+                    " changes nothing: 'recompute.no_recompute_segments' "
+                    "leaves out the segment of every checkpoint");
   const FusedPassesSection &fused = strategy.fused_passes;
   if (fused.enable && !fused.gemm_epilogue && !fused.dropout_add &&
       !fused.flash_attention)
