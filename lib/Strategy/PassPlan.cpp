@@ -571,9 +571,8 @@ Error strata::addPlannedPasses(mlir::PassManager &pm,
   if (strategy.sharding.enable && strategy.sharding.degree == 1)
     inert.push_back(
         quoted("sharding.enable") + " changes nothing: " +
-        (given("sharding.degree")
-             ? std::string("'sharding.degree' is 1")
-             : "the sharding group is the job's one rank") +
+        (given("sharding.degree") ? std::string("'sharding.degree' is 1")
+                                  : "each sharding group is a single rank") +
         ", so each rank keeps the whole optimizer state (and gradients and "
         "parameters) itself");
   const RecomputeSection &recompute = strategy.recompute;

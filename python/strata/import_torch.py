@@ -335,14 +335,59 @@ def import_module(module: torch.nn.Module, example_inputs: Sequence,
     if not module.training:
         module.train()
     try:
+        # The check's forward draws the capture's random numbers (a layer
+        # dropped at random takes the same branch), and the caller's
+        # generators are left as the capture left them.
+        before = _rng_states()
         traced, roles = _capture(module, loss_fn, inputs, params, frozen,
                                  capture)
         program = _Emitter(traced, roles, params, inputs, names).emit()
-        _check_gradients(module, loss_fn, inputs, traced, roles, frozen)
+        after = _rng_states()
+        _set_rng_states(before)
+        try:
+            _check_gradients(module, loss_fn, inputs, traced, roles, frozen)
+        finally:
+            _set_rng_states(after)
     finally:
         for m, training in modes:
             m.training = training
     return program
+
+
+def _rng_states():
+    import random
+    return torch.get_rng_state(), random.getstate(), np.random.get_state()
+
+
+def _set_rng_states(states):
+    import random
+    torch.set_rng_state(states[0])
+    random.setstate(states[1])
+    np.random.set_state(states[2])
+
+
+def _params_reaching_loss(traced, roles):
+    """The parameters (by name) whose values reach the loss, the first
+    output, in the captured graph: dead nodes, other outputs and ops that
+    read only shapes do not count."""
+    placeholders = [n for n in traced.graph.nodes if n.op == "placeholder"]
+    param_of = {node: role[1] for node, role in zip(placeholders, roles)
+                if role[0] == "param"}
+    output = next(n for n in traced.graph.nodes if n.op == "output")
+    out = output.args[0]
+    out = out[0] if isinstance(out, (list, tuple)) else out
+    reached, stack, seen = set(), [out], set()
+    while stack:
+        node = stack.pop()
+        if not isinstance(node, torch.fx.Node) or node in seen:
+            continue
+        seen.add(node)
+        if node in param_of:
+            reached.add(param_of[node])
+        if node.op == "call_function" and node.target in _SHAPE_ONLY:
+            continue
+        stack.extend(node.all_input_nodes)
+    return reached
 
 
 def _check_gradients(module, loss_fn, inputs, traced, roles, frozen):
@@ -360,18 +405,26 @@ def _check_gradients(module, loss_fn, inputs, traced, roles, frozen):
                 "strata.import_torch: module '%s' has a backward hook, which "
                 "the imported step would not run (Strata differentiates the "
                 "forward's ops)" % (name or type(m).__name__))
-    read = {role[1] for node, role in zip(
-        [n for n in traced.graph.nodes if n.op == "placeholder"], roles)
-        if role[0] == "param" and node.users}
+    read = _params_reaching_loss(traced, roles)
     trainable = {name: p for name, p in module.named_parameters()
                  if p.requires_grad and name not in frozen}
+    names = sorted(n for n in read if n in trainable)
     with torch.enable_grad():
         out = module(*inputs) if loss_fn is None else \
             loss_fn(module(*inputs[:-1]), inputs[-1])
-        loss = out[0] if isinstance(out, (tuple, list)) else \
-            out["loss"] if isinstance(out, dict) else out
-        if not isinstance(loss, torch.Tensor) or loss.grad_fn is None:
-            return  # (the emitter says what it makes of the output)
+        # (The output the emitter takes: the first of the flattened ones.)
+        flat = torch.utils._pytree.tree_flatten(out)[0]
+        loss = flat[0] if flat else None
+        if not isinstance(loss, torch.Tensor):
+            return  # (the emitter said what it makes of the output)
+        if loss.grad_fn is None:
+            if names:
+                raise UnsupportedError(
+                    "strata.import_torch: the loss gets no gradient in "
+                    "PyTorch (computed under torch.no_grad, or from detached "
+                    "values), while the imported step would train %s"
+                    % ", ".join("'%s'" % n for n in names))
+            return
         seen, stack = set(), [loss.grad_fn]
         while stack:
             fn = stack.pop()
@@ -385,7 +438,6 @@ def _check_gradients(module, loss_fn, inputs, traced, roles, frozen):
                     "imported step would not use (Strata differentiates the "
                     "forward's ops)" % type(fn).__name__)
             stack.extend(f for f, _ in fn.next_functions)
-        names = sorted(n for n in read if n in trainable)
         grads = torch.autograd.grad(loss, [trainable[n] for n in names],
                                     allow_unused=True) if names else []
     unread = sorted(set(trainable) - read)
@@ -588,6 +640,10 @@ class _Emitter:
         self.traced = traced
         self.graph = traced.graph
         self.roles = roles
+        # The placeholders of the parameters that train.
+        self.trained = {node for node, role in zip(
+            [n for n in traced.graph.nodes if n.op == "placeholder"], roles)
+            if role[0] == "param"}
         self.params, self.inputs, self.names = params, inputs, names
         self.constants: Dict[object, _Tensor] = {}
         # torch.export records the submodule of each op: the layer follows
@@ -796,10 +852,11 @@ class _Emitter:
             # Reads only the shapes and types of its tensor operands.
             self.values[node] = _Const(self.fold(node, shapes_only=True))
             return
-        if t in _STOP_GRADIENT:
-            self.fail(node, "stops the gradient (detach(), .data), which "
-                      "the imported step cannot express: Strata's autodiff "
-                      "would differentiate through it")
+        if t in _STOP_GRADIENT and self.trained_behind(node):
+            self.fail(node, "stops the gradient of a trained parameter "
+                      "(detach(), .data), which the imported step cannot "
+                      "express: Strata's autodiff would differentiate "
+                      "through it")
         if t not in _RANDOM and all(
                 isinstance(self.values.get(a), _Const) for a in operands):
             # (A random op would be drawn once, here, and reused every step.)
@@ -814,6 +871,20 @@ class _Emitter:
         if handler is None:
             self.fail(node, "is not supported by the importer yet")
         self.values[node] = handler(node, *node.args, **node.kwargs)
+
+    def trained_behind(self, node) -> bool:
+        """Whether a trained parameter's value reaches `node`."""
+        stack, seen = list(node.all_input_nodes), set()
+        while stack:
+            n = stack.pop()
+            if n in seen:
+                continue
+            seen.add(n)
+            if n in self.trained:
+                return True
+            if not (n.op == "call_function" and n.target in _SHAPE_ONLY):
+                stack.extend(n.all_input_nodes)
+        return False
 
     def fold(self, node, shapes_only=False):
         def value(a):
@@ -841,7 +912,7 @@ class _Emitter:
             for o in ops:
                 h[o] = fn
 
-        on(_IDENTITY, self.identity)
+        on(_IDENTITY + _STOP_GRADIENT, self.identity)
         on(_VIEWS, self.view)
         on(_ops("expand"), self.expand)
         on(_ops("t"), self.t)
@@ -857,7 +928,7 @@ class _Emitter:
         on(_ops("add.Scalar", "sub.Scalar", "mul.Scalar", "div.Scalar",
                 "rsub.Scalar"), self.binary)
         on(_ops("neg"), lambda n, x: self.op(
-            "scale", [self.tensor(x, n)], self.shape(n), [
+            "scale", [self.operand(x, n)], self.shape(n), [
                 "factor = " + _f64(-1.0)]))
         on(_ops("relu"), self.unary("relu"))
         on(_ops("silu"), self.unary("silu"))
@@ -1068,13 +1139,6 @@ class _Emitter:
         shape = self.shape(node)
         if kind == "rsub":  # rhs - alpha * lhs
             lhs, rhs, kind = rhs, lhs, "sub"
-        for x in (lhs, rhs):
-            if isinstance(x, torch.fx.Node) and \
-                    getattr(self.raw(x), "element", "f32").startswith("i"):
-                self.fail(node, "arithmetic on an integer tensor, which "
-                          "Strata's ops do not compute (the step's integer "
-                          "inputs are indices: labels, token ids); shift or "
-                          "scale them in the data pipeline")
         if not isinstance(rhs, torch.fx.Node) and kind in ("mul", "div"):
             if kind == "div" and rhs == 0:
                 self.fail(node, "a division by the constant 0")
@@ -1111,14 +1175,25 @@ class _Emitter:
         return self.op(kind, [a, b], shape)
 
     def operand(self, x, node) -> _Tensor:
-        """A tensor operand, or a Python number as a rank-0 constant."""
+        """A tensor operand of arithmetic, or a Python number as a rank-0
+        constant."""
         if isinstance(x, torch.fx.Node):
-            return self.tensor(x, node)
+            return self.numeric(self.tensor(x, node), node)
         return self.constant(torch.tensor(float(x)))
+
+    def numeric(self, t: _Tensor, node) -> _Tensor:
+        """`t`, which arithmetic reads: floating point."""
+        if t.element.startswith("i"):
+            self.fail(node, "arithmetic on an integer tensor, which "
+                      "Strata's ops do not compute (the step's integer "
+                      "inputs are indices: labels, token ids); shift or "
+                      "scale them in the data pipeline")
+        return t
 
     def unary(self, name):
         def handler(node, x, *args, **kwargs):
-            return self.op(name, [self.tensor(x, node)], self.shape(node))
+            return self.op(name, [self.numeric(self.tensor(x, node), node)],
+                           self.shape(node))
         return handler
 
     def to(self, node, x, *args, **kwargs):
@@ -1439,8 +1514,8 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
     import os
     # The outputs' places first: nothing is written unless both can be.
-    if args.weights and os.path.abspath(args.weights) == \
-            os.path.abspath(args.output):
+    if args.weights and os.path.realpath(args.weights) == \
+            os.path.realpath(args.output):
         raise SystemExit("strata-import-torch: -o and --weights name the same "
                          "file, %s" % args.output)
     for flag, path in (("-o", args.output), ("--weights", args.weights)):

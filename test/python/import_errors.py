@@ -213,3 +213,35 @@ import strata
 
 print("non-ascii:", '@"größe"' in program.text,
       [i.name for i in strata.compile(program.text).inputs])
+
+# detach() of what no trained parameter reaches (the target, a buffer)
+# imports; a loss in a dict, or first of several outputs, is the one
+# checked; a parameter read only by another output is unread (a warning);
+# a loss computed wholly under torch.no_grad is refused; negating an
+# integer tensor is integer arithmetic.
+attempt(nn.Linear(4, 3), (x, labels),
+        lambda o, t: F.cross_entropy(o, t.detach()))
+
+
+class Outputs(nn.Module):
+    def __init__(self, kind):
+        super().__init__()
+        self.a, self.b, self.kind = nn.Linear(4, 3), nn.Linear(4, 3), kind
+
+    def forward(self, x, t):
+        loss = F.cross_entropy(self.a(x), t)
+        if self.kind == "dict":
+            return {"total": loss}
+        if self.kind == "aux":
+            return loss, self.b(x)
+        with torch.no_grad():
+            return F.cross_entropy(self.a(x) + self.b(x), t)
+
+
+with warnings.catch_warnings(record=True) as caught:
+    warnings.simplefilter("always")
+    for kind in ("dict", "aux", "no_grad"):
+        attempt(Outputs(kind), (x, labels), None)
+print("aux:", [str(w.message).split(":")[1] for w in caught])
+attempt(nn.Linear(4, 3), (x, labels),
+        lambda o, t: F.cross_entropy(o, -(-t)))

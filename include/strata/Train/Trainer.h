@@ -82,7 +82,6 @@ struct TrainerOptions {
   Communicator *communicator = nullptr;
 };
 
-/// Every rank's figures, gathered on rank 0 (rank order), after a run.
 /// The error of a call every rank makes together, on a rank where it did
 /// not fail itself: it failed on another rank, which reports its own error
 /// (a tool that prints every rank's errors may leave these out).
@@ -99,6 +98,7 @@ private:
   std::string text;
 };
 
+/// Every rank's figures, gathered on rank 0 (rank order), after a run.
 struct RunSummary {
   std::vector<int64_t> plannedPeakBytes, measuredPeakBytes, paramBytes,
       gradBytes, stateBytes, activationPeakBytes;
