@@ -685,7 +685,12 @@ int strataExecutableReadBatch(StrataExecutable executable, const char *dataPath,
       exe.dataPath = path;
       exe.dataFormat = *dataFormat;
     }
-    std::vector<strata::Tensor> batch = exe.data->batch(step);
+    llvm::Expected<std::vector<strata::Tensor>> read = exe.data->batch(step);
+    if (!read) {
+      os << llvm::toString(read.takeError());
+      return false;
+    }
+    std::vector<strata::Tensor> batch = std::move(*read);
     for (size_t i = 0; i < batch.size(); ++i) {
       if (!strata::isHostBufferType(exe.types[i])) {
         os << "input '" << exe.names[i] << "' is "

@@ -521,6 +521,8 @@ Expected<DataStream> DataStream::create(func::FuncOp step, std::string dataPath,
            it != end && !ec; it.increment(ec))
         if (llvm::sys::fs::is_regular_file(it->path()))
           files.push_back(it->path());
+      if (ec)
+        return makeError("cannot list " + named(dir) + ": " + ec.message());
       std::sort(files.begin(), files.end());
       if (files.empty())
         return makeError(named(dir) + " is a directory without regular files");
@@ -552,6 +554,13 @@ Expected<DataStream> DataStream::create(func::FuncOp step, std::string dataPath,
         return makeError("cannot read data file '" + dataPath +
                          "': " + buffer.getError().message());
       d.data = std::move(*buffer);
+      // Mapped, not copied (a token file may be larger than memory): its
+      // size and time are checked before each batch is read.
+      llvm::sys::fs::file_status status;
+      if (!llvm::sys::fs::status(dataPath, status)) {
+        d.watched = {named(dataPath), dataPath, status.getSize(),
+                     status.getLastModificationTime()};
+      }
     }
     size_t bytes = d.data->getBufferSize();
     if (bytes % d.width != 0)
@@ -614,7 +623,21 @@ uint64_t DataStream::fingerprint() const {
   return llvm::xxh3_64bits(data->getBuffer()) ^ uint64_t(width);
 }
 
-std::vector<Tensor> DataStream::batch(int64_t i) const {
+Expected<std::vector<Tensor>> DataStream::batch(int64_t i) const {
+  if (watched) {
+    // A file truncated under the mapping would end the process (SIGBUS);
+    // one rewritten would train on other data than the start checked.
+    llvm::sys::fs::file_status status;
+    if (std::error_code ec = llvm::sys::fs::status(watched->path, status))
+      return makeError(watched->named + " cannot be read any more (" +
+                       ec.message() + "): it changed during the run");
+    if (status.getSize() != watched->size ||
+        status.getLastModificationTime() != watched->modified)
+      return makeError(watched->named +
+                       " changed during the run (its size or modification "
+                       "time): the run reads the data it checked at its "
+                       "start, give it a file that stays as it is");
+  }
   if (kind == Kind::Text) {
     Tensor tokens(shapes[0]), targets(shapes[1]);
     int64_t rows = shapes[0][0], seq = shapes[0].back();
@@ -627,7 +650,7 @@ std::vector<Tensor> DataStream::batch(int64_t i) const {
         targets.data[b * seq + s] = double(token(offset + s + 1));
       }
     }
-    return {tokens, targets};
+    return std::vector<Tensor>{tokens, targets};
   }
   Tensor features(shapes[0]), labels(shapes[1]);
   int64_t rows = shapes[0][0], width = shapes[0][1];
@@ -639,5 +662,5 @@ std::vector<Tensor> DataStream::batch(int64_t i) const {
           reference::standardNormal(seed, kCenterStream, 0, label * width + f) +
           reference::standardNormal(seed, kNoiseStream, i, b * width + f)));
   }
-  return {features, labels};
+  return std::vector<Tensor>{features, labels};
 }

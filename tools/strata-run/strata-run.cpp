@@ -1034,7 +1034,10 @@ int main(int argc, char **argv) {
   mlir::func::FuncOp compiled = trainer.stepFunction();
   auto start = std::chrono::steady_clock::now();
   for (int64_t i = firstStep; i < lastStep; ++i) {
-    std::vector<strata::Tensor> batch = data->batch(i);
+    Expected<std::vector<strata::Tensor>> read = data->batch(i);
+    if (!read)
+      return fail("step " + Twine(i) + ": " + toString(read.takeError()));
+    std::vector<strata::Tensor> batch = std::move(*read);
     if (!dumpBatches.empty())
       for (auto [name, tensor, arg] :
            llvm::zip(data->names(), batch, compiled.getArguments())) {

@@ -15,6 +15,7 @@
 
 #include "mlir/IR/BuiltinOps.h"
 #include "llvm/ADT/StringMap.h"
+#include "llvm/Support/Chrono.h"
 #include "llvm/Support/Error.h"
 #include "llvm/Support/MemoryBuffer.h"
 
@@ -127,8 +128,9 @@ public:
                                            std::string dataPath,
                                            DataFormat format, uint64_t seed,
                                            DataArgumentNames names);
-  /// The arguments of step `i`.
-  std::vector<Tensor> batch(int64_t i) const;
+  /// The arguments of step `i`; an error when the data file changed since
+  /// the stream was created.
+  llvm::Expected<std::vector<Tensor>> batch(int64_t i) const;
   /// Names of the arguments, in order.
   const std::vector<std::string> &names() const { return argNames; }
   /// A hash of the data the stream reads (the token ids' bytes and width);
@@ -154,6 +156,14 @@ private:
   int width = 1;
   uint64_t seed = 0;
   int64_t classes = 0;
+  /// A mapped data file (as the messages name it) and its size and time
+  /// when the stream was created.
+  struct Watched {
+    std::string named, path;
+    uint64_t size;
+    llvm::sys::TimePoint<> modified;
+  };
+  std::optional<Watched> watched;
 };
 
 } // namespace strata
