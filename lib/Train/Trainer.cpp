@@ -1,6 +1,7 @@
 //===- Trainer.cpp - Compile a program for a rank and train it ------------===//
 
 #include "strata/Train/Trainer.h"
+#include "strata/Support/ReplaceFile.h"
 
 #include "strata/Dialect/Program.h"
 #include "strata/Execution/JitExecutable.h"
@@ -675,31 +676,19 @@ Expected<double> Trainer::step(int64_t index,
       return std::move(err);
   if (opts.trace) {
     double traceEnd = exe->nowUs();
-    traceEvents.push_back(
-        json::Object{{"name", formatv("step {0}", index).str()},
-                     {"cat", "step"},
-                     {"ph", "X"},
-                     {"ts", traceBegin},
-                     {"dur", traceEnd - traceBegin},
-                     {"pid", opts.rank},
-                     {"tid", 0}});
-    for (const TraceEvent &e : exe->takeTrace()) {
-      // The op and its pipeline job; a note in parentheses (a collective's
-      // gradient bucket) stays in the site.
-      StringRef site(e.site), name = site.rsplit(": ").second;
-      if (name.empty())
-        name = site;
-      name = name.split(" (").first;
-      traceEvents.push_back(json::Object{
-          {"name", (name + (e.wait ? " wait" : "")).str()},
-          {"cat", e.role.empty() ? std::string("op") : e.role},
-          {"ph", "X"},
-          {"ts", e.begin},
-          {"dur", e.end - e.begin},
-          {"pid", opts.rank},
-          {"tid", 0},
-          {"args", json::Object{{"site", e.site}, {"step", index}}}});
-    }
+    // The executable's clock starts at its creation, another moment on
+    // each rank: the steady clock's time (one clock on a machine) lines
+    // the ranks' tracks up.
+    double origin = std::chrono::duration<double, std::micro>(
+                        std::chrono::steady_clock::now().time_since_epoch())
+                        .count() -
+                    exe->nowUs();
+    traceRecords.push_back({origin + traceBegin, origin + traceEnd, index,
+                            intern("step"), intern("step"), false, true});
+    for (const TraceEvent &e : exe->takeTrace())
+      traceRecords.push_back(
+          {origin + e.begin, origin + e.end, index, intern(e.site),
+           intern(e.role.empty() ? "op" : e.role), e.wait, false});
   }
   double loss = (*results)[0].data[0];
   if (!std::isfinite(loss))
@@ -719,45 +708,79 @@ Expected<double> Trainer::step(int64_t index,
   return loss;
 }
 
+uint32_t Trainer::intern(StringRef text) {
+  auto [it, inserted] = traceIndex.try_emplace(text, traceStrings.size());
+  if (inserted)
+    traceStrings.push_back(text.str());
+  return it->second;
+}
+
 Error Trainer::writeTrace(StringRef path) {
-  traceEvents.push_back(json::Object{
-      {"name", "process_name"},
-      {"ph", "M"},
-      {"pid", opts.rank},
-      {"args", json::Object{{"name", formatv("rank {0}", opts.rank).str()}}}});
-  // Every rank's events, as JSON text, gathered on rank 0.
+  // This rank's events as JSON text, one a line; every rank's gathered on
+  // rank 0.
   std::string mine;
   {
     raw_string_ostream os(mine);
-    os << json::Value(std::move(traceEvents));
+    json::OStream meta(os);
+    meta.object([&] {
+      json::OStream &json = meta;
+      json.attribute("name", "process_name");
+      json.attribute("ph", "M");
+      json.attribute("pid", opts.rank);
+      json.attributeObject("args", [&] {
+        json.attribute("name", formatv("rank {0}", opts.rank).str());
+      });
+    });
+    for (const TraceRecord &r : traceRecords) {
+      os << ",\n";
+      json::OStream json(os); // (one value each)
+      json.object([&] {
+        StringRef site = traceStrings[r.site];
+        if (r.isStep) {
+          json.attribute("name", formatv("step {0}", r.step).str());
+        } else {
+          // The op and its pipeline job; a note in parentheses (a
+          // collective's gradient bucket) stays in the site.
+          StringRef name = site.rsplit(": ").second;
+          if (name.empty())
+            name = site;
+          name = name.split(" (").first;
+          json.attribute("name", (name + (r.wait ? " wait" : "")).str());
+        }
+        json.attribute("cat", traceStrings[r.role]);
+        json.attribute("ph", "X");
+        json.attribute("ts", r.begin);
+        json.attribute("dur", r.end - r.begin);
+        json.attribute("pid", opts.rank);
+        json.attribute("tid", 0);
+        if (!r.isStep)
+          json.attributeObject("args", [&] {
+            json.attribute("site", site);
+            json.attribute("step", r.step);
+          });
+      });
+    }
   }
-  traceEvents = json::Array();
-  mine = StringRef(mine).drop_front().drop_back().str(); // "[...]" -> "..."
+  traceRecords.clear();
   std::vector<std::string> all =
       multiRank() ? opts.communicator->gatherBytes(
                         mine, "gathering a trace or checkpoint on rank 0")
                   : std::vector<std::string>{mine};
   if (opts.rank != 0)
     return Error::success();
-  std::error_code ec;
-  raw_fd_ostream os(path, ec);
-  if (ec)
-    return trainerError("cannot write '" + path + "': " + ec.message());
-  os << "{\"displayTimeUnit\": \"ms\", \"traceEvents\": [";
-  bool first = true;
-  for (const std::string &part : all) {
-    if (part.empty())
-      continue;
-    os << (first ? "" : ",") << "\n" << part;
-    first = false;
-  }
-  os << "\n]}\n";
-  os.close();
-  if (os.has_error()) {
-    os.clear_error();
-    return trainerError("cannot write '" + path + "'");
-  }
-  return Error::success();
+  // Whole or not at all: a run stopped while writing leaves the file as it
+  // was.
+  return replaceFile(path, [&](raw_ostream &os) {
+    os << "{\"displayTimeUnit\": \"ms\", \"traceEvents\": [";
+    bool first = true;
+    for (const std::string &part : all) {
+      if (part.empty())
+        continue;
+      os << (first ? "" : ",") << "\n" << part;
+      first = false;
+    }
+    os << "\n]}\n";
+  });
 }
 
 const MemoryPlan &Trainer::memoryPlan() {

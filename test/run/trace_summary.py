@@ -19,3 +19,11 @@ print("steps", sorted({name for (_, name) in steps}))
 print("categories", sorted({e["cat"] for e in events if "cat" in e}))
 print("names", " ".join(sorted({e["name"] for e in events
                                  if e.get("cat") == "communication"})))
+# The ranks' clocks agree: a step's all-reduce holds every rank inside the
+# step at one moment, so the ranks' events of each step overlap in time.
+ranks = sorted({pid for (pid, _) in steps})
+aligned = all(
+    max(steps[(r, name)][0] for r in ranks) <=
+    min(steps[(r, name)][1] for r in ranks)
+    for name in {name for (_, name) in steps})
+print("aligned", aligned)

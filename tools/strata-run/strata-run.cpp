@@ -1018,8 +1018,13 @@ int main(int argc, char **argv) {
       std::optional<StringRef> of = strata::replacedByTemp(name);
       return of && of->starts_with("step-") && of->ends_with(".safetensors");
     });
-  if (rank0 && !saveFile.empty()) {
-    if (Expected<std::string> target = strata::replacedFile(saveFile)) {
+  // (Likewise for the other outputs written whole or not at all.)
+  for (const std::string &output :
+       {std::string(saveFile), std::string(dumpBatches),
+        std::string(traceFile)}) {
+    if (!rank0 || output.empty())
+      continue;
+    if (Expected<std::string> target = strata::replacedFile(output)) {
       std::string file = sys::path::filename(*target).str();
       removeStaleTemps(sys::path::parent_path(*target), [&](StringRef name) {
         return strata::replacedByTemp(name) == StringRef(file);

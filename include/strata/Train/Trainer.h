@@ -252,7 +252,18 @@ private:
   /// A hash of what every rank of the job must be given alike (checkSameJob).
   uint64_t jobFingerprint = 0;
   std::vector<double> lossHistory, stepTimes, receiveWaits;
-  llvm::json::Array traceEvents;
+  /// Recorded ops and steps (--trace), written as Chrome trace JSON at the
+  /// end: sites and roles are interned, as they repeat every step.
+  struct TraceRecord {
+    double begin, end; ///< microseconds of the steady clock
+    int64_t step;
+    uint32_t site, role; ///< into traceStrings
+    bool wait, isStep;
+  };
+  std::vector<TraceRecord> traceRecords;
+  std::vector<std::string> traceStrings;
+  llvm::StringMap<uint32_t> traceIndex;
+  uint32_t intern(llvm::StringRef text);
   std::optional<std::chrono::steady_clock::time_point> started;
   /// The loss scale's state (empty without loss scaling) and the steps
   /// it skipped (the optimizer's step counter did not advance).
