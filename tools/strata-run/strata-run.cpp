@@ -582,8 +582,13 @@ static int checkArguments() {
                   "nothing to emit");
   }
   {
-    // Two outputs in one file: the second would overwrite the first.
+    // Two outputs in one file: the second would overwrite the first. (A
+    // file that exists is compared through its links too.)
     std::map<std::string, StringRef> written;
+    std::vector<std::pair<StringRef, StringRef>> existing;
+    auto option = [](StringRef flag) {
+      return (flag == "o" ? "-" : "--") + flag.str();
+    };
     for (auto [flag, path] : {std::pair<StringRef, StringRef>{"save", saveFile},
                               {"report", reportFile},
                               {"trace", traceFile},
@@ -594,10 +599,19 @@ static int checkArguments() {
       SmallString<256> real(path);
       sys::fs::make_absolute(real);
       sys::path::remove_dots(real, /*remove_dot_dot=*/true);
+      SmallString<256> resolved;
+      if (!sys::fs::real_path(path, resolved))
+        real = resolved;
       auto [it, fresh] = written.emplace(real.str().str(), flag);
       if (!fresh)
-        return fail("--" + it->second + " and --" + flag + " both write " +
-                    path);
+        return fail(option(it->second) + " and " + option(flag) +
+                    " both write " + path);
+      for (auto [otherFlag, otherPath] : existing)
+        if (sys::fs::equivalent(otherPath, path))
+          return fail(option(otherFlag) + " and " + option(flag) +
+                      " both write one file (" + otherPath + ", " + path + ")");
+      if (sys::fs::exists(path))
+        existing.push_back({flag, path});
       // An output over an input: the run would read what it then destroys.
       for (auto [input, read] :
            {std::pair<StringRef, StringRef>{"the program", programFile},
@@ -614,7 +628,7 @@ static int checkArguments() {
         sys::fs::make_absolute(readReal);
         sys::path::remove_dots(readReal, /*remove_dot_dot=*/true);
         if (readReal == real || sys::fs::equivalent(read, path))
-          return fail("--" + flag + " " + path + " would overwrite " + input +
+          return fail(option(flag) + " " + path + " would overwrite " + input +
                       " " + read + ", which the run reads");
       }
     }
