@@ -700,6 +700,8 @@ Expected<double> Trainer::step(int64_t index,
       ++skipped;
     stepCount = now;
   }
+  if (lossHistory.empty())
+    firstStep = index;
   lossHistory.push_back(loss);
   stepTimes.push_back(
       std::chrono::duration<double, std::milli>(t1 - t0).count());
@@ -894,6 +896,9 @@ json::Object Trainer::report(const RunSummary &s) const {
       {"losses", std::move(lossArray)},
       {"step_time_ms", std::move(timeArray)},
       {"steps", int64_t(lossHistory.size())},
+      // The index of losses[0]: a run from a checkpoint goes on from its
+      // step.
+      {"first_step", firstStep},
       {"wall_time_s", s.wallSeconds},
       // Mean of the steps after the first (which pays for warm-up).
       {"mean_step_time_ms", s.meanStepMs},

@@ -252,6 +252,8 @@ private:
   /// A hash of what every rank of the job must be given alike (checkSameJob).
   uint64_t jobFingerprint = 0;
   std::vector<double> lossHistory, stepTimes, receiveWaits;
+  /// The index of the first step trained (of lossHistory's first loss).
+  int64_t firstStep = 0;
   /// Recorded ops and steps (--trace), written as Chrome trace JSON at the
   /// end: sites and roles are interned, as they repeat every step.
   struct TraceRecord {
