@@ -571,11 +571,25 @@ static int checkArguments() {
                     "--" +
                     flag + " would not be written");
     for (auto [flag, path] : {std::pair<StringRef, StringRef>{"init", initFile},
-                              {"resume", resumeFrom}})
+                              {"resume", resumeFrom},
+                              {"data", dataFile}})
       if (!path.empty())
         return fail("--emit writes the lowered program and trains nothing: "
                     "--" +
                     flag + " would not be read");
+    // (Options of training, which the emitted step does not hold: its
+    // host chooses how many steps and threads.)
+    for (auto [flag, given] :
+         {std::pair<StringRef, bool>{"steps", steps.getNumOccurrences() > 0},
+          {"log-every", logEvery.getNumOccurrences() > 0},
+          {"gemm-autotune", bool(gemmAutotune)},
+          {"cpu-threads", threads.getNumOccurrences() > 0}})
+      if (given)
+        return fail("--emit writes the lowered program and trains nothing: "
+                    "--" +
+                    flag +
+                    " would not be used (the host that links the "
+                    "step chooses it)");
     if (backend == "reference")
       return fail("--emit lowers the program for a runtime (--backend cpu "
                   "or cuda); the reference backend evaluates it and has "
