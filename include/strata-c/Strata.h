@@ -205,8 +205,8 @@ typedef enum {
  * the synthetic classification task of the seed. The stream fills [rows,
  * sequence] tokens and targets, or [rows, width] features and [rows]
  * labels; every token id is checked against the program's vocabulary. The
- * last path and format read are kept: another path or format reads its
- * file again. */
+ * last path and format read are kept: another path or format, or a file
+ * that changed since it was read, reads its file again. */
 int strataExecutableReadBatch(StrataExecutable executable, const char *dataPath,
                               int format, int64_t step, void *const *inputs);
 

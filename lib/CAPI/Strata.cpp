@@ -672,7 +672,9 @@ int strataExecutableReadBatch(StrataExecutable executable, const char *dataPath,
       return false;
     }
     std::string path = dataPath ? dataPath : "";
-    if (!exe.data || exe.dataPath != path || exe.dataFormat != *dataFormat) {
+    // (A file that changed since it was read is read and checked again.)
+    if (!exe.data || exe.dataPath != path || exe.dataFormat != *dataFormat ||
+        exe.data->changed()) {
       auto stream = strata::DataStream::create(
           llvm::cantFail(strata::findStepFunction(*exe.written)), path,
           *dataFormat, exe.trainer->options().seed,

@@ -623,21 +623,23 @@ uint64_t DataStream::fingerprint() const {
   return llvm::xxh3_64bits(data->getBuffer()) ^ uint64_t(width);
 }
 
+bool DataStream::changed() const {
+  if (!watched)
+    return false;
+  llvm::sys::fs::file_status status;
+  return llvm::sys::fs::status(watched->path, status) ||
+         status.getSize() != watched->size ||
+         status.getLastModificationTime() != watched->modified;
+}
+
 Expected<std::vector<Tensor>> DataStream::batch(int64_t i) const {
-  if (watched) {
-    // A file truncated under the mapping would end the process (SIGBUS);
-    // one rewritten would train on other data than the start checked.
-    llvm::sys::fs::file_status status;
-    if (std::error_code ec = llvm::sys::fs::status(watched->path, status))
-      return makeError(watched->named + " cannot be read any more (" +
-                       ec.message() + "): it changed during the run");
-    if (status.getSize() != watched->size ||
-        status.getLastModificationTime() != watched->modified)
-      return makeError(watched->named +
-                       " changed during the run (its size or modification "
-                       "time): the run reads the data it checked at its "
-                       "start, give it a file that stays as it is");
-  }
+  // A file truncated under the mapping would end the process (SIGBUS);
+  // one rewritten would train on other data than the start checked.
+  if (changed())
+    return makeError(watched->named +
+                     " changed during the run (its size or modification "
+                     "time): the run reads the data it checked at its "
+                     "start, give it a file that stays as it is");
   if (kind == Kind::Text) {
     Tensor tokens(shapes[0]), targets(shapes[1]);
     int64_t rows = shapes[0][0], seq = shapes[0].back();

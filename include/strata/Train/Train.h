@@ -131,6 +131,9 @@ public:
   /// The arguments of step `i`; an error when the data file changed since
   /// the stream was created.
   llvm::Expected<std::vector<Tensor>> batch(int64_t i) const;
+  /// Whether the mapped data file changed (its size or modification time)
+  /// since the stream was created.
+  bool changed() const;
   /// Names of the arguments, in order.
   const std::vector<std::string> &names() const { return argNames; }
   /// A hash of the data the stream reads (the token ids' bytes and width);
