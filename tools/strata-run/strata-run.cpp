@@ -558,6 +558,14 @@ static int checkArguments() {
         {"trace", &traceFile}})
     if (option->getNumOccurrences() && option->empty())
       return fail("--" + flag + " was given an empty value");
+  // (--report - and -o - write to standard output; these are files.)
+  for (auto [flag, path] : {std::pair<StringRef, StringRef>{"save", saveFile},
+                            {"dump-batches", dumpBatches},
+                            {"trace", traceFile},
+                            {"checkpoint-dir", checkpointDir}})
+    if (path == "-")
+      return fail("--" + flag + " - : give a file name (" + flag +
+                  " is not written to standard output)");
   if (!outputFile.empty() && emit.empty())
     return fail("-o names the output of --emit (a checkpoint after training "
                 "is --save FILE)");
