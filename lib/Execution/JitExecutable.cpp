@@ -4,6 +4,7 @@
 #include "strata/Dialect/Strata.h"
 #include "strata/Model/ProgramBuilder.h"
 #include "strata/Passes/Passes.h"
+#include "strata/Support/ReplaceFile.h"
 #include "strata/Target/RuntimeTarget.h"
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
@@ -14,9 +15,15 @@
 #include "mlir/Pass/PassManager.h"
 #include "mlir/Target/LLVMIR/Dialect/Builtin/BuiltinToLLVMIRTranslation.h"
 #include "mlir/Target/LLVMIR/Dialect/LLVMIR/LLVMToLLVMIRTranslation.h"
+#include "mlir/Target/LLVMIR/Export.h"
 #include "llvm/ADT/DenseSet.h"
 #include "llvm/ExecutionEngine/Orc/Mangling.h"
+#include "llvm/IR/LegacyPassManager.h"
+#include "llvm/MC/TargetRegistry.h"
 #include "llvm/Support/TargetSelect.h"
+#include "llvm/Target/TargetMachine.h"
+#include "llvm/TargetParser/Host.h"
+#include "llvm/TargetParser/SubtargetFeature.h"
 
 #include <cstdlib>
 #include <cstring>
@@ -88,7 +95,7 @@ Layout takeLayout(ModuleOp lowered) {
 /// Translates and compiles a lowered module; the runtime's kernels are
 /// absolute symbols of the JIT.
 llvm::Expected<std::unique_ptr<ExecutionEngine>>
-createEngine(ModuleOp lowered, unsigned optLevel, bool objectDump,
+createEngine(ModuleOp lowered, unsigned optLevel,
              const RuntimeLibrary &runtime) {
   initNativeTarget();
   ExecutionEngineOptions engineOptions;
@@ -96,7 +103,6 @@ createEngine(ModuleOp lowered, unsigned optLevel, bool objectDump,
   std::function<llvm::Error(llvm::Module *)> transformer =
       makeOptimizingTransformer(optLevel, 0, nullptr);
   engineOptions.transformer = transformer;
-  engineOptions.enableObjectDump = objectDump;
   // No perf jitdump files in $TMPDIR/.debug for every run (MLIR's default).
   engineOptions.enablePerfNotificationListener = false;
   auto engine = ExecutionEngine::create(lowered, engineOptions);
@@ -184,7 +190,7 @@ JitExecutable::compile(ModuleOp module, const JitOptions &options) {
   exe->sites = layout.sites;
   exe->siteRoles = layout.siteRoles;
   exe->arenaSize = layout.arenaBytes;
-  auto engine = createEngine(**lowered, options.optLevel, false, runtime);
+  auto engine = createEngine(**lowered, options.optLevel, runtime);
   if (!engine)
     return engine.takeError();
   auto address = (*engine)->lookup("strata_step");
@@ -261,18 +267,47 @@ llvm::Error JitExecutable::emitObject(ModuleOp module, llvm::StringRef path,
   if (failed(lowered))
     return error("cannot lower the program to the " + target + " runtime");
   takeLayout(**lowered);
-  // The symbols are resolved when the object is linked.
-  auto engine =
-      createEngine(**lowered, 2, /*objectDump=*/true, RuntimeLibrary::cpu());
-  if (!engine)
-    return engine.takeError();
-  // Materialise the code, then write the object.
-  if (auto address = (*engine)->lookup("strata_step"); !address)
-    return error(llvm::toString(address.takeError()));
-  (*engine)->dumpToObjectFile(path);
-  if (!llvm::sys::fs::exists(path))
-    return error("cannot write " + path);
-  return llvm::Error::success();
+  // Code for this machine's CPU (as the JIT compiles), position-independent
+  // with the small code model: the object links into executables (PIE) and
+  // shared libraries alike; its calls into the runtime are resolved then.
+  initNativeTarget();
+  llvm::LLVMContext llvmContext;
+  std::unique_ptr<llvm::Module> llvmModule =
+      mlir::translateModuleToLLVMIR(**lowered, llvmContext);
+  if (!llvmModule)
+    return error("cannot translate the lowered program to LLVM IR");
+  llvm::Triple triple(llvm::sys::getProcessTriple());
+  std::string why;
+  const llvm::Target *llvmTarget =
+      llvm::TargetRegistry::lookupTarget(triple, why);
+  if (!llvmTarget)
+    return error("no code generator for " + triple.str() + ": " + why);
+  llvm::SubtargetFeatures features;
+  for (const auto &feature : llvm::sys::getHostCPUFeatures())
+    features.AddFeature(feature.getKey(), feature.getValue());
+  std::unique_ptr<llvm::TargetMachine> machine(llvmTarget->createTargetMachine(
+      triple, llvm::sys::getHostCPUName(), features.getString(),
+      llvm::TargetOptions(), llvm::Reloc::PIC_, llvm::CodeModel::Small,
+      llvm::CodeGenOptLevel::Default));
+  if (!machine)
+    return error("no target machine for " + triple.str());
+  llvmModule->setDataLayout(machine->createDataLayout());
+  llvmModule->setTargetTriple(triple);
+  if (llvm::Error err =
+          makeOptimizingTransformer(2, 0, machine.get())(llvmModule.get()))
+    return err;
+  llvm::SmallVector<char, 0> object;
+  llvm::raw_svector_ostream os(object);
+  llvm::legacy::PassManager codegen;
+  if (machine->addPassesToEmitFile(codegen, os, nullptr,
+                                   llvm::CodeGenFileType::ObjectFile))
+    return error("the " + triple.str() +
+                 " code generator cannot write object files");
+  codegen.run(*llvmModule);
+  // Whole or not at all: a file of that name from before stays on error.
+  return replaceFile(path, [&](llvm::raw_ostream &out) {
+    out.write(object.data(), object.size());
+  });
 }
 
 llvm::Error
