@@ -1157,7 +1157,7 @@ int main(int argc, char **argv) {
     errs() << formatv("summary: {0} steps in {1}", runSteps,
                       formatSeconds(summary.wallSeconds));
     if (runSteps > 0)
-      errs() << formatv(" | {0:F1} ms/step (mean{1}) | {2} {3}/s | final "
+      errs() << formatv(" | {0:F2} ms/step (mean{1}) | {2} {3}/s | final "
                         "loss {4:F4}",
                         summary.meanStepMs,
                         runSteps > 1 ? " after the first" : "",
