@@ -248,6 +248,22 @@ void AmpPass::runOnOperation() {
                               "strata-sharding", "strata-pipeline"})))
     return signalPassFailure();
 
+  // Mixed precision lowers an f32 program: an f64 one (the reference
+  // backend's) would have its black-list ops cut to f32 and a loss scale
+  // of another type than its loss.
+  bool f64 = func.walk([](Operation *op) {
+                   for (Type t : op->getResultTypes())
+                     if (auto tensor = dyn_cast<RankedTensorType>(t);
+                         tensor && tensor.getElementType().isF64())
+                       return WalkResult::interrupt();
+                   return WalkResult::advance();
+                 })
+                 .wasInterrupted();
+  if (f64)
+    return fail("'" + func.getSymName() +
+                "' computes in f64: mixed precision lowers f32 programs "
+                "(f64 trains on the reference backend without it)");
+
   // Under fp16-guard, level o2 applies to the guarded ops only.
   auto guarded = [&](Operation *op) {
     return !fp16Guard || op->hasAttr(StrataDialect::kAmpGuardAttrName);

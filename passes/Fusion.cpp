@@ -1,5 +1,6 @@
 //===- Fusion.cpp - GEMM epilogue, dropout-add, attention; GEMM padding ---===//
 
+#include "strata/Dialect/Program.h"
 #include "strata/Passes/Passes.h"
 #include "strata/Target/RuntimeTarget.h"
 
@@ -269,6 +270,11 @@ struct DropoutAddFusionPass
 struct AttentionFusionPass
     : public strata::impl::StrataAttentionFusionBase<AttentionFusionPass> {
   void runOnOperation() override {
+    // On the forward program: autodiff then differentiates the fused op
+    // (after it, the softmax has the backward's readers and never fuses).
+    if (failed(checkRunsBefore(getOperation(), "strata-attention-fusion",
+                               {"strata-autodiff"})))
+      return signalPassFailure();
     SmallVector<SoftmaxOp> softmaxes;
     getOperation().walk([&](SoftmaxOp s) { softmaxes.push_back(s); });
     // A softmax left unfused is said once (the first, with the reason and

@@ -240,7 +240,8 @@ def StrataGemmEpilogueFusion
     dw and dbias. The activation gradient is fused only if the forward
     activation was.
 
-    Guards (as Paddle's fuse_gemm_epilogue): no transposes, weight rank 2,
+    Guards (as Paddle's fuse_gemm_epilogue): no transposed input (a
+    transposed weight, `transpose_rhs`, fuses as `transpose_weight`), weight rank 2,
     input rank >= 2, bias rank 1, not f64; the matmul and bias_add results
     used only by the pattern. Whether the activation may join depends on
     the target's epilogue: `target=cuda` needs N % 128 == 0 for relu and
@@ -614,7 +615,9 @@ def StrataSharding : Pass<"strata-sharding", "mlir::ModuleOp"> {
                 "parameters it owns";
   let description = [{
     Runs after `strata-data-parallel` (batch shards, gradients averaged over
-    every rank) and `strata-optimizer`, and produces the program of rank
+    every rank; without it every rank trains the whole batch, the same
+    gradients, which is correct but does the work D times) and
+    `strata-optimizer`, and produces the program of rank
     `rank`. The rank grid's `sharding` axis (degree D) forms groups of D
     consecutive ranks (hybrid sharding when its `dp` axis is more than 1:
     `@sharding_dp` groups the ranks that hold the same share). Every

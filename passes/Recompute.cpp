@@ -114,9 +114,9 @@ struct RecomputePass : public strata::impl::StrataRecomputeBase<RecomputePass> {
     }
     // (Its clones would read one micro-batch's values in another's.)
     if (failed(checkRunsBefore(module, "strata-recompute",
-                               {"strata-gradient-merge", "strata-data-parallel",
-                                "strata-optimizer", "strata-sharding",
-                                "strata-pipeline"})))
+                               {"strata-recompute", "strata-gradient-merge",
+                                "strata-data-parallel", "strata-optimizer",
+                                "strata-sharding", "strata-pipeline"})))
       return signalPassFailure();
     FailureOr<func::FuncOp> step =
         getDifferentiatedStep(module, "strata-recompute");

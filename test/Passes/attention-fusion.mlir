@@ -1,6 +1,10 @@
 // RUN: strata-opt %s -split-input-file --strata-attention-fusion | FileCheck %s
 // A softmax left unfused is said once, with the reason and the count:
 // RUN: strata-opt %s -split-input-file --strata-attention-fusion -o /dev/null 2>&1 | FileCheck %s --check-prefix=WARN
+// After autodiff the softmax has the backward's readers: the pass order is
+// named.
+// RUN: strata-gen gpt --layers 1 --hidden 8 --heads 2 --seq 4 --vocab 16 --batch 2 | strata-opt --strata-autodiff | not strata-opt --strata-attention-fusion 2>&1 | FileCheck %s --check-prefix=AFTER
+// AFTER: error: strata-attention-fusion: the program has been through strata-autodiff, which runs after strata-attention-fusion; run strata-attention-fusion first
 // WARN-NOT: warning
 // WARN: attention-fusion.mlir:[[@LINE+119]]:9: warning: strata-attention-fusion left 4 of 4 softmax ops unfused; this one: the probabilities have other readers (or none)
 // WARN-NOT: warning

@@ -8,6 +8,9 @@
 // RANGE: error: strata-recompute: no_recompute_segments index 1 is out of range: there are 1 checkpoints
 // PATTERN: error: strata-recompute: refined-ops-patterns entry 'matmul' is not main|num|pre|suf
 // NONE: error: strata-recompute: no checkpoints given
+// A second run would recompute the recomputed ops again: refused.
+// RUN: strata-gen gpt --layers 1 --hidden 8 --heads 2 --seq 4 --vocab 16 --batch 2 | strata-opt --strata-autodiff --strata-recompute=checkpoints=h0 | not strata-opt --strata-recompute=checkpoints=h0 2>&1 | FileCheck %s --check-prefix=TWICE
+// TWICE: error: strata-recompute: the program has been through strata-recompute already (its 'strata.passes' attribute records it); it runs once
 
 strata.param @w : tensor<4x4xf32> init <normal, 1.0>
 func.func @train_step(%x: tensor<2x4xf32>) -> (tensor<f32>, tensor<4x4xf32> {strata.grad_of = @w}) {
