@@ -566,6 +566,9 @@ static int checkArguments() {
     if (path == "-")
       return fail("--" + flag + " - : give a file name (" + flag +
                   " is not written to standard output)");
+  if (outputFile == "-" && emit == "obj")
+    return fail("-o - : give a file name (an object file is not written to "
+                "standard output; --emit=mlir -o - is)");
   if (!outputFile.empty() && emit.empty())
     return fail("-o names the output of --emit (a checkpoint after training "
                 "is --save FILE)");
