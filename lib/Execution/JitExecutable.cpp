@@ -17,13 +17,11 @@
 #include "mlir/Target/LLVMIR/Dialect/LLVMIR/LLVMToLLVMIRTranslation.h"
 #include "mlir/Target/LLVMIR/Export.h"
 #include "llvm/ADT/DenseSet.h"
+#include "llvm/ExecutionEngine/Orc/JITTargetMachineBuilder.h"
 #include "llvm/ExecutionEngine/Orc/Mangling.h"
 #include "llvm/IR/LegacyPassManager.h"
-#include "llvm/MC/TargetRegistry.h"
 #include "llvm/Support/TargetSelect.h"
 #include "llvm/Target/TargetMachine.h"
-#include "llvm/TargetParser/Host.h"
-#include "llvm/TargetParser/SubtargetFeature.h"
 
 #include <cstdlib>
 #include <cstring>
@@ -276,32 +274,26 @@ llvm::Error JitExecutable::emitObject(ModuleOp module, llvm::StringRef path,
       mlir::translateModuleToLLVMIR(**lowered, llvmContext);
   if (!llvmModule)
     return error("cannot translate the lowered program to LLVM IR");
-  llvm::Triple triple(llvm::sys::getProcessTriple());
-  std::string why;
-  const llvm::Target *llvmTarget =
-      llvm::TargetRegistry::lookupTarget(triple, why);
-  if (!llvmTarget)
-    return error("no code generator for " + triple.str() + ": " + why);
-  llvm::SubtargetFeatures features;
-  for (const auto &feature : llvm::sys::getHostCPUFeatures())
-    features.AddFeature(feature.getKey(), feature.getValue());
-  std::unique_ptr<llvm::TargetMachine> machine(llvmTarget->createTargetMachine(
-      triple, llvm::sys::getHostCPUName(), features.getString(),
-      llvm::TargetOptions(), llvm::Reloc::PIC_, llvm::CodeModel::Small,
-      llvm::CodeGenOptLevel::Default));
+  // (The host's triple, CPU and features, as ORC's JIT builds them.)
+  auto builder = llvm::orc::JITTargetMachineBuilder::detectHost();
+  if (!builder)
+    return builder.takeError();
+  builder->setRelocationModel(llvm::Reloc::PIC_)
+      .setCodeModel(llvm::CodeModel::Small);
+  auto machine = builder->createTargetMachine();
   if (!machine)
-    return error("no target machine for " + triple.str());
-  llvmModule->setDataLayout(machine->createDataLayout());
-  llvmModule->setTargetTriple(triple);
+    return machine.takeError();
+  ExecutionEngine::setupTargetTripleAndDataLayout(llvmModule.get(),
+                                                  machine->get());
   if (llvm::Error err =
-          makeOptimizingTransformer(2, 0, machine.get())(llvmModule.get()))
+          makeOptimizingTransformer(2, 0, machine->get())(llvmModule.get()))
     return err;
   llvm::SmallVector<char, 0> object;
   llvm::raw_svector_ostream os(object);
   llvm::legacy::PassManager codegen;
-  if (machine->addPassesToEmitFile(codegen, os, nullptr,
-                                   llvm::CodeGenFileType::ObjectFile))
-    return error("the " + triple.str() +
+  if ((*machine)->addPassesToEmitFile(codegen, os, nullptr,
+                                      llvm::CodeGenFileType::ObjectFile))
+    return error("the " + (*machine)->getTargetTriple().str() +
                  " code generator cannot write object files");
   codegen.run(*llvmModule);
   // Whole or not at all: a file of that name from before stays on error.

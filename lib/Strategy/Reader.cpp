@@ -372,29 +372,19 @@ Error Reader::readFleetConfigs(StringRef configs, yaml::MappingNode *map) {
       if (auto *seq = dyn_cast<yaml::SequenceNode>(kv.getValue())) {
         text = seq->begin() == seq->end() ? "[]" : "non-empty";
       } else {
-        auto v = scalar(kv.getValue(), what);
-        if (!v)
-          return v.takeError();
-        text = *v;
-        // A boolean or number default takes a value (as readValue: not a
-        // string, not hexadecimal), compared by value, not spelling.
-        double d;
+        // A boolean or number default takes a value read as readValue
+        // reads one (not a string, not hexadecimal), compared by value,
+        // not spelling.
+        double number;
         StringRef defaultValue = inert.defaultValue;
         bool isBool = yaml::parseBool(defaultValue).has_value();
-        if ((isBool || to_float(defaultValue, d)) &&
-            (isQuoted(kv.getValue()) ||
-             (!isBool && StringRef(text).contains_insensitive('x'))))
-          return fail(kv.getValue(),
-                      "expected " +
-                          StringRef(isBool ? "true or false" : "a number") +
-                          " for '" + what + "', got " +
-                          (isQuoted(kv.getValue())
-                               ? "the string \"" + text + "\": drop the quotes"
-                               : "'" + text + "'"));
-        if (auto b = yaml::parseBool(text))
-          text = *b ? "true" : "false";
-        if (to_float(text, d))
-          text = formatStrategyNumber(d);
+        bool isNumber = !isBool && to_float(defaultValue, number);
+        auto v = readValue(kv.getValue(), isBool ? 0 : isNumber ? 2 : 4, what);
+        if (!v)
+          return v.takeError();
+        text = isBool     ? (std::get<bool>(*v) ? "true" : "false")
+               : isNumber ? formatStrategyNumber(std::get<double>(*v))
+                          : std::get<std::string>(*v);
       }
       if (text != inert.defaultValue)
         return fail(kv.getValue(), "'" + what + "' = " + text +
