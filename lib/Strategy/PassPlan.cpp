@@ -393,14 +393,10 @@ public:
       handleAllErrors(
           loaded.takeError(),
           [&](const StrategyError &e) {
-            auto [rest, column] = StringRef(e.location()).rsplit(':');
-            auto [file, line] = rest.rsplit(':');
-            unsigned l, c;
-            if (!file.empty() && !line.getAsInteger(10, l) &&
-                !column.getAsInteger(10, c))
-              mlir::emitError(
-                  mlir::FileLineColLoc::get(mlirContext, file, l, c),
-                  "strata-strategy-check: " + e.text());
+            if (e.line() != 0)
+              mlir::emitError(mlir::FileLineColLoc::get(mlirContext, e.file(),
+                                                        e.line(), e.column()),
+                              "strata-strategy-check: " + e.text());
             else
               other = StringRef(e.message()).rtrim().str();
           },
@@ -439,11 +435,9 @@ Error strata::checkPlanImplemented(ArrayRef<PlannedPass> plan,
                                    const Strategy &strategy) {
   for (const PlannedPass &p : plan) {
     if (!p.create) {
-      std::string where = strategy.where(p.reason);
-      return make_error<StrategyError>(where.empty() ? strategy.file : where,
-                                       "'" + p.reason + "' selects pass '" +
-                                           p.name +
-                                           "', which is not implemented yet");
+      return strategy.errorAt(p.reason, "'" + p.reason + "' selects pass '" +
+                                            p.name +
+                                            "', which is not implemented yet");
     }
   }
   return Error::success();
@@ -634,13 +628,11 @@ Error strata::checkBatchSplit(const Strategy &s, mlir::func::FuncOp step,
       batchSplitProblem(s, step, worldSize);
   if (!problem)
     return Error::success();
-  std::string where = s.where(problem->key);
-  if (problem->key.empty()) {
-    where = "the program";
-    if (auto loc = step.getLoc()->findInstanceOf<mlir::FileLineColLoc>())
-      where = loc.getFilename().str();
-  } else if (where.empty()) {
-    where = s.file;
-  }
-  return make_error<StrategyError>(where, problem->message);
+  if (!problem->key.empty())
+    return s.errorAt(problem->key, problem->message);
+  // About the program: at its step function.
+  if (auto loc = step.getLoc()->findInstanceOf<mlir::FileLineColLoc>())
+    return make_error<StrategyError>(loc.getFilename().str(), loc.getLine(),
+                                     loc.getColumn(), problem->message);
+  return fileError("the program", problem->message);
 }

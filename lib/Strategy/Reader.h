@@ -22,6 +22,8 @@
 #include "llvm/Support/YAMLParser.h"
 #include "llvm/Support/raw_ostream.h"
 
+#include <algorithm>
+
 namespace strata::detail {
 
 using llvm::Error;
@@ -45,10 +47,10 @@ public:
           if (self->message.empty()) {
             llvm::raw_string_ostream os(self->message);
             diag.print(nullptr, os, /*ShowColors=*/false);
-            self->messageLocation =
-                (diag.getFilename() + ":" + Twine(diag.getLineNo()) + ":" +
-                 Twine(diag.getColumnNo() + 1))
-                    .str();
+            self->messageFile = diag.getFilename().str();
+            // (Line 0: a diagnostic without a place in the file.)
+            self->messageLine = std::max(diag.getLineNo(), 0);
+            self->messageColumn = std::max(diag.getColumnNo() + 1, 1);
             self->messageText = diag.getMessage().str();
           }
         },
@@ -68,8 +70,8 @@ private:
   /// The first diagnostic the source manager printed (the YAML parser's or
   /// fail's) as an error.
   Error reported() const {
-    return llvm::make_error<StrategyError>(messageLocation, messageText,
-                                           message);
+    return llvm::make_error<StrategyError>(messageFile, messageLine,
+                                           messageColumn, messageText, message);
   }
   Error fail(yaml::Node *node, const Twine &msg) {
     // (A document that does not parse has no root node.)
@@ -109,8 +111,9 @@ private:
   std::string bufferName;
   SourceMgr sourceMgr;
   std::string message;
-  /// The same diagnostic's "file:line:col" and text alone.
-  std::string messageLocation, messageText;
+  /// The same diagnostic's place and text alone.
+  std::string messageFile, messageText;
+  unsigned messageLine = 0, messageColumn = 0;
   StringMap<SMLoc> keyLocs;
   /// group_sharded_parallel shards over the whole group: its degree is the
   /// world (less pipeline stages) unless set.

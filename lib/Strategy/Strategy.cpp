@@ -26,20 +26,26 @@ using namespace strata::detail;
 
 char StrategyError::ID = 0;
 
-StrategyError::StrategyError(std::string location, std::string message,
-                             std::string rendered)
-    : where(std::move(location)), what(std::move(message)),
-      rendered(std::move(rendered)) {}
+StrategyError::StrategyError(std::string file, unsigned line, unsigned column,
+                             std::string message, std::string rendered)
+    : source(std::move(file)), lineNo(line), columnNo(column),
+      what(std::move(message)), rendered(std::move(rendered)) {}
+
+std::string StrategyError::location() const {
+  if (lineNo == 0)
+    return source;
+  return formatv("{0}:{1}:{2}", source, lineNo, columnNo).str();
+}
 
 void StrategyError::log(raw_ostream &os) const {
   if (!rendered.empty())
     os << rendered;
   else
-    os << where << ": error: " << what << "\n";
+    os << location() << ": error: " << what << "\n";
 }
 
 Error strata::fileError(StringRef file, const Twine &message) {
-  return make_error<StrategyError>(file.str(), message.str());
+  return make_error<StrategyError>(file.str(), 0, 0, message.str());
 }
 
 bool Strategy::operator==(const Strategy &o) const {
@@ -48,6 +54,14 @@ bool Strategy::operator==(const Strategy &o) const {
          recompute == o.recompute && amp == o.amp &&
          dp_optimization == o.dp_optimization && hybrid == o.hybrid &&
          optimizer == o.optimizer;
+}
+
+Error Strategy::errorAt(StringRef key, const Twine &message) const {
+  auto it = locations.find(key);
+  if (key.empty() || it == locations.end())
+    return fileError(file, message);
+  return make_error<StrategyError>(file, it->second.line, it->second.column,
+                                   message.str());
 }
 
 std::string Strategy::where(StringRef key) const {
@@ -86,15 +100,14 @@ Expected<Strategy> strata::parseStrategy(StringRef text, StringRef bufferName,
       StringRef before = text.take_front(offset);
       size_t line = before.count('\n') + 1;
       size_t column = offset - (before.rfind('\n') + 1) + 1;
-      std::string where =
-          (bufferName + ":" + Twine(line) + ":" + Twine(column)).str();
       return make_error<StrategyError>(
-          where, text[offset] == '\0'
-                     ? std::string("a NUL byte: a strategy file is text")
-                     : formatv("byte {0:x2} is not UTF-8: a strategy file is "
-                               "UTF-8 text",
-                               uint8_t(text[offset]))
-                           .str());
+          bufferName.str(), line, column,
+          text[offset] == '\0'
+              ? std::string("a NUL byte: a strategy file is text")
+              : formatv("byte {0:x2} is not UTF-8: a strategy file is "
+                        "UTF-8 text",
+                        uint8_t(text[offset]))
+                    .str());
     }
   }
   // JSON files get llvm::json's stricter syntax check first (YAML would

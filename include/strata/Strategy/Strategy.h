@@ -192,22 +192,30 @@ struct Strategy {
 
   /// "FILE:LINE:COL" of a key the file set, or "" when it took its default.
   std::string where(llvm::StringRef key) const;
+  /// A StrategyError at `key` when the file set it, else about the file.
+  llvm::Error errorAt(llvm::StringRef key, const llvm::Twine &message) const;
 };
 
-/// An error in a strategy file: `location` is "file:line:col" when it is
-/// at a place in the file, or the file's name when it is about the whole
-/// file; `text` the message alone. It prints as the compiler's diagnostics
-/// do ("file:line:col: error: message", then the line and a caret), so
+/// An error in a strategy file: at `line` and `column` of `file` (both
+/// 1-based), or about the whole file when `line` is 0; `text` is the
+/// message alone. It prints as the compiler's diagnostics do
+/// ("file:line:col: error: message", then the line and a caret), so
 /// llvm::toString gives what a tool shows, while an embedder (the C API's
-/// diagnostic callback) takes the location and the message apart.
+/// diagnostic callback, the strategy check's MLIR diagnostic) takes the
+/// place and the message apart.
 class StrategyError : public llvm::ErrorInfo<StrategyError> {
 public:
   static char ID;
   /// `rendered`: the whole diagnostic as printed (when empty, "location:
   /// error: message").
-  StrategyError(std::string location, std::string message,
-                std::string rendered = "");
-  const std::string &location() const { return where; }
+  StrategyError(std::string file, unsigned line, unsigned column,
+                std::string message, std::string rendered = "");
+  const std::string &file() const { return source; }
+  /// 0 when the error is about the whole file.
+  unsigned line() const { return lineNo; }
+  unsigned column() const { return columnNo; }
+  /// "file:line:col", or the file's name for the whole file.
+  std::string location() const;
   const std::string &text() const { return what; }
   void log(llvm::raw_ostream &os) const override;
   std::error_code convertToErrorCode() const override {
@@ -215,7 +223,9 @@ public:
   }
 
 private:
-  std::string where, what, rendered;
+  std::string source;
+  unsigned lineNo, columnNo;
+  std::string what, rendered;
 };
 
 /// A StrategyError about the whole of `file`.
