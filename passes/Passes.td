@@ -457,7 +457,10 @@ def StrataStrategyCheck : Pass<"strata-strategy-check", "mlir::ModuleOp"> {
     The first pass of every strategy's pipeline (`strata-opt --strategy`,
     `strata-run`, the C API and Python): reads the strategy file and
     checks that the step's batch divides over the data-parallel ranks of
-    a job of `world-size` ranks, then into the micro-batches of gradient
+    a job of `world-size` ranks (when it is known: 0 leaves the strategy's
+    parallel degrees unchecked against it and splits the batch over one
+    data-parallel rank, as `strata-opt --strategy` does without
+    `--world-size`), then into the micro-batches of gradient
     merge (`gradient_merge.k_steps`) or of the pipeline
     (`pipeline.accumulate_steps`), and that it agrees with
     `pipeline.micro_batch_size` where that is set. A batch that does not
@@ -475,7 +478,9 @@ def StrataStrategyCheck : Pass<"strata-strategy-check", "mlir::ModuleOp"> {
   let options = [
     Option<"strategyFile", "strategy", "std::string", /*default=*/"",
            "The strategy file (YAML or JSON)">,
-    Option<"worldSize", "world-size", "int64_t", "1", "Ranks of the job">,
+    Option<"worldSize", "world-size", "int64_t", "0",
+           "Ranks of the job (0: unknown, the parallel degrees are not "
+           "checked against it, as strata-opt's --world-size)">,
   ];
 }
 

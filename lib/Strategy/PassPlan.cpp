@@ -382,9 +382,11 @@ public:
     };
     if (strategyFile.empty())
       return failure("no strategy file given (strategy=FILE)");
-    // (The strategy's validation checks the world size's range.)
+    // (The strategy's validation checks the world size's range; 0 is
+    // unknown, as strata-opt's --world-size: the degrees are not checked.)
     StrategyContext context;
-    context.worldSize = worldSize;
+    if (worldSize != 0)
+      context.worldSize = worldSize;
     Expected<Strategy> loaded = loadStrategy(strategyFile, context);
     if (!loaded) {
       // A place in the file is the diagnostic's location ("file:line:col"
@@ -417,7 +419,7 @@ public:
       return;
     }
     std::optional<BatchSplitProblem> problem =
-        batchSplitProblem(*strategy, *step, worldSize);
+        batchSplitProblem(*strategy, *step, std::max<int64_t>(worldSize, 1));
     if (!problem)
       return;
     mlir::emitError(keyLocation(&getContext(), *strategy, problem->key)
@@ -514,7 +516,7 @@ Error strata::addPlannedPasses(mlir::PassManager &pm,
   if (Error err = checkPlanImplemented(plan, strategy))
     return err;
   pm.addPass(
-      std::make_unique<StrategyCheckPass>(strategy, worldSize.value_or(1)));
+      std::make_unique<StrategyCheckPass>(strategy, worldSize.value_or(0)));
   auto diagnostics = std::make_unique<StrategyDiagnostics>();
   // "'key' (file:line:col)".
   auto quoted = [&strategy](StringRef key) {

@@ -217,7 +217,7 @@ TEST_F(PassPlanRegistered, AddsRegisteredPassesAndRejectsMissingOnes) {
   llvm::raw_string_ostream os(text);
   pm.printAsTextualPipeline(os);
   EXPECT_EQ(text, "builtin.module(strata-strategy-check{strategy=test.yaml "
-                  "world-size=1},strata-pipeline{accumulate-steps=1 "
+                  "world-size=0},strata-pipeline{accumulate-steps=1 "
                   "micro-batch-size=1 rank=0 schedule=FThenB vpp-degree=1})");
 }
 
