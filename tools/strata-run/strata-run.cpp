@@ -224,27 +224,40 @@ static int fail(const Twine &message) {
 /// A hash of the options every rank of a job must be started with alike
 /// (beyond the program, strategy, seed, backend and data that
 /// Trainer::checkSameJob compares): those that decide which collectives a
-/// rank takes and from which state. Files are compared by their contents
-/// (the path may differ between machines); a --resume directory is rank 0's
-/// to read.
+/// rank takes (blocking or overlapped ones never meet), which outputs rank
+/// 0 writes, and from which state.
 static uint64_t runFingerprint() {
   std::string text;
   raw_string_ostream os(text);
-  auto contents = [&](StringRef path) {
-    if (path.empty() || sys::fs::is_directory(path))
-      return;
-    auto buffer = MemoryBuffer::getFile(path, /*IsText=*/false,
-                                        /*RequiresNullTerminator=*/false);
-    os << (buffer ? xxh3_64bits((*buffer)->getBuffer()) : 0);
-  };
-  os << "steps " << steps << "\ninit " << !initFile.empty() << " ";
-  contents(initFile);
-  os << "\nresume " << !resumeFrom.empty() << " ";
-  contents(resumeFrom);
-  os << "\nsave " << !saveFile.empty() << "\nsave-every " << saveEvery
-     << "\ncheckpoint-dir " << !checkpointDir.empty() << "\nreport "
-     << !reportFile.empty() << "\ntrace " << !traceFile.empty() << "\n";
+  os << "steps " << steps << "\ninit " << !initFile.empty() << "\nresume "
+     << !resumeFrom.empty() << "\nsave " << !saveFile.empty() << "\nsave-every "
+     << saveEvery << "\ncheckpoint-dir " << !checkpointDir.empty()
+     << "\nkeep-checkpoints " << keepCheckpoints << "\nreport "
+     << !reportFile.empty() << "\ntrace " << !traceFile.empty()
+     << "\ndump-batches " << !dumpBatches.empty() << "\nblocking-collectives "
+     << blockingCollectives << "\n";
   return xxh3_64bits(text);
+}
+
+/// A hash of a checkpoint's bytes, which every rank must start from alike
+/// (the path may differ between machines); 0 when it cannot be read (the
+/// load reports that).
+static uint64_t contentFingerprint(StringRef path) {
+  auto buffer = MemoryBuffer::getFile(path, /*IsText=*/false,
+                                      /*RequiresNullTerminator=*/false);
+  return buffer ? xxh3_64bits((*buffer)->getBuffer()) : 0;
+}
+
+/// The error of ranks that would start from other bytes than rank 0's
+/// checkpoint `path` (named by `option`).
+static std::string otherCheckpointBytes(int64_t rank, StringRef option,
+                                        StringRef path) {
+  return ("rank " + Twine(rank) + "'s " + option +
+          " checkpoint holds other bytes than rank 0's (" + path +
+          "): every rank of a job starts "
+          "from the same checkpoint (a copy of rank 0's file, or a directory "
+          "every rank sees alike)")
+      .str();
 }
 
 /// An MPI call of the start's own checks, named for a rank the job stops
@@ -854,10 +867,17 @@ int main(int argc, char **argv) {
         // (The hashes read whole files: only where ranks compare them, and
         // before the check's watch starts, so that reading a large file is
         // not taken for waiting on a peer.)
-        std::optional<uint64_t> dataHash, runHash;
+        std::optional<uint64_t> dataHash, runHash, startHash;
+        StringRef startFile =
+            !initFile.empty() ? StringRef(initFile) : StringRef(resumeFrom);
+        StringRef startOption = !initFile.empty() ? "--init" : "--resume";
         if (worldSize > 1) {
           dataHash = data->fingerprint();
           runHash = runFingerprint();
+          if (!startFile.empty() && !sys::fs::is_directory(startFile))
+            startHash = contentFingerprint(startFile);
+          else
+            startHash = 0; // (a --resume directory: after its choice)
         }
         StartupCheck check("the start's check that every rank runs one job");
         if (Error err = trainer.checkSameJob(dataHash))
@@ -867,15 +887,21 @@ int main(int argc, char **argv) {
         // Ranks started with other steps or checkpoints would wait in
         // collectives the others never enter.
         int64_t other = communicator->firstDifferent(*runHash);
-        if (other < 0)
-          return Error::success();
-        return createStringError(
-            inconvertibleErrorCode(),
-            "rank " + Twine(other) +
-                " was started with other run options than rank 0 (--steps, "
-                "--init or --resume and their contents, --save, --save-every, "
-                "--checkpoint-dir, --report, --trace): every rank of a job "
-                "takes the same ones");
+        if (other >= 0)
+          return createStringError(
+              inconvertibleErrorCode(),
+              "rank " + Twine(other) +
+                  " was started with other run options than rank 0 "
+                  "(--steps, --init, --resume, --save, --save-every, "
+                  "--checkpoint-dir, --keep-checkpoints, --report, --trace, "
+                  "--dump-batches, --blocking-collectives): every rank of a "
+                  "job takes the same ones");
+        other = communicator->firstDifferent(*startHash);
+        if (other >= 0)
+          return createStringError(
+              inconvertibleErrorCode(),
+              otherCheckpointBytes(other, startOption, startFile));
+        return Error::success();
       }())
     return failEverywhere(toString(std::move(err)),
                           /*diagnosticsPrinted=*/false);
@@ -942,6 +968,22 @@ int main(int argc, char **argv) {
       if (auto code = agree(foundError.empty(), foundError,
                             /*diagnosticsPrinted=*/false))
         return *code;
+      if (*found && worldSize > 1) {
+        // The same name on every rank (a directory each machine has its
+        // own copy of): the same bytes too, or the replicas would train
+        // from other weights, silently.
+        uint64_t hash = contentFingerprint((*found)->second);
+        int64_t other;
+        {
+          StartupCheck check("the start's check that every rank resumes "
+                             "from the same checkpoint");
+          other = communicator->firstDifferent(hash);
+        }
+        if (other >= 0)
+          return failEverywhere(
+              otherCheckpointBytes(other, "--resume", (*found)->second),
+              /*diagnosticsPrinted=*/false);
+      }
       if (*found) {
         from = (*found)->first;
         startFrom = (*found)->second;
