@@ -10,12 +10,19 @@
 #include "llvm/Support/ErrorHandling.h"
 #include "llvm/Support/FormatVariadic.h"
 #include "llvm/Support/MemoryBufferRef.h"
+#include "llvm/Support/Path.h"
 #include "llvm/Support/PrettyStackTrace.h"
 #include "llvm/Support/raw_ostream.h"
 
+#include <cstdio>
 #include <cstdlib>
+#include <cstring>
+#include <exception>
 #include <mpi.h>
+#include <new>
 #include <oneapi/dnnl/dnnl_version.h>
+#include <system_error>
+#include <unistd.h>
 
 using namespace llvm;
 
@@ -47,6 +54,20 @@ std::string &bytecodeInput() {
   static std::string path;
   return path;
 }
+/// "TOOL: error: " and, in a job of several ranks, "rank R: ": written by
+/// the handlers below, which must not allocate.
+char failurePrefix[160] = "strata: error: ";
+
+void writeRaw(const char *text) {
+  size_t left = std::strlen(text);
+  while (left > 0) {
+    ssize_t written = ::write(STDERR_FILENO, text, left);
+    if (written <= 0)
+      return;
+    text += written;
+    left -= size_t(written);
+  }
+}
 
 [[noreturn]] void fatal(void *, const char *reason, bool) {
   // Write and leave, without the destructors of a state that just failed
@@ -58,7 +79,68 @@ std::string &bytecodeInput() {
             "file; the program's text form gives located errors)\n";
   std::_Exit(1);
 }
+
+/// A failed allocation (LLVM's, or operator new's through the handler
+/// InitLLVM installs): the process is out of memory, which is no crash of
+/// the tool's. (While a bytecode program is read, its reader's impossible
+/// counts end here too: fatal names the file.)
+[[noreturn]] void outOfMemory(void *user, const char *reason, bool diag) {
+  if (!bytecodeInput().empty())
+    fatal(user, reason, diag);
+  outs().flush();
+  writeRaw(failurePrefix);
+  writeRaw("out of memory (");
+  writeRaw(reason);
+  writeRaw("): give the process more memory (a limit such as ulimit -v or a "
+           "container's, or fewer ranks on the machine) or the job less "
+           "work\n");
+  std::_Exit(1);
+}
+
+std::terminate_handler previousTerminate;
+
+/// An exception no one caught: a failed allocation, or a thread the
+/// process could not start, is the machine's limit and is said so; any
+/// other is an internal error (the crash report).
+[[noreturn]] void onTerminate() {
+  if (std::exception_ptr thrown = std::current_exception()) {
+    try {
+      std::rethrow_exception(thrown);
+    } catch (const std::bad_alloc &) {
+      outOfMemory(nullptr, "std::bad_alloc", false);
+    } catch (const std::system_error &e) {
+      if (e.code() == std::errc::resource_unavailable_try_again) {
+        outs().flush();
+        writeRaw(failurePrefix);
+        writeRaw("cannot start a thread (");
+        writeRaw(e.what());
+        writeRaw("): the process is out of memory or at a limit on threads "
+                 "or processes (ulimit -u, ulimit -v, a container's)\n");
+        std::_Exit(1);
+      }
+    } catch (...) {
+    }
+  }
+  previousTerminate();
+  std::abort();
+}
 } // namespace
+
+void strata::handleToolFailures(StringRef tool) {
+  toolName() = tool.str();
+  std::snprintf(failurePrefix, sizeof(failurePrefix),
+                "%.100s: error: ", toolName().c_str());
+  setBugReportMsg("PLEASE report this crash to the Strata developers, with "
+                  "the command line, the program, the strategy file and the "
+                  "stack dump below.\n");
+  install_bad_alloc_error_handler(outOfMemory);
+  previousTerminate = std::set_terminate(onTerminate);
+}
+
+void strata::setToolRank(int rank) {
+  std::snprintf(failurePrefix, sizeof(failurePrefix),
+                "%.100s: error: rank %d: ", toolName().c_str(), rank);
+}
 
 std::string strata::checkProgramInput(StringRef tool, StringRef contents,
                                       StringRef path) {
@@ -67,7 +149,6 @@ std::string strata::checkProgramInput(StringRef tool, StringRef contents,
     toolName() = tool.str();
     bytecodeInput() = path.str();
     install_fatal_error_handler(fatal);
-    install_bad_alloc_error_handler(fatal);
   }
   return programNestingError(contents, path);
 }
@@ -88,19 +169,12 @@ void strata::endProgramInput() {
     return;
   bytecodeInput().clear();
   remove_fatal_error_handler();
-  remove_bad_alloc_error_handler();
-}
-
-void strata::reportCrashesToStrata() {
-  setBugReportMsg("PLEASE report this crash to the Strata developers, with "
-                  "the command line, the program, the strategy file and the "
-                  "stack dump below.\n");
 }
 
 void strata::parseToolCommandLine(
     int argc, char **argv, StringRef overview,
     ArrayRef<const cl::OptionCategory *> categories) {
-  reportCrashesToStrata();
+  handleToolFailures(sys::path::filename(argc > 0 ? argv[0] : "strata"));
   for (cl::SubCommand *sub : cl::getRegisteredSubcommands())
     cl::HideUnrelatedOptions(categories, *sub);
   cl::SetVersionPrinter([](raw_ostream &os) { os << versionText(); });

@@ -109,7 +109,7 @@ static int runDriver(StringRef inputFilename, StringRef outputFilename,
 
 int main(int argc, char **argv) {
   InitLLVM init(argc, argv);
-  strata::reportCrashesToStrata();
+  strata::handleToolFailures("strata-opt");
   mlir::DialectRegistry registry;
   strata::registerStrataDialects(registry);
   strata::registerAllStrataPasses();

@@ -758,6 +758,8 @@ int main(int argc, char **argv) {
     mpiRunning = true;
     MPI_Comm_rank(MPI_COMM_WORLD, &worldRank);
     MPI_Comm_size(MPI_COMM_WORLD, &worldSize);
+    if (worldSize > 1)
+      strata::setToolRank(worldRank);
     strata_run::installStopHandlers(worldRank);
     communicator = std::make_unique<strata::MpiCommunicator>(MPI_COMM_WORLD);
     if (collectiveTimeout > 0) {

@@ -45,9 +45,16 @@ std::unique_ptr<llvm::MemoryBuffer> openProgramInput(llvm::StringRef tool,
 /// again (they are internal errors from here on).
 void endProgramInput();
 
-/// A crash's stack dump asks for a report to Strata's developers (LLVM's
-/// default message names LLVM's issue tracker).
-void reportCrashesToStrata();
+/// How `tool` ends on failures that are not its bugs: out of memory (a
+/// failed allocation, a thread that cannot start) prints "TOOL: error: out
+/// of memory (...)" and exits with status 1 instead of a crash report; a
+/// crash's stack dump asks for a report to Strata's developers (LLVM's
+/// default message names LLVM's issue tracker). parseToolCommandLine calls
+/// it.
+void handleToolFailures(llvm::StringRef tool);
+
+/// In a job of several ranks: those messages name `rank`.
+void setToolRank(int rank);
 
 /// Parses a tool's command line. Only the options in `categories` are shown
 /// by --help and offered as suggestions; --version prints versionText().
