@@ -203,6 +203,22 @@ static int worldRank = 0, worldSize = 1;
 /// The job's communicator (multi-rank runs), released before MPI ends.
 static std::unique_ptr<strata::MpiCommunicator> communicator;
 
+/// This process's rank in a job of several ranks that mpirun or a PMI
+/// launcher (Slurm) started, from their environment; nothing otherwise.
+static std::optional<int> launcherRank() {
+  for (auto [rankVariable, sizeVariable] :
+       {std::pair{"OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE"},
+        std::pair{"PMI_RANK", "PMI_SIZE"}}) {
+    const char *rank = std::getenv(rankVariable);
+    const char *size = std::getenv(sizeVariable);
+    int r, n;
+    if (rank && size && !StringRef(rank).getAsInteger(10, r) &&
+        !StringRef(size).getAsInteger(10, n) && n > 1)
+      return r;
+  }
+  return std::nullopt;
+}
+
 /// Reports an error; in a multi-rank run, names the rank and takes every
 /// other rank down with it rather than leave them waiting in a collective.
 static int fail(const Twine &message) {
@@ -217,7 +233,12 @@ static int fail(const Twine &message) {
     (void)ignored;
     MPI_Abort(MPI_COMM_WORLD, 1);
   }
-  WithColor::error(errs(), "strata-run") << message << "\n";
+  // (Before MPI starts, a rank of a job under mpirun or Slurm knows its
+  // rank from the launcher: an error about one machine's files names it.)
+  std::optional<int> rank = launcherRank();
+  WithColor::error(errs(), "strata-run")
+      << (rank ? "rank " + std::to_string(*rank) + ": " : std::string())
+      << message << "\n";
   return 1;
 }
 
