@@ -598,6 +598,16 @@ Error strata::addPlannedPasses(mlir::PassManager &pm,
                     strategy.optimizer.type +
                     "'s update reads each low-precision gradient exactly as "
                     "its f32 copy");
+  // bfloat16 scales no loss (f32's exponent range).
+  if (strategy.amp.enable && strategy.amp.dtype == "bfloat16")
+    for (StringRef key :
+         {"amp.init_loss_scaling", "amp.use_dynamic_loss_scaling",
+          "amp.incr_every_n_steps", "amp.decr_every_n_nan_or_inf",
+          "amp.incr_ratio", "amp.decr_ratio"})
+      if (given(key))
+        inert.push_back(quoted(key) +
+                        " changes nothing: bfloat16 has f32's exponent range "
+                        "and trains without loss scaling (float16 only)");
   if (!inert.empty())
     diagnostics->before.push_back([inert](mlir::ModuleOp) { return inert; });
 
