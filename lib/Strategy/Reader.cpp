@@ -534,7 +534,7 @@ Error Reader::read() {
        {"sharding_configs", "recompute_configs", "pipeline_configs",
         "gradient_merge_configs", "amp_configs", "lamb_configs", "lars_configs",
         "localsgd_configs", "adaptive_localsgd_configs", "dgc_configs",
-        "group_sharded_parallel"})
+        "group_sharded_parallel", "fuse_grad_size_in_MB"})
     topKeys.push_back(s);
 
   StringMap<SMLoc> seenTop;
@@ -578,6 +578,13 @@ Error Reader::read() {
       continue;
     }
     StringRef k(*key);
+    // fleet's gradient bucket size (DistributedStrategy's attribute).
+    if (k == "fuse_grad_size_in_MB") {
+      if (Error err = setCanonical("dp_optimization.comm_buffer_size",
+                                   kv.getKey(), value))
+        return err;
+      continue;
+    }
     if (k == "group_sharded_parallel") {
       auto *m = dyn_cast<yaml::MappingNode>(value);
       if (!m)

@@ -120,8 +120,9 @@ Error Reader::validate(const StrategyContext &context) {
                     "Strata programs have no non-parameter buffers"));
   CHECK(onlyDefault("sharding.offload", !s.sharding.offload,
                     "offload moves optimizer state from device to host "
-                    "memory; the CPU runtime keeps it in host memory already "
-                    "and the CUDA runtime is not built yet"));
+                    "memory; the CPU runtime keeps it in host memory already, "
+                    "and the CUDA runtime keeps it on the device (offload is "
+                    "not implemented there)"));
   CHECK(onlyDefault("sharding.buffer_max_size",
                     s.sharding.buffer_max_size == 8388608,
                     "use comm_buffer_size_MB for the size of gather "
