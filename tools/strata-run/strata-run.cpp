@@ -120,7 +120,9 @@ static cl::opt<std::string> resumeFrom(
              "failure"),
     cl::value_desc("file-or-dir"), cl::init(""), cl::cat(dataCategory));
 static cl::opt<std::string> reportFile(
-    "report", cl::desc("Write a JSON report of the run"),
+    "report",
+    cl::desc("Write a JSON report of the run ('-': standard output, "
+             "which then holds the report alone, without the step lines)"),
     cl::value_desc("file"), cl::init(""), cl::cat(outputCategory));
 static cl::opt<std::string> dumpBatches(
     "dump-batches",
@@ -186,7 +188,8 @@ static cl::opt<double> collectiveTimeout(
     "collective-timeout",
     cl::desc("In a job of several ranks, end the job when a rank has waited "
              "this many seconds in one collective, send, receive or wait for "
-             "its peers (one that stopped or hangs); 0: wait for ever"),
+             "its peers (one that stopped or hangs); 0: wait for ever "
+             "(default: 1800, half an hour)"),
     cl::value_desc("seconds"), cl::init(1800), cl::cat(launchCategory));
 static cl::opt<bool> quiet("quiet",
                            cl::desc("No progress lines or summary on stderr"),
@@ -1160,7 +1163,9 @@ int main(int argc, char **argv) {
     auto loss = trainer.step(i, batch);
     if (!loss)
       return fail("step " + Twine(i) + ": " + toString(loss.takeError()));
-    if (rank0) {
+    // (With --report -, standard output is the report alone, which holds
+    // the losses: a reader such as jq gets one JSON document.)
+    if (rank0 && reportFile != "-") {
       outs() << formatv("step {0} loss {1}\n", i,
                         strata::formatStrategyNumber(*loss));
       outs().flush();
