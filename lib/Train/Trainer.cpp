@@ -692,8 +692,11 @@ Expected<double> Trainer::step(int64_t index,
   }
   double loss = (*results)[0].data[0];
   if (!std::isfinite(loss))
-    return trainerError(Twine("the loss is ") +
-                        (std::isnan(loss) ? "NaN" : "infinite"));
+    return trainerError(
+        Twine("the loss is ") + (std::isnan(loss) ? "NaN" : "infinite") +
+        ": the training diverged (a lower optimizer.learning_rate, or "
+        "clipping with optimizer.grad_clip_norm), or the program computes it "
+        "from its inputs");
   if (stepCount) {
     std::optional<double> now = scalarState(kStepCountStateName);
     if (now == stepCount)
