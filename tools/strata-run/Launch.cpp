@@ -54,6 +54,10 @@ std::atomic<const char *> hostActivity{nullptr};
 /// program), or null.
 std::atomic<const char *> phase{nullptr};
 volatile sig_atomic_t requested = 0;
+/// The process that sent SIGTERM when it is not the rank's launcher
+/// (mpirun, or Slurm's step daemon: its parent), or 0: a person or a
+/// script stopped this rank alone, which is no peer's failure.
+volatile sig_atomic_t sender = 0;
 
 /// A line built in place and written with one write(2), so that the lines
 /// of ranks sharing mpirun's stderr do not interleave. Signal-safe.
@@ -84,14 +88,36 @@ void describePlace(Line &line, const char *where, const char *in,
     line << otherwise;
 }
 
+/// `value` in decimal, into `text` (at least 12 bytes). Signal-safe.
+const char *decimal(long value, char *text) {
+  char digits[24];
+  int n = 0;
+  do {
+    digits[n++] = char('0' + value % 10);
+    value /= 10;
+  } while (value > 0 && n < 20);
+  for (int i = 0; i < n; ++i)
+    text[i] = digits[n - 1 - i];
+  text[n] = '\0';
+  return text;
+}
+
 [[noreturn]] void report(const char *where) {
   Line line;
-  line << prefix
-       << (requested == SIGINT ? "interrupted" : "stopped by the job");
+  char pid[24];
+  line << prefix;
+  if (sender)
+    line << "stopped by SIGTERM from process " << decimal(sender, pid)
+         << ", which is not the job's launcher,";
+  else
+    line << (requested == SIGINT ? "interrupted" : "stopped by the job");
   describePlace(line, where, "while in",
                 " while computing (outside any collective)");
-  line << ": a peer rank failed or the job was cancelled; mpirun names the "
-          "rank that ended first\n";
+  if (sender)
+    line << ": the other ranks stop when this one ends\n";
+  else
+    line << ": a peer rank failed or the job was cancelled; mpirun names the "
+            "rank that ended first\n";
   line.write();
   _exit(128 + (requested ? int(requested) : SIGTERM));
 }
@@ -109,10 +135,15 @@ void check() {
     report(where());
 }
 
-void onSignal(int sig) {
+void onSignal(int sig, siginfo_t *info, void *) {
   if (requested) // a second signal: report now
     report(where());
   requested = sig;
+  // (SIGINT is a person's or a script's interruption of the job, sent to
+  // every process of it: "interrupted" says it.)
+  if (sig == SIGTERM && info && info->si_code == SI_USER && info->si_pid > 0 &&
+      info->si_pid != getppid())
+    sender = info->si_pid;
   // (Work of the start does not reach a communication soon: say so now.)
   if (const char *at = where(); at || phase.load())
     report(at);
@@ -125,10 +156,12 @@ void onAlarm(int) { report(where()); }
 void install(int rank) {
   std::snprintf(prefix, sizeof(prefix), "strata-run: error: rank %d: ", rank);
   struct sigaction action = {};
-  action.sa_handler = onSignal;
+  action.sa_sigaction = onSignal;
+  action.sa_flags = SA_SIGINFO;
   sigemptyset(&action.sa_mask);
   sigaction(SIGTERM, &action, nullptr);
   sigaction(SIGINT, &action, nullptr);
+  action.sa_flags = 0;
   action.sa_handler = onAlarm;
   sigaction(SIGALRM, &action, nullptr);
 }
