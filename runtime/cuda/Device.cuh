@@ -60,6 +60,15 @@ bool withSameFloatType(StrataRtContext *ctx, int64_t site, const char *kernel,
                                                          types, f);
 }
 
+/// A kernel's static shared memory. The host emulation of the kernels
+/// (STRATA_CUDA_EMULATION, test/unit/CudaEmulation.h) runs one block at a
+/// time: one array then serves every block.
+#if defined(STRATA_CUDA_EMULATION)
+#define STRATA_SHARED static
+#else
+#define STRATA_SHARED __shared__
+#endif
+
 /// Threads per block of the elementwise kernels.
 constexpr int kThreads = 256;
 /// Threads per block of a kernel that reduces rows of `n` elements.

@@ -16,7 +16,7 @@
 // block and dQ per query block: nothing is summed by atomics.
 //
 // Device code only, in a header so that a host test can run it under an
-// emulation of blocks, warps and mma.sync (STRATA_FLASH_EMULATION: the
+// emulation of blocks, warps and mma.sync (STRATA_CUDA_EMULATION: the
 // test supplies the thread indices, the intrinsics and emulatedMma, which
 // multiplies the warp's fragments as PTX lays them out).
 //
@@ -100,7 +100,7 @@ template <typename T> struct Tile {
 /// `valid` is false (nothing is read then); complete after asyncWait.
 __device__ __forceinline__ void asyncCopy16(void *to, const void *from,
                                             bool valid) {
-#if defined(STRATA_FLASH_EMULATION)
+#if defined(STRATA_CUDA_EMULATION)
   emulatedAsyncCopy16(to, from, valid);
 #elif defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
   const auto at = static_cast<uint32_t>(__cvta_generic_to_shared(to));
@@ -116,7 +116,7 @@ __device__ __forceinline__ void asyncCopy16(void *to, const void *from,
 /// Waits for this thread's cp.async copies (a block barrier after it makes
 /// every thread's visible to the block).
 __device__ __forceinline__ void asyncWait() {
-#if defined(STRATA_FLASH_EMULATION)
+#if defined(STRATA_CUDA_EMULATION)
   emulatedAsyncWait();
 #elif defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
   asm volatile("cp.async.wait_all;" ::: "memory");
@@ -187,7 +187,7 @@ __device__ __forceinline__ uint32_t pairOf(const T *lo, const T *hi) {
 /// it holds B row-major.
 template <bool trans, typename T>
 __device__ __forceinline__ void loadMatrices(uint32_t (&r)[4], const T *row) {
-#if defined(STRATA_FLASH_EMULATION)
+#if defined(STRATA_CUDA_EMULATION)
   emulatedLoadMatrices<trans>(r, row);
 #elif defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 800
   // (As mma: the kernels are never launched below sm_80.)
@@ -223,7 +223,7 @@ __device__ __forceinline__ uint32_t packPair(float lo, float hi) {
 template <typename T>
 __device__ __forceinline__ void mma(float (&d)[4], const uint32_t (&a)[4],
                                     const uint32_t (&b)[2]) {
-#if defined(STRATA_FLASH_EMULATION)
+#if defined(STRATA_CUDA_EMULATION)
   emulatedMma<T>(d, a, b);
 #elif defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 800
   // bf16 products start with sm_80: a build for an older architecture

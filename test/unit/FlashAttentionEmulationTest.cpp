@@ -22,89 +22,13 @@
 //
 //===----------------------------------------------------------------------===//
 
-#define STRATA_FLASH_EMULATION 1
-// Launch bounds only guide nvcc.
-#define __launch_bounds__(...)
+#define STRATA_CUDA_EMULATION 1
 
-#include <cuda_bf16.h>
-#include <cuda_fp16.h>
-#include <cuda_runtime.h>
+#include "CudaEmulation.h"
 
-#include <array>
 #include <atomic>
-#include <condition_variable>
-#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
-#include <cstring>
-#include <memory>
-#include <mutex>
-#include <thread>
-#include <type_traits>
-#include <vector>
-
-// The thread's place in the grid, and the intrinsics the kernels use.
-thread_local uint3 threadIdx, blockIdx;
-thread_local dim3 blockDim, gridDim;
-
-namespace emulation {
-/// A barrier for `count` threads, reusable.
-class Barrier {
-  std::mutex mutex;
-  std::condition_variable changed;
-  int count, waiting = 0;
-  long generation = 0;
-
-public:
-  explicit Barrier(int count) : count(count) {}
-  void wait() {
-    std::unique_lock<std::mutex> lock(mutex);
-    long mine = generation;
-    if (++waiting == count) {
-      waiting = 0;
-      ++generation;
-      changed.notify_all();
-      return;
-    }
-    changed.wait(lock, [&] { return generation != mine; });
-  }
-};
-
-/// What a block's threads share besides its shared memory.
-struct Block {
-  explicit Block(int threads) : all(threads) {
-    for (int w = 0; w < threads / 32; ++w)
-      warps.emplace_back(std::make_unique<Barrier>(32));
-    shuffle.resize(threads);
-    a.resize(threads);
-    b.resize(threads);
-    rows.resize(threads);
-  }
-  Barrier all;
-  std::vector<std::unique_ptr<Barrier>> warps;
-  std::vector<float> shuffle;
-  /// Each thread's mma operand registers, handed to its warp.
-  std::vector<std::array<uint32_t, 4>> a;
-  std::vector<std::array<uint32_t, 2>> b;
-  /// Each thread's row address for ldmatrix.
-  std::vector<const uint16_t *> rows;
-};
-thread_local Block *block = nullptr;
-} // namespace emulation
-
-inline void __syncthreads() { emulation::block->all.wait(); }
-inline void __syncwarp(unsigned = 0xffffffffu) {
-  emulation::block->warps[threadIdx.x / 32]->wait();
-}
-inline float __shfl_xor_sync(unsigned, float v, int laneMask) {
-  emulation::Block &b = *emulation::block;
-  const unsigned warp = threadIdx.x / 32 * 32, lane = threadIdx.x % 32;
-  b.shuffle[warp + lane] = v;
-  __syncwarp();
-  float got = b.shuffle[warp + (lane ^ unsigned(laneMask))];
-  __syncwarp();
-  return got;
-}
 
 /// One half of an operand register as a float: element `half` (0: the low
 /// 16 bits) of type T.
@@ -267,23 +191,15 @@ void launch(void (*kernel)(Params...), size_t sharedBytes, int64_t slices,
       const float nan = NAN;
       for (size_t i = 0; i + sizeof(float) <= sharedBytes; i += sizeof(float))
         std::memcpy(strata::cuda::shared + i, &nan, sizeof(float));
-      emulation::Block state(strata::cuda::kFlashThreads);
       std::atomic<bool> unfinished{false};
-      std::vector<std::thread> threads;
-      for (unsigned t = 0; t < unsigned(strata::cuda::kFlashThreads); ++t)
-        threads.emplace_back([&, t] {
-          emulation::block = &state;
-          threadIdx = {t, 0, 0};
-          blockIdx = {x, y, 0};
-          blockDim = dim3(strata::cuda::kFlashThreads);
-          gridDim = dim3(unsigned(slices), blocks);
-          kernel(args...);
-          // A copy still pending would land in the next block's memory.
-          if (!emulation::pendingCopies.empty())
-            unfinished = true;
-        });
-      for (std::thread &t : threads)
-        t.join();
+      emulation::runBlock(dim3(unsigned(slices), blocks), {x, y, 0},
+                          unsigned(strata::cuda::kFlashThreads), [&] {
+                            kernel(args...);
+                            // A copy still pending would land in the next
+                            // block's memory.
+                            if (!emulation::pendingCopies.empty())
+                              unfinished = true;
+                          });
       ASSERT_FALSE(unfinished) << "a thread ended with cp.async copies "
                                   "it never waited for";
     }
