@@ -382,12 +382,12 @@ public:
     };
     if (strategyFile.empty())
       return failure("no strategy file given (strategy=FILE)");
-    // (The strategy's validation checks the world size's range; 0 is
-    // unknown, as strata-opt's --world-size: the degrees are not checked.)
-    StrategyContext context;
-    if (worldSize != 0)
-      context.worldSize = worldSize;
-    Expected<Strategy> loaded = loadStrategy(strategyFile, context);
+    // (0 is unknown, as strata-opt's --world-size: the degrees are not
+    // checked against it.)
+    Expected<StrategyContext> context = jobContext(worldSize, 0);
+    if (!context)
+      return failure("world-size: " + toString(context.takeError()));
+    Expected<Strategy> loaded = loadStrategy(strategyFile, *context);
     if (!loaded) {
       // A place in the file is the diagnostic's location ("file:line:col"
       // for the C API's callback); an error about the whole file names it.

@@ -80,6 +80,17 @@ void writeRaw(const char *text) {
   std::_Exit(1);
 }
 
+/// A thread the process could not start: the machine's limit.
+[[noreturn]] void cannotStartThread(const char *reason) {
+  outs().flush();
+  writeRaw(failurePrefix);
+  writeRaw("cannot start a thread (");
+  writeRaw(reason);
+  writeRaw("): the process is out of memory or at a limit on threads or "
+           "processes (ulimit -u, ulimit -v, a container's)\n");
+  std::_Exit(1);
+}
+
 /// A failed allocation (LLVM's, or operator new's through the handler
 /// InitLLVM installs): the process is out of memory, which is no crash of
 /// the tool's. (While a bytecode program is read, its reader's impossible
@@ -97,32 +108,51 @@ void writeRaw(const char *text) {
   std::_Exit(1);
 }
 
+/// LLVM's fatal errors: a bytecode program's reader failing on a damaged
+/// file (fatal names the file), a thread LLVM's pool could not start;
+/// any other is LLVM's own message, after which LLVM aborts with the crash
+/// report (an internal error).
+void onFatalError(void *user, const char *reason, bool diag) {
+  if (!bytecodeInput().empty())
+    fatal(user, reason, diag);
+  if (StringRef(reason).starts_with("pthread_create failed"))
+    cannotStartThread(reason);
+  writeRaw("LLVM ERROR: ");
+  writeRaw(reason);
+  writeRaw("\n");
+}
+
 std::terminate_handler previousTerminate;
 
 /// An exception no one caught: a failed allocation, or a thread the
 /// process could not start, is the machine's limit and is said so; any
-/// other is an internal error (the crash report).
+/// other is an internal error (the crash report). (The exception is
+/// rethrown in place, which allocates nothing.)
 [[noreturn]] void onTerminate() {
-  if (std::exception_ptr thrown = std::current_exception()) {
+  if (std::current_exception()) {
     try {
-      std::rethrow_exception(thrown);
+      throw;
     } catch (const std::bad_alloc &) {
       outOfMemory(nullptr, "std::bad_alloc", false);
     } catch (const std::system_error &e) {
-      if (e.code() == std::errc::resource_unavailable_try_again) {
-        outs().flush();
-        writeRaw(failurePrefix);
-        writeRaw("cannot start a thread (");
-        writeRaw(e.what());
-        writeRaw("): the process is out of memory or at a limit on threads "
-                 "or processes (ulimit -u, ulimit -v, a container's)\n");
-        std::_Exit(1);
-      }
+      if (e.code() == std::errc::resource_unavailable_try_again)
+        cannotStartThread(e.what());
     } catch (...) {
     }
   }
   previousTerminate();
   std::abort();
+}
+
+/// The handlers above, installed once.
+void installFailureHandlers() {
+  static bool installed = false;
+  if (installed)
+    return;
+  installed = true;
+  install_bad_alloc_error_handler(outOfMemory);
+  install_fatal_error_handler(onFatalError);
+  previousTerminate = std::set_terminate(onTerminate);
 }
 } // namespace
 
@@ -133,8 +163,7 @@ void strata::handleToolFailures(StringRef tool) {
   setBugReportMsg("PLEASE report this crash to the Strata developers, with "
                   "the command line, the program, the strategy file and the "
                   "stack dump below.\n");
-  install_bad_alloc_error_handler(outOfMemory);
-  previousTerminate = std::set_terminate(onTerminate);
+  installFailureHandlers();
 }
 
 void strata::setToolRank(int rank) {
@@ -146,9 +175,11 @@ std::string strata::checkProgramInput(StringRef tool, StringRef contents,
                                       StringRef path) {
   endProgramInput();
   if (mlir::isBytecode(MemoryBufferRef(contents, path))) {
+    // (The handlers of handleToolFailures, which name the file while it is
+    // read.)
     toolName() = tool.str();
     bytecodeInput() = path.str();
-    install_fatal_error_handler(fatal);
+    installFailureHandlers();
   }
   return programNestingError(contents, path);
 }
@@ -164,12 +195,7 @@ strata::openProgramInput(StringRef tool, StringRef path, std::string &error) {
   return input;
 }
 
-void strata::endProgramInput() {
-  if (bytecodeInput().empty())
-    return;
-  bytecodeInput().clear();
-  remove_fatal_error_handler();
-}
+void strata::endProgramInput() { bytecodeInput().clear(); }
 
 void strata::parseToolCommandLine(
     int argc, char **argv, StringRef overview,

@@ -694,9 +694,13 @@ Expected<double> Trainer::step(int64_t index,
   if (!std::isfinite(loss))
     return trainerError(
         Twine("the loss is ") + (std::isnan(loss) ? "NaN" : "infinite") +
-        ": the training diverged (a lower optimizer.learning_rate, or "
-        "clipping with optimizer.grad_clip_norm), or the program computes it "
-        "from its inputs");
+        (index == 0
+             // (Nothing was updated yet.)
+             ? ": the program computes it from the initial weights and this "
+               "batch (a log or a division of 0, an input out of range)"
+             : ": the training diverged (a lower optimizer.learning_rate, or "
+               "clipping with optimizer.grad_clip_norm), or the program "
+               "computes it from this batch"));
   if (stepCount) {
     std::optional<double> now = scalarState(kStepCountStateName);
     if (now == stepCount)

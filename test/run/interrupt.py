@@ -10,7 +10,8 @@ the first loss is printed:
 - kill: sends SIGKILL to the launcher, which cannot pass it on, then runs
   COMMAND... once more with --steps 1 (a later launch removes what a killed
   one left);
-- rank: sends SIGTERM to one rank alone (as `kill PID` of it would), and
+- rank: sends SIGTERM to one rank alone (`kill PID`, from a process that
+  is not one of the rank's ancestors), and
   prints the job's error lines that say who stopped a rank (the PIDs
   replaced by "PID").
 Prints the exit status, whether the job ended within 10 s, and how many of
@@ -78,7 +79,9 @@ elif mode == "rank":
              if argv[0].endswith(b"strata-run") and b"--nproc" not in argv]
     if not ranks:
         sys.exit("no rank process found")
-    os.kill(max(ranks), signal.SIGTERM)
+    # From a process that is none of the rank's ancestors (this script is
+    # one: a signal from it stops the whole job).
+    subprocess.run(["kill", "-TERM", str(max(ranks))], check=True)
 else:
     sys.exit("unknown mode %r" % mode)
 start = time.monotonic()

@@ -48,6 +48,29 @@ TEST(ToolFailures, RankIsNamed) {
       testing::ExitedWithCode(1), "^strata-tool: error: rank 3: out of memory");
 }
 
+// LLVM's thread pool reports a thread it cannot start as a fatal error;
+// any other fatal error is an internal one: LLVM's message and an abort
+// (the crash report).
+TEST(ToolFailures, FatalErrors) {
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  EXPECT_EXIT(
+      {
+        strata::handleToolFailures("strata-tool");
+        llvm::report_fatal_error(
+            "pthread_create failed: Resource temporarily unavailable");
+      },
+      testing::ExitedWithCode(1),
+      "^strata-tool: error: cannot start a thread \\(pthread_create "
+      "failed: Resource temporarily unavailable\\): the process is out of "
+      "memory");
+  EXPECT_EXIT(
+      {
+        strata::handleToolFailures("strata-tool");
+        llvm::report_fatal_error("an internal error");
+      },
+      testing::KilledBySignal(SIGABRT), "LLVM ERROR: an internal error");
+}
+
 // An exception no one caught: std::bad_alloc and a thread that cannot
 // start are the machine's limits; any other is an internal error and aborts.
 TEST(ToolFailures, UncaughtExceptions) {

@@ -26,6 +26,8 @@
 #include <cstdlib>
 #include <cstring>
 #include <ftw.h>
+#include <iterator>
+#include <string>
 #include <sys/prctl.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -54,10 +56,47 @@ std::atomic<const char *> hostActivity{nullptr};
 /// program), or null.
 std::atomic<const char *> phase{nullptr};
 volatile sig_atomic_t requested = 0;
-/// The process that sent SIGTERM when it is not the rank's launcher
-/// (mpirun, or Slurm's step daemon: its parent), or 0: a person or a
-/// script stopped this rank alone, which is no peer's failure.
+/// The process that sent SIGTERM when it is none of the rank's ancestors
+/// (mpirun, a batch system's daemon, the script or shell that started
+/// them), or 0: a person or a script stopped this rank alone, which is no
+/// peer's failure.
 volatile sig_atomic_t sender = 0;
+/// The rank's ancestors, read when the handlers are installed.
+pid_t ancestors[32];
+int ancestorCount = 0;
+
+/// Fills `ancestors` from /proc: the parent, its parent, ... up to init.
+void readAncestors() {
+  pid_t pid = getppid();
+  while (pid > 0 && ancestorCount < int(std::size(ancestors))) {
+    ancestors[ancestorCount++] = pid;
+    if (pid == 1)
+      return;
+    // "PID (COMMAND) STATE PPID ...", COMMAND possibly holding spaces and
+    // parentheses: the parent follows the last ')'.
+    std::string path = "/proc/" + std::to_string(pid) + "/stat";
+    FILE *stat = std::fopen(path.c_str(), "r");
+    if (!stat)
+      return;
+    char text[512];
+    size_t read = std::fread(text, 1, sizeof(text) - 1, stat);
+    std::fclose(stat);
+    text[read] = '\0';
+    const char *close = std::strrchr(text, ')');
+    char state;
+    int parent;
+    if (!close || std::sscanf(close + 1, " %c %d", &state, &parent) != 2)
+      return;
+    pid = parent;
+  }
+}
+
+bool isAncestor(pid_t pid) {
+  for (int i = 0; i < ancestorCount; ++i)
+    if (ancestors[i] == pid)
+      return true;
+  return false;
+}
 
 /// A line built in place and written with one write(2), so that the lines
 /// of ranks sharing mpirun's stderr do not interleave. Signal-safe.
@@ -88,7 +127,8 @@ void describePlace(Line &line, const char *where, const char *in,
     line << otherwise;
 }
 
-/// `value` in decimal, into `text` (at least 12 bytes). Signal-safe.
+/// `value` (>= 0) in decimal, into `text` (at least 21 bytes).
+/// Signal-safe.
 const char *decimal(long value, char *text) {
   char digits[24];
   int n = 0;
@@ -138,12 +178,13 @@ void check() {
 void onSignal(int sig, siginfo_t *info, void *) {
   if (requested) // a second signal: report now
     report(where());
-  requested = sig;
   // (SIGINT is a person's or a script's interruption of the job, sent to
-  // every process of it: "interrupted" says it.)
+  // every process of it: "interrupted" says it. The sender is set before
+  // the request, which another thread's check() may see at once.)
   if (sig == SIGTERM && info && info->si_code == SI_USER && info->si_pid > 0 &&
-      info->si_pid != getppid())
+      !isAncestor(info->si_pid))
     sender = info->si_pid;
+  requested = sig;
   // (Work of the start does not reach a communication soon: say so now.)
   if (const char *at = where(); at || phase.load())
     report(at);
@@ -155,6 +196,7 @@ void onAlarm(int) { report(where()); }
 /// Installs the handlers of a rank of an MPI job.
 void install(int rank) {
   std::snprintf(prefix, sizeof(prefix), "strata-run: error: rank %d: ", rank);
+  readAncestors();
   struct sigaction action = {};
   action.sa_sigaction = onSignal;
   action.sa_flags = SA_SIGINFO;

@@ -264,24 +264,34 @@ static uint64_t runFingerprint() {
 }
 
 /// A hash of a checkpoint's bytes, which every rank must start from alike
-/// (the path may differ between machines); 0 when it cannot be read (the
-/// load reports that).
-static uint64_t contentFingerprint(StringRef path) {
+/// (the path may differ between machines); nothing when it cannot be read.
+static std::optional<uint64_t> contentFingerprint(StringRef path) {
   auto buffer = MemoryBuffer::getFile(path, /*IsText=*/false,
                                       /*RequiresNullTerminator=*/false);
-  return buffer ? xxh3_64bits((*buffer)->getBuffer()) : 0;
+  if (!buffer)
+    return std::nullopt;
+  return xxh3_64bits((*buffer)->getBuffer());
 }
 
-/// The error of ranks that would start from other bytes than rank 0's
-/// checkpoint `path` (named by `option`).
-static std::string otherCheckpointBytes(int64_t rank, StringRef option,
-                                        StringRef path) {
-  return ("rank " + Twine(rank) + "'s " + option +
+/// Whether every rank's checkpoint `path` (named by `option`) holds rank
+/// 0's bytes; every rank calls it. A rank that cannot read its file is left
+/// to the load, which names it and why.
+static Error checkSameCheckpoint(StringRef option, StringRef path,
+                                 std::optional<uint64_t> hash) {
+  if (communicator->firstDifferent(hash.has_value()) >= 0)
+    return Error::success();
+  int64_t other = communicator->firstDifferent(hash.value_or(0));
+  if (other < 0)
+    return Error::success();
+  return createStringError(
+      inconvertibleErrorCode(),
+      "rank " + Twine(other) + "'s " + option +
           " checkpoint holds other bytes than rank 0's (" + path +
-          "): every rank of a job starts "
-          "from the same checkpoint (a copy of rank 0's file, or a directory "
-          "every rank sees alike)")
-      .str();
+          "): every rank of a job starts from the same checkpoint (" +
+          (option == "--init" ? "a copy of rank 0's file"
+                              : "a copy of rank 0's file, or a directory "
+                                "every rank sees alike") +
+          ")");
 }
 
 /// An MPI call of the start's own checks, named for a rank the job stops
@@ -768,6 +778,9 @@ int main(int argc, char **argv) {
       "Strata runner: compiles a training program with a strategy and "
       "trains it\n",
       {&trainCategory, &dataCategory, &outputCategory, &launchCategory});
+  // (Out of memory before MPI starts names the rank too.)
+  if (std::optional<int> rank = launcherRank())
+    strata::setToolRank(*rank);
   if (int code = checkArguments())
     return code;
   bool underMpi = std::getenv("OMPI_COMM_WORLD_SIZE") != nullptr ||
@@ -897,13 +910,13 @@ int main(int argc, char **argv) {
         StringRef startFile =
             !initFile.empty() ? StringRef(initFile) : StringRef(resumeFrom);
         StringRef startOption = !initFile.empty() ? "--init" : "--resume";
+        // (A --resume directory's checkpoint is compared once chosen.)
+        bool startIsFile =
+            !startFile.empty() && !sys::fs::is_directory(startFile);
         if (worldSize > 1) {
           dataHash = data->fingerprint();
           runHash = runFingerprint();
-          if (!startFile.empty() && !sys::fs::is_directory(startFile))
-            startHash = contentFingerprint(startFile);
-          else
-            startHash = 0; // (a --resume directory: after its choice)
+          startHash = startIsFile ? contentFingerprint(startFile) : 0;
         }
         StartupCheck check("the start's check that every rank runs one job");
         if (Error err = trainer.checkSameJob(dataHash))
@@ -922,12 +935,10 @@ int main(int argc, char **argv) {
                   "--checkpoint-dir, --keep-checkpoints, --report, --trace, "
                   "--dump-batches, --blocking-collectives): every rank of a "
                   "job takes the same ones");
-        other = communicator->firstDifferent(*startHash);
-        if (other >= 0)
-          return createStringError(
-              inconvertibleErrorCode(),
-              otherCheckpointBytes(other, startOption, startFile));
-        return Error::success();
+        // (rank 0's view of a --resume directory decides below.)
+        if (communicator->firstDifferent(startIsFile) >= 0 || startFile.empty())
+          return Error::success();
+        return checkSameCheckpoint(startOption, startFile, startHash);
       }())
     return failEverywhere(toString(std::move(err)),
                           /*diagnosticsPrinted=*/false);
@@ -998,17 +1009,15 @@ int main(int argc, char **argv) {
         // The same name on every rank (a directory each machine has its
         // own copy of): the same bytes too, or the replicas would train
         // from other weights, silently.
-        uint64_t hash = contentFingerprint((*found)->second);
-        int64_t other;
-        {
+        std::optional<uint64_t> hash = contentFingerprint((*found)->second);
+        Error err = [&] {
           StartupCheck check("the start's check that every rank resumes "
                              "from the same checkpoint");
-          other = communicator->firstDifferent(hash);
-        }
-        if (other >= 0)
-          return failEverywhere(
-              otherCheckpointBytes(other, "--resume", (*found)->second),
-              /*diagnosticsPrinted=*/false);
+          return checkSameCheckpoint("--resume", (*found)->second, hash);
+        }();
+        if (err)
+          return failEverywhere(toString(std::move(err)),
+                                /*diagnosticsPrinted=*/false);
       }
       if (*found) {
         from = (*found)->first;
