@@ -345,11 +345,11 @@ batchSplitProblem(const Strategy &s, mlir::func::FuncOp step,
 static std::optional<mlir::Location> keyLocation(mlir::MLIRContext *context,
                                                  const Strategy &strategy,
                                                  StringRef key) {
-  auto at = strategy.locations.find(key);
-  if (key.empty() || at == strategy.locations.end())
+  std::optional<KeyLocation> at = strategy.locate(key);
+  if (!at)
     return std::nullopt;
-  return mlir::FileLineColLoc::get(context, strategy.file, at->second.line,
-                                   at->second.column);
+  return mlir::FileLineColLoc::get(context, strategy.file, at->line,
+                                   at->column);
 }
 
 namespace strata {
@@ -556,14 +556,14 @@ Error strata::addPlannedPasses(mlir::PassManager &pm,
         {"dp_optimization.last_comm_buffer_size",
          dp.last_comm_buffer_size !=
              defaults.dp_optimization.last_comm_buffer_size}})
-    if (worldSize && !dataParallel && changed && !strategy.where(key).empty())
+    if (worldSize && !dataParallel && changed && strategy.locate(key))
       inert.push_back(quoted(key) + " changes nothing: the job of " +
                       std::to_string(*worldSize) +
                       (*worldSize == 1 ? " rank" : " ranks") +
                       " has one data-parallel rank, which exchanges no "
                       "gradients");
   // Settings that change nothing whatever the program.
-  auto given = [&](StringRef key) { return !strategy.where(key).empty(); };
+  auto given = [&](StringRef key) { return strategy.locate(key).has_value(); };
   if (strategy.sharding.enable && strategy.sharding.degree == 1)
     inert.push_back(
         quoted("sharding.enable") + " changes nothing: " +
@@ -605,9 +605,10 @@ Error strata::addPlannedPasses(mlir::PassManager &pm,
           "amp.incr_every_n_steps", "amp.decr_every_n_nan_or_inf",
           "amp.incr_ratio", "amp.decr_ratio"})
       if (given(key))
-        inert.push_back(quoted(key) +
-                        " changes nothing: bfloat16 has f32's exponent range "
-                        "and trains without loss scaling (float16 only)");
+        inert.push_back(
+            quoted(key) +
+            " changes nothing: bfloat16 has f32's exponent range "
+            "and trains without loss scaling, which applies to float16 only");
   if (!inert.empty())
     diagnostics->before.push_back([inert](mlir::ModuleOp) { return inert; });
 

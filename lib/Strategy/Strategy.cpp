@@ -56,20 +56,25 @@ bool Strategy::operator==(const Strategy &o) const {
          optimizer == o.optimizer;
 }
 
-Error Strategy::errorAt(StringRef key, const Twine &message) const {
+std::optional<KeyLocation> Strategy::locate(StringRef key) const {
   auto it = locations.find(key);
   if (key.empty() || it == locations.end())
+    return std::nullopt;
+  return it->second;
+}
+
+Error Strategy::errorAt(StringRef key, const Twine &message) const {
+  std::optional<KeyLocation> at = locate(key);
+  if (!at)
     return fileError(file, message);
-  return make_error<StrategyError>(file, it->second.line, it->second.column,
-                                   message.str());
+  return make_error<StrategyError>(file, at->line, at->column, message.str());
 }
 
 std::string Strategy::where(StringRef key) const {
-  auto it = locations.find(key);
-  if (it == locations.end())
+  std::optional<KeyLocation> at = locate(key);
+  if (!at)
     return "";
-  return formatv("{0}:{1}:{2}", file, it->second.line, it->second.column)
-      .str();
+  return formatv("{0}:{1}:{2}", file, at->line, at->column).str();
 }
 
 Expected<Strategy> strata::parseStrategy(StringRef text, StringRef bufferName,

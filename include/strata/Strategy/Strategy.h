@@ -190,6 +190,8 @@ struct Strategy {
   bool operator==(const Strategy &other) const;
   bool operator!=(const Strategy &other) const { return !(*this == other); }
 
+  /// Where the file set `key`, or nothing when it took its default.
+  std::optional<KeyLocation> locate(llvm::StringRef key) const;
   /// "FILE:LINE:COL" of a key the file set, or "" when it took its default.
   std::string where(llvm::StringRef key) const;
   /// A StrategyError at `key` when the file set it, else about the file.
