@@ -90,13 +90,13 @@ template <bool kWarp> struct RowGroup {
 };
 
 /// Calls `launch(kWarp, blocks, threads)` (kWarp a std::bool_constant) with
-/// the group and the grid for `rows` rows of `n` elements.
+/// the group and the grid for `rows` rows of `n` elements; returns what it
+/// returns (whether the launch succeeded).
 template <typename Launch>
-void launchRows(int64_t rows, int64_t n, Launch &&launch) {
+bool launchRows(int64_t rows, int64_t n, Launch &&launch) {
   if (n <= kWarpRowMax)
-    launch(std::true_type(), gridFor(rows, 8), 256);
-  else
-    launch(std::false_type(), gridFor(rows, 1), rowThreads(n));
+    return launch(std::true_type(), gridFor(rows, 8), 256);
+  return launch(std::false_type(), gridFor(rows, 1), rowThreads(n));
 }
 
 //===----------------------------------------------------------------------===//
@@ -386,34 +386,28 @@ __global__ void crossEntropyGradKernel(T *dlogits, const T *logits,
 template <typename T, typename Launch>
 bool launchSoftmax(Launch &&launch, T *out, const T *in, int64_t rows,
                    int64_t n, int64_t causalRows) {
-  bool ok = true;
-  launchRows(rows, n, [&](auto warp, unsigned blocks, int threads) {
-    ok = launch(softmaxKernel<T, decltype(warp)::value>, dim3(blocks),
-                unsigned(threads), out, in, rows, n, causalRows);
+  return launchRows(rows, n, [&](auto warp, unsigned blocks, int threads) {
+    return launch(softmaxKernel<T, decltype(warp)::value>, dim3(blocks),
+                  unsigned(threads), out, in, rows, n, causalRows);
   });
-  return ok;
 }
 
 template <typename T, typename Launch>
 bool launchSoftmaxGrad(Launch &&launch, T *dx, const T *y, const T *dy,
                        int64_t rows, int64_t n) {
-  bool ok = true;
-  launchRows(rows, n, [&](auto warp, unsigned blocks, int threads) {
-    ok = launch(softmaxGradKernel<T, decltype(warp)::value>, dim3(blocks),
-                unsigned(threads), dx, y, dy, rows, n);
+  return launchRows(rows, n, [&](auto warp, unsigned blocks, int threads) {
+    return launch(softmaxGradKernel<T, decltype(warp)::value>, dim3(blocks),
+                  unsigned(threads), dx, y, dy, rows, n);
   });
-  return ok;
 }
 
 template <typename T, typename Launch>
 bool launchLayerNorm(Launch &&launch, T *y, const T *x, const T *gamma,
                      const T *beta, int64_t rows, int64_t n, double eps) {
-  bool ok = true;
-  launchRows(rows, n, [&](auto warp, unsigned blocks, int threads) {
-    ok = launch(layerNormKernel<T, decltype(warp)::value>, dim3(blocks),
-                unsigned(threads), y, x, gamma, beta, rows, n, eps);
+  return launchRows(rows, n, [&](auto warp, unsigned blocks, int threads) {
+    return launch(layerNormKernel<T, decltype(warp)::value>, dim3(blocks),
+                  unsigned(threads), y, x, gamma, beta, rows, n, eps);
   });
-  return ok;
 }
 
 /// The layer norm gradient's scratch: the rows' statistics (2 rows floats),
@@ -447,12 +441,11 @@ bool launchLayerNormGrad(Launch &&launch, const LayerNormGradPlan &plan,
   if (rows > 0) {
     auto *stats = reinterpret_cast<float *>(scratch);
     partial = reinterpret_cast<double *>(scratch + plan.statsBytes);
-    bool ok = true;
-    launchRows(rows, n, [&](auto warp, unsigned blocks, int threads) {
-      ok = launch(layerNormGradRows<T, decltype(warp)::value>, dim3(blocks),
-                  unsigned(threads), dx, stats, x, gamma, dy, rows, n, eps);
-    });
-    if (!ok ||
+    auto rowsKernel = [&](auto warp, unsigned blocks, int threads) {
+      return launch(layerNormGradRows<T, decltype(warp)::value>, dim3(blocks),
+                    unsigned(threads), dx, stats, x, gamma, dy, rows, n, eps);
+    };
+    if (!launchRows(rows, n, rowsKernel) ||
         !launch(layerNormGradColumns<T>,
                 dim3(gridFor(n), unsigned(plan.chunks)), unsigned(kThreads),
                 partial, static_cast<const float *>(stats), x, dy, rows, n,
