@@ -122,16 +122,27 @@ struct RecomputePass : public strata::impl::StrataRecomputeBase<RecomputePass> {
         getDifferentiatedStep(module, "strata-recompute");
     if (failed(step))
       return signalPassFailure();
+    SmallVector<int64_t> keptInAll(patterns.size(), 0);
     for (auto [index, name] : llvm::enumerate(checkpoints)) {
       bool skip = llvm::is_contained(noRecomputeSegments, int64_t(index));
-      if (failed(recomputeSegment(*step, name, skip, patterns)))
+      if (failed(recomputeSegment(*step, name, skip, patterns, keptInAll)))
         return signalPassFailure();
     }
+    // A pattern that keeps nothing is a typo or a misunderstanding, which
+    // would otherwise recompute what the user meant to keep, in silence.
+    for (auto [text, kept] : llvm::zip(refinedOpsPatterns, keptInAll))
+      if (kept == 0)
+        mlir::emitWarning(step->getLoc())
+            << "strata-recompute: refined_ops_patterns entry '" << text
+            << "' keeps no op: no op of a recomputed segment matches it";
     recordPass(module, "strata-recompute");
   }
 
-  LogicalResult recomputeSegment(func::FuncOp func, StringRef layer,
-                                 bool skip, ArrayRef<KeepPattern> patterns) {
+  /// Recomputes segment `layer` (unless `skip`); adds to `keptInAll` the
+  /// ops each pattern kept.
+  LogicalResult recomputeSegment(func::FuncOp func, StringRef layer, bool skip,
+                                 ArrayRef<KeepPattern> patterns,
+                                 MutableArrayRef<int64_t> keptInAll) {
     Block &body = func.getBody().front();
     SmallVector<Operation *> segment;
     for (Operation &op : body.without_terminator()) {
@@ -190,6 +201,8 @@ struct RecomputePass : public strata::impl::StrataRecomputeBase<RecomputePass> {
       if (!keep)
         recomputable.insert(op);
     }
+    for (auto [i, n] : llvm::enumerate(kept))
+      keptInAll[i] += n;
 
     // Values the backward reads from the segment, and where it first does.
     llvm::SetVector<Value> needed;

@@ -251,10 +251,18 @@ struct ShardingPass : public strata::impl::StrataShardingBase<ShardingPass> {
     // Stage 3: parameters of at least `segment-size` elements live on their
     // owner only (smaller ones stay replicated, as Paddle's segment_size).
     llvm::StringSet<> sharded;
-    if (stage == 3)
+    if (stage == 3) {
       for (auto &[name, n] : params)
         if (n >= segmentSize && updated.count(name))
           sharded.insert(name);
+      if (sharded.empty())
+        mlir::emitWarning(step.getLoc())
+            << "strata-sharding: stage 3 keeps no parameter on its owner "
+               "alone: no updated parameter has segment-size ("
+            << int64_t(segmentSize)
+            << ") elements or more (the strategy's sharding.segment_size), "
+               "so every rank holds every parameter, as at stage 2";
+    }
     if (!sharded.empty() &&
         failed(gatherBeforeUse(module, step, groupRef, owner, me, sharded)))
       return signalPassFailure();

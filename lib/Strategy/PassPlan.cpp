@@ -4,6 +4,7 @@
 
 #include "strata/Dialect/Program.h"
 #include "strata/Dialect/Strata.h"
+#include "strata/Passes/Amp.h"
 #include "strata/Passes/Passes.h"
 #include "strata/Target/RuntimeTarget.h"
 
@@ -598,6 +599,35 @@ Error strata::addPlannedPasses(mlir::PassManager &pm,
                     strategy.optimizer.type +
                     "'s update reads each low-precision gradient exactly as "
                     "its f32 copy");
+  // A pipeline of one stage runs its micro-batches one after another,
+  // whatever the schedule.
+  if (strategy.pipeline.enable && strategy.pipeline.pp_degree == 1 &&
+      given("pipeline.schedule_mode"))
+    inert.push_back(quoted("pipeline.schedule_mode") +
+                    " changes nothing: with one stage ('pipeline.pp_degree' "
+                    "1) the micro-batches run one after another, as gradient "
+                    "merge's");
+  // Custom amp list entries that repeat what the default lists decide.
+  if (strategy.amp.enable) {
+    const AmpSection &amp = strategy.amp;
+    const bool o2 = amp.level == "o2";
+    auto onDefaultBlack = [&](StringRef op) {
+      return llvm::is_contained(amp::defaultBlackList(o2), op);
+    };
+    for (const std::string &op : amp.custom_white_list)
+      // (At o2 every op the lists decide computes in the low type unless
+      // the black list keeps it in f32.)
+      if (o2 ? !onDefaultBlack(op)
+             : llvm::is_contained(amp::defaultWhiteList(), op))
+        inert.push_back("'" + op + "' of " + quoted("amp.custom_white_list") +
+                        " changes nothing: at level " + amp.level + " " + op +
+                        " computes in " + amp.dtype + " by default");
+    for (const std::string &op : amp.custom_black_list)
+      if (onDefaultBlack(op))
+        inert.push_back("'" + op + "' of " + quoted("amp.custom_black_list") +
+                        " changes nothing: at level " + amp.level + " " + op +
+                        " computes in f32 by default");
+  }
   // bfloat16 scales no loss (f32's exponent range).
   if (strategy.amp.enable && strategy.amp.dtype == "bfloat16")
     for (StringRef key :
