@@ -32,6 +32,7 @@
 //
 //===----------------------------------------------------------------------===//
 
+#include "BinaryKernels.cuh"
 #include "Device.cuh"
 
 #include "../common/Activations.h"
@@ -140,30 +141,6 @@ __device__ __forceinline__ void offsetsOf(I i, const Layout<N> &l,
 
 //===--- Arithmetic -------------------------------------------------------===//
 
-/// x (op) y in the compute type C (float, or the integer type itself).
-template <typename C>
-__device__ __forceinline__ C applyOp(int64_t op, C x, C y) {
-  switch (op) {
-  case STRATA_RT_ADD:
-    return x + y;
-  case STRATA_RT_SUB:
-    return x - y;
-  case STRATA_RT_MUL:
-    return x * y;
-  }
-  return x / y; // STRATA_RT_DIV (the host refused other codes)
-}
-
-/// x (op) y of storage type T: integers in themselves, floating point in
-/// f32 rounded once to T.
-template <typename T>
-__device__ __forceinline__ T binaryOp(int64_t op, T x, T y) {
-  if constexpr (std::is_integral_v<T>)
-    return T(applyOp(op, x, y));
-  else
-    return fromFloat<T>(applyOp(op, toFloat(x), toFloat(y)));
-}
-
 using namespace strata::act;
 
 /// f(x) of strata_rt_unary (a code knownUnary accepts).
@@ -225,37 +202,6 @@ bool knownActGrad(int64_t act) {
 }
 
 //===--- Elementwise kernels ----------------------------------------------===//
-
-/// Elements of T in a 16-byte load.
-template <typename T> constexpr int kVector = 16 / sizeof(T);
-
-/// out = a (op) b where a, b and out are dense and of one shape; with
-/// `vectors` (all three 16-byte aligned) 16 bytes a load and a store, the
-/// elements past the last whole vector one at a time.
-template <typename T>
-__global__ void binaryFlatKernel(int64_t op, T *out, const T *a, const T *b,
-                                 int64_t n, bool vectors) {
-  constexpr int kVec = kVector<T>;
-  int64_t done = 0;
-  if (vectors) {
-    const int64_t count = n / kVec;
-    for (int64_t v = gridStart(); v < count; v += gridStride()) {
-      const uint4 x = reinterpret_cast<const uint4 *>(a)[v],
-                  y = reinterpret_cast<const uint4 *>(b)[v];
-      uint4 z;
-      const T *xs = reinterpret_cast<const T *>(&x),
-              *ys = reinterpret_cast<const T *>(&y);
-      T *zs = reinterpret_cast<T *>(&z);
-#pragma unroll
-      for (int e = 0; e < kVec; ++e)
-        zs[e] = binaryOp(op, xs[e], ys[e]);
-      reinterpret_cast<uint4 *>(out)[v] = z;
-    }
-    done = count * kVec;
-  }
-  for (int64_t i = done + gridStart(); i < n; i += gridStride())
-    out[i] = binaryOp(op, a[i], b[i]);
-}
 
 /// out = a (op) b with broadcasting: out is dense over l.shape, a and b
 /// walk their strides (l.strides[0] and [1]).
@@ -572,13 +518,12 @@ void strata_rt_binary(StrataRtContext *ctx, int64_t site, int64_t op, void *out,
       return;
     if (l.rank == 0 ||
         (l.rank == 1 && l.strides[0][0] == 1 && l.strides[1][0] == 1)) {
-      auto at16 = [](const void *p) {
-        return reinterpret_cast<uintptr_t>(p) % 16 == 0;
-      };
-      const bool vectors = at16(o) && at16(x) && at16(y);
-      binaryFlatKernel<<<gridFor(vectors ? (n + kVector<T> - 1) / kVector<T>
-                                         : n),
-                         kThreads, 0, ctx->compute>>>(op, o, x, y, n, vectors);
+      launchBinaryFlat(
+          [&](auto kernel, dim3 grid, unsigned threads, auto... args) {
+            kernel<<<grid, threads, 0, ctx->compute>>>(args...);
+            return true;
+          },
+          op, o, x, y, n);
     } else if (n <= int64_t(UINT32_MAX))
       binaryKernel<uint32_t>
           <<<gridFor(n), kThreads, 0, ctx->compute>>>(op, o, x, y, n, l);

@@ -20,7 +20,7 @@
 //
 // Device code and launch sequences only, in a header so that a host test
 // runs them under an emulation of blocks and warps (STRATA_CUDA_EMULATION;
-// test/unit/RowKernelsEmulationTest.cpp). A sequence launches through
+// test/unit/KernelEmulationTest.cpp). A sequence launches through
 // `launch(kernel, grid, threads, args...)`, which returns whether the
 // launch succeeded: Rows.cu's launches on the compute stream, the test's
 // runs the blocks on host threads.

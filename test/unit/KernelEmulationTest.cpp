@@ -1,15 +1,19 @@
-//===- RowKernelsEmulationTest.cpp - The row kernels on the host ---------===//
+//===- KernelEmulationTest.cpp - CUDA kernels on the host -----------------===//
 //
-// Runs the CUDA runtime's softmax, layer norm and cross-entropy kernels
-// (runtime/cuda/RowKernels.cuh), through the same launch sequences the
-// runtime uses, on the host under CudaEmulation.h (a block's threads are
-// host threads, warp shuffles go through memory, blocks run one after
-// another), and compares every output with the CPU runtime's kernel on the
-// same inputs, at the GPU check's tolerances (f32 rtol 1e-5, f16 2e-3, bf16
-// 1.6e-2). The cases take both of a row's thread groups: a warp (rows of up
-// to 1024 elements, eight a block, some blocks with idle warps) and a whole
-// block (longer rows), rows shorter than a warp, causal limits, outputs
-// that alias their inputs, and bad labels.
+// Runs CUDA runtime kernels through the same launch sequences the runtime
+// uses, on the host under CudaEmulation.h (a block's threads are host
+// threads, warp shuffles go through memory, blocks run one after another),
+// and compares every output with the CPU runtime's kernel on the same
+// inputs, at the GPU check's tolerances (f32 rtol 1e-5, f16 2e-3, bf16
+// 1.6e-2):
+// - softmax, layer norm and cross-entropy with their gradients
+//   (runtime/cuda/RowKernels.cuh), taking both of a row's thread groups: a
+//   warp (rows of up to 1024 elements, eight a block, some blocks with idle
+//   warps) and a whole block (longer rows); rows shorter than a warp, causal
+//   limits, outputs that alias their inputs, bad labels;
+// - the dense binary op (runtime/cuda/BinaryKernels.cuh), 16 bytes a load
+//   where every operand is aligned, one element at a time otherwise, and
+//   the tail past the last whole vector; in place; every element type.
 //
 //===----------------------------------------------------------------------===//
 
@@ -34,6 +38,7 @@ inline unsigned long long atomicMin(unsigned long long *word,
 /// device code only).
 inline int64_t min(int64_t a, int64_t b) { return a < b ? a : b; }
 
+#include "BinaryKernels.cuh"
 #include "RowKernels.cuh"
 
 #include "strata/Runtime/StrataRuntime.h"
@@ -160,7 +165,7 @@ void checkSoftmax(int64_t rows, int64_t n, int64_t causalRows,
   expectClose(dxGot, dxWant, "softmax gradient");
 }
 
-TEST(RowKernelsEmulation, Softmax) {
+TEST(KernelEmulation, Softmax) {
   checkSoftmax<float>(13, 7, 0);        // shorter than a warp
   checkSoftmax<float>(20, 24, 0, true); // in place; idle warps
   checkSoftmax<float>(9, 1024, 0);      // the longest row a warp takes
@@ -211,7 +216,7 @@ template <typename T> void checkLayerNorm(int64_t rows, int64_t n) {
   expectClose(dbGot, dbWant, "dbeta", /*sums=*/true);
 }
 
-TEST(RowKernelsEmulation, LayerNorm) {
+TEST(KernelEmulation, LayerNorm) {
   checkLayerNorm<float>(37, 24);
   checkLayerNorm<float>(9, 1025);
   checkLayerNorm<BFloat16>(19, 100);
@@ -265,12 +270,77 @@ void checkCrossEntropy(int64_t rows, int64_t vocab, int64_t badRow = -1) {
   expectClose(dGot, dWant, "dlogits");
 }
 
-TEST(RowKernelsEmulation, CrossEntropy) {
+TEST(KernelEmulation, CrossEntropy) {
   checkCrossEntropy<float, int32_t>(37, 50);
   checkCrossEntropy<float, int64_t>(5, 1500);
   checkCrossEntropy<BFloat16, int32_t>(9, 300);
   checkCrossEntropy<Half, int64_t>(6, 40);
   checkCrossEntropy<float, int32_t>(8, 20, /*badRow=*/3);
+}
+
+/// out = a (op) b on `n` dense elements at element offsets `offset` (0:
+/// 16-byte aligned; else the path one element at a time), in place when
+/// `inPlace` (out is a).
+template <typename T>
+void checkBinary(int64_t op, int64_t n, int64_t offset, bool inPlace) {
+  SCOPED_TRACE(std::string("op ") + std::to_string(op) + " n " +
+               std::to_string(n) + " offset " + std::to_string(offset) +
+               (inPlace ? " in place" : ""));
+  std::mt19937 gen(unsigned(op * 100000 + n * 10 + offset));
+  // Operands away from 0 (a quotient of them is finite).
+  std::vector<T> a(n + offset), b(n + offset);
+  std::uniform_int_distribution<int> pick(1, 9);
+  for (int64_t i = 0; i < n + offset; ++i) {
+    if constexpr (std::is_integral_v<T>) {
+      a[i] = T(pick(gen) * 7);
+      b[i] = T(pick(gen));
+    } else {
+      a[i] = narrow<T>(float(pick(gen)) * 0.37f);
+      b[i] = narrow<T>(float(pick(gen)) * -0.61f);
+    }
+  }
+  const int64_t type = std::is_same_v<T, int32_t>   ? int64_t(STRATA_RT_I32)
+                       : std::is_same_v<T, int64_t> ? int64_t(STRATA_RT_I64)
+                                                    : kType<T>;
+  std::vector<T> want(n + offset);
+  const int64_t desc[3] = {n, 1, 1};
+  CpuContext cpu;
+  strata_rt_binary(cpu, 1, op, want.data() + offset, type, a.data() + offset,
+                   type, b.data() + offset, type, 1, desc);
+  ASSERT_EQ(cpu.error(), nullptr);
+  std::vector<T> got = inPlace ? a : std::vector<T>(n + offset);
+  T *out = got.data() + offset;
+  strata::cuda::launchBinaryFlat(hostLaunch, op, out,
+                                 inPlace ? static_cast<const T *>(out)
+                                         : a.data() + offset,
+                                 b.data() + offset, n);
+  // The same arithmetic on both: every element equal.
+  for (int64_t i = 0; i < n; ++i) {
+    double g, w;
+    if constexpr (std::is_integral_v<T>) {
+      g = double(got[offset + i]);
+      w = double(want[offset + i]);
+    } else {
+      g = wide(got[offset + i]);
+      w = wide(want[offset + i]);
+    }
+    ASSERT_EQ(g, w) << "element " << i;
+  }
+}
+
+TEST(KernelEmulation, DenseBinary) {
+  for (int64_t op :
+       {STRATA_RT_ADD, STRATA_RT_SUB, STRATA_RT_MUL, STRATA_RT_DIV}) {
+    checkBinary<float>(op, 1003, 0, false); // vectors, then a tail of 3
+    checkBinary<float>(op, 1003, 1, false); // unaligned: one at a time
+    checkBinary<float>(op, 64, 0, true);
+  }
+  checkBinary<BFloat16>(STRATA_RT_MUL, 77, 0, false); // 8 a vector
+  checkBinary<BFloat16>(STRATA_RT_ADD, 77, 3, true);
+  checkBinary<Half>(STRATA_RT_DIV, 21, 0, true);
+  checkBinary<int32_t>(STRATA_RT_DIV, 18, 0, false);
+  checkBinary<int64_t>(STRATA_RT_SUB, 9, 1, false);
+  checkBinary<float>(STRATA_RT_ADD, 3, 0, false); // no whole vector
 }
 
 } // namespace
