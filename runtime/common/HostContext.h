@@ -201,6 +201,39 @@ inline bool onlyF32(HostContext *ctx, int64_t site, const char *kernel,
   return true;
 }
 
+/// Whether strata_rt_binary's `op` is one the kernels take for tensors of
+/// `dtype`: integer division is refused (a zero divisor would trap on the
+/// CPU and give garbage on a GPU; the dialect divides floating-point
+/// tensors only); records the failure otherwise.
+inline bool binaryOpOk(HostContext *ctx, int64_t site, int64_t op,
+                       int64_t dtype) {
+  if (op != STRATA_RT_ADD && op != STRATA_RT_SUB && op != STRATA_RT_MUL &&
+      op != STRATA_RT_DIV) {
+    ctx->fail(site, "unknown binary op code " + std::to_string(op));
+    return false;
+  }
+  if (op == STRATA_RT_DIV &&
+      (dtype == STRATA_RT_I32 || dtype == STRATA_RT_I64)) {
+    ctx->fail(site, "strata_rt_binary: integer division is not implemented "
+                    "(the division of floating-point tensors is)");
+    return false;
+  }
+  return true;
+}
+
+/// Whether a causal attention's shape is one the kernels take: no more
+/// queries than keys (query i sees keys 0 .. i); records the failure
+/// otherwise. (The dialect's causal attention has as many of each.)
+inline bool causalShapeOk(HostContext *ctx, int64_t site, const char *kernel,
+                          int64_t causal, int64_t s, int64_t t) {
+  if (!causal || s <= t)
+    return true;
+  ctx->fail(site, "strata_rt_" + std::string(kernel) +
+                      ": causal attention with more queries than keys (s = " +
+                      std::to_string(s) + ", t = " + std::to_string(t) + ")");
+  return false;
+}
+
 /// Whether `dtype`, an argument's type, keeps `rule` (`ok`); otherwise
 /// records "strata_rt_KERNEL: RULE, not TYPE".
 inline bool typeKeeps(HostContext *ctx, int64_t site, const char *kernel,

@@ -188,10 +188,11 @@ void binaryLoop(StrataRtContext *ctx, int64_t site, int64_t op, T *out,
   case STRATA_RT_MUL:
     return binaryLoop<STRATA_RT_MUL>(out, a, b, rank, desc);
   case STRATA_RT_DIV:
-    return binaryLoop<STRATA_RT_DIV>(out, a, b, rank, desc);
-  default:
-    ctx->fail(site, "unknown binary op code " + std::to_string(op));
+    // (Of floating-point tensors: binaryOpOk refused integers.)
+    if constexpr (!std::is_integral_v<T>)
+      return binaryLoop<STRATA_RT_DIV>(out, a, b, rank, desc);
   }
+  // (binaryOpOk refused other codes.)
 }
 
 /// Whether an update guarded by `guard` (the gradients' global norm under
@@ -546,7 +547,8 @@ void STRATA_RT_KERNEL(strata_rt_binary)(StrataRtContext *ctx, int64_t site,
                                         const void *a, int64_t aType,
                                         const void *b, int64_t bType,
                                         int64_t rank, const int64_t *desc) {
-  if (!sameTypes(ctx, site, "binary", {outType, aType, bType}))
+  if (!sameTypes(ctx, site, "binary", {outType, aType, bType}) ||
+      !binaryOpOk(ctx, site, op, outType))
     return;
   auto run = [&](auto tag) {
     using T = decltype(tag);
@@ -1602,7 +1604,8 @@ void STRATA_RT_KERNEL(strata_rt_attention)(
     int64_t batch, int64_t heads, int64_t s, int64_t t, int64_t d, int64_t dv,
     double scale, int64_t causal, double dropout, int64_t dropoutKey,
     int64_t microBatches, int64_t microBatch) {
-  if (!onlyF32(ctx, site, "attention", {lseType}))
+  if (!onlyF32(ctx, site, "attention", {lseType}) ||
+      !causalShapeOk(ctx, site, "attention", causal, s, t))
     return;
   auto *lse = static_cast<float *>(lseData);
   const int threads = omp_get_max_threads();
@@ -1651,7 +1654,8 @@ void STRATA_RT_KERNEL(strata_rt_attention_grad)(
     int64_t doutType, int64_t batch, int64_t heads, int64_t s, int64_t t,
     int64_t d, int64_t dv, double scale, int64_t causal, double dropout,
     int64_t dropoutKey, int64_t microBatches, int64_t microBatch) {
-  if (!onlyF32(ctx, site, "attention_grad", {lseType}))
+  if (!onlyF32(ctx, site, "attention_grad", {lseType}) ||
+      !causalShapeOk(ctx, site, "attention_grad", causal, s, t))
     return;
   auto *lse = static_cast<const float *>(lseData);
   const int threads = omp_get_max_threads();

@@ -425,7 +425,8 @@ void strata_rt_attention(StrataRtContext *ctx, int64_t site, void *out,
                          int64_t d, int64_t dv, double scale, int64_t causal,
                          double dropout, int64_t dropoutKey,
                          int64_t microBatches, int64_t microBatch) {
-  if (!onlyF32(ctx, site, "attention", {lseType}))
+  if (!onlyF32(ctx, site, "attention", {lseType}) ||
+      !causalShapeOk(ctx, site, "attention", causal, s, t))
     return;
   const strata::AttentionLayout at{heads, s, t, d, dv};
   const int64_t slices = batch * heads;
@@ -498,7 +499,8 @@ void strata_rt_attention_grad(
     int64_t doutType, int64_t batch, int64_t heads, int64_t s, int64_t t,
     int64_t d, int64_t dvDim, double scale, int64_t causal, double dropout,
     int64_t dropoutKey, int64_t microBatches, int64_t microBatch) {
-  if (!onlyF32(ctx, site, "attention_grad", {lseType}))
+  if (!onlyF32(ctx, site, "attention_grad", {lseType}) ||
+      !causalShapeOk(ctx, site, "attention_grad", causal, s, t))
     return;
   const strata::AttentionLayout at{heads, s, t, d, dvDim};
   const int64_t slices = batch * heads;

@@ -31,7 +31,7 @@ __device__ __forceinline__ C applyOp(int64_t op, C x, C y) {
   case STRATA_RT_MUL:
     return x * y;
   }
-  return x / y; // STRATA_RT_DIV (the host refused other codes)
+  return x / y; // STRATA_RT_DIV of floats (the host refused the rest)
 }
 
 /// x (op) y of storage type T: integers in themselves, floating point in

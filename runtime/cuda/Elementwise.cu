@@ -498,13 +498,11 @@ void strata_rt_binary(StrataRtContext *ctx, int64_t site, int64_t op, void *out,
                       int64_t outType, const void *a, int64_t aType,
                       const void *b, int64_t bType, int64_t rank,
                       const int64_t *desc) {
-  if (!sameTypes(ctx, site, "binary", {outType, aType, bType}))
+  if (!sameTypes(ctx, site, "binary", {outType, aType, bType}) ||
+      !binaryOpOk(ctx, site, op, outType))
     return;
   auto run = [&](auto tag) {
     using T = decltype(tag);
-    if (op != STRATA_RT_ADD && op != STRATA_RT_SUB && op != STRATA_RT_MUL &&
-        op != STRATA_RT_DIV)
-      return ctx->fail(site, "unknown binary op code " + std::to_string(op));
     const int64_t *shape = desc;
     int64_t n = elements(rank, shape);
     if (n <= 0)

@@ -338,7 +338,7 @@ TEST(KernelEmulation, DenseBinary) {
   checkBinary<BFloat16>(STRATA_RT_MUL, 77, 0, false); // 8 a vector
   checkBinary<BFloat16>(STRATA_RT_ADD, 77, 3, true);
   checkBinary<Half>(STRATA_RT_DIV, 21, 0, true);
-  checkBinary<int32_t>(STRATA_RT_DIV, 18, 0, false);
+  checkBinary<int32_t>(STRATA_RT_MUL, 18, 0, false);
   checkBinary<int64_t>(STRATA_RT_SUB, 9, 1, false);
   checkBinary<float>(STRATA_RT_ADD, 3, 0, false); // no whole vector
 }

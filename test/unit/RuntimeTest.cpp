@@ -1387,6 +1387,57 @@ TEST(RuntimeTest, F16AttentionIsF32Rounded) {
 /// batched call equals a call on that slice alone (copied out contiguous),
 /// in f32 and in bf16 (on CPUs with AVX512-BF16 its own dot products, which
 /// repack the strided rows).
+// Integer division is refused: a zero divisor traps on the CPU (the CUDA
+// runtime refuses it alike); the dialect divides floating-point tensors.
+TEST(RuntimeTest, IntegerDivisionIsRefused) {
+  for (int64_t type : {int64_t(STRATA_RT_I32), int64_t(STRATA_RT_I64)}) {
+    Context ctx;
+    int64_t a[2] = {6, 7}, b[2] = {0, 1}, out[2] = {0, 0};
+    const int64_t desc[3] = {type == STRATA_RT_I32 ? 4 : 2, 1, 1};
+    strata_rt_binary(ctx, 3, STRATA_RT_DIV, out, type, a, type, b, type, 1,
+                     desc);
+    const char *error = strata_rt_error(ctx, nullptr);
+    ASSERT_NE(error, nullptr);
+    EXPECT_STREQ(error, "strata_rt_binary: integer division is not "
+                        "implemented (the division of floating-point tensors "
+                        "is)");
+    Context other;
+    strata_rt_binary(other, 3, STRATA_RT_MUL, out, type, a, type, b, type, 1,
+                     desc);
+    EXPECT_EQ(strata_rt_error(other, nullptr), nullptr);
+  }
+}
+
+// Causal attention sees keys 0 .. i: more queries than keys would read
+// past the keys (the dialect's causal attention has as many of each).
+TEST(RuntimeTest, CausalAttentionWithMoreQueriesIsRefused) {
+  auto [attention, attentionGrad] = attentionKernels();
+  ASSERT_NE(attention, nullptr);
+  const int64_t s = 5, t = 3, d = 4;
+  std::vector<float> q(s * d, 0.5f), k(t * d, 0.25f), v(t * d, 1.0f),
+      out(s * d), lse(s), dout(s * d, 1.0f), dq(q.size()), dk(k.size()),
+      dv(v.size());
+  for (bool grad : {false, true}) {
+    Context ctx;
+    if (grad)
+      attentionGrad(ctx, 2, dq.data(), F32, dk.data(), F32, dv.data(), F32,
+                    q.data(), F32, k.data(), F32, v.data(), F32, out.data(),
+                    F32, lse.data(), F32, dout.data(), F32, 1, 1, s, t, d, d,
+                    0.5, true, 0.0, 0, 1, 0);
+    else
+      attention(ctx, 1, out.data(), F32, lse.data(), F32, q.data(), F32,
+                k.data(), F32, v.data(), F32, 1, 1, s, t, d, d, 0.5, true, 0.0,
+                0, 1, 0);
+    const char *error = strata_rt_error(ctx, nullptr);
+    ASSERT_NE(error, nullptr);
+    EXPECT_EQ(
+        std::string(error),
+        std::string(grad ? "strata_rt_attention_grad" : "strata_rt_attention") +
+            ": causal attention with more queries than keys (s = 5, t "
+            "= 3)");
+  }
+}
+
 TEST(RuntimeTest, AttentionReadsHeadsSideBySide) {
   auto [attention, attentionGrad] = attentionKernels();
   ASSERT_NE(attention, nullptr);

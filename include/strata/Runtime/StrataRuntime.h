@@ -360,7 +360,8 @@ void strata_rt_gemm_bgrad(StrataRtContext *ctx, int64_t site, int64_t m,
                           int64_t bgradType, int64_t operand);
 
 /* out = a (op) b with broadcasting: `desc` holds the output shape, then the
-   element strides of a and b over it (0 on broadcast dimensions). */
+   element strides of a and b over it (0 on broadcast dimensions). f32,
+   bf16, f16, i32 and i64; integer division is refused. */
 void strata_rt_binary(StrataRtContext *ctx, int64_t site, int64_t op,
                       void *out, int64_t outType, const void *a, int64_t aType,
                       const void *b, int64_t bType, int64_t rank,
@@ -423,7 +424,8 @@ void strata_rt_softmax_grad(StrataRtContext *ctx, int64_t site, void *dx,
    (a projection's output, heads side by side in each row); out =
    softmax(scale * q k^T) v per batch and head, [batch, s, heads, dv], and
    lse, the log-sum-exp of each query's scaled scores, [batch, heads, s].
-   With `causal` (s == t) key j is masked for query i when j > i. With
+   With `causal` (s <= t; more queries than keys are refused) key j is
+   masked for query i when j > i. With
    `dropout` > 0 the probabilities go through strata_rt_dropout's mask of
    `dropoutKey` for the [batch, heads, s, t] tensor of probabilities
    (micro-batch `microBatch` of `microBatches`) before their product with
