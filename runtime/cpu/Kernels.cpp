@@ -942,8 +942,8 @@ void STRATA_RT_KERNEL(strata_rt_gemm_bgrad)(
     int64_t transB, void *c, int64_t cType, void *bgrad, int64_t bgradType,
     int64_t operand) {
   if (operand != 0 && operand != 1)
-    return ctx->fail(site, "gemm_bgrad: operand " + std::to_string(operand) +
-                               " (0 for A, 1 for B)");
+    return ctx->fail(site, "strata_rt_gemm_bgrad: operand " +
+                               std::to_string(operand) + " (0 for A, 1 for B)");
   strata_rt_gemm(ctx, site, 1, m, n, k, a, aType, 0, transA, b, bType, 0,
                  transB, c, cType, nullptr, cType, STRATA_RT_ACT_NONE, 0);
   int64_t desc[4];

@@ -324,8 +324,16 @@ extern "C" void strata_rt_gemm_bgrad(StrataRtContext *ctx, int64_t site,
   if (operand != 0 && operand != 1)
     return ctx->fail(site, "strata_rt_gemm_bgrad: operand " +
                                std::to_string(operand) + " (0 for A, 1 for B)");
-  if (m == 0 || n == 0)
+  if (m == 0 || n == 0) {
+    // No product; the bias gradient is still the other operand's sums over
+    // k (of no element when that one is empty too), as the CPU's.
+    int64_t desc[4];
+    strata::rt::bgradReduction(m, n, k, transA != 0, transB != 0, operand,
+                               desc);
+    strata_rt_reduce(ctx, site, bgrad, bgradType, operand == 0 ? a : b,
+                     operand == 0 ? aType : bType, 2, desc, 1.0);
     return;
+  }
   GemmCall call = productCall(m, n, k, transA, transB, cType);
   call.bgrad = operand;
   strata::cuda::runGemm(ctx, site, call, a, b, c, {nullptr, nullptr, bgrad});

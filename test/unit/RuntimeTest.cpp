@@ -1387,6 +1387,18 @@ TEST(RuntimeTest, F16AttentionIsF32Rounded) {
 /// batched call equals a call on that slice alone (copied out contiguous),
 /// in f32 and in bf16 (on CPUs with AVX512-BF16 its own dot products, which
 /// repack the strided rows).
+// A GEMM of no rows still gives the bias gradient of B: its sums over k
+// (the CUDA runtime computes it likewise without a product).
+TEST(RuntimeTest, BiasGradientOfAnEmptyProduct) {
+  Context ctx;
+  const int64_t m = 0, n = 3, k = 2;
+  std::vector<float> a(1), b = {1, 2, 3, 10, 20, 30}, c(1), bgrad(n, -1.0f);
+  strata_rt_gemm_bgrad(ctx, 1, m, n, k, a.data(), F32, 0, b.data(), F32, 0,
+                       c.data(), F32, bgrad.data(), F32, 1);
+  ASSERT_EQ(strata_rt_error(ctx, nullptr), nullptr);
+  EXPECT_EQ(bgrad, (std::vector<float>{11, 22, 33}));
+}
+
 // Integer division is refused: a zero divisor traps on the CPU (the CUDA
 // runtime refuses it alike); the dialect divides floating-point tensors.
 TEST(RuntimeTest, IntegerDivisionIsRefused) {
