@@ -90,6 +90,18 @@ inline bool launched(StrataRtContext *ctx, int64_t site, const char *kernel) {
   return ctx->check(site, cudaGetLastError(), kernel);
 }
 
+#if defined(__CUDACC__) // (nvcc: launches)
+/// The launcher of a launch sequence (RowKernels.cuh, BinaryKernels.cuh):
+/// `launch(kernel, grid, threads, args...)` on the compute stream, each
+/// launch checked; whether it succeeded.
+inline auto onStream(StrataRtContext *ctx, int64_t site, const char *kernel) {
+  return [=](auto function, dim3 grid, unsigned threads, auto... args) {
+    function<<<grid, threads, 0, ctx->compute>>>(args...);
+    return launched(ctx, site, kernel);
+  };
+}
+#endif
+
 /// The first index of this thread in a grid-stride loop, and the stride.
 __device__ __forceinline__ int64_t gridStart() {
   return int64_t(blockIdx.x) * blockDim.x + threadIdx.x;

@@ -516,12 +516,7 @@ void strata_rt_binary(StrataRtContext *ctx, int64_t site, int64_t op, void *out,
       return;
     if (l.rank == 0 ||
         (l.rank == 1 && l.strides[0][0] == 1 && l.strides[1][0] == 1)) {
-      launchBinaryFlat(
-          [&](auto kernel, dim3 grid, unsigned threads, auto... args) {
-            kernel<<<grid, threads, 0, ctx->compute>>>(args...);
-            return true;
-          },
-          op, o, x, y, n);
+      launchBinaryFlat(onStream(ctx, site, "strata_rt_binary"), op, o, x, y, n);
     } else if (n <= int64_t(UINT32_MAX))
       binaryKernel<uint32_t>
           <<<gridFor(n), kThreads, 0, ctx->compute>>>(op, o, x, y, n, l);

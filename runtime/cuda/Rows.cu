@@ -32,15 +32,6 @@ template <typename F> void withIdType(int64_t dtype, F &&f) {
     f(int64_t{});
 }
 
-/// Launches on the compute stream, each launch checked (a launch
-/// sequence of RowKernels.cuh).
-auto onStream(StrataRtContext *ctx, int64_t site, const char *kernel) {
-  return [=](auto function, dim3 grid, unsigned threads, auto... args) {
-    function<<<grid, threads, 0, ctx->compute>>>(args...);
-    return launched(ctx, site, kernel);
-  };
-}
-
 //===----------------------------------------------------------------------===//
 // Embedding
 //===----------------------------------------------------------------------===//
