@@ -61,6 +61,8 @@ volatile sig_atomic_t requested = 0;
 /// them), or 0: a person or a script stopped this rank alone, which is no
 /// peer's failure.
 volatile sig_atomic_t sender = 0;
+/// The rank is leaving on purpose (strata_run::leaving).
+volatile sig_atomic_t leavingOnPurpose = 0;
 /// The rank's ancestors, read when the handlers are installed.
 pid_t ancestors[32];
 int ancestorCount = 0;
@@ -176,6 +178,8 @@ void check() {
 }
 
 void onSignal(int sig, siginfo_t *info, void *) {
+  if (leavingOnPurpose)
+    _exit(1);
   if (requested) // a second signal: report now
     report(where());
   // (SIGINT is a person's or a script's interruption of the job, sent to
@@ -242,6 +246,8 @@ void communicationBegins(const char *what) {
 void communicationEnds() { stop::hostActivity.store(nullptr); }
 
 void startupPhase(const char *what) { stop::phase.store(what); }
+
+void leaving() { stop::leavingOnPurpose = 1; }
 
 } // namespace strata_run
 

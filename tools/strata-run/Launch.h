@@ -31,6 +31,11 @@ void communicationEnds();
 /// Names the long work of the start that this rank is doing without
 /// communicating (null: none), which a rank the job stops reports at once.
 void startupPhase(const char *what);
+/// This rank is leaving on purpose, its failure reported (every rank met
+/// it): a SIGTERM from here on (mpirun ending the job once a rank has
+/// exited non-zero) ends it quietly with status 1, without a report that
+/// a peer failed.
+void leaving();
 
 } // namespace strata_run
 

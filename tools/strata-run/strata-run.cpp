@@ -362,6 +362,9 @@ static int failEverywhere(const Twine &message,
         << "every rank: " << message << "\n";
     errs().flush();
   }
+  // (Once a rank has left with status 1, mpirun ends the others, which may
+  // still be leaving MPI: no "stopped by the job" report from them.)
+  strata_run::leaving();
   communicator.reset();
   MPI_Finalize();
   return 1;
