@@ -89,14 +89,17 @@ template <bool kWarp> struct RowGroup {
   }
 };
 
-/// Calls `launch(kWarp, blocks, threads)` (kWarp a std::bool_constant) with
-/// the group and the grid for `rows` rows of `n` elements; returns what it
-/// returns (whether the launch succeeded).
-template <typename Launch>
-bool launchRows(int64_t rows, int64_t n, Launch &&launch) {
+/// Launches, through `launch(kernel, grid, threads, args...)`, the row
+/// kernel `kernelOf(kWarp)` (kWarp a std::bool_constant: the group) on the
+/// grid for `rows` rows of `n` elements; whether the launch succeeded.
+template <typename Launch, typename KernelOf, typename... Args>
+bool launchRows(Launch &&launch, int64_t rows, int64_t n, KernelOf kernelOf,
+                Args... args) {
   if (n <= kWarpRowMax)
-    return launch(std::true_type(), gridFor(rows, 8), 256);
-  return launch(std::false_type(), gridFor(rows, 1), rowThreads(n));
+    return launch(kernelOf(std::true_type()), dim3(gridFor(rows, 8)), 256u,
+                  args...);
+  return launch(kernelOf(std::false_type()), dim3(gridFor(rows, 1)),
+                unsigned(rowThreads(n)), args...);
 }
 
 //===----------------------------------------------------------------------===//
@@ -386,28 +389,28 @@ __global__ void crossEntropyGradKernel(T *dlogits, const T *logits,
 template <typename T, typename Launch>
 bool launchSoftmax(Launch &&launch, T *out, const T *in, int64_t rows,
                    int64_t n, int64_t causalRows) {
-  return launchRows(rows, n, [&](auto warp, unsigned blocks, int threads) {
-    return launch(softmaxKernel<T, decltype(warp)::value>, dim3(blocks),
-                  unsigned(threads), out, in, rows, n, causalRows);
-  });
+  return launchRows(
+      launch, rows, n,
+      [](auto warp) { return softmaxKernel<T, decltype(warp)::value>; }, out,
+      in, rows, n, causalRows);
 }
 
 template <typename T, typename Launch>
 bool launchSoftmaxGrad(Launch &&launch, T *dx, const T *y, const T *dy,
                        int64_t rows, int64_t n) {
-  return launchRows(rows, n, [&](auto warp, unsigned blocks, int threads) {
-    return launch(softmaxGradKernel<T, decltype(warp)::value>, dim3(blocks),
-                  unsigned(threads), dx, y, dy, rows, n);
-  });
+  return launchRows(
+      launch, rows, n,
+      [](auto warp) { return softmaxGradKernel<T, decltype(warp)::value>; }, dx,
+      y, dy, rows, n);
 }
 
 template <typename T, typename Launch>
 bool launchLayerNorm(Launch &&launch, T *y, const T *x, const T *gamma,
                      const T *beta, int64_t rows, int64_t n, double eps) {
-  return launchRows(rows, n, [&](auto warp, unsigned blocks, int threads) {
-    return launch(layerNormKernel<T, decltype(warp)::value>, dim3(blocks),
-                  unsigned(threads), y, x, gamma, beta, rows, n, eps);
-  });
+  return launchRows(
+      launch, rows, n,
+      [](auto warp) { return layerNormKernel<T, decltype(warp)::value>; }, y, x,
+      gamma, beta, rows, n, eps);
 }
 
 /// The layer norm gradient's scratch: the rows' statistics (2 rows floats),
@@ -441,11 +444,11 @@ bool launchLayerNormGrad(Launch &&launch, const LayerNormGradPlan &plan,
   if (rows > 0) {
     auto *stats = reinterpret_cast<float *>(scratch);
     partial = reinterpret_cast<double *>(scratch + plan.statsBytes);
-    auto rowsKernel = [&](auto warp, unsigned blocks, int threads) {
-      return launch(layerNormGradRows<T, decltype(warp)::value>, dim3(blocks),
-                    unsigned(threads), dx, stats, x, gamma, dy, rows, n, eps);
+    auto rowsKernel = [](auto warp) {
+      return layerNormGradRows<T, decltype(warp)::value>;
     };
-    if (!launchRows(rows, n, rowsKernel) ||
+    if (!launchRows(launch, rows, n, rowsKernel, dx, stats, x, gamma, dy, rows,
+                    n, eps) ||
         !launch(layerNormGradColumns<T>,
                 dim3(gridFor(n), unsigned(plan.chunks)), unsigned(kThreads),
                 partial, static_cast<const float *>(stats), x, dy, rows, n,
