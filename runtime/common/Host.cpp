@@ -230,6 +230,20 @@ bool hostBroadcast(HostContext &ctx, int64_t site, void *data, int64_t bytes,
   return false;
 }
 
+void emptyProduct(StrataRtContext *ctx, int64_t site, int64_t rows, int64_t n,
+                  void *c, int64_t cType, const void *bias, int64_t act,
+                  int64_t accumulate) {
+  if (accumulate)
+    return;
+  if (!bias)
+    return strata_rt_fill(ctx, site, c, cType, rows * n, 0.0);
+  // Every row the bias (input strides 0 and 1 over [rows, n], base 0).
+  const int64_t desc[5] = {rows, n, 0, 1, 0};
+  strata_rt_strided_copy(ctx, site, c, bias, cType, 2, desc);
+  if (act != STRATA_RT_ACT_NONE)
+    strata_rt_unary(ctx, site, act, c, cType, c, cType, rows * n, 0.0);
+}
+
 } // namespace strata::rt
 
 extern "C" {

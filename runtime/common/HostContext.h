@@ -359,6 +359,37 @@ bool withSameStorageType(HostContext *ctx, int64_t site, const char *kernel,
   return false;
 }
 
+/// Whether a GEMM's sizes and epilogue are ones the runtimes take: no
+/// negative size, and an accumulating product (C += op(A) op(B)) with no
+/// bias or activation (the ABI's contract; the lowering accumulates plain
+/// products only); records the failure otherwise.
+inline bool gemmArgumentsOk(HostContext *ctx, int64_t site, const char *kernel,
+                            int64_t batch, int64_t m, int64_t n, int64_t k,
+                            bool bias, int64_t act, int64_t accumulate) {
+  if (batch < 0 || m < 0 || n < 0 || k < 0) {
+    ctx->fail(site, "strata_rt_" + std::string(kernel) +
+                        ": negative sizes (batch, m, n, k = " +
+                        std::to_string(batch) + ", " + std::to_string(m) +
+                        ", " + std::to_string(n) + ", " + std::to_string(k) +
+                        ")");
+    return false;
+  }
+  if (accumulate && (bias || act != STRATA_RT_ACT_NONE)) {
+    ctx->fail(site, "strata_rt_" + std::string(kernel) +
+                        ": an accumulating GEMM takes no bias or activation");
+    return false;
+  }
+  return true;
+}
+
+/// strata_rt_gemm of an empty inner dimension (k = 0), which the GEMM
+/// libraries do not all take: the product is zero, so C is act(bias) in
+/// every row, zero without a bias, and unchanged when accumulating. Through
+/// the runtime's own fill, strided copy and unary kernels.
+void emptyProduct(StrataRtContext *ctx, int64_t site, int64_t rows, int64_t n,
+                  void *c, int64_t cType, const void *bias, int64_t act,
+                  int64_t accumulate);
+
 /// strata_rt_reduce's `desc` (rank 2) for strata_rt_gemm_bgrad's bias
 /// gradient: op(A) [m, k] (`operand` 0) or op(B) [k, n] (1) summed over k,
 /// as the operand is stored (transposed or not).

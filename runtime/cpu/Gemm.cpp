@@ -200,7 +200,7 @@ static bool readsTransposedAFast(StrataRtContext *ctx, int64_t batch,
 }
 
 /// The product through oneDNN's sgemm, one call per batch: the bias as C's
-/// initial rows (or added to C before accumulating), then C = A B + C.
+/// initial rows, then C = A B + C (an accumulating product has no bias).
 /// False if sgemm refused it.
 static bool sgemmProduct(int64_t batch, int64_t m, int64_t n, int64_t k,
                          const float *a, int64_t aBatchStride, int64_t transA,
@@ -210,13 +210,9 @@ static bool sgemmProduct(int64_t batch, int64_t m, int64_t n, int64_t k,
     const float *ab = a + (aBatchStride ? bi * m * k : 0);
     const float *bb = b + (bBatchStride ? bi * k * n : 0);
     float *cb = c + bi * m * n;
-    if (bias && !accumulate)
+    if (bias)
       for (int64_t i = 0; i < m; ++i)
         std::memcpy(cb + i * n, bias, n * sizeof(float));
-    else if (bias)
-      for (int64_t i = 0; i < m; ++i)
-        for (int64_t j = 0; j < n; ++j)
-          cb[i * n + j] += bias[j];
     if (dnnl_sgemm(transA ? 'T' : 'N', transB ? 'T' : 'N', m, n, k, 1.0f, ab,
                    transA ? m : k, bb, transB ? k : n,
                    bias || accumulate ? 1.0f : 0.0f, cb, n) != dnnl_success)
@@ -425,6 +421,9 @@ strata_rt_gemm(StrataRtContext *ctx, int64_t site, int64_t batch, int64_t m,
                int64_t bType, int64_t bBatchStride, int64_t transB, void *c,
                int64_t cType, const void *bias, int64_t biasType, int64_t act,
                int64_t accumulate) {
+  if (!gemmArgumentsOk(ctx, site, "gemm", batch, m, n, k, bias != nullptr, act,
+                       accumulate))
+    return;
   // ReLU runs after the product: oneDNN's post-op is a max, which turns
   // NaN into 0, where the runtime's ReLU keeps NaN (PyTorch's relu).
   if (act == STRATA_RT_ACT_RELU) {
@@ -438,7 +437,10 @@ strata_rt_gemm(StrataRtContext *ctx, int64_t site, int64_t batch, int64_t m,
   withSameFloatType(
       ctx, site, "gemm", {aType, bType, cType, biasType}, [&](auto tag) {
         using T = decltype(tag);
-        if constexpr (std::is_same_v<T, float>) {
+        if (k == 0) {
+          strata::rt::emptyProduct(ctx, site, batch * m, n, c, cType, bias, act,
+                                   accumulate);
+        } else if constexpr (std::is_same_v<T, float>) {
           gemmF32(ctx, site, batch, m, n, k, static_cast<const float *>(a),
                   aBatchStride, transA, static_cast<const float *>(b),
                   bBatchStride, transB, static_cast<float *>(c),

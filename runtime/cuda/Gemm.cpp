@@ -261,10 +261,15 @@ strata_rt_gemm(StrataRtContext *ctx, int64_t site, int64_t batch, int64_t m,
                int64_t bType, int64_t bBatchStride, int64_t transB, void *c,
                int64_t cType, const void *bias, int64_t biasType, int64_t act,
                int64_t accumulate) {
-  if (!sameTypes(ctx, site, "gemm", {aType, bType, cType, biasType}))
+  if (!sameTypes(ctx, site, "gemm", {aType, bType, cType, biasType}) ||
+      !gemmArgumentsOk(ctx, site, "gemm", batch, m, n, k, bias != nullptr, act,
+                       accumulate))
     return;
   if (batch == 0 || m == 0 || n == 0)
     return;
+  if (k == 0) // cuBLASLt takes no empty inner dimension
+    return strata::rt::emptyProduct(ctx, site, batch * m, n, c, cType, bias,
+                                    act, accumulate);
   GemmCall call = productCall(m, n, k, transA, transB, cType);
   call.batch = batch;
   call.aBatchStride = aBatchStride;
@@ -283,10 +288,17 @@ extern "C" void strata_rt_gemm_aux(StrataRtContext *ctx, int64_t site,
                                    int64_t auxType, const void *bias,
                                    int64_t biasType, int64_t act) {
   if (!sameTypes(ctx, site, "gemm_aux",
-                 {aType, bType, cType, auxType, biasType}))
+                 {aType, bType, cType, auxType, biasType}) ||
+      !gemmArgumentsOk(ctx, site, "gemm_aux", 1, m, n, k, bias != nullptr,
+                       STRATA_RT_ACT_NONE, 0))
     return;
   if (m == 0 || n == 0)
     return;
+  if (k == 0) { // no product: aux is the bias (or zero), c its activation
+    strata::rt::emptyProduct(ctx, site, m, n, aux, auxType, bias,
+                             STRATA_RT_ACT_NONE, 0);
+    return strata_rt_unary(ctx, site, act, c, cType, aux, auxType, m * n, 0.0);
+  }
   GemmCall call = productCall(m, n, k, transA, transB, cType);
   call.bias = bias != nullptr;
   call.act = act;
@@ -301,10 +313,18 @@ extern "C" void strata_rt_gemm_dact(StrataRtContext *ctx, int64_t site,
                                     int64_t bType, int64_t transB, void *c,
                                     int64_t cType, const void *aux,
                                     int64_t auxType, int64_t act) {
-  if (!sameTypes(ctx, site, "gemm_dact", {aType, bType, cType, auxType}))
+  if (!sameTypes(ctx, site, "gemm_dact", {aType, bType, cType, auxType}) ||
+      !gemmArgumentsOk(ctx, site, "gemm_dact", 1, m, n, k, false,
+                       STRATA_RT_ACT_NONE, 0))
     return;
   if (m == 0 || n == 0)
     return;
+  if (k == 0) { // no product: zero times the activation's gradient
+    strata::rt::emptyProduct(ctx, site, m, n, c, cType, nullptr,
+                             STRATA_RT_ACT_NONE, 0);
+    return strata_rt_act_grad(ctx, site, act, c, cType, aux, auxType, c, cType,
+                              m * n);
+  }
   GemmCall call = productCall(m, n, k, transA, transB, cType);
   call.act = act;
   call.dact = true;
@@ -319,14 +339,20 @@ extern "C" void strata_rt_gemm_bgrad(StrataRtContext *ctx, int64_t site,
                                      int64_t bType, int64_t transB, void *c,
                                      int64_t cType, void *bgrad,
                                      int64_t bgradType, int64_t operand) {
-  if (!sameTypes(ctx, site, "gemm_bgrad", {aType, bType, cType, bgradType}))
+  if (!sameTypes(ctx, site, "gemm_bgrad", {aType, bType, cType, bgradType}) ||
+      !gemmArgumentsOk(ctx, site, "gemm_bgrad", 1, m, n, k, false,
+                       STRATA_RT_ACT_NONE, 0))
     return;
   if (operand != 0 && operand != 1)
     return ctx->fail(site, "strata_rt_gemm_bgrad: operand " +
                                std::to_string(operand) + " (0 for A, 1 for B)");
-  if (m == 0 || n == 0) {
-    // No product; the bias gradient is still the other operand's sums over
-    // k (of no element when that one is empty too), as the CPU's.
+  if (m == 0 || n == 0 || k == 0) {
+    // No product, or a zero one; the bias gradient is still the other
+    // operand's sums over k (of no element when that one is empty too), as
+    // the CPU's.
+    if (k == 0)
+      strata::rt::emptyProduct(ctx, site, m, n, c, cType, nullptr,
+                               STRATA_RT_ACT_NONE, 0);
     int64_t desc[4];
     strata::rt::bgradReduction(m, n, k, transA != 0, transB != 0, operand,
                                desc);

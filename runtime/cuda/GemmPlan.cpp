@@ -50,13 +50,8 @@ GemmPlan planGemm(const GemmCall &call, bool tf32) {
     }
     p.resultType = CUDA_R_32F;
   }
-  if (call.accumulate) {
-    if (call.bias || call.act != STRATA_RT_ACT_NONE || call.aux) {
-      p.error = "an accumulating GEMM takes no bias or activation";
-      return p;
-    }
+  if (call.accumulate) // (no bias or activation: gemmArgumentsOk)
     p.beta = 1;
-  }
   if (call.dact || call.bgrad >= 0) {
     if (call.batch != 1 || call.bias || call.accumulate || call.aux ||
         (call.dact && call.bgrad >= 0) || call.bgrad > 1) {

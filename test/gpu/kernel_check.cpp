@@ -323,7 +323,11 @@ std::vector<CaseDef> makeCases() {
       {"f32_large", F32, 1, 130, 67, 300, 0, 1, 0, 1, 0, 0},
       {"bf16_bias_gelu_tanh", BF16, 1, 33, 47, 29, 0, 0, 0, 1, kTanh, 0},
       {"bf16_batch3_shared_b_trans_b", BF16, 3, 33, 47, 29, 0, 1, 1, 0, 0, 0},
-      {"f16", F16, 1, 33, 47, 29, 0, 0, 0, 0, 0, 0}};
+      {"f16", F16, 1, 33, 47, 29, 0, 0, 0, 0, 0, 0},
+      // An empty inner dimension: act(bias) in every row, or C unchanged.
+      {"f32_k0_bias_gelu_tanh", F32, 2, 5, 7, 0, 0, 0, 0, 1, kTanh, 0},
+      {"bf16_k0", BF16, 1, 5, 7, 0, 0, 1, 0, 0, 0, 0},
+      {"f32_k0_accumulate", F32, 1, 5, 7, 0, 1, 0, 0, 0, 0, 1}};
   for (const GemmCase &g : gemms)
     add(std::string("gemm_") + g.name, [g](Case &t) {
       // f32 sums in another order: within kSum, looser for long ones.

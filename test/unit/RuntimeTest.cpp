@@ -140,6 +140,8 @@ TEST(RuntimeTest, GemmAutotuneTimesEachProblemOnceAndComputesIt) {
         for (bool transB : {false, true})
           for (bool bias : {false, true})
             for (int64_t accumulate : {0, 1}) {
+              if (bias && accumulate)
+                continue; // (refused: GemmArgumentsAreChecked)
               SCOPED_TRACE(::testing::Message()
                            << "batch " << batch << " transA " << transA
                            << " transB " << transB << " bias " << bias
@@ -1817,3 +1819,70 @@ TEST(RuntimeTest, SymbolsNameEveryKernel) {
 }
 
 } // namespace
+
+/// A product of an empty inner dimension (k = 0) is zero: C is act(bias) in
+/// every row, zero without a bias, unchanged when accumulating; through
+/// strata_rt_gemm and the GEMMs that keep or take an activation's input.
+TEST(RuntimeTest, GemmOfNoInnerDimension) {
+  Context ctx;
+  std::vector<float> none(1), bias = {1.0f, -2.0f, 3.0f};
+  auto gemm = [&](std::vector<float> &c, const float *withBias, int64_t act,
+                  int64_t accumulate) {
+    strata_rt_gemm(ctx, 0, 2, 1, 3, 0, none.data(), F32, 0, 0, none.data(), F32,
+                   0, 0, c.data(), F32, withBias, F32, act, accumulate);
+  };
+  std::vector<float> c(6, 7.0f);
+  gemm(c, bias.data(), STRATA_RT_ACT_RELU, 0);
+  EXPECT_EQ(c, (std::vector<float>{1, 0, 3, 1, 0, 3}));
+  gemm(c, nullptr, STRATA_RT_ACT_GELU_TANH, 0);
+  EXPECT_EQ(c, std::vector<float>(6, 0.0f));
+  std::fill(c.begin(), c.end(), 7.0f);
+  gemm(c, nullptr, STRATA_RT_ACT_NONE, 1);
+  EXPECT_EQ(c, std::vector<float>(6, 7.0f));
+  // gemm_aux: aux the bias, c its activation; gemm_dact: zero (times the
+  // gradient at aux); gemm_bgrad: zero, and a bias gradient of no terms.
+  std::vector<float> aux(3), out(3);
+  strata_rt_gemm_aux(ctx, 0, 1, 3, 0, none.data(), F32, 0, none.data(), F32, 0,
+                     out.data(), F32, aux.data(), F32, bias.data(), F32,
+                     STRATA_RT_ACT_RELU);
+  EXPECT_EQ(aux, bias);
+  EXPECT_EQ(out, (std::vector<float>{1, 0, 3}));
+  strata_rt_gemm_dact(ctx, 0, 1, 3, 0, none.data(), F32, 0, none.data(), F32, 0,
+                      out.data(), F32, aux.data(), F32,
+                      STRATA_RT_ACT_GELU_TANH);
+  EXPECT_EQ(out, std::vector<float>(3, 0.0f));
+  std::vector<float> bgrad(3, 7.0f);
+  std::fill(out.begin(), out.end(), 7.0f);
+  strata_rt_gemm_bgrad(ctx, 0, 1, 3, 0, none.data(), F32, 0, none.data(), F32,
+                       0, out.data(), F32, bgrad.data(), F32, 1);
+  EXPECT_EQ(out, std::vector<float>(3, 0.0f));
+  EXPECT_EQ(bgrad, std::vector<float>(3, 0.0f));
+  EXPECT_EQ(strata_rt_error(ctx, nullptr), nullptr);
+}
+
+/// Negative sizes, and an accumulating product with a bias or an
+/// activation (the ABI's C += op(A) op(B) takes neither), fail at their
+/// site and leave C as it was.
+TEST(RuntimeTest, GemmArgumentsAreChecked) {
+  auto a = iota(6), b = iota(6);
+  auto fails = [&](int64_t m, int64_t k, const float *bias, int64_t act,
+                   int64_t accumulate, const std::string &what) {
+    Context ctx;
+    std::vector<float> c(4, 7.0f);
+    strata_rt_gemm(ctx, 3, 1, m, 2, k, a.data(), F32, 0, 0, b.data(), F32, 0, 0,
+                   c.data(), F32, bias, F32, act, accumulate);
+    int64_t site = -1;
+    const char *error = strata_rt_error(ctx, &site);
+    ASSERT_NE(error, nullptr);
+    EXPECT_EQ(std::string(error), what);
+    EXPECT_EQ(site, 3);
+    EXPECT_EQ(c, std::vector<float>(4, 7.0f));
+  };
+  fails(-2, 3, nullptr, STRATA_RT_ACT_NONE, 0,
+        "strata_rt_gemm: negative sizes (batch, m, n, k = 1, -2, 2, 3)");
+  const char *accumulating =
+      "strata_rt_gemm: an accumulating GEMM takes no bias or activation";
+  fails(2, 3, b.data(), STRATA_RT_ACT_NONE, 1, accumulating);
+  fails(2, 3, nullptr, STRATA_RT_ACT_RELU, 1, accumulating);
+  fails(2, 3, nullptr, STRATA_RT_ACT_GELU_TANH, 1, accumulating);
+}

@@ -322,7 +322,9 @@ const char *strata_rt_isa(void);
    a + b * aBatchStride elements (m * k, or 0: the same matrix for every b;
    likewise B with k * n or 0), op() the
    transpose when trans* is set; bias (N elements) may be NULL. With
-   `accumulate`, C += op(A) @ op(B) instead (no bias or activation). */
+   `accumulate`, C += op(A) @ op(B) instead (no bias or activation: one is
+   refused). With k = 0 the product is zero: C = act(bias) in every row (0
+   without a bias), unchanged when accumulating. */
 void strata_rt_gemm(StrataRtContext *ctx, int64_t site, int64_t batch,
                     int64_t m, int64_t n, int64_t k, const void *a,
                     int64_t aType, int64_t aBatchStride, int64_t transA,
