@@ -115,10 +115,10 @@ __device__ __forceinline__ int64_t keysSeen(int64_t i, int64_t t, bool causal) {
 /// (at the slice's place), and the dropped probabilities in T (zero beyond
 /// the row's keys).
 template <typename T>
-__global__ void attentionSoftmax(T *p, float *lse, const float *scores,
-                                 AttentionLayout at, int64_t tp, int64_t first,
-                                 int64_t rows, float scale, bool causal,
-                                 AttentionDropout drop) {
+__global__ void __launch_bounds__(kMaxBlockThreads)
+    attentionSoftmax(T *p, float *lse, const float *scores, AttentionLayout at,
+                     int64_t tp, int64_t first, int64_t rows, float scale,
+                     bool causal, AttentionDropout drop) {
   __shared__ float shared[32];
   const int64_t s = at.s, t = at.t;
   for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
@@ -146,9 +146,9 @@ __global__ void attentionSoftmax(T *p, float *lse, const float *scores,
 
 /// One block per query row of the chunk: delta_i = dO_i . O_i.
 template <typename T>
-__global__ void attentionDelta(float *delta, const T *out, const T *dout,
-                               AttentionLayout at, int64_t first,
-                               int64_t rows) {
+__global__ void __launch_bounds__(kMaxBlockThreads)
+    attentionDelta(float *delta, const T *out, const T *dout,
+                   AttentionLayout at, int64_t first, int64_t rows) {
   __shared__ float shared[32];
   for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
     const int64_t o = at.output(first + r / at.s, r % at.s);
@@ -190,11 +190,11 @@ attentionDroppedProbabilities(T *p, const float *scores, const float *lse,
 
 /// dS = scale P (m dP - delta) in T, for dQ = dS K and dK = dS^T Q.
 template <typename T>
-__global__ void attentionScoreGrad(T *ds, const float *scores, const float *dp,
-                                   const float *lse, const float *delta,
-                                   AttentionLayout at, int64_t tp,
-                                   int64_t first, int64_t rows, float scale,
-                                   bool causal, AttentionDropout drop) {
+__global__ void __launch_bounds__(kMaxBlockThreads)
+    attentionScoreGrad(T *ds, const float *scores, const float *dp,
+                       const float *lse, const float *delta, AttentionLayout at,
+                       int64_t tp, int64_t first, int64_t rows, float scale,
+                       bool causal, AttentionDropout drop) {
   const int64_t n = rows * tp;
   for (int64_t e = gridStart(); e < n; e += gridStride()) {
     const int64_t r = e / tp, j = e % tp;

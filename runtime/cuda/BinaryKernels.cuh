@@ -46,6 +46,9 @@ __device__ __forceinline__ T binaryOp(int64_t op, T x, T y) {
 
 /// Elements of T in a 16-byte load.
 template <typename T> constexpr int kVector = 16 / sizeof(T);
+/// 16 bytes of elements, loaded and stored as one vector (an aggregate of
+/// T: reading T's through it is defined, where a uint4 read as T's is not).
+template <typename T> struct alignas(16) Vector16 { T e[kVector<T>]; };
 
 /// out = a (op) b where a, b and out are dense and of one shape; with
 /// `vectors` (all three 16-byte aligned) 16 bytes a load and a store, the
@@ -58,16 +61,13 @@ __global__ void binaryFlatKernel(int64_t op, T *out, const T *a, const T *b,
   if (vectors) {
     const int64_t count = n / kVec;
     for (int64_t v = gridStart(); v < count; v += gridStride()) {
-      const uint4 x = reinterpret_cast<const uint4 *>(a)[v],
-                  y = reinterpret_cast<const uint4 *>(b)[v];
-      uint4 z;
-      const T *xs = reinterpret_cast<const T *>(&x),
-              *ys = reinterpret_cast<const T *>(&y);
-      T *zs = reinterpret_cast<T *>(&z);
+      const Vector16<T> x = reinterpret_cast<const Vector16<T> *>(a)[v],
+                        y = reinterpret_cast<const Vector16<T> *>(b)[v];
+      Vector16<T> z;
 #pragma unroll
       for (int e = 0; e < kVec; ++e)
-        zs[e] = binaryOp(op, xs[e], ys[e]);
-      reinterpret_cast<uint4 *>(out)[v] = z;
+        z.e[e] = binaryOp(op, x.e[e], y.e[e]);
+      reinterpret_cast<Vector16<T> *>(out)[v] = z;
     }
     done = count * kVec;
   }

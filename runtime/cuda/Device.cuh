@@ -71,9 +71,14 @@ bool withSameFloatType(StrataRtContext *ctx, int64_t site, const char *kernel,
 
 /// Threads per block of the elementwise kernels.
 constexpr int kThreads = 256;
+/// The most threads a block of the runtime's kernels has. A kernel
+/// launched with that many is declared __launch_bounds__(kMaxBlockThreads),
+/// so that ptxas keeps it within 64 registers a thread (a launch of 1024
+/// threads of a kernel that uses more fails).
+constexpr int kMaxBlockThreads = 1024;
 /// Threads per block of a kernel that reduces rows of `n` elements.
 inline int rowThreads(int64_t n) {
-  return n <= 256 ? 128 : n < 8192 ? 256 : 1024;
+  return n <= 256 ? 128 : n < 8192 ? 256 : kMaxBlockThreads;
 }
 /// `bytes` rounded up to a multiple of 256 (offsets into scratch).
 inline size_t aligned(size_t bytes) { return (bytes + 255) / 256 * 256; }

@@ -74,7 +74,7 @@ __device__ __forceinline__ void keep(float *out, const float *in, int64_t i) {
 }
 
 /// Threads of the single-block kernels that sum partials.
-constexpr int kFinishThreads = 1024;
+constexpr int kFinishThreads = kMaxBlockThreads;
 /// At most this many blocks reduce one tensor for LAMB and LARS (enough to
 /// fill the device; their partials are summed by one block).
 constexpr unsigned kMaxNormBlocks = 1024;
@@ -266,8 +266,8 @@ __global__ void globalNormKernel(const __grid_constant__ NormBatch batch,
 }
 
 /// One block: out = sqrt(the sum of the partials, in order).
-__global__ void normFinishKernel(float *out, const double *partials,
-                                 int64_t count) {
+__global__ void __launch_bounds__(kMaxBlockThreads)
+    normFinishKernel(float *out, const double *partials, int64_t count) {
   __shared__ double shared[32];
   double total = sumPartials(partials, count, 1, shared);
   if (threadIdx.x == 0)
@@ -440,8 +440,9 @@ lambDirectionKernel(Operands<P, G> u, float *newM, float *newV, const float *m,
 
 /// LAMB, one block: the trust ratio |p| / |r| of the whole tensor (1 when
 /// either norm is not positive).
-__global__ void lambTrustKernel(const double *partials, int64_t blocks,
-                                float *trust, const float *guard) {
+__global__ void __launch_bounds__(kMaxBlockThreads)
+    lambTrustKernel(const double *partials, int64_t blocks, float *trust,
+                    const float *guard) {
   if (skipped(guard))
     return;
   __shared__ double shared[32];
@@ -490,10 +491,10 @@ __global__ void larsNormsKernel(Operands<P, G> u, int64_t n, double *partials,
 
 /// LARS, one block: the local learning rate
 /// lr coeff |p| / (|g| + wd |p| + eps), or lr when either norm is 0.
-__global__ void larsRateKernel(const double *partials, int64_t blocks,
-                               const float *lr, double larsCoeff,
-                               double weightDecay, double eps, float *localLr,
-                               const float *guard) {
+__global__ void __launch_bounds__(kMaxBlockThreads)
+    larsRateKernel(const double *partials, int64_t blocks, const float *lr,
+                   double larsCoeff, double weightDecay, double eps,
+                   float *localLr, const float *guard) {
   if (skipped(guard))
     return;
   __shared__ double shared[32];

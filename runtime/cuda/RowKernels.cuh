@@ -107,8 +107,9 @@ bool launchRows(Launch &&launch, int64_t rows, int64_t n, KernelOf kernelOf,
 //===----------------------------------------------------------------------===//
 
 template <typename T, bool kWarp>
-__global__ void softmaxKernel(T *out, const T *in, int64_t rows, int64_t n,
-                              int64_t causalRows) {
+__global__ void __launch_bounds__(kMaxBlockThreads)
+    softmaxKernel(T *out, const T *in, int64_t rows, int64_t n,
+                  int64_t causalRows) {
   STRATA_SHARED float shared[32];
   const RowGroup<kWarp> group{shared};
   const int first = group.rank(), step = group.size();
@@ -130,8 +131,8 @@ __global__ void softmaxKernel(T *out, const T *in, int64_t rows, int64_t n,
 }
 
 template <typename T, bool kWarp>
-__global__ void softmaxGradKernel(T *dx, const T *y, const T *dy, int64_t rows,
-                                  int64_t n) {
+__global__ void __launch_bounds__(kMaxBlockThreads)
+    softmaxGradKernel(T *dx, const T *y, const T *dy, int64_t rows, int64_t n) {
   STRATA_SHARED double shared[32];
   const RowGroup<kWarp> group{shared};
   const int first = group.rank(), step = group.size();
@@ -174,8 +175,9 @@ __device__ __forceinline__ float2 rowStatistics(const T *x, int64_t n,
 }
 
 template <typename T, bool kWarp>
-__global__ void layerNormKernel(T *y, const T *x, const T *gamma, const T *beta,
-                                int64_t rows, int64_t n, double eps) {
+__global__ void __launch_bounds__(kMaxBlockThreads)
+    layerNormKernel(T *y, const T *x, const T *gamma, const T *beta,
+                    int64_t rows, int64_t n, double eps) {
   STRATA_SHARED double shared[32];
   const RowGroup<kWarp> group{shared};
   const int first = group.rank(), step = group.size();
@@ -192,9 +194,9 @@ __global__ void layerNormKernel(T *y, const T *x, const T *gamma, const T *beta,
 /// dx of each row, and the row's statistics into `stats` (mean, rstd) for
 /// the column sums.
 template <typename T, bool kWarp>
-__global__ void layerNormGradRows(T *dx, float *stats, const T *x,
-                                  const T *gamma, const T *dy, int64_t rows,
-                                  int64_t n, double eps) {
+__global__ void __launch_bounds__(kMaxBlockThreads)
+    layerNormGradRows(T *dx, float *stats, const T *x, const T *gamma,
+                      const T *dy, int64_t rows, int64_t n, double eps) {
   STRATA_SHARED double shared[32];
   const RowGroup<kWarp> group{shared};
   const int first = group.rank(), step = group.size();
@@ -326,9 +328,9 @@ __device__ RowMaxSum rowMaxSum(const T *x, int64_t n, float *shared) {
 /// Each row's -log softmax(logits)[label] in double (0, and the error word
 /// set, for a label outside [0, vocab)).
 template <typename T, typename I>
-__global__ void crossEntropyRows(double *perRow, unsigned long long *error,
-                                 const T *logits, const I *labels, int64_t rows,
-                                 int64_t vocab) {
+__global__ void __launch_bounds__(kMaxBlockThreads)
+    crossEntropyRows(double *perRow, unsigned long long *error, const T *logits,
+                     const I *labels, int64_t rows, int64_t vocab) {
   STRATA_SHARED float shared[32];
   for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
     const T *x = logits + r * vocab;
@@ -349,8 +351,8 @@ __global__ void crossEntropyRows(double *perRow, unsigned long long *error,
 
 /// loss = the mean of the rows' losses, summed in double in a fixed order
 /// (one block).
-__global__ void crossEntropyMean(float *loss, const double *perRow,
-                                 int64_t rows) {
+__global__ void __launch_bounds__(kMaxBlockThreads)
+    crossEntropyMean(float *loss, const double *perRow, int64_t rows) {
   STRATA_SHARED double shared[32];
   double part = 0.0;
   for (int64_t r = threadIdx.x; r < rows; r += blockDim.x)
@@ -363,9 +365,9 @@ __global__ void crossEntropyMean(float *loss, const double *perRow,
 /// dlogits = dloss / rows * (softmax(logits) - onehot(label)); a label out
 /// of range (reported by the forward) subtracts nothing.
 template <typename T, typename I>
-__global__ void crossEntropyGradKernel(T *dlogits, const T *logits,
-                                       const I *labels, const float *dloss,
-                                       int64_t rows, int64_t vocab) {
+__global__ void __launch_bounds__(kMaxBlockThreads)
+    crossEntropyGradKernel(T *dlogits, const T *logits, const I *labels,
+                           const float *dloss, int64_t rows, int64_t vocab) {
   STRATA_SHARED float shared[32];
   const float scale = dloss[0] / float(rows);
   for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
@@ -472,7 +474,7 @@ bool launchCrossEntropy(Launch &&launch, float *loss, double *perRow,
                           labels, rows, vocab))
     return false;
   // Without rows the loss is 0 / 0, as the CPU's.
-  return launch(crossEntropyMean, dim3(1), 1024u, loss,
+  return launch(crossEntropyMean, dim3(1), unsigned(kMaxBlockThreads), loss,
                 static_cast<const double *>(perRow), rows);
 }
 

@@ -74,9 +74,10 @@ __global__ void embeddingGradKeys(uint64_t *keys, int64_t *positions,
 /// element): the row of dtable is the sum of the run's rows of dy in f32,
 /// in position order (the sort is stable).
 template <typename T>
-__global__ void embeddingGradRows(T *dtable, const T *dy, const uint64_t *keys,
-                                  const int64_t *positions, int64_t count,
-                                  int64_t vocab, int64_t width) {
+__global__ void __launch_bounds__(kMaxBlockThreads)
+    embeddingGradRows(T *dtable, const T *dy, const uint64_t *keys,
+                      const int64_t *positions, int64_t count, int64_t vocab,
+                      int64_t width) {
   for (int64_t p = blockIdx.x; p < count; p += gridDim.x) {
     uint64_t id = keys[p];
     if (id >= uint64_t(vocab) || (p > 0 && keys[p - 1] == id))

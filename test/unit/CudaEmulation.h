@@ -17,8 +17,7 @@
 #define STRATA_TEST_UNIT_CUDAEMULATION_H
 
 // Launch bounds only guide nvcc. (The tests that include this are built
-// with -fno-strict-aliasing, as the kernels read 16 bytes of elements as a
-// uint4, the CUDA idiom, and -Wno-unknown-pragmas for `#pragma unroll`.)
+// with -Wno-unknown-pragmas for `#pragma unroll`.)
 #define __launch_bounds__(...)
 
 #include <cuda_bf16.h>
