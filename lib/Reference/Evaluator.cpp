@@ -776,7 +776,8 @@ llvm::Error Evaluator::step(Operation *op) {
         for (int64_t i = 0; i < ids.numElements(); ++i) {
           int64_t id = int64_t(ids.data[i]);
           if (id < 0 || id >= v)
-            return fail(op, "id " + Twine(id) + " outside [0, " + Twine(v) + ")");
+            return fail(op, "id " + Twine(id) + " outside [0, " + Twine(v) +
+                                ") (position " + Twine(i) + ")");
           for (int64_t j = 0; j < h; ++j)
             out.data[i * h + j] = table.data[id * h + j];
         }
@@ -922,7 +923,7 @@ llvm::Error Evaluator::step(Operation *op) {
           int64_t label = int64_t(labels.data[r]);
           if (label < 0 || label >= v)
             return fail(op, "label " + Twine(label) + " outside [0, " +
-                                Twine(v) + ")");
+                                Twine(v) + ") (position " + Twine(r) + ")");
           double mx = *std::max_element(x, x + v), sum = 0;
           for (int64_t j = 0; j < v; ++j)
             sum += std::exp(x[j] - mx);

@@ -1854,7 +1854,8 @@ void STRATA_RT_KERNEL(strata_rt_embedding)(StrataRtContext *ctx, int64_t site,
           int64_t id = readInt(ids, idType, i);
           if (id < 0 || id >= vocab) {
             ctx->fail(site, "id " + std::to_string(id) + " outside [0, " +
-                                std::to_string(vocab) + ")");
+                                std::to_string(vocab) + ") (position " +
+                                std::to_string(i) + ")");
             std::fill_n(out + i * width, width, T(0.0f));
             continue;
           }
@@ -1986,7 +1987,8 @@ void STRATA_RT_KERNEL(strata_rt_cross_entropy)(
         int64_t label = readInt(labels, labelType, r);
         if (label < 0 || label >= vocab) {
           ctx->fail(site, "label " + std::to_string(label) + " outside [0, " +
-                              std::to_string(vocab) + ")");
+                              std::to_string(vocab) + ") (position " +
+                              std::to_string(r) + ")");
           break;
         }
       }

@@ -500,7 +500,7 @@ TEST(RuntimeTest, FailuresAreRecordedWithTheirSite) {
   int64_t site = -1;
   const char *message = strata_rt_error(ctx, &site);
   ASSERT_NE(message, nullptr);
-  EXPECT_EQ(std::string(message), "id 7 outside [0, 4)");
+  EXPECT_EQ(std::string(message), "id 7 outside [0, 4) (position 1)");
   EXPECT_EQ(site, 12);
   strata_rt_clear_error(ctx);
   EXPECT_EQ(strata_rt_error(ctx, nullptr), nullptr);
