@@ -292,12 +292,19 @@ private:
 struct CaseDef {
   std::string name;
   std::function<void(Case &)> body;
+  /// A call the runtimes must refuse: the case compares the error (its
+  /// site and message), not outputs.
+  bool refused = false;
 };
 
 std::vector<CaseDef> makeCases() {
   std::vector<CaseDef> cases;
   auto add = [&](const std::string &name, std::function<void(Case &)> body) {
     cases.push_back({name, std::move(body)});
+  };
+  auto refusal = [&](const std::string &name,
+                     std::function<void(Case &)> body) {
+    cases.push_back({"refuses_" + name, std::move(body), true});
   };
   const char *dtypeName[] = {"f32", "i32", "i64", "bf16", "f16"};
 
@@ -792,6 +799,48 @@ std::vector<CaseDef> makeCases() {
                             dloss, F32, rows, vocab);
     });
 
+  // Calls both runtimes refuse, with the same site and message: arguments
+  // outside the ABI's contract, and ids and labels out of range (the first
+  // by position; the CUDA runtime finds them on the device and reports them
+  // at the step's end).
+  refusal("gemm_accumulate_bias", [](Case &t) {
+    void *a = t.rand(F32, 6, -1, 1), *b = t.rand(F32, 6, -1, 1);
+    void *bias = t.rand(F32, 2, -1, 1), *c = t.rand(F32, 4, -1, 1);
+    RT.gemm(t.ctx, 1, 1, 2, 2, 3, a, F32, 0, 0, b, F32, 0, 0, c, F32, bias, F32,
+            STRATA_RT_ACT_NONE, 1);
+  });
+  refusal("gemm_negative_size", [](Case &t) {
+    void *a = t.rand(F32, 6, -1, 1), *b = t.rand(F32, 6, -1, 1);
+    void *c = t.out("c", F32, 4);
+    RT.gemm(t.ctx, 1, 1, 2, -2, 3, a, F32, 0, 0, b, F32, 0, 0, c, F32, nullptr,
+            F32, STRATA_RT_ACT_NONE, 0);
+  });
+  refusal("binary_i32_division", [](Case &t) {
+    const int64_t desc[3] = {5, 1, 1};
+    void *a = t.rand(I32, 5, 1, 9), *b = t.rand(I32, 5, 1, 9);
+    void *o = t.out("out", I32, 5);
+    RT.binary(t.ctx, 1, STRATA_RT_DIV, o, I32, a, I32, b, I32, 1, desc);
+  });
+  refusal("attention_causal_more_queries", [](Case &t) {
+    void *q = t.rand(F32, 5 * 8, -1, 1), *k = t.rand(F32, 3 * 8, -1, 1);
+    void *v = t.rand(F32, 3 * 8, -1, 1);
+    void *o = t.out("out", F32, 5 * 8), *lse = t.out("lse", F32, 5);
+    RT.attention(t.ctx, 1, o, F32, lse, F32, q, F32, k, F32, v, F32, 1, 1, 5, 3,
+                 8, 8, 0.25, 1, 0.0, 7, 1, 0);
+  });
+  refusal("embedding_bad_id", [](Case &t) {
+    void *table = t.rand(F32, 4 * 3, -1, 1);
+    void *ids = t.vals(I32, {0, 3, 9, 1, -2});
+    void *o = t.out("out", F32, 5 * 3);
+    RT.embedding(t.ctx, 1, o, F32, table, F32, ids, I32, 5, 4, 3);
+  });
+  refusal("cross_entropy_bad_label", [](Case &t) {
+    void *logits = t.rand(BF16, 4 * 10, -1, 1);
+    void *labels = t.vals(I64, {1, 9, 10, 11});
+    void *loss = t.out("loss", F32, 1);
+    RT.cross_entropy(t.ctx, 1, loss, F32, logits, BF16, labels, I64, 4, 10);
+  });
+
   // Optimizer support.
   add("lr_schedule", [](Case &t) {
     // Constant, linear warmup (10 steps), cosine (10 + 100 steps).
@@ -1062,6 +1111,27 @@ std::string compareCase(const std::string &dir, const std::string &name,
   return "";
 }
 
+/// A refusal case's stored error: `name`.refused holds the runtime's
+/// "runtime error at site S: MESSAGE" line.
+std::string writeRefusal(const std::string &dir, const std::string &name,
+                         const std::string &error) {
+  std::ofstream text(dir + "/" + name + ".refused");
+  text << error << "\n";
+  return text ? "" : "cannot write " + dir + "/" + name + ".refused";
+}
+
+/// The stored refusal against this run's error; "" when they are the same.
+std::string compareRefusal(const std::string &dir, const std::string &name,
+                           const std::string &error) {
+  std::ifstream text(dir + "/" + name + ".refused");
+  std::string want;
+  if (!std::getline(text, want))
+    return "no stored refusal (" + dir + "/" + name + ".refused)";
+  return want == error
+             ? ""
+             : "refused with \"" + error + "\", the stored \"" + want + "\"";
+}
+
 int usage() {
   std::fprintf(stderr, "usage: kernel_check write|compare --runtime LIB.so "
                        "--dir DIR [--filter SUBSTR]\n");
@@ -1105,7 +1175,12 @@ int main(int argc, char **argv) {
     std::vector<Output> layout;
     std::vector<std::vector<char>> got;
     std::string error = runCase(def, layout, got);
-    if (error.empty())
+    if (def.refused)
+      error = error.rfind("runtime error at site ", 0) != 0
+                  ? (error.empty() ? "the runtime did not refuse it" : error)
+              : write ? writeRefusal(dir, def.name, error)
+                      : compareRefusal(dir, def.name, error);
+    else if (error.empty())
       error = write ? writeCase(dir, def.name, layout, got)
                     : compareCase(dir, def.name, layout, got);
     if (!error.empty()) {
