@@ -4,6 +4,9 @@
 
 #include "strata/Dialect/Strata.h"
 
+#include "llvm/ADT/DenseMap.h"
+#include "llvm/ADT/TypeSwitch.h"
+
 using namespace mlir;
 using namespace strata;
 
@@ -53,4 +56,181 @@ FailureOr<SmallVector<Type>> strata::splitResultTypes(Operation *op,
     return SmallVector<Type>{withDim(oldOut, offset, newIn.getDimSize(0))};
   }
   return failure();
+}
+
+namespace {
+/// How a forward value depends on the batch: its leading dimension holds
+/// the batch's rows, each computed from its own (Rows), or it is the mean
+/// over the batch of the loss (Mean), which parts of the batch average
+/// into the whole's.
+enum class Dependence { Rows, Mean };
+} // namespace
+
+static int64_t rankOf(Value v) {
+  auto t = dyn_cast<RankedTensorType>(v.getType());
+  return t ? t.getRank() : 0;
+}
+
+std::optional<BatchMixing> strata::findBatchMixing(Block &body, int64_t k) {
+  DenseMap<Value, Dependence> dep;
+  for (BlockArgument arg : body.getArguments())
+    dep[arg] = Dependence::Rows;
+  auto on = [&](Value v) -> std::optional<Dependence> {
+    auto it = dep.find(v);
+    if (it == dep.end())
+      return std::nullopt;
+    return it->second;
+  };
+  for (Operation &op : body.without_terminator()) {
+    if (std::optional<Role> role = getRole(&op); role && *role != Role::Forward)
+      continue;
+    bool rows = false, mean = false;
+    for (Value v : op.getOperands()) {
+      std::optional<Dependence> d = on(v);
+      rows |= d == Dependence::Rows;
+      mean |= d == Dependence::Mean;
+    }
+    if (!rows && !mean)
+      continue;
+    auto mixes = [&](std::string reason) {
+      return std::optional<BatchMixing>(BatchMixing{&op, std::move(reason)});
+    };
+    // The mean loss: only linear uses keep parts averaging into the whole.
+    if (mean) {
+      bool linear = !rows && (isa<AddOp, SubOp, ScaleOp, CastOp>(op) ||
+                              (isa<MulOp>(op) && !(on(op.getOperand(0)) &&
+                                                   on(op.getOperand(1)))) ||
+                              (isa<DivOp>(op) && !on(op.getOperand(1))));
+      if (!linear)
+        return mixes("uses the mean over the batch of the loss other than "
+                     "linearly (a part of the batch has its own mean)");
+      for (Value r : op.getResults())
+        dep[r] = Dependence::Mean;
+      continue;
+    }
+    // Every operand that holds rows has them as the result's dimension 0.
+    auto sameRank = [&](Value result) {
+      return llvm::all_of(op.getOperands(), [&](Value v) {
+        return !on(v) || rankOf(v) == rankOf(result);
+      });
+    };
+    std::optional<std::string> reason =
+        TypeSwitch<Operation *, std::optional<std::string>>(&op)
+            .Case<AddOp, SubOp, MulOp, DivOp, BiasAddOp, ScaleOp, ScaleByOp,
+                  ReluOp, GeluOp, SiluOp, RsqrtOp, TanhOp, CastOp, DropoutOp,
+                  FusedDropoutAddOp>(
+                [&](Operation *o) -> std::optional<std::string> {
+                  if (isa<ScaleByOp>(o) && on(o->getOperand(1)))
+                    return std::string("scales by a factor computed from the "
+                                       "batch");
+                  if (!sameRank(o->getResult(0)))
+                    return std::string("broadcasts rows of the batch along "
+                                       "another dimension");
+                  return std::nullopt;
+                })
+            .Case([&](MatmulOp m) -> std::optional<std::string> {
+              int64_t rank = rankOf(m.getResult());
+              bool lhs = bool(on(m.getLhs())), rhs = bool(on(m.getRhs()));
+              if (rank >= 3 && sameRank(m.getResult()))
+                return std::nullopt; // the batch is a batch dimension
+              if (lhs && rhs)
+                return std::string("multiplies two matrices that both hold "
+                                   "rows of the batch (such as x x^T)");
+              if (rhs || m.getTransposeLhs() || rankOf(m.getLhs()) != rank)
+                return std::string("contracts over the batch dimension");
+              return std::nullopt;
+            })
+            .Case([&](FusedGemmEpilogueOp f) -> std::optional<std::string> {
+              if (on(f.getWeight()) || on(f.getBias()))
+                return std::string("multiplies by a weight computed from the "
+                                   "batch");
+              return std::nullopt;
+            })
+            .Case([&](EmbeddingOp e) -> std::optional<std::string> {
+              if (on(e.getTable()))
+                return std::string("looks up rows of a table computed from "
+                                   "the batch");
+              return std::nullopt;
+            })
+            .Case([&](AttentionOp a) -> std::optional<std::string> {
+              if (!sameRank(a.getResult()) || rankOf(a.getResult()) < 3)
+                return std::string("attends across rows of the batch");
+              return std::nullopt;
+            })
+            .Case([&](SoftmaxOp sm) -> std::optional<std::string> {
+              if (rankOf(sm.getInput()) < 2)
+                return std::string("normalizes over the batch dimension");
+              return std::nullopt;
+            })
+            .Case([&](LayerNormOp ln) -> std::optional<std::string> {
+              if (on(ln.getGamma()) || on(ln.getBeta()))
+                return std::string("normalizes with a scale or shift computed "
+                                   "from the batch");
+              if (rankOf(ln.getGamma()) >= rankOf(ln.getInput()))
+                return std::string("normalizes over the batch dimension");
+              return std::nullopt;
+            })
+            .Case([&](TransposeOp t) -> std::optional<std::string> {
+              if (t.getPermutation().empty() || t.getPermutation()[0] != 0)
+                return std::string("moves the batch dimension from the "
+                                   "front");
+              return std::nullopt;
+            })
+            .Case([&](ReshapeOp r) -> std::optional<std::string> {
+              auto out = cast<RankedTensorType>(r.getResult().getType());
+              if (out.getRank() < 1 || out.getDimSize(0) % k != 0)
+                return "reshapes the batch into a leading dimension of " +
+                       std::to_string(out.getRank() ? out.getDimSize(0) : 1) +
+                       ", which does not split into " + std::to_string(k) +
+                       " parts";
+              return std::nullopt;
+            })
+            .Case<ReduceSumOp, ReduceMeanOp>(
+                [&](Operation *o) -> std::optional<std::string> {
+                  ArrayRef<int64_t> dims =
+                      isa<ReduceSumOp>(o) ? cast<ReduceSumOp>(o).getDims()
+                                          : cast<ReduceMeanOp>(o).getDims();
+                  if (llvm::is_contained(dims, 0))
+                    return std::string(
+                        "reduces over the batch dimension (of the losses, "
+                        "strata.cross_entropy's mean over the batch splits)");
+                  return std::nullopt;
+                })
+            .Case([&](SliceOp sl) -> std::optional<std::string> {
+              // Gradient merge's own slices make the micro-batches.
+              if (sl.getDim() == 0 && !getMicroBatch(sl))
+                return std::string("takes rows of the batch (a slice of "
+                                   "dimension 0)");
+              return std::nullopt;
+            })
+            .Case([&](PadOp pd) -> std::optional<std::string> {
+              if (pd.getDim() == 0)
+                return std::string("pads the batch dimension");
+              return std::nullopt;
+            })
+            .Case([&](ConcatOp c) -> std::optional<std::string> {
+              if (c.getDim() == 0 || !sameRank(c.getResult()))
+                return std::string("concatenates along the batch dimension");
+              return std::nullopt;
+            })
+            .Case<BroadcastToOp, SumToOp>(
+                [&](Operation *o) -> std::optional<std::string> {
+                  if (!sameRank(o->getResult(0)))
+                    return std::string("moves the batch dimension (to "
+                                       "another rank)");
+                  return std::nullopt;
+                })
+            .Case([&](CrossEntropyOp) -> std::optional<std::string> {
+              return std::nullopt;
+            })
+            .Default([&](Operation *) -> std::optional<std::string> {
+              return std::string("is not known to compute each row of the "
+                                 "batch from that row alone");
+            });
+    if (reason)
+      return mixes(*reason);
+    for (Value r : op.getResults())
+      dep[r] = isa<CrossEntropyOp>(op) ? Dependence::Mean : Dependence::Rows;
+  }
+  return std::nullopt;
 }

@@ -13,6 +13,9 @@
 
 #include "mlir/IR/Operation.h"
 
+#include <optional>
+#include <string>
+
 namespace strata {
 
 /// Result types of `op`, whose operands now carry 1/k of the batch, given
@@ -20,6 +23,23 @@ namespace strata {
 mlir::FailureOr<llvm::SmallVector<mlir::Type>>
 splitResultTypes(mlir::Operation *op, mlir::Type oldOperand,
                  mlir::TypeRange oldResults, int64_t k);
+
+/// An op of the forward pass that would compute otherwise on a part of the
+/// batch than on the whole, and why (in the user's terms).
+struct BatchMixing {
+  mlir::Operation *op;
+  std::string reason;
+};
+
+/// The first forward op of `body` (roles forward or none) that does not
+/// compute each part of the batch's leading dimension from that part
+/// alone, when the block's arguments are split into `k` parts: one that
+/// pairs, reduces, slices, moves or normalizes over rows of the batch, or
+/// uses the batch's mean loss other than linearly. Only
+/// strata.cross_entropy averages over the batch (the mean of equal parts'
+/// means is the whole's mean, and its gradient follows from the part's
+/// rows). None when every forward op is row-wise.
+std::optional<BatchMixing> findBatchMixing(mlir::Block &body, int64_t k);
 
 } // namespace strata
 

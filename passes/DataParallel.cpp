@@ -90,6 +90,12 @@ struct DataParallelPass
       for (Value r : op.getResults())
         oldType[r] = r.getType();
 
+    if (std::optional<BatchMixing> mixing = findBatchMixing(body, n))
+      return mixing->op->emitOpError()
+             << mixing->reason << ", so it cannot run on 1/" << n
+             << " of the batch: strata-data-parallel gives each of " << n
+             << " ranks a part of the batch's leading dimension";
+
     // Each rank's arguments: 1/n of the leading dimension.
     DenseSet<Value> batchValues;
     SmallVector<Type> argTypes;

@@ -61,6 +61,12 @@ struct GradientMergePass
                << " (" << type << ") has no leading batch dimension "
                << "divisible by k-steps = " << k;
     }
+    if (std::optional<BatchMixing> mixing = findBatchMixing(body, k))
+      return mixing->op->emitOpError()
+             << mixing->reason << ", so it cannot run on 1/" << k
+             << " of the batch: strata-gradient-merge splits the batch's "
+                "leading dimension into "
+             << k << " micro-batches";
     // The ops that depend on the batch are cloned per micro-batch.
     DenseSet<Value> batchValues(body.getArguments().begin(),
                                 body.getArguments().end());
