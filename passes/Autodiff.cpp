@@ -465,6 +465,13 @@ struct AutodiffPass : public strata::impl::StrataAutodiffBase<AutodiffPass> {
                        "to train";
       return signalPassFailure();
     }
+    if (llvm::all_of(module.getOps<ParamOp>(),
+                     [](ParamOp p) { return p.getFrozen(); })) {
+      f.emitError() << "strata-autodiff: every strata.param of the program is "
+                       "{frozen}: a step without a trainable parameter has "
+                       "nothing to train";
+      return signalPassFailure();
+    }
     if (failed(Differentiator(f, module).run()))
       return signalPassFailure();
     recordPass(module, "strata-autodiff");

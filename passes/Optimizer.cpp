@@ -304,6 +304,11 @@ void OptimizerPass::runOnOperation() {
                 "every parameter): remove the trailing or doubled comma");
   if (!(eps >= 0.0) || !finite(eps))
     return fail("epsilon must be >= 0 and finite");
+  if ((kind == Kind::Adam || kind == Kind::AdamW || kind == Kind::Lamb) &&
+      !(float(eps) > 0.0f))
+    return fail("epsilon of adam, adamw and lamb must be a positive f32: the "
+                "update divides by sqrt(v) + epsilon, 0 / 0 for an element "
+                "whose gradients have all been 0");
   if (!(beta1 >= 0.0 && beta1 < 1.0) || !(beta2 >= 0.0 && beta2 < 1.0))
     return fail("beta1 and beta2 must be in [0, 1)");
   if (!(momentum >= 0.0 && momentum < 1.0))

@@ -230,6 +230,13 @@ Error Reader::validate(const StrategyContext &context) {
   CHECK(oneOf("amp.dtype", s.amp.dtype, {"float16", "bfloat16"}));
   CHECK(oneOf("amp.level", s.amp.level, {"o1", "o2"}));
   CHECK(positiveF32("amp.init_loss_scaling", s.amp.init_loss_scaling));
+  if (s.amp.init_loss_scaling < 1.0)
+    return failAt("amp.init_loss_scaling",
+                  "'amp.init_loss_scaling' is " +
+                      formatStrategyNumber(s.amp.init_loss_scaling) +
+                      ": a loss scale below 1 pushes float16 gradients "
+                      "toward underflow (the dynamic rule keeps the scale at "
+                      "1 or more); 1 is no scaling");
   CHECK(range("amp.incr_every_n_steps", s.amp.incr_every_n_steps, 1));
   CHECK(range("amp.decr_every_n_nan_or_inf", s.amp.decr_every_n_nan_or_inf, 1));
   if (!(s.amp.incr_ratio > 1.0))
@@ -298,6 +305,14 @@ Error Reader::validate(const StrategyContext &context) {
                   "'optimizer.weight_decay' must be >= 0");
   if (*o.epsilon < 0.0)
     return failAt("optimizer.epsilon", "'optimizer.epsilon' must be >= 0");
+  if ((o.type == "adam" || o.type == "adamw" || o.type == "lamb") &&
+      !(float(*o.epsilon) > 0.0f))
+    return failAt("optimizer.epsilon",
+                  "'optimizer.epsilon' of " + o.type +
+                      " must be a positive f32 (at least 1.4e-45), got " +
+                      formatStrategyNumber(*o.epsilon) +
+                      ": the update divides by sqrt(v) + epsilon, 0 / 0 for "
+                      "an element whose gradients have all been 0");
   if (!(o.beta1 >= 0.0 && o.beta1 < 1.0))
     return failAt("optimizer.beta1", "'optimizer.beta1' must be in [0, 1)");
   if (!(o.beta2 >= 0.0 && o.beta2 < 1.0))

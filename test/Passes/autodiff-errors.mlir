@@ -85,6 +85,18 @@ func.func @no_params(%x: tensor<8xf32>) -> tensor<f32> {
 
 // -----
 
+// Nor one whose parameters are all frozen.
+strata.param @f : tensor<8xf32> init <normal, 1.0> {frozen}
+// expected-error@+1 {{strata-autodiff: every strata.param of the program is {frozen}: a step without a trainable parameter has nothing to train}}
+func.func @all_frozen(%x: tensor<8xf32>) -> tensor<f32> {
+  %f = strata.get_param @f : tensor<8xf32>
+  %y = strata.mul %x, %f : (tensor<8xf32>, tensor<8xf32>) -> tensor<8xf32>
+  %l = strata.reduce_sum %y {dims = array<i64: 0>} : (tensor<8xf32>) -> tensor<f32>
+  return %l : tensor<f32>
+}
+
+// -----
+
 // Every pass walks the step as one block that ends in func.return (another
 // dialect's terminator parses, and is refused where it stands).
 strata.param @w : tensor<8xf32> init <normal, 1.0>
