@@ -127,9 +127,10 @@ LogicalResult AmpPass::checkLossScaling(ModuleOp module) {
   };
   // (The scale is an f32 state.)
   if (!(initLossScaling <= double(std::numeric_limits<float>::max())) ||
-      !(float(initLossScaling) > 0.0f))
-    return fail("init-loss-scaling must be positive and at most the largest "
-                "f32 (3.4e38), and not round to 0 in f32");
+      !(initLossScaling >= 1.0))
+    return fail("init-loss-scaling must be at least 1 (a scale below 1 "
+                "pushes float16 gradients toward underflow) and at most the "
+                "largest f32 (3.4e38)");
   if (incrEveryNSteps < 1 || decrEveryNNanOrInf < 1)
     return fail("incr-every-n-steps and decr-every-n-nan-or-inf must be >= 1");
   if (!(incrRatio > 1.0) || !std::isfinite(double(incrRatio)) ||

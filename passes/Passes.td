@@ -111,7 +111,7 @@ def StrataAmp : Pass<"strata-amp", "mlir::ModuleOp"> {
     Option<"useDynamicLossScaling", "use-dynamic-loss-scaling", "bool",
            "true", "float16: move the loss scale by Paddle's rule">,
     Option<"initLossScaling", "init-loss-scaling", "double", "32768.0",
-           "float16: the first loss scale (1 and static: none)">,
+           "float16: the first loss scale, at least 1 (1 and static: none)">,
     Option<"incrEveryNSteps", "incr-every-n-steps", "int64_t", "1000",
            "float16: finite steps before the scale grows">,
     Option<"decrEveryNNanOrInf", "decr-every-n-nan-or-inf", "int64_t", "2",
