@@ -465,6 +465,36 @@ struct AutodiffPass : public strata::impl::StrataAutodiffBase<AutodiffPass> {
                        "to train";
       return signalPassFailure();
     }
+    // Each dropout draws the mask of its key: two with one key would drop
+    // the same elements of same-shaped tensors.
+    llvm::DenseMap<int64_t, Operation *> dropoutKeys;
+    WalkResult keys = f.walk([&](Operation *op) {
+      std::optional<int64_t> key =
+          TypeSwitch<Operation *, std::optional<int64_t>>(op)
+              .Case<DropoutOp, FusedDropoutAddOp>(
+                  [](auto d) { return int64_t(d.getKey()); })
+              .Case([](AttentionOp a) -> std::optional<int64_t> {
+                if (a.getDropout().convertToDouble() > 0.0)
+                  return int64_t(a.getDropoutKey());
+                return std::nullopt;
+              })
+              .Default([](Operation *) { return std::nullopt; });
+      if (!key)
+        return WalkResult::advance();
+      auto [it, inserted] = dropoutKeys.try_emplace(*key, op);
+      if (inserted)
+        return WalkResult::advance();
+      InFlightDiagnostic diag =
+          op->emitOpError() << "uses dropout key " << *key
+                            << ", as another dropout does: both would drop "
+                               "the same elements (a program's dropout keys "
+                               "are unique)";
+      diag.attachNote(it->second->getLoc())
+          << "the other dropout with key " << *key;
+      return WalkResult::interrupt();
+    });
+    if (keys.wasInterrupted())
+      return signalPassFailure();
     if (llvm::all_of(module.getOps<ParamOp>(),
                      [](ParamOp p) { return p.getFrozen(); })) {
       f.emitError() << "strata-autodiff: every strata.param of the program is "

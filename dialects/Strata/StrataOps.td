@@ -25,6 +25,9 @@ def Strata_IndexTensor
     : ConfinedType<StaticShapeTensorOf<[I32, I64]>, [Strata_TrainableShape],
                    "non-empty statically shaped tensor of i32 or i64 values">;
 def Strata_Scalar : 0DTensorOf<[F16, BF16, F32, F64]>;
+// A dropout's key: a 32-bit word of its mask's Philox counter.
+def Strata_DropoutKey
+    : ConfinedAttr<I64Attr, [IntMinValue<0>, IntMaxValue<4294967295>]>;
 def Strata_StepCounter : 0DTensorOf<[I64]>;
 def Strata_AnyTensor
     : ConfinedType<StaticShapeTensorOf<[AnyType]>, [Strata_TrainableShape],
@@ -446,14 +449,16 @@ def Strata_DropoutOp : Strata_ComputeOp<"dropout", [Strata_InPlace<"0">]> {
     seed, `key` and the element's index in the global batch (on micro-batch
     m of an op with n elements: m * n + i, the batch dimension leading), so
     it is identical whenever the op is replayed (recompute), fused, or the
-    batch is split into micro-batches or ranks. `key` must be unique among
-    the dropout ops of a program.
+    batch is split into micro-batches or ranks. `key` (0 to 2^32 - 1) must
+    be unique among the program's dropouts as written (dropout ops, fused
+    dropout-adds and attention dropouts; strata-autodiff refuses a key used
+    twice); a replay or a micro-batch's copy of an op keeps its key.
 
     ```mlir
     %y = strata.dropout %x {key = 3 : i64, prob = 1.000000e-01 : f64} : (tensor<8x64xf32>) -> tensor<8x64xf32>
     ```
   }];
-  let arguments = (ins Strata_FloatTensor:$input, F64Attr:$prob, I64Attr:$key);
+  let arguments = (ins Strata_FloatTensor:$input, F64Attr:$prob, Strata_DropoutKey:$key);
   let results = (outs Strata_FloatTensor:$result);
 }
 
@@ -759,7 +764,7 @@ def Strata_DropoutGradOp : Strata_ComputeOp<"dropout_grad",
     ```
   }];
   let arguments = (ins Strata_FloatTensor:$result_grad, F64Attr:$prob,
-                       I64Attr:$key);
+                       Strata_DropoutKey:$key);
   let results = (outs Strata_FloatTensor:$input_grad);
 }
 
@@ -1213,7 +1218,7 @@ def Strata_FusedDropoutAddOp : Strata_ComputeOp<"fused_dropout_add",
     ```
   }];
   let arguments = (ins Strata_FloatTensor:$input, Strata_FloatTensor:$residual,
-                       F64Attr:$prob, I64Attr:$key);
+                       F64Attr:$prob, Strata_DropoutKey:$key);
   let results = (outs Strata_FloatTensor:$result);
 }
 
@@ -1227,7 +1232,7 @@ def Strata_FusedDropoutAddGradOp : Strata_ComputeOp<"fused_dropout_add_grad"> {
     ```
   }];
   let arguments = (ins Strata_FloatTensor:$result_grad, F64Attr:$prob,
-                       I64Attr:$key);
+                       Strata_DropoutKey:$key);
   let results = (outs Strata_FloatTensor:$input_grad,
                       Strata_FloatTensor:$residual_grad);
 }
@@ -1261,7 +1266,7 @@ def Strata_AttentionOp : Strata_ComputeOp<"attention",
                        Strata_FloatTensor:$value, F64Attr:$scale,
                        UnitAttr:$causal,
                        DefaultValuedAttr<F64Attr, "0.0">:$dropout,
-                       DefaultValuedAttr<I64Attr, "0">:$dropout_key);
+                       DefaultValuedAttr<Strata_DropoutKey, "0">:$dropout_key);
   let results = (outs Strata_FloatTensor:$result,
                       Strata_FloatTensor:$logsumexp);
 }
@@ -1283,7 +1288,7 @@ def Strata_AttentionGradOp : Strata_ComputeOp<"attention_grad"> {
                        Strata_FloatTensor:$result_grad, F64Attr:$scale,
                        UnitAttr:$causal,
                        DefaultValuedAttr<F64Attr, "0.0">:$dropout,
-                       DefaultValuedAttr<I64Attr, "0">:$dropout_key);
+                       DefaultValuedAttr<Strata_DropoutKey, "0">:$dropout_key);
   let results = (outs Strata_FloatTensor:$query_grad,
                       Strata_FloatTensor:$key_grad,
                       Strata_FloatTensor:$value_grad);

@@ -162,6 +162,24 @@ func.func @f(%a: tensor<4xf32>) {
 
 // -----
 
+// A dropout's key is a 32-bit word of its mask's counter: keys 2^32 apart
+// would draw the same mask.
+func.func @f(%a: tensor<4xf32>) {
+  // expected-error@+1 {{'strata.dropout' op attribute 'key' failed to satisfy constraint: 64-bit signless integer attribute whose minimum value is 0 whose maximum value is 4294967295}}
+  %0 = strata.dropout %a {key = 4294967296 : i64, prob = 0.5 : f64} : (tensor<4xf32>) -> tensor<4xf32>
+  return
+}
+
+// -----
+
+func.func @f(%q: tensor<2x4x2x8xf32>) {
+  // expected-error@+1 {{'strata.attention' op attribute 'dropout_key' failed to satisfy constraint: 64-bit signless integer attribute whose minimum value is 0}}
+  %o, %l = strata.attention %q, %q, %q {scale = 0.5 : f64, dropout = 0.1 : f64, dropout_key = -1 : i64} : (tensor<2x4x2x8xf32>, tensor<2x4x2x8xf32>, tensor<2x4x2x8xf32>) -> (tensor<2x4x2x8xf32>, tensor<2x2x4xf32>)
+  return
+}
+
+// -----
+
 func.func @f(%a: tensor<4x3xf32>) {
   // expected-error@+2 {{'strata.softmax' op causal softmax needs square trailing dimensions, got [4, 3]}}
   // expected-error@+1 {{failed to infer returned types}}

@@ -85,6 +85,21 @@ func.func @no_params(%x: tensor<8xf32>) -> tensor<f32> {
 
 // -----
 
+// Two dropouts with one key would drop the same elements.
+strata.param @w : tensor<8xf32> init <normal, 1.0>
+func.func @same_key(%x: tensor<8xf32>) -> tensor<f32> {
+  %w = strata.get_param @w : tensor<8xf32>
+  %y = strata.mul %x, %w : (tensor<8xf32>, tensor<8xf32>) -> tensor<8xf32>
+  // expected-note@+1 {{the other dropout with key 3}}
+  %a = strata.dropout %y {key = 3 : i64, prob = 0.5 : f64} : (tensor<8xf32>) -> tensor<8xf32>
+  // expected-error@+1 {{'strata.fused_dropout_add' op uses dropout key 3, as another dropout does: both would drop the same elements (a program's dropout keys are unique)}}
+  %b = strata.fused_dropout_add %y, %a {key = 3 : i64, prob = 0.5 : f64} : (tensor<8xf32>, tensor<8xf32>) -> tensor<8xf32>
+  %l = strata.reduce_sum %b {dims = array<i64: 0>} : (tensor<8xf32>) -> tensor<f32>
+  return %l : tensor<f32>
+}
+
+// -----
+
 // Nor one whose parameters are all frozen.
 strata.param @f : tensor<8xf32> init <normal, 1.0> {frozen}
 // expected-error@+1 {{strata-autodiff: every strata.param of the program is {frozen}: a step without a trainable parameter has nothing to train}}
