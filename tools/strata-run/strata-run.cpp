@@ -863,12 +863,21 @@ int main(int argc, char **argv) {
   if (auto code = agree(bool(module), "cannot parse " + programFile))
     return *code;
 
-  // The data stream draws global batches from the program as written.
+  // The data stream draws global batches from the program as written
+  // (--emit trains nothing and reads no data).
   Expected<mlir::func::FuncOp> written = strata::findStepFunction(*module);
   if (!written)
     return fail(programFile + ": " + toString(written.takeError()));
-  auto data = strata::DataStream::create(*written, dataFile, dataFormat, seed,
-                                         kDataOptions);
+  std::optional<strata::DataStream> data;
+  std::string dataError;
+  if (emit.empty()) {
+    auto stream = strata::DataStream::create(*written, dataFile, dataFormat,
+                                             seed, kDataOptions);
+    if (stream)
+      data.emplace(std::move(*stream));
+    else
+      dataError = toString(stream.takeError());
+  }
 
   strata::TrainerOptions options;
   options.worldSize = worldSize;
@@ -899,7 +908,6 @@ int main(int argc, char **argv) {
   }
   if (auto code = agree(bool(created), "cannot compile the strategy"))
     return *code;
-  std::string dataError = data ? "" : toString(data.takeError());
   if (auto code = agree(dataError.empty(), dataError,
                         /*diagnosticsPrinted=*/false))
     return *code;
@@ -917,7 +925,7 @@ int main(int argc, char **argv) {
         bool startIsFile =
             !startFile.empty() && !sys::fs::is_directory(startFile);
         if (worldSize > 1) {
-          dataHash = data->fingerprint();
+          dataHash = data ? data->fingerprint() : 0;
           runHash = runFingerprint();
           startHash = startIsFile ? contentFingerprint(startFile) : 0;
         }
