@@ -700,7 +700,11 @@ Expected<double> Trainer::step(int64_t index,
                "batch (a log or a division of 0, an input out of range)"
              : ": the training diverged (a lower optimizer.learning_rate, or "
                "clipping with optimizer.grad_clip_norm), or the program "
-               "computes it from this batch"));
+               "computes it from this batch") +
+        (index > 0 && plan.dp_optimization.fp16_allreduce && opts.worldSize > 1
+             ? "; with dp_optimization.fp16_allreduce, gradients beyond "
+               "float16's 65504 overflow on the wire"
+             : ""));
   if (stepCount) {
     std::optional<double> now = scalarState(kStepCountStateName);
     if (now == stepCount)
