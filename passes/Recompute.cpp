@@ -103,9 +103,11 @@ struct RecomputePass : public strata::impl::StrataRecomputeBase<RecomputePass> {
     }
     for (int64_t index : noRecomputeSegments)
       if (index < 0 || index >= int64_t(checkpoints.size())) {
-        mlir::emitError(module.getLoc()) << "strata-recompute: no_recompute_segments index "
-                           << index << " is out of range: there are "
-                           << checkpoints.size() << " checkpoints";
+        mlir::emitError(module.getLoc())
+            << "strata-recompute: no_recompute_segments index " << index
+            << " is out of range: there "
+            << (checkpoints.size() == 1 ? "is " : "are ") << checkpoints.size()
+            << (checkpoints.size() == 1 ? " checkpoint" : " checkpoints");
         return signalPassFailure();
       }
     if (checkpoints.empty()) {

@@ -156,7 +156,8 @@ struct StageSplitPass
     if (int64_t(units.size()) < stages)
       return mlir::emitError(func.getLoc())
              << "strata-stage-split: the step has " << units.size()
-             << " units (runs of ops of one strata.layer) for " << stages
+             << (units.size() == 1 ? " unit" : " units")
+             << " (runs of ops of one strata.layer) for " << stages
              << " stages; annotate ops with strata.stage to split inside a "
                 "layer";
     SmallVector<size_t> starts = linearPartition(costs, stages);

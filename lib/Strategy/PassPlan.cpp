@@ -274,7 +274,8 @@ batchSplitProblem(const Strategy &s, mlir::func::FuncOp step,
     if (batch % ranks != 0)
       return BatchSplitProblem{
           "",
-          ("the batch of " + Twine(batch) + " rows (" + name +
+          ("the batch of " + Twine(batch) +
+           (batch == 1 ? " row (" : " rows (") + name +
            ") does not split over " + Twine(ranks) + " data-parallel ranks" +
            (pp > 1 ? " (" + Twine(worldSize) + " ranks / " + Twine(pp) +
                          " pipeline stages)"

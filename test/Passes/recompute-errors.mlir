@@ -5,7 +5,7 @@
 // RUN: not strata-opt %s --strata-recompute='checkpoints=h0 refined-ops-patterns=matmull|1||' 2>&1 | FileCheck %s --check-prefix=OPNAME
 // NAME: error: strata-recompute: checkpoint 'h9' names no layer (no forward op has strata.layer = "h9"); the program's layers: h0
 // OPNAME: error: strata-recompute: refined_ops_patterns names 'matmull', which is not an op
-// RANGE: error: strata-recompute: no_recompute_segments index 1 is out of range: there are 1 checkpoints
+// RANGE: error: strata-recompute: no_recompute_segments index 1 is out of range: there is 1 checkpoint
 // PATTERN: error: strata-recompute: refined-ops-patterns entry 'matmul' is not main|num|pre|suf
 // NONE: error: strata-recompute: no checkpoints given
 // A second run would recompute the recomputed ops again: refused.
