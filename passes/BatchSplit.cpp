@@ -136,8 +136,11 @@ std::optional<BatchMixing> strata::findBatchMixing(Block &body, int64_t k) {
               if (lhs && rhs)
                 return std::string("multiplies two matrices that both hold "
                                    "rows of the batch (such as x x^T)");
-              if (rhs || m.getTransposeLhs() || rankOf(m.getLhs()) != rank)
+              if ((lhs && m.getTransposeLhs()) || (rhs && !m.getTransposeRhs()))
                 return std::string("contracts over the batch dimension");
+              if (rhs || rankOf(m.getLhs()) != rank)
+                return std::string("moves the batch dimension from the "
+                                   "front");
               return std::nullopt;
             })
             .Case([&](FusedGemmEpilogueOp f) -> std::optional<std::string> {
@@ -153,8 +156,10 @@ std::optional<BatchMixing> strata::findBatchMixing(Block &body, int64_t k) {
               return std::nullopt;
             })
             .Case([&](AttentionOp a) -> std::optional<std::string> {
-              if (!sameRank(a.getResult()) || rankOf(a.getResult()) < 3)
-                return std::string("attends across rows of the batch");
+              // [..., S, H, D]: the batch is one of the leading "...".
+              if (!sameRank(a.getResult()) || rankOf(a.getResult()) < 4)
+                return std::string("attends across rows of the batch (its "
+                                   "sequence dimension is the batch's)");
               return std::nullopt;
             })
             .Case([&](SoftmaxOp sm) -> std::optional<std::string> {
@@ -190,11 +195,13 @@ std::optional<BatchMixing> strata::findBatchMixing(Block &body, int64_t k) {
                   ArrayRef<int64_t> dims =
                       isa<ReduceSumOp>(o) ? cast<ReduceSumOp>(o).getDims()
                                           : cast<ReduceMeanOp>(o).getDims();
-                  if (llvm::is_contained(dims, 0))
+                  if (!llvm::is_contained(dims, 0))
+                    return std::nullopt;
+                  if (rankOf(o->getResult(0)) == 0)
                     return std::string(
-                        "reduces over the batch dimension (of the losses, "
-                        "strata.cross_entropy's mean over the batch splits)");
-                  return std::nullopt;
+                        "reduces over the batch dimension (of the losses over "
+                        "the batch, strata.cross_entropy's mean splits)");
+                  return std::string("reduces over the batch dimension");
                 })
             .Case([&](SliceOp sl) -> std::optional<std::string> {
               // Gradient merge's own slices make the micro-batches.
@@ -218,6 +225,13 @@ std::optional<BatchMixing> strata::findBatchMixing(Block &body, int64_t k) {
                   if (!sameRank(o->getResult(0)))
                     return std::string("moves the batch dimension (to "
                                        "another rank)");
+                  auto in = cast<RankedTensorType>(o->getOperand(0).getType());
+                  auto out = cast<RankedTensorType>(o->getResult(0).getType());
+                  if (in.getRank() > 0 && in.getDimSize(0) != out.getDimSize(0))
+                    return std::string(isa<SumToOp>(o)
+                                           ? "sums over the batch dimension"
+                                           : "broadcasts along the batch "
+                                             "dimension");
                   return std::nullopt;
                 })
             .Case([&](CrossEntropyOp) -> std::optional<std::string> {

@@ -90,15 +90,8 @@ struct DataParallelPass
       for (Value r : op.getResults())
         oldType[r] = r.getType();
 
-    if (std::optional<BatchMixing> mixing = findBatchMixing(body, n))
-      return mixing->op->emitOpError()
-             << mixing->reason << ", so it cannot run on 1/" << n
-             << " of the batch: strata-data-parallel gives each of " << n
-             << " ranks a part of the batch's leading dimension";
-
-    // Each rank's arguments: 1/n of the leading dimension.
-    DenseSet<Value> batchValues;
-    SmallVector<Type> argTypes;
+    // Each rank's arguments: 1/n of the leading dimension, of a forward
+    // pass that computes each row of the batch from that row alone.
     for (BlockArgument arg : body.getArguments()) {
       auto type = cast<RankedTensorType>(arg.getType());
       if (type.getRank() < 1 || type.getDimSize(0) % n != 0)
@@ -106,6 +99,16 @@ struct DataParallelPass
                << "strata-data-parallel: argument " << arg.getArgNumber()
                << " (" << type << ") has no leading batch dimension "
                << "divisible by " << n << " ranks";
+    }
+    if (std::optional<BatchMixing> mixing = findBatchMixing(body, n))
+      return mixing->op->emitOpError()
+             << mixing->reason << ", so it cannot run on 1/" << n
+             << " of the batch: strata-data-parallel gives each of " << n
+             << " ranks a part of the batch's leading dimension";
+    DenseSet<Value> batchValues;
+    SmallVector<Type> argTypes;
+    for (BlockArgument arg : body.getArguments()) {
+      auto type = cast<RankedTensorType>(arg.getType());
       SmallVector<int64_t> shape(type.getShape());
       shape[0] /= n;
       arg.setType(RankedTensorType::get(shape, type.getElementType()));

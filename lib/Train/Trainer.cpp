@@ -701,7 +701,8 @@ Expected<double> Trainer::step(int64_t index,
              : ": the training diverged (a lower optimizer.learning_rate, or "
                "clipping with optimizer.grad_clip_norm), or the program "
                "computes it from this batch") +
-        (index > 0 && plan.dp_optimization.fp16_allreduce && opts.worldSize > 1
+        (index > 0 && plan.dp_optimization.fp16_allreduce &&
+                 strata::dataParallelDegree(plan, opts.worldSize) > 1
              ? "; with dp_optimization.fp16_allreduce, gradients beyond "
                "float16's 65504 overflow on the wire"
              : ""));

@@ -360,9 +360,10 @@ bool withSameStorageType(HostContext *ctx, int64_t site, const char *kernel,
 }
 
 /// Whether a GEMM's sizes and epilogue are ones the runtimes take: no
-/// negative size, and an accumulating product (C += op(A) op(B)) with no
-/// bias or activation (the ABI's contract; the lowering accumulates plain
-/// products only); records the failure otherwise.
+/// negative size, an epilogue activation of strata_rt_gemm's (none, ReLU,
+/// GELU), and an accumulating product (C += op(A) op(B)) with no bias or
+/// activation (the ABI's contract; the lowering accumulates plain products
+/// only); records the failure otherwise.
 inline bool gemmArgumentsOk(HostContext *ctx, int64_t site, const char *kernel,
                             int64_t batch, int64_t m, int64_t n, int64_t k,
                             bool bias, int64_t act, int64_t accumulate) {
@@ -372,6 +373,12 @@ inline bool gemmArgumentsOk(HostContext *ctx, int64_t site, const char *kernel,
                         std::to_string(batch) + ", " + std::to_string(m) +
                         ", " + std::to_string(n) + ", " + std::to_string(k) +
                         ")");
+    return false;
+  }
+  if (act != STRATA_RT_ACT_NONE && act != STRATA_RT_ACT_RELU &&
+      act != STRATA_RT_ACT_GELU_TANH && act != STRATA_RT_ACT_GELU_ERF) {
+    ctx->fail(site,
+              "unknown GEMM epilogue activation code " + std::to_string(act));
     return false;
   }
   if (accumulate && (bias || act != STRATA_RT_ACT_NONE)) {

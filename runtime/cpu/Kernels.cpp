@@ -771,7 +771,9 @@ void STRATA_RT_KERNEL(strata_rt_gemm_aux)(
     const void *a, int64_t aType, int64_t transA, const void *b, int64_t bType,
     int64_t transB, void *c, int64_t cType, void *aux, int64_t auxType,
     const void *bias, int64_t biasType, int64_t act) {
-  if (!sameTypes(ctx, site, "gemm_aux", {cType, auxType}))
+  if (!sameTypes(ctx, site, "gemm_aux", {cType, auxType}) ||
+      !gemmArgumentsOk(ctx, site, "gemm_aux", 1, m, n, k, bias != nullptr,
+                       STRATA_RT_ACT_NONE, 0))
     return;
   // The activation runs whatever the step's earlier errors (the first one
   // is the step's), as the unfused GEMM + unary would.
@@ -927,7 +929,9 @@ void STRATA_RT_KERNEL(strata_rt_gemm_dact)(
     const void *a, int64_t aType, int64_t transA, const void *b, int64_t bType,
     int64_t transB, void *c, int64_t cType, const void *aux, int64_t auxType,
     int64_t act) {
-  if (!sameTypes(ctx, site, "gemm_dact", {cType, auxType}))
+  if (!sameTypes(ctx, site, "gemm_dact", {cType, auxType}) ||
+      !gemmArgumentsOk(ctx, site, "gemm_dact", 1, m, n, k, false,
+                       STRATA_RT_ACT_NONE, 0))
     return;
   strata_rt_gemm(ctx, site, 1, m, n, k, a, aType, 0, transA, b, bType, 0,
                  transB, c, cType, nullptr, cType, STRATA_RT_ACT_NONE, 0);
@@ -941,6 +945,9 @@ void STRATA_RT_KERNEL(strata_rt_gemm_bgrad)(
     const void *a, int64_t aType, int64_t transA, const void *b, int64_t bType,
     int64_t transB, void *c, int64_t cType, void *bgrad, int64_t bgradType,
     int64_t operand) {
+  if (!gemmArgumentsOk(ctx, site, "gemm_bgrad", 1, m, n, k, false,
+                       STRATA_RT_ACT_NONE, 0))
+    return;
   if (operand != 0 && operand != 1)
     return ctx->fail(site, "strata_rt_gemm_bgrad: operand " +
                                std::to_string(operand) + " (0 for A, 1 for B)");

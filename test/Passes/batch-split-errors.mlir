@@ -58,7 +58,7 @@ func.func @train_step(%x: tensor<4x3xf32>, %y: tensor<4xi32>) -> tensor<f32> {
 // Centering the features over the batch (one-row parts would give zeros).
 strata.param @w : tensor<3x2xf32> init <uniform, 0.5>
 func.func @train_step(%x: tensor<4x3xf32>, %y: tensor<4xi32>) -> tensor<f32> {
-  // expected-error @+1 {{reduces over the batch dimension (of the losses, strata.cross_entropy's mean over the batch splits)}}
+  // expected-error @+1 {{'strata.reduce_mean' op reduces over the batch dimension, so it cannot run on 1/2 of the batch}}
   %mu = strata.reduce_mean %x {dims = array<i64: 0>} : (tensor<4x3xf32>) -> tensor<3xf32>
   %c = strata.sub %x, %mu : (tensor<4x3xf32>, tensor<3xf32>) -> tensor<4x3xf32>
   %w = strata.get_param @w : tensor<3x2xf32>
@@ -76,7 +76,7 @@ func.func @train_step(%x: tensor<4x3xf32>, %y: tensor<4xi32>) -> tensor<f32> {
   %w = strata.get_param @w : tensor<3x2xf32>
   %h = strata.matmul %x, %w : (tensor<4x3xf32>, tensor<3x2xf32>) -> tensor<4x2xf32>
   %s = strata.mul %h, %h : (tensor<4x2xf32>, tensor<4x2xf32>) -> tensor<4x2xf32>
-  // expected-error @+1 {{reduces over the batch dimension}}
+  // expected-error @+1 {{reduces over the batch dimension (of the losses over the batch, strata.cross_entropy's mean splits)}}
   %l = strata.reduce_mean %s {dims = array<i64: 0, 1>} : (tensor<4x2xf32>) -> tensor<f32>
   return %l : tensor<f32>
 }
@@ -124,6 +124,47 @@ func.func @train_step(%x: tensor<2x3xf32>, %y: tensor<2xi32>) -> tensor<f32> {
   %a = strata.add %b, %h : (tensor<5x1x3xf32>, tensor<2x3xf32>) -> tensor<5x2x3xf32>
   %r = strata.reduce_sum %a {dims = array<i64: 0>} : (tensor<5x2x3xf32>) -> tensor<2x3xf32>
   %l = strata.cross_entropy %r, %y : (tensor<2x3xf32>, tensor<2xi32>) -> tensor<f32>
+  return %l : tensor<f32>
+}
+
+// -----
+
+// Attention whose sequence dimension is the batch's ([S, H, D]: no batch
+// dimension), as attention fusion makes of a 2-D q k^T chain.
+strata.param @w : tensor<8x8xf32> init <uniform, 0.5>
+func.func @train_step(%x: tensor<4x2x8xf32>, %y: tensor<4x2xi32>) -> tensor<f32> {
+  %w = strata.get_param @w : tensor<8x8xf32>
+  %q = strata.matmul %x, %w : (tensor<4x2x8xf32>, tensor<8x8xf32>) -> tensor<4x2x8xf32>
+  // expected-error @+1 {{attends across rows of the batch (its sequence dimension is the batch's)}}
+  %o, %lse = strata.attention %q, %x, %x {scale = 0.5 : f64, causal} : (tensor<4x2x8xf32>, tensor<4x2x8xf32>, tensor<4x2x8xf32>) -> (tensor<4x2x8xf32>, tensor<2x4xf32>)
+  %l = strata.cross_entropy %o, %y : (tensor<4x2x8xf32>, tensor<4x2xi32>) -> tensor<f32>
+  return %l : tensor<f32>
+}
+
+// -----
+
+// A sum over the batch at the same rank.
+strata.param @w : tensor<3x2xf32> init <uniform, 0.5>
+func.func @train_step(%x: tensor<4x3xf32>, %y: tensor<4xi32>) -> tensor<f32> {
+  // expected-error @+1 {{sums over the batch dimension}}
+  %s = strata.sum_to %x : (tensor<4x3xf32>) -> tensor<1x3xf32>
+  %b = strata.broadcast_to %s : (tensor<1x3xf32>) -> tensor<4x3xf32>
+  %w = strata.get_param @w : tensor<3x2xf32>
+  %e = strata.matmul %b, %w : (tensor<4x3xf32>, tensor<3x2xf32>) -> tensor<4x2xf32>
+  %l = strata.cross_entropy %e, %y : (tensor<4x2xf32>, tensor<4xi32>) -> tensor<f32>
+  return %l : tensor<f32>
+}
+
+// -----
+
+// W x^T: the batch becomes the product's columns.
+strata.param @w : tensor<2x3xf32> init <uniform, 0.5>
+func.func @train_step(%x: tensor<4x3xf32>, %y: tensor<4xi32>) -> tensor<f32> {
+  %w = strata.get_param @w : tensor<2x3xf32>
+  // expected-error @+1 {{moves the batch dimension from the front}}
+  %e = strata.matmul %w, %x {transpose_rhs} : (tensor<2x3xf32>, tensor<4x3xf32>) -> tensor<2x4xf32>
+  %t = strata.transpose %e {permutation = array<i64: 1, 0>} : (tensor<2x4xf32>) -> tensor<4x2xf32>
+  %l = strata.cross_entropy %t, %y : (tensor<4x2xf32>, tensor<4xi32>) -> tensor<f32>
   return %l : tensor<f32>
 }
 

@@ -419,6 +419,30 @@ std::vector<CaseDef> makeCases() {
       RT.gemm_bgrad(t.ctx, 1, m, n, k, a, g.dt, g.transA, b, g.dt, g.transB, c,
                     g.dt, bgrad, g.dt, g.operand);
     });
+  // The same three with an empty inner dimension: aux the bias and c its
+  // activation; zero times the activation's gradient; zero and a bias
+  // gradient of no terms.
+  add("gemm_aux_k0_bias_relu", [](Case &t) {
+    void *a = t.rand(F32, 1, -1, 1), *b = t.rand(F32, 1, -1, 1);
+    void *bias = t.rand(F32, 9, -1, 1);
+    void *c = t.out("c", F32, 4 * 9), *aux = t.out("aux", F32, 4 * 9);
+    RT.gemm_aux(t.ctx, 1, 4, 9, 0, a, F32, 0, b, F32, 0, c, F32, aux, F32, bias,
+                F32, kRelu);
+  });
+  add("gemm_dact_k0_bf16", [](Case &t) {
+    void *a = t.rand(BF16, 1, -1, 1), *b = t.rand(BF16, 1, -1, 1);
+    void *aux = t.rand(BF16, 4 * 16, -3, 3);
+    void *c = t.out("c", BF16, 4 * 16);
+    RT.gemm_dact(t.ctx, 1, 4, 16, 0, a, BF16, 0, b, BF16, 1, c, BF16, aux, BF16,
+                 kTanh);
+  });
+  add("gemm_bgrad_k0", [](Case &t) {
+    void *a = t.rand(F32, 1, -1, 1), *b = t.rand(F32, 1, -1, 1);
+    void *c = t.keep("c", t.rand(F32, 5 * 7, -1, 1), F32, 5 * 7);
+    void *bgrad = t.keep("bgrad", t.rand(F32, 7, -1, 1), F32, 7);
+    RT.gemm_bgrad(t.ctx, 1, 5, 7, 0, a, F32, 1, b, F32, 0, c, F32, bgrad, F32,
+                  1);
+  });
 
   // Binary ops over an output of [5, 37, 41]: a's and b's strides over it.
   auto binary = [&](const std::string &name, int64_t op, int64_t dt,

@@ -1885,4 +1885,33 @@ TEST(RuntimeTest, GemmArgumentsAreChecked) {
   fails(2, 3, b.data(), STRATA_RT_ACT_NONE, 1, accumulating);
   fails(2, 3, nullptr, STRATA_RT_ACT_RELU, 1, accumulating);
   fails(2, 3, nullptr, STRATA_RT_ACT_GELU_TANH, 1, accumulating);
+  // An activation that is no epilogue, also where there is no product.
+  fails(2, 3, nullptr, STRATA_RT_UNARY_RSQRT, 0,
+        "unknown GEMM epilogue activation code 6");
+  fails(2, 0, b.data(), STRATA_RT_UNARY_RSQRT, 0,
+        "unknown GEMM epilogue activation code 6");
+  // The GEMMs with an activation's input or a bias gradient check their
+  // sizes under their own names, before they write anything.
+  Context ctx;
+  std::vector<float> c(4, 7.0f), aux(4, 7.0f), bgrad(4, 7.0f);
+  auto refused = [&](const std::string &what) {
+    const char *error = strata_rt_error(ctx, nullptr);
+    ASSERT_NE(error, nullptr);
+    EXPECT_EQ(std::string(error), what);
+    EXPECT_EQ(c, std::vector<float>(4, 7.0f));
+    EXPECT_EQ(aux, std::vector<float>(4, 7.0f));
+    EXPECT_EQ(bgrad, std::vector<float>(4, 7.0f));
+    strata_rt_clear_error(ctx);
+  };
+  strata_rt_gemm_aux(ctx, 0, -2, -2, 3, a.data(), F32, 0, b.data(), F32, 0,
+                     c.data(), F32, aux.data(), F32, nullptr, F32,
+                     STRATA_RT_ACT_RELU);
+  refused("strata_rt_gemm_aux: negative sizes (batch, m, n, k = 1, -2, -2, 3)");
+  strata_rt_gemm_dact(ctx, 0, 2, -2, 3, a.data(), F32, 0, b.data(), F32, 0,
+                      c.data(), F32, aux.data(), F32, STRATA_RT_ACT_RELU);
+  refused("strata_rt_gemm_dact: negative sizes (batch, m, n, k = 1, 2, -2, 3)");
+  strata_rt_gemm_bgrad(ctx, 0, -2, 2, 3, a.data(), F32, 0, b.data(), F32, 0,
+                       c.data(), F32, bgrad.data(), F32, 1);
+  refused(
+      "strata_rt_gemm_bgrad: negative sizes (batch, m, n, k = 1, -2, 2, 3)");
 }
