@@ -3,6 +3,8 @@
 #include "strata/Dialect/RankLimit.h"
 #include "strata/Dialect/Strata.h"
 
+#include "llvm/Support/MathExtras.h"
+
 #include "mlir/IR/Builders.h"
 #include "mlir/IR/OpImplementation.h"
 #include "llvm/ADT/STLExtras.h"
@@ -673,11 +675,18 @@ LogicalResult SliceOp::inferReturnTypes(MLIRContext *,
           size = adaptor.getSize();
   if (failed(checkDim<SliceOp>(loc, input, dim)))
     return failure();
-  if (start < 0 || size < 1 || start + size > input.getDimSize(dim))
+  // (start + size may overflow: compared as size against what is left.)
+  if (start < 0 || size < 1 || size > input.getDimSize(dim) - start) {
+    int64_t end;
+    std::string range =
+        llvm::AddOverflow(start, size, end)
+            ? "starting at " + std::to_string(start) + " of size " +
+                  std::to_string(size)
+            : "[" + std::to_string(start) + ", " + std::to_string(end) + ")";
     return inferError<SliceOp>(
-        loc, "range [" + Twine(start) + ", " + Twine(start + size) +
-                 ") is outside dimension " + Twine(dim) + " of size " +
-                 Twine(input.getDimSize(dim)));
+        loc, "range " + range + " is outside dimension " + Twine(dim) +
+                 " of size " + Twine(input.getDimSize(dim)));
+  }
   SmallVector<int64_t> shape(input.getShape());
   shape[dim] = size;
   types.push_back(withShape(input, shape));
@@ -697,7 +706,12 @@ LogicalResult PadOp::inferReturnTypes(MLIRContext *,
     return inferError<PadOp>(loc, "low and high must not be negative, got " +
                                       Twine(low) + " and " + Twine(high));
   SmallVector<int64_t> shape(input.getShape());
-  shape[dim] += low + high;
+  int64_t added;
+  if (llvm::AddOverflow(low, high, added) ||
+      llvm::AddOverflow(shape[dim], added, shape[dim]))
+    return inferError<PadOp>(loc, "padding dimension " + Twine(dim) + " by " +
+                                      Twine(low) + " and " + Twine(high) +
+                                      " overflows its size");
   types.push_back(withShape(input, shape));
   return success();
 }
@@ -726,7 +740,9 @@ LogicalResult ConcatOp::inferReturnTypes(MLIRContext *,
           loc, "input of shape " + shapeStr(t.getShape()) + " does not match " +
                    shapeStr(first.getShape()) + " outside dimension " +
                    Twine(dim));
-    shape[dim] += t.getDimSize(dim);
+    if (llvm::AddOverflow(shape[dim], t.getDimSize(dim), shape[dim]))
+      return inferError<ConcatOp>(loc, "the inputs' sizes along dimension " +
+                                           Twine(dim) + " overflow");
   }
   types.push_back(withShape(first, shape));
   return success();

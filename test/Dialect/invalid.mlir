@@ -786,6 +786,16 @@ func.func @f(%x: tensor<8x4xf32>) {
 
 // -----
 
+// A start whose sum with the size overflows int64 is still out of range.
+func.func @f(%x: tensor<8x4xf32>) {
+  // expected-error@+2 {{'strata.slice' op range starting at 9223372036854775807 of size 4 is outside dimension 1 of size 4}}
+  // expected-error@+1 {{failed to infer returned types}}
+  %0 = strata.slice %x {dim = 1 : i64, start = 9223372036854775807 : i64, size = 4 : i64} : (tensor<8x4xf32>) -> tensor<8x4xf32>
+  return
+}
+
+// -----
+
 func.func @f(%x: tensor<8x4xf32>) {
   // expected-error@+2 {{'strata.slice' op dim 2 is out of range for rank 2}}
   // expected-error@+1 {{failed to infer returned types}}
@@ -868,6 +878,17 @@ func.func @f(%a: tensor<2x3xf32>) {
   // expected-error@+2 {{'strata.pad' op low and high must not be negative, got -1 and 0}}
   // expected-error@+1 {{failed to infer returned types}}
   %0 = strata.pad %a {dim = 1 : i64, low = -1 : i64, high = 0 : i64} : (tensor<2x3xf32>) -> tensor<2x2xf32>
+  return
+}
+
+// -----
+
+// Paddings whose sum wraps around int64 (to a result smaller than the
+// input) are refused, not computed.
+func.func @f(%a: tensor<2x4xf32>) {
+  // expected-error@+2 {{'strata.pad' op padding dimension 1 by 9223372036854775807 and 9223372036854775807 overflows its size}}
+  // expected-error@+1 {{failed to infer returned types}}
+  %0 = strata.pad %a {dim = 1 : i64, low = 9223372036854775807 : i64, high = 9223372036854775807 : i64} : (tensor<2x4xf32>) -> tensor<2x2xf32>
   return
 }
 
