@@ -722,6 +722,8 @@ struct LowerToRuntimePass
             << step.getSymName() << ") can be lowered to the runtime";
         return signalPassFailure();
       }
+    if (failed(checkStepBytes(step, "strata-lower-to-runtime")))
+      return signalPassFailure();
     RuntimeLowering lowering(module, step, *runtime,
                              alignment > 0 ? int64_t(alignment)
                                            : runtime->getBufferAlignment(),

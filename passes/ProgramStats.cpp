@@ -64,6 +64,11 @@ struct ProgramStatsPass
   using StrataProgramStatsBase::StrataProgramStatsBase;
 
   void runOnOperation() override {
+    // (Within the bound every sum below stays an int64.)
+    for (auto func : getOperation().getOps<func::FuncOp>())
+      if (!func.isExternal() &&
+          failed(checkStepBytes(func, "strata-program-stats")))
+        return signalPassFailure();
     int64_t numParams = 0, paramElements = 0, paramBytes = 0, flops = 0;
     int64_t stateBytes = 0;
     std::map<StringRef, int64_t> opCounts; // sorted by name
@@ -75,8 +80,7 @@ struct ProgramStatsPass
         RankedTensorType type = param.getTensorType();
         ++numParams;
         paramElements += type.getNumElements();
-        paramBytes += type.getNumElements() *
-                      type.getElementType().getIntOrFloatBitWidth() / 8;
+        paramBytes += tensorBytes(type);
       }
       if (auto state = dyn_cast<StateOp>(op))
         stateBytes += tensorBytes(state.getType());

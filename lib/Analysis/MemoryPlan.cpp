@@ -116,6 +116,38 @@ Operation *strata::collectiveWaitPoint(Operation *op) {
   return first ? first : op->getNextNode();
 }
 
+LogicalResult strata::checkStepBytes(func::FuncOp func, StringRef pass) {
+  // (Each tensor takes at most 2^53 elements of 8 bytes: the sum stays far
+  // from overflow while it is compared after every term.)
+  int64_t total = 0;
+  auto add = [&](Type type) {
+    total += tensorBytes(type);
+    return total <= kMaxStepBytes;
+  };
+  bool fits = true;
+  if (auto module = func->getParentOfType<ModuleOp>())
+    for (Operation &op : *module.getBody()) {
+      if (auto p = dyn_cast<ParamOp>(op))
+        fits = fits && add(p.getType());
+      else if (auto s = dyn_cast<StateOp>(op))
+        fits = fits && add(s.getType());
+    }
+  for (BlockArgument arg : func.getArguments())
+    fits = fits && add(arg.getType());
+  func.walk([&](Operation *op) {
+    // (Reads of parameters and state are views of them.)
+    if (isa<GetParamOp, GetStateOp>(op))
+      return;
+    for (Type type : op->getResultTypes())
+      fits = fits && add(type);
+  });
+  if (fits)
+    return success();
+  return func.emitError() << pass
+                          << ": the step's tensors take more than 2^62 "
+                             "bytes (4.6e18: no machine holds them)";
+}
+
 int64_t strata::tensorBytes(Type type) {
   auto tensor = dyn_cast<RankedTensorType>(type);
   if (!tensor)

@@ -89,7 +89,19 @@ struct TrainingMemory {
 };
 TrainingMemory trainingMemory(mlir::ModuleOp module);
 
-/// Plans `func`, aligning every buffer to `alignment` bytes.
+/// The most bytes a step's tensors (its module's parameters and state, its
+/// arguments and every result of its ops but the views of parameters and
+/// state) may take together: the plan's sums and offsets are int64 byte
+/// counts.
+constexpr int64_t kMaxStepBytes = int64_t(1) << 62;
+
+/// Whether `func`'s tensors take at most kMaxStepBytes (no machine holds
+/// more); reports an error at the step otherwise, naming `pass`.
+mlir::LogicalResult checkStepBytes(mlir::func::FuncOp func,
+                                   llvm::StringRef pass);
+
+/// Plans `func`, aligning every buffer to `alignment` bytes (within
+/// checkStepBytes's bound).
 MemoryPlan planMemory(mlir::func::FuncOp func, int64_t alignment = 64);
 
 } // namespace strata
