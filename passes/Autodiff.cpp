@@ -246,21 +246,9 @@ LogicalResult Differentiator::backprop(Operation *op) {
         return success();
       })
       .Case<ReduceSumOp, ReduceMeanOp>([&](auto o) {
-        RankedTensorType in = tensorType(o.getInput());
-        SmallVector<int64_t> kept(in.getShape());
-        int64_t count = 1;
-        for (int64_t d : o.getDims()) {
-          count *= kept[d];
-          kept[d] = 1;
-        }
-        Value g = adj();
-        if (!o.getKeepDims())
-          g = make<ReshapeOp>(loc, RankedTensorType::get(kept, in.getElementType()),
-                              g);
-        g = make<BroadcastToOp>(loc, in, g);
-        if (isa<ReduceMeanOp>(op))
-          g = make<ScaleOp>(loc, g, builder.getF64FloatAttr(1.0 / count));
-        accumulate(loc, o.getInput(), g);
+        accumulate(loc, o.getInput(),
+                   make<ReduceGradOp>(loc, adj(), o.getInput(), o.getDims(),
+                                      isa<ReduceMeanOp>(op)));
         return success();
       })
       .Case([&](BroadcastToOp o) {

@@ -71,6 +71,17 @@ static int64_t rankOf(Value v) {
   return t ? t.getRank() : 0;
 }
 
+/// An op whose result is a mean over the whole batch: equal parts' means
+/// average into the whole's, and its gradient follows from the part's rows
+/// (strata.cross_entropy; strata.reduce_mean over every dimension, whose
+/// gradient strata.reduce_grad divides by the part's count).
+static bool meanOfBatch(Operation *op) {
+  if (isa<CrossEntropyOp>(op))
+    return true;
+  auto mean = dyn_cast<ReduceMeanOp>(op);
+  return mean && int64_t(mean.getDims().size()) == rankOf(mean.getInput());
+}
+
 std::optional<BatchMixing> strata::findBatchMixing(Block &body, int64_t k) {
   DenseMap<Value, Dependence> dep;
   for (BlockArgument arg : body.getArguments())
@@ -195,12 +206,13 @@ std::optional<BatchMixing> strata::findBatchMixing(Block &body, int64_t k) {
                   ArrayRef<int64_t> dims =
                       isa<ReduceSumOp>(o) ? cast<ReduceSumOp>(o).getDims()
                                           : cast<ReduceMeanOp>(o).getDims();
-                  if (!llvm::is_contained(dims, 0))
+                  if (!llvm::is_contained(dims, 0) || meanOfBatch(o))
                     return std::nullopt;
-                  if (rankOf(o->getResult(0)) == 0)
+                  if (int64_t(dims.size()) == rankOf(o->getOperand(0)))
                     return std::string(
-                        "reduces over the batch dimension (of the losses over "
-                        "the batch, strata.cross_entropy's mean splits)");
+                        "sums over the batch dimension (a sum over the batch "
+                        "is not the mean of its parts' sums; a mean loss, "
+                        "strata.reduce_mean, splits)");
                   return std::string("reduces over the batch dimension");
                 })
             .Case([&](SliceOp sl) -> std::optional<std::string> {
@@ -244,7 +256,7 @@ std::optional<BatchMixing> strata::findBatchMixing(Block &body, int64_t k) {
     if (reason)
       return mixes(*reason);
     for (Value r : op.getResults())
-      dep[r] = isa<CrossEntropyOp>(op) ? Dependence::Mean : Dependence::Rows;
+      dep[r] = meanOfBatch(&op) ? Dependence::Mean : Dependence::Rows;
   }
   return std::nullopt;
 }

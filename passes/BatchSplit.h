@@ -36,9 +36,10 @@ struct BatchMixing {
 /// alone, when the block's arguments are split into `k` parts: one that
 /// pairs, reduces, slices, moves or normalizes over rows of the batch, or
 /// uses the batch's mean loss other than linearly. Only
-/// strata.cross_entropy averages over the batch (the mean of equal parts'
-/// means is the whole's mean, and its gradient follows from the part's
-/// rows). None when every forward op is row-wise.
+/// strata.cross_entropy and strata.reduce_mean over every dimension
+/// average over the batch (the mean of equal parts' means is the whole's
+/// mean, and their gradients follow from the part's rows). None when every
+/// forward op is row-wise.
 std::optional<BatchMixing> findBatchMixing(mlir::Block &body, int64_t k);
 
 } // namespace strata

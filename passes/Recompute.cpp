@@ -65,8 +65,10 @@ bool isBackwardUse(Operation *user) {
 /// original (its stage received it in the forward pass); a copy would make
 /// that stage's backward wait for this stage's, which waits for its
 /// gradients: a cycle, under interleaved (virtual) stages.
-bool recomputedRead(Value value, Operation *user) {
-  if (!isBackwardUse(user))
+bool recomputedRead(OpOperand &use) {
+  Value value = use.get();
+  Operation *user = use.getOwner();
+  if (!isBackwardUse(user) || readsOnlyType(use))
     return false;
   std::optional<int64_t> from = getStage(value.getDefiningOp());
   std::optional<int64_t> to = getStage(user);
@@ -213,11 +215,11 @@ struct RecomputePass : public strata::impl::StrataRecomputeBase<RecomputePass> {
       if (!recomputable.contains(op))
         continue;
       for (Value v : op->getResults())
-        for (Operation *user : v.getUsers())
-          if (recomputedRead(v, user)) {
+        for (OpOperand &use : v.getUses())
+          if (recomputedRead(use)) {
             needed.insert(v);
-            if (!firstUse || user->isBeforeInBlock(firstUse))
-              firstUse = user;
+            if (!firstUse || use.getOwner()->isBeforeInBlock(firstUse))
+              firstUse = use.getOwner();
           }
     }
     if (needed.empty())
@@ -245,9 +247,8 @@ struct RecomputePass : public strata::impl::StrataRecomputeBase<RecomputePass> {
         b.clone(*op, map);
     for (Value v : needed) {
       Value clone = map.lookup(v);
-      v.replaceUsesWithIf(clone, [&](OpOperand &use) {
-        return recomputedRead(v, use.getOwner());
-      });
+      v.replaceUsesWithIf(clone,
+                          [&](OpOperand &use) { return recomputedRead(use); });
     }
     return success();
   }

@@ -274,6 +274,11 @@ std::optional<int64_t> strata::getMicroBatch(Operation *op) {
   return getIndexAttr(op, StrataDialect::kMicroBatchAttrName);
 }
 
+bool strata::readsOnlyType(OpOperand &use) {
+  auto grad = dyn_cast<ReduceGradOp>(use.getOwner());
+  return grad && &use == &grad.getInputMutable();
+}
+
 StringRef strata::getLayer(Operation *op) {
   if (auto layer = op->getAttrOfType<StringAttr>(StrataDialect::kLayerAttrName))
     return layer.getValue();

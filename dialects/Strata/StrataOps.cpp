@@ -596,6 +596,37 @@ LogicalResult ReduceMeanOp::inferReturnTypes(MLIRContext *,
   return inferReduce<ReduceMeanOp>(loc, adaptor, types);
 }
 
+LogicalResult ReduceGradOp::inferReturnTypes(MLIRContext *,
+                                             std::optional<Location> loc,
+                                             Adaptor adaptor,
+                                             SmallVectorImpl<Type> &types) {
+  RankedTensorType grad = tensorType(adaptor.getResultGrad());
+  RankedTensorType input = tensorType(adaptor.getInput());
+  SmallVector<bool> reduced(input.getRank(), false);
+  for (int64_t d : adaptor.getDims()) {
+    if (d < 0 || d >= input.getRank() || reduced[d])
+      return inferError<ReduceGradOp>(loc, "dims " +
+                                               shapeStr(adaptor.getDims()) +
+                                               " must be distinct and in [0, " +
+                                               Twine(input.getRank()) + ")");
+    reduced[d] = true;
+  }
+  SmallVector<int64_t> kept, removed;
+  for (auto [i, size] : llvm::enumerate(input.getShape())) {
+    kept.push_back(reduced[i] ? 1 : size);
+    if (!reduced[i])
+      removed.push_back(size);
+  }
+  if (grad.getShape() != ArrayRef(kept) && grad.getShape() != ArrayRef(removed))
+    return inferError<ReduceGradOp>(
+        loc, "result_grad's shape " + shapeStr(grad.getShape()) +
+                 " is not the input's reduced over dims " +
+                 shapeStr(adaptor.getDims()) + " (" + shapeStr(removed) +
+                 ", or " + shapeStr(kept) + " with the dimensions kept)");
+  types.push_back(input);
+  return success();
+}
+
 /// `small` broadcasts to `large` (NumPy rules, one direction).
 static bool broadcastsTo(ArrayRef<int64_t> small, ArrayRef<int64_t> large) {
   auto shape = broadcastShapes(small, large);

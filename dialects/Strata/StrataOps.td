@@ -816,6 +816,27 @@ def Strata_EmbeddingGradOp : Strata_ShapeOp<"embedding_grad"> {
   let results = (outs Strata_FloatTensor:$table_grad);
 }
 
+def Strata_ReduceGradOp : Strata_ComputeOp<"reduce_grad",
+    [SameOperandsElementType]> {
+  let summary = "Gradient of strata.reduce_sum and strata.reduce_mean";
+  let description = [{
+    `result_grad` (the reduction's result gradient, with or without the
+    reduced dimensions kept) broadcast back over dimensions `dims` of
+    `input`; with `mean`, divided by the number of elements those dimensions
+    hold. Only `input`'s type is read: the result has it, and a pass that
+    gives the program a part of its batch retypes the gradient with the
+    input (a mean over the batch then divides by the part's rows).
+
+    ```mlir
+    %dx = strata.reduce_grad %dl, %x {dims = array<i64: 0, 1>, mean} : (tensor<f32>, tensor<8x4xf32>) -> tensor<8x4xf32>
+    ```
+  }];
+  let arguments = (ins Strata_FloatTensor:$result_grad,
+                       Strata_FloatTensor:$input, DenseI64ArrayAttr:$dims,
+                       UnitAttr:$mean);
+  let results = (outs Strata_FloatTensor:$input_grad);
+}
+
 def Strata_CrossEntropyGradOp : Strata_ComputeOp<"cross_entropy_grad"> {
   let summary = "Gradient of strata.cross_entropy";
   let description = [{

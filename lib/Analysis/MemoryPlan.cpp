@@ -194,8 +194,10 @@ Lifetimes lifetimes(func::FuncOp func, int64_t alignment) {
     if (!inserted)
       return it->second;
     int64_t last = lt.index[v.getDefiningOp()];
-    for (Operation *user : v.getUsers()) {
-      Operation *ancestor = body.findAncestorOpInBlock(*user);
+    for (OpOperand &use : v.getUses()) {
+      if (readsOnlyType(use))
+        continue;
+      Operation *ancestor = body.findAncestorOpInBlock(*use.getOwner());
       last = std::max(last,
                       deferred.contains(ancestor) ? end : lt.index[ancestor]);
       // Read by the runtime until the collective completes.

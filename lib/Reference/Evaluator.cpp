@@ -906,6 +906,23 @@ llvm::Error Evaluator::step(Operation *op) {
         set(o, std::move(out));
         return llvm::Error::success();
       })
+      .Case([&](ReduceGradOp o) -> llvm::Error {
+        // Only the input's shape is read.
+        std::vector<int64_t> kept = outShape();
+        int64_t count = 1;
+        for (int64_t d : o.getDims()) {
+          count *= kept[d];
+          kept[d] = 1;
+        }
+        Tensor g = in(0);
+        g.shape = kept;
+        Tensor dx = broadcastTo(g, outShape());
+        if (o.getMean())
+          for (double &v : dx.data)
+            v /= count;
+        set(o, std::move(dx));
+        return llvm::Error::success();
+      })
       .Case([&](BroadcastToOp o) -> llvm::Error {
         set(o, broadcastTo(in(0), outShape()));
         return llvm::Error::success();

@@ -41,6 +41,8 @@ Error makeError(const llvm::Twine &msg) {
 constexpr int64_t kDataStream = 0x44415441;  // "DATA"
 constexpr int64_t kCenterStream = 0x43454E54; // "CENT"
 constexpr int64_t kNoiseStream = 0x4E4F4953;  // "NOIS"
+constexpr int64_t kTeacherStream = 0x54454143; // "TEAC"
+constexpr int64_t kTargetStream = 0x54415247;  // "TARG"
 
 std::vector<int64_t> shapeOf(RankedTensorType t) {
   return std::vector<int64_t>(t.getShape().begin(), t.getShape().end());
@@ -501,6 +503,18 @@ Expected<DataStream> DataStream::create(func::FuncOp step, std::string dataPath,
       (d.shapes[0].size() != 2 || d.shapes[1].size() != 1 ||
        d.shapes[1][0] != d.shapes[0][0]))
     return shapeError("features [rows, width] and labels [rows]");
+  if (is({"features", "targets"})) {
+    if (d.shapes[0].size() != 2 || d.shapes[1].empty() ||
+        d.shapes[1][0] != d.shapes[0][0])
+      return shapeError("features [rows, width] and targets [rows, ...]");
+    for (BlockArgument arg : step.getArguments())
+      if (!isa<FloatType>(
+              cast<RankedTensorType>(arg.getType()).getElementType()))
+        return makeError("@" + step.getName() + " takes " +
+                         d.argNames[arg.getArgNumber()] +
+                         " of integers; the data stream feeds features and "
+                         "targets of a floating-point type (a regression)");
+  }
   if (is({"tokens", "targets"})) {
     d.kind = Kind::Text;
     d.width = format == DataFormat::Uint16   ? 2
@@ -611,10 +625,20 @@ Expected<DataStream> DataStream::create(func::FuncOp step, std::string dataPath,
                      ": the labels feed no strata.cross_entropy");
     return d;
   }
+  if (is({"features", "targets"})) {
+    if (!dataPath.empty())
+      return makeError(named(dataPath) + ": @" + step.getName() +
+                       " takes (features, targets), which are drawn at "
+                       "random; " +
+                       names.path +
+                       " feeds programs that take (tokens, targets)");
+    d.kind = Kind::Regression;
+    return d;
+  }
   return makeError("@" + step.getName() + " takes (" +
-                 llvm::join(d.argNames, ", ") +
-                 "); the data stream feeds (tokens, targets) or (features, "
-                 "labels)");
+                   llvm::join(d.argNames, ", ") +
+                   "); the data stream feeds (tokens, targets), (features, "
+                   "labels) or (features, targets)");
 }
 
 uint64_t DataStream::fingerprint() const {
@@ -654,8 +678,30 @@ Expected<std::vector<Tensor>> DataStream::batch(int64_t i) const {
     }
     return std::vector<Tensor>{tokens, targets};
   }
-  Tensor features(shapes[0]), labels(shapes[1]);
   int64_t rows = shapes[0][0], width = shapes[0][1];
+  if (kind == Kind::Regression) {
+    // targets = features W / sqrt(width) + noise / 10, with one normal
+    // teacher W for the run.
+    Tensor features(shapes[0]), targets(shapes[1]);
+    int64_t outputs = targets.numElements() / rows;
+    for (int64_t j = 0; j < rows * width; ++j)
+      features.data[j] =
+          double(float(reference::standardNormal(seed, kNoiseStream, i, j)));
+    double norm = 1.0 / std::sqrt(double(width));
+    for (int64_t b = 0; b < rows; ++b)
+      for (int64_t o = 0; o < outputs; ++o) {
+        double sum = 0;
+        for (int64_t f = 0; f < width; ++f)
+          sum += features.data[b * width + f] *
+                 reference::standardNormal(seed, kTeacherStream, 0,
+                                           f * outputs + o);
+        targets.data[b * outputs + o] = double(float(
+            sum * norm + 0.1 * reference::standardNormal(seed, kTargetStream, i,
+                                                         b * outputs + o)));
+      }
+    return std::vector<Tensor>{features, targets};
+  }
+  Tensor features(shapes[0]), labels(shapes[1]);
   for (int64_t b = 0; b < rows; ++b) {
     int64_t label = rng::draw(seed, kDataStream, i, b)[0] % classes;
     labels.data[b] = double(label);

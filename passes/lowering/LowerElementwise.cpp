@@ -133,6 +133,28 @@ template <typename OpTy> LogicalResult lowerReduce(OpTy o, RuntimeLowering &l) {
   return success();
 }
 
+/// The result gradient copied along the reduced dimensions (stride 0),
+/// scaled in place for a mean. The input is not read.
+LogicalResult lowerReduceGrad(ReduceGradOp o, RuntimeLowering &l) {
+  SmallVector<int64_t> desc = shapeOf(o), kept = shapeOf(o);
+  int64_t count = 1;
+  for (int64_t d : o.getDims()) {
+    count *= kept[d];
+    kept[d] = 1;
+  }
+  SmallVector<int64_t> strides = contiguousStrides(kept);
+  for (int64_t d : o.getDims())
+    strides[d] = 0;
+  desc.append(strides);
+  desc.push_back(0);
+  if (failed(stridedCopy(o, o.getResultGrad(), desc, l)))
+    return failure();
+  if (o.getMean())
+    return unary(STRATA_RT_UNARY_SCALE, o.getResult(), o, l,
+                 1.0 / double(count));
+  return success();
+}
+
 /// sum_to and bias_add_grad: the input summed to the result's shape.
 LogicalResult lowerSumTo(Operation *o, RuntimeLowering &l) {
   Value in = o->getOperand(0), out = o->getResult(0);
@@ -259,6 +281,7 @@ void strata::lowering::populateDataMovementLoweringPatterns(
   addLowering<UnpackOp>(patterns, l, lowerUnpack);
   addLowering<ReduceSumOp>(patterns, l, lowerReduce<ReduceSumOp>);
   addLowering<ReduceMeanOp>(patterns, l, lowerReduce<ReduceMeanOp>);
+  addLowering<ReduceGradOp>(patterns, l, lowerReduceGrad);
   addLowering<SumToOp>(patterns, l, [](SumToOp o, RuntimeLowering &l) {
     return lowerSumTo(o, l);
   });

@@ -277,6 +277,32 @@ func.func @f(%a: tensor<4x3xf32>) {
 
 // -----
 
+func.func @f(%g: tensor<4xf32>, %a: tensor<4x3xf32>) {
+  // expected-error@+2 {{'strata.reduce_grad' op result_grad's shape [4] is not the input's reduced over dims [0] ([3], or [1, 3] with the dimensions kept)}}
+  // expected-error@+1 {{failed to infer returned types}}
+  %0 = strata.reduce_grad %g, %a {dims = array<i64: 0>} : (tensor<4xf32>, tensor<4x3xf32>) -> tensor<4x3xf32>
+  return
+}
+
+// -----
+
+func.func @f(%g: tensor<f32>, %a: tensor<4x3xf32>) {
+  // expected-error@+2 {{'strata.reduce_grad' op dims [0, 2] must be distinct and in [0, 2)}}
+  // expected-error@+1 {{failed to infer returned types}}
+  %0 = strata.reduce_grad %g, %a {dims = array<i64: 0, 2>, mean} : (tensor<f32>, tensor<4x3xf32>) -> tensor<4x3xf32>
+  return
+}
+
+// -----
+
+func.func @f(%g: tensor<bf16>, %a: tensor<4x3xf32>) {
+  // expected-error@+1 {{'strata.reduce_grad' op requires the same element type for all operands}}
+  %0 = strata.reduce_grad %g, %a {dims = array<i64: 0, 1>, mean} : (tensor<bf16>, tensor<4x3xf32>) -> tensor<4x3xf32>
+  return
+}
+
+// -----
+
 func.func @f(%a: tensor<3xf32>) {
   // expected-error@+1 {{input shape [3] does not broadcast to [4, 2]}}
   %0 = strata.broadcast_to %a : (tensor<3xf32>) -> tensor<4x2xf32>

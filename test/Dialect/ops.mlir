@@ -71,6 +71,10 @@ func.func @forward(%x: tensor<4x8xf32>, %ids: tensor<4x3xi32>, %labels: tensor<4
   %15 = strata.reduce_mean %14 {dims = array<i64: 0, 2>} : (tensor<4x4x4xf32>) -> tensor<4xf32>
   // CHECK: strata.broadcast_to
   %16 = strata.broadcast_to %15 : (tensor<4xf32>) -> tensor<3x4xf32>
+  // CHECK: strata.reduce_grad %{{.*}}, %{{.*}} {dims = array<i64: 0, 2>, mean} : (tensor<4xf32>, tensor<4x4x4xf32>) -> tensor<4x4x4xf32>
+  %rg = strata.reduce_grad %15, %14 {dims = array<i64: 0, 2>, mean} : (tensor<4xf32>, tensor<4x4x4xf32>) -> tensor<4x4x4xf32>
+  // CHECK: strata.reduce_grad %{{.*}}, %{{.*}} {dims = array<i64: 1>} : (tensor<4x1xf32>, tensor<4x16xf32>) -> tensor<4x16xf32>
+  %rgk = strata.reduce_grad %r, %3 {dims = array<i64: 1>} : (tensor<4x1xf32>, tensor<4x16xf32>) -> tensor<4x16xf32>
   // CHECK: strata.sum_to
   %17 = strata.sum_to %16 : (tensor<3x4xf32>) -> tensor<1x4xf32>
   // CHECK: strata.embedding {{.*}} -> tensor<4x3x16xf32>

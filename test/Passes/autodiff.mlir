@@ -62,9 +62,7 @@ func.func @broadcast() -> tensor<f32> {
   %v = strata.get_param @v : tensor<4xf32>
   %s = strata.sub %a, %v : (tensor<3x4xf32>, tensor<4xf32>) -> tensor<3x4xf32>
   %l = strata.reduce_mean %s {dims = array<i64: 0, 1>} : (tensor<3x4xf32>) -> tensor<f32>
-  // CHECK: %[[R:.*]] = strata.reshape %{{.*}} {strata.role = #strata.role<backward>} : (tensor<f32>) -> tensor<1x1xf32>
-  // CHECK: %[[B:.*]] = strata.broadcast_to %[[R]] {{.*}} -> tensor<3x4xf32>
-  // CHECK: %[[G:.*]] = strata.scale %[[B]] {factor = 0.083333333333333329 : f64
+  // CHECK: %[[G:.*]] = strata.reduce_grad %{{.*}}, %[[S:.*]] {dims = array<i64: 0, 1>, mean, strata.role = #strata.role<backward>} : (tensor<f32>, tensor<3x4xf32>) -> tensor<3x4xf32>
   // CHECK: %[[NEG:.*]] = strata.scale %[[G]] {factor = -1.000000e+00 : f64
   // CHECK: %[[DV:.*]] = strata.sum_to %[[NEG]] {{.*}} : (tensor<3x4xf32>) -> tensor<4xf32>
   // CHECK: return %{{.*}}, %[[G]], %[[DV]]

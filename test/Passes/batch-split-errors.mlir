@@ -3,7 +3,8 @@
 // otherwise on a part than on the whole (pairing, reducing, slicing, moving
 // or normalizing over rows of the batch, or using the mean loss other than
 // linearly) is refused at its line by both passes; row-wise programs and
-// linear combinations of cross-entropy losses split.
+// linear combinations of mean losses (strata.cross_entropy, reduce_mean
+// over every dimension) split.
 // RUN: strata-opt %s -split-input-file -verify-diagnostics --strata-autodiff --strata-rank-grid=dp=2 --strata-data-parallel -o /dev/null
 // RUN: strata-opt %s -split-input-file -verify-diagnostics --strata-autodiff --strata-gradient-merge=k-steps=2 -o /dev/null
 // RUN: not strata-opt %s -split-input-file --strata-autodiff --strata-rank-grid=dp=2 --strata-data-parallel 2>&1 | FileCheck %s --check-prefix=DP
@@ -69,15 +70,31 @@ func.func @train_step(%x: tensor<4x3xf32>, %y: tensor<4xi32>) -> tensor<f32> {
 
 // -----
 
-// A mean-squared loss written with reduce_mean: refused at the reduction
-// (its gradient is not split yet), not at an innocent op after it.
+// A summed loss: a part's sum is not the whole's, and the ranks' and
+// micro-batches' losses are averaged (reduce_mean over every dimension, a
+// mean loss, splits: mean-loss.test).
 strata.param @w : tensor<3x2xf32> init <uniform, 0.5>
 func.func @train_step(%x: tensor<4x3xf32>, %y: tensor<4xi32>) -> tensor<f32> {
   %w = strata.get_param @w : tensor<3x2xf32>
   %h = strata.matmul %x, %w : (tensor<4x3xf32>, tensor<3x2xf32>) -> tensor<4x2xf32>
   %s = strata.mul %h, %h : (tensor<4x2xf32>, tensor<4x2xf32>) -> tensor<4x2xf32>
-  // expected-error @+1 {{reduces over the batch dimension (of the losses over the batch, strata.cross_entropy's mean splits)}}
-  %l = strata.reduce_mean %s {dims = array<i64: 0, 1>} : (tensor<4x2xf32>) -> tensor<f32>
+  // expected-error @+1 {{sums over the batch dimension (a sum over the batch is not the mean of its parts' sums; a mean loss, strata.reduce_mean, splits)}}
+  %l = strata.reduce_sum %s {dims = array<i64: 0, 1>} : (tensor<4x2xf32>) -> tensor<f32>
+  return %l : tensor<f32>
+}
+
+// -----
+
+// A mean over the batch that is not the loss's: each part would center on
+// its own rows.
+strata.param @w : tensor<3x2xf32> init <uniform, 0.5>
+func.func @train_step(%x: tensor<4x3xf32>, %y: tensor<4xi32>) -> tensor<f32> {
+  %w = strata.get_param @w : tensor<3x2xf32>
+  %h = strata.matmul %x, %w : (tensor<4x3xf32>, tensor<3x2xf32>) -> tensor<4x2xf32>
+  %m = strata.reduce_mean %h {dims = array<i64: 0, 1>} : (tensor<4x2xf32>) -> tensor<f32>
+  // expected-error @+1 {{uses the mean over the batch of the loss other than linearly}}
+  %c = strata.sub %h, %m : (tensor<4x2xf32>, tensor<f32>) -> tensor<4x2xf32>
+  %l = strata.cross_entropy %c, %y : (tensor<4x2xf32>, tensor<4xi32>) -> tensor<f32>
   return %l : tensor<f32>
 }
 
@@ -173,7 +190,7 @@ func.func @train_step(%x: tensor<4x3xf32>, %y: tensor<4xi32>) -> tensor<f32> {
 // Row-wise: batched products of two batch operands (attention's), a
 // transpose that keeps the batch first, a reshape that merges it with the
 // sequence, reductions over other dimensions, and a weighted sum of two
-// cross-entropy losses.
+// cross-entropy losses and a mean-squared one.
 strata.param @w : tensor<8x8xf32> init <uniform, 0.5>
 func.func @train_step(%x: tensor<4x2x8xf32>, %y: tensor<4x2xi32>) -> tensor<f32> {
   %w = strata.get_param @w : tensor<8x8xf32>
@@ -190,6 +207,9 @@ func.func @train_step(%x: tensor<4x2x8xf32>, %y: tensor<4x2xi32>) -> tensor<f32>
   %y1 = strata.reshape %y0 : (tensor<4x1xi32>) -> tensor<4xi32>
   %l2 = strata.cross_entropy %m, %y1 : (tensor<4x8xf32>, tensor<4xi32>) -> tensor<f32>
   %l2s = strata.scale %l2 {factor = 0.5 : f64} : (tensor<f32>) -> tensor<f32>
-  %l = strata.add %l1, %l2s : (tensor<f32>, tensor<f32>) -> tensor<f32>
+  %l12 = strata.add %l1, %l2s : (tensor<f32>, tensor<f32>) -> tensor<f32>
+  %sq = strata.mul %m, %m : (tensor<4x8xf32>, tensor<4x8xf32>) -> tensor<4x8xf32>
+  %l3 = strata.reduce_mean %sq {dims = array<i64: 0, 1>} : (tensor<4x8xf32>) -> tensor<f32>
+  %l = strata.add %l12, %l3 : (tensor<f32>, tensor<f32>) -> tensor<f32>
   return %l : tensor<f32>
 }

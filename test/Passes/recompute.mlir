@@ -71,3 +71,27 @@ func.func @staged(%x: tensor<2x4xf32>, %y: tensor<2xi32>) -> (tensor<f32>, tenso
   %dx, %dw = strata.matmul_grad %x, %w, %dg {strata.role = #strata.role<backward>, strata.stage = 0 : i64} : (tensor<2x4xf32>, tensor<4x4xf32>, tensor<2x4xf32>) -> (tensor<2x4xf32>, tensor<4x4xf32>)
   return %loss, %dw, %dv : tensor<f32>, tensor<4x4xf32>, tensor<4x4xf32>
 }
+
+// -----
+
+// strata.reduce_grad reads only its input's type: the GELU output it names
+// is not replayed (only the product, which gelu_grad reads, is).
+strata.param @w : tensor<4x4xf32> init <normal, 1.0>
+
+// CHECK-LABEL: func.func @shape_only
+func.func @shape_only(%x: tensor<2x4xf32>) -> (tensor<f32>, tensor<4x4xf32> {strata.grad_of = @w}) {
+  %w = strata.get_param @w {strata.role = #strata.role<forward>, strata.layer = "h0"} : tensor<4x4xf32>
+  // CHECK: %[[G:.*]] = strata.gelu
+  %0 = strata.matmul %x, %w {strata.role = #strata.role<forward>, strata.layer = "h0"} : (tensor<2x4xf32>, tensor<4x4xf32>) -> tensor<2x4xf32>
+  %1 = strata.gelu %0 {strata.role = #strata.role<forward>, strata.layer = "h0"} : (tensor<2x4xf32>) -> tensor<2x4xf32>
+  %loss = strata.reduce_mean %1 {dims = array<i64: 0, 1>, strata.role = #strata.role<forward>} : (tensor<2x4xf32>) -> tensor<f32>
+  %one = arith.constant {strata.role = #strata.role<backward>} dense<1.0> : tensor<f32>
+  // CHECK: strata.reduce_grad %{{.*}}, %[[G]]
+  // CHECK: %[[MM2:.*]] = strata.matmul
+  // CHECK-NOT: strata.gelu %
+  // CHECK: strata.gelu_grad %[[MM2]]
+  %d1 = strata.reduce_grad %one, %1 {dims = array<i64: 0, 1>, mean, strata.role = #strata.role<backward>} : (tensor<f32>, tensor<2x4xf32>) -> tensor<2x4xf32>
+  %d0 = strata.gelu_grad %0, %d1 {strata.role = #strata.role<backward>} : (tensor<2x4xf32>, tensor<2x4xf32>) -> tensor<2x4xf32>
+  %dx, %dw = strata.matmul_grad %x, %w, %d0 {strata.role = #strata.role<backward>} : (tensor<2x4xf32>, tensor<4x4xf32>, tensor<2x4xf32>) -> (tensor<2x4xf32>, tensor<4x4xf32>)
+  return %loss, %dw : tensor<f32>, tensor<4x4xf32>
+}

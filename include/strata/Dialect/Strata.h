@@ -94,6 +94,11 @@ mlir::FlatSymbolRefAttr getGradOf(mlir::Operation *op);
 /// The `strata.layer` of an op, or "" when it has none.
 llvm::StringRef getLayer(mlir::Operation *op);
 
+/// Whether `use` reads only its value's type, not its data (the input of
+/// strata.reduce_grad): it keeps no buffer alive and needs no recomputed
+/// copy.
+bool readsOnlyType(mlir::OpOperand &use);
+
 } // namespace strata
 
 #endif // STRATA_DIALECT_STRATA_H

@@ -141,7 +141,7 @@ public:
   uint64_t fingerprint() const;
 
 private:
-  enum class Kind { Text, Classification } kind = Kind::Text;
+  enum class Kind { Text, Classification, Regression } kind = Kind::Text;
   /// Token id `k` of `data`.
   uint32_t token(uint64_t k) const {
     const auto *p =
