@@ -148,4 +148,13 @@ bool withSameFloatType(StrataRtContext *ctx, int64_t site, const char *kernel,
                                                             types, f);
 }
 
+namespace strata::cpu {
+/// The unrounded pre-activation of a bf16 or f16 GEMM with its bias (A B +
+/// bias, f32 accumulation) into `out`: m x n floats, as a GEMM epilogue sees
+/// it before it rounds the aux copy and applies the activation (Gemm.cpp).
+void preActivation(StrataRtContext *ctx, int64_t site, int64_t m, int64_t n,
+                   int64_t k, const void *a, int64_t transA, const void *b,
+                   int64_t transB, const void *bias, int64_t dtype, float *out);
+} // namespace strata::cpu
+
 #endif // STRATA_RUNTIME_CPU_CONTEXT_H

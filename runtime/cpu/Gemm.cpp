@@ -30,7 +30,7 @@ namespace strata::cpu {
 
 struct GemmCache {
   using Key = std::tuple<int64_t, int64_t, int64_t, int64_t, int64_t, int64_t,
-                         int64_t, int64_t, bool, int64_t, int64_t, int>;
+                         int64_t, int64_t, bool, int64_t, int64_t, int, int>;
   dnnl::engine engine{dnnl::engine::kind::cpu, 0};
   dnnl::stream stream{engine};
   struct Entry {
@@ -64,7 +64,8 @@ extern "C" void strata_rt_gemm_autotuned(StrataRtContext *ctx, int64_t *timed,
 namespace {
 /// The problem of one GEMM call.
 struct Problem {
-  memory::data_type dt;
+  /// Operands' and bias's type; the result's.
+  memory::data_type dt, dstDt;
   int64_t batch, m, n, k, aBatchStride, transA, bBatchStride, transB;
   bool bias;
   int64_t act, accumulate;
@@ -81,11 +82,19 @@ static strata::cpu::GemmCache::Entry &primitiveFor(StrataRtContext *ctx,
     ctx->gemm = std::make_unique<strata::cpu::GemmCache>();
   strata::cpu::GemmCache &cache = *ctx->gemm;
   int64_t batch = p.aBatchStride || p.bBatchStride ? p.batch : 1;
-  strata::cpu::GemmCache::Key key{
-      batch,    p.m,          p.n,
-      p.k,      p.aBatchStride != 0, p.transA,
-      p.bBatchStride != 0, p.transB, p.bias,
-      p.act,    p.accumulate, int(p.dt)};
+  strata::cpu::GemmCache::Key key{batch,
+                                  p.m,
+                                  p.n,
+                                  p.k,
+                                  p.aBatchStride != 0,
+                                  p.transA,
+                                  p.bBatchStride != 0,
+                                  p.transB,
+                                  p.bias,
+                                  p.act,
+                                  p.accumulate,
+                                  int(p.dt),
+                                  int(p.dstDt)};
   auto it = cache.primitives.find(key);
   if (it != cache.primitives.end())
     return it->second;
@@ -97,7 +106,7 @@ static strata::cpu::GemmCache::Entry &primitiveFor(StrataRtContext *ctx,
   memory::desc bMd({bb, k, n}, p.dt,
                    p.transB ? memory::dims{k * n, 1, k}
                             : memory::dims{k * n, n, 1});
-  memory::desc cMd({batch, m, n}, p.dt, memory::dims{m * n, n, 1});
+  memory::desc cMd({batch, m, n}, p.dstDt, memory::dims{m * n, n, 1});
   dnnl::post_ops ops;
   if (p.accumulate)
     ops.append_sum(1.0f);
@@ -124,31 +133,34 @@ static strata::cpu::GemmCache::Entry &primitiveFor(StrataRtContext *ctx,
       .first->second;
 }
 
-/// One oneDNN matmul primitive of element type `dt` (operands, result and
-/// bias), created once per problem and reused. With `fastOnly`, returns
-/// false without running when oneDNN has only its reference implementation
-/// for it, or none (the caller then takes another path).
+/// One oneDNN matmul primitive of element type `dt` (operands and bias)
+/// with a result of type `dstDt` (undef: `dt`), created once per problem
+/// and reused. With `fastOnly`, returns false without running when oneDNN
+/// has only its reference implementation for it, or none (the caller then
+/// takes another path).
 static bool matmul(StrataRtContext *ctx, int64_t site, memory::data_type dt,
                    int64_t batch, int64_t m, int64_t n, int64_t k,
                    const void *a, int64_t aBatchStride, int64_t transA,
-                   const void *b, int64_t bBatchStride, int64_t transB,
-                   void *c, const void *bias, int64_t act, int64_t accumulate,
-                   bool fastOnly) {
+                   const void *b, int64_t bBatchStride, int64_t transB, void *c,
+                   const void *bias, int64_t act, int64_t accumulate,
+                   bool fastOnly,
+                   memory::data_type dstDt = memory::data_type::undef) {
+  if (dstDt == memory::data_type::undef)
+    dstDt = dt;
   // The same product for every batch (oneDNN broadcasts one side only).
   if (batch > 1 && aBatchStride == 0 && bBatchStride == 0) {
-    int64_t bytes = m * n * (dt == memory::data_type::f32 ? 4 : 2);
+    int64_t bytes = m * n * (dstDt == memory::data_type::f32 ? 4 : 2);
     for (int64_t bi = 0; bi < batch; ++bi)
       if (!matmul(ctx, site, dt, 1, m, n, k, a, 0, transA, b, 0, transB,
                   static_cast<char *>(c) + bi * bytes, bias, act, accumulate,
-                  fastOnly))
+                  fastOnly, dstDt))
         return false;
     return true;
   }
   try {
-    strata::cpu::GemmCache::Entry &entry =
-        primitiveFor(ctx, {dt, batch, m, n, k, aBatchStride, transA,
-                           bBatchStride, transB, bias != nullptr, act,
-                           accumulate});
+    strata::cpu::GemmCache::Entry &entry = primitiveFor(
+        ctx, {dt, dstDt, batch, m, n, k, aBatchStride, transA, bBatchStride,
+              transB, bias != nullptr, act, accumulate});
     if (fastOnly && entry.reference)
       return false;
     strata::cpu::GemmCache &cache = *ctx->gemm;
@@ -184,9 +196,9 @@ static bool readsTransposedAFast(StrataRtContext *ctx, int64_t batch,
                                  int64_t aBatchStride, int64_t bBatchStride,
                                  int64_t transB, bool bias, int64_t act) {
   try {
-    return primitiveFor(ctx, {memory::data_type::f32, batch, m, n, k,
-                              aBatchStride, 1, bBatchStride, transB, bias, act,
-                              0})
+    return primitiveFor(ctx, {memory::data_type::f32, memory::data_type::f32,
+                              batch, m, n, k, aBatchStride, 1, bBatchStride,
+                              transB, bias, act, 0})
         .brgemm;
   } catch (const dnnl::error &) {
     return false;
@@ -234,10 +246,10 @@ static bool autotunedSgemm(StrataRtContext *ctx, int64_t site, int64_t batch,
                            const float *bias, int64_t accumulate) {
   strata::cpu::GemmCache::Entry *entry;
   try {
-    entry =
-        &primitiveFor(ctx, {memory::data_type::f32, batch, m, n, k,
-                            aBatchStride, transA, bBatchStride, transB,
-                            bias != nullptr, STRATA_RT_ACT_NONE, accumulate});
+    entry = &primitiveFor(ctx, {memory::data_type::f32, memory::data_type::f32,
+                                batch, m, n, k, aBatchStride, transA,
+                                bBatchStride, transB, bias != nullptr,
+                                STRATA_RT_ACT_NONE, accumulate});
   } catch (const dnnl::error &) {
     return false; // the primitive reports it
   }
@@ -379,33 +391,64 @@ static void narrowAll(T *to, const float *from, int64_t count) {
   narrowLoop(to, from, count);
 }
 
-/// A bf16 or f16 GEMM where the processor has no native kernels for it: the
-/// operands widened to f32 (exactly), the f32 GEMM, the result rounded
-/// once; the products and sums are those of an f32 GEMM on the same values
-/// (f32 accumulation, as oneDNN's and cuBLASLt's bf16 GEMMs).
+/// The f32 product of bf16 or f16 operands, widened (exactly): `out` =
+/// act(A B + bias), or out + A B when accumulating (f32 accumulation, as
+/// oneDNN's and cuBLASLt's bf16 GEMMs).
+template <typename T>
+static void widenedProduct(StrataRtContext *ctx, int64_t site, int64_t batch,
+                           int64_t m, int64_t n, int64_t k, const T *a,
+                           int64_t aBatchStride, int64_t transA, const T *b,
+                           int64_t bBatchStride, int64_t transB, float *out,
+                           const T *bias, int64_t act, int64_t accumulate) {
+  int64_t aCount = (aBatchStride ? batch : 1) * m * k;
+  int64_t bCount = (bBatchStride ? batch : 1) * k * n;
+  int64_t biasCount = bias ? n : 0;
+  strata::cpu::Scratch &buffer = ctx->gemmWiden;
+  if (int64_t(buffer.size()) < aCount + bCount + biasCount)
+    buffer.resize(aCount + bCount + biasCount);
+  float *wa = buffer.data(), *wb = wa + aCount, *wbias = wb + bCount;
+  widenAll(wa, a, aCount);
+  widenAll(wb, b, bCount);
+  if (bias)
+    widenAll(wbias, bias, biasCount);
+  gemmF32(ctx, site, batch, m, n, k, wa, aBatchStride, transA, wb, bBatchStride,
+          transB, out, bias ? wbias : nullptr, act, accumulate);
+}
+
+/// A bf16 or f16 GEMM where the processor has no native kernels for it:
+/// the widened f32 product, the result rounded once; the products and sums
+/// are those of an f32 GEMM on the same values.
 template <typename T>
 static void gemmLow(StrataRtContext *ctx, int64_t site, int64_t batch,
                     int64_t m, int64_t n, int64_t k, const T *a,
                     int64_t aBatchStride, int64_t transA, const T *b,
                     int64_t bBatchStride, int64_t transB, T *c, const T *bias,
                     int64_t act, int64_t accumulate) {
-  int64_t aCount = (aBatchStride ? batch : 1) * m * k;
-  int64_t bCount = (bBatchStride ? batch : 1) * k * n;
-  int64_t cCount = batch * m * n, biasCount = bias ? n : 0;
-  strata::cpu::Scratch &buffer = ctx->gemmWiden;
-  if (int64_t(buffer.size()) < aCount + bCount + cCount + biasCount)
-    buffer.resize(aCount + bCount + cCount + biasCount);
-  float *wa = buffer.data(), *wb = wa + aCount, *wc = wb + bCount,
-        *wbias = wc + cCount;
-  widenAll(wa, a, aCount);
-  widenAll(wb, b, bCount);
-  if (bias)
-    widenAll(wbias, bias, biasCount);
+  int64_t cCount = batch * m * n;
+  float *wc = ctx->scratchFloats(cCount);
   if (accumulate)
     widenAll(wc, c, cCount);
-  gemmF32(ctx, site, batch, m, n, k, wa, aBatchStride, transA, wb, bBatchStride,
-          transB, wc, bias ? wbias : nullptr, act, accumulate);
+  widenedProduct(ctx, site, batch, m, n, k, a, aBatchStride, transA, b,
+                 bBatchStride, transB, wc, bias, act, accumulate);
   narrowAll(c, wc, cCount);
+}
+
+void strata::cpu::preActivation(StrataRtContext *ctx, int64_t site, int64_t m,
+                                int64_t n, int64_t k, const void *a,
+                                int64_t transA, const void *b, int64_t transB,
+                                const void *bias, int64_t dtype, float *out) {
+  if (dtype == STRATA_RT_BF16 &&
+      matmul(ctx, site, memory::data_type::bf16, 1, m, n, k, a, 0, transA, b, 0,
+             transB, out, bias, STRATA_RT_ACT_NONE, 0, /*fastOnly=*/true,
+             memory::data_type::f32))
+    return;
+  withFloatType(dtype, [&](auto tag) {
+    using T = decltype(tag);
+    if constexpr (!std::is_same_v<T, float>)
+      widenedProduct(ctx, site, 1, m, n, k, static_cast<const T *>(a), 0,
+                     transA, static_cast<const T *>(b), 0, transB, out,
+                     static_cast<const T *>(bias), STRATA_RT_ACT_NONE, 0);
+  });
 }
 
 extern "C" void

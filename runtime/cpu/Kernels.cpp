@@ -764,8 +764,10 @@ void STRATA_RT_KERNEL(strata_rt_unary)(StrataRtContext *ctx, int64_t site,
   });
 }
 
-/// oneDNN writes the GEMM with its bias into aux, then the activation reads
-/// it once (one pass, as the unfused lowering).
+/// f32: oneDNN writes the GEMM with its bias into aux, then the activation
+/// reads it once (one pass, as the unfused lowering). bf16 and f16: the
+/// activation reads the unrounded f32 pre-activation, which aux gets
+/// rounded (as the reference and cuBLASLt's GELU_AUX epilogue).
 void STRATA_RT_KERNEL(strata_rt_gemm_aux)(
     StrataRtContext *ctx, int64_t site, int64_t m, int64_t n, int64_t k,
     const void *a, int64_t aType, int64_t transA, const void *b, int64_t bType,
@@ -775,6 +777,30 @@ void STRATA_RT_KERNEL(strata_rt_gemm_aux)(
       !gemmArgumentsOk(ctx, site, "gemm_aux", 1, m, n, k, bias != nullptr,
                        STRATA_RT_ACT_NONE, 0))
     return;
+  if (!knownUnary(act))
+    return ctx->fail(site, "unknown unary op code " + std::to_string(act));
+  if (cType != STRATA_RT_F32 && k > 0 && m > 0 && n > 0) {
+    withSameFloatType(
+        ctx, site, "gemm_aux", {aType, bType, cType, biasType}, [&](auto tag) {
+          using T = decltype(tag);
+          if constexpr (!std::is_same_v<T, float>) {
+            float *pre = ctx->scratchFloats(m * n);
+            strata::cpu::preActivation(ctx, site, m, n, k, a, transA, b, transB,
+                                       bias, cType, pre);
+            auto *out = static_cast<T *>(c);
+            auto *kept = static_cast<T *>(aux);
+#pragma omp parallel for schedule(static) if (m * n >= kParallelGrain)
+            for (int64_t s = 0; s < m * n; s += kBlock) {
+              int64_t count = std::min(kBlock, m * n - s);
+              float y[kBlock];
+              narrow(kept + s, pre + s, count);
+              unaryF32(act, y, pre + s, count, 0.0f);
+              narrow(out + s, y, count);
+            }
+          }
+        });
+    return;
+  }
   // The activation runs whatever the step's earlier errors (the first one
   // is the step's), as the unfused GEMM + unary would.
   strata_rt_gemm(ctx, site, 1, m, n, k, a, aType, 0, transA, b, bType, 0,

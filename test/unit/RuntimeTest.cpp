@@ -1112,6 +1112,39 @@ TEST(RuntimeTest, LowPrecisionKernelsRoundTheF32Result) {
         EXPECT_NEAR(got[i], f[i], 0x1p-8f * std::fabs(f[i]) + 1e-6f)
             << "gemm " << i;
     }
+    // GEMM + bias + GELU keeping the pre-activation: the activation reads
+    // the unrounded f32 sum, aux gets it rounded (each rounded once, as the
+    // reference and cuBLASLt's GELU_AUX epilogue; GELU of the rounded aux
+    // differs in the last place for some of these elements).
+    {
+      std::vector<float> pre(m * n);
+      std::vector<uint16_t> aux(m * n), wantAux(m * n);
+      strata_rt_gemm_aux(ctx, 5, m, n, k, x.data(), F32, 0, w.data(), F32, 0,
+                         f.data(), F32, pre.data(), F32, bias.data(), F32,
+                         STRATA_RT_ACT_GELU_TANH);
+      strata_rt_gemm_aux(ctx, 5, m, n, k, lx.data(), low, 0, lw.data(), low, 0,
+                         l.data(), low, aux.data(), low, lb.data(), low,
+                         STRATA_RT_ACT_GELU_TANH);
+      strata_rt_cast(ctx, 0, wantAux.data(), low, pre.data(), F32, pre.size());
+      if (low == STRATA_RT_F16) {
+        expectRounded("gemm_aux");
+        EXPECT_EQ(aux, wantAux) << "gemm_aux's aux";
+        std::vector<uint16_t> twice(m * n);
+        strata_rt_unary(ctx, 5, STRATA_RT_ACT_GELU_TANH, twice.data(), low,
+                        aux.data(), low, m * n, 0);
+        EXPECT_NE(l, twice) << "GELU of the rounded pre-activation";
+      } else {
+        std::vector<float> got(m * n), gotAux(m * n);
+        strata_rt_cast(ctx, 0, got.data(), F32, l.data(), low, got.size());
+        strata_rt_cast(ctx, 0, gotAux.data(), F32, aux.data(), low, m * n);
+        for (int64_t i = 0; i < m * n; ++i) {
+          EXPECT_NEAR(got[i], f[i], 0x1p-8f * std::fabs(f[i]) + 1e-6f)
+              << "gemm_aux " << i;
+          EXPECT_NEAR(gotAux[i], pre[i], 0x1p-8f * std::fabs(pre[i]) + 1e-6f)
+              << "gemm_aux's aux " << i;
+        }
+      }
+    }
     // Elementwise: add with a broadcast bias row, GELU, its gradient.
     int64_t desc[] = {m, n, n, 1, 0, 1};
     strata_rt_binary(ctx, 2, STRATA_RT_ADD, f.data(), F32, y.data(), F32,
