@@ -940,6 +940,9 @@ class _Emitter:
         on(_ops("cat"), self.cat)
         on(_ops("gelu"), self.gelu)
         on(_ops("mean.dim", "sum.dim_IntList"), self.reduce)
+        on(_ops("mean.default", "sum.default"),
+           lambda n, x, dtype=None: self.reduce(n, x, None, dtype=dtype))
+        on(_ops("mse_loss"), self.mse_loss)
         on(_ops("native_layer_norm", "layer_norm"), self.layer_norm)
         on(_ops("embedding"), self.embedding)
         on(_ops("_softmax", "softmax.int"), self.softmax)
@@ -1245,12 +1248,30 @@ class _Emitter:
         v = self.tensor(x, node)
         rank = len(v.shape)
         dims = sorted({d % rank for d in dims}) if dims else list(range(rank))
+        if not dims:  # a scalar's own mean or sum
+            return v
         name = "reduce_mean" if node.target.overloadpacket is _aten.mean \
             else "reduce_sum"
         attrs = ["dims = array<i64: %s>" % ", ".join(map(str, dims))]
         if keepdim:
             attrs.append("keep_dims")
         return self.op(name, [v], self.shape(node), attrs)
+
+    def mse_loss(self, node, x, target, reduction=1):
+        """(x - target)^2, its mean (the default) or sum over every element,
+        or each element's (reduction 'none')."""
+        a, b = self.operand(x, node), self.operand(target, node)
+        if a.shape != b.shape:
+            self.fail(node, "a mean-squared error of shapes %s and %s (PyTorch "
+                      "broadcasts them with a warning; give the target the "
+                      "input's shape)" % (list(a.shape), list(b.shape)))
+        d = self.op("sub", [a, b], a.shape)
+        sq = self.op("mul", [d, d], a.shape)
+        if reduction == 0 or not a.shape:
+            return sq
+        dims = ", ".join(map(str, range(len(a.shape))))
+        return self.op("reduce_mean" if reduction == 1 else "reduce_sum", [sq],
+                       (), ["dims = array<i64: %s>" % dims])
 
     def layer_norm(self, node, x, normalized, weight=None, bias=None,
                    eps=1e-5, *rest):

@@ -24,7 +24,7 @@ except importer.UnsupportedError as e:
 
 try:
     importer.import_module(nn.Linear(4, 3), (torch.randn(2, 4), torch.randn(2, 3)),
-                           F.mse_loss)
+                           F.smooth_l1_loss)
 except importer.UnsupportedError as e:
     print(e)
 
