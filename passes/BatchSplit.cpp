@@ -108,10 +108,11 @@ std::optional<BatchMixing> strata::findBatchMixing(Block &body, int64_t k) {
     };
     // The mean loss: only linear uses keep parts averaging into the whole.
     if (mean) {
-      bool linear = !rows && (isa<AddOp, SubOp, ScaleOp, CastOp>(op) ||
-                              (isa<MulOp>(op) && !(on(op.getOperand(0)) &&
-                                                   on(op.getOperand(1)))) ||
-                              (isa<DivOp>(op) && !on(op.getOperand(1))));
+      bool linear =
+          !rows && (isa<AddOp, SubOp, ScaleOp, CastOp, ReshapeOp>(op) ||
+                    (isa<MulOp>(op) &&
+                     !(on(op.getOperand(0)) && on(op.getOperand(1)))) ||
+                    (isa<DivOp>(op) && !on(op.getOperand(1))));
       if (!linear)
         return mixes("uses the mean over the batch of the loss other than "
                      "linearly (a part of the batch has its own mean)");

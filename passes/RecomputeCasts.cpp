@@ -62,7 +62,8 @@ struct RecomputeCastsPass
       // or micro-batch keeps the value the pipeline sends it).
       SmallVector<OpOperand *> reads;
       for (OpOperand &use : out.getUses())
-        if (isBackward(use.getOwner()) && place(use.getOwner()) == place(cast))
+        if (isBackward(use.getOwner()) && !readsOnlyType(use) &&
+            place(use.getOwner()) == place(cast))
           reads.push_back(&use);
       if (reads.empty())
         continue;

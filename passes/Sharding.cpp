@@ -675,13 +675,23 @@ struct ShardingPass : public strata::impl::StrataShardingBase<ShardingPass> {
         continue;
       }
       Gather forward{nullptr, get, {}}, backward{nullptr, get, {}};
+      SmallVector<OpOperand *> typeOnly;
       for (OpOperand &use : get->getUses()) {
+        // A use that reads only the type (strata.reduce_grad's input)
+        // takes the forward's copy and gathers nothing of its own.
+        if (readsOnlyType(use)) {
+          typeOnly.push_back(&use);
+          continue;
+        }
         Operation *at = body.findAncestorOpInBlock(*use.getOwner());
         Gather &g = getRole(at) == Role::Backward ? backward : forward;
         if (!g.before || at->isBeforeInBlock(g.before))
           g.before = at;
         g.uses.push_back(&use);
       }
+      Gather &typed = forward.uses.empty() ? backward : forward;
+      if (!typed.uses.empty())
+        typed.uses.append(typeOnly);
       if (!forward.uses.empty())
         gathers.push_back(forward);
       if (!backward.uses.empty())

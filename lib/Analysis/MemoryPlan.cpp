@@ -193,7 +193,13 @@ Lifetimes lifetimes(func::FuncOp func, int64_t alignment) {
     auto [it, inserted] = lt.lastUse.try_emplace(v, 0);
     if (!inserted)
       return it->second;
-    int64_t last = lt.index[v.getDefiningOp()];
+    Operation *def = v.getDefiningOp();
+    int64_t last = lt.index[def];
+    // Written by the runtime until the collective completes (where its
+    // first user, a type-only one included, waits for it).
+    if (isa<AllReduceOp, BroadcastOp, ReduceScatterOp, AllGatherOp>(def) &&
+        v == def->getResult(0))
+      last = std::max(last, lt.index[collectiveWaitPoint(def)]);
     for (OpOperand &use : v.getUses()) {
       if (readsOnlyType(use))
         continue;

@@ -633,6 +633,13 @@ Expected<DataStream> DataStream::create(func::FuncOp step, std::string dataPath,
                        names.path +
                        " feeds programs that take (tokens, targets)");
     d.kind = Kind::Regression;
+    // The teacher W [width, outputs], drawn once.
+    int64_t width = d.shapes[0][1], outputs = 1;
+    for (size_t i = 1; i < d.shapes[1].size(); ++i)
+      outputs *= d.shapes[1][i];
+    d.teacher.resize(size_t(width * outputs));
+    for (int64_t j = 0; j < width * outputs; ++j)
+      d.teacher[j] = reference::standardNormal(seed, kTeacherStream, 0, j);
     return d;
   }
   return makeError("@" + step.getName() + " takes (" +
@@ -680,8 +687,7 @@ Expected<std::vector<Tensor>> DataStream::batch(int64_t i) const {
   }
   int64_t rows = shapes[0][0], width = shapes[0][1];
   if (kind == Kind::Regression) {
-    // targets = features W / sqrt(width) + noise / 10, with one normal
-    // teacher W for the run.
+    // targets = features W / sqrt(width) + noise / 10.
     Tensor features(shapes[0]), targets(shapes[1]);
     int64_t outputs = targets.numElements() / rows;
     for (int64_t j = 0; j < rows * width; ++j)
@@ -692,9 +698,7 @@ Expected<std::vector<Tensor>> DataStream::batch(int64_t i) const {
       for (int64_t o = 0; o < outputs; ++o) {
         double sum = 0;
         for (int64_t f = 0; f < width; ++f)
-          sum += features.data[b * width + f] *
-                 reference::standardNormal(seed, kTeacherStream, 0,
-                                           f * outputs + o);
+          sum += features.data[b * width + f] * teacher[f * outputs + o];
         targets.data[b * outputs + o] = double(float(
             sum * norm + 0.1 * reference::standardNormal(seed, kTargetStream, i,
                                                          b * outputs + o)));

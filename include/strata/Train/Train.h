@@ -154,6 +154,8 @@ private:
   }
   std::vector<std::string> argNames;
   std::vector<std::vector<int64_t>> shapes;
+  /// The regression's teacher W [width, outputs], from the seed.
+  std::vector<double> teacher;
   /// The token ids, `width` bytes each (little-endian).
   std::shared_ptr<llvm::MemoryBuffer> data;
   int width = 1;
