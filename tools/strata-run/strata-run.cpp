@@ -21,6 +21,7 @@
 #include "strata/InitAllDialects.h"
 #include "strata/Model/ProgramBuilder.h"
 #include "strata/Passes/Passes.h"
+#include "strata/Reference/Evaluator.h"
 #include "strata/Strategy/PassPlan.h"
 #include "strata/Strategy/Strategy.h"
 #include "strata/Support/ReplaceFile.h"
@@ -126,8 +127,9 @@ static cl::opt<std::string> reportFile(
     cl::value_desc("file"), cl::init(""), cl::cat(outputCategory));
 static cl::opt<std::string> dumpBatches(
     "dump-batches",
-    cl::desc("Write the batches consumed (safetensors, 'step<i>.<name>'), "
-             "to feed a reference framework the same data"),
+    cl::desc("Write the batches consumed (safetensors, 'step<i>.<name>'; "
+             "bf16 and f16 inputs as f32), to feed a reference framework the "
+             "same data"),
     cl::value_desc("file"), cl::init(""), cl::cat(dataCategory));
 static cl::opt<std::string> backend(
     "backend",
@@ -1173,12 +1175,20 @@ int main(int argc, char **argv) {
     if (!dumpBatches.empty())
       for (auto [name, tensor, arg] :
            llvm::zip(data->names(), batch, compiled.getArguments())) {
-        auto dtype = strata::dtypeOf(
-            cast<mlir::RankedTensorType>(arg.getType()).getElementType());
+        // bf16 and f16 inputs as f32, holding the values the step reads.
+        mlir::Type element =
+            cast<mlir::RankedTensorType>(arg.getType()).getElementType();
+        strata::Tensor consumed = tensor;
+        if (auto f = dyn_cast<mlir::FloatType>(element);
+            f && f.getWidth() < 32) {
+          strata::reference::roundToElementType(consumed, element);
+          element = mlir::Float32Type::get(element.getContext());
+        }
+        auto dtype = strata::dtypeOf(element);
         if (!dtype)
           return fail(toString(dtype.takeError()));
         batches.push_back({formatv("step{0}.{1}", i, name).str(), *dtype,
-                           tensor});
+                           std::move(consumed)});
       }
     auto loss = trainer.step(i, batch);
     if (!loss)
