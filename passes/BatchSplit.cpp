@@ -126,6 +126,25 @@ std::optional<BatchMixing> strata::findBatchMixing(Block &body, int64_t k) {
         return !on(v) || rankOf(v) == rankOf(result);
       });
     };
+    // An operand that does not come from the batch but has as many rows
+    // as the result's dimension 0, where the batch is (a constant or a
+    // parameter of the batch's shape): each part would need its own rows
+    // of it.
+    auto foreignRows = [&](Value result) -> std::optional<std::string> {
+      auto type = dyn_cast<RankedTensorType>(result.getType());
+      if (!type || type.getRank() < 1 || type.getDimSize(0) <= 1)
+        return std::nullopt;
+      for (Value v : op.getOperands())
+        if (auto t = dyn_cast<RankedTensorType>(v.getType());
+            !on(v) && t && t.getRank() == type.getRank() &&
+            t.getDimSize(0) == type.getDimSize(0))
+          return "combines the batch's rows with a tensor of " +
+                 std::to_string(t.getDimSize(0)) +
+                 " rows that does not come from the batch (a constant or a "
+                 "parameter): each part of the batch would need its own "
+                 "rows of it";
+      return std::nullopt;
+    };
     std::optional<std::string> reason =
         TypeSwitch<Operation *, std::optional<std::string>>(&op)
             .Case<AddOp, SubOp, MulOp, DivOp, BiasAddOp, ScaleOp, ScaleByOp,
@@ -138,13 +157,13 @@ std::optional<BatchMixing> strata::findBatchMixing(Block &body, int64_t k) {
                   if (!sameRank(o->getResult(0)))
                     return std::string("broadcasts rows of the batch along "
                                        "another dimension");
-                  return std::nullopt;
+                  return foreignRows(o->getResult(0));
                 })
             .Case([&](MatmulOp m) -> std::optional<std::string> {
               int64_t rank = rankOf(m.getResult());
               bool lhs = bool(on(m.getLhs())), rhs = bool(on(m.getRhs()));
               if (rank >= 3 && sameRank(m.getResult()))
-                return std::nullopt; // the batch is a batch dimension
+                return foreignRows(m.getResult()); // a batch dimension
               if (lhs && rhs)
                 return std::string("multiplies two matrices that both hold "
                                    "rows of the batch (such as x x^T)");

@@ -174,6 +174,33 @@ func.func @train_step(%x: tensor<4x3xf32>, %y: tensor<4xi32>) -> tensor<f32> {
 
 // -----
 
+// A constant with the batch's rows (each part would need its own rows of
+// it; the shapes used to be reported as not broadcasting).
+strata.param @w : tensor<3x2xf32> init <uniform, 0.5>
+func.func @train_step(%x: tensor<4x3xf32>, %y: tensor<4xi32>) -> tensor<f32> {
+  %c = arith.constant dense<1.0> : tensor<4x3xf32>
+  // expected-error @+1 {{combines the batch's rows with a tensor of 4 rows that does not come from the batch (a constant or a parameter): each part of the batch would need its own rows of it}}
+  %xc = strata.add %x, %c : (tensor<4x3xf32>, tensor<4x3xf32>) -> tensor<4x3xf32>
+  %w = strata.get_param @w : tensor<3x2xf32>
+  %e = strata.matmul %xc, %w : (tensor<4x3xf32>, tensor<3x2xf32>) -> tensor<4x2xf32>
+  %l = strata.cross_entropy %e, %y : (tensor<4x2xf32>, tensor<4xi32>) -> tensor<f32>
+  return %l : tensor<f32>
+}
+
+// -----
+
+// A batched product with a parameter of the batch's shape.
+strata.param @w : tensor<4x3x2xf32> init <uniform, 0.5>
+func.func @train_step(%x: tensor<4x5x3xf32>, %y: tensor<4x5xi32>) -> tensor<f32> {
+  %w = strata.get_param @w : tensor<4x3x2xf32>
+  // expected-error @+1 {{combines the batch's rows with a tensor of 4 rows that does not come from the batch}}
+  %e = strata.matmul %x, %w : (tensor<4x5x3xf32>, tensor<4x3x2xf32>) -> tensor<4x5x2xf32>
+  %l = strata.cross_entropy %e, %y : (tensor<4x5x2xf32>, tensor<4x5xi32>) -> tensor<f32>
+  return %l : tensor<f32>
+}
+
+// -----
+
 // W x^T: the batch becomes the product's columns.
 strata.param @w : tensor<2x3xf32> init <uniform, 0.5>
 func.func @train_step(%x: tensor<4x3xf32>, %y: tensor<4xi32>) -> tensor<f32> {
