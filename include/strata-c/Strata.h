@@ -202,9 +202,10 @@ typedef enum {
  * ids of `dataPath` in `format` (a StrataDataFormat value; a file, or for
  * text a directory of them;
  * NULL: the licence texts of /usr/share/common-licenses; "" is refused), or
- * the synthetic classification task of the seed. The stream fills [rows,
- * sequence] tokens and targets, or [rows, width] features and [rows]
- * labels; every token id is checked against the program's vocabulary. The
+ * the synthetic classification or regression task of the seed. The stream
+ * fills [rows, sequence] tokens and targets, [rows, width] features and
+ * [rows] labels, or [rows, width] features and [rows, ...] float targets;
+ * every token id is checked against the program's vocabulary. The
  * last path and format read are kept: another path or format, or a file
  * that changed since it was read, reads its file again. */
 int strataExecutableReadBatch(StrataExecutable executable, const char *dataPath,
