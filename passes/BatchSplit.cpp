@@ -1,6 +1,7 @@
 //===- BatchSplit.cpp - Retyping ops for a fraction of the batch ----------===//
 
 #include "BatchSplit.h"
+#include "PassUtils.h"
 
 #include "strata/Dialect/Strata.h"
 
@@ -71,15 +72,22 @@ static int64_t rankOf(Value v) {
   return t ? t.getRank() : 0;
 }
 
-/// An op whose result is a mean over the whole batch: equal parts' means
-/// average into the whole's, and its gradient follows from the part's rows
-/// (strata.cross_entropy; strata.reduce_mean over every dimension, whose
-/// gradient strata.reduce_grad divides by the part's count).
+/// A reduction over every dimension of its input (to the loss).
+static bool reducesEverything(Operation *op) {
+  if (auto sum = dyn_cast<ReduceSumOp>(op))
+    return int64_t(sum.getDims().size()) == rankOf(sum.getInput());
+  if (auto mean = dyn_cast<ReduceMeanOp>(op))
+    return int64_t(mean.getDims().size()) == rankOf(mean.getInput());
+  return false;
+}
+
+/// An op whose result, on a part of the batch, averages with the other
+/// parts' into the whole's: a mean over the whole batch (strata.cross_entropy;
+/// strata.reduce_mean over every dimension, whose gradient strata.reduce_grad
+/// divides by the part's count), or a sum over it, which rescaleBatchSums
+/// multiplies by the number of parts.
 static bool meanOfBatch(Operation *op) {
-  if (isa<CrossEntropyOp>(op))
-    return true;
-  auto mean = dyn_cast<ReduceMeanOp>(op);
-  return mean && int64_t(mean.getDims().size()) == rankOf(mean.getInput());
+  return isa<CrossEntropyOp>(op) || reducesEverything(op);
 }
 
 std::optional<BatchMixing> strata::findBatchMixing(Block &body, int64_t k) {
@@ -228,11 +236,6 @@ std::optional<BatchMixing> strata::findBatchMixing(Block &body, int64_t k) {
                                           : cast<ReduceMeanOp>(o).getDims();
                   if (!llvm::is_contained(dims, 0) || meanOfBatch(o))
                     return std::nullopt;
-                  if (int64_t(dims.size()) == rankOf(o->getOperand(0)))
-                    return std::string(
-                        "sums over the batch dimension (a sum over the batch "
-                        "is not the mean of its parts' sums; a mean loss, "
-                        "strata.reduce_mean, splits)");
                   return std::string("reduces over the batch dimension");
                 })
             .Case([&](SliceOp sl) -> std::optional<std::string> {
@@ -279,4 +282,49 @@ std::optional<BatchMixing> strata::findBatchMixing(Block &body, int64_t k) {
       dep[r] = meanOfBatch(&op) ? Dependence::Mean : Dependence::Rows;
   }
   return std::nullopt;
+}
+
+LogicalResult strata::rescaleBatchSums(Block &body, int64_t k,
+                                       StringRef split) {
+  DenseSet<Value> fromBatch(body.getArguments().begin(),
+                            body.getArguments().end());
+  SmallVector<ReduceSumOp> sums;
+  for (Operation &op : body.without_terminator()) {
+    if (std::optional<Role> role = getRole(&op); role && *role != Role::Forward)
+      continue;
+    if (llvm::none_of(op.getOperands(),
+                      [&](Value v) { return fromBatch.contains(v); }))
+      continue;
+    fromBatch.insert(op.getResults().begin(), op.getResults().end());
+    if (auto sum = dyn_cast<ReduceSumOp>(op); sum && reducesEverything(sum))
+      sums.push_back(sum);
+  }
+  OpBuilder b(body.getParentOp()->getContext());
+  for (ReduceSumOp sum : sums) {
+    // Its gradients: strata.reduce_grad of the same input and dimensions.
+    SmallVector<ReduceGradOp> grads;
+    for (Operation *user : sum.getInput().getUsers())
+      if (auto grad = dyn_cast<ReduceGradOp>(user);
+          grad && !grad.getMean() && grad.getDims() == sum.getDims())
+        grads.push_back(grad);
+    if (grads.empty())
+      return sum.emitOpError()
+             << "sums over the batch, and the program has no "
+                "strata.reduce_grad of it (a backward written by hand), so "
+                "its gradient cannot be rescaled for the parts of the batch: "
+             << split;
+    auto factor = b.getF64FloatAttr(double(k));
+    b.setInsertionPointAfter(sum);
+    auto scaled = ScaleOp::create(b, sum.getLoc(), sum.getResult(), factor);
+    copyMetadata(sum, scaled);
+    sum.getResult().replaceAllUsesExcept(scaled.getResult(), scaled);
+    for (ReduceGradOp grad : grads) {
+      b.setInsertionPoint(grad);
+      auto adjoint =
+          ScaleOp::create(b, grad.getLoc(), grad.getResultGrad(), factor);
+      copyMetadata(grad, adjoint);
+      grad.getResultGradMutable().assign(adjoint.getResult());
+    }
+  }
+  return success();
 }

@@ -36,11 +36,21 @@ struct BatchMixing {
 /// alone, when the block's arguments are split into `k` parts: one that
 /// pairs, reduces, slices, moves or normalizes over rows of the batch, or
 /// uses the batch's mean loss other than linearly. Only
-/// strata.cross_entropy and strata.reduce_mean over every dimension
-/// average over the batch (the mean of equal parts' means is the whole's
-/// mean, and their gradients follow from the part's rows). None when every
-/// forward op is row-wise.
+/// strata.cross_entropy and strata.reduce_mean or reduce_sum over every
+/// dimension reduce over the batch (the mean of equal parts' means is the
+/// whole's mean, and their gradients follow from the part's rows; a sum,
+/// rescaled by rescaleBatchSums, likewise). None when every forward op is
+/// row-wise.
 std::optional<BatchMixing> findBatchMixing(mlir::Block &body, int64_t k);
+
+/// Multiplies each sum over the whole batch (strata.reduce_sum over every
+/// dimension of a forward value computed from the batch), and the result
+/// gradient of its strata.reduce_grad, by `k`: the mean of `k` equal parts'
+/// rescaled sums is the whole's sum, as their averaged gradients are its
+/// gradient. Fails, at the sum, when autodiff did not make its gradient.
+/// `split` says what makes the parts, for the message.
+mlir::LogicalResult rescaleBatchSums(mlir::Block &body, int64_t k,
+                                     llvm::StringRef split);
 
 } // namespace strata
 

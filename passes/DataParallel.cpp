@@ -105,6 +105,10 @@ struct DataParallelPass
              << mixing->reason << ", so it cannot run on 1/" << n
              << " of the batch: strata-data-parallel gives each of " << n
              << " ranks a part of the batch's leading dimension";
+    if (failed(rescaleBatchSums(body, n,
+                                "strata-data-parallel gives each of " +
+                                    std::to_string(n) + " ranks a part")))
+      return failure();
     DenseSet<Value> batchValues;
     SmallVector<Type> argTypes;
     for (BlockArgument arg : body.getArguments()) {

@@ -1,5 +1,6 @@
 //===- Fusion.cpp - GEMM epilogue, dropout-add, attention; GEMM padding ---===//
 
+#include "PassUtils.h"
 #include "strata/Dialect/Program.h"
 #include "strata/Passes/Passes.h"
 #include "strata/Target/RuntimeTarget.h"
@@ -20,15 +21,6 @@ using namespace mlir;
 using namespace strata;
 
 namespace {
-
-/// Carries the distributed metadata (role, stage, micro-batch, grad_of) of
-/// a matched op to its replacement: losing it once made Paddle skip
-/// gradient synchronisation.
-void copyMetadata(Operation *from, Operation *to) {
-  for (NamedAttribute attr : from->getDiscardableAttrs())
-    if (attr.getName().getValue().starts_with("strata."))
-      to->setAttr(attr.getName(), attr.getValue());
-}
 
 Activation activationKind(Operation *op) {
   if (isa<ReluOp>(op))

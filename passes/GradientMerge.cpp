@@ -67,6 +67,10 @@ struct GradientMergePass
              << " of the batch: strata-gradient-merge splits the batch's "
                 "leading dimension into "
              << k << " micro-batches";
+    if (failed(rescaleBatchSums(body, k,
+                                "strata-gradient-merge splits it into " +
+                                    std::to_string(k) + " micro-batches")))
+      return failure();
     // The ops that depend on the batch are cloned per micro-batch.
     DenseSet<Value> batchValues(body.getArguments().begin(),
                                 body.getArguments().end());

@@ -19,6 +19,15 @@ inline mlir::RankedTensorType tensorType(mlir::Value v) {
   return mlir::cast<mlir::RankedTensorType>(v.getType());
 }
 
+/// Carries the distributed metadata (role, stage, micro-batch, grad_of) of
+/// an op to one that replaces or joins it: losing it once made Paddle skip
+/// gradient synchronisation.
+inline void copyMetadata(mlir::Operation *from, mlir::Operation *to) {
+  for (mlir::NamedAttribute attr : from->getDiscardableAttrs())
+    if (attr.getName().getValue().starts_with("strata."))
+      to->setAttr(attr.getName(), attr.getValue());
+}
+
 /// Multiply-add FLOPs of a product op (matmul, its gradient, the fused
 /// GEMMs); 0 for every other op.
 int64_t matmulFlops(mlir::Operation *op);

@@ -3,8 +3,8 @@
 // otherwise on a part than on the whole (pairing, reducing, slicing, moving
 // or normalizing over rows of the batch, or using the mean loss other than
 // linearly) is refused at its line by both passes; row-wise programs and
-// linear combinations of mean losses (strata.cross_entropy, reduce_mean
-// over every dimension) split.
+// linear combinations of losses over the whole batch (strata.cross_entropy,
+// reduce_mean or reduce_sum over every dimension) split.
 // RUN: strata-opt %s -split-input-file -verify-diagnostics --strata-autodiff --strata-rank-grid=dp=2 --strata-data-parallel -o /dev/null
 // RUN: strata-opt %s -split-input-file -verify-diagnostics --strata-autodiff --strata-gradient-merge=k-steps=2 -o /dev/null
 // RUN: not strata-opt %s -split-input-file --strata-autodiff --strata-rank-grid=dp=2 --strata-data-parallel 2>&1 | FileCheck %s --check-prefix=DP
@@ -70,17 +70,19 @@ func.func @train_step(%x: tensor<4x3xf32>, %y: tensor<4xi32>) -> tensor<f32> {
 
 // -----
 
-// A summed loss: a part's sum is not the whole's, and the ranks' and
-// micro-batches' losses are averaged (reduce_mean over every dimension, a
-// mean loss, splits: mean-loss.test).
+// A summed loss with a backward written by hand: the sum is rescaled by
+// the number of parts only with the gradient autodiff made
+// (strata.reduce_grad); autodiff leaves a function that returns gradients
+// alone.
 strata.param @w : tensor<3x2xf32> init <uniform, 0.5>
-func.func @train_step(%x: tensor<4x3xf32>, %y: tensor<4xi32>) -> tensor<f32> {
-  %w = strata.get_param @w : tensor<3x2xf32>
-  %h = strata.matmul %x, %w : (tensor<4x3xf32>, tensor<3x2xf32>) -> tensor<4x2xf32>
-  %s = strata.mul %h, %h : (tensor<4x2xf32>, tensor<4x2xf32>) -> tensor<4x2xf32>
-  // expected-error @+1 {{sums over the batch dimension (a sum over the batch is not the mean of its parts' sums; a mean loss, strata.reduce_mean, splits)}}
-  %l = strata.reduce_sum %s {dims = array<i64: 0, 1>} : (tensor<4x2xf32>) -> tensor<f32>
-  return %l : tensor<f32>
+func.func @train_step(%x: tensor<4x3xf32>, %y: tensor<4xi32>) -> (tensor<f32>, tensor<3x2xf32> {strata.grad_of = @w}) {
+  %w = strata.get_param @w {strata.role = #strata.role<forward>} : tensor<3x2xf32>
+  %h = strata.matmul %x, %w {strata.role = #strata.role<forward>} : (tensor<4x3xf32>, tensor<3x2xf32>) -> tensor<4x2xf32>
+  // expected-error @+1 {{sums over the batch, and the program has no strata.reduce_grad of it (a backward written by hand), so its gradient cannot be rescaled for the parts of the batch}}
+  %l = strata.reduce_sum %h {dims = array<i64: 0, 1>, strata.role = #strata.role<forward>} : (tensor<4x2xf32>) -> tensor<f32>
+  %one = arith.constant {strata.role = #strata.role<backward>} dense<1.0> : tensor<4x2xf32>
+  %dx, %dw = strata.matmul_grad %x, %w, %one {strata.role = #strata.role<backward>} : (tensor<4x3xf32>, tensor<3x2xf32>, tensor<4x2xf32>) -> (tensor<4x3xf32>, tensor<3x2xf32>)
+  return %l, %dw : tensor<f32>, tensor<3x2xf32>
 }
 
 // -----
@@ -217,7 +219,7 @@ func.func @train_step(%x: tensor<4x3xf32>, %y: tensor<4xi32>) -> tensor<f32> {
 // Row-wise: batched products of two batch operands (attention's), a
 // transpose that keeps the batch first, a reshape that merges it with the
 // sequence, reductions over other dimensions, and a weighted sum of two
-// cross-entropy losses and a mean-squared one.
+// cross-entropy losses, a mean-squared one and a summed one.
 strata.param @w : tensor<8x8xf32> init <uniform, 0.5>
 func.func @train_step(%x: tensor<4x2x8xf32>, %y: tensor<4x2xi32>) -> tensor<f32> {
   %w = strata.get_param @w : tensor<8x8xf32>
@@ -237,6 +239,8 @@ func.func @train_step(%x: tensor<4x2x8xf32>, %y: tensor<4x2xi32>) -> tensor<f32>
   %l12 = strata.add %l1, %l2s : (tensor<f32>, tensor<f32>) -> tensor<f32>
   %sq = strata.mul %m, %m : (tensor<4x8xf32>, tensor<4x8xf32>) -> tensor<4x8xf32>
   %l3 = strata.reduce_mean %sq {dims = array<i64: 0, 1>} : (tensor<4x8xf32>) -> tensor<f32>
-  %l = strata.add %l12, %l3 : (tensor<f32>, tensor<f32>) -> tensor<f32>
+  %l4 = strata.reduce_sum %sq {dims = array<i64: 0, 1>} : (tensor<4x8xf32>) -> tensor<f32>
+  %l34 = strata.add %l3, %l4 : (tensor<f32>, tensor<f32>) -> tensor<f32>
+  %l = strata.add %l12, %l34 : (tensor<f32>, tensor<f32>) -> tensor<f32>
   return %l : tensor<f32>
 }
