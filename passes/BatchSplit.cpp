@@ -72,12 +72,13 @@ static int64_t rankOf(Value v) {
   return t ? t.getRank() : 0;
 }
 
-/// A reduction over every dimension of its input (to the loss).
+/// A reduction over every dimension of a tensor (to the loss).
 static bool reducesEverything(Operation *op) {
+  int64_t rank = op->getNumOperands() ? rankOf(op->getOperand(0)) : 0;
   if (auto sum = dyn_cast<ReduceSumOp>(op))
-    return int64_t(sum.getDims().size()) == rankOf(sum.getInput());
+    return rank > 0 && int64_t(sum.getDims().size()) == rank;
   if (auto mean = dyn_cast<ReduceMeanOp>(op))
-    return int64_t(mean.getDims().size()) == rankOf(mean.getInput());
+    return rank > 0 && int64_t(mean.getDims().size()) == rank;
   return false;
 }
 
@@ -286,6 +287,8 @@ std::optional<BatchMixing> strata::findBatchMixing(Block &body, int64_t k) {
 
 LogicalResult strata::rescaleBatchSums(Block &body, int64_t k,
                                        StringRef split) {
+  if (k == 1)
+    return success();
   DenseSet<Value> fromBatch(body.getArguments().begin(),
                             body.getArguments().end());
   SmallVector<ReduceSumOp> sums;
