@@ -112,10 +112,12 @@ OwningOpRef<ModuleOp> strata::buildMlp(MLIRContext &context,
                                        const MlpConfig &config) {
   ProgramBuilder b(&context);
   int64_t batch = config.batch;
+  bool regression = config.loss != MlpLoss::CrossEntropy;
   ValueRange inputs =
       b.beginStep({b.tensor({batch, config.sizes.front()}, b.f32()),
-                   b.tensor({batch}, b.i32())},
-                  {"features", "labels"});
+                   regression ? b.tensor({batch, config.sizes.back()}, b.f32())
+                              : b.tensor({batch}, b.i32())},
+                  {"features", regression ? "targets" : "labels"});
   Value x = inputs[0];
   size_t numLayers = config.sizes.size() - 1;
   for (size_t i = 0; i < numLayers; ++i) {
@@ -130,7 +132,11 @@ OwningOpRef<ModuleOp> strata::buildMlp(MLIRContext &context,
       x = b.relu(x);
   }
   b.setScope("");
-  return b.finish(b.crossEntropy(x, inputs[1]));
+  if (!regression)
+    return b.finish(b.crossEntropy(x, inputs[1]));
+  Value error = b.sub(x, inputs[1]);
+  return b.finish(b.reduceAll(b.mul(error, error),
+                              /*mean=*/config.loss == MlpLoss::MeanSquared));
 }
 
 OwningOpRef<ModuleOp> strata::buildGpt(MLIRContext &context,

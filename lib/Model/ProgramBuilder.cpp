@@ -87,6 +87,24 @@ Value ProgramBuilder::add(Value lhs, Value rhs) {
   return tag(AddOp::create(builder, loc("add"), lhs, rhs));
 }
 
+Value ProgramBuilder::sub(Value lhs, Value rhs) {
+  return tag(SubOp::create(builder, loc("sub"), lhs, rhs));
+}
+
+Value ProgramBuilder::mul(Value lhs, Value rhs) {
+  return tag(MulOp::create(builder, loc("mul"), lhs, rhs));
+}
+
+Value ProgramBuilder::reduceAll(Value input, bool mean) {
+  SmallVector<int64_t> dims;
+  for (int64_t d = 0, e = cast<RankedTensorType>(input.getType()).getRank();
+       d < e; ++d)
+    dims.push_back(d);
+  if (mean)
+    return tag(ReduceMeanOp::create(builder, loc("reduce_mean"), input, dims));
+  return tag(ReduceSumOp::create(builder, loc("reduce_sum"), input, dims));
+}
+
 Value ProgramBuilder::scale(Value input, double factor) {
   return tag(ScaleOp::create(builder, loc("scale"), input,
                          builder.getF64FloatAttr(factor)));

@@ -62,6 +62,12 @@ PROGRAMS = {
         ["mlp", "--sizes", "32,64,64,10", "--batch", "16"],
         "optimizer: {type: lamb, learning_rate: 0.01, grad_clip_norm: 0.5}\n",
         20, 5, 1e-4),
+    # A regression with a mean-squared loss over micro-batches: the
+    # reduction's gradient (a broadcast copy, scaled).
+    "mlp-mse-merge": (
+        ["mlp", "--sizes", "32,64,64,8", "--batch", "16", "--loss", "mse"],
+        "optimizer: {type: sgd, learning_rate: 0.05}\n"
+        "gradient_merge: {enable: true, k_steps: 2}\n", 20, 5, 1e-4),
     # bf16 o2 with every fusion: bf16 GEMMs with the forward and backward
     # epilogues, bf16 fused attention, master weights.
     "gpt-bf16-o2-fused": (

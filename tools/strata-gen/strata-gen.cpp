@@ -23,7 +23,7 @@
 
 using namespace llvm;
 
-static cl::SubCommand mlpCommand("mlp", "ReLU MLP classifier");
+static cl::SubCommand mlpCommand("mlp", "ReLU MLP classifier or regression");
 static cl::SubCommand gptCommand("gpt", "GPT-2 style decoder");
 static cl::OptionCategory genCategory("strata-gen options");
 
@@ -44,6 +44,19 @@ static cl::opt<int64_t> mlpBatch("batch", cl::desc("Global batch (default: "
                                                    "256)"),
                                  cl::init(256), cl::sub(mlpCommand),
                                  cl::cat(genCategory));
+static cl::opt<strata::MlpLoss> mlpLoss(
+    "loss", cl::desc("The loss (default: cross-entropy)"),
+    cl::values(clEnumValN(strata::MlpLoss::CrossEntropy, "cross-entropy",
+                          "a classifier: (features, labels), mean "
+                          "cross-entropy"),
+               clEnumValN(strata::MlpLoss::MeanSquared, "mse",
+                          "a regression: (features, targets), the mean "
+                          "squared error"),
+               clEnumValN(strata::MlpLoss::SumSquared, "sse",
+                          "a regression: (features, targets), the sum of "
+                          "squared errors")),
+    cl::init(strata::MlpLoss::CrossEntropy), cl::sub(mlpCommand),
+    cl::cat(genCategory));
 // gpt
 static cl::opt<int64_t> layers("layers",
                                cl::desc("Transformer blocks (default: 2)"),
@@ -106,6 +119,7 @@ int main(int argc, char **argv) {
     if (!sizes.empty())
       config.sizes.assign(sizes.begin(), sizes.end());
     config.batch = mlpBatch;
+    config.loss = mlpLoss;
     if (Error err = strata::validate(config))
       return fail(toString(std::move(err)));
     module = strata::buildMlp(context, config);

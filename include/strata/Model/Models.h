@@ -12,11 +12,22 @@
 
 namespace strata {
 
-/// A ReLU MLP classifier: sizes[0] inputs, hidden layers, sizes.back()
-/// classes, mean cross-entropy loss.
+/// The loss of the MLP.
+enum class MlpLoss {
+  /// A classifier: (features, labels), mean cross-entropy.
+  CrossEntropy,
+  /// A regression: (features, targets), the squared errors' mean over
+  /// every element, or their sum.
+  MeanSquared,
+  SumSquared,
+};
+
+/// A ReLU MLP: sizes[0] inputs, hidden layers, sizes.back() classes or
+/// outputs, the loss of `loss`.
 struct MlpConfig {
   std::vector<int64_t> sizes = {784, 1024, 1024, 10};
   int64_t batch = 256;
+  MlpLoss loss = MlpLoss::CrossEntropy;
 };
 
 /// A GPT-2 style decoder: learned position embeddings,

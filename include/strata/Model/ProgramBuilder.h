@@ -49,6 +49,10 @@ public:
   mlir::Value matmul(mlir::Value lhs, mlir::Value rhs,
                      bool transposeLhs = false, bool transposeRhs = false);
   mlir::Value add(mlir::Value lhs, mlir::Value rhs);
+  mlir::Value sub(mlir::Value lhs, mlir::Value rhs);
+  mlir::Value mul(mlir::Value lhs, mlir::Value rhs);
+  /// The mean or sum of every element.
+  mlir::Value reduceAll(mlir::Value input, bool mean);
   mlir::Value scale(mlir::Value input, double factor);
   mlir::Value biasAdd(mlir::Value input, mlir::Value bias);
   mlir::Value relu(mlir::Value input);
