@@ -123,8 +123,8 @@ std::optional<BatchMixing> strata::findBatchMixing(Block &body, int64_t k) {
                      !(on(op.getOperand(0)) && on(op.getOperand(1)))) ||
                     (isa<DivOp>(op) && !on(op.getOperand(1))));
       if (!linear)
-        return mixes("uses the mean over the batch of the loss other than "
-                     "linearly (a part of the batch has its own mean)");
+        return mixes("uses the loss over the whole batch (a mean or sum) "
+                     "other than linearly (a part of the batch has its own)");
       for (Value r : op.getResults())
         dep[r] = Dependence::Mean;
       continue;

@@ -885,7 +885,7 @@ std::string Trainer::overflowReason() const {
                  format("%g", scale),
                  !plan.amp.use_dynamic_loss_scaling
                      ? " (static: lower amp.init_loss_scaling, or set "
-                       "amp.use_dynamic_loss_scaling)"
+                       "amp.use_dynamic_loss_scaling: true)"
                  : scale <= 1 ? " (not finite without scaling: the "
                                 "training diverged)"
                               : "")

@@ -1580,6 +1580,11 @@ def main(argv=None) -> int:
     except OSError as e:
         raise SystemExit("strata-import-torch: cannot write %s: %s"
                          % (e.filename or args.output, e.strerror or e))
+    if not args.weights:
+        print("strata-import-torch: warning: no --weights: the program's "
+              "parameters are declared zero, the model's values are only in "
+              "the weights file (train with strata-run --init FILE)",
+              file=sys.stderr)
     return 0
 
 

@@ -94,7 +94,7 @@ func.func @train_step(%x: tensor<4x3xf32>, %y: tensor<4xi32>) -> tensor<f32> {
   %w = strata.get_param @w : tensor<3x2xf32>
   %h = strata.matmul %x, %w : (tensor<4x3xf32>, tensor<3x2xf32>) -> tensor<4x2xf32>
   %m = strata.reduce_mean %h {dims = array<i64: 0, 1>} : (tensor<4x2xf32>) -> tensor<f32>
-  // expected-error @+1 {{uses the mean over the batch of the loss other than linearly}}
+  // expected-error @+1 {{uses the loss over the whole batch (a mean or sum) other than linearly (a part of the batch has its own)}}
   %c = strata.sub %h, %m : (tensor<4x2xf32>, tensor<f32>) -> tensor<4x2xf32>
   %l = strata.cross_entropy %c, %y : (tensor<4x2xf32>, tensor<4xi32>) -> tensor<f32>
   return %l : tensor<f32>
@@ -108,7 +108,7 @@ func.func @train_step(%x: tensor<4x3xf32>, %y: tensor<4xi32>) -> tensor<f32> {
   %w = strata.get_param @w : tensor<3x2xf32>
   %h = strata.matmul %x, %w : (tensor<4x3xf32>, tensor<3x2xf32>) -> tensor<4x2xf32>
   %l = strata.cross_entropy %h, %y : (tensor<4x2xf32>, tensor<4xi32>) -> tensor<f32>
-  // expected-error @+1 {{uses the mean over the batch of the loss other than linearly}}
+  // expected-error @+1 {{uses the loss over the whole batch (a mean or sum) other than linearly (a part of the batch has its own)}}
   %sq = strata.mul %l, %l : (tensor<f32>, tensor<f32>) -> tensor<f32>
   return %sq : tensor<f32>
 }
