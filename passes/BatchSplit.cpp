@@ -91,7 +91,9 @@ static bool meanOfBatch(Operation *op) {
   return isa<CrossEntropyOp>(op) || reducesEverything(op);
 }
 
-std::optional<BatchMixing> strata::findBatchMixing(Block &body, int64_t k) {
+std::optional<BatchMixing>
+strata::findBatchMixing(Block &body, int64_t k,
+                        SmallVectorImpl<ReduceSumOp> *sums) {
   DenseMap<Value, Dependence> dep;
   for (BlockArgument arg : body.getArguments())
     dep[arg] = Dependence::Rows;
@@ -117,8 +119,15 @@ std::optional<BatchMixing> strata::findBatchMixing(Block &body, int64_t k) {
     };
     // The mean loss: only linear uses keep parts averaging into the whole.
     if (mean) {
+      auto oneElement = [](Value v) {
+        auto t = dyn_cast<RankedTensorType>(v.getType());
+        return t && t.hasStaticShape() && t.getNumElements() == 1;
+      };
       bool linear =
           !rows && (isa<AddOp, SubOp, ScaleOp, CastOp, ReshapeOp>(op) ||
+                    // A reduction of the one element: the element itself.
+                    (isa<ReduceSumOp, ReduceMeanOp>(op) &&
+                     oneElement(op.getOperand(0))) ||
                     (isa<MulOp>(op) &&
                      !(on(op.getOperand(0)) && on(op.getOperand(1)))) ||
                     (isa<DivOp>(op) && !on(op.getOperand(1))));
@@ -259,8 +268,10 @@ std::optional<BatchMixing> strata::findBatchMixing(Block &body, int64_t k) {
             .Case<BroadcastToOp, SumToOp>(
                 [&](Operation *o) -> std::optional<std::string> {
                   if (!sameRank(o->getResult(0)))
-                    return std::string("moves the batch dimension (to "
-                                       "another rank)");
+                    return std::string(isa<SumToOp>(o)
+                                           ? "sums over the batch dimension"
+                                           : "moves the batch dimension (to "
+                                             "another rank)");
                   auto in = cast<RankedTensorType>(o->getOperand(0).getType());
                   auto out = cast<RankedTensorType>(o->getResult(0).getType());
                   if (in.getRank() > 0 && in.getDimSize(0) != out.getDimSize(0))
@@ -281,29 +292,18 @@ std::optional<BatchMixing> strata::findBatchMixing(Block &body, int64_t k) {
       return mixes(*reason);
     for (Value r : op.getResults())
       dep[r] = meanOfBatch(&op) ? Dependence::Mean : Dependence::Rows;
+    if (auto sum = dyn_cast<ReduceSumOp>(op); sum && sums && meanOfBatch(sum))
+      sums->push_back(sum);
   }
   return std::nullopt;
 }
 
-LogicalResult strata::rescaleBatchSums(Block &body, int64_t k,
+LogicalResult strata::rescaleBatchSums(ArrayRef<ReduceSumOp> sums, int64_t k,
                                        StringRef split) {
   if (k == 1)
     return success();
-  DenseSet<Value> fromBatch(body.getArguments().begin(),
-                            body.getArguments().end());
-  SmallVector<ReduceSumOp> sums;
-  for (Operation &op : body.without_terminator()) {
-    if (std::optional<Role> role = getRole(&op); role && *role != Role::Forward)
-      continue;
-    if (llvm::none_of(op.getOperands(),
-                      [&](Value v) { return fromBatch.contains(v); }))
-      continue;
-    fromBatch.insert(op.getResults().begin(), op.getResults().end());
-    if (auto sum = dyn_cast<ReduceSumOp>(op); sum && reducesEverything(sum))
-      sums.push_back(sum);
-  }
-  OpBuilder b(body.getParentOp()->getContext());
   for (ReduceSumOp sum : sums) {
+    OpBuilder b(sum);
     // Its gradients: strata.reduce_grad of the same input and dimensions.
     SmallVector<ReduceGradOp> grads;
     for (Operation *user : sum.getInput().getUsers())

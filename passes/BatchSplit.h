@@ -11,6 +11,8 @@
 #ifndef STRATA_PASSES_BATCHSPLIT_H
 #define STRATA_PASSES_BATCHSPLIT_H
 
+#include "strata/Dialect/Strata.h"
+
 #include "mlir/IR/Operation.h"
 
 #include <optional>
@@ -41,16 +43,20 @@ struct BatchMixing {
 /// whole's mean, and their gradients follow from the part's rows; a sum,
 /// rescaled by rescaleBatchSums, likewise). None when every forward op is
 /// row-wise.
-std::optional<BatchMixing> findBatchMixing(mlir::Block &body, int64_t k);
+/// With `sums`, also collects the sums over the whole batch (reduce_sum of
+/// rows of the batch over every dimension), for rescaleBatchSums.
+std::optional<BatchMixing>
+findBatchMixing(mlir::Block &body, int64_t k,
+                llvm::SmallVectorImpl<ReduceSumOp> *sums = nullptr);
 
-/// Multiplies each sum over the whole batch (strata.reduce_sum over every
-/// dimension of a forward value computed from the batch), and the result
-/// gradient of its strata.reduce_grad, by `k`: the mean of `k` equal parts'
-/// rescaled sums is the whole's sum, as their averaged gradients are its
-/// gradient. Fails, at the sum, when autodiff did not make its gradient.
-/// `split` says what makes the parts, for the message.
-mlir::LogicalResult rescaleBatchSums(mlir::Block &body, int64_t k,
-                                     llvm::StringRef split);
+/// Multiplies each sum over the whole batch (as findBatchMixing collects
+/// them), and the result gradient of its strata.reduce_grad, by `k`: the
+/// mean of `k` equal parts' rescaled sums is the whole's sum, as their
+/// averaged gradients are its gradient. Fails, at the sum, when autodiff
+/// did not make its gradient. `split` says what makes the parts, for the
+/// message.
+mlir::LogicalResult rescaleBatchSums(llvm::ArrayRef<ReduceSumOp> sums,
+                                     int64_t k, llvm::StringRef split);
 
 } // namespace strata
 

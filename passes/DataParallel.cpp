@@ -82,14 +82,6 @@ struct DataParallelPass
                 "gradient of the step is f32 (mixed precision at level o2 "
                 "makes them 16-bit already)";
 
-    // Whole-batch types, before any is changed.
-    DenseMap<Value, Type> oldType;
-    for (BlockArgument arg : body.getArguments())
-      oldType[arg] = arg.getType();
-    for (Operation &op : body)
-      for (Value r : op.getResults())
-        oldType[r] = r.getType();
-
     // Each rank's arguments: 1/n of the leading dimension, of a forward
     // pass that computes each row of the batch from that row alone.
     for (BlockArgument arg : body.getArguments()) {
@@ -100,15 +92,23 @@ struct DataParallelPass
                << " (" << type << ") has no leading batch dimension "
                << "divisible by " << n << " ranks";
     }
-    if (std::optional<BatchMixing> mixing = findBatchMixing(body, n))
+    SmallVector<ReduceSumOp> sums;
+    if (std::optional<BatchMixing> mixing = findBatchMixing(body, n, &sums))
       return mixing->op->emitOpError()
              << mixing->reason << ", so it cannot run on 1/" << n
              << " of the batch: strata-data-parallel gives each of " << n
              << " ranks a part of the batch's leading dimension";
-    if (failed(rescaleBatchSums(body, n,
+    if (failed(rescaleBatchSums(sums, n,
                                 "strata-data-parallel gives each of " +
                                     std::to_string(n) + " ranks a part")))
       return failure();
+    // Whole-batch types, before any is changed.
+    DenseMap<Value, Type> oldType;
+    for (BlockArgument arg : body.getArguments())
+      oldType[arg] = arg.getType();
+    for (Operation &op : body)
+      for (Value r : op.getResults())
+        oldType[r] = r.getType();
     DenseSet<Value> batchValues;
     SmallVector<Type> argTypes;
     for (BlockArgument arg : body.getArguments()) {

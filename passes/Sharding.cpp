@@ -674,6 +674,12 @@ struct ShardingPass : public strata::impl::StrataShardingBase<ShardingPass> {
         }
         continue;
       }
+      // A read nothing uses names a parameter that other ranks no longer
+      // declare: dropped.
+      if (get->use_empty()) {
+        get.erase();
+        continue;
+      }
       Gather forward{nullptr, get, {}}, backward{nullptr, get, {}};
       SmallVector<OpOperand *> typeOnly;
       for (OpOperand &use : get->getUses()) {

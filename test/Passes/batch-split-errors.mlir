@@ -203,6 +203,20 @@ func.func @train_step(%x: tensor<4x5x3xf32>, %y: tensor<4x5xi32>) -> tensor<f32>
 
 // -----
 
+// A sum over the batch to a lower rank.
+strata.param @w : tensor<3x2xf32> init <uniform, 0.5>
+func.func @train_step(%x: tensor<4x3xf32>, %y: tensor<4xi32>) -> tensor<f32> {
+  // expected-error @+1 {{sums over the batch dimension}}
+  %s = strata.sum_to %x : (tensor<4x3xf32>) -> tensor<3xf32>
+  %b = strata.broadcast_to %s : (tensor<3xf32>) -> tensor<4x3xf32>
+  %w = strata.get_param @w : tensor<3x2xf32>
+  %e = strata.matmul %b, %w : (tensor<4x3xf32>, tensor<3x2xf32>) -> tensor<4x2xf32>
+  %l = strata.cross_entropy %e, %y : (tensor<4x2xf32>, tensor<4xi32>) -> tensor<f32>
+  return %l : tensor<f32>
+}
+
+// -----
+
 // W x^T: the batch becomes the product's columns.
 strata.param @w : tensor<2x3xf32> init <uniform, 0.5>
 func.func @train_step(%x: tensor<4x3xf32>, %y: tensor<4xi32>) -> tensor<f32> {
