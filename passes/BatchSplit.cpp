@@ -61,10 +61,10 @@ FailureOr<SmallVector<Type>> strata::splitResultTypes(Operation *op,
 
 namespace {
 /// How a forward value depends on the batch: its leading dimension holds
-/// the batch's rows, each computed from its own (Rows), or it is the mean
-/// over the batch of the loss (Mean), which parts of the batch average
-/// into the whole's.
-enum class Dependence { Rows, Mean };
+/// the batch's rows, each computed from its own (Rows), or it is a loss
+/// over the whole batch (Loss), which parts of the batch average into the
+/// whole's.
+enum class Dependence { Rows, Loss };
 } // namespace
 
 static int64_t rankOf(Value v) {
@@ -87,7 +87,7 @@ static bool reducesEverything(Operation *op) {
 /// strata.reduce_mean over every dimension, whose gradient strata.reduce_grad
 /// divides by the part's count), or a sum over it, which rescaleBatchSums
 /// multiplies by the number of parts.
-static bool meanOfBatch(Operation *op) {
+static bool lossOverBatch(Operation *op) {
   return isa<CrossEntropyOp>(op) || reducesEverything(op);
 }
 
@@ -106,19 +106,19 @@ strata::findBatchMixing(Block &body, int64_t k,
   for (Operation &op : body.without_terminator()) {
     if (std::optional<Role> role = getRole(&op); role && *role != Role::Forward)
       continue;
-    bool rows = false, mean = false;
+    bool rows = false, loss = false;
     for (Value v : op.getOperands()) {
       std::optional<Dependence> d = on(v);
       rows |= d == Dependence::Rows;
-      mean |= d == Dependence::Mean;
+      loss |= d == Dependence::Loss;
     }
-    if (!rows && !mean)
+    if (!rows && !loss)
       continue;
     auto mixes = [&](std::string reason) {
       return std::optional<BatchMixing>(BatchMixing{&op, std::move(reason)});
     };
-    // The mean loss: only linear uses keep parts averaging into the whole.
-    if (mean) {
+    // The loss: only linear uses keep parts averaging into the whole.
+    if (loss) {
       auto oneElement = [](Value v) {
         auto t = dyn_cast<RankedTensorType>(v.getType());
         return t && t.hasStaticShape() && t.getNumElements() == 1;
@@ -135,7 +135,7 @@ strata::findBatchMixing(Block &body, int64_t k,
         return mixes("uses the loss over the whole batch (a mean or sum) "
                      "other than linearly (a part of the batch has its own)");
       for (Value r : op.getResults())
-        dep[r] = Dependence::Mean;
+        dep[r] = Dependence::Loss;
       continue;
     }
     // Every operand that holds rows has them as the result's dimension 0.
@@ -244,7 +244,7 @@ strata::findBatchMixing(Block &body, int64_t k,
                   ArrayRef<int64_t> dims =
                       isa<ReduceSumOp>(o) ? cast<ReduceSumOp>(o).getDims()
                                           : cast<ReduceMeanOp>(o).getDims();
-                  if (!llvm::is_contained(dims, 0) || meanOfBatch(o))
+                  if (!llvm::is_contained(dims, 0) || lossOverBatch(o))
                     return std::nullopt;
                   return std::string("reduces over the batch dimension");
                 })
@@ -291,8 +291,8 @@ strata::findBatchMixing(Block &body, int64_t k,
     if (reason)
       return mixes(*reason);
     for (Value r : op.getResults())
-      dep[r] = meanOfBatch(&op) ? Dependence::Mean : Dependence::Rows;
-    if (auto sum = dyn_cast<ReduceSumOp>(op); sum && sums && meanOfBatch(sum))
+      dep[r] = lossOverBatch(&op) ? Dependence::Loss : Dependence::Rows;
+    if (auto sum = dyn_cast<ReduceSumOp>(op); sum && sums && lossOverBatch(sum))
       sums->push_back(sum);
   }
   return std::nullopt;
