@@ -72,14 +72,19 @@ static int64_t rankOf(Value v) {
   return t ? t.getRank() : 0;
 }
 
+/// The dimensions a reduce_sum or reduce_mean reduces; none for other ops.
+static ArrayRef<int64_t> reducedDims(Operation *op) {
+  if (auto sum = dyn_cast<ReduceSumOp>(op))
+    return sum.getDims();
+  if (auto mean = dyn_cast<ReduceMeanOp>(op))
+    return mean.getDims();
+  return {};
+}
+
 /// A reduction over every dimension of a tensor (to the loss).
 static bool reducesEverything(Operation *op) {
   int64_t rank = op->getNumOperands() ? rankOf(op->getOperand(0)) : 0;
-  if (auto sum = dyn_cast<ReduceSumOp>(op))
-    return rank > 0 && int64_t(sum.getDims().size()) == rank;
-  if (auto mean = dyn_cast<ReduceMeanOp>(op))
-    return rank > 0 && int64_t(mean.getDims().size()) == rank;
-  return false;
+  return rank > 0 && int64_t(reducedDims(op).size()) == rank;
 }
 
 /// An op whose result, on a part of the batch, averages with the other
@@ -241,10 +246,8 @@ strata::findBatchMixing(Block &body, int64_t k,
             })
             .Case<ReduceSumOp, ReduceMeanOp>(
                 [&](Operation *o) -> std::optional<std::string> {
-                  ArrayRef<int64_t> dims =
-                      isa<ReduceSumOp>(o) ? cast<ReduceSumOp>(o).getDims()
-                                          : cast<ReduceMeanOp>(o).getDims();
-                  if (!llvm::is_contained(dims, 0) || lossOverBatch(o))
+                  if (!llvm::is_contained(reducedDims(o), 0) ||
+                      lossOverBatch(o))
                     return std::nullopt;
                   return std::string("reduces over the batch dimension");
                 })
