@@ -8,6 +8,9 @@
 #include "llvm/ADT/DenseMap.h"
 #include "llvm/ADT/TypeSwitch.h"
 
+#include <optional>
+#include <string>
+
 using namespace mlir;
 using namespace strata;
 
@@ -96,9 +99,21 @@ static bool lossOverBatch(Operation *op) {
   return isa<CrossEntropyOp>(op) || reducesEverything(op);
 }
 
-std::optional<BatchMixing>
-strata::findBatchMixing(Block &body, int64_t k,
-                        SmallVectorImpl<ReduceSumOp> *sums) {
+namespace {
+/// An op of the forward pass that would compute otherwise on a part of the
+/// batch than on the whole, and why (in the user's terms).
+struct BatchMixing {
+  Operation *op;
+  std::string reason;
+};
+} // namespace
+
+/// The first forward op of `body` that does not compute each part of the
+/// batch from that part alone (prepareBatchSplit), or none; collects the
+/// sums over the whole batch (reduce_sum of rows over every dimension) in
+/// `sums`.
+static std::optional<BatchMixing>
+findBatchMixing(Block &body, int64_t k, SmallVectorImpl<ReduceSumOp> &sums) {
   DenseMap<Value, Dependence> dep;
   for (BlockArgument arg : body.getArguments())
     dep[arg] = Dependence::Rows;
@@ -295,14 +310,16 @@ strata::findBatchMixing(Block &body, int64_t k,
       return mixes(*reason);
     for (Value r : op.getResults())
       dep[r] = lossOverBatch(&op) ? Dependence::Loss : Dependence::Rows;
-    if (auto sum = dyn_cast<ReduceSumOp>(op); sum && sums && lossOverBatch(sum))
-      sums->push_back(sum);
+    if (auto sum = dyn_cast<ReduceSumOp>(op); sum && lossOverBatch(sum))
+      sums.push_back(sum);
   }
   return std::nullopt;
 }
 
-LogicalResult strata::rescaleBatchSums(ArrayRef<ReduceSumOp> sums, int64_t k,
-                                       StringRef split) {
+/// Multiplies each sum, and the result gradient of its strata.reduce_grad,
+/// by `k`; fails, at the sum, when autodiff did not make its gradient.
+static LogicalResult rescaleBatchSums(ArrayRef<ReduceSumOp> sums, int64_t k,
+                                      StringRef split) {
   if (k == 1)
     return success();
   for (ReduceSumOp sum : sums) {
@@ -333,4 +350,14 @@ LogicalResult strata::rescaleBatchSums(ArrayRef<ReduceSumOp> sums, int64_t k,
     }
   }
   return success();
+}
+
+LogicalResult strata::prepareBatchSplit(Block &body, int64_t k,
+                                        StringRef split) {
+  SmallVector<ReduceSumOp> sums;
+  if (std::optional<BatchMixing> mixing = findBatchMixing(body, k, sums))
+    return mixing->op->emitOpError()
+           << mixing->reason << ", so it cannot run on 1/" << k
+           << " of the batch: " << split;
+  return rescaleBatchSums(sums, k, split);
 }

@@ -11,12 +11,7 @@
 #ifndef STRATA_PASSES_BATCHSPLIT_H
 #define STRATA_PASSES_BATCHSPLIT_H
 
-#include "strata/Dialect/Strata.h"
-
 #include "mlir/IR/Operation.h"
-
-#include <optional>
-#include <string>
 
 namespace strata {
 
@@ -26,37 +21,20 @@ mlir::FailureOr<llvm::SmallVector<mlir::Type>>
 splitResultTypes(mlir::Operation *op, mlir::Type oldOperand,
                  mlir::TypeRange oldResults, int64_t k);
 
-/// An op of the forward pass that would compute otherwise on a part of the
-/// batch than on the whole, and why (in the user's terms).
-struct BatchMixing {
-  mlir::Operation *op;
-  std::string reason;
-};
-
-/// The first forward op of `body` (roles forward or none) that does not
-/// compute each part of the batch's leading dimension from that part
-/// alone, when the block's arguments are split into `k` parts: one that
+/// Prepares `body` for a split of its batch's leading dimension into `k`
+/// parts: refuses, at the op, the first forward op (roles forward or none)
+/// that would compute otherwise on a part than on the whole (one that
 /// pairs, reduces, slices, moves or normalizes over rows of the batch, or
-/// uses the batch's mean loss other than linearly. Only
-/// strata.cross_entropy and strata.reduce_mean or reduce_sum over every
-/// dimension reduce over the batch (the mean of equal parts' means is the
-/// whole's mean, and their gradients follow from the part's rows; a sum,
-/// rescaled by rescaleBatchSums, likewise). None when every forward op is
-/// row-wise.
-/// With `sums`, also collects the sums over the whole batch (reduce_sum of
-/// rows of the batch over every dimension), for rescaleBatchSums.
-std::optional<BatchMixing>
-findBatchMixing(mlir::Block &body, int64_t k,
-                llvm::SmallVectorImpl<ReduceSumOp> *sums = nullptr);
-
-/// Multiplies each sum over the whole batch (as findBatchMixing collects
-/// them), and the result gradient of its strata.reduce_grad, by `k`: the
-/// mean of `k` equal parts' rescaled sums is the whole's sum, as their
-/// averaged gradients are its gradient. Fails, at the sum, when autodiff
-/// did not make its gradient. `split` says what makes the parts, for the
-/// message.
-mlir::LogicalResult rescaleBatchSums(llvm::ArrayRef<ReduceSumOp> sums,
-                                     int64_t k, llvm::StringRef split);
+/// uses the loss over the whole batch other than linearly), then rescales
+/// each sum over the whole batch for the parts. Only strata.cross_entropy
+/// and strata.reduce_mean or reduce_sum over every dimension reduce over
+/// the batch: the mean of equal parts' means is the whole's mean, and their
+/// gradients follow from the part's rows; a sum and its gradient are
+/// multiplied by `k` on each part, so that the parts' mean is the whole's
+/// sum (which needs the strata.reduce_grad autodiff made). `split` says
+/// what makes the parts, for the messages.
+mlir::LogicalResult prepareBatchSplit(mlir::Block &body, int64_t k,
+                                      llvm::StringRef split);
 
 } // namespace strata
 

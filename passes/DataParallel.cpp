@@ -92,15 +92,10 @@ struct DataParallelPass
                << " (" << type << ") has no leading batch dimension "
                << "divisible by " << n << " ranks";
     }
-    SmallVector<ReduceSumOp> sums;
-    if (std::optional<BatchMixing> mixing = findBatchMixing(body, n, &sums))
-      return mixing->op->emitOpError()
-             << mixing->reason << ", so it cannot run on 1/" << n
-             << " of the batch: strata-data-parallel gives each of " << n
-             << " ranks a part of the batch's leading dimension";
-    if (failed(rescaleBatchSums(sums, n,
-                                "strata-data-parallel gives each of " +
-                                    std::to_string(n) + " ranks a part")))
+    if (failed(prepareBatchSplit(
+            body, n,
+            "strata-data-parallel gives each of " + std::to_string(n) +
+                " ranks a part of the batch's leading dimension")))
       return failure();
     // Whole-batch types, before any is changed.
     DenseMap<Value, Type> oldType;

@@ -61,16 +61,11 @@ struct GradientMergePass
                << " (" << type << ") has no leading batch dimension "
                << "divisible by k-steps = " << k;
     }
-    SmallVector<ReduceSumOp> sums;
-    if (std::optional<BatchMixing> mixing = findBatchMixing(body, k, &sums))
-      return mixing->op->emitOpError()
-             << mixing->reason << ", so it cannot run on 1/" << k
-             << " of the batch: strata-gradient-merge splits the batch's "
-                "leading dimension into "
-             << k << " micro-batches";
-    if (failed(rescaleBatchSums(sums, k,
-                                "strata-gradient-merge splits it into " +
-                                    std::to_string(k) + " micro-batches")))
+    if (failed(prepareBatchSplit(
+            body, k,
+            "strata-gradient-merge splits the batch's leading dimension "
+            "into " +
+                std::to_string(k) + " micro-batches")))
       return failure();
     // The ops that depend on the batch are cloned per micro-batch.
     DenseSet<Value> batchValues(body.getArguments().begin(),

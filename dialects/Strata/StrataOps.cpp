@@ -558,22 +558,35 @@ LogicalResult TransposeOp::inferReturnTypes(MLIRContext *,
   return success();
 }
 
+/// Which dimensions of `input` `dims` reduces; an error unless they are
+/// distinct and in range.
+template <typename OpTy>
+static FailureOr<SmallVector<bool>>
+reducedDimensions(std::optional<Location> loc, RankedTensorType input,
+                  ArrayRef<int64_t> dims) {
+  SmallVector<bool> reduced(input.getRank(), false);
+  for (int64_t d : dims) {
+    if (d < 0 || d >= input.getRank() || reduced[d])
+      return inferError<OpTy>(loc, "dims " + shapeStr(dims) +
+                                       " must be distinct and in [0, " +
+                                       Twine(input.getRank()) + ")");
+    reduced[d] = true;
+  }
+  return reduced;
+}
+
 template <typename OpTy>
 static LogicalResult inferReduce(std::optional<Location> loc,
                                  typename OpTy::Adaptor adaptor,
                                  SmallVectorImpl<Type> &types) {
   RankedTensorType input = tensorType(adaptor.getInput());
-  SmallVector<bool> reduced(input.getRank(), false);
-  for (int64_t d : adaptor.getDims()) {
-    if (d < 0 || d >= input.getRank() || reduced[d])
-      return inferError<OpTy>(loc, "dims " + shapeStr(adaptor.getDims()) +
-                                       " must be distinct and in [0, " +
-                                       Twine(input.getRank()) + ")");
-    reduced[d] = true;
-  }
+  FailureOr<SmallVector<bool>> reduced =
+      reducedDimensions<OpTy>(loc, input, adaptor.getDims());
+  if (failed(reduced))
+    return failure();
   SmallVector<int64_t> shape;
   for (auto [i, size] : llvm::enumerate(input.getShape())) {
-    if (!reduced[i])
+    if (!(*reduced)[i])
       shape.push_back(size);
     else if (adaptor.getKeepDims())
       shape.push_back(1);
@@ -602,19 +615,14 @@ LogicalResult ReduceGradOp::inferReturnTypes(MLIRContext *,
                                              SmallVectorImpl<Type> &types) {
   RankedTensorType grad = tensorType(adaptor.getResultGrad());
   RankedTensorType input = tensorType(adaptor.getInput());
-  SmallVector<bool> reduced(input.getRank(), false);
-  for (int64_t d : adaptor.getDims()) {
-    if (d < 0 || d >= input.getRank() || reduced[d])
-      return inferError<ReduceGradOp>(loc, "dims " +
-                                               shapeStr(adaptor.getDims()) +
-                                               " must be distinct and in [0, " +
-                                               Twine(input.getRank()) + ")");
-    reduced[d] = true;
-  }
+  FailureOr<SmallVector<bool>> reduced =
+      reducedDimensions<ReduceGradOp>(loc, input, adaptor.getDims());
+  if (failed(reduced))
+    return failure();
   SmallVector<int64_t> kept, removed;
   for (auto [i, size] : llvm::enumerate(input.getShape())) {
-    kept.push_back(reduced[i] ? 1 : size);
-    if (!reduced[i])
+    kept.push_back((*reduced)[i] ? 1 : size);
+    if (!(*reduced)[i])
       removed.push_back(size);
   }
   if (grad.getShape() != ArrayRef(kept) && grad.getShape() != ArrayRef(removed))

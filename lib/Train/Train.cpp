@@ -607,13 +607,13 @@ Expected<DataStream> DataStream::create(func::FuncOp step, std::string dataPath,
                    : ""));
     return d;
   }
+  if ((is({"features", "labels"}) || is({"features", "targets"})) &&
+      !dataPath.empty())
+    return makeError(named(dataPath) + ": @" + step.getName() +
+                     " takes (features, " + d.argNames[1] +
+                     "), which are drawn at random; " + names.path +
+                     " feeds programs that take (tokens, targets)");
   if (is({"features", "labels"})) {
-    if (!dataPath.empty())
-      return makeError(named(dataPath) + ": @" + step.getName() +
-                       " takes (features, labels), which are drawn at "
-                       "random; " +
-                       names.path +
-                       " feeds programs that take (tokens, targets)");
     d.kind = Kind::Classification;
     // The number of classes: the logits' last dimension (the labels may
     // reach the loss through micro-batch slices).
@@ -626,12 +626,6 @@ Expected<DataStream> DataStream::create(func::FuncOp step, std::string dataPath,
     return d;
   }
   if (is({"features", "targets"})) {
-    if (!dataPath.empty())
-      return makeError(named(dataPath) + ": @" + step.getName() +
-                       " takes (features, targets), which are drawn at "
-                       "random; " +
-                       names.path +
-                       " feeds programs that take (tokens, targets)");
     d.kind = Kind::Regression;
     // The teacher W [width, outputs], drawn once.
     int64_t width = d.shapes[0][1], outputs = 1;

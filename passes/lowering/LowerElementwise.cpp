@@ -117,16 +117,27 @@ LogicalResult lowerUnpack(UnpackOp o, RuntimeLowering &l) {
   return success();
 }
 
-template <typename OpTy> LogicalResult lowerReduce(OpTy o, RuntimeLowering &l) {
-  SmallVector<int64_t> in = shapeOf(o.getInput()), kept = in;
-  int64_t count = 1;
-  for (int64_t d : o.getDims()) {
+/// The strides over `shape` of its reduction over `dims` (the reduced
+/// tensor's, 0 along the reduced dimensions), and how many elements each
+/// reduced element covers.
+SmallVector<int64_t> reducedStrides(ArrayRef<int64_t> shape,
+                                    ArrayRef<int64_t> dims, int64_t &count) {
+  SmallVector<int64_t> kept(shape);
+  count = 1;
+  for (int64_t d : dims) {
     count *= kept[d];
     kept[d] = 1;
   }
   SmallVector<int64_t> strides = contiguousStrides(kept);
-  for (int64_t d : o.getDims())
+  for (int64_t d : dims)
     strides[d] = 0;
+  return strides;
+}
+
+template <typename OpTy> LogicalResult lowerReduce(OpTy o, RuntimeLowering &l) {
+  SmallVector<int64_t> in = shapeOf(o.getInput());
+  int64_t count;
+  SmallVector<int64_t> strides = reducedStrides(in, o.getDims(), count);
   l.reduceTo(l.ptr(o), l.ptr(o.getInput()), in, strides,
              std::is_same_v<OpTy, ReduceMeanOp> ? 1.0 / double(count) : 1.0,
              elementType(o));
@@ -136,16 +147,9 @@ template <typename OpTy> LogicalResult lowerReduce(OpTy o, RuntimeLowering &l) {
 /// The result gradient copied along the reduced dimensions (stride 0),
 /// scaled in place for a mean. The input is not read.
 LogicalResult lowerReduceGrad(ReduceGradOp o, RuntimeLowering &l) {
-  SmallVector<int64_t> desc = shapeOf(o), kept = shapeOf(o);
-  int64_t count = 1;
-  for (int64_t d : o.getDims()) {
-    count *= kept[d];
-    kept[d] = 1;
-  }
-  SmallVector<int64_t> strides = contiguousStrides(kept);
-  for (int64_t d : o.getDims())
-    strides[d] = 0;
-  desc.append(strides);
+  SmallVector<int64_t> desc = shapeOf(o);
+  int64_t count;
+  desc.append(reducedStrides(shapeOf(o), o.getDims(), count));
   desc.push_back(0);
   if (failed(stridedCopy(o, o.getResultGrad(), desc, l)))
     return failure();
