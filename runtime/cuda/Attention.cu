@@ -367,17 +367,17 @@ bool flashCompiled(StrataRtContext *ctx) {
   return ctx->flashPtxVersion >= 80;
 }
 
-/// Whether this call runs the flash kernels: STRATA_CUDA_ATTENTION=flash
-/// asks for them (unset or "gemm": the chunked products), for bf16 and
+/// Whether this call runs the flash kernels (the default; unless
+/// STRATA_CUDA_ATTENTION=gemm asks for the chunked products): for bf16 and
 /// f16 on devices of compute capability 8.0 or later with kernels compiled
 /// for them, head sizes up to 128 (the sizes the kernels are tested at),
 /// sequences of up to 65535 blocks of 64, where the largest kernel's shared
-/// memory fits the device's. An unknown
+/// memory fits the device's; the chunked products otherwise. An unknown
 /// setting fails the step.
 template <typename T>
 bool useFlash(StrataRtContext *ctx, int64_t site, const AttentionLayout &at) {
   const char *set = std::getenv("STRATA_CUDA_ATTENTION");
-  const std::string kind = set && *set ? set : "gemm";
+  const std::string kind = set && *set ? set : "flash";
   if (kind != "gemm" && kind != "flash") {
     ctx->fail(site,
               "STRATA_CUDA_ATTENTION is 'gemm' or 'flash', not '" + kind + "'");

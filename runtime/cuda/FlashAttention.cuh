@@ -1,15 +1,15 @@
 //===- FlashAttention.cuh - Tiled fused attention kernels ----*- CUDA -*-===//
 //
 // The flash kernels of strata_rt_attention and its gradient for bf16 and
-// f16 (Attention.cu launches them; STRATA_CUDA_ATTENTION=flash selects
-// them): a block of 4 warps takes 64 query rows (or, for dK and dV, 64
-// keys), 16 a warp, and walks the other side in blocks of 64 that the
-// block loads into shared memory. The products run on tensor cores as
-// mma.sync m16n8k16 (bf16 or f16 operands, f32 sums), and everything a
-// warp computes stays in its registers: scores, probabilities and their
-// gradients are accumulator fragments, rounded to T in place as the A
-// operand of the next product (an accumulator's layout is the A operand's,
-// two columns a register), and the output and gradient sums are
+// f16 (Attention.cu launches them where they apply, unless
+// STRATA_CUDA_ATTENTION=gemm asks for the chunked products): a block of 4 warps
+// takes 64 query rows (or, for dK and dV, 64 keys), 16 a warp, and walks the
+// other side in blocks of 64 that the block loads into shared memory. The
+// products run on tensor cores as mma.sync m16n8k16 (bf16 or f16 operands, f32
+// sums), and everything a warp computes stays in its registers: scores,
+// probabilities and their gradients are accumulator fragments, rounded to T in
+// place as the A operand of the next product (an accumulator's layout is the A
+// operand's, two columns a register), and the output and gradient sums are
 // accumulators for the whole loop. The forward pass takes the softmax
 // online (a running maximum and sum per row, the four lanes of a row
 // reduced by shuffles). The gradient is two kernels, dK and dV per key
@@ -27,7 +27,6 @@
 
 #include "Device.cuh"
 
-#include "../common/Activations.h"
 #include "../common/AttentionLayout.h"
 #include "../common/StrataRandom.h"
 
@@ -155,9 +154,8 @@ __device__ void loadTile(const Tile<T> &tile, int cols, const T *from,
 /// one while it computes with the other.
 template <typename U> struct Twice {
   U first, second;
-  __device__ const U &operator[](int64_t i) const {
-    return i % 2 ? second : first;
-  }
+  // (By value: a reference would keep the pair in local memory.)
+  __device__ U operator[](int64_t i) const { return i % 2 ? second : first; }
 };
 
 // Loops unrolled by nvcc (fragment arrays indexed by constants stay in
@@ -207,11 +205,19 @@ __device__ __forceinline__ void loadMatrices(uint32_t (&r)[4], const T *row) {
 #endif
 }
 
-/// Two f32 values rounded to T (to nearest even) as one operand register.
+/// Two f32 values rounded to T (to nearest even) as one operand register
+/// (one cvt.rn.bf16x2.f32 or cvt.rn.f16x2.f32).
 template <typename T>
 __device__ __forceinline__ uint32_t packPair(float lo, float hi) {
-  const T l = fromFloat<T>(lo), h = fromFloat<T>(hi);
-  return pairOf(&l, &h);
+  std::conditional_t<std::is_same_v<T, __nv_bfloat16>, __nv_bfloat162, __half2>
+      pair;
+  if constexpr (std::is_same_v<T, __nv_bfloat16>)
+    pair = __floats2bfloat162_rn(lo, hi);
+  else
+    pair = __floats2half2_rn(lo, hi);
+  uint32_t bits;
+  std::memcpy(&bits, &pair, sizeof bits);
+  return bits;
 }
 
 /// d += a b on tensor cores: A [16, 16] row-major and B [16, 8] column-major
@@ -389,6 +395,34 @@ __device__ __forceinline__ bool sees(const AttentionLayout &at, int64_t i,
   return i < at.s && j < at.t && (!causal || j <= i);
 }
 
+/// Whether a warp's block of scores, queries i0 .. i0 + rows - 1 against
+/// keys j0 .. j0 + cols - 1, holds one that `sees` hides (a causal mask,
+/// or queries or keys past the ends). Most blocks hold none and skip the
+/// test of each score.
+__device__ __forceinline__ bool warpMasked(const AttentionLayout &at,
+                                           int64_t i0, int rows, int64_t j0,
+                                           int cols, bool causal) {
+  return i0 + rows > at.s || j0 + cols > at.t || (causal && j0 + cols - 1 > i0);
+}
+
+/// The kernels take exponentials base 2: a score s becomes s scale log2(e),
+/// whose 2^x is one ex2 instruction, and a log-sum-exp L becomes L log2(e).
+constexpr float kLog2e = 1.4426950408889634f;
+constexpr float kLn2 = 0.6931471805599453f;
+
+/// 2^x, 0 at -inf: ex2.approx (relative error about 2^-22, results below
+/// 2^-126 flushed to zero; the probabilities are rounded to T for the
+/// products).
+__device__ __forceinline__ float exp2Approx(float x) {
+#if defined(__CUDA_ARCH__) && !defined(STRATA_CUDA_EMULATION)
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+  return y;
+#else
+  return std::exp2(x);
+#endif
+}
+
 /// The block of 64 queries this block of the grid takes: with a causal
 /// mask the last first, as they see the most keys (the blocks that start
 /// last then have the least work, which shortens the grid's tail).
@@ -404,15 +438,15 @@ __device__ __forceinline__ int64_t blockKeys(const AttentionLayout &at,
 }
 
 /// One (query, key)'s probability, recomputed from its score and the
-/// query's log-sum-exp, and dS = scale P (m dP - delta) (m the dropout's
-/// factor).
+/// query's log-sum-exp (base 2, see kLog2e), and dS = scale P (m dP -
+/// delta) (m the dropout's factor).
 struct ScoreGrad {
   float p, ds;
 };
-__device__ __forceinline__ ScoreGrad scoreGrad(float score, float lse,
+__device__ __forceinline__ ScoreGrad scoreGrad(float score, float lse2,
                                                float dp, float delta, float m,
                                                float scale) {
-  const float p = act::fastExp(scale * score - lse);
+  const float p = exp2Approx(score * (scale * kLog2e) - lse2);
   return {p, scale * p * (m * dp - delta)};
 }
 
@@ -452,8 +486,11 @@ __global__ void __launch_bounds__(kFlashThreads)
     STRATA_FLASH_UNROLL
   for (int e = 0; e < 4; ++e)
     o[j][e] = 0.0f;
-  // The running maximum (of scaled scores) and sum of rows g and g + 8.
+  // The running maximum (of scaled scores, base 2) and sum of rows g and
+  // g + 8.
   float rowMax[2] = {-INFINITY, -INFINITY}, rowSum[2] = {0.0f, 0.0f};
+  const float scaleLog2 = scale * kLog2e;
+  const bool dropping = drop.prob > 0;
   const int64_t keys = blockKeys(at, q0, causal);
   auto loadKeys = [&](int64_t b) {
     const int64_t k0 = b * kFlashRows;
@@ -472,34 +509,38 @@ __global__ void __launch_bounds__(kFlashThreads)
     float s[8][4];
     const LiveColumns live = LiveColumns::seen(causal, false, q0 + ln.r0, k0);
     productNT(s, sh.q, sh.k[b], dp, ln, live);
+    // The scores scaled (base 2), -inf where hidden; their row maximum.
+    const bool masked = warpMasked(at, q0 + ln.r0, 16, k0, 64, causal);
     float now[2] = {-INFINITY, -INFINITY};
     STRATA_FLASH_UNROLL
     for (int n = 0; n < 8; ++n)
       STRATA_FLASH_UNROLL
     for (int e = 0; e < 4; ++e) {
-      const bool seen = sees(at, q0 + ln.row(e), k0 + ln.col(8 * n, e), causal);
-      s[n][e] = seen ? scale * s[n][e] : -INFINITY;
-      now[e / 2] = fmaxf(now[e / 2], s[n][e]);
+      float x = s[n][e] * scaleLog2;
+      if (masked && !sees(at, q0 + ln.row(e), k0 + ln.col(8 * n, e), causal))
+        x = -INFINITY;
+      s[n][e] = x;
+      now[e / 2] = fmaxf(now[e / 2], x);
     }
-    float factor[2], part[2] = {0.0f, 0.0f};
+    // (A row that sees no key yet subtracts 0: its 2^-inf are zeros.)
+    float factor[2], base[2], part[2] = {0.0f, 0.0f};
     STRATA_FLASH_UNROLL
     for (int h = 0; h < 2; ++h) {
       now[h] = fmaxf(rowMax[h], rowLanesMax(now[h]));
       factor[h] =
-          rowMax[h] == -INFINITY ? 0.0f : act::fastExp(rowMax[h] - now[h]);
+          rowMax[h] == -INFINITY ? 0.0f : exp2Approx(rowMax[h] - now[h]);
+      base[h] = now[h] == -INFINITY ? 0.0f : now[h];
       rowMax[h] = now[h];
     }
     STRATA_FLASH_UNROLL
     for (int n = 0; n < 8; ++n)
       STRATA_FLASH_UNROLL
     for (int e = 0; e < 4; ++e) {
-      float kept = 0.0f;
-      if (s[n][e] != -INFINITY) {
-        const float p = act::fastExp(s[n][e] - now[e / 2]);
-        part[e / 2] += p;
-        kept = p * drop(bh, q0 + ln.row(e), k0 + ln.col(8 * n, e));
-      }
-      s[n][e] = kept;
+      float p = exp2Approx(s[n][e] - base[e / 2]);
+      part[e / 2] += p;
+      if (dropping)
+        p *= drop(bh, q0 + ln.row(e), k0 + ln.col(8 * n, e));
+      s[n][e] = p;
     }
     STRATA_FLASH_UNROLL
     for (int h = 0; h < 2; ++h)
@@ -521,7 +562,7 @@ __global__ void __launch_bounds__(kFlashThreads)
       const int64_t i = q0 + ln.row(2 * h);
       if (i < at.s)
         lse[at.lse(bh, i)] =
-            rowSum[h] > 0.0f ? rowMax[h] + logf(rowSum[h]) : -INFINITY;
+            rowSum[h] > 0.0f ? rowMax[h] * kLn2 + logf(rowSum[h]) : -INFINITY;
     }
   }
 }
@@ -554,15 +595,15 @@ template <typename T> struct FlashBackwardShared {
   }
 };
 
-/// The rows' log-sum-exp and delta (zero past the queries) into shared
-/// memory.
+/// The rows' log-sum-exp (base 2, see kLog2e) and delta (zero past the
+/// queries) into shared memory.
 __device__ inline void loadRowStats(float *lseTo, float *deltaTo,
                                     const float *lse, const float *delta,
                                     const AttentionLayout &at, int64_t bh,
                                     int64_t q0) {
   for (int r = threadIdx.x; r < kFlashRows; r += blockDim.x) {
     const int64_t i = q0 + r;
-    lseTo[r] = i < at.s ? lse[at.lse(bh, i)] : 0.0f;
+    lseTo[r] = i < at.s ? lse[at.lse(bh, i)] * kLog2e : 0.0f;
     deltaTo[r] = i < at.s ? delta[bh * at.s + i] : 0.0f;
   }
 }
@@ -592,6 +633,7 @@ __global__ void __launch_bounds__(kFlashThreads)
   SharedCarver carver{reinterpret_cast<uintptr_t>(shared)};
   const FlashBackwardShared<T> sh(carver, dp, dvp);
   const int64_t bh = blockIdx.x, k0 = int64_t(blockIdx.y) * kFlashRows;
+  const bool dropping = drop.prob > 0;
   const FragLane ln;
   loadTile(sh.own, dp, k + at.key(bh, k0), at.rowStride(), at.t - k0, at.d);
   loadTile(sh.ownV, dvp, v + at.value(bh, k0), at.valueRowStride(), at.t - k0,
@@ -623,6 +665,7 @@ __global__ void __launch_bounds__(kFlashThreads)
     float s[8][4], g[8][4];
     const LiveColumns live = LiveColumns::seen(causal, true, k0 + ln.r0, q0);
     sh.products(s, g, b, dp, dvp, ln, live);
+    const bool masked = warpMasked(at, q0, 64, k0 + ln.r0, 16, causal);
     STRATA_FLASH_UNROLL
     for (int n = 0; n < 8; ++n)
       STRATA_FLASH_UNROLL
@@ -630,8 +673,8 @@ __global__ void __launch_bounds__(kFlashThreads)
       const int c = ln.col(8 * n, e);
       const int64_t j = k0 + ln.row(e), i = q0 + c;
       float dropped = 0.0f, ds = 0.0f;
-      if (sees(at, i, j, causal)) {
-        const float m = drop(bh, i, j);
+      if (!masked || sees(at, i, j, causal)) {
+        const float m = dropping ? drop(bh, i, j) : 1.0f;
         const ScoreGrad sg =
             scoreGrad(s[n][e], sh.lse[b][c], g[n][e], sh.delta[b][c], m, scale);
         dropped = sg.p * m;
@@ -664,6 +707,7 @@ __global__ void __launch_bounds__(kFlashThreads)
   SharedCarver carver{reinterpret_cast<uintptr_t>(shared)};
   const FlashBackwardShared<T> sh(carver, dp, dvp);
   const int64_t bh = blockIdx.x, q0 = queryBlock(causal) * kFlashRows;
+  const bool dropping = drop.prob > 0;
   const FragLane ln;
   loadTile(sh.own, dp, q + at.query(bh, q0), at.rowStride(), at.s - q0, at.d);
   loadTile(sh.ownV, dvp, dout + at.output(bh, q0), at.valueRowStride(),
@@ -690,6 +734,7 @@ __global__ void __launch_bounds__(kFlashThreads)
     float s[8][4], g[8][4];
     const LiveColumns live = LiveColumns::seen(causal, false, q0 + ln.r0, k0);
     sh.products(s, g, b, dp, dvp, ln, live);
+    const bool masked = warpMasked(at, q0 + ln.r0, 16, k0, 64, causal);
     STRATA_FLASH_UNROLL
     for (int n = 0; n < 8; ++n)
       STRATA_FLASH_UNROLL
@@ -697,9 +742,9 @@ __global__ void __launch_bounds__(kFlashThreads)
       const int r = ln.row(e);
       const int64_t i = q0 + r, j = k0 + ln.col(8 * n, e);
       float ds = 0.0f;
-      if (sees(at, i, j, causal))
+      if (!masked || sees(at, i, j, causal))
         ds = scoreGrad(s[n][e], sh.lse[0][r], g[n][e], sh.delta[0][r],
-                       drop(bh, i, j), scale)
+                       dropping ? drop(bh, i, j) : 1.0f, scale)
                  .ds;
       g[n][e] = ds;
     }

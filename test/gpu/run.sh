@@ -7,12 +7,12 @@
 # times GPT-2 124M against PyTorch (torch_gpt.py), then runs one program and
 # the kernel check under compute-sanitizer. Exits non-zero when a check
 # fails. With --profile, each benchmark also writes every op's mean ms per
-# step (from the runtime's trace) to profile-NAME.txt (and, on the flash
-# kernels, profile-NAME-flash-kernels.txt) and prints the op kinds that
-# take the most. --only LIST runs only the
-# stages named in LIST (comma-separated: kernels, attention, programs,
-# bench, sanitizer, flash-sanitizer) after the build, for a device lent
-# for a few minutes.
+# step (from the runtime's trace) to profile-NAME.txt (and, for fused
+# attention on the chunked products, profile-NAME-gemm.txt) and prints
+# the op kinds that take the most. --only LIST runs only the stages named
+# in LIST (comma-separated: kernels, attention, programs, bench,
+# sanitizer, flash-sanitizer) after the build, for a device lent for a few
+# minutes.
 set -u
 profile=0
 stages=kernels,attention,programs,bench,sanitizer,flash-sanitizer
@@ -74,13 +74,15 @@ if wanted attention; then
   # mma.sync): a failure here explains one of the flash cases below.
   echo "== mma.sync and ldmatrix layouts"
   timeout 60 build/fragment_probe || status=1
-  # Fused attention one (batch, head) slice per chunk, as it runs where the
-  # scores of all slices exceed its scratch budget.
-  echo "== attention kernels, one slice per chunk"
-  attention_cases chunked.log STRATA_CUDA_ATTENTION_CHUNK_BYTES=1
-  # The flash kernels (bf16 and f16; not yet the default): the same cases.
-  echo "== attention kernels, flash (STRATA_CUDA_ATTENTION=flash)"
-  attention_cases flash.log STRATA_CUDA_ATTENTION=flash
+  # The chunked products (STRATA_CUDA_ATTENTION=gemm; f32 always takes
+  # them, bf16 and f16 the flash kernels by default): the same cases, and
+  # again one (batch, head) slice per chunk, as they run where the scores
+  # of all slices exceed their scratch budget.
+  echo "== attention kernels, chunked products (STRATA_CUDA_ATTENTION=gemm)"
+  attention_cases gemm.log STRATA_CUDA_ATTENTION=gemm
+  echo "== attention kernels, chunked products, one slice per chunk"
+  attention_cases chunked.log STRATA_CUDA_ATTENTION=gemm \
+    STRATA_CUDA_ATTENTION_CHUNK_BYTES=1
 fi
 wanted programs && for dir in programs/*/; do
   name=$(basename "$dir")
@@ -95,16 +97,16 @@ wanted programs && for dir in programs/*/; do
     status=1
   fi
 done
-# The bf16 program with fused attention again, on the flash kernels.
+# The bf16 program with fused attention again, on the chunked products.
 if wanted programs; then
-  echo "== gpt-bf16-o2-fused, flash kernels"
+  echo "== gpt-bf16-o2-fused, chunked products"
   read -r steps seed rtol < programs/gpt-bf16-o2-fused/run.txt
-  if STRATA_CUDA_ATTENTION=flash timeout 300 build/step_gpt-bf16-o2-fused \
-      programs/gpt-bf16-o2-fused "$steps" "$seed" > flash-losses.txt; then
+  if STRATA_CUDA_ATTENTION=gemm timeout 300 build/step_gpt-bf16-o2-fused \
+      programs/gpt-bf16-o2-fused "$steps" "$seed" > gemm-losses.txt; then
     python3 compare_losses.py programs/gpt-bf16-o2-fused/cpu.txt \
-      flash-losses.txt --rtol "$rtol" || status=1
+      gemm-losses.txt --rtol "$rtol" || status=1
   else
-    echo "FAIL: gpt-bf16-o2-fused did not run on the flash kernels"
+    echo "FAIL: gpt-bf16-o2-fused did not run on the chunked products"
     status=1
   fi
 fi
@@ -147,11 +149,11 @@ wanted bench && for dir in benches/*/; do
   [ $profile -eq 1 ] && profile_of "$name" "$dir" "profile-$name.txt"
   report "$name" "$batch" "$seq" "${ours:-nan}" "${theirs:-nan}"
   if [[ $name == *-flash ]]; then
-    ours=$(STRATA_CUDA_ATTENTION=flash timeout 300 build/step_"$name" "$dir" \
+    ours=$(STRATA_CUDA_ATTENTION=gemm timeout 300 build/step_"$name" "$dir" \
       23 0 --time | awk '/^time/ {print $2}')
-    [ $profile -eq 1 ] && STRATA_CUDA_ATTENTION=flash \
-      profile_of "$name" "$dir" "profile-$name-flash-kernels.txt"
-    report "$name (flash kernels)" "$batch" "$seq" "${ours:-nan}" \
+    [ $profile -eq 1 ] && STRATA_CUDA_ATTENTION=gemm \
+      profile_of "$name" "$dir" "profile-$name-gemm.txt"
+    report "$name (chunked products)" "$batch" "$seq" "${ours:-nan}" \
       "${theirs:-nan}"
   fi
 done

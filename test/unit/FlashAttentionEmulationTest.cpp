@@ -385,6 +385,12 @@ TEST(FlashAttentionEmulation, F16CrossWithPaddedHeadSizes) {
   check<__half>({1, 2, 70, 150, 24, 40, false, 0}, 2e-3, 1e-3);
 }
 
+TEST(FlashAttentionEmulation, F16CrossOverWholeBlocks) {
+  // Whole blocks of 64 queries and keys, no mask and no dropout: no block
+  // tests its scores one by one.
+  check<__half>({1, 2, 128, 192, 64, 64, false, 0}, 2e-3, 1e-3);
+}
+
 TEST(FlashAttentionEmulation, F16CausalWithHeadSizesOffTheVectorWidth) {
   // Head sizes 12 and 20: rows are not whole 16-byte vectors, so the tiles
   // load an element at a time.
