@@ -44,12 +44,6 @@ __device__ __forceinline__ T binaryOp(int64_t op, T x, T y) {
     return fromFloat<T>(applyOp(op, toFloat(x), toFloat(y)));
 }
 
-/// Elements of T in a 16-byte load.
-template <typename T> constexpr int kVector = 16 / sizeof(T);
-/// 16 bytes of elements, loaded and stored as one vector (an aggregate of
-/// T: reading T's through it is defined, where a uint4 read as T's is not).
-template <typename T> struct alignas(16) Vector16 { T e[kVector<T>]; };
-
 /// out = a (op) b where a, b and out are dense and of one shape; with
 /// `vectors` (all three 16-byte aligned) 16 bytes a load and a store, the
 /// elements past the last whole vector one at a time.

@@ -45,6 +45,12 @@ template <> __device__ __forceinline__ Half fromFloat<Half>(float x) {
   return __float2half_rn(x);
 }
 
+/// Elements of T in a 16-byte load.
+template <typename T> constexpr int kVector = 16 / sizeof(T);
+/// 16 bytes of elements, loaded and stored as one vector (an aggregate of
+/// T: reading T's through it is defined, where a uint4 read as T's is not).
+template <typename T> struct alignas(16) Vector16 { T e[kVector<T>]; };
+
 /// Calls `f(T{})` with the storage type of a floating-point ABI type code;
 /// returns false for other codes.
 template <typename F> bool withFloatType(int64_t dtype, F &&f) {

@@ -293,6 +293,63 @@ __global__ void layerNormGradFinish(T *dgamma, T *dbeta, const double *partial,
 // Cross-entropy
 //===----------------------------------------------------------------------===//
 
+// A vocabulary's rows are long (GPT-2's: 50257 elements) and, for an odd
+// vocabulary, start at any even address: a block reads the elements before
+// the row's first 16-byte boundary one at a time, then 16 bytes a thread
+// a load, then the elements past the last whole vector. (Two bytes a load
+// left too few bytes in flight to reach the memory's bandwidth.)
+
+/// The elements of row x (n of them) before its first 16-byte boundary.
+template <typename T> __device__ int64_t rowHead(const T *x, int64_t n) {
+  const auto misaligned = int64_t(reinterpret_cast<uintptr_t>(x) % 16);
+  return min(n, misaligned ? (16 - misaligned) / int64_t(sizeof(T)) : 0);
+}
+
+/// f(j, x[j] as f32) for the elements j of row x that this thread of the
+/// block takes.
+template <typename T, typename F>
+__device__ void forRowElements(const T *x, int64_t n, F &&f) {
+  constexpr int kVec = kVector<T>;
+  const int64_t head = rowHead(x, n), count = (n - head) / kVec;
+  for (int64_t j = threadIdx.x; j < head; j += blockDim.x)
+    f(j, toFloat(x[j]));
+  const auto *vectors = reinterpret_cast<const Vector16<T> *>(x + head);
+  for (int64_t v = threadIdx.x; v < count; v += blockDim.x) {
+    const Vector16<T> e = vectors[v];
+#pragma unroll
+    for (int k = 0; k < kVec; ++k)
+      f(head + v * kVec + k, toFloat(e.e[k]));
+  }
+  for (int64_t j = head + count * kVec + threadIdx.x; j < n; j += blockDim.x)
+    f(j, toFloat(x[j]));
+}
+
+/// y[j] = g(j, x[j] as f32) rounded to T over row x, 16 bytes a load and a
+/// store where y and x are aligned alike (one at a time otherwise); each
+/// element is read by the thread that writes it, so y may alias x.
+template <typename T, typename G>
+__device__ void mapRow(T *y, const T *x, int64_t n, G &&g) {
+  constexpr int kVec = kVector<T>;
+  const bool alike =
+      (reinterpret_cast<uintptr_t>(y) - reinterpret_cast<uintptr_t>(x)) % 16 ==
+      0;
+  const int64_t head = alike ? rowHead(x, n) : n, count = (n - head) / kVec;
+  for (int64_t j = threadIdx.x; j < head; j += blockDim.x)
+    y[j] = fromFloat<T>(g(j, toFloat(x[j])));
+  const auto *in = reinterpret_cast<const Vector16<T> *>(x + head);
+  auto *out = reinterpret_cast<Vector16<T> *>(y + head);
+  for (int64_t v = threadIdx.x; v < count; v += blockDim.x) {
+    const Vector16<T> e = in[v];
+    Vector16<T> o;
+#pragma unroll
+    for (int k = 0; k < kVec; ++k)
+      o.e[k] = fromFloat<T>(g(head + v * kVec + k, toFloat(e.e[k])));
+    out[v] = o;
+  }
+  for (int64_t j = head + count * kVec + threadIdx.x; j < n; j += blockDim.x)
+    y[j] = fromFloat<T>(g(j, toFloat(x[j])));
+}
+
 /// The maximum of row x's `n` elements and the sum of exp(x - maximum), in
 /// one pass: each thread keeps a running maximum and a sum rescaled when
 /// its maximum grows, and the block combines them in a fixed order (the
@@ -307,8 +364,7 @@ template <typename T>
 __device__ RowMaxSum rowMaxSum(const T *x, int64_t n, float *shared) {
   float mx = -INFINITY, sum = 0.0f;
   bool nan = false;
-  for (int64_t j = threadIdx.x; j < n; j += blockDim.x) {
-    const float v = toFloat(x[j]);
+  forRowElements(x, n, [&](int64_t, float v) {
     if (v > mx) {
       sum = (mx == -INFINITY ? 0.0f : sum * fastExp(mx - v)) + 1.0f;
       mx = v;
@@ -317,7 +373,7 @@ __device__ RowMaxSum rowMaxSum(const T *x, int64_t n, float *shared) {
     } else {
       nan |= v != v;
     }
-  }
+  });
   const float rowMax = blockMax(mx, shared);
   const float scaled = nan               ? NAN
                        : mx == -INFINITY ? 0.0f
@@ -375,12 +431,10 @@ __global__ void __launch_bounds__(kMaxBlockThreads)
     const RowMaxSum row = rowMaxSum(x, vocab, shared);
     const float f = scale / row.sum;
     const int64_t label = labels[r];
-    for (int64_t j = threadIdx.x; j < vocab; j += blockDim.x) {
-      float o = fastExp(toFloat(x[j]) - row.max) * f;
-      if (j == label)
-        o -= scale;
-      dlogits[r * vocab + j] = fromFloat<T>(o);
-    }
+    mapRow(dlogits + r * vocab, x, vocab, [&](int64_t j, float v) {
+      const float o = fastExp(v - row.max) * f;
+      return j == label ? o - scale : o;
+    });
   }
 }
 

@@ -226,9 +226,11 @@ TEST(KernelEmulation, LayerNorm) {
 }
 
 template <typename T, typename I>
-void checkCrossEntropy(int64_t rows, int64_t vocab, int64_t badRow = -1) {
+void checkCrossEntropy(int64_t rows, int64_t vocab, int64_t badRow = -1,
+                       int64_t gradOffset = 0) {
   SCOPED_TRACE(name<T>(rows, vocab) + (sizeof(I) == 8 ? " i64" : " i32") +
-               (badRow >= 0 ? " bad label" : ""));
+               (badRow >= 0 ? " bad label" : "") +
+               (gradOffset ? " gradient offset" : ""));
   std::mt19937 gen(unsigned(rows * 1000 + vocab + 3));
   const std::vector<T> logits = draw<T>(gen, rows * vocab, -4, 4);
   std::vector<I> labels(rows);
@@ -260,14 +262,17 @@ void checkCrossEntropy(int64_t rows, int64_t vocab, int64_t badRow = -1) {
               "loss");
 
   const float dloss = 0.75f;
-  std::vector<T> dWant(logits.size()), dGot(logits.size());
+  // (dlogits `gradOffset` elements into its buffer: aligned unlike the
+  // logits.)
+  std::vector<T> dWant(logits.size()), dBuffer(logits.size() + gradOffset);
+  T *dGot = dBuffer.data() + gradOffset;
   strata_rt_cross_entropy_grad(cpu, 2, dWant.data(), kType<T>, logits.data(),
                                kType<T>, labels.data(), labelType, &dloss,
                                STRATA_RT_F32, rows, vocab);
   ASSERT_EQ(cpu.error(), nullptr);
-  strata::cuda::launchCrossEntropyGrad(hostLaunch, dGot.data(), logits.data(),
+  strata::cuda::launchCrossEntropyGrad(hostLaunch, dGot, logits.data(),
                                        labels.data(), &dloss, rows, vocab);
-  expectClose(dGot, dWant, "dlogits");
+  expectClose(std::vector<T>(dGot, dGot + logits.size()), dWant, "dlogits");
 }
 
 TEST(KernelEmulation, CrossEntropy) {
@@ -276,6 +281,12 @@ TEST(KernelEmulation, CrossEntropy) {
   checkCrossEntropy<BFloat16, int32_t>(9, 300);
   checkCrossEntropy<Half, int64_t>(6, 40);
   checkCrossEntropy<float, int32_t>(8, 20, /*badRow=*/3);
+  // An odd vocabulary (rows starting at every even offset of 16 bytes:
+  // each block reads a head, 16-byte vectors and a tail), and its gradient
+  // aligned unlike the logits (one element at a time).
+  checkCrossEntropy<BFloat16, int32_t>(9, 1001);
+  checkCrossEntropy<Half, int64_t>(5, 1001, -1, /*gradOffset=*/1);
+  checkCrossEntropy<float, int32_t>(5, 333);
 }
 
 /// out = a (op) b on `n` dense elements at element offsets `offset` (0:
