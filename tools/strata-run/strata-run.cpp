@@ -224,18 +224,25 @@ static std::optional<int> launcherRank() {
   return std::nullopt;
 }
 
+/// Writes `line` to stderr in one write: the ranks of a job share mpirun's
+/// stderr, which relays each rank's writes as they come, so a line written
+/// in pieces (llvm::errs() is unbuffered) can be cut by another rank's
+/// output.
+static void writeLine(StringRef line) {
+  errs().flush();
+  ssize_t ignored = ::write(STDERR_FILENO, line.data(), line.size());
+  (void)ignored;
+}
+
 /// Reports an error; in a multi-rank run, names the rank and takes every
 /// other rank down with it rather than leave them waiting in a collective.
 static int fail(const Twine &message) {
   if (mpiRunning) {
-    // One write: the lines of ranks failing at once share mpirun's stderr.
     std::string line;
     raw_string_ostream os(line);
     WithColor::error(os, "strata-run")
         << "rank " << worldRank << ": " << message << "\n";
-    errs().flush();
-    ssize_t ignored = ::write(STDERR_FILENO, line.data(), line.size());
-    (void)ignored;
+    writeLine(line);
     MPI_Abort(MPI_COMM_WORLD, 1);
   }
   // (Before MPI starts, a rank of a job under mpirun or Slurm knows its
@@ -1212,20 +1219,21 @@ int main(int argc, char **argv) {
       int64_t done = i - firstStep + 1;
       double perStep = elapsed / double(done);
       double stepMs = trainer.stepTimesMs().back();
-      errs() << formatv(
-          "[{0}/{1}] loss {2:F4} | {3:F2} ms/step | {4} {5}/s "
-          "| ETA {6} | peak {7}",
-          i + 1, lastStep, *loss, stepMs,
-          formatCount(trainer.itemsPerBatch() / (stepMs / 1000.0)),
-          trainer.itemUnit(), formatSeconds(perStep * double(runSteps - done)),
-          formatBytes(peakRssBytes()));
+      std::string line;
+      raw_string_ostream os(line);
+      os << formatv("[{0}/{1}] loss {2:F4} | {3:F2} ms/step | {4} {5}/s "
+                    "| ETA {6} | peak {7}",
+                    i + 1, lastStep, *loss, stepMs,
+                    formatCount(trainer.itemsPerBatch() / (stepMs / 1000.0)),
+                    trainer.itemUnit(),
+                    formatSeconds(perStep * double(runSteps - done)),
+                    formatBytes(peakRssBytes()));
       // Under float16 loss scaling: the steps an overflow skipped so far.
       if (trainer.skippedSteps() > 0)
-        errs() << formatv(" | {0} skipped (loss scale {1})",
-                          trainer.skippedSteps(),
-                          format("%g", trainer.lossScale().value_or(0)));
-      errs() << "\n";
-      errs().flush();
+        os << formatv(" | {0} skipped (loss scale {1})", trainer.skippedSteps(),
+                      format("%g", trainer.lossScale().value_or(0)));
+      os << "\n";
+      writeLine(line);
     }
   }
 
