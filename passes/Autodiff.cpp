@@ -388,11 +388,18 @@ LogicalResult Differentiator::run() {
                                             builder.getI64IntegerAttr(*stage));
       grad = unscaled;
     }
+    // A parameter the loss does not reach gets no gradient, and so no
+    // update, as a frozen one (PyTorch's and Paddle's optimizers skip a
+    // parameter without a gradient: no weight decay, no moments).
     if (!grad)
-      grad = constant(param.getLoc(), param.getTensorType(), 0.0);
+      continue;
     results.push_back(grad);
     gradOf.push_back(FlatSymbolRefAttr::get(param.getSymNameAttr()));
   }
+  if (gradOf.empty())
+    return func.emitError()
+           << "strata-autodiff: the loss reaches no trainable strata.param: "
+              "the step has nothing to train";
   func::ReturnOp::create(builder, ret.getLoc(), results);
   ret.erase();
   func.setType(builder.getFunctionType(func.getArgumentTypes(),

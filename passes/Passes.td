@@ -141,7 +141,10 @@ def StrataAutodiff : Pass<"strata-autodiff", "mlir::ModuleOp"> {
     The function then returns the loss followed by the gradient of every
     trainable (not `frozen`) `strata.param`, in declaration order, each
     result marked `{strata.grad_of = @param}`. A parameter without a path
-    to the loss gets a zero gradient. Functions that already return
+    to the loss gets no gradient, and so no update, as a frozen one
+    (PyTorch's and Paddle's optimizers skip a parameter without a gradient:
+    no weight decay, no moments); a loss that reaches no trainable parameter
+    is an error. Functions that already return
     gradients (frameworks may hand in their own backward) are left alone.
 
     Every forward op of the dialect is supported, and the fused forward ops
@@ -266,7 +269,9 @@ def StrataGemmPadding : Pass<"strata-gemm-padding", "mlir::ModuleOp"> {
     `slice` of the N real columns, as PyTorch's compiler and llm.c pad such
     shapes: every leading dimension of the product and of its gradients
     (autodiff differentiates the pad and the slice) is then a multiple of
-    it. The padded columns are zeros: values are unchanged.
+    it. The padded columns are zeros: values are unchanged but for the
+    order of sums (the input's gradient sums over the padded width, which
+    a GEMM library may block otherwise than the real one).
 
     Only products worth the copies are padded: at least 256 summed terms
     (K) and 2^24 multiply-adds. A matmul whose result a `bias_add` reads
@@ -539,9 +544,9 @@ def StrataDataParallel : Pass<"strata-data-parallel", "mlir::ModuleOp"> {
     ordering token chains the collectives in program order. The memory plan
     lets the producers write into the bucket and leaves the unpacked
     gradients in it where that does not raise the arena. A parameter
-    without a gradient path has a zero gradient that is reduced like the
-    others, so no rank waits for a collective another rank skips
-    (`find-unused-parameters` changes nothing in a static program).
+    without a gradient path has no gradient (strata-autodiff gives it
+    none) on any rank, so no rank waits for a collective another rank
+    skips (`find-unused-parameters` changes nothing in a static program).
 
     With `fp16-allreduce` (fleet's `fp16_allreduce`) each rank's f32 bucket
     is divided by D and cast to f16 after packing, summed in f16 (half the

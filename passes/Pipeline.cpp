@@ -215,8 +215,9 @@ LogicalResult PipelinePass::place(func::FuncOp func, bool final) {
             continue;
         }
         // An optimizer update runs where its parameter lives (with its
-        // state), whatever stage its gradient comes from: a parameter that
-        // nothing reads has a zero gradient of no stage.
+        // state), whatever stage its gradient comes from: a constant
+        // gradient (of a program that hands in its own backward) is of no
+        // stage.
         if (auto update = dyn_cast<OptimizerUpdateOpInterface>(op))
           if (auto get = update.getParameter().getDefiningOp<GetParamOp>()) {
             auto it = home.find(get.getNameAttr().getAttr());
@@ -262,9 +263,9 @@ LogicalResult PipelinePass::place(func::FuncOp func, bool final) {
   };
   propagate();
   // Reads nothing uses are dead. What else neither reads nor feeds a staged
-  // value (the update of a parameter that nothing reads, and its zero
-  // gradient) goes to the first stage, then what it feeds and reads
-  // follows it.
+  // value (the update of a parameter that nothing reads, from a constant
+  // gradient that a hand-written backward returns) goes to the first stage,
+  // then what it feeds and reads follows it.
   for (Operation &op : body.without_terminator()) {
     Place &p = places[&op];
     if (p.replicated || p.stage >= 0)

@@ -32,9 +32,9 @@ LogicalResult PipelinePlacement::splitClipping(Block &body) {
       Operation *def = v.getDefiningOp();
       return def ? rankStage(places[def].stage) : -1;
     };
-    // A gradient on no stage (a constant: the zero gradient of a parameter
-    // that nothing reads) counts on the first stage, where such a parameter
-    // and its update live.
+    // A gradient on no stage (a constant, which a program that hands in its
+    // own backward may return for a parameter nothing reads) counts on the
+    // first stage, where such a parameter and its update live.
     auto stageOfInput = [&](Value v) {
       int64_t stage = stageOfValue(v);
       return stage >= 0 ? stage : int64_t(0);

@@ -22,6 +22,20 @@
 using namespace mlir;
 using namespace strata;
 
+/// The parameters and state that `func`'s ops read or assign.
+static DenseSet<StringAttr> referencedNames(func::FuncOp func) {
+  DenseSet<StringAttr> names;
+  func.walk([&](Operation *op) {
+    if (auto get = dyn_cast<GetParamOp>(op))
+      names.insert(get.getNameAttr().getAttr());
+    else if (auto get = dyn_cast<GetStateOp>(op))
+      names.insert(get.getNameAttr().getAttr());
+    else if (auto assign = dyn_cast<AssignOp>(op))
+      names.insert(assign.getNameAttr().getAttr());
+  });
+  return names;
+}
+
 LogicalResult PipelinePlacement::emitRankProgram(
     ModuleOp module, func::FuncOp func, int64_t me, FlatSymbolRefAttr pp,
     ArrayRef<SmallVector<Operation *>> ops, ArrayRef<DenseSet<Operation *>> on,
@@ -30,6 +44,10 @@ LogicalResult PipelinePlacement::emitRankProgram(
   Block &body = func.getBody().front();
   auto ret = cast<func::ReturnOp>(body.getTerminator());
   OpBuilder b(ctx);
+  // The declarations some op of the whole step reads or assigns: a
+  // parameter that none does (the loss does not reach it, so it has no
+  // update either) stays on the first stage, whose checkpoint holds it.
+  DenseSet<StringAttr> referencedByStep = referencedNames(func);
 
   // Receives: one per message to this stage, before its item.
   DenseMap<Message *, Value> received;
@@ -133,19 +151,14 @@ LogicalResult PipelinePlacement::emitRankProgram(
       op.erase();
 
   // Declarations this stage no longer reads.
-  DenseSet<StringAttr> referenced;
-  func.walk([&](Operation *op) {
-    if (auto get = dyn_cast<GetParamOp>(op))
-      referenced.insert(get.getNameAttr().getAttr());
-    else if (auto get = dyn_cast<GetStateOp>(op))
-      referenced.insert(get.getNameAttr().getAttr());
-    else if (auto assign = dyn_cast<AssignOp>(op))
-      referenced.insert(assign.getNameAttr().getAttr());
-  });
+  DenseSet<StringAttr> referenced = referencedNames(func);
   for (Operation &op : llvm::make_early_inc_range(*module.getBody()))
-    if (isa<ParamOp, StateOp>(op))
-      if (!referenced.contains(cast<SymbolOpInterface>(op).getNameAttr()))
+    if (isa<ParamOp, StateOp>(op)) {
+      StringAttr name = cast<SymbolOpInterface>(op).getNameAttr();
+      bool unusedParam = isa<ParamOp>(op) && !referencedByStep.contains(name);
+      if (!referenced.contains(name) && !(unusedParam && me == 0))
         op.erase();
+    }
 
   module->setAttr("strata.schedule", b.getArrayAttr(schedule));
   if (failed(verify(module)))

@@ -405,7 +405,7 @@ Error Reader::validate(const StrategyContext &context) {
   unusedIf("dp_optimization.find_unused_parameters",
            s.dp_optimization.find_unused_parameters,
            "Strata sees which parameters have no gradient when it compiles "
-           "the program, and synchronises zeros for them");
+           "the program, and updates them on no rank");
   unusedIf("amp.use_fp16_guard", s.amp.enable && s.amp.level == "o1",
            "the guard limits level o2's low-precision parameters and ops to "
            "the guarded ops (level o1 decides per op by the lists)");

@@ -35,7 +35,6 @@ import operator
 import os
 import re
 import struct
-import warnings
 from dataclasses import dataclass, field
 from typing import Callable, Dict, List, Optional, Sequence
 
@@ -440,18 +439,6 @@ def _check_gradients(module, loss_fn, inputs, traced, roles, frozen):
             stack.extend(f for f, _ in fn.next_functions)
         grads = torch.autograd.grad(loss, [trainable[n] for n in names],
                                     allow_unused=True) if names else []
-    unread = sorted(set(trainable) - read)
-    if unread:
-        warnings.warn(
-            "strata.import_torch: the step does not read parameter%s %s: "
-            "Strata's optimizer still updates %s (weight decay, momentum), "
-            "where PyTorch's skips a parameter without a gradient; set "
-            "requires_grad=False to keep %s as %s" % (
-                "s" if len(unread) > 1 else "",
-                ", ".join("'%s'" % n for n in unread),
-                "them" if len(unread) > 1 else "it",
-                "them" if len(unread) > 1 else "it",
-                "they are" if len(unread) > 1 else "it is"), stacklevel=3)
     for name, grad in zip(names, grads):
         if grad is None:
             raise UnsupportedError(

@@ -112,6 +112,19 @@ func.func @all_frozen(%x: tensor<8xf32>) -> tensor<f32> {
 
 // -----
 
+// Nor one whose loss reaches none of its trainable parameters.
+strata.param @f : tensor<8xf32> init <normal, 1.0> {frozen}
+strata.param @w : tensor<8xf32> init <normal, 1.0>
+// expected-error@+1 {{strata-autodiff: the loss reaches no trainable strata.param: the step has nothing to train}}
+func.func @unreached(%x: tensor<8xf32>) -> tensor<f32> {
+  %f = strata.get_param @f : tensor<8xf32>
+  %y = strata.mul %x, %f : (tensor<8xf32>, tensor<8xf32>) -> tensor<8xf32>
+  %l = strata.reduce_sum %y {dims = array<i64: 0>} : (tensor<8xf32>) -> tensor<f32>
+  return %l : tensor<f32>
+}
+
+// -----
+
 // Every pass walks the step as one block that ends in func.return (another
 // dialect's terminator parses, and is refused where it stands).
 strata.param @w : tensor<8xf32> init <normal, 1.0>

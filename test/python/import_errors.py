@@ -156,9 +156,9 @@ hooked = Two("plain")
 hooked.b.register_full_backward_hook(lambda m, gi, go: None)
 attempt(hooked, (x, labels), F.cross_entropy)
 
-# A parameter the step never reads: a warning (Strata's optimizer would
-# still decay it); a submodule the user put in eval mode stays so (its
-# dropout off), and every module's mode is as it was.
+# A parameter the step never reads imports without a warning (it gets no
+# gradient and no update, as in PyTorch); a submodule the user put in eval
+# mode stays so (its dropout off), and every module's mode is as it was.
 import warnings
 
 unread = Two("plain")
@@ -216,7 +216,8 @@ print("non-ascii:", '@"größe"' in program.text,
 
 # detach() of what no trained parameter reaches (the target, a buffer)
 # imports; a loss in a dict, or first of several outputs, is the one
-# checked; a parameter read only by another output is unread (a warning);
+# checked; a parameter read only by another output is unread (no gradient,
+# no update, no warning);
 # a loss computed wholly under torch.no_grad is refused; negating an
 # integer tensor is integer arithmetic.
 attempt(nn.Linear(4, 3), (x, labels),
