@@ -22,10 +22,15 @@
 using namespace mlir;
 using namespace strata;
 
-/// The parameters and state that `func`'s ops read or assign.
-static DenseSet<StringAttr> referencedNames(func::FuncOp func) {
+/// The parameters and state that `func`'s ops read or assign, but for the
+/// ops `skip` holds.
+static DenseSet<StringAttr>
+referencedNames(func::FuncOp func,
+                function_ref<bool(Operation *)> skip = nullptr) {
   DenseSet<StringAttr> names;
   func.walk([&](Operation *op) {
+    if (skip && skip(op))
+      return;
     if (auto get = dyn_cast<GetParamOp>(op))
       names.insert(get.getNameAttr().getAttr());
     else if (auto get = dyn_cast<GetStateOp>(op))
@@ -44,10 +49,15 @@ LogicalResult PipelinePlacement::emitRankProgram(
   Block &body = func.getBody().front();
   auto ret = cast<func::ReturnOp>(body.getTerminator());
   OpBuilder b(ctx);
-  // The declarations some op of the whole step reads or assigns: a
+  // The declarations some live op of the whole step reads or assigns: a
   // parameter that none does (the loss does not reach it, so it has no
-  // update either) stays on the first stage, whose checkpoint holds it.
-  DenseSet<StringAttr> referencedByStep = referencedNames(func);
+  // update either, and a read of it nothing uses is dead on every stage)
+  // stays on the first stage, whose checkpoint holds it.
+  DenseSet<StringAttr> referencedByStep =
+      referencedNames(func, [&](Operation *op) {
+        auto it = places.find(op);
+        return it != places.end() && it->second.dead;
+      });
 
   // Receives: one per message to this stage, before its item.
   DenseMap<Message *, Value> received;

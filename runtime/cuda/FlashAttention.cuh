@@ -71,9 +71,19 @@ constexpr int kFlashThreads = 32 * kFlashWarps;
 /// two blocks; at head size 64 these bounds took GPT-2 124M's attention
 /// at batch 16 on an H200 from 5.55 to 4.66 ms forward and 21.0 to 17.4
 /// gradient (12 layers). At 128, where the accumulators double, they would
-/// spill kilobytes a thread: nvcc chooses.
-template <int D> constexpr int kFlashForwardBlocks = D <= 64 ? 4 : 1;
-template <int D> constexpr int kFlashGradBlocks = D <= 64 ? 3 : 1;
+/// spill kilobytes a thread: nvcc chooses. Only for Hopper (sm_90), where
+/// they were measured: on GPUs with less shared memory per SM (an A100's
+/// 164 KB, 100 KB on sm_86/89 and sm_120) the tiles allow fewer blocks
+/// anyway, and the register cap would only spill.
+#if defined(__CUDA_ARCH__) && (__CUDA_ARCH__ < 900 || __CUDA_ARCH__ >= 1000)
+constexpr bool kFlashHopper = false;
+#else
+constexpr bool kFlashHopper = true;
+#endif
+template <int D>
+constexpr int kFlashForwardBlocks = kFlashHopper &&D <= 64 ? 4 : 1;
+template <int D>
+constexpr int kFlashGradBlocks = kFlashHopper &&D <= 64 ? 3 : 1;
 
 /// `n` rounded up to a multiple of 16 (an m16n8k16 product's k).
 __host__ __device__ inline int pad16(int64_t n) {

@@ -71,7 +71,8 @@ attention_cases() {
 }
 if wanted attention; then
   # The tensor-core register layouts the flash kernels take (ldmatrix,
-  # mma.sync): a failure here explains one of the flash cases below.
+  # mma.sync): a failure here explains a failing bf16 or f16 attention case
+  # of the kernels stage.
   echo "== mma.sync and ldmatrix layouts"
   timeout 60 build/fragment_probe || status=1
   # The chunked products (STRATA_CUDA_ATTENTION=gemm; f32 always takes

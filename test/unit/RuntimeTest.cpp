@@ -180,10 +180,11 @@ TEST(RuntimeTest, GemmAutotuneTimesEachProblemOnceAndComputesIt) {
                 afterFirst = timed;
               }
             }
-    // Every problem timed, or all but those transposed into plain ones.
+    // Every problem timed, but for transposed-A ones that ran as plain
+    // ones (which the runtime decides per problem).
     const int64_t timed = autotuned(ctx).first;
-    EXPECT_TRUE(timed == problems || timed == problems - transposedA)
-        << timed << " of " << problems << " products timed";
+    EXPECT_LE(timed, problems);
+    EXPECT_GE(timed, problems - transposedA);
     problems = timed;
     if (choice == 1) {
       EXPECT_EQ(autotuned(ctx).second, 0);
