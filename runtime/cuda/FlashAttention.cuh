@@ -81,9 +81,9 @@ constexpr bool kFlashHopper = false;
 constexpr bool kFlashHopper = true;
 #endif
 template <int D>
-constexpr int kFlashForwardBlocks = kFlashHopper &&D <= 64 ? 4 : 1;
+constexpr int kFlashForwardBlocks = (kFlashHopper && D <= 64) ? 4 : 1;
 template <int D>
-constexpr int kFlashGradBlocks = kFlashHopper &&D <= 64 ? 3 : 1;
+constexpr int kFlashGradBlocks = (kFlashHopper && D <= 64) ? 3 : 1;
 
 /// `n` rounded up to a multiple of 16 (an m16n8k16 product's k).
 __host__ __device__ inline int pad16(int64_t n) {
@@ -186,15 +186,6 @@ template <typename U> struct Twice {
 #else
 #define STRATA_FLASH_UNROLL
 #endif
-
-/// Two elements as one operand register: the first in the low half.
-template <typename T>
-__device__ __forceinline__ uint32_t pairOf(const T *lo, const T *hi) {
-  uint16_t l, h;
-  std::memcpy(&l, lo, sizeof l);
-  std::memcpy(&h, hi, sizeof h);
-  return uint32_t(l) | uint32_t(h) << 16;
-}
 
 /// ldmatrix.sync.aligned.m8n8.x4[.trans].shared.b16: four 8 x 8 matrices
 /// of a shared tile into four registers of each lane. Lanes 8 m .. 8 m + 7
