@@ -187,6 +187,17 @@ template <typename U> struct Twice {
 #define STRATA_FLASH_UNROLL
 #endif
 
+/// Two elements as one operand register: the first in the low half (what
+/// fragment_probe.cu, the GPU check's probe of the register layouts,
+/// builds its operands with).
+template <typename T>
+__device__ __forceinline__ uint32_t pairOf(const T *lo, const T *hi) {
+  uint16_t l, h;
+  std::memcpy(&l, lo, sizeof l);
+  std::memcpy(&h, hi, sizeof h);
+  return uint32_t(l) | uint32_t(h) << 16;
+}
+
 /// ldmatrix.sync.aligned.m8n8.x4[.trans].shared.b16: four 8 x 8 matrices
 /// of a shared tile into four registers of each lane. Lanes 8 m .. 8 m + 7
 /// give the addresses of rows 0 .. 7 of matrix m (16-byte aligned, 8
