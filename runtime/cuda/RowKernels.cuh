@@ -305,23 +305,37 @@ template <typename T> __device__ int64_t rowHead(const T *x, int64_t n) {
   return min(n, misaligned ? (16 - misaligned) / int64_t(sizeof(T)) : 0);
 }
 
+/// This thread of the block's share of a row of n elements of T in three
+/// parts: element(j) for each of the first `head` one at a time, vector(v)
+/// for each whole 16-byte vector after them (elements head + v kVector ..),
+/// then element(j) for the rest.
+template <typename T, typename Element, typename Vector>
+__device__ void forRowParts(int64_t n, int64_t head, Element &&element,
+                            Vector &&vector) {
+  const int64_t count = (n - head) / kVector<T>;
+  for (int64_t j = threadIdx.x; j < head; j += blockDim.x)
+    element(j);
+  for (int64_t v = threadIdx.x; v < count; v += blockDim.x)
+    vector(v);
+  for (int64_t j = head + count * kVector<T> + threadIdx.x; j < n;
+       j += blockDim.x)
+    element(j);
+}
+
 /// f(j, x[j] as f32) for the elements j of row x that this thread of the
 /// block takes.
 template <typename T, typename F>
 __device__ void forRowElements(const T *x, int64_t n, F &&f) {
-  constexpr int kVec = kVector<T>;
-  const int64_t head = rowHead(x, n), count = (n - head) / kVec;
-  for (int64_t j = threadIdx.x; j < head; j += blockDim.x)
-    f(j, toFloat(x[j]));
+  const int64_t head = rowHead(x, n);
   const auto *vectors = reinterpret_cast<const Vector16<T> *>(x + head);
-  for (int64_t v = threadIdx.x; v < count; v += blockDim.x) {
-    const Vector16<T> e = vectors[v];
+  forRowParts<T>(
+      n, head, [&](int64_t j) { f(j, toFloat(x[j])); },
+      [&](int64_t v) {
+        const Vector16<T> e = vectors[v];
 #pragma unroll
-    for (int k = 0; k < kVec; ++k)
-      f(head + v * kVec + k, toFloat(e.e[k]));
-  }
-  for (int64_t j = head + count * kVec + threadIdx.x; j < n; j += blockDim.x)
-    f(j, toFloat(x[j]));
+        for (int k = 0; k < kVector<T>; ++k)
+          f(head + v * kVector<T> + k, toFloat(e.e[k]));
+      });
 }
 
 /// y[j] = g(j, x[j] as f32) rounded to T over row x, 16 bytes a load and a
@@ -329,25 +343,22 @@ __device__ void forRowElements(const T *x, int64_t n, F &&f) {
 /// element is read by the thread that writes it, so y may alias x.
 template <typename T, typename G>
 __device__ void mapRow(T *y, const T *x, int64_t n, G &&g) {
-  constexpr int kVec = kVector<T>;
   const bool alike =
       (reinterpret_cast<uintptr_t>(y) - reinterpret_cast<uintptr_t>(x)) % 16 ==
       0;
-  const int64_t head = alike ? rowHead(x, n) : n, count = (n - head) / kVec;
-  for (int64_t j = threadIdx.x; j < head; j += blockDim.x)
-    y[j] = fromFloat<T>(g(j, toFloat(x[j])));
+  const int64_t head = alike ? rowHead(x, n) : n;
   const auto *in = reinterpret_cast<const Vector16<T> *>(x + head);
   auto *out = reinterpret_cast<Vector16<T> *>(y + head);
-  for (int64_t v = threadIdx.x; v < count; v += blockDim.x) {
-    const Vector16<T> e = in[v];
-    Vector16<T> o;
+  forRowParts<T>(
+      n, head, [&](int64_t j) { y[j] = fromFloat<T>(g(j, toFloat(x[j]))); },
+      [&](int64_t v) {
+        const Vector16<T> e = in[v];
+        Vector16<T> o;
 #pragma unroll
-    for (int k = 0; k < kVec; ++k)
-      o.e[k] = fromFloat<T>(g(head + v * kVec + k, toFloat(e.e[k])));
-    out[v] = o;
-  }
-  for (int64_t j = head + count * kVec + threadIdx.x; j < n; j += blockDim.x)
-    y[j] = fromFloat<T>(g(j, toFloat(x[j])));
+        for (int k = 0; k < kVector<T>; ++k)
+          o.e[k] = fromFloat<T>(g(head + v * kVector<T> + k, toFloat(e.e[k])));
+        out[v] = o;
+      });
 }
 
 /// The maximum of row x's `n` elements and the sum of exp(x - maximum), in
