@@ -159,6 +159,14 @@ __host__ __device__ inline unsigned long long badIdWord(int64_t position,
 /// and clears them.
 void launchPendingAdams(StrataRtContext *ctx);
 
+/// The epilogue of a plan's f32Sums (ActivationKernels.cuh), on the compute
+/// stream: for `rows` rows of `n` sums, aux = sums + bias (when `aux` is
+/// not null) and out = act(sums + bias), each rounded once to `dtype`
+/// (Elementwise.cu).
+void sumsEpilogue(StrataRtContext *ctx, int64_t site, int64_t dtype, void *out,
+                  void *aux, const float *sums, const void *bias, int64_t rows,
+                  int64_t n, int64_t act);
+
 /// Divides the `n` elements of `data` (f32, bf16, f16) by `count` in f32,
 /// rounding once, on `stream` (Elementwise.cu): the mean of a collective.
 bool divideOnStream(StrataRtContext *ctx, int64_t site, void *data, int64_t n,

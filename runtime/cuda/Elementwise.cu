@@ -32,10 +32,10 @@
 //
 //===----------------------------------------------------------------------===//
 
+#include "ActivationKernels.cuh"
 #include "BinaryKernels.cuh"
 #include "Device.cuh"
 
-#include "../common/Activations.h"
 #include "../common/StrataRandom.h"
 
 #include <algorithm>
@@ -140,45 +140,6 @@ __device__ __forceinline__ void offsetsOf(I i, const Layout<N> &l,
 }
 
 //===--- Arithmetic -------------------------------------------------------===//
-
-using namespace strata::act;
-
-/// f(x) of strata_rt_unary (a code knownUnary accepts).
-__device__ __forceinline__ float unaryOp(int64_t op, float x, float alpha) {
-  switch (op) {
-  case STRATA_RT_UNARY_SCALE:
-    return x * alpha;
-  case STRATA_RT_ACT_RELU: // NaN stays NaN, as on the CPU
-    return x > 0.0f || x != x ? x : 0.0f;
-  case STRATA_RT_ACT_GELU_TANH:
-    return geluTanh(x);
-  case STRATA_RT_ACT_GELU_ERF:
-    return geluErf(x);
-  case STRATA_RT_ACT_SILU:
-    return silu(x);
-  case STRATA_RT_UNARY_RSQRT:
-    return 1.0f / sqrtf(x);
-  case STRATA_RT_UNARY_TANH:
-    return tanhf(x);
-  }
-  return x; // STRATA_RT_ACT_NONE
-}
-
-/// dy * f'(x) of strata_rt_act_grad (a code knownActGrad accepts); for
-/// ReLU `x` is the forward output.
-__device__ __forceinline__ float actGradOp(int64_t act, float x, float dy) {
-  switch (act) {
-  case STRATA_RT_ACT_RELU:
-    return x > 0.0f ? dy : 0.0f;
-  case STRATA_RT_ACT_GELU_TANH:
-    return dy * geluTanhGrad(x);
-  case STRATA_RT_ACT_GELU_ERF:
-    return dy * geluErfGrad(x);
-  case STRATA_RT_ACT_SILU:
-    return siluGrad(x, dy);
-  }
-  return dy; // STRATA_RT_ACT_NONE
-}
 
 bool knownUnary(int64_t op) {
   switch (op) {
@@ -486,6 +447,17 @@ bool divideOnStream(StrataRtContext *ctx, int64_t site, void *data, int64_t n,
     return false;
   }
   return ctx->check(site, cudaGetLastError(), what);
+}
+
+void sumsEpilogue(StrataRtContext *ctx, int64_t site, int64_t dtype, void *out,
+                  void *aux, const float *sums, const void *bias, int64_t rows,
+                  int64_t n, int64_t act) {
+  withSameFloatType(ctx, site, "gemm", {dtype}, [&](auto tag) {
+    using T = decltype(tag);
+    launchSumsEpilogue(onStream(ctx, site, "strata_rt_gemm"),
+                       static_cast<T *>(out), static_cast<T *>(aux), sums,
+                       static_cast<const T *>(bias), rows, n, act);
+  });
 }
 
 } // namespace strata::cuda

@@ -150,6 +150,41 @@ struct GemmExtras {
   void *bgrad = nullptr;
 };
 
+void runGemm(StrataRtContext *ctx, int64_t site, GemmCall call, const void *a,
+             const void *b, void *c, const GemmExtras &x);
+
+/// A plan's f32Sums: the product with an f32 result and no epilogue into
+/// the context's scratch, then the bias, aux and activation by
+/// sumsEpilogue, one chunk of rows (sumsChunkRows) at a time.
+void runWithF32Sums(StrataRtContext *ctx, int64_t site, const GemmCall &call,
+                    const void *a, const void *b, void *c,
+                    const GemmExtras &x) {
+  const int64_t rows = call.batch * call.m, n = call.n;
+  const int64_t chunkRows = sumsChunkRows(call);
+  auto *sums = static_cast<float *>(
+      ctx->scratchBytes(site, size_t(chunkRows * n) * sizeof(float)));
+  if (!sums)
+    return;
+  GemmCall product = call;
+  product.bias = false;
+  product.act = STRATA_RT_ACT_NONE;
+  product.aux = false;
+  product.resultType = STRATA_RT_F32;
+  const int64_t size = strata_rt_element_bytes(call.dtype);
+  for (int64_t r = 0; r < rows; r += chunkRows) {
+    const int64_t count = std::min(chunkRows, rows - r);
+    if (chunkRows != rows)
+      product.m = count;
+    runGemm(ctx, site, product,
+            static_cast<const char *>(a) + r * call.k * size, b, sums, {});
+    auto at = [&](void *base) {
+      return base ? static_cast<char *>(base) + r * n * size : nullptr;
+    };
+    sumsEpilogue(ctx, site, call.dtype, at(c), at(x.aux), sums, x.bias, count,
+                 n, call.act);
+  }
+}
+
 /// One planned GEMM: its result D (c, or aux when the plan writes only the
 /// pre-activation there) with the epilogue, then what the epilogue does not
 /// apply: an activation from D into c, an activation gradient in place on
@@ -161,6 +196,8 @@ void runGemm(StrataRtContext *ctx, int64_t site, GemmCall call, const void *a,
   auto *e = cache.entry(ctx, site, call);
   if (!e)
     return;
+  if (e->plan.f32Sums)
+    return runWithF32Sums(ctx, site, call, a, b, c, x);
   void *d = e->plan.auxOnly ? x.aux : c;
   // The heuristic reads the bias and aux pointers' alignment: set first.
   auto setPointer = [&](cublasLtMatmulDescAttributes_t attribute,

@@ -4,6 +4,7 @@
 
 #include "strata/Runtime/StrataRuntime.h"
 
+#include <algorithm>
 #include <limits>
 
 namespace strata::cuda {
@@ -128,6 +129,16 @@ GemmPlan planGemm(const GemmCall &call, bool tf32) {
     }
   }
 
+  // An activation after a bf16 / f16 GEMM would read the rounded
+  // pre-activation; ReLU alone gives the same values either way.
+  if (call.dtype != STRATA_RT_F32 && p.separateAct != STRATA_RT_ACT_NONE &&
+      p.separateAct != STRATA_RT_ACT_RELU) {
+    p.f32Sums = true;
+    p.auxOnly = false;
+    p.epilogue = CUBLASLT_EPILOGUE_DEFAULT;
+    p.resultType = CUDA_R_32F;
+  }
+
   // Row-major C [m, n] is column-major C^T [n, m] = op(B)^T op(A)^T.
   auto batched = [&](Layout l, int64_t stride) {
     l.batchCount = int32_t(call.batch);
@@ -147,6 +158,17 @@ GemmPlan planGemm(const GemmCall &call, bool tf32) {
   p.c = batched(Layout{uint64_t(call.n), uint64_t(call.m), call.n},
                 call.m * call.n);
   return p;
+}
+
+int64_t sumsChunkRows(const GemmCall &call) {
+  const int64_t rows = call.batch * call.m;
+  if (call.batch != 1 || call.transA)
+    return rows;
+  constexpr int64_t kSumsBytes = int64_t(32) << 20;
+  const int64_t fit =
+      std::max<int64_t>(1, kSumsBytes / (call.n * int64_t(sizeof(float))));
+  const int64_t chunks = (rows + fit - 1) / fit;
+  return (rows + chunks - 1) / chunks;
 }
 
 size_t gemmWorkspaceBytes(int major) {

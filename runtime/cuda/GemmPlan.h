@@ -62,9 +62,17 @@ struct GemmPlan {
   /// An activation the epilogue cannot apply (GELU with erf; any but GELU
   /// tanh when the pre-activation is kept): run as strata_rt_unary after
   /// the GEMM (0: none); with `auxOnly` the GEMM writes the aux matrix and
-  /// the activation (any code, NONE a copy) always runs.
+  /// the activation (any code, NONE a copy) always runs; with `f32Sums`
+  /// the sums' epilogue kernel applies it.
   int64_t separateAct = 0;
   bool auxOnly = false;
+  /// bf16 / f16 with a `separateAct` that does not commute with rounding
+  /// (any but NONE and ReLU): the GEMM writes its f32 sums into the
+  /// runtime's scratch instead (this plan's types and epilogue are then
+  /// unused: the product is planned as a call with an f32 result and no
+  /// epilogue), and one kernel adds the bias, writes aux and applies the
+  /// activation to the unrounded pre-activation, as the CPU runtime does.
+  bool f32Sums = false;
   /// A backward epilogue the GEMM does not apply: strata_rt_act_grad of
   /// this activation in place on the result (0: none), and the bias
   /// gradient by strata_rt_reduce.
@@ -86,6 +94,11 @@ struct GemmPlan {
 /// The plan of `call`; `tf32` lets f32 GEMMs use TF32 tensor cores (off
 /// by default: true f32 results, as the CPU runtime's).
 GemmPlan planGemm(const GemmCall &call, bool tf32);
+
+/// The rows of each product a plan's f32Sums runs: all of them, or where
+/// op(A)'s rows lie one after another (one matrix, A not transposed) as
+/// many as keep the f32 sums within 32 MiB (at least one), in equal chunks.
+int64_t sumsChunkRows(const GemmCall &call);
 
 /// cuBLASLt's workspace for a device of compute capability `major`: 32 MiB
 /// on Hopper and later, 4 MiB before.

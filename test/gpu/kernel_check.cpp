@@ -329,6 +329,8 @@ std::vector<CaseDef> makeCases() {
       {"f32_accumulate", F32, 1, 33, 47, 29, 1, 0, 0, 0, 0, 1},
       {"f32_large", F32, 1, 130, 67, 300, 0, 1, 0, 1, 0, 0},
       {"bf16_bias_gelu_tanh", BF16, 1, 33, 47, 29, 0, 0, 0, 1, kTanh, 0},
+      {"bf16_bias_gelu_erf", BF16, 1, 33, 47, 29, 0, 1, 0, 1, kErf, 0},
+      {"f16_batch2_gelu_erf", F16, 2, 17, 31, 45, 0, 0, 0, 0, kErf, 0},
       {"bf16_batch3_shared_b_trans_b", BF16, 3, 33, 47, 29, 0, 1, 1, 0, 0, 0},
       {"f16", F16, 1, 33, 47, 29, 0, 0, 0, 0, 0, 0},
       // An empty inner dimension: act(bias) in every row, or C unchanged.
@@ -352,27 +354,31 @@ std::vector<CaseDef> makeCases() {
     });
 
   // The GEMM that keeps its pre-activation: c = act(aux), aux = A B + bias.
-  // N is a multiple of 8 (the CUDA target's rule for GELU's aux).
+  // N a multiple of 8 (the CUDA target's rule for GELU's aux), or not: the
+  // activation after the GEMM (bf16 and f16: on its f32 sums).
   struct GemmAuxCase {
     const char *name;
-    int64_t dt, transB, bias, act;
+    int64_t dt, m, n, k, transB, bias, act;
   };
-  const GemmAuxCase gemmAux[] = {{"f32_bias_gelu_tanh", F32, 0, 1, kTanh},
-                                 {"f32_gelu_tanh_trans_b", F32, 1, 0, kTanh},
-                                 {"f32_bias_relu", F32, 0, 1, kRelu},
-                                 {"f32_bias_gelu_erf", F32, 1, 1, kErf},
-                                 {"bf16_bias_gelu_tanh", BF16, 0, 1, kTanh}};
+  const GemmAuxCase gemmAux[] = {
+      {"f32_bias_gelu_tanh", F32, 33, 48, 29, 0, 1, kTanh},
+      {"f32_gelu_tanh_trans_b", F32, 33, 48, 29, 1, 0, kTanh},
+      {"f32_bias_relu", F32, 33, 48, 29, 0, 1, kRelu},
+      {"f32_bias_gelu_erf", F32, 33, 48, 29, 1, 1, kErf},
+      {"bf16_bias_gelu_tanh", BF16, 33, 48, 29, 0, 1, kTanh},
+      {"bf16_bias_gelu_erf", BF16, 33, 48, 29, 0, 1, kErf},
+      {"bf16_bias_gelu_tanh_n_odd", BF16, 33, 45, 29, 1, 1, kTanh},
+      {"f16_bias_relu", F16, 33, 48, 29, 0, 1, kRelu}};
   for (const GemmAuxCase &g : gemmAux)
     add(std::string("gemm_aux_") + g.name, [g](Case &t) {
-      const int64_t m = 33, n = 48, k = 29;
       Tol tol = g.dt != F32 ? kDefault : kSum;
-      void *a = t.rand(g.dt, m * k, -1, 1);
-      void *b = t.rand(g.dt, k * n, -1, 1);
-      void *bias = g.bias ? t.rand(g.dt, n, -1, 1) : nullptr;
-      void *c = t.out("c", g.dt, m * n, tol);
-      void *aux = t.out("aux", g.dt, m * n, tol);
-      RT.gemm_aux(t.ctx, 1, m, n, k, a, g.dt, 0, b, g.dt, g.transB, c, g.dt,
-                  aux, g.dt, bias, g.dt, g.act);
+      void *a = t.rand(g.dt, g.m * g.k, -1, 1);
+      void *b = t.rand(g.dt, g.k * g.n, -1, 1);
+      void *bias = g.bias ? t.rand(g.dt, g.n, -1, 1) : nullptr;
+      void *c = t.out("c", g.dt, g.m * g.n, tol);
+      void *aux = t.out("aux", g.dt, g.m * g.n, tol);
+      RT.gemm_aux(t.ctx, 1, g.m, g.n, g.k, a, g.dt, 0, b, g.dt, g.transB, c,
+                  g.dt, aux, g.dt, bias, g.dt, g.act);
     });
 
   // The backward epilogues. dact: c = (A B) * act'(aux), N a multiple of 8

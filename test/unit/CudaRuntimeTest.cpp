@@ -162,19 +162,31 @@ TEST(CudaGemmPlan, EpilogueForEveryBiasAndActivation) {
       {true, STRATA_RT_ACT_GELU_ERF, CUBLASLT_EPILOGUE_BIAS,
        STRATA_RT_ACT_GELU_ERF},
   };
-  for (const Case &c : cases) {
-    GemmCall g;
-    g.m = g.n = g.k = 8;
-    g.dtype = STRATA_RT_BF16;
-    g.bias = c.bias;
-    g.act = c.act;
-    GemmPlan p = planGemm(g, false);
-    ASSERT_TRUE(p.error.empty()) << p.error;
-    EXPECT_EQ(p.epilogue, c.epilogue) << "act " << c.act << " bias " << c.bias;
-    EXPECT_EQ(p.separateAct, c.separate);
-    EXPECT_EQ(p.dataType, CUDA_R_16BF);
-    EXPECT_EQ(p.compute, CUBLAS_COMPUTE_32F);
-  }
+  for (int64_t dtype : {STRATA_RT_F32, STRATA_RT_BF16, STRATA_RT_F16})
+    for (const Case &c : cases) {
+      GemmCall g;
+      g.m = g.n = g.k = 8;
+      g.dtype = dtype;
+      g.bias = c.bias;
+      g.act = c.act;
+      GemmPlan p = planGemm(g, false);
+      ASSERT_TRUE(p.error.empty()) << p.error;
+      SCOPED_TRACE("dtype " + std::to_string(dtype) + " act " +
+                   std::to_string(c.act) + " bias " + std::to_string(c.bias));
+      EXPECT_EQ(p.separateAct, c.separate);
+      EXPECT_EQ(p.compute, CUBLAS_COMPUTE_32F);
+      // bf16 / f16: erf after the GEMM would read rounded sums; the GEMM
+      // keeps f32 sums (no epilogue) for the kernel that adds the bias.
+      // ReLU gives the same values on rounded sums.
+      const bool f32Sums =
+          dtype != STRATA_RT_F32 && c.act == STRATA_RT_ACT_GELU_ERF;
+      EXPECT_EQ(p.f32Sums, f32Sums);
+      EXPECT_EQ(p.epilogue, f32Sums ? CUBLASLT_EPILOGUE_DEFAULT : c.epilogue);
+      EXPECT_EQ(p.dataType, dtype == STRATA_RT_F32    ? CUDA_R_32F
+                            : dtype == STRATA_RT_BF16 ? CUDA_R_16BF
+                                                      : CUDA_R_16F);
+      EXPECT_EQ(p.resultType, f32Sums ? CUDA_R_32F : p.dataType);
+    }
 }
 
 TEST(CudaGemmPlan, Bf16OperandsWithAnF32Result) {
@@ -250,30 +262,68 @@ TEST(CudaGemmPlan, PreActivationKeptByTheEpilogueOrBeside) {
   EXPECT_EQ(planGemm(g, false).epilogue, CUBLASLT_EPILOGUE_GELU_AUX);
 
   // ReLU's aux would be a bit mask and erf has no epilogue: the GEMM writes
-  // the pre-activation into aux and the activation reads it.
-  for (int64_t act : {STRATA_RT_ACT_RELU, STRATA_RT_ACT_GELU_ERF}) {
-    g.bias = true;
-    g.act = act;
-    GemmPlan q = planGemm(g, false);
-    EXPECT_EQ(q.epilogue, CUBLASLT_EPILOGUE_BIAS);
-    EXPECT_TRUE(q.auxOnly);
-    EXPECT_EQ(q.separateAct, act);
-    EXPECT_EQ(q.auxLd, 0);
-  }
-  // N not a multiple of 8 (cuBLASLt's aux rule), no activation, SiLU: the
-  // activation runs after the GEMM.
-  g.n = 60;
-  for (int64_t act :
-       {STRATA_RT_ACT_GELU_TANH, STRATA_RT_ACT_NONE, STRATA_RT_ACT_SILU}) {
-    g.act = act;
+  // the pre-activation into aux and the activation reads it, where reading
+  // the rounded pre-activation gives the same values (f32; ReLU). Else the
+  // GEMM keeps its f32 sums, and one kernel writes aux and the activation.
+  auto expectBeside = [&](bool f32Sums) {
     GemmPlan q = planGemm(g, false);
     ASSERT_TRUE(q.error.empty()) << q.error;
-    EXPECT_TRUE(q.auxOnly);
-    EXPECT_EQ(q.separateAct, act);
+    EXPECT_EQ(q.f32Sums, f32Sums);
+    EXPECT_EQ(q.auxOnly, !f32Sums);
+    EXPECT_EQ(q.separateAct, g.act);
+    EXPECT_EQ(q.auxLd, 0);
+    EXPECT_EQ(q.epilogue, f32Sums || !g.bias ? CUBLASLT_EPILOGUE_DEFAULT
+                                             : CUBLASLT_EPILOGUE_BIAS);
+  };
+  g.bias = true;
+  for (int64_t dtype : {STRATA_RT_F32, STRATA_RT_BF16}) {
+    SCOPED_TRACE("dtype " + std::to_string(dtype));
+    g.dtype = dtype;
+    g.n = 64;
+    g.act = STRATA_RT_ACT_RELU;
+    expectBeside(false);
+    g.act = STRATA_RT_ACT_GELU_ERF;
+    expectBeside(dtype != STRATA_RT_F32);
+    // N not a multiple of 8 (cuBLASLt's aux rule), no activation, SiLU: the
+    // activation runs after the GEMM.
+    g.n = 60;
+    g.act = STRATA_RT_ACT_GELU_TANH;
+    expectBeside(dtype != STRATA_RT_F32);
+    g.act = STRATA_RT_ACT_NONE;
+    expectBeside(false);
+    g.act = STRATA_RT_ACT_SILU;
+    expectBeside(dtype != STRATA_RT_F32);
   }
   g.batch = 2;
   EXPECT_EQ(planGemm(g, false).error,
             "a batch of GEMMs that keep their pre-activation");
+}
+
+TEST(CudaGemmPlan, F32SumsInChunksOfRows) {
+  // GPT-2's MLP with erf GELU at batch 16: 16384 x 3072 f32 sums, 192 MiB,
+  // in 7 equal chunks of at most 32 MiB.
+  GemmCall g;
+  g.m = 16384;
+  g.n = 3072;
+  g.k = 768;
+  g.dtype = STRATA_RT_BF16;
+  const int64_t rows = sumsChunkRows(g);
+  EXPECT_EQ(rows, 2341);
+  EXPECT_LE(rows * g.n * 4, int64_t(32) << 20);
+  EXPECT_GE(rows * 7, g.m);
+  g.m = 100;
+  EXPECT_EQ(sumsChunkRows(g), 100);
+  // A row wider than 32 MiB: one row at a time.
+  g.n = int64_t(1) << 24;
+  EXPECT_EQ(sumsChunkRows(g), 1);
+  // A transposed A, or a batch: all rows at once.
+  g.n = 3072;
+  g.m = 16384;
+  g.transA = true;
+  EXPECT_EQ(sumsChunkRows(g), 16384);
+  g.transA = false;
+  g.batch = 2;
+  EXPECT_EQ(sumsChunkRows(g), 2 * 16384);
 }
 
 /// The backward epilogues: DGELU for the tanh GELU's gradient with N a

@@ -13,7 +13,10 @@
 //   limits, outputs that alias their inputs, bad labels;
 // - the dense binary op (runtime/cuda/BinaryKernels.cuh), 16 bytes a load
 //   where every operand is aligned, one element at a time otherwise, and
-//   the tail past the last whole vector; in place; every element type.
+//   the tail past the last whole vector; in place; every element type;
+// - the epilogue of a bf16 / f16 GEMM whose activation cuBLASLt cannot
+//   apply (runtime/cuda/ActivationKernels.cuh), against the CPU's
+//   strata_rt_gemm_aux and strata_rt_gemm.
 //
 //===----------------------------------------------------------------------===//
 
@@ -38,6 +41,7 @@ inline unsigned long long atomicMin(unsigned long long *word,
 /// device code only).
 inline int64_t min(int64_t a, int64_t b) { return a < b ? a : b; }
 
+#include "ActivationKernels.cuh"
 #include "BinaryKernels.cuh"
 #include "RowKernels.cuh"
 
@@ -352,6 +356,75 @@ TEST(KernelEmulation, DenseBinary) {
   checkBinary<int32_t>(STRATA_RT_MUL, 18, 0, false);
   checkBinary<int64_t>(STRATA_RT_SUB, 9, 1, false);
   checkBinary<float>(STRATA_RT_ADD, 3, 0, false); // no whole vector
+}
+
+/// The epilogue of a bf16 / f16 GEMM with an activation cuBLASLt cannot
+/// apply: from the product's f32 sums, aux = sums + bias and out =
+/// act(sums + bias), each rounded once, as the CPU's gemm_aux (`aux`) or
+/// gemm computes them. The operands are multiples of 1/64 in [-1, 1]
+/// (bf16 and f16 values), so the sums are exact in any order and aux is
+/// equal to the bit; the pre-activations have more bits than bf16 or f16
+/// keeps, so an activation of the rounded aux would differ.
+template <typename T>
+void checkSumsEpilogue(int64_t m, int64_t n, int64_t act, bool bias, bool aux) {
+  SCOPED_TRACE(name<T>(m, n) + " act " + std::to_string(act) +
+               (bias ? " bias" : "") + (aux ? " aux" : ""));
+  const int64_t k = 29;
+  std::mt19937 gen(unsigned(m * 1000 + n * 10 + act));
+  std::uniform_int_distribution<int> pick(-64, 64);
+  auto draw64ths = [&](int64_t count) {
+    std::vector<T> v(count);
+    for (T &x : v)
+      x = narrow<T>(float(pick(gen)) / 64);
+    return v;
+  };
+  const std::vector<T> a = draw64ths(m * k), b = draw64ths(k * n),
+                       biasValues = draw64ths(n);
+  std::vector<float> sums(m * n, 0.0f);
+  for (int64_t i = 0; i < m; ++i)
+    for (int64_t j = 0; j < n; ++j)
+      for (int64_t p = 0; p < k; ++p)
+        sums[i * n + j] += wide(a[i * k + p]) * wide(b[p * n + j]);
+
+  CpuContext cpu;
+  const T *biasData = bias ? biasValues.data() : nullptr;
+  std::vector<T> outWant(m * n), auxWant(m * n);
+  if (aux)
+    strata_rt_gemm_aux(cpu, 1, m, n, k, a.data(), kType<T>, 0, b.data(),
+                       kType<T>, 0, outWant.data(), kType<T>, auxWant.data(),
+                       kType<T>, biasData, kType<T>, act);
+  else
+    strata_rt_gemm(cpu, 1, 1, m, n, k, a.data(), kType<T>, 0, 0, b.data(),
+                   kType<T>, 0, 0, outWant.data(), kType<T>, biasData, kType<T>,
+                   act, 0);
+  ASSERT_EQ(cpu.error(), nullptr);
+
+  std::vector<T> outGot(m * n), auxGot(m * n);
+  strata::cuda::launchSumsEpilogue(hostLaunch, outGot.data(),
+                                   aux ? auxGot.data() : nullptr, sums.data(),
+                                   biasData, m, n, act);
+  if (aux)
+    for (int64_t i = 0; i < m * n; ++i)
+      ASSERT_EQ(wide(auxGot[i]), wide(auxWant[i])) << "aux element " << i;
+  expectClose(outGot, outWant, "activation");
+  // The activation's f32 formulas differ in their last bits between the
+  // CPU's vector code and the device's, relatively most where GELU is tiny
+  // (its negative tail): elsewhere equal to the bit but rarely.
+  int64_t large = 0, same = 0;
+  for (int64_t i = 0; i < m * n; ++i)
+    if (std::fabs(wide(outWant[i])) >= 1.0 / 16) {
+      ++large;
+      same += wide(outGot[i]) == wide(outWant[i]);
+    }
+  EXPECT_GE(double(same), 0.99 * double(large));
+}
+
+TEST(KernelEmulation, GemmSumsEpilogue) {
+  checkSumsEpilogue<BFloat16>(37, 48, STRATA_RT_ACT_GELU_ERF, true, true);
+  checkSumsEpilogue<BFloat16>(9, 45, STRATA_RT_ACT_GELU_TANH, true, true);
+  checkSumsEpilogue<Half>(11, 300, STRATA_RT_ACT_SILU, false, true);
+  checkSumsEpilogue<BFloat16>(13, 64, STRATA_RT_ACT_GELU_ERF, true, false);
+  checkSumsEpilogue<Half>(7, 33, STRATA_RT_ACT_GELU_ERF, false, false);
 }
 
 } // namespace
