@@ -15,6 +15,7 @@
 
 #include "mlir/Interfaces/InferTypeOpInterface.h"
 #include "llvm/ADT/DenseMap.h"
+#include "llvm/ADT/DenseSet.h"
 #include "llvm/ADT/STLExtras.h"
 #include "llvm/ADT/StringSet.h"
 
@@ -289,12 +290,25 @@ void AmpPass::runOnOperation() {
   bool anyLow = false;
   // Level o2: parameters in the low type, but those a black-list op reads
   // directly and, under fp16-guard, those an unguarded op reads (they stay
-  // f32 and are read as they are).
+  // f32 and are read as they are). So do those the loss does not reach:
+  // they get no gradient, so no f32 master weight, and nothing would
+  // compute with their rounded value but their checkpoint.
   if (o2) {
     llvm::StringMap<SmallVector<GetParamOp>> reads;
-    llvm::StringSet<> keepF32;
+    llvm::StringSet<> keepF32, reachLoss;
+    auto ret = cast<func::ReturnOp>(func.getBody().front().getTerminator());
+    llvm::DenseSet<Operation *> lossSlice;
+    SmallVector<Value> work;
+    if (ret.getNumOperands() > 0)
+      work.push_back(ret.getOperand(0));
+    while (!work.empty())
+      if (Operation *def = work.pop_back_val().getDefiningOp();
+          def && lossSlice.insert(def).second)
+        llvm::append_range(work, def->getOperands());
     func.walk([&](GetParamOp get) {
       reads[get.getName()].push_back(get);
+      if (lossSlice.contains(get))
+        reachLoss.insert(get.getName());
       for (Operation *user : get->getUsers())
         if (black.contains(user->getName().stripDialect()) || !guarded(user))
           keepF32.insert(get.getName());
@@ -302,7 +316,8 @@ void AmpPass::runOnOperation() {
     for (ParamOp param : module.getOps<ParamOp>()) {
       RankedTensorType type = param.getTensorType();
       if (!type.getElementType().isF32() ||
-          keepF32.contains(param.getSymName()))
+          keepF32.contains(param.getSymName()) ||
+          !reachLoss.contains(param.getSymName()))
         continue;
       param.setType(type.clone(low));
       anyLow = true;

@@ -64,7 +64,8 @@ def StrataAmp : Pass<"strata-amp", "mlir::ModuleOp"> {
     lists, is an error.
 
     Level `o2` (Paddle's pure low precision) first retypes the parameters
-    to `dtype`, but those a black-list op reads directly, and then computes
+    to `dtype`, but those a black-list op reads directly and those the loss
+    does not reach (no gradient, so no master weight), and then computes
     every op that the lists can name in `dtype` unless it is on the black
     list, whose default at o2 is Paddle's (`softmax`, `cross_entropy`,
     `reduce_sum`, `reduce_mean`) plus `rsqrt`: layer norm computes in
