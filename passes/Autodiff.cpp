@@ -263,7 +263,7 @@ LogicalResult Differentiator::backprop(Operation *op) {
       .Case([&](CrossEntropyOp o) {
         accumulate(loc, o.getLogits(),
                    make<CrossEntropyGradOp>(loc, o.getLogits(), o.getLabels(),
-                                            adj()));
+                                            adj(), o.getClassesAttr()));
         return success();
       })
       .Case([&](FusedGemmEpilogueOp o) -> LogicalResult {

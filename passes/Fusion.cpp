@@ -168,7 +168,9 @@ struct GemmEpilogueFusionPass
 };
 
 /// Pads the output columns of large GEMMs with a weight operand to the
-/// target's multiple: matmul(x, pad(w)) then a slice of the real columns.
+/// target's multiple: matmul(x, pad(w)) then a slice of the real columns,
+/// or, where only cross-entropy reads the product, the loss over the
+/// padded rows with the real columns as its classes.
 struct GemmPaddingPass
     : public strata::impl::StrataGemmPaddingBase<GemmPaddingPass> {
   using StrataGemmPaddingBase::StrataGemmPaddingBase;
@@ -222,6 +224,21 @@ struct GemmPaddingPass
     SmallVector<int64_t> shape(result.getShape());
     shape.back() = padded;
     product->getResult(0).setType(result.clone(shape));
+    // An LM head whose logits only a cross-entropy reads: the loss reads
+    // the padded rows, its classes the real columns (no slice, and no pad
+    // of the slice's gradient).
+    if (llvm::all_of(m->getUsers(), [](Operation *user) {
+          auto ce = dyn_cast<CrossEntropyOp>(user);
+          return ce && !ce.getClasses();
+        })) {
+      for (Operation *user : llvm::make_early_inc_range(m->getUsers())) {
+        auto ce = cast<CrossEntropyOp>(user);
+        ce.setClasses(n);
+        ce.getLogitsMutable().assign(product->getResult(0));
+      }
+      m.erase();
+      return;
+    }
     auto columns =
         SliceOp::create(b, loc, product->getResult(0),
                         b.getI64IntegerAttr(result.getRank() - 1),

@@ -270,9 +270,13 @@ def StrataGemmPadding : Pass<"strata-gemm-padding", "mlir::ModuleOp"> {
     `slice` of the N real columns, as PyTorch's compiler and llm.c pad such
     shapes: every leading dimension of the product and of its gradients
     (autodiff differentiates the pad and the slice) is then a multiple of
-    it. The padded columns are zeros: values are unchanged but for the
-    order of sums (the input's gradient sums over the padded width, which
-    a GEMM library may block otherwise than the real one).
+    it. Where only `cross_entropy` reads the product (an LM head's
+    logits), there is no slice: the loss reads the padded rows with
+    `classes = N` (its softmax over the real columns; the padding's
+    gradient is zero), which saves a copy of the logits and one of their
+    gradient. The padded columns are zeros: values are unchanged but for
+    the order of sums (the input's gradient sums over the padded width,
+    which a GEMM library may block otherwise than the real one).
 
     Only products worth the copies are padded: at least 256 summed terms
     (K) and 2^24 multiply-adds. A matmul whose result a `bias_add` reads

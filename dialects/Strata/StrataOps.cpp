@@ -788,15 +788,21 @@ LogicalResult ConcatOp::inferReturnTypes(MLIRContext *,
 }
 
 template <typename OpTy>
-static LogicalResult checkLabels(std::optional<Location> loc,
-                                 RankedTensorType logits,
-                                 RankedTensorType labels) {
+static LogicalResult
+checkLabels(std::optional<Location> loc, RankedTensorType logits,
+            RankedTensorType labels, std::optional<int64_t> classes) {
   if (logits.getRank() < 2)
     return inferError<OpTy>(loc, "logits must have rank >= 2");
   if (labels.getShape() != logits.getShape().drop_back())
     return inferError<OpTy>(loc, "labels must have shape " +
                                      shapeStr(logits.getShape().drop_back()) +
                                      ", got " + shapeStr(labels.getShape()));
+  const int64_t width = logits.getShape().back();
+  if (classes && !ShapedType::isDynamic(width) &&
+      (*classes < 1 || *classes > width))
+    return inferError<OpTy>(loc, "classes must be in [1, " + Twine(width) +
+                                     "] (the logits' last dimension), got " +
+                                     Twine(*classes));
   return success();
 }
 
@@ -815,8 +821,8 @@ LogicalResult CrossEntropyOp::inferReturnTypes(MLIRContext *,
                                                Adaptor adaptor,
                                                SmallVectorImpl<Type> &types) {
   RankedTensorType logits = tensorType(adaptor.getLogits());
-  if (failed(checkLabels<CrossEntropyOp>(loc, logits,
-                                         tensorType(adaptor.getLabels()))))
+  if (failed(checkLabels<CrossEntropyOp>(
+          loc, logits, tensorType(adaptor.getLabels()), adaptor.getClasses())))
     return failure();
   types.push_back(crossEntropyLossType(logits));
   return success();
@@ -904,8 +910,8 @@ LogicalResult CrossEntropyGradOp::inferReturnTypes(
     MLIRContext *, std::optional<Location> loc, Adaptor adaptor,
     SmallVectorImpl<Type> &types) {
   RankedTensorType logits = tensorType(adaptor.getLogits());
-  if (failed(checkLabels<CrossEntropyGradOp>(loc, logits,
-                                             tensorType(adaptor.getLabels()))))
+  if (failed(checkLabels<CrossEntropyGradOp>(
+          loc, logits, tensorType(adaptor.getLabels()), adaptor.getClasses())))
     return failure();
   RankedTensorType loss = crossEntropyLossType(logits);
   if (tensorType(adaptor.getLossGrad()) != loss) {

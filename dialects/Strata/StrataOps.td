@@ -657,19 +657,29 @@ def Strata_ConcatOp : Strata_ComputeOp<"concat", [SameOperandsElementType]> {
 def Strata_CrossEntropyOp : Strata_ComputeOp<"cross_entropy"> {
   let summary = "Mean softmax cross-entropy over tokens";
   let description = [{
-    `logits` is [..., V] and `labels` (integers in [0, V)) has the leading
+    `logits` is [..., V] and `labels` (integers in [0, C)) has the leading
     shape [...]. The result is the mean over all leading positions of
-    -log softmax(logits)[label], a rank-0 tensor: f32 for bf16 and f16
-    logits (the op computes in f32, as a cast of the logits to f32 before
-    it would, so mixed precision reads the low type without one), else the
-    logits' type.
+    -log softmax(logits[..., :C])[label], a rank-0 tensor: f32 for bf16 and
+    f16 logits (the op computes in f32, as a cast of the logits to f32
+    before it would, so mixed precision reads the low type without one),
+    else the logits' type. C, the number of classes, is `classes` where
+    given (1 <= C <= V: the columns past it are padding, which the op never
+    reads; strata-gemm-padding sets it), else V.
 
     ```mlir
     %loss = strata.cross_entropy %logits, %targets : (tensor<8x16x256xf32>, tensor<8x16xi32>) -> tensor<f32>
+    %padded = strata.cross_entropy %logits, %targets {classes = 250 : i64} : (tensor<8x16x256xf32>, tensor<8x16xi32>) -> tensor<f32>
     ```
   }];
-  let arguments = (ins Strata_FloatTensor:$logits, Strata_IndexTensor:$labels);
+  let arguments = (ins Strata_FloatTensor:$logits, Strata_IndexTensor:$labels,
+                       OptionalAttr<I64Attr>:$classes);
   let results = (outs Strata_Scalar:$loss);
+  let extraClassDeclaration = [{
+    /// `classes`, or the logits' last dimension.
+    int64_t getNumClasses() {
+      return getClasses().value_or(getLogits().getType().getShape().back());
+    }
+  }];
 }
 
 //===----------------------------------------------------------------------===//
@@ -841,15 +851,24 @@ def Strata_CrossEntropyGradOp : Strata_ComputeOp<"cross_entropy_grad"> {
   let summary = "Gradient of strata.cross_entropy";
   let description = [{
     (softmax(logits) - onehot(labels)) * loss_grad / (number of positions),
-    in the logits' type; `loss_grad` has the loss's type.
+    in the logits' type; `loss_grad` has the loss's type. With `classes`
+    (as strata.cross_entropy's) the softmax is over the first `classes`
+    columns and the padding's gradient is zero.
 
     ```mlir
     %dl = strata.cross_entropy_grad %logits, %targets, %dloss : (tensor<8x16x256xf32>, tensor<8x16xi32>, tensor<f32>) -> tensor<8x16x256xf32>
     ```
   }];
   let arguments = (ins Strata_FloatTensor:$logits, Strata_IndexTensor:$labels,
-                       Strata_Scalar:$loss_grad);
+                       Strata_Scalar:$loss_grad,
+                       OptionalAttr<I64Attr>:$classes);
   let results = (outs Strata_FloatTensor:$logits_grad);
+  let extraClassDeclaration = [{
+    /// `classes`, or the logits' last dimension.
+    int64_t getNumClasses() {
+      return getClasses().value_or(getLogits().getType().getShape().back());
+    }
+  }];
 }
 
 //===----------------------------------------------------------------------===//

@@ -156,5 +156,6 @@ Value ProgramBuilder::transpose(Value input, ArrayRef<int64_t> perm) {
 }
 
 Value ProgramBuilder::crossEntropy(Value logits, Value labels) {
-  return tag(CrossEntropyOp::create(builder, loc("cross_entropy"), logits, labels));
+  return tag(CrossEntropyOp::create(builder, loc("cross_entropy"), logits,
+                                    labels, /*classes=*/nullptr));
 }

@@ -933,10 +933,11 @@ llvm::Error Evaluator::step(Operation *op) {
       })
       .Case([&](CrossEntropyOp o) -> llvm::Error {
         const Tensor &logits = in(0), &labels = in(1);
-        int64_t v = logits.shape.back(), rows = labels.numElements();
+        int64_t width = logits.shape.back(), v = o.getNumClasses(),
+                rows = labels.numElements();
         double total = 0;
         for (int64_t r = 0; r < rows; ++r) {
-          const double *x = &logits.data[r * v];
+          const double *x = &logits.data[r * width];
           int64_t label = int64_t(labels.data[r]);
           if (label < 0 || label >= v)
             return fail(op, "label " + Twine(label) + " outside [0, " +
@@ -951,17 +952,18 @@ llvm::Error Evaluator::step(Operation *op) {
       })
       .Case([&](CrossEntropyGradOp o) -> llvm::Error {
         const Tensor &logits = in(0), &labels = in(1), &dl = in(2);
-        int64_t v = logits.shape.back(), rows = labels.numElements();
-        Tensor dx(logits.shape);
+        int64_t width = logits.shape.back(), v = o.getNumClasses(),
+                rows = labels.numElements();
+        Tensor dx(logits.shape); // (zeros: the padding's gradient)
         double scale = dl.data[0] / rows;
         for (int64_t r = 0; r < rows; ++r) {
-          const double *x = &logits.data[r * v];
+          const double *x = &logits.data[r * width];
           double mx = *std::max_element(x, x + v), sum = 0;
           for (int64_t j = 0; j < v; ++j)
             sum += std::exp(x[j] - mx);
           for (int64_t j = 0; j < v; ++j)
-            dx.data[r * v + j] = std::exp(x[j] - mx) / sum * scale;
-          dx.data[r * v + int64_t(labels.data[r])] -= scale;
+            dx.data[r * width + j] = std::exp(x[j] - mx) / sum * scale;
+          dx.data[r * width + int64_t(labels.data[r])] -= scale;
         }
         set(o, std::move(dx));
         return llvm::Error::success();

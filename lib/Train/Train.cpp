@@ -590,11 +590,9 @@ Expected<DataStream> DataStream::create(func::FuncOp step, std::string dataPath,
                        " (and their next-token targets) "
                        "need at least " +
                        llvm::Twine(seq + 1));
-    // Every id within the program's vocabulary (the logits' last dimension).
+    // Every id within the program's vocabulary (the loss's classes).
     int64_t vocab = 0;
-    step.walk([&](CrossEntropyOp ce) {
-      vocab = ce.getLogits().getType().getShape().back();
-    });
+    step.walk([&](CrossEntropyOp ce) { vocab = ce.getNumClasses(); });
     if (vocab > 0)
       for (int64_t k = 0; k < count; ++k)
         if (int64_t id = d.token(uint64_t(k)); id >= vocab)
@@ -615,11 +613,9 @@ Expected<DataStream> DataStream::create(func::FuncOp step, std::string dataPath,
                      " feeds programs that take (tokens, targets)");
   if (is({"features", "labels"})) {
     d.kind = Kind::Classification;
-    // The number of classes: the logits' last dimension (the labels may
-    // reach the loss through micro-batch slices).
-    step.walk([&](CrossEntropyOp ce) {
-      d.classes = ce.getLogits().getType().getShape().back();
-    });
+    // The number of classes: the loss's (the labels may reach the loss
+    // through micro-batch slices).
+    step.walk([&](CrossEntropyOp ce) { d.classes = ce.getNumClasses(); });
     if (d.classes < 1)
       return makeError("@" + step.getName() +
                      ": the labels feed no strata.cross_entropy");

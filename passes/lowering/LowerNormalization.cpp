@@ -60,7 +60,7 @@ LogicalResult lowerCrossEntropy(CrossEntropyOp o, RuntimeLowering &l) {
   l.call("strata_rt_cross_entropy",
          {l.site(), l.tensor(o), l.tensor(o.getLogits()),
           l.tensor(o.getLabels()), l.i64(numel(o.getLabels())),
-          l.i64(shapeOf(o.getLogits()).back())});
+          l.i64(o.getNumClasses()), l.i64(shapeOf(o.getLogits()).back())});
   return success();
 }
 
@@ -68,7 +68,8 @@ LogicalResult lowerCrossEntropyGrad(CrossEntropyGradOp o, RuntimeLowering &l) {
   l.call("strata_rt_cross_entropy_grad",
          {l.site(), l.tensor(o), l.tensor(o.getLogits()),
           l.tensor(o.getLabels()), l.tensor(o.getLossGrad()),
-          l.i64(numel(o.getLabels())), l.i64(shapeOf(o.getLogits()).back())});
+          l.i64(numel(o.getLabels())), l.i64(o.getNumClasses()),
+          l.i64(shapeOf(o.getLogits()).back())});
   return success();
 }
 

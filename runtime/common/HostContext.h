@@ -274,6 +274,20 @@ inline bool integerIds(HostContext *ctx, int64_t site, const char *kernel,
                    "ids are i32 or i64", dtype);
 }
 
+/// Whether a cross-entropy's rows of `width` elements hold `vocab` classes
+/// (1 <= vocab <= width: the rest is padding).
+inline bool crossEntropyWidthOk(HostContext *ctx, int64_t site,
+                                const char *kernel, int64_t vocab,
+                                int64_t width) {
+  if (vocab >= 1 && vocab <= width)
+    return true;
+  ctx->fail(site, std::string("strata_rt_") + kernel + ": " +
+                      std::to_string(vocab) + " classes in rows of " +
+                      std::to_string(width) +
+                      " elements (1 <= classes <= width)");
+  return false;
+}
+
 /// The step counter is an i64 scalar.
 inline bool stepCounter(HostContext *ctx, int64_t site, const char *kernel,
                         int64_t dtype) {

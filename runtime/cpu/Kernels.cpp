@@ -1982,9 +1982,10 @@ extern "C" {
 void STRATA_RT_KERNEL(strata_rt_cross_entropy)(
     StrataRtContext *ctx, int64_t site, void *lossData, int64_t lossType,
     const void *logitsData, int64_t logitsType, const void *labels,
-    int64_t labelType, int64_t rows, int64_t vocab) {
+    int64_t labelType, int64_t rows, int64_t vocab, int64_t width) {
   if (!integerIds(ctx, site, "cross_entropy", labelType) ||
-      !lossIsF32(ctx, site, "cross_entropy", lossType))
+      !lossIsF32(ctx, site, "cross_entropy", lossType) ||
+      !crossEntropyWidthOk(ctx, site, "cross_entropy", vocab, width))
     return;
   withSameFloatType(ctx, site, "cross_entropy", {logitsType}, [&](auto tag) {
     using T = decltype(tag);
@@ -2005,10 +2006,10 @@ void STRATA_RT_KERNEL(strata_rt_cross_entropy)(
       }
       const float *x;
       if constexpr (kF32) {
-        x = logits + r * vocab;
+        x = logits + r * width;
       } else {
         float *row = scratch + omp_get_thread_num() * vocab;
-        widen(row, logits + r * vocab, vocab);
+        widen(row, logits + r * width, vocab);
         x = row;
       }
       float mx = rowMax(x, vocab);
@@ -2036,9 +2037,10 @@ void STRATA_RT_KERNEL(strata_rt_cross_entropy_grad)(
     StrataRtContext *ctx, int64_t site, void *dlogitsData, int64_t dlogitsType,
     const void *logitsData, int64_t logitsType, const void *labels,
     int64_t labelType, const void *dlossData, int64_t dlossType, int64_t rows,
-    int64_t vocab) {
+    int64_t vocab, int64_t width) {
   if (!integerIds(ctx, site, "cross_entropy_grad", labelType) ||
-      !lossIsF32(ctx, site, "cross_entropy_grad", dlossType))
+      !lossIsF32(ctx, site, "cross_entropy_grad", dlossType) ||
+      !crossEntropyWidthOk(ctx, site, "cross_entropy_grad", vocab, width))
     return;
   withSameFloatType(
       ctx, site, "cross_entropy_grad", {dlogitsType, logitsType},
@@ -2055,17 +2057,17 @@ void STRATA_RT_KERNEL(strata_rt_cross_entropy_grad)(
 #pragma omp parallel for schedule(static) if (rows * vocab >= kParallelGrain)
         for (int64_t r = 0; r < rows; ++r) {
           int64_t label = readInt(labels, labelType, r);
+          T *out = dlogits + r * width;
           if constexpr (kF32) {
-            crossEntropyGradRow(dlogits + r * vocab, logits + r * vocab, vocab,
-                                label, scale);
+            crossEntropyGradRow(out, logits + r * width, vocab, label, scale);
           } else {
             float *x = scratch + omp_get_thread_num() * 2 * vocab;
             float *o = x + vocab;
-            widen(x, logits + r * vocab, vocab);
+            widen(x, logits + r * width, vocab);
             crossEntropyGradRow(o, x, vocab, label, scale);
-            for (int64_t j = 0; j < vocab; ++j)
-              dlogits[r * vocab + j] = T(o[j]);
+            narrow(out, o, vocab);
           }
+          std::fill(out + vocab, out + width, T(0.0f));
         }
       });
 }

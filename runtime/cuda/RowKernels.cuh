@@ -393,14 +393,16 @@ __device__ RowMaxSum rowMaxSum(const T *x, int64_t n, float *shared) {
 }
 
 /// Each row's -log softmax(logits)[label] in double (0, and the error word
-/// set, for a label outside [0, vocab)).
+/// set, for a label outside [0, vocab)); a row is `width` elements apart
+/// from the next, of which the first `vocab` are the classes.
 template <typename T, typename I>
 __global__ void __launch_bounds__(kMaxBlockThreads)
     crossEntropyRows(double *perRow, unsigned long long *error, const T *logits,
-                     const I *labels, int64_t rows, int64_t vocab) {
+                     const I *labels, int64_t rows, int64_t vocab,
+                     int64_t width) {
   STRATA_SHARED float shared[32];
   for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
-    const T *x = logits + r * vocab;
+    const T *x = logits + r * width;
     int64_t label = labels[r];
     if (label < 0 || label >= vocab) {
       if (threadIdx.x == 0) {
@@ -430,22 +432,27 @@ __global__ void __launch_bounds__(kMaxBlockThreads)
 }
 
 /// dlogits = dloss / rows * (softmax(logits) - onehot(label)); a label out
-/// of range (reported by the forward) subtracts nothing.
+/// of range (reported by the forward) subtracts nothing. Rows as
+/// crossEntropyRows'; the padding past `vocab` gets a zero gradient.
 template <typename T, typename I>
 __global__ void __launch_bounds__(kMaxBlockThreads)
     crossEntropyGradKernel(T *dlogits, const T *logits, const I *labels,
-                           const float *dloss, int64_t rows, int64_t vocab) {
+                           const float *dloss, int64_t rows, int64_t vocab,
+                           int64_t width) {
   STRATA_SHARED float shared[32];
   const float scale = dloss[0] / float(rows);
   for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
-    const T *x = logits + r * vocab;
+    const T *x = logits + r * width;
     const RowMaxSum row = rowMaxSum(x, vocab, shared);
     const float f = scale / row.sum;
     const int64_t label = labels[r];
-    mapRow(dlogits + r * vocab, x, vocab, [&](int64_t j, float v) {
+    T *y = dlogits + r * width;
+    mapRow(y, x, vocab, [&](int64_t j, float v) {
       const float o = fastExp(v - row.max) * f;
       return j == label ? o - scale : o;
     });
+    for (int64_t j = vocab + threadIdx.x; j < width; j += blockDim.x)
+      y[j] = fromFloat<T>(0.0f);
   }
 }
 
@@ -533,10 +540,11 @@ bool launchLayerNormGrad(Launch &&launch, const LayerNormGradPlan &plan,
 template <typename T, typename I, typename Launch>
 bool launchCrossEntropy(Launch &&launch, float *loss, double *perRow,
                         unsigned long long *error, const T *logits,
-                        const I *labels, int64_t rows, int64_t vocab) {
+                        const I *labels, int64_t rows, int64_t vocab,
+                        int64_t width) {
   if (rows > 0 && !launch(crossEntropyRows<T, I>, dim3(gridFor(rows, 1)),
                           unsigned(rowThreads(vocab)), perRow, error, logits,
-                          labels, rows, vocab))
+                          labels, rows, vocab, width))
     return false;
   // Without rows the loss is 0 / 0, as the CPU's.
   return launch(crossEntropyMean, dim3(1), unsigned(kMaxBlockThreads), loss,
@@ -546,12 +554,12 @@ bool launchCrossEntropy(Launch &&launch, float *loss, double *perRow,
 template <typename T, typename I, typename Launch>
 bool launchCrossEntropyGrad(Launch &&launch, T *dlogits, const T *logits,
                             const I *labels, const float *dloss, int64_t rows,
-                            int64_t vocab) {
+                            int64_t vocab, int64_t width) {
   if (rows == 0 || vocab == 0)
     return true;
   return launch(crossEntropyGradKernel<T, I>, dim3(gridFor(rows, 1)),
                 unsigned(rowThreads(vocab)), dlogits, logits, labels, dloss,
-                rows, vocab);
+                rows, vocab, width);
 }
 
 } // namespace strata::cuda

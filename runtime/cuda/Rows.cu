@@ -263,9 +263,11 @@ void strata_rt_embedding_grad(StrataRtContext *ctx, int64_t site, void *dtable,
 void strata_rt_cross_entropy(StrataRtContext *ctx, int64_t site, void *loss,
                              int64_t lossType, const void *logits,
                              int64_t logitsType, const void *labels,
-                             int64_t labelsType, int64_t rows, int64_t vocab) {
+                             int64_t labelsType, int64_t rows, int64_t vocab,
+                             int64_t width) {
   if (!integerIds(ctx, site, "cross_entropy", labelsType) ||
-      !lossIsF32(ctx, site, "cross_entropy", lossType))
+      !lossIsF32(ctx, site, "cross_entropy", lossType) ||
+      !crossEntropyWidthOk(ctx, site, "cross_entropy", vocab, width))
     return;
   withSameFloatType(
       ctx, site, "cross_entropy", {logitsType}, [&](auto tag) {
@@ -284,7 +286,8 @@ void strata_rt_cross_entropy(StrataRtContext *ctx, int64_t site, void *loss,
           launchCrossEntropy(onStream(ctx, site, "strata_rt_cross_entropy"),
                              static_cast<float *>(loss), perRow, error,
                              static_cast<const T *>(logits),
-                             static_cast<const I *>(labels), rows, vocab);
+                             static_cast<const I *>(labels), rows, vocab,
+                             width);
         });
       });
 }
@@ -294,9 +297,10 @@ void strata_rt_cross_entropy_grad(StrataRtContext *ctx, int64_t site,
                                   const void *logits, int64_t logitsType,
                                   const void *labels, int64_t labelsType,
                                   const void *dloss, int64_t dlossType,
-                                  int64_t rows, int64_t vocab) {
+                                  int64_t rows, int64_t vocab, int64_t width) {
   if (!integerIds(ctx, site, "cross_entropy_grad", labelsType) ||
-      !lossIsF32(ctx, site, "cross_entropy_grad", dlossType))
+      !lossIsF32(ctx, site, "cross_entropy_grad", dlossType) ||
+      !crossEntropyWidthOk(ctx, site, "cross_entropy_grad", vocab, width))
     return;
   withSameFloatType(ctx, site, "cross_entropy_grad", {dlogitsType, logitsType},
                     [&](auto tag) {
@@ -308,7 +312,8 @@ void strata_rt_cross_entropy_grad(StrataRtContext *ctx, int64_t site,
                             static_cast<T *>(dlogits),
                             static_cast<const T *>(logits),
                             static_cast<const I *>(labels),
-                            static_cast<const float *>(dloss), rows, vocab);
+                            static_cast<const float *>(dloss), rows, vocab,
+                            width);
                       });
                     });
 }

@@ -337,6 +337,24 @@ func.func @f(%l: tensor<10xf32>, %y: tensor<i32>) {
 
 // -----
 
+func.func @f(%l: tensor<4x10xf32>, %y: tensor<4xi32>) {
+  // expected-error@+2 {{'strata.cross_entropy' op classes must be in [1, 10] (the logits' last dimension), got 11}}
+  // expected-error@+1 {{failed to infer returned types}}
+  %0 = strata.cross_entropy %l, %y {classes = 11 : i64} : (tensor<4x10xf32>, tensor<4xi32>) -> tensor<f32>
+  return
+}
+
+// -----
+
+func.func @f(%l: tensor<4x10xf32>, %y: tensor<4xi32>, %d: tensor<f32>) {
+  // expected-error@+2 {{'strata.cross_entropy_grad' op classes must be in [1, 10] (the logits' last dimension), got 0}}
+  // expected-error@+1 {{failed to infer returned types}}
+  %0 = strata.cross_entropy_grad %l, %y, %d {classes = 0 : i64} : (tensor<4x10xf32>, tensor<4xi32>, tensor<f32>) -> tensor<4x10xf32>
+  return
+}
+
+// -----
+
 func.func @f(%x: tensor<4x3xf32>, %w: tensor<3x5xf32>, %dy: tensor<4x4xf32>) {
   // expected-error@+2 {{'strata.matmul_grad' op result_grad has shape [4, 4], the product has [4, 5]}}
   // expected-error@+1 {{failed to infer returned types}}

@@ -81,6 +81,8 @@ func.func @forward(%x: tensor<4x8xf32>, %ids: tensor<4x3xi32>, %labels: tensor<4
   %18 = strata.embedding %table, %ids : (tensor<32x16xf32>, tensor<4x3xi32>) -> tensor<4x3x16xf32>
   // CHECK: strata.cross_entropy {{.*}} -> tensor<f32>
   %loss = strata.cross_entropy %12, %labels : (tensor<4x16xf32>, tensor<4xi32>) -> tensor<f32>
+  // CHECK: strata.cross_entropy {{.*}} {classes = 15 : i64} {{.*}} -> tensor<f32>
+  %padded = strata.cross_entropy %12, %labels {classes = 15 : i64} : (tensor<4x16xf32>, tensor<4xi32>) -> tensor<f32>
   return %loss : tensor<f32>
 }
 

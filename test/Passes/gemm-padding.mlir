@@ -6,13 +6,14 @@
 
 // An LM head on GPT-2's vocabulary (50257 columns, odd): the tied
 // embedding [V, H] read transposed is padded by 7 rows to 50264, the
-// product then has 50264 columns and the loss reads the first 50257.
-// The matmul's attributes stay; the pad and the slice carry them too.
+// product then has 50264 columns, and the loss, its only reader, reads
+// them with the first 50257 as its classes (no slice). The matmul's
+// attributes stay; the pad carries them too.
 // CHECK-LABEL: func @lm_head
 // CHECK: %[[W:.*]] = strata.pad %arg1 {dim = 0 : i64, high = 7 : i64, low = 0 : i64, strata.layer = "head"} : (tensor<50257x768xf32>) -> tensor<50264x768xf32>
 // CHECK-NEXT: %[[P:.*]] = strata.matmul %arg0, %[[W]] {strata.layer = "head", transpose_rhs} : (tensor<4x64x768xf32>, tensor<50264x768xf32>) -> tensor<4x64x50264xf32>
-// CHECK-NEXT: %[[L:.*]] = strata.slice %[[P]] {dim = 2 : i64, size = 50257 : i64, start = 0 : i64, strata.layer = "head"} : (tensor<4x64x50264xf32>) -> tensor<4x64x50257xf32>
-// CHECK-NEXT: strata.cross_entropy %[[L]], %arg2
+// CHECK-NOT: strata.slice
+// CHECK-NEXT: strata.cross_entropy %[[P]], %arg2 {classes = 50257 : i64} : (tensor<4x64x50264xf32>, tensor<4x64xi32>) -> tensor<f32>
 // CPU-LABEL: func @lm_head
 // CPU-NOT: strata.pad
 // CPU: strata.matmul %arg0, %arg1 {strata.layer = "head", transpose_rhs} : (tensor<4x64x768xf32>, tensor<50257x768xf32>) -> tensor<4x64x50257xf32>
@@ -20,6 +21,19 @@ func.func @lm_head(%x: tensor<4x64x768xf32>, %wte: tensor<50257x768xf32>, %label
   %logits = strata.matmul %x, %wte {strata.layer = "head", transpose_rhs} : (tensor<4x64x768xf32>, tensor<50257x768xf32>) -> tensor<4x64x50257xf32>
   %loss = strata.cross_entropy %logits, %labels : (tensor<4x64x50257xf32>, tensor<4x64xi32>) -> tensor<f32>
   return %loss : tensor<f32>
+}
+
+// -----
+
+// Logits that the loss and another op read: the slice stays, and the loss
+// reads the real columns.
+// CHECK-LABEL: func @lm_head_and_more
+// CHECK: %[[L:.*]] = strata.slice {{.*}} -> tensor<4x64x50257xf32>
+// CHECK-NEXT: strata.cross_entropy %[[L]], %arg2 : (tensor<4x64x50257xf32>
+func.func @lm_head_and_more(%x: tensor<4x64x768xf32>, %wte: tensor<50257x768xf32>, %labels: tensor<4x64xi32>) -> (tensor<f32>, tensor<4x64x50257xf32>) {
+  %logits = strata.matmul %x, %wte {transpose_rhs} : (tensor<4x64x768xf32>, tensor<50257x768xf32>) -> tensor<4x64x50257xf32>
+  %loss = strata.cross_entropy %logits, %labels : (tensor<4x64x50257xf32>, tensor<4x64xi32>) -> tensor<f32>
+  return %loss, %logits : tensor<f32>, tensor<4x64x50257xf32>
 }
 
 // -----

@@ -779,31 +779,35 @@ std::vector<CaseDef> makeCases() {
   embedding(F32, I64, 50, 70, 150);
   embedding(BF16, I32, 1000, 33, 77);
 
-  // Cross entropy, its loss and gradient.
+  // Cross entropy, its loss and gradient, over rows of `width` elements
+  // (the padding past `vocab` never read, its gradient zero).
   auto crossEntropy = [&](int64_t dt, int64_t labelType, int64_t rows,
-                          int64_t vocab) {
+                          int64_t vocab, int64_t width) {
     add(std::string("cross_entropy_") + dtypeName[dt] + "_" +
-            dtypeName[labelType],
+            dtypeName[labelType] + "_" + std::to_string(vocab) +
+            (width != vocab ? "_of_" + std::to_string(width) : ""),
         [=](Case &t) {
-          void *logits = t.rand(dt, rows * vocab, -4, 4);
+          void *logits = t.rand(dt, rows * width, -4, 4);
           void *labels = t.rand(labelType, rows, 0, vocab);
           // The loss and its gradient are f32 whatever the logits' type.
           void *dloss = t.vals(F32, {2.5});
           void *loss = t.out("loss", F32, 1);
-          void *dlogits = t.out("dlogits", dt, rows * vocab);
+          void *dlogits = t.out("dlogits", dt, rows * width);
           RT.cross_entropy(t.ctx, 1, loss, F32, logits, dt, labels, labelType,
-                           rows, vocab);
+                           rows, vocab, width);
           RT.cross_entropy_grad(t.ctx, 2, dlogits, dt, logits, dt, labels,
-                                labelType, dloss, F32, rows, vocab);
+                                labelType, dloss, F32, rows, vocab, width);
         });
   };
-  crossEntropy(F32, I64, 37, 1000);
-  crossEntropy(F32, I32, 37, 333);
-  crossEntropy(BF16, I64, 16, 500);
+  crossEntropy(F32, I64, 37, 1000, 1000);
+  crossEntropy(F32, I32, 37, 333, 333);
+  crossEntropy(BF16, I64, 16, 500, 500);
   // GPT-2's odd vocabulary: many elements a thread, its running maximum
-  // and rescaled sum.
-  crossEntropy(BF16, I32, 3, 50257);
-  crossEntropy(F16, I32, 5, 777);
+  // and rescaled sum; and in rows padded to a multiple of 64.
+  crossEntropy(BF16, I32, 3, 50257, 50257);
+  crossEntropy(BF16, I32, 3, 50257, 50304);
+  crossEntropy(F16, I32, 5, 777, 777);
+  crossEntropy(F32, I64, 7, 333, 400);
   // Masked logits (-inf, at the start of threads' shares too) and a row
   // with a NaN: the same losses and gradients as the CPU's two passes
   // (finite where only -inf is masked, NaN where a NaN is).
@@ -822,11 +826,11 @@ std::vector<CaseDef> makeCases() {
       void *lossFirst = t.out("loss_first_rows", F32, 1);
       void *dlogits = t.out("dlogits", dt, rows * vocab);
       RT.cross_entropy(t.ctx, 1, loss, F32, logits, dt, labels, I32, rows,
-                       vocab);
+                       vocab, vocab);
       RT.cross_entropy(t.ctx, 2, lossFirst, F32, logits, dt, labels, I32,
-                       rows - 1, vocab);
+                       rows - 1, vocab, vocab);
       RT.cross_entropy_grad(t.ctx, 3, dlogits, dt, logits, dt, labels, I32,
-                            dloss, F32, rows, vocab);
+                            dloss, F32, rows, vocab, vocab);
     });
 
   // Calls both runtimes refuse, with the same site and message: arguments
@@ -868,7 +872,15 @@ std::vector<CaseDef> makeCases() {
     void *logits = t.rand(BF16, 4 * 10, -1, 1);
     void *labels = t.vals(I64, {1, 9, 10, 11});
     void *loss = t.out("loss", F32, 1);
-    RT.cross_entropy(t.ctx, 1, loss, F32, logits, BF16, labels, I64, 4, 10);
+    RT.cross_entropy(t.ctx, 1, loss, F32, logits, BF16, labels, I64, 4, 10, 10);
+  });
+  refusal("cross_entropy_classes_past_the_row", [](Case &t) {
+    void *logits = t.rand(F32, 4 * 10, -1, 1);
+    void *labels = t.vals(I64, {1, 2, 3, 4});
+    void *dloss = t.vals(F32, {1.0});
+    void *dlogits = t.out("dlogits", F32, 4 * 10);
+    RT.cross_entropy_grad(t.ctx, 1, dlogits, F32, logits, F32, labels, I64,
+                          dloss, F32, 4, 11, 10);
   });
 
   // Optimizer support.

@@ -229,14 +229,22 @@ TEST(KernelEmulation, LayerNorm) {
   checkLayerNorm<float>(0, 16);  // no rows: dgamma = dbeta = 0
 }
 
+/// Cross-entropy over `rows` rows of `width` elements (`vocab` when 0), of
+/// which the first `vocab` are the classes: the padding holds NaN, which
+/// neither runtime may read, and gets a zero gradient.
 template <typename T, typename I>
 void checkCrossEntropy(int64_t rows, int64_t vocab, int64_t badRow = -1,
-                       int64_t gradOffset = 0) {
+                       int64_t gradOffset = 0, int64_t width = 0) {
+  width = width ? width : vocab;
   SCOPED_TRACE(name<T>(rows, vocab) + (sizeof(I) == 8 ? " i64" : " i32") +
                (badRow >= 0 ? " bad label" : "") +
-               (gradOffset ? " gradient offset" : ""));
+               (gradOffset ? " gradient offset" : "") +
+               (width != vocab ? " in rows of " + std::to_string(width) : ""));
   std::mt19937 gen(unsigned(rows * 1000 + vocab + 3));
-  const std::vector<T> logits = draw<T>(gen, rows * vocab, -4, 4);
+  std::vector<T> logits = draw<T>(gen, rows * width, -4, 4);
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t j = vocab; j < width; ++j)
+      logits[r * width + j] = narrow<T>(NAN);
   std::vector<I> labels(rows);
   std::uniform_int_distribution<int64_t> pick(0, vocab - 1);
   for (I &l : labels)
@@ -247,13 +255,15 @@ void checkCrossEntropy(int64_t rows, int64_t vocab, int64_t badRow = -1,
   const int64_t labelType = sizeof(I) == 8 ? STRATA_RT_I64 : STRATA_RT_I32;
   float lossWant = NAN;
   strata_rt_cross_entropy(cpu, 1, &lossWant, STRATA_RT_F32, logits.data(),
-                          kType<T>, labels.data(), labelType, rows, vocab);
+                          kType<T>, labels.data(), labelType, rows, vocab,
+                          width);
   const char *cpuError = cpu.error();
   std::vector<double> perRow(rows, NAN);
   unsigned long long error = strata::cuda::kNoError;
   float lossGot = NAN;
   strata::cuda::launchCrossEntropy(hostLaunch, &lossGot, perRow.data(), &error,
-                                   logits.data(), labels.data(), rows, vocab);
+                                   logits.data(), labels.data(), rows, vocab,
+                                   width);
   if (badRow >= 0) {
     // The CPU fails the step; the device reports the first bad label.
     ASSERT_NE(cpuError, nullptr);
@@ -262,20 +272,26 @@ void checkCrossEntropy(int64_t rows, int64_t vocab, int64_t badRow = -1,
   }
   ASSERT_EQ(cpuError, nullptr);
   EXPECT_EQ(error, strata::cuda::kNoError);
+  EXPECT_FALSE(std::isnan(lossWant));
   expectClose(std::vector<float>{lossGot}, std::vector<float>{lossWant},
               "loss");
 
   const float dloss = 0.75f;
   // (dlogits `gradOffset` elements into its buffer: aligned unlike the
-  // logits.)
-  std::vector<T> dWant(logits.size()), dBuffer(logits.size() + gradOffset);
+  // logits; the buffers start as 1s, which the padding's zeros replace.)
+  std::vector<T> dWant(logits.size(), narrow<T>(1.0f)),
+      dBuffer(logits.size() + gradOffset, narrow<T>(1.0f));
   T *dGot = dBuffer.data() + gradOffset;
   strata_rt_cross_entropy_grad(cpu, 2, dWant.data(), kType<T>, logits.data(),
                                kType<T>, labels.data(), labelType, &dloss,
-                               STRATA_RT_F32, rows, vocab);
+                               STRATA_RT_F32, rows, vocab, width);
   ASSERT_EQ(cpu.error(), nullptr);
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t j = vocab; j < width; ++j)
+      ASSERT_EQ(wide(dWant[r * width + j]), 0.0f);
   strata::cuda::launchCrossEntropyGrad(hostLaunch, dGot, logits.data(),
-                                       labels.data(), &dloss, rows, vocab);
+                                       labels.data(), &dloss, rows, vocab,
+                                       width);
   expectClose(std::vector<T>(dGot, dGot + logits.size()), dWant, "dlogits");
 }
 
@@ -290,6 +306,12 @@ TEST(KernelEmulation, CrossEntropy) {
   // aligned unlike the logits (one element at a time).
   checkCrossEntropy<BFloat16, int32_t>(9, 1001);
   checkCrossEntropy<Half, int64_t>(5, 1001, -1, /*gradOffset=*/1);
+  // Padded rows (a padded LM head's logits): GPT-2's vocabulary in rows of
+  // a multiple of 64, and rows whose padding starts mid-vector.
+  checkCrossEntropy<BFloat16, int32_t>(3, 50257, -1, 0, /*width=*/50304);
+  checkCrossEntropy<float, int64_t>(4, 333, -1, 0, /*width=*/340);
+  checkCrossEntropy<Half, int32_t>(5, 1001, -1, /*gradOffset=*/1,
+                                   /*width=*/1008);
   checkCrossEntropy<float, int32_t>(5, 333);
 }
 

@@ -647,9 +647,13 @@ TEST(RuntimeTest, UnknownCodesFailAtTheirSite) {
   expectFailure(10, "strata_rt_embedding: ids are i32 or i64, not f32");
   int32_t label[1] = {1};
   strata_rt_cross_entropy(ctx, 12, out, STRATA_RT_BF16, a, STRATA_RT_BF16,
-                          label, STRATA_RT_I32, 1, 2);
+                          label, STRATA_RT_I32, 1, 2, 2);
   expectFailure(12, "strata_rt_cross_entropy: the loss and its gradient are "
                     "f32, not bf16");
+  strata_rt_cross_entropy(ctx, 13, out, F32, a, F32, label, STRATA_RT_I32, 1, 3,
+                          2);
+  expectFailure(13, "strata_rt_cross_entropy: 3 classes in rows of 2 elements "
+                    "(1 <= classes <= width)");
 }
 
 TEST(RuntimeTest, CrossEntropyOfLowLogitsIsTheF32KernelOnTheirValues) {
@@ -668,21 +672,73 @@ TEST(RuntimeTest, CrossEntropyOfLowLogitsIsTheF32KernelOnTheirValues) {
     strata_rt_cast(ctx, 0, wide.data(), F32, logits.data(), low, wide.size());
     float lossLow = 0, lossWide = 0, dloss = 3.0f;
     strata_rt_cross_entropy(ctx, 1, &lossLow, F32, logits.data(), low,
-                            labels.data(), STRATA_RT_I32, rows, vocab);
+                            labels.data(), STRATA_RT_I32, rows, vocab, vocab);
     strata_rt_cross_entropy(ctx, 2, &lossWide, F32, wide.data(), F32,
-                            labels.data(), STRATA_RT_I32, rows, vocab);
+                            labels.data(), STRATA_RT_I32, rows, vocab, vocab);
     EXPECT_EQ(lossLow, lossWide);
     std::vector<uint16_t> grad(wide.size()), want(wide.size());
     std::vector<float> gradWide(wide.size());
     strata_rt_cross_entropy_grad(ctx, 3, grad.data(), low, logits.data(), low,
                                  labels.data(), STRATA_RT_I32, &dloss, F32,
-                                 rows, vocab);
+                                 rows, vocab, vocab);
     strata_rt_cross_entropy_grad(ctx, 4, gradWide.data(), F32, wide.data(), F32,
                                  labels.data(), STRATA_RT_I32, &dloss, F32,
-                                 rows, vocab);
+                                 rows, vocab, vocab);
     strata_rt_cast(ctx, 0, want.data(), low, gradWide.data(), F32,
                    gradWide.size());
     EXPECT_EQ(grad, want);
+    EXPECT_EQ(strata_rt_error(ctx, nullptr), nullptr);
+  }
+}
+
+TEST(RuntimeTest, CrossEntropyOverPaddedRowsIsTheUnpaddedOne) {
+  // Rows of 1008 elements holding 1001 classes (a padded LM head's logits):
+  // the padding, NaN here, is never read; the loss and the classes'
+  // gradient equal the unpadded rows' to the bit, the padding's gradient
+  // is zero.
+  Context ctx;
+  const int64_t rows = 5, vocab = 1001, width = 1008;
+  std::vector<int32_t> labels = {0, 1000, 17, 500, 3};
+  const std::vector<float> dense = iota(rows * vocab, 0.011f, -4.0f);
+  for (int64_t type : {int64_t(F32), int64_t(STRATA_RT_BF16)}) {
+    SCOPED_TRACE(strata_rt_element_name(type));
+    const size_t size = strata_rt_element_bytes(type);
+    std::vector<char> logits(rows * vocab * size), padded(rows * width * size);
+    strata_rt_cast(ctx, 0, logits.data(), type, dense.data(), F32,
+                   dense.size());
+    const std::vector<float> nan(width - vocab, NAN);
+    for (int64_t r = 0; r < rows; ++r) {
+      std::memcpy(&padded[r * width * size], &logits[r * vocab * size],
+                  vocab * size);
+      strata_rt_cast(ctx, 0, &padded[(r * width + vocab) * size], type,
+                     nan.data(), F32, width - vocab);
+    }
+    float loss = 0, lossPadded = 0, dloss = 2.0f;
+    strata_rt_cross_entropy(ctx, 1, &loss, F32, logits.data(), type,
+                            labels.data(), STRATA_RT_I32, rows, vocab, vocab);
+    strata_rt_cross_entropy(ctx, 2, &lossPadded, F32, padded.data(), type,
+                            labels.data(), STRATA_RT_I32, rows, vocab, width);
+    EXPECT_EQ(loss, lossPadded);
+    EXPECT_TRUE(std::isfinite(lossPadded));
+    std::vector<char> grad(logits.size());
+    std::vector<char> gradPadded(padded.size(), char(0x7f));
+    strata_rt_cross_entropy_grad(ctx, 3, grad.data(), type, logits.data(), type,
+                                 labels.data(), STRATA_RT_I32, &dloss, F32,
+                                 rows, vocab, vocab);
+    strata_rt_cross_entropy_grad(ctx, 4, gradPadded.data(), type, padded.data(),
+                                 type, labels.data(), STRATA_RT_I32, &dloss,
+                                 F32, rows, vocab, width);
+    const std::vector<char> zeros((width - vocab) * size, 0);
+    for (int64_t r = 0; r < rows; ++r) {
+      EXPECT_EQ(std::memcmp(&gradPadded[r * width * size],
+                            &grad[r * vocab * size], vocab * size),
+                0)
+          << "row " << r;
+      EXPECT_EQ(std::memcmp(&gradPadded[(r * width + vocab) * size],
+                            zeros.data(), zeros.size()),
+                0)
+          << "row " << r << "'s padding";
+    }
     EXPECT_EQ(strata_rt_error(ctx, nullptr), nullptr);
   }
 }

@@ -65,9 +65,10 @@ typedef struct StrataRtContext StrataRtContext;
    head size]; version 10 adds dropout on fused attention's probabilities;
    version 11 groups consecutive optimizer updates (strata_rt_updates_begin
    and strata_rt_updates_end); version 12 makes the cross-entropy's loss
-   (and its gradient) f32 whatever its logits' type.
+   (and its gradient) f32 whatever its logits' type; version 13 gives the
+   cross-entropy rows wider than its classes (padded logits).
  */
-#define STRATA_RT_ABI_VERSION 12
+#define STRATA_RT_ABI_VERSION 13
 
 /* Element types of tensor arguments. */
 enum {
@@ -474,17 +475,20 @@ void strata_rt_embedding_grad(StrataRtContext *ctx, int64_t site,
                               int64_t width);
 /* Mean over rows of -log softmax(logits)[label], computed in f32 for
    every logits type (f32, bf16, f16): the loss and its gradient `dloss`
-   are f32, `dlogits` has the logits' type. */
+   are f32, `dlogits` has the logits' type. A row holds `width` elements,
+   of which the first `vocab` (1 <= vocab <= width) are the classes; the
+   rest is padding, never read, whose gradient is written as zero. */
 void strata_rt_cross_entropy(StrataRtContext *ctx, int64_t site, void *loss,
                              int64_t lossType, const void *logits,
                              int64_t logitsType, const void *labels,
-                             int64_t labelsType, int64_t rows, int64_t vocab);
+                             int64_t labelsType, int64_t rows, int64_t vocab,
+                             int64_t width);
 void strata_rt_cross_entropy_grad(StrataRtContext *ctx, int64_t site,
                                   void *dlogits, int64_t dlogitsType,
                                   const void *logits, int64_t logitsType,
                                   const void *labels, int64_t labelsType,
                                   const void *dloss, int64_t dlossType,
-                                  int64_t rows, int64_t vocab);
+                                  int64_t rows, int64_t vocab, int64_t width);
 
 /* Optimizer support. `step` is the step counter (a scalar tensor). Every
    update takes a `guard` (NULL: none): the gradients' global norm under
