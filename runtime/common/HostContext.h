@@ -274,6 +274,29 @@ inline bool integerIds(HostContext *ctx, int64_t site, const char *kernel,
                    "ids are i32 or i64", dtype);
 }
 
+/// Whether `op` is a code strata_rt_unary (and a GEMM's activation) knows.
+inline bool knownUnary(int64_t op) {
+  switch (op) {
+  case STRATA_RT_UNARY_SCALE:
+  case STRATA_RT_ACT_RELU:
+  case STRATA_RT_ACT_GELU_TANH:
+  case STRATA_RT_ACT_GELU_ERF:
+  case STRATA_RT_ACT_SILU:
+  case STRATA_RT_UNARY_RSQRT:
+  case STRATA_RT_UNARY_TANH:
+  case STRATA_RT_ACT_NONE:
+    return true;
+  }
+  return false;
+}
+
+/// Whether `act` is an activation strata_rt_act_grad knows.
+inline bool knownActGrad(int64_t act) {
+  return act == STRATA_RT_ACT_RELU || act == STRATA_RT_ACT_GELU_TANH ||
+         act == STRATA_RT_ACT_GELU_ERF || act == STRATA_RT_ACT_SILU ||
+         act == STRATA_RT_ACT_NONE;
+}
+
 /// Whether a cross-entropy's rows of `width` elements hold `vocab` classes
 /// (1 <= vocab <= width: the rest is padding).
 inline bool crossEntropyWidthOk(HostContext *ctx, int64_t site,

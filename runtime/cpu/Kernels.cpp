@@ -638,21 +638,6 @@ std::pair<float, float> rowStatistics(const T *x, int64_t n, double eps) {
   return {m, float(1.0 / std::sqrt(var + eps))};
 }
 
-bool knownUnary(int64_t op) {
-  switch (op) {
-  case STRATA_RT_UNARY_SCALE:
-  case STRATA_RT_ACT_RELU:
-  case STRATA_RT_ACT_GELU_TANH:
-  case STRATA_RT_ACT_GELU_ERF:
-  case STRATA_RT_ACT_SILU:
-  case STRATA_RT_UNARY_RSQRT:
-  case STRATA_RT_UNARY_TANH:
-  case STRATA_RT_ACT_NONE:
-    return true;
-  }
-  return false;
-}
-
 /// out = f(in) on f32 arrays (a known `op`); one thread's block.
 void unaryF32(int64_t op, float *out, const float *in, int64_t n, float f) {
   switch (op) {
@@ -698,12 +683,6 @@ void unaryF32(int64_t op, float *out, const float *in, int64_t n, float f) {
   }
 }
 
-bool knownActGrad(int64_t act) {
-  return act == STRATA_RT_ACT_RELU || act == STRATA_RT_ACT_GELU_TANH ||
-         act == STRATA_RT_ACT_GELU_ERF || act == STRATA_RT_ACT_SILU ||
-         act == STRATA_RT_ACT_NONE;
-}
-
 /// out = dy * f'(x) on f32 arrays (a known `act`); one thread's block.
 void actGradF32(int64_t act, float *out, const float *x, const float *dy,
                 int64_t n) {
@@ -743,7 +722,7 @@ void STRATA_RT_KERNEL(strata_rt_unary)(StrataRtContext *ctx, int64_t site,
                                        int64_t outType, const void *inData,
                                        int64_t inType, int64_t n,
                                        double alpha) {
-  if (!knownUnary(op))
+  if (!strata::rt::knownUnary(op))
     return ctx->fail(site, "unknown unary op code " + std::to_string(op));
   withSameFloatType(ctx, site, "unary", {outType, inType}, [&](auto tag) {
     using T = decltype(tag);
@@ -777,7 +756,7 @@ void STRATA_RT_KERNEL(strata_rt_gemm_aux)(
       !gemmArgumentsOk(ctx, site, "gemm_aux", 1, m, n, k, bias != nullptr,
                        STRATA_RT_ACT_NONE, 0))
     return;
-  if (!knownUnary(act))
+  if (!strata::rt::knownUnary(act))
     return ctx->fail(site, "unknown unary op code " + std::to_string(act));
   if (cType != STRATA_RT_F32 && k > 0 && m > 0 && n > 0) {
     withSameFloatType(
@@ -814,7 +793,7 @@ void STRATA_RT_KERNEL(strata_rt_act_grad)(StrataRtContext *ctx, int64_t site,
                                           int64_t outType, const void *xData,
                                           int64_t xType, const void *dyData,
                                           int64_t dyType, int64_t n) {
-  if (!knownActGrad(act))
+  if (!strata::rt::knownActGrad(act))
     return ctx->fail(site, "unknown activation code " + std::to_string(act));
   withSameFloatType(ctx, site, "act_grad", {outType, xType, dyType},
                     [&](auto tag) {

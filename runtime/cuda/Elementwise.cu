@@ -141,27 +141,6 @@ __device__ __forceinline__ void offsetsOf(I i, const Layout<N> &l,
 
 //===--- Arithmetic -------------------------------------------------------===//
 
-bool knownUnary(int64_t op) {
-  switch (op) {
-  case STRATA_RT_UNARY_SCALE:
-  case STRATA_RT_ACT_RELU:
-  case STRATA_RT_ACT_GELU_TANH:
-  case STRATA_RT_ACT_GELU_ERF:
-  case STRATA_RT_ACT_SILU:
-  case STRATA_RT_UNARY_RSQRT:
-  case STRATA_RT_UNARY_TANH:
-  case STRATA_RT_ACT_NONE:
-    return true;
-  }
-  return false;
-}
-
-bool knownActGrad(int64_t act) {
-  return act == STRATA_RT_ACT_RELU || act == STRATA_RT_ACT_GELU_TANH ||
-         act == STRATA_RT_ACT_GELU_ERF || act == STRATA_RT_ACT_SILU ||
-         act == STRATA_RT_ACT_NONE;
-}
-
 //===--- Elementwise kernels ----------------------------------------------===//
 
 /// out = a (op) b with broadcasting: out is dense over l.shape, a and b
@@ -508,7 +487,7 @@ void strata_rt_binary(StrataRtContext *ctx, int64_t site, int64_t op, void *out,
 void strata_rt_unary(StrataRtContext *ctx, int64_t site, int64_t op, void *out,
                      int64_t outType, const void *in, int64_t inType, int64_t n,
                      double alpha) {
-  if (!knownUnary(op))
+  if (!strata::rt::knownUnary(op))
     return ctx->fail(site, "unknown unary op code " + std::to_string(op));
   withSameFloatType(ctx, site, "unary", {outType, inType}, [&](auto tag) {
     using T = decltype(tag);
@@ -525,7 +504,7 @@ void strata_rt_act_grad(StrataRtContext *ctx, int64_t site, int64_t act,
                         void *out, int64_t outType, const void *x,
                         int64_t xType, const void *dy, int64_t dyType,
                         int64_t n) {
-  if (!knownActGrad(act))
+  if (!strata::rt::knownActGrad(act))
     return ctx->fail(site, "unknown activation code " + std::to_string(act));
   withSameFloatType(ctx, site, "act_grad", {outType, xType, dyType},
                     [&](auto tag) {

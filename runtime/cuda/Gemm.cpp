@@ -1,16 +1,18 @@
 //===- Gemm.cpp - GEMMs of the CUDA runtime through cuBLASLt --------------===//
 //
 // strata_rt_gemm as one cuBLASLt matmul with the bias and the activation in
-// its epilogue (GemmPlan.h says how a call maps onto cuBLASLt). Each call
-// site keeps its plans, descriptors and the heuristic's algorithm for the
-// operands' alignment, so a step after the first only sets the bias
-// pointer and launches.
+// its epilogue where cuBLASLt has it, else followed by the runtime's kernels
+// (GemmPlan.h says how a call maps onto cuBLASLt). Each call site keeps its
+// plans, descriptors and the heuristic's algorithm for the operands'
+// alignment, so a step after the first only sets the bias pointer and
+// launches.
 //
 //===----------------------------------------------------------------------===//
 
 #include "Gemm.h"
 
 #include <algorithm>
+#include <cstdlib>
 #include <tuple>
 #include <vector>
 
@@ -153,6 +155,18 @@ struct GemmExtras {
 void runGemm(StrataRtContext *ctx, int64_t site, GemmCall call, const void *a,
              const void *b, void *c, const GemmExtras &x);
 
+/// The most bytes of f32 sums a plan's f32Sums keeps at once: 32 MiB, or
+/// STRATA_CUDA_GEMM_SUMS_BYTES (the GPU check sets 1, one row a chunk, so
+/// that its small cases cover the chunked path).
+int64_t sumsBytes() {
+  static const int64_t bytes = [] {
+    const char *set = std::getenv("STRATA_CUDA_GEMM_SUMS_BYTES");
+    long long value = set ? std::atoll(set) : 0;
+    return value > 0 ? int64_t(value) : int64_t(32) << 20;
+  }();
+  return bytes;
+}
+
 /// A plan's f32Sums: the product with an f32 result and no epilogue into
 /// the context's scratch, then the bias, aux and activation by
 /// sumsEpilogue, one chunk of rows (sumsChunkRows) at a time.
@@ -160,7 +174,7 @@ void runWithF32Sums(StrataRtContext *ctx, int64_t site, const GemmCall &call,
                     const void *a, const void *b, void *c,
                     const GemmExtras &x) {
   const int64_t rows = call.batch * call.m, n = call.n;
-  const int64_t chunkRows = sumsChunkRows(call);
+  const int64_t chunkRows = sumsChunkRows(call, sumsBytes());
   auto *sums = static_cast<float *>(
       ctx->scratchBytes(site, size_t(chunkRows * n) * sizeof(float)));
   if (!sums)
@@ -329,6 +343,8 @@ extern "C" void strata_rt_gemm_aux(StrataRtContext *ctx, int64_t site,
       !gemmArgumentsOk(ctx, site, "gemm_aux", 1, m, n, k, bias != nullptr,
                        STRATA_RT_ACT_NONE, 0))
     return;
+  if (!strata::rt::knownUnary(act))
+    return ctx->fail(site, "unknown unary op code " + std::to_string(act));
   if (m == 0 || n == 0)
     return;
   if (k == 0) { // no product: aux is the bias (or zero), c its activation

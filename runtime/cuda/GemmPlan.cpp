@@ -160,13 +160,12 @@ GemmPlan planGemm(const GemmCall &call, bool tf32) {
   return p;
 }
 
-int64_t sumsChunkRows(const GemmCall &call) {
+int64_t sumsChunkRows(const GemmCall &call, int64_t bytes) {
   const int64_t rows = call.batch * call.m;
   if (call.batch != 1 || call.transA)
     return rows;
-  constexpr int64_t kSumsBytes = int64_t(32) << 20;
   const int64_t fit =
-      std::max<int64_t>(1, kSumsBytes / (call.n * int64_t(sizeof(float))));
+      std::max<int64_t>(1, bytes / (call.n * int64_t(sizeof(float))));
   const int64_t chunks = (rows + fit - 1) / fit;
   return (rows + chunks - 1) / chunks;
 }

@@ -97,8 +97,9 @@ GemmPlan planGemm(const GemmCall &call, bool tf32);
 
 /// The rows of each product a plan's f32Sums runs: all of them, or where
 /// op(A)'s rows lie one after another (one matrix, A not transposed) as
-/// many as keep the f32 sums within 32 MiB (at least one), in equal chunks.
-int64_t sumsChunkRows(const GemmCall &call);
+/// many as keep the f32 sums within `bytes` (at least one row), in chunks
+/// of one size but the last.
+int64_t sumsChunkRows(const GemmCall &call, int64_t bytes);
 
 /// cuBLASLt's workspace for a device of compute capability `major`: 32 MiB
 /// on Hopper and later, 4 MiB before.

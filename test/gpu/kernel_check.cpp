@@ -792,7 +792,9 @@ std::vector<CaseDef> makeCases() {
           // The loss and its gradient are f32 whatever the logits' type.
           void *dloss = t.vals(F32, {2.5});
           void *loss = t.out("loss", F32, 1);
-          void *dlogits = t.out("dlogits", dt, rows * width);
+          // (Drawn first: the padding's zeros must be written.)
+          void *dlogits = t.keep("dlogits", t.rand(dt, rows * width, -1, 1), dt,
+                                 rows * width);
           RT.cross_entropy(t.ctx, 1, loss, F32, logits, dt, labels, labelType,
                            rows, vocab, width);
           RT.cross_entropy_grad(t.ctx, 2, dlogits, dt, logits, dt, labels,
@@ -873,6 +875,12 @@ std::vector<CaseDef> makeCases() {
     void *labels = t.vals(I64, {1, 9, 10, 11});
     void *loss = t.out("loss", F32, 1);
     RT.cross_entropy(t.ctx, 1, loss, F32, logits, BF16, labels, I64, 4, 10, 10);
+  });
+  refusal("gemm_aux_unknown_activation", [](Case &t) {
+    void *a = t.rand(BF16, 4 * 8, -1, 1), *b = t.rand(BF16, 8 * 8, -1, 1);
+    void *c = t.out("c", BF16, 4 * 8), *aux = t.out("aux", BF16, 4 * 8);
+    RT.gemm_aux(t.ctx, 1, 4, 8, 8, a, BF16, 0, b, BF16, 0, c, BF16, aux, BF16,
+                nullptr, BF16, 99);
   });
   refusal("cross_entropy_classes_past_the_row", [](Case &t) {
     void *logits = t.rand(F32, 4 * 10, -1, 1);

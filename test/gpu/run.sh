@@ -50,25 +50,29 @@ if ! { cmake -S . -B build > build.log 2>&1 &&
   exit 1
 fi
 status=0
-if wanted kernels; then
-  echo "== kernels"
-  timeout 300 build/kernel_check compare \
-    --runtime build/libstrata_runtime_cuda.so --dir kernels || status=1
-fi
-# The attention cases again under an environment setting: LOG, then
-# VAR=VALUE; prints the summary, or the failures (failing the check).
-attention_cases() {
-  local log=$1
-  shift
+# Some cases again under an environment setting: LOG, the cases' FILTER,
+# then VAR=VALUE; prints the summary, or the failures (failing the check).
+cases_again() {
+  local log=$1 filter=$2
+  shift 2
   if env "$@" timeout 300 build/kernel_check compare \
       --runtime build/libstrata_runtime_cuda.so --dir kernels \
-      --filter attention > "$log"; then
+      --filter "$filter" > "$log"; then
     tail -1 "$log"
   else
     grep -v '^PASS' "$log"
     status=1
   fi
 }
+if wanted kernels; then
+  echo "== kernels"
+  timeout 300 build/kernel_check compare \
+    --runtime build/libstrata_runtime_cuda.so --dir kernels || status=1
+  # The GEMMs whose bf16 / f16 activation runs on their f32 sums, one row
+  # of sums at a time, as they run where the sums exceed their budget.
+  echo "== GEMMs, f32 sums one row at a time"
+  cases_again gemm-sums.log gemm STRATA_CUDA_GEMM_SUMS_BYTES=1
+fi
 if wanted attention; then
   # The tensor-core register layouts the flash kernels take (ldmatrix,
   # mma.sync): a failure here explains a failing bf16 or f16 attention case
@@ -80,9 +84,9 @@ if wanted attention; then
   # again one (batch, head) slice per chunk, as they run where the scores
   # of all slices exceed their scratch budget.
   echo "== attention kernels, chunked products (STRATA_CUDA_ATTENTION=gemm)"
-  attention_cases gemm.log STRATA_CUDA_ATTENTION=gemm
+  cases_again gemm.log attention STRATA_CUDA_ATTENTION=gemm
   echo "== attention kernels, chunked products, one slice per chunk"
-  attention_cases chunked.log STRATA_CUDA_ATTENTION=gemm \
+  cases_again chunked.log attention STRATA_CUDA_ATTENTION=gemm \
     STRATA_CUDA_ATTENTION_CHUNK_BYTES=1
 fi
 wanted programs && for dir in programs/*/; do

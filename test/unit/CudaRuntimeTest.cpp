@@ -301,29 +301,32 @@ TEST(CudaGemmPlan, PreActivationKeptByTheEpilogueOrBeside) {
 
 TEST(CudaGemmPlan, F32SumsInChunksOfRows) {
   // GPT-2's MLP with erf GELU at batch 16: 16384 x 3072 f32 sums, 192 MiB,
-  // in 7 equal chunks of at most 32 MiB.
+  // in 7 chunks of at most 32 MiB (the runtime's budget).
+  const int64_t kBytes = int64_t(32) << 20;
   GemmCall g;
   g.m = 16384;
   g.n = 3072;
   g.k = 768;
   g.dtype = STRATA_RT_BF16;
-  const int64_t rows = sumsChunkRows(g);
+  const int64_t rows = sumsChunkRows(g, kBytes);
   EXPECT_EQ(rows, 2341);
   EXPECT_LE(rows * g.n * 4, int64_t(32) << 20);
   EXPECT_GE(rows * 7, g.m);
   g.m = 100;
-  EXPECT_EQ(sumsChunkRows(g), 100);
+  EXPECT_EQ(sumsChunkRows(g, kBytes), 100);
+  // The GPU check's budget of 1 byte: one row a chunk.
+  EXPECT_EQ(sumsChunkRows(g, 1), 1);
   // A row wider than 32 MiB: one row at a time.
   g.n = int64_t(1) << 24;
-  EXPECT_EQ(sumsChunkRows(g), 1);
+  EXPECT_EQ(sumsChunkRows(g, kBytes), 1);
   // A transposed A, or a batch: all rows at once.
   g.n = 3072;
   g.m = 16384;
   g.transA = true;
-  EXPECT_EQ(sumsChunkRows(g), 16384);
+  EXPECT_EQ(sumsChunkRows(g, kBytes), 16384);
   g.transA = false;
   g.batch = 2;
-  EXPECT_EQ(sumsChunkRows(g), 2 * 16384);
+  EXPECT_EQ(sumsChunkRows(g, kBytes), 2 * 16384);
 }
 
 /// The backward epilogues: DGELU for the tanh GELU's gradient with N a

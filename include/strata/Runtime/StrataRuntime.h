@@ -336,7 +336,9 @@ void strata_rt_gemm(StrataRtContext *ctx, int64_t site, int64_t batch,
 /* The epilogue that keeps its pre-activation for the gradient (training's
    fused GEMM + bias + activation): aux = op(A) @ op(B) + bias (bias of N
    elements, or NULL) and c = act(aux), for one M x N product; c and aux
-   have the same type and do not alias. (cuBLASLt's GELU_AUX_BIAS.) */
+   have the same type and do not alias. In bf16 and f16 the activation
+   reads the unrounded f32 pre-activation, and aux and c are each rounded
+   once. (cuBLASLt's GELU_AUX_BIAS.) */
 void strata_rt_gemm_aux(StrataRtContext *ctx, int64_t site, int64_t m,
                         int64_t n, int64_t k, const void *a, int64_t aType,
                         int64_t transA, const void *b, int64_t bType,
