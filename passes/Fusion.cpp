@@ -196,6 +196,28 @@ struct GemmPaddingPass
       pad(m, multiple);
   }
 
+  /// Whether only cross-entropy ops without `classes` read `logits` (of
+  /// `n` columns), directly or through reshapes that keep its last
+  /// dimension; `readers` gets them, each reshape before its readers.
+  static bool onlyLossReads(Value logits, int64_t n,
+                            SmallVectorImpl<Operation *> &readers) {
+    for (Operation *user : logits.getUsers()) {
+      if (auto ce = dyn_cast<CrossEntropyOp>(user);
+          ce && !ce.getClasses() && ce.getLogits() == logits) {
+        readers.push_back(ce);
+        continue;
+      }
+      auto reshape = dyn_cast<ReshapeOp>(user);
+      if (!reshape || reshape.getType().getRank() < 2 ||
+          reshape.getType().getShape().back() != n)
+        return false;
+      readers.push_back(reshape);
+      if (!onlyLossReads(reshape.getResult(), n, readers))
+        return false;
+    }
+    return true;
+  }
+
   void pad(MatmulOp m, int64_t multiple) {
     auto lhs = cast<RankedTensorType>(m.getLhs().getType());
     auto rhs = cast<RankedTensorType>(m.getRhs().getType());
@@ -224,17 +246,22 @@ struct GemmPaddingPass
     SmallVector<int64_t> shape(result.getShape());
     shape.back() = padded;
     product->getResult(0).setType(result.clone(shape));
-    // An LM head whose logits only a cross-entropy reads: the loss reads
-    // the padded rows, its classes the real columns (no slice, and no pad
-    // of the slice's gradient).
-    if (llvm::all_of(m->getUsers(), [](Operation *user) {
-          auto ce = dyn_cast<CrossEntropyOp>(user);
-          return ce && !ce.getClasses();
-        })) {
-      for (Operation *user : llvm::make_early_inc_range(m->getUsers())) {
-        auto ce = cast<CrossEntropyOp>(user);
-        ce.setClasses(n);
-        ce.getLogitsMutable().assign(product->getResult(0));
+    // An LM head whose logits only cross-entropy reads, directly or through
+    // reshapes that keep rows whole (an imported model's logits.view(-1,
+    // V)): the loss reads the padded rows, its classes the real columns
+    // (no slice, and no pad of the slice's gradient).
+    SmallVector<Operation *> readers;
+    if (onlyLossReads(m.getResult(), n, readers)) {
+      m.getResult().replaceAllUsesWith(product->getResult(0));
+      for (Operation *reader : readers) {
+        if (auto ce = dyn_cast<CrossEntropyOp>(reader)) {
+          ce.setClasses(n);
+          continue;
+        }
+        auto reshape = cast<ReshapeOp>(reader);
+        SmallVector<int64_t> rows(reshape.getType().getShape());
+        rows.back() = padded;
+        reshape.getResult().setType(reshape.getType().clone(rows));
       }
       m.erase();
       return;

@@ -271,7 +271,8 @@ def StrataGemmPadding : Pass<"strata-gemm-padding", "mlir::ModuleOp"> {
     shapes: every leading dimension of the product and of its gradients
     (autodiff differentiates the pad and the slice) is then a multiple of
     it. Where only `cross_entropy` reads the product (an LM head's
-    logits), there is no slice: the loss reads the padded rows with
+    logits), directly or through reshapes that keep rows whole (an
+    imported model's `logits.view(-1, V)`), there is no slice: the loss reads the padded rows with
     `classes = N` (its softmax over the real columns; the padding's
     gradient is zero), which saves a copy of the logits and one of their
     gradient. The padded columns are zeros: values are unchanged but for

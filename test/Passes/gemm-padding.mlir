@@ -12,14 +12,43 @@
 // CHECK-LABEL: func @lm_head
 // CHECK: %[[W:.*]] = strata.pad %arg1 {dim = 0 : i64, high = 7 : i64, low = 0 : i64, strata.layer = "head"} : (tensor<50257x768xf32>) -> tensor<50264x768xf32>
 // CHECK-NEXT: %[[P:.*]] = strata.matmul %arg0, %[[W]] {strata.layer = "head", transpose_rhs} : (tensor<4x64x768xf32>, tensor<50264x768xf32>) -> tensor<4x64x50264xf32>
-// CHECK-NOT: strata.slice
 // CHECK-NEXT: strata.cross_entropy %[[P]], %arg2 {classes = 50257 : i64} : (tensor<4x64x50264xf32>, tensor<4x64xi32>) -> tensor<f32>
+// CHECK-NOT: strata.slice
 // CPU-LABEL: func @lm_head
 // CPU-NOT: strata.pad
 // CPU: strata.matmul %arg0, %arg1 {strata.layer = "head", transpose_rhs} : (tensor<4x64x768xf32>, tensor<50257x768xf32>) -> tensor<4x64x50257xf32>
 func.func @lm_head(%x: tensor<4x64x768xf32>, %wte: tensor<50257x768xf32>, %labels: tensor<4x64xi32>) -> tensor<f32> {
   %logits = strata.matmul %x, %wte {strata.layer = "head", transpose_rhs} : (tensor<4x64x768xf32>, tensor<50257x768xf32>) -> tensor<4x64x50257xf32>
   %loss = strata.cross_entropy %logits, %labels : (tensor<4x64x50257xf32>, tensor<4x64xi32>) -> tensor<f32>
+  return %loss : tensor<f32>
+}
+
+// -----
+
+// An imported model's loss reads the logits through a reshape that keeps
+// rows whole (logits.view(-1, V)): the reshape takes the padded rows.
+// CHECK-LABEL: func @lm_head_viewed
+// CHECK: %[[P:.*]] = strata.matmul {{.*}} -> tensor<4x64x50264xf32>
+// CHECK-NEXT: %[[V:.*]] = strata.reshape %[[P]] : (tensor<4x64x50264xf32>) -> tensor<256x50264xf32>
+// CHECK-NEXT: strata.cross_entropy %[[V]], %arg2 {classes = 50257 : i64} : (tensor<256x50264xf32>, tensor<256xi32>) -> tensor<f32>
+// CHECK-NOT: strata.slice
+func.func @lm_head_viewed(%x: tensor<4x64x768xf32>, %wte: tensor<50257x768xf32>, %labels: tensor<256xi32>) -> tensor<f32> {
+  %logits = strata.matmul %x, %wte {transpose_rhs} : (tensor<4x64x768xf32>, tensor<50257x768xf32>) -> tensor<4x64x50257xf32>
+  %rows = strata.reshape %logits : (tensor<4x64x50257xf32>) -> tensor<256x50257xf32>
+  %loss = strata.cross_entropy %rows, %labels : (tensor<256x50257xf32>, tensor<256xi32>) -> tensor<f32>
+  return %loss : tensor<f32>
+}
+
+// -----
+
+// A reshape that splits the rows (the last dimension changes): the slice
+// stays.
+// CHECK-LABEL: func @lm_head_regrouped
+// CHECK: strata.slice
+func.func @lm_head_regrouped(%x: tensor<4x64x768xf32>, %wte: tensor<50257x768xf32>, %labels: tensor<4x64x29xi32>) -> tensor<f32> {
+  %logits = strata.matmul %x, %wte {transpose_rhs} : (tensor<4x64x768xf32>, tensor<50257x768xf32>) -> tensor<4x64x50257xf32>
+  %rows = strata.reshape %logits : (tensor<4x64x50257xf32>) -> tensor<4x64x29x1733xf32>
+  %loss = strata.cross_entropy %rows, %labels : (tensor<4x64x29x1733xf32>, tensor<4x64x29xi32>) -> tensor<f32>
   return %loss : tensor<f32>
 }
 
