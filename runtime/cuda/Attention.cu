@@ -45,11 +45,8 @@ using strata::act::fastExp;
 /// 512 MiB, or STRATA_CUDA_ATTENTION_CHUNK_BYTES (the GPU check sets 1,
 /// one slice per chunk, so that its small cases cover the chunked path).
 size_t chunkBytes() {
-  static const size_t bytes = [] {
-    const char *set = std::getenv("STRATA_CUDA_ATTENTION_CHUNK_BYTES");
-    long long value = set ? std::atoll(set) : 0;
-    return value > 0 ? size_t(value) : size_t(512) << 20;
-  }();
+  static const size_t bytes = size_t(
+      budgetBytes("STRATA_CUDA_ATTENTION_CHUNK_BYTES", int64_t(512) << 20));
   return bytes;
 }
 

@@ -16,6 +16,7 @@
 #include <cuda_runtime_api.h>
 
 #include <cstdint>
+#include <cstdlib>
 #include <memory>
 #include <string>
 #include <vector>
@@ -158,6 +159,15 @@ __host__ __device__ inline unsigned long long badIdWord(int64_t position,
 /// Launches the Adam and AdamW updates of ctx->pendingAdams (Optimizer.cu)
 /// and clears them.
 void launchPendingAdams(StrataRtContext *ctx);
+
+/// A scratch budget in bytes: the positive count that environment variable
+/// `variable` holds (a test knob: the GPU check sets small budgets so that
+/// its small cases take the chunked paths), else `fallback`.
+inline int64_t budgetBytes(const char *variable, int64_t fallback) {
+  const char *set = std::getenv(variable);
+  const long long value = set ? std::atoll(set) : 0;
+  return value > 0 ? int64_t(value) : fallback;
+}
 
 /// The epilogue of a plan's f32Sums (ActivationKernels.cuh), on the compute
 /// stream: for `rows` rows of `n` sums, aux = sums + bias (when `aux` is

@@ -12,7 +12,6 @@
 #include "Gemm.h"
 
 #include <algorithm>
-#include <cstdlib>
 #include <tuple>
 #include <vector>
 
@@ -159,11 +158,8 @@ void runGemm(StrataRtContext *ctx, int64_t site, GemmCall call, const void *a,
 /// STRATA_CUDA_GEMM_SUMS_BYTES (the GPU check sets 1, one row a chunk, so
 /// that its small cases cover the chunked path).
 int64_t sumsBytes() {
-  static const int64_t bytes = [] {
-    const char *set = std::getenv("STRATA_CUDA_GEMM_SUMS_BYTES");
-    long long value = set ? std::atoll(set) : 0;
-    return value > 0 ? int64_t(value) : int64_t(32) << 20;
-  }();
+  static const int64_t bytes =
+      budgetBytes("STRATA_CUDA_GEMM_SUMS_BYTES", int64_t(32) << 20);
   return bytes;
 }
 

@@ -656,6 +656,28 @@ TEST(RuntimeTest, UnknownCodesFailAtTheirSite) {
                     "(1 <= classes <= width)");
 }
 
+/// A cross-entropy's loss and the bytes of its gradient, over rows of
+/// `width` elements of `type` holding `vocab` classes, one row a label
+/// (i32). The gradient's buffer starts as 0x7f bytes, so that an element
+/// the kernel does not write shows.
+struct CrossEntropyRun {
+  float loss = 0;
+  std::vector<char> grad;
+};
+CrossEntropyRun crossEntropy(StrataRtContext *ctx, const void *logits,
+                             int64_t type, const std::vector<int32_t> &labels,
+                             int64_t vocab, int64_t width, float dloss) {
+  const auto rows = int64_t(labels.size());
+  CrossEntropyRun run;
+  run.grad.assign(rows * width * strata_rt_element_bytes(type), char(0x7f));
+  strata_rt_cross_entropy(ctx, 1, &run.loss, F32, logits, type, labels.data(),
+                          STRATA_RT_I32, rows, vocab, width);
+  strata_rt_cross_entropy_grad(ctx, 2, run.grad.data(), type, logits, type,
+                               labels.data(), STRATA_RT_I32, &dloss, F32, rows,
+                               vocab, width);
+  return run;
+}
+
 TEST(RuntimeTest, CrossEntropyOfLowLogitsIsTheF32KernelOnTheirValues) {
   // bf16 and f16 logits give the loss of the f32 kernel on their widened
   // values, and the gradient it gives rounded: a cast of the logits to f32
@@ -670,23 +692,15 @@ TEST(RuntimeTest, CrossEntropyOfLowLogitsIsTheF32KernelOnTheirValues) {
     std::vector<uint16_t> logits(wide.size());
     strata_rt_cast(ctx, 0, logits.data(), low, wide.data(), F32, wide.size());
     strata_rt_cast(ctx, 0, wide.data(), F32, logits.data(), low, wide.size());
-    float lossLow = 0, lossWide = 0, dloss = 3.0f;
-    strata_rt_cross_entropy(ctx, 1, &lossLow, F32, logits.data(), low,
-                            labels.data(), STRATA_RT_I32, rows, vocab, vocab);
-    strata_rt_cross_entropy(ctx, 2, &lossWide, F32, wide.data(), F32,
-                            labels.data(), STRATA_RT_I32, rows, vocab, vocab);
-    EXPECT_EQ(lossLow, lossWide);
-    std::vector<uint16_t> grad(wide.size()), want(wide.size());
-    std::vector<float> gradWide(wide.size());
-    strata_rt_cross_entropy_grad(ctx, 3, grad.data(), low, logits.data(), low,
-                                 labels.data(), STRATA_RT_I32, &dloss, F32,
-                                 rows, vocab, vocab);
-    strata_rt_cross_entropy_grad(ctx, 4, gradWide.data(), F32, wide.data(), F32,
-                                 labels.data(), STRATA_RT_I32, &dloss, F32,
-                                 rows, vocab, vocab);
-    strata_rt_cast(ctx, 0, want.data(), low, gradWide.data(), F32,
-                   gradWide.size());
-    EXPECT_EQ(grad, want);
+    const CrossEntropyRun lowRun =
+        crossEntropy(ctx, logits.data(), low, labels, vocab, vocab, 3.0f);
+    const CrossEntropyRun wideRun =
+        crossEntropy(ctx, wide.data(), F32, labels, vocab, vocab, 3.0f);
+    EXPECT_EQ(lowRun.loss, wideRun.loss);
+    std::vector<char> want(lowRun.grad.size());
+    strata_rt_cast(ctx, 0, want.data(), low, wideRun.grad.data(), F32,
+                   wide.size());
+    EXPECT_EQ(lowRun.grad, want);
     EXPECT_EQ(strata_rt_error(ctx, nullptr), nullptr);
   }
 }
@@ -713,29 +727,20 @@ TEST(RuntimeTest, CrossEntropyOverPaddedRowsIsTheUnpaddedOne) {
       strata_rt_cast(ctx, 0, &padded[(r * width + vocab) * size], type,
                      nan.data(), F32, width - vocab);
     }
-    float loss = 0, lossPadded = 0, dloss = 2.0f;
-    strata_rt_cross_entropy(ctx, 1, &loss, F32, logits.data(), type,
-                            labels.data(), STRATA_RT_I32, rows, vocab, vocab);
-    strata_rt_cross_entropy(ctx, 2, &lossPadded, F32, padded.data(), type,
-                            labels.data(), STRATA_RT_I32, rows, vocab, width);
-    EXPECT_EQ(loss, lossPadded);
-    EXPECT_TRUE(std::isfinite(lossPadded));
-    std::vector<char> grad(logits.size());
-    std::vector<char> gradPadded(padded.size(), char(0x7f));
-    strata_rt_cross_entropy_grad(ctx, 3, grad.data(), type, logits.data(), type,
-                                 labels.data(), STRATA_RT_I32, &dloss, F32,
-                                 rows, vocab, vocab);
-    strata_rt_cross_entropy_grad(ctx, 4, gradPadded.data(), type, padded.data(),
-                                 type, labels.data(), STRATA_RT_I32, &dloss,
-                                 F32, rows, vocab, width);
+    const CrossEntropyRun unpadded =
+        crossEntropy(ctx, logits.data(), type, labels, vocab, vocab, 2.0f);
+    const CrossEntropyRun run =
+        crossEntropy(ctx, padded.data(), type, labels, vocab, width, 2.0f);
+    EXPECT_EQ(unpadded.loss, run.loss);
+    EXPECT_TRUE(std::isfinite(run.loss));
     const std::vector<char> zeros((width - vocab) * size, 0);
     for (int64_t r = 0; r < rows; ++r) {
-      EXPECT_EQ(std::memcmp(&gradPadded[r * width * size],
-                            &grad[r * vocab * size], vocab * size),
+      EXPECT_EQ(std::memcmp(&run.grad[r * width * size],
+                            &unpadded.grad[r * vocab * size], vocab * size),
                 0)
           << "row " << r;
-      EXPECT_EQ(std::memcmp(&gradPadded[(r * width + vocab) * size],
-                            zeros.data(), zeros.size()),
+      EXPECT_EQ(std::memcmp(&run.grad[(r * width + vocab) * size], zeros.data(),
+                            zeros.size()),
                 0)
           << "row " << r << "'s padding";
     }
