@@ -13,9 +13,9 @@
 #include "PassUtils.h"
 #include "strata/Passes/Passes.h"
 
+#include "mlir/Analysis/SliceAnalysis.h"
 #include "mlir/Interfaces/InferTypeOpInterface.h"
 #include "llvm/ADT/DenseMap.h"
-#include "llvm/ADT/DenseSet.h"
 #include "llvm/ADT/STLExtras.h"
 #include "llvm/ADT/StringSet.h"
 
@@ -297,14 +297,13 @@ void AmpPass::runOnOperation() {
     llvm::StringMap<SmallVector<GetParamOp>> reads;
     llvm::StringSet<> keepF32, reachLoss;
     auto ret = cast<func::ReturnOp>(func.getBody().front().getTerminator());
-    llvm::DenseSet<Operation *> lossSlice;
-    SmallVector<Value> work;
-    if (ret.getNumOperands() > 0)
-      work.push_back(ret.getOperand(0));
-    while (!work.empty())
-      if (Operation *def = work.pop_back_val().getDefiningOp();
-          def && lossSlice.insert(def).second)
-        llvm::append_range(work, def->getOperands());
+    SetVector<Operation *> lossSlice;
+    if (ret.getNumOperands() > 0) {
+      BackwardSliceOptions options;
+      options.inclusive = true;
+      options.omitBlockArguments = true;
+      (void)getBackwardSlice(ret.getOperand(0), &lossSlice, options);
+    }
     func.walk([&](GetParamOp get) {
       reads[get.getName()].push_back(get);
       if (lossSlice.contains(get))
