@@ -123,15 +123,19 @@ struct GemmEpilogueFusionPass
     for (Operation *user : dz.getUsers())
       if (auto candidate = dyn_cast<BiasAddGradOp>(user))
         bg = candidate;
-    if (!bg || !llvm::all_of(dz.getUsers(), [&](Operation *u) {
-          return u == mg || u == bg;
-        }))
+    if (!bg)
       return;
 
-    // With a fused activation, dz must be its gradient of dy.
+    // Without an activation dz may have other readers (the gradient of a
+    // residual stream, which the next layer's gradient reads too). With a
+    // fused activation, dz must be its gradient of dy and read by nothing
+    // else, or the activation's gradient would be computed twice.
     Value dy = dz;
     Operation *actGrad = nullptr;
     if (f.getActivation() != Activation::None) {
+      if (!llvm::all_of(dz.getUsers(),
+                        [&](Operation *u) { return u == mg || u == bg; }))
+        return;
       actGrad = dz.getDefiningOp();
       if (auto relu = dyn_cast_or_null<ReluGradOp>(actGrad)) {
         if (f.getActivation() != Activation::Relu ||

@@ -242,7 +242,9 @@ def StrataGemmEpilogueFusion
     GEMM — with `dz = relu_grad / gelu_grad(dy)` when the forward fused the
     activation — become one `strata.fused_gemm_epilogue_grad` yielding dx,
     dw and dbias. The activation gradient is fused only if the forward
-    activation was.
+    activation was, and then only if nothing else reads it. Without an
+    activation, `dz` may have other readers: a residual branch's output
+    gradient is also the skip connection's, which the layer below reads.
 
     Guards (as Paddle's fuse_gemm_epilogue): no transposed input (a
     transposed weight, `transpose_rhs`, fuses as `transpose_weight`), weight rank 2,

@@ -114,3 +114,46 @@ func.func @pre_used(%x: tensor<4x8xf32>, %w: tensor<8x16xf32>, %b: tensor<16xf32
   %2 = strata.relu %1 : (tensor<4x16xf32>) -> tensor<4x16xf32>
   return %2, %1 : tensor<4x16xf32>, tensor<4x16xf32>
 }
+
+// -----
+
+// A residual branch: the gradient of the sum (dz) is also the gradient of
+// the skip connection, which the layer below reads. Without an activation
+// the backward fuses all the same, and dz keeps its other reader.
+// CHECK-LABEL: func @residual
+func.func @residual(%x: tensor<4x8xf32>, %w: tensor<8x8xf32>, %b: tensor<8xf32>, %dz: tensor<4x8xf32>) -> (tensor<4x8xf32>, tensor<4x8xf32>, tensor<8x8xf32>, tensor<8xf32>) {
+  // CHECK: %[[Y:.*]] = strata.fused_gemm_epilogue %arg0, %arg1, %arg2
+  %0 = strata.matmul %x, %w : (tensor<4x8xf32>, tensor<8x8xf32>) -> tensor<4x8xf32>
+  %1 = strata.bias_add %0, %b : (tensor<4x8xf32>, tensor<8xf32>) -> tensor<4x8xf32>
+  %y = strata.add %x, %1 : (tensor<4x8xf32>, tensor<4x8xf32>) -> tensor<4x8xf32>
+  // CHECK: %[[DX:.*]], %[[DW:.*]], %[[DB:.*]] = strata.fused_gemm_epilogue_grad %arg0, %arg1, %arg3 :
+  // CHECK-NOT: strata.bias_add_grad
+  // CHECK-NOT: strata.matmul_grad
+  %db = strata.bias_add_grad %dz : (tensor<4x8xf32>) -> tensor<8xf32>
+  %dx, %dw = strata.matmul_grad %x, %w, %dz : (tensor<4x8xf32>, tensor<8x8xf32>, tensor<4x8xf32>) -> (tensor<4x8xf32>, tensor<8x8xf32>)
+  // CHECK: %[[SKIP:.*]] = strata.add %arg3, %[[DX]]
+  %dxs = strata.add %dz, %dx : (tensor<4x8xf32>, tensor<4x8xf32>) -> tensor<4x8xf32>
+  // CHECK: return %{{.*}}, %[[SKIP]], %[[DW]], %[[DB]]
+  return %y, %dxs, %dw, %db : tensor<4x8xf32>, tensor<4x8xf32>, tensor<8x8xf32>, tensor<8xf32>
+}
+
+// -----
+
+// With a fused activation, its gradient read by anything else would have
+// to be computed twice: the backward stays unfused.
+// CHECK-LABEL: func @act_grad_read_elsewhere
+func.func @act_grad_read_elsewhere(%x: tensor<4x8xf32>, %w: tensor<8x16xf32>, %b: tensor<16xf32>, %dy: tensor<4x16xf32>) -> (tensor<4x16xf32>, tensor<4x8xf32>, tensor<8x16xf32>, tensor<16xf32>, tensor<4x16xf32>) {
+  // CHECK: strata.fused_gemm_epilogue {{.*}}with_aux
+  // CHECK-NOT: strata.fused_gemm_epilogue_grad
+  // CHECK: strata.gelu_grad
+  // CHECK-NEXT: strata.bias_add_grad
+  // CHECK-NEXT: strata.matmul_grad
+  // CHECK-NOT: strata.fused_gemm_epilogue_grad
+  %0 = strata.matmul %x, %w : (tensor<4x8xf32>, tensor<8x16xf32>) -> tensor<4x16xf32>
+  %1 = strata.bias_add %0, %b : (tensor<4x16xf32>, tensor<16xf32>) -> tensor<4x16xf32>
+  %2 = strata.gelu %1 : (tensor<4x16xf32>) -> tensor<4x16xf32>
+  %dz = strata.gelu_grad %1, %dy : (tensor<4x16xf32>, tensor<4x16xf32>) -> tensor<4x16xf32>
+  %db = strata.bias_add_grad %dz : (tensor<4x16xf32>) -> tensor<16xf32>
+  %dx, %dw = strata.matmul_grad %x, %w, %dz : (tensor<4x8xf32>, tensor<8x16xf32>, tensor<4x16xf32>) -> (tensor<4x8xf32>, tensor<8x16xf32>)
+  return %2, %dx, %dw, %db, %dz : tensor<4x16xf32>, tensor<4x8xf32>, tensor<8x16xf32>, tensor<16xf32>, tensor<4x16xf32>
+}
