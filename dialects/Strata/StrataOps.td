@@ -847,13 +847,17 @@ def Strata_ReduceGradOp : Strata_ComputeOp<"reduce_grad",
   let results = (outs Strata_FloatTensor:$input_grad);
 }
 
-def Strata_CrossEntropyGradOp : Strata_ComputeOp<"cross_entropy_grad"> {
+def Strata_CrossEntropyGradOp : Strata_ComputeOp<"cross_entropy_grad",
+    [Strata_InPlace<"0">]> {
   let summary = "Gradient of strata.cross_entropy";
   let description = [{
     (softmax(logits) - onehot(labels)) * loss_grad / (number of positions),
     in the logits' type; `loss_grad` has the loss's type. With `classes`
     (as strata.cross_entropy's) the softmax is over the first `classes`
-    columns and the padding's gradient is zero.
+    columns and the padding's gradient is zero. The gradient may be
+    written over the logits (a language model's largest activation), which
+    the loss's forward has read: each row is read whole before it is
+    written.
 
     ```mlir
     %dl = strata.cross_entropy_grad %logits, %targets, %dloss : (tensor<8x16x256xf32>, tensor<8x16xi32>, tensor<f32>) -> tensor<8x16x256xf32>

@@ -780,21 +780,25 @@ std::vector<CaseDef> makeCases() {
   embedding(BF16, I32, 1000, 33, 77);
 
   // Cross entropy, its loss and gradient, over rows of `width` elements
-  // (the padding past `vocab` never read, its gradient zero).
+  // (the padding past `vocab` never read, its gradient zero); `inPlace`:
+  // the gradient written over the logits, as the memory plan lets it.
   auto crossEntropy = [&](int64_t dt, int64_t labelType, int64_t rows,
-                          int64_t vocab, int64_t width) {
+                          int64_t vocab, int64_t width, bool inPlace = false) {
     add(std::string("cross_entropy_") + dtypeName[dt] + "_" +
             dtypeName[labelType] + "_" + std::to_string(vocab) +
-            (width != vocab ? "_of_" + std::to_string(width) : ""),
+            (width != vocab ? "_of_" + std::to_string(width) : "") +
+            (inPlace ? "_in_place" : ""),
         [=](Case &t) {
           void *logits = t.rand(dt, rows * width, -4, 4);
           void *labels = t.rand(labelType, rows, 0, vocab);
           // The loss and its gradient are f32 whatever the logits' type.
           void *dloss = t.vals(F32, {2.5});
           void *loss = t.out("loss", F32, 1);
-          // (Drawn first: the padding's zeros must be written.)
-          void *dlogits = t.keep("dlogits", t.rand(dt, rows * width, -1, 1), dt,
-                                 rows * width);
+          // (Drawn: the padding's zeros must be written.)
+          void *dlogits =
+              inPlace ? t.keep("dlogits", logits, dt, rows * width)
+                      : t.keep("dlogits", t.rand(dt, rows * width, -1, 1), dt,
+                               rows * width);
           RT.cross_entropy(t.ctx, 1, loss, F32, logits, dt, labels, labelType,
                            rows, vocab, width);
           RT.cross_entropy_grad(t.ctx, 2, dlogits, dt, logits, dt, labels,
@@ -810,6 +814,8 @@ std::vector<CaseDef> makeCases() {
   crossEntropy(BF16, I32, 3, 50257, 50304);
   crossEntropy(F16, I32, 5, 777, 777);
   crossEntropy(F32, I64, 7, 333, 400);
+  crossEntropy(BF16, I32, 3, 50257, 50304, /*inPlace=*/true);
+  crossEntropy(F32, I64, 7, 333, 400, /*inPlace=*/true);
   // Masked logits (-inf, at the start of threads' shares too) and a row
   // with a NaN: the same losses and gradients as the CPU's two passes
   // (finite where only -inf is masked, NaN where a NaN is).

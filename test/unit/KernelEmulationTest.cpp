@@ -293,6 +293,15 @@ void checkCrossEntropy(int64_t rows, int64_t vocab, int64_t badRow = -1,
                                        labels.data(), &dloss, rows, vocab,
                                        width);
   expectClose(std::vector<T>(dGot, dGot + logits.size()), dWant, "dlogits");
+
+  // In place (the memory plan may give the gradient the logits' buffer):
+  // the same bits.
+  std::vector<T> inPlace = logits;
+  strata::cuda::launchCrossEntropyGrad(hostLaunch, inPlace.data(),
+                                       inPlace.data(), labels.data(), &dloss,
+                                       rows, vocab, width);
+  EXPECT_EQ(std::memcmp(inPlace.data(), dGot, logits.size() * sizeof(T)), 0)
+      << "in place";
 }
 
 TEST(KernelEmulation, CrossEntropy) {

@@ -125,6 +125,38 @@ func.func @train_step(%a: tensor<64xf32>, %b: tensor<32xf32>) -> (tensor<64xf32>
   EXPECT_EQ(plan.inPlaceOps, 2);
 }
 
+/// The loss's gradient is written over the logits, a language model's
+/// largest activation, when nothing reads them after it; over padded rows
+/// too (the padding's gradient is written, zero).
+TEST_F(InPlacePlanTest, CrossEntropyGradientOverwritesItsLogits) {
+  OwningOpRef<ModuleOp> module = parseSourceString<ModuleOp>(R"(
+func.func @train_step(%x: tensor<8x64xf32>, %labels: tensor<8xi32>, %dloss: tensor<f32>) -> (tensor<f32>, tensor<8x64xf32>, tensor<f32>, tensor<8x64xf32>, tensor<8x64xf32>) {
+  %logits = strata.scale %x {factor = 2.0 : f64} : (tensor<8x64xf32>) -> tensor<8x64xf32>
+  %loss = strata.cross_entropy %logits, %labels {classes = 60 : i64} : (tensor<8x64xf32>, tensor<8xi32>) -> tensor<f32>
+  %dl = strata.cross_entropy_grad %logits, %labels, %dloss {classes = 60 : i64} : (tensor<8x64xf32>, tensor<8xi32>, tensor<f32>) -> tensor<8x64xf32>
+  %kept = strata.scale %x {factor = 3.0 : f64} : (tensor<8x64xf32>) -> tensor<8x64xf32>
+  %loss2 = strata.cross_entropy %kept, %labels : (tensor<8x64xf32>, tensor<8xi32>) -> tensor<f32>
+  %dl2 = strata.cross_entropy_grad %kept, %labels, %dloss : (tensor<8x64xf32>, tensor<8xi32>, tensor<f32>) -> tensor<8x64xf32>
+  return %loss, %dl, %loss2, %dl2, %kept : tensor<f32>, tensor<8x64xf32>, tensor<f32>, tensor<8x64xf32>, tensor<8x64xf32>
+})",
+                                                             &context);
+  ASSERT_TRUE(module);
+  auto step = module->lookupSymbol<func::FuncOp>("train_step");
+  MemoryPlan plan = planMemory(step, 64);
+  auto bufferOf = [&](Value v) -> std::optional<size_t> {
+    for (auto [i, b] : llvm::enumerate(plan.buffers))
+      if (llvm::is_contained(b.values, v))
+        return i;
+    return std::nullopt;
+  };
+  auto grads = llvm::to_vector(step.getOps<CrossEntropyGradOp>());
+  ASSERT_EQ(grads.size(), 2u);
+  // The first logits die at their gradient; the second are returned.
+  EXPECT_EQ(bufferOf(grads[0].getResult()), bufferOf(grads[0].getLogits()));
+  EXPECT_NE(bufferOf(grads[1].getResult()), bufferOf(grads[1].getLogits()));
+  EXPECT_EQ(plan.inPlaceOps, 1);
+}
+
 INSTANTIATE_TEST_SUITE_P(
     Strategies, MemoryPlanTest,
     ::testing::Values(
