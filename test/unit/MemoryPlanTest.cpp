@@ -91,12 +91,32 @@ TEST_P(MemoryPlanTest, LiveBuffersNeverShareBytes) {
   }
 }
 
-class InPlacePlanTest : public StrataTestContext, public ::testing::Test {};
+class InPlacePlanTest : public StrataTestContext, public ::testing::Test {
+protected:
+  /// Plans @train_step of `source` into `plan`.
+  void planStep(llvm::StringRef source) {
+    module = parseSourceString<ModuleOp>(source, &context);
+    ASSERT_TRUE(module);
+    step = module->lookupSymbol<func::FuncOp>("train_step");
+    plan = planMemory(step, 64);
+  }
+  /// The index of the buffer that holds `v`.
+  std::optional<size_t> bufferOf(Value v) const {
+    for (auto [i, b] : llvm::enumerate(plan.buffers))
+      if (llvm::is_contained(b.values, v))
+        return i;
+    return std::nullopt;
+  }
+
+  OwningOpRef<ModuleOp> module;
+  func::FuncOp step;
+  MemoryPlan plan;
+};
 
 /// Clipping writes each gradient over its input when the input dies there
 /// (result i over operand i, never over the norm), and only then.
 TEST_F(InPlacePlanTest, ClippingOverwritesTheGradientsThatDieThere) {
-  OwningOpRef<ModuleOp> module = parseSourceString<ModuleOp>(R"(
+  ASSERT_NO_FATAL_FAILURE(planStep(R"(
 func.func @train_step(%a: tensor<64xf32>, %b: tensor<32xf32>) -> (tensor<64xf32>, tensor<32xf32>, tensor<32xf32>) {
   %ga = strata.scale %a {factor = 2.0 : f64} : (tensor<64xf32>) -> tensor<64xf32>
   %gb = strata.scale %b {factor = 2.0 : f64} : (tensor<32xf32>) -> tensor<32xf32>
@@ -104,17 +124,7 @@ func.func @train_step(%a: tensor<64xf32>, %b: tensor<32xf32>) -> (tensor<64xf32>
   %c:2 = strata.clip_by_global_norm %ga, %gb, %n {max_norm = 1.0 : f64} : (tensor<64xf32>, tensor<32xf32>, tensor<f32>) -> (tensor<64xf32>, tensor<32xf32>)
   %later = strata.relu %gb : (tensor<32xf32>) -> tensor<32xf32>
   return %c#0, %c#1, %later : tensor<64xf32>, tensor<32xf32>, tensor<32xf32>
-})",
-                                                             &context);
-  ASSERT_TRUE(module);
-  auto step = module->lookupSymbol<func::FuncOp>("train_step");
-  MemoryPlan plan = planMemory(step, 64);
-  auto bufferOf = [&](Value v) -> std::optional<size_t> {
-    for (auto [i, b] : llvm::enumerate(plan.buffers))
-      if (llvm::is_contained(b.values, v))
-        return i;
-    return std::nullopt;
-  };
+})"));
   ClipByGlobalNormOp clip = *step.getOps<ClipByGlobalNormOp>().begin();
   // %ga dies at the clip: its result shares the buffer. %gb is read
   // later: its result has a buffer of its own.
@@ -129,7 +139,7 @@ func.func @train_step(%a: tensor<64xf32>, %b: tensor<32xf32>) -> (tensor<64xf32>
 /// largest activation, when nothing reads them after it; over padded rows
 /// too (the padding's gradient is written, zero).
 TEST_F(InPlacePlanTest, CrossEntropyGradientOverwritesItsLogits) {
-  OwningOpRef<ModuleOp> module = parseSourceString<ModuleOp>(R"(
+  ASSERT_NO_FATAL_FAILURE(planStep(R"(
 func.func @train_step(%x: tensor<8x64xf32>, %labels: tensor<8xi32>, %dloss: tensor<f32>) -> (tensor<f32>, tensor<8x64xf32>, tensor<f32>, tensor<8x64xf32>, tensor<8x64xf32>) {
   %logits = strata.scale %x {factor = 2.0 : f64} : (tensor<8x64xf32>) -> tensor<8x64xf32>
   %loss = strata.cross_entropy %logits, %labels {classes = 60 : i64} : (tensor<8x64xf32>, tensor<8xi32>) -> tensor<f32>
@@ -138,17 +148,7 @@ func.func @train_step(%x: tensor<8x64xf32>, %labels: tensor<8xi32>, %dloss: tens
   %loss2 = strata.cross_entropy %kept, %labels : (tensor<8x64xf32>, tensor<8xi32>) -> tensor<f32>
   %dl2 = strata.cross_entropy_grad %kept, %labels, %dloss : (tensor<8x64xf32>, tensor<8xi32>, tensor<f32>) -> tensor<8x64xf32>
   return %loss, %dl, %loss2, %dl2, %kept : tensor<f32>, tensor<8x64xf32>, tensor<f32>, tensor<8x64xf32>, tensor<8x64xf32>
-})",
-                                                             &context);
-  ASSERT_TRUE(module);
-  auto step = module->lookupSymbol<func::FuncOp>("train_step");
-  MemoryPlan plan = planMemory(step, 64);
-  auto bufferOf = [&](Value v) -> std::optional<size_t> {
-    for (auto [i, b] : llvm::enumerate(plan.buffers))
-      if (llvm::is_contained(b.values, v))
-        return i;
-    return std::nullopt;
-  };
+})"));
   auto grads = llvm::to_vector(step.getOps<CrossEntropyGradOp>());
   ASSERT_EQ(grads.size(), 2u);
   // The first logits die at their gradient; the second are returned.
