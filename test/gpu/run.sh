@@ -9,13 +9,17 @@
 # fails. With --profile, each benchmark also writes every op's mean ms per
 # step (from the runtime's trace) to profile-NAME.txt (and, for fused
 # attention on the chunked products, profile-NAME-gemm.txt) and prints
-# the op kinds that take the most. --only LIST runs only the stages named
-# in LIST (comma-separated: kernels, attention, programs, bench,
+# the op kinds that take the most. Stage ncu profiles the flash attention
+# kernels of GPT-2 124M at batch 16 with Nsight Compute (one forward and
+# both gradient kernels: their speed of light, occupancy, warp stall
+# reasons and pipe use, into ncu-flash.txt), where ncu is installed and
+# may read the GPU's counters. --only LIST runs only the stages named in
+# LIST (comma-separated: kernels, attention, programs, bench, ncu,
 # sanitizer, flash-sanitizer) after the build, for a device lent for a few
 # minutes.
 set -u
 profile=0
-stages=kernels,attention,programs,bench,sanitizer,flash-sanitizer
+stages=kernels,attention,programs,bench,ncu,sanitizer,flash-sanitizer
 only=$stages
 while [ $# -gt 0 ]; do
   case $1 in
@@ -162,6 +166,37 @@ wanted bench && for dir in benches/*/; do
       "${theirs:-nan}"
   fi
 done
+# Nsight Compute on the flash kernels of one step at batch 16: the last
+# forward launch, then the first layer's two gradient kernels (12 forward
+# launches come first). Not a pass/fail check: a missing ncu, or counters
+# this machine does not let a user read, are reported and skipped.
+if wanted ncu; then
+  echo "== Nsight Compute, flash kernels (GPT-2 124M, batch 16)"
+  ncu=$(command -v ncu || echo /usr/local/cuda/bin/ncu)
+  bench=gpt2-124m-b16-flash
+  if [ ! -x "$ncu" ]; then
+    echo "ncu not found: skipped"
+  elif [ ! -d "benches/$bench" ]; then
+    echo "benches/$bench missing: skipped"
+  else
+    timeout 300 "$ncu" -k regex:flash --launch-skip 11 --launch-count 3 \
+      --section SpeedOfLight --section Occupancy --section LaunchStats \
+      --section WarpStateStats --section SchedulerStats \
+      --section ComputeWorkloadAnalysis --section MemoryWorkloadAnalysis \
+      --section InstructionStats \
+      build/step_$bench "benches/$bench" 1 0 > ncu-flash.txt 2>&1
+    rc=$?
+    if grep -q -i "ERR_NVGPUCTRPERM\|permission" ncu-flash.txt; then
+      echo "ncu may not read this GPU's counters: skipped"
+    elif [ $rc -ne 0 ]; then
+      tail -5 ncu-flash.txt
+      echo "ncu failed (exit $rc): not a check, see ncu-flash.txt"
+    else
+      grep -E "^  [a-zA-Z].*flash|Duration|Compute \(SM\) Throughput|Memory Throughput|Achieved Occupancy|Registers Per Thread|Warp Cycles Per Issued|Issued Ipc" \
+        ncu-flash.txt | head -40
+    fi
+  fi
+fi
 sanitizer=$(command -v compute-sanitizer ||
             echo /usr/local/cuda/bin/compute-sanitizer)
 if ! wanted sanitizer && ! wanted flash-sanitizer; then
