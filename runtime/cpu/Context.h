@@ -58,6 +58,9 @@ struct StrataRtContext : strata::rt::HostContext {
   /// For tests: autotuning's choice made without timing (1: the primitive,
   /// 2: sgemm; 0: timed).
   int gemmAutotuneChoice = 0;
+  /// For tests: a GEMM's plain second operand copied with padded rows never
+  /// (1) or always (2), instead of when oneDNN's kernel needs it.
+  int gemmPadChoice = 0;
   /// Collectives in flight, by call site.
   struct Pending {
     void *request;
@@ -79,6 +82,9 @@ struct StrataRtContext : strata::rt::HostContext {
   std::vector<float> gemmScratch_;
   /// bf16 / f16 GEMM operands widened to f32.
   strata::cpu::Scratch gemmWiden;
+  /// A GEMM's second operand with its rows further apart (see Gemm.cpp's
+  /// padsSecondOperand).
+  strata::cpu::Scratch gemmPadded;
   /// Where GEMM autotuning's timed runs of an accumulating product write.
   strata::cpu::Scratch gemmTiming;
   /// bf16 / f16 gradients of an optimizer update widened to f32 (kept
