@@ -88,9 +88,10 @@ def Strata_InPlaceOpInterface : OpInterface<"InPlaceOpInterface"> {
     element of such a result depends only on the elements at the same
     position (in row-major order) of those operands, which are read before
     it is written, or, for a row op (softmax, cross-entropy's gradient), on
-    its row of them, which the kernels read whole before writing it. The memory plan gives the result such an operand's buffer
-    when they have the same element type and number of elements (a reshape
-    keeps the element order) and the operand is not read after the op.
+    its row of them, which the kernels read whole before writing it. The
+    memory plan gives the result such an operand's buffer when they have
+    the same element type and number of elements (a reshape keeps the
+    element order) and the operand is not read after the op.
     Declared through `Strata_InPlace<"i, j">` (the one result over the
     operands at those indices) or `Strata_InPlaceEach` (result i over
     operand i, for ops that transform each of their inputs alike).

@@ -28,9 +28,10 @@ int64_t alignTo(int64_t bytes, int64_t alignment) {
   return (bytes + alignment - 1) / alignment * alignment;
 }
 
-/// Operands an op may overwrite with its result `index`: elementwise ops
-/// and reshapes whose result has the operand's element type and number of
-/// elements, element i read before it is written.
+/// Operands an op may overwrite with its result `index` (InPlaceOpInterface:
+/// elementwise ops, reshapes, and row ops that read a row whole before
+/// writing it) where the result has the operand's element type and number
+/// of elements.
 SmallVector<Value> inPlaceCandidates(Operation *op, unsigned index) {
   auto inPlace = dyn_cast<InPlaceOpInterface>(op);
   auto result = dyn_cast<RankedTensorType>(op->getResult(index).getType());

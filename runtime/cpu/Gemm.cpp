@@ -194,6 +194,17 @@ static bool matmul(StrataRtContext *ctx, int64_t site, memory::data_type dt,
   return true;
 }
 
+/// The cached primitive of a problem, or null where oneDNN has none (the
+/// product's own call then reports it).
+static strata::cpu::GemmCache::Entry *entryFor(StrataRtContext *ctx,
+                                               const Problem &p) {
+  try {
+    return &primitiveFor(ctx, p);
+  } catch (const dnnl::error &) {
+    return nullptr;
+  }
+}
+
 /// Whether oneDNN reads the transposed first operand of this f32 problem at
 /// the speed of a plain one: its brgemm kernels (AVX-512, AMX) do, and
 /// compute the same sums either way; its older gemm:jit kernels (oneDNN
@@ -205,14 +216,10 @@ static bool readsTransposedAFast(StrataRtContext *ctx, int64_t batch,
                                  int64_t m, int64_t n, int64_t k,
                                  int64_t aBatchStride, int64_t bBatchStride,
                                  int64_t transB, bool bias, int64_t act) {
-  try {
-    return primitiveFor(ctx, {memory::data_type::f32, memory::data_type::f32,
-                              batch, m, n, k, aBatchStride, 1, bBatchStride,
-                              transB, bias, act, 0})
-        .brgemm;
-  } catch (const dnnl::error &) {
-    return false;
-  }
+  const strata::cpu::GemmCache::Entry *entry = entryFor(
+      ctx, {memory::data_type::f32, memory::data_type::f32, batch, m, n, k,
+            aBatchStride, 1, bBatchStride, transB, bias, act, 0});
+  return entry && entry->brgemm;
 }
 
 /// Floats added to each row of a padded second operand (one cache line).
@@ -223,24 +230,24 @@ constexpr int64_t kRowPad = 16;
 /// AVX2 path) take their no-copy kernel, which reads B in place, for
 /// products of few rows (where 1/m + 1/n >= 0.0038, oneDNN's threshold;
 /// the AVX-512 path has a rule against it, the AVX2 path none). With B's
-/// rows a multiple of 1 KiB apart, its reads fall into few cache sets: 256
-/// x 1024 x 1024 ran at 42 GFLOP/s where a B with rows of 1040 floats ran
-/// at 94 (one thread of an AVX2-only AMD EPYC; 72 against 109 on two), the
-/// copy taking 0.3 ms of the 5.7. The kernel and its sums are the same.
+/// rows a multiple of 1 KiB apart, its reads fall into few cache sets: on
+/// one thread of an AVX2-only AMD EPYC, dnnl_sgemm ran 256 x 1024 x 1024 at
+/// 42 GFLOP/s, and at 94 with B's rows 1040 floats apart (72 against 109
+/// on two threads); through strata_rt_gemm, the copy included, 42 became
+/// 85. The kernel and its sums are the same. Below 64 rows the copy of B
+/// would cost as much as the product saves. Decided by the padded
+/// problem's primitive, the one that then runs.
 static bool padsSecondOperand(StrataRtContext *ctx, int64_t batch, int64_t m,
                               int64_t n, int64_t k, int64_t aBatchStride,
                               int64_t transA, int64_t bBatchStride, bool bias,
                               int64_t act, int64_t accumulate) {
-  if (n % 256 != 0 || 1.0 / double(m) + 1.0 / double(n) < 0.0038)
+  if (n % 256 != 0 || m < 64 || 1.0 / double(m) + 1.0 / double(n) < 0.0038)
     return false;
-  try {
-    const strata::cpu::GemmCache::Entry &entry = primitiveFor(
-        ctx, {memory::data_type::f32, memory::data_type::f32, batch, m, n, k,
-              aBatchStride, transA, bBatchStride, 0, bias, act, accumulate});
-    return !entry.brgemm && !entry.reference;
-  } catch (const dnnl::error &) {
-    return false;
-  }
+  const strata::cpu::GemmCache::Entry *entry =
+      entryFor(ctx, {memory::data_type::f32, memory::data_type::f32, batch, m,
+                     n, k, aBatchStride, transA, bBatchStride, 0, bias, act,
+                     accumulate, n + kRowPad});
+  return entry && !entry->brgemm && !entry->reference;
 }
 
 /// The product through oneDNN's sgemm, one call per batch: the bias as C's
@@ -252,9 +259,11 @@ static bool sgemmProduct(int64_t batch, int64_t m, int64_t n, int64_t k,
                          int64_t ldb, float *c, const float *bias,
                          bool accumulate) {
   ldb = transB ? k : ldb ? ldb : n;
+  // (A transposed B is [n][k], dense; a plain one k rows of ldb.)
+  const int64_t bMatrix = transB ? n * k : k * ldb;
   for (int64_t bi = 0; bi < batch; ++bi) {
     const float *ab = a + (aBatchStride ? bi * m * k : 0);
-    const float *bb = b + (bBatchStride ? bi * k * ldb : 0);
+    const float *bb = b + (bBatchStride ? bi * bMatrix : 0);
     float *cb = c + bi * m * n;
     if (bias)
       for (int64_t i = 0; i < m; ++i)
@@ -284,15 +293,12 @@ static bool autotunedSgemm(StrataRtContext *ctx, int64_t site, int64_t batch,
                            int64_t aBatchStride, int64_t transA, const float *b,
                            int64_t bBatchStride, int64_t transB, int64_t ldb,
                            float *c, const float *bias, int64_t accumulate) {
-  strata::cpu::GemmCache::Entry *entry;
-  try {
-    entry = &primitiveFor(ctx, {memory::data_type::f32, memory::data_type::f32,
-                                batch, m, n, k, aBatchStride, transA,
-                                bBatchStride, transB, bias != nullptr,
-                                STRATA_RT_ACT_NONE, accumulate, ldb});
-  } catch (const dnnl::error &) {
+  strata::cpu::GemmCache::Entry *entry =
+      entryFor(ctx, {memory::data_type::f32, memory::data_type::f32, batch, m,
+                     n, k, aBatchStride, transA, bBatchStride, transB,
+                     bias != nullptr, STRATA_RT_ACT_NONE, accumulate, ldb});
+  if (!entry)
     return false; // the primitive reports it
-  }
   if (!entry->timed && ctx->gemmAutotuneChoice) {
     entry->timed = true;
     entry->sgemm = ctx->gemmAutotuneChoice == 2;

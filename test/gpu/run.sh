@@ -9,18 +9,18 @@
 # fails. With --profile, each benchmark also writes every op's mean ms per
 # step (from the runtime's trace) to profile-NAME.txt (and, for fused
 # attention on the chunked products, profile-NAME-gemm.txt) and prints
-# the op kinds that take the most. Stage ncu profiles the flash attention
+# the op kinds that take the most. --only LIST runs only the stages named
+# in LIST (comma-separated: kernels, attention, programs, bench, sanitizer,
+# flash-sanitizer, and ncu, which only --only runs) after the build, for a
+# device lent for a few minutes. Stage ncu profiles the flash attention
 # kernels of GPT-2 124M at batch 16 with Nsight Compute (one forward and
 # both gradient kernels: their speed of light, occupancy, warp stall
-# reasons and pipe use, into ncu-flash.txt), where ncu is installed and
-# may read the GPU's counters. --only LIST runs only the stages named in
-# LIST (comma-separated: kernels, attention, programs, bench, ncu,
-# sanitizer, flash-sanitizer) after the build, for a device lent for a few
-# minutes.
+# reasons and pipe use, into ncu-flash.txt and the report ncu-flash.ncu-rep),
+# where ncu is installed and may read the GPU's counters.
 set -u
 profile=0
 stages=kernels,attention,programs,bench,ncu,sanitizer,flash-sanitizer
-only=$stages
+only=${stages/,ncu/}
 while [ $# -gt 0 ]; do
   case $1 in
     --profile) profile=1 ;;
@@ -167,8 +167,8 @@ wanted bench && for dir in benches/*/; do
   fi
 done
 # Nsight Compute on the flash kernels of one step at batch 16: the last
-# forward launch, then the first layer's two gradient kernels (12 forward
-# launches come first). Not a pass/fail check: a missing ncu, or counters
+# forward launch, then the two gradient kernels of the last layer, the
+# first the backward pass reaches (12 forward launches come first). Not a pass/fail check: a missing ncu, or counters
 # this machine does not let a user read, are reported and skipped.
 if wanted ncu; then
   echo "== Nsight Compute, flash kernels (GPT-2 124M, batch 16)"
@@ -183,7 +183,8 @@ if wanted ncu; then
       --section SpeedOfLight --section Occupancy --section LaunchStats \
       --section WarpStateStats --section SchedulerStats \
       --section ComputeWorkloadAnalysis --section MemoryWorkloadAnalysis \
-      --section InstructionStats \
+      --section InstructionStats --print-details all \
+      --export ncu-flash --force-overwrite \
       build/step_$bench "benches/$bench" 1 0 > ncu-flash.txt 2>&1
     rc=$?
     if grep -q -i "ERR_NVGPUCTRPERM\|permission" ncu-flash.txt; then

@@ -126,6 +126,8 @@ func.func @train_step(%a: tensor<64xf32>, %b: tensor<32xf32>) -> (tensor<64xf32>
   return %c#0, %c#1, %later : tensor<64xf32>, tensor<32xf32>, tensor<32xf32>
 })"));
   ClipByGlobalNormOp clip = *step.getOps<ClipByGlobalNormOp>().begin();
+  ASSERT_TRUE(bufferOf(clip.getInputs()[0]));
+  ASSERT_TRUE(bufferOf(clip.getInputs()[1]));
   // %ga dies at the clip: its result shares the buffer. %gb is read
   // later: its result has a buffer of its own.
   EXPECT_EQ(bufferOf(clip.getResult(0)), bufferOf(clip.getInputs()[0]));
@@ -152,6 +154,8 @@ func.func @train_step(%x: tensor<8x64xf32>, %labels: tensor<8xi32>, %dloss: tens
   auto grads = llvm::to_vector(step.getOps<CrossEntropyGradOp>());
   ASSERT_EQ(grads.size(), 2u);
   // The first logits die at their gradient; the second are returned.
+  ASSERT_TRUE(bufferOf(grads[0].getLogits()));
+  ASSERT_TRUE(bufferOf(grads[1].getLogits()));
   EXPECT_EQ(bufferOf(grads[0].getResult()), bufferOf(grads[0].getLogits()));
   EXPECT_NE(bufferOf(grads[1].getResult()), bufferOf(grads[1].getLogits()));
   EXPECT_EQ(plan.inPlaceOps, 1);
