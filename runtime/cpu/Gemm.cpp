@@ -14,6 +14,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "Context.h"
+#include "Transpose.h"
 
 #include <oneapi/dnnl/dnnl.h>
 #include <oneapi/dnnl/dnnl.hpp>
@@ -356,17 +357,8 @@ static void gemmF32(StrataRtContext *ctx, int64_t site, int64_t batch,
                             transB, bias != nullptr, act)) {
     int64_t count = aBatchStride ? batch : 1;
     float *t = ctx->gemmScratch(count * m * k);
-    for (int64_t bi = 0; bi < count; ++bi) {
-      const float *src = a + bi * m * k; // [k][m]
-      float *dst = t + bi * m * k;       // [m][k]
-      constexpr int64_t kBlock = 32;
-#pragma omp parallel for schedule(static) if (m * k >= (1 << 16))
-      for (int64_t i0 = 0; i0 < m; i0 += kBlock)
-        for (int64_t p0 = 0; p0 < k; p0 += kBlock)
-          for (int64_t i = i0; i < std::min(m, i0 + kBlock); ++i)
-            for (int64_t p = p0; p < std::min(k, p0 + kBlock); ++p)
-              dst[i * k + p] = src[p * m + i];
-    }
+    for (int64_t bi = 0; bi < count; ++bi)
+      strata::cpu::transposeInto(t + bi * m * k, a + bi * m * k, k, m);
     a = t;
     transA = 0;
   }

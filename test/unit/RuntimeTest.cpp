@@ -12,6 +12,7 @@
 #include "../../runtime/common/HostContext.h"
 #include "../../runtime/common/StrataRandom.h"
 #include "../../runtime/cpu/Context.h"
+#include "../../runtime/cpu/Transpose.h"
 
 #include "gtest/gtest.h"
 
@@ -290,6 +291,28 @@ TEST(RuntimeTest, GemmOverAPaddedSecondOperandIsTheProduct) {
     EXPECT_EQ(strata_rt_error(ctx, nullptr), nullptr);
   }
   expectNear(out[1], out[0], 1e-2f);
+}
+
+/// The GEMM's operand transpose (AVX tiles where the processor has AVX2):
+/// every element lands where it belongs, whole strips and tiles, tails of
+/// rows and columns, and shapes below one tile.
+TEST(RuntimeTest, TransposeMovesEveryElement) {
+  for (auto [rows, cols] : {std::pair<int64_t, int64_t>{1024, 256},
+                            {45, 37},
+                            {16, 8},
+                            {7, 5},
+                            {33, 1},
+                            {1, 40}}) {
+    SCOPED_TRACE(::testing::Message() << rows << " x " << cols);
+    std::vector<float> src(rows * cols), dst(rows * cols, -1.0f);
+    for (int64_t i = 0; i < rows * cols; ++i)
+      src[i] = float(i);
+    strata::cpu::transposeInto(dst.data(), src.data(), rows, cols);
+    for (int64_t r = 0; r < rows; ++r)
+      for (int64_t c = 0; c < cols; ++c)
+        ASSERT_EQ(dst[c * rows + r], src[r * cols + c])
+            << "row " << r << " column " << c;
+  }
 }
 
 TEST(RuntimeTest, ReluKeepsNaN) {
