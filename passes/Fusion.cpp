@@ -166,7 +166,7 @@ struct GemmEpilogueFusionPass
     bg.getResult().replaceAllUsesWith(grad.getBiasGrad());
     mg.erase();
     bg.erase();
-    if (actGrad && actGrad->use_empty())
+    if (actGrad) // (its result dz was read by mg and bg alone)
       actGrad->erase();
   }
 };
