@@ -28,8 +28,7 @@
 #include "../common/LowPrecision.h"
 #include "../common/StrataRandom.h"
 #include "DotBf16.h"
-
-#include <oneapi/dnnl/dnnl.h>
+#include "Transpose.h"
 
 #include <algorithm>
 #include <cmath>
@@ -1172,49 +1171,17 @@ struct AttentionDropout {
 
 using strata::cpu::Causal;
 
-/// The products of the attention kernels, C = alpha op(A) op(B) + beta C
-/// with BLAS's conventions (beta 0 or 1): oneDNN's sgemm on f32 operands,
-/// whole blocks (what a causal mask hides is computed too). A B operand
-/// that several products of a head read (the keys and values, or their
-/// first rows) is prepared once (`operand`, in at most operandFloats of
-/// `space`): sgemm reads it in place.
-struct SgemmProducts {
-  struct Operand {
-    char trans;
-    const float *b;
-    int64_t ldb;
-  };
-  static int64_t operandFloats(int64_t, int64_t) { return 0; }
-  Operand operand(char tb, int64_t, int64_t, const float *b, int64_t ldb,
-                  float *) const {
-    return {tb, b, ldb};
-  }
-  bool operator()(char ta, char tb, int64_t m, int64_t n, int64_t k,
-                  float alpha, const float *a, int64_t lda, const float *b,
-                  int64_t ldb, float beta, float *c, int64_t ldc,
-                  float * /*work*/, Causal = {}) const {
-    return dnnl_sgemm(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc) ==
-           dnnl_success;
-  }
-  bool operator()(char ta, int64_t m, int64_t n, int64_t k, float alpha,
-                  const float *a, int64_t lda, const Operand &b, float beta,
-                  float *c, int64_t ldc, float *work, Causal = {}) const {
-    return (*this)(ta, b.trans, m, n, k, alpha, a, lda, b.b, b.ldb, beta, c,
-                   ldc, work);
-  }
-  static int64_t workFloats(int64_t, int64_t, int64_t) { return 0; }
-};
-
 #if defined(__AVX512F__)
-/// The same products with bf16 B (and bf16 or f32 A, rounded to bf16)
-/// through AVX512-BF16's dot products: f32 sums at twice sgemm's rate.
+/// The products of attention (as F32Products below) with bf16 B (and bf16
+/// or f32 A, rounded to bf16) through AVX512-BF16's dot products: f32 sums
+/// at twice the f32 FMAs' rate.
 struct DotBf16Products {
   static const uint16_t *bits(const BFloat16 *x) {
     return reinterpret_cast<const uint16_t *>(x);
   }
   static const float *bits(const float *x) { return x; }
   template <typename TA>
-  bool operator()(char ta, char tb, int64_t m, int64_t n, int64_t k,
+  void operator()(char ta, char tb, int64_t m, int64_t n, int64_t k,
                   float alpha, const TA *a, int64_t lda, const BFloat16 *b,
                   int64_t ldb, float beta, float *c, int64_t ldc, float *work,
                   Causal causal = {}) const {
@@ -1222,7 +1189,6 @@ struct DotBf16Products {
                          ta == 'N' ? 1 : lda, bits(b), tb == 'N' ? ldb : 1,
                          tb == 'N' ? 1 : ldb, c, ldc, beta != 0.0f, work,
                          causal);
-    return true;
   }
   /// The operand packed in bf16 pairs once (k x n of op(B)).
   struct Operand {
@@ -1242,7 +1208,7 @@ struct DotBf16Products {
     return {tb, b, ldb, space, k};
   }
   template <typename TA>
-  bool operator()(char ta, int64_t m, int64_t n, int64_t k, float alpha,
+  void operator()(char ta, int64_t m, int64_t n, int64_t k, float alpha,
                   const TA *a, int64_t lda, const Operand &b, float beta,
                   float *c, int64_t ldc, float *work,
                   Causal causal = {}) const {
@@ -1254,7 +1220,6 @@ struct DotBf16Products {
     strata::cpu::dotBf16Packed(m, n, k, alpha, bits(a), ta == 'N' ? lda : 1,
                                ta == 'N' ? 1 : lda, b.packed, b.k, c, ldc,
                                beta != 0.0f, work, causal);
-    return true;
   }
   static int64_t workFloats(int64_t m, int64_t n, int64_t k) {
     return strata::cpu::dotBf16WorkFloats(m, n, k);
@@ -1304,67 +1269,210 @@ void widenRows(float *to, const T *from, int64_t stride, int64_t rows,
   }
 }
 
-/// The products of SgemmProducts on bf16 or f16 operands, where the
-/// processor has no dot products of their type: each operand in T is
-/// widened (exactly) into the thread's scratch where it is used, a head's
-/// keys and values once (`operand`), a block's rows in `work` for each
-/// product that reads them, and sgemm multiplies the f32 copies. The sums
-/// are those of the f32 kernel on the same values; no tensor is widened
-/// whole.
-template <typename T> struct WidenedSgemmProducts {
-  using Operand = SgemmProducts::Operand;
-  static int64_t operandFloats(int64_t k, int64_t n) { return k * n; }
-  /// op(B) of k x n, stored as k rows of n ('N') or n rows of k ('T'),
-  /// `ldb` elements apart: widened into contiguous rows at `space`.
-  Operand operand(char tb, int64_t k, int64_t n, const T *b, int64_t ldb,
-                  float *space) const {
-    int64_t rows = tb == 'N' ? k : n, cols = tb == 'N' ? n : k;
-    widenRows(space, b, ldb, rows, cols);
-    return {tb, space, cols};
+// The f32 products of attention's blocks, in register tiles of kF32MR rows
+// by kF32NR columns (two of this build's widest vectors, with its FMAs),
+// over B packed in panels of kF32NR columns: A is read in place, and a
+// head's keys and values are packed once for all its blocks.
+#if defined(__AVX512F__)
+constexpr int kF32Lanes = 16, kF32MR = 8;
+#elif defined(__AVX2__)
+constexpr int kF32Lanes = 8, kF32MR = 6;
+#else
+constexpr int kF32Lanes = 4, kF32MR = 6;
+#endif
+constexpr int64_t kF32NR = 2 * kF32Lanes;
+typedef float F32Vec __attribute__((vector_size(4 * kF32Lanes)));
+
+inline F32Vec loadF32Vec(const float *p) {
+  F32Vec v;
+  std::memcpy(&v, p, sizeof v);
+  return v;
+}
+inline void storeF32Vec(float *p, F32Vec v) { std::memcpy(p, &v, sizeof v); }
+
+/// Floats of k x n of B packed by packF32B.
+int64_t packedF32BFloats(int64_t k, int64_t n) {
+  return k * ((n + kF32NR - 1) / kF32NR * kF32NR);
+}
+
+/// B(p, j) = b[p * brs + j * bcs] (k x n, in T) as panels of kF32NR
+/// columns, [n / kF32NR][k][kF32NR] floats, zero past column n.
+template <typename T>
+void packF32B(float *dst, const T *b, int64_t brs, int64_t bcs, int64_t k,
+              int64_t n) {
+  for (int64_t j0 = 0; j0 < n; j0 += kF32NR) {
+    float *panel = dst + j0 * k;
+    const int64_t w = std::min(kF32NR, n - j0);
+    if (bcs == 1) { // rows of B into rows of the panel
+      for (int64_t p = 0; p < k; ++p) {
+        float *to = panel + p * kF32NR;
+        widen(to, b + p * brs + j0, w);
+        std::fill(to + w, to + kF32NR, 0.0f);
+      }
+      continue;
+    }
+    // B transposed: its columns are the source's rows, 8 x 8 blocks of
+    // them transposed in registers (f32, rows of B adjacent).
+    int64_t jt = 0, pt = 0;
+#if defined(__AVX2__)
+    if constexpr (std::is_same_v<T, float>)
+      if (brs == 1) {
+        jt = w / 8 * 8, pt = k / 8 * 8;
+        for (int64_t j = 0; j < jt; j += 8)
+          for (int64_t p = 0; p < pt; p += 8)
+            strata::cpu::transpose8x8(panel + p * kF32NR + j, kF32NR,
+                                      b + (j0 + j) * bcs + p, bcs);
+      }
+#endif
+    for (int64_t j = 0; j < w; ++j) {
+      const T *column = b + (j0 + j) * bcs;
+      for (int64_t p = j < jt ? pt : 0; p < k; ++p)
+        panel[p * kF32NR + j] = float(column[p * brs]);
+    }
+    for (int64_t p = 0; p < k; ++p)
+      std::fill(panel + p * kF32NR + w, panel + (p + 1) * kF32NR, 0.0f);
   }
-  /// A stored matrix of `rows` x `cols`, `ld` apart: f32 as it is, T
-  /// widened at `work` (which then moves past it; `ld` becomes `cols`).
-  static const float *wide(const float *x, int64_t, int64_t, int64_t &,
-                           float *&) {
-    return x;
+}
+
+/// One tile of C, R rows x `cols` (at most kF32NR): alpha * A(rows, p0 ..
+/// p1) B(p0 .. p1, panel) (+ C), A(i, p) = a[i * ars + p * acs], `bp` a
+/// panel of packF32B. The sums run over p in order.
+template <int R>
+void f32Tile(int64_t p0, int64_t p1, const float *a, int64_t ars, int64_t acs,
+             const float *bp, float *c, int64_t ldc, int64_t cols, float alpha,
+             bool accumulate) {
+  // (Unrolled, so that the sums stay in registers.)
+  F32Vec sum[R][2];
+#pragma GCC unroll 16
+  for (int i = 0; i < R; ++i)
+    sum[i][0] = sum[i][1] = F32Vec{};
+  for (int64_t p = p0; p < p1; ++p) {
+    const F32Vec b0 = loadF32Vec(bp + p * kF32NR);
+    const F32Vec b1 = loadF32Vec(bp + p * kF32NR + kF32Lanes);
+    const float *ap = a + p * acs;
+#pragma GCC unroll 16
+    for (int i = 0; i < R; ++i) {
+      const float x = ap[i * ars];
+      sum[i][0] += x * b0;
+      sum[i][1] += x * b1;
+    }
   }
-  static const float *wide(const T *x, int64_t rows, int64_t cols, int64_t &ld,
-                           float *&work) {
-    float *to = work;
-    widenRows(to, x, ld, rows, cols);
-    ld = cols;
-    work += threadFloats(rows * cols);
-    return to;
+#pragma GCC unroll 16
+  for (int i = 0; i < R; ++i) {
+    float *ci = c + i * ldc;
+    F32Vec r0 = alpha * sum[i][0], r1 = alpha * sum[i][1];
+    if (cols == kF32NR) {
+      if (accumulate) {
+        r0 += loadF32Vec(ci);
+        r1 += loadF32Vec(ci + kF32Lanes);
+      }
+      storeF32Vec(ci, r0);
+      storeF32Vec(ci + kF32Lanes, r1);
+      continue;
+    }
+    float row[kF32NR];
+    storeF32Vec(row, r0);
+    storeF32Vec(row + kF32Lanes, r1);
+    for (int64_t j = 0; j < cols; ++j)
+      ci[j] = accumulate ? ci[j] + row[j] : row[j];
   }
-  template <typename TA, typename TB>
-  bool operator()(char ta, char tb, int64_t m, int64_t n, int64_t k,
-                  float alpha, const TA *a, int64_t lda, const TB *b,
-                  int64_t ldb, float beta, float *c, int64_t ldc, float *work,
-                  Causal = {}) const {
-    const float *wa = wide(a, ta == 'N' ? m : k, ta == 'N' ? k : m, lda, work);
-    const float *wb = wide(b, tb == 'N' ? k : n, tb == 'N' ? n : k, ldb, work);
-    return SgemmProducts{}(ta, tb, m, n, k, alpha, wa, lda, wb, ldb, beta, c,
-                           ldc, work);
-  }
-  template <typename TA>
-  bool operator()(char ta, int64_t m, int64_t n, int64_t k, float alpha,
-                  const TA *a, int64_t lda, const Operand &b, float beta,
-                  float *c, int64_t ldc, float *work, Causal = {}) const {
-    return (*this)(ta, b.trans, m, n, k, alpha, a, lda, b.b, b.ldb, beta, c,
-                   ldc, work);
-  }
-  static int64_t workFloats(int64_t m, int64_t n, int64_t k) {
-    return threadFloats(m * k) + threadFloats(k * n);
-  }
-};
+}
+
+/// f32Tile<rows>, for rows in 1 .. sizeof...(R).
+template <int... R>
+void f32TileOf(std::integer_sequence<int, R...>, int64_t rows, int64_t p0,
+               int64_t p1, const float *a, int64_t ars, int64_t acs,
+               const float *bp, float *c, int64_t ldc, int64_t cols,
+               float alpha, bool accumulate) {
+  ((rows == R + 1 ? f32Tile<R + 1>(p0, p1, a, ars, acs, bp, c, ldc, cols, alpha,
+                                   accumulate)
+                  : void()),
+   ...);
+}
+
+/// C[m x n] (rows ldc apart) = alpha A B (+ C) over B packed by packF32B
+/// for `pk` rows, of which the first k are read. With `causal`, the tiles
+/// and terms it makes known to be zero or unneeded are skipped (as
+/// DotBf16.h describes).
+void f32Tiles(int64_t m, int64_t n, int64_t k, float alpha, const float *a,
+              int64_t ars, int64_t acs, const float *bp, int64_t pk, float *c,
+              int64_t ldc, bool accumulate, Causal causal) {
+  for (int64_t j0 = 0; j0 < n; j0 += kF32NR)
+    for (int64_t i0 = 0; i0 < m; i0 += kF32MR) {
+      const int64_t rows = std::min<int64_t>(kF32MR, m - i0);
+      const int64_t cols = std::min(kF32NR, n - j0);
+      int64_t p0 = 0, p1 = k;
+      if (causal.kind == Causal::Output && j0 > i0 + rows - 1 + causal.offset)
+        p1 = 0;                             // every element unseen
+      else if (causal.kind == Causal::Rows) // keys past the tile's last row
+        p1 = std::min(k, i0 + rows + causal.offset);
+      else if (causal.kind == Causal::Columns) // rows before its first key
+        p0 = std::clamp<int64_t>(i0 - causal.offset, 0, k);
+      float *ct = c + i0 * ldc + j0;
+      if (p0 >= p1) {
+        if (!accumulate)
+          for (int64_t i = 0; i < rows; ++i)
+            std::fill_n(ct + i * ldc, cols, 0.0f);
+        continue;
+      }
+      f32TileOf(std::make_integer_sequence<int, kF32MR>(), rows, p0, p1,
+                a + i0 * ars, ars, acs, bp + j0 * pk, ct, ldc, cols, alpha,
+                accumulate);
+    }
+}
 
 /// The products of attention on tensors of type T where no dot-product
-/// tiles of T serve: sgemm, on operands widened as they are used unless T
-/// is f32.
-template <typename T>
-using SgemmProductsOf =
-    std::conditional_t<std::is_same_v<T, float>, SgemmProducts,
-                       WidenedSgemmProducts<T>>;
+/// tiles of T serve, C = alpha op(A) op(B) + beta C with BLAS's conventions
+/// (beta 0 or 1): f32 tiles (f32Tiles) on operands widened exactly as they
+/// are used unless T is f32, a head's keys and values when they are packed
+/// (`operand`), a block's A rows into `work`; no tensor is widened whole.
+/// The products run single-threaded inside attention's parallel loops.
+template <typename T> struct F32Products {
+  /// op(B) packed, of which products read the first rows.
+  struct Operand {
+    const float *packed;
+    int64_t k; // rows packed
+  };
+  static int64_t operandFloats(int64_t k, int64_t n) {
+    return packedF32BFloats(k, n);
+  }
+  /// op(B) of k x n, stored as k rows of n ('N') or n rows of k ('T'),
+  /// `ldb` elements apart, packed at `space`.
+  template <typename TB>
+  Operand operand(char tb, int64_t k, int64_t n, const TB *b, int64_t ldb,
+                  float *space) const {
+    packF32B(space, b, tb == 'N' ? ldb : 1, tb == 'N' ? 1 : ldb, k, n);
+    return {space, k};
+  }
+  template <typename TA, typename TB>
+  void operator()(char ta, char tb, int64_t m, int64_t n, int64_t k,
+                  float alpha, const TA *a, int64_t lda, const TB *b,
+                  int64_t ldb, float beta, float *c, int64_t ldc, float *work,
+                  Causal causal = {}) const {
+    const Operand packed = operand(tb, k, n, b, ldb, work);
+    (*this)(ta, m, n, k, alpha, a, lda, packed, beta, c, ldc,
+            work + threadFloats(operandFloats(k, n)), causal);
+  }
+  template <typename TA>
+  void operator()(char ta, int64_t m, int64_t n, int64_t k, float alpha,
+                  const TA *a, int64_t lda, const Operand &b, float beta,
+                  float *c, int64_t ldc, float *work,
+                  Causal causal = {}) const {
+    const float *wa;
+    if constexpr (std::is_same_v<TA, float>) {
+      wa = a;
+    } else { // A's rows as stored, widened into contiguous rows
+      int64_t rows = ta == 'N' ? m : k, cols = ta == 'N' ? k : m;
+      widenRows(work, a, lda, rows, cols);
+      wa = work, lda = cols;
+    }
+    f32Tiles(m, n, k, alpha, wa, ta == 'N' ? lda : 1, ta == 'N' ? 1 : lda,
+             b.packed, b.k, c, ldc, beta != 0.0f, causal);
+  }
+  static int64_t workFloats(int64_t m, int64_t n, int64_t k) {
+    return threadFloats(operandFloats(k, n)) + threadFloats(m * k);
+  }
+};
 
 /// `rows` rows of n floats (contiguous) to rows `stride` elements apart.
 template <typename T>
@@ -1387,9 +1495,9 @@ void narrowRows(T *to, int64_t stride, const float *from, int64_t rows,
 /// one block at a time, in `scratch` (attentionScratch floats per thread);
 /// the products run single-threaded inside the parallel loop, so results do
 /// not depend on the thread count. With `drop`, the probabilities are
-/// dropped after the log-sum-exp is taken. Whether a product failed.
+/// dropped after the log-sum-exp is taken.
 template <typename T, typename Products>
-bool attentionBlocks(T *out, float *lse, const T *q, const T *k, const T *v,
+void attentionBlocks(T *out, float *lse, const T *q, const T *k, const T *v,
                      int64_t slices, const strata::AttentionLayout &at,
                      float scale, bool causal, const AttentionDropout &drop,
                      float *scratch, Products product) {
@@ -1398,13 +1506,12 @@ bool attentionBlocks(T *out, float *lse, const T *q, const T *k, const T *v,
   const int64_t perThread = attentionScratch<T, Products>(t, d, dv);
   const int64_t ldq = at.rowStride(), ldv = at.valueRowStride();
   int64_t blocks = (s + block - 1) / block;
-  int bad = 0;
   // A thread's blocks are consecutive (static schedule), mostly of one
   // head: it prepares the head's operands when its head changes.
   std::vector<int64_t> threadHead(omp_get_max_threads(), -1);
   using Operand = typename Products::Operand;
   std::vector<Operand> keysT(threadHead.size()), values(threadHead.size());
-#pragma omp parallel for collapse(2) schedule(static) reduction(| : bad)
+#pragma omp parallel for collapse(2) schedule(static)
   for (int64_t h = 0; h < slices; ++h)
     for (int64_t b = 0; b < blocks; ++b) {
       int thread = omp_get_thread_num();
@@ -1428,9 +1535,8 @@ bool attentionBlocks(T *out, float *lse, const T *q, const T *k, const T *v,
       auto masked = [&](Causal::Kind kind) {
         return causal ? Causal{kind, i0} : Causal{};
       };
-      bad |=
-          !product('N', rows, keys, d, scale, q + at.query(h, i0), ldq,
-                   keysT[thread], 0.0f, p, keys, work, masked(Causal::Output));
+      product('N', rows, keys, d, scale, q + at.query(h, i0), ldq,
+              keysT[thread], 0.0f, p, keys, work, masked(Causal::Output));
       for (int64_t r = 0; r < rows; ++r) {
         float *x = p + r * keys;
         int64_t limit = causal ? i0 + r + 1 : keys;
@@ -1451,12 +1557,11 @@ bool attentionBlocks(T *out, float *lse, const T *q, const T *k, const T *v,
         rowsOut = o, ldOut = ldv;
       else
         rowsOut = staged, ldOut = dv;
-      bad |= !product('N', rows, dv, keys, 1.0f, p, keys, values[thread], 0.0f,
-                      rowsOut, ldOut, work, masked(Causal::Rows));
+      product('N', rows, dv, keys, 1.0f, p, keys, values[thread], 0.0f, rowsOut,
+              ldOut, work, masked(Causal::Rows));
       if constexpr (!std::is_same_v<T, float>)
         narrowRows(o, ldv, staged, rows, dv);
     }
-  return bad != 0;
 }
 
 /// Per-thread scratch of attentionGradBlocks: the block's probabilities and
@@ -1491,7 +1596,7 @@ int64_t attentionGradScratch(int64_t t, int64_t d, int64_t dv) {
 /// still the row's sum of the dropped probabilities times dP. `scratch`:
 /// attentionGradScratch floats per thread.
 template <typename T, typename Products>
-bool attentionGradBlocks(T *dq, T *dk, T *dV, const T *q, const T *k,
+void attentionGradBlocks(T *dq, T *dk, T *dV, const T *q, const T *k,
                          const T *v, const T *out, const float *lse,
                          const T *dout, int64_t slices,
                          const strata::AttentionLayout &at, float scale,
@@ -1502,8 +1607,7 @@ bool attentionGradBlocks(T *dq, T *dk, T *dV, const T *q, const T *k,
   const int64_t s = at.s, t = at.t, d = at.d, dv = at.dv;
   const int64_t perThread = attentionGradScratch<T, Products>(t, d, dv);
   const int64_t ldq = at.rowStride(), ldv = at.valueRowStride();
-  int bad = 0;
-#pragma omp parallel for schedule(dynamic) reduction(| : bad)
+#pragma omp parallel for schedule(dynamic)
   for (int64_t h = 0; h < slices; ++h) {
     float *p = scratch + omp_get_thread_num() * perThread;
     float *dp = p + threadFloats(block * t);
@@ -1546,8 +1650,8 @@ bool attentionGradBlocks(T *dq, T *dk, T *dV, const T *q, const T *k,
       auto masked = [&](Causal::Kind kind) {
         return causal ? Causal{kind, i0} : Causal{};
       };
-      bad |= !product('N', rows, keys, d, scale, qb, ldq, keysT, 0.0f, p, keys,
-                      work, masked(Causal::Output));
+      product('N', rows, keys, d, scale, qb, ldq, keysT, 0.0f, p, keys, work,
+              masked(Causal::Output));
       for (int64_t r = 0; r < rows; ++r)
         attentionRow(p + r * keys, causal ? i0 + r + 1 : keys, keys,
                      lse[at.lse(h, i0 + r)]);
@@ -1560,10 +1664,10 @@ bool attentionGradBlocks(T *dq, T *dk, T *dV, const T *q, const T *k,
         }
         pv = dp;
       }
-      bad |= !product('T', 'N', keys, dv, rows, 1.0f, pv, keys, dob, ldv, 1.0f,
-                      dvh, lddv, work, masked(Causal::Columns));
-      bad |= !product('N', rows, keys, dv, 1.0f, dob, ldv, valuesT, 0.0f, dp,
-                      keys, work, masked(Causal::Output));
+      product('T', 'N', keys, dv, rows, 1.0f, pv, keys, dob, ldv, 1.0f, dvh,
+              lddv, work, masked(Causal::Columns));
+      product('N', rows, keys, dv, 1.0f, dob, ldv, valuesT, 0.0f, dp, keys,
+              work, masked(Causal::Output));
       for (int64_t r = 0; r < rows; ++r) {
         if (drop)
           drop.apply(dp + r * keys, dp + r * keys, keep + r * keys, keys);
@@ -1585,19 +1689,18 @@ bool attentionGradBlocks(T *dq, T *dk, T *dV, const T *q, const T *k,
         dqOut = dqb, ldDq = ldq;
       else
         dqOut = dqRows, ldDq = d;
-      bad |= !product('N', rows, d, keys, scale, dp, keys, keysN, 0.0f, dqOut,
-                      ldDq, work, masked(Causal::Rows));
+      product('N', rows, d, keys, scale, dp, keys, keysN, 0.0f, dqOut, ldDq,
+              work, masked(Causal::Rows));
       if constexpr (!f32)
         narrowRows(dqb, ldq, dqRows, rows, d);
-      bad |= !product('T', 'N', keys, d, rows, scale, dp, keys, qb, ldq, 1.0f,
-                      dkh, ldk, work, masked(Causal::Columns));
+      product('T', 'N', keys, d, rows, scale, dp, keys, qb, ldq, 1.0f, dkh, ldk,
+              work, masked(Causal::Columns));
     }
     if constexpr (!f32) {
       narrowRows(dk + at.key(h, 0), ldq, dkh, t, d);
       narrowRows(dV + at.value(h, 0), ldv, dvh, t, dv);
     }
   }
-  return bad != 0;
 }
 }
 
@@ -1608,7 +1711,7 @@ bool attentionGradBlocks(T *dq, T *dk, T *dV, const T *q, const T *k,
 /// rounded to bf16 for their product with the values) where the processor
 /// has bf16 dot products (AVX512-BF16, in the AVX-512 build), or else (and
 /// for f16) with f32 products of operands widened as the blocks read them
-/// (WidenedSgemmProducts). The log-sum-exp is f32 either way.
+/// (F32Products). The log-sum-exp is f32 either way.
 void STRATA_RT_KERNEL(strata_rt_attention)(
     StrataRtContext *ctx, int64_t site, void *outData, int64_t outType,
     void *lseData, int64_t lseType, const void *qData, int64_t qType,
@@ -1625,7 +1728,6 @@ void STRATA_RT_KERNEL(strata_rt_attention)(
   const int64_t slices = batch * heads;
   const AttentionDropout drop(ctx, dropout, dropoutKey, microBatches,
                               microBatch, slices, s, t);
-  bool bad = false;
   withSameFloatType(
       ctx, site, "attention", {outType, qType, kType, vType}, [&](auto tag) {
         using T = decltype(tag);
@@ -1636,7 +1738,7 @@ void STRATA_RT_KERNEL(strata_rt_attention)(
 #if defined(__AVX512F__)
         if constexpr (std::is_same_v<T, BFloat16>)
           if (strata::cpu::hasBf16DotProducts()) {
-            bad = attentionBlocks(
+            attentionBlocks(
                 out, lse, q, k, v, slices, at, float(scale), causal != 0, drop,
                 ctx->scratchFloats(
                     threads * attentionScratch<T, DotBf16Products>(t, d, dv)),
@@ -1644,15 +1746,13 @@ void STRATA_RT_KERNEL(strata_rt_attention)(
             return;
           }
 #endif
-        using Products = SgemmProductsOf<T>;
-        bad = attentionBlocks(
-            out, lse, q, k, v, slices, at, float(scale), causal != 0, drop,
-            ctx->scratchFloats(threads *
-                               attentionScratch<T, Products>(t, d, dv)),
-            Products{});
+        using Products = F32Products<T>;
+        attentionBlocks(out, lse, q, k, v, slices, at, float(scale),
+                        causal != 0, drop,
+                        ctx->scratchFloats(
+                            threads * attentionScratch<T, Products>(t, d, dv)),
+                        Products{});
       });
-  if (bad)
-    ctx->fail(site, "strata_rt_attention: oneDNN's sgemm refused a block");
 }
 
 /// The gradients of strata_rt_attention (attentionGradBlocks), in the
@@ -1675,7 +1775,6 @@ void STRATA_RT_KERNEL(strata_rt_attention_grad)(
   const int64_t slices = batch * heads;
   const AttentionDropout drop(ctx, dropout, dropoutKey, microBatches,
                               microBatch, slices, s, t);
-  bool bad = false;
   withSameFloatType(
       ctx, site, "attention_grad",
       {dqType, dkType, dvType, qType, kType, vType, outType, doutType},
@@ -1692,7 +1791,7 @@ void STRATA_RT_KERNEL(strata_rt_attention_grad)(
 #if defined(__AVX512F__)
         if constexpr (std::is_same_v<T, BFloat16>)
           if (strata::cpu::hasBf16DotProducts()) {
-            bad = attentionGradBlocks(
+            attentionGradBlocks(
                 dq, dk, dV, q, k, v, out, lse, dout, slices, at, float(scale),
                 causal != 0, drop,
                 ctx->scratchFloats(
@@ -1702,16 +1801,14 @@ void STRATA_RT_KERNEL(strata_rt_attention_grad)(
             return;
           }
 #endif
-        using Products = SgemmProductsOf<T>;
-        bad = attentionGradBlocks(
+        using Products = F32Products<T>;
+        attentionGradBlocks(
             dq, dk, dV, q, k, v, out, lse, dout, slices, at, float(scale),
             causal != 0, drop,
             ctx->scratchFloats(threads *
                                attentionGradScratch<T, Products>(t, d, dv)),
             Products{});
       });
-  if (bad)
-    ctx->fail(site, "strata_rt_attention: oneDNN's sgemm refused a block");
 }
 
 void STRATA_RT_KERNEL(strata_rt_layer_norm)(

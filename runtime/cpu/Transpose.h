@@ -25,6 +25,34 @@ inline void transposeRows(float *dst, const float *src, int64_t rows,
       dst[c * rows + r] = src[r * cols + c];
 }
 
+/// dst's 8 rows (`ldd` floats apart) of 8 = src's 8 rows (`lds` apart) of
+/// 8 transposed, in AVX registers.
+__attribute__((target("avx2,fma"))) inline void
+transpose8x8(float *dst, int64_t ldd, const float *src, int64_t lds) {
+  __m256 v[8], u[8];
+  for (int j = 0; j < 8; ++j)
+    v[j] = _mm256_loadu_ps(src + j * lds);
+  for (int j = 0; j < 8; j += 2) {
+    u[j] = _mm256_unpacklo_ps(v[j], v[j + 1]);
+    u[j + 1] = _mm256_unpackhi_ps(v[j], v[j + 1]);
+  }
+  // (rows j, j+1 interleaved; then pairs of pairs)
+  for (int j = 0; j < 8; j += 4) {
+    v[j] = _mm256_shuffle_ps(u[j], u[j + 2], 0x44);
+    v[j + 1] = _mm256_shuffle_ps(u[j], u[j + 2], 0xEE);
+    v[j + 2] = _mm256_shuffle_ps(u[j + 1], u[j + 3], 0x44);
+    v[j + 3] = _mm256_shuffle_ps(u[j + 1], u[j + 3], 0xEE);
+  }
+  // v[0..3]: columns 0, 1, 2, 3 (and 4..7 in the high lanes) of rows 0..3;
+  // v[4..7] those of rows 4..7.
+  for (int j = 0; j < 4; ++j) {
+    _mm256_storeu_ps(dst + j * ldd,
+                     _mm256_permute2f128_ps(v[j], v[j + 4], 0x20));
+    _mm256_storeu_ps(dst + (j + 4) * ldd,
+                     _mm256_permute2f128_ps(v[j], v[j + 4], 0x31));
+  }
+}
+
 /// dst [cols][rows] = src [rows][cols] transposed, in 8 x 8 tiles of AVX
 /// registers: strips of 16 rows of src, each tile pair's stores a whole
 /// cache line of a row of dst. On one thread of an AVX2-only AMD EPYC a
@@ -39,30 +67,9 @@ transposeAvx2(float *dst, const float *src, int64_t rows, int64_t cols) {
     const int64_t r0 = 16 * s;
     int64_t c0 = 0;
     for (; c0 + 8 <= cols; c0 += 8)
-      for (int64_t half = 0; half < 16; half += 8) {
-        __m256 v[8], u[8];
-        for (int j = 0; j < 8; ++j)
-          v[j] = _mm256_loadu_ps(src + (r0 + half + j) * cols + c0);
-        for (int j = 0; j < 8; j += 2) {
-          u[j] = _mm256_unpacklo_ps(v[j], v[j + 1]);
-          u[j + 1] = _mm256_unpackhi_ps(v[j], v[j + 1]);
-        }
-        // (rows j, j+1 interleaved; then pairs of pairs)
-        for (int j = 0; j < 8; j += 4) {
-          v[j] = _mm256_shuffle_ps(u[j], u[j + 2], 0x44);
-          v[j + 1] = _mm256_shuffle_ps(u[j], u[j + 2], 0xEE);
-          v[j + 2] = _mm256_shuffle_ps(u[j + 1], u[j + 3], 0x44);
-          v[j + 3] = _mm256_shuffle_ps(u[j + 1], u[j + 3], 0xEE);
-        }
-        // v[0..3]: columns 0, 1, 2, 3 (and 4..7 in the high lanes) of rows
-        // 0..3; v[4..7] those of rows 4..7.
-        for (int j = 0; j < 4; ++j) {
-          _mm256_storeu_ps(dst + (c0 + j) * rows + r0 + half,
-                           _mm256_permute2f128_ps(v[j], v[j + 4], 0x20));
-          _mm256_storeu_ps(dst + (c0 + j + 4) * rows + r0 + half,
-                           _mm256_permute2f128_ps(v[j], v[j + 4], 0x31));
-        }
-      }
+      for (int64_t half = 0; half < 16; half += 8)
+        transpose8x8(dst + c0 * rows + r0 + half, rows,
+                     src + (r0 + half) * cols + c0, cols);
     for (int64_t r = r0; r < r0 + 16; ++r)
       for (int64_t c = c0; c < cols; ++c)
         dst[c * rows + r] = src[r * cols + c];
