@@ -58,8 +58,8 @@ struct StrataRtContext : strata::rt::HostContext {
   /// For tests: autotuning's choice made without timing (1: the primitive,
   /// 2: sgemm; 0: timed).
   int gemmAutotuneChoice = 0;
-  /// For tests: a GEMM's plain second operand copied with padded rows never
-  /// (1) or always (2), instead of when oneDNN's kernel needs it.
+  /// For tests: a GEMM's second operand copied with padded rows never (1)
+  /// or always (2), instead of when oneDNN's kernel needs it.
   int gemmPadChoice = 0;
   /// Collectives in flight, by call site.
   struct Pending {

@@ -74,8 +74,8 @@ struct Problem {
   int64_t batch, m, n, k, aBatchStride, transA, bBatchStride, transB;
   bool bias;
   int64_t act, accumulate;
-  /// The second operand's row stride (elements) when not transposed; 0:
-  /// its rows are dense (n).
+  /// The second operand's row stride (elements) as stored: k rows of n,
+  /// or n rows of k when transposed; 0: its rows are dense (n or k).
   int64_t ldb = 0;
 };
 } // namespace
@@ -107,13 +107,14 @@ static strata::cpu::GemmCache::Entry &primitiveFor(StrataRtContext *ctx,
   auto it = cache.primitives.find(key);
   if (it != cache.primitives.end())
     return it->second;
-  int64_t m = p.m, n = p.n, k = p.k, ldb = p.ldb ? p.ldb : n;
+  int64_t m = p.m, n = p.n, k = p.k;
+  int64_t ldb = p.ldb ? p.ldb : p.transB ? k : n;
   int64_t ba = p.aBatchStride ? batch : 1, bb = p.bBatchStride ? batch : 1;
   memory::desc aMd({ba, m, k}, p.dt,
                    p.transA ? memory::dims{m * k, 1, m}
                             : memory::dims{m * k, k, 1});
   memory::desc bMd({bb, k, n}, p.dt,
-                   p.transB ? memory::dims{k * n, 1, k}
+                   p.transB ? memory::dims{n * ldb, 1, ldb}
                             : memory::dims{k * ldb, ldb, 1});
   memory::desc cMd({batch, m, n}, p.dstDt, memory::dims{m * n, n, 1});
   dnnl::post_ops ops;
@@ -144,7 +145,7 @@ static strata::cpu::GemmCache::Entry &primitiveFor(StrataRtContext *ctx,
 
 /// One oneDNN matmul primitive of element type `dt` (operands and bias)
 /// with a result of type `dstDt` (undef: `dt`), created once per problem
-/// and reused; `ldb`: B's row stride when not transposed (0: n). With
+/// and reused; `ldb`: B's row stride as stored (0: dense). With
 /// `fastOnly`, returns false without running when oneDNN has only its
 /// reference implementation for it, or none (the caller then takes another
 /// path).
@@ -226,28 +227,33 @@ static bool readsTransposedAFast(StrataRtContext *ctx, int64_t batch,
 /// Floats added to each row of a padded second operand (one cache line).
 constexpr int64_t kRowPad = 16;
 
-/// Whether oneDNN runs this f32 product with a plain B faster when B's rows
-/// are kRowPad floats further apart. Its gemm:jit kernels (oneDNN 2.6's
-/// AVX2 path) take their no-copy kernel, which reads B in place, for
-/// products of few rows (where 1/m + 1/n >= 0.0038, oneDNN's threshold;
-/// the AVX-512 path has a rule against it, the AVX2 path none). With B's
-/// rows a multiple of 1 KiB apart, its reads fall into few cache sets: on
-/// one thread of an AVX2-only AMD EPYC, dnnl_sgemm ran 256 x 1024 x 1024 at
-/// 42 GFLOP/s, and at 94 with B's rows 1040 floats apart (72 against 109
-/// on two threads); through strata_rt_gemm, the copy included, 42 became
-/// 85. The kernel and its sums are the same. Below 64 rows the copy of B
-/// would cost as much as the product saves. Decided by the padded
-/// problem's primitive, the one that then runs.
+/// Whether oneDNN runs this f32 product faster when B's rows as stored (k
+/// rows of n, or n rows of k when transposed) are kRowPad floats further
+/// apart. Its gemm:jit kernels (oneDNN 2.6's AVX2 path) take their no-copy
+/// kernel, which reads B in place, for products of few rows (where 1/m +
+/// 1/n >= 0.0038, oneDNN's threshold; the AVX-512 path has a rule against
+/// it, the AVX2 path none). With B's rows a multiple of 1 KiB apart, its
+/// reads fall into few cache sets: on one thread of an AVX2-only AMD EPYC,
+/// dnnl_sgemm ran 256 x 1024 x 1024 at 42 GFLOP/s, and at 94 with B's rows
+/// 1040 floats apart (72 against 109 on two threads); through
+/// strata_rt_gemm, the copy included, 42 became 85. A transposed B gains
+/// less: 60 against 78 GFLOP/s on the same product, 66 against 72-87 on
+/// 1024 x 256 x 1024 (129-133 against 136-146 on two threads). The kernel
+/// and its sums are the same. Below 64 rows the copy of B would cost as
+/// much as the product saves. Decided by the padded problem's primitive,
+/// the one that then runs.
 static bool padsSecondOperand(StrataRtContext *ctx, int64_t batch, int64_t m,
                               int64_t n, int64_t k, int64_t aBatchStride,
-                              int64_t transA, int64_t bBatchStride, bool bias,
-                              int64_t act, int64_t accumulate) {
-  if (n % 256 != 0 || m < 64 || 1.0 / double(m) + 1.0 / double(n) < 0.0038)
+                              int64_t transA, int64_t bBatchStride,
+                              int64_t transB, bool bias, int64_t act,
+                              int64_t accumulate) {
+  const int64_t row = transB ? k : n;
+  if (row % 256 != 0 || m < 64 || 1.0 / double(m) + 1.0 / double(n) < 0.0038)
     return false;
   const strata::cpu::GemmCache::Entry *entry =
       entryFor(ctx, {memory::data_type::f32, memory::data_type::f32, batch, m,
-                     n, k, aBatchStride, transA, bBatchStride, 0, bias, act,
-                     accumulate, n + kRowPad});
+                     n, k, aBatchStride, transA, bBatchStride, transB, bias,
+                     act, accumulate, row + kRowPad});
   return entry && !entry->brgemm && !entry->reference;
 }
 
@@ -259,9 +265,9 @@ static bool sgemmProduct(int64_t batch, int64_t m, int64_t n, int64_t k,
                          const float *b, int64_t bBatchStride, int64_t transB,
                          int64_t ldb, float *c, const float *bias,
                          bool accumulate) {
-  ldb = transB ? k : ldb ? ldb : n;
-  // (A transposed B is [n][k], dense; a plain one k rows of ldb.)
-  const int64_t bMatrix = transB ? n * k : k * ldb;
+  ldb = ldb ? ldb : transB ? k : n;
+  // (A transposed B is n rows of ldb, a plain one k rows.)
+  const int64_t bMatrix = (transB ? n : k) * ldb;
   for (int64_t bi = 0; bi < batch; ++bi) {
     const float *ab = a + (aBatchStride ? bi * m * k : 0);
     const float *bb = b + (bBatchStride ? bi * bMatrix : 0);
@@ -365,20 +371,21 @@ static void gemmF32(StrataRtContext *ctx, int64_t site, int64_t batch,
   // Where it is slow with B's rows a multiple of 1 KiB apart, a copy of B
   // with its rows 64 bytes further apart.
   int64_t ldb = 0;
-  if (!transB && (ctx->gemmPadChoice
-                      ? ctx->gemmPadChoice == 2
-                      : padsSecondOperand(ctx, batch, m, n, k, aBatchStride,
-                                          transA, bBatchStride, bias != nullptr,
-                                          act, accumulate))) {
-    ldb = n + kRowPad;
+  if (ctx->gemmPadChoice
+          ? ctx->gemmPadChoice == 2
+          : padsSecondOperand(ctx, batch, m, n, k, aBatchStride, transA,
+                              bBatchStride, transB, bias != nullptr, act,
+                              accumulate)) {
+    const int64_t rows = transB ? n : k, row = transB ? k : n;
+    ldb = row + kRowPad;
     int64_t count = bBatchStride ? batch : 1;
     strata::cpu::Scratch &padded = ctx->gemmPadded;
-    if (int64_t(padded.size()) < count * k * ldb)
-      padded.resize(count * k * ldb);
+    if (int64_t(padded.size()) < count * rows * ldb)
+      padded.resize(count * rows * ldb);
     float *to = padded.data();
 #pragma omp parallel for schedule(static) if (count * k * n >= (1 << 16))
-    for (int64_t row = 0; row < count * k; ++row)
-      std::memcpy(to + row * ldb, b + row * n, n * sizeof(float));
+    for (int64_t r = 0; r < count * rows; ++r)
+      std::memcpy(to + r * ldb, b + r * row, row * sizeof(float));
     b = to;
   }
   if (ctx->gemmAutotune && act == STRATA_RT_ACT_NONE &&

@@ -225,12 +225,11 @@ TEST(RuntimeTest, GemmAutotuneTimesEachProblemOnceAndComputesIt) {
   }
 }
 
-/// Where oneDNN's kernel reads a plain B with rows a multiple of 1 KiB apart
+/// Where oneDNN's kernel reads B with rows a multiple of 1 KiB apart
 /// slowly, the runtime copies B with longer rows first: with that copy
-/// forced, every path (the primitive, sgemm, batches of B, the bias,
-/// accumulation, an activation post-op, a widened bf16 product) gives the
-/// product, and the same as without it. (A transposed B is never copied:
-/// those cases check the paths' batches of it.)
+/// forced, every path (the primitive, sgemm, batches of B, plain and
+/// transposed, the bias, accumulation, an activation post-op, a widened
+/// bf16 product) gives the product, and the same as without it.
 TEST(RuntimeTest, GemmOverAPaddedSecondOperandIsTheProduct) {
   const int64_t m = 37, n = 256, k = 45;
   for (int autotune : {1, 2})
