@@ -1270,9 +1270,10 @@ void widenRows(float *to, const T *from, int64_t stride, int64_t rows,
 }
 
 // The f32 products of attention's blocks, in register tiles of kF32MR rows
-// by kF32NR columns (two of this build's widest vectors, with its FMAs),
-// over B packed in panels of kF32NR columns: A is read in place, and a
-// head's keys and values are packed once for all its blocks.
+// by kF32NR columns (two of this build's widest vectors; one FMA a term in
+// the vector builds, a product and a sum in the baseline one), over B
+// packed in panels of kF32NR columns: A is read in place, and a head's keys
+// and values are packed once for all its blocks.
 #if defined(__AVX512F__)
 constexpr int kF32Lanes = 16, kF32MR = 8;
 #elif defined(__AVX2__)

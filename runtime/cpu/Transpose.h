@@ -2,7 +2,11 @@
 //
 // The transpose of a GEMM operand into scratch (Gemm.cpp), in AVX registers
 // where the processor has AVX2, chosen at run time (the runtime is built
-// for baseline x86-64).
+// for baseline x86-64); fused attention packs its operands with the same
+// 8 x 8 tiles (Kernels.cpp). The functions have internal linkage: the
+// vector builds of Kernels.cpp compile them with wider instructions than
+// the baseline files that also include them, and one of those copies must
+// not stand in for another at link time.
 //
 //===----------------------------------------------------------------------===//
 
@@ -18,16 +22,16 @@ namespace strata::cpu {
 
 /// The elements of src's rows r0 .. r1 - 1 (of `cols`) into dst's columns
 /// r0 .. r1 - 1 (rows of `rows`), one at a time.
-inline void transposeRows(float *dst, const float *src, int64_t rows,
-                          int64_t cols, int64_t r0, int64_t r1) {
+static inline void transposeRows(float *dst, const float *src, int64_t rows,
+                                 int64_t cols, int64_t r0, int64_t r1) {
   for (int64_t r = r0; r < r1; ++r)
     for (int64_t c = 0; c < cols; ++c)
       dst[c * rows + r] = src[r * cols + c];
 }
 
 /// dst's 8 rows (`ldd` floats apart) of 8 = src's 8 rows (`lds` apart) of
-/// 8 transposed, in AVX registers.
-__attribute__((target("avx2,fma"))) inline void
+/// 8 transposed, in AVX registers (inlined into its AVX2 callers' loops).
+__attribute__((target("avx2,fma"), always_inline)) static inline void
 transpose8x8(float *dst, int64_t ldd, const float *src, int64_t lds) {
   __m256 v[8], u[8];
   for (int j = 0; j < 8; ++j)
@@ -59,7 +63,7 @@ transpose8x8(float *dst, int64_t ldd, const float *src, int64_t lds) {
 /// [1024][1024] source took 1.3 ms, against 3.2 for the scalar transpose in
 /// 32 x 32 blocks it replaces ([1024][256]: 0.14 against 0.19; the GPT
 /// h256 step's weight gradients transpose about 8 ms instead of 17).
-__attribute__((target("avx2,fma"))) inline void
+__attribute__((target("avx2,fma"))) static inline void
 transposeAvx2(float *dst, const float *src, int64_t rows, int64_t cols) {
   const int64_t strips = rows / 16;
 #pragma omp parallel for schedule(static) if (rows * cols >= (1 << 16))
@@ -78,8 +82,8 @@ transposeAvx2(float *dst, const float *src, int64_t rows, int64_t cols) {
 }
 
 /// dst [cols][rows] = src [rows][cols] transposed.
-inline void transposeInto(float *dst, const float *src, int64_t rows,
-                          int64_t cols) {
+static inline void transposeInto(float *dst, const float *src, int64_t rows,
+                                 int64_t cols) {
   static const bool avx2 =
       __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
   if (avx2)

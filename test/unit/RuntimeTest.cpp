@@ -83,7 +83,7 @@ void expectNear(const std::vector<float> &got, const std::vector<float> &want,
 /// Every layout and batching gives the product, through the matmul
 /// primitive and through sgemm, also with an inner dimension of 256 (where
 /// oneDNN's AVX2 kernels get a transposed first operand transposed into
-/// scratch first, in whole AVX tiles).
+/// scratch first, and a transposed second one padded).
 TEST(RuntimeTest, GemmTransposesAndBatches) {
   const int64_t m = 5, n = 7;
   for (int64_t k : {3, 256})
