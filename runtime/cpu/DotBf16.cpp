@@ -277,13 +277,9 @@ void tiles(int64_t m, int64_t n, int64_t k, int64_t pk, float alpha,
   for (int64_t j0 = 0; j0 < n; j0 += kNR)
     for (int64_t i0 = 0; i0 < m; i0 += kMR) {
       int64_t rows = std::min(kMR, m - i0), cols = std::min(kNR, n - j0);
-      int64_t q0 = 0, q1 = k2;
-      if (causal.kind == Causal::Output && j0 > i0 + rows - 1 + causal.offset)
-        q1 = 0;                             // every element unseen
-      else if (causal.kind == Causal::Rows) // keys past the tile's last row
-        q1 = std::min(k2, (i0 + rows + causal.offset + 1) / 2);
-      else if (causal.kind == Causal::Columns) // rows before its first key
-        q0 = std::clamp<int64_t>((i0 - causal.offset) / 2, 0, k2);
+      // The pairs that hold the terms to sum.
+      auto [first, last] = causal.terms(i0, rows, j0, k);
+      int64_t q0 = std::min(first / 2, k2), q1 = (last + 1) / 2;
       float *ct = c + i0 * ldc + j0;
       if (q0 >= q1) {
         if (!accumulate)

@@ -14,7 +14,9 @@
 #ifndef STRATA_RUNTIME_CPU_DOTBF16_H
 #define STRATA_RUNTIME_CPU_DOTBF16_H
 
+#include <algorithm>
 #include <cstdint>
+#include <utility>
 
 namespace strata::cpu {
 
@@ -28,6 +30,22 @@ namespace strata::cpu {
 struct Causal {
   enum Kind { None, Output, Rows, Columns } kind = None;
   int64_t offset = 0;
+
+  /// The terms [first, last) of an inner dimension of k that a tile of C
+  /// (rows i0 .. i0 + rows - 1, from column j0 on) sums: none where
+  /// `Output` leaves the whole tile unseen, up to the key of its last row
+  /// with `Rows`, from the query row of its first row with `Columns`
+  /// (`first` may exceed k: the caller clamps it, in its own units).
+  std::pair<int64_t, int64_t> terms(int64_t i0, int64_t rows, int64_t j0,
+                                    int64_t k) const {
+    if (kind == Output && j0 > i0 + rows - 1 + offset)
+      return {0, 0};
+    if (kind == Rows)
+      return {0, std::min(k, i0 + rows + offset)};
+    if (kind == Columns)
+      return {std::max<int64_t>(0, i0 - offset), k};
+    return {0, k};
+  }
 };
 
 /// Whether this processor has AVX512-BF16's dot products (and AVX-512 F and

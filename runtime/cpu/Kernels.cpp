@@ -1402,13 +1402,8 @@ void f32Tiles(int64_t m, int64_t n, int64_t k, float alpha, const float *a,
     for (int64_t i0 = 0; i0 < m; i0 += kF32MR) {
       const int64_t rows = std::min<int64_t>(kF32MR, m - i0);
       const int64_t cols = std::min(kF32NR, n - j0);
-      int64_t p0 = 0, p1 = k;
-      if (causal.kind == Causal::Output && j0 > i0 + rows - 1 + causal.offset)
-        p1 = 0;                             // every element unseen
-      else if (causal.kind == Causal::Rows) // keys past the tile's last row
-        p1 = std::min(k, i0 + rows + causal.offset);
-      else if (causal.kind == Causal::Columns) // rows before its first key
-        p0 = std::clamp<int64_t>(i0 - causal.offset, 0, k);
+      auto [first, p1] = causal.terms(i0, rows, j0, k);
+      const int64_t p0 = std::min(first, k);
       float *ct = c + i0 * ldc + j0;
       if (p0 >= p1) {
         if (!accumulate)
