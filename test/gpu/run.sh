@@ -168,8 +168,9 @@ wanted bench && for dir in benches/*/; do
 done
 # Nsight Compute on the flash kernels of one step at batch 16: the last
 # forward launch, then the two gradient kernels of the last layer, the
-# first the backward pass reaches (12 forward launches come first). Not a pass/fail check: a missing ncu, or counters
-# this machine does not let a user read, are reported and skipped.
+# first the backward pass reaches (12 forward launches come first). Not a
+# pass/fail check: a missing ncu, or counters this machine does not let a
+# user read, are reported and skipped.
 if wanted ncu; then
   echo "== Nsight Compute, flash kernels (GPT-2 124M, batch 16)"
   ncu=$(command -v ncu || echo /usr/local/cuda/bin/ncu)
