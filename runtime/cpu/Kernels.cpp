@@ -658,6 +658,7 @@ void unaryF32(int64_t op, float *out, const float *in, int64_t n, float f) {
       out[i] = geluTanh(in[i]);
     break;
   case STRATA_RT_ACT_GELU_ERF:
+#pragma omp simd
     for (int64_t i = 0; i < n; ++i)
       out[i] = geluErf(in[i]);
     break;
@@ -672,8 +673,9 @@ void unaryF32(int64_t op, float *out, const float *in, int64_t n, float f) {
       out[i] = 1.0f / std::sqrt(in[i]);
     break;
   case STRATA_RT_UNARY_TANH:
+#pragma omp simd
     for (int64_t i = 0; i < n; ++i)
-      out[i] = std::tanh(in[i]);
+      out[i] = preciseTanh(in[i]);
     break;
   case STRATA_RT_ACT_NONE:
     if (out != in)
@@ -697,6 +699,7 @@ void actGradF32(int64_t act, float *out, const float *x, const float *dy,
       out[i] = dy[i] * geluTanhGrad(x[i]);
     break;
   case STRATA_RT_ACT_GELU_ERF:
+#pragma omp simd
     for (int64_t i = 0; i < n; ++i)
       out[i] = dy[i] * geluErfGrad(x[i]);
     break;

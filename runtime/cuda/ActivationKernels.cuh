@@ -41,7 +41,7 @@ __device__ __forceinline__ float unaryOp(int64_t op, float x, float alpha) {
   case STRATA_RT_UNARY_RSQRT:
     return 1.0f / sqrtf(x);
   case STRATA_RT_UNARY_TANH:
-    return tanhf(x);
+    return preciseTanh(x);
   }
   return x; // STRATA_RT_ACT_NONE
 }
