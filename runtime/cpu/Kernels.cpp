@@ -169,6 +169,11 @@ void binaryLoop(T *out, const T *a, const T *b, int64_t rank,
 #pragma omp simd
       for (int64_t j = 0; j < inner; ++j)
         o[j] = applyOp<Op>(pa[j], y);
+    } else if (ia == 0 && ib == 1) { // (a row's one value of A: x * rms)
+      T x = pa[0];
+#pragma omp simd
+      for (int64_t j = 0; j < inner; ++j)
+        o[j] = applyOp<Op>(x, pb[j]);
     } else {
       for (int64_t j = 0; j < inner; ++j)
         o[j] = applyOp<Op>(pa[j * ia], pb[j * ib]);

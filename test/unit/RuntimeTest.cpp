@@ -427,6 +427,18 @@ TEST(RuntimeTest, GemmBackwardEpilogues) {
             std::string::npos);
 }
 
+/// The variant of kernel `name` that strata_rt_symbols() hands the JIT on
+/// this processor (the widest build it runs: AVX-512 or AVX2); the tests
+/// call the baseline build by name.
+template <typename Fn> Fn dispatchedKernel(const char *name) {
+  size_t count = 0;
+  const StrataRtSymbol *symbols = strata_rt_symbols(&count);
+  for (size_t i = 0; i < count; ++i)
+    if (std::string(symbols[i].name) == name)
+      return reinterpret_cast<Fn>(symbols[i].address);
+  return nullptr;
+}
+
 TEST(RuntimeTest, BinaryBroadcasts) {
   Context ctx;
   // [2,3,4] - [3,1]: strides of b over the output are {0, 1, 0}.
@@ -439,6 +451,20 @@ TEST(RuntimeTest, BinaryBroadcasts) {
     for (int64_t j = 0; j < 3; ++j)
       for (int64_t l = 0; l < 4; ++l)
         EXPECT_EQ(out[i * 12 + j * 4 + l], a[i * 12 + j * 4 + l] - b[j]);
+  // The other way round, [3,1] - [2,3,4] (one value of A per row), in the
+  // baseline build and the one the JIT calls.
+  int64_t swapped[] = {2, 3, 4, 0, 1, 0, 12, 4, 1};
+  auto dispatched =
+      dispatchedKernel<decltype(&strata_rt_binary)>("strata_rt_binary");
+  ASSERT_TRUE(dispatched);
+  for (auto binary : {&strata_rt_binary, dispatched}) {
+    binary(ctx, 0, STRATA_RT_SUB, out.data(), F32, b.data(), F32, a.data(), F32,
+           3, swapped);
+    for (int64_t i = 0; i < 2; ++i)
+      for (int64_t j = 0; j < 3; ++j)
+        for (int64_t l = 0; l < 4; ++l)
+          EXPECT_EQ(out[i * 12 + j * 4 + l], b[j] - a[i * 12 + j * 4 + l]);
+  }
   // int64 step counters add.
   int64_t x = 41, one = 1, r = 0;
   int64_t scalar[] = {0};
@@ -508,18 +534,6 @@ TEST(RuntimeTest, SiluRsqrtTanh) {
                   4, 0.0);
   for (int i = 0; i < 4; ++i)
     EXPECT_NEAR(y[i], 1 / std::sqrt(double(p[i])), 1e-6 / std::sqrt(p[i]));
-}
-
-/// The variant of kernel `name` that strata_rt_symbols() hands the JIT on
-/// this processor (the widest build it runs: AVX-512 or AVX2); the tests
-/// call the baseline build by name.
-template <typename Fn> Fn dispatchedKernel(const char *name) {
-  size_t count = 0;
-  const StrataRtSymbol *symbols = strata_rt_symbols(&count);
-  for (size_t i = 0; i < count; ++i)
-    if (std::string(symbols[i].name) == name)
-      return reinterpret_cast<Fn>(symbols[i].address);
-  return nullptr;
 }
 
 /// The activations and their gradients against their definitions in double
