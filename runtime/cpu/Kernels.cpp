@@ -893,6 +893,8 @@ void STRATA_RT_KERNEL(strata_rt_strided_copy)(StrataRtContext *ctx,
       const auto *src = x + base + off[0];
       if (step == 1)
         std::memcpy(dst, src, inner * sizeof(*dst));
+      else if (step == 0) // a broadcast (a reduction's gradient)
+        std::fill_n(dst, inner, *src);
       else
         for (int64_t j = 0; j < inner; ++j)
           dst[j] = src[j * step];

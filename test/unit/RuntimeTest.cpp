@@ -501,6 +501,19 @@ TEST(RuntimeTest, ReduceAndStridedCopy) {
   strata_rt_strided_copy(ctx, 0, s.data(), x.data(), F32, 2, sdesc);
   for (int64_t i = 0; i < 8; ++i)
     EXPECT_EQ(s[i], x[4 + i]);
+  // Broadcast [3] along a new last dimension of 5 (stride 0; a reduction's
+  // gradient), from offset 2, in both builds.
+  auto copy = dispatchedKernel<decltype(&strata_rt_strided_copy)>(
+      "strata_rt_strided_copy");
+  ASSERT_TRUE(copy);
+  for (auto stridedCopy : {&strata_rt_strided_copy, copy}) {
+    std::vector<float> b(15);
+    int64_t bdesc[] = {3, 5, 1, 0, 2};
+    stridedCopy(ctx, 0, b.data(), x.data(), F32, 2, bdesc);
+    for (int64_t i = 0; i < 3; ++i)
+      for (int64_t j = 0; j < 5; ++j)
+        EXPECT_EQ(b[i * 5 + j], x[2 + i]);
+  }
 }
 
 TEST(RuntimeTest, CopyRowsConcatenates) {
