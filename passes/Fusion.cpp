@@ -1,10 +1,11 @@
-//===- Fusion.cpp - GEMM epilogue, dropout-add, attention; GEMM padding ---===//
+//===- Fusion.cpp - GEMM epilogue, GELU, dropout-add, attention; padding --===//
 
 #include "PassUtils.h"
 #include "strata/Dialect/Program.h"
 #include "strata/Passes/Passes.h"
 #include "strata/Target/RuntimeTarget.h"
 
+#include "mlir/Dialect/Arith/IR/Arith.h"
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/IR/Builders.h"
 #include "llvm/ADT/SmallPtrSet.h"
@@ -12,6 +13,7 @@
 namespace strata {
 #define GEN_PASS_DEF_STRATAGEMMEPILOGUEFUSION
 #define GEN_PASS_DEF_STRATADROPOUTADDFUSION
+#define GEN_PASS_DEF_STRATAGELURECOGNITION
 #define GEN_PASS_DEF_STRATAATTENTIONFUSION
 #define GEN_PASS_DEF_STRATAGEMMPADDING
 #include "StrataPasses.h.inc"
@@ -277,6 +279,183 @@ struct GemmPaddingPass
     copyMetadata(m, columns);
     m.getResult().replaceAllUsesWith(columns.getResult());
     m.erase();
+  }
+};
+
+/// Whether a constant of a program is `want` (within 1e-6 relative, which
+/// takes an f32 rounding of it).
+bool near(double value, double want) {
+  return std::abs(value - want) <= 1e-6 * std::abs(want);
+}
+
+/// Whether `v` is a constant whose elements all are `want` (near).
+bool isConstant(Value v, double want) {
+  auto constant = v.getDefiningOp<arith::ConstantOp>();
+  auto data = constant ? dyn_cast<DenseFPElementsAttr>(constant.getValue())
+                       : DenseFPElementsAttr();
+  if (!data || !data.isSplat())
+    return false;
+  return near(data.getSplatValue<APFloat>().convertToDouble(), want);
+}
+
+/// GELU written out in its tanh form: 0.5 x (1 + tanh(sqrt(2/pi) (x +
+/// 0.044715 x^3))), as Hugging Face's GPT-2 has it (the pass description
+/// lists the forms matched). `chain` collects the ops before the root, each
+/// read only by a later one.
+struct WrittenOutGelu {
+  SmallVector<Operation *> chain;
+  /// The constants it reads (erased with it when nothing else does).
+  SmallVector<Operation *> constants;
+
+  bool isConstantOf(Value v, double want) {
+    if (!isConstant(v, want))
+      return false;
+    constants.push_back(v.getDefiningOp());
+    return true;
+  }
+
+  /// `v` = factor * rest (a scale, or a mul by a constant, either side),
+  /// `v` read once: rest, else null.
+  Value timesConstant(Value v, double factor) {
+    Operation *op = v.getDefiningOp();
+    if (!op || !v.hasOneUse())
+      return {};
+    if (auto scale = dyn_cast<ScaleOp>(op)) {
+      if (!near(scale.getFactor().convertToDouble(), factor))
+        return {};
+      chain.push_back(op);
+      return scale.getInput();
+    }
+    if (auto mul = dyn_cast<MulOp>(op))
+      for (int i = 0; i < 2; ++i)
+        if (isConstantOf(mul->getOperand(i), factor)) {
+          chain.push_back(op);
+          return mul->getOperand(1 - i);
+        }
+    return {};
+  }
+
+  /// `v` = x * x * x (either grouping), read once, for the given x.
+  bool isCube(Value v, Value x) {
+    auto mul = v.getDefiningOp<MulOp>();
+    if (!mul || !v.hasOneUse())
+      return false;
+    for (int i = 0; i < 2; ++i) {
+      auto square = mul->getOperand(i).getDefiningOp<MulOp>();
+      if (mul->getOperand(1 - i) == x && square &&
+          square->getResult(0).hasOneUse() && square.getLhs() == x &&
+          square.getRhs() == x) {
+        chain.append({mul, square});
+        return true;
+      }
+    }
+    return false;
+  }
+
+  /// `s` = 1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)), read once: x, else
+  /// null.
+  Value onePlusTanh(Value s) {
+    auto add = s.getDefiningOp<AddOp>();
+    if (!add || !s.hasOneUse())
+      return {};
+    for (int i = 0; i < 2; ++i) {
+      auto tanh = add->getOperand(i).getDefiningOp<TanhOp>();
+      if (!tanh || !isConstantOf(add->getOperand(1 - i), 1.0) ||
+          !tanh->hasOneUse() || add.getType() != tanh.getType())
+        continue;
+      Value inner = timesConstant(tanh.getInput(), 0.7978845608028654);
+      auto sum = inner ? inner.getDefiningOp<AddOp>() : AddOp();
+      if (!sum || !inner.hasOneUse())
+        return {};
+      for (int j = 0; j < 2; ++j) {
+        Value x = sum->getOperand(j);
+        Value cube = timesConstant(sum->getOperand(1 - j), 0.044715);
+        if (cube && isCube(cube, x)) {
+          chain.append({add, tanh, sum});
+          return x;
+        }
+      }
+      return {};
+    }
+    return {};
+  }
+
+  /// The GELU's input if `root` ends a written-out GELU of it.
+  Value match(Operation *root) {
+    // The three factors x, 0.5 and s = 1 + tanh(...), grouped either way:
+    // (x s) 0.5, or (0.5 x) s and x (0.5 s) in either operand order.
+    auto xTimesS = [&](Value p, Value q) -> Value {
+      for (auto [x, s] : {std::pair(p, q), std::pair(q, p)}) {
+        size_t mark = chain.size();
+        if (Value in = onePlusTanh(s); in && in == x)
+          return x;
+        chain.resize(mark);
+      }
+      return {};
+    };
+    if (auto scale = dyn_cast<ScaleOp>(root)) {
+      auto mul = scale.getInput().getDefiningOp<MulOp>();
+      if (!near(scale.getFactor().convertToDouble(), 0.5) || !mul ||
+          !mul->hasOneUse())
+        return {};
+      chain.push_back(mul);
+      return xTimesS(mul.getLhs(), mul.getRhs());
+    }
+    for (int i = 0; i < 2; ++i) {
+      size_t mark = chain.size();
+      if (Value rest = timesConstant(root->getOperand(i), 0.5))
+        if (Value x = xTimesS(rest, root->getOperand(1 - i)))
+          return x;
+      chain.resize(mark);
+    }
+    return {};
+  }
+};
+
+struct GeluRecognitionPass
+    : public strata::impl::StrataGeluRecognitionBase<GeluRecognitionPass> {
+  void runOnOperation() override {
+    // On the forward program: autodiff then differentiates the gelu op.
+    if (failed(checkRunsBefore(getOperation(), "strata-gelu-recognition",
+                               {"strata-autodiff"})))
+      return signalPassFailure();
+    SmallVector<Operation *> roots;
+    getOperation().walk([&](Operation *op) {
+      if (isa<MulOp, ScaleOp>(op))
+        roots.push_back(op);
+    });
+    llvm::SmallPtrSet<Operation *, 16> erased;
+    for (Operation *root : roots) {
+      if (erased.contains(root))
+        continue;
+      WrittenOutGelu gelu;
+      Value x = gelu.match(root);
+      if (!x || !isa_and_nonnull<MatmulOp, BiasAddOp>(x.getDefiningOp()) ||
+          root->getResult(0).getType() != x.getType() ||
+          llvm::any_of(gelu.chain, [&](Operation *op) {
+            return op->getResult(0).getType() != x.getType();
+          }))
+        continue;
+      OpBuilder b(root);
+      auto fused =
+          GeluOp::create(b, root->getLoc(), x, GeluApproximation::Tanh);
+      copyMetadata(root, fused);
+      root->getResult(0).replaceAllUsesWith(fused.getResult());
+      root->erase();
+      // Users first: each op of the chain is read only by a later one.
+      llvm::sort(gelu.chain, [](Operation *a, Operation *b) {
+        return b->isBeforeInBlock(a);
+      });
+      for (Operation *op : gelu.chain) {
+        erased.insert(op);
+        op->erase();
+      }
+      for (Operation *constant :
+           llvm::make_early_inc_range(llvm::SmallPtrSet<Operation *, 4>(
+               gelu.constants.begin(), gelu.constants.end())))
+        if (constant->use_empty())
+          constant->erase();
+    }
   }
 };
 

@@ -295,6 +295,40 @@ def StrataGemmPadding : Pass<"strata-gemm-padding", "mlir::ModuleOp"> {
   let dependentDialects = ["::strata::StrataDialect"];
 }
 
+def StrataGeluRecognition
+    : Pass<"strata-gelu-recognition", "mlir::ModuleOp"> {
+  let summary = "Rewrites a GELU written out in its tanh form after a GEMM as strata.gelu";
+  let description = [{
+    Runs before `strata-autodiff`, on the forward program, so that
+    `strata-gemm-epilogue-fusion` can take the activation into the GEMM.
+    Programs imported from PyTorch write GPT-2's GELU out (Hugging Face's
+    `NewGELUActivation`):
+
+    ```mlir
+    %h = strata.scale %x {factor = 0.5}
+    %x2 = strata.mul %x, %x
+    %x3 = strata.mul %x2, %x
+    %c = strata.scale %x3 {factor = 0.044715}
+    %i = strata.add %x, %c
+    %u = strata.scale %i {factor = 0.7978845608028654}   // sqrt(2 / pi)
+    %t = strata.tanh %u
+    %s = strata.add %t, %one                             // a constant 1
+    %y = strata.mul %h, %s
+    ```
+
+    which becomes `strata.gelu %x {approximate = #strata.gelu<tanh>}`: one
+    kernel instead of nine, one activation kept for the gradient instead of
+    several, and the same function (the results move at rounding level).
+    Operands of `mul` and `add` in either order; a factor as `scale` or as a
+    `mul` by a constant; 0.5 on `x`, on the product or on `1 + tanh`; x^3 as
+    `x * x * x` grouped either way. Matched only where `x` is a `matmul` or a
+    `bias_add` result (an epilogue candidate), every intermediate value has
+    no other reader, all have `x`'s type and the constants are these within
+    1e-6 relative.
+  }];
+  let dependentDialects = ["::strata::StrataDialect"];
+}
+
 def StrataDropoutAddFusion
     : Pass<"strata-dropout-add-fusion", "mlir::ModuleOp"> {
   let summary = "Fuses dropout(x) + residual";

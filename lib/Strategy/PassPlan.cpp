@@ -68,6 +68,13 @@ std::vector<PlannedPass> strata::planPasses(const Strategy &s,
         "attention (softmax of q k^T, times v) that the pass can fuse";
   }
 
+  // A GELU written out (as programs imported from PyTorch have GPT-2's) as
+  // the gelu op, which the epilogue fusion then takes into the GEMM: before
+  // autodiff, which differentiates the op.
+  if (s.fused_passes.enable && s.fused_passes.gemm_epilogue)
+    add("strata-gelu-recognition", "fused_passes.gemm_epilogue",
+        [] { return createStrataGeluRecognition(); });
+
   // Before mixed precision and autodiff, so that the casts and gradients
   // are of the padded product.
   if (const RuntimeTarget *runtime = RuntimeTarget::lookup(target);

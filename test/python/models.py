@@ -1,5 +1,6 @@
 """Small models written in plain PyTorch, as their users write them: a
-nanoGPT-style GPT-2 (tied head, registered causal mask, GELU tanh) and a
+nanoGPT-style GPT-2 (tied head, registered causal mask, GELU tanh, or
+written out as Hugging Face's GPT-2 has it) and a
 LLaMA-style decoder (RMSNorm, SwiGLU, rotary embeddings, no biases). The
 importer tests train them with Strata and PyTorch side by side.
 """
@@ -35,9 +36,16 @@ class CausalSelfAttention(nn.Module):
         return self.resid_dropout(self.c_proj(y))
 
 
+def new_gelu(x):
+    """GPT-2's GELU written out, as Hugging Face's NewGELUActivation."""
+    return 0.5 * x * (1.0 + torch.tanh(math.sqrt(2.0 / math.pi) *
+                                       (x + 0.044715 * torch.pow(x, 3.0))))
+
+
 class Block(nn.Module):
-    def __init__(self, hidden, heads, seq, dropout):
+    def __init__(self, hidden, heads, seq, dropout, written_gelu=False):
         super().__init__()
+        self.written_gelu = written_gelu
         self.ln_1 = nn.LayerNorm(hidden)
         self.attn = CausalSelfAttention(hidden, heads, seq, dropout)
         self.ln_2 = nn.LayerNorm(hidden)
@@ -47,18 +55,19 @@ class Block(nn.Module):
 
     def forward(self, x):
         x = x + self.attn(self.ln_1(x))
-        h = F.gelu(self.c_fc(self.ln_2(x)), approximate="tanh")
+        h = self.c_fc(self.ln_2(x))
+        h = new_gelu(h) if self.written_gelu else F.gelu(h, approximate="tanh")
         return x + self.dropout(self.c_proj(h))
 
 
 class GPT(nn.Module):
     def __init__(self, vocab=64, seq=16, hidden=32, heads=4, layers=2,
-                 dropout=0.0):
+                 dropout=0.0, written_gelu=False):
         super().__init__()
         self.wte = nn.Embedding(vocab, hidden)
         self.wpe = nn.Embedding(seq, hidden)
         self.drop = nn.Dropout(dropout)
-        self.h = nn.ModuleList(Block(hidden, heads, seq, dropout)
+        self.h = nn.ModuleList(Block(hidden, heads, seq, dropout, written_gelu)
                                for _ in range(layers))
         self.ln_f = nn.LayerNorm(hidden)
         self.lm_head = nn.Linear(hidden, vocab, bias=False)
@@ -91,6 +100,13 @@ def gpt_bytes():
     """A GPT over byte tokens (strata-run's text data), with dropout."""
     torch.manual_seed(0)
     return GPT(vocab=256, seq=16, hidden=32, heads=4, layers=2, dropout=0.1)
+
+
+def gpt_bytes_new_gelu():
+    """gpt_bytes with GELU written out (Hugging Face's GPT-2 has it so)."""
+    torch.manual_seed(0)
+    return GPT(vocab=256, seq=16, hidden=32, heads=4, layers=2, dropout=0.1,
+               written_gelu=True)
 
 
 class RMSNorm(nn.Module):
