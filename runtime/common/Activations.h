@@ -90,14 +90,31 @@ STRATA_ACT_FN float preciseTanh(float u) {
   return fabsf(u) < 0.625f ? odd : fastTanh(u);
 }
 
-/// erfc(a) for a >= 0 in plain arithmetic (so that loops over it
-/// vectorise), with a small relative error out to the far tail: t = 1 / (1
-/// + a/2) and erfc(a) = t exp(-a^2 + P(t)), P the degree-9 Chebyshev fit of
+constexpr float kSqrt2OverPi = 0.7978845608028654f;
+constexpr float kSqrtHalf = 0.7071067811865476f;
+constexpr float kInvSqrt2Pi = 0.3989422804014327f;
+
+STRATA_ACT_FN float geluTanh(float x) {
+  return 0.5f * x *
+         (1.0f + fastTanh(kSqrt2OverPi * (x + 0.044715f * x * x * x)));
+}
+/// exp(-h) for h >= 0 through fastExp, 0 past f32's range (where fastExp's
+/// clamp would give exp(-87)); a NaN stays NaN.
+STRATA_ACT_FN float expNegative(float h) {
+  return h > 87.0f ? 0.0f : fastExp(-h);
+}
+
+/// The standard normal distribution function Phi(x) = (1 + erf(x / sqrt 2))
+/// / 2 in plain arithmetic (so that loops over it vectorise). On the side
+/// where it is small it is erfc(a) / 2, a = |x| / sqrt 2, from t = 1 / (1 +
+/// a/2) and erfc(a) = t exp(-a^2 + P(t)), P the degree-9 Chebyshev fit of
 /// Numerical Recipes' erfcc (fractional error under 1.2e-7 in exact
-/// arithmetic; in f32 with fastExp the error of a^2 adds up to 1e-6 where
-/// erfc(a) < 1e-5).
-STRATA_ACT_FN float erfcNonNegative(float a) {
-  const float t = 1.0f / (1.0f + 0.5f * a);
+/// arithmetic), so the left tail keeps its relative precision (1 + erf(x)
+/// loses it): about 3e-7 relative near the centre, growing with x^2 (the
+/// rounding of x^2 / 2 in the exponent) to 1e-5 at |x| = 12; the absolute
+/// error is about 2e-7.
+STRATA_ACT_FN float normalCdf(float x) {
+  const float t = 1.0f / (1.0f + 0.5f * kSqrtHalf * fabsf(x));
   const float p =
       -1.26551223f +
       t * (1.00002368f +
@@ -109,23 +126,7 @@ STRATA_ACT_FN float erfcNonNegative(float a) {
                                     t * (1.48851587f +
                                          t * (-0.82215223f +
                                               t * 0.17087277f))))))));
-  return t * fastExp(p - a * a);
-}
-
-constexpr float kSqrt2OverPi = 0.7978845608028654f;
-constexpr float kSqrtHalf = 0.7071067811865476f;
-constexpr float kInvSqrt2Pi = 0.3989422804014327f;
-
-STRATA_ACT_FN float geluTanh(float x) {
-  return 0.5f * x *
-         (1.0f + fastTanh(kSqrt2OverPi * (x + 0.044715f * x * x * x)));
-}
-/// The standard normal distribution function Phi(x) = (1 + erf(x / sqrt 2))
-/// / 2, from erfc of |x| / sqrt 2 on the side where it is small, so that
-/// the left tail keeps its relative precision (1 + erf(x) loses it); the
-/// absolute error is about 2e-7.
-STRATA_ACT_FN float normalCdf(float x) {
-  const float half = 0.5f * erfcNonNegative(fabsf(x) * kSqrtHalf);
+  const float half = 0.5f * t * expNegative(0.5f * x * x - p);
   return x < 0.0f ? half : 1.0f - half;
 }
 
@@ -137,12 +138,17 @@ STRATA_ACT_FN float geluTanhGrad(float x) {
   return 0.5f * (1.0f + t) + 0.5f * x * (1.0f - t * t) * du;
 }
 STRATA_ACT_FN float geluErfGrad(float x) {
-  return normalCdf(x) + x * fastExp(-0.5f * x * x) * kInvSqrt2Pi;
+  return normalCdf(x) + x * expNegative(0.5f * x * x) * kInvSqrt2Pi;
 }
-STRATA_ACT_FN float silu(float x) { return x / (1.0f + fastExp(-x)); }
+/// exp(-x) for the logistic function: infinite past f32's range, so that
+/// 1 / (1 + exp(-x)) is 0 there (fastExp's clamp would give exp(88)).
+STRATA_ACT_FN float expOfNegated(float x) {
+  return x < -88.0f ? INFINITY : fastExp(-x);
+}
+STRATA_ACT_FN float silu(float x) { return x / (1.0f + expOfNegated(x)); }
 /// dy * silu'(x).
 STRATA_ACT_FN float siluGrad(float x, float dy) {
-  float s = 1.0f / (1.0f + fastExp(-x));
+  float s = 1.0f / (1.0f + expOfNegated(x));
   return dy * s * (1.0f + x * (1.0f - s));
 }
 
