@@ -10,6 +10,8 @@
 #include "mlir/IR/Builders.h"
 #include "llvm/ADT/SmallPtrSet.h"
 
+#include <cmath>
+
 namespace strata {
 #define GEN_PASS_DEF_STRATAGEMMEPILOGUEFUSION
 #define GEN_PASS_DEF_STRATADROPOUTADDFUSION
@@ -368,12 +370,14 @@ struct WrittenOutGelu {
       if (!sum || !inner.hasOneUse())
         return {};
       for (int j = 0; j < 2; ++j) {
+        size_t mark = chain.size();
         Value x = sum->getOperand(j);
         Value cube = timesConstant(sum->getOperand(1 - j), 0.044715);
         if (cube && isCube(cube, x)) {
           chain.append({add, tanh, sum});
           return x;
         }
+        chain.resize(mark);
       }
       return {};
     }
@@ -393,14 +397,25 @@ struct WrittenOutGelu {
       }
       return {};
     };
+    // 0.5 on the product: the root a scale, or a mul by a constant.
+    Value product;
     if (auto scale = dyn_cast<ScaleOp>(root)) {
-      auto mul = scale.getInput().getDefiningOp<MulOp>();
-      if (!near(scale.getFactor().convertToDouble(), 0.5) || !mul ||
-          !mul->hasOneUse())
-        return {};
-      chain.push_back(mul);
-      return xTimesS(mul.getLhs(), mul.getRhs());
+      if (near(scale.getFactor().convertToDouble(), 0.5))
+        product = scale.getInput();
+    } else {
+      for (int i = 0; i < 2; ++i)
+        if (isConstantOf(root->getOperand(i), 0.5))
+          product = root->getOperand(1 - i);
     }
+    if (auto mul = product ? product.getDefiningOp<MulOp>() : MulOp();
+        mul && mul->hasOneUse()) {
+      chain.push_back(mul);
+      if (Value x = xTimesS(mul.getLhs(), mul.getRhs()))
+        return x;
+      chain.clear();
+    }
+    if (isa<ScaleOp>(root))
+      return {};
     for (int i = 0; i < 2; ++i) {
       size_t mark = chain.size();
       if (Value rest = timesConstant(root->getOperand(i), 0.5))
@@ -430,10 +445,10 @@ struct GeluRecognitionPass
         continue;
       WrittenOutGelu gelu;
       Value x = gelu.match(root);
-      if (!x || !isa_and_nonnull<MatmulOp, BiasAddOp>(x.getDefiningOp()) ||
-          root->getResult(0).getType() != x.getType() ||
+      if (!x || root->getResult(0).getType() != x.getType() ||
           llvm::any_of(gelu.chain, [&](Operation *op) {
-            return op->getResult(0).getType() != x.getType();
+            return op->getResult(0).getType() != x.getType() ||
+                   op->getBlock() != root->getBlock();
           }))
         continue;
       OpBuilder b(root);
@@ -442,10 +457,9 @@ struct GeluRecognitionPass
       copyMetadata(root, fused);
       root->getResult(0).replaceAllUsesWith(fused.getResult());
       root->erase();
-      // Users first: each op of the chain is read only by a later one.
-      llvm::sort(gelu.chain, [](Operation *a, Operation *b) {
-        return b->isBeforeInBlock(a);
-      });
+      // (Each op of the chain is read only inside it.)
+      for (Operation *op : gelu.chain)
+        op->dropAllReferences();
       for (Operation *op : gelu.chain) {
         erased.insert(op);
         op->erase();

@@ -297,7 +297,7 @@ def StrataGemmPadding : Pass<"strata-gemm-padding", "mlir::ModuleOp"> {
 
 def StrataGeluRecognition
     : Pass<"strata-gelu-recognition", "mlir::ModuleOp"> {
-  let summary = "Rewrites a GELU written out in its tanh form after a GEMM as strata.gelu";
+  let summary = "Rewrites a GELU written out in its tanh form as strata.gelu";
   let description = [{
     Runs before `strata-autodiff`, on the forward program, so that
     `strata-gemm-epilogue-fusion` can take the activation into the GEMM.
@@ -318,13 +318,13 @@ def StrataGeluRecognition
 
     which becomes `strata.gelu %x {approximate = #strata.gelu<tanh>}`: one
     kernel instead of nine, one activation kept for the gradient instead of
-    several, and the same function (the results move at rounding level).
-    Operands of `mul` and `add` in either order; a factor as `scale` or as a
-    `mul` by a constant; 0.5 on `x`, on the product or on `1 + tanh`; x^3 as
-    `x * x * x` grouped either way. Matched only where `x` is a `matmul` or a
-    `bias_add` result (an epilogue candidate), every intermediate value has
-    no other reader, all have `x`'s type and the constants are these within
-    1e-6 relative.
+    several, and the same function (the results move at rounding level);
+    after a GEMM's `bias_add` the epilogue fusion then takes it. Operands of
+    `mul` and `add` in either order; a factor as `scale` or as a `mul` by a
+    constant; 0.5 on `x`, on the product or on `1 + tanh`; x^3 as `x * x *
+    x` grouped either way. Matched where every intermediate value has no
+    other reader, all have `x`'s type (no broadcasting but the constants')
+    and the constants are these within 1e-6 relative.
   }];
   let dependentDialects = ["::strata::StrataDialect"];
 }

@@ -54,7 +54,7 @@ func.func @other_forms(%a: tensor<4x8xf32>, %w: tensor<8x16xf32>) -> tensor<4x16
 // -----
 
 // CHECK-LABEL: func @keep
-func.func @keep(%a: tensor<4x8xf32>, %w: tensor<8x16xf32>, %x: tensor<4x16xf32>) -> (tensor<4x16xf32>, tensor<4x16xf32>, tensor<4x16xf32>) {
+func.func @keep(%a: tensor<4x8xf32>, %w: tensor<8x16xf32>) -> (tensor<4x16xf32>, tensor<4x16xf32>, tensor<2x4x16xf32>) {
   // Another function than GELU (0.04 instead of 0.044715): kept.
   // CHECK: strata.tanh
   %m = strata.matmul %a, %w : (tensor<4x8xf32>, tensor<8x16xf32>) -> tensor<4x16xf32>
@@ -79,18 +79,52 @@ func.func @keep(%a: tensor<4x8xf32>, %w: tensor<8x16xf32>, %x: tensor<4x16xf32>)
   %t1 = strata.tanh %u1 : (tensor<4x16xf32>) -> tensor<4x16xf32>
   %s1 = strata.add %t1, %one : (tensor<4x16xf32>, tensor<f32>) -> tensor<4x16xf32>
   %y1 = strata.mul %h1, %s1 : (tensor<4x16xf32>, tensor<4x16xf32>) -> tensor<4x16xf32>
-  // The GELU of a value that no GEMM writes (not an epilogue): kept.
+  // A constant that broadcasts the chain's values (1 + tanh, [4, 16], to
+  // [2, 4, 16]): kept.
   // CHECK: strata.tanh
-  %h2 = strata.scale %x {factor = 5.000000e-01 : f64} : (tensor<4x16xf32>) -> tensor<4x16xf32>
-  %x2 = strata.mul %x, %x : (tensor<4x16xf32>, tensor<4x16xf32>) -> tensor<4x16xf32>
-  %x3 = strata.mul %x2, %x : (tensor<4x16xf32>, tensor<4x16xf32>) -> tensor<4x16xf32>
+  %h2 = strata.scale %m {factor = 5.000000e-01 : f64} : (tensor<4x16xf32>) -> tensor<4x16xf32>
+  %x2 = strata.mul %m, %m : (tensor<4x16xf32>, tensor<4x16xf32>) -> tensor<4x16xf32>
+  %x3 = strata.mul %x2, %m : (tensor<4x16xf32>, tensor<4x16xf32>) -> tensor<4x16xf32>
   %c2 = strata.scale %x3 {factor = 4.471500e-02 : f64} : (tensor<4x16xf32>) -> tensor<4x16xf32>
-  %i2 = strata.add %x, %c2 : (tensor<4x16xf32>, tensor<4x16xf32>) -> tensor<4x16xf32>
+  %i2 = strata.add %m, %c2 : (tensor<4x16xf32>, tensor<4x16xf32>) -> tensor<4x16xf32>
   %u2 = strata.scale %i2 {factor = 0.79788456080286541 : f64} : (tensor<4x16xf32>) -> tensor<4x16xf32>
   %t2 = strata.tanh %u2 : (tensor<4x16xf32>) -> tensor<4x16xf32>
-  %s2 = strata.add %t2, %one : (tensor<4x16xf32>, tensor<f32>) -> tensor<4x16xf32>
-  %y2 = strata.mul %h2, %s2 : (tensor<4x16xf32>, tensor<4x16xf32>) -> tensor<4x16xf32>
+  %ones = arith.constant dense<1.000000e+00> : tensor<2x4x16xf32>
+  %s2 = strata.add %t2, %ones : (tensor<4x16xf32>, tensor<2x4x16xf32>) -> tensor<2x4x16xf32>
+  %y2 = strata.mul %h2, %s2 : (tensor<4x16xf32>, tensor<2x4x16xf32>) -> tensor<2x4x16xf32>
   %z = strata.add %y1, %t1 : (tensor<4x16xf32>, tensor<4x16xf32>) -> tensor<4x16xf32>
   // CHECK-NOT: strata.gelu
-  return %y, %z, %y2 : tensor<4x16xf32>, tensor<4x16xf32>, tensor<4x16xf32>
+  return %y, %z, %y2 : tensor<4x16xf32>, tensor<4x16xf32>, tensor<2x4x16xf32>
+}
+
+// -----
+
+// 0.5 on 1 + tanh, and 0.5 on the product as a mul by a constant; x any
+// value (a function argument here). The constants die with the chain.
+// CHECK-LABEL: func @half_elsewhere
+func.func @half_elsewhere(%x: tensor<4x16xf32>) -> (tensor<4x16xf32>, tensor<4x16xf32>) {
+  // CHECK-NEXT: %[[A:.*]] = strata.gelu %arg0 {approximate = #strata.gelu<tanh>}
+  // CHECK-NEXT: %[[B:.*]] = strata.gelu %arg0 {approximate = #strata.gelu<tanh>}
+  // CHECK-NEXT: return %[[A]], %[[B]]
+  %half = arith.constant dense<5.000000e-01> : tensor<f32>
+  %one = arith.constant dense<1.000000e+00> : tensor<f32>
+  %x2 = strata.mul %x, %x : (tensor<4x16xf32>, tensor<4x16xf32>) -> tensor<4x16xf32>
+  %x3 = strata.mul %x2, %x : (tensor<4x16xf32>, tensor<4x16xf32>) -> tensor<4x16xf32>
+  %c = strata.scale %x3 {factor = 4.471500e-02 : f64} : (tensor<4x16xf32>) -> tensor<4x16xf32>
+  %i = strata.add %x, %c : (tensor<4x16xf32>, tensor<4x16xf32>) -> tensor<4x16xf32>
+  %u = strata.scale %i {factor = 0.79788456080286541 : f64} : (tensor<4x16xf32>) -> tensor<4x16xf32>
+  %t = strata.tanh %u : (tensor<4x16xf32>) -> tensor<4x16xf32>
+  %s = strata.add %t, %one : (tensor<4x16xf32>, tensor<f32>) -> tensor<4x16xf32>
+  %hs = strata.scale %s {factor = 5.000000e-01 : f64} : (tensor<4x16xf32>) -> tensor<4x16xf32>
+  %y = strata.mul %x, %hs : (tensor<4x16xf32>, tensor<4x16xf32>) -> tensor<4x16xf32>
+  %z2 = strata.mul %x, %x : (tensor<4x16xf32>, tensor<4x16xf32>) -> tensor<4x16xf32>
+  %z3 = strata.mul %z2, %x : (tensor<4x16xf32>, tensor<4x16xf32>) -> tensor<4x16xf32>
+  %d = strata.scale %z3 {factor = 4.471500e-02 : f64} : (tensor<4x16xf32>) -> tensor<4x16xf32>
+  %j = strata.add %d, %x : (tensor<4x16xf32>, tensor<4x16xf32>) -> tensor<4x16xf32>
+  %v = strata.scale %j {factor = 0.79788456080286541 : f64} : (tensor<4x16xf32>) -> tensor<4x16xf32>
+  %r = strata.tanh %v : (tensor<4x16xf32>) -> tensor<4x16xf32>
+  %q = strata.add %one, %r : (tensor<f32>, tensor<4x16xf32>) -> tensor<4x16xf32>
+  %p = strata.mul %x, %q : (tensor<4x16xf32>, tensor<4x16xf32>) -> tensor<4x16xf32>
+  %w = strata.mul %half, %p : (tensor<f32>, tensor<4x16xf32>) -> tensor<4x16xf32>
+  return %y, %w : tensor<4x16xf32>, tensor<4x16xf32>
 }
