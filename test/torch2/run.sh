@@ -2,7 +2,8 @@
 # Hugging Face GPT-2 and LLaMA (small configurations) through torch.export
 # on PyTorch 2.x: imported, trained by Strata and by PyTorch eager, losses
 # compared; then the imported programs under ZeRO-3 and a 1F1B pipeline on 2
-# ranks, and with fused attention, against their single-rank run.
+# ranks, and with fused attention (and the GEMM epilogue fusion, which takes
+# GPT-2's written-out GELU), against their single-rank run.
 #   test/torch2/run.sh [BUILD_DIR] [VENV]
 set -euo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
@@ -31,6 +32,10 @@ cat > "$out/flash.yaml" <<'YAML'
 optimizer: {type: adamw, learning_rate: 0.01}
 fused_passes: {enable: true, flash_attention: true}
 YAML
+cat > "$out/fused.yaml" <<'YAML'
+optimizer: {type: adamw, learning_rate: 0.01}
+fused_passes: {enable: true, gemm_epilogue: true, flash_attention: true}
+YAML
 for model in gpt2 llama; do
   # Fused attention takes every attention of the imported model (no
   # softmax left unfused, no warning).
@@ -41,14 +46,25 @@ for model in gpt2 llama; do
     echo "$model: attention left unfused" >&2
     exit 1
   fi
-  for strategy in base z3 pp2 flash; do
+  # GPT-2's GELU, which Hugging Face writes out, runs as the gelu op in
+  # the GEMM epilogue (no tanh left).
+  if [ "$model" = gpt2 ]; then
+    "$build/bin/strata-opt" --strategy="$out/fused.yaml" "$out/$model.mlir" \
+      -o "$out/$model-fused.mlir"
+    if grep -q strata.tanh "$out/$model-fused.mlir" ||
+      ! grep -q 'strata.fused_gemm_epilogue .*gelu_tanh' "$out/$model-fused.mlir"; then
+      echo "$model: the written-out GELU is not in the GEMM epilogue" >&2
+      exit 1
+    fi
+  fi
+  for strategy in base z3 pp2 flash fused; do
     nproc=2
-    [ "$strategy" = base ] || [ "$strategy" = flash ] && nproc=1
+    [ "$strategy" = base ] || [ "$strategy" = flash ] || [ "$strategy" = fused ] && nproc=1
     "$build/bin/strata-run" "$out/$model.mlir" --init "$out/$model.safetensors" \
       --data "$out/tokens.bin" --data-format uint16 --steps 8 --seed 3 \
       --strategy "$out/$strategy.yaml" --nproc $nproc --quiet > "$out/$model-$strategy.txt"
   done
-  for strategy in z3 pp2 flash; do
+  for strategy in z3 pp2 flash fused; do
     echo -n "$model $strategy against one rank: "
     /usr/bin/python3 "$root/test/run/compare_losses.py" "$out/$model-base.txt" \
       "$out/$model-$strategy.txt" --rtol 1e-5
