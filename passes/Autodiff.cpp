@@ -10,6 +10,8 @@
 #include "llvm/ADT/StringMap.h"
 #include "llvm/ADT/TypeSwitch.h"
 
+#include <functional>
+
 namespace strata {
 #define GEN_PASS_DEF_STRATAAUTODIFF
 #include "StrataPasses.h.inc"
@@ -70,6 +72,7 @@ private:
   }
 
   LogicalResult backprop(Operation *op);
+  void concatTiledPads();
 
   func::FuncOp func;
   ModuleOp module;
@@ -366,6 +369,8 @@ LogicalResult Differentiator::run() {
                         builder.getI64IntegerAttr(*stage));
   }
 
+  concatTiledPads();
+
   SmallVector<Value> results = {loss};
   SmallVector<FlatSymbolRefAttr> gradOf;
   for (ParamOp param : module.getOps<ParamOp>()) {
@@ -407,6 +412,75 @@ LogicalResult Differentiator::run() {
   for (auto [i, ref] : llvm::enumerate(gradOf))
     func.setResultAttr(i + 1, StrataDialect::kGradOfAttrName, ref);
   return success();
+}
+
+/// The gradients of slices that together cover a tensor along one dimension
+/// (a fused q/k/v projection split in three) are pads of each slice's
+/// gradient with zeros, summed: written as one concat of those gradients
+/// instead (the same values, x + 0 = x, without the zeros and the adds).
+void Differentiator::concatTiledPads() {
+  OpBuilder::InsertionGuard guard(builder);
+  SmallVector<AddOp> roots;
+  func.walk([&](AddOp add) {
+    if (getRole(add) == Role::Backward &&
+        !(add->hasOneUse() && isa<AddOp>(*add->user_begin())))
+      roots.push_back(add);
+  });
+  for (AddOp root : roots) {
+    auto type = dyn_cast<RankedTensorType>(root.getType());
+    SmallVector<Operation *> adds;
+    SmallVector<PadOp> pads;
+    // The sum's terms: adds of its type read only inside the sum, down to
+    // pads read only by them.
+    std::function<bool(Value)> terms = [&](Value v) {
+      if (v.getType() != type || !v.hasOneUse())
+        return false;
+      Operation *def = v.getDefiningOp();
+      if (auto pad = dyn_cast_or_null<PadOp>(def)) {
+        pads.push_back(pad);
+        return getRole(pad) == Role::Backward;
+      }
+      auto add = dyn_cast_or_null<AddOp>(def);
+      if (!add)
+        return false;
+      adds.push_back(add);
+      return terms(add.getLhs()) && terms(add.getRhs());
+    };
+    if (!type || !terms(root.getLhs()) || !terms(root.getRhs()))
+      continue;
+    // Pads along one dimension whose parts lie side by side from 0 to the
+    // end.
+    int64_t dim = pads.front().getDim();
+    llvm::sort(pads, [](PadOp a, PadOp b) { return a.getLow() < b.getLow(); });
+    int64_t next = 0;
+    bool tiles = llvm::all_of(pads, [&](PadOp pad) {
+      if (pad.getDim() != dim || pad.getLow() != next)
+        return false;
+      next += tensorType(pad.getInput()).getDimSize(dim);
+      return true;
+    });
+    if (!tiles || next != type.getDimSize(dim))
+      continue;
+    builder.setInsertionPoint(root);
+    SmallVector<Value> parts;
+    for (PadOp pad : pads)
+      parts.push_back(pad.getInput());
+    auto concat = ConcatOp::create(builder, root.getLoc(), type, parts,
+                                   builder.getI64IntegerAttr(dim));
+    copyMetadata(root, concat);
+    root.getResult().replaceAllUsesWith(concat.getResult());
+    // (A parameter's gradient may be the sum itself.)
+    for (auto &entry : paramGrads)
+      if (entry.second == root.getResult())
+        entry.second = concat.getResult();
+    root.erase();
+    for (Operation *add : adds)
+      add->dropAllReferences();
+    for (Operation *add : adds)
+      add->erase();
+    for (PadOp pad : pads)
+      pad.erase();
+  }
 }
 
 /// A step to differentiate: one scalar float result (the loss, which the

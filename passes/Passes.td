@@ -137,7 +137,10 @@ def StrataAutodiff : Pass<"strata-autodiff", "mlir::ModuleOp"> {
     location of the forward op they differentiate; forward ops without a role
     get `strata.role = forward`. Adjoints of values used several times are
     summed, so a parameter read twice (the GPT's tied embedding) gets one
-    gradient.
+    gradient. Where the uses are slices that together cover the value along
+    one dimension (a fused q/k/v projection split in three, as PyTorch
+    programs have it), their gradients are one `strata.concat` instead of
+    pads with zeros added up: the same values, without the zeros.
 
     The function then returns the loss followed by the gradient of every
     trainable (not `frozen`) `strata.param`, in declaration order, each

@@ -121,3 +121,43 @@ func.func @slices(%y: tensor<2xi32>) -> tensor<f32> {
   // CHECK: strata.add %[[D1]], %[[PAD]]
   return %l : tensor<f32>
 }
+
+// -----
+
+// Slices that together cover a tensor (a fused q/k/v projection split in
+// three): their gradients are one concat, in the order of the slices, not
+// pads summed. Slices that leave part of it out keep their pads.
+strata.param @qkv : tensor<2x6xf32> init <normal, 1.0>
+
+// CHECK-LABEL: func.func @split
+func.func @split(%y: tensor<2xi32>) -> tensor<f32> {
+  %p = strata.get_param @qkv : tensor<2x6xf32>
+  %q = strata.slice %p {dim = 1 : i64, start = 0 : i64, size = 2 : i64} : (tensor<2x6xf32>) -> tensor<2x2xf32>
+  %k = strata.slice %p {dim = 1 : i64, start = 2 : i64, size = 2 : i64} : (tensor<2x6xf32>) -> tensor<2x2xf32>
+  %v = strata.slice %p {dim = 1 : i64, start = 4 : i64, size = 2 : i64} : (tensor<2x6xf32>) -> tensor<2x2xf32>
+  %qk = strata.mul %q, %k : (tensor<2x2xf32>, tensor<2x2xf32>) -> tensor<2x2xf32>
+  %o = strata.add %qk, %v : (tensor<2x2xf32>, tensor<2x2xf32>) -> tensor<2x2xf32>
+  %l = strata.cross_entropy %o, %y : (tensor<2x2xf32>, tensor<2xi32>) -> tensor<f32>
+  // CHECK: %[[DO:.*]] = strata.cross_entropy_grad
+  // CHECK: %[[DQ:.*]] = strata.mul %[[DO]], %[[K:.*]] {strata.role
+  // CHECK: %[[DK:.*]] = strata.mul %[[DO]], %[[Q:.*]] {strata.role
+  // CHECK-NOT: strata.pad
+  // CHECK: strata.concat %[[DQ]], %[[DK]], %[[DO]] {dim = 1 : i64, strata.role = #strata.role<backward>} : (tensor<2x2xf32>, tensor<2x2xf32>, tensor<2x2xf32>) -> tensor<2x6xf32>
+  return %l : tensor<f32>
+}
+
+// -----
+
+strata.param @qk : tensor<2x6xf32> init <normal, 1.0>
+
+// CHECK-LABEL: func.func @part
+func.func @part(%y: tensor<2xi32>) -> tensor<f32> {
+  %p = strata.get_param @qk : tensor<2x6xf32>
+  %q = strata.slice %p {dim = 1 : i64, start = 0 : i64, size = 2 : i64} : (tensor<2x6xf32>) -> tensor<2x2xf32>
+  %k = strata.slice %p {dim = 1 : i64, start = 2 : i64, size = 2 : i64} : (tensor<2x6xf32>) -> tensor<2x2xf32>
+  %qk = strata.mul %q, %k : (tensor<2x2xf32>, tensor<2x2xf32>) -> tensor<2x2xf32>
+  %l = strata.cross_entropy %qk, %y : (tensor<2x2xf32>, tensor<2xi32>) -> tensor<f32>
+  // CHECK-COUNT-2: strata.pad
+  // CHECK-NOT: strata.concat
+  return %l : tensor<f32>
+}
