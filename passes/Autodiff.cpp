@@ -369,6 +369,8 @@ LogicalResult Differentiator::run() {
                         builder.getI64IntegerAttr(*stage));
   }
 
+  // (The adjoints are not read after this: the rewrite below erases some.)
+  adjoints.clear();
   concatTiledPads();
 
   SmallVector<Value> results = {loss};
@@ -420,6 +422,11 @@ LogicalResult Differentiator::run() {
 /// instead (the same values, x + 0 = x, without the zeros and the adds).
 void Differentiator::concatTiledPads() {
   OpBuilder::InsertionGuard guard(builder);
+  // Parameters' gradients are held here besides their uses: a term that is
+  // one (the same adjoint handed to two inputs) stays.
+  llvm::DenseSet<Value> held;
+  for (const auto &entry : paramGrads)
+    held.insert(entry.second);
   SmallVector<AddOp> roots;
   func.walk([&](AddOp add) {
     if (getRole(add) == Role::Backward &&
@@ -433,7 +440,7 @@ void Differentiator::concatTiledPads() {
     // The sum's terms: adds of its type read only inside the sum, down to
     // pads read only by them.
     std::function<bool(Value)> terms = [&](Value v) {
-      if (v.getType() != type || !v.hasOneUse())
+      if (v.getType() != type || !v.hasOneUse() || held.contains(v))
         return false;
       Operation *def = v.getDefiningOp();
       if (auto pad = dyn_cast_or_null<PadOp>(def)) {

@@ -142,7 +142,31 @@ func.func @split(%y: tensor<2xi32>) -> tensor<f32> {
   // CHECK: %[[DQ:.*]] = strata.mul %[[DO]], %[[K:.*]] {strata.role
   // CHECK: %[[DK:.*]] = strata.mul %[[DO]], %[[Q:.*]] {strata.role
   // CHECK-NOT: strata.pad
-  // CHECK: strata.concat %[[DQ]], %[[DK]], %[[DO]] {dim = 1 : i64, strata.role = #strata.role<backward>} : (tensor<2x2xf32>, tensor<2x2xf32>, tensor<2x2xf32>) -> tensor<2x6xf32>
+  // CHECK: %[[CAT:.*]] = strata.concat %[[DQ]], %[[DK]], %[[DO]] {dim = 1 : i64, strata.role = #strata.role<backward>} : (tensor<2x2xf32>, tensor<2x2xf32>, tensor<2x2xf32>) -> tensor<2x6xf32>
+  // CHECK: return %{{.*}}, %[[CAT]]
+  return %l : tensor<f32>
+}
+
+// -----
+
+// One adjoint handed to two inputs (an add's): the pad that is @p's whole
+// gradient is also a term of @q's sum, which therefore stays a sum of pads.
+strata.param @p : tensor<2x6xf32> init <normal, 1.0>
+strata.param @q : tensor<2x6xf32> init <normal, 1.0>
+
+// CHECK-LABEL: func.func @shared
+func.func @shared(%y: tensor<2xi32>) -> tensor<f32> {
+  %p = strata.get_param @p : tensor<2x6xf32>
+  %q = strata.get_param @q : tensor<2x6xf32>
+  %a = strata.add %p, %q : (tensor<2x6xf32>, tensor<2x6xf32>) -> tensor<2x6xf32>
+  %a3 = strata.slice %a {dim = 1 : i64, start = 4 : i64, size = 2 : i64} : (tensor<2x6xf32>) -> tensor<2x2xf32>
+  %q0 = strata.slice %q {dim = 1 : i64, start = 0 : i64, size = 4 : i64} : (tensor<2x6xf32>) -> tensor<2x4xf32>
+  %x = strata.concat %q0, %a3 {dim = 1 : i64} : (tensor<2x4xf32>, tensor<2x2xf32>) -> tensor<2x6xf32>
+  %l = strata.cross_entropy %x, %y : (tensor<2x6xf32>, tensor<2xi32>) -> tensor<f32>
+  // CHECK: %[[P:.*]] = strata.pad %{{.*}} {dim = 1 : i64, high = 0 : i64, low = 4 : i64
+  // CHECK: %[[Q:.*]] = strata.add %{{.*}}, %[[P]]
+  // CHECK-NOT: strata.concat
+  // CHECK: return %{{.*}}, %[[P]], %[[Q]]
   return %l : tensor<f32>
 }
 

@@ -296,6 +296,18 @@ std::vector<Case> cases() {
                        ": (tensor<3x2xf64>, tensor<3x4xf64>, "
                        "tensor<3x2xf64>) -> tensor<3x8xf64>",
               "tensor<3x8xf64>"));
+  // Slices that cover %a (their gradients one concat), multiplied.
+  add("split_covering",
+      program(ab,
+              get_ab + "  %lo = strata.slice %a {dim = 1 : i64, start = 0 "
+                       ": i64, size = 2 : i64} : (tensor<3x4xf64>) -> "
+                       "tensor<3x2xf64>\n"
+                       "  %hi = strata.slice %a {dim = 1 : i64, start = 2 "
+                       ": i64, size = 2 : i64} : (tensor<3x4xf64>) -> "
+                       "tensor<3x2xf64>\n"
+                       "  %y = strata.mul %lo, %hi : (tensor<3x2xf64>, "
+                       "tensor<3x2xf64>) -> tensor<3x2xf64>",
+              "tensor<3x2xf64>"));
   add("reduce_sum_mean",
       program(ab, get_ab + "  %s = strata.reduce_sum %a {dims = array<i64: "
                            "1>} : (tensor<3x4xf64>) -> tensor<3xf64>\n"
