@@ -293,11 +293,10 @@ bool near(double value, double want) {
 /// Whether `v` is a constant whose elements all are `want` (near).
 bool isConstant(Value v, double want) {
   auto constant = v.getDefiningOp<arith::ConstantOp>();
-  auto data = constant ? dyn_cast<DenseFPElementsAttr>(constant.getValue())
-                       : DenseFPElementsAttr();
-  if (!data || !data.isSplat())
-    return false;
-  return near(data.getSplatValue<APFloat>().convertToDouble(), want);
+  auto data = constant ? dyn_cast<DenseElementsAttr>(constant.getValue())
+                       : DenseElementsAttr();
+  std::optional<double> value = data ? splatValue(data) : std::nullopt;
+  return value && near(*value, want);
 }
 
 /// GELU written out in its tanh form: 0.5 x (1 + tanh(sqrt(2/pi) (x +

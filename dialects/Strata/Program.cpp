@@ -144,6 +144,14 @@ void strata::recordPass(ModuleOp module, llvm::StringRef pass) {
                   ArrayAttr::get(module.getContext(), passes));
 }
 
+std::optional<double> strata::splatValue(DenseElementsAttr dense) {
+  if (!dense.isSplat())
+    return std::nullopt;
+  if (isa<FloatType>(dense.getElementType()))
+    return dense.getSplatValue<APFloat>().convertToDouble();
+  return double(dense.getSplatValue<APInt>().getSExtValue());
+}
+
 LogicalResult strata::checkRunsBefore(ModuleOp module, llvm::StringRef pass,
                                       llvm::ArrayRef<llvm::StringRef> later) {
   auto done = module->getAttrOfType<ArrayAttr>(StrataDialect::kPassesAttrName);

@@ -5,6 +5,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "strata/Reference/Evaluator.h"
+#include "strata/Dialect/Program.h"
 #include "strata/Dialect/Strata.h"
 #include "strata/Support/FileLocation.h"
 
@@ -509,11 +510,8 @@ llvm::Error Evaluator::step(Operation *op) {
         if (!dense)
           return fail(op, "only dense tensor constants are supported");
         Tensor t(outShape());
-        if (dense.isSplat()) {
-          double v = isa<FloatType>(dense.getElementType())
-                         ? dense.getSplatValue<APFloat>().convertToDouble()
-                         : double(dense.getSplatValue<APInt>().getSExtValue());
-          std::fill(t.data.begin(), t.data.end(), v);
+        if (std::optional<double> v = splatValue(dense)) {
+          std::fill(t.data.begin(), t.data.end(), *v);
         } else if (isa<FloatType>(dense.getElementType())) {
           int64_t i = 0;
           for (APFloat v : dense.getValues<APFloat>())

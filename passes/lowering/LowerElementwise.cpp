@@ -51,12 +51,9 @@ LogicalResult lowerConstant(arith::ConstantOp c, RuntimeLowering &l) {
   auto dense = dyn_cast<DenseElementsAttr>(c.getValue());
   if (!dense)
     return c.emitOpError("only dense tensor constants are supported");
-  if (dense.isSplat()) {
-    double v = isa<FloatType>(dense.getElementType())
-                   ? dense.getSplatValue<APFloat>().convertToDouble()
-                   : double(dense.getSplatValue<APInt>().getSExtValue());
+  if (std::optional<double> v = splatValue(dense)) {
     l.call("strata_rt_fill",
-           {l.site(), l.tensor(c), l.i64(numel(c)), l.f64(v)});
+           {l.site(), l.tensor(c), l.i64(numel(c)), l.f64(*v)});
     return success();
   }
   // Non-splat constants: a constant global copied into the buffer.

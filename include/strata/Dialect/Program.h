@@ -17,6 +17,8 @@
 #include "llvm/ADT/StringRef.h"
 #include "llvm/Support/Error.h"
 
+#include <optional>
+
 namespace strata {
 
 /// The name the program generators give the training step.
@@ -77,6 +79,10 @@ StateOp findLossScaleState(mlir::ModuleOp module);
 
 /// Appends `pass` to the module's `strata.passes`.
 void recordPass(mlir::ModuleOp module, llvm::StringRef pass);
+
+/// The value of every element of a splat constant (a float, or an integer
+/// as a double); none for a constant whose elements differ.
+std::optional<double> splatValue(mlir::DenseElementsAttr dense);
 
 /// Reported at the module, prefixed by `pass`, when the program has been
 /// through any of `later`: the passes that `pass` must run before (`pass`
