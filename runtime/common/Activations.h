@@ -98,10 +98,11 @@ STRATA_ACT_FN float geluTanh(float x) {
   return 0.5f * x *
          (1.0f + fastTanh(kSqrt2OverPi * (x + 0.044715f * x * x * x)));
 }
-/// exp(-h) for h >= 0 through fastExp, 0 past f32's range (where fastExp's
-/// clamp would give exp(-87)); a NaN stays NaN.
-STRATA_ACT_FN float expNegative(float h) {
-  return h > 87.0f ? 0.0f : fastExp(-h);
+/// exp through fastExp, but 0 below f32's range and infinite above it
+/// (where fastExp's clamp gives exp(-87) and exp(88): right for softmax,
+/// not for a tail or a logistic function); a NaN stays NaN.
+STRATA_ACT_FN float rangeExp(float y) {
+  return y < -87.0f ? 0.0f : 88.0f < y ? INFINITY : fastExp(y);
 }
 
 /// The standard normal distribution function Phi(x) = (1 + erf(x / sqrt 2))
@@ -126,7 +127,7 @@ STRATA_ACT_FN float normalCdf(float x) {
                                     t * (1.48851587f +
                                          t * (-0.82215223f +
                                               t * 0.17087277f))))))));
-  const float half = 0.5f * t * expNegative(0.5f * x * x - p);
+  const float half = 0.5f * t * rangeExp(p - 0.5f * x * x);
   return x < 0.0f ? half : 1.0f - half;
 }
 
@@ -138,17 +139,12 @@ STRATA_ACT_FN float geluTanhGrad(float x) {
   return 0.5f * (1.0f + t) + 0.5f * x * (1.0f - t * t) * du;
 }
 STRATA_ACT_FN float geluErfGrad(float x) {
-  return normalCdf(x) + x * expNegative(0.5f * x * x) * kInvSqrt2Pi;
+  return normalCdf(x) + x * rangeExp(-0.5f * x * x) * kInvSqrt2Pi;
 }
-/// exp(-x) for the logistic function: infinite past f32's range, so that
-/// 1 / (1 + exp(-x)) is 0 there (fastExp's clamp would give exp(88)).
-STRATA_ACT_FN float expOfNegated(float x) {
-  return x < -88.0f ? INFINITY : fastExp(-x);
-}
-STRATA_ACT_FN float silu(float x) { return x / (1.0f + expOfNegated(x)); }
+STRATA_ACT_FN float silu(float x) { return x / (1.0f + rangeExp(-x)); }
 /// dy * silu'(x).
 STRATA_ACT_FN float siluGrad(float x, float dy) {
-  float s = 1.0f / (1.0f + expOfNegated(x));
+  float s = 1.0f / (1.0f + rangeExp(-x));
   return dy * s * (1.0f + x * (1.0f - s));
 }
 
