@@ -284,29 +284,25 @@ std::vector<Case> cases() {
                               "i64, high = 1 : i64} : (tensor<3x4xf64>) -> "
                               "tensor<6x4xf64>",
                      "tensor<6x4xf64>"));
+  // %a's two halves, %lo and %hi.
+  const std::string halves =
+      "  %lo = strata.slice %a {dim = 1 : i64, start = 0 : i64, size = 2 : "
+      "i64} : (tensor<3x4xf64>) -> tensor<3x2xf64>\n"
+      "  %hi = strata.slice %a {dim = 1 : i64, start = 2 : i64, size = 2 : "
+      "i64} : (tensor<3x4xf64>) -> tensor<3x2xf64>\n";
   add("concat_slices",
       program(ab,
-              get_ab + "  %lo = strata.slice %a {dim = 1 : i64, start = 0 "
-                       ": i64, size = 2 : i64} : (tensor<3x4xf64>) -> "
-                       "tensor<3x2xf64>\n"
-                       "  %hi = strata.slice %a {dim = 1 : i64, start = 2 "
-                       ": i64, size = 2 : i64} : (tensor<3x4xf64>) -> "
-                       "tensor<3x2xf64>\n"
-                       "  %y = strata.concat %hi, %a, %lo {dim = 1 : i64} "
-                       ": (tensor<3x2xf64>, tensor<3x4xf64>, "
-                       "tensor<3x2xf64>) -> tensor<3x8xf64>",
+              get_ab + halves +
+                  "  %y = strata.concat %hi, %a, %lo {dim = 1 : i64} "
+                  ": (tensor<3x2xf64>, tensor<3x4xf64>, "
+                  "tensor<3x2xf64>) -> tensor<3x8xf64>",
               "tensor<3x8xf64>"));
   // Slices that cover %a (their gradients one concat), multiplied.
   add("split_covering",
       program(ab,
-              get_ab + "  %lo = strata.slice %a {dim = 1 : i64, start = 0 "
-                       ": i64, size = 2 : i64} : (tensor<3x4xf64>) -> "
-                       "tensor<3x2xf64>\n"
-                       "  %hi = strata.slice %a {dim = 1 : i64, start = 2 "
-                       ": i64, size = 2 : i64} : (tensor<3x4xf64>) -> "
-                       "tensor<3x2xf64>\n"
-                       "  %y = strata.mul %lo, %hi : (tensor<3x2xf64>, "
-                       "tensor<3x2xf64>) -> tensor<3x2xf64>",
+              get_ab + halves +
+                  "  %y = strata.mul %lo, %hi : (tensor<3x2xf64>, "
+                  "tensor<3x2xf64>) -> tensor<3x2xf64>",
               "tensor<3x2xf64>"));
   add("reduce_sum_mean",
       program(ab, get_ab + "  %s = strata.reduce_sum %a {dims = array<i64: "
