@@ -6,6 +6,7 @@
 #include "mlir/Dialect/Arith/IR/Arith.h"
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/IR/Builders.h"
+#include "mlir/Interfaces/SideEffectInterfaces.h"
 #include "llvm/ADT/STLExtras.h"
 #include "llvm/ADT/StringMap.h"
 #include "llvm/ADT/TypeSwitch.h"
@@ -413,6 +414,14 @@ LogicalResult Differentiator::run() {
                                        ValueRange(results).getTypes()));
   for (auto [i, ref] : llvm::enumerate(gradOf))
     func.setResultAttr(i + 1, StrataDialect::kGradOfAttrName, ref);
+
+  // The rules compute the adjoint of every float operand; those of values
+  // no parameter reaches (a constant such as a rotary table, a frozen
+  // parameter, the batch) and the backward ops that only they read are
+  // erased here, users before their operands.
+  for (Operation &op : llvm::make_early_inc_range(llvm::reverse(body)))
+    if (getRole(&op) == Role::Backward && isOpTriviallyDead(&op))
+      op.erase();
   return success();
 }
 

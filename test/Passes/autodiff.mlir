@@ -24,10 +24,10 @@ func.func @train_step(%x: tensor<2x4xf32>, %y: tensor<2xi32>) -> tensor<f32> {
   %loss = strata.cross_entropy %2, %y : (tensor<2x3xf32>, tensor<2xi32>) -> tensor<f32>
   // CHECK: %[[ONE:.*]] = arith.constant {strata.role = #strata.role<backward>} dense<1.000000e+00> : tensor<f32>
   // CHECK: %[[DZ:.*]] = strata.cross_entropy_grad %[[Z]], %{{.*}}, %[[ONE]] {strata.role = #strata.role<backward>}
-  // The frozen factor gets no gradient of its own; the product's is
-  // computed for the other operand only through the mul rule.
+  // The frozen factor gets no gradient of its own: the mul rule's
+  // gradient of the other operand is all that is left of it.
   // CHECK: %[[D1:.*]] = strata.mul %[[DZ]], %{{.*}} {strata.role = #strata.role<backward>}
-  // CHECK: %[[DB:.*]] = strata.bias_add_grad %[[D1]]
+  // CHECK-NEXT: %[[DB:.*]] = strata.bias_add_grad %[[D1]]
   // CHECK: %{{.*}}, %[[DW:.*]] = strata.matmul_grad %{{.*}}, %[[W]], %[[D1]] {strata.role = #strata.role<backward>}
   // CHECK-NOT: dense<0.000000e+00>
   // CHECK: return %[[L]], %[[DW]], %[[DB]] : tensor<f32>, tensor<4x3xf32>, tensor<3xf32>{{$}}
@@ -183,5 +183,27 @@ func.func @part(%y: tensor<2xi32>) -> tensor<f32> {
   %l = strata.cross_entropy %qk, %y : (tensor<2x2xf32>, tensor<2xi32>) -> tensor<f32>
   // CHECK-COUNT-2: strata.pad
   // CHECK-NOT: strata.concat
+  return %l : tensor<f32>
+}
+
+// -----
+
+// Values no parameter reaches (a constant table, the batch) get no
+// gradient: the rules' products for them, and the sums that reduce them
+// to a broadcast operand's shape, are not left in the step.
+strata.param @q : tensor<2x4xf32> init <normal, 1.0>
+
+// CHECK-LABEL: func.func @constant_factor
+func.func @constant_factor(%x: tensor<2x4xf32>) -> tensor<f32> {
+  %q = strata.get_param @q : tensor<2x4xf32>
+  // CHECK: %[[C:.*]] = arith.constant {strata.role = #strata.role<forward>} dense<{{\[\[}}1.0
+  %c = arith.constant dense<[[1.0, 2.0, 3.0, 4.0]]> : tensor<1x4xf32>
+  %p = strata.mul %q, %c : (tensor<2x4xf32>, tensor<1x4xf32>) -> tensor<2x4xf32>
+  %r = strata.mul %p, %x : (tensor<2x4xf32>, tensor<2x4xf32>) -> tensor<2x4xf32>
+  %l = strata.reduce_mean %r {dims = array<i64: 0, 1>} : (tensor<2x4xf32>) -> tensor<f32>
+  // CHECK: %[[G:.*]] = strata.reduce_grad
+  // CHECK-NEXT: %[[DP:.*]] = strata.mul %[[G]], %arg0
+  // CHECK-NEXT: %[[DQ:.*]] = strata.mul %[[DP]], %[[C]]
+  // CHECK-NEXT: return %{{.*}}, %[[DQ]]
   return %l : tensor<f32>
 }
