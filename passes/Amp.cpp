@@ -47,6 +47,7 @@ constexpr llvm::StringLiteral kListable[] = {"matmul",
                                              "dropout",
                                              "softmax",
                                              "layer_norm",
+                                             "rms_norm",
                                              "embedding",
                                              "reshape",
                                              "transpose",
@@ -62,22 +63,22 @@ constexpr llvm::StringLiteral kListable[] = {"matmul",
                                              "fused_dropout_add",
                                              "attention"};
 // Paddle's white list (matmul, the fused GEMM epilogue) and black list
-// (softmax, layer norm, losses, sums and means), plus rsqrt: an RMSNorm's
-// statistics stay in f32 like layer norm's. Fused attention is white, as
-// Paddle's flash attention (16-bit only): its products read the low type,
-// its softmax and log-sum-exp are f32 inside the kernel.
+// (softmax, layer norm, losses, sums and means), plus RMS norm and rsqrt
+// (an RMSNorm written out): its statistics stay in f32 like layer norm's. Fused
+// attention is white, as Paddle's flash attention (16-bit only): its products
+// read the low type, its softmax and log-sum-exp are f32 inside the kernel.
 constexpr llvm::StringLiteral kWhite[] = {"matmul", "fused_gemm_epilogue",
                                           "attention"};
-constexpr llvm::StringLiteral kBlack[] = {"softmax",       "layer_norm",
-                                          "cross_entropy", "reduce_sum",
-                                          "reduce_mean",   "rsqrt"};
+constexpr llvm::StringLiteral kBlack[] = {
+    "softmax",    "layer_norm",  "rms_norm", "cross_entropy",
+    "reduce_sum", "reduce_mean", "rsqrt"};
 // Ops whose kernels read any float type, compute in f32 and return f32
 // (the loss): where the lists decide f32 they read the low type as it is,
 // since a widening cast before them would change nothing but the bytes
 // moved.
 constexpr llvm::StringLiteral kComputesInF32[] = {"cross_entropy"};
-// Level o2 computes layer norm in the low type, as Paddle's pure low
-// precision does (its statistics accumulate in f32 inside the kernel, and
+// Level o2 computes layer norm and RMS norm in the low type, as Paddle's pure
+// low precision does (its statistics accumulate in f32 inside the kernel, and
 // its output feeds GEMMs that read the low type anyway).
 constexpr llvm::StringLiteral kBlackO2[] = {
     "softmax", "cross_entropy", "reduce_sum", "reduce_mean", "rsqrt"};

@@ -196,6 +196,13 @@ LogicalResult Differentiator::backprop(Operation *op) {
         accumulate(loc, o.getBeta(), grad.getBetaGrad());
         return success();
       })
+      .Case([&](RmsNormOp o) {
+        auto grad = make<RmsNormGradOp>(loc, o.getInput(), o.getGamma(), adj(),
+                                        o.getEpsilonAttr());
+        accumulate(loc, o.getInput(), grad.getInputGrad());
+        accumulate(loc, o.getGamma(), grad.getGammaGrad());
+        return success();
+      })
       .Case([&](EmbeddingOp o) {
         accumulate(loc, o.getTable(),
                    make<EmbeddingGradOp>(loc, o.getTable().getType(),

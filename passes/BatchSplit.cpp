@@ -244,6 +244,14 @@ findBatchMixing(Block &body, int64_t k, SmallVectorImpl<ReduceSumOp> &sums) {
                 return std::string("normalizes over the batch dimension");
               return std::nullopt;
             })
+            .Case([&](RmsNormOp rn) -> std::optional<std::string> {
+              if (on(rn.getGamma()))
+                return std::string("normalizes with a scale computed from "
+                                   "the batch");
+              if (rankOf(rn.getGamma()) >= rankOf(rn.getInput()))
+                return std::string("normalizes over the batch dimension");
+              return std::nullopt;
+            })
             .Case([&](TransposeOp t) -> std::optional<std::string> {
               if (t.getPermutation().empty() || t.getPermutation()[0] != 0)
                 return std::string("moves the batch dimension from the "

@@ -1,4 +1,4 @@
-//===- Fusion.cpp - GEMM epilogue, GELU, dropout-add, attention; padding --===//
+//===- Fusion.cpp - GEMM epilogue, GELU, RMS norm, dropout-add, attention -===//
 
 #include "PassUtils.h"
 #include "strata/Dialect/Program.h"
@@ -16,6 +16,7 @@ namespace strata {
 #define GEN_PASS_DEF_STRATAGEMMEPILOGUEFUSION
 #define GEN_PASS_DEF_STRATADROPOUTADDFUSION
 #define GEN_PASS_DEF_STRATAGELURECOGNITION
+#define GEN_PASS_DEF_STRATARMSNORMRECOGNITION
 #define GEN_PASS_DEF_STRATAATTENTIONFUSION
 #define GEN_PASS_DEF_STRATAGEMMPADDING
 #include "StrataPasses.h.inc"
@@ -468,6 +469,122 @@ struct GeluRecognitionPass
                gelu.constants.begin(), gelu.constants.end())))
         if (constant->use_empty())
           constant->erase();
+    }
+  }
+};
+
+/// RMS norm written out: w * (x * rsqrt(mean(x * x) + eps)), as the pass
+/// description lists it. `chain` collects the ops before the root.
+struct WrittenOutRmsNorm {
+  SmallVector<Operation *> chain;
+  Value x, gamma;
+  double epsilon = 0.0;
+  Operation *epsConstant = nullptr;
+
+  /// Op of type OpTy defining `v`, which only the chain reads.
+  template <typename OpTy> OpTy single(Value v) {
+    auto op = v ? v.getDefiningOp<OpTy>() : OpTy();
+    if (!op || !v.hasOneUse())
+      return {};
+    chain.push_back(op);
+    return op;
+  }
+
+  /// Whether `r` = rsqrt(mean(x * x over the last dim) + eps) for this x.
+  bool isInverseRms(Value r) {
+    auto rsqrt = single<RsqrtOp>(r);
+    auto add = rsqrt ? single<AddOp>(rsqrt.getInput()) : AddOp();
+    if (!add)
+      return false;
+    for (int i = 0; i < 2; ++i) {
+      auto constant = add->getOperand(1 - i).getDefiningOp<arith::ConstantOp>();
+      auto data = constant ? dyn_cast<DenseElementsAttr>(constant.getValue())
+                           : DenseElementsAttr();
+      std::optional<double> eps = data ? splatValue(data) : std::nullopt;
+      auto mean = eps && *eps > 0.0
+                      ? add->getOperand(i).getDefiningOp<ReduceMeanOp>()
+                      : ReduceMeanOp();
+      if (!mean || !mean->hasOneUse() || add.getType() != mean.getType())
+        continue;
+      int64_t rank = tensorType(mean.getInput()).getRank();
+      auto square = mean.getInput().getDefiningOp<MulOp>();
+      if (!mean.getKeepDims() || mean.getDims().size() != 1 ||
+          mean.getDims()[0] != rank - 1 || !square || !square->hasOneUse() ||
+          square.getLhs() != x || square.getRhs() != x)
+        return false;
+      chain.append({mean, square});
+      epsilon = *eps;
+      epsConstant = constant;
+      return true;
+    }
+    return false;
+  }
+
+  /// Whether `root` (a mul) ends a written-out RMS norm; sets x, gamma and
+  /// epsilon.
+  bool match(MulOp root) {
+    for (int i = 0; i < 2; ++i) {
+      chain.clear();
+      gamma = root->getOperand(i);
+      auto normed = single<MulOp>(root->getOperand(1 - i));
+      if (!normed || tensorType(gamma).getRank() != 1)
+        continue;
+      for (int j = 0; j < 2; ++j) {
+        size_t mark = chain.size();
+        x = normed->getOperand(j);
+        if (isInverseRms(normed->getOperand(1 - j)))
+          return true;
+        chain.resize(mark);
+      }
+    }
+    return false;
+  }
+};
+
+struct RmsNormRecognitionPass
+    : public strata::impl::StrataRmsNormRecognitionBase<
+          RmsNormRecognitionPass> {
+  void runOnOperation() override {
+    // On the forward program: autodiff then differentiates the rms_norm
+    // op, and mixed precision lists it.
+    if (failed(checkRunsBefore(getOperation(), "strata-rms-norm-recognition",
+                               {"strata-autodiff", "strata-amp"})))
+      return signalPassFailure();
+    SmallVector<MulOp> roots;
+    getOperation().walk([&](MulOp op) { roots.push_back(op); });
+    llvm::SmallPtrSet<Operation *, 16> erased;
+    for (MulOp root : roots) {
+      if (erased.contains(root))
+        continue;
+      WrittenOutRmsNorm norm;
+      if (!norm.match(root))
+        continue;
+      RankedTensorType type = tensorType(norm.x);
+      Type elem = type.getElementType();
+      if (root.getType() != type ||
+          tensorType(norm.gamma).getShape() !=
+              ArrayRef<int64_t>(type.getShape().back()) ||
+          tensorType(norm.gamma).getElementType() != elem ||
+          llvm::any_of(norm.chain, [&](Operation *op) {
+            return tensorType(op->getResult(0)).getElementType() != elem ||
+                   op->getBlock() != root->getBlock();
+          }))
+        continue;
+      OpBuilder b(root);
+      auto fused = RmsNormOp::create(b, root.getLoc(), norm.x, norm.gamma,
+                                     b.getF64FloatAttr(norm.epsilon));
+      copyMetadata(root, fused);
+      root.getResult().replaceAllUsesWith(fused.getResult());
+      root.erase();
+      // (Each op of the chain is read only inside it.)
+      for (Operation *op : norm.chain)
+        op->dropAllReferences();
+      for (Operation *op : norm.chain) {
+        erased.insert(op);
+        op->erase();
+      }
+      if (norm.epsConstant->use_empty())
+        norm.epsConstant->erase();
     }
   }
 };

@@ -332,6 +332,36 @@ def StrataGeluRecognition
   let dependentDialects = ["::strata::StrataDialect"];
 }
 
+def StrataRmsNormRecognition
+    : Pass<"strata-rms-norm-recognition", "mlir::ModuleOp"> {
+  let summary = "Rewrites an RMS normalisation written out as strata.rms_norm";
+  let description = [{
+    Runs before `strata-autodiff` and `strata-amp`, on the forward program.
+    Programs imported from PyTorch write LLaMA's RMSNorm out (Hugging
+    Face's `LlamaRMSNorm`, and `torch.nn.RMSNorm` as `torch.export`
+    decomposes it):
+
+    ```mlir
+    %sq = strata.mul %x, %x
+    %ms = strata.reduce_mean %sq {dims = array<i64: 2>, keep_dims}
+    %v = strata.add %ms, %eps                            // a constant
+    %r = strata.rsqrt %v
+    %n = strata.mul %x, %r
+    %y = strata.mul %w, %n                               // w: [hidden]
+    ```
+
+    which becomes `strata.rms_norm %x, %w {epsilon = ...}`: one kernel
+    instead of six (and one for the gradient instead of about ten), `x`
+    alone kept for the gradient instead of the squares, the statistic and
+    the normalised rows, and the same function (the results move at
+    rounding level). Operands of `mul` and `add` in either order. Matched
+    where the mean is over the last dimension only, every intermediate
+    value has no other reader, `eps` is a positive splat constant, `w` has
+    rank 1 and all have `x`'s element type.
+  }];
+  let dependentDialects = ["::strata::StrataDialect"];
+}
+
 def StrataDropoutAddFusion
     : Pass<"strata-dropout-add-fusion", "mlir::ModuleOp"> {
   let summary = "Fuses dropout(x) + residual";

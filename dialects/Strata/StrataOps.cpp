@@ -475,6 +475,20 @@ LogicalResult LayerNormOp::inferReturnTypes(MLIRContext *,
   return success();
 }
 
+LogicalResult RmsNormOp::inferReturnTypes(MLIRContext *,
+                                          std::optional<Location> loc,
+                                          Adaptor adaptor,
+                                          SmallVectorImpl<Type> &types) {
+  RankedTensorType input = tensorType(adaptor.getInput());
+  if (failed(checkLastDimVector<RmsNormOp>(loc, "gamma", input,
+                                           tensorType(adaptor.getGamma()))))
+    return failure();
+  if (!(adaptor.getEpsilon().convertToDouble() > 0.0))
+    return inferError<RmsNormOp>(loc, "epsilon must be positive");
+  types.push_back(input);
+  return success();
+}
+
 LogicalResult EmbeddingOp::inferReturnTypes(MLIRContext *,
                                             std::optional<Location> loc,
                                             Adaptor adaptor,
@@ -887,6 +901,21 @@ LogicalResult LayerNormGradOp::inferReturnTypes(MLIRContext *,
     return inferError<LayerNormGradOp>(loc,
                                        "result_grad must have the input type");
   types.append({input, gamma, gamma});
+  return success();
+}
+
+LogicalResult RmsNormGradOp::inferReturnTypes(MLIRContext *,
+                                              std::optional<Location> loc,
+                                              Adaptor adaptor,
+                                              SmallVectorImpl<Type> &types) {
+  RankedTensorType input = tensorType(adaptor.getInput());
+  RankedTensorType gamma = tensorType(adaptor.getGamma());
+  if (failed(checkLastDimVector<RmsNormGradOp>(loc, "gamma", input, gamma)))
+    return failure();
+  if (tensorType(adaptor.getResultGrad()) != input)
+    return inferError<RmsNormGradOp>(loc,
+                                     "result_grad must have the input type");
+  types.append({input, gamma});
   return success();
 }
 

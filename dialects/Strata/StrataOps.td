@@ -494,6 +494,24 @@ def Strata_LayerNormOp : Strata_ComputeOp<"layer_norm",
   let results = (outs Strata_FloatTensor:$result);
 }
 
+def Strata_RmsNormOp : Strata_ComputeOp<"rms_norm",
+    [SameOperandsElementType]> {
+  let summary = "Root-mean-square normalisation over the last dimension";
+  let description = [{
+    x / sqrt(mean(x^2) + epsilon) * gamma, the mean taken over the last
+    dimension; `gamma` has rank 1 (LLaMA's RMSNorm, PyTorch's
+    `nn.RMSNorm`). `strata-rms-norm-recognition` makes it from the ops
+    written out.
+
+    ```mlir
+    %y = strata.rms_norm %x, %g {epsilon = 1.000000e-06 : f64} : (tensor<8x64xf32>, tensor<64xf32>) -> tensor<8x64xf32>
+    ```
+  }];
+  let arguments = (ins Strata_FloatTensor:$input, Strata_FloatTensor:$gamma,
+                       DefaultValuedAttr<F64Attr, "1e-6">:$epsilon);
+  let results = (outs Strata_FloatTensor:$result);
+}
+
 def Strata_EmbeddingOp : Strata_ComputeOp<"embedding"> {
   let summary = "Row lookup in a table";
   let description = [{
@@ -810,6 +828,24 @@ def Strata_LayerNormGradOp : Strata_ComputeOp<"layer_norm_grad",
   let results = (outs Strata_FloatTensor:$input_grad,
                       Strata_FloatTensor:$gamma_grad,
                       Strata_FloatTensor:$beta_grad);
+}
+
+def Strata_RmsNormGradOp : Strata_ComputeOp<"rms_norm_grad",
+    [SameOperandsElementType]> {
+  let summary = "Gradients of strata.rms_norm";
+  let description = [{
+    Recomputes the statistic from `input` and yields the gradients of the
+    input and of gamma.
+
+    ```mlir
+    %dx, %dg = strata.rms_norm_grad %x, %g, %dy {epsilon = 1.000000e-06 : f64} : (tensor<8x64xf32>, tensor<64xf32>, tensor<8x64xf32>) -> (tensor<8x64xf32>, tensor<64xf32>)
+    ```
+  }];
+  let arguments = (ins Strata_FloatTensor:$input, Strata_FloatTensor:$gamma,
+                       Strata_FloatTensor:$result_grad,
+                       DefaultValuedAttr<F64Attr, "1e-6">:$epsilon);
+  let results = (outs Strata_FloatTensor:$input_grad,
+                      Strata_FloatTensor:$gamma_grad);
 }
 
 def Strata_EmbeddingGradOp : Strata_ShapeOp<"embedding_grad"> {

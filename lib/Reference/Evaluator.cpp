@@ -205,6 +205,68 @@ attentionLayout(const std::vector<int64_t> &q, const std::vector<int64_t> &k,
   return {at, slices};
 }
 
+/// The mean (0 for RMS norm: `centered` false) and 1 / sqrt(variance +
+/// eps) of one row of n.
+std::pair<double, double> rowStatistics(const double *xr, int64_t n, double eps,
+                                        bool centered) {
+  double mean = 0, var = 0;
+  if (centered) {
+    for (int64_t j = 0; j < n; ++j)
+      mean += xr[j];
+    mean /= n;
+  }
+  for (int64_t j = 0; j < n; ++j)
+    var += (xr[j] - mean) * (xr[j] - mean);
+  var /= n;
+  return {mean, 1.0 / std::sqrt(var + eps)};
+}
+
+/// Layer norm over the last dimension ((x - mean) * rstd * g + b), or RMS
+/// norm without `b` (x * rstd * g).
+Tensor normalize(const Tensor &x, const Tensor &g, const Tensor *b,
+                 double eps) {
+  Tensor y(x.shape);
+  int64_t n = x.shape.back(), rows = x.numElements() / n;
+  for (int64_t r = 0; r < rows; ++r) {
+    const double *xr = &x.data[r * n];
+    auto [mean, rstd] = rowStatistics(xr, n, eps, b != nullptr);
+    for (int64_t j = 0; j < n; ++j)
+      y.data[r * n + j] =
+          (xr[j] - mean) * rstd * g.data[j] + (b ? b->data[j] : 0.0);
+  }
+  return y;
+}
+
+/// The gradients of normalize: dx returned, dg and (layer norm) db summed
+/// into.
+Tensor normalizeGrad(const Tensor &x, const Tensor &g, const Tensor &dy,
+                     double eps, Tensor &dg, Tensor *db) {
+  int64_t n = x.shape.back(), rows = x.numElements() / n;
+  Tensor dx(x.shape);
+  for (int64_t r = 0; r < rows; ++r) {
+    const double *xr = &x.data[r * n], *dyr = &dy.data[r * n];
+    auto [mean, rstd] = rowStatistics(xr, n, eps, db != nullptr);
+    double sumDxhat = 0, sumDxhatXhat = 0;
+    for (int64_t j = 0; j < n; ++j) {
+      double xhat = (xr[j] - mean) * rstd;
+      double dxhat = dyr[j] * g.data[j];
+      dg.data[j] += dyr[j] * xhat;
+      if (db) {
+        db->data[j] += dyr[j];
+        sumDxhat += dxhat;
+      }
+      sumDxhatXhat += dxhat * xhat;
+    }
+    for (int64_t j = 0; j < n; ++j) {
+      double xhat = (xr[j] - mean) * rstd;
+      double dxhat = dyr[j] * g.data[j];
+      dx.data[r * n + j] =
+          rstd * (dxhat - sumDxhat / n - xhat * sumDxhatXhat / n);
+    }
+  }
+  return dx;
+}
+
 class Evaluator {
 public:
   Evaluator(StringMap<Tensor> &params, const EvalOptions &options)
@@ -711,60 +773,34 @@ llvm::Error Evaluator::step(Operation *op) {
         return llvm::Error::success();
       })
       .Case([&](LayerNormOp o) -> llvm::Error {
-        const Tensor &x = in(0), &g = in(1), &b = in(2);
-        double eps = o.getEpsilon().convertToDouble();
-        Tensor y(x.shape);
-        int64_t n = x.shape.back(), rows = x.numElements() / n;
-        for (int64_t r = 0; r < rows; ++r) {
-          const double *xr = &x.data[r * n];
-          double mean = 0, var = 0;
-          for (int64_t j = 0; j < n; ++j)
-            mean += xr[j];
-          mean /= n;
-          for (int64_t j = 0; j < n; ++j)
-            var += (xr[j] - mean) * (xr[j] - mean);
-          var /= n;
-          double rstd = 1.0 / std::sqrt(var + eps);
-          for (int64_t j = 0; j < n; ++j)
-            y.data[r * n + j] = (xr[j] - mean) * rstd * g.data[j] + b.data[j];
-        }
+        Tensor y =
+            normalize(in(0), in(1), &in(2), o.getEpsilon().convertToDouble());
+        set(o, std::move(y));
+        return llvm::Error::success();
+      })
+      .Case([&](RmsNormOp o) -> llvm::Error {
+        Tensor y =
+            normalize(in(0), in(1), nullptr, o.getEpsilon().convertToDouble());
         set(o, std::move(y));
         return llvm::Error::success();
       })
       .Case([&](LayerNormGradOp o) -> llvm::Error {
-        const Tensor &x = in(0), &g = in(1), &dy = in(2);
-        double eps = o.getEpsilon().convertToDouble();
-        int64_t n = x.shape.back(), rows = x.numElements() / n;
-        Tensor dx(x.shape), dg(g.shape), db(g.shape);
-        for (int64_t r = 0; r < rows; ++r) {
-          const double *xr = &x.data[r * n], *dyr = &dy.data[r * n];
-          double mean = 0, var = 0;
-          for (int64_t j = 0; j < n; ++j)
-            mean += xr[j];
-          mean /= n;
-          for (int64_t j = 0; j < n; ++j)
-            var += (xr[j] - mean) * (xr[j] - mean);
-          var /= n;
-          double rstd = 1.0 / std::sqrt(var + eps);
-          double sumDxhat = 0, sumDxhatXhat = 0;
-          for (int64_t j = 0; j < n; ++j) {
-            double xhat = (xr[j] - mean) * rstd;
-            double dxhat = dyr[j] * g.data[j];
-            dg.data[j] += dyr[j] * xhat;
-            db.data[j] += dyr[j];
-            sumDxhat += dxhat;
-            sumDxhatXhat += dxhat * xhat;
-          }
-          for (int64_t j = 0; j < n; ++j) {
-            double xhat = (xr[j] - mean) * rstd;
-            double dxhat = dyr[j] * g.data[j];
-            dx.data[r * n + j] =
-                rstd * (dxhat - sumDxhat / n - xhat * sumDxhatXhat / n);
-          }
-        }
+        const Tensor &g = in(1);
+        Tensor dg(g.shape), db(g.shape);
+        Tensor dx = normalizeGrad(in(0), g, in(2),
+                                  o.getEpsilon().convertToDouble(), dg, &db);
         set(o.getInputGrad(), std::move(dx));
         set(o.getGammaGrad(), std::move(dg));
         set(o.getBetaGrad(), std::move(db));
+        return llvm::Error::success();
+      })
+      .Case([&](RmsNormGradOp o) -> llvm::Error {
+        const Tensor &g = in(1);
+        Tensor dg(g.shape);
+        Tensor dx = normalizeGrad(
+            in(0), g, in(2), o.getEpsilon().convertToDouble(), dg, nullptr);
+        set(o.getInputGrad(), std::move(dx));
+        set(o.getGammaGrad(), std::move(dg));
         return llvm::Error::success();
       })
       .Case([&](EmbeddingOp o) -> llvm::Error {

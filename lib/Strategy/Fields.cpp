@@ -112,7 +112,8 @@ const std::vector<SectionInfo> &sections() {
     v.push_back(makeSection<F>(
         "fused_passes", &Strategy::fused_passes,
         {STRATA_FIELD(F, enable), STRATA_FIELD(F, gemm_epilogue),
-         STRATA_FIELD(F, dropout_add), STRATA_FIELD(F, flash_attention)}));
+         STRATA_FIELD(F, dropout_add), STRATA_FIELD(F, flash_attention),
+         STRATA_FIELD(F, rms_norm)}));
     using G = GradientMergeSection;
     v.push_back(
         makeSection<G>("gradient_merge", &Strategy::gradient_merge,

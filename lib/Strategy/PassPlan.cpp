@@ -68,6 +68,16 @@ std::vector<PlannedPass> strata::planPasses(const Strategy &s,
         "attention (softmax of q k^T, times v) that the pass can fuse";
   }
 
+  // An RMS norm written out (as programs imported from PyTorch have
+  // LLaMA's) as the rms_norm op, before autodiff, which differentiates it,
+  // and before mixed precision, which then keeps it in f32 at level o1.
+  if (s.fused_passes.enable && s.fused_passes.rms_norm) {
+    add("strata-rms-norm-recognition", "fused_passes.rms_norm",
+        [] { return createStrataRmsNormRecognition(); });
+    plan.back().rewrites = "RMS normalisation written out (x * rsqrt(mean(x "
+                           "* x) + eps) * weight) that the pass can fuse";
+  }
+
   // A GELU written out (as programs imported from PyTorch have GPT-2's) as
   // the gelu op, which the epilogue fusion then takes into the GEMM: before
   // autodiff, which differentiates the op.
@@ -591,10 +601,10 @@ Error strata::addPlannedPasses(mlir::PassManager &pm,
                     "leaves out the segment of every checkpoint");
   const FusedPassesSection &fused = strategy.fused_passes;
   if (fused.enable && !fused.gemm_epilogue && !fused.dropout_add &&
-      !fused.flash_attention)
+      !fused.flash_attention && !fused.rms_norm)
     inert.push_back(quoted("fused_passes.enable") +
                     " changes nothing: it selects none of gemm_epilogue, "
-                    "dropout_add and flash_attention");
+                    "dropout_add, flash_attention and rms_norm");
   // Master gradients are the f32 copies the clipping norm sums; the
   // update of these optimizers reads a bf16 or f16 gradient exactly as
   // its f32 copy.

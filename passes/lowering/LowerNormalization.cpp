@@ -56,6 +56,24 @@ LogicalResult lowerLayerNormGrad(LayerNormGradOp o, RuntimeLowering &l) {
   return success();
 }
 
+LogicalResult lowerRmsNorm(RmsNormOp o, RuntimeLowering &l) {
+  l.call("strata_rt_rms_norm",
+         {l.site(), l.tensor(o), l.tensor(o.getInput()), l.tensor(o.getGamma()),
+          l.i64(rowsOf(o)), l.i64(shapeOf(o).back()),
+          l.f64(o.getEpsilon().convertToDouble())});
+  return success();
+}
+
+LogicalResult lowerRmsNormGrad(RmsNormGradOp o, RuntimeLowering &l) {
+  Value x = o.getInput();
+  l.call("strata_rt_rms_norm_grad",
+         {l.site(), l.tensor(o.getInputGrad()), l.tensor(o.getGammaGrad()),
+          l.tensor(x), l.tensor(o.getGamma()), l.tensor(o.getResultGrad()),
+          l.i64(rowsOf(x)), l.i64(shapeOf(x).back()),
+          l.f64(o.getEpsilon().convertToDouble())});
+  return success();
+}
+
 LogicalResult lowerCrossEntropy(CrossEntropyOp o, RuntimeLowering &l) {
   l.call("strata_rt_cross_entropy",
          {l.site(), l.tensor(o), l.tensor(o.getLogits()),
@@ -98,6 +116,8 @@ void strata::lowering::populateNormalizationLoweringPatterns(
   addLowering<SoftmaxGradOp>(patterns, l, lowerSoftmaxGrad);
   addLowering<LayerNormOp>(patterns, l, lowerLayerNorm);
   addLowering<LayerNormGradOp>(patterns, l, lowerLayerNormGrad);
+  addLowering<RmsNormOp>(patterns, l, lowerRmsNorm);
+  addLowering<RmsNormGradOp>(patterns, l, lowerRmsNormGrad);
 }
 
 void strata::lowering::populateLossLoweringPatterns(RewritePatternSet &patterns,

@@ -32,6 +32,8 @@
   X(strata_rt_attention_grad)                                                  \
   X(strata_rt_layer_norm)                                                      \
   X(strata_rt_layer_norm_grad)                                                 \
+  X(strata_rt_rms_norm)                                                        \
+  X(strata_rt_rms_norm_grad)                                                   \
   X(strata_rt_embedding)                                                       \
   X(strata_rt_embedding_grad)                                                  \
   X(strata_rt_cross_entropy)                                                   \

@@ -628,18 +628,166 @@ template <typename T> float rowMax(const T *x, int64_t n) {
   return mx;
 }
 
-/// Layer norm's statistics of one row: the mean and 1 / sqrt(variance +
-/// eps), each sum a laneSum.
-template <typename T>
+/// A normalisation's statistics of one row: layer norm's (`Centered`) the
+/// mean and 1 / sqrt(variance + eps); RMS norm's 0 and 1 / sqrt(mean(x^2) +
+/// eps); each sum a laneSum.
+template <bool Centered, typename T>
 std::pair<float, float> rowStatistics(const T *x, int64_t n, double eps) {
   const float m =
-      float(laneSum(n, [&](int64_t j) { return float(x[j]); }) / double(n));
+      Centered ? float(laneSum(n, [&](int64_t j) { return float(x[j]); }) /
+                       double(n))
+               : 0.0f;
   double var = laneSum(n, [&](int64_t j) {
                  float d = float(x[j]) - m;
                  return d * d;
                }) /
                double(n);
   return {m, float(1.0 / std::sqrt(var + eps))};
+}
+
+/// Layer norm (`Centered`: (x - mean) * rstd * gamma + beta) or RMS norm
+/// (x * rstd * gamma; `betaData` unused) of `rows` rows of `n`.
+template <bool Centered>
+void normalizeRows(StrataRtContext *ctx, int64_t site, const char *name,
+                   std::initializer_list<int64_t> types, void *yData,
+                   const void *xData, const void *gammaData,
+                   const void *betaData, int64_t rows, int64_t n, double eps) {
+  withSameFloatType(ctx, site, name, types, [&](auto tag) {
+    using T = decltype(tag);
+    auto *y = static_cast<T *>(yData);
+    auto *x = static_cast<const T *>(xData);
+    auto *gamma = static_cast<const T *>(gammaData);
+    auto *beta = static_cast<const T *>(betaData);
+    // One row, for f32 or low-precision pointers alike.
+    auto normalize = [&](const auto *xr, const auto *g, const auto *b,
+                         auto *yr) {
+      using Out = std::remove_pointer_t<decltype(yr)>;
+      auto [m, rstd] = rowStatistics<Centered>(xr, n, eps);
+      if constexpr (Centered) {
+        for (int64_t j = 0; j < n; ++j)
+          yr[j] = Out((float(xr[j]) - m) * rstd * float(g[j]) + float(b[j]));
+      } else {
+#pragma omp simd
+        for (int64_t j = 0; j < n; ++j)
+          yr[j] = Out(float(xr[j]) * rstd * float(g[j]));
+      }
+    };
+    if constexpr (std::is_same_v<T, float>) {
+#pragma omp parallel for schedule(static) if (rows * n >= kParallelGrain)
+      for (int64_t r = 0; r < rows; ++r)
+        normalize(x + r * n, gamma, beta, y + r * n);
+    } else {
+      // Low precision: rows widened into f32 once and the result
+      // rounded once, in vectorised passes; the arithmetic (and so
+      // every bit of the result) is the per-element path's.
+      std::vector<float> g(n), b(Centered ? n : 0);
+      widen(g.data(), gamma, n);
+      if constexpr (Centered)
+        widen(b.data(), beta, n);
+#pragma omp parallel if (rows * n >= kParallelGrain)
+      {
+        std::vector<float> xs(n), ys(n);
+#pragma omp for schedule(static)
+        for (int64_t r = 0; r < rows; ++r) {
+          widen(xs.data(), x + r * n, n);
+          normalize(xs.data(), g.data(), b.data(), ys.data());
+          narrow(y + r * n, ys.data(), n);
+        }
+      }
+    }
+  });
+}
+
+/// The gradients of normalizeRows: dx, dgamma and (`Centered`) dbeta.
+template <bool Centered>
+void normalizeRowsGrad(StrataRtContext *ctx, int64_t site, const char *name,
+                       std::initializer_list<int64_t> types, void *dxData,
+                       void *dgammaData, void *dbetaData, const void *xData,
+                       const void *gammaData, const void *dyData, int64_t rows,
+                       int64_t n, double eps) {
+  withSameFloatType(ctx, site, name, types, [&](auto tag) {
+    using T = decltype(tag);
+    auto *dx = static_cast<T *>(dxData);
+    auto *dgamma = static_cast<T *>(dgammaData);
+    auto *dbeta = static_cast<T *>(dbetaData);
+    auto *x = static_cast<const T *>(xData);
+    auto *gamma = static_cast<const T *>(gammaData);
+    auto *dy = static_cast<const T *>(dyData);
+    // Blocks of kRowBlock rows in parallel: per row its statistics and
+    // dx; per block the dgamma/dbeta column sums of its rows in f32,
+    // and the blocks' sums added in double in block order afterwards
+    // (the result does not depend on threads). Low-precision rows are
+    // widened into f32 once and dx rounded once, in vectorised passes; the
+    // arithmetic is the same for both.
+    constexpr bool kLow = !std::is_same_v<T, float>;
+    constexpr int64_t kRowBlock = 64;
+    int64_t blocks = (rows + kRowBlock - 1) / kRowBlock;
+    std::vector<double> partial(blocks * 2 * n, 0.0);
+    std::vector<float> gammaWide(kLow ? n : 0);
+    if constexpr (kLow)
+      widen(gammaWide.data(), gamma, n);
+    auto rowGrad = [&](const auto *xr, const auto *dyr, const auto *g, auto *o,
+                       float *dg, float *db) {
+      using Out = std::remove_pointer_t<decltype(o)>;
+      auto [m, rstd] = rowStatistics<Centered>(xr, n, eps);
+      // dx = rstd * (dxhat - mean(dxhat) - xhat * mean(dxhat * xhat)),
+      // without the mean of dxhat for RMS norm; the sums in f32 lanes,
+      // added in double (as the statistics).
+      double sums[2];
+      laneSums<2>(
+          n,
+          [&](int64_t j, float(&v)[2]) {
+            float xhat = (float(xr[j]) - m) * rstd;
+            float dxhat = float(dyr[j]) * float(g[j]);
+            v[0] = Centered ? dxhat : 0.0f;
+            v[1] = dxhat * xhat;
+          },
+          sums);
+      float a = float(sums[0] / double(n)), b = float(sums[1] / double(n));
+#pragma omp simd
+      for (int64_t j = 0; j < n; ++j) {
+        float xhat = (float(xr[j]) - m) * rstd;
+        float dyj = float(dyr[j]);
+        o[j] = Out(rstd * (dyj * float(g[j]) - a - xhat * b));
+        dg[j] += dyj * xhat;
+        if constexpr (Centered)
+          db[j] += dyj;
+      }
+    };
+#pragma omp parallel if (rows * n >= kParallelGrain)
+    {
+      std::vector<float> xs(kLow ? n : 0), dys(kLow ? n : 0), o(kLow ? n : 0),
+          sums(2 * n);
+#pragma omp for schedule(static)
+      for (int64_t blk = 0; blk < blocks; ++blk) {
+        float *dg = sums.data(), *db = dg + n;
+        std::fill(sums.begin(), sums.end(), 0.0f);
+        for (int64_t r = blk * kRowBlock, e = std::min(rows, r + kRowBlock);
+             r < e; ++r) {
+          if constexpr (!kLow) {
+            rowGrad(x + r * n, dy + r * n, gamma, dx + r * n, dg, db);
+          } else {
+            widen(xs.data(), x + r * n, n);
+            widen(dys.data(), dy + r * n, n);
+            rowGrad(xs.data(), dys.data(), gammaWide.data(), o.data(), dg, db);
+            narrow(dx + r * n, o.data(), n);
+          }
+        }
+        std::copy(sums.begin(), sums.end(), partial.data() + blk * 2 * n);
+      }
+    }
+    std::vector<double> dg(n, 0.0), db(n, 0.0);
+    for (int64_t blk = 0; blk < blocks; ++blk)
+      for (int64_t j = 0; j < n; ++j) {
+        dg[j] += partial[blk * 2 * n + j];
+        db[j] += partial[blk * 2 * n + n + j];
+      }
+    for (int64_t j = 0; j < n; ++j) {
+      dgamma[j] = T(float(dg[j]));
+      if constexpr (Centered)
+        dbeta[j] = T(float(db[j]));
+    }
+  });
 }
 
 /// out = f(in) on f32 arrays (a known `op`); one thread's block.
@@ -1822,45 +1970,9 @@ void STRATA_RT_KERNEL(strata_rt_layer_norm)(
     const void *xData, int64_t xType, const void *gammaData, int64_t gammaType,
     const void *betaData, int64_t betaType, int64_t rows, int64_t n,
     double eps) {
-  withSameFloatType(
-      ctx, site, "layer_norm", {yType, xType, gammaType, betaType},
-      [&](auto tag) {
-        using T = decltype(tag);
-        auto *y = static_cast<T *>(yData);
-        auto *x = static_cast<const T *>(xData);
-        auto *gamma = static_cast<const T *>(gammaData);
-        auto *beta = static_cast<const T *>(betaData);
-        // One row, for f32 or low-precision pointers alike.
-        auto normalize = [&](const auto *xr, const auto *g, const auto *b,
-                             auto *yr) {
-          using Out = std::remove_pointer_t<decltype(yr)>;
-          auto [m, rstd] = rowStatistics(xr, n, eps);
-          for (int64_t j = 0; j < n; ++j)
-            yr[j] = Out((float(xr[j]) - m) * rstd * float(g[j]) + float(b[j]));
-        };
-        if constexpr (std::is_same_v<T, float>) {
-#pragma omp parallel for schedule(static) if (rows * n >= kParallelGrain)
-          for (int64_t r = 0; r < rows; ++r)
-            normalize(x + r * n, gamma, beta, y + r * n);
-        } else {
-          // Low precision: rows widened into f32 once and the result
-          // rounded once, in vectorised passes; the arithmetic (and so
-          // every bit of the result) is the per-element path's.
-          std::vector<float> g(n), b(n);
-          widen(g.data(), gamma, n);
-          widen(b.data(), beta, n);
-#pragma omp parallel if (rows * n >= kParallelGrain)
-          {
-            std::vector<float> xs(n), ys(n);
-#pragma omp for schedule(static)
-            for (int64_t r = 0; r < rows; ++r) {
-              widen(xs.data(), x + r * n, n);
-              normalize(xs.data(), g.data(), b.data(), ys.data());
-              narrow(y + r * n, ys.data(), n);
-            }
-          }
-        }
-      });
+  normalizeRows<true>(ctx, site, "layer_norm",
+                      {yType, xType, gammaType, betaType}, yData, xData,
+                      gammaData, betaData, rows, n, eps);
 }
 
 void STRATA_RT_KERNEL(strata_rt_layer_norm_grad)(
@@ -1868,88 +1980,31 @@ void STRATA_RT_KERNEL(strata_rt_layer_norm_grad)(
     void *dgammaData, int64_t dgammaType, void *dbetaData, int64_t dbetaType,
     const void *xData, int64_t xType, const void *gammaData, int64_t gammaType,
     const void *dyData, int64_t dyType, int64_t rows, int64_t n, double eps) {
-  withSameFloatType(
+  normalizeRowsGrad<true>(
       ctx, site, "layer_norm_grad",
-      {dxType, dgammaType, dbetaType, xType, gammaType, dyType}, [&](auto tag) {
-        using T = decltype(tag);
-        auto *dx = static_cast<T *>(dxData);
-        auto *dgamma = static_cast<T *>(dgammaData);
-        auto *dbeta = static_cast<T *>(dbetaData);
-        auto *x = static_cast<const T *>(xData);
-        auto *gamma = static_cast<const T *>(gammaData);
-        auto *dy = static_cast<const T *>(dyData);
-        // Blocks of kRowBlock rows in parallel: per row its statistics and
-        // dx; per block the dgamma/dbeta column sums of its rows in f32,
-        // and the blocks' sums added in double in block order afterwards
-        // (the result does not depend on threads). Low-precision rows are
-        // widened into f32 once and dx rounded once, in vectorised passes; the
-        // arithmetic is the same for both.
-        constexpr bool kLow = !std::is_same_v<T, float>;
-        constexpr int64_t kRowBlock = 64;
-        int64_t blocks = (rows + kRowBlock - 1) / kRowBlock;
-        std::vector<double> partial(blocks * 2 * n, 0.0);
-        std::vector<float> gammaWide(kLow ? n : 0);
-        if constexpr (kLow)
-          widen(gammaWide.data(), gamma, n);
-        auto rowGrad = [&](const auto *xr, const auto *dyr, const auto *g,
-                           auto *o, float *dg, float *db) {
-          using Out = std::remove_pointer_t<decltype(o)>;
-          auto [m, rstd] = rowStatistics(xr, n, eps);
-          // The two sums in f32 lanes, added in double (as the
-          // statistics).
-          double sums[2];
-          laneSums<2>(
-              n,
-              [&](int64_t j, float(&v)[2]) {
-                float xhat = (float(xr[j]) - m) * rstd;
-                float dxhat = float(dyr[j]) * float(g[j]);
-                v[0] = dxhat;
-                v[1] = dxhat * xhat;
-              },
-              sums);
-          float a = float(sums[0] / double(n)), b = float(sums[1] / double(n));
-          for (int64_t j = 0; j < n; ++j) {
-            float xhat = (float(xr[j]) - m) * rstd;
-            float dyj = float(dyr[j]);
-            o[j] = Out(rstd * (dyj * float(g[j]) - a - xhat * b));
-            dg[j] += dyj * xhat;
-            db[j] += dyj;
-          }
-        };
-#pragma omp parallel if (rows * n >= kParallelGrain)
-        {
-          std::vector<float> xs(kLow ? n : 0), dys(kLow ? n : 0),
-              o(kLow ? n : 0), sums(2 * n);
-#pragma omp for schedule(static)
-          for (int64_t blk = 0; blk < blocks; ++blk) {
-            float *dg = sums.data(), *db = dg + n;
-            std::fill(sums.begin(), sums.end(), 0.0f);
-            for (int64_t r = blk * kRowBlock, e = std::min(rows, r + kRowBlock);
-                 r < e; ++r) {
-              if constexpr (!kLow) {
-                rowGrad(x + r * n, dy + r * n, gamma, dx + r * n, dg, db);
-              } else {
-                widen(xs.data(), x + r * n, n);
-                widen(dys.data(), dy + r * n, n);
-                rowGrad(xs.data(), dys.data(), gammaWide.data(), o.data(), dg,
-                        db);
-                narrow(dx + r * n, o.data(), n);
-              }
-            }
-            std::copy(sums.begin(), sums.end(), partial.data() + blk * 2 * n);
-          }
-        }
-        std::vector<double> dg(n, 0.0), db(n, 0.0);
-        for (int64_t blk = 0; blk < blocks; ++blk)
-          for (int64_t j = 0; j < n; ++j) {
-            dg[j] += partial[blk * 2 * n + j];
-            db[j] += partial[blk * 2 * n + n + j];
-          }
-        for (int64_t j = 0; j < n; ++j) {
-          dgamma[j] = T(float(dg[j]));
-          dbeta[j] = T(float(db[j]));
-        }
-      });
+      {dxType, dgammaType, dbetaType, xType, gammaType, dyType}, dxData,
+      dgammaData, dbetaData, xData, gammaData, dyData, rows, n, eps);
+}
+
+void STRATA_RT_KERNEL(strata_rt_rms_norm)(StrataRtContext *ctx, int64_t site,
+                                          void *yData, int64_t yType,
+                                          const void *xData, int64_t xType,
+                                          const void *gammaData,
+                                          int64_t gammaType, int64_t rows,
+                                          int64_t n, double eps) {
+  normalizeRows<false>(ctx, site, "rms_norm", {yType, xType, gammaType}, yData,
+                       xData, gammaData, nullptr, rows, n, eps);
+}
+
+void STRATA_RT_KERNEL(strata_rt_rms_norm_grad)(
+    StrataRtContext *ctx, int64_t site, void *dxData, int64_t dxType,
+    void *dgammaData, int64_t dgammaType, const void *xData, int64_t xType,
+    const void *gammaData, int64_t gammaType, const void *dyData,
+    int64_t dyType, int64_t rows, int64_t n, double eps) {
+  normalizeRowsGrad<false>(ctx, site, "rms_norm_grad",
+                           {dxType, dgammaType, xType, gammaType, dyType},
+                           dxData, dgammaData, nullptr, xData, gammaData,
+                           dyData, rows, n, eps);
 }
 
 void STRATA_RT_KERNEL(strata_rt_embedding)(StrataRtContext *ctx, int64_t site,

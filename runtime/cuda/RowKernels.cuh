@@ -151,20 +151,28 @@ __global__ void __launch_bounds__(kMaxBlockThreads)
 }
 
 //===----------------------------------------------------------------------===//
-// Layer norm
+// Layer norm and RMS norm
 //===----------------------------------------------------------------------===//
 
-/// The mean and 1 / sqrt(variance + eps) of a row, each sum of the
-/// threads' f32 shares added in double (the CPU's rowStatistics).
-template <typename T, bool kWarp>
+// Each kernel below serves both: layer norm (kCentered: (x - mean) * rstd *
+// gamma + beta) and RMS norm (x * rstd * gamma, no beta), as the CPU's
+// normalizeRows.
+
+/// The mean (0 for RMS norm) and 1 / sqrt(variance + eps) of a row, each
+/// sum of the threads' f32 shares added in double (the CPU's
+/// rowStatistics).
+template <bool kCentered, typename T, bool kWarp>
 __device__ __forceinline__ float2 rowStatistics(const T *x, int64_t n,
                                                 double eps,
                                                 const RowGroup<kWarp> &group) {
   const int first = group.rank(), step = group.size();
   float part = 0.0f;
-  for (int64_t j = first; j < n; j += step)
-    part += toFloat(x[j]);
-  const float m = float(group.sum(double(part)) / double(n));
+  float m = 0.0f;
+  if constexpr (kCentered) {
+    for (int64_t j = first; j < n; j += step)
+      part += toFloat(x[j]);
+    m = float(group.sum(double(part)) / double(n));
+  }
   part = 0.0f;
   for (int64_t j = first; j < n; j += step) {
     float d = toFloat(x[j]) - m;
@@ -174,7 +182,7 @@ __device__ __forceinline__ float2 rowStatistics(const T *x, int64_t n,
   return make_float2(m, float(1.0 / sqrt(var + eps)));
 }
 
-template <typename T, bool kWarp>
+template <bool kCentered, typename T, bool kWarp>
 __global__ void __launch_bounds__(kMaxBlockThreads)
     layerNormKernel(T *y, const T *x, const T *gamma, const T *beta,
                     int64_t rows, int64_t n, double eps) {
@@ -183,17 +191,19 @@ __global__ void __launch_bounds__(kMaxBlockThreads)
   const int first = group.rank(), step = group.size();
   for (int64_t r = group.first(); r < rows; r += group.stride()) {
     const T *xr = x + r * n;
-    float2 st = rowStatistics(xr, n, eps, group);
-    for (int64_t j = first; j < n; j += step)
-      y[r * n + j] =
-          fromFloat<T>((toFloat(xr[j]) - st.x) * st.y * toFloat(gamma[j]) +
-                       toFloat(beta[j]));
+    float2 st = rowStatistics<kCentered>(xr, n, eps, group);
+    for (int64_t j = first; j < n; j += step) {
+      float v = (toFloat(xr[j]) - st.x) * st.y * toFloat(gamma[j]);
+      if constexpr (kCentered)
+        v += toFloat(beta[j]);
+      y[r * n + j] = fromFloat<T>(v);
+    }
   }
 }
 
 /// dx of each row, and the row's statistics into `stats` (mean, rstd) for
 /// the column sums.
-template <typename T, bool kWarp>
+template <bool kCentered, typename T, bool kWarp>
 __global__ void __launch_bounds__(kMaxBlockThreads)
     layerNormGradRows(T *dx, float *stats, const T *x, const T *gamma,
                       const T *dy, int64_t rows, int64_t n, double eps) {
@@ -202,7 +212,7 @@ __global__ void __launch_bounds__(kMaxBlockThreads)
   const int first = group.rank(), step = group.size();
   for (int64_t r = group.first(); r < rows; r += group.stride()) {
     const T *xr = x + r * n, *dyr = dy + r * n;
-    float2 st = rowStatistics(xr, n, eps, group);
+    float2 st = rowStatistics<kCentered>(xr, n, eps, group);
     const float m = st.x, rstd = st.y;
     if (first == 0) {
       stats[2 * r] = m;
@@ -212,7 +222,8 @@ __global__ void __launch_bounds__(kMaxBlockThreads)
     for (int64_t j = first; j < n; j += step) {
       float xhat = (toFloat(xr[j]) - m) * rstd;
       float dxhat = toFloat(dyr[j]) * toFloat(gamma[j]);
-      s1 += dxhat;
+      if constexpr (kCentered)
+        s1 += dxhat;
       s2 += dxhat * xhat;
     }
     const float a = float(group.sum(double(s1)) / double(n));
@@ -227,8 +238,8 @@ __global__ void __launch_bounds__(kMaxBlockThreads)
 
 /// Column sums of dy * xhat and dy over the rows of chunk blockIdx.y, in
 /// row order and in double: partial[2 * chunk] and partial[2 * chunk + 1]
-/// (rows of n).
-template <typename T>
+/// (rows of n; the second one only for layer norm).
+template <bool kCentered, typename T>
 __global__ void layerNormGradColumns(double *partial, const float *stats,
                                      const T *x, const T *dy, int64_t rows,
                                      int64_t n, int64_t chunkRows) {
@@ -245,7 +256,8 @@ __global__ void layerNormGradColumns(double *partial, const float *stats,
       db += g;
     }
     partial[2 * chunk * n + j] = dg;
-    partial[(2 * chunk + 1) * n + j] = db;
+    if constexpr (kCentered)
+      partial[(2 * chunk + 1) * n + j] = db;
   }
 }
 
@@ -258,7 +270,7 @@ constexpr int kFinishWarps = 8;
 /// adds the warps' sums in order (so that a column's chunks are read by
 /// eight warps at once, where a thread reading them all one after another
 /// left the device waiting on each load). blockDim.x = 32 kFinishWarps.
-template <typename T>
+template <bool kCentered, typename T>
 __global__ void layerNormGradFinish(T *dgamma, T *dbeta, const double *partial,
                                     int64_t chunks, int64_t n) {
   STRATA_SHARED double sums[2][kFinishWarps][32];
@@ -270,7 +282,8 @@ __global__ void layerNormGradFinish(T *dgamma, T *dbeta, const double *partial,
     if (j < n)
       for (int64_t c = warp; c < chunks; c += kFinishWarps) {
         dg += partial[2 * c * n + j];
-        db += partial[(2 * c + 1) * n + j];
+        if constexpr (kCentered)
+          db += partial[(2 * c + 1) * n + j];
       }
     sums[0][warp][column] = dg;
     sums[1][warp][column] = db;
@@ -283,7 +296,8 @@ __global__ void layerNormGradFinish(T *dgamma, T *dbeta, const double *partial,
         db += sums[1][w][column];
       }
       dgamma[j] = fromFloat<T>(float(dg));
-      dbeta[j] = fromFloat<T>(float(db));
+      if constexpr (kCentered)
+        dbeta[j] = fromFloat<T>(float(db));
     }
     __syncthreads();
   }
@@ -478,13 +492,16 @@ bool launchSoftmaxGrad(Launch &&launch, T *dx, const T *y, const T *dy,
       y, dy, rows, n);
 }
 
-template <typename T, typename Launch>
+/// Layer norm (kCentered) or RMS norm (`beta` unused).
+template <bool kCentered, typename T, typename Launch>
 bool launchLayerNorm(Launch &&launch, T *y, const T *x, const T *gamma,
                      const T *beta, int64_t rows, int64_t n, double eps) {
   return launchRows(
       launch, rows, n,
-      [](auto warp) { return layerNormKernel<T, decltype(warp)::value>; }, y, x,
-      gamma, beta, rows, n, eps);
+      [](auto warp) {
+        return layerNormKernel<kCentered, T, decltype(warp)::value>;
+      },
+      y, x, gamma, beta, rows, n, eps);
 }
 
 /// The layer norm gradient's scratch: the rows' statistics (2 rows floats),
@@ -508,8 +525,9 @@ inline LayerNormGradPlan layerNormGradPlan(int64_t rows, int64_t n) {
   return plan;
 }
 
-/// dx, dgamma and dbeta, with `scratch` of plan.bytes (none without rows).
-template <typename T, typename Launch>
+/// dx, dgamma and (kCentered) dbeta, with `scratch` of plan.bytes (none
+/// without rows).
+template <bool kCentered, typename T, typename Launch>
 bool launchLayerNormGrad(Launch &&launch, const LayerNormGradPlan &plan,
                          char *scratch, T *dx, T *dgamma, T *dbeta, const T *x,
                          const T *gamma, const T *dy, int64_t rows, int64_t n,
@@ -519,18 +537,18 @@ bool launchLayerNormGrad(Launch &&launch, const LayerNormGradPlan &plan,
     auto *stats = reinterpret_cast<float *>(scratch);
     partial = reinterpret_cast<double *>(scratch + plan.statsBytes);
     auto rowsKernel = [](auto warp) {
-      return layerNormGradRows<T, decltype(warp)::value>;
+      return layerNormGradRows<kCentered, T, decltype(warp)::value>;
     };
     if (!launchRows(launch, rows, n, rowsKernel, dx, stats, x, gamma, dy, rows,
                     n, eps) ||
-        !launch(layerNormGradColumns<T>,
+        !launch(layerNormGradColumns<kCentered, T>,
                 dim3(gridFor(n), unsigned(plan.chunks)), unsigned(kThreads),
                 partial, static_cast<const float *>(stats), x, dy, rows, n,
                 plan.chunkRows))
       return false;
   }
   // Without rows this writes dgamma = dbeta = 0, as the CPU.
-  return launch(layerNormGradFinish<T>, dim3(gridFor(n, 32)),
+  return launch(layerNormGradFinish<kCentered, T>, dim3(gridFor(n, 32)),
                 unsigned(32 * kFinishWarps), dgamma, dbeta,
                 static_cast<const double *>(partial), plan.chunks, n);
 }

@@ -137,10 +137,10 @@ void strata_rt_layer_norm(StrataRtContext *ctx, int64_t site, void *y,
         using T = decltype(tag);
         if (rows == 0 || n == 0)
           return;
-        launchLayerNorm(onStream(ctx, site, "strata_rt_layer_norm"),
-                        static_cast<T *>(y), static_cast<const T *>(x),
-                        static_cast<const T *>(gamma),
-                        static_cast<const T *>(beta), rows, n, eps);
+        launchLayerNorm<true>(onStream(ctx, site, "strata_rt_layer_norm"),
+                              static_cast<T *>(y), static_cast<const T *>(x),
+                              static_cast<const T *>(gamma),
+                              static_cast<const T *>(beta), rows, n, eps);
       });
 }
 
@@ -164,12 +164,55 @@ void strata_rt_layer_norm_grad(StrataRtContext *ctx, int64_t site, void *dx,
           if (!scratch)
             return;
         }
-        launchLayerNormGrad(onStream(ctx, site, "strata_rt_layer_norm_grad"),
-                            plan, scratch, static_cast<T *>(dx),
-                            static_cast<T *>(dgamma), static_cast<T *>(dbeta),
-                            static_cast<const T *>(x),
-                            static_cast<const T *>(gamma),
-                            static_cast<const T *>(dy), rows, n, eps);
+        launchLayerNormGrad<true>(
+            onStream(ctx, site, "strata_rt_layer_norm_grad"), plan, scratch,
+            static_cast<T *>(dx), static_cast<T *>(dgamma),
+            static_cast<T *>(dbeta), static_cast<const T *>(x),
+            static_cast<const T *>(gamma), static_cast<const T *>(dy), rows, n,
+            eps);
+      });
+}
+
+void strata_rt_rms_norm(StrataRtContext *ctx, int64_t site, void *y,
+                        int64_t yType, const void *x, int64_t xType,
+                        const void *gamma, int64_t gammaType, int64_t rows,
+                        int64_t n, double eps) {
+  withSameFloatType(
+      ctx, site, "rms_norm", {yType, xType, gammaType}, [&](auto tag) {
+        using T = decltype(tag);
+        if (rows == 0 || n == 0)
+          return;
+        launchLayerNorm<false>(onStream(ctx, site, "strata_rt_rms_norm"),
+                               static_cast<T *>(y), static_cast<const T *>(x),
+                               static_cast<const T *>(gamma),
+                               static_cast<const T *>(nullptr), rows, n, eps);
+      });
+}
+
+void strata_rt_rms_norm_grad(StrataRtContext *ctx, int64_t site, void *dx,
+                             int64_t dxType, void *dgamma, int64_t dgammaType,
+                             const void *x, int64_t xType, const void *gamma,
+                             int64_t gammaType, const void *dy, int64_t dyType,
+                             int64_t rows, int64_t n, double eps) {
+  withSameFloatType(
+      ctx, site, "rms_norm_grad",
+      {dxType, dgammaType, xType, gammaType, dyType}, [&](auto tag) {
+        using T = decltype(tag);
+        if (n == 0)
+          return;
+        const LayerNormGradPlan plan = layerNormGradPlan(rows, n);
+        char *scratch = nullptr;
+        if (plan.bytes > 0) {
+          scratch = static_cast<char *>(ctx->scratchBytes(site, plan.bytes));
+          if (!scratch)
+            return;
+        }
+        launchLayerNormGrad<false>(
+            onStream(ctx, site, "strata_rt_rms_norm_grad"), plan, scratch,
+            static_cast<T *>(dx), static_cast<T *>(dgamma),
+            static_cast<T *>(nullptr), static_cast<const T *>(x),
+            static_cast<const T *>(gamma), static_cast<const T *>(dy), rows, n,
+            eps);
       });
 }
 

@@ -390,6 +390,33 @@ func.func @f(%dy: tensor<4xf32>) {
 
 // -----
 
+func.func @f(%a: tensor<4x3xf32>, %g: tensor<4xf32>) {
+  // expected-error@+2 {{'strata.rms_norm' op gamma must have shape [3], got [4]}}
+  // expected-error@+1 {{failed to infer returned types}}
+  %0 = strata.rms_norm %a, %g : (tensor<4x3xf32>, tensor<4xf32>) -> tensor<4x3xf32>
+  return
+}
+
+// -----
+
+func.func @f(%a: tensor<4x3xf32>, %g: tensor<3xf32>) {
+  // expected-error@+2 {{'strata.rms_norm' op epsilon must be positive}}
+  // expected-error@+1 {{failed to infer returned types}}
+  %0 = strata.rms_norm %a, %g {epsilon = -1.0 : f64} : (tensor<4x3xf32>, tensor<3xf32>) -> tensor<4x3xf32>
+  return
+}
+
+// -----
+
+func.func @f(%x: tensor<4x3xf32>, %g: tensor<3xf32>, %dy: tensor<4x4xf32>) {
+  // expected-error@+2 {{'strata.rms_norm_grad' op result_grad must have the input type}}
+  // expected-error@+1 {{failed to infer returned types}}
+  %0:2 = strata.rms_norm_grad %x, %g, %dy : (tensor<4x3xf32>, tensor<3xf32>, tensor<4x4xf32>) -> (tensor<4x3xf32>, tensor<3xf32>)
+  return
+}
+
+// -----
+
 func.func @f(%x: tensor<4x3xf32>, %g: tensor<3xf32>, %dy: tensor<4x4xf32>) {
   // expected-error@+2 {{'strata.layer_norm_grad' op result_grad must have the input type}}
   // expected-error@+1 {{failed to infer returned types}}

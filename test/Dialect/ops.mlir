@@ -60,6 +60,8 @@ func.func @forward(%x: tensor<4x8xf32>, %ids: tensor<4x3xi32>, %labels: tensor<4
   %10 = strata.dropout %9 {key = 7 : i64, prob = 0.1 : f64} : (tensor<4x16xf32>) -> tensor<4x16xf32>
   // CHECK: strata.layer_norm {{.*}} {epsilon = 9.9999999999999995E-7 : f64}
   %11 = strata.layer_norm %10, %g, %b {epsilon = 1.0e-6 : f64} : (tensor<4x16xf32>, tensor<16xf32>, tensor<16xf32>) -> tensor<4x16xf32>
+  // CHECK: strata.rms_norm %{{.*}}, %{{.*}} : (tensor<4x16xf32>, tensor<16xf32>) -> tensor<4x16xf32>
+  %rms = strata.rms_norm %11, %g : (tensor<4x16xf32>, tensor<16xf32>) -> tensor<4x16xf32>
   // CHECK: strata.softmax %{{.*}} :
   %12 = strata.softmax %11 : (tensor<4x16xf32>) -> tensor<4x16xf32>
   // CHECK: strata.softmax {{.*}} {causal}
@@ -103,6 +105,8 @@ func.func @backward(%x: tensor<4x8xf32>, %w: tensor<8x16xf32>, %dy: tensor<4x16x
   %3 = strata.softmax_grad %2, %1 : (tensor<4x16xf32>, tensor<4x16xf32>) -> tensor<4x16xf32>
   // CHECK: strata.layer_norm_grad {{.*}} -> (tensor<4x16xf32>, tensor<16xf32>, tensor<16xf32>)
   %4:3 = strata.layer_norm_grad %3, %g, %2 : (tensor<4x16xf32>, tensor<16xf32>, tensor<4x16xf32>) -> (tensor<4x16xf32>, tensor<16xf32>, tensor<16xf32>)
+  // CHECK: strata.rms_norm_grad {{.*}} {epsilon = 1.000000e-05 : f64} : {{.*}} -> (tensor<4x16xf32>, tensor<16xf32>)
+  %rg:2 = strata.rms_norm_grad %3, %g, %2 {epsilon = 1.0e-5 : f64} : (tensor<4x16xf32>, tensor<16xf32>, tensor<4x16xf32>) -> (tensor<4x16xf32>, tensor<16xf32>)
   // CHECK: strata.embedding_grad {{.*}} -> tensor<32x16xf32>
   %5 = strata.embedding_grad %ids, %4#0 : (tensor<4xi32>, tensor<4x16xf32>) -> tensor<32x16xf32>
   // CHECK: strata.cross_entropy_grad

@@ -9,14 +9,19 @@ once in a strategy where its section is disabled.
 
 Prints one line per key that changed nothing, then a summary.
 
-Usage: every_key.py STRATA_OPT PROGRAM.mlir"""
+Usage: every_key.py STRATA_OPT PROGRAM.mlir [KEY=PROGRAM.mlir ...]
+
+A KEY=PROGRAM argument tries that key on another program: one that has
+what the key's pass rewrites where the main program has not (an RMS norm
+written out, say)."""
 import json
 import os
 import subprocess
 import sys
 import tempfile
 
-strata_opt, program = sys.argv[1], sys.argv[2]
+strata_opt, main_program = sys.argv[1], sys.argv[2]
+key_programs = dict(arg.split("=", 1) for arg in sys.argv[3:])
 work = tempfile.mkdtemp(prefix="every-key-")
 
 
@@ -32,9 +37,9 @@ write.count = 0
 cache = {}
 
 
-def compile_all(strategy, world):
+def compile_all(strategy, world, program):
     """The programs of every rank, or None when the strategy is refused."""
-    key = (json.dumps(strategy, sort_keys=True), world)
+    key = (json.dumps(strategy, sort_keys=True), world, program)
     if key in cache:
         return cache[key]
     path = write(strategy)
@@ -137,6 +142,7 @@ checked = 0
 for section, keys in defaults.items():
     for key, default in keys.items():
         name = "%s.%s" % (section, key)
+        program = key_programs.pop(name, main_program)
         values = candidates(name, default)
         if not values:
             raise SystemExit("no non-default value for " + name)
@@ -146,7 +152,7 @@ for section, keys in defaults.items():
         for base, world in bases:
             if key in base.get(section, {}):
                 continue  # the base fixes this key
-            before = compile_all(base, world)
+            before = compile_all(base, world, program)
             if before is None:
                 # A section that is refused as a whole (not implemented):
                 # so is every strategy that enables it.
@@ -155,10 +161,12 @@ for section, keys in defaults.items():
             for value in values:
                 variant = with_key(base, section, key, value)
                 checked += 1
-                after = compile_all(variant, world)
+                after = compile_all(variant, world, program)
                 if after is not None and after == before:
                     ignored.append("%s = %s on %s (world %d)" % (
                         name, json.dumps(value), json.dumps(base), world))
+if key_programs:
+    raise SystemExit("no such key: " + ", ".join(key_programs))
 for base in sorted(refused_bases):
     print("refused as a whole:", base)
 for line in ignored:

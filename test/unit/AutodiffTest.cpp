@@ -259,6 +259,12 @@ std::vector<Case> cases() {
                        "(tensor<3x4xf64>, tensor<4xf64>, tensor<4xf64>) -> "
                        "tensor<3x4xf64>",
               "tensor<3x4xf64>"));
+  add("rms_norm",
+      program(ab + "strata.param @g : tensor<4xf64> init <normal, 1.0>",
+              get_ab + "  %g = strata.get_param @g : tensor<4xf64>\n"
+                       "  %y = strata.rms_norm %a, %g : "
+                       "(tensor<3x4xf64>, tensor<4xf64>) -> tensor<3x4xf64>",
+              "tensor<3x4xf64>"));
   add("embedding",
       program("strata.param @t : tensor<5x3xf64> init <normal, 1.0>",
               "  %t = strata.get_param @t : tensor<5x3xf64>\n"

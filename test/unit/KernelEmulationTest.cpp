@@ -180,8 +180,10 @@ TEST(KernelEmulation, Softmax) {
   checkSoftmax<float>(3, 1100, 1100, true);
 }
 
-template <typename T> void checkLayerNorm(int64_t rows, int64_t n) {
-  SCOPED_TRACE(name<T>(rows, n));
+/// Layer norm (kCentered) or RMS norm, forward and gradients.
+template <bool kCentered, typename T>
+void checkNormalization(int64_t rows, int64_t n) {
+  SCOPED_TRACE(name<T>(rows, n) + (kCentered ? " layer norm" : " RMS norm"));
   std::mt19937 gen(unsigned(rows * 1000 + n + 7));
   const std::vector<T> x = draw<T>(gen, rows * n, -3, 5);
   const std::vector<T> gamma = draw<T>(gen, n, 0.5, 1.5);
@@ -190,44 +192,58 @@ template <typename T> void checkLayerNorm(int64_t rows, int64_t n) {
   const double eps = 1e-5;
   CpuContext cpu;
   std::vector<T> yWant(x.size()), yGot(x.size());
-  strata_rt_layer_norm(cpu, 1, yWant.data(), kType<T>, x.data(), kType<T>,
-                       gamma.data(), kType<T>, beta.data(), kType<T>, rows, n,
-                       eps);
+  if constexpr (kCentered)
+    strata_rt_layer_norm(cpu, 1, yWant.data(), kType<T>, x.data(), kType<T>,
+                         gamma.data(), kType<T>, beta.data(), kType<T>, rows, n,
+                         eps);
+  else
+    strata_rt_rms_norm(cpu, 1, yWant.data(), kType<T>, x.data(), kType<T>,
+                       gamma.data(), kType<T>, rows, n, eps);
   ASSERT_EQ(cpu.error(), nullptr);
   if (rows > 0) {
-    strata::cuda::launchLayerNorm(hostLaunch, yGot.data(), x.data(),
-                                  gamma.data(), beta.data(), rows, n, eps);
-    expectClose(yGot, yWant, "layer norm", /*sums=*/true);
+    strata::cuda::launchLayerNorm<kCentered>(
+        hostLaunch, yGot.data(), x.data(), gamma.data(),
+        kCentered ? beta.data() : nullptr, rows, n, eps);
+    expectClose(yGot, yWant, "forward", /*sums=*/true);
   }
 
   std::vector<T> dxWant(x.size()), dgWant(n), dbWant(n);
-  strata_rt_layer_norm_grad(cpu, 2, dxWant.data(), kType<T>, dgWant.data(),
-                            kType<T>, dbWant.data(), kType<T>, x.data(),
-                            kType<T>, gamma.data(), kType<T>, dy.data(),
-                            kType<T>, rows, n, eps);
+  if constexpr (kCentered)
+    strata_rt_layer_norm_grad(cpu, 2, dxWant.data(), kType<T>, dgWant.data(),
+                              kType<T>, dbWant.data(), kType<T>, x.data(),
+                              kType<T>, gamma.data(), kType<T>, dy.data(),
+                              kType<T>, rows, n, eps);
+  else
+    strata_rt_rms_norm_grad(cpu, 2, dxWant.data(), kType<T>, dgWant.data(),
+                            kType<T>, x.data(), kType<T>, gamma.data(),
+                            kType<T>, dy.data(), kType<T>, rows, n, eps);
   ASSERT_EQ(cpu.error(), nullptr);
   const strata::cuda::LayerNormGradPlan plan =
       strata::cuda::layerNormGradPlan(rows, n);
   std::vector<double> scratch((plan.bytes + 7) / 8, NAN);
   std::vector<T> dxGot(x.size()), dgGot(n, narrow<T>(NAN)),
       dbGot(n, narrow<T>(NAN));
-  strata::cuda::launchLayerNormGrad(
+  strata::cuda::launchLayerNormGrad<kCentered>(
       hostLaunch, plan, reinterpret_cast<char *>(scratch.data()), dxGot.data(),
-      dgGot.data(), dbGot.data(), x.data(), gamma.data(), dy.data(), rows, n,
-      eps);
+      dgGot.data(), kCentered ? dbGot.data() : nullptr, x.data(), gamma.data(),
+      dy.data(), rows, n, eps);
   expectClose(dxGot, dxWant, "dx", /*sums=*/true);
   expectClose(dgGot, dgWant, "dgamma", /*sums=*/true);
-  expectClose(dbGot, dbWant, "dbeta", /*sums=*/true);
+  if constexpr (kCentered)
+    expectClose(dbGot, dbWant, "dbeta", /*sums=*/true);
 }
 
-TEST(KernelEmulation, LayerNorm) {
-  checkLayerNorm<float>(37, 24);
-  checkLayerNorm<float>(9, 1025);
-  checkLayerNorm<BFloat16>(19, 100);
-  checkLayerNorm<Half>(11, 7);
-  checkLayerNorm<float>(70, 64); // several chunks of rows for dgamma
-  checkLayerNorm<float>(0, 16);  // no rows: dgamma = dbeta = 0
+template <bool kCentered> void checkNormalizations() {
+  checkNormalization<kCentered, float>(37, 24);
+  checkNormalization<kCentered, float>(9, 1025);
+  checkNormalization<kCentered, BFloat16>(19, 100);
+  checkNormalization<kCentered, Half>(11, 7);
+  checkNormalization<kCentered, float>(70, 64); // several chunks for dgamma
+  checkNormalization<kCentered, float>(0, 16);  // no rows: dgamma = 0
 }
+
+TEST(KernelEmulation, LayerNorm) { checkNormalizations<true>(); }
+TEST(KernelEmulation, RmsNorm) { checkNormalizations<false>(); }
 
 /// Cross-entropy over `rows` rows of `width` elements (`vocab` when 0), of
 /// which the first `vocab` are the classes: the padding holds NaN, which

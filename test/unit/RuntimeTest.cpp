@@ -23,6 +23,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <functional>
+#include <random>
 #include <string>
 #include <vector>
 
@@ -701,6 +702,64 @@ TEST(RuntimeTest, DropoutUsesTheGlobalMask) {
         EXPECT_NEAR(double(kept) / n, 0.75, 0.05);
       }
     }
+  }
+}
+
+// RMS norm and its gradients against their definitions in double, in the
+// baseline and the dispatched builds, on rows that are no multiple of a
+// vector.
+TEST(RuntimeTest, RmsNormFollowsItsDefinition) {
+  const int64_t rows = 37, n = 300;
+  const double eps = 1e-6;
+  std::mt19937 gen(5);
+  std::uniform_real_distribution<float> uniform(-3.0f, 3.0f);
+  std::vector<float> x(rows * n), g(n), dy(rows * n);
+  for (float *v : {x.data(), dy.data()})
+    for (int64_t i = 0; i < rows * n; ++i)
+      v[i] = uniform(gen);
+  for (float &v : g)
+    v = 1.0f + 0.2f * uniform(gen);
+  std::vector<double> yRef(rows * n), dxRef(rows * n), dgRef(n, 0.0);
+  for (int64_t r = 0; r < rows; ++r) {
+    const float *xr = &x[r * n], *dyr = &dy[r * n];
+    double squares = 0.0, dot = 0.0;
+    for (int64_t j = 0; j < n; ++j)
+      squares += double(xr[j]) * xr[j];
+    const double rstd = 1.0 / std::sqrt(squares / n + eps);
+    for (int64_t j = 0; j < n; ++j)
+      dot += double(dyr[j]) * g[j] * xr[j] * rstd;
+    for (int64_t j = 0; j < n; ++j) {
+      const double xhat = xr[j] * rstd;
+      yRef[r * n + j] = xhat * g[j];
+      dxRef[r * n + j] = rstd * (double(dyr[j]) * g[j] - xhat * dot / n);
+      dgRef[j] += double(dyr[j]) * xhat;
+    }
+  }
+  auto expectNear = [](const std::vector<float> &got,
+                       const std::vector<double> &want, double tolerance,
+                       const char *what) {
+    for (size_t i = 0; i < got.size(); ++i)
+      ASSERT_NEAR(got[i], want[i], tolerance * std::max(1.0, std::abs(want[i])))
+          << what << " element " << i;
+  };
+  using Forward = decltype(&strata_rt_rms_norm);
+  using Backward = decltype(&strata_rt_rms_norm_grad);
+  const std::pair<Forward, Backward> builds[] = {
+      {&strata_rt_rms_norm, &strata_rt_rms_norm_grad},
+      {dispatchedKernel<Forward>("strata_rt_rms_norm"),
+       dispatchedKernel<Backward>("strata_rt_rms_norm_grad")}};
+  for (auto [forward, backward] : builds) {
+    ASSERT_NE(forward, nullptr);
+    ASSERT_NE(backward, nullptr);
+    Context ctx(/*threads=*/2);
+    std::vector<float> y(rows * n), dx(rows * n), dg(n);
+    forward(ctx, 0, y.data(), F32, x.data(), F32, g.data(), F32, rows, n, eps);
+    backward(ctx, 1, dx.data(), F32, dg.data(), F32, x.data(), F32, g.data(),
+             F32, dy.data(), F32, rows, n, eps);
+    ASSERT_EQ(strata_rt_error(ctx, nullptr), nullptr);
+    expectNear(y, yRef, 1e-6, "y");
+    expectNear(dx, dxRef, 1e-5, "dx");
+    expectNear(dg, dgRef, 1e-5, "dgamma");
   }
 }
 
@@ -1481,6 +1540,11 @@ TEST(RuntimeTest, LowPrecisionKernelsRoundTheF32Result) {
     strata_rt_layer_norm(ctx, 7, l.data(), low, ly.data(), low, lg.data(), low,
                          lb.data(), low, m, n, 1e-5);
     expectRounded("layer_norm");
+    strata_rt_rms_norm(ctx, 7, f.data(), F32, y.data(), F32, gamma.data(), F32,
+                       m, n, 1e-6);
+    strata_rt_rms_norm(ctx, 7, l.data(), low, ly.data(), low, lg.data(), low, m,
+                       n, 1e-6);
+    expectRounded("rms_norm");
     // A column sum (the bias gradient).
     int64_t rdesc[] = {m, n, 0, 1};
     std::fill(f.begin(), f.end(), 0.0f);
@@ -2143,7 +2207,7 @@ TEST(RuntimeTest, DynamicLossScalingFollowsPaddlesRule) {
 TEST(RuntimeTest, SymbolsNameEveryKernel) {
   size_t count = 0;
   const StrataRtSymbol *symbols = strata_rt_symbols(&count);
-  EXPECT_EQ(count, 45u);
+  EXPECT_EQ(count, 47u);
   bool gemm = false, gemmAux = false;
   for (size_t i = 0; i < count; ++i) {
     EXPECT_NE(symbols[i].address, nullptr);

@@ -157,7 +157,7 @@ TEST(Strategy, NumbersRoundTripShortest) {
 TEST(PassPlan, OrderAndPipelineText) {
   Strategy s = parseOk(R"(
 pipeline: {enable: true, pp_degree: 2, accumulate_steps: 4}
-fused_passes: {enable: true, gemm_epilogue: true}
+fused_passes: {enable: true, gemm_epilogue: true, rms_norm: true}
 recompute: {enable: true, checkpoints: [h0]}
 amp: {enable: true, dtype: bfloat16}
 sharding: {enable: true, degree: 2}
@@ -166,14 +166,14 @@ sharding: {enable: true, degree: 2}
   std::vector<std::string> names;
   for (const PlannedPass &p : planPasses(s, 8))
     names.push_back(p.name);
-  EXPECT_EQ(
-      names,
-      (std::vector<std::string>{
-          "strata-gelu-recognition", "strata-amp", "strata-rank-grid",
-          "strata-stage-split", "strata-autodiff",
-          "strata-gemm-epilogue-fusion", "strata-recompute-casts",
-          "strata-recompute", "strata-gradient-merge", "strata-data-parallel",
-          "strata-optimizer", "strata-sharding", "strata-pipeline"}));
+  EXPECT_EQ(names,
+            (std::vector<std::string>{
+                "strata-rms-norm-recognition", "strata-gelu-recognition",
+                "strata-amp", "strata-rank-grid", "strata-stage-split",
+                "strata-autodiff", "strata-gemm-epilogue-fusion",
+                "strata-recompute-casts", "strata-recompute",
+                "strata-gradient-merge", "strata-data-parallel",
+                "strata-optimizer", "strata-sharding", "strata-pipeline"}));
   // Plain data parallel (and its rank grid) appears only when the world
   // size is known.
   Strategy plain = parseOk("");
@@ -185,7 +185,7 @@ sharding: {enable: true, degree: 2}
   EXPECT_EQ(four[2].name, "strata-data-parallel");
   EXPECT_EQ(planPasses(plain, 1).size(), 2u);
   // The grid of the hybrid strategy: 8 ranks = pp 2 x sharding 2 x dp 2.
-  EXPECT_EQ(planPasses(s, 8)[2].options(), "dp=2 mp=1 pp=2 sharding=2");
+  EXPECT_EQ(planPasses(s, 8)[3].options(), "dp=2 mp=1 pp=2 sharding=2");
 }
 
 // Registers Strata's passes, so the test does not depend on which tests ran

@@ -466,6 +466,17 @@ void strata_rt_layer_norm_grad(StrataRtContext *ctx, int64_t site, void *dx,
                                const void *gamma, int64_t gammaType,
                                const void *dy, int64_t dyType, int64_t rows,
                                int64_t n, double eps);
+/* RMS norm over the last dimension of `rows` rows of `n`: y = x /
+   sqrt(mean(x^2) + eps) * gamma; its gradient dx, dgamma. */
+void strata_rt_rms_norm(StrataRtContext *ctx, int64_t site, void *y,
+                        int64_t yType, const void *x, int64_t xType,
+                        const void *gamma, int64_t gammaType, int64_t rows,
+                        int64_t n, double eps);
+void strata_rt_rms_norm_grad(StrataRtContext *ctx, int64_t site, void *dx,
+                             int64_t dxType, void *dgamma, int64_t dgammaType,
+                             const void *x, int64_t xType, const void *gamma,
+                             int64_t gammaType, const void *dy, int64_t dyType,
+                             int64_t rows, int64_t n, double eps);
 void strata_rt_embedding(StrataRtContext *ctx, int64_t site, void *out,
                          int64_t outType, const void *table,
                          int64_t tableType, const void *ids, int64_t idsType,

@@ -54,6 +54,8 @@ struct FusedPassesSection {
   bool dropout_add = false;
   /// Strata's: scaled dot-product attention as one strata.attention.
   bool flash_attention = false;
+  /// Strata's: RMS normalisation written out as one strata.rms_norm.
+  bool rms_norm = false;
   bool operator==(const FusedPassesSection &) const = default;
 };
 
