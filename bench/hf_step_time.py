@@ -11,8 +11,9 @@ GPT: 4 layers, hidden 256, 4 heads, 128 positions, vocabulary 256, batch 8;
 LLaMA's MLP is 688 wide (SiLU-gated), its positions rotary. Each is captured
 with torch.export and imported by `strata.import_torch`, the program that
 users bring from PyTorch, then trained with AdamW (lr 1e-3) by strata-run as
-imported and with its fused passes (fused_passes: gemm_epilogue,
-flash_attention), and by PyTorch as *eager* (the model as Hugging Face
+imported and with the fused passes the model has (fused_passes:
+flash_attention, and gemm_epilogue for GPT-2's GELU or rms_norm for LLaMA's
+RMSNorm), and by PyTorch as *eager* (the model as Hugging Face
 writes it, its default attention, torch's default AdamW), *tuned* (the same
 with fused AdamW) and *compiled* (torch.compile of the loss, fused AdamW).
 It prints the median step time of each and Strata / best PyTorch (below 1:
@@ -39,6 +40,9 @@ from benchlib import cpu_model  # noqa: E402
 from step_time import ensure_torch2, strata_times  # noqa: E402
 
 LAYERS, HIDDEN, HEADS, SEQ, VOCAB, BATCH = 4, 256, 4, 128, 256, 8
+# The fused passes each model has something for.
+FUSED = {"gpt2": {"gemm_epilogue": True, "flash_attention": True},
+         "llama": {"rms_norm": True, "flash_attention": True}}
 
 
 def make_model(name):
@@ -117,14 +121,7 @@ def main():
     rng = np.random.default_rng(1)
     batch = tuple(torch.from_numpy(t)
                   for t in rng.integers(0, VOCAB, (2, BATCH, SEQ)))
-    strategies = {}
-    for key, extra in (("strata", {}), ("fused", {"fused_passes": {
-            "enable": True, "gemm_epilogue": True, "flash_attention": True}})):
-        strategies[key] = os.path.join(args.workdir, key + ".json")
-        with open(strategies[key], "w") as f:
-            json.dump(dict({"optimizer": {"type": "adamw",
-                                          "learning_rate": 0.001}}, **extra),
-                      f)
+    adamw = {"optimizer": {"type": "adamw", "learning_rate": 0.001}}
     print()
     print("| model | threads | Strata ms | Strata fused ms | eager ms"
           " | tuned ms | compiled ms | Strata / best | fused / best |")
@@ -138,6 +135,13 @@ def main():
         weights = os.path.join(args.workdir, name + ".safetensors")
         program.save_weights(weights)
         extra = ("--init", weights)
+        strategies = {}
+        for key, fused in (("strata", None), ("fused", FUSED[name])):
+            strategies[key] = os.path.join(args.workdir,
+                                           "%s-%s.json" % (name, key))
+            with open(strategies[key], "w") as f:
+                json.dump(dict(adamw, **({"fused_passes": dict(
+                    enable=True, **fused)} if fused else {})), f)
         for n in args.threads.split(","):
             n = int(n)
             torch.set_num_threads(n)

@@ -931,6 +931,7 @@ class _Emitter:
            lambda n, x, dtype=None: self.reduce(n, x, None, dtype=dtype))
         on(_ops("mse_loss"), self.mse_loss)
         on(_ops("native_layer_norm", "layer_norm"), self.layer_norm)
+        on(_ops("rms_norm"), self.rms_norm)
         on(_ops("embedding"), self.embedding)
         on(_ops("_softmax", "softmax.int"), self.softmax)
         on(_ops("masked_fill.Scalar"), self.masked_fill)
@@ -1275,6 +1276,20 @@ class _Emitter:
         if node.target.overloadpacket is _aten.native_layer_norm:
             return _Tuple([out, None, None])
         return out
+
+    def rms_norm(self, node, x, normalized, weight=None, eps=None):
+        # torch.nn.RMSNorm / F.rms_norm (aten.rms_norm, which torch.export
+        # keeps whole); a written-out RMSNorm (LLaMA's) becomes the same op
+        # through strata-rms-norm-recognition.
+        v = self.tensor(x, node)
+        if len(normalized) != 1:
+            self.fail(node, "normalisation over more than the last dimension")
+        gamma = self.tensor(weight, node) if weight is not None else \
+            self.constant(torch.ones(normalized[0]))
+        if eps is None:  # PyTorch's default: the input type's epsilon
+            eps = torch.finfo(node.args[0].meta["val"].dtype).eps
+        return self.op("rms_norm", [v, gamma], v.shape,
+                       ["epsilon = " + _f64(eps)])
 
     def embedding(self, node, table, ids, padding_idx=-1,
                   scale_grad_by_freq=False, sparse=False):

@@ -2,6 +2,7 @@
 // RUN: strata-opt %s -split-input-file --strata-amp='dtype=float16' | FileCheck %s --check-prefix=F16
 // RUN: strata-opt %s -split-input-file --strata-amp='dtype=bfloat16 custom-white-list=softmax custom-black-list=matmul' | FileCheck %s --check-prefix=CUSTOM
 // RUN: strata-opt %s -split-input-file --strata-amp='dtype=bfloat16' --strata-autodiff | FileCheck %s --check-prefix=GRAD
+// RUN: strata-opt %s -split-input-file --strata-amp='dtype=bfloat16 level=o2' | FileCheck %s --check-prefix=O2
 
 // A block: Linear + GELU, a residual add, layer norm, attention-style
 // softmax, the loss. Parameters stay f32 and are cast where a low-precision
@@ -128,3 +129,25 @@ func.func @train_step(%q: tensor<2x4x8xf32>, %v: tensor<2x4x8xf32>) -> tensor<f3
   return %s : tensor<f32>
 }
 
+
+// -----
+
+// RMS norm is on the black list at level o1 (f32, as layer norm) and
+// computes in the low type at level o2.
+strata.param @w : tensor<8x8xf32> init <normal, 1.0>
+strata.param @g : tensor<8xf32> init <ones>
+
+// CHECK-LABEL: func @rms_norm
+// CHECK: %[[MM:.*]] = strata.matmul {{.*}} -> tensor<4x8xbf16>
+// CHECK-NEXT: %[[MW:.*]] = strata.cast %[[MM]] : (tensor<4x8xbf16>) -> tensor<4x8xf32>
+// CHECK-NEXT: strata.rms_norm %[[MW]], %{{.*}} : (tensor<4x8xf32>, tensor<8xf32>) -> tensor<4x8xf32>
+// O2-LABEL: func @rms_norm
+// O2: strata.rms_norm {{.*}} : (tensor<4x8xbf16>, tensor<8xbf16>) -> tensor<4x8xbf16>
+func.func @rms_norm(%x: tensor<4x8xf32>, %labels: tensor<4xi32>) -> tensor<f32> {
+  %w = strata.get_param @w : tensor<8x8xf32>
+  %g = strata.get_param @g : tensor<8xf32>
+  %0 = strata.matmul %x, %w : (tensor<4x8xf32>, tensor<8x8xf32>) -> tensor<4x8xf32>
+  %1 = strata.rms_norm %0, %g : (tensor<4x8xf32>, tensor<8xf32>) -> tensor<4x8xf32>
+  %loss = strata.cross_entropy %1, %labels : (tensor<4x8xf32>, tensor<4xi32>) -> tensor<f32>
+  return %loss : tensor<f32>
+}

@@ -84,6 +84,7 @@ constexpr uint64_t kContextSeed = 20240611;
   X(strided_copy)                                                              \
   X(copy_rows) X(reduce) X(fill) X(dropout) X(softmax) X(softmax_grad)         \
   X(attention) X(attention_grad) X(layer_norm) X(layer_norm_grad)              \
+  X(rms_norm) X(rms_norm_grad)                                                 \
   X(embedding) X(embedding_grad) X(cross_entropy) X(cross_entropy_grad)        \
   X(lr_schedule) X(global_norm) X(scale_by) X(clip) X(sgd) X(momentum)        \
   X(adam) X(lars) X(is_finite) X(update_loss_scaling) X(updates_begin)        \
@@ -744,6 +745,19 @@ std::vector<CaseDef> makeCases() {
       void *dg = t.out("dgamma", dt, n, tol), *db = t.out("dbeta", dt, n, tol);
       RT.layer_norm_grad(t.ctx, 1, dx, dt, dg, dt, db, dt, x, dt, g, dt, dy, dt,
                          rows, n, 1e-5);
+    });
+    add("rms_norm_" + name, [=](Case &t) {
+      void *x = t.rand(dt, rows * n, -1, 3), *g = t.rand(dt, n, 0.5, 1.5);
+      void *y = t.out("y", dt, rows * n, tol);
+      RT.rms_norm(t.ctx, 1, y, dt, x, dt, g, dt, rows, n, 1e-6);
+    });
+    add("rms_norm_grad_" + name, [=](Case &t) {
+      void *x = t.rand(dt, rows * n, -1, 3), *g = t.rand(dt, n, 0.5, 1.5);
+      void *dy = t.rand(dt, rows * n, -1, 1);
+      void *dx = t.out("dx", dt, rows * n, tol);
+      void *dg = t.out("dgamma", dt, n, tol);
+      RT.rms_norm_grad(t.ctx, 1, dx, dt, dg, dt, x, dt, g, dt, dy, dt, rows, n,
+                       1e-6);
     });
   };
   layerNorm("f32_wide", F32, 37, 1500);

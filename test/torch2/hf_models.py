@@ -1,8 +1,9 @@
 """Hugging Face transformers' GPT2LMHeadModel and LlamaForCausalLM (small
-configurations built from a config: nothing is downloaded), captured with
-torch.export on PyTorch 2.x, imported, and trained 20 AdamW steps by Strata
-and by PyTorch eager from the same weights and batches; the losses must
-agree within 1e-4 relative. Optionally the imported GPT-2 also trains under
+configurations built from a config: nothing is downloaded), and a model
+normalised by torch.nn.RMSNorm (aten.rms_norm, which torch.export keeps
+whole), captured with torch.export on PyTorch 2.x, imported, and trained 20
+AdamW steps by Strata and by PyTorch eager from the same weights and
+batches; the losses must agree within 1e-4 relative. Optionally the imported GPT-2 also trains under
 a strategy on 2 ranks (mpirun) with the single-rank losses.
 
 usage: hf_models.py OUT_DIR          (run by test/torch2/run.sh)
@@ -40,6 +41,24 @@ class CausalLM(torch.nn.Module):
             logits.reshape(-1, logits.size(-1)), targets.reshape(-1))
 
 
+class RmsNormLM(torch.nn.Module):
+    """Tokens -> embedding -> Linear -> nn.RMSNorm (PyTorch's default
+    epsilon) -> SiLU -> logits: the mean next-token cross-entropy."""
+
+    def __init__(self, vocab):
+        super().__init__()
+        self.embed = torch.nn.Embedding(vocab, 32)
+        self.proj = torch.nn.Linear(32, 32)
+        self.norm = torch.nn.RMSNorm(32)
+        self.head = torch.nn.Linear(32, vocab)
+
+    def forward(self, tokens, targets):
+        h = torch.nn.functional.silu(self.norm(self.proj(self.embed(tokens))))
+        logits = self.head(h)
+        return torch.nn.functional.cross_entropy(
+            logits.reshape(-1, logits.size(-1)), targets.reshape(-1))
+
+
 def models(vocab):
     torch.manual_seed(0)
     yield "gpt2", GPT2LMHeadModel(GPT2Config(
@@ -51,13 +70,15 @@ def models(vocab):
         vocab_size=vocab, hidden_size=32, intermediate_size=64,
         num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=4,
         max_position_embeddings=16, bos_token_id=0, eos_token_id=0))
+    torch.manual_seed(0)
+    yield "rmsnorm", RmsNormLM(vocab)
 
 
 print("PyTorch %s, transformers %s" % (torch.__version__,
                                        transformers.__version__))
 batches = token_batches(vocab=64, batch=4, seq=16, steps=20)
 for name, model in models(64):
-    wrapped = CausalLM(model)
+    wrapped = model if isinstance(model, RmsNormLM) else CausalLM(model)
     program = importer.import_module(wrapped, batches[0],
                                      input_names=["tokens", "targets"],
                                      capture="export")

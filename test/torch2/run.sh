@@ -2,8 +2,9 @@
 # Hugging Face GPT-2 and LLaMA (small configurations) through torch.export
 # on PyTorch 2.x: imported, trained by Strata and by PyTorch eager, losses
 # compared; then the imported programs under ZeRO-3 and a 1F1B pipeline on 2
-# ranks, and with fused attention (and the GEMM epilogue fusion, which takes
-# GPT-2's written-out GELU), against their single-rank run.
+# ranks, and with fused attention (and GPT-2's written-out GELU taken into
+# the GEMM epilogue, LLaMA's written-out RMSNorm as one op), against their
+# single-rank run.
 #   test/torch2/run.sh [BUILD_DIR] [VENV]
 set -euo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
@@ -14,6 +15,11 @@ out=$(mktemp -d)
 trap 'rm -rf "$out"' EXIT
 export PYTHONPATH=$root/python STRATA_LIBRARY=$build/lib/libStrataC.so
 "$venv/bin/python" "$root/test/torch2/hf_models.py" "$out" | grep -v '^step [1-9]'
+# torch.nn.RMSNorm is imported as the rms_norm op itself.
+if ! grep -q 'strata.rms_norm ' "$out/rmsnorm.mlir"; then
+  echo "rmsnorm: torch.nn.RMSNorm is not imported as strata.rms_norm" >&2
+  exit 1
+fi
 
 # Token ids below the models' vocabulary of 64, for strata-run.
 "$venv/bin/python" -c "import numpy as np; np.random.default_rng(1).integers(0, 64, 20000).astype('<u2').tofile('$out/tokens.bin')"
@@ -32,9 +38,13 @@ cat > "$out/flash.yaml" <<'YAML'
 optimizer: {type: adamw, learning_rate: 0.01}
 fused_passes: {enable: true, flash_attention: true}
 YAML
-cat > "$out/fused.yaml" <<'YAML'
+cat > "$out/fused-gpt2.yaml" <<'YAML'
 optimizer: {type: adamw, learning_rate: 0.01}
 fused_passes: {enable: true, gemm_epilogue: true, flash_attention: true}
+YAML
+cat > "$out/fused-llama.yaml" <<'YAML'
+optimizer: {type: adamw, learning_rate: 0.01}
+fused_passes: {enable: true, rms_norm: true, flash_attention: true}
 YAML
 for model in gpt2 llama; do
   # Fused attention takes every attention of the imported model (no
@@ -47,15 +57,24 @@ for model in gpt2 llama; do
     exit 1
   fi
   # GPT-2's GELU, which Hugging Face writes out, runs as the gelu op in
-  # the GEMM epilogue (no tanh left).
-  if [ "$model" = gpt2 ]; then
-    "$build/bin/strata-opt" --strategy="$out/fused.yaml" "$out/$model.mlir" \
-      -o "$out/$model-fused.mlir"
-    if grep -q strata.tanh "$out/$model-fused.mlir" ||
-      ! grep -q 'strata.fused_gemm_epilogue .*gelu_tanh' "$out/$model-fused.mlir"; then
-      echo "$model: the written-out GELU is not in the GEMM epilogue" >&2
-      exit 1
-    fi
+  # the GEMM epilogue (no tanh left); LLaMA's RMSNorm as the rms_norm op
+  # (no rsqrt left). Neither strategy warns of a key that changes nothing.
+  cp "$out/fused-$model.yaml" "$out/fused.yaml"
+  "$build/bin/strata-opt" --strategy="$out/fused.yaml" "$out/$model.mlir" \
+    -o "$out/$model-fused.mlir" 2> "$out/$model-fused.err"
+  if [ -s "$out/$model-fused.err" ]; then
+    cat "$out/$model-fused.err"
+    exit 1
+  fi
+  if [ "$model" = gpt2 ] && { grep -q strata.tanh "$out/$model-fused.mlir" ||
+    ! grep -q 'strata.fused_gemm_epilogue .*gelu_tanh' "$out/$model-fused.mlir"; }; then
+    echo "$model: the written-out GELU is not in the GEMM epilogue" >&2
+    exit 1
+  fi
+  if [ "$model" = llama ] && { grep -q strata.rsqrt "$out/$model-fused.mlir" ||
+    ! grep -q 'strata.rms_norm ' "$out/$model-fused.mlir"; }; then
+    echo "$model: the written-out RMSNorm is not one rms_norm op" >&2
+    exit 1
   fi
   for strategy in base z3 pp2 flash fused; do
     nproc=2
