@@ -8,6 +8,7 @@
 #include "mlir/Dialect/Arith/IR/Arith.h"
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/IR/Builders.h"
+#include "mlir/IR/IRMapping.h"
 #include "llvm/ADT/SmallPtrSet.h"
 
 #include <cmath>
@@ -616,6 +617,112 @@ struct DropoutAddFusionPass
   }
 };
 
+/// An operand of an attention in [..., H, S, D] computed from a value in
+/// [..., S, H, D] by the transpose that swaps S and H (a projection's heads
+/// split off), directly or through ops on each element or along D (LLaMA's
+/// rotary embedding: products and sums with constant tables, the halves
+/// sliced, negated and joined): the same value in [..., S, H, D], those ops
+/// written again in that layout (and the constants' S and H swapped), so
+/// that the fused op reads it without a copy.
+class HeadsSplit {
+public:
+  explicit HeadsSplit(int64_t rank)
+      : swap(llvm::to_vector(llvm::seq<int64_t>(0, rank))) {
+    if (rank >= 3)
+      std::swap(swap[rank - 3], swap[rank - 2]);
+  }
+
+  /// The permutation that swaps S and H (its own inverse).
+  ArrayRef<int64_t> permutation() const { return swap; }
+
+  /// Whether `x` can be read in [..., S, H, D] (nothing is built).
+  bool reads(Value x, int depth = 0) {
+    if (swap.size() < 3 || depth > kMaxDepth)
+      return false;
+    if (isa_and_present<arith::ConstantOp>(x.getDefiningOp()))
+      return constantType(x) != nullptr;
+    if (tensorType(x).getRank() != int64_t(swap.size()))
+      return false;
+    if (auto t = x.getDefiningOp<TransposeOp>())
+      return t.getPermutation() == permutation();
+    Operation *op = x.getDefiningOp();
+    if (!isa_and_present<AddOp, SubOp, MulOp, DivOp, ScaleOp, SliceOp,
+                         ConcatOp>(op))
+      return false;
+    return llvm::all_of(op->getOperands(),
+                        [&](Value in) { return reads(in, depth + 1); });
+  }
+
+  /// `x` in [..., S, H, D], after reads(x).
+  Value build(Value x) {
+    if (Value done = built.lookup(x))
+      return done;
+    Operation *op = x.getDefiningOp();
+    OpBuilder b(op);
+    Value result;
+    if (auto t = dyn_cast<TransposeOp>(op)) {
+      result = t.getInput();
+    } else if (auto c = dyn_cast<arith::ConstantOp>(op)) {
+      // S or H is 1 here (constantType): the elements keep their order.
+      auto attr = cast<DenseElementsAttr>(c.getValue());
+      auto copy = arith::ConstantOp::create(b, c.getLoc(),
+                                            attr.reshape(constantType(x)));
+      copyMetadata(c, copy);
+      result = copy;
+    } else {
+      IRMapping map;
+      for (Value in : op->getOperands())
+        map.map(in, build(in));
+      Operation *clone = b.clone(*op, map);
+      RankedTensorType type = tensorType(x);
+      clone->getResult(0).setType(RankedTensorType::get(
+          permuted(type.getShape()), type.getElementType()));
+      if (auto dim = clone->getAttrOfType<IntegerAttr>("dim"))
+        clone->setAttr("dim", b.getI64IntegerAttr(swap[dim.getInt()]));
+      result = clone->getResult(0);
+    }
+    visited.push_back(op);
+    built[x] = result;
+    return result;
+  }
+
+  /// Erases the ops of the old layout that nothing reads any more.
+  void eraseDead() {
+    for (Operation *op : llvm::reverse(visited))
+      if (op->use_empty())
+        op->erase();
+    visited.clear();
+  }
+
+private:
+  /// Rotary embeddings are a few ops deep.
+  static constexpr int kMaxDepth = 16;
+
+  SmallVector<int64_t> permuted(ArrayRef<int64_t> shape) const {
+    return llvm::map_to_vector(swap, [&](int64_t d) { return shape[d]; });
+  }
+
+  /// The type of constant `x` (a table broadcast against [..., H, S, D])
+  /// in [..., S, H, D], its rank made the attention's; null unless S or H
+  /// is 1 there (a reshape then swaps them).
+  RankedTensorType constantType(Value x) const {
+    RankedTensorType type = tensorType(x);
+    int64_t rank = swap.size();
+    if (type.getRank() > rank)
+      return {};
+    SmallVector<int64_t> shape(rank - type.getRank(), 1);
+    llvm::append_range(shape, type.getShape());
+    if (shape[rank - 3] != 1 && shape[rank - 2] != 1)
+      return {};
+    return RankedTensorType::get(permuted(shape), type.getElementType());
+  }
+
+  SmallVector<int64_t> swap;
+  DenseMap<Value, Value> built;
+  /// The ops of the old layout, operands before their users.
+  SmallVector<Operation *> visited;
+};
+
 struct AttentionFusionPass
     : public strata::impl::StrataAttentionFusionBase<AttentionFusionPass> {
   void runOnOperation() override {
@@ -698,23 +805,13 @@ struct AttentionFusionPass
 
     // The fused op reads [..., S, H, D]. Heads split off by a transpose of
     // the sequence and head dimensions (a projection's output [..., S, H,
-    // D] made [..., H, S, D]) are read where they are, the transposes left
+    // D] made [..., H, S, D]) are read where they are (HeadsSplit: a rotary
+    // embedding between is computed in that layout), the transposes left
     // to die; otherwise the leading dimensions stay the batch and H is 1
     // (a reshape, no copy).
-    int64_t r = qt.getRank();
-    SmallVector<int64_t> swap = llvm::to_vector(llvm::seq<int64_t>(0, r));
-    auto headsSplit = [&](Value x) -> TransposeOp {
-      auto transpose = x.getDefiningOp<TransposeOp>();
-      if (!transpose || r < 3)
-        return {};
-      return ArrayRef(transpose.getPermutation()) == ArrayRef(swap)
-                 ? transpose
-                 : TransposeOp();
-    };
-    if (r >= 3)
-      std::swap(swap[r - 3], swap[r - 2]);
-    TransposeOp tq = headsSplit(q), tk = headsSplit(k), tv = headsSplit(v);
-    bool inPlace = tq && tk && tv;
+    HeadsSplit split(qt.getRank());
+    ArrayRef<int64_t> swap = split.permutation();
+    bool inPlace = split.reads(q) && split.reads(k) && split.reads(v);
     OpBuilder b(pv);
     Location loc = pv.getLoc();
     auto withUnitHeads = [&](Value x) -> Value {
@@ -726,9 +823,9 @@ struct AttentionFusionPass
       copyMetadata(pv, reshape);
       return reshape;
     };
-    Value fq = inPlace ? tq.getInput() : withUnitHeads(q);
-    Value fk = inPlace ? tk.getInput() : withUnitHeads(k);
-    Value fv = inPlace ? tv.getInput() : withUnitHeads(v);
+    Value fq = inPlace ? split.build(q) : withUnitHeads(q);
+    Value fk = inPlace ? split.build(k) : withUnitHeads(k);
+    Value fv = inPlace ? split.build(v) : withUnitHeads(v);
     auto fused = AttentionOp::create(
         b, loc, fq, fk, fv, b.getF64FloatAttr(factor), softmax.getCausalAttr(),
         dropout ? dropout.getProbAttr() : b.getF64FloatAttr(0.0),
@@ -743,7 +840,7 @@ struct AttentionFusionPass
     if (inPlace)
       for (Operation *user : product.getUsers())
         if (auto t = dyn_cast<TransposeOp>(user);
-            t && ArrayRef(t.getPermutation()) == ArrayRef(swap))
+            t && t.getPermutation() == swap)
           merged.push_back(t);
     for (TransposeOp t : merged) {
       t.getResult().replaceAllUsesWith(result);
@@ -766,12 +863,7 @@ struct AttentionFusionPass
     if (scale)
       scale.erase();
     qk.erase();
-    if (inPlace) {
-      llvm::SmallPtrSet<Operation *, 3> splits = {tq, tk, tv};
-      for (Operation *t : splits)
-        if (t->use_empty())
-          t->erase();
-    }
+    split.eraseDead();
     return "";
   }
 };

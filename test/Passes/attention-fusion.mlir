@@ -6,7 +6,7 @@
 // RUN: strata-gen gpt --layers 1 --hidden 8 --heads 2 --seq 4 --vocab 16 --batch 2 | strata-opt --strata-autodiff | not strata-opt --strata-attention-fusion 2>&1 | FileCheck %s --check-prefix=AFTER
 // AFTER: error: strata-attention-fusion: the program has been through strata-autodiff, which runs after strata-attention-fusion; run strata-attention-fusion first
 // WARN-NOT: warning
-// WARN: attention-fusion.mlir:[[@LINE+119]]:9: warning: strata-attention-fusion left 4 of 4 softmax ops unfused; this one: the probabilities have other readers (or none)
+// WARN: attention-fusion.mlir:[[@LINE+188]]:9: warning: strata-attention-fusion left 4 of 4 softmax ops unfused; this one: the probabilities have other readers (or none)
 // WARN-NOT: warning
 
 // The GPT's causal attention: the projections' [batch, seq, heads, head]
@@ -27,6 +27,75 @@ func.func @heads(%xq: tensor<2x16x4x8xf32>, %xk: tensor<2x16x4x8xf32>, %xv: tens
   %o = strata.matmul %p, %v {strata.layer = "h0"} : (tensor<2x4x16x16xf32>, tensor<2x4x16x8xf32>) -> tensor<2x4x16x8xf32>
   %t = strata.transpose %o {permutation = array<i64: 0, 2, 1, 3>} : (tensor<2x4x16x8xf32>) -> tensor<2x16x4x8xf32>
   return %t : tensor<2x16x4x8xf32>
+}
+
+// -----
+
+// LLaMA's rotary embedding between the heads' split and q k^T (q * cos +
+// rotate_half(q) * sin, the halves sliced, negated and joined along the
+// head dimension): computed on the projections' layout instead, the
+// tables' sequence and head dimensions swapped (the same elements), so that
+// no transpose is left.
+// CHECK-LABEL: func @rotary
+func.func @rotary(%xq: tensor<1x4x2x4xf32>, %xk: tensor<1x4x2x4xf32>, %xv: tensor<1x4x2x4xf32>) -> tensor<1x4x2x4xf32> {
+  // CHECK-NOT: strata.transpose
+  // CHECK: %[[COS:.*]] = arith.constant dense<{{\[\[\[\[}}1.000000e+00, 2.000000e+00, 3.000000e+00, 4.000000e+00]], {{\[\[}}5.000000e+00, {{.*}} : tensor<1x4x1x4xf32>
+  // CHECK: %[[SIN:.*]] = arith.constant dense<5.000000e-01> : tensor<1x4x1x4xf32>
+  // CHECK: %[[QC:.*]] = strata.mul %arg0, %[[COS]] {strata.layer = "h0"} : (tensor<1x4x2x4xf32>, tensor<1x4x1x4xf32>) -> tensor<1x4x2x4xf32>
+  // CHECK: %[[Q1:.*]] = strata.slice %arg0 {dim = 3 : i64, size = 2 : i64, start = 0 : i64, strata.layer = "h0"} : (tensor<1x4x2x4xf32>) -> tensor<1x4x2x2xf32>
+  // CHECK: %[[Q2:.*]] = strata.slice %arg0 {dim = 3 : i64, size = 2 : i64, start = 2 : i64, strata.layer = "h0"}
+  // CHECK: %[[N:.*]] = strata.scale %[[Q2]]
+  // CHECK: %[[RH:.*]] = strata.concat %[[N]], %[[Q1]] {dim = 3 : i64, strata.layer = "h0"} : (tensor<1x4x2x2xf32>, tensor<1x4x2x2xf32>) -> tensor<1x4x2x4xf32>
+  // CHECK: %[[QS:.*]] = strata.mul %[[RH]], %[[SIN]]
+  // CHECK: %[[QR:.*]] = strata.add %[[QC]], %[[QS]] {strata.layer = "h0"} : (tensor<1x4x2x4xf32>, tensor<1x4x2x4xf32>) -> tensor<1x4x2x4xf32>
+  // CHECK: %[[KR:.*]] = strata.add
+  // CHECK-NEXT: %[[O:.*]], %{{.*}} = strata.attention %[[QR]], %[[KR]], %arg2 {causal, scale = 5.000000e-01 : f64, strata.layer = "h0"} : (tensor<1x4x2x4xf32>, tensor<1x4x2x4xf32>, tensor<1x4x2x4xf32>) -> (tensor<1x4x2x4xf32>, tensor<1x2x4xf32>)
+  // CHECK-NEXT: return %[[O]]
+  %cos = arith.constant dense<[[[[1.0, 2.0, 3.0, 4.0], [5.0, 6.0, 7.0, 8.0], [9.0, 10.0, 11.0, 12.0], [13.0, 14.0, 15.0, 16.0]]]]> : tensor<1x1x4x4xf32>
+  %sin = arith.constant dense<0.5> : tensor<4x4xf32>
+  %q = strata.transpose %xq {permutation = array<i64: 0, 2, 1, 3>} : (tensor<1x4x2x4xf32>) -> tensor<1x2x4x4xf32>
+  %qc = strata.mul %q, %cos {strata.layer = "h0"} : (tensor<1x2x4x4xf32>, tensor<1x1x4x4xf32>) -> tensor<1x2x4x4xf32>
+  %q1 = strata.slice %q {dim = 3 : i64, start = 0 : i64, size = 2 : i64, strata.layer = "h0"} : (tensor<1x2x4x4xf32>) -> tensor<1x2x4x2xf32>
+  %q2 = strata.slice %q {dim = 3 : i64, start = 2 : i64, size = 2 : i64, strata.layer = "h0"} : (tensor<1x2x4x4xf32>) -> tensor<1x2x4x2xf32>
+  %qn = strata.scale %q2 {factor = -1.0 : f64, strata.layer = "h0"} : (tensor<1x2x4x2xf32>) -> tensor<1x2x4x2xf32>
+  %qh = strata.concat %qn, %q1 {dim = 3 : i64, strata.layer = "h0"} : (tensor<1x2x4x2xf32>, tensor<1x2x4x2xf32>) -> tensor<1x2x4x4xf32>
+  %qs = strata.mul %qh, %sin {strata.layer = "h0"} : (tensor<1x2x4x4xf32>, tensor<4x4xf32>) -> tensor<1x2x4x4xf32>
+  %qr = strata.add %qc, %qs {strata.layer = "h0"} : (tensor<1x2x4x4xf32>, tensor<1x2x4x4xf32>) -> tensor<1x2x4x4xf32>
+  %k = strata.transpose %xk {permutation = array<i64: 0, 2, 1, 3>} : (tensor<1x4x2x4xf32>) -> tensor<1x2x4x4xf32>
+  %kc = strata.mul %k, %cos {strata.layer = "h0"} : (tensor<1x2x4x4xf32>, tensor<1x1x4x4xf32>) -> tensor<1x2x4x4xf32>
+  %k1 = strata.slice %k {dim = 3 : i64, start = 0 : i64, size = 2 : i64, strata.layer = "h0"} : (tensor<1x2x4x4xf32>) -> tensor<1x2x4x2xf32>
+  %k2 = strata.slice %k {dim = 3 : i64, start = 2 : i64, size = 2 : i64, strata.layer = "h0"} : (tensor<1x2x4x4xf32>) -> tensor<1x2x4x2xf32>
+  %kn = strata.scale %k2 {factor = -1.0 : f64, strata.layer = "h0"} : (tensor<1x2x4x2xf32>) -> tensor<1x2x4x2xf32>
+  %kh = strata.concat %kn, %k1 {dim = 3 : i64, strata.layer = "h0"} : (tensor<1x2x4x2xf32>, tensor<1x2x4x2xf32>) -> tensor<1x2x4x4xf32>
+  %ks = strata.mul %kh, %sin {strata.layer = "h0"} : (tensor<1x2x4x4xf32>, tensor<4x4xf32>) -> tensor<1x2x4x4xf32>
+  %kr = strata.add %kc, %ks {strata.layer = "h0"} : (tensor<1x2x4x4xf32>, tensor<1x2x4x4xf32>) -> tensor<1x2x4x4xf32>
+  %v = strata.transpose %xv {permutation = array<i64: 0, 2, 1, 3>} : (tensor<1x4x2x4xf32>) -> tensor<1x2x4x4xf32>
+  %s = strata.matmul %qr, %kr {transpose_rhs, strata.layer = "h0"} : (tensor<1x2x4x4xf32>, tensor<1x2x4x4xf32>) -> tensor<1x2x4x4xf32>
+  %z = strata.scale %s {factor = 0.5 : f64, strata.layer = "h0"} : (tensor<1x2x4x4xf32>) -> tensor<1x2x4x4xf32>
+  %p = strata.softmax %z {causal, strata.layer = "h0"} : (tensor<1x2x4x4xf32>) -> tensor<1x2x4x4xf32>
+  %o = strata.matmul %p, %v {strata.layer = "h0"} : (tensor<1x2x4x4xf32>, tensor<1x2x4x4xf32>) -> tensor<1x2x4x4xf32>
+  %t = strata.transpose %o {permutation = array<i64: 0, 2, 1, 3>} : (tensor<1x2x4x4xf32>) -> tensor<1x4x2x4xf32>
+  return %t : tensor<1x4x2x4xf32>
+}
+
+// -----
+
+// A table per head and position ([heads, seq, head], both swapped
+// dimensions longer than 1) is not taken: q is read as it is, one head
+// each, and the transposes stay.
+// CHECK-LABEL: func @table_per_head
+func.func @table_per_head(%xq: tensor<1x4x2x4xf32>, %xk: tensor<1x4x2x4xf32>, %xv: tensor<1x4x2x4xf32>) -> tensor<1x2x4x4xf32> {
+  // CHECK: strata.transpose %arg0
+  // CHECK: strata.attention {{.*}} : (tensor<1x2x4x1x4xf32>, tensor<1x2x4x1x4xf32>, tensor<1x2x4x1x4xf32>)
+  %c = arith.constant dense<0.5> : tensor<2x4x4xf32>
+  %q = strata.transpose %xq {permutation = array<i64: 0, 2, 1, 3>} : (tensor<1x4x2x4xf32>) -> tensor<1x2x4x4xf32>
+  %qc = strata.mul %q, %c : (tensor<1x2x4x4xf32>, tensor<2x4x4xf32>) -> tensor<1x2x4x4xf32>
+  %k = strata.transpose %xk {permutation = array<i64: 0, 2, 1, 3>} : (tensor<1x4x2x4xf32>) -> tensor<1x2x4x4xf32>
+  %v = strata.transpose %xv {permutation = array<i64: 0, 2, 1, 3>} : (tensor<1x4x2x4xf32>) -> tensor<1x2x4x4xf32>
+  %s = strata.matmul %qc, %k {transpose_rhs} : (tensor<1x2x4x4xf32>, tensor<1x2x4x4xf32>) -> tensor<1x2x4x4xf32>
+  %p = strata.softmax %s {causal} : (tensor<1x2x4x4xf32>) -> tensor<1x2x4x4xf32>
+  %o = strata.matmul %p, %v : (tensor<1x2x4x4xf32>, tensor<1x2x4x4xf32>) -> tensor<1x2x4x4xf32>
+  return %o : tensor<1x2x4x4xf32>
 }
 
 // -----
