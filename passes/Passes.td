@@ -400,7 +400,11 @@ def StrataAttentionFusion
     head dimensions of such a tensor (the GPT's split into heads), it reads
     those tensors in place, and a transpose of its product back to [..., S,
     H, Dv] reads its result instead; the transposes die, and the program
-    copies no head. Otherwise the leading dimensions stay the batch with one
+    copies no head. Ops between such a transpose and q k^T that work on
+    each element or along D (`add`, `sub`, `mul`, `div`, `scale`, `slice`
+    and `concat`: LLaMA's rotary embedding, q * cos + rotate_half(q) * sin)
+    are computed on [..., S, H, D] instead, their constant tables' S and H
+    swapped where one of the two is 1 (the same elements). Otherwise the leading dimensions stay the batch with one
     head (reshapes, no copies). (f32, bf16 or f16; the kernels sum in f32
     and keep the softmax and the
     log-sum-exp in f32; in bf16 on CPUs with AVX512-BF16 the products are
