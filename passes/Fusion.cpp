@@ -639,8 +639,8 @@ public:
   bool reads(Value x, int depth = 0) {
     if (swap.size() < 3 || depth > kMaxDepth)
       return false;
-    if (isa_and_present<arith::ConstantOp>(x.getDefiningOp()))
-      return constantType(x) != nullptr;
+    if (auto c = x.getDefiningOp<arith::ConstantOp>())
+      return isa<DenseElementsAttr>(c.getValue()) && constantType(x);
     if (tensorType(x).getRank() != int64_t(swap.size()))
       return false;
     if (auto t = x.getDefiningOp<TransposeOp>())
