@@ -621,9 +621,11 @@ struct DropoutAddFusionPass
 /// [..., S, H, D] by the transpose that swaps S and H (a projection's heads
 /// split off), directly or through ops on each element or along D (LLaMA's
 /// rotary embedding: products and sums with constant tables, the halves
-/// sliced, negated and joined): the same value in [..., S, H, D], those ops
-/// written again in that layout (and the constants' S and H swapped), so
-/// that the fused op reads it without a copy.
+/// sliced, negated and joined) and the repeat of grouped-query attention's
+/// keys and values for the query heads sharing them: the same value in
+/// [..., S, H, D], those ops written again in that layout (and the
+/// constants' S and H swapped), so that the fused op reads it without a
+/// transpose.
 class HeadsSplit {
 public:
   explicit HeadsSplit(int64_t rank)
@@ -645,6 +647,8 @@ public:
       return false;
     if (auto t = x.getDefiningOp<TransposeOp>())
       return t.getPermutation() == permutation();
+    if (Value kv = repeatedHeads(x))
+      return reads(kv, depth + 1);
     Operation *op = x.getDefiningOp();
     if (!isa_and_present<AddOp, SubOp, MulOp, DivOp, ScaleOp, SliceOp,
                          ConcatOp>(op))
@@ -662,6 +666,31 @@ public:
     Value result;
     if (auto t = dyn_cast<TransposeOp>(op)) {
       result = t.getInput();
+    } else if (Value kv = repeatedHeads(x)) {
+      // [..., S, Hkv, D] -> [..., S, Hkv, 1, D] -> [..., S, Hkv, R, D] ->
+      // [..., S, Hkv R, D]: query head h reads key head h / R, as before.
+      Value in = build(kv);
+      auto reshape = [&](Value v, ArrayRef<int64_t> shape, Operation *like) {
+        auto type =
+            RankedTensorType::get(shape, tensorType(v).getElementType());
+        auto copy = ReshapeOp::create(b, like->getLoc(), type, v);
+        copyMetadata(like, copy);
+        return copy.getResult();
+      };
+      auto spread = op->getOperand(0).getDefiningOp<BroadcastToOp>();
+      auto unit = spread.getInput().getDefiningOp<ReshapeOp>();
+      SmallVector<int64_t> shape(tensorType(in).getShape());
+      int64_t r = shape.size(), repeat = tensorType(spread).getDimSize(r - 2);
+      shape.insert(shape.begin() + r - 1, 1);
+      Value unitHeads = reshape(in, shape, unit);
+      shape[r - 1] = repeat;
+      auto copies = BroadcastToOp::create(
+          b, spread.getLoc(),
+          RankedTensorType::get(shape, tensorType(in).getElementType()),
+          unitHeads);
+      copyMetadata(spread, copies);
+      result = reshape(copies, permuted(tensorType(x).getShape()), op);
+      visited.append({unit, spread});
     } else if (auto c = dyn_cast<arith::ConstantOp>(op)) {
       // S or H is 1 here (constantType): the elements keep their order.
       auto attr = cast<DenseElementsAttr>(c.getValue());
@@ -697,6 +726,37 @@ public:
 private:
   /// Rotary embeddings are a few ops deep.
   static constexpr int kMaxDepth = 16;
+
+  /// Grouped-query attention's keys or values `x` [..., Hkv R, S, D] made
+  /// from [..., Hkv, S, D] by repeating each head R times (Hugging Face's
+  /// repeat_kv: a reshape to [..., Hkv, 1, S, D], broadcast_to [..., Hkv,
+  /// R, S, D], a reshape back): those heads, else null.
+  Value repeatedHeads(Value x) const {
+    auto merge = x.getDefiningOp<ReshapeOp>();
+    auto spread =
+        merge ? merge.getInput().getDefiningOp<BroadcastToOp>() : nullptr;
+    auto unit = spread ? spread.getInput().getDefiningOp<ReshapeOp>() : nullptr;
+    if (!unit || !spread->hasOneUse() || !unit->hasOneUse())
+      return {};
+    Value kv = unit.getInput();
+    int64_t r = swap.size();
+    ArrayRef<int64_t> heads = tensorType(kv).getShape();
+    if (int64_t(heads.size()) != r)
+      return {};
+    SmallVector<int64_t> shape(heads);
+    shape.insert(shape.begin() + r - 2, 1);
+    if (tensorType(unit).getShape() != ArrayRef(shape))
+      return {};
+    int64_t repeat = tensorType(spread).getDimSize(r - 2);
+    shape[r - 2] = repeat;
+    if (tensorType(spread).getShape() != ArrayRef(shape))
+      return {};
+    shape.erase(shape.begin() + r - 2);
+    shape[r - 3] *= repeat;
+    if (tensorType(x).getShape() != ArrayRef(shape))
+      return {};
+    return kv;
+  }
 
   SmallVector<int64_t> permuted(ArrayRef<int64_t> shape) const {
     return llvm::map_to_vector(swap, [&](int64_t d) { return shape[d]; });

@@ -404,7 +404,10 @@ def StrataAttentionFusion
     each element or along D (`add`, `sub`, `mul`, `div`, `scale`, `slice`
     and `concat`: LLaMA's rotary embedding, q * cos + rotate_half(q) * sin)
     are computed on [..., S, H, D] instead, their constant tables' S and H
-    swapped where one of the two is 1 (the same elements). Otherwise the leading dimensions stay the batch with one
+    swapped where one of the two is 1 (the same elements); so is the repeat
+    of grouped-query attention's key and value heads for the query heads
+    that share them (Hugging Face's `repeat_kv`: a reshape, `broadcast_to`
+    and a reshape). Otherwise the leading dimensions stay the batch with one
     head (reshapes, no copies). (f32, bf16 or f16; the kernels sum in f32
     and keep the softmax and the
     log-sum-exp in f32; in bf16 on CPUs with AVX512-BF16 the products are

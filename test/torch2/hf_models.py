@@ -68,7 +68,7 @@ def models(vocab):
     torch.manual_seed(0)
     yield "llama", LlamaForCausalLM(LlamaConfig(
         vocab_size=vocab, hidden_size=32, intermediate_size=64,
-        num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=4,
+        num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
         max_position_embeddings=16, bos_token_id=0, eos_token_id=0))
     torch.manual_seed(0)
     yield "rmsnorm", RmsNormLM(vocab)
