@@ -14,8 +14,9 @@ users bring from PyTorch, then trained with AdamW (lr 1e-3) by strata-run as
 imported and with the fused passes the model has (fused_passes:
 flash_attention, and gemm_epilogue for GPT-2's GELU or rms_norm for LLaMA's
 RMSNorm), and by PyTorch as *eager* (the model as Hugging Face
-writes it, its default attention, torch's default AdamW), *tuned* (the same
-with fused AdamW) and *compiled* (torch.compile of the loss, fused AdamW).
+writes it, its default attention, torch's default AdamW), *fused AdamW*
+(the same with fused AdamW) and *compiled* (torch.compile of the loss,
+fused AdamW).
 It prints the median step time of each and Strata / best PyTorch (below 1:
 Strata is faster). The losses of the two sides agree (test/torch2/run.sh
 checks them); this benchmark only times.
@@ -124,7 +125,7 @@ def main():
     adamw = {"optimizer": {"type": "adamw", "learning_rate": 0.001}}
     print()
     print("| model | threads | Strata ms | Strata fused ms | eager ms"
-          " | tuned ms | compiled ms | Strata / best | fused / best |")
+          " | fused AdamW ms | compiled ms | Strata / best | fused / best |")
     print("| --- " * 9 + "|")
     for name in args.models.split(","):
         program = importer.import_module(

@@ -435,7 +435,8 @@ LogicalResult Differentiator::run() {
 /// The gradients of slices that together cover a tensor along one dimension
 /// (a fused q/k/v projection split in three) are pads of each slice's
 /// gradient with zeros, summed: written as one concat of those gradients
-/// instead (the same values, x + 0 = x, without the zeros and the adds).
+/// instead (the same values, x + 0 = x, without the zeros and the adds), and
+/// the sum's other terms added to it.
 void Differentiator::concatTiledPads() {
   OpBuilder::InsertionGuard guard(builder);
   // Parameters' gradients are held here besides their uses: a term that is
@@ -453,23 +454,28 @@ void Differentiator::concatTiledPads() {
     auto type = dyn_cast<RankedTensorType>(root.getType());
     SmallVector<Operation *> adds;
     SmallVector<PadOp> pads;
+    SmallVector<Value> others;
     // The sum's terms: adds of its type read only inside the sum, down to
-    // pads read only by them.
+    // backward pads read only by them, and any other terms of its type
+    // (LLaMA's rotary embedding sums the halves' pads with a product).
     std::function<bool(Value)> terms = [&](Value v) {
-      if (v.getType() != type || !v.hasOneUse() || held.contains(v))
+      if (v.getType() != type)
         return false;
+      bool own = v.hasOneUse() && !held.contains(v);
       Operation *def = v.getDefiningOp();
-      if (auto pad = dyn_cast_or_null<PadOp>(def)) {
+      if (auto pad = dyn_cast_or_null<PadOp>(def);
+          own && pad && getRole(pad) == Role::Backward) {
         pads.push_back(pad);
-        return getRole(pad) == Role::Backward;
+        return true;
       }
-      auto add = dyn_cast_or_null<AddOp>(def);
-      if (!add)
-        return false;
-      adds.push_back(add);
-      return terms(add.getLhs()) && terms(add.getRhs());
+      if (auto add = dyn_cast_or_null<AddOp>(def); own && add) {
+        adds.push_back(add);
+        return terms(add.getLhs()) && terms(add.getRhs());
+      }
+      others.push_back(v);
+      return true;
     };
-    if (!type || !terms(root.getLhs()) || !terms(root.getRhs()))
+    if (!type || !terms(root.getLhs()) || !terms(root.getRhs()) || pads.empty())
       continue;
     // Pads along one dimension whose parts lie side by side from 0 to the
     // end.
@@ -491,11 +497,17 @@ void Differentiator::concatTiledPads() {
     auto concat = ConcatOp::create(builder, root.getLoc(), type, parts,
                                    builder.getI64IntegerAttr(dim));
     copyMetadata(root, concat);
-    root.getResult().replaceAllUsesWith(concat.getResult());
+    Value sum = concat.getResult();
+    for (Value other : others) {
+      auto add = AddOp::create(builder, root.getLoc(), sum, other);
+      copyMetadata(root, add);
+      sum = add.getResult();
+    }
+    root.getResult().replaceAllUsesWith(sum);
     // (A parameter's gradient may be the sum itself.)
     for (auto &entry : paramGrads)
       if (entry.second == root.getResult())
-        entry.second = concat.getResult();
+        entry.second = sum;
     root.erase();
     for (Operation *add : adds)
       add->dropAllReferences();

@@ -6,6 +6,7 @@
 #include "strata/Dialect/Strata.h"
 
 #include "llvm/ADT/DenseMap.h"
+#include "llvm/ADT/DenseSet.h"
 #include "llvm/ADT/TypeSwitch.h"
 
 #include <optional>
@@ -324,8 +325,32 @@ findBatchMixing(Block &body, int64_t k, SmallVectorImpl<ReduceSumOp> &sums) {
   return std::nullopt;
 }
 
+/// Whether `v` is computed from a parameter that trains (so that autodiff
+/// made the gradient of what reads it).
+static bool readsTrainedParam(Value v) {
+  SmallVector<Value> work = {v};
+  llvm::DenseSet<Value> seen;
+  while (!work.empty()) {
+    Operation *def = work.pop_back_val().getDefiningOp();
+    if (!def)
+      continue;
+    if (auto get = dyn_cast<GetParamOp>(def)) {
+      auto param =
+          SymbolTable::lookupNearestSymbolFrom<ParamOp>(get, get.getNameAttr());
+      if (param && !param.getFrozen())
+        return true;
+      continue;
+    }
+    for (Value in : def->getOperands())
+      if (seen.insert(in).second)
+        work.push_back(in);
+  }
+  return false;
+}
+
 /// Multiplies each sum, and the result gradient of its strata.reduce_grad,
-/// by `k`; fails, at the sum, when autodiff did not make its gradient.
+/// by `k`; fails, at the sum, when autodiff did not make the gradient of a
+/// sum that a trained parameter reaches.
 static LogicalResult rescaleBatchSums(ArrayRef<ReduceSumOp> sums, int64_t k,
                                       StringRef split) {
   if (k == 1)
@@ -338,7 +363,7 @@ static LogicalResult rescaleBatchSums(ArrayRef<ReduceSumOp> sums, int64_t k,
       if (auto grad = dyn_cast<ReduceGradOp>(user);
           grad && !grad.getMean() && grad.getDims() == sum.getDims())
         grads.push_back(grad);
-    if (grads.empty())
+    if (grads.empty() && readsTrainedParam(sum.getInput()))
       return sum.emitOpError()
              << "sums over the batch, and the program has no "
                 "strata.reduce_grad of it (a backward written by hand), so "

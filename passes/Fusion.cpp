@@ -619,10 +619,11 @@ struct DropoutAddFusionPass
 
 /// An operand of an attention in [..., H, S, D] computed from a value in
 /// [..., S, H, D] by the transpose that swaps S and H (a projection's heads
-/// split off), directly or through ops on each element or along D (LLaMA's
-/// rotary embedding: products and sums with constant tables, the halves
-/// sliced, negated and joined) and the repeat of grouped-query attention's
-/// keys and values for the query heads sharing them: the same value in
+/// split off), directly or through ops on each element or along a
+/// dimension (LLaMA's rotary embedding: products and sums with constant
+/// tables, the halves sliced, negated and joined) and the repeat of
+/// grouped-query attention's keys and values for the query heads sharing them:
+/// the same value in
 /// [..., S, H, D], those ops written again in that layout (and the
 /// constants' S and H swapped), so that the fused op reads it without a
 /// transpose.

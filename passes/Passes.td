@@ -338,8 +338,8 @@ def StrataRmsNormRecognition
   let description = [{
     Runs before `strata-autodiff` and `strata-amp`, on the forward program.
     Programs imported from PyTorch write LLaMA's RMSNorm out (Hugging
-    Face's `LlamaRMSNorm`, and `torch.nn.RMSNorm` as `torch.export`
-    decomposes it):
+    Face's `LlamaRMSNorm`; `torch.nn.RMSNorm` is imported as
+    `strata.rms_norm` itself):
 
     ```mlir
     %sq = strata.mul %x, %x
@@ -401,9 +401,10 @@ def StrataAttentionFusion
     those tensors in place, and a transpose of its product back to [..., S,
     H, Dv] reads its result instead; the transposes die, and the program
     copies no head. Ops between such a transpose and q k^T that work on
-    each element or along D (`add`, `sub`, `mul`, `div`, `scale`, `slice`
-    and `concat`: LLaMA's rotary embedding, q * cos + rotate_half(q) * sin)
-    are computed on [..., S, H, D] instead, their constant tables' S and H
+    each element (`add`, `sub`, `mul`, `div`, `scale`) or along a dimension
+    (`slice`, `concat`, the dimension then the one it moved to): LLaMA's
+    rotary embedding, q * cos + rotate_half(q) * sin, are computed on [...,
+    S, H, D] instead, their constant tables' S and H
     swapped where one of the two is 1 (the same elements); so is the repeat
     of grouped-query attention's key and value heads for the query heads
     that share them (Hugging Face's `repeat_kv`: a reshape, `broadcast_to`

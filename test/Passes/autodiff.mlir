@@ -188,6 +188,36 @@ func.func @part(%y: tensor<2xi32>) -> tensor<f32> {
 
 // -----
 
+// LLaMA's rotate_half (the halves swapped, one negated) times a table,
+// plus the input times another: the halves' gradients are one concat, and
+// the product's term is added to it.
+strata.param @x : tensor<2x4xf32> init <normal, 1.0>
+
+// CHECK-LABEL: func.func @rotate_half
+func.func @rotate_half(%y: tensor<2xi32>) -> tensor<f32> {
+  %x = strata.get_param @x : tensor<2x4xf32>
+  %c = arith.constant dense<[[0.5, 0.25, 2.0, 4.0]]> : tensor<1x4xf32>
+  %x1 = strata.slice %x {dim = 1 : i64, start = 0 : i64, size = 2 : i64} : (tensor<2x4xf32>) -> tensor<2x2xf32>
+  %x2 = strata.slice %x {dim = 1 : i64, start = 2 : i64, size = 2 : i64} : (tensor<2x4xf32>) -> tensor<2x2xf32>
+  %n = strata.scale %x2 {factor = -1.0 : f64} : (tensor<2x2xf32>) -> tensor<2x2xf32>
+  %h = strata.concat %n, %x1 {dim = 1 : i64} : (tensor<2x2xf32>, tensor<2x2xf32>) -> tensor<2x4xf32>
+  %a = strata.mul %x, %c : (tensor<2x4xf32>, tensor<1x4xf32>) -> tensor<2x4xf32>
+  %r = strata.add %a, %h : (tensor<2x4xf32>, tensor<2x4xf32>) -> tensor<2x4xf32>
+  %l = strata.cross_entropy %r, %y : (tensor<2x4xf32>, tensor<2xi32>) -> tensor<f32>
+  // CHECK: %[[DR:.*]] = strata.cross_entropy_grad
+  // CHECK: %[[DA:.*]] = strata.mul %[[DR]], %{{.*}} {strata.role
+  // CHECK: %[[DN:.*]] = strata.slice %[[DR]] {dim = 1 : i64, size = 2 : i64, start = 0 : i64
+  // CHECK: %[[D1:.*]] = strata.slice %[[DR]] {dim = 1 : i64, size = 2 : i64, start = 2 : i64
+  // CHECK: %[[D2:.*]] = strata.scale %[[DN]]
+  // CHECK-NOT: strata.pad
+  // CHECK: %[[CAT:.*]] = strata.concat %[[D1]], %[[D2]] {dim = 1 : i64, strata.role = #strata.role<backward>}
+  // CHECK-NEXT: %[[DX:.*]] = strata.add %[[CAT]], %[[DA]] {strata.role = #strata.role<backward>}
+  // CHECK-NEXT: return %{{.*}}, %[[DX]]
+  return %l : tensor<f32>
+}
+
+// -----
+
 // Values no parameter reaches (a constant table, the batch) get no
 // gradient: the rules' products for them, and the sums that reduce them
 // to a broadcast operand's shape, are not left in the step.
