@@ -206,7 +206,8 @@ LogicalResult Differentiator::backprop(Operation *op) {
       .Case([&](EmbeddingOp o) {
         accumulate(loc, o.getTable(),
                    make<EmbeddingGradOp>(loc, o.getTable().getType(),
-                                         o.getIds(), adj()));
+                                         o.getIds(), adj(),
+                                         o.getPaddingIdxAttr()));
         return success();
       })
       .Case([&](ReshapeOp o) {

@@ -497,6 +497,11 @@ LogicalResult EmbeddingOp::inferReturnTypes(MLIRContext *,
   if (table.getRank() != 2)
     return inferError<EmbeddingOp>(loc, "table must have rank 2, got " +
                                             Twine(table.getRank()));
+  if (std::optional<int64_t> pad = adaptor.getPaddingIdx();
+      pad && (*pad < 0 || *pad >= table.getDimSize(0)))
+    return inferError<EmbeddingOp>(loc, "padding_idx " + Twine(*pad) +
+                                            " is not a row of the table [0, " +
+                                            Twine(table.getDimSize(0)) + ")");
   SmallVector<int64_t> shape(tensorType(adaptor.getIds()).getShape());
   shape.push_back(table.getDimSize(1));
   types.push_back(withShape(table, shape));
@@ -924,6 +929,11 @@ LogicalResult EmbeddingGradOp::verify() {
   RankedTensorType grad = getResultGrad().getType();
   if (table.getRank() != 2)
     return emitOpError() << "result must have rank 2";
+  if (std::optional<int64_t> pad = getPaddingIdx();
+      pad && (*pad < 0 || *pad >= table.getDimSize(0)))
+    return emitOpError() << "padding_idx " << *pad
+                         << " is not a row of the table [0, "
+                         << table.getDimSize(0) << ")";
   if (table.getElementType() != grad.getElementType())
     return emitOpError() << "result and result_grad element types differ";
   SmallVector<int64_t> expected(getIds().getType().getShape());

@@ -516,13 +516,16 @@ def Strata_EmbeddingOp : Strata_ComputeOp<"embedding"> {
   let summary = "Row lookup in a table";
   let description = [{
     `table` is [V, H]; `ids` of any shape [...] gives a result [..., H].
-    An id outside [0, V) is a runtime error.
+    An id outside [0, V) is a runtime error. With `padding_idx` (PyTorch's
+    `nn.Embedding(padding_idx=...)`), that row of the table gets no
+    gradient: the lookups of it still read it.
 
     ```mlir
     %x = strata.embedding %wte, %tokens : (tensor<256x64xf32>, tensor<8x16xi32>) -> tensor<8x16x64xf32>
     ```
   }];
-  let arguments = (ins Strata_FloatTensor:$table, Strata_IndexTensor:$ids);
+  let arguments = (ins Strata_FloatTensor:$table, Strata_IndexTensor:$ids,
+                       OptionalAttr<I64Attr>:$padding_idx);
   let results = (outs Strata_FloatTensor:$result);
 }
 
@@ -852,13 +855,14 @@ def Strata_EmbeddingGradOp : Strata_ShapeOp<"embedding_grad"> {
   let summary = "Gradient of the table of strata.embedding";
   let description = [{
     Scatter-adds the rows of the result gradient into a zero table of the
-    result type ([V, H]).
+    result type ([V, H]), leaving out the ids equal to `padding_idx`.
 
     ```mlir
     %dt = strata.embedding_grad %tokens, %dx : (tensor<8x16xi32>, tensor<8x16x64xf32>) -> tensor<256x64xf32>
     ```
   }];
-  let arguments = (ins Strata_IndexTensor:$ids, Strata_FloatTensor:$result_grad);
+  let arguments = (ins Strata_IndexTensor:$ids, Strata_FloatTensor:$result_grad,
+                       OptionalAttr<I64Attr>:$padding_idx);
   let results = (outs Strata_FloatTensor:$table_grad);
 }
 

@@ -141,7 +141,8 @@ Value ProgramBuilder::layerNorm(Value input, Value gamma, Value beta,
 }
 
 Value ProgramBuilder::embedding(Value table, Value ids) {
-  return tag(EmbeddingOp::create(builder, loc("embedding"), table, ids));
+  return tag(EmbeddingOp::create(builder, loc("embedding"), table, ids,
+                                 /*padding_idx=*/IntegerAttr()));
 }
 
 Value ProgramBuilder::reshape(Value input, ArrayRef<int64_t> shape) {

@@ -824,6 +824,8 @@ llvm::Error Evaluator::step(Operation *op) {
         int64_t h = dt.shape[1];
         for (int64_t i = 0; i < ids.numElements(); ++i) {
           int64_t id = int64_t(ids.data[i]);
+          if (id == o.getPaddingIdx())
+            continue;
           for (int64_t j = 0; j < h; ++j)
             dt.data[id * h + j] += dy.data[i * h + j];
         }

@@ -104,7 +104,8 @@ LogicalResult lowerEmbeddingGrad(EmbeddingGradOp o, RuntimeLowering &l) {
   l.call("strata_rt_embedding_grad",
          {l.site(), l.tensor(o), l.tensor(o.getIds()),
           l.tensor(o.getResultGrad()), l.i64(numel(o.getIds())),
-          l.i64(table[0]), l.i64(table[1])});
+          l.i64(table[0]), l.i64(table[1]),
+          l.i64(o.getPaddingIdx().value_or(-1))});
   return success();
 }
 

@@ -652,6 +652,12 @@ class _Emitter:
     def op(self, name: str, operands: Sequence[_Tensor], shape,
            attrs: Sequence[str] = (), element: str = "f32") -> _Tensor:
         attrs = list(attrs)
+        if any(0 in v.shape for v in operands):
+            # (torch.cat leaves empty parts out; nothing else reads one.)
+            raise UnsupportedError(
+                "strata.import_torch: an empty tensor (shape %s) read by "
+                "strata.%s: Strata's tensors have no empty dimension" % (
+                    [v.shape for v in operands if 0 in v.shape][0], name))
         if self.layer is not None:
             attrs.append('strata.layer = "%s"' % self.layer)
         ssa = self.fresh()
@@ -906,6 +912,7 @@ class _Emitter:
         on(_ops("transpose.int"), self.transpose)
         on(_ops("permute"), self.permute)
         on(_ops("split.Tensor", "split_with_sizes"), self.split)
+        on(_ops("chunk"), self.chunk)
         on(_ops("slice.Tensor"), self.slice)
         on(_ops("select.int"), self.select)
         on(_ops("mm", "addmm", "bmm", "matmul"), self.matmul)
@@ -920,7 +927,7 @@ class _Emitter:
         on(_ops("relu"), self.unary("relu"))
         on(_ops("silu"), self.unary("silu"))
         on(_ops("tanh"), self.unary("tanh"))
-        on(_ops("to.dtype", "to.dtype_layout", "_to_copy"), self.to)
+        on(_ops("to.dtype", "to.dtype_layout", "_to_copy", "type_as"), self.to)
         on(_ops("cross_entropy_loss"), self.cross_entropy)
         on(_ops("rsqrt"), self.unary("rsqrt"))
         on(_ops("pow.Tensor_Scalar"), self.pow)
@@ -1043,6 +1050,10 @@ class _Emitter:
             return v
         shape = list(v.shape)
         shape[dim] = size
+        if size == 0:
+            # An empty part (Phi-3's rotary part of the whole head leaves
+            # none to pass through): no op; torch.cat leaves it out.
+            return _Tensor("<empty>", tuple(shape), v.element)
         return self.op("slice", [v], shape, [
             "dim = %d : i64" % dim, "start = %d : i64" % start,
             "size = %d : i64" % size], element=v.element)
@@ -1058,6 +1069,12 @@ class _Emitter:
             items.append(self.slice_of(node, v, dim, start, size))
             start += size
         return _Tuple(items)
+
+    def chunk(self, node, x, chunks, dim=0):
+        # torch.chunk: parts of ceil(size / chunks), the last one shorter.
+        shape = self.tensor(x, node).shape
+        total = shape[dim % len(shape)]
+        return self.split(node, x, max(1, -(-total // chunks)), dim)
 
     def slice(self, node, x, dim=0, start=None, end=None, step=1):
         v = self.tensor(x, node)
@@ -1294,8 +1311,6 @@ class _Emitter:
     def embedding(self, node, table, ids, padding_idx=-1,
                   scale_grad_by_freq=False, sparse=False):
         # (sparse changes how PyTorch stores the gradient, not its values.)
-        if padding_idx != -1:
-            self.fail(node, "an embedding with a padding index")
         if scale_grad_by_freq:
             self.fail(node, "an embedding whose gradient is scaled by the "
                       "frequency of the ids (scale_grad_by_freq)")
@@ -1303,7 +1318,11 @@ class _Emitter:
         i = self.tensor(ids, node)
         if i.element != "i32":
             self.fail(node, "indices that are not integers")
-        return self.op("embedding", [w, i], self.shape(node))
+        # The padding row is read, but gets no gradient (F.embedding hands
+        # aten a non-negative index, -1 for none).
+        attrs = ["padding_idx = %d : i64" % padding_idx] \
+            if padding_idx >= 0 else []
+        return self.op("embedding", [w, i], self.shape(node), attrs)
 
     def softmax(self, node, x, dim, *args):
         v = self.raw(x)

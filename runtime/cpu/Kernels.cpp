@@ -2037,7 +2037,7 @@ void STRATA_RT_KERNEL(strata_rt_embedding)(StrataRtContext *ctx, int64_t site,
 void STRATA_RT_KERNEL(strata_rt_embedding_grad)(
     StrataRtContext *ctx, int64_t site, void *dtableData, int64_t dtableType,
     const void *ids, int64_t idType, const void *dyData, int64_t dyType,
-    int64_t count, int64_t vocab, int64_t width) {
+    int64_t count, int64_t vocab, int64_t width, int64_t paddingIdx) {
   if (!integerIds(ctx, site, "embedding_grad", idType))
     return;
   withSameFloatType(ctx, site, "embedding_grad", {dtableType, dyType},
@@ -2053,8 +2053,8 @@ void STRATA_RT_KERNEL(strata_rt_embedding_grad)(
                       std::fill_n(sum, vocab * width, 0.0f);
                       for (int64_t i = 0; i < count; ++i) {
                         int64_t id = readInt(ids, idType, i);
-                        if (id < 0 || id >= vocab)
-                          continue; // reported by the forward
+                        if (id < 0 || id >= vocab || id == paddingIdx)
+                          continue; // (the first reported by the forward)
                         float *row = sum + id * width;
                         const T *g = dy + i * width;
                         if constexpr (kF32) {

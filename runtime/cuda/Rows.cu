@@ -57,15 +57,18 @@ __global__ void embeddingKernel(T *out, const T *table, const I *ids,
   }
 }
 
-/// The sort's input: each position's id (vocab for an id out of range,
-/// which sorts last and is skipped) and the position itself.
+/// The sort's input: each position's id (vocab for an id out of range or
+/// of the padding row, which sorts last and is skipped) and the position
+/// itself.
 template <typename I>
 __global__ void embeddingGradKeys(uint64_t *keys, int64_t *positions,
-                                  const I *ids, int64_t count, int64_t vocab) {
+                                  const I *ids, int64_t count, int64_t vocab,
+                                  int64_t paddingIdx) {
   for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < count;
        i += int64_t(gridDim.x) * blockDim.x) {
     int64_t id = ids[i];
-    keys[i] = id < 0 || id >= vocab ? uint64_t(vocab) : uint64_t(id);
+    keys[i] = id < 0 || id >= vocab || id == paddingIdx ? uint64_t(vocab)
+                                                        : uint64_t(id);
     positions[i] = i;
   }
 }
@@ -244,7 +247,8 @@ void strata_rt_embedding(StrataRtContext *ctx, int64_t site, void *out,
 void strata_rt_embedding_grad(StrataRtContext *ctx, int64_t site, void *dtable,
                               int64_t dtableType, const void *ids,
                               int64_t idsType, const void *dy, int64_t dyType,
-                              int64_t count, int64_t vocab, int64_t width) {
+                              int64_t count, int64_t vocab, int64_t width,
+                              int64_t paddingIdx) {
   if (!integerIds(ctx, site, "embedding_grad", idsType))
     return;
   withSameFloatType(
@@ -285,7 +289,8 @@ void strata_rt_embedding_grad(StrataRtContext *ctx, int64_t site, void *dtable,
         withIdType(idsType, [&](auto idTag) {
           using I = decltype(idTag);
           embeddingGradKeys<I><<<gridFor(count), kThreads, 0, ctx->compute>>>(
-              keys, positions, static_cast<const I *>(ids), count, vocab);
+              keys, positions, static_cast<const I *>(ids), count, vocab,
+              paddingIdx);
         });
         if (!launched(ctx, site, "strata_rt_embedding_grad") ||
             !ctx->check(site,

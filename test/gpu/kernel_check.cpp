@@ -782,13 +782,16 @@ std::vector<CaseDef> makeCases() {
       RT.embedding(t.ctx, 1, o, dt, table, dt, ids, idType, count, vocab,
                    width);
     });
-    add("embedding_grad_" + suffix, [=](Case &t) {
-      void *ids = t.rand(idType, count, 0, vocab / 4 + 1);
-      void *dy = t.rand(dt, count * width, -1, 1);
-      void *o = t.out("dtable", dt, vocab * width);
-      RT.embedding_grad(t.ctx, 1, o, dt, ids, idType, dy, dt, count, vocab,
-                        width);
-    });
+    // The second case leaves out the ids of a padding row.
+    for (int64_t padding : {int64_t(-1), int64_t(1)})
+      add("embedding_grad_" + suffix + (padding >= 0 ? "_padding" : ""),
+          [=](Case &t) {
+            void *ids = t.rand(idType, count, 0, vocab / 4 + 1);
+            void *dy = t.rand(dt, count * width, -1, 1);
+            void *o = t.out("dtable", dt, vocab * width);
+            RT.embedding_grad(t.ctx, 1, o, dt, ids, idType, dy, dt, count,
+                              vocab, width, padding);
+          });
   };
   embedding(F32, I64, 50, 70, 150);
   embedding(BF16, I32, 1000, 33, 77);

@@ -176,7 +176,8 @@ class Llama(nn.Module):
     def __init__(self, vocab=64, seq=16, hidden=32, heads=4, layers=2,
                  intermediate=64):
         super().__init__()
-        self.embed_tokens = nn.Embedding(vocab, hidden)
+        # Token 0 pads (its row gets no gradient).
+        self.embed_tokens = nn.Embedding(vocab, hidden, padding_idx=0)
         self.layers = nn.ModuleList(LlamaBlock(hidden, heads, seq, intermediate)
                                     for _ in range(layers))
         self.norm = RMSNorm(hidden)

@@ -1,4 +1,5 @@
-"""Hugging Face transformers' GPT2LMHeadModel and LlamaForCausalLM (small
+"""Hugging Face transformers' GPT2LMHeadModel, LlamaForCausalLM,
+Qwen2ForCausalLM, GemmaForCausalLM and Phi3ForCausalLM (small
 configurations built from a config: nothing is downloaded), and a model
 normalised by torch.nn.RMSNorm (aten.rms_norm, which torch.export keeps
 whole), captured with torch.export on PyTorch 2.x, imported, and trained 20
@@ -14,8 +15,10 @@ import sys
 
 import torch
 import transformers
-from transformers import (GPT2Config, GPT2LMHeadModel, LlamaConfig,
-                          LlamaForCausalLM)
+from transformers import (GemmaConfig, GemmaForCausalLM, GPT2Config,
+                          GPT2LMHeadModel, LlamaConfig, LlamaForCausalLM,
+                          Phi3Config, Phi3ForCausalLM, Qwen2Config,
+                          Qwen2ForCausalLM)
 
 import strata.import_torch as importer
 
@@ -72,6 +75,22 @@ def models(vocab):
         max_position_embeddings=16, bos_token_id=0, eos_token_id=0))
     torch.manual_seed(0)
     yield "rmsnorm", RmsNormLM(vocab)
+    # Other decoders of the LLaMA family, grouped-query attention each:
+    # Qwen2 (biased q, k, v projections), Gemma (a padding token whose
+    # embedding row gets no gradient, scaled embeddings, RMSNorm with
+    # 1 + weight, tanh GELU), Phi-3 (fused q/k/v and gate/up projections
+    # split with chunk, the rotary embedding over whole heads).
+    small = dict(vocab_size=vocab, hidden_size=32, intermediate_size=64,
+                 num_hidden_layers=2, num_attention_heads=4,
+                 num_key_value_heads=2, max_position_embeddings=16,
+                 bos_token_id=0, eos_token_id=0)
+    torch.manual_seed(0)
+    yield "qwen2", Qwen2ForCausalLM(Qwen2Config(**small))
+    torch.manual_seed(0)
+    yield "gemma", GemmaForCausalLM(GemmaConfig(head_dim=8, pad_token_id=0,
+                                                **small))
+    torch.manual_seed(0)
+    yield "phi3", Phi3ForCausalLM(Phi3Config(pad_token_id=0, **small))
 
 
 print("PyTorch %s, transformers %s" % (torch.__version__,

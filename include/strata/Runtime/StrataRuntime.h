@@ -481,11 +481,13 @@ void strata_rt_embedding(StrataRtContext *ctx, int64_t site, void *out,
                          int64_t outType, const void *table,
                          int64_t tableType, const void *ids, int64_t idsType,
                          int64_t count, int64_t vocab, int64_t width);
-void strata_rt_embedding_grad(StrataRtContext *ctx, int64_t site,
-                              void *dtable, int64_t dtableType,
-                              const void *ids, int64_t idsType, const void *dy,
-                              int64_t dyType, int64_t count, int64_t vocab,
-                              int64_t width);
+/* dtable = the rows of dy summed by id; ids equal to paddingIdx (-1 for
+   none) are left out, as ids outside [0, vocab). */
+void strata_rt_embedding_grad(StrataRtContext *ctx, int64_t site, void *dtable,
+                              int64_t dtableType, const void *ids,
+                              int64_t idsType, const void *dy, int64_t dyType,
+                              int64_t count, int64_t vocab, int64_t width,
+                              int64_t paddingIdx);
 /* Mean over rows of -log softmax(logits)[label], computed in f32 for
    every logits type (f32, bf16, f16): the loss and its gradient `dloss`
    are f32, `dlogits` has the logits' type. A row holds `width` elements,
