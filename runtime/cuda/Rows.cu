@@ -94,6 +94,50 @@ __global__ void __launch_bounds__(kMaxBlockThreads)
   }
 }
 
+/// Layer norm (kCentered) or RMS norm (`beta` unused) of `rows` rows of `n`
+/// on the compute stream; `kernel` names it in type errors, `symbol` (the
+/// ABI function) in launch errors.
+template <bool kCentered>
+void normalizeRows(StrataRtContext *ctx, int64_t site, const char *kernel,
+                   const char *symbol, std::initializer_list<int64_t> types,
+                   void *y, const void *x, const void *gamma, const void *beta,
+                   int64_t rows, int64_t n, double eps) {
+  withSameFloatType(ctx, site, kernel, types, [&](auto tag) {
+    using T = decltype(tag);
+    if (rows == 0 || n == 0)
+      return;
+    launchLayerNorm<kCentered>(onStream(ctx, site, symbol), static_cast<T *>(y),
+                               static_cast<const T *>(x),
+                               static_cast<const T *>(gamma),
+                               static_cast<const T *>(beta), rows, n, eps);
+  });
+}
+
+/// The gradients of normalizeRows: dx, dgamma and (kCentered) dbeta.
+template <bool kCentered>
+void normalizeRowsGrad(StrataRtContext *ctx, int64_t site, const char *kernel,
+                       const char *symbol, std::initializer_list<int64_t> types,
+                       void *dx, void *dgamma, void *dbeta, const void *x,
+                       const void *gamma, const void *dy, int64_t rows,
+                       int64_t n, double eps) {
+  withSameFloatType(ctx, site, kernel, types, [&](auto tag) {
+    using T = decltype(tag);
+    if (n == 0)
+      return;
+    const LayerNormGradPlan plan = layerNormGradPlan(rows, n);
+    char *scratch = nullptr;
+    if (plan.bytes > 0) {
+      scratch = static_cast<char *>(ctx->scratchBytes(site, plan.bytes));
+      if (!scratch)
+        return;
+    }
+    launchLayerNormGrad<kCentered>(
+        onStream(ctx, site, symbol), plan, scratch, static_cast<T *>(dx),
+        static_cast<T *>(dgamma), static_cast<T *>(dbeta),
+        static_cast<const T *>(x), static_cast<const T *>(gamma),
+        static_cast<const T *>(dy), rows, n, eps);
+  });
+}
 } // namespace
 } // namespace strata::cuda
 
@@ -134,17 +178,9 @@ void strata_rt_layer_norm(StrataRtContext *ctx, int64_t site, void *y,
                           const void *gamma, int64_t gammaType,
                           const void *beta, int64_t betaType, int64_t rows,
                           int64_t n, double eps) {
-  withSameFloatType(
-      ctx, site, "layer_norm", {yType, xType, gammaType, betaType},
-      [&](auto tag) {
-        using T = decltype(tag);
-        if (rows == 0 || n == 0)
-          return;
-        launchLayerNorm<true>(onStream(ctx, site, "strata_rt_layer_norm"),
-                              static_cast<T *>(y), static_cast<const T *>(x),
-                              static_cast<const T *>(gamma),
-                              static_cast<const T *>(beta), rows, n, eps);
-      });
+  normalizeRows<true>(ctx, site, "layer_norm", "strata_rt_layer_norm",
+                      {yType, xType, gammaType, betaType}, y, x, gamma, beta,
+                      rows, n, eps);
 }
 
 void strata_rt_layer_norm_grad(StrataRtContext *ctx, int64_t site, void *dx,
@@ -154,42 +190,19 @@ void strata_rt_layer_norm_grad(StrataRtContext *ctx, int64_t site, void *dx,
                                int64_t gammaType, const void *dy,
                                int64_t dyType, int64_t rows, int64_t n,
                                double eps) {
-  withSameFloatType(
-      ctx, site, "layer_norm_grad",
-      {dxType, dgammaType, dbetaType, xType, gammaType, dyType}, [&](auto tag) {
-        using T = decltype(tag);
-        if (n == 0)
-          return;
-        const LayerNormGradPlan plan = layerNormGradPlan(rows, n);
-        char *scratch = nullptr;
-        if (plan.bytes > 0) {
-          scratch = static_cast<char *>(ctx->scratchBytes(site, plan.bytes));
-          if (!scratch)
-            return;
-        }
-        launchLayerNormGrad<true>(
-            onStream(ctx, site, "strata_rt_layer_norm_grad"), plan, scratch,
-            static_cast<T *>(dx), static_cast<T *>(dgamma),
-            static_cast<T *>(dbeta), static_cast<const T *>(x),
-            static_cast<const T *>(gamma), static_cast<const T *>(dy), rows, n,
-            eps);
-      });
+  normalizeRowsGrad<true>(
+      ctx, site, "layer_norm_grad", "strata_rt_layer_norm_grad",
+      {dxType, dgammaType, dbetaType, xType, gammaType, dyType}, dx, dgamma,
+      dbeta, x, gamma, dy, rows, n, eps);
 }
 
 void strata_rt_rms_norm(StrataRtContext *ctx, int64_t site, void *y,
                         int64_t yType, const void *x, int64_t xType,
                         const void *gamma, int64_t gammaType, int64_t rows,
                         int64_t n, double eps) {
-  withSameFloatType(
-      ctx, site, "rms_norm", {yType, xType, gammaType}, [&](auto tag) {
-        using T = decltype(tag);
-        if (rows == 0 || n == 0)
-          return;
-        launchLayerNorm<false>(onStream(ctx, site, "strata_rt_rms_norm"),
-                               static_cast<T *>(y), static_cast<const T *>(x),
-                               static_cast<const T *>(gamma),
-                               static_cast<const T *>(nullptr), rows, n, eps);
-      });
+  normalizeRows<false>(ctx, site, "rms_norm", "strata_rt_rms_norm",
+                       {yType, xType, gammaType}, y, x, gamma, nullptr, rows, n,
+                       eps);
 }
 
 void strata_rt_rms_norm_grad(StrataRtContext *ctx, int64_t site, void *dx,
@@ -197,26 +210,10 @@ void strata_rt_rms_norm_grad(StrataRtContext *ctx, int64_t site, void *dx,
                              const void *x, int64_t xType, const void *gamma,
                              int64_t gammaType, const void *dy, int64_t dyType,
                              int64_t rows, int64_t n, double eps) {
-  withSameFloatType(
-      ctx, site, "rms_norm_grad",
-      {dxType, dgammaType, xType, gammaType, dyType}, [&](auto tag) {
-        using T = decltype(tag);
-        if (n == 0)
-          return;
-        const LayerNormGradPlan plan = layerNormGradPlan(rows, n);
-        char *scratch = nullptr;
-        if (plan.bytes > 0) {
-          scratch = static_cast<char *>(ctx->scratchBytes(site, plan.bytes));
-          if (!scratch)
-            return;
-        }
-        launchLayerNormGrad<false>(
-            onStream(ctx, site, "strata_rt_rms_norm_grad"), plan, scratch,
-            static_cast<T *>(dx), static_cast<T *>(dgamma),
-            static_cast<T *>(nullptr), static_cast<const T *>(x),
-            static_cast<const T *>(gamma), static_cast<const T *>(dy), rows, n,
-            eps);
-      });
+  normalizeRowsGrad<false>(ctx, site, "rms_norm_grad",
+                           "strata_rt_rms_norm_grad",
+                           {dxType, dgammaType, xType, gammaType, dyType}, dx,
+                           dgamma, nullptr, x, gamma, dy, rows, n, eps);
 }
 
 void strata_rt_embedding(StrataRtContext *ctx, int64_t site, void *out,
