@@ -1304,7 +1304,8 @@ class _Emitter:
         gamma = self.tensor(weight, node) if weight is not None else \
             self.constant(torch.ones(normalized[0]))
         if eps is None:  # PyTorch's default: the input type's epsilon
-            eps = torch.finfo(node.args[0].meta["val"].dtype).eps
+            meta = x.meta.get("val", x.meta.get("tensor_meta"))
+            eps = torch.finfo(meta.dtype).eps
         return self.op("rms_norm", [v, gamma], v.shape,
                        ["epsilon = " + _f64(eps)])
 
