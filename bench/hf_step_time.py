@@ -37,6 +37,8 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 sys.path.insert(0, HERE)
 sys.path.insert(0, os.path.join(ROOT, "python"))
+# The loss wrapper shared with test/torch2 (imported once PyTorch 2.x is).
+sys.path.insert(0, os.path.join(ROOT, "test", "torch2"))
 from benchlib import cpu_model  # noqa: E402
 from step_time import ensure_torch2, strata_times  # noqa: E402
 
@@ -62,25 +64,12 @@ def make_model(name):
         bos_token_id=0, eos_token_id=0))
 
 
-def causal_lm(torch, model):
-    """The model's logits -> the mean next-token cross-entropy."""
-    class CausalLM(torch.nn.Module):
-        def __init__(self):
-            super().__init__()
-            self.model = model
-
-        def forward(self, tokens, targets):
-            logits = self.model(input_ids=tokens, use_cache=False).logits
-            return torch.nn.functional.cross_entropy(
-                logits.reshape(-1, logits.size(-1)), targets.reshape(-1))
-    return CausalLM()
-
-
 class TorchRun:
-    """One PyTorch variant of one model, ready to step."""
+    """One PyTorch variant of one model (the same weights each time:
+    make_model seeds), ready to step."""
 
-    def __init__(self, torch, name, batch, variant):
-        self.model = causal_lm(torch, make_model(name))
+    def __init__(self, torch, model, batch, variant):
+        self.model = model
         self.opt = torch.optim.AdamW(
             self.model.parameters(), lr=1e-3,
             **({} if variant == "eager" else {"fused": True}))
@@ -112,6 +101,7 @@ def main():
     import torch
     import transformers
     import strata.import_torch as importer
+    from causal_lm import CausalLM
     os.makedirs(args.workdir, exist_ok=True)
     print("cpu: %s, %d logical cores; PyTorch %s, transformers %s" % (
         cpu_model(), os.cpu_count(), torch.__version__,
@@ -129,7 +119,7 @@ def main():
     print("| --- " * 9 + "|")
     for name in args.models.split(","):
         program = importer.import_module(
-            causal_lm(torch, make_model(name)), batch,
+            CausalLM(make_model(name)), batch,
             input_names=["tokens", "targets"], capture="export")
         path = os.path.join(args.workdir, name + ".mlir")
         program.save(path)
@@ -146,7 +136,8 @@ def main():
         for n in args.threads.split(","):
             n = int(n)
             torch.set_num_threads(n)
-            variants = {v: TorchRun(torch, name, batch, v)
+            variants = {v: TorchRun(torch, CausalLM(make_model(name)),
+                                    batch, v)
                         for v in ("eager", "tuned", "compiled")}
             times = {k: [] for k in list(strategies) + list(variants)}
             for _ in range(args.rounds):

@@ -23,25 +23,13 @@ from transformers import (GemmaConfig, GemmaForCausalLM, GPT2Config,
 import strata.import_torch as importer
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "python"))
+from causal_lm import CausalLM  # noqa: E402
 from compare import compare, token_batches  # noqa: E402
 
 out = sys.argv[1]
 strategy = os.path.join(out, "adamw.yaml")
 with open(strategy, "w") as f:
     f.write("optimizer: {type: adamw, learning_rate: 0.001}\n")
-
-
-class CausalLM(torch.nn.Module):
-    """logits -> the mean next-token cross-entropy over the batch."""
-
-    def __init__(self, model):
-        super().__init__()
-        self.model = model
-
-    def forward(self, tokens, targets):
-        logits = self.model(input_ids=tokens, use_cache=False).logits
-        return torch.nn.functional.cross_entropy(
-            logits.reshape(-1, logits.size(-1)), targets.reshape(-1))
 
 
 class RmsNormLM(torch.nn.Module):
