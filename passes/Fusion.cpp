@@ -301,6 +301,30 @@ bool isConstant(Value v, double want) {
   return value && near(*value, want);
 }
 
+/// Replaces `root`, the last op of a formula written out, with `fused` (one
+/// op of the same result), and erases the formula's other ops (`chain`,
+/// each read only inside it; noted in `erased`, since the caller's list of
+/// candidate roots may hold them) and the `constants` it read that nothing
+/// else reads.
+void replaceWrittenOut(Operation *root, Operation *fused,
+                       ArrayRef<Operation *> chain,
+                       ArrayRef<Operation *> constants,
+                       llvm::SmallPtrSetImpl<Operation *> &erased) {
+  copyMetadata(root, fused);
+  root->getResult(0).replaceAllUsesWith(fused->getResult(0));
+  root->erase();
+  for (Operation *op : chain)
+    op->dropAllReferences();
+  for (Operation *op : chain) {
+    erased.insert(op);
+    op->erase();
+  }
+  for (Operation *constant : llvm::SmallPtrSet<Operation *, 4>(
+           constants.begin(), constants.end()))
+    if (constant->use_empty())
+      constant->erase();
+}
+
 /// GELU written out in its tanh form: 0.5 x (1 + tanh(sqrt(2/pi) (x +
 /// 0.044715 x^3))), as Hugging Face's GPT-2 has it (the pass description
 /// lists the forms matched). `chain` collects the ops before the root, each
@@ -455,21 +479,7 @@ struct GeluRecognitionPass
       OpBuilder b(root);
       auto fused =
           GeluOp::create(b, root->getLoc(), x, GeluApproximation::Tanh);
-      copyMetadata(root, fused);
-      root->getResult(0).replaceAllUsesWith(fused.getResult());
-      root->erase();
-      // (Each op of the chain is read only inside it.)
-      for (Operation *op : gelu.chain)
-        op->dropAllReferences();
-      for (Operation *op : gelu.chain) {
-        erased.insert(op);
-        op->erase();
-      }
-      for (Operation *constant :
-           llvm::make_early_inc_range(llvm::SmallPtrSet<Operation *, 4>(
-               gelu.constants.begin(), gelu.constants.end())))
-        if (constant->use_empty())
-          constant->erase();
+      replaceWrittenOut(root, fused, gelu.chain, gelu.constants, erased);
     }
   }
 };
@@ -574,18 +584,7 @@ struct RmsNormRecognitionPass
       OpBuilder b(root);
       auto fused = RmsNormOp::create(b, root.getLoc(), norm.x, norm.gamma,
                                      b.getF64FloatAttr(norm.epsilon));
-      copyMetadata(root, fused);
-      root.getResult().replaceAllUsesWith(fused.getResult());
-      root.erase();
-      // (Each op of the chain is read only inside it.)
-      for (Operation *op : norm.chain)
-        op->dropAllReferences();
-      for (Operation *op : norm.chain) {
-        erased.insert(op);
-        op->erase();
-      }
-      if (norm.epsConstant->use_empty())
-        norm.epsConstant->erase();
+      replaceWrittenOut(root, fused, norm.chain, {norm.epsConstant}, erased);
     }
   }
 };
