@@ -21,10 +21,8 @@
 
 #include <cstdint>
 #include <cstring>
-#include <type_traits>
-#if defined(__F16C__) || defined(__AVX2__)
 #include <immintrin.h>
-#endif
+#include <type_traits>
 
 namespace strata::cpu {
 namespace {
@@ -75,17 +73,82 @@ struct Half {
 };
 static_assert(sizeof(Half) == 2);
 
-/// `n` elements of storage type T as f32, and back (rounded). The loops
-/// vectorise for f32 and bf16; f16 goes eight at a time through F16C where
-/// the build targets it.
+/// The conversions eight or sixteen elements at a time, built
+/// for AVX2 + F16C whatever the including file is built for: the vector
+/// builds of the kernels inline them into `widen` and `narrow` below, and
+/// baseline code (the GEMM's operand conversions) calls them where the
+/// processor has AVX2. Each converts the longest prefix of `n` that is a
+/// multiple of its width and returns its length; the caller converts the
+/// rest one at a time.
+__attribute__((target("avx2,f16c"))) inline int64_t
+widenVector(float *to, const Half *from, int64_t n) {
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8)
+    _mm256_storeu_ps(to + i, _mm256_cvtph_ps(_mm_loadu_si128(
+                                 reinterpret_cast<const __m128i *>(from + i))));
+  return i;
+}
+__attribute__((target("avx2,f16c"))) inline int64_t
+widenVector(float *to, const BFloat16 *from, int64_t n) {
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    __m256i wide = _mm256_cvtepu16_epi32(
+        _mm_loadu_si128(reinterpret_cast<const __m128i *>(from + i)));
+    _mm256_storeu_si256(reinterpret_cast<__m256i *>(to + i),
+                        _mm256_slli_epi32(wide, 16));
+  }
+  return i;
+}
+__attribute__((target("avx2,f16c"))) inline int64_t
+narrowVector(Half *to, const float *from, int64_t n) {
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8)
+    _mm_storeu_si128(
+        reinterpret_cast<__m128i *>(to + i),
+        _mm256_cvtps_ph(_mm256_loadu_ps(from + i), _MM_FROUND_TO_NEAREST_INT));
+  return i;
+}
+/// BFloat16::round on eight lanes: round to nearest even on the bits, NaNs
+/// made quiet; the 16-bit results packed in order.
+__attribute__((target("avx2,f16c"))) inline int64_t
+narrowVector(BFloat16 *to, const float *from, int64_t n) {
+  const __m256i bias = _mm256_set1_epi32(0x7fff);
+  const __m256i one = _mm256_set1_epi32(1);
+  const __m256i absMask = _mm256_set1_epi32(0x7fffffff);
+  const __m256i inf = _mm256_set1_epi32(0x7f800000);
+  const __m256i quiet = _mm256_set1_epi32(0x40);
+  int64_t i = 0;
+  for (; i + 16 <= n; i += 16) {
+    __m256i half[2];
+    for (int h = 0; h < 2; ++h) {
+      __m256i u = _mm256_castps_si256(_mm256_loadu_ps(from + i + 8 * h));
+      __m256i odd = _mm256_and_si256(_mm256_srli_epi32(u, 16), one);
+      __m256i rounded = _mm256_srli_epi32(
+          _mm256_add_epi32(_mm256_add_epi32(u, bias), odd), 16);
+      __m256i nan = _mm256_cmpgt_epi32(_mm256_and_si256(u, absMask), inf);
+      __m256i quietNan = _mm256_or_si256(_mm256_srli_epi32(u, 16), quiet);
+      half[h] = _mm256_blendv_epi8(rounded, quietNan, nan);
+    }
+    // packus works within 128-bit lanes: restore the element order.
+    __m256i packed =
+        _mm256_permute4x64_epi64(_mm256_packus_epi32(half[0], half[1]), 0xD8);
+    _mm256_storeu_si256(reinterpret_cast<__m256i *>(to + i), packed);
+  }
+  return i;
+}
+
+template <typename T>
+constexpr bool kSixteenBit =
+    std::is_same_v<T, Half> || std::is_same_v<T, BFloat16>;
+
+/// `n` elements of storage type T as f32, and back (rounded): in vector
+/// lanes where the build targets AVX2, else loops that vectorise for f32
+/// and bf16 (f16 a conversion per element).
 template <typename T> void widen(float *to, const T *from, int64_t n) {
   int64_t i = 0;
-#if defined(__F16C__)
-  if constexpr (std::is_same_v<T, Half>)
-    for (; i + 8 <= n; i += 8)
-      _mm256_storeu_ps(to + i,
-                       _mm256_cvtph_ps(_mm_loadu_si128(
-                           reinterpret_cast<const __m128i *>(from + i))));
+#if defined(__AVX2__) && defined(__F16C__)
+  if constexpr (kSixteenBit<T>)
+    i = widenVector(to, from, n);
 #endif
 #pragma omp simd
   for (int64_t j = i; j < n; ++j)
@@ -93,39 +156,11 @@ template <typename T> void widen(float *to, const T *from, int64_t n) {
 }
 template <typename T> void narrow(T *to, const float *from, int64_t n) {
   int64_t i = 0;
-#if defined(__F16C__)
-  if constexpr (std::is_same_v<T, Half>)
-    for (; i + 8 <= n; i += 8)
-      _mm_storeu_si128(reinterpret_cast<__m128i *>(to + i),
-                       _mm256_cvtps_ph(_mm256_loadu_ps(from + i),
-                                       _MM_FROUND_TO_NEAREST_INT));
+#if defined(__AVX2__) && defined(__F16C__)
+  if constexpr (kSixteenBit<T>)
+    i = narrowVector(to, from, n);
 #endif
   if constexpr (std::is_same_v<T, BFloat16>) {
-#if defined(__AVX2__)
-    // BFloat16::round on eight lanes: round to nearest even on the bits,
-    // NaNs made quiet; the 16-bit results packed in order.
-    const __m256i bias = _mm256_set1_epi32(0x7fff);
-    const __m256i one = _mm256_set1_epi32(1);
-    const __m256i absMask = _mm256_set1_epi32(0x7fffffff);
-    const __m256i inf = _mm256_set1_epi32(0x7f800000);
-    const __m256i quiet = _mm256_set1_epi32(0x40);
-    for (; i + 16 <= n; i += 16) {
-      __m256i half[2];
-      for (int h = 0; h < 2; ++h) {
-        __m256i u = _mm256_castps_si256(_mm256_loadu_ps(from + i + 8 * h));
-        __m256i odd = _mm256_and_si256(_mm256_srli_epi32(u, 16), one);
-        __m256i rounded = _mm256_srli_epi32(
-            _mm256_add_epi32(_mm256_add_epi32(u, bias), odd), 16);
-        __m256i nan = _mm256_cmpgt_epi32(_mm256_and_si256(u, absMask), inf);
-        __m256i quietNan = _mm256_or_si256(_mm256_srli_epi32(u, 16), quiet);
-        half[h] = _mm256_blendv_epi8(rounded, quietNan, nan);
-      }
-      // packus works within 128-bit lanes: restore the element order.
-      __m256i packed =
-          _mm256_permute4x64_epi64(_mm256_packus_epi32(half[0], half[1]), 0xD8);
-      _mm256_storeu_si256(reinterpret_cast<__m256i *>(to + i), packed);
-    }
-#endif
     // The bits directly: a loop that constructs T does not vectorise.
     auto *bits = reinterpret_cast<uint16_t *>(to);
 #pragma omp simd

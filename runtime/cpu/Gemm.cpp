@@ -398,61 +398,35 @@ static void gemmF32(StrataRtContext *ctx, int64_t site, int64_t batch,
 }
 
 /// Conversions of the GEMM's operands and result. This file is compiled for
-/// baseline x86-64, where an f16 conversion is a library call per element:
-/// the loops are built a second time with F16C (which every AVX2 processor
-/// has) and chosen by what the processor supports.
-template <typename T>
-static void widenLoop(float *to, const T *from, int64_t count) {
-#pragma omp parallel for simd schedule(static) if (count >= (1 << 16))
-  for (int64_t i = 0; i < count; ++i)
-    to[i] = float(from[i]);
-}
-template <typename T>
-static void narrowLoop(T *to, const float *from, int64_t count) {
-#pragma omp parallel for simd schedule(static) if (count >= (1 << 16))
-  for (int64_t i = 0; i < count; ++i)
-    to[i] = T(from[i]);
-}
-__attribute__((target("avx2,fma,f16c"))) static void
-widenF16C(float *to, const strata::cpu::Half *from, int64_t count) {
-  auto *bits = reinterpret_cast<const uint16_t *>(from);
-#pragma omp parallel for schedule(static) if (count >= (1 << 16))
-  for (int64_t i = 0; i < count / 8; ++i)
-    _mm256_storeu_ps(to + 8 * i,
-                     _mm256_cvtph_ps(_mm_loadu_si128(
-                         reinterpret_cast<const __m128i *>(bits + 8 * i))));
-  for (int64_t i = count / 8 * 8; i < count; ++i)
-    to[i] = _cvtsh_ss(bits[i]);
-}
-__attribute__((target("avx2,fma,f16c"))) static void
-narrowF16C(strata::cpu::Half *to, const float *from, int64_t count) {
-  auto *bits = reinterpret_cast<uint16_t *>(to);
-#pragma omp parallel for schedule(static) if (count >= (1 << 16))
-  for (int64_t i = 0; i < count / 8; ++i)
-    _mm_storeu_si128(reinterpret_cast<__m128i *>(bits + 8 * i),
-                     _mm256_cvtps_ph(_mm256_loadu_ps(from + 8 * i),
-                                     _MM_FROUND_TO_NEAREST_INT));
-  for (int64_t i = count / 8 * 8; i < count; ++i)
-    bits[i] = uint16_t(_cvtss_sh(from[i], _MM_FROUND_TO_NEAREST_INT));
-}
-static bool hasF16C() {
-  static const bool f16c =
+/// baseline x86-64, where an f16 conversion is a library call per element
+/// and a bf16 one four lanes wide: blocks go through the AVX2 + F16C
+/// conversions (which every AVX2 processor runs) where the processor has
+/// them, the rest of each block by the loops of the baseline build.
+static bool hasAvx2F16C() {
+  static const bool avx2 =
       __builtin_cpu_supports("avx2") && __builtin_cpu_supports("f16c");
-  return f16c;
+  return avx2;
 }
+constexpr int64_t kConvertBlock = 1 << 14;
 template <typename T>
 static void widenAll(float *to, const T *from, int64_t count) {
-  if constexpr (std::is_same_v<T, strata::cpu::Half>)
-    if (hasF16C())
-      return widenF16C(to, from, count);
-  widenLoop(to, from, count);
+  const bool vector = hasAvx2F16C();
+#pragma omp parallel for schedule(static) if (count >= 4 * kConvertBlock)
+  for (int64_t s = 0; s < count; s += kConvertBlock) {
+    int64_t m = std::min(kConvertBlock, count - s);
+    int64_t i = vector ? strata::cpu::widenVector(to + s, from + s, m) : 0;
+    strata::cpu::widen(to + s + i, from + s + i, m - i);
+  }
 }
 template <typename T>
 static void narrowAll(T *to, const float *from, int64_t count) {
-  if constexpr (std::is_same_v<T, strata::cpu::Half>)
-    if (hasF16C())
-      return narrowF16C(to, from, count);
-  narrowLoop(to, from, count);
+  const bool vector = hasAvx2F16C();
+#pragma omp parallel for schedule(static) if (count >= 4 * kConvertBlock)
+  for (int64_t s = 0; s < count; s += kConvertBlock) {
+    int64_t m = std::min(kConvertBlock, count - s);
+    int64_t i = vector ? strata::cpu::narrowVector(to + s, from + s, m) : 0;
+    strata::cpu::narrow(to + s + i, from + s + i, m - i);
+  }
 }
 
 /// The f32 product of bf16 or f16 operands, widened (exactly): `out` =
