@@ -1301,9 +1301,10 @@ LogicalResult FusedDropoutAddGradOp::inferReturnTypes(
   return success();
 }
 
-/// The shapes of attention's operands: query [..., S, H, D], key [..., T, H,
-/// D], value [..., T, H, Dv], the leading (batch) dimensions and the heads H
-/// equal. Returns the result type [..., S, H, Dv] and the log-sum-exp type
+/// The shapes of attention's operands: query [..., S, H, D], key [..., T,
+/// Hkv, D], value [..., T, Hkv, Dv], the leading (batch) dimensions equal
+/// and Hkv a divisor of H (grouped-query attention; H for multi-head
+/// attention). Returns the result type [..., S, H, Dv] and the log-sum-exp type
 /// [..., H, S] (f32; f64 for f64).
 template <typename OpTy>
 static FailureOr<std::pair<RankedTensorType, RankedTensorType>>
@@ -1323,13 +1324,18 @@ inferAttention(std::optional<Location> loc, Type queryType, Type keyType,
   int64_t r = q.getRank();
   if (q.getShape().drop_back(3) != k.getShape().drop_back(3) ||
       q.getShape().drop_back(3) != v.getShape().drop_back(3) ||
-      k.getDimSize(r - 2) != q.getDimSize(r - 2) ||
-      v.getDimSize(r - 2) != q.getDimSize(r - 2))
+      v.getDimSize(r - 2) != k.getDimSize(r - 2))
     return inferError<OpTy>(loc, "query, key and value must have the same "
-                                 "batch dimensions and heads, got " +
+                                 "batch dimensions, and key and value the "
+                                 "same heads, got " +
                                      shapeStr(q.getShape()) + ", " +
                                      shapeStr(k.getShape()) + " and " +
                                      shapeStr(v.getShape()));
+  int64_t heads = q.getDimSize(r - 2), kvHeads = k.getDimSize(r - 2);
+  if (kvHeads < 1 || kvHeads > heads || heads % kvHeads != 0)
+    return inferError<OpTy>(loc, "key and value heads (" + Twine(kvHeads) +
+                                     ") must divide the query heads (" +
+                                     Twine(heads) + ")");
   if (k.getDimSize(r - 1) != q.getDimSize(r - 1))
     return inferError<OpTy>(loc, "key must have the query's head size " +
                                      Twine(q.getDimSize(r - 1)) + ", got " +

@@ -1326,8 +1326,11 @@ def Strata_AttentionOp : Strata_ComputeOp<"attention",
   let summary = "Scaled dot-product attention in one op (flash-style)";
   let description = [{
     For each head: softmax(scale * query @ key^T) @ value, with `query`
-    [..., S, H, D], `key` [..., T, H, D] and `value` [..., T, H, Dv] (the
-    leading, batch, dimensions equal; H heads of size D): the layout of
+    [..., S, H, D], `key` [..., T, Hkv, D] and `value` [..., T, Hkv, Dv]
+    (the leading, batch, dimensions equal; H heads of size D). Hkv divides
+    H: query head h reads key and value head h / (H / Hkv), grouped-query
+    attention's sharing of keys and values without repeating them (Hkv = H
+    for multi-head attention). The layout is that of
     Paddle's flash_attention, a projection's output reshaped, so that no
     transpose to [..., H, S, D] is needed before or after it. The result is
     [..., S, H, Dv]. With `causal`, S = T and key j is masked for query i
@@ -1360,7 +1363,8 @@ def Strata_AttentionGradOp : Strata_ComputeOp<"attention_grad"> {
   let description = [{
     Yields (d query, d key, d value) from the forward op's operands, its
     result and log-sum-exp, and the result's gradient; `scale`, `causal`,
-    `dropout` and `dropout_key` as on the forward op (the same mask).
+    `dropout` and `dropout_key` as on the forward op (the same mask). A key
+    or value head's gradient sums over the query heads that read it.
 
     ```mlir
     %dq, %dk, %dv = strata.attention_grad %q, %k, %v, %o, %lse, %do {causal, scale = 1.250000e-01 : f64} : (tensor<2x16x4x8xf32>, tensor<2x16x4x8xf32>, tensor<2x16x4x8xf32>, tensor<2x16x4x8xf32>, tensor<2x4x16xf32>, tensor<2x16x4x8xf32>) -> (tensor<2x16x4x8xf32>, tensor<2x16x4x8xf32>, tensor<2x16x4x8xf32>)

@@ -198,7 +198,8 @@ std::pair<AttentionLayout, int64_t>
 attentionLayout(const std::vector<int64_t> &q, const std::vector<int64_t> &k,
                 const std::vector<int64_t> &v) {
   size_t r = q.size();
-  AttentionLayout at{q[r - 2], q[r - 3], k[r - 3], q[r - 1], v[r - 1]};
+  AttentionLayout at{q[r - 2], q[r - 3], k[r - 3],
+                     q[r - 1], v[r - 1], k[r - 2]};
   int64_t slices = q[r - 2];
   for (size_t i = 0; i + 3 < r; ++i)
     slices *= q[i];

@@ -304,12 +304,10 @@ LogicalResult lowerFusedGemmGrad(FusedGemmEpilogueGradOp o,
   return success();
 }
 
-/// The (batch x head) slices, query rows, key rows, and the query's and
-/// value's widths of an attention op's operands.
-/// Fused attention's dimensions: query [..., S, H, D], key [..., T, H, D],
-/// value [..., T, H, Dv], `batch` the leading dimensions' product.
+/// Fused attention's dimensions: query [..., S, H, D], key [..., T, Hkv, D],
+/// value [..., T, Hkv, Dv], `batch` the leading dimensions' product.
 struct AttentionShape {
-  int64_t batch, heads, s, t, d, dv;
+  int64_t batch, heads, kvHeads, s, t, d, dv;
 };
 AttentionShape attentionShape(Value q, Value k, Value v) {
   SmallVector<int64_t> qs = shapeOf(q), ks = shapeOf(k), vs = shapeOf(v);
@@ -317,6 +315,7 @@ AttentionShape attentionShape(Value q, Value k, Value v) {
   int64_t s = qs[r - 3], heads = qs[r - 2], d = qs[r - 1];
   return {numel(q) / std::max<int64_t>(s * heads * d, 1),
           heads,
+          ks[r - 2],
           s,
           ks[r - 3],
           d,
@@ -331,6 +330,7 @@ SmallVector<RuntimeLowering::CallArg> attentionArgs(OpTy o,
   AttentionShape a = attentionShape(o.getQuery(), o.getKey(), o.getValue());
   return {l.i64(a.batch),
           l.i64(a.heads),
+          l.i64(a.kvHeads),
           l.i64(a.s),
           l.i64(a.t),
           l.i64(a.d),

@@ -234,6 +234,19 @@ inline bool causalShapeOk(HostContext *ctx, int64_t site, const char *kernel,
   return false;
 }
 
+/// Whether attention's key and value heads are a divisor of its query heads
+/// (grouped-query attention) or all of them; records the failure otherwise.
+inline bool kvHeadsOk(HostContext *ctx, int64_t site, const char *kernel,
+                      int64_t heads, int64_t kvHeads) {
+  if (kvHeads >= 1 && kvHeads <= heads && heads % kvHeads == 0)
+    return true;
+  ctx->fail(site, "strata_rt_" + std::string(kernel) + ": " +
+                      std::to_string(kvHeads) +
+                      " key and value heads do not divide the " +
+                      std::to_string(heads) + " query heads");
+  return false;
+}
+
 /// Whether `dtype`, an argument's type, keeps `rule` (`ok`); otherwise
 /// records "strata_rt_KERNEL: RULE, not TYPE".
 inline bool typeKeeps(HostContext *ctx, int64_t site, const char *kernel,

@@ -1658,10 +1658,12 @@ void attentionBlocks(T *out, float *lse, const T *q, const T *k, const T *v,
   const int64_t block = kAttentionBlock;
   const int64_t s = at.s, t = at.t, d = at.d, dv = at.dv;
   const int64_t perThread = attentionScratch<T, Products>(t, d, dv);
-  const int64_t ldq = at.rowStride(), ldv = at.valueRowStride();
+  const int64_t ldq = at.rowStride(), ldk = at.keyRowStride();
+  const int64_t ldv = at.valueRowStride(), ldo = at.outputRowStride();
   int64_t blocks = (s + block - 1) / block;
   // A thread's blocks are consecutive (static schedule), mostly of one
-  // head: it prepares the head's operands when its head changes.
+  // head: it prepares the head's keys and values when they change (not
+  // between the query heads of a group).
   std::vector<int64_t> threadHead(omp_get_max_threads(), -1);
   using Operand = typename Products::Operand;
   std::vector<Operand> keysT(threadHead.size()), values(threadHead.size());
@@ -1675,10 +1677,10 @@ void attentionBlocks(T *out, float *lse, const T *q, const T *k, const T *v,
           staged + (std::is_same_v<T, float> ? 0 : threadFloats(block * dv));
       float *work = operands + threadFloats(Products::operandFloats(d, t)) +
                     threadFloats(Products::operandFloats(t, dv));
-      if (threadHead[thread] != h) {
-        threadHead[thread] = h;
+      if (threadHead[thread] != at.kvSlice(h)) {
+        threadHead[thread] = at.kvSlice(h);
         keysT[thread] =
-            product.operand('T', d, t, k + at.key(h, 0), ldq, operands);
+            product.operand('T', d, t, k + at.key(h, 0), ldk, operands);
         values[thread] = product.operand(
             'N', t, dv, v + at.value(h, 0), ldv,
             operands + threadFloats(Products::operandFloats(d, t)));
@@ -1708,13 +1710,13 @@ void attentionBlocks(T *out, float *lse, const T *q, const T *k, const T *v,
       float *rowsOut;
       int64_t ldOut;
       if constexpr (std::is_same_v<T, float>)
-        rowsOut = o, ldOut = ldv;
+        rowsOut = o, ldOut = ldo;
       else
         rowsOut = staged, ldOut = dv;
       product('N', rows, dv, keys, 1.0f, p, keys, values[thread], 0.0f, rowsOut,
               ldOut, work, masked(Causal::Rows));
       if constexpr (!std::is_same_v<T, float>)
-        narrowRows(o, ldv, staged, rows, dv);
+        narrowRows(o, ldo, staged, rows, dv);
     }
 }
 
@@ -1742,8 +1744,9 @@ int64_t attentionGradScratch(int64_t t, int64_t d, int64_t dv) {
                       threadFloats((block * t + 3) / 4));
 }
 
-/// The gradients of attentionBlocks, per batch and head (dk and dv sum over
-/// the head's query blocks): the probabilities P of each block recomputed
+/// The gradients of attentionBlocks, per batch and key head (dk and dv sum
+/// over the query blocks of each query head that reads them, the group's
+/// heads in order): the probabilities P of each block recomputed
 /// from the log-sum-exp, dV += P^T dO, dP = dO V^T, dS = P (dP - rowsum(dO
 /// O)), dQ = scale dS K, dK += scale dS^T Q. With `drop` (mask M, keep
 /// scale c): dV += (c M P)^T dO and dP = c M (dO V^T); rowsum(dO O) is
@@ -1752,7 +1755,7 @@ int64_t attentionGradScratch(int64_t t, int64_t d, int64_t dv) {
 template <typename T, typename Products>
 void attentionGradBlocks(T *dq, T *dk, T *dV, const T *q, const T *k,
                          const T *v, const T *out, const float *lse,
-                         const T *dout, int64_t slices,
+                         const T *dout, int64_t kvSlices,
                          const strata::AttentionLayout &at, float scale,
                          bool causal, const AttentionDropout &drop,
                          float *scratch, Products product) {
@@ -1760,20 +1763,22 @@ void attentionGradBlocks(T *dq, T *dk, T *dV, const T *q, const T *k,
   const int64_t block = kAttentionBlock;
   const int64_t s = at.s, t = at.t, d = at.d, dv = at.dv;
   const int64_t perThread = attentionGradScratch<T, Products>(t, d, dv);
-  const int64_t ldq = at.rowStride(), ldv = at.valueRowStride();
+  const int64_t ldq = at.rowStride(), ldk = at.keyRowStride();
+  const int64_t ldv = at.valueRowStride(), ldo = at.outputRowStride();
 #pragma omp parallel for schedule(dynamic)
-  for (int64_t h = 0; h < slices; ++h) {
+  for (int64_t kv = 0; kv < kvSlices; ++kv) {
+    const int64_t own = at.groupSlice(kv, 0);
     float *p = scratch + omp_get_thread_num() * perThread;
     float *dp = p + threadFloats(block * t);
     // The head's dk and dv, summed over its blocks: in place for f32 (rows
-    // ldq and ldv apart), in f32 beside the block's dq rows otherwise.
+    // ldk and ldv apart), in f32 beside the block's dq rows otherwise.
     float *dqRows = dp + threadFloats(block * t);
     float *dkh, *dvh;
-    int64_t ldk = d, lddv = dv;
+    int64_t lddk = d, lddv = dv;
     if constexpr (f32) {
-      dkh = dk + at.key(h, 0);
-      dvh = dV + at.value(h, 0);
-      ldk = ldq;
+      dkh = dk + at.key(own, 0);
+      dvh = dV + at.value(own, 0);
+      lddk = ldk;
       lddv = ldv;
     } else {
       dkh = dqRows + threadFloats(block * d);
@@ -1786,51 +1791,52 @@ void attentionGradBlocks(T *dq, T *dk, T *dV, const T *q, const T *k,
     auto *keep = reinterpret_cast<uint8_t *>(p + perThread -
                                              threadFloats((block * t + 3) / 4));
     for (int64_t j = 0; j < t; ++j) {
-      std::fill_n(dkh + j * ldk, d, 0.0f);
+      std::fill_n(dkh + j * lddk, d, 0.0f);
       std::fill_n(dvh + j * lddv, dv, 0.0f);
     }
-    const T *kh = k + at.key(h, 0), *vh = v + at.value(h, 0);
-    const auto keysT = product.operand('T', d, t, kh, ldq, operands);
+    const T *kh = k + at.key(own, 0), *vh = v + at.value(own, 0);
+    const auto keysT = product.operand('T', d, t, kh, ldk, operands);
     float *next = operands + threadFloats(Products::operandFloats(d, t));
     const auto valuesT = product.operand('T', dv, t, vh, ldv, next);
     next += threadFloats(Products::operandFloats(dv, t));
-    const auto keysN = product.operand('N', t, d, kh, ldq, next);
-    for (int64_t i0 = 0; i0 < s; i0 += block) {
-      int64_t rows = std::min(block, s - i0);
-      int64_t keys = causal ? i0 + rows : t;
-      const T *qb = q + at.query(h, i0);
-      const T *dob = dout + at.output(h, i0);
-      const T *ob = out + at.output(h, i0);
-      auto masked = [&](Causal::Kind kind) {
-        return causal ? Causal{kind, i0} : Causal{};
-      };
-      product('N', rows, keys, d, scale, qb, ldq, keysT, 0.0f, p, keys, work,
-              masked(Causal::Output));
-      for (int64_t r = 0; r < rows; ++r)
-        attentionRow(p + r * keys, causal ? i0 + r + 1 : keys, keys,
-                     lse[at.lse(h, i0 + r)]);
-      // dV from the dropped probabilities (in dp until dO V^T takes it).
-      const float *pv = p;
-      if (drop) {
-        for (int64_t r = 0; r < rows; ++r) {
-          drop.mask(keep + r * keys, keys, at.probability(h, i0 + r, 0));
-          drop.apply(dp + r * keys, p + r * keys, keep + r * keys, keys);
+    const auto keysN = product.operand('N', t, d, kh, ldk, next);
+    for (int64_t g = 0; g < at.group(); ++g)
+      for (int64_t i0 = 0, h = at.groupSlice(kv, g); i0 < s; i0 += block) {
+        int64_t rows = std::min(block, s - i0);
+        int64_t keys = causal ? i0 + rows : t;
+        const T *qb = q + at.query(h, i0);
+        const T *dob = dout + at.output(h, i0);
+        const T *ob = out + at.output(h, i0);
+        auto masked = [&](Causal::Kind kind) {
+          return causal ? Causal{kind, i0} : Causal{};
+        };
+        product('N', rows, keys, d, scale, qb, ldq, keysT, 0.0f, p, keys, work,
+                masked(Causal::Output));
+        for (int64_t r = 0; r < rows; ++r)
+          attentionRow(p + r * keys, causal ? i0 + r + 1 : keys, keys,
+                       lse[at.lse(h, i0 + r)]);
+        // dV from the dropped probabilities (in dp until dO V^T takes it).
+        const float *pv = p;
+        if (drop) {
+          for (int64_t r = 0; r < rows; ++r) {
+            drop.mask(keep + r * keys, keys, at.probability(h, i0 + r, 0));
+            drop.apply(dp + r * keys, p + r * keys, keep + r * keys, keys);
+          }
+          pv = dp;
         }
-        pv = dp;
-      }
-      product('T', 'N', keys, dv, rows, 1.0f, pv, keys, dob, ldv, 1.0f, dvh,
-              lddv, work, masked(Causal::Columns));
-      product('N', rows, keys, dv, 1.0f, dob, ldv, valuesT, 0.0f, dp, keys,
-              work, masked(Causal::Output));
-      for (int64_t r = 0; r < rows; ++r) {
-        if (drop)
-          drop.apply(dp + r * keys, dp + r * keys, keep + r * keys, keys);
-        const T *dor = dob + r * ldv, *o = ob + r * ldv;
-        if (r + kPrefetchRows < rows)
-          prefetchRow<false>(ob + (r + kPrefetchRows) * ldv, dv);
-        float dot = float(laneSum(
-            dv, [&](int64_t c) { return float(dor[c]) * float(o[c]); }));
-        float *pr = p + r * keys, *dpr = dp + r * keys;
+        product('T', 'N', keys, dv, rows, 1.0f, pv, keys, dob, ldo, 1.0f, dvh,
+                lddv, work, masked(Causal::Columns));
+        product('N', rows, keys, dv, 1.0f, dob, ldo, valuesT, 0.0f, dp, keys,
+                work, masked(Causal::Output));
+        for (int64_t r = 0; r < rows; ++r) {
+          if (drop)
+            drop.apply(dp + r * keys, dp + r * keys, keep + r * keys, keys);
+          const T *dor = dob + r * ldo, *o = ob + r * ldo;
+          if (r + kPrefetchRows < rows)
+            prefetchRow<false>(ob + (r + kPrefetchRows) * ldo, dv);
+          float dot = float(laneSum(
+              dv, [&](int64_t c) { return float(dor[c]) * float(o[c]); }));
+          float *pr = p + r * keys, *dpr = dp + r * keys;
 #pragma omp simd
         for (int64_t j = 0; j < keys; ++j)
           dpr[j] = pr[j] * (dpr[j] - dot);
@@ -1847,12 +1853,12 @@ void attentionGradBlocks(T *dq, T *dk, T *dV, const T *q, const T *k,
               work, masked(Causal::Rows));
       if constexpr (!f32)
         narrowRows(dqb, ldq, dqRows, rows, d);
-      product('T', 'N', keys, d, rows, scale, dp, keys, qb, ldq, 1.0f, dkh, ldk,
-              work, masked(Causal::Columns));
-    }
+      product('T', 'N', keys, d, rows, scale, dp, keys, qb, ldq, 1.0f, dkh,
+              lddk, work, masked(Causal::Columns));
+      }
     if constexpr (!f32) {
-      narrowRows(dk + at.key(h, 0), ldq, dkh, t, d);
-      narrowRows(dV + at.value(h, 0), ldv, dvh, t, dv);
+      narrowRows(dk + at.key(own, 0), ldk, dkh, t, d);
+      narrowRows(dV + at.value(own, 0), ldv, dvh, t, dv);
     }
   }
 }
@@ -1870,15 +1876,16 @@ void STRATA_RT_KERNEL(strata_rt_attention)(
     StrataRtContext *ctx, int64_t site, void *outData, int64_t outType,
     void *lseData, int64_t lseType, const void *qData, int64_t qType,
     const void *kData, int64_t kType, const void *vData, int64_t vType,
-    int64_t batch, int64_t heads, int64_t s, int64_t t, int64_t d, int64_t dv,
-    double scale, int64_t causal, double dropout, int64_t dropoutKey,
-    int64_t microBatches, int64_t microBatch) {
+    int64_t batch, int64_t heads, int64_t kvHeads, int64_t s, int64_t t,
+    int64_t d, int64_t dv, double scale, int64_t causal, double dropout,
+    int64_t dropoutKey, int64_t microBatches, int64_t microBatch) {
   if (!onlyF32(ctx, site, "attention", {lseType}) ||
-      !causalShapeOk(ctx, site, "attention", causal, s, t))
+      !causalShapeOk(ctx, site, "attention", causal, s, t) ||
+      !kvHeadsOk(ctx, site, "attention", heads, kvHeads))
     return;
   auto *lse = static_cast<float *>(lseData);
   const int threads = omp_get_max_threads();
-  const strata::AttentionLayout at{heads, s, t, d, dv};
+  const strata::AttentionLayout at{heads, s, t, d, dv, kvHeads};
   const int64_t slices = batch * heads;
   const AttentionDropout drop(ctx, dropout, dropoutKey, microBatches,
                               microBatch, slices, s, t);
@@ -1917,15 +1924,17 @@ void STRATA_RT_KERNEL(strata_rt_attention_grad)(
     const void *qData, int64_t qType, const void *kData, int64_t kType,
     const void *vData, int64_t vType, const void *outData, int64_t outType,
     const void *lseData, int64_t lseType, const void *doutData,
-    int64_t doutType, int64_t batch, int64_t heads, int64_t s, int64_t t,
-    int64_t d, int64_t dv, double scale, int64_t causal, double dropout,
-    int64_t dropoutKey, int64_t microBatches, int64_t microBatch) {
+    int64_t doutType, int64_t batch, int64_t heads, int64_t kvHeads, int64_t s,
+    int64_t t, int64_t d, int64_t dv, double scale, int64_t causal,
+    double dropout, int64_t dropoutKey, int64_t microBatches,
+    int64_t microBatch) {
   if (!onlyF32(ctx, site, "attention_grad", {lseType}) ||
-      !causalShapeOk(ctx, site, "attention_grad", causal, s, t))
+      !causalShapeOk(ctx, site, "attention_grad", causal, s, t) ||
+      !kvHeadsOk(ctx, site, "attention_grad", heads, kvHeads))
     return;
   auto *lse = static_cast<const float *>(lseData);
   const int threads = omp_get_max_threads();
-  const strata::AttentionLayout at{heads, s, t, d, dv};
+  const strata::AttentionLayout at{heads, s, t, d, dv, kvHeads};
   const int64_t slices = batch * heads;
   const AttentionDropout drop(ctx, dropout, dropoutKey, microBatches,
                               microBatch, slices, s, t);
@@ -1946,8 +1955,8 @@ void STRATA_RT_KERNEL(strata_rt_attention_grad)(
         if constexpr (std::is_same_v<T, BFloat16>)
           if (strata::cpu::hasBf16DotProducts()) {
             attentionGradBlocks(
-                dq, dk, dV, q, k, v, out, lse, dout, slices, at, float(scale),
-                causal != 0, drop,
+                dq, dk, dV, q, k, v, out, lse, dout, batch * kvHeads, at,
+                float(scale), causal != 0, drop,
                 ctx->scratchFloats(
                     threads *
                     attentionGradScratch<T, DotBf16Products>(t, d, dv)),
@@ -1957,8 +1966,8 @@ void STRATA_RT_KERNEL(strata_rt_attention_grad)(
 #endif
         using Products = F32Products<T>;
         attentionGradBlocks(
-            dq, dk, dV, q, k, v, out, lse, dout, slices, at, float(scale),
-            causal != 0, drop,
+            dq, dk, dV, q, k, v, out, lse, dout, batch * kvHeads, at,
+            float(scale), causal != 0, drop,
             ctx->scratchFloats(threads *
                                attentionGradScratch<T, Products>(t, d, dv)),
             Products{});

@@ -83,17 +83,23 @@ __global__ void gatherRows(T *to, const T *from, AttentionLayout at, Rows rows,
 
 /// The first `len` rows of each of `slices` slices of `stride` rows of f32
 /// `from` into their places in `to` (rounded once to T): gatherRows'
-/// inverse.
+/// inverse. Key and value rows of grouped-query attention are summed over
+/// the group's slices, which follow one another in `from` (`first` and
+/// `slices` whole groups), in order.
 template <typename T>
 __global__ void scatterRows(T *to, const float *from, AttentionLayout at,
                             Rows rows, int64_t first, int64_t slices,
                             int64_t len, int64_t stride, int64_t width) {
-  const int64_t n = slices * len * width;
+  const int64_t group =
+      rows == Rows::Key || rows == Rows::Value ? at.group() : 1;
+  const int64_t n = slices / group * len * width;
   for (int64_t e = gridStart(); e < n; e += gridStride()) {
     const int64_t c = e % width, row = e / width;
-    const int64_t slice = row / len, r = row % len;
-    to[rowAt(at, rows, first + slice, r) + c] =
-        fromFloat<T>(from[(slice * stride + r) * width + c]);
+    const int64_t slice = row / len * group, r = row % len;
+    float sum = 0.0f;
+    for (int64_t g = 0; g < group; ++g)
+      sum += from[((slice + g) * stride + r) * width + c];
+    to[rowAt(at, rows, first + slice, r) + c] = fromFloat<T>(sum);
   }
 }
 
@@ -253,11 +259,13 @@ struct Product {
   }
 };
 
-/// Slices per chunk when one slice takes `perSlice` bytes of scratch.
-int64_t chunkSlices(int64_t slices, size_t perSlice) {
-  return std::clamp<int64_t>(
-      int64_t(chunkBytes() / std::max<size_t>(perSlice, 1)), 1,
-      std::max<int64_t>(slices, 1));
+/// Slices per chunk when one slice takes `perSlice` bytes of scratch: whole
+/// groups of `group` slices (grouped-query attention's gradients of keys and
+/// values sum over a group).
+int64_t chunkSlices(int64_t slices, size_t perSlice, int64_t group) {
+  const int64_t fit = int64_t(chunkBytes() / std::max<size_t>(perSlice, 1));
+  return std::clamp<int64_t>(fit / group * group, group,
+                             std::max<int64_t>(slices, group));
 }
 
 /// Carves 256-byte aligned pieces out of one scratch block; without a
@@ -304,7 +312,7 @@ std::optional<B> chunkScratch(StrataRtContext *ctx, int64_t site,
                               int64_t tp, int64_t &chunk) {
   Carver measure;
   B(measure, 1, at, tp);
-  chunk = chunkSlices(slices, measure.used);
+  chunk = chunkSlices(slices, measure.used, at.group());
   Carver carve{static_cast<char *>(
       ctx->scratchBytes(site, measure.used * size_t(chunk)))};
   if (!carve.base)
@@ -418,14 +426,16 @@ void strata_rt_attention(StrataRtContext *ctx, int64_t site, void *out,
                          int64_t outType, void *lse, int64_t lseType,
                          const void *q, int64_t qType, const void *k,
                          int64_t kType, const void *v, int64_t vType,
-                         int64_t batch, int64_t heads, int64_t s, int64_t t,
-                         int64_t d, int64_t dv, double scale, int64_t causal,
-                         double dropout, int64_t dropoutKey,
-                         int64_t microBatches, int64_t microBatch) {
+                         int64_t batch, int64_t heads, int64_t kvHeads,
+                         int64_t s, int64_t t, int64_t d, int64_t dv,
+                         double scale, int64_t causal, double dropout,
+                         int64_t dropoutKey, int64_t microBatches,
+                         int64_t microBatch) {
   if (!onlyF32(ctx, site, "attention", {lseType}) ||
-      !causalShapeOk(ctx, site, "attention", causal, s, t))
+      !causalShapeOk(ctx, site, "attention", causal, s, t) ||
+      !kvHeadsOk(ctx, site, "attention", heads, kvHeads))
     return;
-  const strata::AttentionLayout at{heads, s, t, d, dv};
+  const strata::AttentionLayout at{heads, s, t, d, dv, kvHeads};
   const int64_t slices = batch * heads;
   const AttentionDropout drop = attentionDropout(
       ctx, dropout, dropoutKey, microBatches, microBatch, slices, at);
@@ -493,13 +503,16 @@ void strata_rt_attention_grad(
     int64_t dkType, void *dv, int64_t dvType, const void *q, int64_t qType,
     const void *k, int64_t kType, const void *v, int64_t vType, const void *out,
     int64_t outType, const void *lse, int64_t lseType, const void *dout,
-    int64_t doutType, int64_t batch, int64_t heads, int64_t s, int64_t t,
-    int64_t d, int64_t dvDim, double scale, int64_t causal, double dropout,
-    int64_t dropoutKey, int64_t microBatches, int64_t microBatch) {
+    int64_t doutType, int64_t batch, int64_t heads, int64_t kvHeads, int64_t s,
+    int64_t t, int64_t d, int64_t dvDim, double scale, int64_t causal,
+    double dropout, int64_t dropoutKey, int64_t microBatches,
+    int64_t microBatch) {
   if (!onlyF32(ctx, site, "attention_grad", {lseType}) ||
-      !causalShapeOk(ctx, site, "attention_grad", causal, s, t))
+      !causalShapeOk(ctx, site, "attention_grad", causal, s, t) ||
+      !kvHeadsOk(ctx, site, "attention_grad", heads, kvHeads))
     return;
-  const strata::AttentionLayout at{heads, s, t, d, dvDim};
+  const strata::AttentionLayout at{heads, s, t, d, dvDim, kvHeads};
+  const int64_t kvSlices = batch * kvHeads;
   const int64_t slices = batch * heads;
   const AttentionDropout drop = attentionDropout(
       ctx, dropout, dropoutKey, microBatches, microBatch, slices, at);
@@ -513,8 +526,8 @@ void strata_rt_attention_grad(
         if (s == 0 || t == 0) {
           // No query sees a key: every gradient is zero.
           strata_rt_fill(ctx, site, dq, dqType, slices * s * d, 0.0);
-          strata_rt_fill(ctx, site, dk, dkType, slices * t * d, 0.0);
-          strata_rt_fill(ctx, site, dv, dvType, slices * t * dvDim, 0.0);
+          strata_rt_fill(ctx, site, dk, dkType, kvSlices * t * d, 0.0);
+          strata_rt_fill(ctx, site, dv, dvType, kvSlices * t * dvDim, 0.0);
           return;
         }
         if constexpr (!std::is_same_v<T, float>) {
@@ -537,7 +550,7 @@ void strata_rt_attention_grad(
             withFlashWidth(at, [&](auto width) {
               if (launchFlash(
                       ctx, site, what, flashGradKeys<T, decltype(width)::value>,
-                      bytes, slices, t, static_cast<T *>(dk),
+                      bytes, kvSlices, t, static_cast<T *>(dk),
                       static_cast<T *>(dv), static_cast<const T *>(q),
                       static_cast<const T *>(k), static_cast<const T *>(v),
                       static_cast<const T *>(dout),
@@ -590,9 +603,9 @@ void strata_rt_attention_grad(
           if (!launched(ctx, site, "strata_rt_attention_grad") ||
               !product(n, tp, dvDim, s, p, true, dos, false, grad))
             return;
-          scatterRows<T><<<gridFor(n * t * dvDim), kThreads, 0, ctx->compute>>>(
-              static_cast<T *>(dv), grad, at, Rows::Value, first, n, t, tp,
-              dvDim);
+          scatterRows<T><<<gridFor(n / at.group() * t * dvDim), kThreads, 0,
+                           ctx->compute>>>(static_cast<T *>(dv), grad, at,
+                                           Rows::Value, first, n, t, tp, dvDim);
           // dP = dO V^T, then dS over the probabilities' buffer.
           if (!launched(ctx, site, "strata_rt_attention_grad") ||
               !product(n, s, tp, dvDim, dos, false, in.v, true, dp))
@@ -610,8 +623,10 @@ void strata_rt_attention_grad(
           if (!launched(ctx, site, "strata_rt_attention_grad") ||
               !product(n, tp, d, s, p, true, in.q, false, grad))
             return;
-          scatterRows<T><<<gridFor(n * t * d), kThreads, 0, ctx->compute>>>(
-              static_cast<T *>(dk), grad, at, Rows::Key, first, n, t, tp, d);
+          scatterRows<T>
+              <<<gridFor(n / at.group() * t * d), kThreads, 0, ctx->compute>>>(
+                  static_cast<T *>(dk), grad, at, Rows::Key, first, n, t, tp,
+                  d);
           if (!launched(ctx, site, "strata_rt_attention_grad"))
             return;
         }

@@ -517,7 +517,8 @@ __global__ void __launch_bounds__(kFlashThreads, kFlashForwardBlocks<D>)
   const int64_t keys = blockKeys(at, q0, causal);
   auto loadKeys = [&](int64_t b) {
     const int64_t k0 = b * kFlashRows;
-    loadTile(sh.k[b], dp, k + at.key(bh, k0), at.rowStride(), at.t - k0, at.d);
+    loadTile(sh.k[b], dp, k + at.key(bh, k0), at.keyRowStride(), at.t - k0,
+             at.d);
     loadTile(sh.v[b], dvp, v + at.value(bh, k0), at.valueRowStride(), at.t - k0,
              at.dv);
   };
@@ -576,8 +577,8 @@ __global__ void __launch_bounds__(kFlashThreads, kFlashForwardBlocks<D>)
     productPN<T, D / 8>(o, s, sh.v[b], dvp, ln, live);
   }
   asyncWait(); // (copies the loop did not wait for: none, or the own rows)
-  storeFragments(out + at.output(bh, q0), at.valueRowStride(), o, ln, at.s - q0,
-                 at.dv, rowSum[0] > 0.0f ? 1.0f / rowSum[0] : 0.0f,
+  storeFragments(out + at.output(bh, q0), at.outputRowStride(), o, ln,
+                 at.s - q0, at.dv, rowSum[0] > 0.0f ? 1.0f / rowSum[0] : 0.0f,
                  rowSum[1] > 0.0f ? 1.0f / rowSum[1] : 0.0f);
   if (ln.c == 0) {
     STRATA_FLASH_UNROLL
@@ -640,11 +641,13 @@ template <int N> __device__ void zero(float (&acc)[N][4]) {
     acc[j][e] = 0.0f;
 }
 
-/// Block (slice x, key block y): dK and dV of 64 keys over the queries
-/// that see them. Per block of 64 queries: S^T = K Q^T, P^T from the
-/// log-sum-exp, dV += (m P)^T dO, dP^T = V dO^T, dS^T = scale P^T (m dP^T
-/// - delta), dK += dS^T Q; the warps own key rows, so the products need no
-/// block barrier. D: the padded head sizes' bound (64 or 128).
+/// Block (key and value slice x, key block y): dK and dV of 64 keys over
+/// the queries that see them, in each query slice of its group in turn
+/// (one slice without grouped-query attention). Per block of 64 queries:
+/// S^T = K Q^T, P^T from the log-sum-exp, dV += (m P)^T dO, dP^T = V dO^T,
+/// dS^T = scale P^T (m dP^T - delta), dK += dS^T Q; the warps own key rows,
+/// so the products need no block barrier. D: the padded head sizes' bound
+/// (64 or 128).
 template <typename T, int D>
 __global__ void __launch_bounds__(kFlashThreads, kFlashGradBlocks<D>)
     flashGradKeys(T *dk, T *dv, const T *q, const T *k, const T *v,
@@ -655,34 +658,44 @@ __global__ void __launch_bounds__(kFlashThreads, kFlashGradBlocks<D>)
   const int dp = pad16(at.d), dvp = pad16(at.dv);
   SharedCarver carver{reinterpret_cast<uintptr_t>(shared)};
   const FlashBackwardShared<T> sh(carver, dp, dvp);
-  const int64_t bh = blockIdx.x, k0 = int64_t(blockIdx.y) * kFlashRows;
+  const int64_t own = at.groupSlice(blockIdx.x, 0);
+  const int64_t k0 = int64_t(blockIdx.y) * kFlashRows;
   const bool dropping = drop.prob > 0;
   const FragLane ln;
-  loadTile(sh.own, dp, k + at.key(bh, k0), at.rowStride(), at.t - k0, at.d);
-  loadTile(sh.ownV, dvp, v + at.value(bh, k0), at.valueRowStride(), at.t - k0,
+  loadTile(sh.own, dp, k + at.key(own, k0), at.keyRowStride(), at.t - k0, at.d);
+  loadTile(sh.ownV, dvp, v + at.value(own, k0), at.valueRowStride(), at.t - k0,
            at.dv);
   float gradK[D / 8][4], gradV[D / 8][4];
   zero(gradK);
   zero(gradV);
   // Causal: queries from this block's first key on (a block of keys past
-  // the last query skips the loop and stores zeros).
+  // the last query skips the loop and stores zeros). Step b is block b %
+  // perSlice of the group's query slice b / perSlice.
   const int64_t first = causal ? k0 : 0;
+  const int64_t perSlice =
+      first < at.s ? (at.s - first + kFlashRows - 1) / kFlashRows : 0;
+  const int64_t steps = perSlice * at.group();
+  auto sliceOf = [&](int64_t b) {
+    return at.groupSlice(blockIdx.x, b / perSlice);
+  };
+  auto queriesOf = [&](int64_t b) { return first + b % perSlice * kFlashRows; };
   auto loadQueries = [&](int64_t b) {
-    const int64_t q0 = first + b * kFlashRows;
+    const int64_t bh = sliceOf(b), q0 = queriesOf(b);
     loadTile(sh.other[b], dp, q + at.query(bh, q0), at.rowStride(), at.s - q0,
              at.d);
-    loadTile(sh.otherV[b], dvp, dout + at.output(bh, q0), at.valueRowStride(),
+    loadTile(sh.otherV[b], dvp, dout + at.output(bh, q0), at.outputRowStride(),
              at.s - q0, at.dv);
     loadRowStats(sh.lse[b], sh.delta[b], lse, delta, at, bh, q0);
   };
-  if (first < at.s)
+  if (steps > 0)
     loadQueries(0);
-  for (int64_t b = 0, q0 = first; q0 < at.s; ++b, q0 += kFlashRows) {
+  for (int64_t b = 0; b < steps; ++b) {
+    const int64_t bh = sliceOf(b), q0 = queriesOf(b);
     asyncWait();
     // Block b's queries (and the own rows) are in, and every warp is done
     // with block b - 1, whose buffers block b + 1 fills meanwhile.
     __syncthreads();
-    if (q0 + kFlashRows < at.s)
+    if (b + 1 < steps)
       loadQueries(b + 1);
     // P^T (dropped) into s, dS^T into g: rows are keys, columns queries.
     float s[8][4], g[8][4];
@@ -710,9 +723,9 @@ __global__ void __launch_bounds__(kFlashThreads, kFlashGradBlocks<D>)
     productPN<T, D / 8>(gradK, g, sh.other[b], dp, ln, live);
   }
   asyncWait(); // (copies the loop did not wait for: none, or the own rows)
-  storeFragments(dk + at.key(bh, k0), at.rowStride(), gradK, ln, at.t - k0,
+  storeFragments(dk + at.key(own, k0), at.keyRowStride(), gradK, ln, at.t - k0,
                  at.d);
-  storeFragments(dv + at.value(bh, k0), at.valueRowStride(), gradV, ln,
+  storeFragments(dv + at.value(own, k0), at.valueRowStride(), gradV, ln,
                  at.t - k0, at.dv);
 }
 
@@ -733,7 +746,7 @@ __global__ void __launch_bounds__(kFlashThreads, kFlashGradBlocks<D>)
   const bool dropping = drop.prob > 0;
   const FragLane ln;
   loadTile(sh.own, dp, q + at.query(bh, q0), at.rowStride(), at.s - q0, at.d);
-  loadTile(sh.ownV, dvp, dout + at.output(bh, q0), at.valueRowStride(),
+  loadTile(sh.ownV, dvp, dout + at.output(bh, q0), at.outputRowStride(),
            at.s - q0, at.dv);
   loadRowStats(sh.lse[0], sh.delta[0], lse, delta, at, bh, q0);
   float gradQ[D / 8][4];
@@ -741,7 +754,7 @@ __global__ void __launch_bounds__(kFlashThreads, kFlashGradBlocks<D>)
   const int64_t keys = blockKeys(at, q0, causal);
   auto loadKeys = [&](int64_t b) {
     const int64_t k0 = b * kFlashRows;
-    loadTile(sh.other[b], dp, k + at.key(bh, k0), at.rowStride(), at.t - k0,
+    loadTile(sh.other[b], dp, k + at.key(bh, k0), at.keyRowStride(), at.t - k0,
              at.d);
     loadTile(sh.otherV[b], dvp, v + at.value(bh, k0), at.valueRowStride(),
              at.t - k0, at.dv);

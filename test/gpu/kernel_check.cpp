@@ -683,31 +683,36 @@ std::vector<CaseDef> makeCases() {
   // Attention (q, k, v and the gradients in `dt`, the log-sum-exp f32;
   // [batch, sequence, heads, head size]); the gradient after the forward
   // pass it needs. `dropout`: the probabilities' dropout, micro-batch 1 of
-  // 2 (the same mask on both runtimes).
+  // 2 (the same mask on both runtimes). `kvHeads`: the key and value heads
+  // (grouped-query attention), 0 for `heads`.
   auto attention = [&](const std::string &name, int64_t dt, int64_t batch,
                        int64_t heads, int64_t s, int64_t t, int64_t d,
-                       int64_t dv, bool causal, double dropout = 0) {
+                       int64_t dv, bool causal, double dropout = 0,
+                       int64_t kvHeads = 0) {
     const double scale = 1 / std::sqrt(double(d));
-    const int64_t bh = batch * heads;
+    if (kvHeads == 0)
+      kvHeads = heads;
+    const int64_t bh = batch * heads, bkv = batch * kvHeads;
     Tol tol = dt == F32 ? kSum : kDefault;
     for (bool grad : {false, true})
       add((grad ? "attention_grad_" : "attention_") + name, [=](Case &c) {
         void *q = c.rand(dt, bh * s * d, -1, 1);
-        void *k = c.rand(dt, bh * t * d, -1, 1);
-        void *v = c.rand(dt, bh * t * dv, -1, 1);
+        void *k = c.rand(dt, bkv * t * d, -1, 1);
+        void *v = c.rand(dt, bkv * t * dv, -1, 1);
         void *o = c.out("out", dt, bh * s * dv, tol);
         void *lse = c.out("lse", F32, bh * s, kSum);
         RT.attention(c.ctx, 1, o, dt, lse, F32, q, dt, k, dt, v, dt, batch,
-                     heads, s, t, d, dv, scale, causal, dropout, 7, 2, 1);
+                     heads, kvHeads, s, t, d, dv, scale, causal, dropout, 7, 2,
+                     1);
         if (!grad)
           return;
         void *dout = c.rand(dt, bh * s * dv, -1, 1);
         void *dq = c.out("dq", dt, bh * s * d, tol);
-        void *dk = c.out("dk", dt, bh * t * d, tol);
-        void *dV = c.out("dv", dt, bh * t * dv, tol);
+        void *dk = c.out("dk", dt, bkv * t * d, tol);
+        void *dV = c.out("dv", dt, bkv * t * dv, tol);
         RT.attention_grad(c.ctx, 2, dq, dt, dk, dt, dV, dt, q, dt, k, dt, v, dt,
-                          o, dt, lse, F32, dout, dt, batch, heads, s, t, d, dv,
-                          scale, causal, dropout, 7, 2, 1);
+                          o, dt, lse, F32, dout, dt, batch, heads, kvHeads, s,
+                          t, d, dv, scale, causal, dropout, 7, 2, 1);
       });
   };
   attention("f32", F32, 1, 3, 37, 37, 16, 16, false);
@@ -727,6 +732,13 @@ std::vector<CaseDef> makeCases() {
   // and the largest head size the flash kernels take.
   attention("bf16_causal_more_keys", BF16, 1, 2, 40, 200, 64, 64, true);
   attention("f16_causal_head128", F16, 1, 2, 130, 130, 128, 128, true, 0.1);
+  // Grouped-query attention: key and value heads shared by 2 and 4 query
+  // heads (their gradients summed over the group), on the chunked products
+  // (f32) and the flash kernels.
+  attention("f32_causal_grouped", F32, 2, 4, 37, 37, 16, 16, true, 0.2, 2);
+  attention("f16_cross_grouped", F16, 1, 6, 29, 45, 16, 24, false, 0, 3);
+  attention("bf16_causal_long_grouped", BF16, 2, 4, 130, 130, 64, 64, true, 0.1,
+            1);
 
   // Layer norm and its gradient.
   auto layerNorm = [&](const std::string &name, int64_t dt, int64_t rows,
@@ -884,8 +896,15 @@ std::vector<CaseDef> makeCases() {
     void *q = t.rand(F32, 5 * 8, -1, 1), *k = t.rand(F32, 3 * 8, -1, 1);
     void *v = t.rand(F32, 3 * 8, -1, 1);
     void *o = t.out("out", F32, 5 * 8), *lse = t.out("lse", F32, 5);
-    RT.attention(t.ctx, 1, o, F32, lse, F32, q, F32, k, F32, v, F32, 1, 1, 5, 3,
-                 8, 8, 0.25, 1, 0.0, 7, 1, 0);
+    RT.attention(t.ctx, 1, o, F32, lse, F32, q, F32, k, F32, v, F32, 1, 1, 1, 5,
+                 3, 8, 8, 0.25, 1, 0.0, 7, 1, 0);
+  });
+  refusal("attention_kv_heads_not_dividing", [](Case &t) {
+    void *q = t.rand(F32, 4 * 3 * 8, -1, 1), *k = t.rand(F32, 4 * 2 * 8, -1, 1);
+    void *v = t.rand(F32, 4 * 2 * 8, -1, 1);
+    void *o = t.out("out", F32, 4 * 3 * 8), *lse = t.out("lse", F32, 3 * 4);
+    RT.attention(t.ctx, 1, o, F32, lse, F32, q, F32, k, F32, v, F32, 1, 3, 2, 4,
+                 4, 8, 8, 0.25, 0, 0.0, 7, 1, 0);
   });
   refusal("embedding_bad_id", [](Case &t) {
     void *table = t.rand(F32, 4 * 3, -1, 1);

@@ -216,6 +216,7 @@ struct Case {
   int64_t batch, heads, s, t, d, dv;
   bool causal;
   double dropout;
+  int64_t kvHeads = 0; // grouped-query attention; 0: `heads`
 };
 
 /// Attention in double on the rounded inputs: the output, log-sum-exp and
@@ -227,13 +228,13 @@ Reference reference(const Case &c, const AttentionLayout &at,
                     const AttentionDropout &drop, const std::vector<float> &q,
                     const std::vector<float> &k, const std::vector<float> &v,
                     const std::vector<float> &dout, double scale) {
-  const int64_t slices = c.batch * c.heads;
+  const int64_t slices = c.batch * c.heads, kvSlices = c.batch * at.kvHeads;
   Reference r;
   r.out.assign(slices * c.s * c.dv, 0);
   r.lse.assign(slices * c.s, 0);
   r.dq.assign(slices * c.s * c.d, 0);
-  r.dk.assign(slices * c.t * c.d, 0);
-  r.dv.assign(slices * c.t * c.dv, 0);
+  r.dk.assign(kvSlices * c.t * c.d, 0);
+  r.dv.assign(kvSlices * c.t * c.dv, 0);
   for (int64_t bh = 0; bh < slices; ++bh)
     for (int64_t i = 0; i < c.s; ++i) {
       const int64_t seen = c.causal ? std::min(i + 1, c.t) : c.t;
@@ -292,8 +293,9 @@ double worst(const std::vector<G> &got, const std::vector<double> &want,
 
 template <typename T> void check(const Case &c, double rtol, double atol) {
   using namespace strata::cuda;
-  const AttentionLayout at{c.heads, c.s, c.t, c.d, c.dv};
-  const int64_t slices = c.batch * c.heads;
+  const AttentionLayout at{c.heads, c.s,  c.t,
+                           c.d,     c.dv, c.kvHeads ? c.kvHeads : c.heads};
+  const int64_t slices = c.batch * c.heads, kvSlices = c.batch * at.kvHeads;
   const double scale = 1 / std::sqrt(double(c.d));
   const AttentionDropout drop{
       c.dropout,
@@ -315,8 +317,8 @@ template <typename T> void check(const Case &c, double rtol, double atol) {
   std::vector<T> q, k, v, dout;
   std::vector<float> qf, kf, vf, doutf;
   draw(slices * c.s * c.d, q, qf);
-  draw(slices * c.t * c.d, k, kf);
-  draw(slices * c.t * c.dv, v, vf);
+  draw(kvSlices * c.t * c.d, k, kf);
+  draw(kvSlices * c.t * c.dv, v, vf);
   draw(slices * c.s * c.dv, dout, doutf);
   const Reference want = reference(c, at, drop, qf, kf, vf, doutf, scale);
 
@@ -344,7 +346,7 @@ template <typename T> void check(const Case &c, double rtol, double atol) {
   std::vector<T> dq(q.size()), dk(k.size()), dv(v.size());
   withFlashWidth(at, [&](auto width) {
     constexpr int D = decltype(width)::value;
-    launch(flashGradKeys<T, D>, flashGradBytes<T>(at), slices, c.t, dk.data(),
+    launch(flashGradKeys<T, D>, flashGradBytes<T>(at), kvSlices, c.t, dk.data(),
            dv.data(), static_cast<const T *>(q.data()),
            static_cast<const T *>(k.data()), static_cast<const T *>(v.data()),
            static_cast<const T *>(dout.data()),
@@ -418,5 +420,17 @@ TEST(FlashAttentionEmulation, F16CausalHeadSize128) {
   // Head size 128: the largest tiles the flash kernels take, and their
   // wider accumulators.
   check<__half>({1, 2, 130, 130, 128, 128, true, 0.1}, 2e-3, 1e-3);
+}
+
+TEST(FlashAttentionEmulation, Bf16CausalGroupedQueryHeads) {
+  // Grouped-query attention: two key and value heads, each read by two
+  // query heads; their gradients sum over the group (the key blocks' loop
+  // runs through each query head's blocks in turn).
+  check<__nv_bfloat16>({1, 4, 130, 130, 64, 64, true, 0.1, 2}, 1.6e-2, 1e-2);
+}
+
+TEST(FlashAttentionEmulation, F16CrossOneKeyHead) {
+  // Every query head reads the one key and value head.
+  check<__half>({1, 4, 70, 100, 32, 40, false, 0, 1}, 2e-3, 1e-3);
 }
 } // namespace

@@ -1648,20 +1648,24 @@ static void lowAttentionMatchesF32(int64_t B, bool exact) {
   struct Shape {
     int64_t batch, heads, s, t, d, dv;
     bool causal;
+    int64_t kvHeads = 0; // grouped-query attention; 0: `heads`
   };
   for (Shape sh :
        {Shape{3, 1, 150, 150, 64, 64, true}, Shape{2, 2, 5, 9, 7, 5, false},
         Shape{2, 2, 70, 70, 32, 48, true}, Shape{1, 2, 40, 67, 18, 33, false},
         // (Through the ABI only: causal with fewer queries than keys, its
         // last block an odd number of keys short of the packed ones.)
-        Shape{1, 2, 67, 80, 16, 16, true}}) {
+        Shape{1, 2, 67, 80, 16, 16, true},
+        // Grouped-query attention: two query heads per key and value head.
+        Shape{2, 4, 70, 70, 32, 48, true, 2}}) {
     SCOPED_TRACE(testing::Message()
                  << "batch " << sh.batch << " heads " << sh.heads << " s "
                  << sh.s << " t " << sh.t << " d " << sh.d << " dv " << sh.dv
                  << (sh.causal ? " causal" : ""));
-    const int64_t bh = sh.batch * sh.heads;
-    const int64_t nq = bh * sh.s * sh.d, nk = bh * sh.t * sh.d,
-                  nv = bh * sh.t * sh.dv, no = bh * sh.s * sh.dv,
+    const int64_t kvHeads = sh.kvHeads ? sh.kvHeads : sh.heads;
+    const int64_t bh = sh.batch * sh.heads, bkv = sh.batch * kvHeads;
+    const int64_t nq = bh * sh.s * sh.d, nk = bkv * sh.t * sh.d,
+                  nv = bkv * sh.t * sh.dv, no = bh * sh.s * sh.dv,
                   nl = bh * sh.s;
     const double scale = 1.0 / std::sqrt(double(sh.d));
     auto random = [](int64_t n, float seed) {
@@ -1686,8 +1690,8 @@ static void lowAttentionMatchesF32(int64_t B, bool exact) {
     Context ctx;
     std::vector<float> out(no), lse(nl), dq(nq), dk(nk), dv(nv);
     attention(ctx, 1, out.data(), F32, lse.data(), F32, q.data(), F32, k.data(),
-              F32, v.data(), F32, sh.batch, sh.heads, sh.s, sh.t, sh.d, sh.dv,
-              scale, sh.causal, 0.0, 0, 1, 0);
+              F32, v.data(), F32, sh.batch, sh.heads, kvHeads, sh.s, sh.t, sh.d,
+              sh.dv, scale, sh.causal, 0.0, 0, 1, 0);
     // The gradient reads the forward's output as the low-precision run
     // stores it: rounded to B.
     std::vector<float> outB(no);
@@ -1698,20 +1702,22 @@ static void lowAttentionMatchesF32(int64_t B, bool exact) {
     }
     attentionGrad(ctx, 2, dq.data(), F32, dk.data(), F32, dv.data(), F32,
                   q.data(), F32, k.data(), F32, v.data(), F32, outB.data(), F32,
-                  lse.data(), F32, dout.data(), F32, sh.batch, sh.heads, sh.s,
-                  sh.t, sh.d, sh.dv, scale, sh.causal, 0.0, 0, 1, 0);
+                  lse.data(), F32, dout.data(), F32, sh.batch, sh.heads,
+                  kvHeads, sh.s, sh.t, sh.d, sh.dv, scale, sh.causal, 0.0, 0, 1,
+                  0);
     std::vector<uint16_t> runs[2];
     for (int threads : {1, 2}) {
       Context low(threads);
       std::vector<uint16_t> lout(no), ldq(nq), ldk(nk), ldv(nv);
       std::vector<float> llse(nl);
       attention(low, 1, lout.data(), B, llse.data(), F32, lq.data(), B,
-                lk.data(), B, lv.data(), B, sh.batch, sh.heads, sh.s, sh.t,
-                sh.d, sh.dv, scale, sh.causal, 0.0, 0, 1, 0);
+                lk.data(), B, lv.data(), B, sh.batch, sh.heads, kvHeads, sh.s,
+                sh.t, sh.d, sh.dv, scale, sh.causal, 0.0, 0, 1, 0);
       attentionGrad(low, 2, ldq.data(), B, ldk.data(), B, ldv.data(), B,
                     lq.data(), B, lk.data(), B, lv.data(), B, lout.data(), B,
-                    llse.data(), F32, ldout.data(), B, sh.batch, sh.heads, sh.s,
-                    sh.t, sh.d, sh.dv, scale, sh.causal, 0.0, 0, 1, 0);
+                    llse.data(), F32, ldout.data(), B, sh.batch, sh.heads,
+                    kvHeads, sh.s, sh.t, sh.d, sh.dv, scale, sh.causal, 0.0, 0,
+                    1, 0);
       ASSERT_EQ(strata_rt_error(low, nullptr), nullptr);
       // Norm-wise relative error, and no element off by more than a few
       // bf16 steps of the tensor's largest magnitude.
@@ -1836,12 +1842,12 @@ TEST(RuntimeTest, CausalAttentionWithMoreQueriesIsRefused) {
     if (grad)
       attentionGrad(ctx, 2, dq.data(), F32, dk.data(), F32, dv.data(), F32,
                     q.data(), F32, k.data(), F32, v.data(), F32, out.data(),
-                    F32, lse.data(), F32, dout.data(), F32, 1, 1, s, t, d, d,
+                    F32, lse.data(), F32, dout.data(), F32, 1, 1, 1, s, t, d, d,
                     0.5, true, 0.0, 0, 1, 0);
     else
       attention(ctx, 1, out.data(), F32, lse.data(), F32, q.data(), F32,
-                k.data(), F32, v.data(), F32, 1, 1, s, t, d, d, 0.5, true, 0.0,
-                0, 1, 0);
+                k.data(), F32, v.data(), F32, 1, 1, 1, s, t, d, d, 0.5, true,
+                0.0, 0, 1, 0);
     const char *error = strata_rt_error(ctx, nullptr);
     ASSERT_NE(error, nullptr);
     EXPECT_EQ(
@@ -1877,12 +1883,12 @@ TEST(RuntimeTest, AttentionReadsHeadsSideBySide) {
     std::vector<T> out(bh * s * dv), dq(q.size()), dk(k.size()), dV(v.size());
     std::vector<float> lse(bh * s);
     attention(ctx, 1, out.data(), type, lse.data(), F32, q.data(), type,
-              k.data(), type, v.data(), type, batch, heads, s, t, d, dv, scale,
-              true, 0.0, 0, 1, 0);
+              k.data(), type, v.data(), type, batch, heads, heads, s, t, d, dv,
+              scale, true, 0.0, 0, 1, 0);
     attentionGrad(ctx, 2, dq.data(), type, dk.data(), type, dV.data(), type,
                   q.data(), type, k.data(), type, v.data(), type, out.data(),
-                  type, lse.data(), F32, dout.data(), type, batch, heads, s, t,
-                  d, dv, scale, true, 0.0, 0, 1, 0);
+                  type, lse.data(), F32, dout.data(), type, batch, heads, heads,
+                  s, t, d, dv, scale, true, 0.0, 0, 1, 0);
     ASSERT_EQ(strata_rt_error(ctx, nullptr), nullptr);
     // Rows `rows` x `width` of slice (b, h) of a [batch, rows, heads, width]
     // tensor, contiguous.
@@ -1913,12 +1919,12 @@ TEST(RuntimeTest, AttentionReadsHeadsSideBySide) {
         std::vector<T> o1(s * dv), dq1(s * d), dk1(t * d), dv1(t * dv);
         std::vector<float> l1(s);
         attention(ctx, 1, o1.data(), type, l1.data(), F32, q1.data(), type,
-                  k1.data(), type, v1.data(), type, 1, 1, s, t, d, dv, scale,
+                  k1.data(), type, v1.data(), type, 1, 1, 1, s, t, d, dv, scale,
                   true, 0.0, 0, 1, 0);
         attentionGrad(ctx, 2, dq1.data(), type, dk1.data(), type, dv1.data(),
                       type, q1.data(), type, k1.data(), type, v1.data(), type,
                       o1.data(), type, l1.data(), F32, do1.data(), type, 1, 1,
-                      s, t, d, dv, scale, true, 0.0, 0, 1, 0);
+                      1, s, t, d, dv, scale, true, 0.0, 0, 1, 0);
         expectNear(o1, slice(out, b, h, s, dv), "out");
         expectNear(l1,
                    std::vector<float>(lse.begin() + (b * heads + h) * s,
@@ -1938,7 +1944,9 @@ TEST(RuntimeTest, AttentionReadsHeadsSideBySide) {
 /// strata_rt_dropout of the [batch, heads, s, t] probabilities with the
 /// same key and micro-batch (on a rank other than the first), times v; and
 /// its gradients equal that chain's (strata_rt_dropout of dP,
-/// strata_rt_softmax_grad). Causal and not, on 1 and 2 threads.
+/// strata_rt_softmax_grad). Causal and not, on 1 and 2 threads, with as
+/// many key and value heads as query heads and with one shared by all
+/// (grouped-query attention: its gradients sum over the query heads).
 TEST(RuntimeTest, AttentionDropoutIsTheUnfusedDropout) {
   auto [attention, attentionGrad] = attentionKernels();
   ASSERT_NE(attention, nullptr);
@@ -1946,105 +1954,109 @@ TEST(RuntimeTest, AttentionDropoutIsTheUnfusedDropout) {
   const int64_t batch = 2, heads = 3, s = 70, d = 16, dv = 8;
   const int64_t bh = batch * heads, key = 5, microBatches = 2, mb = 1;
   const double prob = 0.25, scale = 0.25;
-  for (bool causal : {true, false})
-    for (int threads : {1, 2}) {
-      SCOPED_TRACE(testing::Message()
-                   << (causal ? "causal " : "") << threads << " threads");
-      const int64_t t = causal ? s : 45;
-      Context ctx(threads, /*shard=*/1);
-      auto random = [](int64_t n, float seed) {
-        std::vector<float> f(n);
-        for (int64_t i = 0; i < n; ++i)
-          f[i] = std::sin(seed * float(i + 1));
-        return f;
-      };
-      std::vector<float> q = random(bh * s * d, 0.7f),
-                         k = random(bh * t * d, 1.3f),
-                         v = random(bh * t * dv, 0.5f),
-                         dout = random(bh * s * dv, 0.3f);
-      strata::AttentionLayout at{heads, s, t, d, dv};
-      // The unfused chain, per slice in [batch, heads, s, t].
-      std::vector<float> scores(bh * s * t), p(scores.size()),
-          pd(scores.size());
-      for (int64_t h = 0; h < bh; ++h)
-        for (int64_t i = 0; i < s; ++i)
-          for (int64_t j = 0; j < t; ++j) {
-            double dot = 0;
-            for (int64_t c = 0; c < d; ++c)
-              dot += double(q[at.query(h, i) + c]) * k[at.key(h, j) + c];
-            scores[(h * s + i) * t + j] = float(scale * dot);
-          }
-      strata_rt_softmax(ctx, 1, p.data(), F32, scores.data(), F32, bh * s, t,
-                        causal ? s : 0);
-      strata_rt_dropout(ctx, 2, pd.data(), F32, p.data(), F32, nullptr, F32,
-                        bh * s * t, key, microBatches, mb, prob);
-      std::vector<float> want(bh * s * dv), dpd(scores.size()),
-          dp(scores.size()), ds(scores.size());
-      for (int64_t h = 0; h < bh; ++h)
-        for (int64_t i = 0; i < s; ++i)
-          for (int64_t c = 0; c < dv; ++c) {
-            double acc = 0;
-            for (int64_t j = 0; j < t; ++j)
-              acc += double(pd[(h * s + i) * t + j]) * v[at.value(h, j) + c];
-            want[at.output(h, i) + c] = float(acc);
-          }
-      for (int64_t h = 0; h < bh; ++h)
-        for (int64_t i = 0; i < s; ++i)
-          for (int64_t j = 0; j < t; ++j) {
-            double dot = 0;
-            for (int64_t c = 0; c < dv; ++c)
-              dot += double(dout[at.output(h, i) + c]) * v[at.value(h, j) + c];
-            dpd[(h * s + i) * t + j] = float(dot);
-          }
-      strata_rt_dropout(ctx, 3, dp.data(), F32, dpd.data(), F32, nullptr, F32,
-                        bh * s * t, key, microBatches, mb, prob);
-      strata_rt_softmax_grad(ctx, 4, ds.data(), F32, p.data(), F32, dp.data(),
-                             F32, bh * s, t);
-      std::vector<double> wdq(q.size()), wdk(k.size()), wdv(v.size());
-      for (int64_t h = 0; h < bh; ++h)
-        for (int64_t i = 0; i < s; ++i)
-          for (int64_t j = 0; j < t; ++j) {
-            double g = scale * ds[(h * s + i) * t + j];
-            double w = pd[(h * s + i) * t + j];
-            for (int64_t c = 0; c < d; ++c) {
-              wdq[at.query(h, i) + c] += g * k[at.key(h, j) + c];
-              wdk[at.key(h, j) + c] += g * q[at.query(h, i) + c];
+  for (int64_t kvHeads : {heads, int64_t(1)})
+    for (bool causal : {true, false})
+      for (int threads : {1, 2}) {
+        SCOPED_TRACE(testing::Message()
+                     << (causal ? "causal " : "") << threads << " threads, "
+                     << kvHeads << " key heads");
+        const int64_t t = causal ? s : 45, bkv = batch * kvHeads;
+        Context ctx(threads, /*shard=*/1);
+        auto random = [](int64_t n, float seed) {
+          std::vector<float> f(n);
+          for (int64_t i = 0; i < n; ++i)
+            f[i] = std::sin(seed * float(i + 1));
+          return f;
+        };
+        std::vector<float> q = random(bh * s * d, 0.7f),
+                           k = random(bkv * t * d, 1.3f),
+                           v = random(bkv * t * dv, 0.5f),
+                           dout = random(bh * s * dv, 0.3f);
+        strata::AttentionLayout at{heads, s, t, d, dv, kvHeads};
+        // The unfused chain, per slice in [batch, heads, s, t].
+        std::vector<float> scores(bh * s * t), p(scores.size()),
+            pd(scores.size());
+        for (int64_t h = 0; h < bh; ++h)
+          for (int64_t i = 0; i < s; ++i)
+            for (int64_t j = 0; j < t; ++j) {
+              double dot = 0;
+              for (int64_t c = 0; c < d; ++c)
+                dot += double(q[at.query(h, i) + c]) * k[at.key(h, j) + c];
+              scores[(h * s + i) * t + j] = float(scale * dot);
             }
-            for (int64_t c = 0; c < dv; ++c)
-              wdv[at.value(h, j) + c] += w * dout[at.output(h, i) + c];
-          }
-      ASSERT_EQ(strata_rt_error(ctx, nullptr), nullptr);
+        strata_rt_softmax(ctx, 1, p.data(), F32, scores.data(), F32, bh * s, t,
+                          causal ? s : 0);
+        strata_rt_dropout(ctx, 2, pd.data(), F32, p.data(), F32, nullptr, F32,
+                          bh * s * t, key, microBatches, mb, prob);
+        std::vector<float> want(bh * s * dv), dpd(scores.size()),
+            dp(scores.size()), ds(scores.size());
+        for (int64_t h = 0; h < bh; ++h)
+          for (int64_t i = 0; i < s; ++i)
+            for (int64_t c = 0; c < dv; ++c) {
+              double acc = 0;
+              for (int64_t j = 0; j < t; ++j)
+                acc += double(pd[(h * s + i) * t + j]) * v[at.value(h, j) + c];
+              want[at.output(h, i) + c] = float(acc);
+            }
+        for (int64_t h = 0; h < bh; ++h)
+          for (int64_t i = 0; i < s; ++i)
+            for (int64_t j = 0; j < t; ++j) {
+              double dot = 0;
+              for (int64_t c = 0; c < dv; ++c)
+                dot +=
+                    double(dout[at.output(h, i) + c]) * v[at.value(h, j) + c];
+              dpd[(h * s + i) * t + j] = float(dot);
+            }
+        strata_rt_dropout(ctx, 3, dp.data(), F32, dpd.data(), F32, nullptr, F32,
+                          bh * s * t, key, microBatches, mb, prob);
+        strata_rt_softmax_grad(ctx, 4, ds.data(), F32, p.data(), F32, dp.data(),
+                               F32, bh * s, t);
+        std::vector<double> wdq(q.size()), wdk(k.size()), wdv(v.size());
+        for (int64_t h = 0; h < bh; ++h)
+          for (int64_t i = 0; i < s; ++i)
+            for (int64_t j = 0; j < t; ++j) {
+              double g = scale * ds[(h * s + i) * t + j];
+              double w = pd[(h * s + i) * t + j];
+              for (int64_t c = 0; c < d; ++c) {
+                wdq[at.query(h, i) + c] += g * k[at.key(h, j) + c];
+                wdk[at.key(h, j) + c] += g * q[at.query(h, i) + c];
+              }
+              for (int64_t c = 0; c < dv; ++c)
+                wdv[at.value(h, j) + c] += w * dout[at.output(h, i) + c];
+            }
+        ASSERT_EQ(strata_rt_error(ctx, nullptr), nullptr);
 
-      std::vector<float> out(want.size()), lse(bh * s), dq(q.size()),
-          dk(k.size()), dV(v.size());
-      attention(ctx, 5, out.data(), F32, lse.data(), F32, q.data(), F32,
-                k.data(), F32, v.data(), F32, batch, heads, s, t, d, dv, scale,
-                causal, prob, key, microBatches, mb);
-      attentionGrad(ctx, 6, dq.data(), F32, dk.data(), F32, dV.data(), F32,
-                    q.data(), F32, k.data(), F32, v.data(), F32, out.data(),
-                    F32, lse.data(), F32, dout.data(), F32, batch, heads, s, t,
-                    d, dv, scale, causal, prob, key, microBatches, mb);
-      ASSERT_EQ(strata_rt_error(ctx, nullptr), nullptr);
-      auto expectNear = [](const auto &got, const auto &want,
-                           const char *what) {
-        for (size_t i = 0; i < got.size(); ++i)
-          ASSERT_NEAR(got[i], want[i], 2e-5 * (1 + std::fabs(want[i])))
-              << what << " " << i;
-      };
-      expectNear(out, want, "out");
-      expectNear(dq, wdq, "dq");
-      expectNear(dk, wdk, "dk");
-      expectNear(dV, wdv, "dv");
-      // The mask matters: without dropout the output is another.
-      std::vector<float> plain(out.size());
-      attention(ctx, 5, plain.data(), F32, lse.data(), F32, q.data(), F32,
-                k.data(), F32, v.data(), F32, batch, heads, s, t, d, dv, scale,
-                causal, 0.0, key, microBatches, mb);
-      double moved = 0;
-      for (size_t i = 0; i < out.size(); ++i)
-        moved = std::max(moved, double(std::fabs(plain[i] - out[i])));
-      EXPECT_GT(moved, 1e-2);
-    }
+        std::vector<float> out(want.size()), lse(bh * s), dq(q.size()),
+            dk(k.size()), dV(v.size());
+        attention(ctx, 5, out.data(), F32, lse.data(), F32, q.data(), F32,
+                  k.data(), F32, v.data(), F32, batch, heads, kvHeads, s, t, d,
+                  dv, scale, causal, prob, key, microBatches, mb);
+        attentionGrad(ctx, 6, dq.data(), F32, dk.data(), F32, dV.data(), F32,
+                      q.data(), F32, k.data(), F32, v.data(), F32, out.data(),
+                      F32, lse.data(), F32, dout.data(), F32, batch, heads,
+                      kvHeads, s, t, d, dv, scale, causal, prob, key,
+                      microBatches, mb);
+        ASSERT_EQ(strata_rt_error(ctx, nullptr), nullptr);
+        auto expectNear = [](const auto &got, const auto &want,
+                             const char *what) {
+          for (size_t i = 0; i < got.size(); ++i)
+            ASSERT_NEAR(got[i], want[i], 2e-5 * (1 + std::fabs(want[i])))
+                << what << " " << i;
+        };
+        expectNear(out, want, "out");
+        expectNear(dq, wdq, "dq");
+        expectNear(dk, wdk, "dk");
+        expectNear(dV, wdv, "dv");
+        // The mask matters: without dropout the output is another.
+        std::vector<float> plain(out.size());
+        attention(ctx, 5, plain.data(), F32, lse.data(), F32, q.data(), F32,
+                  k.data(), F32, v.data(), F32, batch, heads, kvHeads, s, t, d,
+                  dv, scale, causal, 0.0, key, microBatches, mb);
+        double moved = 0;
+        for (size_t i = 0; i < out.size(); ++i)
+          moved = std::max(moved, double(std::fabs(plain[i] - out[i])));
+        EXPECT_GT(moved, 1e-2);
+      }
 }
 
 /// A guarded update with a non-finite guard leaves parameters and state

@@ -66,9 +66,11 @@ typedef struct StrataRtContext StrataRtContext;
    version 11 groups consecutive optimizer updates (strata_rt_updates_begin
    and strata_rt_updates_end); version 12 makes the cross-entropy's loss
    (and its gradient) f32 whatever its logits' type; version 13 gives the
-   cross-entropy rows wider than its classes (padded logits).
+   cross-entropy rows wider than its classes (padded logits); version 14
+   gives fused attention fewer key and value heads than query heads
+   (grouped-query attention).
  */
-#define STRATA_RT_ABI_VERSION 13
+#define STRATA_RT_ABI_VERSION 14
 
 /* Element types of tensor arguments. */
 enum {
@@ -425,10 +427,13 @@ void strata_rt_softmax_grad(StrataRtContext *ctx, int64_t site, void *dx,
                             const void *dy, int64_t dyType, int64_t rows,
                             int64_t n);
 /* Scaled dot-product attention of `batch` x `heads` independent slices:
-   q [batch, s, heads, d], k [batch, t, heads, d], v [batch, t, heads, dv]
-   (a projection's output, heads side by side in each row); out =
+   q [batch, s, heads, d], k [batch, t, kvHeads, d], v [batch, t, kvHeads,
+   dv] (a projection's output, heads side by side in each row); out =
    softmax(scale * q k^T) v per batch and head, [batch, s, heads, dv], and
    lse, the log-sum-exp of each query's scaled scores, [batch, heads, s].
+   kvHeads divides heads: query head h reads key and value head h /
+   (heads / kvHeads) (grouped-query attention; kvHeads = heads for
+   multi-head attention).
    With `causal` (s <= t; more queries than keys are refused) key j is
    masked for query i when j > i. With
    `dropout` > 0 the probabilities go through strata_rt_dropout's mask of
@@ -439,21 +444,24 @@ void strata_rt_attention(StrataRtContext *ctx, int64_t site, void *out,
                          int64_t outType, void *lse, int64_t lseType,
                          const void *q, int64_t qType, const void *k,
                          int64_t kType, const void *v, int64_t vType,
-                         int64_t batch, int64_t heads, int64_t s, int64_t t,
-                         int64_t d, int64_t dv, double scale, int64_t causal,
-                         double dropout, int64_t dropoutKey,
-                         int64_t microBatches, int64_t microBatch);
+                         int64_t batch, int64_t heads, int64_t kvHeads,
+                         int64_t s, int64_t t, int64_t d, int64_t dv,
+                         double scale, int64_t causal, double dropout,
+                         int64_t dropoutKey, int64_t microBatches,
+                         int64_t microBatch);
 /* dq, dk, dv of strata_rt_attention from its inputs, out, lse and dout (each
-   gradient in its operand's layout); the other arguments as the forward
+   gradient in its operand's layout; a key or value head's gradient sums
+   over the query heads that read it); the other arguments as the forward
    call's. */
 void strata_rt_attention_grad(
     StrataRtContext *ctx, int64_t site, void *dq, int64_t dqType, void *dk,
     int64_t dkType, void *dv, int64_t dvType, const void *q, int64_t qType,
     const void *k, int64_t kType, const void *v, int64_t vType, const void *out,
     int64_t outType, const void *lse, int64_t lseType, const void *dout,
-    int64_t doutType, int64_t batch, int64_t heads, int64_t s, int64_t t,
-    int64_t d, int64_t dvDim, double scale, int64_t causal, double dropout,
-    int64_t dropoutKey, int64_t microBatches, int64_t microBatch);
+    int64_t doutType, int64_t batch, int64_t heads, int64_t kvHeads, int64_t s,
+    int64_t t, int64_t d, int64_t dvDim, double scale, int64_t causal,
+    double dropout, int64_t dropoutKey, int64_t microBatches,
+    int64_t microBatch);
 void strata_rt_layer_norm(StrataRtContext *ctx, int64_t site, void *y,
                           int64_t yType, const void *x, int64_t xType,
                           const void *gamma, int64_t gammaType,
