@@ -715,6 +715,17 @@ public:
     return result;
   }
 
+  /// Grouped-query attention's keys or values `x` (repeatedHeads) without
+  /// the repeat, in [..., S, Hkv, D], after reads(x): the fused op shares
+  /// each key and value head among its group of query heads itself.
+  Value buildUnrepeated(Value x) {
+    Value result = build(repeatedHeads(x));
+    auto merge = x.getDefiningOp<ReshapeOp>();
+    auto spread = merge.getInput().getDefiningOp<BroadcastToOp>();
+    visited.append({spread.getInput().getDefiningOp(), spread, merge});
+    return result;
+  }
+
   /// Erases the ops of the old layout that nothing reads any more.
   void eraseDead() {
     for (Operation *op : llvm::reverse(visited))
@@ -722,10 +733,6 @@ public:
         op->erase();
     visited.clear();
   }
-
-private:
-  /// Rotary embeddings are a few ops deep.
-  static constexpr int kMaxDepth = 16;
 
   /// Grouped-query attention's keys or values `x` [..., Hkv R, S, D] made
   /// from [..., Hkv, S, D] by repeating each head R times (Hugging Face's
@@ -757,6 +764,10 @@ private:
       return {};
     return kv;
   }
+
+private:
+  /// Rotary embeddings are a few ops deep.
+  static constexpr int kMaxDepth = 16;
 
   SmallVector<int64_t> permuted(ArrayRef<int64_t> shape) const {
     return llvm::map_to_vector(swap, [&](int64_t d) { return shape[d]; });
@@ -884,8 +895,19 @@ struct AttentionFusionPass
       return reshape;
     };
     Value fq = inPlace ? split.build(q) : withUnitHeads(q);
-    Value fk = inPlace ? split.build(k) : withUnitHeads(k);
-    Value fv = inPlace ? split.build(v) : withUnitHeads(v);
+    // Keys and values repeated alike for grouped-query attention are read
+    // with their own heads, not repeated.
+    Value kvK = inPlace ? split.repeatedHeads(k) : Value();
+    Value kvV = inPlace ? split.repeatedHeads(v) : Value();
+    bool grouped = kvK && kvV &&
+                   tensorType(kvK).getDimSize(qt.getRank() - 3) ==
+                       tensorType(kvV).getDimSize(qt.getRank() - 3);
+    Value fk = grouped   ? split.buildUnrepeated(k)
+               : inPlace ? split.build(k)
+                         : withUnitHeads(k);
+    Value fv = grouped   ? split.buildUnrepeated(v)
+               : inPlace ? split.build(v)
+                         : withUnitHeads(v);
     auto fused = AttentionOp::create(
         b, loc, fq, fk, fv, b.getF64FloatAttr(factor), softmax.getCausalAttr(),
         dropout ? dropout.getProbAttr() : b.getF64FloatAttr(0.0),

@@ -991,7 +991,7 @@ func.func @f(%q: tensor<5x2x8xf32>, %k: tensor<7x2x8xf32>) {
 // -----
 
 func.func @f(%q: tensor<2x5x2x8xf32>, %k: tensor<3x7x2x8xf32>) {
-  // expected-error@+2 {{'strata.attention' op query, key and value must have the same batch dimensions and heads, got [2, 5, 2, 8], [3, 7, 2, 8] and [3, 7, 2, 8]}}
+  // expected-error@+2 {{'strata.attention' op query, key and value must have the same batch dimensions, and key and value the same heads, got [2, 5, 2, 8], [3, 7, 2, 8] and [3, 7, 2, 8]}}
   // expected-error@+1 {{failed to infer returned types}}
   %o, %l = strata.attention %q, %k, %k {scale = 1.0 : f64} : (tensor<2x5x2x8xf32>, tensor<3x7x2x8xf32>, tensor<3x7x2x8xf32>) -> (tensor<2x5x2x8xf32>, tensor<2x2x5xf32>)
   return
@@ -1009,9 +1009,28 @@ func.func @f(%q: tensor<5x2x8xf32>) {
 // -----
 
 func.func @f(%q: tensor<5x2x8xf32>, %k: tensor<7x3x8xf32>) {
-  // expected-error@+2 {{'strata.attention' op query, key and value must have the same batch dimensions and heads, got [5, 2, 8], [7, 3, 8] and [7, 3, 8]}}
+  // expected-error@+2 {{'strata.attention' op key and value heads (3) must divide the query heads (2)}}
   // expected-error@+1 {{failed to infer returned types}}
   %o, %l = strata.attention %q, %k, %k {scale = 1.0 : f64} : (tensor<5x2x8xf32>, tensor<7x3x8xf32>, tensor<7x3x8xf32>) -> (tensor<5x2x8xf32>, tensor<2x5xf32>)
+  return
+}
+
+// -----
+
+// Grouped-query attention: 6 query heads cannot share 4 key heads evenly.
+func.func @f(%q: tensor<5x6x8xf32>, %k: tensor<7x4x8xf32>) {
+  // expected-error@+2 {{'strata.attention' op key and value heads (4) must divide the query heads (6)}}
+  // expected-error@+1 {{failed to infer returned types}}
+  %o, %l = strata.attention %q, %k, %k {scale = 1.0 : f64} : (tensor<5x6x8xf32>, tensor<7x4x8xf32>, tensor<7x4x8xf32>) -> (tensor<5x6x8xf32>, tensor<6x5xf32>)
+  return
+}
+
+// -----
+
+func.func @f(%q: tensor<5x4x8xf32>, %k: tensor<7x2x8xf32>, %v: tensor<7x1x8xf32>) {
+  // expected-error@+2 {{'strata.attention' op query, key and value must have the same batch dimensions, and key and value the same heads, got [5, 4, 8], [7, 2, 8] and [7, 1, 8]}}
+  // expected-error@+1 {{failed to infer returned types}}
+  %o, %l = strata.attention %q, %k, %v {scale = 1.0 : f64} : (tensor<5x4x8xf32>, tensor<7x2x8xf32>, tensor<7x1x8xf32>) -> (tensor<5x4x8xf32>, tensor<4x5xf32>)
   return
 }
 

@@ -178,7 +178,7 @@ func.func @fused(%x: tensor<4x8xf32>, %w: tensor<8x16xf32>, %b: tensor<16xf32>, 
 // CHECK-LABEL: func @attention
 // [batch 2, sequence 16, heads 4, head size 8 (values 6)]; the log-sum-exp
 // [batch, heads, sequence].
-func.func @attention(%q: tensor<2x16x4x8xf32>, %v: tensor<2x16x4x6xf32>, %do: tensor<2x16x4x6xf32>) {
+func.func @attention(%q: tensor<2x16x4x8xf32>, %v: tensor<2x16x4x6xf32>, %do: tensor<2x16x4x6xf32>, %kg: tensor<2x16x2x8xf32>, %vg: tensor<2x16x2x6xf32>) {
   // CHECK: strata.attention {{.*}} {causal, scale = 1.250000e-01 : f64} : {{.*}} -> (tensor<2x16x4x6xf32>, tensor<2x4x16xf32>)
   %o, %lse = strata.attention %q, %q, %v {causal, scale = 0.125 : f64} : (tensor<2x16x4x8xf32>, tensor<2x16x4x8xf32>, tensor<2x16x4x6xf32>) -> (tensor<2x16x4x6xf32>, tensor<2x4x16xf32>)
   // CHECK: strata.attention_grad {{.*}} -> (tensor<2x16x4x8xf32>, tensor<2x16x4x8xf32>, tensor<2x16x4x6xf32>)
@@ -188,6 +188,12 @@ func.func @attention(%q: tensor<2x16x4x8xf32>, %v: tensor<2x16x4x6xf32>, %do: te
   %od, %lsed = strata.attention %q, %q, %v {dropout = 0.1 : f64, dropout_key = 4 : i64, scale = 0.125 : f64} : (tensor<2x16x4x8xf32>, tensor<2x16x4x8xf32>, tensor<2x16x4x6xf32>) -> (tensor<2x16x4x6xf32>, tensor<2x4x16xf32>)
   // CHECK: strata.attention_grad {{.*}} {dropout = 1.000000e-01 : f64, dropout_key = 4 : i64, scale = 1.250000e-01 : f64}
   %gd:3 = strata.attention_grad %q, %q, %v, %od, %lsed, %do {dropout = 0.1 : f64, dropout_key = 4 : i64, scale = 0.125 : f64} : (tensor<2x16x4x8xf32>, tensor<2x16x4x8xf32>, tensor<2x16x4x6xf32>, tensor<2x16x4x6xf32>, tensor<2x4x16xf32>, tensor<2x16x4x6xf32>) -> (tensor<2x16x4x8xf32>, tensor<2x16x4x8xf32>, tensor<2x16x4x6xf32>)
+  // Grouped-query attention: 4 query heads share 2 key and value heads;
+  // the key and value gradients have their operands' shapes.
+  // CHECK: strata.attention {{.*}} : (tensor<2x16x4x8xf32>, tensor<2x16x2x8xf32>, tensor<2x16x2x6xf32>) -> (tensor<2x16x4x6xf32>, tensor<2x4x16xf32>)
+  %og, %lg = strata.attention %q, %kg, %vg {causal, scale = 0.125 : f64} : (tensor<2x16x4x8xf32>, tensor<2x16x2x8xf32>, tensor<2x16x2x6xf32>) -> (tensor<2x16x4x6xf32>, tensor<2x4x16xf32>)
+  // CHECK: strata.attention_grad {{.*}} -> (tensor<2x16x4x8xf32>, tensor<2x16x2x8xf32>, tensor<2x16x2x6xf32>)
+  %gg:3 = strata.attention_grad %q, %kg, %vg, %og, %lg, %do {causal, scale = 0.125 : f64} : (tensor<2x16x4x8xf32>, tensor<2x16x2x8xf32>, tensor<2x16x2x6xf32>, tensor<2x16x4x6xf32>, tensor<2x4x16xf32>, tensor<2x16x4x6xf32>) -> (tensor<2x16x4x8xf32>, tensor<2x16x2x8xf32>, tensor<2x16x2x6xf32>)
   // CHECK: strata.attention {{.*}} {scale = 1.250000e-01 : f64}
   %o0, %l0 = strata.attention %q, %q, %v {dropout = 0.0 : f64, scale = 0.125 : f64} : (tensor<2x16x4x8xf32>, tensor<2x16x4x8xf32>, tensor<2x16x4x6xf32>) -> (tensor<2x16x4x6xf32>, tensor<2x4x16xf32>)
   return

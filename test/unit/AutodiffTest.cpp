@@ -393,6 +393,20 @@ std::vector<Case> cases() {
               "(tensor<2x3x2x4xf64>, tensor<2x5x2x4xf64>, tensor<2x5x2x3xf64>) "
               "-> (tensor<2x3x2x3xf64>, tensor<2x2x3xf64>)",
               "tensor<2x3x2x3xf64>", "", 4));
+  // Grouped-query attention: three query heads share one key and value
+  // head, whose gradients sum over them.
+  add("attention_grouped",
+      program("strata.param @q : tensor<1x4x3x3xf64> init <normal, 1.0>\n"
+              "strata.param @k : tensor<1x4x1x3xf64> init <normal, 1.0>\n"
+              "strata.param @v : tensor<1x4x1x2xf64> init <normal, 1.0>",
+              "  %q = strata.get_param @q : tensor<1x4x3x3xf64>\n"
+              "  %k = strata.get_param @k : tensor<1x4x1x3xf64>\n"
+              "  %v = strata.get_param @v : tensor<1x4x1x2xf64>\n"
+              "  %y, %lse = strata.attention %q, %k, %v {causal, scale = 0.5 "
+              ": f64} : (tensor<1x4x3x3xf64>, tensor<1x4x1x3xf64>, "
+              "tensor<1x4x1x2xf64>) -> (tensor<1x4x3x2xf64>, "
+              "tensor<1x3x4xf64>)",
+              "tensor<1x4x3x2xf64>", "", 4));
   add("shared_param_summed",
       program(ab, get_ab + "  %p = strata.mul %a, %a : (tensor<3x4xf64>, "
                            "tensor<3x4xf64>) -> tensor<3x4xf64>\n"
