@@ -3,12 +3,14 @@
 the same models in PyTorch 2.x, same machine, same weights, same threads,
 interleaved in one run.
 
-    python3 bench/hf_step_time.py --build build [--threads 1,2] [--models gpt2,llama]
+    python3 bench/hf_step_time.py --build build [--threads 1,2] [--models gpt2,llama,llama_gqa]
 
 The models are transformers' GPT2LMHeadModel and LlamaForCausalLM built from
 a small configuration (nothing is downloaded) at the size of step_time.py's
 GPT: 4 layers, hidden 256, 4 heads, 128 positions, vocabulary 256, batch 8;
-LLaMA's MLP is 688 wide (SiLU-gated), its positions rotary. Each is captured
+LLaMA's MLP is 688 wide (SiLU-gated), its positions rotary; llama_gqa (not
+run by default) is that LLaMA with grouped-query attention as Llama 3 has
+it, 8 query heads of 32 sharing 2 key and value heads. Each is captured
 with torch.export and imported by `strata.import_torch`, the program that
 users bring from PyTorch, then trained with AdamW (lr 1e-3) by strata-run as
 imported and with the fused passes the model has (fused_passes:
@@ -45,7 +47,8 @@ from step_time import ensure_torch2, strata_times  # noqa: E402
 LAYERS, HIDDEN, HEADS, SEQ, VOCAB, BATCH = 4, 256, 4, 128, 256, 8
 # The fused passes each model has something for.
 FUSED = {"gpt2": {"gemm_epilogue": True, "flash_attention": True},
-         "llama": {"rms_norm": True, "flash_attention": True}}
+         "llama": {"rms_norm": True, "flash_attention": True},
+         "llama_gqa": {"rms_norm": True, "flash_attention": True}}
 
 
 def make_model(name):
@@ -57,10 +60,13 @@ def make_model(name):
             vocab_size=VOCAB, n_positions=SEQ, n_embd=HIDDEN, n_layer=LAYERS,
             n_head=HEADS, resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0,
             bos_token_id=0, eos_token_id=0))
+    # llama_gqa: grouped-query attention as Llama 3 has it, four query
+    # heads to a key and value head (8 heads of 32, 2 key heads).
+    heads, kv = (8, 2) if name == "llama_gqa" else (HEADS, HEADS)
     return transformers.LlamaForCausalLM(transformers.LlamaConfig(
         vocab_size=VOCAB, hidden_size=HIDDEN, intermediate_size=688,
-        num_hidden_layers=LAYERS, num_attention_heads=HEADS,
-        num_key_value_heads=HEADS, max_position_embeddings=SEQ,
+        num_hidden_layers=LAYERS, num_attention_heads=heads,
+        num_key_value_heads=kv, max_position_embeddings=SEQ,
         bos_token_id=0, eos_token_id=0))
 
 
