@@ -719,10 +719,14 @@ public:
   /// the repeat, in [..., S, Hkv, D], after reads(x): the fused op shares
   /// each key and value head among its group of query heads itself.
   Value buildUnrepeated(Value x) {
+    // (The keys may be the values: their repeat is listed once.)
+    if (Value done = unrepeated.lookup(x))
+      return done;
     Value result = build(repeatedHeads(x));
     auto merge = x.getDefiningOp<ReshapeOp>();
     auto spread = merge.getInput().getDefiningOp<BroadcastToOp>();
     visited.append({spread.getInput().getDefiningOp(), spread, merge});
+    unrepeated[x] = result;
     return result;
   }
 
@@ -789,7 +793,7 @@ private:
   }
 
   SmallVector<int64_t> swap;
-  DenseMap<Value, Value> built;
+  DenseMap<Value, Value> built, unrepeated;
   /// The ops of the old layout, operands before their users.
   SmallVector<Operation *> visited;
 };

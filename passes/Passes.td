@@ -405,11 +405,14 @@ def StrataAttentionFusion
     (`slice`, `concat`, the dimension then the one it moved to): LLaMA's
     rotary embedding, q * cos + rotate_half(q) * sin, are computed on [...,
     S, H, D] instead, their constant tables' S and H
-    swapped where one of the two is 1 (the same elements); so is the repeat
-    of grouped-query attention's key and value heads for the query heads
-    that share them (Hugging Face's `repeat_kv`: a reshape, `broadcast_to`
-    and a reshape). Otherwise the leading dimensions stay the batch with one
-    head (reshapes, no copies). (f32, bf16 or f16; the kernels sum in f32
+    swapped where one of the two is 1 (the same elements). Keys and values
+    that grouped-query attention repeats alike for the query heads sharing
+    them (Hugging Face's `repeat_kv`: a reshape, `broadcast_to` and a
+    reshape) are read unrepeated: the fused op shares each key and value
+    head among its group of query heads, and the repeat dies; a repeat of
+    the keys or the values alone is computed on [..., S, H, D]. Otherwise
+    the leading dimensions stay the batch with one head (reshapes, no
+    copies). (f32, bf16 or f16; the kernels sum in f32
     and keep the softmax and the
     log-sum-exp in f32; in bf16 on CPUs with AVX512-BF16 the products are
     bf16 dot products, the probabilities and their gradient rounded to bf16

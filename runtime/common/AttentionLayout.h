@@ -66,8 +66,8 @@ struct AttentionLayout {
   STRATA_LAYOUT_FN int64_t probability(int64_t bh, int64_t i, int64_t j) const {
     return (bh * s + i) * t + j;
   }
-  /// Elements between a slice's consecutive query (output) rows, and key
-  /// (value) rows.
+  /// Elements between a slice's consecutive query, output, key and value
+  /// rows.
   STRATA_LAYOUT_FN int64_t rowStride() const { return heads * d; }
   STRATA_LAYOUT_FN int64_t outputRowStride() const { return heads * dv; }
   STRATA_LAYOUT_FN int64_t keyRowStride() const { return kvHeads * d; }

@@ -235,10 +235,12 @@ inline bool causalShapeOk(HostContext *ctx, int64_t site, const char *kernel,
 }
 
 /// Whether attention's key and value heads are a divisor of its query heads
-/// (grouped-query attention) or all of them; records the failure otherwise.
+/// (grouped-query attention) or all of them (none of none: no slice);
+/// records the failure otherwise.
 inline bool kvHeadsOk(HostContext *ctx, int64_t site, const char *kernel,
                       int64_t heads, int64_t kvHeads) {
-  if (kvHeads >= 1 && kvHeads <= heads && heads % kvHeads == 0)
+  if ((kvHeads >= 1 && kvHeads <= heads && heads % kvHeads == 0) ||
+      (heads == 0 && kvHeads == 0))
     return true;
   ctx->fail(site, "strata_rt_" + std::string(kernel) + ": " +
                       std::to_string(kvHeads) +

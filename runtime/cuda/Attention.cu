@@ -303,16 +303,16 @@ template <typename T> struct Gathered {
 };
 
 /// Scratch for the buffers `B(carver, chunk, at, tp)` takes, chunk slices
-/// at a time: measured by carving one slice from no block, then carved
-/// from the context's scratch for `chunk` (set here). Null where the
-/// scratch could not be had (the failure recorded).
+/// at a time, whole groups of `group` slices: measured by carving one slice
+/// from no block, then carved from the context's scratch for `chunk` (set
+/// here). Null where the scratch could not be had (the failure recorded).
 template <typename B>
 std::optional<B> chunkScratch(StrataRtContext *ctx, int64_t site,
                               int64_t slices, const AttentionLayout &at,
-                              int64_t tp, int64_t &chunk) {
+                              int64_t tp, int64_t group, int64_t &chunk) {
   Carver measure;
   B(measure, 1, at, tp);
-  chunk = chunkSlices(slices, measure.used, at.group());
+  chunk = chunkSlices(slices, measure.used, group);
   Carver carve{static_cast<char *>(
       ctx->scratchBytes(site, measure.used * size_t(chunk)))};
   if (!carve.base)
@@ -470,7 +470,8 @@ void strata_rt_attention(StrataRtContext *ctx, int64_t site, void *out,
         const int64_t tp = paddedKeys(t);
         int64_t chunk = 0;
         const std::optional<ForwardScratch<T>> scratch =
-            chunkScratch<ForwardScratch<T>>(ctx, site, slices, at, tp, chunk);
+            chunkScratch<ForwardScratch<T>>(ctx, site, slices, at, tp, 1,
+                                            chunk);
         if (!scratch)
           return;
         const Gathered<T> &in = scratch->in;
@@ -573,7 +574,8 @@ void strata_rt_attention_grad(
         const int64_t tp = paddedKeys(t);
         int64_t chunk = 0;
         const std::optional<BackwardScratch<T>> scratch =
-            chunkScratch<BackwardScratch<T>>(ctx, site, slices, at, tp, chunk);
+            chunkScratch<BackwardScratch<T>>(ctx, site, slices, at, tp,
+                                             at.group(), chunk);
         if (!scratch)
           return;
         const Gathered<T> &in = scratch->in;

@@ -269,3 +269,24 @@ func.func @keep(%q: tensor<2x16x8xf32>, %k: tensor<2x16x8xf32>, %v: tensor<2x16x
   %o4 = strata.matmul %b4, %qh : (tensor<2x16x16xbf16>, tensor<2x16x8xbf16>) -> tensor<2x16x8xbf16>
   return %o0, %d2, %o2, %o3, %o4 : tensor<2x16x8xf32>, tensor<2x16x16xf32>, tensor<2x16x8xf32>, tensor<2x16x8xf32>, tensor<2x16x8xbf16>
 }
+
+// -----
+
+// Keys that are the values, repeated once for grouped-query attention: the
+// fused op reads the unrepeated heads as both, and the repeat dies once.
+// CHECK-LABEL: func @grouped_shared
+func.func @grouped_shared(%xq: tensor<1x4x4x2xf32>, %xk: tensor<1x4x2x2xf32>) -> tensor<1x4x4x2xf32> {
+  // CHECK-NOT: strata.broadcast_to
+  // CHECK: %[[O:.*]], %{{.*}} = strata.attention %arg0, %arg1, %arg1 {causal, scale = 1.000000e+00 : f64} : (tensor<1x4x4x2xf32>, tensor<1x4x2x2xf32>, tensor<1x4x2x2xf32>) -> (tensor<1x4x4x2xf32>, tensor<1x4x4xf32>)
+  // CHECK-NEXT: return %[[O]]
+  %q = strata.transpose %xq {permutation = array<i64: 0, 2, 1, 3>} : (tensor<1x4x4x2xf32>) -> tensor<1x4x4x2xf32>
+  %k = strata.transpose %xk {permutation = array<i64: 0, 2, 1, 3>} : (tensor<1x4x2x2xf32>) -> tensor<1x2x4x2xf32>
+  %ku = strata.reshape %k : (tensor<1x2x4x2xf32>) -> tensor<1x2x1x4x2xf32>
+  %kb = strata.broadcast_to %ku : (tensor<1x2x1x4x2xf32>) -> tensor<1x2x2x4x2xf32>
+  %kr = strata.reshape %kb : (tensor<1x2x2x4x2xf32>) -> tensor<1x4x4x2xf32>
+  %s = strata.matmul %q, %kr {transpose_rhs} : (tensor<1x4x4x2xf32>, tensor<1x4x4x2xf32>) -> tensor<1x4x4x4xf32>
+  %p = strata.softmax %s {causal} : (tensor<1x4x4x4xf32>) -> tensor<1x4x4x4xf32>
+  %o = strata.matmul %p, %kr : (tensor<1x4x4x4xf32>, tensor<1x4x4x2xf32>) -> tensor<1x4x4x2xf32>
+  %t = strata.transpose %o {permutation = array<i64: 0, 2, 1, 3>} : (tensor<1x4x4x2xf32>) -> tensor<1x4x4x2xf32>
+  return %t : tensor<1x4x4x2xf32>
+}
