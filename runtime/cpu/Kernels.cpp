@@ -1744,21 +1744,31 @@ int64_t attentionGradScratch(int64_t t, int64_t d, int64_t dv) {
                       threadFloats((block * t + 3) / 4));
 }
 
-/// The gradients of attentionBlocks, per batch and key head (dk and dv sum
-/// over the query blocks of each query head that reads them, the group's
-/// heads in order): the probabilities P of each block recomputed
-/// from the log-sum-exp, dV += P^T dO, dP = dO V^T, dS = P (dP - rowsum(dO
-/// O)), dQ = scale dS K, dK += scale dS^T Q. With `drop` (mask M, keep
-/// scale c): dV += (c M P)^T dO and dP = c M (dO V^T); rowsum(dO O) is
+/// Floats of attentionGradBlocks' partial key and value gradients: with
+/// grouped-query attention, one [t, d] and one [t, dv] per query slice
+/// (summed over each group after); none otherwise.
+int64_t attentionGradPartials(const strata::AttentionLayout &at,
+                              int64_t slices) {
+  return at.group() > 1 ? slices * at.t * (at.d + at.dv) : 0;
+}
+
+/// The gradients of attentionBlocks, per batch and head (dk and dv sum over
+/// the head's query blocks; with grouped-query attention each query head's
+/// sums go to `partials` (attentionGradPartials floats), which are then
+/// added up over each group in the order of its heads, so that results do
+/// not depend on the thread count): the probabilities P of each block
+/// recomputed from the log-sum-exp, dV += P^T dO, dP = dO V^T, dS = P (dP -
+/// rowsum(dO O)), dQ = scale dS K, dK += scale dS^T Q. With `drop` (mask M,
+/// keep scale c): dV += (c M P)^T dO and dP = c M (dO V^T); rowsum(dO O) is
 /// still the row's sum of the dropped probabilities times dP. `scratch`:
 /// attentionGradScratch floats per thread.
 template <typename T, typename Products>
 void attentionGradBlocks(T *dq, T *dk, T *dV, const T *q, const T *k,
                          const T *v, const T *out, const float *lse,
-                         const T *dout, int64_t kvSlices,
+                         const T *dout, int64_t slices,
                          const strata::AttentionLayout &at, float scale,
                          bool causal, const AttentionDropout &drop,
-                         float *scratch, Products product) {
+                         float *scratch, float *partials, Products product) {
   constexpr bool f32 = std::is_same_v<T, float>;
   const int64_t block = kAttentionBlock;
   const int64_t s = at.s, t = at.t, d = at.d, dv = at.dv;
@@ -1766,25 +1776,27 @@ void attentionGradBlocks(T *dq, T *dk, T *dV, const T *q, const T *k,
   const int64_t ldq = at.rowStride(), ldk = at.keyRowStride();
   const int64_t ldv = at.valueRowStride(), ldo = at.outputRowStride();
 #pragma omp parallel for schedule(dynamic)
-  for (int64_t kv = 0; kv < kvSlices; ++kv) {
-    const int64_t own = at.groupSlice(kv, 0);
+  for (int64_t h = 0; h < slices; ++h) {
     float *p = scratch + omp_get_thread_num() * perThread;
     float *dp = p + threadFloats(block * t);
-    // The head's dk and dv, summed over its blocks: in place for f32 (rows
-    // ldk and ldv apart), in f32 beside the block's dq rows otherwise.
+    // The head's dk and dv, summed over its blocks: its partials (grouped
+    // heads), in place for f32 (rows ldk and ldv apart), in f32 beside the
+    // block's dq rows otherwise.
     float *dqRows = dp + threadFloats(block * t);
-    float *dkh, *dvh;
+    float *stagedK = dqRows + threadFloats(block * d);
+    float *stagedV = stagedK + threadFloats(t * d);
+    float *operands = f32 ? dqRows : stagedV + threadFloats(t * dv);
+    float *dkh = stagedK, *dvh = stagedV;
     int64_t lddk = d, lddv = dv;
-    if constexpr (f32) {
-      dkh = dk + at.key(own, 0);
-      dvh = dV + at.value(own, 0);
+    if (partials) {
+      dkh = partials + h * t * (d + dv);
+      dvh = dkh + t * d;
+    } else if constexpr (f32) {
+      dkh = dk + at.key(h, 0);
+      dvh = dV + at.value(h, 0);
       lddk = ldk;
       lddv = ldv;
-    } else {
-      dkh = dqRows + threadFloats(block * d);
-      dvh = dkh + threadFloats(t * d);
     }
-    float *operands = f32 ? dqRows : dvh + threadFloats(t * dv);
     float *work = operands + threadFloats(Products::operandFloats(d, t)) +
                   threadFloats(Products::operandFloats(dv, t)) +
                   threadFloats(Products::operandFloats(t, d));
@@ -1794,49 +1806,48 @@ void attentionGradBlocks(T *dq, T *dk, T *dV, const T *q, const T *k,
       std::fill_n(dkh + j * lddk, d, 0.0f);
       std::fill_n(dvh + j * lddv, dv, 0.0f);
     }
-    const T *kh = k + at.key(own, 0), *vh = v + at.value(own, 0);
+    const T *kh = k + at.key(h, 0), *vh = v + at.value(h, 0);
     const auto keysT = product.operand('T', d, t, kh, ldk, operands);
     float *next = operands + threadFloats(Products::operandFloats(d, t));
     const auto valuesT = product.operand('T', dv, t, vh, ldv, next);
     next += threadFloats(Products::operandFloats(dv, t));
     const auto keysN = product.operand('N', t, d, kh, ldk, next);
-    for (int64_t g = 0; g < at.group(); ++g)
-      for (int64_t i0 = 0, h = at.groupSlice(kv, g); i0 < s; i0 += block) {
-        int64_t rows = std::min(block, s - i0);
-        int64_t keys = causal ? i0 + rows : t;
-        const T *qb = q + at.query(h, i0);
-        const T *dob = dout + at.output(h, i0);
-        const T *ob = out + at.output(h, i0);
-        auto masked = [&](Causal::Kind kind) {
-          return causal ? Causal{kind, i0} : Causal{};
-        };
-        product('N', rows, keys, d, scale, qb, ldq, keysT, 0.0f, p, keys, work,
-                masked(Causal::Output));
-        for (int64_t r = 0; r < rows; ++r)
-          attentionRow(p + r * keys, causal ? i0 + r + 1 : keys, keys,
-                       lse[at.lse(h, i0 + r)]);
-        // dV from the dropped probabilities (in dp until dO V^T takes it).
-        const float *pv = p;
-        if (drop) {
-          for (int64_t r = 0; r < rows; ++r) {
-            drop.mask(keep + r * keys, keys, at.probability(h, i0 + r, 0));
-            drop.apply(dp + r * keys, p + r * keys, keep + r * keys, keys);
-          }
-          pv = dp;
-        }
-        product('T', 'N', keys, dv, rows, 1.0f, pv, keys, dob, ldo, 1.0f, dvh,
-                lddv, work, masked(Causal::Columns));
-        product('N', rows, keys, dv, 1.0f, dob, ldo, valuesT, 0.0f, dp, keys,
-                work, masked(Causal::Output));
+    for (int64_t i0 = 0; i0 < s; i0 += block) {
+      int64_t rows = std::min(block, s - i0);
+      int64_t keys = causal ? i0 + rows : t;
+      const T *qb = q + at.query(h, i0);
+      const T *dob = dout + at.output(h, i0);
+      const T *ob = out + at.output(h, i0);
+      auto masked = [&](Causal::Kind kind) {
+        return causal ? Causal{kind, i0} : Causal{};
+      };
+      product('N', rows, keys, d, scale, qb, ldq, keysT, 0.0f, p, keys, work,
+              masked(Causal::Output));
+      for (int64_t r = 0; r < rows; ++r)
+        attentionRow(p + r * keys, causal ? i0 + r + 1 : keys, keys,
+                     lse[at.lse(h, i0 + r)]);
+      // dV from the dropped probabilities (in dp until dO V^T takes it).
+      const float *pv = p;
+      if (drop) {
         for (int64_t r = 0; r < rows; ++r) {
-          if (drop)
-            drop.apply(dp + r * keys, dp + r * keys, keep + r * keys, keys);
-          const T *dor = dob + r * ldo, *o = ob + r * ldo;
-          if (r + kPrefetchRows < rows)
-            prefetchRow<false>(ob + (r + kPrefetchRows) * ldo, dv);
-          float dot = float(laneSum(
-              dv, [&](int64_t c) { return float(dor[c]) * float(o[c]); }));
-          float *pr = p + r * keys, *dpr = dp + r * keys;
+          drop.mask(keep + r * keys, keys, at.probability(h, i0 + r, 0));
+          drop.apply(dp + r * keys, p + r * keys, keep + r * keys, keys);
+        }
+        pv = dp;
+      }
+      product('T', 'N', keys, dv, rows, 1.0f, pv, keys, dob, ldo, 1.0f, dvh,
+              lddv, work, masked(Causal::Columns));
+      product('N', rows, keys, dv, 1.0f, dob, ldo, valuesT, 0.0f, dp, keys,
+              work, masked(Causal::Output));
+      for (int64_t r = 0; r < rows; ++r) {
+        if (drop)
+          drop.apply(dp + r * keys, dp + r * keys, keep + r * keys, keys);
+        const T *dor = dob + r * ldo, *o = ob + r * ldo;
+        if (r + kPrefetchRows < rows)
+          prefetchRow<false>(ob + (r + kPrefetchRows) * ldo, dv);
+        float dot = float(laneSum(
+            dv, [&](int64_t c) { return float(dor[c]) * float(o[c]); }));
+        float *pr = p + r * keys, *dpr = dp + r * keys;
 #pragma omp simd
         for (int64_t j = 0; j < keys; ++j)
           dpr[j] = pr[j] * (dpr[j] - dot);
@@ -1855,11 +1866,28 @@ void attentionGradBlocks(T *dq, T *dk, T *dV, const T *q, const T *k,
         narrowRows(dqb, ldq, dqRows, rows, d);
       product('T', 'N', keys, d, rows, scale, dp, keys, qb, ldq, 1.0f, dkh,
               lddk, work, masked(Causal::Columns));
-      }
-    if constexpr (!f32) {
-      narrowRows(dk + at.key(own, 0), ldk, dkh, t, d);
-      narrowRows(dV + at.value(own, 0), ldv, dvh, t, dv);
     }
+    if (!f32 && !partials) {
+      narrowRows(dk + at.key(h, 0), ldk, dkh, t, d);
+      narrowRows(dV + at.value(h, 0), ldv, dvh, t, dv);
+    }
+  }
+  if (!partials)
+    return;
+  // Each key and value head's gradients: its group's partials added up in
+  // the order of the heads (into the first head's), rounded once.
+  const int64_t group = at.group(), width = t * (d + dv);
+#pragma omp parallel for schedule(static)
+  for (int64_t first = 0; first < slices; first += group) {
+    float *sum = partials + first * width;
+    for (int64_t r = 1; r < group; ++r) {
+      const float *part = partials + (first + r) * width;
+#pragma omp simd
+      for (int64_t e = 0; e < width; ++e)
+        sum[e] += part[e];
+    }
+    narrowRows(dk + at.key(first, 0), ldk, sum, t, d);
+    narrowRows(dV + at.value(first, 0), ldv, sum + t * d, t, dv);
   }
 }
 }
@@ -1951,26 +1979,23 @@ void STRATA_RT_KERNEL(strata_rt_attention_grad)(
         auto *v = static_cast<const T *>(vData);
         auto *out = static_cast<const T *>(outData);
         auto *dout = static_cast<const T *>(doutData);
+        // Per-thread scratch, then the partials of grouped heads.
+        const int64_t partials = attentionGradPartials(at, slices);
+        auto run = [&](auto product) {
+          const int64_t perThread =
+              attentionGradScratch<T, decltype(product)>(t, d, dv);
+          float *scratch = ctx->scratchFloats(threads * perThread + partials);
+          attentionGradBlocks(
+              dq, dk, dV, q, k, v, out, lse, dout, slices, at, float(scale),
+              causal != 0, drop, scratch,
+              partials ? scratch + threads * perThread : nullptr, product);
+        };
 #if defined(__AVX512F__)
         if constexpr (std::is_same_v<T, BFloat16>)
-          if (strata::cpu::hasBf16DotProducts()) {
-            attentionGradBlocks(
-                dq, dk, dV, q, k, v, out, lse, dout, batch * kvHeads, at,
-                float(scale), causal != 0, drop,
-                ctx->scratchFloats(
-                    threads *
-                    attentionGradScratch<T, DotBf16Products>(t, d, dv)),
-                DotBf16Products{});
-            return;
-          }
+          if (strata::cpu::hasBf16DotProducts())
+            return run(DotBf16Products{});
 #endif
-        using Products = F32Products<T>;
-        attentionGradBlocks(
-            dq, dk, dV, q, k, v, out, lse, dout, batch * kvHeads, at,
-            float(scale), causal != 0, drop,
-            ctx->scratchFloats(threads *
-                               attentionGradScratch<T, Products>(t, d, dv)),
-            Products{});
+        run(F32Products<T>{});
       });
 }
 
