@@ -30,8 +30,10 @@ namespace strata {
 struct AttentionLayout {
   int64_t heads, s, t, d, dv, kvHeads;
 
-  /// Query heads per key and value head.
-  STRATA_LAYOUT_FN int64_t group() const { return heads / kvHeads; }
+  /// Query heads per key and value head (1 without heads).
+  STRATA_LAYOUT_FN int64_t group() const {
+    return kvHeads > 0 ? heads / kvHeads : 1;
+  }
   /// The key and value slice (batch, key head) that slice bh reads.
   STRATA_LAYOUT_FN int64_t kvSlice(int64_t bh) const {
     return bh / heads * kvHeads + bh % heads / group();
