@@ -1828,6 +1828,41 @@ TEST(RuntimeTest, IntegerDivisionIsRefused) {
   }
 }
 
+// Key and value heads that do not divide the query heads are refused by
+// both kernels; no heads at all is an empty call.
+TEST(RuntimeTest, AttentionKeyHeadsMustDivideTheQueryHeads) {
+  auto [attention, attentionGrad] = attentionKernels();
+  ASSERT_NE(attention, nullptr);
+  const int64_t s = 4, d = 8;
+  std::vector<float> x(4 * s * d, 0.5f), lse(4 * s), g(x.size());
+  for (auto [heads, kvHeads] : {std::pair<int64_t, int64_t>{4, 3}, {0, 0}})
+    for (bool grad : {false, true}) {
+      SCOPED_TRACE(testing::Message()
+                   << heads << " query heads, " << kvHeads << " key heads"
+                   << (grad ? ", grad" : ""));
+      Context ctx;
+      if (grad)
+        attentionGrad(ctx, 2, g.data(), F32, g.data(), F32, g.data(), F32,
+                      x.data(), F32, x.data(), F32, x.data(), F32, x.data(),
+                      F32, lse.data(), F32, x.data(), F32, 1, heads, kvHeads, s,
+                      s, d, d, 0.5, false, 0.0, 0, 1, 0);
+      else
+        attention(ctx, 1, g.data(), F32, lse.data(), F32, x.data(), F32,
+                  x.data(), F32, x.data(), F32, 1, heads, kvHeads, s, s, d, d,
+                  0.5, false, 0.0, 0, 1, 0);
+      const char *error = strata_rt_error(ctx, nullptr);
+      if (heads == 0) {
+        EXPECT_EQ(error, nullptr);
+        continue;
+      }
+      ASSERT_NE(error, nullptr);
+      EXPECT_EQ(std::string(error),
+                std::string(grad ? "strata_rt_attention_grad"
+                                 : "strata_rt_attention") +
+                    ": 3 key and value heads do not divide the 4 query heads");
+    }
+}
+
 // Causal attention sees keys 0 .. i: more queries than keys would read
 // past the keys (the dialect's causal attention has as many of each).
 TEST(RuntimeTest, CausalAttentionWithMoreQueriesIsRefused) {
