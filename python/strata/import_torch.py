@@ -1426,12 +1426,33 @@ class _Emitter:
         self.layer = saved
         return _Tuple([loss, None])
 
+    def repeat_heads(self, x, repeat):
+        """Each head of `x` [..., Hkv, S, D] `repeat` times, in order."""
+        unit, spread, merged = _repeated(x.shape, repeat)
+        x = self.op("reshape", [x], unit, element=x.element)
+        x = self.op("broadcast_to", [x], spread, element=x.element)
+        return self.op("reshape", [x], merged, element=x.element)
+
     def sdpa(self, node, q, k, v, attn_mask=None, dropout_p=0.0,
              is_causal=False, scale=None, enable_gqa=False, **kwargs):
-        if dropout_p != 0 or enable_gqa:
-            self.fail(node, "scaled_dot_product_attention with dropout or "
-                      "grouped queries")
+        if dropout_p != 0:
+            self.fail(node, "scaled_dot_product_attention with dropout")
         qt, kt, vt = (self.tensor(a, node) for a in (q, k, v))
+        if enable_gqa:
+            hq, hk, hv = (x.shape[-3] if len(x.shape) >= 3 else 1
+                          for x in (qt, kt, vt))
+            if hk != hv or hq % hk:
+                self.fail(node, "grouped-query attention with %d query "
+                          "heads, %d key heads and %d value heads (the key "
+                          "and value heads must be as many and divide the "
+                          "query heads)" % (hq, hk, hv))
+            if hk != hq:
+                # PyTorch repeats each key and value head for the query
+                # heads that read it (query head h reads key head h // (hq
+                # / hk)): written as Hugging Face's repeat_kv (reshape,
+                # broadcast_to, reshape), which fused attention reads
+                # unrepeated.
+                kt, vt = (self.repeat_heads(x, hq // hk) for x in (kt, vt))
         if attn_mask is not None:
             mask = self.raw(attn_mask)
             if not isinstance(mask, _Const):
@@ -1452,6 +1473,15 @@ class _Emitter:
         p = self.op("softmax", [s], scores_shape,
                     ["causal"] if is_causal else [])
         return self.op("matmul", [p, vt], self.shape(node))
+
+
+def _repeated(shape, repeat: int):
+    """[..., Hkv, S, D] -> ([..., Hkv, 1, S, D], [..., Hkv, R, S, D],
+    [..., Hkv R, S, D])."""
+    shape = tuple(shape)
+    lead, heads, rest = shape[:-3], shape[-3], shape[-2:]
+    return (lead + (heads, 1) + rest, lead + (heads, repeat) + rest,
+            lead + (heads * repeat,) + rest)
 
 
 def _swap_last(rank: int) -> List[int]:

@@ -50,6 +50,32 @@ class RmsNormLM(torch.nn.Module):
             logits.reshape(-1, logits.size(-1)), targets.reshape(-1))
 
 
+class GqaLM(torch.nn.Module):
+    """Tokens -> embedding -> causal self-attention through
+    F.scaled_dot_product_attention(enable_gqa=True): 4 query heads of 8
+    reading one key and value head (multi-query attention) -> logits: the
+    mean next-token cross-entropy."""
+
+    def __init__(self, vocab):
+        super().__init__()
+        self.embed = torch.nn.Embedding(vocab, 32)
+        self.q = torch.nn.Linear(32, 32, bias=False)
+        self.kv = torch.nn.Linear(32, 16, bias=False)
+        self.o = torch.nn.Linear(32, 32, bias=False)
+        self.head = torch.nn.Linear(32, vocab)
+
+    def forward(self, tokens, targets):
+        x = self.embed(tokens)
+        b, t, _ = x.shape
+        q = self.q(x).view(b, t, 4, 8).transpose(1, 2)
+        k, v = self.kv(x).view(b, t, 1, 16).transpose(1, 2).split(8, dim=-1)
+        a = torch.nn.functional.scaled_dot_product_attention(
+            q, k, v, is_causal=True, enable_gqa=True)
+        logits = self.head(x + self.o(a.transpose(1, 2).reshape(b, t, 32)))
+        return torch.nn.functional.cross_entropy(
+            logits.reshape(-1, logits.size(-1)), targets.reshape(-1))
+
+
 def models(vocab):
     torch.manual_seed(0)
     yield "gpt2", GPT2LMHeadModel(GPT2Config(
@@ -63,6 +89,8 @@ def models(vocab):
         max_position_embeddings=16, bos_token_id=0, eos_token_id=0))
     torch.manual_seed(0)
     yield "rmsnorm", RmsNormLM(vocab)
+    torch.manual_seed(0)
+    yield "gqa", GqaLM(vocab)
     # Other decoders of the LLaMA family, grouped-query attention each:
     # Qwen2 (biased q, k, v projections), Gemma (a padding token whose
     # embedding row gets no gradient, scaled embeddings, RMSNorm with
@@ -85,7 +113,8 @@ print("PyTorch %s, transformers %s" % (torch.__version__,
                                        transformers.__version__))
 batches = token_batches(vocab=64, batch=4, seq=16, steps=20)
 for name, model in models(64):
-    wrapped = model if isinstance(model, RmsNormLM) else CausalLM(model)
+    wrapped = model if isinstance(model, (RmsNormLM, GqaLM)) else \
+        CausalLM(model)
     program = importer.import_module(wrapped, batches[0],
                                      input_names=["tokens", "targets"],
                                      capture="export")

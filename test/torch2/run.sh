@@ -94,3 +94,25 @@ for model in gpt2 llama qwen2 gemma phi3; do
       "$out/$model-$strategy.txt" --rtol 1e-5
   done
 done
+
+# Plain PyTorch's grouped-query attention (scaled_dot_product_attention
+# with enable_gqa, one key and value head for four query heads): the
+# importer repeats the key and value heads as PyTorch does, and fused
+# attention reads them unrepeated (no softmax, transpose or repeat left),
+# training the unfused program's losses.
+"$build/bin/strata-opt" --strategy="$out/flash.yaml" "$out/gqa.mlir" \
+  -o "$out/gqa-flash.mlir" 2> "$out/gqa-flash.err"
+if [ -s "$out/gqa-flash.err" ] || ! grep -q 'strata.broadcast_to' "$out/gqa.mlir" ||
+  grep -q 'strata.softmax\|strata.transpose\|strata.broadcast_to' "$out/gqa-flash.mlir"; then
+  cat "$out/gqa-flash.err"
+  echo "gqa: the grouped keys and values are not read unrepeated by fused attention" >&2
+  exit 1
+fi
+for strategy in base flash; do
+  "$build/bin/strata-run" "$out/gqa.mlir" --init "$out/gqa.safetensors" \
+    --data "$out/tokens.bin" --data-format uint16 --steps 8 --seed 3 \
+    --strategy "$out/$strategy.yaml" --quiet > "$out/gqa-$strategy.txt"
+done
+echo -n "gqa flash against one rank: "
+/usr/bin/python3 "$root/test/run/compare_losses.py" "$out/gqa-base.txt" \
+  "$out/gqa-flash.txt" --rtol 1e-5
