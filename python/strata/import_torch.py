@@ -1427,11 +1427,16 @@ class _Emitter:
         return _Tuple([loss, None])
 
     def repeat_heads(self, x, repeat):
-        """Each head of `x` [..., Hkv, S, D] `repeat` times, in order."""
-        unit, spread, merged = _repeated(x.shape, repeat)
-        x = self.op("reshape", [x], unit, element=x.element)
-        x = self.op("broadcast_to", [x], spread, element=x.element)
-        return self.op("reshape", [x], merged, element=x.element)
+        """Each head of `x` [..., Hkv, S, D] `repeat` times, in order:
+        [..., Hkv, 1, S, D], broadcast to [..., Hkv, R, S, D], then [...,
+        Hkv R, S, D]."""
+        lead, heads, rest = x.shape[:-3], x.shape[-3], x.shape[-2:]
+        x = self.op("reshape", [x], lead + (heads, 1) + rest,
+                    element=x.element)
+        x = self.op("broadcast_to", [x], lead + (heads, repeat) + rest,
+                    element=x.element)
+        return self.op("reshape", [x], lead + (heads * repeat,) + rest,
+                       element=x.element)
 
     def sdpa(self, node, q, k, v, attn_mask=None, dropout_p=0.0,
              is_causal=False, scale=None, enable_gqa=False, **kwargs):
@@ -1473,15 +1478,6 @@ class _Emitter:
         p = self.op("softmax", [s], scores_shape,
                     ["causal"] if is_causal else [])
         return self.op("matmul", [p, vt], self.shape(node))
-
-
-def _repeated(shape, repeat: int):
-    """[..., Hkv, S, D] -> ([..., Hkv, 1, S, D], [..., Hkv, R, S, D],
-    [..., Hkv R, S, D])."""
-    shape = tuple(shape)
-    lead, heads, rest = shape[:-3], shape[-3], shape[-2:]
-    return (lead + (heads, 1) + rest, lead + (heads, repeat) + rest,
-            lead + (heads * repeat,) + rest)
 
 
 def _swap_last(rank: int) -> List[int]:
