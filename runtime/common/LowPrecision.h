@@ -21,8 +21,10 @@
 
 #include <cstdint>
 #include <cstring>
-#include <immintrin.h>
 #include <type_traits>
+#if defined(__F16C__) || defined(__AVX2__)
+#include <immintrin.h>
+#endif
 
 namespace strata::cpu {
 namespace {
@@ -73,23 +75,19 @@ struct Half {
 };
 static_assert(sizeof(Half) == 2);
 
-/// The conversions eight or sixteen elements at a time, built
-/// for AVX2 + F16C whatever the including file is built for: the vector
-/// builds of the kernels inline them into `widen` and `narrow` below, and
-/// baseline code (the GEMM's operand conversions) calls them where the
-/// processor has AVX2. Each converts the longest prefix of `n` that is a
-/// multiple of its width and returns its length; the caller converts the
-/// rest one at a time.
-__attribute__((target("avx2,f16c"))) inline int64_t
-widenVector(float *to, const Half *from, int64_t n) {
+#if defined(__AVX2__) && defined(__F16C__)
+/// The conversions of `widen` and `narrow` below eight or sixteen elements
+/// at a time, in the builds that target AVX2 + F16C. Each converts the
+/// longest prefix of `n` that is a multiple of its width and returns its
+/// length; the caller converts the rest one at a time.
+inline int64_t widenVector(float *to, const Half *from, int64_t n) {
   int64_t i = 0;
   for (; i + 8 <= n; i += 8)
     _mm256_storeu_ps(to + i, _mm256_cvtph_ps(_mm_loadu_si128(
                                  reinterpret_cast<const __m128i *>(from + i))));
   return i;
 }
-__attribute__((target("avx2,f16c"))) inline int64_t
-widenVector(float *to, const BFloat16 *from, int64_t n) {
+inline int64_t widenVector(float *to, const BFloat16 *from, int64_t n) {
   int64_t i = 0;
   for (; i + 8 <= n; i += 8) {
     __m256i wide = _mm256_cvtepu16_epi32(
@@ -99,8 +97,7 @@ widenVector(float *to, const BFloat16 *from, int64_t n) {
   }
   return i;
 }
-__attribute__((target("avx2,f16c"))) inline int64_t
-narrowVector(Half *to, const float *from, int64_t n) {
+inline int64_t narrowVector(Half *to, const float *from, int64_t n) {
   int64_t i = 0;
   for (; i + 8 <= n; i += 8)
     _mm_storeu_si128(
@@ -110,8 +107,7 @@ narrowVector(Half *to, const float *from, int64_t n) {
 }
 /// BFloat16::round on eight lanes: round to nearest even on the bits, NaNs
 /// made quiet; the 16-bit results packed in order.
-__attribute__((target("avx2,f16c"))) inline int64_t
-narrowVector(BFloat16 *to, const float *from, int64_t n) {
+inline int64_t narrowVector(BFloat16 *to, const float *from, int64_t n) {
   const __m256i bias = _mm256_set1_epi32(0x7fff);
   const __m256i one = _mm256_set1_epi32(1);
   const __m256i absMask = _mm256_set1_epi32(0x7fffffff);
@@ -136,6 +132,8 @@ narrowVector(BFloat16 *to, const float *from, int64_t n) {
   }
   return i;
 }
+
+#endif
 
 template <typename T>
 constexpr bool kSixteenBit =

@@ -161,6 +161,11 @@ namespace strata::cpu {
 void preActivation(StrataRtContext *ctx, int64_t site, int64_t m, int64_t n,
                    int64_t k, const void *a, int64_t transA, const void *b,
                    int64_t transB, const void *bias, int64_t dtype, float *out);
+
+/// The kernel `name` of the build the JIT's step calls (strata_rt_symbols():
+/// the widest this processor runs, or STRATA_CPU_ISA's), for code of the
+/// baseline build that calls a kernel (Gemm.cpp); null for another name.
+void *dispatchedKernel(const char *name);
 } // namespace strata::cpu
 
 #endif // STRATA_RUNTIME_CPU_CONTEXT_H

@@ -22,7 +22,6 @@
 #include <algorithm>
 #include <chrono>
 #include <cstring>
-#include <immintrin.h>
 #include <map>
 #include <tuple>
 #include <type_traits>
@@ -397,36 +396,20 @@ static void gemmF32(StrataRtContext *ctx, int64_t site, int64_t batch,
          /*fastOnly=*/false, memory::data_type::undef, ldb);
 }
 
-/// Conversions of the GEMM's operands and result. This file is compiled for
-/// baseline x86-64, where an f16 conversion is a library call per element
-/// and a bf16 one four lanes wide: blocks go through the AVX2 + F16C
-/// conversions (which every AVX2 processor runs) where the processor has
-/// them, the rest of each block by the loops of the baseline build.
-static bool hasAvx2F16C() {
-  static const bool avx2 =
-      __builtin_cpu_supports("avx2") && __builtin_cpu_supports("f16c");
-  return avx2;
-}
-constexpr int64_t kConvertBlock = 1 << 14;
+/// The type code of bf16 or f16 storage type T.
 template <typename T>
-static void widenAll(float *to, const T *from, int64_t count) {
-  const bool vector = hasAvx2F16C();
-#pragma omp parallel for schedule(static) if (count >= 4 * kConvertBlock)
-  for (int64_t s = 0; s < count; s += kConvertBlock) {
-    int64_t m = std::min(kConvertBlock, count - s);
-    int64_t i = vector ? strata::cpu::widenVector(to + s, from + s, m) : 0;
-    strata::cpu::widen(to + s + i, from + s + i, m - i);
-  }
-}
-template <typename T>
-static void narrowAll(T *to, const float *from, int64_t count) {
-  const bool vector = hasAvx2F16C();
-#pragma omp parallel for schedule(static) if (count >= 4 * kConvertBlock)
-  for (int64_t s = 0; s < count; s += kConvertBlock) {
-    int64_t m = std::min(kConvertBlock, count - s);
-    int64_t i = vector ? strata::cpu::narrowVector(to + s, from + s, m) : 0;
-    strata::cpu::narrow(to + s + i, from + s + i, m - i);
-  }
+constexpr int64_t kLowType =
+    std::is_same_v<T, strata::cpu::BFloat16> ? STRATA_RT_BF16 : STRATA_RT_F16;
+
+/// Converts the GEMM's operands and result between f32 and bf16 or f16
+/// with strata_rt_cast of the build the step runs: this file is compiled
+/// for baseline x86-64, whose loops convert f16 an element at a time.
+static void convert(StrataRtContext *ctx, int64_t site, void *to,
+                    int64_t toType, const void *from, int64_t fromType,
+                    int64_t count) {
+  static const auto cast = reinterpret_cast<decltype(&strata_rt_cast)>(
+      strata::cpu::dispatchedKernel("strata_rt_cast"));
+  cast(ctx, site, to, toType, from, fromType, count);
 }
 
 /// The f32 product of bf16 or f16 operands, widened (exactly): `out` =
@@ -445,10 +428,10 @@ static void widenedProduct(StrataRtContext *ctx, int64_t site, int64_t batch,
   if (int64_t(buffer.size()) < aCount + bCount + biasCount)
     buffer.resize(aCount + bCount + biasCount);
   float *wa = buffer.data(), *wb = wa + aCount, *wbias = wb + bCount;
-  widenAll(wa, a, aCount);
-  widenAll(wb, b, bCount);
+  convert(ctx, site, wa, STRATA_RT_F32, a, kLowType<T>, aCount);
+  convert(ctx, site, wb, STRATA_RT_F32, b, kLowType<T>, bCount);
   if (bias)
-    widenAll(wbias, bias, biasCount);
+    convert(ctx, site, wbias, STRATA_RT_F32, bias, kLowType<T>, biasCount);
   gemmF32(ctx, site, batch, m, n, k, wa, aBatchStride, transA, wb, bBatchStride,
           transB, out, bias ? wbias : nullptr, act, accumulate);
 }
@@ -465,10 +448,10 @@ static void gemmLow(StrataRtContext *ctx, int64_t site, int64_t batch,
   int64_t cCount = batch * m * n;
   float *wc = ctx->scratchFloats(cCount);
   if (accumulate)
-    widenAll(wc, c, cCount);
+    convert(ctx, site, wc, STRATA_RT_F32, c, kLowType<T>, cCount);
   widenedProduct(ctx, site, batch, m, n, k, a, aBatchStride, transA, b,
                  bBatchStride, transB, wc, bias, act, accumulate);
-  narrowAll(c, wc, cCount);
+  convert(ctx, site, c, kLowType<T>, wc, STRATA_RT_F32, cCount);
 }
 
 void strata::cpu::preActivation(StrataRtContext *ctx, int64_t site, int64_t m,

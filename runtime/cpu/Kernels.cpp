@@ -988,6 +988,8 @@ void STRATA_RT_KERNEL(strata_rt_cast)(StrataRtContext *ctx, int64_t site,
             int64_t m = std::min(kBlock, n - s);
             if constexpr (std::is_same_v<In, float>) {
               narrow(out + s, in + s, m);
+            } else if constexpr (std::is_same_v<Out, float>) {
+              widen(out + s, in + s, m);
             } else {
               float wide[kBlock];
               widen(wide, in + s, m);

@@ -7,6 +7,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "../common/KernelList.h"
+#include "Context.h"
 
 #include <cstdio>
 #include <cstdlib>
@@ -79,6 +80,13 @@ const Variant &variant() {
   return chosen;
 }
 } // namespace
+
+void *strata::cpu::dispatchedKernel(const char *name) {
+  for (size_t i = 0; i < std::size(kBaseline); ++i)
+    if (std::strcmp(variant().table[i].name, name) == 0)
+      return variant().table[i].address;
+  return nullptr;
+}
 
 extern "C" const StrataRtSymbol *strata_rt_symbols(size_t *count) {
   *count = std::size(kBaseline);
