@@ -647,8 +647,8 @@ public:
       return false;
     if (auto t = x.getDefiningOp<TransposeOp>())
       return t.getPermutation() == permutation();
-    if (Value kv = repeatedHeads(x))
-      return reads(kv, depth + 1);
+    if (Repeat repeat = repeatOf(x))
+      return reads(repeat.heads(), depth + 1);
     Operation *op = x.getDefiningOp();
     if (!isa_and_present<AddOp, SubOp, MulOp, DivOp, ScaleOp, SliceOp,
                          ConcatOp>(op))
@@ -666,10 +666,10 @@ public:
     Value result;
     if (auto t = dyn_cast<TransposeOp>(op)) {
       result = t.getInput();
-    } else if (Value kv = repeatedHeads(x)) {
+    } else if (Repeat repeat = repeatOf(x)) {
       // [..., S, Hkv, D] -> [..., S, Hkv, 1, D] -> [..., S, Hkv, R, D] ->
       // [..., S, Hkv R, D]: query head h reads key head h / R, as before.
-      Value in = build(kv);
+      Value in = build(repeat.heads());
       auto reshape = [&](Value v, ArrayRef<int64_t> shape, Operation *like) {
         auto type =
             RankedTensorType::get(shape, tensorType(v).getElementType());
@@ -677,20 +677,18 @@ public:
         copyMetadata(like, copy);
         return copy.getResult();
       };
-      auto spread = op->getOperand(0).getDefiningOp<BroadcastToOp>();
-      auto unit = spread.getInput().getDefiningOp<ReshapeOp>();
       SmallVector<int64_t> shape(tensorType(in).getShape());
-      int64_t r = shape.size(), repeat = tensorType(spread).getDimSize(r - 2);
+      int64_t r = shape.size();
       shape.insert(shape.begin() + r - 1, 1);
-      Value unitHeads = reshape(in, shape, unit);
-      shape[r - 1] = repeat;
+      Value unitHeads = reshape(in, shape, repeat.unit);
+      shape[r - 1] = repeat.times();
       auto copies = BroadcastToOp::create(
-          b, spread.getLoc(),
+          b, repeat.spread.getLoc(),
           RankedTensorType::get(shape, tensorType(in).getElementType()),
           unitHeads);
-      copyMetadata(spread, copies);
+      copyMetadata(repeat.spread, copies);
       result = reshape(copies, permuted(tensorType(x).getShape()), op);
-      visited.append({unit, spread});
+      visited.append({repeat.unit, repeat.spread});
     } else if (auto c = dyn_cast<arith::ConstantOp>(op)) {
       // S or H is 1 here (constantType): the elements keep their order.
       auto attr = cast<DenseElementsAttr>(c.getValue());
@@ -715,17 +713,16 @@ public:
     return result;
   }
 
-  /// Grouped-query attention's keys or values `x` (repeatedHeads) without
-  /// the repeat, in [..., S, Hkv, D], after reads(x): the fused op shares
-  /// each key and value head among its group of query heads itself.
+  /// Grouped-query attention's keys or values `x` (repeatOf) without the
+  /// repeat, in [..., S, Hkv, D], after reads(x): the fused op shares each
+  /// key and value head among its group of query heads itself.
   Value buildUnrepeated(Value x) {
     // (The keys may be the values: their repeat is listed once.)
     if (Value done = unrepeated.lookup(x))
       return done;
-    Value result = build(repeatedHeads(x));
-    auto merge = x.getDefiningOp<ReshapeOp>();
-    auto spread = merge.getInput().getDefiningOp<BroadcastToOp>();
-    visited.append({spread.getInput().getDefiningOp(), spread, merge});
+    Repeat repeat = repeatOf(x);
+    Value result = build(repeat.heads());
+    visited.append({repeat.unit, repeat.spread, repeat.merge});
     unrepeated[x] = result;
     return result;
   }
@@ -738,11 +735,25 @@ public:
     visited.clear();
   }
 
-  /// Grouped-query attention's keys or values `x` [..., Hkv R, S, D] made
-  /// from [..., Hkv, S, D] by repeating each head R times (Hugging Face's
-  /// repeat_kv: a reshape to [..., Hkv, 1, S, D], broadcast_to [..., Hkv,
-  /// R, S, D], a reshape back): those heads, else null.
-  Value repeatedHeads(Value x) const {
+  /// The ops that make grouped-query attention's keys or values [..., Hkv
+  /// R, S, D] from [..., Hkv, S, D] by repeating each head R times (Hugging
+  /// Face's repeat_kv): a reshape to [..., Hkv, 1, S, D] (`unit`),
+  /// broadcast_to [..., Hkv, R, S, D] (`spread`), a reshape back (`merge`).
+  struct Repeat {
+    ReshapeOp unit;
+    BroadcastToOp spread;
+    ReshapeOp merge;
+    explicit operator bool() const { return bool(merge); }
+    /// The heads repeated, [..., Hkv, S, D].
+    Value heads() { return unit.getInput(); }
+    /// R.
+    int64_t times() {
+      return tensorType(spread).getDimSize(tensorType(spread).getRank() - 3);
+    }
+  };
+
+  /// The repeat that makes `x`, else an empty one.
+  Repeat repeatOf(Value x) const {
     auto merge = x.getDefiningOp<ReshapeOp>();
     auto spread =
         merge ? merge.getInput().getDefiningOp<BroadcastToOp>() : nullptr;
@@ -758,15 +769,15 @@ public:
     shape.insert(shape.begin() + r - 2, 1);
     if (tensorType(unit).getShape() != ArrayRef(shape))
       return {};
-    int64_t repeat = tensorType(spread).getDimSize(r - 2);
-    shape[r - 2] = repeat;
+    Repeat repeat{unit, spread, merge};
+    shape[r - 2] = repeat.times();
     if (tensorType(spread).getShape() != ArrayRef(shape))
       return {};
     shape.erase(shape.begin() + r - 2);
-    shape[r - 3] *= repeat;
+    shape[r - 3] *= repeat.times();
     if (tensorType(x).getShape() != ArrayRef(shape))
       return {};
-    return kv;
+    return repeat;
   }
 
 private:
@@ -901,11 +912,9 @@ struct AttentionFusionPass
     Value fq = inPlace ? split.build(q) : withUnitHeads(q);
     // Keys and values repeated alike for grouped-query attention are read
     // with their own heads, not repeated.
-    Value kvK = inPlace ? split.repeatedHeads(k) : Value();
-    Value kvV = inPlace ? split.repeatedHeads(v) : Value();
-    bool grouped = kvK && kvV &&
-                   tensorType(kvK).getDimSize(qt.getRank() - 3) ==
-                       tensorType(kvV).getDimSize(qt.getRank() - 3);
+    HeadsSplit::Repeat kvK = inPlace ? split.repeatOf(k) : HeadsSplit::Repeat();
+    HeadsSplit::Repeat kvV = inPlace ? split.repeatOf(v) : HeadsSplit::Repeat();
+    bool grouped = kvK && kvV && kvK.times() == kvV.times();
     Value fk = grouped   ? split.buildUnrepeated(k)
                : inPlace ? split.build(k)
                          : withUnitHeads(k);
