@@ -231,11 +231,35 @@ LogicalResult Differentiator::backprop(Operation *op) {
         return success();
       })
       .Case([&](SliceOp o) {
-        int64_t full = tensorType(o.getInput()).getDimSize(o.getDim());
+        int64_t dim = o.getDim(), start = o.getStart(), size = o.getSize(),
+                stride = o.getStride();
+        int64_t full = tensorType(o.getInput()).getDimSize(dim);
+        Value grad = adj();
+        // The elements of `dim` the gradient spans from `start`.
+        int64_t span = size;
+        if (stride > 1) {
+          // Zeros between the elements: [.., size, ..] -> [.., size, 1, ..]
+          // -> [.., size, stride, ..] (padded) -> [.., size * stride, ..],
+          // cut where the input's dimension ends.
+          RankedTensorType type = tensorType(grad);
+          SmallVector<int64_t> shape(type.getShape());
+          shape.insert(shape.begin() + dim + 1, 1);
+          grad = make<ReshapeOp>(loc, type.clone(shape), grad);
+          grad = make<PadOp>(loc, grad, builder.getI64IntegerAttr(dim + 1),
+                             builder.getI64IntegerAttr(0),
+                             builder.getI64IntegerAttr(stride - 1));
+          shape.erase(shape.begin() + dim + 1);
+          shape[dim] = size * stride;
+          grad = make<ReshapeOp>(loc, type.clone(shape), grad);
+          span = std::min(size * stride, full - start);
+          if (span < size * stride)
+            grad = make<SliceOp>(loc, grad, o.getDimAttr(),
+                                 builder.getI64IntegerAttr(0),
+                                 builder.getI64IntegerAttr(span));
+        }
         accumulate(loc, o.getInput(),
-                   make<PadOp>(loc, adj(), o.getDimAttr(), o.getStartAttr(),
-                               builder.getI64IntegerAttr(full - o.getStart() -
-                                                         o.getSize())));
+                   make<PadOp>(loc, grad, o.getDimAttr(), o.getStartAttr(),
+                               builder.getI64IntegerAttr(full - start - span)));
         return success();
       })
       .Case([&](PadOp o) {

@@ -729,21 +729,32 @@ LogicalResult SliceOp::inferReturnTypes(MLIRContext *,
                                         Adaptor adaptor,
                                         SmallVectorImpl<Type> &types) {
   RankedTensorType input = tensorType(adaptor.getInput());
+  // (A builder given no stride infers the type before the default is set.)
   int64_t dim = adaptor.getDim(), start = adaptor.getStart(),
-          size = adaptor.getSize();
+          size = adaptor.getSize(),
+          stride = adaptor.getStrideAttr() ? adaptor.getStride() : 1;
   if (failed(checkDim<SliceOp>(loc, input, dim)))
     return failure();
-  // (start + size may overflow: compared as size against what is left.)
-  if (start < 0 || size < 1 || size > input.getDimSize(dim) - start) {
+  if (stride < 1)
+    return inferError<SliceOp>(loc, "stride must be at least 1, got " +
+                                        Twine(stride));
+  // The last element taken is start + (size - 1) * stride; compared as a
+  // count against what is left after start, so that nothing overflows.
+  int64_t extent = input.getDimSize(dim);
+  if (start < 0 || size < 1 || start >= extent ||
+      size - 1 > (extent - 1 - start) / stride) {
     int64_t end;
     std::string range =
-        llvm::AddOverflow(start, size, end)
+        stride != 1 ? "of " + std::to_string(size) + " elements " +
+                          std::to_string(stride) + " apart from " +
+                          std::to_string(start)
+        : llvm::AddOverflow(start, size, end)
             ? "starting at " + std::to_string(start) + " of size " +
                   std::to_string(size)
             : "[" + std::to_string(start) + ", " + std::to_string(end) + ")";
-    return inferError<SliceOp>(
-        loc, "range " + range + " is outside dimension " + Twine(dim) +
-                 " of size " + Twine(input.getDimSize(dim)));
+    return inferError<SliceOp>(loc, "range " + range +
+                                        " is outside dimension " + Twine(dim) +
+                                        " of size " + Twine(extent));
   }
   SmallVector<int64_t> shape(input.getShape());
   shape[dim] = size;

@@ -631,18 +631,23 @@ def Strata_SumToOp : Strata_ShapeOp<"sum_to"> {
 }
 
 def Strata_SliceOp : Strata_ComputeOp<"slice"> {
-  let summary = "A contiguous range of one dimension";
+  let summary = "A range of one dimension, every element or every stride-th";
   let description = [{
-    Elements `start` to `start + size` (exclusive) of dimension `dim`; the
-    other dimensions are kept. Gradient merge uses it to take micro-batch m
-    of a global batch (`dim = 0`, `start = m * size`).
+    `size` elements of dimension `dim`: `start`, `start + stride`, ...,
+    `start + (size - 1) * stride` (`stride` defaults to 1, a contiguous
+    range, and is printed only when it is not 1); the other dimensions are
+    kept. Gradient merge uses it to take micro-batch m of a global batch
+    (`dim = 0`, `start = m * size`); PyTorch's `x[..., 1::2]` is a slice
+    with `stride = 2`. Its gradient pads with zeros (between the elements
+    as well when the stride is above 1).
 
     ```mlir
     %mb = strata.slice %tokens {dim = 0 : i64, start = 4 : i64, size = 4 : i64} : (tensor<8x32xi32>) -> tensor<4x32xi32>
+    %odd = strata.slice %x {dim = 1 : i64, start = 1 : i64, size = 4 : i64, stride = 2 : i64} : (tensor<2x8xf32>) -> tensor<2x4xf32>
     ```
   }];
   let arguments = (ins Strata_AnyTensor:$input, I64Attr:$dim, I64Attr:$start,
-                       I64Attr:$size);
+                       I64Attr:$size, DefaultValuedAttr<I64Attr, "1">:$stride);
   let results = (outs Strata_AnyTensor:$result);
 }
 

@@ -899,16 +899,17 @@ llvm::Error Evaluator::step(Operation *op) {
       .Case([&](SliceOp o) -> llvm::Error {
         const Tensor &x = in(0);
         Tensor out(outShape());
-        int64_t dim = o.getDim(), start = o.getStart();
+        int64_t dim = o.getDim(), start = o.getStart(), stride = o.getStride();
         int64_t inner = 1;
         for (size_t d = dim + 1; d < x.shape.size(); ++d)
           inner *= x.shape[d];
         int64_t outer = x.numElements() / (x.shape[dim] * inner);
         int64_t size = out.shape[dim];
         for (int64_t a = 0; a < outer; ++a)
-          for (int64_t b = 0; b < size * inner; ++b)
-            out.data[a * size * inner + b] =
-                x.data[(a * x.shape[dim] + start) * inner + b];
+          for (int64_t i = 0; i < size; ++i)
+            for (int64_t e = 0; e < inner; ++e)
+              out.data[(a * size + i) * inner + e] =
+                  x.data[(a * x.shape[dim] + start + i * stride) * inner + e];
         set(o, std::move(out));
         return llvm::Error::success();
       })

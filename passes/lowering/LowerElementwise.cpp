@@ -250,9 +250,11 @@ void strata::lowering::populateDataMovementLoweringPatterns(
   });
   addLowering<SliceOp>(patterns, l, [](SliceOp o, RuntimeLowering &l) {
     SmallVector<int64_t> in = contiguousStrides(shapeOf(o.getInput()));
+    int64_t base = o.getStart() * in[o.getDim()];
+    in[o.getDim()] *= o.getStride();
     SmallVector<int64_t> desc = shapeOf(o);
     desc.append(in);
-    desc.push_back(o.getStart() * in[o.getDim()]);
+    desc.push_back(base);
     return stridedCopy(o, o.getInput(), desc, l);
   });
   addLowering<ConcatOp>(patterns, l, [](ConcatOp o, RuntimeLowering &l) {

@@ -226,14 +226,17 @@ def _inside(path: str, directory: str) -> bool:
     return path.startswith(directory + os.sep)
 
 
-def _where(node) -> str:
+def _where(node, innermost_last: bool) -> str:
     """" at FILE:LINE (code)" of the model's source that made `node`, when
-    PyTorch recorded it; "" otherwise."""
+    PyTorch recorded it; "" otherwise. The innermost frame outside PyTorch
+    and this file: torch.export lists the frames outermost first (as a
+    traceback does), make_fx (PyTorch 1.13) innermost first."""
     trace = node.meta.get("stack_trace") if hasattr(node, "meta") else None
     if not trace:
         return ""
     lines = trace.splitlines()
-    for i, line in enumerate(lines):  # the innermost frame first
+    frames = []
+    for i, line in enumerate(lines):
         match = re.match(r'\s*File "([^"]+)", line (\d+)', line)
         if not match:
             continue
@@ -242,8 +245,10 @@ def _where(node) -> str:
                 os.path.abspath(path) == os.path.abspath(__file__):
             continue
         code = lines[i + 1].strip() if i + 1 < len(lines) else ""
-        return " at %s:%s (%s)" % (path, match.group(2), code)
-    return ""
+        frames.append(" at %s:%s (%s)" % (path, match.group(2), code))
+    if not frames:
+        return ""
+    return frames[-1] if innermost_last else frames[0]
 
 
 def _tied_names(module: torch.nn.Module) -> Dict[str, str]:
@@ -340,7 +345,8 @@ def import_module(module: torch.nn.Module, example_inputs: Sequence,
         before = _rng_states()
         traced, roles = _capture(module, loss_fn, inputs, params, frozen,
                                  capture)
-        program = _Emitter(traced, roles, params, inputs, names).emit()
+        program = _Emitter(traced, roles, params, inputs, names,
+                           innermost_last=capture == "export").emit()
         after = _rng_states()
         _set_rng_states(before)
         try:
@@ -623,8 +629,11 @@ _RANDOM = _ops("bernoulli_.float", "bernoulli.p", "rand_like", "randn_like",
 
 
 class _Emitter:
-    def __init__(self, traced, roles, params, inputs, names):
+    def __init__(self, traced, roles, params, inputs, names,
+                 innermost_last: bool):
         self.traced = traced
+        # The order of the frames of a node's recorded stack (_where).
+        self.innermost_last = innermost_last
         self.graph = traced.graph
         self.roles = roles
         # The placeholders of the parameters that train.
@@ -703,7 +712,7 @@ class _Emitter:
         name = str(target) if isinstance(target, torch._ops.OpOverload) \
             else getattr(target, "__name__", str(target))
         raise UnsupportedError("strata.import_torch: %s%s: %s" % (
-            name, _where(node), why))
+            name, _where(node, self.innermost_last), why))
 
     # --- values ------------------------------------------------------------
     def raw(self, node):
@@ -917,6 +926,7 @@ class _Emitter:
         on(_ops("select.int"), self.select)
         on(_ops("mm", "addmm", "bmm", "matmul"), self.matmul)
         on(_ops("linear"), self.linear)
+        on(_ops("baddbmm"), self.baddbmm)
         on(_ops("add.Tensor", "sub.Tensor", "mul.Tensor", "div.Tensor"),
            self.binary)
         on(_ops("add.Scalar", "sub.Scalar", "mul.Scalar", "div.Scalar",
@@ -932,6 +942,9 @@ class _Emitter:
         on(_ops("rsqrt"), self.unary("rsqrt"))
         on(_ops("pow.Tensor_Scalar"), self.pow)
         on(_ops("cat"), self.cat)
+        on(_ops("stack"), self.stack)
+        on(_ops("numpy_T"), lambda n, x: self.permute(
+            n, x, list(reversed(range(len(self.shape(x)))))))
         on(_ops("gelu"), self.gelu)
         on(_ops("mean.dim", "sum.dim_IntList"), self.reduce)
         on(_ops("mean.default", "sum.default"),
@@ -1045,8 +1058,9 @@ class _Emitter:
         perm[a % rank], perm[b % rank] = perm[b % rank], perm[a % rank]
         return self.permute(node, x, perm)
 
-    def slice_of(self, node, v, dim, start, size):
-        if start == 0 and size == v.shape[dim]:
+    def slice_of(self, node, v, dim, start, size, stride=1):
+        """Elements start, start + stride, ... (`size` of them) of `dim`."""
+        if start == 0 and size == v.shape[dim] and stride == 1:
             return v
         shape = list(v.shape)
         shape[dim] = size
@@ -1054,9 +1068,11 @@ class _Emitter:
             # An empty part (Phi-3's rotary part of the whole head leaves
             # none to pass through): no op; torch.cat leaves it out.
             return _Tensor("<empty>", tuple(shape), v.element)
-        return self.op("slice", [v], shape, [
-            "dim = %d : i64" % dim, "start = %d : i64" % start,
-            "size = %d : i64" % size], element=v.element)
+        attrs = ["dim = %d : i64" % dim, "start = %d : i64" % start,
+                 "size = %d : i64" % size]
+        if stride != 1:
+            attrs.append("stride = %d : i64" % stride)
+        return self.op("slice", [v], shape, attrs, element=v.element)
 
     def split(self, node, x, sizes, dim=0):
         v = self.tensor(x, node)
@@ -1079,10 +1095,10 @@ class _Emitter:
     def slice(self, node, x, dim=0, start=None, end=None, step=1):
         v = self.tensor(x, node)
         dim %= len(v.shape)
+        # (PyTorch's slices have a positive step: `range` counts them.)
         begin, stop, stride = slice(start, end, step).indices(v.shape[dim])
-        if stride != 1:
-            self.fail(node, "a slice with a step other than 1")
-        return self.slice_of(node, v, dim, begin, max(stop - begin, 0))
+        return self.slice_of(node, v, dim, begin,
+                             len(range(begin, stop, stride)), stride)
 
     def select(self, node, x, dim, index):
         v = self.tensor(x, node)
@@ -1127,6 +1143,20 @@ class _Emitter:
                 return batched
         out = self.product(node, lhs, rhs, shape)
         return self.bias_add(node, out, bias)
+
+    def baddbmm(self, node, input, batch1, batch2, beta=1, alpha=1):
+        # beta * input + alpha * (batch1 @ batch2) (Bloom's ALiBi scores);
+        # with beta = 0 the input is not read, as in PyTorch.
+        shape = self.shape(node)
+        out = self.product(node, batch1, batch2, shape)
+        if alpha != 1:
+            out = self.op("scale", [out], shape, ["factor = " + _f64(alpha)])
+        if beta == 0:
+            return out
+        c = self.tensor(input, node)
+        if beta != 1:
+            c = self.op("scale", [c], c.shape, ["factor = " + _f64(beta)])
+        return self.op("add", [out, c], shape)
 
     def bias_add(self, node, out, bias):
         if bias is None:
@@ -1243,6 +1273,20 @@ class _Emitter:
             return values[0]
         return self.op("concat", values, self.shape(node),
                        ["dim = %d : i64" % dim], element=values[0].element)
+
+    def stack(self, node, tensors, dim=0):
+        # torch.stack: each input with a unit dimension at `dim`, joined
+        # along it.
+        values = [self.tensor(t, node) for t in tensors]
+        dim %= len(values[0].shape) + 1
+        shape = list(values[0].shape)
+        shape.insert(dim, 1)
+        units = [self.op("reshape", [v], shape, element=v.element)
+                 for v in values]
+        if len(units) == 1:
+            return units[0]
+        return self.op("concat", units, self.shape(node),
+                       ["dim = %d : i64" % dim], element=units[0].element)
 
     def gelu(self, node, x, approximate="none"):
         kind = {"none": "erf", "tanh": "tanh"}[approximate]

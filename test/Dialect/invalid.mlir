@@ -867,6 +867,25 @@ func.func @f(%x: tensor<8x4xf32>) {
 
 // -----
 
+// A strided slice's last element, 1 + 3 * 3 = 10, lies past the dimension.
+func.func @f(%x: tensor<8x4xf32>) {
+  // expected-error@+2 {{'strata.slice' op range of 4 elements 3 apart from 1 is outside dimension 0 of size 8}}
+  // expected-error@+1 {{failed to infer returned types}}
+  %0 = strata.slice %x {dim = 0 : i64, start = 1 : i64, size = 4 : i64, stride = 3 : i64} : (tensor<8x4xf32>) -> tensor<4x4xf32>
+  return
+}
+
+// -----
+
+func.func @f(%x: tensor<8x4xf32>) {
+  // expected-error@+2 {{'strata.slice' op stride must be at least 1, got 0}}
+  // expected-error@+1 {{failed to infer returned types}}
+  %0 = strata.slice %x {dim = 0 : i64, start = 0 : i64, size = 4 : i64, stride = 0 : i64} : (tensor<8x4xf32>) -> tensor<4x4xf32>
+  return
+}
+
+// -----
+
 func.func @f(%x: tensor<8x4xf32>) {
   // expected-error@+2 {{'strata.slice' op dim 2 is out of range for rank 2}}
   // expected-error@+1 {{failed to infer returned types}}

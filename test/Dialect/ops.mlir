@@ -266,6 +266,11 @@ func.func @pad(%a: tensor<2x3xf32>) -> tensor<2x6xf32> {
 func.func @slice(%x: tensor<8x32xi32>) -> tensor<4x32xi32> {
   // CHECK: strata.slice %{{.*}} {dim = 0 : i64, size = 4 : i64, start = 4 : i64} : (tensor<8x32xi32>) -> tensor<4x32xi32>
   %0 = strata.slice %x {dim = 0 : i64, start = 4 : i64, size = 4 : i64} : (tensor<8x32xi32>) -> tensor<4x32xi32>
+  // A stride of 1 is the default, not printed; another is.
+  // CHECK: strata.slice %{{.*}} {dim = 1 : i64, size = 4 : i64, start = 0 : i64} : (tensor<8x32xi32>) -> tensor<8x4xi32>
+  %1 = strata.slice %x {dim = 1 : i64, start = 0 : i64, size = 4 : i64, stride = 1 : i64} : (tensor<8x32xi32>) -> tensor<8x4xi32>
+  // CHECK: strata.slice %{{.*}} {dim = 1 : i64, size = 16 : i64, start = 1 : i64, stride = 2 : i64} : (tensor<8x32xi32>) -> tensor<8x16xi32>
+  %2 = strata.slice %x {dim = 1 : i64, start = 1 : i64, size = 16 : i64, stride = 2 : i64} : (tensor<8x32xi32>) -> tensor<8x16xi32>
   return %0 : tensor<4x32xi32>
 }
 

@@ -1,22 +1,24 @@
-"""A model written in plain PyTorch (models.py: a nanoGPT-style GPT-2 or a
-LLaMA-style decoder), imported and trained by Strata for 20 AdamW steps: the
+"""A model written in plain PyTorch (models.py: a nanoGPT-style GPT-2, a
+LLaMA-style decoder, or that decoder with GPT-J's interleaved rotary
+embedding), imported and trained by Strata for 20 AdamW steps: the
 losses equal PyTorch eager's from the same weights and batches (no dropout).
 For the GPT, the same model with dropout is imported too, to show where the
 dropout ops go.
 
-usage: import_model.py gpt|llama STRATEGY OUT_DIR
+usage: import_model.py gpt|llama|llama_interleaved STRATEGY OUT_DIR
 """
 
 import os
 import sys
 
 import strata.import_torch as importer
-from models import GPT, gpt, llama, lm_loss
+from models import GPT, gpt, llama, llama_interleaved, lm_loss
 
 from compare import compare, token_batches
 
 name, strategy, out = sys.argv[1:4]
-model = {"gpt": gpt, "llama": llama}[name]()
+model = {"gpt": gpt, "llama": llama,
+         "llama_interleaved": llama_interleaved}[name]()
 batches = token_batches(vocab=64, batch=4, seq=16, steps=20)
 program = importer.import_module(model, batches[0], lm_loss,
                                  input_names=["tokens", "targets"])

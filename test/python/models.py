@@ -125,9 +125,22 @@ def rotate_half(x):
     return torch.cat((-x2, x1), dim=-1)
 
 
+def rotate_every_two(x):
+    """GPT-J's (and Cohere's) rotation of interleaved pairs: strided slices,
+    torch.stack and a flatten."""
+    x1, x2 = x[..., ::2], x[..., 1::2]
+    return torch.stack((-x2, x1), dim=-1).flatten(-2)
+
+
 class LlamaAttention(nn.Module):
-    def __init__(self, hidden, heads, seq, theta=10000.0):
+    """Causal self-attention with rotary embeddings. `interleaved`: GPT-J's
+    form instead, the rotary pairs interleaved (rotate_every_two), the
+    scores through torch.baddbmm with its alpha as the scale, and the output
+    projection written as x @ W.T."""
+
+    def __init__(self, hidden, heads, seq, theta=10000.0, interleaved=False):
         super().__init__()
+        self.interleaved = interleaved
         self.heads, self.head_dim = heads, hidden // heads
         self.q_proj = nn.Linear(hidden, hidden, bias=False)
         self.k_proj = nn.Linear(hidden, hidden, bias=False)
@@ -136,7 +149,8 @@ class LlamaAttention(nn.Module):
         inv_freq = 1.0 / theta ** (torch.arange(0, self.head_dim, 2).float()
                                    / self.head_dim)
         freqs = torch.outer(torch.arange(seq).float(), inv_freq)
-        emb = torch.cat((freqs, freqs), dim=-1)
+        emb = freqs.repeat_interleave(2, dim=-1) if interleaved else \
+            torch.cat((freqs, freqs), dim=-1)
         self.register_buffer("cos", emb.cos(), persistent=False)
         self.register_buffer("sin", emb.sin(), persistent=False)
         self.register_buffer("mask", torch.full((seq, seq), float("-inf"))
@@ -148,19 +162,30 @@ class LlamaAttention(nn.Module):
         k = self.k_proj(x).view(B, T, self.heads, self.head_dim).transpose(1, 2)
         v = self.v_proj(x).view(B, T, self.heads, self.head_dim).transpose(1, 2)
         cos, sin = self.cos[:T], self.sin[:T]
-        q = q * cos + rotate_half(q) * sin
-        k = k * cos + rotate_half(k) * sin
-        scores = q @ k.transpose(2, 3) / math.sqrt(self.head_dim)
+        rotate = rotate_every_two if self.interleaved else rotate_half
+        q = q * cos + rotate(q) * sin
+        k = k * cos + rotate(k) * sin
+        if self.interleaved:
+            flat = (B * self.heads, T, self.head_dim)
+            scores = torch.baddbmm(
+                torch.zeros(flat[0], T, T), q.reshape(flat),
+                k.reshape(flat).transpose(1, 2), beta=0,
+                alpha=1 / math.sqrt(self.head_dim)).view(B, self.heads, T, T)
+        else:
+            scores = q @ k.transpose(2, 3) / math.sqrt(self.head_dim)
         probs = F.softmax(scores + self.mask[:T, :T], dim=-1)
         y = (probs @ v).transpose(1, 2).reshape(B, T, C)
+        if self.interleaved:
+            return y @ self.o_proj.weight.T
         return self.o_proj(y)
 
 
 class LlamaBlock(nn.Module):
-    def __init__(self, hidden, heads, seq, intermediate):
+    def __init__(self, hidden, heads, seq, intermediate, interleaved=False):
         super().__init__()
         self.input_layernorm = RMSNorm(hidden)
-        self.self_attn = LlamaAttention(hidden, heads, seq)
+        self.self_attn = LlamaAttention(hidden, heads, seq,
+                                        interleaved=interleaved)
         self.post_attention_layernorm = RMSNorm(hidden)
         self.gate_proj = nn.Linear(hidden, intermediate, bias=False)
         self.up_proj = nn.Linear(hidden, intermediate, bias=False)
@@ -174,12 +199,13 @@ class LlamaBlock(nn.Module):
 
 class Llama(nn.Module):
     def __init__(self, vocab=64, seq=16, hidden=32, heads=4, layers=2,
-                 intermediate=64):
+                 intermediate=64, interleaved=False):
         super().__init__()
         # Token 0 pads (its row gets no gradient).
         self.embed_tokens = nn.Embedding(vocab, hidden, padding_idx=0)
-        self.layers = nn.ModuleList(LlamaBlock(hidden, heads, seq, intermediate)
-                                    for _ in range(layers))
+        self.layers = nn.ModuleList(
+            LlamaBlock(hidden, heads, seq, intermediate, interleaved)
+            for _ in range(layers))
         self.norm = RMSNorm(hidden)
         self.lm_head = nn.Linear(hidden, vocab, bias=False)
         for p in self.parameters():
@@ -196,6 +222,12 @@ class Llama(nn.Module):
 def llama():
     torch.manual_seed(0)
     return Llama()
+
+
+def llama_interleaved():
+    """The LLaMA-style decoder with GPT-J's interleaved rotary pairs."""
+    torch.manual_seed(0)
+    return Llama(interleaved=True)
 
 
 def llama_bytes():

@@ -1,5 +1,6 @@
 """Hugging Face transformers' GPT2LMHeadModel, LlamaForCausalLM,
-Qwen2ForCausalLM, GemmaForCausalLM and Phi3ForCausalLM (small
+Qwen2ForCausalLM, GemmaForCausalLM, Phi3ForCausalLM, GPTJForCausalLM and
+CohereForCausalLM (small
 configurations built from a config: nothing is downloaded), and a model
 normalised by torch.nn.RMSNorm (aten.rms_norm, which torch.export keeps
 whole), captured with torch.export on PyTorch 2.x, imported, and trained 20
@@ -15,10 +16,11 @@ import sys
 
 import torch
 import transformers
-from transformers import (GemmaConfig, GemmaForCausalLM, GPT2Config,
-                          GPT2LMHeadModel, LlamaConfig, LlamaForCausalLM,
-                          Phi3Config, Phi3ForCausalLM, Qwen2Config,
-                          Qwen2ForCausalLM)
+from transformers import (CohereConfig, CohereForCausalLM, GemmaConfig,
+                          GemmaForCausalLM, GPT2Config, GPT2LMHeadModel,
+                          GPTJConfig, GPTJForCausalLM, LlamaConfig,
+                          LlamaForCausalLM, Phi3Config, Phi3ForCausalLM,
+                          Qwen2Config, Qwen2ForCausalLM)
 
 import strata.import_torch as importer
 
@@ -107,6 +109,60 @@ def models(vocab):
                                                 **small))
     torch.manual_seed(0)
     yield "phi3", Phi3ForCausalLM(Phi3Config(pad_token_id=0, **small))
+    # Rotary embeddings over interleaved pairs (x[..., ::2], x[..., 1::2]:
+    # strided slices, and torch.stack): GPT-J (a partial rotary dimension,
+    # parallel attention and MLP, GELU written out) and Cohere (grouped
+    # keys and values, a layer norm without bias, a scaled head).
+    torch.manual_seed(0)
+    yield "gptj", GPTJForCausalLM(GPTJConfig(
+        vocab_size=vocab, n_embd=32, n_layer=2, n_head=4, n_positions=16,
+        rotary_dim=4, resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0,
+        bos_token_id=0, eos_token_id=0))
+    torch.manual_seed(0)
+    yield "cohere", CohereForCausalLM(CohereConfig(pad_token_id=0, **small))
+
+
+def more_models(vocab):
+    """Further decoder architectures, checked against PyTorch alone (the
+    strategies of run.sh are those of the models above)."""
+    T = transformers
+    small = dict(vocab_size=vocab, hidden_size=32, intermediate_size=64,
+                 num_hidden_layers=2, num_attention_heads=4,
+                 num_key_value_heads=2, max_position_embeddings=16,
+                 bos_token_id=0, eos_token_id=0)
+    yield "mistral", lambda: T.MistralForCausalLM(T.MistralConfig(**small))
+    yield "qwen3", lambda: T.Qwen3ForCausalLM(T.Qwen3Config(head_dim=8,
+                                                            **small))
+    yield "gemma2", lambda: T.Gemma2ForCausalLM(T.Gemma2Config(
+        head_dim=8, pad_token_id=0, **small))
+    yield "gemma3", lambda: T.Gemma3ForCausalLM(T.Gemma3TextConfig(
+        head_dim=8, pad_token_id=0, **small))
+    yield "olmo", lambda: T.OlmoForCausalLM(T.OlmoConfig(pad_token_id=0,
+                                                         **small))
+    yield "olmo2", lambda: T.Olmo2ForCausalLM(T.Olmo2Config(pad_token_id=0,
+                                                            **small))
+    yield "granite", lambda: T.GraniteForCausalLM(T.GraniteConfig(**small))
+    yield "stablelm", lambda: T.StableLmForCausalLM(T.StableLmConfig(**small))
+    yield "starcoder2", lambda: T.Starcoder2ForCausalLM(T.Starcoder2Config(
+        residual_dropout=0.0, embedding_dropout=0.0, attention_dropout=0.0,
+        **small))
+    yield "smollm3", lambda: T.SmolLM3ForCausalLM(T.SmolLM3Config(
+        pad_token_id=0, **small))
+    yield "phi", lambda: T.PhiForCausalLM(T.PhiConfig(
+        resid_pdrop=0.0, embd_pdrop=0.0, **small))
+    plain = dict(vocab_size=vocab, num_hidden_layers=2,
+                 num_attention_heads=4, max_position_embeddings=16,
+                 bos_token_id=0, eos_token_id=0)
+    yield "gpt_neox", lambda: T.GPTNeoXForCausalLM(T.GPTNeoXConfig(
+        hidden_size=32, intermediate_size=64, hidden_dropout=0.0,
+        attention_dropout=0.0, **plain))
+    yield "opt", lambda: T.OPTForCausalLM(T.OPTConfig(
+        hidden_size=32, ffn_dim=64, dropout=0.0, attention_dropout=0.0,
+        pad_token_id=1, word_embed_proj_dim=32, **plain))
+    yield "gpt_bigcode", lambda: T.GPTBigCodeForCausalLM(T.GPTBigCodeConfig(
+        vocab_size=vocab, n_embd=32, n_layer=2, n_head=4, n_positions=16,
+        resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0, bos_token_id=0,
+        eos_token_id=0))
 
 
 print("PyTorch %s, transformers %s" % (torch.__version__,
@@ -119,6 +175,18 @@ for name, model in models(64):
                                      input_names=["tokens", "targets"],
                                      capture="export")
     program.save(os.path.join(out, name + ".mlir"))
+    weights = os.path.join(out, name + ".safetensors")
+    program.save_weights(weights)
+    print("== %s: %d parameters" % (name, len(program.weights)))
+    compare(program, wrapped, None, batches, strategy, weights,
+            name=name + ".mlir")
+
+for name, make in more_models(64):
+    torch.manual_seed(0)
+    wrapped = CausalLM(make())
+    program = importer.import_module(wrapped, batches[0],
+                                     input_names=["tokens", "targets"],
+                                     capture="export")
     weights = os.path.join(out, name + ".safetensors")
     program.save_weights(weights)
     print("== %s: %d parameters" % (name, len(program.weights)))

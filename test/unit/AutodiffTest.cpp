@@ -285,6 +285,28 @@ std::vector<Case> cases() {
                        ": i64, size = 2 : i64} : (tensor<3x4xf64>) -> "
                        "tensor<3x2xf64>",
               "tensor<3x2xf64>"));
+  // Strided slices: the gradient has zeros between the elements, cut
+  // where the dimension ends (odd columns; every third from 0, whose
+  // spread-out gradient is longer than the dimension) or not (even ones).
+  for (auto [name, start, stride] : {std::tuple{"slice_strided_odd", 1, 2},
+                                     {"slice_strided_even", 0, 2},
+                                     {"slice_strided_third", 0, 3}})
+    add(name, program(ab,
+                      get_ab +
+                          "  %y = strata.slice %a {dim = 1 : i64, "
+                          "start = " +
+                          std::to_string(start) +
+                          " : i64, size = 2 : i64, stride = " +
+                          std::to_string(stride) +
+                          " : i64} : (tensor<3x4xf64>) -> "
+                          "tensor<3x2xf64>",
+                      "tensor<3x2xf64>"));
+  add("slice_strided_rows",
+      program(ab,
+              get_ab + "  %y = strata.slice %a {dim = 0 : i64, start = 0 "
+                       ": i64, size = 2 : i64, stride = 2 : i64} : "
+                       "(tensor<3x4xf64>) -> tensor<2x4xf64>",
+              "tensor<2x4xf64>"));
   add("pad", program(ab,
                      get_ab + "  %y = strata.pad %a {dim = 0 : i64, low = 2 : "
                               "i64, high = 1 : i64} : (tensor<3x4xf64>) -> "
