@@ -924,6 +924,7 @@ class _Emitter:
         on(_ops("chunk"), self.chunk)
         on(_ops("slice.Tensor"), self.slice)
         on(_ops("select.int"), self.select)
+        on(_ops("index.Tensor"), self.index)
         on(_ops("mm", "addmm", "bmm", "matmul"), self.matmul)
         on(_ops("linear"), self.linear)
         on(_ops("baddbmm"), self.baddbmm)
@@ -931,6 +932,8 @@ class _Emitter:
            self.binary)
         on(_ops("add.Scalar", "sub.Scalar", "mul.Scalar", "div.Scalar",
                 "rsub.Scalar"), self.binary)
+        on(_ops("add_.Tensor", "sub_.Tensor", "mul_.Tensor", "div_.Tensor"),
+           self.in_place)
         on(_ops("neg"), lambda n, x: self.op(
             "scale", [self.operand(x, n)], self.shape(n), [
                 "factor = " + _f64(-1.0)]))
@@ -1100,6 +1103,44 @@ class _Emitter:
         return self.slice_of(node, v, dim, begin,
                              len(range(begin, stop, stride)), stride)
 
+    def index(self, node, x, indices):
+        # x[..., [i, j, ...], ...] with positions known at import time
+        # (Falcon's x[..., [-2], :]): runs of evenly spaced positions are
+        # (strided) slices, joined along the dimension.
+        v = self.tensor(x, node)
+        dims = [d for d, t in enumerate(indices) if t is not None]
+        known = [self.raw(indices[d]) for d in dims]
+        if len(dims) != 1 or not isinstance(known[0], _Const) or \
+                known[0].value.dim() != 1 or \
+                known[0].value.is_floating_point() or \
+                known[0].value.dtype == torch.bool:
+            self.fail(node, "indexing other than by a list of positions "
+                      "known at import time, in one dimension")
+        dim = dims[0]
+        extent = v.shape[dim]
+        positions = known[0].value.tolist()
+        if any(p < -extent or p >= extent for p in positions):
+            self.fail(node, "a position outside dimension %d of size %d"
+                      % (dim, extent))
+        positions = [p % extent for p in positions]
+        parts, i = [], 0
+        while i < len(positions):
+            # The longest run from i with one positive step.
+            j = i + 1
+            step = positions[j] - positions[i] if j < len(positions) else 1
+            while step > 0 and j < len(positions) and \
+                    positions[j] - positions[j - 1] == step:
+                j += 1
+            if step <= 0:
+                j, step = i + 1, 1
+            parts.append(self.slice_of(node, v, dim, positions[i], j - i,
+                                       step))
+            i = j
+        if len(parts) == 1:
+            return parts[0]
+        return self.op("concat", parts, self.shape(node),
+                       ["dim = %d : i64" % dim], element=v.element)
+
     def select(self, node, x, dim, index):
         v = self.tensor(x, node)
         dim %= len(v.shape)
@@ -1172,8 +1213,33 @@ class _Emitter:
         out = self.op("matmul", [a, w], self.shape(node), ["transpose_rhs"])
         return self.bias_add(node, out, bias)
 
-    def binary(self, node, lhs, rhs, alpha=1):
-        kind = node.target.overloadpacket.__name__
+    def in_place(self, node, target, other, alpha=1):
+        # a += b (and -=, *=, /=; Falcon's mlp_output += attention_output):
+        # the arithmetic itself, where nothing can see the old tensor
+        # change. (The capture's later reads of the tensor are of this op's
+        # result.) Refused: a mutated input or parameter, a view (whose
+        # base would change too), a tensor with views of it (which would
+        # change with it), or one read again after the update.
+        order = {n: i for i, n in enumerate(self.graph.nodes)}
+        # (Ops whose result may share the storage of their input; a clone
+        # does not.)
+        views = set(_VIEWS + _IDENTITY) - set(_ops("clone")) | set(_ops(
+            "slice.Tensor", "select.int", "transpose.int", "permute", "t",
+            "expand", "split.Tensor", "split_with_sizes", "chunk",
+            "numpy_T", "as_strided", "to.dtype", "to.dtype_layout",
+            "type_as"))
+        if not isinstance(target, torch.fx.Node) or \
+                target.op != "call_function" or target.target in views or \
+                any(order[u] > order[node] or u.target in views
+                    for u in target.users if u is not node):
+            self.fail(node, "an in-place update of an input, a parameter, "
+                      "a view or a tensor with views, or of a tensor read "
+                      "again after it")
+        kind = node.target.overloadpacket.__name__.rstrip("_")
+        return self.binary(node, target, other, alpha, kind=kind)
+
+    def binary(self, node, lhs, rhs, alpha=1, kind=None):
+        kind = kind or node.target.overloadpacket.__name__
         shape = self.shape(node)
         if kind == "rsub":  # rhs - alpha * lhs
             lhs, rhs, kind = rhs, lhs, "sub"

@@ -258,3 +258,29 @@ with warnings.catch_warnings(record=True) as caught:
 print("aux:", [str(w.message).split(":")[1] for w in caught])
 attempt(nn.Linear(4, 3), (x, labels),
         lambda o, t: F.cross_entropy(o, -(-t)))
+
+
+class InPlace(nn.Module):
+    """h += y: imported where h is the only name of its tensor (another
+    Python name for the same tensor sees the update, as in PyTorch);
+    refused where the update would change another tensor too: h a view of
+    y, or a view of h taken before the update."""
+
+    def __init__(self, kind):
+        super().__init__()
+        self.fc, self.kind = nn.Linear(4, 6), kind
+
+    def forward(self, x):
+        y = self.fc(x)
+        if self.kind == "view":
+            h = y[:, :3]
+            h += 1.0 * x[:, :3]
+            return y[:, :3] + h
+        h = y * 2
+        seen = h.view(2, 6) if self.kind == "viewed" else h
+        h += y
+        return seen.view(2, 6) + h
+
+
+for kind in ("view", "viewed", "same"):
+    attempt(InPlace(kind), (x, labels), F.cross_entropy)

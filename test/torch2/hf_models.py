@@ -159,6 +159,8 @@ def more_models(vocab):
     yield "opt", lambda: T.OPTForCausalLM(T.OPTConfig(
         hidden_size=32, ffn_dim=64, dropout=0.0, attention_dropout=0.0,
         pad_token_id=1, word_embed_proj_dim=32, **plain))
+    yield "falcon", lambda: T.FalconForCausalLM(T.FalconConfig(
+        hidden_size=32, hidden_dropout=0.0, attention_dropout=0.0, **plain))
     yield "gpt_bigcode", lambda: T.GPTBigCodeForCausalLM(T.GPTBigCodeConfig(
         vocab_size=vocab, n_embd=32, n_layer=2, n_head=4, n_positions=16,
         resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0, bos_token_id=0,
