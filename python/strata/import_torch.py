@@ -944,6 +944,7 @@ class _Emitter:
         on(_ops("cross_entropy_loss"), self.cross_entropy)
         on(_ops("rsqrt"), self.unary("rsqrt"))
         on(_ops("pow.Tensor_Scalar"), self.pow)
+        on(_ops("square"), lambda n, x: self.pow(n, x, 2))
         on(_ops("cat"), self.cat)
         on(_ops("stack"), self.stack)
         on(_ops("numpy_T"), lambda n, x: self.permute(

@@ -150,6 +150,22 @@ def more_models(vocab):
         pad_token_id=0, **small))
     yield "phi", lambda: T.PhiForCausalLM(T.PhiConfig(
         resid_pdrop=0.0, embd_pdrop=0.0, **small))
+    padded = dict(small, pad_token_id=0)
+    # Squared-ReLU MLPs (torch.square): Persimmon, Nemotron, Arcee.
+    yield "persimmon", lambda: T.PersimmonForCausalLM(T.PersimmonConfig(
+        hidden_dropout=0.0, attention_dropout=0.0, **padded))
+    yield "nemotron", lambda: T.NemotronForCausalLM(T.NemotronConfig(
+        **padded))
+    yield "arcee", lambda: T.ArceeForCausalLM(T.ArceeConfig(**padded))
+    yield "glm", lambda: T.GlmForCausalLM(T.GlmConfig(head_dim=8, **padded))
+    yield "helium", lambda: T.HeliumForCausalLM(T.HeliumConfig(head_dim=8,
+                                                               **padded))
+    yield "exaone4", lambda: T.Exaone4ForCausalLM(T.Exaone4Config(**padded))
+    yield "ernie4_5", lambda: T.Ernie4_5ForCausalLM(T.Ernie4_5Config(
+        head_dim=8, **padded))
+    yield "olmo3", lambda: T.Olmo3ForCausalLM(T.Olmo3Config(**padded))
+    yield "seed_oss", lambda: T.SeedOssForCausalLM(T.SeedOssConfig(
+        head_dim=8, attention_dropout=0.0, residual_dropout=0.0, **padded))
     plain = dict(vocab_size=vocab, num_hidden_layers=2,
                  num_attention_heads=4, max_position_embeddings=16,
                  bos_token_id=0, eos_token_id=0)
@@ -159,6 +175,16 @@ def more_models(vocab):
     yield "opt", lambda: T.OPTForCausalLM(T.OPTConfig(
         hidden_size=32, ffn_dim=64, dropout=0.0, attention_dropout=0.0,
         pad_token_id=1, word_embed_proj_dim=32, **plain))
+    yield "codegen", lambda: T.CodeGenForCausalLM(T.CodeGenConfig(
+        vocab_size=vocab, n_embd=32, n_layer=2, n_head=4, n_positions=16,
+        n_ctx=16, rotary_dim=4, resid_pdrop=0.0, embd_pdrop=0.0,
+        attn_pdrop=0.0, bos_token_id=0, eos_token_id=0))
+    yield "biogpt", lambda: T.BioGptForCausalLM(T.BioGptConfig(
+        hidden_size=32, intermediate_size=64, hidden_dropout_prob=0.0,
+        attention_probs_dropout_prob=0.0, pad_token_id=1, **plain))
+    yield "mpt", lambda: T.MptForCausalLM(T.MptConfig(
+        vocab_size=vocab, d_model=32, n_layers=2, n_heads=4, max_seq_len=16,
+        resid_pdrop=0.0, emb_pdrop=0.0, bos_token_id=0, eos_token_id=0))
     yield "falcon", lambda: T.FalconForCausalLM(T.FalconConfig(
         hidden_size=32, hidden_dropout=0.0, attention_dropout=0.0, **plain))
     yield "gpt_bigcode", lambda: T.GPTBigCodeForCausalLM(T.GPTBigCodeConfig(
