@@ -126,6 +126,10 @@ struct DataParallelPass
       // Micro-batch slices (gradient merge) shrink with the shard.
       if (auto slice = dyn_cast<SliceOp>(op); slice && slice.getDim() == 0) {
         int64_t start = slice.getStart(), size = slice.getSize();
+        // (The batch split refuses any other slice of the batch.)
+        if (slice.getStride() != 1)
+          return op.emitOpError() << "a strided slice of the batch does not "
+                                     "split over ranks";
         if (start % n != 0 || size % n != 0)
           return op.emitOpError() << "micro-batch slice [" << start << ", "
                                   << start + size << ") does not split over "

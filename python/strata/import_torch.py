@@ -226,11 +226,15 @@ def _inside(path: str, directory: str) -> bool:
     return path.startswith(directory + os.sep)
 
 
-def _where(node, innermost_last: bool) -> str:
+# PyTorch 2.x records a node's stack outermost frame first (as a traceback
+# lists it), PyTorch 1.13 innermost first.
+_FRAMES_OUTERMOST_FIRST = not torch.__version__.startswith("1.")
+
+
+def _where(node) -> str:
     """" at FILE:LINE (code)" of the model's source that made `node`, when
-    PyTorch recorded it; "" otherwise. The innermost frame outside PyTorch
-    and this file: torch.export lists the frames outermost first (as a
-    traceback does), make_fx (PyTorch 1.13) innermost first."""
+    PyTorch recorded it; "" otherwise: the innermost frame outside PyTorch
+    and this file."""
     trace = node.meta.get("stack_trace") if hasattr(node, "meta") else None
     if not trace:
         return ""
@@ -248,7 +252,23 @@ def _where(node, innermost_last: bool) -> str:
         frames.append(" at %s:%s (%s)" % (path, match.group(2), code))
     if not frames:
         return ""
-    return frames[-1] if innermost_last else frames[0]
+    return frames[-1] if _FRAMES_OUTERMOST_FIRST else frames[0]
+
+
+def _is_view(node) -> bool:
+    """Whether `node`'s result may share the storage of an input (its
+    schema says it aliases one without writing it: view, slice, transpose,
+    detach, contiguous, to ...; a part of a split is a view of its input),
+    so that an in-place update of either changes the other. An in-place
+    op's own result (an alias that writes) is not: the capture reads the
+    updated tensor through it."""
+    if node.target is operator.getitem:
+        source = node.args[0]
+        return isinstance(source, torch.fx.Node) and _is_view(source)
+    schema = getattr(node.target, "_schema", None)
+    return schema is not None and any(
+        r.alias_info is not None and not r.alias_info.is_write
+        for r in schema.returns)
 
 
 def _tied_names(module: torch.nn.Module) -> Dict[str, str]:
@@ -345,8 +365,7 @@ def import_module(module: torch.nn.Module, example_inputs: Sequence,
         before = _rng_states()
         traced, roles = _capture(module, loss_fn, inputs, params, frozen,
                                  capture)
-        program = _Emitter(traced, roles, params, inputs, names,
-                           innermost_last=capture == "export").emit()
+        program = _Emitter(traced, roles, params, inputs, names).emit()
         after = _rng_states()
         _set_rng_states(before)
         try:
@@ -629,11 +648,10 @@ _RANDOM = _ops("bernoulli_.float", "bernoulli.p", "rand_like", "randn_like",
 
 
 class _Emitter:
-    def __init__(self, traced, roles, params, inputs, names,
-                 innermost_last: bool):
+    def __init__(self, traced, roles, params, inputs, names):
         self.traced = traced
-        # The order of the frames of a node's recorded stack (_where).
-        self.innermost_last = innermost_last
+        # Each node's position in the graph, once an in-place op asks.
+        self.order: Optional[Dict[object, int]] = None
         self.graph = traced.graph
         self.roles = roles
         # The placeholders of the parameters that train.
@@ -712,7 +730,7 @@ class _Emitter:
         name = str(target) if isinstance(target, torch._ops.OpOverload) \
             else getattr(target, "__name__", str(target))
         raise UnsupportedError("strata.import_torch: %s%s: %s" % (
-            name, _where(node, self.innermost_last), why))
+            name, _where(node), why))
 
     # --- values ------------------------------------------------------------
     def raw(self, node):
@@ -1064,6 +1082,8 @@ class _Emitter:
 
     def slice_of(self, node, v, dim, start, size, stride=1):
         """Elements start, start + stride, ... (`size` of them) of `dim`."""
+        if size == 1:
+            stride = 1
         if start == 0 and size == v.shape[dim] and stride == 1:
             return v
         shape = list(v.shape)
@@ -1123,6 +1143,9 @@ class _Emitter:
         if any(p < -extent or p >= extent for p in positions):
             self.fail(node, "a position outside dimension %d of size %d"
                       % (dim, extent))
+        if not positions:
+            self.fail(node, "an empty list of positions: Strata's tensors "
+                      "have no empty dimension")
         positions = [p % extent for p in positions]
         parts, i = [], 0
         while i < len(positions):
@@ -1195,7 +1218,7 @@ class _Emitter:
             out = self.op("scale", [out], shape, ["factor = " + _f64(alpha)])
         if beta == 0:
             return out
-        c = self.tensor(input, node)
+        c = self.operand(input, node)
         if beta != 1:
             c = self.op("scale", [c], c.shape, ["factor = " + _f64(beta)])
         return self.op("add", [out, c], shape)
@@ -1221,17 +1244,11 @@ class _Emitter:
         # result.) Refused: a mutated input or parameter, a view (whose
         # base would change too), a tensor with views of it (which would
         # change with it), or one read again after the update.
-        order = {n: i for i, n in enumerate(self.graph.nodes)}
-        # (Ops whose result may share the storage of their input; a clone
-        # does not.)
-        views = set(_VIEWS + _IDENTITY) - set(_ops("clone")) | set(_ops(
-            "slice.Tensor", "select.int", "transpose.int", "permute", "t",
-            "expand", "split.Tensor", "split_with_sizes", "chunk",
-            "numpy_T", "as_strided", "to.dtype", "to.dtype_layout",
-            "type_as"))
+        if self.order is None:
+            self.order = {n: i for i, n in enumerate(self.graph.nodes)}
         if not isinstance(target, torch.fx.Node) or \
-                target.op != "call_function" or target.target in views or \
-                any(order[u] > order[node] or u.target in views
+                target.op != "call_function" or _is_view(target) or \
+                any(self.order[u] > self.order[node] or _is_view(u)
                     for u in target.users if u is not node):
             self.fail(node, "an in-place update of an input, a parameter, "
                       "a view or a tensor with views, or of a tensor read "

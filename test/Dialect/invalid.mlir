@@ -877,6 +877,16 @@ func.func @f(%x: tensor<8x4xf32>) {
 
 // -----
 
+// At the boundary: the fifth element, 4 * 2 = 8, is one past the end.
+func.func @f(%x: tensor<8x4xf32>) {
+  // expected-error@+2 {{'strata.slice' op range of 5 elements 2 apart from 0 is outside dimension 0 of size 8}}
+  // expected-error@+1 {{failed to infer returned types}}
+  %0 = strata.slice %x {dim = 0 : i64, start = 0 : i64, size = 5 : i64, stride = 2 : i64} : (tensor<8x4xf32>) -> tensor<5x4xf32>
+  return
+}
+
+// -----
+
 func.func @f(%x: tensor<8x4xf32>) {
   // expected-error@+2 {{'strata.slice' op stride must be at least 1, got 0}}
   // expected-error@+1 {{failed to infer returned types}}

@@ -277,9 +277,13 @@ class InPlace(nn.Module):
             h += 1.0 * x[:, :3]
             return y[:, :3] + h
         h = y * 2
-        seen = h.view(2, 6) if self.kind == "viewed" else h
+        if self.kind == "viewed":
+            seen = h.t()
+            h += y
+            return seen.t() + h
+        same = h
         h += y
-        return seen.view(2, 6) + h
+        return same + h
 
 
 for kind in ("view", "viewed", "same"):

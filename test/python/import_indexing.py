@@ -4,6 +4,7 @@ the same weights and batches.
 
 - h[:, [0, 2, 4, 6]] (evenly spaced: one strided slice), h[:, [7, 1, 2]]
   (a slice, then a run of two: joined), h[:, [-1]] (Falcon's x[..., [-2]]);
+- torch.baddbmm with beta and alpha;
 - out += ... on a tensor that another Python name shares (both see the
   update, as in PyTorch), and *= on a fresh tensor.
 
@@ -27,12 +28,17 @@ class Indexed(nn.Module):
         self.fc = nn.Linear(16, 8)
         self.head = nn.Linear(8, 4)
         self.skip = nn.Linear(16, 4)
+        self.mix = nn.Parameter(torch.randn(1, 4))
 
     def forward(self, x):
         h = torch.tanh(self.fc(x))
         picked = torch.cat([h[:, [0, 2, 4, 6]], h[:, [7, 1, 2]],
                             h[:, [-1]]], dim=-1)
         out = self.head(picked)
+        # beta * input + alpha * the product (Bloom's ALiBi scores).
+        out = torch.baddbmm(out[:, None, :], out[:, None, :1],
+                            self.mix[None].expand(out.shape[0], 1, 4),
+                            beta=0.5, alpha=2.0).sum(1)
         same = out
         out += self.skip(x)
         gate = out * 0.5
