@@ -883,11 +883,26 @@ struct AttentionFusionPass
     if (!(element.isF32() || element.isBF16() || element.isF16()))
       return "its element type is not f32, bf16 or f16";
     if (qt.getRank() < 2 || kt.getRank() != qt.getRank() ||
-        vt.getRank() != qt.getRank() ||
-        qt.getShape().drop_back(2) != kt.getShape().drop_back(2) ||
-        qt.getShape().drop_back(2) != vt.getShape().drop_back(2))
+        vt.getRank() != qt.getRank())
+      return "q, k and v do not have one rank";
+    // Multi-query attention (Falcon's): one key and value head, which the
+    // products broadcast over q's heads, [..., 1, T, D] against [..., H,
+    // S, D]; the fused op reads it as one key head shared by every query
+    // head.
+    auto sharedHead = [&](RankedTensorType t) {
+      int64_t r = qt.getRank();
+      if (r < 3 || t.getDimSize(r - 3) != 1)
+        return false;
+      SmallVector<int64_t> shape(t.getShape().drop_back(2));
+      shape[r - 3] = qt.getDimSize(r - 3);
+      return ArrayRef<int64_t>(shape) == qt.getShape().drop_back(2);
+    };
+    bool multiQuery = qt.getShape().drop_back(2) != kt.getShape().drop_back(2);
+    if (multiQuery ? !sharedHead(kt) || !sharedHead(vt)
+                   : qt.getShape().drop_back(2) != vt.getShape().drop_back(2))
       return "q, k and v do not share their leading (batch, head) "
-             "dimensions (shared keys or values broadcast)";
+             "dimensions, nor are k and v one head that every head of q "
+             "reads";
 
     // The fused op reads [..., S, H, D]. Heads split off by a transpose of
     // the sequence and head dimensions (a projection's output [..., S, H,
@@ -897,7 +912,12 @@ struct AttentionFusionPass
     // (a reshape, no copy).
     HeadsSplit split(qt.getRank());
     ArrayRef<int64_t> swap = split.permutation();
-    bool inPlace = split.reads(q) && split.reads(k) && split.reads(v);
+    bool inPlace =
+        split.reads(q) && (multiQuery || (split.reads(k) && split.reads(v)));
+    // (Heads as batch dimensions would not match the shared head's.)
+    if (multiQuery && !inPlace)
+      return "k and v are one head that every head of q reads, but q's "
+             "heads are not split off from the projection's layout";
     OpBuilder b(pv);
     Location loc = pv.getLoc();
     auto withUnitHeads = [&](Value x) -> Value {
@@ -915,12 +935,25 @@ struct AttentionFusionPass
     HeadsSplit::Repeat kvK = inPlace ? split.repeatOf(k) : HeadsSplit::Repeat();
     HeadsSplit::Repeat kvV = inPlace ? split.repeatOf(v) : HeadsSplit::Repeat();
     bool grouped = kvK && kvV && kvK.times() == kvV.times();
-    Value fk = grouped   ? split.buildUnrepeated(k)
-               : inPlace ? split.build(k)
-                         : withUnitHeads(k);
-    Value fv = grouped   ? split.buildUnrepeated(v)
-               : inPlace ? split.build(v)
-                         : withUnitHeads(v);
+    // The shared head [..., 1, T, D] as [..., T, 1, D]: moving a unit
+    // dimension is a reshape.
+    auto sharedKeyHead = [&](Value x) -> Value {
+      auto type = cast<RankedTensorType>(x.getType());
+      SmallVector<int64_t> shape(type.getShape());
+      std::swap(shape[shape.size() - 3], shape[shape.size() - 2]);
+      auto reshape = ReshapeOp::create(
+          b, loc, RankedTensorType::get(shape, type.getElementType()), x);
+      copyMetadata(pv, reshape);
+      return reshape;
+    };
+    Value fk = multiQuery ? sharedKeyHead(k)
+               : grouped  ? split.buildUnrepeated(k)
+               : inPlace  ? split.build(k)
+                          : withUnitHeads(k);
+    Value fv = multiQuery ? sharedKeyHead(v)
+               : grouped  ? split.buildUnrepeated(v)
+               : inPlace  ? split.build(v)
+                          : withUnitHeads(v);
     auto fused = AttentionOp::create(
         b, loc, fq, fk, fv, b.getF64FloatAttr(factor), softmax.getCausalAttr(),
         dropout ? dropout.getProbAttr() : b.getF64FloatAttr(0.0),

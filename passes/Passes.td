@@ -410,7 +410,11 @@ def StrataAttentionFusion
     them (Hugging Face's `repeat_kv`: a reshape, `broadcast_to` and a
     reshape) are read unrepeated: the fused op shares each key and value
     head among its group of query heads, and the repeat dies; a repeat of
-    the keys or the values alone is computed on [..., S, H, D]. Otherwise
+    the keys or the values alone is computed on [..., S, H, D]. One key and
+    value head that the products broadcast over the query heads ([..., 1,
+    T, D] against q's [..., H, S, D]: multi-query attention, Falcon's) is
+    read as one key head every query head shares, where q is read in
+    place. Otherwise
     the leading dimensions stay the batch with one head (reshapes, no
     copies). (f32, bf16 or f16; the kernels sum in f32
     and keep the softmax and the

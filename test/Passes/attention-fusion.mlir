@@ -290,3 +290,39 @@ func.func @grouped_shared(%xq: tensor<1x4x4x2xf32>, %xk: tensor<1x4x2x2xf32>) ->
   %t = strata.transpose %o {permutation = array<i64: 0, 2, 1, 3>} : (tensor<1x4x4x2xf32>) -> tensor<1x4x4x2xf32>
   return %t : tensor<1x4x4x2xf32>
 }
+
+// -----
+
+// Multi-query attention (Falcon's): one key and value head, which the
+// products broadcast over the query heads, is read as one key head that
+// every query head shares (a reshape moves its unit head dimension).
+// CHECK-LABEL: func @multi_query
+func.func @multi_query(%xq: tensor<2x4x4x2xf32>, %k: tensor<2x1x4x2xf32>, %v: tensor<2x1x4x2xf32>) -> tensor<2x4x4x2xf32> {
+  // CHECK-DAG: %[[K:.*]] = strata.reshape %arg1 : (tensor<2x1x4x2xf32>) -> tensor<2x4x1x2xf32>
+  // CHECK-DAG: %[[V:.*]] = strata.reshape %arg2 : (tensor<2x1x4x2xf32>) -> tensor<2x4x1x2xf32>
+  // CHECK: %[[O:.*]], %{{.*}} = strata.attention %arg0, %[[K]], %[[V]] {causal, scale = 5.000000e-01 : f64} : (tensor<2x4x4x2xf32>, tensor<2x4x1x2xf32>, tensor<2x4x1x2xf32>) -> (tensor<2x4x4x2xf32>, tensor<2x4x4xf32>)
+  // CHECK-NEXT: return %[[O]]
+  %q = strata.transpose %xq {permutation = array<i64: 0, 2, 1, 3>} : (tensor<2x4x4x2xf32>) -> tensor<2x4x4x2xf32>
+  %s = strata.matmul %q, %k {transpose_rhs} : (tensor<2x4x4x2xf32>, tensor<2x1x4x2xf32>) -> tensor<2x4x4x4xf32>
+  %ss = strata.scale %s {factor = 5.000000e-01 : f64} : (tensor<2x4x4x4xf32>) -> tensor<2x4x4x4xf32>
+  %p = strata.softmax %ss {causal} : (tensor<2x4x4x4xf32>) -> tensor<2x4x4x4xf32>
+  %o = strata.matmul %p, %v : (tensor<2x4x4x4xf32>, tensor<2x1x4x2xf32>) -> tensor<2x4x4x2xf32>
+  %t = strata.transpose %o {permutation = array<i64: 0, 2, 1, 3>} : (tensor<2x4x4x2xf32>) -> tensor<2x4x4x2xf32>
+  return %t : tensor<2x4x4x2xf32>
+}
+
+// -----
+
+// Not where q's heads are not split off from the projection's layout (they
+// would be batch dimensions, which the shared head does not have): left
+// unfused, saying why.
+// CHECK-LABEL: func @multi_query_heads_first
+// CHECK: strata.softmax
+// WARN: attention-fusion.mlir:[[@LINE+4]]:{{[0-9]+}}: warning: strata-attention-fusion left 1 of 1 softmax ops unfused; this one: k and v are one head that every head of q reads, but q's heads are not split off from the projection's layout
+// WARN-NOT: warning
+func.func @multi_query_heads_first(%q: tensor<2x4x4x2xf32>, %k: tensor<2x1x4x2xf32>) -> tensor<2x4x4x2xf32> {
+  %s = strata.matmul %q, %k {transpose_rhs} : (tensor<2x4x4x2xf32>, tensor<2x1x4x2xf32>) -> tensor<2x4x4x4xf32>
+  %p = strata.softmax %s {causal} : (tensor<2x4x4x4xf32>) -> tensor<2x4x4x4xf32>
+  %o = strata.matmul %p, %k : (tensor<2x4x4x4xf32>, tensor<2x1x4x2xf32>) -> tensor<2x4x4x2xf32>
+  return %o : tensor<2x4x4x2xf32>
+}

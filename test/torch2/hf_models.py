@@ -221,6 +221,7 @@ for name, make in more_models(64):
     program = importer.import_module(wrapped, batches[0],
                                      input_names=["tokens", "targets"],
                                      capture="export")
+    program.save(os.path.join(out, name + ".mlir"))
     weights = os.path.join(out, name + ".safetensors")
     program.save_weights(weights)
     print("== %s: %d parameters" % (name, len(program.weights)))

@@ -118,6 +118,27 @@ case $first in
   *) echo "import error location: $first" >&2; exit 1 ;;
 esac
 
+# Falcon's multi-query attention (one key and value head, broadcast by the
+# products over the query heads): fused attention reads it as one key head
+# shared by every query head (no softmax left), with the unfused losses.
+if [ -f "$out/falcon.mlir" ]; then
+  "$build/bin/strata-opt" --strategy="$out/flash.yaml" "$out/falcon.mlir" \
+    -o "$out/falcon-flash.mlir" 2> "$out/falcon-flash.err"
+  if [ -s "$out/falcon-flash.err" ] || grep -q 'strata.softmax' "$out/falcon-flash.mlir"; then
+    cat "$out/falcon-flash.err"
+    echo "falcon: multi-query attention left unfused" >&2
+    exit 1
+  fi
+  for strategy in base flash; do
+    "$build/bin/strata-run" "$out/falcon.mlir" --init "$out/falcon.safetensors" \
+      --data "$out/tokens.bin" --data-format uint16 --steps 8 --seed 3 \
+      --strategy "$out/$strategy.yaml" --quiet > "$out/falcon-$strategy.txt"
+  done
+  echo -n "falcon flash against one rank: "
+  /usr/bin/python3 "$root/test/run/compare_losses.py" "$out/falcon-base.txt" \
+    "$out/falcon-flash.txt" --rtol 1e-5
+fi
+
 # Plain PyTorch's grouped-query attention (scaled_dot_product_attention
 # with enable_gqa, one key and value head for four query heads): the
 # importer repeats the key and value heads as PyTorch does, and fused
