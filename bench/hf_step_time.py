@@ -3,14 +3,17 @@
 the same models in PyTorch 2.x, same machine, same weights, same threads,
 interleaved in one run.
 
-    python3 bench/hf_step_time.py --build build [--threads 1,2] [--models gpt2,llama,llama_gqa]
+    python3 bench/hf_step_time.py --build build [--threads 1,2] [--models gpt2,llama,llama_gqa,falcon]
 
 The models are transformers' GPT2LMHeadModel and LlamaForCausalLM built from
 a small configuration (nothing is downloaded) at the size of step_time.py's
 GPT: 4 layers, hidden 256, 4 heads, 128 positions, vocabulary 256, batch 8;
 LLaMA's MLP is 688 wide (SiLU-gated), its positions rotary; llama_gqa (not
 run by default) is that LLaMA with grouped-query attention as Llama 3 has
-it, 8 query heads of 32 sharing 2 key and value heads. Each is captured
+it, 8 query heads of 32 sharing 2 key and value heads; falcon (not run by
+default) is transformers' FalconForCausalLM at that size with multi-query
+attention, 8 query heads of 32 and one key and value head (no biases, so
+flash_attention is its one fused pass). Each is captured
 with torch.export and imported by `strata.import_torch`, the program that
 users bring from PyTorch, then trained with AdamW (lr 1e-3) by strata-run as
 imported and with the fused passes the model has (fused_passes:
@@ -48,7 +51,8 @@ LAYERS, HIDDEN, HEADS, SEQ, VOCAB, BATCH = 4, 256, 4, 128, 256, 8
 # The fused passes each model has something for.
 FUSED = {"gpt2": {"gemm_epilogue": True, "flash_attention": True},
          "llama": {"rms_norm": True, "flash_attention": True},
-         "llama_gqa": {"rms_norm": True, "flash_attention": True}}
+         "llama_gqa": {"rms_norm": True, "flash_attention": True},
+         "falcon": {"flash_attention": True}}
 
 
 def make_model(name):
@@ -59,6 +63,11 @@ def make_model(name):
         return transformers.GPT2LMHeadModel(transformers.GPT2Config(
             vocab_size=VOCAB, n_positions=SEQ, n_embd=HIDDEN, n_layer=LAYERS,
             n_head=HEADS, resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0,
+            bos_token_id=0, eos_token_id=0))
+    if name == "falcon":
+        return transformers.FalconForCausalLM(transformers.FalconConfig(
+            vocab_size=VOCAB, hidden_size=HIDDEN, num_hidden_layers=LAYERS,
+            num_attention_heads=8, hidden_dropout=0.0, attention_dropout=0.0,
             bos_token_id=0, eos_token_id=0))
     # llama_gqa: grouped-query attention as Llama 3 has it, four query
     # heads to a key and value head (8 heads of 32, 2 key heads).
