@@ -920,14 +920,20 @@ struct AttentionFusionPass
              "heads are not split off from the projection's layout";
     OpBuilder b(pv);
     Location loc = pv.getLoc();
-    auto withUnitHeads = [&](Value x) -> Value {
+    // `x` reshaped (no copy) to the shape `change` makes of its own.
+    auto reshaped = [&](Value x,
+                        function_ref<void(SmallVector<int64_t> &)> change) {
       auto type = cast<RankedTensorType>(x.getType());
       SmallVector<int64_t> shape(type.getShape());
-      shape.insert(shape.end() - 1, 1);
-      auto reshape = ReshapeOp::create(
-          b, loc, RankedTensorType::get(shape, type.getElementType()), x);
+      change(shape);
+      auto reshape = ReshapeOp::create(b, loc, type.clone(shape), x);
       copyMetadata(pv, reshape);
-      return reshape;
+      return reshape.getResult();
+    };
+    // [..., S, D] as [..., S, 1, D]: the leading dimensions the batch.
+    auto withUnitHeads = [&](Value x) {
+      return reshaped(
+          x, [](SmallVector<int64_t> &shape) { shape.insert(shape.end() - 1, 1); });
     };
     Value fq = inPlace ? split.build(q) : withUnitHeads(q);
     // Keys and values repeated alike for grouped-query attention are read
@@ -937,14 +943,10 @@ struct AttentionFusionPass
     bool grouped = kvK && kvV && kvK.times() == kvV.times();
     // The shared head [..., 1, T, D] as [..., T, 1, D]: moving a unit
     // dimension is a reshape.
-    auto sharedKeyHead = [&](Value x) -> Value {
-      auto type = cast<RankedTensorType>(x.getType());
-      SmallVector<int64_t> shape(type.getShape());
-      std::swap(shape[shape.size() - 3], shape[shape.size() - 2]);
-      auto reshape = ReshapeOp::create(
-          b, loc, RankedTensorType::get(shape, type.getElementType()), x);
-      copyMetadata(pv, reshape);
-      return reshape;
+    auto sharedKeyHead = [&](Value x) {
+      return reshaped(x, [](SmallVector<int64_t> &shape) {
+        std::swap(shape[shape.size() - 3], shape[shape.size() - 2]);
+      });
     };
     Value fk = multiQuery ? sharedKeyHead(k)
                : grouped  ? split.buildUnrepeated(k)
