@@ -196,9 +196,11 @@ def more_models(vocab):
 print("PyTorch %s, transformers %s" % (torch.__version__,
                                        transformers.__version__))
 batches = token_batches(vocab=64, batch=4, seq=16, steps=20)
-for name, model in models(64):
-    wrapped = model if isinstance(model, (RmsNormLM, GqaLM)) else \
-        CausalLM(model)
+
+
+def check(name, wrapped):
+    """Imports `wrapped` (run.sh reads NAME.mlir and NAME.safetensors) and
+    trains it against PyTorch."""
     program = importer.import_module(wrapped, batches[0],
                                      input_names=["tokens", "targets"],
                                      capture="export")
@@ -209,6 +211,11 @@ for name, model in models(64):
     compare(program, wrapped, None, batches, strategy, weights,
             name=name + ".mlir")
 
+
+for name, model in models(64):
+    check(name, model if isinstance(model, (RmsNormLM, GqaLM)) else
+          CausalLM(model))
+
 for name, make in more_models(64):
     torch.manual_seed(0)
     try:
@@ -217,13 +224,4 @@ for name, make in more_models(64):
         print("== %s: skipped (transformers %s: %s)"
               % (name, transformers.__version__, e))
         continue
-    wrapped = CausalLM(model)
-    program = importer.import_module(wrapped, batches[0],
-                                     input_names=["tokens", "targets"],
-                                     capture="export")
-    program.save(os.path.join(out, name + ".mlir"))
-    weights = os.path.join(out, name + ".safetensors")
-    program.save_weights(weights)
-    print("== %s: %d parameters" % (name, len(program.weights)))
-    compare(program, wrapped, None, batches, strategy, weights,
-            name=name + ".mlir")
+    check(name, CausalLM(model))

@@ -47,6 +47,26 @@ cat > "$out/fused-llama.yaml" <<'YAML'
 optimizer: {type: adamw, learning_rate: 0.01}
 fused_passes: {enable: true, rms_norm: true, flash_attention: true}
 YAML
+# Trains MODEL 8 steps on one rank and under each STRATEGY (z3 and pp2 on
+# 2 ranks), and compares each run's losses with the one-rank run's.
+#   against_one_rank MODEL STRATEGY...
+against_one_rank() {
+  local model=$1 strategy nproc
+  shift
+  for strategy in base "$@"; do
+    nproc=1
+    case $strategy in z3|pp2) nproc=2 ;; esac
+    "$build/bin/strata-run" "$out/$model.mlir" --init "$out/$model.safetensors" \
+      --data "$out/tokens.bin" --data-format uint16 --steps 8 --seed 3 \
+      --strategy "$out/$strategy.yaml" --nproc $nproc --quiet > "$out/$model-$strategy.txt"
+  done
+  for strategy in "$@"; do
+    echo -n "$model $strategy against one rank: "
+    /usr/bin/python3 "$root/test/run/compare_losses.py" "$out/$model-base.txt" \
+      "$out/$model-$strategy.txt" --rtol 1e-5
+  done
+}
+
 for model in gpt2 llama qwen2 gemma phi3 gptj cohere; do
   # Fused attention takes every attention of the imported model (no
   # softmax left unfused, no warning) and reads q, k and v where the
@@ -94,18 +114,7 @@ for model in gpt2 llama qwen2 gemma phi3 gptj cohere; do
     echo "$model: the written-out RMSNorm is not one rms_norm op" >&2
     exit 1
   fi
-  for strategy in base z3 pp2 flash fused; do
-    nproc=2
-    [ "$strategy" = base ] || [ "$strategy" = flash ] || [ "$strategy" = fused ] && nproc=1
-    "$build/bin/strata-run" "$out/$model.mlir" --init "$out/$model.safetensors" \
-      --data "$out/tokens.bin" --data-format uint16 --steps 8 --seed 3 \
-      --strategy "$out/$strategy.yaml" --nproc $nproc --quiet > "$out/$model-$strategy.txt"
-  done
-  for strategy in z3 pp2 flash fused; do
-    echo -n "$model $strategy against one rank: "
-    /usr/bin/python3 "$root/test/run/compare_losses.py" "$out/$model-base.txt" \
-      "$out/$model-$strategy.txt" --rtol 1e-5
-  done
+  against_one_rank "$model" z3 pp2 flash fused
 done
 
 # An op the importer does not know is named at the line of the model's
@@ -129,14 +138,7 @@ if [ -f "$out/falcon.mlir" ]; then
     echo "falcon: multi-query attention left unfused" >&2
     exit 1
   fi
-  for strategy in base flash; do
-    "$build/bin/strata-run" "$out/falcon.mlir" --init "$out/falcon.safetensors" \
-      --data "$out/tokens.bin" --data-format uint16 --steps 8 --seed 3 \
-      --strategy "$out/$strategy.yaml" --quiet > "$out/falcon-$strategy.txt"
-  done
-  echo -n "falcon flash against one rank: "
-  /usr/bin/python3 "$root/test/run/compare_losses.py" "$out/falcon-base.txt" \
-    "$out/falcon-flash.txt" --rtol 1e-5
+  against_one_rank falcon flash
 fi
 
 # Plain PyTorch's grouped-query attention (scaled_dot_product_attention
@@ -152,11 +154,4 @@ if [ -s "$out/gqa-flash.err" ] || ! grep -q 'strata.broadcast_to' "$out/gqa.mlir
   echo "gqa: the grouped keys and values are not read unrepeated by fused attention" >&2
   exit 1
 fi
-for strategy in base flash; do
-  "$build/bin/strata-run" "$out/gqa.mlir" --init "$out/gqa.safetensors" \
-    --data "$out/tokens.bin" --data-format uint16 --steps 8 --seed 3 \
-    --strategy "$out/$strategy.yaml" --quiet > "$out/gqa-$strategy.txt"
-done
-echo -n "gqa flash against one rank: "
-/usr/bin/python3 "$root/test/run/compare_losses.py" "$out/gqa-base.txt" \
-  "$out/gqa-flash.txt" --rtol 1e-5
+against_one_rank gqa flash
