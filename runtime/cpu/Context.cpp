@@ -103,6 +103,7 @@ void strata_rt_read(StrataRtContext *, void *to, const void *from,
 int64_t strata_rt_scratch_bytes(StrataRtContext *ctx) {
   return int64_t((ctx->scratch.capacity() + ctx->gemmScratch_.capacity() +
                   ctx->gemmWiden.capacity() + ctx->gradWiden.capacity() +
+                  ctx->packedGemm.capacity() + ctx->gemmPadded.capacity() +
                   ctx->gemmTiming.capacity()) *
                  sizeof(float));
 }

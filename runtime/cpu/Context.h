@@ -82,6 +82,9 @@ struct StrataRtContext : strata::rt::HostContext {
   std::vector<float> gemmScratch_;
   /// bf16 / f16 GEMM operands widened to f32.
   strata::cpu::Scratch gemmWiden;
+  /// The packed blocks of Strata's own GEMM (PackedGemm.cpp) and the f32
+  /// partial sums of a bf16 / f16 result.
+  strata::cpu::Scratch packedGemm;
   /// A GEMM's second operand with its rows further apart (see Gemm.cpp's
   /// padsSecondOperand).
   strata::cpu::Scratch gemmPadded;

@@ -14,6 +14,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "Context.h"
+#include "PackedGemm.h"
 #include "Transpose.h"
 
 #include <oneapi/dnnl/dnnl.h>
@@ -436,9 +437,11 @@ static void widenedProduct(StrataRtContext *ctx, int64_t site, int64_t batch,
           transB, out, bias ? wbias : nullptr, act, accumulate);
 }
 
-/// A bf16 or f16 GEMM where the processor has no native kernels for it:
-/// the widened f32 product, the result rounded once; the products and sums
-/// are those of an f32 GEMM on the same values.
+/// A bf16 or f16 GEMM where the processor has no native kernels for it: an
+/// f32 product of the exactly widened values, the result rounded once.
+/// Strata's packed GEMM widens the operands as it packs them and rounds
+/// the result as it writes it; on processors without AVX2 the operands are
+/// widened into scratch for oneDNN's f32 product.
 template <typename T>
 static void gemmLow(StrataRtContext *ctx, int64_t site, int64_t batch,
                     int64_t m, int64_t n, int64_t k, const T *a,
@@ -446,6 +449,25 @@ static void gemmLow(StrataRtContext *ctx, int64_t site, int64_t batch,
                     int64_t bBatchStride, int64_t transB, T *c, const T *bias,
                     int64_t act, int64_t accumulate) {
   int64_t cCount = batch * m * n;
+  if (strata::cpu::packedGemmSupported()) {
+    if (act == STRATA_RT_ACT_NONE) {
+      strata::cpu::packedGemm(ctx, kLowType<T>, batch, m, n, k, a, aBatchStride,
+                              transA, b, bBatchStride, transB, c, kLowType<T>,
+                              bias, accumulate);
+      return;
+    }
+    // The activation of the f32 sums, then one rounding (an activation's
+    // product does not accumulate).
+    float *wc = ctx->scratchFloats(cCount);
+    strata::cpu::packedGemm(ctx, kLowType<T>, batch, m, n, k, a, aBatchStride,
+                            transA, b, bBatchStride, transB, wc, STRATA_RT_F32,
+                            bias, false);
+    static const auto unary = reinterpret_cast<decltype(&strata_rt_unary)>(
+        strata::cpu::dispatchedKernel("strata_rt_unary"));
+    unary(ctx, site, act, wc, STRATA_RT_F32, wc, STRATA_RT_F32, cCount, 0.0);
+    convert(ctx, site, c, kLowType<T>, wc, STRATA_RT_F32, cCount);
+    return;
+  }
   float *wc = ctx->scratchFloats(cCount);
   if (accumulate)
     convert(ctx, site, wc, STRATA_RT_F32, c, kLowType<T>, cCount);
@@ -463,6 +485,11 @@ void strata::cpu::preActivation(StrataRtContext *ctx, int64_t site, int64_t m,
              transB, out, bias, STRATA_RT_ACT_NONE, 0, /*fastOnly=*/true,
              memory::data_type::f32))
     return;
+  if (strata::cpu::packedGemmSupported()) {
+    strata::cpu::packedGemm(ctx, dtype, 1, m, n, k, a, 0, transA, b, 0, transB,
+                            out, STRATA_RT_F32, bias, false);
+    return;
+  }
   withFloatType(dtype, [&](auto tag) {
     using T = decltype(tag);
     if constexpr (!std::is_same_v<T, float>)
