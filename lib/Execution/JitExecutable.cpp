@@ -404,10 +404,11 @@ int64_t JitExecutable::scratchBytes() const {
 
 std::string JitExecutable::kernelIsa() const { return runtime->isa(); }
 
-std::pair<int64_t, int64_t> JitExecutable::gemmAutotuned() const {
-  int64_t timed = 0, onSgemm = 0;
-  runtime->gemm_autotuned(context, &timed, &onSgemm);
-  return {timed, onSgemm};
+Executable::GemmAutotuned JitExecutable::gemmAutotuned() const {
+  GemmAutotuned counts;
+  runtime->gemm_autotuned(context, &counts.timed, &counts.onSgemm,
+                          &counts.onPacked);
+  return counts;
 }
 
 llvm::Expected<std::vector<reference::Tensor>>

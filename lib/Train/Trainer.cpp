@@ -940,9 +940,10 @@ json::Object Trainer::report(const RunSummary &s) const {
     report["loss_scale"] = *s.lossScale;
   }
   if (opts.gemmAutotune && exe) {
-    auto [timed, onSgemm] = exe->gemmAutotuned();
-    report["gemm_autotune"] =
-        json::Object{{"timed", timed}, {"sgemm", onSgemm}};
+    Executable::GemmAutotuned tuned = exe->gemmAutotuned();
+    report["gemm_autotune"] = json::Object{{"timed", tuned.timed},
+                                           {"sgemm", tuned.onSgemm},
+                                           {"packed", tuned.onPacked}};
   }
   if (plan.pipeline.enable) {
     const PipelineSection &p = plan.pipeline;

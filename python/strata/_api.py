@@ -552,7 +552,8 @@ def compile(program: Union[str, bytes, os.PathLike], *,
     path of a .mlir file) with a strategy file for one rank of a job, and
     creates the backend's executable ("cpu" or "reference") with the initial
     weights of `seed`. `gemm_autotune` ("cpu"): time each distinct f32 GEMM
-    once through oneDNN's two paths and run the faster.
+    once through each implementation at hand (oneDNN's matmul primitive and
+    sgemm, Strata's packed GEMM) and run the fastest.
     `collective_timeout`: in a job of several ranks, the seconds a rank may
     wait for its peers in one MPI call before it ends the process, saying
     so (0: for ever).

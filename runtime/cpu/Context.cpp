@@ -30,6 +30,10 @@ StrataRtContext *strata_rt_create(const StrataRtOptions *options, char *error,
   ctx->threads = std::max<int64_t>(options->threads, 1);
   ctx->gemmAutotune = STRATA_RT_OPTION_GIVEN(options, gemmAutotune) &&
                       options->gemmAutotune != 0;
+  const char *isa = strata_rt_isa();
+  ctx->gemmPacked = std::strcmp(isa, "avx2") == 0     ? 2
+                    : std::strcmp(isa, "avx512") == 0 ? 1
+                                                      : 0;
   omp_set_num_threads(int(ctx->threads));
   return ctx;
 }
@@ -101,9 +105,8 @@ void strata_rt_read(StrataRtContext *, void *to, const void *from,
 }
 
 int64_t strata_rt_scratch_bytes(StrataRtContext *ctx) {
-  return int64_t((ctx->scratch.capacity() + ctx->gemmScratch_.capacity() +
-                  ctx->gemmWiden.capacity() + ctx->gradWiden.capacity() +
-                  ctx->packedGemm.capacity() + ctx->gemmPadded.capacity() +
+  return int64_t((ctx->scratch.capacity() + ctx->gemmWiden.capacity() +
+                  ctx->gradWiden.capacity() + ctx->packedBlocks.capacity() +
                   ctx->gemmTiming.capacity()) *
                  sizeof(float));
 }

@@ -58,9 +58,15 @@ struct StrataRtContext : strata::rt::HostContext {
   /// For tests: autotuning's choice made without timing (1: the primitive,
   /// 2: sgemm; 0: timed).
   int gemmAutotuneChoice = 0;
-  /// For tests: a GEMM's second operand copied with padded rows never (1)
-  /// or always (2), instead of when oneDNN's kernel needs it.
-  int gemmPadChoice = 0;
+  /// Which products Strata's packed GEMM (PackedGemm.cpp) runs rather than
+  /// oneDNN: 2 all (processors whose widest kernels are AVX2, where oneDNN
+  /// 2.6's f32 GEMM is no faster and on two threads often slower), 1 the
+  /// bf16 / f16 ones without native oneDNN kernels (AVX-512 processors), 0
+  /// none (processors without AVX2: bf16 / f16 operands are widened into
+  /// scratch for oneDNN's f32 product). Set from the kernels the processor
+  /// runs (strata_rt_isa) when the context is created; tests set it to
+  /// reach each path.
+  int gemmPacked = 0;
   /// Collectives in flight, by call site.
   struct Pending {
     void *request;
@@ -74,20 +80,11 @@ struct StrataRtContext : strata::rt::HostContext {
   double openBegin = 0;
 
   strata::cpu::Scratch scratch;
-  /// The transposed first operand of a GEMM whose oneDNN kernel reads it
-  /// slowly (gemm:jit, its AVX2 path). Malloc's alignment, not a cache line:
-  /// with the transpose on a cache line, those kernels ran the GPT h768
-  /// step's weight gradients 3% slower (647 against 626 ms a step,
-  /// ONEDNN_MAX_CPU_ISA=AVX2 on an AVX-512 machine).
-  std::vector<float> gemmScratch_;
   /// bf16 / f16 GEMM operands widened to f32.
   strata::cpu::Scratch gemmWiden;
   /// The packed blocks of Strata's own GEMM (PackedGemm.cpp) and the f32
   /// partial sums of a bf16 / f16 result.
-  strata::cpu::Scratch packedGemm;
-  /// A GEMM's second operand with its rows further apart (see Gemm.cpp's
-  /// padsSecondOperand).
-  strata::cpu::Scratch gemmPadded;
+  strata::cpu::Scratch packedBlocks;
   /// Where GEMM autotuning's timed runs of an accumulating product write.
   strata::cpu::Scratch gemmTiming;
   /// bf16 / f16 gradients of an optimizer update widened to f32 (kept
@@ -124,12 +121,6 @@ struct StrataRtContext : strata::rt::HostContext {
   StrataRtContext();
   ~StrataRtContext();
 
-  /// Scratch of the GEMM (operand transposes).
-  float *gemmScratch(int64_t n) {
-    if (int64_t(gemmScratch_.size()) < n)
-      gemmScratch_.resize(n);
-    return gemmScratch_.data();
-  }
   /// Scratch of at least `n` floats, kept across calls.
   float *scratchFloats(int64_t n) {
     if (int64_t(scratch.size()) < n)

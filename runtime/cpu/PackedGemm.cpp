@@ -10,8 +10,8 @@
 // write the same tile and the sums do not depend on the thread count.
 //
 // Every function that runs AVX2 instructions carries the target attribute:
-// the file is compiled for baseline x86-64, and its callers check
-// packedGemmSupported() first.
+// the file is compiled for baseline x86-64, and the context calls it only
+// where the processor runs the AVX2 build of the kernels or a wider one.
 //
 //===----------------------------------------------------------------------===//
 
@@ -159,10 +159,21 @@ STRATA_AVX2 void packB(float *dst, const T *b, int64_t rs, int64_t cs,
   }
 }
 
-/// tile (kMR x kNR, row-major, aligned) = the sums over kc terms of a
-/// packed A panel and a packed B panel.
-STRATA_AVX2 void microKernel(int64_t kc, const float *a, const float *b,
-                             float *tile) {
+/// A tile's sums: row r in v[2 r] (columns 0-7) and v[2 r + 1] (8-15).
+struct Tile {
+  __m256 v[2 * kMR];
+};
+
+/// The sums over kc terms of a packed A panel and a packed B panel. The kMR
+/// rows of `bytes` bytes that the tile is then added to (`rows`, `stride` bytes
+/// apart) are fetched into the cache meanwhile.
+STRATA_AVX2 __attribute__((always_inline)) inline void
+microKernel(int64_t kc, const float *a, const float *b, Tile &tile,
+            const char *rows, int64_t stride, int64_t bytes) {
+  for (int64_t r = 0; r < kMR; ++r) {
+    _mm_prefetch(rows + r * stride, _MM_HINT_T0);
+    _mm_prefetch(rows + r * stride + bytes - 1, _MM_HINT_T0);
+  }
   __m256 c00 = _mm256_setzero_ps(), c01 = c00, c10 = c00, c11 = c00, c20 = c00,
          c21 = c00, c30 = c00, c31 = c00, c40 = c00, c41 = c00, c50 = c00,
          c51 = c00;
@@ -191,10 +202,7 @@ STRATA_AVX2 void microKernel(int64_t kc, const float *a, const float *b,
     a += kMR;
     b += kNR;
   }
-  const __m256 sums[] = {c00, c01, c10, c11, c20, c21,
-                         c30, c31, c40, c41, c50, c51};
-  for (int i = 0; i < 2 * kMR; ++i)
-    _mm256_store_ps(tile + 8 * i, sums[i]);
+  tile = {{c00, c01, c10, c11, c20, c21, c30, c31, c40, c41, c50, c51}};
 }
 
 /// Where a tile's sums go: the output (type C, rows ldc apart), the f32
@@ -208,35 +216,72 @@ template <typename T, typename C> struct Output {
   bool accumulate;
 };
 
+/// The element type code of C.
+template <typename C>
+constexpr int64_t kTypeOf = std::is_same_v<C, float>      ? STRATA_RT_F32
+                            : std::is_same_v<C, BFloat16> ? STRATA_RT_BF16
+                                                          : STRATA_RT_F16;
+
+/// An activation of the finished sums (STRATA_RT_ACT_NONE: none), by the
+/// runtime's own kernels of the build the processor runs, so that a
+/// product with an activation is the product, then the activation.
+struct Activation {
+  StrataRtContext *ctx;
+  int64_t site, op;
+
+  /// Row `i`'s columns [j, j + count): the activation in place (an f32
+  /// output), or of the f32 sums, rounded into the output.
+  template <typename T, typename C>
+  void apply(const Output<T, C> &out, int64_t i, int64_t j,
+             int64_t count) const {
+    static const auto unary = reinterpret_cast<decltype(&strata_rt_unary)>(
+        dispatchedKernel("strata_rt_unary"));
+    static const auto cast = reinterpret_cast<decltype(&strata_rt_cast)>(
+        dispatchedKernel("strata_rt_cast"));
+    float *sums = out.partial + i * out.ldc + j;
+    unary(ctx, site, op, sums, STRATA_RT_F32, sums, STRATA_RT_F32, count, 0.0);
+    if constexpr (!std::is_same_v<C, float>)
+      cast(ctx, site, out.c + i * out.ldc + j, kTypeOf<C>, sums, STRATA_RT_F32,
+           count);
+  }
+};
+
 /// Adds the mr x nr tile at (i, j) to what the earlier term blocks summed
 /// (the first block: to the output when accumulating, plus the bias), and
 /// writes the total to the output after the last block, else to the
 /// partial sums.
 template <typename T, typename C>
-STRATA_AVX2 void storeTile(const Output<T, C> &out, const float *tile,
-                           int64_t i, int64_t j, int64_t mr, int64_t nr,
-                           bool first, bool last) {
+STRATA_AVX2 __attribute__((always_inline)) inline void
+storeTile(const Output<T, C> &out, const Tile &tile, int64_t i, int64_t j,
+          int64_t mr, int64_t nr, bool first, bool last) {
+  if (mr == kMR && nr == kNR) {
+    for (int64_t r = 0; r < kMR; ++r) {
+      const int64_t at = (i + r) * out.ldc + j;
+      for (int h = 0; h < 2; ++h) {
+        __m256 v = tile.v[2 * r + h];
+        if (!first)
+          v = _mm256_add_ps(load8(out.partial + at + 8 * h), v);
+        else {
+          if (out.accumulate)
+            v = _mm256_add_ps(load8(out.c + at + 8 * h), v);
+          if (out.bias)
+            v = _mm256_add_ps(load8(out.bias + j + 8 * h), v);
+        }
+        if (last)
+          store8(out.c + at + 8 * h, v);
+        else
+          _mm256_storeu_ps(out.partial + at + 8 * h, v);
+      }
+    }
+    return;
+  }
+  alignas(32) float sums[kMR * kNR];
+  for (int q = 0; q < 2 * kMR; ++q)
+    _mm256_store_ps(sums + 8 * q, tile.v[q]);
   for (int64_t r = 0; r < mr; ++r) {
     const int64_t at = (i + r) * out.ldc + j;
-    const float *sums = tile + r * kNR;
-    int64_t q = 0;
-    for (; q + 8 <= nr; q += 8) {
-      __m256 v = _mm256_load_ps(sums + q);
-      if (!first)
-        v = _mm256_add_ps(load8(out.partial + at + q), v);
-      else {
-        if (out.accumulate)
-          v = _mm256_add_ps(load8(out.c + at + q), v);
-        if (out.bias)
-          v = _mm256_add_ps(load8(out.bias + j + q), v);
-      }
-      if (last)
-        store8(out.c + at + q, v);
-      else
-        _mm256_storeu_ps(out.partial + at + q, v);
-    }
-    for (; q < nr; ++q) {
-      float v = sums[q];
+    for (int64_t q = 0; q < nr; ++q) {
+      float v = sums[r * kNR + q];
       if (!first)
         v = out.partial[at + q] + v;
       else {
@@ -257,21 +302,25 @@ STRATA_AVX2 void storeTile(const Output<T, C> &out, const float *tile,
 /// it): A's element (i, p) at a[i * ars + p * acs], B's (p, j) at
 /// b[p * brs + j * bcs].
 template <typename T, typename C>
-STRATA_AVX2 void product(int64_t m, int64_t n, int64_t k, const T *a,
-                         int64_t ars, int64_t acs, const T *b, int64_t brs,
-                         int64_t bcs, const Output<T, C> &out, float *packedB,
-                         float *packedA) {
+STRATA_AVX2 void
+product(int64_t m, int64_t n, int64_t k, const T *a, int64_t ars, int64_t acs,
+        const T *b, int64_t brs, int64_t bcs, const Output<T, C> &out,
+        const Activation &act, float *packedB, float *packedA) {
   const int t = omp_get_thread_num(), threads = omp_get_num_threads();
   // This thread's rows: a share of the row panels.
   const int64_t panels = (m + kMR - 1) / kMR;
   const int64_t rowBegin = panels * t / threads * kMR;
   const int64_t rowEnd = std::min(m, panels * (t + 1) / threads * kMR);
-  alignas(32) float tile[kMR * kNR];
+  Tile tile;
   for (int64_t jc = 0; jc < n; jc += kBlockN) {
     const int64_t nc = std::min(kBlockN, n - jc);
     for (int64_t pc = 0; pc < k; pc += kBlockK) {
       const int64_t kc = std::min(kBlockK, k - pc);
       const bool first = pc == 0, last = pc + kc == k;
+      // With an activation, a bf16 / f16 result's last sums go to the f32
+      // partial sums too, which the activation then reads.
+      const bool toOutput =
+          last && (std::is_same_v<C, float> || act.op == STRATA_RT_ACT_NONE);
 #pragma omp for schedule(static)
       for (int64_t q = 0; q < (nc + kNR - 1) / kNR; ++q)
         packB(packedB + q * kNR * kc, b + pc * brs + (jc + q * kNR) * bcs, brs,
@@ -281,10 +330,22 @@ STRATA_AVX2 void product(int64_t m, int64_t n, int64_t k, const T *a,
         packA(packedA, a + ic * ars + pc * acs, ars, acs, mc, m - ic, kc);
         for (int64_t jr = 0; jr < nc; jr += kNR)
           for (int64_t ir = 0; ir < mc; ir += kMR) {
-            microKernel(kc, packedA + ir * kc, packedB + jr * kc, tile);
+            const int64_t at = (ic + ir) * out.ldc + jc + jr;
+            if (toOutput)
+              microKernel(kc, packedA + ir * kc, packedB + jr * kc, tile,
+                          reinterpret_cast<const char *>(out.c + at),
+                          out.ldc * sizeof(C), kNR * sizeof(C));
+            else
+              microKernel(kc, packedA + ir * kc, packedB + jr * kc, tile,
+                          reinterpret_cast<const char *>(out.partial + at),
+                          out.ldc * sizeof(float), kNR * sizeof(float));
             storeTile(out, tile, ic + ir, jc + jr, std::min(kMR, mc - ir),
-                      std::min(kNR, nc - jr), first, last);
+                      std::min(kNR, nc - jr), first, toOutput);
           }
+        // The block's rows are finished (and in the cache).
+        if (last && act.op != STRATA_RT_ACT_NONE)
+          for (int64_t i = ic; i < ic + mc; ++i)
+            act.apply(out, i, jc, nc);
       }
       // B's block is packed again for the next terms.
 #pragma omp barrier
@@ -296,17 +357,18 @@ template <typename T, typename C>
 void run(StrataRtContext *ctx, int64_t batch, int64_t m, int64_t n, int64_t k,
          const T *a, int64_t aBatchStride, bool transA, const T *b,
          int64_t bBatchStride, bool transB, C *c, const T *bias,
-         bool accumulate) {
+         bool accumulate, const Activation &act) {
   const int threads = m * n * k >= (int64_t(1) << 16)
                           ? int(std::max<int64_t>(ctx->threads, 1))
                           : 1;
   const int64_t blockK = std::min(kBlockK, k);
   const int64_t blockN = (std::min(kBlockN, n) + kNR - 1) / kNR * kNR;
   const int64_t aFloats = kBlockM * blockK + kSlack;
-  Scratch &buffer = ctx->packedGemm;
-  // An output that is not f32, summed in more than one block of terms,
-  // keeps its partial sums in f32.
-  const bool partial = !std::is_same_v<C, float> && k > kBlockK;
+  Scratch &buffer = ctx->packedBlocks;
+  // An output that is not f32, summed in more than one block of terms or
+  // then activated, keeps its partial sums in f32.
+  const bool partial = !std::is_same_v<C, float> &&
+                       (k > kBlockK || act.op != STRATA_RT_ACT_NONE);
   const int64_t need =
       blockK * blockN + threads * aFloats + (partial ? m * n : 0);
   if (int64_t(buffer.size()) < need)
@@ -325,30 +387,24 @@ void run(StrataRtContext *ctx, int64_t batch, int64_t m, int64_t n, int64_t k,
     const T *ab = a + (aBatchStride ? bi * m * k : 0);
     const T *bb = b + (bBatchStride ? bi * k * n : 0);
 #pragma omp parallel num_threads(threads)
-    product(m, n, k, ab, ars, acs, bb, brs, bcs, out, packedB,
+    product(m, n, k, ab, ars, acs, bb, brs, bcs, out, act, packedB,
             packedA + omp_get_thread_num() * aFloats);
   }
 }
 
 } // namespace
 
-bool packedGemmSupported() {
-  static const bool supported = __builtin_cpu_supports("avx2") &&
-                                __builtin_cpu_supports("fma") &&
-                                __builtin_cpu_supports("f16c");
-  return supported;
-}
-
-void packedGemm(StrataRtContext *ctx, int64_t type, int64_t batch, int64_t m,
-                int64_t n, int64_t k, const void *a, int64_t aBatchStride,
-                bool transA, const void *b, int64_t bBatchStride, bool transB,
-                void *c, int64_t cType, const void *bias, bool accumulate) {
+void packedGemm(StrataRtContext *ctx, int64_t site, int64_t type, int64_t batch,
+                int64_t m, int64_t n, int64_t k, const void *a,
+                int64_t aBatchStride, bool transA, const void *b,
+                int64_t bBatchStride, bool transB, void *c, int64_t cType,
+                const void *bias, int64_t act, bool accumulate) {
   auto call = [&](auto tag, auto outTag) {
     using T = decltype(tag);
     using C = decltype(outTag);
     run(ctx, batch, m, n, k, static_cast<const T *>(a), aBatchStride, transA,
         static_cast<const T *>(b), bBatchStride, transB, static_cast<C *>(c),
-        static_cast<const T *>(bias), accumulate);
+        static_cast<const T *>(bias), accumulate, Activation{ctx, site, act});
   };
   auto withOutput = [&](auto tag) {
     using T = decltype(tag);

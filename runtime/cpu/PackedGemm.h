@@ -10,7 +10,9 @@
 // complete (f32 accumulation, one rounding), with the bias and an
 // accumulation into the output on the way.
 //
-// Every sum runs in one fixed order, whatever the thread count: over the
+// It runs on processors with AVX2, FMA and F16C (those whose kernels are
+// the AVX2 or AVX-512 build: strata_rt_isa). Every sum runs in one fixed
+// order, whatever the thread count: over the
 // inner dimension in ascending order, in blocks of kBlockK whose partial sums
 // are added in order. Private to runtime/cpu.
 //
@@ -25,20 +27,21 @@
 
 namespace strata::cpu {
 
-/// Whether this processor runs packedGemm (AVX2, FMA and F16C).
-bool packedGemmSupported();
-
-/// C = A B + bias (C = C + A B when `accumulate`), `batch` products of
+/// C = act(A B + bias) (C = C + A B when `accumulate`), `batch` products of
 /// m x n from m x k and k x n; A (B) is stored k x m (n x k) when
 /// transposed. A nonzero batch stride means one operand per product (m * k
 /// or k * n elements apart), zero one operand for all. A, B and the bias
 /// are of storage type `type` (STRATA_RT_F32, _BF16 or _F16), C of that
-/// type or f32 (`cType`). Runs on the runtime's OpenMP threads; `ctx`
-/// lends the packing buffers.
-void packedGemm(StrataRtContext *ctx, int64_t type, int64_t batch, int64_t m,
-                int64_t n, int64_t k, const void *a, int64_t aBatchStride,
-                bool transA, const void *b, int64_t bBatchStride, bool transB,
-                void *c, int64_t cType, const void *bias, bool accumulate);
+/// type or f32 (`cType`). The activation (a STRATA_RT_ACT_* code, applied
+/// by strata_rt_unary to the f32 sums, which are then rounded once) is of
+/// the sums of a block of rows as soon as they are finished. Runs on the
+/// runtime's OpenMP threads; `ctx` lends the packing buffers, `site` names
+/// the call in a failure.
+void packedGemm(StrataRtContext *ctx, int64_t site, int64_t type, int64_t batch,
+                int64_t m, int64_t n, int64_t k, const void *a,
+                int64_t aBatchStride, bool transA, const void *b,
+                int64_t bBatchStride, bool transB, void *c, int64_t cType,
+                const void *bias, int64_t act, bool accumulate);
 
 } // namespace strata::cpu
 

@@ -371,8 +371,8 @@ void strata_rt_read(StrataRtContext *ctx, void *to, const void *from,
 }
 
 void strata_rt_gemm_autotuned(StrataRtContext *, int64_t *timed,
-                              int64_t *onSgemm) {
-  *timed = *onSgemm = 0; // cuBLASLt's heuristics choose
+                              int64_t *onSgemm, int64_t *onPacked) {
+  *timed = *onSgemm = *onPacked = 0; // cuBLASLt's heuristics choose
 }
 
 int64_t strata_rt_scratch_bytes(StrataRtContext *ctx) {

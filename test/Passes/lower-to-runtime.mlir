@@ -5,11 +5,11 @@
 // The target sets the buffer alignment (256 bytes for cuda, 64 for cpu):
 // the same plan's buffers at 0, 256, 512, ... instead of 0, 64, 128, ...
 // RUN: strata-opt %s -split-input-file --strata-lower-to-runtime=target=cuda | FileCheck %s --check-prefix=CUDA
-// CUDA: module attributes {strata.rt.abi_version = 14 : i64, strata.rt.arena_bytes = 1280 : i64
+// CUDA: module attributes {strata.rt.abi_version = 15 : i64, strata.rt.arena_bytes = 1280 : i64
 // CUDA: llvm.getelementptr %arg1[256]
 // An explicit alignment wins over the target's.
 // RUN: strata-opt %s -split-input-file "--strata-lower-to-runtime=target=cuda alignment=64" | FileCheck %s --check-prefix=ALIGN64
-// ALIGN64: module attributes {strata.rt.abi_version = 14 : i64, strata.rt.arena_bytes = 320 : i64
+// ALIGN64: module attributes {strata.rt.abi_version = 15 : i64, strata.rt.arena_bytes = 320 : i64
 // RUN: not strata-opt %s -split-input-file --strata-lower-to-runtime=target=tpu 2>&1 | FileCheck %s --check-prefix=UNKNOWN
 // UNKNOWN: error: strata-lower-to-runtime: unknown target 'tpu' (cpu, cuda)
 
@@ -21,15 +21,15 @@
 // attribute and as data for a host that links the object file; the step
 // asks the runtime to accept it before anything else and returns at once
 // if refused.
-// CHECK: module attributes {strata.rt.abi_version = 14 : i64, strata.rt.arena_bytes = 320 : i64, strata.rt.persistent = ["w", "b", "v"], strata.rt.site_roles = [{{.*}}], strata.rt.sites = ["{{.*}}lower-to-runtime.mlir:{{[0-9]+}}:{{[0-9]+}}: strata.get_param",
+// CHECK: module attributes {strata.rt.abi_version = 15 : i64, strata.rt.arena_bytes = 320 : i64, strata.rt.persistent = ["w", "b", "v"], strata.rt.site_roles = [{{.*}}], strata.rt.sites = ["{{.*}}lower-to-runtime.mlir:{{[0-9]+}}:{{[0-9]+}}: strata.get_param",
 // CHECK-DAG: llvm.mlir.global internal constant @{{.*}}(dense<[3, 2, 1, 3, 0]> : tensor<5xi64>)
 // CHECK-DAG: llvm.mlir.global internal constant @{{.*}}(dense<[3, 2, 1, 0]> : tensor<4xi64>)
-// CHECK-DAG: llvm.mlir.global external constant @strata_step_abi_version(dense<14> : tensor<1xi64>)
+// CHECK-DAG: llvm.mlir.global external constant @strata_step_abi_version(dense<15> : tensor<1xi64>)
 // Every tensor is a pointer followed by its element type (0: f32).
 // CHECK-DAG: llvm.func @strata_rt_gemm(!llvm.ptr, i64, i64, i64, i64, i64, !llvm.ptr, i64, i64, i64, !llvm.ptr, i64, i64, i64, !llvm.ptr, i64, !llvm.ptr, i64, i64, i64)
 // CHECK-LABEL: llvm.func @strata_step(
 // CHECK-SAME: %[[CTX:[a-z0-9]+]]: !llvm.ptr, %[[ARENA:[a-z0-9]+]]: !llvm.ptr, %[[RES:[a-z0-9]+]]: !llvm.ptr, %[[IN:[a-z0-9]+]]: !llvm.ptr, %[[OUT:[a-z0-9]+]]: !llvm.ptr)
-// CHECK-NEXT: %[[V:.*]] = llvm.mlir.constant(14 : i64)
+// CHECK-NEXT: %[[V:.*]] = llvm.mlir.constant(15 : i64)
 // CHECK-NEXT: %[[REFUSED:.*]] = llvm.call @strata_rt_step_begin(%[[CTX]], %[[V]])
 // CHECK-NEXT: %[[ZERO:.*]] = llvm.mlir.constant(0 : i64)
 // CHECK-NEXT: %[[OK:.*]] = llvm.icmp "eq" %[[REFUSED]], %[[ZERO]]

@@ -84,14 +84,17 @@ void expectNear(const std::vector<float> &got, const std::vector<float> &want,
 }
 
 /// Every layout and batching gives the product, through the matmul
-/// primitive and through sgemm, also with an inner dimension of 256 (where
-/// oneDNN's AVX2 kernels get a transposed first operand transposed into
-/// scratch first, and a transposed second one padded).
+/// primitive, through sgemm and (where the processor runs it) through
+/// Strata's packed GEMM.
 TEST(RuntimeTest, GemmTransposesAndBatches) {
   const int64_t m = 5, n = 7;
+  const bool packed = std::strcmp(strata_rt_isa(), "baseline") != 0;
   for (int64_t k : {3, 256})
-    for (int path : {1, 2}) {
+    for (int path : {1, 2, 3}) {
+      if (path == 3 && !packed)
+        continue;
       Context ctx;
+      ctx.ctx->gemmPacked = path == 3 ? 2 : 0;
       ctx.ctx->gemmAutotune = true;
       ctx.ctx->gemmAutotuneChoice = path;
       for (int64_t batch : {1, 3})
@@ -109,8 +112,10 @@ TEST(RuntimeTest, GemmTransposesAndBatches) {
                                bBatched ? k * n : 0, transB, c.data(), F32,
                                nullptr, F32, STRATA_RT_ACT_NONE, 0);
                 SCOPED_TRACE(::testing::Message()
-                             << (path == 1 ? "primitive" : "sgemm") << " k "
-                             << k << " batch " << batch << " aBatched "
+                             << (path == 1   ? "primitive"
+                                 : path == 2 ? "sgemm"
+                                             : "packed")
+                             << " k " << k << " batch " << batch << " aBatched "
                              << aBatched << " bBatched " << bBatched
                              << " transA " << transA << " transB " << transB);
                 expectNear(c,
@@ -136,23 +141,33 @@ TEST(RuntimeTest, GemmAutotuneTimesEachProblemOnceAndComputesIt) {
     options.size = size;
     return strata_rt_create(&options, nullptr, 0);
   };
-  // Products timed, and of those the ones through sgemm.
-  auto autotuned = [](StrataRtContext *ctx) {
-    int64_t timed = -1, onSgemm = -1;
-    strata_rt_gemm_autotuned(ctx, &timed, &onSgemm);
-    return std::pair{timed, onSgemm};
+  // Products timed, and of those the ones through sgemm and through the
+  // packed GEMM.
+  struct Counts {
+    int64_t timed = -1, onSgemm = -1, onPacked = -1;
   };
+  auto autotuned = [](StrataRtContext *ctx) {
+    Counts counts;
+    strata_rt_gemm_autotuned(ctx, &counts.timed, &counts.onSgemm,
+                             &counts.onPacked);
+    return counts;
+  };
+  const bool packed = std::strcmp(strata_rt_isa(), "baseline") != 0;
   const int64_t m = 37, n = 70, k = 45;
-  for (int choice : {1, 2, 0}) {
-    SCOPED_TRACE(choice == 1 ? "primitive" : choice == 2 ? "sgemm" : "timed");
+  for (int choice : {1, 2, 3, 0}) {
+    if (choice == 3 && !packed)
+      continue;
+    SCOPED_TRACE(choice == 1   ? "primitive"
+                 : choice == 2 ? "sgemm"
+                 : choice == 3 ? "packed"
+                               : "timed");
     StrataRtContext *ctx = create(1, sizeof(StrataRtOptions));
     ASSERT_NE(ctx, nullptr);
+    // f32 products on the matmul primitive unless autotuning chooses
+    // another path (the packed GEMM one where the processor runs it).
+    ctx->gemmPacked = packed ? 1 : 0;
     ctx->gemmAutotuneChoice = choice;
-    // A product with a transposed A that does not accumulate runs as the
-    // plain product of A transposed into scratch where oneDNN reads a
-    // transposed A slowly (no brgemm kernel for it: AVX2-only CPUs), so it
-    // is the plain problem, timed already; elsewhere a problem of its own.
-    int64_t problems = 0, transposedA = 0;
+    int64_t problems = 0;
     for (int64_t batch : {1, 3})
       for (bool transA : {false, true})
         for (bool transB : {false, true})
@@ -172,8 +187,7 @@ TEST(RuntimeTest, GemmAutotuneTimesEachProblemOnceAndComputesIt) {
                 want[i] +=
                     (bias ? biasRow[i % n] : 0.0f) + (accumulate ? 2.0f : 0.0f);
               ++problems;
-              transposedA += transA && !accumulate;
-              const int64_t before = autotuned(ctx).first;
+              const int64_t before = autotuned(ctx).timed;
               int64_t afterFirst = -1;
               for (int call = 0; call < 2; ++call) { // decided, then reused
                 std::vector<float> c(batch * m * n, accumulate ? 2.0f : -1.0f);
@@ -182,36 +196,28 @@ TEST(RuntimeTest, GemmAutotuneTimesEachProblemOnceAndComputesIt) {
                                bias ? biasRow.data() : nullptr, F32,
                                STRATA_RT_ACT_NONE, accumulate);
                 expectNear(c, want, 1e-5f);
-                // Timed on the first call (unless transposed into a timed
-                // plain problem), never again.
-                const int64_t timed = autotuned(ctx).first;
-                if (call == 1)
-                  EXPECT_EQ(timed, afterFirst);
-                else if (transA && !accumulate)
-                  EXPECT_TRUE(timed == before || timed == before + 1);
-                else
-                  EXPECT_EQ(timed, before + 1);
+                // Timed on the first call, never again.
+                const int64_t timed = autotuned(ctx).timed;
+                EXPECT_EQ(timed, call == 1 ? afterFirst : before + 1);
                 afterFirst = timed;
               }
             }
-    // Every problem timed, but for transposed-A ones that ran as plain
-    // ones (which the runtime decides per problem).
-    const int64_t timed = autotuned(ctx).first;
-    EXPECT_LE(timed, problems);
-    EXPECT_GE(timed, problems - transposedA);
-    problems = timed;
-    if (choice == 1) {
-      EXPECT_EQ(autotuned(ctx).second, 0);
-    } else if (choice == 2) {
-      EXPECT_EQ(autotuned(ctx).second, problems);
-    }
+    const Counts counts = autotuned(ctx);
+    EXPECT_EQ(counts.timed, problems);
+    EXPECT_EQ(counts.onSgemm, choice == 2 ? problems
+                              : choice    ? 0
+                                          : counts.onSgemm);
+    EXPECT_EQ(counts.onPacked, choice == 3 ? problems
+                               : choice    ? 0
+                                           : counts.onPacked);
+    EXPECT_LE(counts.onSgemm + counts.onPacked, problems);
     // A product with a GELU post-op is one oneDNN primitive, not timed (a
     // ReLU runs after a plain product, which is).
     auto a = iota(m * k), b = iota(k * n);
     std::vector<float> c(m * n);
     strata_rt_gemm(ctx, 0, 1, m, n, k, a.data(), F32, 0, 0, b.data(), F32, 0, 0,
                    c.data(), F32, nullptr, F32, STRATA_RT_ACT_GELU_TANH, 0);
-    EXPECT_EQ(autotuned(ctx).first, problems);
+    EXPECT_EQ(autotuned(ctx).timed, problems);
     EXPECT_EQ(strata_rt_error(ctx, nullptr), nullptr);
     strata_rt_destroy(ctx);
   }
@@ -221,88 +227,12 @@ TEST(RuntimeTest, GemmAutotuneTimesEachProblemOnceAndComputesIt) {
        {create(0, sizeof(StrataRtOptions)),
         create(1, offsetof(StrataRtOptions, gemmAutotune))}) {
     ASSERT_NE(off, nullptr);
+    off->gemmPacked = 0;
     strata_rt_gemm(off, 0, 1, m, n, k, a.data(), F32, 0, 0, b.data(), F32, 0, 0,
                    c.data(), F32, nullptr, F32, STRATA_RT_ACT_NONE, 0);
-    EXPECT_EQ(autotuned(off).first, 0);
+    EXPECT_EQ(autotuned(off).timed, 0);
     strata_rt_destroy(off);
   }
-}
-
-/// Where oneDNN's kernel reads B with rows a multiple of 1 KiB apart
-/// slowly, the runtime copies B with longer rows first: with that copy
-/// forced, every path (the primitive, sgemm, batches of B, plain and
-/// transposed, the bias, accumulation, an activation post-op, a widened
-/// bf16 product) gives the product, and the same as without it.
-TEST(RuntimeTest, GemmOverAPaddedSecondOperandIsTheProduct) {
-  const int64_t m = 37, n = 256, k = 45;
-  for (int autotune : {1, 2})
-    for (int64_t batch : {1, 3})
-      for (bool bBatched : {false, true})
-        for (bool transB : {false, true})
-          for (bool bias : {false, true})
-            for (int64_t accumulate : {0, 1})
-              for (int64_t act :
-                   {STRATA_RT_ACT_NONE, STRATA_RT_ACT_GELU_TANH}) {
-                if ((bias || act != STRATA_RT_ACT_NONE) && accumulate)
-                  continue; // (refused: GemmArgumentsAreChecked)
-                if (batch == 1 && bBatched)
-                  continue;
-                SCOPED_TRACE(::testing::Message()
-                             << (autotune == 1 ? "primitive" : "sgemm")
-                             << " batch " << batch << " bBatched " << bBatched
-                             << " transB " << transB << " bias " << bias
-                             << " accumulate " << accumulate << " act " << act);
-                auto a = iota(batch * m * k),
-                     b = iota((bBatched ? batch : 1) * k * n, 0.02f, 0.1f),
-                     biasRow = iota(n, 0.3f);
-                std::vector<float> results[2];
-                for (int pad : {1, 2}) {
-                  Context ctx;
-                  ctx.ctx->gemmAutotune = true;
-                  ctx.ctx->gemmAutotuneChoice = autotune;
-                  ctx.ctx->gemmPadChoice = pad;
-                  results[pad - 1].assign(batch * m * n,
-                                          accumulate ? 2.0f : -1.0f);
-                  strata_rt_gemm(ctx, 0, batch, m, n, k, a.data(), F32, m * k,
-                                 0, b.data(), F32, bBatched ? k * n : 0, transB,
-                                 results[pad - 1].data(), F32,
-                                 bias ? biasRow.data() : nullptr, F32, act,
-                                 accumulate);
-                  EXPECT_EQ(strata_rt_error(ctx, nullptr), nullptr);
-                }
-                if (act == STRATA_RT_ACT_NONE) {
-                  auto want = naiveGemm(batch, m, n, k, a, true, false, b,
-                                        bBatched, transB);
-                  for (int64_t i = 0; i < batch * m * n; ++i)
-                    want[i] += (bias ? biasRow[i % n] : 0.0f) +
-                               (accumulate ? 2.0f : 0.0f);
-                  expectNear(results[1], want, 1e-5f);
-                }
-                expectNear(results[1], results[0], 1e-6f);
-              }
-  // bf16 operands on a processor without bf16 kernels are widened into f32
-  // scratch, which is then padded (elsewhere oneDNN runs them as they are).
-  const int64_t rows = 5;
-  std::vector<float> wa = iota(rows * k), wb = iota(k * n, 0.02f, 0.1f);
-  std::vector<uint16_t> la(wa.size()), lb(wb.size());
-  std::vector<float> out[2];
-  for (int pad : {1, 2}) {
-    Context ctx;
-    ctx.ctx->gemmPadChoice = pad;
-    strata_rt_cast(ctx, 0, la.data(), STRATA_RT_BF16, wa.data(), F32,
-                   wa.size());
-    strata_rt_cast(ctx, 0, lb.data(), STRATA_RT_BF16, wb.data(), F32,
-                   wb.size());
-    std::vector<uint16_t> c(rows * n);
-    strata_rt_gemm(ctx, 0, 1, rows, n, k, la.data(), STRATA_RT_BF16, 0, 0,
-                   lb.data(), STRATA_RT_BF16, 0, 0, c.data(), STRATA_RT_BF16,
-                   nullptr, STRATA_RT_BF16, STRATA_RT_ACT_NONE, 0);
-    out[pad - 1].resize(c.size());
-    strata_rt_cast(ctx, 0, out[pad - 1].data(), F32, c.data(), STRATA_RT_BF16,
-                   c.size());
-    EXPECT_EQ(strata_rt_error(ctx, nullptr), nullptr);
-  }
-  expectNear(out[1], out[0], 1e-2f);
 }
 
 /// The GEMM's operand transpose (AVX tiles where the processor has AVX2):
@@ -1619,13 +1549,14 @@ TEST(RuntimeTest, LowPrecisionGemmRoundsTheSumOnce) {
 
 /// Strata's packed GEMM against sums in double of the same (exactly
 /// widened) values, for every storage type, both output types, both layouts
-/// of each operand, a bias, an accumulation, one or several products, and
+/// of each operand, a bias, an accumulation, an activation, one or several
+/// products, and
 /// shapes with partial tiles and several blocks of rows, columns and terms
 /// (whose partial sums a bf16 / f16 result keeps in f32). A result is within
 /// f32's rounding of the sum, or, in a low type, within one step of it. Its
 /// sums do not depend on the thread count.
 TEST(RuntimeTest, PackedGemmIsTheProductInEveryLayoutAndType) {
-  if (!strata::cpu::packedGemmSupported())
+  if (std::strcmp(strata_rt_isa(), "baseline") == 0)
     GTEST_SKIP() << "no AVX2";
   Context one(1), two(2);
   struct Shape {
@@ -1677,10 +1608,15 @@ TEST(RuntimeTest, PackedGemmIsTheProductInEveryLayoutAndType) {
             const float step = outType == STRATA_RT_BF16  ? 0x1p-8f
                                : outType == STRATA_RT_F16 ? 0x1p-10f
                                                           : 0.0f;
-            for (int mode : {0, 1, 2}) { // plain, bias, accumulate
+            // Plain, bias, accumulate, an activation (of the f32 sums, as
+            // strata_rt_unary: its f32 result is the reference's).
+            for (int mode : {0, 1, 2, 3}) {
               std::vector<float> want = product;
               for (int64_t i = 0; i < batch * m * n; ++i)
                 want[i] += mode == 1 ? bias[i % n] : mode == 2 ? c0[i] : 0.0f;
+              if (mode == 3)
+                strata_rt_unary(one, 0, STRATA_RT_ACT_GELU_TANH, want.data(),
+                                F32, want.data(), F32, want.size(), 0);
               std::vector<std::vector<uint8_t>> got;
               for (Context *ctx : {&one, &two}) {
                 std::vector<uint8_t> c(batch * m * n * outSize);
@@ -1688,9 +1624,11 @@ TEST(RuntimeTest, PackedGemmIsTheProductInEveryLayoutAndType) {
                   strata_rt_cast(one, 0, c.data(), outType, c0.data(), F32,
                                  c0.size());
                 strata::cpu::packedGemm(
-                    *ctx, type, batch, m, n, k, la.data(), 1, transA, lb.data(),
-                    0, transB, c.data(), outType,
-                    mode == 1 ? lbias.data() : nullptr, mode == 2);
+                    *ctx, 0, type, batch, m, n, k, la.data(), 1, transA,
+                    lb.data(), 0, transB, c.data(), outType,
+                    mode == 1 ? lbias.data() : nullptr,
+                    mode == 3 ? STRATA_RT_ACT_GELU_TANH : STRATA_RT_ACT_NONE,
+                    mode == 2);
                 got.push_back(std::move(c));
               }
               EXPECT_EQ(got[0], got[1]) << "mode " << mode;

@@ -1280,10 +1280,12 @@ int main(int argc, char **argv) {
                         formatBytes(summary.plannedPeakBytes[r]),
                         formatBytes(summary.measuredPeakBytes[r]));
     if (gemmAutotune && trainer.executable()) {
-      auto [timed, onSgemm] = trainer.executable()->gemmAutotuned();
+      auto tuned = trainer.executable()->gemmAutotuned();
       errs() << formatv("  gemm autotune{0}: {1} products timed, {2} through "
-                        "sgemm, the rest through the matmul primitive\n",
-                        worldSize > 1 ? " (rank 0)" : "", timed, onSgemm);
+                        "sgemm, {3} through the packed GEMM, the rest through "
+                        "the matmul primitive\n",
+                        worldSize > 1 ? " (rank 0)" : "", tuned.timed,
+                        tuned.onSgemm, tuned.onPacked);
     }
     errs().flush();
   }

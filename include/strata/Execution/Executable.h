@@ -73,9 +73,13 @@ public:
   /// The build of the kernels that runs ("avx512", "avx2", "baseline",
   /// "cuda"; strata_rt_isa), or "" for the reference evaluator.
   virtual std::string kernelIsa() const { return ""; }
-  /// GEMM autotuning so far: products timed, and of those the ones on
-  /// sgemm (strata_rt_gemm_autotuned).
-  virtual std::pair<int64_t, int64_t> gemmAutotuned() const { return {0, 0}; }
+  /// GEMM autotuning so far (strata_rt_gemm_autotuned).
+  struct GemmAutotuned {
+    /// Products timed, and of those the ones on sgemm and on the packed
+    /// GEMM (the rest on the matmul primitive).
+    int64_t timed = 0, onSgemm = 0, onPacked = 0;
+  };
+  virtual GemmAutotuned gemmAutotuned() const { return {}; }
 };
 
 /// Host buffers of the runtime's element types and tensors: whether a buffer

@@ -91,7 +91,7 @@ public:
   int64_t arenaBytes() const { return arenaSize; }
   int64_t scratchBytes() const override;
   std::string kernelIsa() const override;
-  std::pair<int64_t, int64_t> gemmAutotuned() const override;
+  GemmAutotuned gemmAutotuned() const override;
 
 private:
   JitExecutable() = default;

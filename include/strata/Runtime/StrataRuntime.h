@@ -68,9 +68,10 @@ typedef struct StrataRtContext StrataRtContext;
    (and its gradient) f32 whatever its logits' type; version 13 gives the
    cross-entropy rows wider than its classes (padded logits); version 14
    gives fused attention fewer key and value heads than query heads
-   (grouped-query attention).
+   (grouped-query attention); version 15 counts the products that GEMM
+   autotuning put on the CPU runtime's packed GEMM.
  */
-#define STRATA_RT_ABI_VERSION 14
+#define STRATA_RT_ABI_VERSION 15
 
 /* Element types of tensor arguments. */
 enum {
@@ -281,10 +282,11 @@ void strata_rt_read(StrataRtContext *ctx, void *to, const void *from,
 /* Bytes of scratch memory the kernels hold beyond the planned arena. */
 int64_t strata_rt_scratch_bytes(StrataRtContext *ctx);
 /* GEMM autotuning (StrataRtOptions::gemmAutotune) so far: the distinct
-   products timed, and of those the ones that run through sgemm (0 and 0
-   without it, and on the CUDA runtime). */
+   products timed, and of those the ones that run through oneDNN's sgemm
+   and through Strata's packed GEMM (the rest run through oneDNN's matmul
+   primitive; all 0 without it, and on the CUDA runtime). */
 void strata_rt_gemm_autotuned(StrataRtContext *ctx, int64_t *timed,
-                              int64_t *onSgemm);
+                              int64_t *onSgemm, int64_t *onPacked);
 
 /* The signature of a lowered step: `persistent` holds one pointer per
    parameter and state (in the order of the lowered module's
