@@ -17,11 +17,12 @@ with its fused passes (fused_passes: gemm_epilogue, dropout_add and
 flash_attention, those the model has; Strata's counterpart of the tuned and
 compiled runs), and
 *Strata tuned*: the fused passes with --gemm-autotune (each distinct f32
-product timed once through oneDNN's matmul primitive and its sgemm, the
-faster kept).
+product timed once through each of the runtime's GEMM paths, the fastest
+kept).
 Each side's GEMM ceiling is measured on the
 same threads, an fp32 1024^3 product through its own library (Strata:
-strata_rt_gemm of the CPU runtime, oneDNN; PyTorch: torch.mm, oneDNN/MKL),
+strata_rt_gemm of the CPU runtime, its packed GEMM on AVX2 processors and
+oneDNN elsewhere; PyTorch: torch.mm, oneDNN/MKL),
 and each side's achieved fraction of it is the step's matrix-product FLOPs
 (strata-program-stats' matmul-flops, gradients included) over its step time.
 Rounds alternate the sides (--rounds) so that a slow spell of the machine
@@ -92,8 +93,10 @@ def best_rate(fn, flops, reps=5):
     return flops / best / 1e9
 
 
-def strata_gemm_rate(build, threads, n=1024):
-    """GFLOP/s of the CPU runtime's fp32 GEMM, n^3, on `threads` threads."""
+def strata_gemm_rate(build, threads, m=1024, n=1024, k=1024, trans_a=0,
+                     trans_b=0):
+    """GFLOP/s of the CPU runtime's fp32 GEMM, m x n x k (A stored k x m
+    when trans_a, B n x k when trans_b), on `threads` threads."""
     lib = ctypes.CDLL(os.path.join(build, "lib", "libstrata_runtime_cpu.so"))
 
     # StrataRtOptions, every field (strata_rt_default_options writes them
@@ -114,9 +117,12 @@ def strata_gemm_rate(build, threads, n=1024):
     if not ctx:
         raise RuntimeError(err.value.decode())
     ctx = ctypes.c_void_p(ctx)
-    a, b, c = ((ctypes.c_float * (n * n))() for _ in range(3))
-    for i in range(n * n):
-        a[i] = b[i] = 1.0 / (1 + i % 7)
+    a, b = (ctypes.c_float * (m * k))(), (ctypes.c_float * (k * n))()
+    c = (ctypes.c_float * (m * n))()
+    for i in range(m * k):
+        a[i] = 1.0 / (1 + i % 7)
+    for i in range(k * n):
+        b[i] = 1.0 / (1 + i % 5)
     i64 = ctypes.c_int64
     lib.strata_rt_gemm.argtypes = [ctypes.c_void_p] + [i64] * 5 + [
         ctypes.c_void_p, i64, i64, i64, ctypes.c_void_p, i64, i64, i64,
@@ -124,9 +130,9 @@ def strata_gemm_rate(build, threads, n=1024):
     f32 = 0
 
     def gemm():
-        lib.strata_rt_gemm(ctx, 0, 1, n, n, n, a, f32, 0, 0, b, f32, 0, 0, c,
-                           f32, None, f32, 0, 0)
-    rate = best_rate(gemm, 2 * n ** 3)
+        lib.strata_rt_gemm(ctx, 0, 1, m, n, k, a, f32, 0, trans_a, b, f32, 0,
+                           trans_b, c, f32, None, f32, 0, 0)
+    rate = best_rate(gemm, 2 * m * n * k)
     lib.strata_rt_destroy(ctx)
     return rate
 

@@ -30,10 +30,7 @@ StrataRtContext *strata_rt_create(const StrataRtOptions *options, char *error,
   ctx->threads = std::max<int64_t>(options->threads, 1);
   ctx->gemmAutotune = STRATA_RT_OPTION_GIVEN(options, gemmAutotune) &&
                       options->gemmAutotune != 0;
-  const char *isa = strata_rt_isa();
-  ctx->gemmPacked = std::strcmp(isa, "avx2") == 0     ? 2
-                    : std::strcmp(isa, "avx512") == 0 ? 1
-                                                      : 0;
+  ctx->gemmPacked = std::strcmp(strata_rt_isa(), "avx2") == 0;
   omp_set_num_threads(int(ctx->threads));
   return ctx;
 }

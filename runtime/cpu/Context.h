@@ -58,15 +58,13 @@ struct StrataRtContext : strata::rt::HostContext {
   /// For tests: autotuning's choice made without timing (1: the primitive,
   /// 2: sgemm; 0: timed).
   int gemmAutotuneChoice = 0;
-  /// Which products Strata's packed GEMM (PackedGemm.cpp) runs rather than
-  /// oneDNN: 2 all (processors whose widest kernels are AVX2, where oneDNN
-  /// 2.6's f32 GEMM is no faster and on two threads often slower), 1 the
-  /// bf16 / f16 ones without native oneDNN kernels (AVX-512 processors), 0
-  /// none (processors without AVX2: bf16 / f16 operands are widened into
-  /// scratch for oneDNN's f32 product). Set from the kernels the processor
-  /// runs (strata_rt_isa) when the context is created; tests set it to
-  /// reach each path.
-  int gemmPacked = 0;
+  /// Strata's packed GEMM (PackedGemm.cpp) runs every product, where the
+  /// widest kernels the processor runs are AVX2 (there oneDNN 2.6's GEMM is
+  /// no faster on one thread and on two often slower); elsewhere oneDNN
+  /// does (bf16 / f16 operands without native kernels widened into scratch
+  /// for its f32 product). Set from strata_rt_isa when the context is
+  /// created; tests set it to reach each path.
+  bool gemmPacked = false;
   /// Collectives in flight, by call site.
   struct Pending {
     void *request;

@@ -2,10 +2,11 @@
 //
 // strata_rt_gemm runs through one of two implementations, chosen by the
 // processor (StrataRtContext::gemmPacked):
-// - Strata's packed GEMM (PackedGemm.cpp): every product where the widest
-//   kernels the processor runs are AVX2, and the bf16 / f16 products that
-//   oneDNN has no native kernels for on AVX-512 processors;
-// - one oneDNN matmul primitive: transposes are strides, the bias and the
+// - Strata's packed GEMM (PackedGemm.cpp), where the widest kernels the
+//   processor runs are AVX2;
+// - one oneDNN matmul primitive elsewhere (bf16 and f16 operands that it
+//   has no native kernels for widened into scratch for its f32 product):
+//   transposes are strides, the bias and the
 //   activation are post-ops (the CPU twin of cuBLASLt's epilogues),
 //   accumulation is a sum post-op. Primitives are created once per distinct
 //   problem and reused across steps. With autotuning
@@ -253,7 +254,7 @@ static void runF32(strata::cpu::F32Path path, StrataRtContext *ctx,
 /// Autotuning of an f32 product without an activation: the first call of
 /// each distinct problem runs it three times through each path at hand
 /// (oneDNN's matmul primitive, its sgemm, and Strata's packed GEMM where the
-/// processor runs it), in turn, and keeps the fastest (by the better of its
+/// processor has AVX2), in turn, and keeps the fastest (by the better of its
 /// last two times) if it beats the processor's default path by 3%, else the
 /// default. The timed runs write the output itself (the call then writes it
 /// again), or, when the call accumulates into it, scratch: at most
@@ -293,7 +294,8 @@ autotunedPath(StrataRtContext *ctx, int64_t site, strata::cpu::F32Path fallback,
     out = scratch.data();
   }
   std::vector<F32Path> paths{F32Path::Primitive, F32Path::Sgemm};
-  if (ctx->gemmPacked)
+  static const bool avx2 = std::strcmp(strata_rt_isa(), "baseline") != 0;
+  if (avx2)
     paths.push_back(F32Path::Packed);
   std::map<F32Path, double> best;
   for (int round = 0; round < 3; ++round)
@@ -319,7 +321,7 @@ static void gemmF32(StrataRtContext *ctx, int64_t site, int64_t batch,
                     int64_t bBatchStride, int64_t transB, float *c,
                     const float *bias, int64_t act, int64_t accumulate) {
   using strata::cpu::F32Path;
-  F32Path path = ctx->gemmPacked == 2 ? F32Path::Packed : F32Path::Primitive;
+  F32Path path = ctx->gemmPacked ? F32Path::Packed : F32Path::Primitive;
   if (ctx->gemmAutotune && act == STRATA_RT_ACT_NONE)
     path = autotunedPath(ctx, site, path, batch, m, n, k, a, aBatchStride,
                          transA, b, bBatchStride, transB, c, bias, accumulate);

@@ -16,6 +16,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "PackedGemm.h"
+#include "Transpose.h"
 
 #include <algorithm>
 #include <immintrin.h>
@@ -69,26 +70,6 @@ STRATA_AVX2 inline void store8(BFloat16 *p, __m256 v) {
       _mm256_permute4x64_epi64(_mm256_packus_epi32(bits, bits), 0xD8);
   _mm_storeu_si128(reinterpret_cast<__m128i *>(p),
                    _mm256_castsi256_si128(packed));
-}
-
-/// r[i] (8 lanes each) transposed in place: lane j of r[i] becomes lane i
-/// of r[j].
-STRATA_AVX2 inline void transpose8(__m256 r[8]) {
-  __m256 t[8], u[8];
-  for (int i = 0; i < 8; i += 2) {
-    t[i] = _mm256_unpacklo_ps(r[i], r[i + 1]);
-    t[i + 1] = _mm256_unpackhi_ps(r[i], r[i + 1]);
-  }
-  for (int i = 0; i < 8; i += 4) {
-    u[i] = _mm256_shuffle_ps(t[i], t[i + 2], _MM_SHUFFLE(1, 0, 1, 0));
-    u[i + 1] = _mm256_shuffle_ps(t[i], t[i + 2], _MM_SHUFFLE(3, 2, 3, 2));
-    u[i + 2] = _mm256_shuffle_ps(t[i + 1], t[i + 3], _MM_SHUFFLE(1, 0, 1, 0));
-    u[i + 3] = _mm256_shuffle_ps(t[i + 1], t[i + 3], _MM_SHUFFLE(3, 2, 3, 2));
-  }
-  for (int i = 0; i < 4; ++i) {
-    r[i] = _mm256_permute2f128_ps(u[i], u[i + 4], 0x20);
-    r[i + 4] = _mm256_permute2f128_ps(u[i], u[i + 4], 0x31);
-  }
 }
 
 /// `rows` rows and `kc` terms of A (element (i, p) at a[i * rs + p * cs])

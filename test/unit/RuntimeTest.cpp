@@ -94,7 +94,7 @@ TEST(RuntimeTest, GemmTransposesAndBatches) {
       if (path == 3 && !packed)
         continue;
       Context ctx;
-      ctx.ctx->gemmPacked = path == 3 ? 2 : 0;
+      ctx.ctx->gemmPacked = path == 3;
       ctx.ctx->gemmAutotune = true;
       ctx.ctx->gemmAutotuneChoice = path;
       for (int64_t batch : {1, 3})
@@ -164,8 +164,8 @@ TEST(RuntimeTest, GemmAutotuneTimesEachProblemOnceAndComputesIt) {
     StrataRtContext *ctx = create(1, sizeof(StrataRtOptions));
     ASSERT_NE(ctx, nullptr);
     // f32 products on the matmul primitive unless autotuning chooses
-    // another path (the packed GEMM one where the processor runs it).
-    ctx->gemmPacked = packed ? 1 : 0;
+    // another path (the packed GEMM one where the processor has AVX2).
+    ctx->gemmPacked = false;
     ctx->gemmAutotuneChoice = choice;
     int64_t problems = 0;
     for (int64_t batch : {1, 3})
@@ -227,7 +227,7 @@ TEST(RuntimeTest, GemmAutotuneTimesEachProblemOnceAndComputesIt) {
        {create(0, sizeof(StrataRtOptions)),
         create(1, offsetof(StrataRtOptions, gemmAutotune))}) {
     ASSERT_NE(off, nullptr);
-    off->gemmPacked = 0;
+    off->gemmPacked = false;
     strata_rt_gemm(off, 0, 1, m, n, k, a.data(), F32, 0, 0, b.data(), F32, 0, 0,
                    c.data(), F32, nullptr, F32, STRATA_RT_ACT_NONE, 0);
     EXPECT_EQ(autotuned(off).timed, 0);
@@ -235,26 +235,28 @@ TEST(RuntimeTest, GemmAutotuneTimesEachProblemOnceAndComputesIt) {
   }
 }
 
-/// The GEMM's operand transpose (AVX tiles where the processor has AVX2):
-/// every element lands where it belongs, whole strips and tiles, tails of
-/// rows and columns, and shapes below one tile.
+/// (transpose8x8 inlines into AVX2 callers only.)
+__attribute__((target("avx2,fma"))) void
+transposeTile(float *dst, int64_t ldd, const float *src, int64_t lds) {
+  strata::cpu::transpose8x8(dst, ldd, src, lds);
+}
+
+/// The 8 x 8 transpose in AVX registers (the packed GEMM's and fused
+/// attention's packing): every element lands where it belongs, rows apart
+/// by other than 8.
 TEST(RuntimeTest, TransposeMovesEveryElement) {
-  for (auto [rows, cols] : {std::pair<int64_t, int64_t>{1024, 256},
-                            {45, 37},
-                            {16, 8},
-                            {7, 5},
-                            {33, 1},
-                            {1, 40}}) {
-    SCOPED_TRACE(::testing::Message() << rows << " x " << cols);
-    std::vector<float> src(rows * cols), dst(rows * cols, -1.0f);
-    for (int64_t i = 0; i < rows * cols; ++i)
-      src[i] = float(i);
-    strata::cpu::transposeInto(dst.data(), src.data(), rows, cols);
-    for (int64_t r = 0; r < rows; ++r)
-      for (int64_t c = 0; c < cols; ++c)
-        ASSERT_EQ(dst[c * rows + r], src[r * cols + c])
-            << "row " << r << " column " << c;
-  }
+  if (std::strcmp(strata_rt_isa(), "baseline") == 0)
+    GTEST_SKIP() << "no AVX2";
+  const int64_t lds = 11, ldd = 13;
+  std::vector<float> src(8 * lds), dst(8 * ldd, -1.0f);
+  for (size_t i = 0; i < src.size(); ++i)
+    src[i] = float(i);
+  transposeTile(dst.data(), ldd, src.data(), lds);
+  // dst's row j holds src's column j; its elements past 8 are untouched.
+  for (int64_t j = 0; j < 8; ++j)
+    for (int64_t i = 0; i < ldd; ++i)
+      ASSERT_EQ(dst[j * ldd + i], i < 8 ? src[i * lds + j] : -1.0f)
+          << "row " << j << " column " << i;
 }
 
 TEST(RuntimeTest, ReluKeepsNaN) {
