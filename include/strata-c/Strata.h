@@ -144,8 +144,9 @@ typedef struct {
   /* Non-zero: complete every collective where it is issued (no overlap). */
   int blockingCollectives;
   /* Non-zero ("cpu" backend only): time each distinct f32 GEMM once through
-   * oneDNN's matmul primitive and its sgemm, and run the faster (results
-   * then move at rounding level between runs and thread counts). */
+   * oneDNN's matmul primitive, its sgemm and (with AVX2) Strata's packed
+   * GEMM, and run the fastest (results then move at rounding level between
+   * runs and thread counts). */
   int gemmAutotune;
   /* With worldSize > 1: seconds a rank may wait for its peers in one MPI
    * call (a collective, send, receive or wait) before it ends the process

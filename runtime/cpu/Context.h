@@ -52,11 +52,12 @@ using Scratch = std::vector<float, CacheAligned<float>>;
 
 struct StrataRtContext : strata::rt::HostContext {
   int64_t threads = 1;
-  /// Time each distinct f32 GEMM without an activation through the matmul
-  /// primitive and sgemm once, and run the faster (StrataRtOptions).
+  /// Time each distinct f32 GEMM without an activation once through each
+  /// path at hand (the matmul primitive, sgemm, the packed GEMM), and run
+  /// the fastest (StrataRtOptions).
   bool gemmAutotune = false;
   /// For tests: autotuning's choice made without timing (1: the primitive,
-  /// 2: sgemm; 0: timed).
+  /// 2: sgemm, 3: the packed GEMM; 0: timed).
   int gemmAutotuneChoice = 0;
   /// Strata's packed GEMM (PackedGemm.cpp) runs every product, where the
   /// widest kernels the processor runs are AVX2 (there oneDNN 2.6's GEMM is

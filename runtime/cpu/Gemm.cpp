@@ -9,10 +9,10 @@
 //   transposes are strides, the bias and the
 //   activation are post-ops (the CPU twin of cuBLASLt's epilogues),
 //   accumulation is a sum post-op. Primitives are created once per distinct
-//   problem and reused across steps. With autotuning
-//   (StrataRtOptions::gemmAutotune), an f32 problem without an activation
-//   is timed once through the primitive and through oneDNN's sgemm, and
-//   runs through the faster from then on.
+//   problem and reused across steps.
+// With autotuning (StrataRtOptions::gemmAutotune), an f32 problem without
+// an activation is timed once through the primitive, oneDNN's sgemm and
+// (with AVX2) the packed GEMM, and runs through the fastest from then on.
 //
 //===----------------------------------------------------------------------===//
 
@@ -24,7 +24,9 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstring>
+#include <limits>
 #include <map>
 #include <tuple>
 #include <type_traits>
@@ -300,12 +302,22 @@ autotunedPath(StrataRtContext *ctx, int64_t site, strata::cpu::F32Path fallback,
   std::map<F32Path, double> best;
   for (int round = 0; round < 3; ++round)
     for (F32Path path : paths) {
+      if (best.count(path) && std::isinf(best[path]))
+        continue; // (refused)
       auto start = std::chrono::steady_clock::now();
-      runF32(path, ctx, site, batch, m, n, k, a, aBatchStride, transA, b,
-             bBatchStride, transB, out, bias, STRATA_RT_ACT_NONE, 0);
+      // A product sgemm refuses (an empty one) is not a candidate.
+      bool ran = true;
+      if (path == F32Path::Sgemm)
+        ran = sgemmProduct(batch, m, n, k, a, aBatchStride, transA, b,
+                           bBatchStride, transB, out, bias, false);
+      else
+        runF32(path, ctx, site, batch, m, n, k, a, aBatchStride, transA, b,
+               bBatchStride, transB, out, bias, STRATA_RT_ACT_NONE, 0);
       std::chrono::duration<double> time =
           std::chrono::steady_clock::now() - start;
-      if (round > 0) // the first round warms every path up
+      if (!ran)
+        best[path] = std::numeric_limits<double>::infinity();
+      else if (round > 0) // the first round warms every path up
         best[path] =
             round == 1 ? time.count() : std::min(best[path], time.count());
     }

@@ -33,7 +33,8 @@ constexpr int64_t kNR = 16;       // columns of a tile: two vectors of 8
 constexpr int64_t kBlockK = 512;  // terms of a packed block
 constexpr int64_t kBlockM = 96;   // rows of a packed block of A (kMR's)
 constexpr int64_t kBlockN = 3072; // columns of a packed block of B (kNR's)
-/// Floats past a packed A block that its 8-lane stores may write.
+/// Floats after each thread's packed A block, of which its 8-lane stores
+/// write up to two.
 constexpr int64_t kSlack = 16;
 
 // Eight elements of a storage type as f32 lanes, and back (rounded to

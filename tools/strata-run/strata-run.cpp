@@ -146,9 +146,9 @@ static cl::opt<bool>
 static cl::opt<bool> gemmAutotune(
     "gemm-autotune",
     cl::desc("Time each distinct f32 GEMM of the cpu backend once through "
-             "oneDNN's matmul primitive and its sgemm, and run the faster "
-             "(results then move at rounding level between runs and thread "
-             "counts; default: off, the primitive)"),
+             "oneDNN's matmul primitive, its sgemm and (with AVX2) Strata's "
+             "packed GEMM, and run the fastest (results then move at rounding "
+             "level between runs and thread counts; default: off)"),
     cl::init(false), cl::cat(launchCategory));
 // (LLVM owns a --threads option.)
 static cl::opt<int64_t> threads(
@@ -566,7 +566,8 @@ static int checkArguments() {
     return fail("--tf32 needs --backend cuda (the CPU has no TF32)");
   if (gemmAutotune && backend != "cpu")
     return fail("--gemm-autotune needs --backend cpu (it chooses between "
-                "oneDNN's GEMM paths; cuBLASLt's heuristics choose on cuda)");
+                "the CPU runtime's GEMM paths; cuBLASLt's heuristics choose "
+                "on cuda)");
   if (!emit.empty() && emit != "obj" && emit != "mlir")
     return fail("unknown --emit '" + emit + "' (expected obj or mlir)");
   if (emitTracing && emit.empty())

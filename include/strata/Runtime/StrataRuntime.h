@@ -211,11 +211,14 @@ typedef struct {
                          whose rank died) */
   int64_t gemmAutotune;      /* nonzero: the CPU runtime times each distinct f32
                               GEMM without an activation epilogue once, through
-                              oneDNN's matmul primitive and its sgemm, and runs
-                              the faster from then on (results may then differ
-                              at rounding level between runs and thread counts);
-                              0 (the default): the matmul primitive. The CUDA
-                              runtime ignores it (cuBLASLt's heuristics choose) */
+                              oneDNN's matmul primitive, its sgemm and (with
+                              AVX2) Strata's packed GEMM, and runs the fastest
+                              from then on (results may then differ at rounding
+                              level between runs and thread counts); 0 (the
+                              default): the packed GEMM where the processor's
+                              widest kernels are AVX2, the matmul primitive
+                              elsewhere. The CUDA runtime ignores it (cuBLASLt's
+                              heuristics choose) */
 } StrataRtOptions;
 void strata_rt_default_options(StrataRtOptions *options);
 /* The ABI version this runtime implements. */
