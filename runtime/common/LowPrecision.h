@@ -22,7 +22,7 @@
 #include <cstdint>
 #include <cstring>
 #include <type_traits>
-#if defined(__F16C__) || defined(__AVX2__)
+#if defined(__x86_64__)
 #include <immintrin.h>
 #endif
 
@@ -75,64 +75,79 @@ struct Half {
 };
 static_assert(sizeof(Half) == 2);
 
+#if defined(__x86_64__)
+/// Eight bf16 or f16 values as f32 lanes (exactly), and eight f32 lanes
+/// rounded to them (to nearest even; bf16 as BFloat16::round, NaNs made
+/// quiet), in AVX2 + F16C instructions: for the builds that target them
+/// and for functions of baseline files that carry the same target (the
+/// packed GEMM), whose callers check the processor first.
+#define STRATA_AVX2_F16C __attribute__((target("avx2,fma,f16c"), always_inline))
+STRATA_AVX2_F16C inline __m256 widen8(const Half *p) {
+  return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i *>(p)));
+}
+STRATA_AVX2_F16C inline __m256 widen8(const BFloat16 *p) {
+  __m256i wide = _mm256_cvtepu16_epi32(
+      _mm_loadu_si128(reinterpret_cast<const __m128i *>(p)));
+  return _mm256_castsi256_ps(_mm256_slli_epi32(wide, 16));
+}
+/// BFloat16::round of eight lanes, each result in the low half of its lane.
+STRATA_AVX2_F16C inline __m256i bf16Bits(__m256 v) {
+  __m256i u = _mm256_castps_si256(v);
+  __m256i odd =
+      _mm256_and_si256(_mm256_srli_epi32(u, 16), _mm256_set1_epi32(1));
+  __m256i rounded = _mm256_srli_epi32(
+      _mm256_add_epi32(_mm256_add_epi32(u, _mm256_set1_epi32(0x7fff)), odd),
+      16);
+  __m256i nan =
+      _mm256_cmpgt_epi32(_mm256_and_si256(u, _mm256_set1_epi32(0x7fffffff)),
+                         _mm256_set1_epi32(0x7f800000));
+  __m256i quietNan =
+      _mm256_or_si256(_mm256_srli_epi32(u, 16), _mm256_set1_epi32(0x40));
+  return _mm256_blendv_epi8(rounded, quietNan, nan);
+}
+STRATA_AVX2_F16C inline void narrow8(Half *p, __m256 v) {
+  _mm_storeu_si128(reinterpret_cast<__m128i *>(p),
+                   _mm256_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT));
+}
+STRATA_AVX2_F16C inline void narrow8(BFloat16 *p, __m256 v) {
+  __m256i bits = bf16Bits(v);
+  // packus works within 128-bit lanes: the eight words in order.
+  __m256i packed =
+      _mm256_permute4x64_epi64(_mm256_packus_epi32(bits, bits), 0xD8);
+  _mm_storeu_si128(reinterpret_cast<__m128i *>(p),
+                   _mm256_castsi256_si128(packed));
+}
+#endif
+
 #if defined(__AVX2__) && defined(__F16C__)
 /// The conversions of `widen` and `narrow` below eight or sixteen elements
 /// at a time, in the builds that target AVX2 + F16C. Each converts the
 /// longest prefix of `n` that is a multiple of its width and returns its
 /// length; the caller converts the rest one at a time.
-inline int64_t widenVector(float *to, const Half *from, int64_t n) {
+template <typename T> int64_t widenVector(float *to, const T *from, int64_t n) {
   int64_t i = 0;
   for (; i + 8 <= n; i += 8)
-    _mm256_storeu_ps(to + i, _mm256_cvtph_ps(_mm_loadu_si128(
-                                 reinterpret_cast<const __m128i *>(from + i))));
-  return i;
-}
-inline int64_t widenVector(float *to, const BFloat16 *from, int64_t n) {
-  int64_t i = 0;
-  for (; i + 8 <= n; i += 8) {
-    __m256i wide = _mm256_cvtepu16_epi32(
-        _mm_loadu_si128(reinterpret_cast<const __m128i *>(from + i)));
-    _mm256_storeu_si256(reinterpret_cast<__m256i *>(to + i),
-                        _mm256_slli_epi32(wide, 16));
-  }
+    _mm256_storeu_ps(to + i, widen8(from + i));
   return i;
 }
 inline int64_t narrowVector(Half *to, const float *from, int64_t n) {
   int64_t i = 0;
   for (; i + 8 <= n; i += 8)
-    _mm_storeu_si128(
-        reinterpret_cast<__m128i *>(to + i),
-        _mm256_cvtps_ph(_mm256_loadu_ps(from + i), _MM_FROUND_TO_NEAREST_INT));
+    narrow8(to + i, _mm256_loadu_ps(from + i));
   return i;
 }
-/// BFloat16::round on eight lanes: round to nearest even on the bits, NaNs
-/// made quiet; the 16-bit results packed in order.
+/// Sixteen at a time: one pack of two vectors' bits.
 inline int64_t narrowVector(BFloat16 *to, const float *from, int64_t n) {
-  const __m256i bias = _mm256_set1_epi32(0x7fff);
-  const __m256i one = _mm256_set1_epi32(1);
-  const __m256i absMask = _mm256_set1_epi32(0x7fffffff);
-  const __m256i inf = _mm256_set1_epi32(0x7f800000);
-  const __m256i quiet = _mm256_set1_epi32(0x40);
   int64_t i = 0;
   for (; i + 16 <= n; i += 16) {
-    __m256i half[2];
-    for (int h = 0; h < 2; ++h) {
-      __m256i u = _mm256_castps_si256(_mm256_loadu_ps(from + i + 8 * h));
-      __m256i odd = _mm256_and_si256(_mm256_srli_epi32(u, 16), one);
-      __m256i rounded = _mm256_srli_epi32(
-          _mm256_add_epi32(_mm256_add_epi32(u, bias), odd), 16);
-      __m256i nan = _mm256_cmpgt_epi32(_mm256_and_si256(u, absMask), inf);
-      __m256i quietNan = _mm256_or_si256(_mm256_srli_epi32(u, 16), quiet);
-      half[h] = _mm256_blendv_epi8(rounded, quietNan, nan);
-    }
-    // packus works within 128-bit lanes: restore the element order.
-    __m256i packed =
-        _mm256_permute4x64_epi64(_mm256_packus_epi32(half[0], half[1]), 0xD8);
+    __m256i packed = _mm256_permute4x64_epi64(
+        _mm256_packus_epi32(bf16Bits(_mm256_loadu_ps(from + i)),
+                            bf16Bits(_mm256_loadu_ps(from + i + 8))),
+        0xD8);
     _mm256_storeu_si256(reinterpret_cast<__m256i *>(to + i), packed);
   }
   return i;
 }
-
 #endif
 
 template <typename T>

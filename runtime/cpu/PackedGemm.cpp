@@ -38,39 +38,14 @@ constexpr int64_t kBlockN = 3072; // columns of a packed block of B (kNR's)
 constexpr int64_t kSlack = 16;
 
 // Eight elements of a storage type as f32 lanes, and back (rounded to
-// nearest even; bf16 as BFloat16::round, NaNs made quiet).
+// nearest even): bf16 and f16 by LowPrecision.h's conversions.
 STRATA_AVX2 inline __m256 load8(const float *p) { return _mm256_loadu_ps(p); }
-STRATA_AVX2 inline __m256 load8(const Half *p) {
-  return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i *>(p)));
-}
-STRATA_AVX2 inline __m256 load8(const BFloat16 *p) {
-  __m256i wide = _mm256_cvtepu16_epi32(
-      _mm_loadu_si128(reinterpret_cast<const __m128i *>(p)));
-  return _mm256_castsi256_ps(_mm256_slli_epi32(wide, 16));
+template <typename T> STRATA_AVX2 inline __m256 load8(const T *p) {
+  return widen8(p);
 }
 STRATA_AVX2 inline void store8(float *p, __m256 v) { _mm256_storeu_ps(p, v); }
-STRATA_AVX2 inline void store8(Half *p, __m256 v) {
-  _mm_storeu_si128(reinterpret_cast<__m128i *>(p),
-                   _mm256_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT));
-}
-STRATA_AVX2 inline void store8(BFloat16 *p, __m256 v) {
-  __m256i u = _mm256_castps_si256(v);
-  __m256i odd =
-      _mm256_and_si256(_mm256_srli_epi32(u, 16), _mm256_set1_epi32(1));
-  __m256i rounded = _mm256_srli_epi32(
-      _mm256_add_epi32(_mm256_add_epi32(u, _mm256_set1_epi32(0x7fff)), odd),
-      16);
-  __m256i nan =
-      _mm256_cmpgt_epi32(_mm256_and_si256(u, _mm256_set1_epi32(0x7fffffff)),
-                         _mm256_set1_epi32(0x7f800000));
-  __m256i quietNan =
-      _mm256_or_si256(_mm256_srli_epi32(u, 16), _mm256_set1_epi32(0x40));
-  __m256i bits = _mm256_blendv_epi8(rounded, quietNan, nan);
-  // packus works within 128-bit lanes: the eight words in order.
-  __m256i packed =
-      _mm256_permute4x64_epi64(_mm256_packus_epi32(bits, bits), 0xD8);
-  _mm_storeu_si128(reinterpret_cast<__m128i *>(p),
-                   _mm256_castsi256_si128(packed));
+template <typename T> STRATA_AVX2 inline void store8(T *p, __m256 v) {
+  narrow8(p, v);
 }
 
 /// `rows` rows and `kc` terms of A (element (i, p) at a[i * rs + p * cs])
