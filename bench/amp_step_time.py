@@ -26,7 +26,8 @@ runs are measured once per round, interleaved, and the tables give the
 median of the rounds' medians, so that a machine whose speed drifts during
 the run weighs on every mode alike. PyTorch's float16 autocast step (about
 25x slower than the rest on CPUs without f16 GEMM kernels) runs in the
-first round only.
+first round only. --no-torch measures Strata's modes alone (the PyTorch
+columns then read nan).
 """
 
 import argparse
@@ -123,6 +124,10 @@ def main():
     ap.add_argument("--rounds", type=int, default=2)
     ap.add_argument("--models", default="gpt,gpt768")
     ap.add_argument("--workdir", default="/tmp/strata-amp-bench")
+    ap.add_argument("--no-torch", action="store_true",
+                    help="Strata's modes only (PyTorch's CPU autocast takes "
+                    "minutes a step of the h768 GPT where the processor has "
+                    "no bf16 / f16 arithmetic)")
     args = ap.parse_args()
     if args.rounds < 1:
         ap.error("--rounds must be at least 1")
@@ -177,7 +182,7 @@ def main():
             # PyTorch's run of each type (o1 and o2 compare with the same
             # autocast run); float16 in the first round only.
             for peer in ("f32", "bf16", "fp16"):
-                if peer == "fp16" and round_ > 0:
+                if (peer == "fp16" and round_ > 0) or args.no_torch:
                     continue
                 torch_ms.setdefault(peer, []).append(torch_step(
                     torch, compare, init, rows, layers, heads, peer,
@@ -185,7 +190,8 @@ def main():
         f32 = memory["f32"]
         ours = {p: statistics.median(v) for p, v in strata_ms.items()}
         for precision in PRECISIONS:
-            peer = statistics.median(torch_ms[precision.split("-")[0]])
+            peer = statistics.median(
+                torch_ms.get(precision.split("-")[0], [float("nan")]))
             print("%-38s %-13s %10.1f %10.1f %7.2f" % (
                 desc, precision, ours[precision], peer,
                 ours[precision] / peer)
