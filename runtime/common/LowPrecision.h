@@ -190,6 +190,12 @@ template <typename T> void narrow(T *to, const float *from, int64_t n) {
 template <typename T>
 using ComputeType = std::conditional_t<std::is_integral_v<T>, T, float>;
 
+/// The ABI type code of storage type T (float, BFloat16 or Half).
+template <typename T>
+constexpr int64_t kTypeCode = std::is_same_v<T, float>      ? STRATA_RT_F32
+                              : std::is_same_v<T, BFloat16> ? STRATA_RT_BF16
+                                                            : STRATA_RT_F16;
+
 /// Calls `f(T{})` with the storage type of `dtype` (f32, bf16 or f16);
 /// false for another type.
 template <typename F> bool withFloatType(int64_t dtype, F &&f) {

@@ -341,11 +341,6 @@ static void gemmF32(StrataRtContext *ctx, int64_t site, int64_t batch,
          bBatchStride, transB, c, bias, act, accumulate);
 }
 
-/// The type code of bf16 or f16 storage type T.
-template <typename T>
-constexpr int64_t kLowType =
-    std::is_same_v<T, strata::cpu::BFloat16> ? STRATA_RT_BF16 : STRATA_RT_F16;
-
 /// Converts the GEMM's operands and result between f32 and bf16 or f16
 /// with strata_rt_cast of the build the step runs: this file is compiled
 /// for baseline x86-64, whose loops convert f16 an element at a time.
@@ -373,10 +368,11 @@ static void widenedProduct(StrataRtContext *ctx, int64_t site, int64_t batch,
   if (int64_t(buffer.size()) < aCount + bCount + biasCount)
     buffer.resize(aCount + bCount + biasCount);
   float *wa = buffer.data(), *wb = wa + aCount, *wbias = wb + bCount;
-  convert(ctx, site, wa, STRATA_RT_F32, a, kLowType<T>, aCount);
-  convert(ctx, site, wb, STRATA_RT_F32, b, kLowType<T>, bCount);
+  convert(ctx, site, wa, STRATA_RT_F32, a, strata::cpu::kTypeCode<T>, aCount);
+  convert(ctx, site, wb, STRATA_RT_F32, b, strata::cpu::kTypeCode<T>, bCount);
   if (bias)
-    convert(ctx, site, wbias, STRATA_RT_F32, bias, kLowType<T>, biasCount);
+    convert(ctx, site, wbias, STRATA_RT_F32, bias, strata::cpu::kTypeCode<T>,
+            biasCount);
   gemmF32(ctx, site, batch, m, n, k, wa, aBatchStride, transA, wb, bBatchStride,
           transB, out, bias ? wbias : nullptr, act, accumulate);
 }
@@ -393,18 +389,19 @@ static void gemmLow(StrataRtContext *ctx, int64_t site, int64_t batch,
                     int64_t bBatchStride, int64_t transB, T *c, const T *bias,
                     int64_t act, int64_t accumulate) {
   if (ctx->gemmPacked) {
-    strata::cpu::packedGemm(ctx, site, kLowType<T>, batch, m, n, k, a,
-                            aBatchStride, transA, b, bBatchStride, transB, c,
-                            kLowType<T>, bias, act, accumulate);
+    strata::cpu::packedGemm(ctx, site, strata::cpu::kTypeCode<T>, batch, m, n,
+                            k, a, aBatchStride, transA, b, bBatchStride, transB,
+                            c, strata::cpu::kTypeCode<T>, bias, act,
+                            accumulate);
     return;
   }
   int64_t cCount = batch * m * n;
   float *wc = ctx->scratchFloats(cCount);
   if (accumulate)
-    convert(ctx, site, wc, STRATA_RT_F32, c, kLowType<T>, cCount);
+    convert(ctx, site, wc, STRATA_RT_F32, c, strata::cpu::kTypeCode<T>, cCount);
   widenedProduct(ctx, site, batch, m, n, k, a, aBatchStride, transA, b,
                  bBatchStride, transB, wc, bias, act, accumulate);
-  convert(ctx, site, c, kLowType<T>, wc, STRATA_RT_F32, cCount);
+  convert(ctx, site, c, strata::cpu::kTypeCode<T>, wc, STRATA_RT_F32, cCount);
 }
 
 void strata::cpu::preActivation(StrataRtContext *ctx, int64_t site, int64_t m,

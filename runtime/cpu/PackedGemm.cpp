@@ -175,12 +175,6 @@ template <typename T, typename C> struct Output {
   bool accumulate;
 };
 
-/// The element type code of C.
-template <typename C>
-constexpr int64_t kTypeOf = std::is_same_v<C, float>      ? STRATA_RT_F32
-                            : std::is_same_v<C, BFloat16> ? STRATA_RT_BF16
-                                                          : STRATA_RT_F16;
-
 /// An activation of the finished sums (STRATA_RT_ACT_NONE: none), by the
 /// runtime's own kernels of the build the processor runs, so that a
 /// product with an activation is the product, then the activation.
@@ -200,8 +194,8 @@ struct Activation {
     float *sums = out.partial + i * out.ldc + j;
     unary(ctx, site, op, sums, STRATA_RT_F32, sums, STRATA_RT_F32, count, 0.0);
     if constexpr (!std::is_same_v<C, float>)
-      cast(ctx, site, out.c + i * out.ldc + j, kTypeOf<C>, sums, STRATA_RT_F32,
-           count);
+      cast(ctx, site, out.c + i * out.ldc + j, kTypeCode<C>, sums,
+           STRATA_RT_F32, count);
   }
 };
 
@@ -289,15 +283,15 @@ product(int64_t m, int64_t n, int64_t k, const T *a, int64_t ars, int64_t acs,
         packA(packedA, a + ic * ars + pc * acs, ars, acs, mc, m - ic, kc);
         for (int64_t jr = 0; jr < nc; jr += kNR)
           for (int64_t ir = 0; ir < mc; ir += kMR) {
+            // (The rows the tile is added to: the output's, or the
+            // partial sums'.)
             const int64_t at = (ic + ir) * out.ldc + jc + jr;
-            if (toOutput)
-              microKernel(kc, packedA + ir * kc, packedB + jr * kc, tile,
-                          reinterpret_cast<const char *>(out.c + at),
-                          out.ldc * sizeof(C), kNR * sizeof(C));
-            else
-              microKernel(kc, packedA + ir * kc, packedB + jr * kc, tile,
-                          reinterpret_cast<const char *>(out.partial + at),
-                          out.ldc * sizeof(float), kNR * sizeof(float));
+            const size_t bytes = toOutput ? sizeof(C) : sizeof(float);
+            microKernel(kc, packedA + ir * kc, packedB + jr * kc, tile,
+                        toOutput
+                            ? reinterpret_cast<const char *>(out.c + at)
+                            : reinterpret_cast<const char *>(out.partial + at),
+                        out.ldc * bytes, kNR * bytes);
             storeTile(out, tile, ic + ir, jc + jr, std::min(kMR, mc - ir),
                       std::min(kNR, nc - jr), first, toOutput);
           }
@@ -365,19 +359,13 @@ void packedGemm(StrataRtContext *ctx, int64_t site, int64_t type, int64_t batch,
         static_cast<const T *>(b), bBatchStride, transB, static_cast<C *>(c),
         static_cast<const T *>(bias), accumulate, Activation{ctx, site, act});
   };
-  auto withOutput = [&](auto tag) {
+  withFloatType(type, [&](auto tag) {
     using T = decltype(tag);
     if (cType == STRATA_RT_F32)
       call(tag, float());
     else
       call(tag, T());
-  };
-  if (type == STRATA_RT_BF16)
-    withOutput(BFloat16());
-  else if (type == STRATA_RT_F16)
-    withOutput(Half());
-  else
-    withOutput(float());
+  });
 }
 
 } // namespace strata::cpu
