@@ -948,14 +948,14 @@ struct AttentionFusionPass
         std::swap(shape[shape.size() - 3], shape[shape.size() - 2]);
       });
     };
-    Value fk = multiQuery ? sharedKeyHead(k)
-               : grouped  ? split.buildUnrepeated(k)
-               : inPlace  ? split.build(k)
-                          : withUnitHeads(k);
-    Value fv = multiQuery ? sharedKeyHead(v)
-               : grouped  ? split.buildUnrepeated(v)
-               : inPlace  ? split.build(v)
-                          : withUnitHeads(v);
+    // Keys and values are read alike.
+    auto keysOrValues = [&](Value x) -> Value {
+      return multiQuery ? sharedKeyHead(x)
+             : grouped  ? split.buildUnrepeated(x)
+             : inPlace  ? split.build(x)
+                        : withUnitHeads(x);
+    };
+    Value fk = keysOrValues(k), fv = keysOrValues(v);
     auto fused = AttentionOp::create(
         b, loc, fq, fk, fv, b.getF64FloatAttr(factor), softmax.getCausalAttr(),
         dropout ? dropout.getProbAttr() : b.getF64FloatAttr(0.0),
